@@ -1,0 +1,1 @@
+"""Information-theoretic lower bounds and counting over R-regular edge-coloured graphs."""

@@ -1,0 +1,1 @@
+"""The harness: exhaustive exact checkers, and the `georecall` command line."""

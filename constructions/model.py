@@ -1,0 +1,469 @@
+"""The one Model and THE forward pass (THEORY.md §2).
+
+Every weight source in georecall (hand-built constructions, the trainer, transplanted weights) produces a
+:class:`Model`, and every evaluation goes through :func:`forward`. There is no other evaluation path.
+
+Conventions
+-----------
+Row vectors: a residual state is a row ``x ∈ R^d`` and a linear map is ``x @ W``.
+
+Vocabulary of input tokens: entity ``s`` is token ``s`` (``0 <= s < N``), relation ``r`` is token ``N + r``.
+The input embedding table is ``[E; Q]`` (entities then relations), plus ``P[t]`` at position ``t`` when the model
+has position embeddings.
+
+A layer is ``x <- x + Attn(x)`` then ``x <- x + ReLU(x @ W1 + b1) @ W2 + b2`` (either part may be absent).
+Logits are ``x @ U.T`` with the untied unembedding ``U`` of shape ``(n_out, d)``; the prediction is the argmax.
+
+Attention kinds (all causal):
+
+- ``uniform``: the mean over positions ``u <= t`` of ``x_u @ W_V[h] @ W_O[h]``, summed over heads. It is computed
+  as ``((Σ_u x_u) @ W_V @ W_O) / count`` so that with integer weights the only non-integer step is one exact
+  division (checked in integer mode).
+- ``softmax``: ``softmax_u(β · <x_t W_Q[h], x_u W_K[h]>)`` with an explicit inverse temperature ``β``.
+- ``hard``: an **idealization**, the β → ∞ limit of softmax: the mean over the positions with maximal score.
+
+Integer mode (``integer=True``) runs the same pass in float64 and proves that it computed in exact integer
+arithmetic: every weight is an integer, an a-priori bound on every intermediate stays below 2^53 (so BLAS sums of
+integers are exact in any order), and every attention output is checked to be integral after its division.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from typing import Literal
+
+import numpy as np
+
+AttentionKind = Literal["uniform", "softmax", "hard"]
+ATTENTION_KINDS: tuple[str, ...] = ("uniform", "softmax", "hard")
+EXACT_INTEGER_LIMIT = 2.0**53
+
+# Bytes a forward chunk may use for its largest intermediate; the chunk size is derived from it.
+DEFAULT_CHUNK_BYTES = 64 * 2**20
+
+
+def _frozen_array(value, name: str, ndim: int) -> np.ndarray:
+    array = np.array(value, dtype=np.float64 if np.asarray(value).dtype.kind in "iub" else None, copy=True)
+    if array.dtype.kind != "f":
+        raise ValueError(f"{name} must be a floating-point array, got dtype {array.dtype}")
+    if array.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} has non-finite entries")
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Causal multi-head attention. Shapes: ``W_Q, W_K (H, d, d_k)``, ``W_V (H, d, d_v)``, ``W_O (H, d_v, d)``.
+
+    ``uniform`` attention ignores ``W_Q``/``W_K`` (they must be ``None``).
+    """
+
+    kind: str
+    W_V: np.ndarray
+    W_O: np.ndarray
+    W_Q: np.ndarray | None = None
+    W_K: np.ndarray | None = None
+    inverse_temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ATTENTION_KINDS:
+            raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {self.kind!r}")
+        for name in ("W_V", "W_O", "W_Q", "W_K"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _frozen_array(value, name, 3))
+        H, d, d_v = self.W_V.shape
+        if self.W_O.shape != (H, d_v, d):
+            raise ValueError(f"W_O must have shape (H, d_v, d) = {(H, d_v, d)}, got {self.W_O.shape}")
+        if self.kind == "uniform":
+            if self.W_Q is not None or self.W_K is not None:
+                raise ValueError("uniform attention takes no W_Q/W_K")
+        else:
+            if self.W_Q is None or self.W_K is None:
+                raise ValueError(f"{self.kind} attention needs W_Q and W_K")
+            if self.W_Q.shape != self.W_K.shape or self.W_Q.shape[:2] != (H, d):
+                raise ValueError(f"W_Q and W_K must both have shape (H, d, d_k) with (H, d) = {(H, d)}; "
+                                 f"got {self.W_Q.shape} and {self.W_K.shape}")
+            if not (np.isfinite(self.inverse_temperature) and self.inverse_temperature > 0):
+                raise ValueError(f"inverse temperature must be positive and finite, got {self.inverse_temperature}")
+
+    @property
+    def heads(self) -> int:
+        return self.W_V.shape[0]
+
+    def value_output(self, h: int) -> np.ndarray:
+        """``W_V[h] @ W_O[h]`` (d × d), computed once: one product per query instead of two."""
+        cache = self.__dict__.setdefault("_value_output", {})
+        if h not in cache:
+            product = self.W_V[h] @ self.W_O[h]
+            product.setflags(write=False)
+            cache[h] = product
+        return cache[h]
+
+
+@dataclass(frozen=True)
+class MLP:
+    """``ReLU(x @ W1 + b1) @ W2 + b2`` with ``W1 (d, m)``, ``b1 (m,)``, ``W2 (m, d)``, ``b2 (d,)``."""
+
+    W1: np.ndarray
+    b1: np.ndarray
+    W2: np.ndarray
+    b2: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name, ndim in (("W1", 2), ("b1", 1), ("W2", 2), ("b2", 1)):
+            object.__setattr__(self, name, _frozen_array(getattr(self, name), name, ndim))
+        d, m = self.W1.shape
+        if self.b1.shape != (m,) or self.W2.shape != (m, d) or self.b2.shape != (d,):
+            raise ValueError(f"MLP shapes disagree: W1 {self.W1.shape}, b1 {self.b1.shape}, "
+                             f"W2 {self.W2.shape}, b2 {self.b2.shape}")
+
+    @property
+    def width(self) -> int:
+        return self.W1.shape[1]
+
+
+@dataclass(frozen=True)
+class Layer:
+    attention: Attention | None = None
+    mlp: MLP | None = None
+
+
+@dataclass(frozen=True)
+class Model:
+    """Embeddings ``E (N, d)`` for entities, ``Q (R, d)`` for relations, optional positions ``P (T, d)``,
+    layers, and the untied unembedding ``U (n_out, d)``. ``meta`` holds JSON-able facts about the weights'
+    origin (construction name, constants); it never changes what the model computes."""
+
+    entity_embedding: np.ndarray
+    relation_embedding: np.ndarray
+    unembedding: np.ndarray
+    layers: tuple[Layer, ...] = ()
+    position_embedding: np.ndarray | None = None
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("entity_embedding", "relation_embedding", "unembedding", "position_embedding"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _frozen_array(value, name, 2))
+        object.__setattr__(self, "layers", tuple(self.layers))
+        d = self.d
+        for name in ("relation_embedding", "unembedding", "position_embedding"):
+            value = getattr(self, name)
+            if value is not None and value.shape[1] != d:
+                raise ValueError(f"{name} has width {value.shape[1]}, but the entity embedding has d = {d}")
+        for i, layer in enumerate(self.layers):
+            if layer.attention is not None and layer.attention.W_V.shape[1] != d:
+                raise ValueError(f"layer {i} attention expects width {layer.attention.W_V.shape[1]}, d = {d}")
+            if layer.mlp is not None and layer.mlp.W1.shape[0] != d:
+                raise ValueError(f"layer {i} MLP expects width {layer.mlp.W1.shape[0]}, d = {d}")
+        table = np.concatenate([self.entity_embedding, self.relation_embedding])
+        table.setflags(write=False)
+        object.__setattr__(self, "_token_table", table)
+
+    @property
+    def d(self) -> int:
+        return self.entity_embedding.shape[1]
+
+    @property
+    def n_entities(self) -> int:
+        return self.entity_embedding.shape[0]
+
+    @property
+    def n_relations(self) -> int:
+        return self.relation_embedding.shape[0]
+
+    @property
+    def n_out(self) -> int:
+        return self.unembedding.shape[0]
+
+    @property
+    def max_positions(self) -> int | None:
+        return None if self.position_embedding is None else self.position_embedding.shape[0]
+
+    @property
+    def mlp_width(self) -> int:
+        """Largest MLP width m over the layers (0 without an MLP)."""
+        return max((layer.mlp.width for layer in self.layers if layer.mlp is not None), default=0)
+
+    def relation_token(self, r) -> np.ndarray | int:
+        return np.asarray(r) + self.n_entities
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every weight array under a flat, stable name (``layers.0.mlp.W1``, ...): for saving and counting."""
+        out = {"entity_embedding": self.entity_embedding, "relation_embedding": self.relation_embedding,
+               "unembedding": self.unembedding}
+        if self.position_embedding is not None:
+            out["position_embedding"] = self.position_embedding
+        for i, layer in enumerate(self.layers):
+            for part in (layer.attention, layer.mlp):
+                if part is None:
+                    continue
+                prefix = f"layers.{i}.{'attention' if part is layer.attention else 'mlp'}"
+                for f in fields(part):
+                    value = getattr(part, f.name)
+                    if isinstance(value, np.ndarray):
+                        out[f"{prefix}.{f.name}"] = value
+        return out
+
+    def parameter_count(self) -> int:
+        return int(sum(a.size for a in self.arrays().values()))
+
+    def astype(self, dtype) -> Model:
+        """The same model with every array cast to ``dtype`` (float32 for speed, float64 for exactness)."""
+        def cast(part):
+            if part is None:
+                return None
+            return type(part)(**{f.name: (getattr(part, f.name).astype(dtype)
+                                          if isinstance(getattr(part, f.name), np.ndarray)
+                                          else getattr(part, f.name)) for f in fields(part)})
+        return Model(
+            entity_embedding=self.entity_embedding.astype(dtype),
+            relation_embedding=self.relation_embedding.astype(dtype),
+            unembedding=self.unembedding.astype(dtype),
+            layers=tuple(Layer(cast(layer.attention), cast(layer.mlp)) for layer in self.layers),
+            position_embedding=None if self.position_embedding is None else self.position_embedding.astype(dtype),
+            meta=dict(self.meta),
+        )
+
+
+# --------------------------------------------------------------------------------------------- forward pass
+
+
+@dataclass
+class Trace:
+    """Intermediates of one forward pass, recorded when ``trace=True`` (for probes and the trainer).
+
+    ``residual[0]`` is the embedded input; ``residual[2i+1]`` follows layer i's attention, ``residual[2i+2]`` its
+    MLP; ``hidden[i]`` is layer i's post-ReLU MLP activation. In the last layer, with ``at="last"``, only the
+    last position is computed, so those entries have shape ``(B, 1, ·)``.
+    """
+
+    residual: list[np.ndarray] = field(default_factory=list)
+    hidden: list[np.ndarray | None] = field(default_factory=list)
+    attention_weights: list[np.ndarray | None] = field(default_factory=list)
+
+
+class IntegerModeError(ArithmeticError):
+    """Integer mode could not prove that the forward pass computed in exact integer arithmetic."""
+
+
+def _require_integral(name: str, array: np.ndarray) -> None:
+    if not np.array_equal(array, np.rint(array)):
+        raise IntegerModeError(f"integer mode: {name} is not integral")
+
+
+def integer_bounds(model: Model, T: int) -> dict[str, float]:
+    """A-priori bounds on ``max |·|`` of every intermediate of a length-T forward pass; each must be < 2^53.
+
+    Uses ``|x @ W|_∞ <= |x|_∞ · max_j Σ_i |W_ij|`` stage by stage. Raises :class:`IntegerModeError` naming the
+    first weight that is not an integer or the first stage whose bound reaches 2^53.
+    """
+    for name, array in model.arrays().items():
+        if not np.array_equal(array, np.rint(array)):
+            raise IntegerModeError(f"integer mode: weight {name} is not integral")
+    tables = [model.entity_embedding, model.relation_embedding]
+    bound = max(float(np.abs(t).max(initial=0.0)) for t in tables)
+    if model.position_embedding is not None:
+        bound += float(np.abs(model.position_embedding).max(initial=0.0))
+    bounds = {"embedding": bound}
+
+    def col(W):  # max column absolute sum: the ∞→∞ norm of x -> x @ W
+        return float(np.abs(W).sum(axis=-2).max(initial=0.0))
+
+    for i, layer in enumerate(model.layers):
+        att = layer.attention
+        if att is not None:
+            if att.kind != "uniform":
+                raise IntegerModeError(f"integer mode supports uniform attention only (layer {i} is {att.kind})")
+            # (Σ_u x_u) @ W_V @ W_O before the division by the count: at most T·|x|.
+            pre = T * bound * sum(col(att.W_V[h]) * col(att.W_O[h]) for h in range(att.heads))
+            bounds[f"layers.{i}.attention (before division)"] = pre
+            bound = bound + pre
+            bounds[f"layers.{i}.after_attention"] = bound
+        if layer.mlp is not None:
+            mlp = layer.mlp
+            hidden = bound * col(mlp.W1) + float(np.abs(mlp.b1).max(initial=0.0))
+            bounds[f"layers.{i}.hidden"] = hidden
+            bound = bound + hidden * col(mlp.W2) + float(np.abs(mlp.b2).max(initial=0.0))
+            bounds[f"layers.{i}.after_mlp"] = bound
+    bounds["logits"] = bound * col(model.unembedding.T)
+    for name, value in bounds.items():
+        if not value < EXACT_INTEGER_LIMIT:
+            raise IntegerModeError(f"integer mode: bound on {name} is {value:.3g} >= 2^53")
+    return bounds
+
+
+def _softmax_lastaxis(scores: np.ndarray) -> np.ndarray:
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    return scores
+
+
+def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, layer: int):
+    """Attention output at positions ``queries`` (a slice of the T positions) given all states ``x (B, T, d)``."""
+    B, T, _ = x.shape
+    positions = np.arange(T)[queries]
+    out = np.zeros((B, positions.size, x.shape[2]), dtype=x.dtype)
+    if att.kind == "uniform":
+        if positions.size == 1:  # Σ_{u<=t} x_u for the one position asked
+            sums = x[:, : positions[0] + 1].sum(axis=1, keepdims=True)
+        else:
+            sums = np.cumsum(x, axis=1)[:, queries]
+        counts = (positions + 1).astype(x.dtype)[None, :, None]
+        for h in range(att.heads):
+            out += sums @ att.value_output(h).astype(x.dtype, copy=False)
+        out /= counts
+        if integer:
+            _require_integral(f"layer {layer} uniform attention output", out)
+        return out, None
+    causal = positions[:, None] >= np.arange(T)[None, :]  # (Tq, T)
+    weights_all = np.empty((att.heads, B, positions.size, T), dtype=x.dtype)
+    for h in range(att.heads):
+        q = x[:, queries] @ att.W_Q[h]
+        k = x @ att.W_K[h]
+        scores = att.inverse_temperature * (q @ k.transpose(0, 2, 1))
+        scores = np.where(causal, scores, -np.inf)
+        if att.kind == "softmax":
+            weights = _softmax_lastaxis(scores)
+        else:  # hard: uniform over the positions attaining the maximum score
+            weights = (scores == scores.max(axis=-1, keepdims=True)).astype(x.dtype)
+            weights /= weights.sum(axis=-1, keepdims=True)
+        weights_all[h] = weights
+        out += (weights @ x) @ att.value_output(h).astype(x.dtype, copy=False)
+    return out, weights_all
+
+
+def embed(model: Model, tokens: np.ndarray, dtype=None) -> np.ndarray:
+    """Input embeddings ``(B, T, d)`` of token ids ``(B, T)``: ``[E; Q][token] + P[t]``."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must have shape (batch, T), got {tokens.shape}")
+    vocab = model.n_entities + model.n_relations
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
+        raise ValueError(f"token ids must lie in [0, {vocab}); got range [{tokens.min()}, {tokens.max()}]")
+    table = model._token_table if dtype is None else model._token_table.astype(dtype, copy=False)
+    x = table[tokens]
+    if model.position_embedding is not None:
+        T = tokens.shape[1]
+        if T > model.max_positions:
+            raise ValueError(f"sequence length {T} exceeds the model's {model.max_positions} positions")
+        x = x + model.position_embedding[:T].astype(x.dtype, copy=False)
+    return x
+
+
+def forward(
+    model: Model,
+    tokens: np.ndarray,
+    *,
+    at: Literal["last", "all"] = "last",
+    integer: bool = False,
+    trace: bool = False,
+):
+    """THE forward pass. ``tokens (B, T)`` -> logits ``(B, n_out)`` (``at="last"``) or ``(B, T, n_out)``.
+
+    With ``trace=True`` returns ``(logits, Trace)``. With ``integer=True`` the caller must have proved the
+    bounds with :func:`integer_bounds` (the checker does); the pass then also checks each attention division.
+    The unembedding product skips residual coordinates that ``U`` never reads (columns of ``U`` that are all
+    zero): a zero column contributes an exact zero, so the logits are unchanged bit for bit.
+    """
+    if at not in ("last", "all"):
+        raise ValueError(f"at must be 'last' or 'all', got {at!r}")
+    work_dtype = np.float64 if integer else model.entity_embedding.dtype
+    x = embed(model, tokens, work_dtype)
+    T = x.shape[1]
+    record = Trace() if trace else None
+    if record is not None:
+        record.residual.append(x)
+    last = len(model.layers) - 1
+    for i, layer in enumerate(model.layers):
+        # In the last layer only the read-out positions matter; earlier positions are finished.
+        if i == last and at == "last" and T > 1:
+            queries = slice(T - 1, T)
+            x_out = x[:, queries]
+        else:
+            queries = slice(0, T)
+            x_out = x
+        weights = None
+        if layer.attention is not None:
+            att_out, weights = _attention(layer.attention, x, queries, integer, i)
+            x_out = x_out + att_out
+        if record is not None:
+            record.residual.append(x_out)
+            record.attention_weights.append(weights)
+        hidden = None
+        if layer.mlp is not None:
+            mlp = layer.mlp
+            hidden = x_out @ mlp.W1
+            hidden += mlp.b1
+            np.maximum(hidden, 0, out=hidden)
+            x_out = x_out + hidden @ mlp.W2 + mlp.b2
+        if record is not None:
+            record.residual.append(x_out)
+            record.hidden.append(hidden)
+        x = x_out
+    if at == "last":
+        x = x[:, -1]
+    U = model.unembedding
+    read = _read_columns(model)
+    logits = x[..., read] @ U[:, read].T.astype(x.dtype, copy=False) if read is not None else x @ U.T
+    return (logits, record) if trace else logits
+
+
+def _read_columns(model: Model) -> np.ndarray | None:
+    """Indices of residual coordinates the unembedding reads, or None when it reads (nearly) all of them."""
+    cached = model.__dict__.get("_read_cache")
+    if cached is None:
+        used = np.flatnonzero(np.any(model.unembedding != 0, axis=0))
+        cached = (used,) if used.size < 0.75 * model.d else (None,)
+        object.__setattr__(model, "_read_cache", cached)
+    return cached[0]
+
+
+def chunk_size(model: Model, T: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
+    """Queries per chunk so that the largest per-query intermediate stays within ``chunk_bytes``."""
+    widest = max(model.d, model.mlp_width, model.n_out) * max(T, 1)
+    return max(1, chunk_bytes // (8 * widest))
+
+
+def iter_chunks(n: int, size: int) -> Iterator[slice]:
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
+
+
+def predict(model: Model, tokens: np.ndarray, *, chunk: int | None = None) -> np.ndarray:
+    """Argmax predictions at the last position, in bounded-memory chunks."""
+    tokens = np.asarray(tokens)
+    chunk = chunk or chunk_size(model, tokens.shape[1])
+    out = np.empty(tokens.shape[0], dtype=np.int64)
+    for part in iter_chunks(tokens.shape[0], chunk):
+        out[part] = forward(model, tokens[part]).argmax(axis=1)
+    return out
+
+
+def greedy_decode(model: Model, prompts: np.ndarray, steps: int, *, integer: bool = False):
+    """Greedy chain-of-thought decoding: ``steps`` times, predict at the last position and append the predicted
+    entity as a new input token (re-embedded by the input table ``E``).
+
+    Returns ``(generated (B, steps), margins (B, steps))``, where a margin is top logit minus runner-up.
+    The model's outputs must be entities (``n_out == N``) for the prediction to be fed back.
+    """
+    if model.n_out != model.n_entities:
+        raise ValueError(f"decoding feeds predictions back as entities: needs n_out == N, "
+                         f"got n_out = {model.n_out}, N = {model.n_entities}")
+    seq = np.asarray(prompts, dtype=np.int64)
+    generated = np.empty((seq.shape[0], steps), dtype=np.int64)
+    margins = np.empty((seq.shape[0], steps))
+    for t in range(steps):
+        logits = forward(model, seq, integer=integer)
+        top2 = np.partition(logits, -2, axis=1)[:, -2:] if logits.shape[1] > 1 else None
+        generated[:, t] = logits.argmax(axis=1)
+        margins[:, t] = (top2[:, 1] - top2[:, 0]) if top2 is not None else np.inf
+        seq = np.concatenate([seq, generated[:, t : t + 1]], axis=1)
+    return generated, margins

@@ -1,0 +1,186 @@
+"""Factual-recall tasks: R bijections of the entity set [N] (THEORY.md §1).
+
+Shape letters, used the same way throughout georecall:
+
+- ``N``: number of entities (subjects and, in the shared variant, attributes), ``[N] = {0..N-1}``;
+- ``R``: number of relations, ``[R] = {0..R-1}``;
+- ``k``: number of hops of a query;
+- ``D``: length of one attribute code; ``d``: residual (embedding) dimension; ``m``: MLP width.
+
+A task is stored as an integer table ``table[r, s] = π_r(s)`` of shape ``(R, N)``, each row a permutation.
+Seen as a graph it is an R-regular edge-coloured digraph (``bounds.graphs`` builds that view).
+
+Paths. A k-hop query is ``(s; r_1..r_k) -> π_{r_k}(...π_{r_1}(s))`` with ``r_1`` applied first. Its tokens are
+written in the order of "the mother of the wife of x": ``⟨r_k, ..., r_1, s⟩``. Every array of k-hop answers in
+georecall is indexed the same way, ``answers[r_k, ..., r_1, s]``, so that a query's index tuple *is* its token
+order. ``path_index`` and ``paths`` convert between the flat path index and the tuple ``(r_k, ..., r_1)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Attributes = Literal["shared", "disjoint"]
+
+
+def _as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
+    """Accept a Generator or a seed; never touch global RNG state."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    return np.random.default_rng(rng)
+
+
+def check_positive_int(name: str, value: int, minimum: int = 1) -> int:
+    """Validate an integer size parameter; ``ValueError`` naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Task:
+    """R bijections of [N]: ``table[r, s] = π_r(s)``.
+
+    ``attributes="shared"``: every relation maps into the same set [N] (answers are entity ids).
+    ``attributes="disjoint"``: relation r has its own answer set; the answer id of ``(s, r)`` is
+    ``r * N + π_r(s)``, a vocabulary of ``N * R`` attributes.
+
+    Build one with :func:`random_task` or :meth:`Task.from_table` (which validates).
+    """
+
+    table: np.ndarray
+    attributes: Attributes = "shared"
+
+    def __post_init__(self) -> None:
+        raw = np.asarray(self.table)
+        if raw.dtype.kind not in "iu":
+            if raw.dtype.kind not in "fb" or raw.dtype.kind == "b" or not np.all(np.isfinite(raw)) \
+                    or not np.array_equal(raw, np.round(raw)):
+                raise ValueError(f"a task table must hold integer entity ids; got dtype {raw.dtype}")
+        table = np.array(raw, dtype=np.int64, copy=True)
+        table.setflags(write=False)
+        object.__setattr__(self, "table", table)
+        if self.attributes not in ("shared", "disjoint"):
+            raise ValueError(f"attributes must be 'shared' or 'disjoint', got {self.attributes!r}")
+        validate_table(table)
+
+    @classmethod
+    def from_table(cls, table, attributes: Attributes = "shared") -> Task:
+        """Validate a user-supplied ``(R, N)`` table of bijections and wrap it."""
+        return cls(np.asarray(table), attributes)
+
+    @property
+    def N(self) -> int:
+        return self.table.shape[1]
+
+    @property
+    def R(self) -> int:
+        return self.table.shape[0]
+
+    @property
+    def n_answers(self) -> int:
+        """Size of the answer vocabulary: N (shared) or N·R (disjoint)."""
+        return self.N * (self.R if self.attributes == "disjoint" else 1)
+
+    def single_hop(self) -> np.ndarray:
+        """Answer ids of all N·R single-hop queries, shape ``(R, N)``: ``[r, s] -> π_r(s)``."""
+        if self.attributes == "disjoint":
+            return self.table + self.N * np.arange(self.R, dtype=np.int64)[:, None]
+        return self.table.copy()
+
+    def k_hop(self, k: int) -> np.ndarray:
+        """Answers of all N·R^k k-hop queries, shape ``(R,)*k + (N,)``, indexed ``[r_k, ..., r_1, s]``.
+
+        Built by k fancy-indexing steps over whole tables (no loop over N or over paths):
+        ``A_1 = table`` and ``A_j = table[:, A_{j-1}]``, whose new leading axis is the hop applied last.
+        """
+        k = check_positive_int("k", k)
+        if self.attributes != "shared":
+            raise ValueError("k-hop queries need attributes='shared' (answers must be entities to chain)")
+        answers = self.table
+        for _ in range(k - 1):
+            answers = self.table[:, answers]
+        return answers
+
+    def compose(self, relations_in_order_applied) -> np.ndarray:
+        """π_w for w = (r_1, ..., r_k) given in the order applied (r_1 first): a permutation of [N]."""
+        perm = np.arange(self.N, dtype=np.int64)
+        for r in relations_in_order_applied:
+            if not 0 <= int(r) < self.R:
+                raise ValueError(f"relation {r} outside [0, {self.R})")
+            perm = self.table[int(r)][perm]
+        return perm
+
+
+def validate_table(table: np.ndarray) -> None:
+    """Raise ``ValueError`` unless ``table`` is an ``(R, N)`` integer table whose rows are permutations of [N].
+
+    The message names the first bad relation and its offending entries.
+    """
+    if table.ndim != 2:
+        raise ValueError(f"a task table must have shape (R, N); got an array with shape {table.shape}")
+    R, N = table.shape
+    if R < 1 or N < 1:
+        raise ValueError(f"a task needs R >= 1 and N >= 1; got shape (R, N) = {table.shape}")
+    out_of_range = (table < 0) | (table >= N)
+    if out_of_range.any():
+        r, s = np.argwhere(out_of_range)[0]
+        bad = np.flatnonzero(out_of_range[r])
+        raise ValueError(
+            f"relation {r} maps subject {s} to {table[r, s]}, outside [0, {N}) "
+            f"({bad.size} out-of-range entries in relation {r}, at subjects {bad[:8].tolist()})"
+        )
+    counts = np.zeros((R, N), dtype=np.int64)
+    np.add.at(counts, (np.repeat(np.arange(R), N), table.ravel()), 1)
+    not_bijective = (counts != 1).any(axis=1)
+    if not_bijective.any():
+        r = int(np.flatnonzero(not_bijective)[0])
+        repeated = np.flatnonzero(counts[r] > 1)
+        missing = np.flatnonzero(counts[r] == 0)
+        v = int(repeated[0])
+        raise ValueError(
+            f"relation {r} is not a bijection of [0, {N}): value {v} is the image of subjects "
+            f"{np.flatnonzero(table[r] == v)[:8].tolist()}; repeated values {repeated[:8].tolist()}, "
+            f"missing values {missing[:8].tolist()}"
+        )
+
+
+def random_task(
+    N: int,
+    R: int,
+    rng: np.random.Generator | int | None = None,
+    *,
+    attributes: Attributes = "shared",
+    symmetric: bool = False,
+) -> Task:
+    """R independent uniformly random bijections of [N].
+
+    ``symmetric=True`` draws each relation as a uniformly random perfect matching (an involution without fixed
+    points, so ``π_r = π_r^{-1}``); it needs N even.
+    """
+    N = check_positive_int("N", N)
+    R = check_positive_int("R", R)
+    rng = _as_rng(rng)
+    if symmetric:
+        if N % 2:
+            raise ValueError(f"symmetric relations are perfect matchings and need N even; got N = {N}")
+        order = rng.permuted(np.tile(np.arange(N), (R, 1)), axis=1)
+        table = np.empty((R, N), dtype=np.int64)
+        rows = np.arange(R)[:, None]
+        table[rows, order[:, 0::2]] = order[:, 1::2]
+        table[rows, order[:, 1::2]] = order[:, 0::2]
+    else:
+        table = rng.permuted(np.tile(np.arange(N, dtype=np.int64), (R, 1)), axis=1)
+    return Task(table, attributes)
+
+
+def paths(R: int, k: int) -> np.ndarray:
+    """All R^k relation paths as rows ``(r_k, ..., r_1)`` (token order), row i = flat path index i."""
+    R = check_positive_int("R", R)
+    k = check_positive_int("k", k)
+    return np.stack(np.unravel_index(np.arange(R**k), (R,) * k), axis=1).astype(np.int64)

@@ -93,10 +93,10 @@ def g1_promise(N: int, R: int, D: int, *, norm_sq: float, mu: float, max_abs: fl
     c1, c2 = attention_constants(gain)
     d, m = R * D + R + D, 2 * R * D
     conditions = (
-        Condition("gate: c2·β > c1·max|a| (unasked relations' units stay off)", c2 * beta, c1 * max_abs),
-        Condition("distinct codes: 1 > μ", 1.0, mu),
-        Condition("read-out scale: λ > 0", lam, 0.0),
         Condition("attention gain: g > 0", gain, 0.0),
+        Condition("read-out scale: λ > 0", lam, 0.0),
+        Condition("distinct codes: 1 > μ", 1.0, mu),
+        Condition("gate: c2·β > c1·max|a| (unasked relations' units stay off)", c2 * beta, c1 * max_abs),
     )
     return Promise("G1", "Theorem 4.1 (geometric single hop)", d, m, one_layer_params(N, R, d, m),
                    N * R * D, lam * c1 * norm_sq * (1.0 - mu), conditions)
@@ -119,9 +119,9 @@ def a1_promise(N: int, R: int, D: int, *, norm_sq: float, mu: float, lam: float 
     d, m = 2 * D + R, N * R
     fired = c1 * norm_sq * (1.0 - mu)
     conditions = (
-        Condition("distinct codes: 1 > μ", 1.0, mu),
-        Condition("read-out scale: λ > 0", lam, 0.0),
         Condition("attention gain: g > 0", gain, 0.0),
+        Condition("read-out scale: λ > 0", lam, 0.0),
+        Condition("distinct codes: 1 > μ", 1.0, mu),
     )
     return Promise("A1", "associative-memory baseline (one unit per fact)", d, m, one_layer_params(N, R, d, m),
                    N * R * D, lam * fired * norm_sq * (1.0 - mu), conditions)

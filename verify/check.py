@@ -100,7 +100,8 @@ def check_queries(
     argmin = int(margins.argmin()) if n else -1
     return CheckResult(
         n_queries=n, n_correct=n - wrong.size, min_margin=float(margins[argmin]) if n else float("inf"),
-        argmin_query=argmin, failures=failures, integer=integer, seconds=time.perf_counter() - start,
+        argmin_query=argmin, failures=failures, integer=integer,
+        dtype="float64" if integer else str(model.entity_embedding.dtype), seconds=time.perf_counter() - start,
         predictions=predictions if keep else None, margins=margins if keep else None,
     )
 
@@ -115,10 +116,11 @@ class Report:
     result: CheckResult
     achieved: dict
     extra: dict = field(default_factory=dict)
+    extra_checks: dict[str, bool] = field(default_factory=dict)  # further named conditions that must hold
 
     @property
     def passed(self) -> bool:
-        if not self.result.exact:
+        if not self.result.exact or not all(self.extra_checks.values()):
             return False
         if self.promise is None:
             return True
@@ -133,6 +135,7 @@ class Report:
         return {"name": self.name, "passed": self.passed, "params": self.params,
                 "promise": None if self.promise is None else self.promise.as_dict(),
                 "achieved": self.achieved, "check": self.result.as_dict(), "extra": self.extra,
+                "extra_checks": self.extra_checks,
                 "version": __version__}
 
 

@@ -1,0 +1,78 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from verify.cli import main
+
+
+def run(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_check_single_hop_json_records_parameters_seed_and_version(capsys):
+    code, out, _ = run(["check", "single-hop", "--N", "64", "--R", "3", "--seed", "5", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["passed"]
+    assert doc["params"]["N"] == 64 and doc["params"]["seed"] == 5 and doc["version"]
+    assert doc["check"]["n_queries"] == 192 and doc["check"]["exact"]
+
+
+@pytest.mark.parametrize("construction", ["geometric", "associative"])
+@pytest.mark.parametrize("codes", ["binary", "sign", "gaussian"])
+def test_check_single_hop_table(construction, codes, capsys):
+    args = ["check", "single-hop", "--N", "40", "--R", "2", "--construction", construction, "--codes", codes,
+            "--D", "20", "--quiet"]
+    code, out, _ = run(args, capsys)
+    assert code == 0 and "PASS" in out
+
+
+def test_integer_mode_from_the_command_line(capsys):
+    code, out, _ = run(["check", "single-hop", "--N", "100", "--R", "4", "--integer", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["check"]["integer"] and doc["check"]["min_margin"] == 4.0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["check", "single-hop", "--N", "100", "--D", "3"], "2^D >= N"),
+        (["check", "single-hop", "--N", "0"], "positive whole number"),
+        (["check", "single-hop", "--N", "ten"], "whole number"),
+        (["check", "single-hop", "--beta", "0.1"], "gate"),
+        (["check", "single-hop", "--codes", "gaussian", "--integer"], "no integer scale"),
+        (["check", "single-hop", "--seed", "-1"], "seed must be >= 0"),
+        (["check"], "required"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_failing_check_exits_1(monkeypatch, capsys):
+    import verify.cli as cli
+    from verify.check import CheckResult, Report
+
+    failing = Report("broken", {"N": 2, "R": 1}, None, CheckResult(2, 1, -1.0, 0, [{"query": 0, "tokens": [2, 0],
+                     "expected": 1, "predicted": 0, "margin": -1.0}]), {"d": 1, "m": 0})
+    monkeypatch.setattr(cli, "SECTIONS", [("broken", lambda seed, progress: [failing])])
+    code, out, _ = run(["verify", "--quiet"], capsys)
+    assert code == 1 and "FAIL" in out and "expected 1 predicted 0" in out
+
+
+def test_console_script_verify_passes():
+    """The main job, as a user runs it (a subprocess through the installed entry point's module)."""
+    proc = subprocess.run([sys.executable, "-m", "verify.cli", "verify", "--json", "--quiet"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["passed"] and all(r["passed"] for r in doc["reports"])
+    names = [r["name"] for r in doc["reports"]]
+    assert "G1 binary int" in names

@@ -1,0 +1,176 @@
+"""The ``georecall`` command line.
+
+Exit codes: 0 every check passed; 1 a check failed; 2 bad arguments or parameters outside a theorem's
+conditions (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from theory import __version__
+from verify.check import Report
+from verify.suite import SECTIONS, check_single_hop
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported in one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse prints usage + message by default)
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def report_table(reports: list[Report]) -> str:
+    """A fixed-width PASS/FAIL table: sizes and margins, promised vs achieved."""
+    header = ("check", "N", "R", "k", "d prom/ach", "m prom/ach", "margin prom/ach", "accuracy", "queries",
+              "time s", "verdict")
+    rows = []
+    for rep in reports:
+        p, a, r = rep.promise, rep.achieved, rep.result
+        rows.append((
+            rep.name, _fmt(rep.params.get("N", "")), _fmt(rep.params.get("R", "")), _fmt(rep.params.get("k", 1)),
+            f"{p.d}/{a['d']}" if p else str(a.get("d", "")),
+            f"{p.m}/{a['m']}" if p else str(a.get("m", "")),
+            f"{_fmt(p.margin)}/{_fmt(r.min_margin)}" if p else _fmt(r.min_margin),
+            f"{100 * r.accuracy:.2f}%", f"{r.n_queries:,}", f"{r.seconds:.2f}",
+            "PASS" if rep.passed else "FAIL",
+        ))
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(header), line("-" * w for w in widths)] + [line(row) for row in rows])
+
+
+def _print_failures(rep: Report) -> None:
+    for failure in rep.result.failures:
+        print(f"  {rep.name}: query {failure['query']} tokens {failure['tokens']} expected {failure['expected']} "
+              f"predicted {failure['predicted']} margin {failure['margin']:.4g}")
+    for name, ok in rep.extra_checks.items():
+        if not ok:
+            print(f"  {rep.name}: failed: {name}")
+    if rep.promise and rep.result.exact and not rep.passed:
+        print(f"  {rep.name}: achieved sizes/margin fall short of the promise")
+
+
+def cmd_verify(args) -> int:
+    start = time.perf_counter()
+    reports: list[Report] = []
+    for title, section in SECTIONS:
+        if not args.json:
+            print(f"== {title}", file=sys.stderr, flush=True)
+        reports += section(seed=args.seed, progress=not args.quiet)
+    ok = all(rep.passed for rep in reports)
+    if args.json:
+        print(json.dumps({"version": __version__, "seed": args.seed, "passed": ok,
+                          "seconds": round(time.perf_counter() - start, 3),
+                          "reports": [rep.as_dict() for rep in reports]}, indent=2))
+    else:
+        print(report_table(reports))
+        for rep in reports:
+            _print_failures(rep)
+        print(f"\ngeorecall {__version__}, seed {args.seed}: {sum(r.passed for r in reports)}/{len(reports)} "
+              f"checks passed in {time.perf_counter() - start:.1f} s -> {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+def cmd_check_single_hop(args) -> int:
+    rep = check_single_hop(args.N, args.R, construction=args.construction, codes=args.codes, D=args.D,
+                           seed=args.seed, integer=args.integer, beta=args.beta, lam=args.lam, dtype=args.dtype,
+                           progress=not (args.quiet or args.json))
+    if args.json:
+        print(json.dumps(rep.as_dict(), indent=2))
+    else:
+        print(report_table([rep]))
+        _print_failures(rep)
+    return 0 if rep.passed else 1
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed must be >= 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="georecall", description="Executable, exactly checked statements of 'Geometric "
+                     "Factual Recall in Transformers' (arXiv 2605.12426).")
+    parser.add_argument("--version", action="version", version=f"georecall {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    common = _Parser(add_help=False)
+    common.add_argument("--seed", type=_seed, default=0, help="seed of every random choice (default 0)")
+    common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    common.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+
+    p = sub.add_parser("verify", parents=[common], help="check every claim at default sizes (the main job)",
+                       description="Run every construction check at its default size and print a PASS/FAIL "
+                       "table with promised vs achieved sizes and margins. Exit 1 on any failure.")
+    p.set_defaults(func=cmd_verify)
+
+    check = sub.add_parser("check", help="check one construction exhaustively")
+    check_sub = check.add_subparsers(dest="target", required=True, parser_class=_Parser)
+    p = check_sub.add_parser("single-hop", parents=[common],
+                             help="G1 or A1 on R random bijections of [N]: all N·R queries",
+                             description="Build a single-hop construction on R random bijections of [N] and "
+                             "check all N·R queries (s, r) -> π_r(s): argmax and logit margin of each.")
+    p.add_argument("--N", type=_positive_int, default=1024, help="number of entities N (default 1024)")
+    p.add_argument("--R", type=_positive_int, default=8, help="number of relations R (default 8)")
+    p.add_argument("--construction", choices=("geometric", "associative"), default="geometric",
+                   help="geometric = G1 (Theorem 4.1, facts in embeddings); associative = A1 (one MLP unit "
+                   "per fact)")
+    p.add_argument("--codes", choices=("binary", "sign", "gaussian"), default="binary",
+                   help="attribute codes a_i: binary (bits of i), random sign, normalised Gaussian")
+    p.add_argument("--D", type=_positive_int, default=None,
+                   help="code length D (default: ceil(log2 N) for binary, 2 ln(N²/2δ)/t² with t=1/2, "
+                   "δ=1e-3 for random codes)")
+    p.add_argument("--integer", action="store_true",
+                   help="±1 codes and integer constants; prove every activation and logit is an exact integer")
+    p.add_argument("--beta", type=float, default=None, help="G1 gate constant β (default 2·c1·max|a|/c2)")
+    p.add_argument("--lam", type=float, default=1.0, help="read-out scale λ (default 1)")
+    p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                   help="working precision of the float mode (integer mode always uses float64)")
+    p.set_defaults(func=cmd_check_single_hop)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except UsageError as exc:
+        print(f"{exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"georecall: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("georecall: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

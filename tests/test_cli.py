@@ -40,11 +40,11 @@ def test_integer_mode_from_the_command_line(capsys):
     "argv, message",
     [
         (["check", "single-hop", "--N", "100", "--D", "3"], "2^D >= N"),
-        (["check", "single-hop", "--N", "0"], "positive whole number"),
+        (["check", "single-hop", "--N", "0"], "whole number >= 1"),
         (["check", "single-hop", "--N", "ten"], "whole number"),
         (["check", "single-hop", "--beta", "0.1"], "gate"),
         (["check", "single-hop", "--codes", "gaussian", "--integer"], "no integer scale"),
-        (["check", "single-hop", "--seed", "-1"], "seed must be >= 0"),
+        (["check", "single-hop", "--seed", "-1"], "whole number >= 0, got -1"),
         (["check"], "required"),
         (["frobnicate"], "invalid choice"),
     ],

@@ -76,3 +76,28 @@ def test_console_script_verify_passes():
     assert doc["passed"] and all(r["passed"] for r in doc["reports"])
     names = [r["name"] for r in doc["reports"]]
     assert "G1 binary int" in names
+
+
+@pytest.mark.parametrize("construction", ["path-blocks", "associative", "layered", "cot"])
+def test_check_multi_hop(construction, capsys):
+    code, out, _ = run(["check", "multi-hop", "--construction", construction, "--N", "32", "--R", "2", "--k", "2",
+                        "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["passed"] and doc["check"]["n_queries"] == 32 * 4
+    if construction == "cot":
+        assert doc["extra"]["teacher_forcing"]["per_position"] == [1.0, 1.0]
+
+
+def test_multi_hop_refusals_exit_2(capsys):
+    code, _, err = run(["check", "multi-hop", "--N", "4096", "--R", "16", "--k", "3"], capsys)
+    assert code == 2 and "GiB" in err
+    code, _, err = run(["check", "multi-hop", "--N", "64", "--R", "2", "--beta", "0.1"], capsys)
+    assert code == 2 and "leakage" in err
+
+
+def test_tradeoff_table_and_json(capsys):
+    code, out, _ = run(["tradeoff", "--N", "1024", "--R", "4", "--k-max", "3"], capsys)
+    assert code == 0 and "G2 d" in out
+    code, out, _ = run(["tradeoff", "--N", "1024", "--R", "4", "--k-max", "3", "--json"], capsys)
+    rows = json.loads(out)["rows"]
+    assert len(rows) == 12 and {r["construction"] for r in rows} == {"G2", "A2a", "A2b", "C1"}

@@ -15,6 +15,7 @@ Common constants (see ``constructions/single_hop.py`` for where they come from):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import sympy as sp
@@ -162,5 +163,163 @@ def evaluate(expr: sp.Expr, **values) -> int:
     return int(out)
 
 
-__all__ = ["Condition", "Promise", "attention_constants", "g1_promise", "a1_promise", "binary_coherence",
-           "g1_sizes_expr", "a1_sizes_expr", "binary_D_expr", "evaluate", "one_layer_params"]
+
+
+# ------------------------------------------------------------------------------------------ multi-hop (§3)
+#
+# The k-hop constructions fetch relation tokens with *positional* softmax heads: a head's score is β at its one
+# target position and 0 at the others, so with n other visible positions its leakage (the attention weight off
+# target) is ε = n / (e^β + n); "hard" attention (an idealization, the β → ∞ limit) has ε = 0.
+
+
+def softmax_leakage(beta: float | None, others: int) -> float:
+    """Weight a positional head puts off its target: ``ε = n/(e^β + n)`` (``β=None``: hard attention, 0)."""
+    if beta is None or others == 0:
+        return 0.0
+    if beta > 700:
+        return 0.0
+    return others / (math.exp(beta) + others)
+
+
+def beta_for_leakage(eps: float, others: int) -> float:
+    """The smallest β with ``n/(e^β + n) <= ε``: ``β = ln(n(1 − ε)/ε)``."""
+    if not 0 < eps < 1:
+        raise ValueError(f"leakage target must satisfy 0 < ε < 1, got {eps}")
+    return math.log(max(others, 1) * (1 - eps) / eps)
+
+
+def model_params(N: int, R: int, d: int, T: int, layers, n_out: int | None = None) -> int:
+    """Parameters of a Model with the given shapes: E, Q, P (T rows, 0 for none), U and, per layer,
+    ``(kind, heads, d_k, d_v, m)``: softmax heads store W_Q, W_K (H·d·d_k each), every head W_V, W_O
+    (H·d·d_v each), an MLP 2·d·m + m + d."""
+    n_out = N if n_out is None else n_out
+    total = (N + R + T + n_out) * d
+    for kind, heads, d_k, d_v, m in layers:
+        if heads:
+            total += 2 * heads * d * d_v + (2 * heads * d * d_k if kind != "uniform" else 0)
+        if m:
+            total += 2 * d * m + m + d
+    return total
+
+
+def _code_gap(norm_sq: float, mu: float) -> float:
+    return norm_sq * (1.0 - mu)
+
+
+def g2_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, max_abs: float, max_l1: float,
+               gate: float, beta: float | None, lam: float = 1.0) -> Promise:
+    """G2, k hops without CoT, one layer, path blocks.
+
+    Sizes ``d = R^k·D + k·R + D + (k + 1)`` (path blocks, k gate groups, output, positions), ``m = 2·R^k·D``.
+    Head j puts weight ``>= 1 − ε`` on ``r_j`` (``ε = k/(e^β + k)``), so gate ``G_j[w_j]`` is in
+    ``[G(1 − ε), G]`` when ``w_j = r_j`` and in ``[0, G·ε]`` otherwise. The AND unit ``(w, i, σ)`` with bias
+    ``−k·G`` is then ``σ·a_i − δ`` (``0 <= δ <= k·G·ε``) for the asked path and ``<= A − G(1 − ε) < 0`` for every
+    other path. The output o satisfies ``|o − a_ans|_∞ <= δ``, so the margin is at least
+    ``λ·(|a|²(1 − μ) − 2·k·G·ε·L1)`` with ``L1 = max_j |a_j|_1``.
+    Leakage inequalities: ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·k·G·ε·L1``.
+    """
+    N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
+    eps = softmax_leakage(beta, k)
+    paths = R**k
+    d, m = paths * D + k * R + D + (k + 1), 2 * paths * D
+    gap = _code_gap(norm_sq, mu)
+    conditions = (
+        Condition("read-out scale: λ > 0", lam, 0.0),
+        Condition("distinct codes: 1 > μ", 1.0, mu),
+        Condition("gate vs leakage: G(1 − ε) > max|a|", gate * (1 - eps), max_abs),
+        Condition("margin vs leakage: |a|²(1 − μ) > 2·k·G·ε·max|a|_1", gap, 2 * k * gate * eps * max_l1),
+    )
+    T = k + 1
+    params = model_params(N, R, d, T, [("softmax", k, T, R, m)])
+    return Promise("G2", "k hops, no CoT, one layer: path blocks (exponential in k)", d, m, params,
+                   N * paths * D, lam * (gap - 2 * k * gate * eps * max_l1), conditions)
+
+
+def a2_width_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, gate: float,
+                     beta: float | None, lam: float = 1.0) -> Promise:
+    """A2(a), k hops without CoT, one layer, one MLP unit per k-hop fact (``m = N·R^k``).
+
+    Sizes ``d = D + k·R + D + (k + 1)`` (subject code, gate groups, output, positions). Gates as in G2. Unit
+    ``(s, w)``: ``ReLU(<a_s, x_S> + Σ_j y_{G_j, w_j} − θ)`` with ``θ = |a|² + k·G − h*``, ``h* = |a|²(1 − μ)``:
+    ``h* − δ`` (``δ <= k·G·ε``) on its own query, ``<= h* − G(1 − ε)`` on another path, ``<= 0`` on another
+    subject. It writes ``a_{π_w(s)}``, so the margin is at least ``λ·(h* − k·G·ε)·h*``.
+    Leakage inequalities: ``G(1 − ε) >= h*`` and ``h* > k·G·ε``.
+    """
+    N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
+    eps = softmax_leakage(beta, k)
+    d, m = 2 * D + k * R + (k + 1), N * R**k
+    gap = _code_gap(norm_sq, mu)
+    conditions = (
+        Condition("read-out scale: λ > 0", lam, 0.0),
+        Condition("distinct codes: 1 > μ", 1.0, mu),
+        Condition("gate vs leakage: G(1 − ε) >= |a|²(1 − μ)", gate * (1 - eps), gap, strict=False),
+        Condition("firing vs leakage: |a|²(1 − μ) > k·G·ε", gap, k * gate * eps),
+    )
+    params = model_params(N, R, d, k + 1, [("softmax", k, k + 1, R, m)])
+    return Promise("A2a", "k hops, no CoT, one layer: one MLP unit per k-hop fact", d, m, params,
+                   N * R**k * D, lam * (gap - k * gate * eps) * gap, conditions)
+
+
+def a2_depth_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, beta: float | None,
+                     lam: float = 1.0) -> Promise:
+    """A2(b), k hops without CoT, k layers, each an associative MLP of width ``2·N·R`` (one clipped unit pair
+    per single-hop fact) that maps (current entity, relation of this hop) to the next entity.
+
+    Sizes ``d = D + 2·R + (k + 1)`` (current-entity block S, relation-token block, one shared gate group,
+    positions): ``O(log N + R + k)``; ``m = 2·N·R`` per layer. Layer j's attention has a head fetching ``r_j``
+    (+1) and, for j >= 2, a head with the same scores fetching ``r_{j−1}`` (−1); both put the same weights on the
+    same positions, so the gate group holds exactly layer j's fetch: ``g[r_j] ∈ [1 − ε, 1]``, others ``[0, ε]``.
+    Unit pair ``(v, r)``: ``clip(z, 0, h)`` with ``z = <a_v, x_S> + 2·gap·g[r] − θ``, ``θ = μ|a|² + 2·gap +
+    gap/8``, ``h = gap/2`` (gap = ``|a|²(1 − μ)``): ``z >= gap(7/8 − 2ε) >= h`` on the current fact, ``z <= 0``
+    otherwise (needs ``ε <= 3/16``). The pair writes ``(a_{π_r(v)} − a_v)`` exactly, so S holds the exact code
+    of each hop's entity and the final margin is ``λ·|a|²(1 − μ)``.
+    """
+    N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
+    eps = softmax_leakage(beta, k)
+    d, m = D + 2 * R + (k + 1), 2 * N * R
+    gap = _code_gap(norm_sq, mu)
+    conditions = (
+        Condition("read-out scale: λ > 0", lam, 0.0),
+        Condition("distinct codes: 1 > μ", 1.0, mu),
+        Condition("clip vs leakage: 3/16 >= ε", 3 / 16, eps, strict=False),
+    )
+    layers = [("softmax", 1 if j == 0 else 2, k + 1, R, m) for j in range(k)]
+    params = model_params(N, R, d, k + 1, layers)
+    return Promise("A2b", "k hops, no CoT, k layers: associative MLP of width O(N·R) per hop", d, m, params,
+                   k * N * R * D, lam * gap, conditions)
+
+
+def c1_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, max_abs: float, max_l1: float,
+               gate: float, beta: float | None, lam: float = 1.0) -> Promise:
+    """C1, k hops with chain-of-thought, one layer: the G1 selector applied once per generated token.
+
+    Sizes ``d = R·D + R + D + 2k`` (blocks, gates, output, positions of the 2k tokens fed), ``m = 2·R·D``.
+    At the position of ``v_{t−1}`` one positional head fetches ``r_t`` into the gates (at most ``2k − 1``
+    other visible positions: ``ε = (2k−1)/(e^β + 2k − 1)``); the entity's own embedding is the superposition of
+    its R attributes. As in G2 with one hop: margin at least ``λ·(|a|²(1 − μ) − 2·G·ε·L1)`` at every step.
+    Leakage inequalities: ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·G·ε·L1``.
+    """
+    N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
+    eps = softmax_leakage(beta, 2 * k - 1)
+    d, m = R * D + R + D + 2 * k, 2 * R * D
+    gap = _code_gap(norm_sq, mu)
+    conditions = (
+        Condition("read-out scale: λ > 0", lam, 0.0),
+        Condition("distinct codes: 1 > μ", 1.0, mu),
+        Condition("gate vs leakage: G(1 − ε) > max|a|", gate * (1 - eps), max_abs),
+        Condition("margin vs leakage: |a|²(1 − μ) > 2·G·ε·max|a|_1", gap, 2 * gate * eps * max_l1),
+    )
+    params = model_params(N, R, d, 2 * k, [("softmax", 1, 2 * k, R, m)])
+    return Promise("C1", "k hops with chain-of-thought, one layer (linear in R, additive in k)", d, m, params,
+                   N * R * D, lam * (gap - 2 * gate * eps * max_l1), conditions)
+
+
+def multi_hop_sizes_expr() -> dict[str, dict[str, sp.Expr]]:
+    """Sympy forms of d and m for G2, A2(a), A2(b), C1 with binary D = ⌈log2 N⌉."""
+    D = binary_D_expr()
+    return {
+        "G2": {"d": R_**k_ * D + k_ * R_ + D + k_ + 1, "m": 2 * R_**k_ * D},
+        "A2a": {"d": 2 * D + k_ * R_ + k_ + 1, "m": N_ * R_**k_},
+        "A2b": {"d": D + 2 * R_ + k_ + 1, "m": 2 * N_ * R_},
+        "C1": {"d": R_ * D + R_ + D + 2 * k_, "m": 2 * R_ * D},
+    }

@@ -32,6 +32,8 @@ class CheckResult:
     seconds: float = 0.0
     predictions: np.ndarray | None = None
     margins: np.ndarray | None = None
+    per_position: list[float] | None = None  # accuracy per read-out position / decoding step
+    final_accuracy: float | None = None  # decoding: accuracy of the last generated token alone
 
     @property
     def accuracy(self) -> float:
@@ -44,7 +46,9 @@ class CheckResult:
     def as_dict(self) -> dict:
         return {"n_queries": self.n_queries, "n_correct": self.n_correct, "accuracy": self.accuracy,
                 "exact": self.exact, "min_margin": self.min_margin, "argmin_query": self.argmin_query,
-                "failures": self.failures, "integer": self.integer, "dtype": self.dtype, "seconds": round(self.seconds, 4)}
+                "failures": self.failures, "integer": self.integer, "dtype": self.dtype, "seconds": round(self.seconds, 4),
+                **({"per_position": self.per_position} if self.per_position is not None else {}),
+                **({"final_accuracy": self.final_accuracy} if self.final_accuracy is not None else {})}
 
 
 def margins_of(logits: np.ndarray, answers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -62,6 +66,7 @@ def check_queries(
     tokens: np.ndarray,
     answers: np.ndarray,
     *,
+    positions: np.ndarray | None = None,
     integer: bool = False,
     chunk: int | None = None,
     keep: bool = False,
@@ -70,40 +75,114 @@ def check_queries(
 ) -> CheckResult:
     """Run every query ``tokens[q]`` (shape ``(Q, T)``) and compare the argmax with ``answers[q]``.
 
+    By default the prediction is read at the last position and ``answers`` has shape ``(Q,)``. With
+    ``positions`` (P indices, e.g. every chain-of-thought step under teacher forcing) it is read at each of them
+    and ``answers`` has shape ``(Q, P)``; every (query, position) pair counts as one prediction, and
+    ``per_position`` reports the accuracy at each position.
     ``integer=True`` first proves (``integer_bounds``) that the forward pass computes in exact integer
     arithmetic, then runs it in float64; margins are then exact integers. ``keep=True`` returns the per-query
     predictions and margins. Memory is bounded by the chunk size (default: ``chunk_size(model, T)``).
     """
     tokens = np.asarray(tokens, dtype=np.int64)
     answers = np.asarray(answers, dtype=np.int64)
-    if tokens.ndim != 2 or answers.shape != (tokens.shape[0],):
-        raise ValueError(f"need tokens (Q, T) and answers (Q,); got {tokens.shape} and {answers.shape}")
+    n = tokens.shape[0] if tokens.ndim == 2 else -1
+    expected_shape = (n,) if positions is None else (n, len(positions))
+    if tokens.ndim != 2 or answers.shape != expected_shape:
+        raise ValueError(f"need tokens (Q, T) and answers {'(Q,)' if positions is None else '(Q, P)'}; "
+                         f"got {tokens.shape} and {answers.shape}")
     if answers.size and (answers.min() < 0 or answers.max() >= model.n_out):
         raise ValueError(f"answers must lie in [0, {model.n_out})")
     if integer:
         integer_bounds(model, tokens.shape[1])
     start = time.perf_counter()
-    n = tokens.shape[0]
     chunk = chunk or chunk_size(model, tokens.shape[1])
-    predictions = np.empty(n, dtype=np.int64)
-    margins = np.empty(n, dtype=np.float64)
+    predictions = np.empty(answers.shape, dtype=np.int64)
+    margins = np.empty(answers.shape, dtype=np.float64)
     for i, part in enumerate(iter_chunks(n, chunk)):
-        logits = forward(model, tokens[part], integer=integer)
-        predictions[part], margins[part] = margins_of(logits, answers[part])
+        if positions is None:
+            logits = forward(model, tokens[part], integer=integer)
+            predictions[part], margins[part] = margins_of(logits, answers[part])
+        else:
+            logits = forward(model, tokens[part], at="all", integer=integer)[:, positions]
+            shape = logits.shape[:2]
+            pred, marg = margins_of(logits.reshape(-1, logits.shape[2]), answers[part].reshape(-1))
+            predictions[part], margins[part] = pred.reshape(shape), marg.reshape(shape)
         if progress and i % 8 == 0:
             print(f"\r  checked {part.stop:,}/{n:,} queries", end="", file=sys.stderr, flush=True)
     if progress:
         print(file=sys.stderr)
-    wrong = np.flatnonzero(~(margins > 0))
-    failures = [{"query": int(q), "tokens": tokens[q].tolist(), "expected": int(answers[q]),
-                 "predicted": int(predictions[q]), "margin": float(margins[q])} for q in wrong[:max_failures]]
-    argmin = int(margins.argmin()) if n else -1
+    return _result(tokens, answers, predictions, margins, integer, model, start, keep, max_failures)
+
+
+def _result(tokens, answers, predictions, margins, integer, model, start, keep, max_failures) -> CheckResult:
+    """Summarize per-prediction margins (shape (Q,) or (Q, P)) into a CheckResult."""
+    ok = margins > 0
+    flat = margins.reshape(-1)
+    wrong = np.flatnonzero(~ok.reshape(-1))
+    per = margins.shape[1] if margins.ndim == 2 else 1
+    failures = []
+    for f in wrong[:max_failures]:
+        q, p = divmod(int(f), per)
+        failures.append({"query": q, **({"position": p} if margins.ndim == 2 else {}),
+                         "tokens": tokens[q].tolist(), "expected": int(answers.reshape(-1)[f]),
+                         "predicted": int(predictions.reshape(-1)[f]), "margin": float(flat[f])})
+    argmin = int(flat.argmin()) if flat.size else -1
     return CheckResult(
-        n_queries=n, n_correct=n - wrong.size, min_margin=float(margins[argmin]) if n else float("inf"),
-        argmin_query=argmin, failures=failures, integer=integer,
+        n_queries=flat.size, n_correct=flat.size - wrong.size,
+        min_margin=float(flat[argmin]) if flat.size else float("inf"), argmin_query=argmin // per,
+        failures=failures, integer=integer,
         dtype="float64" if integer else str(model.entity_embedding.dtype), seconds=time.perf_counter() - start,
         predictions=predictions if keep else None, margins=margins if keep else None,
+        per_position=ok.mean(axis=0).tolist() if margins.ndim == 2 else None,
     )
+
+
+def check_decoding(
+    model: Model,
+    prompts: np.ndarray,
+    chains: np.ndarray,
+    *,
+    chunk: int | None = None,
+    keep: bool = False,
+    max_failures: int = 10,
+    progress: bool = False,
+) -> CheckResult:
+    """Greedy chain-of-thought decoding of every prompt, scored against the true chain ``(Q, k)``.
+
+    Step t runs THE forward pass on the prompt plus the model's own k − 1 previous predictions (re-embedded by
+    the input table) and records the margin of the true ``v_t``. A query counts as correct only if every step
+    is (then its final answer is right too); ``per_position`` is the accuracy of each step and
+    ``final_accuracy`` that of the last token alone.
+    """
+    prompts = np.asarray(prompts, dtype=np.int64)
+    chains = np.asarray(chains, dtype=np.int64)
+    if prompts.ndim != 2 or chains.ndim != 2 or chains.shape[0] != prompts.shape[0]:
+        raise ValueError(f"need prompts (Q, T) and chains (Q, k); got {prompts.shape} and {chains.shape}")
+    if model.n_out != model.n_entities:
+        raise ValueError("decoding feeds predictions back as entities: needs n_out == N")
+    start = time.perf_counter()
+    n, k = chains.shape
+    chunk = chunk or chunk_size(model, prompts.shape[1] + k)
+    predictions = np.empty(chains.shape, dtype=np.int64)
+    margins = np.empty(chains.shape, dtype=np.float64)
+    for i, part in enumerate(iter_chunks(n, chunk)):
+        seq = prompts[part]
+        for t in range(k):
+            logits = forward(model, seq)
+            predictions[part, t], margins[part, t] = margins_of(logits, chains[part, t])
+            seq = np.concatenate([seq, predictions[part, t : t + 1]], axis=1)
+        if progress and i % 8 == 0:
+            print(f"\r  decoded {part.stop:,}/{n:,} chains", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    per_query = margins.min(axis=1)
+    result = _result(prompts, chains[:, -1], predictions[:, -1], per_query, False, model, start, False,
+                     max_failures)
+    result.per_position = (margins > 0).mean(axis=0).tolist()
+    result.final_accuracy = float((predictions[:, -1] == chains[:, -1]).mean()) if n else 1.0
+    if keep:
+        result.predictions, result.margins = predictions, margins
+    return result
 
 
 @dataclass

@@ -13,7 +13,7 @@ import time
 
 from theory import __version__
 from verify.check import Report
-from verify.suite import SECTIONS, check_single_hop
+from verify.suite import MULTI_HOP_BUILDERS, SECTIONS, check_multi_hop, check_single_hop, tradeoff_rows
 
 
 class UsageError(Exception):
@@ -95,6 +95,45 @@ def cmd_check_single_hop(args) -> int:
     return 0 if rep.passed else 1
 
 
+def cmd_check_multi_hop(args) -> int:
+    rep = check_multi_hop(args.N, args.R, args.k, construction=args.construction, codes=args.codes, D=args.D,
+                          attention=args.attention, beta=args.beta, seed=args.seed,
+                          max_bytes=int(args.max_gib * 2**30), progress=not (args.quiet or args.json))
+    if args.json:
+        print(json.dumps(rep.as_dict(), indent=2))
+    else:
+        print(report_table([rep]))
+        if rep.result.per_position is not None:
+            forced = rep.extra.get("teacher_forcing", {})
+            print(f"  greedy decoding: per-step accuracy {rep.result.per_position}, final-answer accuracy "
+                  f"{rep.result.final_accuracy}; teacher forcing: per-step accuracy "
+                  f"{forced.get('per_position')}, min margin {forced.get('min_margin', float('nan')):.4g}")
+        _print_failures(rep)
+    return 0 if rep.passed else 1
+
+
+def cmd_tradeoff(args) -> int:
+    rows = tradeoff_rows(args.N, args.R, args.k_max)
+    if args.json:
+        print(json.dumps({"version": __version__, "N": args.N, "R": args.R, "k_max": args.k_max, "rows": rows},
+                         indent=2))
+        return 0
+    names = ["G2", "A2a", "A2b", "C1"]
+    print(f"capacity-depth tradeoff at N = {args.N}, R = {args.R}, D = {rows[0]['D']} (binary codes): "
+          "d / m / parameters each construction promises")
+    header = ["k"] + [f"{n} {what}" for n in names for what in ("d", "m", "params")]
+    table = []
+    for k in range(1, args.k_max + 1):
+        by = {r["construction"]: r for r in rows if r["k"] == k}
+        table.append([str(k)] + [f"{by[n][what]:,}" for n in names for what in ("d", "m", "params")])
+    widths = [max(len(c) for c in col) for col in zip(header, *table)]
+    for row in [header] + table:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
+    print("G2: path blocks, no CoT (d exponential in k); A2a: one unit per k-hop fact (m = N·R^k); "
+          "A2b: k layers of width 2·N·R; C1: chain-of-thought (d linear in R, additive in k).")
+    return 0
+
+
 def _whole(minimum: int):
     """An argparse type: a whole number >= minimum."""
     def parse(text: str) -> int:
@@ -150,6 +189,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="working precision of the float mode (integer mode always uses float64)")
     p.set_defaults(func=cmd_check_single_hop)
+
+    p = check_sub.add_parser("multi-hop", parents=[common],
+                             help="G2, A2(a), A2(b) or C1 on k-hop queries: all N·R^k of them",
+                             description="Build a k-hop construction and check all N·R^k queries "
+                             "⟨r_k, …, r_1, s⟩ -> π_{r_k}(…π_{r_1}(s)). For cot: greedy decoding of every chain "
+                             "and, separately, every step under teacher forcing.")
+    p.add_argument("--construction", choices=sorted(MULTI_HOP_BUILDERS), default="path-blocks",
+                   help="path-blocks = G2 (one block per relation path), associative = A2(a) (one MLP unit per "
+                   "k-hop fact), layered = A2(b) (k layers of associative MLPs), cot = C1 (chain-of-thought)")
+    p.add_argument("--N", type=_positive_int, default=256, help="number of entities N (default 256)")
+    p.add_argument("--R", type=_positive_int, default=3, help="number of relations R (default 3)")
+    p.add_argument("--k", type=_positive_int, default=2, help="number of hops k (default 2)")
+    p.add_argument("--codes", choices=("binary", "sign", "gaussian"), default="binary", help="attribute codes")
+    p.add_argument("--D", type=_positive_int, default=None, help="code length D (default as for single-hop)")
+    p.add_argument("--attention", choices=("softmax", "hard"), default="softmax",
+                   help="softmax (default; β from the leakage inequality) or hard (an idealization: β -> ∞)")
+    p.add_argument("--beta", type=float, default=None,
+                   help="inverse temperature β of the positional heads (default: the smallest β whose leakage "
+                   "leaves half the margin)")
+    p.add_argument("--max-gib", type=float, default=4.0,
+                   help="refuse (exit 2) when weights or queries would need more memory than this (default 4)")
+    p.set_defaults(func=cmd_check_multi_hop)
+
+    p = sub.add_parser("tradeoff", parents=[common], help="the capacity-depth tradeoff as a table",
+                       description="For k = 1..k_max, the d, m and parameter counts that G2, A2(a), A2(b) and C1 "
+                       "promise (binary codes, D = ceil(log2 N)).")
+    p.add_argument("--N", type=_positive_int, default=4096, help="number of entities N (default 4096)")
+    p.add_argument("--R", type=_positive_int, default=16, help="number of relations R (default 16)")
+    p.add_argument("--k-max", type=_positive_int, default=4, help="largest number of hops (default 4)")
+    p.set_defaults(func=cmd_tradeoff)
     return parser
 
 

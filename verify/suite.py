@@ -11,9 +11,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from constructions.codes import binary_length
+from constructions.multi_hop import (build_a2_depth, build_a2_width, build_c1, build_g2, chains,
+                                     multi_hop_queries)
 from constructions.single_hop import build_a1, build_g1, single_hop_queries
-from theory.tasks import Task, random_task
-from verify.check import Report, check_construction
+from theory import statements
+from theory.tasks import Task, check_positive_int, random_task
+from verify.check import Report, achieved_sizes, check_construction, check_decoding, check_queries
 
 BUILDERS = {"geometric": build_g1, "associative": build_a1}
 
@@ -77,6 +81,104 @@ def section_single_hop(seed: int = 0, progress: bool = False) -> list[Report]:
     return reports
 
 
+MULTI_HOP_BUILDERS = {"path-blocks": ("G2", build_g2), "associative": ("A2a", build_a2_width),
+                      "layered": ("A2b", build_a2_depth), "cot": ("C1", build_c1)}
+DEFAULT_MAX_BYTES = 4 * 2**30
+
+
+def query_bytes(N: int, R: int, k: int, cot: bool = False) -> int:
+    """Bytes the checker holds for all N·R^k queries: tokens, answers, predictions and margins."""
+    T = 2 * k if cot else k + 1
+    return 8 * N * R**k * (T + 3 * (k if cot else 1))
+
+
+def check_multi_hop(
+    N: int,
+    R: int,
+    k: int,
+    *,
+    construction: str = "path-blocks",
+    codes: str = "binary",
+    D: int | None = None,
+    attention: str = "softmax",
+    beta: float | None = None,
+    seed: int = 0,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    progress: bool = False,
+) -> Report:
+    """Build G2, A2(a), A2(b) or C1 on a random task and check all N·R^k queries against its promise.
+
+    C1 is checked twice: greedy decoding of every chain (the report's result: a query passes only if all k
+    steps are right) and teacher forcing (``extra_checks``: every step exact with the promised margin).
+    """
+    if construction not in MULTI_HOP_BUILDERS:
+        raise ValueError(f"construction must be one of {sorted(MULTI_HOP_BUILDERS)}, got {construction!r}")
+    N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
+    cot = construction == "cot"
+    need = query_bytes(N, R, k, cot)
+    if need > max_bytes:
+        raise ValueError(f"checking all N·R^k = {N * R**k:,} queries needs about {need / 2**30:.2f} GiB, more "
+                         f"than the {max_bytes / 2**30:.2f} GiB allowed (max_bytes)")
+    result_id, builder = MULTI_HOP_BUILDERS[construction]
+    seeds = np.random.SeedSequence(seed).spawn(2)
+    task = random_task(N, R, np.random.default_rng(seeds[0]))
+    kwargs = {"beta": beta} if beta is not None else {}
+    built = builder(task, k, codes, D=D, attention=attention, rng=np.random.default_rng(seeds[1]),
+                    max_bytes=max_bytes, **kwargs)
+    tokens, answers = multi_hop_queries(task, k)
+    name = f"{result_id} {codes}" + (" (hard attn, idealized)" if attention == "hard" else "")
+    params = {"N": N, "R": R, "k": k, "D": built.codes.D, "construction": construction, "codes": codes,
+              "attention": attention, "beta": built.constants.get("beta"), "seed": seed}
+    if not cot:
+        return check_construction(name, params, built, tokens, answers, progress=progress)
+    targets = chains(task, k)
+    greedy = check_decoding(built.model, tokens, targets, progress=progress)
+    forced = check_queries(built.model, np.concatenate([tokens, targets[:, :-1]], axis=1), targets,
+                           positions=np.arange(k, 2 * k))
+    report = Report(name, params, built.promise, greedy, achieved_sizes(built.model),
+                    {"constants": built.constants, "codes": built.codes.kind, "mu": built.codes.mu,
+                     "teacher_forcing": forced.as_dict()})
+    tol = 1e3 * np.finfo(np.float64).eps * max(1.0, abs(built.promise.margin))
+    report.extra_checks["teacher forcing: every step exact"] = forced.exact
+    report.extra_checks["teacher forcing: margin >= promise"] = bool(forced.min_margin >= built.promise.margin - tol)
+    return report
+
+
+def section_multi_hop(seed: int = 0, progress: bool = False) -> list[Report]:
+    """G2, A2(a), A2(b) and C1 at sizes that run in seconds, with softmax attention (and G2 hard, labelled)."""
+    cases = [("path-blocks", 256, 3, 2, "softmax"), ("path-blocks", 256, 3, 2, "hard"),
+             ("associative", 64, 3, 2, "softmax"), ("layered", 256, 3, 3, "softmax"),
+             ("cot", 256, 4, 3, "softmax")]
+    reports = []
+    for construction, N, R, k, attention in cases:
+        _log(progress, f"multi hop: {construction}, N={N}, R={R}, k={k}, {attention} attention")
+        reports.append(check_multi_hop(N, R, k, construction=construction, attention=attention, seed=seed))
+    return reports
+
+
+def tradeoff_rows(N: int, R: int, k_max: int) -> list[dict]:
+    """d, m and parameters that G2, A2(a), A2(b) and C1 promise for k = 1..k_max (binary codes, ε = 0: sizes
+    do not depend on the attention constants)."""
+    N, R, k_max = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k_max", k_max)))
+    D = binary_length(N)
+    geometry = {"norm_sq": 1.0, "mu": statements.binary_coherence(D) if D > 1 else -1.0}
+    rows = []
+    for k in range(1, k_max + 1):
+        promises = {
+            "G2": statements.g2_promise(N, R, k, D, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None,
+                                        **geometry),
+            "A2a": statements.a2_width_promise(N, R, k, D, gate=1.0, beta=None, **geometry),
+            "A2b": statements.a2_depth_promise(N, R, k, D, beta=None, **geometry),
+            "C1": statements.c1_promise(N, R, k, D, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None,
+                                        **geometry),
+        }
+        for name, p in promises.items():
+            rows.append({"k": k, "construction": name, "d": p.d, "m": p.m, "params": p.params,
+                         "fact_params": p.fact_params, "N": N, "R": R, "D": D})
+    return rows
+
+
 SECTIONS: list[tuple[str, Callable[..., list[Report]]]] = [
     ("single hop (G1, A1)", section_single_hop),
+    ("multi hop (G2, A2, C1)", section_multi_hop),
 ]

@@ -1,0 +1,335 @@
+"""k-hop constructions (THEORY.md §3): G2 path blocks, A2 associative width (a) and depth (b), C1 chain-of-thought.
+
+Queries are the tokens ``⟨r_k, ..., r_1, s⟩``: ``r_j`` sits at position ``k − j`` and the subject at position k.
+All four fetch relation tokens with *positional* heads: the position embedding is one-hot (``P[t] = 1_{pos_t}``)
+and a head's score is ``β·[u = target(q)]``, so it puts weight ``1 − ε`` on its target, ``ε = n/(e^β + n)`` with
+n other visible positions. Each builder's docstring states the leakage inequality that keeps it exact, and its
+promise (``theory/statements.py``) carries it; the default β meets it with room. ``attention="hard"`` builds
+the ε = 0 idealization, and is labelled as such wherever it is reported.
+
+Before allocating, every builder estimates the bytes its weights need and refuses (``ValueError`` with the
+estimate) above ``max_bytes``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from constructions.codes import Codes
+from constructions.model import MLP, Attention, Layer, Model
+from constructions.single_hop import Construction, _resolve_codes, code_readout
+from theory.statements import (a2_depth_promise, a2_width_promise, beta_for_leakage, c1_promise, g2_promise,
+                               softmax_leakage)
+from theory.tasks import Task, check_positive_int, paths
+
+DEFAULT_MAX_BYTES = 4 * 2**30
+
+
+def estimate_bytes(N: int, d: int, m: int, layers: int = 1, T: int = 1, n_out: int | None = None) -> int:
+    """Float64 bytes of a model's dense weights: embeddings, unembedding, per layer W1, W2 and attention."""
+    n_out = N if n_out is None else n_out
+    return 8 * ((N + n_out + T) * d + layers * (2 * d * m + 4 * d * T))
+
+
+def _refuse_if_too_big(name: str, N: int, d: int, m: int, layers: int, T: int, max_bytes: int) -> None:
+    need = estimate_bytes(N, d, m, layers, T)
+    if need > max_bytes:
+        raise ValueError(f"{name} needs about {need / 2**30:.2f} GiB of weights (d = {d}, m = {m}, "
+                         f"{layers} layer(s)), more than the {max_bytes / 2**30:.2f} GiB allowed (max_bytes)")
+
+
+def _check_attention(attention: str) -> None:
+    if attention not in ("softmax", "hard"):
+        raise ValueError(f"attention must be 'softmax' or 'hard' (an idealization), got {attention!r}")
+
+
+def positional_heads(d: int, pos: np.ndarray, targets: list[dict[int, int]], read: np.ndarray,
+                     writes: list[np.ndarray], gains: list[float], kind: str, beta: float | None) -> Attention:
+    """Heads that copy the coordinates ``read`` (a one-hot code) of one target position into ``writes[h]``.
+
+    Head h at query position q scores ``β·[u = targets[h][q]]`` (positions q absent from ``targets[h]``
+    score 0 everywhere); its value reads ``read`` and writes ``gains[h]·`` that code into ``writes[h]``.
+    """
+    H, T, width = len(targets), pos.size, read.size
+    W_Q, W_K = np.zeros((H, d, T)), np.zeros((H, d, T))
+    W_V, W_O = np.zeros((H, d, width)), np.zeros((H, width, d))
+    for h, target in enumerate(targets):
+        for q, u in target.items():
+            W_Q[h, pos[q], u] = 1.0
+        W_K[h, pos, np.arange(T)] = 1.0
+        W_V[h, read, np.arange(width)] = 1.0
+        W_O[h, np.arange(width), writes[h]] = gains[h]
+    return Attention(kind, W_V=W_V, W_O=W_O, W_Q=W_Q, W_K=W_K,
+                     inverse_temperature=1.0 if beta is None else beta)
+
+
+def _one_hot_positions(T: int, pos: np.ndarray, d: int) -> np.ndarray:
+    P = np.zeros((T, d))
+    P[np.arange(T), pos] = 1.0
+    return P
+
+
+def _default_beta(attention: str, beta: float | None, eps: float, others: int) -> float | None:
+    """The β a builder uses: None for hard attention, else the given β or the one meeting the leakage target."""
+    if attention == "hard":
+        return None
+    return beta_for_leakage(eps, others) if beta is None else float(beta)
+
+
+def multi_hop_queries(task: Task, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """All N·R^k queries as tokens ``⟨N + r_k, ..., N + r_1, s⟩`` (row ``path·N + s``) and their answers."""
+    N = task.N
+    path_rows = paths(task.R, k)  # (R^k, k), columns r_k .. r_1
+    tokens = np.empty((path_rows.shape[0], N, k + 1), dtype=np.int64)
+    tokens[:, :, :k] = N + path_rows[:, None, :]
+    tokens[:, :, k] = np.arange(N)
+    return tokens.reshape(-1, k + 1), task.k_hop(k).reshape(-1)
+
+
+def chains(task: Task, k: int) -> np.ndarray:
+    """The CoT targets ``v_1..v_k`` of every query, shape ``(N·R^k, k)``, ``v_t = π_{r_t}(v_{t−1})``, v_0 = s."""
+    tokens, _ = multi_hop_queries(task, k)
+    out = np.empty((tokens.shape[0], k), dtype=np.int64)
+    v = tokens[:, k]
+    for t in range(1, k + 1):
+        v = task.table[tokens[:, k - t] - task.N, v]
+        out[:, t - 1] = v
+    return out
+
+
+def _codes_l1(codes: Codes) -> float:
+    return float(np.abs(codes.vectors).sum(axis=1).max())
+
+
+def build_g2(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None, gate: float | None = None,
+             beta: float | None = None, attention: str = "softmax", lam: float = 1.0,
+             rng: np.random.Generator | int | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Construction:
+    """G2: k hops without CoT in one layer, by one block per relation path (exponential in k).
+
+    Construction. Coordinates: a block ``B_w`` of size D for each path ``w = (r_k..r_1) ∈ [R]^k``, k gate
+    groups ``G_1..G_k`` of R coordinates, an output block O (D), one-hot positions (k + 1):
+    ``d = R^k·D + k·R + D + k + 1``.
+    ``e_s = Σ_w J_{B_w} a_{π_w(s)}``; a relation token r is ``1_{G_1[r]}`` (its identity, in group 1's
+    coordinates; the subject's position has none there). Head j (of k) attends from the last position to
+    position ``k − j`` (where ``r_j`` is) and writes ``G·`` that one-hot into group ``G_j``. AND unit
+    ``(w, i, σ)``, ``m = 2·R^k·D``: ``ReLU(σ·y_{B_w,i} + Σ_j y_{G_j[w_j]} − k·G)``, written as ``σ`` into ``O_i``.
+    ``U_j = λ·J_O a_j``.
+
+    Leakage inequality (exactness with softmax attention). With ``ε = k/(e^β + k)``: ``G(1 − ε) > A`` shuts
+    every unit of a wrong path, and ``|a|²(1 − μ) > 2·k·G·ε·|a|_1`` keeps the right answer on top despite the
+    shrinkage ``δ <= k·G·ε`` of the right path's units. Defaults: ``G = 2A`` and the β with
+    ``2·k·G·ε·|a|_1 = |a|²(1 − μ)/2`` (half the margin survives).
+    """
+    k = check_positive_int("k", k)
+    _check_attention(attention)
+    N, R = task.N, task.R
+    codes = _resolve_codes(N, codes, D, rng, False)
+    D, n_paths, T = codes.D, R**k, k + 1
+    d, m = n_paths * D + k * R + D + T, 2 * n_paths * D
+    _refuse_if_too_big("G2", N, d, m, 1, T, max_bytes)
+    gate = 2.0 * codes.max_abs if gate is None else float(gate)
+    l1, gap = _codes_l1(codes), codes.norm_sq * (1 - codes.mu)
+    beta = _default_beta(attention, beta, gap / (4 * k * gate * l1) if gap > 0 else 0.25, k)
+    promise = g2_promise(N, R, k, D, norm_sq=codes.norm_sq, mu=codes.mu, max_abs=codes.max_abs, max_l1=l1,
+                         gate=gate, beta=beta, lam=lam).require()
+
+    blocks = np.arange(n_paths * D).reshape(n_paths, D)
+    groups = n_paths * D + np.arange(k * R).reshape(k, R)  # groups[j-1] = G_j
+    out = slice(n_paths * D + k * R, n_paths * D + k * R + D)
+    pos = n_paths * D + k * R + D + np.arange(T)
+
+    E = np.zeros((N, d))
+    answers = task.k_hop(k).reshape(n_paths, N)
+    E[:, : n_paths * D] = codes.vectors[answers].transpose(1, 0, 2).reshape(N, n_paths * D)
+    Q = np.zeros((R, d))
+    Q[np.arange(R), groups[0]] = 1.0
+    heads = positional_heads(d, pos, [{k: k - j} for j in range(1, k + 1)], groups[0],
+                             [groups[j] for j in range(k)], [gate] * k, attention, beta)
+
+    path_rows = paths(R, k)  # columns r_k..r_1: hop j's relation is column k - j
+    unit = np.arange(m).reshape(n_paths, D, 2)
+    sigma = np.array([1.0, -1.0])
+    W1 = np.zeros((d, m))
+    W1[blocks[:, :, None], unit] = sigma
+    for j in range(1, k + 1):
+        W1[groups[j - 1][path_rows[:, k - j]][:, None, None], unit] = 1.0
+    W2 = np.zeros((m, d))
+    W2[unit, (out.start + np.arange(D))[None, :, None]] = sigma
+    model = Model(E, Q, code_readout(codes, N, d, out, lam),
+                  (Layer(heads, MLP(W1, np.full(m, -k * gate), W2, np.zeros(d))),),
+                  _one_hot_positions(T, pos, d),
+                  meta={"construction": "G2", "k": k, "codes": codes.kind, "attention": attention})
+    return Construction(model, promise, codes, {"k": k, "gate": gate, "beta": beta, "attention": attention,
+                                                "leakage": softmax_leakage(beta, k), "lambda": lam})
+
+
+def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None,
+                   gate: float | None = None, beta: float | None = None, attention: str = "softmax",
+                   lam: float = 1.0, rng: np.random.Generator | int | None = None,
+                   max_bytes: int = DEFAULT_MAX_BYTES) -> Construction:
+    """A2(a): k hops without CoT in one layer, one MLP unit per k-hop fact (``m = N·R^k``).
+
+    Construction. Coordinates: subject block S (D), k gate groups (R each), output O (D), positions (k + 1):
+    ``d = 2·D + k·R + k + 1``; fact-independent embeddings ``e_s = J_S a_s``, relation token ``1_{G_1[r]}``;
+    the same k positional heads as G2. Unit ``(s, w)``: ``ReLU(<a_s, y_S> + Σ_j y_{G_j[w_j]} − θ)``,
+    ``θ = |a|² + k·G − h*``, ``h* = |a|²(1 − μ)``; it writes ``a_{π_w(s)}`` into O.
+
+    Leakage inequality. With ``ε = k/(e^β + k)``: ``G(1 − ε) >= h*`` (wrong paths stay off) and ``h* > k·G·ε``
+    (the right unit fires with ``h* − δ > 0``). Defaults ``G = 2h*`` and ``ε = 1/(4k)``.
+    """
+    k = check_positive_int("k", k)
+    _check_attention(attention)
+    N, R = task.N, task.R
+    codes = _resolve_codes(N, codes, D, rng, False)
+    D, T, n_paths = codes.D, k + 1, R**k
+    d, m = 2 * D + k * R + T, N * n_paths
+    _refuse_if_too_big("A2(a)", N, d, m, 1, T, max_bytes)
+    gap = codes.norm_sq * (1 - codes.mu)
+    gate = 2.0 * gap if gate is None else float(gate)
+    beta = _default_beta(attention, beta, 1 / (4 * k), k)
+    promise = a2_width_promise(N, R, k, D, norm_sq=codes.norm_sq, mu=codes.mu, gate=gate, beta=beta,
+                               lam=lam).require()
+    S = np.arange(D)
+    groups = D + np.arange(k * R).reshape(k, R)
+    out = slice(D + k * R, 2 * D + k * R)
+    pos = 2 * D + k * R + np.arange(T)
+    E = np.zeros((N, d))
+    E[:, S] = codes.vectors[:N]
+    Q = np.zeros((R, d))
+    Q[np.arange(R), groups[0]] = 1.0
+    heads = positional_heads(d, pos, [{k: k - j} for j in range(1, k + 1)], groups[0],
+                             [groups[j] for j in range(k)], [gate] * k, attention, beta)
+    # unit u = path·N + s listens to (s, path) and writes the code of π_path(s)
+    path_rows = paths(R, k)
+    W1 = np.zeros((d, m))
+    W1[:D] = np.tile(codes.vectors[:N].T, (1, n_paths))
+    unit = np.arange(m).reshape(n_paths, N)
+    for j in range(1, k + 1):
+        W1[groups[j - 1][path_rows[:, k - j]][:, None], unit] = 1.0
+    W2 = np.zeros((m, d))
+    W2[:, out] = codes.vectors[task.k_hop(k).reshape(-1)]
+    b1 = np.full(m, -(codes.norm_sq + k * gate - gap))
+    model = Model(E, Q, code_readout(codes, N, d, out, lam), (Layer(heads, MLP(W1, b1, W2, np.zeros(d))),),
+                  _one_hot_positions(T, pos, d),
+                  meta={"construction": "A2a", "k": k, "codes": codes.kind, "attention": attention})
+    return Construction(model, promise, codes, {"k": k, "gate": gate, "beta": beta, "attention": attention,
+                                                "leakage": softmax_leakage(beta, k), "lambda": lam})
+
+
+def build_a2_depth(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None,
+                   beta: float | None = None, attention: str = "softmax", lam: float = 1.0,
+                   rng: np.random.Generator | int | None = None,
+                   max_bytes: int = DEFAULT_MAX_BYTES) -> Construction:
+    """A2(b): k hops without CoT in k layers, each an associative MLP of width ``2·N·R`` (the depth side of the
+    tradeoff: ``d = D + 2R + k + 1 = O(log N + R + k)``).
+
+    Construction. Coordinates: current-entity block S (D), relation-token block ``rel`` (R), one gate group
+    ``g`` (R), positions (k + 1). ``e_s = J_S a_s``; relation token ``1_{rel[r]}``. Layer j's attention: a head
+    from the last position to position ``k − j`` (``r_j``) writing ``+1_{g[r_j]}``, and for j >= 2 a head to
+    position ``k − j + 1`` writing ``−`` its one-hot. Scores depend on positions only and values on the
+    never-written ``rel`` block, so this head cancels layer j − 1's fetch *exactly* (same weights on the same
+    values): after layer j's attention ``g`` holds one fetch, ``g[r_j] ∈ [1 − ε, 1]``, others ``[0, ε]``.
+    Layer j's MLP has a clipped pair per fact ``(v, r)``: ``ReLU(z) − ReLU(z − h)`` with
+    ``z = <a_v, x_S> + 2·gap·g[r] − θ``, ``θ = μ|a|² + 2·gap + gap/8``, ``h = gap/2``, gap = ``|a|²(1 − μ)``;
+    the pair writes ``(a_{π_r(v)} − a_v)/h`` per unit of output into S.
+
+    Leakage inequality. ``ε = k/(e^β + k) <= 3/16``: then z >= h on the current fact (the pair outputs exactly
+    h) and z <= 0 for every other (v, r), so S moves from ``a_{v_{j−1}}`` to exactly ``a_{v_j}`` and, after k
+    layers, ``U_j = λ·J_S a_j`` reads the answer with margin ``λ·|a|²(1 − μ)``. Default ``ε = 1/16``.
+    """
+    k = check_positive_int("k", k)
+    _check_attention(attention)
+    N, R = task.N, task.R
+    codes = _resolve_codes(N, codes, D, rng, False)
+    D, T = codes.D, k + 1
+    d, m = D + 2 * R + T, 2 * N * R
+    _refuse_if_too_big("A2(b)", N, d, m, k, T, max_bytes)
+    beta = _default_beta(attention, beta, 1 / 16, k)
+    promise = a2_depth_promise(N, R, k, D, norm_sq=codes.norm_sq, mu=codes.mu, beta=beta, lam=lam).require()
+    S, rel, g = np.arange(D), D + np.arange(R), D + R + np.arange(R)
+    pos = D + 2 * R + np.arange(T)
+    E = np.zeros((N, d))
+    E[:, S] = codes.vectors[:N]
+    Q = np.zeros((R, d))
+    Q[np.arange(R), rel] = 1.0
+
+    gap = codes.norm_sq * (1 - codes.mu)
+    h = gap / 2
+    theta = codes.mu * codes.norm_sq + 2 * gap + gap / 8
+    # units: pair p = r·N + v; unit 2p is ReLU(z), unit 2p+1 is ReLU(z − h)
+    r_of, v_of = np.divmod(np.arange(N * R), N)
+    W1_pair = np.zeros((d, N * R))
+    W1_pair[S] = codes.vectors[v_of].T
+    W1_pair[g[r_of], np.arange(N * R)] = 2 * gap
+    W1 = np.repeat(W1_pair, 2, axis=1)
+    b1 = np.empty(m)
+    b1[0::2], b1[1::2] = -theta, -theta - h
+    step = (codes.vectors[task.table[r_of, v_of]] - codes.vectors[v_of]) / h
+    W2 = np.zeros((m, d))
+    W2[0::2, :D], W2[1::2, :D] = step, -step
+    mlp = MLP(W1, b1, W2, np.zeros(d))
+    layers = []
+    for j in range(1, k + 1):
+        targets, writes, gains = [{k: k - j}], [g], [1.0]
+        if j >= 2:
+            targets.append({k: k - j + 1})
+            writes.append(g)
+            gains.append(-1.0)
+        layers.append(Layer(positional_heads(d, pos, targets, rel, writes, gains, attention, beta), mlp))
+    model = Model(E, Q, code_readout(codes, N, d, slice(0, D), lam), tuple(layers), _one_hot_positions(T, pos, d),
+                  meta={"construction": "A2b", "k": k, "codes": codes.kind, "attention": attention})
+    return Construction(model, promise, codes, {"k": k, "beta": beta, "attention": attention,
+                                                "leakage": softmax_leakage(beta, k), "lambda": lam,
+                                                "theta": theta, "h": h})
+
+
+def build_c1(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None, gate: float | None = None,
+             beta: float | None = None, attention: str = "softmax", lam: float = 1.0,
+             rng: np.random.Generator | int | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Construction:
+    """C1: k hops with chain-of-thought in one layer: the G1 selector applied at every generated token.
+
+    Sequence ``⟨r_k, ..., r_1, s, v_1, ..., v_{k−1}⟩`` (2k tokens fed at most); ``v_t`` is predicted at the
+    position ``k + t − 1`` of ``v_{t−1}`` (``v_0 = s``) and fed back through the input table.
+    Construction. Coordinates: R blocks ``B_r`` (D each), R gates, output O (D), positions (2k):
+    ``d = R·D + R + D + 2k``, ``m = 2·R·D``. Every entity's embedding is G1's superposition
+    ``e_v = Σ_r J_{B_r} a_{π_r(v)}``; a relation token is ``1_{g_r}``. One positional head maps query position
+    q to key position ``2k − 1 − q`` (for ``q = k + t − 1`` that is ``k − t``, where ``r_t`` is) and writes
+    ``G·1_{g_{r_t}}``. The G1 selector (units ``ReLU(σ·y_{B_r,i} + y_{g_r} − G)``) then writes
+    ``≈ a_{π_{r_t}(v_{t−1})}`` into O.
+
+    Leakage inequality. At most ``2k − 1`` other positions are visible, ``ε = (2k−1)/(e^β + 2k − 1)``:
+    ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·G·ε·|a|_1``. Defaults ``G = 2A`` and ``2·G·ε·|a|_1 = |a|²(1 − μ)/2``.
+    """
+    k = check_positive_int("k", k)
+    _check_attention(attention)
+    N, R = task.N, task.R
+    codes = _resolve_codes(N, codes, D, rng, False)
+    D, T = codes.D, 2 * k
+    d, m = R * D + R + D + T, 2 * R * D
+    _refuse_if_too_big("C1", N, d, m, 1, T, max_bytes)
+    gate = 2.0 * codes.max_abs if gate is None else float(gate)
+    l1, gap = _codes_l1(codes), codes.norm_sq * (1 - codes.mu)
+    beta = _default_beta(attention, beta, gap / (4 * gate * l1) if gap > 0 else 0.25, T - 1)
+    promise = c1_promise(N, R, k, D, norm_sq=codes.norm_sq, mu=codes.mu, max_abs=codes.max_abs, max_l1=l1,
+                         gate=gate, beta=beta, lam=lam).require()
+    blocks = np.arange(R * D).reshape(R, D)
+    gates = R * D + np.arange(R)
+    out = slice(R * D + R, R * D + R + D)
+    pos = R * D + R + D + np.arange(T)
+    E = np.zeros((N, d))
+    E[:, : R * D] = codes.vectors[task.table].transpose(1, 0, 2).reshape(N, R * D)
+    Q = np.zeros((R, d))
+    Q[np.arange(R), gates] = 1.0
+    head = positional_heads(d, pos, [{q: 2 * k - 1 - q for q in range(T)}], gates, [gates], [gate], attention, beta)
+    unit = np.arange(m).reshape(R, D, 2)
+    sigma = np.array([1.0, -1.0])
+    W1 = np.zeros((d, m))
+    W1[blocks[:, :, None], unit] = sigma
+    W1[gates[:, None, None], unit] = 1.0
+    W2 = np.zeros((m, d))
+    W2[unit, (out.start + np.arange(D))[None, :, None]] = sigma
+    model = Model(E, Q, code_readout(codes, N, d, out, lam),
+                  (Layer(head, MLP(W1, np.full(m, -gate), W2, np.zeros(d))),), _one_hot_positions(T, pos, d),
+                  meta={"construction": "C1", "k": k, "codes": codes.kind, "attention": attention})
+    return Construction(model, promise, codes, {"k": k, "gate": gate, "beta": beta, "attention": attention,
+                                                "leakage": softmax_leakage(beta, T - 1), "lambda": lam})

@@ -1,0 +1,130 @@
+"""G2, A2(a), A2(b) and C1 answer every k-hop query of arbitrary bijections, with their promised margins."""
+
+import numpy as np
+import pytest
+from conftest import tables
+from hypothesis import given
+from hypothesis import strategies as st
+
+from constructions.multi_hop import (build_a2_depth, build_a2_width, build_c1, build_g2, chains, estimate_bytes,
+                                     multi_hop_queries)
+from theory.statements import softmax_leakage
+from theory.tasks import Task, random_task
+from verify.check import check_decoding, check_queries
+from verify.suite import check_multi_hop, tradeoff_rows
+
+NO_COT = [build_g2, build_a2_width, build_a2_depth]
+
+
+def tol(margin):
+    return 1e3 * np.finfo(float).eps * max(1.0, abs(margin))
+
+
+def assert_exact_no_cot(built, task, k):
+    tokens, answers = multi_hop_queries(task, k)
+    result = check_queries(built.model, tokens, answers)
+    assert result.exact, result.failures
+    assert result.min_margin >= built.promise.margin - tol(built.promise.margin)
+    assert (built.model.d, built.model.mlp_width) == (built.promise.d, built.promise.m)
+    assert built.model.parameter_count() == built.promise.params
+
+
+def assert_exact_cot(built, task, k):
+    tokens, _ = multi_hop_queries(task, k)
+    targets = chains(task, k)
+    greedy = check_decoding(built.model, tokens, targets, keep=True)
+    assert greedy.exact and greedy.final_accuracy == 1.0
+    assert np.array_equal(greedy.predictions, targets)  # the decoded chain is the composition, step by step
+    assert greedy.min_margin >= built.promise.margin - tol(built.promise.margin)
+    forced = check_queries(built.model, np.concatenate([tokens, targets[:, :-1]], axis=1), targets,
+                           positions=np.arange(k, 2 * k))
+    assert forced.exact and forced.per_position == [1.0] * k
+    assert (built.model.d, built.model.mlp_width, built.model.parameter_count()) == (
+        built.promise.d, built.promise.m, built.promise.params)
+
+
+@given(table=tables(min_N=2, max_N=32, max_R=3), k=st.integers(1, 3),
+       builder=st.sampled_from(NO_COT + [build_c1]), attention=st.sampled_from(["softmax", "hard"]),
+       kind=st.sampled_from(["binary", "sign", "gaussian"]), seed=st.integers(0, 2**31))
+def test_every_construction_answers_every_query(table, k, builder, attention, kind, seed):
+    task = Task.from_table(table)
+    built = builder(task, k, kind, D=None if kind == "binary" else 16, attention=attention, rng=seed)
+    if builder is build_c1:
+        assert_exact_cot(built, task, k)
+    else:
+        assert_exact_no_cot(built, task, k)
+
+
+@pytest.mark.parametrize("builder", NO_COT + [build_c1])
+@pytest.mark.parametrize("N, R, k", [(16, 1, 3), (8, 1, 1), (30, 2, 3), (20, 3, 2)])
+def test_repeated_relations_and_a_single_relation(builder, N, R, k):
+    """R = 1 makes every query r_1 = r_2 = ... = r_k: a head leaking onto its neighbours then reads the same
+    relation. Paths with repeats are part of every exhaustive check; here they are also checked on their own."""
+    task = random_task(N, R, 11)
+    built = builder(task, k)
+    tokens, answers = multi_hop_queries(task, k)
+    repeated = (tokens[:, :k] == tokens[:, :1]).all(axis=1)
+    assert repeated.sum() == N * R
+    if builder is build_c1:
+        result = check_decoding(built.model, tokens[repeated], chains(task, k)[repeated])
+    else:
+        result = check_queries(built.model, tokens[repeated], answers[repeated])
+    assert result.exact
+    assert_exact_cot(built, task, k) if builder is build_c1 else assert_exact_no_cot(built, task, k)
+
+
+def test_softmax_leakage_matches_the_forward_pass():
+    """The ε in the promises is the weight the forward pass actually puts off target."""
+    from constructions.model import forward
+    task = random_task(8, 2, 0)
+    built = build_g2(task, 3)
+    tokens, _ = multi_hop_queries(task, 3)
+    _, trace = forward(built.model, tokens[:5], trace=True)
+    weights = trace.attention_weights[0]  # (heads, B, 1, T)
+    for j in range(3):
+        on_target = weights[j, :, 0, 3 - (j + 1)]
+        np.testing.assert_allclose(1 - on_target, softmax_leakage(built.constants["beta"], 3), rtol=1e-12)
+
+
+@pytest.mark.parametrize("builder", [build_g2, build_c1])
+def test_temperature_below_the_leakage_bound_is_refused(builder):
+    with pytest.raises(ValueError, match="leakage"):
+        builder(random_task(64, 2, 0), 2, beta=0.5)
+
+
+def test_a2_depth_refuses_too_much_leakage():
+    with pytest.raises(ValueError, match=r"clip vs leakage: 3/16 >= ε"):
+        build_a2_depth(random_task(16, 2, 0), 3, beta=1.0)
+
+
+def test_gate_below_the_code_bound_is_refused():
+    with pytest.raises(ValueError, match=r"G\(1 − ε\) > max\|a\|"):
+        build_g2(random_task(16, 2, 0), 2, gate=0.1)
+
+
+def test_memory_estimate_refuses_before_allocating():
+    task = random_task(4096, 16, 0)
+    with pytest.raises(ValueError, match=r"G2 needs about 75.\d\d GiB"):
+        build_g2(task, 3)
+    assert estimate_bytes(4096, 49216, 98304) > 75 * 2**30
+    with pytest.raises(ValueError, match=r"needs about .* GiB, more than the 0.01 GiB"):
+        check_multi_hop(4096, 16, 2, max_bytes=2**30 // 100)
+
+
+@pytest.mark.parametrize("k", [0, -1, 2.5])
+def test_invalid_k(k):
+    with pytest.raises(ValueError, match="k must be"):
+        build_c1(random_task(8, 2, 0), k)
+
+
+def test_hard_attention_is_labelled_as_an_idealization():
+    report = check_multi_hop(32, 2, 2, attention="hard")
+    assert "idealized" in report.name and report.passed
+
+
+def test_tradeoff_rows_show_the_exponential_and_the_linear_side():
+    rows = {(r["k"], r["construction"]): r for r in tradeoff_rows(1024, 4, 3)}
+    assert rows[(3, "G2")]["d"] == 4**3 * 10 + 3 * 4 + 10 + 4
+    assert rows[(3, "A2a")]["m"] == 1024 * 4**3
+    assert rows[(3, "C1")]["d"] - rows[(1, "C1")]["d"] == 4  # additive in k
+    assert rows[(3, "A2b")]["d"] == 10 + 8 + 4

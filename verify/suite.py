@@ -146,9 +146,9 @@ def check_multi_hop(
 
 def section_multi_hop(seed: int = 0, progress: bool = False) -> list[Report]:
     """G2, A2(a), A2(b) and C1 at sizes that run in seconds, with softmax attention (and G2 hard, labelled)."""
-    cases = [("path-blocks", 256, 3, 2, "softmax"), ("path-blocks", 256, 3, 2, "hard"),
+    cases = [("path-blocks", 1024, 3, 3, "softmax"), ("path-blocks", 256, 3, 2, "hard"),
              ("associative", 64, 3, 2, "softmax"), ("layered", 256, 3, 3, "softmax"),
-             ("cot", 256, 4, 3, "softmax")]
+             ("cot", 1024, 4, 3, "softmax")]
     reports = []
     for construction, N, R, k, attention in cases:
         _log(progress, f"multi hop: {construction}, N={N}, R={R}, k={k}, {attention} attention")

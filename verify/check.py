@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from constructions.model import Model, chunk_size, forward, integer_bounds, iter_chunks
+from constructions.model import Layer, Model, chunk_size, forward, integer_bounds, iter_chunks
 from theory import __version__
 from theory.statements import Promise
 
@@ -230,3 +230,50 @@ def check_construction(name: str, params: dict, construction, tokens, answers, *
     return Report(name, params, construction.promise, result, achieved_sizes(construction.model),
                   {"constants": construction.constants, "codes": construction.codes.kind,
                    "mu": construction.codes.mu})
+
+
+# ----------------------------------------------------------------------------------- bits per parameter
+
+
+def quantize(model: Model, bits: int) -> Model:
+    """Every weight tensor rounded to a b-bit uniform symmetric grid of its own.
+
+    Per tensor W: step ``s = max|W| / (2^{b−1} − 1)`` and ``W_q = s·round(W / s)``: ``2^b − 1`` levels symmetric
+    about 0, zero kept exactly (an all-zero tensor stays zero). Needs ``b >= 2``. The model's ``meta`` records
+    the bits.
+    """
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits < 2:
+        raise ValueError(f"quantization needs an integer number of bits b >= 2, got {bits!r}")
+    levels = 2 ** (int(bits) - 1) - 1
+
+    def q(array):
+        if array is None:
+            return None
+        top = float(np.abs(array).max(initial=0.0))
+        if top == 0.0:
+            return array
+        step = top / levels
+        return np.round(array / step) * step
+
+    def part(p):
+        if p is None:
+            return None
+        return type(p)(**{f.name: (q(getattr(p, f.name)) if isinstance(getattr(p, f.name), np.ndarray)
+                                   else getattr(p, f.name)) for f in fields(p)})
+
+    return Model(q(model.entity_embedding), q(model.relation_embedding), q(model.unembedding),
+                 tuple(Layer(part(layer.attention), part(layer.mlp)) for layer in model.layers),
+                 q(model.position_embedding), meta={**model.meta, "quantized_bits": int(bits)})
+
+
+def smallest_exact_bits(model: Model, tokens, answers, *, max_bits: int = 24) -> tuple[int | None, list[dict]]:
+    """Scan b = 2..max_bits and return the smallest b at which the quantized model still answers every query,
+    with one record (b, exact, accuracy, min margin) per b tried. ``None`` if no b up to max_bits works."""
+    records = []
+    for bits in range(2, max_bits + 1):
+        result = check_queries(quantize(model, bits), tokens, answers)
+        records.append({"bits": bits, "exact": result.exact, "accuracy": result.accuracy,
+                        "min_margin": result.min_margin})
+        if result.exact:
+            return bits, records
+    return None, records

@@ -1,0 +1,133 @@
+"""Tasks as R-regular edge-coloured digraphs (THEORY.md §1, §4), built and validated with networkx.
+
+A task with bijections π_0..π_{R−1} of [N] is the multidigraph on [N] with an edge ``s -> π_r(s)`` of colour
+r for every (s, r): every vertex has exactly one out-edge and one in-edge of each colour. Self-loops and
+parallel edges of different colours are allowed (a bijection may fix a point; two relations may agree).
+
+The *gadget family* (§4, capacity–depth tradeoff): M roots whose depth-k trees use pairwise disjoint internal
+vertices and distinct leaves. Any assignment of distinct leaves is realizable, because the constraints are
+partial injections of each colour, and a partial injection of [N] always extends to a permutation.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from theory.tasks import Task, _as_rng, check_positive_int
+
+
+def to_graph(task: Task) -> nx.MultiDiGraph:
+    """The R-regular edge-coloured digraph of a task (edge attribute ``colour``)."""
+    graph = nx.MultiDiGraph()
+    graph.add_nodes_from(range(task.N))
+    graph.graph["R"] = task.R
+    for r in range(task.R):
+        graph.add_edges_from(zip(range(task.N), task.table[r].tolist()), colour=r)
+    return graph
+
+
+def validate_graph(graph: nx.MultiDiGraph, R: int | None = None) -> None:
+    """Raise ``ValueError`` naming the first vertex and colour without exactly one out- and one in-edge.
+
+    Vertices must be ``0..N−1``; colours ``0..R−1`` (R from ``graph.graph['R']`` unless given).
+    """
+    R = graph.graph.get("R") if R is None else R
+    if R is None:
+        raise ValueError("the number of colours R is unknown: pass R or set graph.graph['R']")
+    N = graph.number_of_nodes()
+    if sorted(graph.nodes) != list(range(N)):
+        raise ValueError("vertices must be 0..N-1")
+    out_count = np.zeros((N, R), dtype=np.int64)
+    in_count = np.zeros((N, R), dtype=np.int64)
+    for u, v, colour in graph.edges(data="colour"):
+        if colour is None or not 0 <= colour < R:
+            raise ValueError(f"edge {u} -> {v} has colour {colour!r}, outside [0, {R})")
+        out_count[u, colour] += 1
+        in_count[v, colour] += 1
+    for name, count in (("out", out_count), ("in", in_count)):
+        bad = np.argwhere(count != 1)
+        if bad.size:
+            vertex, colour = (int(x) for x in bad[0])
+            raise ValueError(f"vertex {vertex} has {count[vertex, colour]} {name}-edges of colour {colour} "
+                             f"(an R-regular edge-coloured digraph needs exactly one)")
+
+
+def from_graph(graph: nx.MultiDiGraph, R: int | None = None) -> Task:
+    """The task of a validated graph."""
+    validate_graph(graph, R)
+    R = graph.graph.get("R") if R is None else R
+    table = np.empty((R, graph.number_of_nodes()), dtype=np.int64)
+    for u, v, colour in graph.edges(data="colour"):
+        table[colour, u] = v
+    return Task(table)
+
+
+def leaf_vector(task: Task, vertex: int, k: int) -> np.ndarray:
+    """The depth-k leaf vector ``(π_w(vertex))_{|w| = k}`` in path order ``(r_k, ..., r_1)``."""
+    if not 0 <= vertex < task.N:
+        raise ValueError(f"vertex {vertex} outside [0, {task.N})")
+    return task.k_hop(k)[..., vertex].reshape(-1)
+
+
+def tree_size(R: int, k: int) -> int:
+    """Vertices of a complete R-ary tree of depth k: ``1 + R + ... + R^k``."""
+    return sum(R**j for j in range(k + 1))
+
+
+def gadget_task(N: int, R: int, k: int, M: int, leaves: np.ndarray | None = None,
+                rng: np.random.Generator | int | None = None) -> tuple[Task, np.ndarray, np.ndarray]:
+    """A member of the gadget family: M roots ``0..M−1`` whose depth-k trees have disjoint internal vertices
+    and distinct leaves, completed to R full permutations.
+
+    ``leaves`` (shape ``(M, R^k)``, in path order ``(r_k, ..., r_1)`` like ``Task.k_hop``; distinct values not used as roots or internal vertices) fixes the leaf
+    assignment; by default it is drawn at random. Returns ``(task, roots, leaves)``. Needs
+    ``N >= M·(1 + R + ... + R^k)``; the completion of each partial injection is uniformly random.
+    """
+    N, R, k, M = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("M", M)))
+    internal_per_root = tree_size(R, k - 1)  # root and internal vertices, levels 0..k-1
+    need = M * tree_size(R, k)
+    if N < need:
+        raise ValueError(f"the gadget family needs N >= M·(1 + R + ... + R^k) = {need}; got N = {N}")
+    rng = _as_rng(rng)
+    # Vertex layout: root/internal vertices of root i occupy a contiguous range, level by level (BFS order).
+    internal = np.arange(M * internal_per_root).reshape(M, internal_per_root)
+    free = np.arange(M * internal_per_root, N)
+    if leaves is None:
+        leaves = rng.choice(free, size=(M, R**k), replace=False)
+    leaves = np.asarray(leaves, dtype=np.int64)
+    if leaves.shape != (M, R**k):
+        raise ValueError(f"leaves must have shape (M, R^k) = {(M, R**k)}, got {leaves.shape}")
+    if np.unique(leaves).size != leaves.size or np.isin(leaves, internal).any() or (leaves < 0).any() \
+            or (leaves >= N).any():
+        raise ValueError("leaves must be distinct vertices in [0, N) outside the roots and internal vertices")
+    partial = np.full((R, N), -1, dtype=np.int64)
+    digits = np.stack(np.unravel_index(np.arange(R**k), (R,) * k), axis=1)  # BFS leaf -> (r_1, ..., r_k)
+    bfs_to_path = np.ravel_multi_index(tuple(digits[:, ::-1].T), (R,) * k)
+    # Level-l vertex with BFS index i (within its root's block) has children at indices R·i + 1 + r.
+    for i in range(internal_per_root):
+        for r in range(R):
+            child = R * i + 1 + r
+            if child < internal_per_root:
+                partial[r, internal[:, i]] = internal[:, child]
+            else:  # a leaf; BFS numbers leaves by (r_1, ..., r_k), path order is (r_k, ..., r_1)
+                partial[r, internal[:, i]] = leaves[:, bfs_to_path[child - internal_per_root]]
+    table = np.empty((R, N), dtype=np.int64)
+    for r in range(R):
+        table[r] = _complete_partial_injection(partial[r], rng)
+    roots = internal[:, 0]
+    return Task(table), roots, leaves
+
+
+def _complete_partial_injection(partial: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Extend ``partial`` (−1 = undefined, defined values distinct) to a permutation, uniformly at random."""
+    undefined = partial < 0
+    unused = np.setdiff1d(np.arange(partial.size), partial[~undefined])
+    out = partial.copy()
+    out[undefined] = rng.permutation(unused)
+    return out
+
+
+def gadget_leaves(task: Task, roots: np.ndarray, k: int) -> np.ndarray:
+    """Leaf vectors of the given roots, shape ``(M, R^k)``, in path order (to compare with the assignment)."""
+    return task.k_hop(k).reshape(-1, task.N)[:, roots].T

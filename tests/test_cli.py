@@ -101,3 +101,32 @@ def test_tradeoff_table_and_json(capsys):
     code, out, _ = run(["tradeoff", "--N", "1024", "--R", "4", "--k-max", "3", "--json"], capsys)
     rows = json.loads(out)["rows"]
     assert len(rows) == 12 and {r["construction"] for r in rows} == {"G2", "A2a", "A2b", "C1"}
+
+
+def test_bounds_command_formats(capsys):
+    code, out, _ = run(["bounds", "--N", "1024", "4096", "--R", "4", "--k", "1", "2", "--json"], capsys)
+    rows = json.loads(out)["rows"]
+    assert code == 0 and len(rows) == 2 * (6 + 4)
+    code, out, _ = run(["bounds", "--N", "1024", "--R", "4", "--k", "1", "--format", "csv", "--quiet"], capsys)
+    assert code == 0 and out.startswith("construction,")
+
+
+def test_count_command(capsys):
+    code, out, _ = run(["count", "--N", "4", "--R", "2", "--k", "3", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["consistent"] and doc["tasks"] == 576
+    assert [r["F_k"] for r in doc["rows"]] == [576, 458, 534]
+
+
+def test_precision_command(capsys):
+    code, out, _ = run(["precision", "--N", "128", "--R", "3", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["smallest_exact_bits"] == 2 and doc["seed"] == 0
+
+
+def test_check_with_bits(capsys):
+    code, out, _ = run(["check", "single-hop", "--N", "128", "--R", "3", "--bits", "2", "--json"], capsys)
+    assert code == 0 and json.loads(out)["check"]["exact"]
+    code, _, _ = run(["check", "single-hop", "--N", "128", "--R", "3", "--bits", "2", "--construction",
+                      "associative", "--quiet"], capsys)
+    assert code == 1

@@ -11,7 +11,10 @@ import json
 import sys
 import time
 
+import numpy as np
+
 from theory import __version__
+from theory.tasks import random_task
 from verify.check import Report
 from verify.suite import MULTI_HOP_BUILDERS, SECTIONS, check_multi_hop, check_single_hop, tradeoff_rows
 
@@ -91,7 +94,7 @@ def cmd_verify(args) -> int:
 def cmd_check_single_hop(args) -> int:
     rep = check_single_hop(args.N, args.R, construction=args.construction, codes=args.codes, D=args.D,
                            seed=args.seed, integer=args.integer, beta=args.beta, lam=args.lam, dtype=args.dtype,
-                           progress=not (args.quiet or args.json))
+                           bits=args.bits, progress=not (args.quiet or args.json))
     if args.json:
         print(json.dumps(rep.as_dict(), indent=2))
     else:
@@ -137,6 +140,68 @@ def cmd_tradeoff(args) -> int:
     print("G2: path blocks, no CoT (d exponential in k); A2a: one unit per k-hop fact (m = N·R^k); "
           "A2b: k layers of width 2·N·R; C1: chain-of-thought (d linear in R, additive in k).")
     return 0
+
+
+def cmd_bounds(args) -> int:
+    from bounds.tables import bound_rows, render
+    start = time.perf_counter()
+    rows = bound_rows(args.N, args.R, args.k, args.bits)
+    fmt = "json" if args.json else args.format
+    print(render(rows, fmt))
+    if not args.quiet and fmt in ("md", "latex"):
+        print(f"{len(rows)} rows in {time.perf_counter() - start:.2f} s; gap = d / d_min; a bound with d_min = 0 "
+              "is vacuous for that construction (its facts sit in P0, the MLP).", file=sys.stderr)
+    return 0
+
+
+def cmd_count(args) -> int:
+    from bounds.counting import closed_forms, enumerate_counts
+    counts = enumerate_counts(args.N, args.R, args.k, progress=not (args.quiet or args.json))
+    rows = []
+    for k in range(1, args.k + 1):
+        closed = closed_forms(args.N, args.R, k)
+        rows.append({"k": k, "F_k": counts.F[k], "F_k_upper": closed.F_upper, "trees_k": counts.trees[k],
+                     "trees_k_lower": closed.trees_lower, "trees_k_upper": closed.trees_upper,
+                     "F_1_closed": closed.F1 if k == 1 else None, "trees_1_closed": closed.trees1 if k == 1 else None,
+                     "sandwich_holds": (closed.trees_lower is None or closed.trees_lower <= counts.trees[k])
+                     and counts.trees[k] <= closed.trees_upper})
+    ok = all(r["sandwich_holds"] for r in rows) and counts.F[1] == rows[0]["F_1_closed"] \
+        and counts.trees[1] == rows[0]["trees_1_closed"]
+    if args.json:
+        print(json.dumps({"version": __version__, "N": args.N, "R": args.R, "tasks": counts.tasks,
+                          "seconds": round(counts.seconds, 3), "consistent": ok, "rows": rows}, indent=2))
+    else:
+        print(f"all (N!)^R = {counts.tasks:,} tasks of N = {args.N}, R = {args.R} enumerated in "
+              f"{counts.seconds:.2f} s")
+        print(f"{'k':>2}  {'|F_k|':>12}  {'(N!)^R':>12}  {'(N-1)_(R^k)':>12}  {'|Trees_k|':>12}  {'N^(R^k)':>14}")
+        for r in rows:
+            lower = "n/a" if r["trees_k_lower"] is None else f"{r['trees_k_lower']:,}"
+            print(f"{r['k']:>2}  {r['F_k']:>12,}  {r['F_k_upper']:>12,}  {lower:>12}  {r['trees_k']:>12,}  "
+                  f"{r['trees_k_upper']:>14,}")
+        print("closed forms: |F_1| = (N!)^R, |Trees_1| = N^R; sandwich (N-1)_(R^k) <= |Trees_k| <= N^(R^k) "
+              f"(lower side when N >= 1 + R + ... + R^k): {'all hold' if ok else 'VIOLATED'}")
+    return 0 if ok else 1
+
+
+def cmd_precision(args) -> int:
+    from constructions.single_hop import single_hop_queries
+    from verify.check import smallest_exact_bits
+    from verify.suite import BUILDERS
+    rng = np.random.default_rng(args.seed)
+    task = random_task(args.N, args.R, rng)
+    built = BUILDERS[args.construction](task, args.codes, D=args.D, rng=rng)
+    bits, records = smallest_exact_bits(built.model, *single_hop_queries(task), max_bits=args.max_bits)
+    doc = {"version": __version__, "construction": args.construction, "codes": args.codes, "N": args.N,
+           "R": args.R, "D": built.codes.D, "seed": args.seed, "smallest_exact_bits": bits, "records": records,
+           "quantization": "uniform symmetric per tensor: step max|W|/(2^(b-1)-1)"}
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        for r in records:
+            print(f"b = {r['bits']:>2}: accuracy {100 * r['accuracy']:6.2f}%, min margin {r['min_margin']:.4g}")
+        print(f"smallest b keeping every one of the {args.N * args.R:,} queries exact: "
+              f"{bits if bits is not None else f'none up to {args.max_bits}'}")
+    return 0 if bits is not None else 1
 
 
 def _whole(minimum: int):
@@ -193,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lam", type=float, default=1.0, help="read-out scale λ (default 1)")
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="working precision of the float mode (integer mode always uses float64)")
+    p.add_argument("--bits", type=_whole(2), default=None,
+                   help="quantize every weight tensor to b bits (uniform symmetric) before checking")
     p.set_defaults(func=cmd_check_single_hop)
 
     p = check_sub.add_parser("multi-hop", parents=[common],
@@ -224,6 +291,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--R", type=_positive_int, default=16, help="number of relations R (default 16)")
     p.add_argument("--k-max", type=_positive_int, default=4, help="largest number of hops (default 4)")
     p.set_defaults(func=cmd_tradeoff)
+
+    p = sub.add_parser("bounds", parents=[common], help="lower bounds beside the constructions' sizes",
+                       description="Information-theoretic lower bounds on d (total information, per entity, "
+                       "capacity-depth tradeoff, chain-of-thought), evaluated exactly, beside the d of each "
+                       "construction and the gap ratio d / d_min. Every row carries the formula, its "
+                       "parameters and the package version.")
+    p.add_argument("--N", type=_positive_int, nargs="+", default=[4096], help="entities N (one or more)")
+    p.add_argument("--R", type=_positive_int, nargs="+", default=[16], help="relations R (one or more)")
+    p.add_argument("--k", type=_positive_int, nargs="+", default=[1, 2, 3], help="hops k (one or more)")
+    p.add_argument("--bits", type=float, nargs="+", default=[1.0], help="bits per parameter b (one or more)")
+    p.add_argument("--format", choices=("md", "csv", "json", "latex"), default="md", help="output format")
+    p.set_defaults(func=cmd_bounds)
+
+    p = sub.add_parser("count", parents=[common], help="enumerate all (N!)^R tasks and count |F_k|, |Trees_k|",
+                       description="Exact enumeration over all (N!)^R tasks (small N): distinct k-hop answer "
+                       "tables |F_k| and distinct depth-k leaf vectors |Trees_k|, next to the closed forms.")
+    p.add_argument("--N", type=_positive_int, default=5, help="entities N (default 5)")
+    p.add_argument("--R", type=_positive_int, default=3, help="relations R (default 3)")
+    p.add_argument("--k", type=_positive_int, default=2, help="largest k counted (default 2)")
+    p.set_defaults(func=cmd_count)
+
+    p = sub.add_parser("precision", parents=[common], help="smallest bits per parameter keeping a check exact",
+                       description="Quantize every weight tensor to a b-bit uniform symmetric grid (step "
+                       "max|W|/(2^(b-1)-1)) and report the smallest b at which all N·R queries stay exact.")
+    p.add_argument("--construction", choices=("geometric", "associative"), default="geometric")
+    p.add_argument("--codes", choices=("binary", "sign", "gaussian"), default="binary")
+    p.add_argument("--N", type=_positive_int, default=1024, help="entities N (default 1024)")
+    p.add_argument("--R", type=_positive_int, default=8, help="relations R (default 8)")
+    p.add_argument("--D", type=_positive_int, default=None, help="code length D")
+    p.add_argument("--max-bits", type=_whole(2), default=24, help="largest b tried (default 24)")
+    p.set_defaults(func=cmd_precision)
     return parser
 
 

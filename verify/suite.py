@@ -19,7 +19,7 @@ from constructions.single_hop import build_a1, build_g1, single_hop_queries
 from theory import statements
 from theory.tasks import Task, check_positive_int, random_task
 from verify.check import (CheckResult, Report, achieved_sizes, check_construction, check_decoding, check_queries,
-                          smallest_exact_bits)
+                          quantize, smallest_exact_bits)
 
 BUILDERS = {"geometric": build_g1, "associative": build_a1}
 
@@ -42,10 +42,14 @@ def check_single_hop(
     lam: float = 1.0,
     dtype: str = "float64",
     task: Task | None = None,
+    bits: int | None = None,
     keep: bool = False,
     progress: bool = False,
 ) -> Report:
-    """Build G1 or A1 on a random task (seeded) and check all N·R queries against its promise."""
+    """Build G1 or A1 on a random task (seeded) and check all N·R queries against its promise.
+
+    ``bits`` quantizes every weight tensor to b bits first (``verify.check.quantize``); the margin promise
+    then no longer applies (it is stated for exact weights), so only exactness is required."""
     if construction not in BUILDERS:
         raise ValueError(f"construction must be one of {sorted(BUILDERS)}, got {construction!r}")
     if dtype not in ("float32", "float64"):
@@ -58,7 +62,14 @@ def check_single_hop(
     tokens, answers = single_hop_queries(task)
     name = f"{'G1' if construction == 'geometric' else 'A1'} {codes}{' int' if integer else ''}"
     params = {"N": task.N, "R": task.R, "D": built.codes.D, "construction": construction, "codes": codes,
-              "integer": integer, "seed": seed, "dtype": "float64" if integer else dtype}
+              "integer": integer, "seed": seed, "dtype": "float64" if integer else dtype, "bits": bits}
+    if bits is not None:
+        if integer:
+            raise ValueError("--bits and --integer do not combine: quantized weights are not integers")
+        model = quantize(built.model, bits).astype(np.dtype(dtype))
+        result = check_queries(model, tokens, answers, keep=keep, progress=progress)
+        return Report(f"{name} @{bits} bits", params, None, result, achieved_sizes(model),
+                      {"promise (exact weights)": built.promise.as_dict()})
     return check_construction(name, params, built, tokens, answers, integer=integer,
                               dtype=None if integer else np.dtype(dtype), keep=keep, progress=progress)
 

@@ -1,0 +1,246 @@
+"""Counting, graphs, lower bounds and tables (THEORY.md §4)."""
+
+import csv
+import io
+import itertools
+import json
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+from conftest import tables
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bounds import graphs, lower
+from bounds.counting import (closed_forms, composition_table, all_permutations, enumerate_counts, exact_log2,
+                             log2_factorial, log2_falling)
+from bounds.tables import bound_rows, render
+from theory.tasks import Task, random_task
+
+
+def brute_force_counts(N, R, k):
+    """|F_k| and |Trees_k| with plain Python loops over every task (independent of the vectorized code)."""
+    perms = list(itertools.permutations(range(N)))
+    tables_seen, trees_seen = set(), set()
+    for task in itertools.product(perms, repeat=R):
+        row, leaves = [], []
+        for path in itertools.product(range(R), repeat=k):  # (r_k, ..., r_1)
+            image = []
+            for s in range(N):
+                v = s
+                for r in reversed(path):
+                    v = task[r][v]
+                image.append(v)
+            row.append(tuple(image))
+            leaves.append(image[0])
+        tables_seen.add(tuple(row))
+        trees_seen.add(tuple(leaves))
+    return len(tables_seen), len(trees_seen)
+
+
+@pytest.mark.parametrize("N, R, k_max", [(2, 2, 3), (3, 2, 3), (3, 1, 4), (4, 2, 2), (3, 3, 2)])
+def test_enumeration_equals_brute_force(N, R, k_max):
+    counts = enumerate_counts(N, R, k_max)
+    for k in range(1, k_max + 1):
+        assert (counts.F[k], counts.trees[k]) == brute_force_counts(N, R, k)
+
+
+def test_golden_counts():
+    # N = 2, R = 2 by hand: tasks (I,I),(I,S),(S,I),(S,S). Two-hop tables: (I,I) and (S,S) give all-identity,
+    # (I,S) and (S,I) give (I,S,S,I): |F_2| = 2; leaf vectors of vertex 0: (0,0,0,0) and (0,1,1,0).
+    c = enumerate_counts(2, 2, 2)
+    assert (c.F, c.trees) == ({1: 4, 2: 2}, {1: 4, 2: 2})
+    # computed once with the vectorized enumerator, cross-checked by brute_force_counts above for N <= 4
+    assert enumerate_counts(3, 2, 3).F == {1: 36, 2: 26, 3: 30}
+    assert enumerate_counts(3, 2, 3).trees == {1: 9, 2: 25, 3: 27}
+    assert enumerate_counts(4, 2, 3).F == {1: 576, 2: 458, 3: 534}
+    assert enumerate_counts(4, 2, 3).trees == {1: 16, 2: 148, 3: 430}
+    big = enumerate_counts(5, 3, 2)
+    assert big.tasks == 1_728_000 and big.F[2] == 1_715_084 and big.trees[2] == 205_325
+
+
+@pytest.mark.parametrize("N, R, k_max", [(1, 3, 3), (2, 1, 3), (3, 2, 3), (4, 3, 2), (5, 2, 3), (6, 2, 2),
+                                         (7, 1, 3)])
+def test_closed_forms_and_sandwich_hold_for_every_enumerated_case(N, R, k_max):
+    counts = enumerate_counts(N, R, k_max)
+    for k in range(1, k_max + 1):
+        closed = closed_forms(N, R, k)
+        assert counts.tasks == closed.tasks == math.factorial(N) ** R
+        assert counts.F[k] <= closed.F_upper
+        assert counts.trees[k] <= closed.trees_upper
+        if closed.trees_lower is not None:
+            assert closed.trees_lower <= counts.trees[k]
+    assert counts.F[1] == closed_forms(N, R, 1).F1
+    assert counts.trees[1] == closed_forms(N, R, 1).trees1 == N**R
+
+
+def test_sandwich_lower_side_is_exercised():
+    closed = closed_forms(7, 2, 2)  # 7 >= 1 + 2 + 4
+    assert closed.trees_lower == 6 * 5 * 4 * 3
+    assert enumerate_counts(7, 1, 2).trees[2] >= closed_forms(7, 1, 2).trees_lower
+
+
+def test_enumeration_refuses_too_many_tasks():
+    with pytest.raises(ValueError, match="exceed the enumeration limit"):
+        enumerate_counts(6, 3, 1)
+
+
+def test_composition_table():
+    perms = all_permutations(4)
+    comp = composition_table(perms)
+    rng = np.random.default_rng(0)
+    for a, b in rng.integers(0, 24, size=(30, 2)):
+        assert tuple(perms[comp[a, b]]) == tuple(perms[a][perms[b]])
+
+
+@given(n=st.integers(0, 3000), m=st.integers(0, 3000))
+def test_log2_falling_is_exact(n, m):
+    if m > n:
+        assert log2_falling(n, m) == -math.inf
+    else:
+        exact = math.perm(n, m)
+        assert log2_falling(n, m) == pytest.approx(math.log2(exact) if exact < 2**1000 else exact_log2(exact),
+                                                   rel=1e-15, abs=1e-12)
+
+
+def test_big_falling_factorials_agree_between_exact_and_mpmath_paths():
+    n = 2**20
+    exact = exact_log2(math.perm(n, 20_000))
+    assert log2_falling(n, 20_000) == pytest.approx(exact, rel=1e-14)
+    assert log2_factorial(10_000) == pytest.approx(exact_log2(math.factorial(10_000)), rel=1e-14)
+
+
+# ---------------------------------------------------------------------------------------------- graphs
+
+
+@given(table=tables(max_N=20, max_R=4))
+def test_task_graph_round_trip_and_validation(table):
+    task = Task.from_table(table)
+    graph = graphs.to_graph(task)
+    graphs.validate_graph(graph)
+    assert np.array_equal(graphs.from_graph(graph).table, task.table)
+    assert all(graph.out_degree(v) == task.R and graph.in_degree(v) == task.R for v in graph)
+
+
+@given(R=st.integers(1, 3), k=st.integers(1, 3), M=st.integers(1, 4), extra=st.integers(0, 20),
+       seed=st.integers(0, 2**31))
+def test_gadget_family_members_are_valid_with_the_assigned_leaves(R, k, M, extra, seed):
+    N = M * graphs.tree_size(R, k) + extra
+    task, roots, leaves = graphs.gadget_task(N, R, k, M, rng=seed)
+    graphs.validate_graph(graphs.to_graph(task))
+    assert np.array_equal(graphs.gadget_leaves(task, roots, k), leaves)
+    assert np.unique(leaves).size == leaves.size
+    # internal vertices of different roots are disjoint: BFS from each root to depth k-1 stays in its block
+    answers = [task.k_hop(j).reshape(-1, N)[:, roots] for j in range(1, k)]
+    internal = np.concatenate([roots[None]] + answers) if answers else roots[None]
+    assert np.unique(internal).size == internal.size
+
+
+def test_gadget_family_refuses_when_it_does_not_fit():
+    with pytest.raises(ValueError, match=r"N >= M·\(1 \+ R \+ ... \+ R\^k\) = 14"):
+        graphs.gadget_task(13, 2, 2, 2)
+
+
+def corruptions(task):
+    """Graphs that are not R-regular edge-coloured digraphs, each with the expected message."""
+    g = graphs.to_graph(task)
+    u, v, key = next(iter(g.edges(keys=True)))
+    removed = g.copy()
+    removed.remove_edge(u, v, key)
+    yield removed, "has 0 out-edges of colour"
+    doubled = g.copy()
+    doubled.add_edge(0, 1, colour=0)
+    yield doubled, "has 2 out-edges of colour 0"
+    recoloured = g.copy()
+    recoloured.edges[u, v, key]["colour"] = 7
+    yield recoloured, "outside"
+    redirected = g.copy()
+    target = int(task.table[0, 0])
+    redirected.remove_edge(0, target, next(k for k, d in redirected[0][target].items() if d["colour"] == 0))
+    redirected.add_edge(0, int(task.table[0, 1]), colour=0)
+    yield redirected, "in-edges of colour 0"
+
+
+def test_corrupted_graphs_fail_the_validator():
+    task = random_task(6, 3, 4)
+    for graph, message in corruptions(task):
+        with pytest.raises(ValueError, match=message):
+            graphs.validate_graph(graph)
+    with pytest.raises(ValueError, match="R is unknown"):
+        graphs.validate_graph(nx.MultiDiGraph())
+
+
+# ---------------------------------------------------------------------------------------------- bounds
+
+
+def test_total_information_single_hop_closed_form():
+    bound = lower.total_information(4096, 16, 1, b=1)
+    assert bound.log2_count == pytest.approx(16 * exact_log2(math.factorial(4096)), rel=1e-15)
+    assert 16 * (math.log2(4096) - math.log2(math.e)) < bound.d_bound < 16 * math.log2(4096)
+    assert bound.d_min == 169
+
+
+@pytest.mark.parametrize("fn", [lower.total_information, lower.per_entity, lower.tradeoff,
+                                lower.chain_of_thought])
+def test_bounds_are_monotone(fn):
+    base = fn(4096, 4, 2, 1, 0)
+    assert fn(4096, 8, 2, 1, 0).d_bound >= base.d_bound  # more relations, more to store
+    assert fn(4096, 4, 2, 2, 0).d_bound <= base.d_bound  # more bits per parameter, fewer parameters
+    assert fn(4096, 4, 2, 1, 1000).d_bound <= base.d_bound  # other fact-specific parameters help
+    assert fn(2**16, 4, 2, 1, 0).d_bound >= base.d_bound  # more entities
+
+
+def test_depth_makes_no_cot_bounds_exponential_and_cot_bounds_flat():
+    no_cot = [lower.per_entity(2**20, 4, k).d_bound for k in (1, 2, 3)]
+    cot = [lower.chain_of_thought(2**20, 4, k).d_bound for k in (1, 2, 3)]
+    assert no_cot[1] > 3.5 * no_cot[0] and no_cot[2] > 3.5 * no_cot[1]  # about R = 4 times per hop
+    assert cot[0] == cot[1] == cot[2] == pytest.approx(4 * 20)
+
+
+def test_tradeoff_optimal_M_beats_its_neighbours():
+    bound = lower.tradeoff(4096, 4, 2, 1, P0=20_000)
+    M = bound.params["M"]
+    for other in (M - 1, M + 1):
+        if other >= 1:
+            value = (lower.gadget_log2(4096, 4, 2, other) - 20_000) / other
+            assert value <= bound.d_bound + 1e-9
+    assert M > 1  # a large P0 is amortized over many roots
+
+
+def test_every_construction_sits_above_its_bound():
+    for row in bound_rows([2**8, 2**12, 2**16], [1, 3, 8], [1, 2, 3], [1, 4]):
+        assert row["d"] >= row["d_min"], row
+
+
+def test_g1_within_one_plus_order_one_over_log_n():
+    for N in (2**8, 2**12, 2**16, 2**20):
+        row = next(r for r in bound_rows([N], [16], [1]) if r["construction"] == "G1")
+        ratio = row["fact_bits_per_subject"] / row["bound_bits_per_subject"]
+        L = math.log2(N)
+        assert 1 < ratio <= 1 + 2.45 / (L - 1.45)
+
+
+@pytest.mark.parametrize("fmt", ["md", "csv", "json", "latex"])
+def test_table_formats_carry_formula_parameters_and_version(fmt):
+    rows = bound_rows([1024], [4], [1, 2], [1])
+    text = render(rows, fmt)
+    if fmt == "json":
+        doc = json.loads(text)
+        assert doc["version"] and all(r["formula"] and r["version"] for r in doc["rows"])
+    elif fmt == "csv":
+        parsed = list(csv.DictReader(io.StringIO(text)))
+        assert len(parsed) == len(rows) and parsed[0]["formula"] and parsed[0]["version"]
+    else:
+        assert "total-information" in text and "chain-of-thought" in text
+    with pytest.raises(ValueError, match="format"):
+        render(rows, "html")
+
+
+def test_leading_terms_are_sympy_expressions():
+    import sympy as sp
+    terms = lower.leading_terms()
+    value = terms["chain-of-thought"].subs({sp.Symbol("N", positive=True): 1024, sp.Symbol("R", positive=True): 4,
+                                            sp.Symbol("b", positive=True): 1})
+    assert sp.simplify(value - 40) == 0

@@ -1,0 +1,29 @@
+import numpy as np
+import pytest
+
+from constructions.single_hop import build_a1, build_g1, single_hop_queries
+from theory.tasks import random_task
+from verify.check import check_queries, quantize, smallest_exact_bits
+
+
+def test_quantization_grid():
+    from constructions.model import Model
+    model = Model(np.array([[0.0, 0.3, -1.0]]), np.zeros((1, 3)), np.array([[0.5, 0.0, 0.26]]))
+    q = quantize(model, 2)  # levels {-max, 0, max}
+    assert q.entity_embedding.tolist() == [[0.0, 0.0, -1.0]]
+    assert q.unembedding.tolist() == [[0.5, 0.0, 0.5]]
+    q3 = quantize(model, 3)  # step max/3
+    np.testing.assert_allclose(q3.entity_embedding, [[0.0, 1 / 3, -1.0]])
+    assert q.meta["quantized_bits"] == 2
+    with pytest.raises(ValueError, match="b >= 2"):
+        quantize(model, 1)
+
+
+def test_g1_binary_is_exact_at_two_bits_and_a1_is_not():
+    task = random_task(512, 4, 3)
+    tokens, answers = single_hop_queries(task)
+    bits, records = smallest_exact_bits(build_g1(task, "binary").model, tokens, answers)
+    assert bits == 2 and records[-1]["exact"]
+    bits, records = smallest_exact_bits(build_a1(task, "binary").model, tokens, answers)
+    assert bits > 2 and not records[0]["exact"]
+    assert check_queries(quantize(build_a1(task, "binary").model, 2), tokens, answers).accuracy < 0.5

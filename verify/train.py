@@ -1,0 +1,446 @@
+"""An autograd-free NumPy trainer for the shared Model (THEORY.md §5).
+
+The forward pass is THE forward pass (``constructions.model.forward`` with ``trace=True``); this module adds
+the hand-written backward pass through every parameter group, cross-entropy, and Adam/SGD.
+
+Parameters are a flat dict keyed like ``Model.arrays()`` (``entity_embedding``, ``layers.0.mlp.W1``, ...).
+Groups, for freezing: ``entity_embedding``, ``relation_embedding``, ``position_embedding``, ``unembedding``,
+``attention`` (every attention weight), ``mlp`` (every MLP weight and bias).
+
+Initialization (``init_model``), with fan-in scaling so activations stay O(1):
+embeddings (E, Q, P) and U have i.i.d. ``N(0, 1/d)`` entries (rows of norm ≈ 1); ``W_Q, W_K, W_V ~ N(0, 1/d)``,
+``W_O ~ N(0, 1/d_v)``; ``W1 ~ N(0, 1/d)``, ``W2 ~ N(0, 1/m)``; biases 0; softmax inverse temperature
+``1/sqrt(d_k)`` (not trained).
+
+Loss: mean cross-entropy over all ``n_out`` outputs, computed stably with log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import sparse
+
+from constructions.model import MLP, Attention, Layer, Model, forward
+from theory.tasks import _as_rng, check_positive_int
+
+GROUPS = ("entity_embedding", "relation_embedding", "position_embedding", "unembedding", "attention", "mlp")
+
+
+def group_of(key: str) -> str:
+    """The freezing group of a parameter key."""
+    if key.startswith("layers."):
+        return key.split(".")[2]
+    return key
+
+
+def init_model(
+    N: int,
+    R: int,
+    d: int,
+    m: int,
+    *,
+    attention: str = "uniform",
+    heads: int = 1,
+    d_head: int | None = None,
+    layers: int = 1,
+    positions: int | None = None,
+    n_out: int | None = None,
+    rng: np.random.Generator | int | None = None,
+    dtype=np.float32,
+) -> Model:
+    """A randomly initialized Model (see the module docstring for the distributions)."""
+    N, R, d, m, heads, layers = (check_positive_int(n, v) for n, v in
+                                 (("N", N), ("R", R), ("d", d), ("m", m), ("heads", heads), ("layers", layers)))
+    if attention not in ("uniform", "softmax", "none"):
+        raise ValueError(f"attention must be 'uniform', 'softmax' or 'none', got {attention!r}")
+    rng = _as_rng(rng)
+    d_head = d_head or (d if attention == "uniform" else max(1, d // heads))
+    n_out = N if n_out is None else n_out
+
+    def normal(shape, fan_in):
+        return (rng.standard_normal(shape) / math.sqrt(fan_in)).astype(dtype)
+
+    built = []
+    for _ in range(layers):
+        att = None
+        if attention == "uniform":
+            att = Attention("uniform", W_V=normal((heads, d, d_head), d), W_O=normal((heads, d_head, d), d_head))
+        elif attention == "softmax":
+            att = Attention("softmax", W_V=normal((heads, d, d_head), d), W_O=normal((heads, d_head, d), d_head),
+                            W_Q=normal((heads, d, d_head), d), W_K=normal((heads, d, d_head), d),
+                            inverse_temperature=1.0 / math.sqrt(d_head))
+        mlp = MLP(normal((d, m), d), np.zeros(m, dtype), normal((m, d), m), np.zeros(d, dtype))
+        built.append(Layer(att, mlp))
+    return Model(normal((N, d), d), normal((R, d), d), normal((n_out, d), d), tuple(built),
+                 None if positions is None else normal((positions, d), d),
+                 meta={"construction": "trained", "init": "fan-in normal"})
+
+
+def params_of(model: Model) -> dict[str, np.ndarray]:
+    """Writable copies of every weight, keyed like ``Model.arrays()``."""
+    return {key: np.array(value) for key, value in model.arrays().items()}
+
+
+def with_params(template: Model, params: dict[str, np.ndarray]) -> Model:
+    """A Model with ``template``'s structure (kinds, temperatures) and the given weights."""
+    def layer_part(i, part, name):
+        if part is None:
+            return None
+        prefix = f"layers.{i}.{name}"
+        if name == "attention":
+            return Attention(part.kind, params[f"{prefix}.W_V"], params[f"{prefix}.W_O"],
+                             params.get(f"{prefix}.W_Q"), params.get(f"{prefix}.W_K"), part.inverse_temperature)
+        return MLP(params[f"{prefix}.W1"], params[f"{prefix}.b1"], params[f"{prefix}.W2"], params[f"{prefix}.b2"])
+
+    layers = tuple(Layer(layer_part(i, layer.attention, "attention"), layer_part(i, layer.mlp, "mlp"))
+                   for i, layer in enumerate(template.layers))
+    return Model(params["entity_embedding"], params["relation_embedding"], params["unembedding"], layers,
+                 params.get("position_embedding"), meta=dict(template.meta))
+
+
+# ------------------------------------------------------------------------------------------- loss + backward
+
+
+def cross_entropy(logits: np.ndarray, answers: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """Mean cross-entropy over rows, its gradient w.r.t. the logits, and the argmax of each row."""
+    rows = np.arange(logits.shape[0])
+    predictions = logits.argmax(axis=-1)
+    grad = logits - logits[rows, predictions][:, None]  # shift by the row maximum
+    picked = grad[rows, answers].copy()
+    np.exp(grad, out=grad)
+    total = grad.sum(axis=-1, keepdims=True)
+    loss = float(np.mean(np.log(total[:, 0]) - picked))
+    grad *= 1.0 / (total * logits.shape[0])
+    grad[rows, answers] -= 1.0 / logits.shape[0]
+    return loss, grad, predictions
+
+
+def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
+                   positions: np.ndarray | None = None, frozen: frozenset[str] = frozenset()):
+    """Mean cross-entropy of ``answers`` and its gradient for every parameter not in a frozen group.
+
+    ``positions=None``: one answer per query, read at the last position (``answers`` shape ``(B,)``).
+    Otherwise answers ``(B, P)`` are read at the given positions (teacher forcing) and the loss is the mean over
+    all B·P predictions. Returns ``(loss, grads, predictions)``.
+    """
+    at = "last" if positions is None else "all"
+    logits, trace = forward(model, tokens, at=at, trace=True)
+    B, T = tokens.shape
+    if positions is None:
+        flat_logits, flat_answers = logits, answers
+    else:
+        flat_logits = logits[:, positions].reshape(-1, logits.shape[-1])
+        flat_answers = answers.reshape(-1)
+    loss, dz, predictions = cross_entropy(flat_logits, flat_answers)
+    grads: dict[str, np.ndarray] = {}
+    need = lambda key: group_of(key) not in frozen  # noqa: E731
+    x_final = trace.residual[-1]  # (B, Tq, d): Tq = 1 for at="last"
+    U = model.unembedding
+    if positions is None:
+        x_read = x_final[:, -1]
+        dx = np.zeros_like(x_final)
+        dx[:, -1] = dz @ U
+    else:
+        x_read = x_final[:, positions].reshape(-1, x_final.shape[-1])
+        dx = np.zeros_like(x_final)
+        dx[:, positions] = (dz @ U).reshape(B, len(positions), -1)
+    if need("unembedding"):
+        grads["unembedding"] = dz.T @ x_read
+    for i in range(len(model.layers) - 1, -1, -1):
+        dx = _layer_backward(model.layers[i], i, trace, dx, grads, need)
+    # embeddings: x0 = [E; Q][tokens] + P[:T]
+    dx0 = dx  # (B, T, d)
+    N = model.n_entities
+    flat_tokens = tokens.reshape(-1)
+    flat_dx = dx0.reshape(-1, dx0.shape[-1])
+    if need("entity_embedding"):
+        grads["entity_embedding"] = _scatter(flat_tokens, flat_dx, N, 0)
+    if need("relation_embedding"):
+        grads["relation_embedding"] = _scatter(flat_tokens, flat_dx, model.n_relations, N)
+    if model.position_embedding is not None and need("position_embedding"):
+        dP = np.zeros_like(model.position_embedding)
+        dP[:T] = dx0.sum(axis=0)
+        grads["position_embedding"] = dP
+    return loss, grads, predictions
+
+
+def _scatter(tokens: np.ndarray, rows: np.ndarray, size: int, offset: int) -> np.ndarray:
+    """Sum the gradient rows of every occurrence of token ``offset + j`` into row j (a ``size × d`` array)."""
+    mask = (tokens >= offset) & (tokens < offset + size)
+    picked = tokens[mask] - offset
+    onehot = sparse.csr_matrix((np.ones(picked.size, dtype=rows.dtype), (picked, np.arange(picked.size))),
+                               shape=(size, picked.size))
+    return np.asarray(onehot @ rows[mask])
+
+
+def _layer_backward(layer: Layer, i: int, trace, dy: np.ndarray, grads: dict, need) -> np.ndarray:
+    """Back through one layer: ``dy`` is the gradient w.r.t. the layer's output (its query positions);
+    returns the gradient w.r.t. its input (all positions)."""
+    x_in, x_mid = trace.residual[2 * i], trace.residual[2 * i + 1]
+    Tq = x_mid.shape[1]
+    queries = slice(x_in.shape[1] - Tq, x_in.shape[1])
+    prefix = f"layers.{i}"
+    dx_mid = dy
+    if layer.mlp is not None:
+        mlp, hidden = layer.mlp, trace.hidden[i]
+        flat_dy = dy.reshape(-1, dy.shape[-1])
+        flat_h = hidden.reshape(-1, hidden.shape[-1])
+        dh = flat_dy @ mlp.W2.T
+        dh *= flat_h > 0
+        if need("mlp"):
+            flat_mid = x_mid.reshape(-1, x_mid.shape[-1])
+            grads[f"{prefix}.mlp.W2"] = flat_h.T @ flat_dy
+            grads[f"{prefix}.mlp.b2"] = flat_dy.sum(axis=0)
+            grads[f"{prefix}.mlp.W1"] = flat_mid.T @ dh
+            grads[f"{prefix}.mlp.b1"] = dh.sum(axis=0)
+        dx_mid = dy + (dh @ mlp.W1.T).reshape(dy.shape)
+    dx_in = np.zeros_like(x_in)
+    dx_in[:, queries] += dx_mid
+    if layer.attention is not None:
+        _attention_backward(layer.attention, prefix, x_in, queries, trace.attention_weights[i], dx_mid,
+                            dx_in, grads, need)
+    return dx_in
+
+
+def _attention_backward(att: Attention, prefix: str, x: np.ndarray, queries: slice, weights, g: np.ndarray,
+                        dx: np.ndarray, grads: dict, need) -> None:
+    """Accumulate into ``dx`` the gradient through attention whose output at ``queries`` has gradient ``g``."""
+    B, T, d = x.shape
+    positions = np.arange(T)[queries]
+    want = need("attention")
+    dW = {name: np.zeros_like(getattr(att, name)) for name in ("W_V", "W_O", "W_Q", "W_K")
+          if want and getattr(att, name) is not None}
+    flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731
+    if att.kind == "uniform":
+        counts = (positions + 1).astype(x.dtype)[None, :, None]
+        if positions.size == 1:
+            sums = x[:, : positions[0] + 1].sum(axis=1, keepdims=True)
+        else:
+            sums = np.cumsum(x, axis=1)[:, queries]  # (B, Tq, d)
+        dsums = np.zeros_like(sums)
+        for h in range(att.heads):
+            sv = sums @ att.W_V[h]  # (B, Tq, dv)
+            dsv = (g @ att.W_O[h].T) / counts
+            if want:
+                dW["W_O"][h] = flat(sv / counts).T @ flat(g)
+                dW["W_V"][h] = flat(sums).T @ flat(dsv)
+            dsums += dsv @ att.W_V[h].T
+        # sums[t] = Σ_{u<=t} x_u: x_u receives Σ_{t>=u} dsums[t]
+        if positions.size == 1:
+            dx[:, : positions[0] + 1] += dsums
+        else:
+            full = np.zeros_like(x)
+            full[:, queries] = dsums
+            dx += np.flip(np.cumsum(np.flip(full, axis=1), axis=1), axis=1)
+    else:
+        xq = x[:, queries]
+        for h in range(att.heads):
+            A = weights[h]  # (B, Tq, T)
+            v = x @ att.W_V[h]  # (B, T, dv)
+            o = A @ v  # (B, Tq, dv)
+            do = g @ att.W_O[h].T
+            dv = A.transpose(0, 2, 1) @ do  # (B, T, dv)
+            if want:
+                dW["W_O"][h] = flat(o).T @ flat(g)
+                dW["W_V"][h] = flat(x).T @ flat(dv)
+            dx += dv @ att.W_V[h].T
+            if att.kind == "softmax":  # hard attention: the argmax weights are piecewise constant
+                dA = do @ v.transpose(0, 2, 1)  # (B, Tq, T)
+                dscores = A * (dA - (A * dA).sum(axis=-1, keepdims=True))
+                beta = att.inverse_temperature
+                q, k = xq @ att.W_Q[h], x @ att.W_K[h]
+                dq = beta * (dscores @ k)
+                dk = beta * (dscores.transpose(0, 2, 1) @ q)
+                if want:
+                    dW["W_Q"][h] = flat(xq).T @ flat(dq)
+                    dW["W_K"][h] = flat(x).T @ flat(dk)
+                dx[:, queries] += dq @ att.W_Q[h].T
+                dx += dk @ att.W_K[h].T
+    for name, value in dW.items():
+        grads[f"{prefix}.attention.{name}"] = value
+
+
+# ---------------------------------------------------------------------------------------------- optimizers
+
+
+def sgd(grad_fn: Callable, params: dict, steps: int, *, lr: float = 0.1, momentum: float = 0.0,
+        callback: Callable | None = None) -> dict:
+    """Gradient descent with optional heavy-ball momentum. ``grad_fn(params, step) -> grads`` (a dict over a
+    subset of the keys: the others stay fixed). ``callback(params, step, grads)`` returning True stops early.
+    The input dict is not modified; the returned one is."""
+    params = {k: np.array(v) for k, v in params.items()}
+    velocity = {k: np.zeros_like(v) for k, v in params.items()}
+    for step in range(steps):
+        grads = grad_fn(params, step)
+        if callback is not None and callback(params, step, grads):
+            break
+        for k, g in grads.items():
+            velocity[k] = momentum * velocity[k] + g
+            params[k] -= lr * velocity[k]
+    return params
+
+
+def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999,
+         eps: float = 1e-8, callback: Callable | None = None) -> dict:
+    """Adam (Kingma & Ba), same contract as :func:`sgd`."""
+    params = {k: np.array(v) for k, v in params.items()}
+    m1 = {k: np.zeros_like(v) for k, v in params.items()}
+    m2 = {k: np.zeros_like(v) for k, v in params.items()}
+    for step in range(steps):
+        grads = grad_fn(params, step)
+        if callback is not None and callback(params, step, grads):
+            break
+        t = step + 1
+        scale = lr * math.sqrt(1 - b2**t) / (1 - b1**t)
+        for k, g in grads.items():
+            m1[k] *= b1
+            m1[k] += (1 - b1) * g
+            m2[k] *= b2
+            m2[k] += (1 - b2) * (g * g)
+            params[k] -= scale * m1[k] / (np.sqrt(m2[k]) + eps)
+    return params
+
+
+OPTIMIZERS = {"adam": adam, "sgd": sgd}
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+@dataclass
+class TrainResult:
+    model: Model
+    steps: int  # optimizer steps taken
+    reached: bool  # 100% accuracy on every query, confirmed by the exhaustive checker
+    losses: list[float] = field(default_factory=list)
+    accuracies: list[float] = field(default_factory=list)  # accuracy of the batch seen at each step
+    seconds: float = 0.0
+
+
+def train(
+    model: Model,
+    tokens: np.ndarray,
+    answers: np.ndarray,
+    *,
+    steps: int = 1000,
+    lr: float = 1e-2,
+    optimizer: str = "adam",
+    batch_size: int | None = None,
+    frozen=(),
+    positions: np.ndarray | None = None,
+    dtype=np.float32,
+    rng: np.random.Generator | int | None = None,
+    stop_at_accuracy: float | None = 1.0,
+    log_every: int = 0,
+    callback: Callable | None = None,
+) -> TrainResult:
+    """Train ``model`` on (tokens, answers) with cross-entropy.
+
+    Full batch by default (``batch_size=None``); otherwise minibatches of a fresh random permutation each epoch
+    (drawn from ``rng``). ``frozen``: groups (see ``GROUPS``) that receive no update. Stops when every query
+    is answered (full batch: the step's own predictions; minibatch: an exhaustive check at the end of each
+    epoch) or after ``steps``. A non-finite loss raises ``FloatingPointError`` naming the step.
+    """
+    from verify.check import check_queries
+
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+    frozen = frozenset(frozen)
+    unknown = frozen - set(GROUPS)
+    if unknown:
+        raise ValueError(f"unknown parameter groups {sorted(unknown)}; groups are {GROUPS}")
+    steps = check_positive_int("steps", steps)
+    rng = _as_rng(rng)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    answers = np.asarray(answers, dtype=np.int64)
+    n = tokens.shape[0]
+    batch = n if batch_size is None else min(check_positive_int("batch_size", batch_size), n)
+    template = model.astype(dtype)
+    params = params_of(template)
+    history = TrainResult(template, 0, False)
+    order = np.arange(n)
+    start = time.perf_counter()
+    state = {"done": False}
+
+    def grad_fn(current, step):
+        if batch < n:
+            offset = (step * batch) % n
+            if offset == 0 or offset + batch > n:
+                order[:] = rng.permutation(n)
+                offset = 0
+            idx = order[offset : offset + batch]
+        else:
+            idx = slice(None)
+        batch_answers = answers[idx]
+        loss, grads, predictions = loss_and_grads(with_params(template, current), tokens[idx], batch_answers,
+                                                  positions, frozen)
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"loss became {loss} at step {step}: lower the learning rate (lr = {lr})")
+        accuracy = float(np.mean(predictions == batch_answers.reshape(-1)))
+        history.losses.append(loss)
+        history.accuracies.append(accuracy)
+        if log_every and step % log_every == 0:
+            print(f"step {step:6d}  loss {loss:.5f}  accuracy {100 * accuracy:6.2f}%  "
+                  f"({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
+        if stop_at_accuracy is not None:
+            if batch == n and accuracy >= stop_at_accuracy:
+                state["done"] = True
+            elif batch < n and (offset + batch >= n) and step > 0:
+                check = check_queries(with_params(template, current), tokens, answers,
+                                      positions=positions)
+                state["done"] = check.accuracy >= stop_at_accuracy
+        return grads
+
+    def stop(current, step, grads):
+        history.steps = step
+        if callback is not None and callback(current, step, grads):
+            return True
+        return state["done"]
+
+    final = OPTIMIZERS[optimizer](grad_fn, params, steps, lr=lr, callback=stop)
+    if not state["done"]:
+        history.steps = steps
+    history.model = with_params(template, final)
+    verdict = check_queries(history.model, tokens, answers, positions=positions)
+    history.reached = verdict.exact
+    history.seconds = time.perf_counter() - start
+    return history
+
+
+# ------------------------------------------------------------------------------------------ gradient check
+
+
+def check_grads(model: Model, tokens, answers, *, positions=None, frozen=(), rng=None, h: float = 1e-6,
+                rtol: float = 1e-5) -> dict[str, tuple[float, float]]:
+    """Directional central differences in float64, one random direction per parameter.
+
+    For each trainable parameter θ and a random unit direction v: compares ``<∇L, v>`` with
+    ``(L(θ + h·v) − L(θ − h·v)) / 2h``. Returns ``{key: (analytic, numeric)}``; raises ``AssertionError`` naming
+    the first parameter whose two values differ by more than ``rtol`` (relative to their scale, plus 1e-8).
+    """
+    rng = _as_rng(rng)
+    model = model.astype(np.float64)
+    tokens, answers = np.asarray(tokens), np.asarray(answers)
+    frozen = frozenset(frozen)
+    _, grads, _ = loss_and_grads(model, tokens, answers, positions, frozen)
+    params = params_of(model)
+    out = {}
+    for key in sorted(grads):
+        v = rng.standard_normal(params[key].shape)
+        v /= np.linalg.norm(v)
+        analytic = float(np.sum(grads[key] * v))
+        plus, minus = dict(params), dict(params)
+        plus[key], minus[key] = params[key] + h * v, params[key] - h * v
+        lp = loss_and_grads(with_params(model, plus), tokens, answers, positions, frozenset(GROUPS))[0]
+        lm = loss_and_grads(with_params(model, minus), tokens, answers, positions, frozenset(GROUPS))[0]
+        numeric = (lp - lm) / (2 * h)
+        out[key] = (analytic, numeric)
+        if abs(analytic - numeric) > rtol * max(abs(analytic), abs(numeric)) + 1e-8:
+            raise AssertionError(f"gradient of {key}: analytic {analytic:.10g} vs numeric {numeric:.10g}")
+    return out

@@ -467,3 +467,60 @@ def greedy_decode(model: Model, prompts: np.ndarray, steps: int, *, integer: boo
         margins[:, t] = (top2[:, 1] - top2[:, 0]) if top2 is not None else np.inf
         seq = np.concatenate([seq, generated[:, t : t + 1]], axis=1)
     return generated, margins
+
+
+# ------------------------------------------------------------------------------------------- saving
+
+
+def save_model(model: Model, path: str, extra_arrays: dict[str, np.ndarray] | None = None, **record) -> None:
+    """Write a Model to ``.npz`` without pickle: every array under its ``Model.arrays()`` name, plus a JSON
+    header (layer structure, attention kinds and temperatures, ``meta``, the package version and ``record``,
+    e.g. parameters and seed). ``extra_arrays`` (e.g. the task table) are stored beside the weights."""
+    import json
+
+    from theory import __version__
+    structure = [{"attention": None if layer.attention is None else
+                  {"kind": layer.attention.kind, "inverse_temperature": layer.attention.inverse_temperature},
+                  "mlp": layer.mlp is not None} for layer in model.layers]
+    header = {"format": "georecall-model-1", "version": __version__, "structure": structure,
+              "meta": model.meta, "record": record}
+    arrays = {key.replace(".", "__"): value for key, value in model.arrays().items()}
+    arrays.update({f"extra____{key}": np.asarray(value) for key, value in (extra_arrays or {}).items()})
+    np.savez_compressed(path, __header__=np.array(json.dumps(header, default=str)), **arrays)
+
+
+def load_model(path: str) -> tuple[Model, dict]:
+    """Read a Model written by :func:`save_model` (``allow_pickle=False``); returns ``(model, header)``, the
+    header's ``extra_arrays`` holding the stored extra arrays.
+    Raises ``ValueError`` for a file that is not a georecall model."""
+    import json
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path!r} as an .npz file: {exc}") from None
+    with data:
+        if "__header__" not in data.files:
+            raise ValueError(f"{path!r} is not a georecall model (no __header__)")
+        header = json.loads(str(data["__header__"]))
+        if header.get("format") != "georecall-model-1":
+            raise ValueError(f"{path!r}: unknown model format {header.get('format')!r}")
+        arrays = {key.replace("__", "."): data[key] for key in data.files
+                  if key != "__header__" and not key.startswith("extra____")}
+        header["extra_arrays"] = {key[len("extra____"):]: data[key] for key in data.files
+                                  if key.startswith("extra____")}
+    layers = []
+    for i, spec in enumerate(header["structure"]):
+        att = None
+        if spec["attention"] is not None:
+            p = f"layers.{i}.attention."
+            att = Attention(spec["attention"]["kind"], arrays[p + "W_V"], arrays[p + "W_O"], arrays.get(p + "W_Q"),
+                            arrays.get(p + "W_K"), spec["attention"]["inverse_temperature"])
+        mlp = None
+        if spec["mlp"]:
+            p = f"layers.{i}.mlp."
+            mlp = MLP(arrays[p + "W1"], arrays[p + "b1"], arrays[p + "W2"], arrays[p + "b2"])
+        layers.append(Layer(att, mlp))
+    model = Model(arrays["entity_embedding"], arrays["relation_embedding"], arrays["unembedding"], tuple(layers),
+                  arrays.get("position_embedding"), meta=header.get("meta", {}))
+    return model, header

@@ -204,6 +204,58 @@ def cmd_precision(args) -> int:
     return 0 if bits is not None else 1
 
 
+def cmd_train(args) -> int:
+    from constructions.model import save_model
+    from constructions.single_hop import single_hop_queries
+    from verify.sweep import FROZEN_GROUPS
+    from verify.train import init_model, train
+    seeds = np.random.SeedSequence(args.seed).spawn(3)
+    task = random_task(args.N, args.R, np.random.default_rng(seeds[0]))
+    tokens, answers = single_hop_queries(task)
+    m = args.m if args.m is not None else 4 * args.d
+    model = init_model(args.N, args.R, args.d, m, attention=args.attention, heads=args.heads,
+                       rng=np.random.default_rng(seeds[1]), dtype=np.dtype(args.dtype))
+    frozen = tuple(FROZEN_GROUPS[args.mode]) + tuple(args.freeze)
+    result = train(model, tokens, answers, steps=args.steps, lr=args.lr, optimizer=args.optimizer,
+                   batch_size=args.batch_size, frozen=frozen, dtype=np.dtype(args.dtype),
+                   rng=np.random.default_rng(seeds[2]), log_every=0 if (args.quiet or args.json) else args.log_every)
+    params = {"N": args.N, "R": args.R, "d": args.d, "m": m, "attention": args.attention, "heads": args.heads,
+              "mode": args.mode, "frozen": list(frozen), "steps": args.steps, "lr": args.lr,
+              "optimizer": args.optimizer, "batch_size": args.batch_size, "dtype": args.dtype, "seed": args.seed}
+    doc = {"version": __version__, "params": params, "reached": result.reached, "steps_run": result.steps,
+           "final_loss": result.losses[-1], "final_batch_accuracy": result.accuracies[-1],
+           "seconds": round(result.seconds, 3), "out": args.out}
+    if args.out:
+        save_model(result.model, args.out, extra_arrays={"task_table": task.table}, **params)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"{'reached 100%' if result.reached else 'did not reach 100%'} on all {args.N * args.R:,} facts "
+              f"after {result.steps} steps ({result.seconds:.1f} s), final loss {result.losses[-1]:.4g}"
+              + (f"; model written to {args.out}" if args.out else ""))
+    return 0
+
+
+def cmd_sweep_threshold(args) -> int:
+    from verify.sweep import TrialSettings, fit_thresholds, summary_table, sweep
+    settings = TrialSettings(steps=args.steps, lr=args.lr, width_factor=args.width_factor)
+    records = sweep(args.out, args.N, args.R, args.modes, args.seeds, settings=settings, d_min=args.d_min,
+                    d_max=args.d_max, resolution=args.resolution, workers=args.workers,
+                    progress=not (args.quiet or args.json))
+    fits = fit_thresholds(records)
+    if args.json:
+        print(json.dumps({"version": __version__, "out": args.out, "settings": settings.__dict__,
+                          "thresholds": records, "fits": fits}, indent=2))
+    else:
+        print(summary_table(records))
+        for mode, fit in fits.items():
+            print(f"{mode}: d* ≈ c·R·ln N with c = {fit['c']:.3f} (per seed {fit['c_seed_mean']:.3f} ± "
+                  f"{fit['c_seed_std']:.3f}, {fit['points']} points, {fit['non_monotone']} non-monotone, "
+                  f"{fit['unreached']} never reached)")
+        print(f"records in {args.out}")
+    return 0
+
+
 def _whole(minimum: int):
     """An argparse type: a whole number >= minimum."""
     def parse(text: str) -> int:
@@ -322,6 +374,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--D", type=_positive_int, default=None, help="code length D")
     p.add_argument("--max-bits", type=_whole(2), default=24, help="largest b tried (default 24)")
     p.set_defaults(func=cmd_precision)
+
+    p = sub.add_parser("train", parents=[common], help="train a one-layer model on R random bijections",
+                       description="Train the shared Model with the NumPy trainer (hand-written gradients, Adam) "
+                       "on all N·R single-hop facts; progress on stderr; optionally write the model to .npz "
+                       "(no pickle; the task table is stored beside the weights).")
+    p.add_argument("--N", type=_positive_int, default=256, help="entities N (default 256)")
+    p.add_argument("--R", type=_positive_int, default=4, help="relations R (default 4)")
+    p.add_argument("--d", type=_positive_int, default=32, help="residual width d (default 32)")
+    p.add_argument("--m", type=_positive_int, default=None, help="MLP width m (default 4d)")
+    p.add_argument("--attention", choices=("uniform", "softmax"), default="uniform")
+    p.add_argument("--heads", type=_positive_int, default=1)
+    p.add_argument("--mode", choices=("learned", "frozen"), default="learned",
+                   help="frozen: entity and relation embeddings stay at their random initialization")
+    p.add_argument("--freeze", nargs="*", default=[], choices=("entity_embedding", "relation_embedding",
+                   "position_embedding", "unembedding", "attention", "mlp"), help="further groups to freeze")
+    p.add_argument("--steps", type=_positive_int, default=2000, help="step budget (stops early at 100%%)")
+    p.add_argument("--lr", type=float, default=1e-2, help="learning rate (default 1e-2)")
+    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
+    p.add_argument("--batch-size", type=_positive_int, default=None, help="minibatch size (default: full batch)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--log-every", type=_positive_int, default=50, help="progress line every this many steps")
+    p.add_argument("--out", default=None, help="write the trained model to this .npz file")
+    p.set_defaults(func=cmd_train)
+
+    sweep_parser = sub.add_parser("sweep", help="capacity-threshold sweeps")
+    sweep_sub = sweep_parser.add_subparsers(dest="target", required=True, parser_class=_Parser)
+    p = sweep_sub.add_parser("threshold", parents=[common],
+                             help="smallest d reaching 100%% (learned vs frozen embeddings), resumable JSONL",
+                             description="For each (N, R, mode, seed): the smallest d (MLP width m = "
+                             "width_factor·d) at which training reaches 100%% within the step budget, by doubling "
+                             "then bisection. Results are appended to --out line by line; a rerun skips what is "
+                             "done. Ends with a fit d* ≈ c·R·ln N per mode. --seed is ignored: use --seeds.")
+    p.add_argument("--N", type=_positive_int, nargs="+", default=[1024])
+    p.add_argument("--R", type=_positive_int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--modes", nargs="+", choices=("learned", "frozen"), default=["learned", "frozen"])
+    p.add_argument("--seeds", type=_seed, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=_positive_int, default=500, help="step budget per trial (default 500)")
+    p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--width-factor", type=_positive_int, default=4, help="m = width_factor·d (default 4)")
+    p.add_argument("--d-min", type=_positive_int, default=4)
+    p.add_argument("--d-max", type=_positive_int, default=1024)
+    p.add_argument("--resolution", type=_positive_int, default=2, help="stop bisecting at this gap in d")
+    p.add_argument("--workers", type=_positive_int, default=1, help="parallel processes (default 1)")
+    p.add_argument("--out", default="thresholds.jsonl", help="JSONL results file (default thresholds.jsonl)")
+    p.set_defaults(func=cmd_sweep_threshold)
     return parser
 
 
@@ -335,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"georecall: error: {exc}", file=sys.stderr)
         return 2
+    except FloatingPointError as exc:
+        print(f"georecall: training diverged: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("georecall: interrupted", file=sys.stderr)
         return 130

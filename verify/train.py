@@ -378,8 +378,14 @@ def train(
         else:
             idx = slice(None)
         batch_answers = answers[idx]
-        loss, grads, predictions = loss_and_grads(with_params(template, current), tokens[idx], batch_answers,
-                                                  positions, frozen)
+        try:
+            current_model = with_params(template, current)
+        except ValueError as exc:  # the Model refuses non-finite weights
+            raise FloatingPointError(f"parameters became non-finite at step {step} ({exc}): lower the "
+                                     f"learning rate (lr = {lr})") from None
+        with np.errstate(over="ignore", invalid="ignore"):
+            loss, grads, predictions = loss_and_grads(current_model, tokens[idx], batch_answers, positions,
+                                                      frozen)
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss became {loss} at step {step}: lower the learning rate (lr = {lr})")
         accuracy = float(np.mean(predictions == batch_answers.reshape(-1)))

@@ -130,3 +130,26 @@ def test_check_with_bits(capsys):
     code, _, _ = run(["check", "single-hop", "--N", "128", "--R", "3", "--bits", "2", "--construction",
                       "associative", "--quiet"], capsys)
     assert code == 1
+
+
+def test_train_command_writes_a_loadable_model(tmp_path, capsys):
+    out = str(tmp_path / "model.npz")
+    code, text, _ = run(["train", "--N", "32", "--R", "2", "--d", "12", "--out", out, "--json", "--seed", "3"],
+                        capsys)
+    doc = json.loads(text)
+    assert code == 0 and doc["reached"] and doc["params"]["seed"] == 3
+    from constructions.model import load_model
+    model, header = load_model(out)
+    assert header["record"]["N"] == 32 and header["extra_arrays"]["task_table"].shape == (2, 32)
+
+
+def test_sweep_threshold_command_resumes(tmp_path, capsys):
+    out = str(tmp_path / "t.jsonl")
+    args = ["sweep", "threshold", "--N", "32", "--R", "2", "--seeds", "0", "--steps", "150", "--out", out,
+            "--json"]
+    code, text, _ = run(args, capsys)
+    doc = json.loads(text)
+    assert code == 0 and {r["mode"] for r in doc["thresholds"]} == {"learned", "frozen"}
+    lines = open(out).read().splitlines()
+    code, text, _ = run(args, capsys)
+    assert code == 0 and open(out).read().splitlines() == lines

@@ -137,8 +137,14 @@ def read_records(path: str) -> list[dict]:
 
 
 def _append(path: str, record: dict) -> None:
-    with open(path, "a") as handle:
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
+    """Append one JSON line; a line left unfinished by an interruption is closed first, not continued."""
+    with open(path, "a+b") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() > 0:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+        handle.write((json.dumps(record, sort_keys=True) + "\n").encode())
         handle.flush()
         os.fsync(handle.fileno())
 

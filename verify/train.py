@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
-from constructions.model import MLP, Attention, Layer, Model, forward
+from constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows
 from theory.tasks import _as_rng, check_positive_int
 
 GROUPS = ("entity_embedding", "relation_embedding", "position_embedding", "unembedding", "attention", "mlp")
@@ -108,17 +108,21 @@ def with_params(template: Model, params: dict[str, np.ndarray]) -> Model:
 
 
 def cross_entropy(logits: np.ndarray, answers: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """Mean cross-entropy over rows, its gradient w.r.t. the logits, and the argmax of each row."""
+    """Mean cross-entropy over rows, its gradient w.r.t. the logits, and the argmax of each row.
+
+    Works in place: ``logits`` (a scratch array the caller owns) is overwritten by the gradient, which saves
+    two passes and an allocation over the largest array of a training step.
+    """
     rows = np.arange(logits.shape[0])
     predictions = logits.argmax(axis=-1)
-    grad = logits - logits[rows, predictions][:, None]  # shift by the row maximum
-    picked = grad[rows, answers].copy()
-    np.exp(grad, out=grad)
-    total = grad.sum(axis=-1, keepdims=True)
-    loss = float(np.mean(np.log(total[:, 0]) - picked))
-    grad *= 1.0 / (total * logits.shape[0])
-    grad[rows, answers] -= 1.0 / logits.shape[0]
-    return loss, grad, predictions
+    logits -= logits[rows, predictions][:, None]  # shift by the row maximum: every exponent <= 0
+    picked = logits[rows, answers]
+    np.exp(logits, out=logits)
+    total = logits.sum(axis=-1)
+    loss = float(np.mean(np.log(total) - picked))
+    logits *= (1.0 / (total * logits.shape[0]))[:, None].astype(logits.dtype)
+    logits[rows, answers] -= 1.0 / logits.shape[0]
+    return loss, logits, predictions
 
 
 def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
@@ -135,7 +139,7 @@ def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
     if positions is None:
         flat_logits, flat_answers = logits, answers
     else:
-        flat_logits = logits[:, positions].reshape(-1, logits.shape[-1])
+        flat_logits = logits[:, positions].reshape(-1, logits.shape[-1])  # a copy: fancy indexing
         flat_answers = answers.reshape(-1)
     loss, dz, predictions = cross_entropy(flat_logits, flat_answers)
     grads: dict[str, np.ndarray] = {}
@@ -225,12 +229,12 @@ def _attention_backward(att: Attention, prefix: str, x: np.ndarray, queries: sli
             sums = np.cumsum(x, axis=1)[:, queries]  # (B, Tq, d)
         dsums = np.zeros_like(sums)
         for h in range(att.heads):
-            sv = sums @ att.W_V[h]  # (B, Tq, dv)
-            dsv = (g @ att.W_O[h].T) / counts
+            sv = matmul_rows(sums, att.W_V[h])  # (B, Tq, dv)
+            dsv = matmul_rows(g, att.W_O[h].T) / counts
             if want:
                 dW["W_O"][h] = flat(sv / counts).T @ flat(g)
                 dW["W_V"][h] = flat(sums).T @ flat(dsv)
-            dsums += dsv @ att.W_V[h].T
+            dsums += matmul_rows(dsv, att.W_V[h].T)
         # sums[t] = Σ_{u<=t} x_u: x_u receives Σ_{t>=u} dsums[t]
         if positions.size == 1:
             dx[:, : positions[0] + 1] += dsums
@@ -242,26 +246,26 @@ def _attention_backward(att: Attention, prefix: str, x: np.ndarray, queries: sli
         xq = x[:, queries]
         for h in range(att.heads):
             A = weights[h]  # (B, Tq, T)
-            v = x @ att.W_V[h]  # (B, T, dv)
+            v = matmul_rows(x, att.W_V[h])  # (B, T, dv)
             o = A @ v  # (B, Tq, dv)
-            do = g @ att.W_O[h].T
+            do = matmul_rows(g, att.W_O[h].T)
             dv = A.transpose(0, 2, 1) @ do  # (B, T, dv)
             if want:
                 dW["W_O"][h] = flat(o).T @ flat(g)
                 dW["W_V"][h] = flat(x).T @ flat(dv)
-            dx += dv @ att.W_V[h].T
+            dx += matmul_rows(dv, att.W_V[h].T)
             if att.kind == "softmax":  # hard attention: the argmax weights are piecewise constant
                 dA = do @ v.transpose(0, 2, 1)  # (B, Tq, T)
                 dscores = A * (dA - (A * dA).sum(axis=-1, keepdims=True))
                 beta = att.inverse_temperature
-                q, k = xq @ att.W_Q[h], x @ att.W_K[h]
+                q, k = matmul_rows(xq, att.W_Q[h]), matmul_rows(x, att.W_K[h])
                 dq = beta * (dscores @ k)
                 dk = beta * (dscores.transpose(0, 2, 1) @ q)
                 if want:
                     dW["W_Q"][h] = flat(xq).T @ flat(dq)
                     dW["W_K"][h] = flat(x).T @ flat(dk)
-                dx[:, queries] += dq @ att.W_Q[h].T
-                dx += dk @ att.W_K[h].T
+                dx[:, queries] += matmul_rows(dq, att.W_Q[h].T)
+                dx += matmul_rows(dk, att.W_K[h].T)
     for name, value in dW.items():
         grads[f"{prefix}.attention.{name}"] = value
 
@@ -292,18 +296,27 @@ def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: f
     params = {k: np.array(v) for k, v in params.items()}
     m1 = {k: np.zeros_like(v) for k, v in params.items()}
     m2 = {k: np.zeros_like(v) for k, v in params.items()}
+    scratch = {k: np.empty_like(v) for k, v in params.items()}
     for step in range(steps):
         grads = grad_fn(params, step)
         if callback is not None and callback(params, step, grads):
             break
         t = step + 1
         scale = lr * math.sqrt(1 - b2**t) / (1 - b1**t)
-        for k, g in grads.items():
+        for k, g in grads.items():  # in place, one scratch array per parameter
+            tmp = scratch[k]
             m1[k] *= b1
-            m1[k] += (1 - b1) * g
+            np.multiply(g, 1 - b1, out=tmp)
+            m1[k] += tmp
             m2[k] *= b2
-            m2[k] += (1 - b2) * (g * g)
-            params[k] -= scale * m1[k] / (np.sqrt(m2[k]) + eps)
+            np.multiply(g, g, out=tmp)
+            tmp *= 1 - b2
+            m2[k] += tmp
+            np.sqrt(m2[k], out=tmp)
+            tmp += eps
+            np.divide(m1[k], tmp, out=tmp)
+            tmp *= scale
+            params[k] -= tmp
     return params
 
 

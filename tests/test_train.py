@@ -1,0 +1,184 @@
+"""The NumPy trainer: gradients against finite differences, training to 100%, freezing, determinism."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from constructions.model import load_model, save_model
+from constructions.multi_hop import multi_hop_queries
+from constructions.single_hop import single_hop_queries
+from theory.tasks import random_task
+from verify.check import check_queries
+from verify.sweep import TrialSettings, find_threshold, fit_thresholds, read_records, sweep
+from verify.train import GROUPS, check_grads, init_model, loss_and_grads, train
+
+
+@given(N=st.integers(2, 8), R=st.integers(1, 3), d=st.integers(2, 7), m=st.integers(1, 6),
+       attention=st.sampled_from(["uniform", "softmax", "none"]), heads=st.integers(1, 2),
+       layers=st.integers(1, 2), k=st.integers(1, 2), seed=st.integers(0, 2**31),
+       frozen=st.sets(st.sampled_from(GROUPS), max_size=2))
+def test_gradients_match_central_differences(N, R, d, m, attention, heads, layers, k, seed, frozen):
+    rng = np.random.default_rng(seed)
+    model = init_model(N, R, d, m, attention=attention, heads=heads, layers=layers, positions=k + 1, rng=rng,
+                       dtype=np.float64)
+    tokens, answers = multi_hop_queries(random_task(N, R, rng), k)
+    results = check_grads(model, tokens, answers, frozen=frozen, rng=rng)
+    assert not any(key.split(".")[2 if key.startswith("layers") else 0] in frozen for key in results)
+    expected_groups = {"entity_embedding", "relation_embedding", "unembedding", "position_embedding", "mlp"}
+    if attention != "none":
+        expected_groups.add("attention")
+    seen = {key.split(".")[2] if key.startswith("layers") else key for key in results}
+    assert seen == expected_groups - set(frozen)
+
+
+@given(attention=st.sampled_from(["uniform", "softmax"]), seed=st.integers(0, 2**31))
+def test_teacher_forcing_gradients(attention, seed):
+    rng = np.random.default_rng(seed)
+    model = init_model(6, 2, 5, 4, attention=attention, heads=2, positions=5, rng=rng, dtype=np.float64)
+    tokens = rng.integers(0, 8, size=(7, 5))
+    answers = rng.integers(0, 6, size=(7, 3))
+    check_grads(model, tokens, answers, positions=np.array([1, 2, 4]), rng=rng)
+
+
+def test_gradient_checker_can_fail():
+    model = init_model(5, 2, 4, 3, rng=0, dtype=np.float64)
+    tokens, answers = single_hop_queries(random_task(5, 2, 0))
+    import verify.train as tr
+    original = tr.loss_and_grads
+
+    def wrong(*args, **kwargs):
+        loss, grads, pred = original(*args, **kwargs)
+        if "layers.0.mlp.W1" in grads:
+            grads["layers.0.mlp.W1"] = grads["layers.0.mlp.W1"] * 1.1
+        return loss, grads, pred
+
+    tr.loss_and_grads = wrong
+    try:
+        with pytest.raises(AssertionError, match="layers.0.mlp.W1"):
+            check_grads(model, tokens, answers, rng=1)
+    finally:
+        tr.loss_and_grads = original
+
+
+@pytest.mark.parametrize("optimizer, lr", [("adam", 1e-2), ("sgd", 1.0)])
+def test_tiny_task_trains_to_100_percent(optimizer, lr):
+    task = random_task(16, 2, 0)
+    tokens, answers = single_hop_queries(task)
+    result = train(init_model(16, 2, 16, 64, rng=0), tokens, answers, steps=3000, lr=lr, optimizer=optimizer,
+                   rng=0)
+    assert result.reached and result.steps < 3000
+    assert check_queries(result.model, tokens, answers).exact
+    assert result.losses[-1] < result.losses[0]
+
+
+def test_minibatch_training_reaches_100_percent():
+    task = random_task(32, 2, 1)
+    tokens, answers = single_hop_queries(task)
+    result = train(init_model(32, 2, 16, 64, rng=1), tokens, answers, steps=3000, batch_size=16, rng=1)
+    assert result.reached
+
+
+def test_frozen_groups_do_not_change_and_others_do():
+    task = random_task(16, 2, 0)
+    tokens, answers = single_hop_queries(task)
+    model = init_model(16, 2, 8, 16, rng=3)
+    result = train(model, tokens, answers, steps=20, rng=0, frozen=("entity_embedding", "attention"),
+                   stop_at_accuracy=None)
+    before, after = model.arrays(), result.model.arrays()
+    for key in before:
+        frozen = key == "entity_embedding" or ".attention." in key
+        assert np.array_equal(before[key], after[key]) == frozen, key
+
+
+def test_same_seed_same_run():
+    task = random_task(24, 3, 0)
+    tokens, answers = single_hop_queries(task)
+    runs = [train(init_model(24, 3, 8, 32, rng=5), tokens, answers, steps=30, batch_size=20, rng=9,
+                  stop_at_accuracy=None) for _ in range(2)]
+    assert runs[0].losses == runs[1].losses
+    other = train(init_model(24, 3, 8, 32, rng=5), tokens, answers, steps=30, batch_size=20, rng=10,
+                  stop_at_accuracy=None)
+    assert other.losses != runs[0].losses
+
+
+def test_divergence_names_the_step():
+    task = random_task(16, 2, 0)
+    tokens, answers = single_hop_queries(task)
+    with pytest.raises(FloatingPointError, match=r"at step \d+"):
+        train(init_model(16, 2, 8, 16, rng=0), tokens, answers, steps=50, lr=1e12, rng=0)
+
+
+def test_bad_arguments():
+    tokens, answers = single_hop_queries(random_task(4, 1, 0))
+    with pytest.raises(ValueError, match="unknown parameter groups"):
+        train(init_model(4, 1, 4, 4, rng=0), tokens, answers, frozen=("embeddings",))
+    with pytest.raises(ValueError, match="optimizer"):
+        train(init_model(4, 1, 4, 4, rng=0), tokens, answers, optimizer="lbfgs")
+
+
+def test_model_file_round_trip_without_pickle(tmp_path):
+    model = init_model(6, 2, 4, 3, attention="softmax", heads=2, positions=3, rng=0)
+    path = tmp_path / "m.npz"
+    save_model(model, str(path), extra_arrays={"task_table": np.arange(12).reshape(2, 6)}, seed=7)
+    loaded, header = load_model(str(path))
+    assert header["record"]["seed"] == 7 and header["version"]
+    assert np.array_equal(header["extra_arrays"]["task_table"], np.arange(12).reshape(2, 6))
+    for key, value in model.arrays().items():
+        assert np.array_equal(value, loaded.arrays()[key])
+    tokens = np.array([[6, 0], [7, 5]])
+    from constructions.model import forward
+    assert np.array_equal(forward(model, tokens), forward(loaded, tokens))
+    np.savez(tmp_path / "bad.npz", x=np.zeros(2))
+    with pytest.raises(ValueError, match="not a georecall model"):
+        load_model(str(tmp_path / "bad.npz"))
+
+
+# ----------------------------------------------------------------------------------------------- sweeps
+
+SETTINGS = TrialSettings(steps=200)
+
+
+def _strip(records):
+    return sorted(json.dumps({k: v for k, v in r.items() if k != "seconds"}, sort_keys=True) for r in records)
+
+
+def test_resuming_an_interrupted_sweep_reproduces_the_records(tmp_path):
+    full, cut = str(tmp_path / "full.jsonl"), str(tmp_path / "cut.jsonl")
+    sweep(full, [32], [2, 3], seeds=(0,), settings=SETTINGS, progress=False)
+    sweep(cut, [32], [2, 3], seeds=(0,), settings=SETTINGS, progress=False, max_trials=3)
+    assert len(read_records(cut)) < len(read_records(full))
+    with open(cut, "a") as handle:  # a line half-written when the process was killed
+        handle.write('{"kind": "trial", "N": 32')
+    sweep(cut, [32], [2, 3], seeds=(0,), settings=SETTINGS, progress=False)
+    assert _strip(read_records(cut)) == _strip(read_records(full))
+    before = len(read_records(cut))
+    sweep(cut, [32], [2, 3], seeds=(0,), settings=SETTINGS, progress=False)  # nothing left to do
+    assert len(read_records(cut)) == before
+
+
+def test_parallel_workers_write_the_same_records(tmp_path):
+    serial, parallel = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
+    sweep(serial, [32], [2], seeds=(0, 1), settings=SETTINGS, progress=False)
+    sweep(parallel, [32], [2], seeds=(0, 1), settings=SETTINGS, progress=False, workers=2)
+    assert _strip(read_records(serial)) == _strip(read_records(parallel))
+
+
+def test_threshold_search_is_bisection_with_a_monotonicity_flag():
+    record = find_threshold(32, 2, "learned", 0, SETTINGS, d_min=2, resolution=1)
+    trials = record["trials"]
+    assert record["d_star"] in trials and record["monotone"]
+    assert record["last_failure"] is None or record["d_star"] - record["last_failure"] <= 1
+    fake = {4: {"d": 4, "reached": True}, 8: {"d": 8, "reached": False}, 16: {"d": 16, "reached": True}}
+    flagged = find_threshold(32, 2, "learned", 0, SETTINGS, d_min=4, known=fake)
+    assert flagged["monotone"] is False and flagged["d_star"] == 4
+
+
+def test_fit_recovers_a_planted_constant():
+    import math
+    records = [{"mode": "learned", "N": N, "R": R, "seed": s, "d_star": round(1.5 * R * math.log(N)) + s,
+                "monotone": True} for N in (64, 256, 1024) for R in (2, 4, 8) for s in (0, 1)]
+    fit = fit_thresholds(records)["learned"]
+    assert fit["c"] == pytest.approx(1.5, abs=0.05) and fit["c_seed_std"] > 0

@@ -302,7 +302,7 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
 def matmul_rows(x: np.ndarray, W: np.ndarray) -> np.ndarray:
     """``x @ W`` for ``x`` of shape ``(..., a)`` and a 2-D ``W``, as ONE matrix product over all leading
     dimensions. (NumPy runs ``(B, T, a) @ (a, b)`` as B separate small products, several times slower.)"""
-    out = np.reshape(x, (-1, x.shape[-1])) @ W
+    out = np.reshape(x, (int(np.prod(x.shape[:-1])), x.shape[-1])) @ W
     return out.reshape(x.shape[:-1] + (W.shape[1],))
 
 

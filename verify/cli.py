@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -94,7 +95,7 @@ def cmd_verify(args) -> int:
 def cmd_check_single_hop(args) -> int:
     rep = check_single_hop(args.N, args.R, construction=args.construction, codes=args.codes, D=args.D,
                            seed=args.seed, integer=args.integer, beta=args.beta, lam=args.lam, dtype=args.dtype,
-                           bits=args.bits, progress=not (args.quiet or args.json))
+                           bits=args.bits, save=args.save, progress=not (args.quiet or args.json))
     if args.json:
         print(json.dumps(rep.as_dict(), indent=2))
     else:
@@ -256,6 +257,117 @@ def cmd_sweep_threshold(args) -> int:
     return 0
 
 
+def _load_model_and_task(path: str, task_path: str | None):
+    from constructions.model import load_model
+    from theory.tasks import Task
+    model, header = load_model(path)
+    if task_path is not None:
+        try:
+            table = np.load(task_path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read the task table {task_path!r}: {exc}") from None
+        if hasattr(table, "files"):
+            if "task_table" not in table.files:
+                raise ValueError(f"{task_path!r} has no array 'task_table'")
+            table = table["task_table"]
+    elif "task_table" in header.get("extra_arrays", {}):
+        table = header["extra_arrays"]["task_table"]
+    else:
+        raise ValueError(f"{path!r} stores no task table: pass --task TABLE.npy (R × N bijections)")
+    return model, Task.from_table(table), header
+
+
+def _print_probe(doc: dict) -> None:
+    if "readout" in doc:
+        r = doc["readout"]
+        print(f"superposition readout (held-out {r['test_subjects']} subjects): encoding R² {r['encoding_r2']:.4f}, "
+              f"decoding R² {r['decoding_r2_mean']:.4f}, per-relation probe accuracy {r['probe_accuracy_mean']:.4f}")
+    if "intervention" in doc:
+        r = doc["intervention"]
+        print(f"causal intervention ({r['interventions']:,}): follows {r['follows']:.4f}, other relations "
+              f"unchanged {r['others_unchanged']:.4f}")
+    if "selectivity" in doc:
+        r = doc["selectivity"]
+        print(f"unit selectivity: {r['active_units']}/{r['units']} active, {100 * r['selective_fraction']:.1f}% "
+              f"relation-selective (>= {r['threshold']}), mean {r['mean_selectivity']:.3f} "
+              f"(chance {r['chance_selectivity']:.3f})")
+    if "transfer" in doc:
+        r = doc["transfer"]
+        print(f"freeze and swap on new bijections: closed form {100 * r['closed_form_accuracy']:.2f}%, "
+              f"embeddings fitted ({r['fitted_steps']} steps) {100 * r['fitted_accuracy']:.2f}% "
+              f"(chance {100 * r['chance']:.2f}%)")
+
+
+def cmd_probe(args) -> int:
+    from verify import probes
+    model, task, _ = _load_model_and_task(args.model, args.task)
+    rng = np.random.default_rng(args.seed)
+    readout = probes.superposition_readout(model, task, holdout=args.holdout, rng=rng)
+    readout.pop("encoding_maps")
+    maps = probes.superposition_readout(model, task, holdout=0.0, rng=rng)["encoding_maps"]
+    doc = {"version": __version__, "model": args.model, "seed": args.seed, "N": task.N, "R": task.R,
+           "readout": readout,
+           "intervention": probes.causal_intervention(model, task, maps, subjects=args.subjects, rng=rng),
+           "selectivity": probes.unit_selectivity(model, task)}
+    print(json.dumps(doc, indent=2)) if args.json else _print_probe(doc)
+    return 0
+
+
+def cmd_transfer(args) -> int:
+    from verify import probes
+    from verify.sweep import _append
+    model, task, _ = _load_model_and_task(args.model, args.task)
+    rng = np.random.default_rng(args.seed)
+    maps = probes.superposition_readout(model, task, holdout=0.0, rng=rng)["encoding_maps"]
+    result = probes.freeze_and_swap(model, task, maps, steps=args.steps, lr=args.lr, rng=rng)
+    doc = {"version": __version__, "model": args.model, "seed": args.seed, "N": task.N, "R": task.R,
+           "steps": args.steps, "lr": args.lr, "transfer": result}
+    if args.append:
+        _append(args.append, {"kind": "transfer", "label": args.label or os.path.basename(args.model),
+                              **{k: v for k, v in doc.items() if k != "transfer"}, **result})
+    print(json.dumps(doc, indent=2)) if args.json else _print_probe(doc)
+    return 0
+
+
+def cmd_probe_hidden(args) -> int:
+    from verify import probes
+    data = probes.load_hidden_states(args.states)
+    result = probes.linear_relational_encoding(data["states"], data["attributes"], holdout=args.holdout,
+                                               rng=np.random.default_rng(args.seed))
+    doc = {"version": __version__, "states": args.states, "seed": args.seed, **result}
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"{result['n']} states of width {result['width']}, {result['relations']} relations; held-out "
+              f"{args.holdout:.0%}")
+        for p in result["per_relation"]:
+            print(f"  relation {p['relation']}: {p['attributes']} attributes, linear probe accuracy "
+                  f"{p['probe_accuracy']:.3f} (majority baseline {p['majority_baseline']:.3f})")
+        print(f"superposition R² (states from the R one-hot attributes): {result['superposition_r2']:.4f}")
+    return 0
+
+
+def cmd_figures(args) -> int:
+    from verify.figures import PLOT_HINT, make_figures
+    from verify.sweep import read_records
+    if args.source and not os.path.exists(args.source):
+        raise ValueError(f"no results file {args.source!r}")
+    records = read_records(args.source) if args.source else []
+    try:
+        paths = make_figures(records, args.out, seed=args.seed)
+    except ImportError:
+        print(PLOT_HINT, file=sys.stderr)
+        return 2
+    print(json.dumps({"version": __version__, "files": paths}, indent=2) if args.json else "\n".join(paths))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from verify.demo import run_demo
+    run_demo(seed=args.seed)
+    return 0
+
+
 def _whole(minimum: int):
     """An argparse type: a whole number >= minimum."""
     def parse(text: str) -> int:
@@ -312,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="working precision of the float mode (integer mode always uses float64)")
     p.add_argument("--bits", type=_whole(2), default=None,
                    help="quantize every weight tensor to b bits (uniform symmetric) before checking")
+    p.add_argument("--save", default=None, help="also write the built model (and its task) to this .npz")
     p.set_defaults(func=cmd_check_single_hop)
 
     p = check_sub.add_parser("multi-hop", parents=[common],
@@ -419,6 +532,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive_int, default=1, help="parallel processes (default 1)")
     p.add_argument("--out", default="thresholds.jsonl", help="JSONL results file (default thresholds.jsonl)")
     p.set_defaults(func=cmd_sweep_threshold)
+
+    p = sub.add_parser("probe", parents=[common], help="mechanism probes of a saved model",
+                       description="Superposition readout (held-out R²), per-relation linear probes, causal "
+                       "interventions and unit selectivity of a model saved by 'train' or 'check --save'.")
+    p.add_argument("model", help="MODEL.npz")
+    p.add_argument("--task", default=None, help="task table (R × N .npy) if the model file has none")
+    p.add_argument("--holdout", type=float, default=0.25, help="share of subjects held out of the fits")
+    p.add_argument("--subjects", type=_positive_int, default=256, help="subjects intervened on (default 256)")
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("transfer", parents=[common], help="freeze-and-swap transfer to new bijections",
+                       description="Keep the MLP, attention, relation embeddings and U; build subject embeddings "
+                       "for brand-new bijections (closed form from the fitted maps, and by fitting only the "
+                       "embeddings); report accuracy on every new query.")
+    p.add_argument("model", help="MODEL.npz")
+    p.add_argument("--task", default=None, help="task table (R × N .npy) if the model file has none")
+    p.add_argument("--steps", type=_positive_int, default=200, help="steps fitting only the embeddings")
+    p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--append", default=None, help="append a transfer record to this JSONL (for figures)")
+    p.add_argument("--label", default=None, help="label of the record in the transfer figure")
+    p.set_defaults(func=cmd_transfer)
+
+    p = sub.add_parser("probe-hidden", parents=[common], help="linear relational encoding of supplied states",
+                       description="Hidden states of a real LM, supplied as STATES.npz with arrays 'states' "
+                       "(n × width, float) and 'attributes' (n × R, integer ids): held-out linear probe "
+                       "accuracy per relation and the R² of a superposition of per-relation attribute vectors.")
+    p.add_argument("states", help="STATES.npz (loaded with allow_pickle=False)")
+    p.add_argument("--holdout", type=float, default=0.25)
+    p.set_defaults(func=cmd_probe_hidden)
+
+    p = sub.add_parser("figures", parents=[common], help="draw the figures (needs the plot extra)",
+                       description="Capacity thresholds, the construction-vs-bound tradeoff, margin histograms "
+                       "and transfer accuracies, as PNG and SVG.")
+    p.add_argument("--from", dest="source", default=None, help="RESULTS.jsonl (sweep and transfer records)")
+    p.add_argument("--out", default="figures", help="output folder (default figures/)")
+    p.set_defaults(func=cmd_figures)
+
+    p = sub.add_parser("demo", parents=[common], help="a walk through G1 at N=8, R=2, then a trained model")
+    p.set_defaults(func=cmd_demo)
     return parser
 
 

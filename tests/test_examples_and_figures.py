@@ -1,0 +1,81 @@
+"""The runnable examples, the demo, and the figure command."""
+
+import json
+import os
+import pathlib
+import runpy
+import sys
+
+import numpy as np
+import pytest
+
+from verify.cli import main
+
+EXAMPLES = sorted((pathlib.Path(__file__).parent.parent / "examples").glob("*.py"))
+
+
+def test_there_are_examples():
+    assert len(EXAMPLES) >= 3
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_runs(path, capsys):
+    runpy.run_path(str(path), run_name="__main__")
+    assert capsys.readouterr().out.strip()
+
+
+def test_demo_prints_the_walkthrough(capsys):
+    from verify.demo import run_demo
+    numbers = run_demo(seed=0)
+    out = capsys.readouterr().out
+    assert numbers["exact"] and numbers["margin"] == 4.0 and numbers["trained_reached"]
+    assert "gate" in out and "B_mother" in out and "16/16 right" in out
+
+
+def test_figures_are_written(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the figure command needs the optional plot extra")
+    results = tmp_path / "results.jsonl"
+    records = [{"kind": "threshold", "N": N, "R": R, "mode": mode, "seed": 0, "d_star": d, "monotone": True}
+               for N, R, mode, d in [(256, 2, "learned", 8), (256, 4, "learned", 12), (256, 2, "frozen", 10),
+                                     (256, 4, "frozen", 18)]]
+    records.append({"kind": "transfer", "label": "g1", "closed_form_accuracy": 1.0, "fitted_accuracy": 0.6})
+    results.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    code = main(["figures", "--from", str(results), "--out", str(tmp_path / "fig"), "--json"])
+    files = json.loads(capsys.readouterr().out)["files"]
+    assert code == 0
+    names = {pathlib.Path(f).name for f in files}
+    assert names == {f"{n}.{e}" for n in ("thresholds", "tradeoff", "margins", "transfer") for e in ("png", "svg")}
+    assert all(os.path.getsize(f) > 1000 for f in files)
+
+
+def test_figures_without_matplotlib_say_how_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code = main(["figures", "--out", str(tmp_path / "fig")])
+    assert code == 2 and "pip install 'georecall[plot]'" in capsys.readouterr().err
+
+
+def test_probe_and_transfer_commands(tmp_path, capsys):
+    path = str(tmp_path / "g1.npz")
+    assert main(["check", "single-hop", "--N", "128", "--R", "2", "--save", path, "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["probe", path, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["readout"]["encoding_r2"] == pytest.approx(1.0) and doc["intervention"]["follows"] == 1.0
+    log = str(tmp_path / "results.jsonl")
+    assert main(["transfer", path, "--steps", "3", "--append", log, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["transfer"]["closed_form_accuracy"] == 1.0
+    assert json.loads(open(log).read())["kind"] == "transfer"
+    np.save(tmp_path / "bad.npy", np.zeros((2, 3), dtype=int))
+    assert main(["probe", path, "--task", str(tmp_path / "bad.npy")]) == 2
+
+
+def test_probe_hidden_command(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 5, size=(300, 2))
+    states = np.eye(5)[labels[:, 0]] @ rng.standard_normal((5, 16)) + np.eye(5)[labels[:, 1]] @ \
+        rng.standard_normal((5, 16))
+    np.savez(tmp_path / "s.npz", states=states, attributes=labels)
+    assert main(["probe-hidden", str(tmp_path / "s.npz"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["probe_accuracy_mean"] > 0.95
+    np.savez(tmp_path / "t.npz", states=states)
+    assert main(["probe-hidden", str(tmp_path / "t.npz")]) == 2

@@ -30,6 +30,7 @@ import os
 import queue
 import sys
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
@@ -253,7 +254,9 @@ def fit_thresholds(records: list[dict]) -> dict[str, dict]:
             continue
         x = np.array([r["R"] * math.log(r["N"]) for r in rows], dtype=float)
         y = np.array([r["d_star"] for r in rows], dtype=float)
-        (c,), cov = curve_fit(lambda t, c: c * t, x, y, p0=[1.0])
+        with warnings.catch_warnings():  # a perfect fit (too few points) has no covariance estimate
+            warnings.simplefilter("ignore")
+            (c,), cov = curve_fit(lambda t, c: c * t, x, y, p0=[1.0])
         per_seed = {}
         for seed in sorted({r["seed"] for r in rows}):
             mask = np.array([r["seed"] == seed for r in rows])

@@ -42,6 +42,7 @@ from theory.tasks import check_positive_int, random_task
 from verify.train import init_model, train
 
 MODES = ("learned", "frozen")
+_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 FROZEN_GROUPS = {"learned": (), "frozen": ("entity_embedding", "relation_embedding")}
 
 
@@ -212,11 +213,24 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
                 finished += 1
                 report(f"N={N} R={R} {mode} seed {seed}: d* = {result['d_star']}")
         else:
-            with multiprocessing.Manager() as manager, ProcessPoolExecutor(workers) as pool:
+            # Fresh (spawned) workers with one BLAS thread each: W processes on W cores, no oversubscription.
+            saved = {name: os.environ.get(name) for name in _THREAD_VARIABLES}
+            os.environ.update({name: "1" for name in _THREAD_VARIABLES})
+            context = multiprocessing.get_context("spawn")
+            try:
+                manager = context.Manager()
+                pool = ProcessPoolExecutor(workers, mp_context=context)
                 trial_queue = manager.Queue()
                 futures = {pool.submit(_worker, (N, R, mode, seed, settings, kwargs,
                                                  trials.get((N, R, mode, seed, *settings.key())), trial_queue)): 1
                            for N, R, mode, seed in todo}
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+            with manager, pool:
                 pending = set(futures)
                 while pending:
                     try:

@@ -384,6 +384,16 @@ def _whole(minimum: int):
 _positive_int, _seed = _whole(1), _whole(0)
 
 
+def _add_sizes(p: argparse.ArgumentParser, N, R) -> None:
+    """--N and --R in the paper's letters; lists (several values) when the defaults are lists."""
+    many = isinstance(N, list)
+    extra = {"nargs": "+"} if many else {}
+    p.add_argument("--N", type=_positive_int, default=N, **extra,
+                   help=f"number of entities N{' (one or more)' if many else ''} (default {N})")
+    p.add_argument("--R", type=_positive_int, default=R, **extra,
+                   help=f"number of relations R{' (one or more)' if many else ''} (default {R})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="georecall", description="Executable, exactly checked statements of 'Geometric "
                      "Factual Recall in Transformers' (arXiv 2605.12426).")
@@ -406,8 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="G1 or A1 on R random bijections of [N]: all N·R queries",
                              description="Build a single-hop construction on R random bijections of [N] and "
                              "check all N·R queries (s, r) -> π_r(s): argmax and logit margin of each.")
-    p.add_argument("--N", type=_positive_int, default=1024, help="number of entities N (default 1024)")
-    p.add_argument("--R", type=_positive_int, default=8, help="number of relations R (default 8)")
+    _add_sizes(p, N=1024, R=8)
     p.add_argument("--construction", choices=("geometric", "associative"), default="geometric",
                    help="geometric = G1 (Theorem 4.1, facts in embeddings); associative = A1 (one MLP unit "
                    "per fact)")
@@ -435,8 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--construction", choices=sorted(MULTI_HOP_BUILDERS), default="path-blocks",
                    help="path-blocks = G2 (one block per relation path), associative = A2(a) (one MLP unit per "
                    "k-hop fact), layered = A2(b) (k layers of associative MLPs), cot = C1 (chain-of-thought)")
-    p.add_argument("--N", type=_positive_int, default=256, help="number of entities N (default 256)")
-    p.add_argument("--R", type=_positive_int, default=3, help="number of relations R (default 3)")
+    _add_sizes(p, N=256, R=3)
     p.add_argument("--k", type=_positive_int, default=2, help="number of hops k (default 2)")
     p.add_argument("--codes", choices=("binary", "sign", "gaussian"), default="binary", help="attribute codes")
     p.add_argument("--D", type=_positive_int, default=None, help="code length D (default as for single-hop)")
@@ -452,8 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tradeoff", parents=[common], help="the capacity-depth tradeoff as a table",
                        description="For k = 1..k_max, the d, m and parameter counts that G2, A2(a), A2(b) and C1 "
                        "promise (binary codes, D = ceil(log2 N)).")
-    p.add_argument("--N", type=_positive_int, default=4096, help="number of entities N (default 4096)")
-    p.add_argument("--R", type=_positive_int, default=16, help="number of relations R (default 16)")
+    _add_sizes(p, N=4096, R=16)
     p.add_argument("--k-max", type=_positive_int, default=4, help="largest number of hops (default 4)")
     p.set_defaults(func=cmd_tradeoff)
 
@@ -462,8 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "capacity-depth tradeoff, chain-of-thought), evaluated exactly, beside the d of each "
                        "construction and the gap ratio d / d_min. Every row carries the formula, its "
                        "parameters and the package version.")
-    p.add_argument("--N", type=_positive_int, nargs="+", default=[4096], help="entities N (one or more)")
-    p.add_argument("--R", type=_positive_int, nargs="+", default=[16], help="relations R (one or more)")
+    _add_sizes(p, N=[4096], R=[16])
     p.add_argument("--k", type=_positive_int, nargs="+", default=[1, 2, 3], help="hops k (one or more)")
     p.add_argument("--bits", type=float, nargs="+", default=[1.0], help="bits per parameter b (one or more)")
     p.add_argument("--format", choices=("md", "csv", "json", "latex"), default="md", help="output format")
@@ -472,8 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("count", parents=[common], help="enumerate all (N!)^R tasks and count |F_k|, |Trees_k|",
                        description="Exact enumeration over all (N!)^R tasks (small N): distinct k-hop answer "
                        "tables |F_k| and distinct depth-k leaf vectors |Trees_k|, next to the closed forms.")
-    p.add_argument("--N", type=_positive_int, default=5, help="entities N (default 5)")
-    p.add_argument("--R", type=_positive_int, default=3, help="relations R (default 3)")
+    _add_sizes(p, N=5, R=3)
     p.add_argument("--k", type=_positive_int, default=2, help="largest k counted (default 2)")
     p.set_defaults(func=cmd_count)
 
@@ -482,8 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "max|W|/(2^(b-1)-1)) and report the smallest b at which all N·R queries stay exact.")
     p.add_argument("--construction", choices=("geometric", "associative"), default="geometric")
     p.add_argument("--codes", choices=("binary", "sign", "gaussian"), default="binary")
-    p.add_argument("--N", type=_positive_int, default=1024, help="entities N (default 1024)")
-    p.add_argument("--R", type=_positive_int, default=8, help="relations R (default 8)")
+    _add_sizes(p, N=1024, R=8)
     p.add_argument("--D", type=_positive_int, default=None, help="code length D")
     p.add_argument("--max-bits", type=_whole(2), default=24, help="largest b tried (default 24)")
     p.set_defaults(func=cmd_precision)
@@ -492,8 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train the shared Model with the NumPy trainer (hand-written gradients, Adam) "
                        "on all N·R single-hop facts; progress on stderr; optionally write the model to .npz "
                        "(no pickle; the task table is stored beside the weights).")
-    p.add_argument("--N", type=_positive_int, default=256, help="entities N (default 256)")
-    p.add_argument("--R", type=_positive_int, default=4, help="relations R (default 4)")
+    _add_sizes(p, N=256, R=4)
     p.add_argument("--d", type=_positive_int, default=32, help="residual width d (default 32)")
     p.add_argument("--m", type=_positive_int, default=None, help="MLP width m (default 4d)")
     p.add_argument("--attention", choices=("uniform", "softmax"), default="uniform")
@@ -519,8 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "width_factor·d) at which training reaches 100%% within the step budget, by doubling "
                              "then bisection. Results are appended to --out line by line; a rerun skips what is "
                              "done. Ends with a fit d* ≈ c·R·ln N per mode. --seed is ignored: use --seeds.")
-    p.add_argument("--N", type=_positive_int, nargs="+", default=[1024])
-    p.add_argument("--R", type=_positive_int, nargs="+", default=[2, 4, 8])
+    _add_sizes(p, N=[1024], R=[2, 4, 8])
     p.add_argument("--modes", nargs="+", choices=("learned", "frozen"), default=["learned", "frozen"])
     p.add_argument("--seeds", type=_seed, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=_positive_int, default=500, help="step budget per trial (default 500)")

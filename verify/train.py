@@ -107,22 +107,37 @@ def with_params(template: Model, params: dict[str, np.ndarray]) -> Model:
 # ------------------------------------------------------------------------------------------- loss + backward
 
 
-def cross_entropy(logits: np.ndarray, answers: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """Mean cross-entropy over rows, its gradient w.r.t. the logits, and the argmax of each row.
+def softmax_cross_entropy(logits: np.ndarray, answers: np.ndarray):
+    """Mean cross-entropy over rows, in the factored form the backward pass uses.
 
-    Works in place: ``logits`` (a scratch array the caller owns) is overwritten by the gradient, which saves
-    two passes and an allocation over the largest array of a training step.
+    Returns ``(loss, P, scale, predictions)`` with ``P = exp(z − max z)`` (computed in place in ``logits``, a
+    scratch array the caller owns) and ``scale = 1/(n·Σ_j P_j)`` per row, so that the gradient w.r.t. the
+    logits is ``dz = scale·P − onehot(answer)/n``. It is never formed: :func:`readout_backward` applies it
+    through two matrix products, saving passes over the largest array of a step.
     """
-    rows = np.arange(logits.shape[0])
+    n = logits.shape[0]
+    rows = np.arange(n)
     predictions = logits.argmax(axis=-1)
     logits -= logits[rows, predictions][:, None]  # shift by the row maximum: every exponent <= 0
     picked = logits[rows, answers]
     np.exp(logits, out=logits)
     total = logits.sum(axis=-1)
     loss = float(np.mean(np.log(total) - picked))
-    logits *= (1.0 / (total * logits.shape[0]))[:, None].astype(logits.dtype)
-    logits[rows, answers] -= 1.0 / logits.shape[0]
-    return loss, logits, predictions
+    return loss, logits, (1.0 / (total * n)).astype(logits.dtype), predictions
+
+
+def readout_backward(P, scale, answers, U, x_read, want_U: bool):
+    """``dx = dz @ U`` and ``dU = dz^T @ x`` for ``dz = scale·P − onehot/n`` without forming dz:
+    ``dz @ U = scale·(P @ U) − U[answers]/n`` and ``dz^T @ x = P^T @ (scale·x) − Σ_{rows with answer j} x/n``."""
+    n = P.shape[0]
+    dx = matmul_rows(P, U)
+    dx *= scale[:, None]
+    dx -= U[answers] / n
+    dU = None
+    if want_U:
+        dU = P.T @ (x_read * scale[:, None])
+        dU -= _scatter(answers, x_read / n, U.shape[0], 0)
+    return dx, dU
 
 
 def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
@@ -141,21 +156,19 @@ def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
     else:
         flat_logits = logits[:, positions].reshape(-1, logits.shape[-1])  # a copy: fancy indexing
         flat_answers = answers.reshape(-1)
-    loss, dz, predictions = cross_entropy(flat_logits, flat_answers)
+    loss, P, scale, predictions = softmax_cross_entropy(flat_logits, flat_answers)
     grads: dict[str, np.ndarray] = {}
     need = lambda key: group_of(key) not in frozen  # noqa: E731
     x_final = trace.residual[-1]  # (B, Tq, d): Tq = 1 for at="last"
-    U = model.unembedding
+    x_read = x_final[:, -1] if positions is None else x_final[:, positions].reshape(-1, x_final.shape[-1])
+    dx_read, dU = readout_backward(P, scale, flat_answers, model.unembedding, x_read, need("unembedding"))
+    dx = np.zeros_like(x_final)
     if positions is None:
-        x_read = x_final[:, -1]
-        dx = np.zeros_like(x_final)
-        dx[:, -1] = dz @ U
+        dx[:, -1] = dx_read
     else:
-        x_read = x_final[:, positions].reshape(-1, x_final.shape[-1])
-        dx = np.zeros_like(x_final)
-        dx[:, positions] = (dz @ U).reshape(B, len(positions), -1)
-    if need("unembedding"):
-        grads["unembedding"] = dz.T @ x_read
+        dx[:, positions] = dx_read.reshape(B, len(positions), -1)
+    if dU is not None:
+        grads["unembedding"] = dU
     for i in range(len(model.layers) - 1, -1, -1):
         dx = _layer_backward(model.layers[i], i, trace, dx, grads, need)
     # embeddings: x0 = [E; Q][tokens] + P[:T]

@@ -9,6 +9,7 @@ With ±1 codes, g = 2 and integer β, λ, κ every weight is a small integer (in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,21 @@ def code_readout(codes: Codes, n_out: int, d: int, out_block: slice, lam: float)
     """``U (n_out, d)`` with ``U_j = λ·a_j`` on ``out_block`` and zero elsewhere."""
     U = np.zeros((n_out, d))
     U[:, out_block] = lam * codes.vectors[:n_out]
+    return U
+
+
+def relation_tagged_readout(codes: Codes, N: int, R: int, d: int, out_block: slice, tags: np.ndarray, lam: float,
+                            gamma: float) -> np.ndarray:
+    """Read-out for *disjoint* attributes (answer id ``r·N + j``): ``U_{(r,j)} = λ·(J_O a_j + γ·1_{tags[r]})``.
+
+    ``tags[r]`` is a residual coordinate that holds a positive value ``t`` exactly when relation r is asked
+    (G1's gate, A1's relation coordinate) and 0 otherwise. Against an answer of the wrong relation the right
+    one gains ``λ·γ·t`` and loses at most ``λ·c·|a|²(1 − μ)`` on the code part when ``γ·t >= c·|a|²(1 − μ)``
+    (c the scale of the code written in O): the single-hop margin is unchanged.
+    """
+    U = np.zeros((N * R, d))
+    U[:, out_block] = lam * np.tile(codes.vectors[:N], (R, 1))
+    U[np.arange(N * R), np.repeat(tags, N)] = lam * gamma
     return U
 
 
@@ -77,19 +93,21 @@ def build_g1(
     answer j is exactly ``λ·c1·<a_j, a_{π_ρ(s)}>`` and every query's margin is ``>= λ·c1·|a|²·(1 − μ) > 0``
     when ``μ < 1``: argmax is right on all N·R queries.
 
+    Disjoint attributes (answer ids ``r·N + j``): ``U_{(r,j)} = λ(J_O a_j + γ·1_{g_r})`` with
+    ``γ = c1|a|²(1 − μ)/(c2·β)``; the open gate adds ``λ·γ·c2·β`` to the asked relation's answers only, so the
+    margin is the same (``relation_tagged_readout``).
+
     Default ``β = 2·c1·A/c2`` (twice the gate bound; 4 for ±1 codes). ``integer=True`` uses ±1 codes
     (unnormalised) so every weight is an integer; a ``β`` at or below the bound raises ``ValueError``.
     """
     N, R = task.N, task.R
-    if task.attributes != "shared":
-        raise ValueError("G1 is built for shared attributes (answers are entity ids)")
     codes = _resolve_codes(N, codes, D, rng, integer)
     D = codes.D
     c1, c2 = attention_constants(gain)
     if beta is None:
         beta = 2.0 * c1 * codes.max_abs / c2 if gain > 0 else 0.0
     promise = g1_promise(N, R, D, norm_sq=codes.norm_sq, mu=codes.mu, max_abs=codes.max_abs,
-                         beta=beta, lam=lam, gain=gain).require()
+                         beta=beta, lam=lam, gain=gain, n_out=task.n_answers).require()
     if integer and not (codes.integer and float(beta).is_integer() and float(lam).is_integer()
                         and float(gain).is_integer() and gain % 2 == 0):
         raise ValueError("integer mode needs ±1 codes and integer β, λ and an even gain g")
@@ -114,10 +132,15 @@ def build_g1(
     W2 = np.zeros((m, d))
     W2[unit, (R * D + R + np.arange(D))[None, :, None]] = sigma
 
+    if task.attributes == "disjoint":  # the open gate (value c2·β) tags the asked relation
+        gamma = c1 * codes.norm_sq * (1 - codes.mu) / (c2 * beta)
+        U = relation_tagged_readout(codes, N, R, d, out, gates, lam, math.ceil(gamma - 1e-9) if integer else gamma)
+    else:
+        U = code_readout(codes, N, d, out, lam)
     model = Model(
-        entity_embedding=E, relation_embedding=Q, unembedding=code_readout(codes, N, d, out, lam),
+        entity_embedding=E, relation_embedding=Q, unembedding=U,
         layers=(Layer(uniform_gain_attention(d, gain), MLP(W1, b1, W2, np.zeros(d))),),
-        meta={"construction": "G1", "codes": codes.kind, "D": D, "beta": beta, "lambda": lam, "gain": gain,
+        meta={"attributes": task.attributes, "construction": "G1", "codes": codes.kind, "D": D, "beta": beta, "lambda": lam, "gain": gain,
               "integer": integer},
     )
     return Construction(model, promise, codes, {"beta": beta, "lambda": lam, "gain": gain, "c1": c1, "c2": c2})
@@ -147,12 +170,11 @@ def build_a1(
     ``μ < 1``. With ±1 codes and g = 2, ``h* = 2(|a|² − max_{i≠j}<a_i, a_j>)`` is an integer.
     """
     N, R = task.N, task.R
-    if task.attributes != "shared":
-        raise ValueError("A1 is built for shared attributes (answers are entity ids)")
     codes = _resolve_codes(N, codes, D, rng, integer)
     D = codes.D
     c1, c2 = attention_constants(gain)
-    promise = a1_promise(N, R, D, norm_sq=codes.norm_sq, mu=codes.mu, lam=lam, gain=gain).require()
+    promise = a1_promise(N, R, D, norm_sq=codes.norm_sq, mu=codes.mu, lam=lam, gain=gain,
+                         n_out=task.n_answers).require()
     if integer and not (codes.integer and float(lam).is_integer() and float(gain).is_integer() and gain % 2 == 0):
         raise ValueError("integer mode needs ±1 codes, integer λ and an even gain g")
     d, m = promise.d, promise.m
@@ -174,10 +196,14 @@ def build_a1(
     b1 = np.full(m, -theta)
     W2 = np.zeros((m, d))
     W2[:, out] = codes.vectors[task.table.reshape(-1)]
+    if task.attributes == "disjoint":  # the relation coordinate (value c2) tags the asked relation
+        U = relation_tagged_readout(codes, N, R, d, out, rel, lam, c1 * gap * gap / c2)
+    else:
+        U = code_readout(codes, N, d, out, lam)
     model = Model(
-        entity_embedding=E, relation_embedding=Q, unembedding=code_readout(codes, N, d, out, lam),
+        entity_embedding=E, relation_embedding=Q, unembedding=U,
         layers=(Layer(uniform_gain_attention(d, gain), MLP(W1, b1, W2, np.zeros(d))),),
-        meta={"construction": "A1", "codes": codes.kind, "D": D, "lambda": lam, "gain": gain, "integer": integer},
+        meta={"attributes": task.attributes, "construction": "A1", "codes": codes.kind, "D": D, "lambda": lam, "gain": gain, "integer": integer},
     )
     return Construction(model, promise, codes, {"lambda": lam, "gain": gain, "c1": c1, "c2": c2,
                                                 "theta": theta, "kappa": kappa, "h_star": c1 * gap})

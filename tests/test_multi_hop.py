@@ -48,7 +48,7 @@ def assert_exact_cot(built, task, k):
        kind=st.sampled_from(["binary", "sign", "gaussian"]), seed=st.integers(0, 2**31))
 def test_every_construction_answers_every_query(table, k, builder, attention, kind, seed):
     task = Task.from_table(table)
-    built = builder(task, k, kind, D=None if kind == "binary" else 16, attention=attention, rng=seed)
+    built = builder(task, k, kind, D=None if kind == "binary" else 32, attention=attention, rng=seed)
     if builder is build_c1:
         assert_exact_cot(built, task, k)
     else:

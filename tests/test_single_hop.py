@@ -23,7 +23,7 @@ def exhaustive(built, task, integer=False):
 @given(table=tables(min_N=2, max_N=64, max_R=6), kind=CODE_KINDS, seed=st.integers(0, 2**31))
 def test_g1_exact_with_promised_margin(table, kind, seed):
     task = Task.from_table(table)
-    D = None if kind == "binary" else 24
+    D = None if kind == "binary" else 32
     built = build_g1(task, kind, D=D, rng=seed)
     report = exhaustive(built, task)
     assert report.result.exact, report.result.failures
@@ -35,7 +35,7 @@ def test_g1_exact_with_promised_margin(table, kind, seed):
 @given(table=tables(min_N=2, max_N=64, max_R=6), kind=CODE_KINDS, seed=st.integers(0, 2**31))
 def test_a1_exact_with_promised_margin(table, kind, seed):
     task = Task.from_table(table)
-    built = build_a1(task, kind, D=None if kind == "binary" else 24, rng=seed)
+    built = build_a1(task, kind, D=None if kind == "binary" else 32, rng=seed)
     report = exhaustive(built, task)
     assert report.passed, report.result.failures
     assert built.model.mlp_width == task.N * task.R
@@ -45,7 +45,7 @@ def test_a1_exact_with_promised_margin(table, kind, seed):
        construction=st.sampled_from([build_g1, build_a1]), seed=st.integers(0, 2**31))
 def test_integer_and_float_modes_agree_and_integer_margins_are_integers(table, kind, construction, seed):
     task = Task.from_table(table)
-    D = None if kind == "binary" else 16
+    D = None if kind == "binary" else 32
     as_float = exhaustive(construction(task, kind, D=D, rng=seed), task)
     as_int = exhaustive(construction(task, kind, D=D, rng=seed, integer=True), task, integer=True)
     assert np.array_equal(as_float.result.predictions, as_int.result.predictions)
@@ -123,3 +123,19 @@ def test_promise_is_independent_of_any_model():
     p = g1_promise(4096, 16, 12, norm_sq=12, mu=binary_coherence(12), max_abs=1, beta=4)
     assert (p.d, p.m, p.margin, p.fact_params) == (220, 384, pytest.approx(4.0), 4096 * 16 * 12)
     assert p.violations() == []
+
+
+@given(table=tables(min_N=2, max_N=40, max_R=4), construction=st.sampled_from([build_g1, build_a1]),
+       kind=st.sampled_from(["binary", "sign"]), integer=st.booleans(), seed=st.integers(0, 2**31))
+def test_disjoint_attributes_keep_the_margin(table, construction, kind, integer, seed):
+    task = Task.from_table(table, attributes="disjoint")
+    built = construction(task, kind, D=None if kind == "binary" else 32, integer=integer, rng=seed)
+    assert built.model.n_out == task.N * task.R
+    report = exhaustive(built, task, integer=integer)
+    assert report.passed, report.result.failures
+
+
+@pytest.mark.parametrize("construction", [build_g1, build_a1])
+def test_symmetric_relations(construction):
+    task = random_task(64, 3, 4, symmetric=True)
+    assert exhaustive(construction(task, "binary", integer=True), task, integer=True).passed

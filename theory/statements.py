@@ -83,12 +83,13 @@ def one_layer_params(N: int, R: int, d: int, m: int, n_out: int | None = None) -
 
 
 def g1_promise(N: int, R: int, D: int, *, norm_sq: float, mu: float, max_abs: float,
-               beta: float, lam: float = 1.0, gain: float = 2.0) -> Promise:
+               beta: float, lam: float = 1.0, gain: float = 2.0, n_out: int | None = None) -> Promise:
     """G1, geometric single hop (the paper's Theorem 4.1).
 
     Sizes ``d = R·D + R + D``, ``m = 2·R·D``. Exact with margin ``λ·c1·|a|²·(1 − μ)`` provided
     ``c2·β > c1·A`` (every gate of a relation not asked is shut), ``μ < 1`` (codes distinct) and ``λ > 0``.
-    Fact-specific parameters: the ``N·R·D`` block entries of the subject table.
+    Fact-specific parameters: the ``N·R·D`` block entries of the subject table. ``n_out``: answer vocabulary
+    (N shared, N·R disjoint attributes; the margin is the same, see ``build_g1``).
     """
     N, R, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("D", D)))
     c1, c2 = attention_constants(gain)
@@ -99,12 +100,12 @@ def g1_promise(N: int, R: int, D: int, *, norm_sq: float, mu: float, max_abs: fl
         Condition("distinct codes: 1 > μ", 1.0, mu),
         Condition("gate: c2·β > c1·max|a| (unasked relations' units stay off)", c2 * beta, c1 * max_abs),
     )
-    return Promise("G1", "Theorem 4.1 (geometric single hop)", d, m, one_layer_params(N, R, d, m),
+    return Promise("G1", "Theorem 4.1 (geometric single hop)", d, m, one_layer_params(N, R, d, m, n_out),
                    N * R * D, lam * c1 * norm_sq * (1.0 - mu), conditions)
 
 
 def a1_promise(N: int, R: int, D: int, *, norm_sq: float, mu: float, lam: float = 1.0,
-               gain: float = 2.0) -> Promise:
+               gain: float = 2.0, n_out: int | None = None) -> Promise:
     """A1, associative memory (the baseline): one MLP unit per fact, frozen fact-independent embeddings.
 
     Sizes ``d = 2·D + R`` (subject code, one-hot relation, output block), ``m = N·R``.
@@ -124,7 +125,8 @@ def a1_promise(N: int, R: int, D: int, *, norm_sq: float, mu: float, lam: float 
         Condition("read-out scale: λ > 0", lam, 0.0),
         Condition("distinct codes: 1 > μ", 1.0, mu),
     )
-    return Promise("A1", "associative-memory baseline (one unit per fact)", d, m, one_layer_params(N, R, d, m),
+    return Promise("A1", "associative-memory baseline (one unit per fact)", d, m,
+                   one_layer_params(N, R, d, m, n_out),
                    N * R * D, lam * fired * norm_sq * (1.0 - mu), conditions)
 
 

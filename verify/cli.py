@@ -95,7 +95,8 @@ def cmd_verify(args) -> int:
 def cmd_check_single_hop(args) -> int:
     rep = check_single_hop(args.N, args.R, construction=args.construction, codes=args.codes, D=args.D,
                            seed=args.seed, integer=args.integer, beta=args.beta, lam=args.lam, dtype=args.dtype,
-                           bits=args.bits, save=args.save, progress=not (args.quiet or args.json))
+                           bits=args.bits, save=args.save, attributes=args.attributes, symmetric=args.symmetric,
+                           progress=not (args.quiet or args.json))
     if args.json:
         print(json.dumps(rep.as_dict(), indent=2))
     else:
@@ -434,6 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bits", type=_whole(2), default=None,
                    help="quantize every weight tensor to b bits (uniform symmetric) before checking")
     p.add_argument("--save", default=None, help="also write the built model (and its task) to this .npz")
+    p.add_argument("--attributes", choices=("shared", "disjoint"), default="shared",
+                   help="shared: every relation maps into [N]; disjoint: relation r has its own N attributes "
+                   "(answer vocabulary N·R)")
+    p.add_argument("--symmetric", action="store_true",
+                   help="relations are random perfect matchings (involutions; N must be even)")
     p.set_defaults(func=cmd_check_single_hop)
 
     p = check_sub.add_parser("multi-hop", parents=[common],

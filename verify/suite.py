@@ -44,6 +44,8 @@ def check_single_hop(
     task: Task | None = None,
     bits: int | None = None,
     save: str | None = None,
+    attributes: str = "shared",
+    symmetric: bool = False,
     keep: bool = False,
     progress: bool = False,
 ) -> Report:
@@ -56,7 +58,8 @@ def check_single_hop(
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
     seeds = np.random.SeedSequence(seed).spawn(2)
-    task = random_task(N, R, np.random.default_rng(seeds[0])) if task is None else task
+    if task is None:
+        task = random_task(N, R, np.random.default_rng(seeds[0]), attributes=attributes, symmetric=symmetric)
     kwargs = {"beta": beta} if construction == "geometric" else {}
     built = BUILDERS[construction](task, codes, D=D, lam=lam, integer=integer,
                                    rng=np.random.default_rng(seeds[1]), **kwargs)
@@ -67,7 +70,8 @@ def check_single_hop(
                    construction=construction, codes=codes, seed=seed, integer=integer)
     name = f"{'G1' if construction == 'geometric' else 'A1'} {codes}{' int' if integer else ''}"
     params = {"N": task.N, "R": task.R, "D": built.codes.D, "construction": construction, "codes": codes,
-              "integer": integer, "seed": seed, "dtype": "float64" if integer else dtype, "bits": bits}
+              "integer": integer, "seed": seed, "dtype": "float64" if integer else dtype, "bits": bits,
+              "attributes": task.attributes, "symmetric": symmetric}
     if bits is not None:
         if integer:
             raise ValueError("--bits and --integer do not combine: quantized weights are not integers")

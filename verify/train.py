@@ -241,13 +241,15 @@ def _attention_backward(att: Attention, prefix: str, x: np.ndarray, queries: sli
         else:
             sums = np.cumsum(x, axis=1)[:, queries]  # (B, Tq, d)
         dsums = np.zeros_like(sums)
+        scaled = g / counts  # the mean's 1/(t+1), applied once
         for h in range(att.heads):
-            sv = matmul_rows(sums, att.W_V[h])  # (B, Tq, dv)
-            dsv = matmul_rows(g, att.W_O[h].T) / counts
+            # out = S·W_V·W_O/(t+1): with G = Σ_t S_t^T g_t/(t+1) (d × d), dW_V = G·W_O^T and dW_O = W_V^T·G,
+            # and dS = (g/(t+1))·(W_V·W_O)^T: two products over the batch instead of five
             if want:
-                dW["W_O"][h] = flat(sv / counts).T @ flat(g)
-                dW["W_V"][h] = flat(sums).T @ flat(dsv)
-            dsums += matmul_rows(dsv, att.W_V[h].T)
+                G = flat(sums).T @ flat(scaled)
+                dW["W_V"][h] = G @ att.W_O[h].T
+                dW["W_O"][h] = att.W_V[h].T @ G
+            dsums += matmul_rows(scaled, att.value_output(h).T.astype(x.dtype, copy=False))
         # sums[t] = Σ_{u<=t} x_u: x_u receives Σ_{t>=u} dsums[t]
         if positions.size == 1:
             dx[:, : positions[0] + 1] += dsums

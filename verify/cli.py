@@ -75,7 +75,7 @@ def cmd_verify(args) -> int:
     start = time.perf_counter()
     reports: list[Report] = []
     for title, section in SECTIONS:
-        if not args.json:
+        if not (args.json or args.quiet):
             print(f"== {title}", file=sys.stderr, flush=True)
         reports += section(seed=args.seed, progress=not args.quiet)
     ok = all(rep.passed for rep in reports)

@@ -74,7 +74,8 @@ def coherence(vectors: np.ndarray, chunk: int = 2048) -> float:
     """``μ = max_{i≠j} <a_i, a_j> / |a|²`` computed exactly in row chunks (memory O(chunk · N)).
 
     The codes must have equal norms (within 1e-9 relative): the margin argument ``|a|²(1 − μ)`` needs it.
-    Returns ``-inf`` for a single code (there is no pair).
+    A single code has no pair; it gets ``μ = −1``, the smallest coherence any pair of equal-norm codes can have,
+    so that margins and the constants built from ``|a|²(1 − μ)`` stay finite.
     """
     vectors = np.asarray(vectors, dtype=np.float64)
     norms = np.einsum("ij,ij->i", vectors, vectors)
@@ -87,7 +88,7 @@ def coherence(vectors: np.ndarray, chunk: int = 2048) -> float:
         rows = np.arange(block.shape[0])
         block[rows, start + rows] = -np.inf
         best = max(best, float(block.max()))
-    return best / float(norms[0]) if N > 1 else best
+    return best / float(norms[0]) if N > 1 else -1.0
 
 
 def make_codes(

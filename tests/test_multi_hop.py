@@ -128,3 +128,11 @@ def test_tradeoff_rows_show_the_exponential_and_the_linear_side():
     assert rows[(3, "A2a")]["m"] == 1024 * 4**3
     assert rows[(3, "C1")]["d"] - rows[(1, "C1")]["d"] == 4  # additive in k
     assert rows[(3, "A2b")]["d"] == 10 + 8 + 4
+
+
+@pytest.mark.parametrize("construction", ["path-blocks", "associative", "layered", "cot"])
+@pytest.mark.parametrize("N", [1, 2])
+def test_smallest_entity_sets(construction, N):
+    """N = 1 has no wrong answer (margin +inf, promise finite); N = 2 has codes of length 1."""
+    report = check_multi_hop(N, 2, 2, construction=construction)
+    assert report.passed and report.result.min_margin >= report.promise.margin

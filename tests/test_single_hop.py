@@ -139,3 +139,11 @@ def test_disjoint_attributes_keep_the_margin(table, construction, kind, integer,
 def test_symmetric_relations(construction):
     task = random_task(64, 3, 4, symmetric=True)
     assert exhaustive(construction(task, "binary", integer=True), task, integer=True).passed
+
+
+@pytest.mark.parametrize("construction", [build_g1, build_a1])
+@pytest.mark.parametrize("integer", [False, True])
+def test_a_single_entity(construction, integer):
+    task = random_task(1, 3, 0)
+    report = exhaustive(construction(task, "binary", integer=integer), task, integer=integer)
+    assert report.passed and report.result.min_margin == np.inf

@@ -185,6 +185,16 @@ def check_decoding(
     return result
 
 
+def margin_reaches(achieved: float, promised: float, dtype: str = "float64", integer: bool = False) -> bool:
+    """Does an achieved minimum margin reach the promised lower bound? Exactly in integer mode; otherwise up
+    to a rounding allowance of 1000 ulps of the working precision. An infinite promise (a single possible
+    answer: no wrong answer to beat) must be met exactly."""
+    if integer or not np.isfinite(promised):
+        return achieved >= promised
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    return achieved >= promised - 1e3 * eps * max(1.0, abs(promised))
+
+
 @dataclass
 class Report:
     """A named check with its parameters, the promise, what was achieved and the verdict."""
@@ -203,12 +213,9 @@ class Report:
             return False
         if self.promise is None:
             return True
-        # Sizes must equal the promise, and the margin must reach the promised lower bound: exactly in integer
-        # mode, up to a rounding allowance of 1000 ulps of the working precision otherwise.
-        eps = float(np.finfo(np.dtype(self.result.dtype)).eps)
-        tol = 0.0 if self.result.integer else 1e3 * eps * max(1.0, abs(self.promise.margin))
         return (self.achieved["d"] == self.promise.d and self.achieved["m"] == self.promise.m
-                and self.result.min_margin >= self.promise.margin - tol)
+                and margin_reaches(self.result.min_margin, self.promise.margin, self.result.dtype,
+                                   self.result.integer))
 
     def as_dict(self) -> dict:
         return {"name": self.name, "passed": self.passed, "params": self.params,

@@ -19,7 +19,7 @@ from constructions.single_hop import build_a1, build_g1, single_hop_queries
 from theory import statements
 from theory.tasks import Task, check_positive_int, random_task
 from verify.check import (CheckResult, Report, achieved_sizes, check_construction, check_decoding, check_queries,
-                          quantize, smallest_exact_bits)
+                          margin_reaches, quantize, smallest_exact_bits)
 
 BUILDERS = {"geometric": build_g1, "associative": build_a1}
 
@@ -160,9 +160,9 @@ def check_multi_hop(
     report = Report(name, params, built.promise, greedy, achieved_sizes(built.model),
                     {"constants": built.constants, "codes": built.codes.kind, "mu": built.codes.mu,
                      "teacher_forcing": forced.as_dict()})
-    tol = 1e3 * np.finfo(np.float64).eps * max(1.0, abs(built.promise.margin))
     report.extra_checks["teacher forcing: every step exact"] = forced.exact
-    report.extra_checks["teacher forcing: margin >= promise"] = bool(forced.min_margin >= built.promise.margin - tol)
+    report.extra_checks["teacher forcing: margin >= promise"] = margin_reaches(forced.min_margin,
+                                                                               built.promise.margin)
     return report
 
 

@@ -302,6 +302,7 @@ def _print_probe(doc: dict) -> None:
 def cmd_probe(args) -> int:
     from verify import probes
     model, task, _ = _load_model_and_task(args.model, args.task)
+    probes.require_fit(model, task)
     rng = np.random.default_rng(args.seed)
     readout = probes.superposition_readout(model, task, holdout=args.holdout, rng=rng)
     readout.pop("encoding_maps")
@@ -318,6 +319,7 @@ def cmd_transfer(args) -> int:
     from verify import probes
     from verify.sweep import _append
     model, task, _ = _load_model_and_task(args.model, args.task)
+    probes.require_fit(model, task)
     rng = np.random.default_rng(args.seed)
     maps = probes.superposition_readout(model, task, holdout=0.0, rng=rng)["encoding_maps"]
     result = probes.freeze_and_swap(model, task, maps, steps=args.steps, lr=args.lr, rng=rng)

@@ -31,6 +31,13 @@ from theory.tasks import Task, _as_rng, random_task
 from verify.check import check_queries
 
 
+def require_fit(model: Model, task: Task) -> None:
+    """The probes read attributes as entity ids (shared attributes): refuse a model that does not match."""
+    if model.n_entities < task.N or model.n_relations != task.R or model.n_out != task.N:
+        raise ValueError(f"model (N={model.n_entities}, R={model.n_relations}, n_out={model.n_out}) does not "
+                         f"fit the task (N={task.N}, R={task.R}); the probes need shared attributes (n_out = N)")
+
+
 def _split(n: int, holdout: float, rng) -> tuple[np.ndarray, np.ndarray]:
     """Random train / held-out index split (held-out = fit set when ``holdout == 0``)."""
     if not 0 <= holdout < 1:
@@ -197,9 +204,7 @@ def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int 
               transfer_steps: int = 200, rng: np.random.Generator | int | None = None) -> dict:
     """Every probe, with one rng: readout, intervention, selectivity and freeze-and-swap."""
     rng = _as_rng(rng)
-    if model.n_entities < task.N or model.n_relations != task.R or model.n_out != task.N:
-        raise ValueError(f"model (N={model.n_entities}, R={model.n_relations}, n_out={model.n_out}) does not "
-                         f"fit the task (N={task.N}, R={task.R})")
+    require_fit(model, task)
     readout = superposition_readout(model, task, holdout=holdout, rng=rng)
     readout.pop("encoding_maps")  # fit on the training split only; intervention and transfer use all subjects
     full_maps = superposition_readout(model, task, holdout=0.0, rng=rng)["encoding_maps"]

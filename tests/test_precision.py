@@ -22,8 +22,25 @@ def test_quantization_grid():
 def test_g1_binary_is_exact_at_two_bits_and_a1_is_not():
     task = random_task(512, 4, 3)
     tokens, answers = single_hop_queries(task)
-    bits, records = smallest_exact_bits(build_g1(task, "binary").model, tokens, answers)
+    check = lambda m: check_queries(m, tokens, answers)  # noqa: E731
+    bits, records = smallest_exact_bits(build_g1(task, "binary").model, check)
     assert bits == 2 and records[-1]["exact"]
-    bits, records = smallest_exact_bits(build_a1(task, "binary").model, tokens, answers)
+    bits, records = smallest_exact_bits(build_a1(task, "binary").model, check)
     assert bits > 2 and not records[0]["exact"]
     assert check_queries(quantize(build_a1(task, "binary").model, 2), tokens, answers).accuracy < 0.5
+
+
+@pytest.mark.parametrize("construction", ["path-blocks", "associative", "layered", "cot"])
+def test_multi_hop_precision_scan(construction):
+    from verify.suite import precision_scan
+    doc = precision_scan(construction, 64, 2, 2, max_bits=16)
+    assert doc["smallest_exact_bits"] is not None and doc["records"][-1]["exact"]
+    assert all(not r["exact"] for r in doc["records"][:-1])
+
+
+def test_precision_scan_refuses_unknown_names():
+    from verify.suite import precision_scan
+    with pytest.raises(ValueError, match="give --k"):
+        precision_scan("cot", 16, 2)
+    with pytest.raises(ValueError, match="k-hop construction"):
+        precision_scan("geometric", 16, 2, 2)

@@ -246,8 +246,8 @@ def quantize(model: Model, bits: int) -> Model:
     """Every weight tensor rounded to a b-bit uniform symmetric grid of its own.
 
     Per tensor W: step ``s = max|W| / (2^{b−1} − 1)`` and ``W_q = s·round(W / s)``: ``2^b − 1`` levels symmetric
-    about 0, zero kept exactly (an all-zero tensor stays zero). Needs ``b >= 2``. The model's ``meta`` records
-    the bits.
+    about 0, zero kept exactly (an all-zero tensor stays zero). Needs ``b >= 2``. Scalars that are not weight
+    tensors (a softmax head's inverse temperature) are kept as they are. The model's ``meta`` records the bits.
     """
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits < 2:
         raise ValueError(f"quantization needs an integer number of bits b >= 2, got {bits!r}")
@@ -273,12 +273,13 @@ def quantize(model: Model, bits: int) -> Model:
                  q(model.position_embedding), meta={**model.meta, "quantized_bits": int(bits)})
 
 
-def smallest_exact_bits(model: Model, tokens, answers, *, max_bits: int = 24) -> tuple[int | None, list[dict]]:
-    """Scan b = 2..max_bits and return the smallest b at which the quantized model still answers every query,
+def smallest_exact_bits(model: Model, check, *, max_bits: int = 24) -> tuple[int | None, list[dict]]:
+    """Scan b = 2..max_bits and return the smallest b at which the quantized model still passes
+    ``check(model) -> CheckResult`` (e.g. ``lambda m: check_queries(m, tokens, answers)``, or greedy decoding),
     with one record (b, exact, accuracy, min margin) per b tried. ``None`` if no b up to max_bits works."""
     records = []
     for bits in range(2, max_bits + 1):
-        result = check_queries(quantize(model, bits), tokens, answers)
+        result = check(quantize(model, bits))
         records.append({"bits": bits, "exact": result.exact, "accuracy": result.accuracy,
                         "min_margin": result.min_margin})
         if result.exact:

@@ -186,22 +186,16 @@ def cmd_count(args) -> int:
 
 
 def cmd_precision(args) -> int:
-    from constructions.single_hop import single_hop_queries
-    from verify.check import smallest_exact_bits
-    from verify.suite import BUILDERS
-    rng = np.random.default_rng(args.seed)
-    task = random_task(args.N, args.R, rng)
-    built = BUILDERS[args.construction](task, args.codes, D=args.D, rng=rng)
-    bits, records = smallest_exact_bits(built.model, *single_hop_queries(task), max_bits=args.max_bits)
-    doc = {"version": __version__, "construction": args.construction, "codes": args.codes, "N": args.N,
-           "R": args.R, "D": built.codes.D, "seed": args.seed, "smallest_exact_bits": bits, "records": records,
-           "quantization": "uniform symmetric per tensor: step max|W|/(2^(b-1)-1)"}
+    from verify.suite import precision_scan
+    doc = {"version": __version__, **precision_scan(args.construction, args.N, args.R, args.k, codes=args.codes,
+                                                    D=args.D, seed=args.seed, max_bits=args.max_bits)}
+    bits = doc["smallest_exact_bits"]
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        for r in records:
+        for r in doc["records"]:
             print(f"b = {r['bits']:>2}: accuracy {100 * r['accuracy']:6.2f}%, min margin {r['min_margin']:.4g}")
-        print(f"smallest b keeping every one of the {args.N * args.R:,} queries exact: "
+        print(f"smallest b keeping every one of the {doc['queries']:,} queries exact: "
               f"{bits if bits is not None else f'none up to {args.max_bits}'}")
     return 0 if bits is not None else 1
 
@@ -493,7 +487,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("precision", parents=[common], help="smallest bits per parameter keeping a check exact",
                        description="Quantize every weight tensor to a b-bit uniform symmetric grid (step "
                        "max|W|/(2^(b-1)-1)) and report the smallest b at which all N·R queries stay exact.")
-    p.add_argument("--construction", choices=("geometric", "associative"), default="geometric")
+    p.add_argument("--construction", choices=("geometric", "associative", "path-blocks", "layered", "cot"),
+                   default="geometric", help="without --k: geometric (G1) or associative (A1); with --k: "
+                   "path-blocks (G2), associative (A2(a)), layered (A2(b)) or cot (C1)")
+    p.add_argument("--k", type=_positive_int, default=None, help="hops: check a k-hop construction")
     p.add_argument("--codes", choices=("binary", "sign", "gaussian"), default="binary")
     _add_sizes(p, N=1024, R=8)
     p.add_argument("--D", type=_positive_int, default=None, help="code length D")

@@ -83,6 +83,36 @@ def check_single_hop(
                               dtype=None if integer else np.dtype(dtype), keep=keep, progress=progress)
 
 
+def precision_scan(construction: str, N: int, R: int, k: int | None = None, *, codes: str = "binary",
+                   D: int | None = None, seed: int = 0, max_bits: int = 24) -> dict:
+    """Smallest bits per parameter at which a construction stays exact on every query (greedy decoding for
+    C1). ``k=None``: the single-hop constructions (geometric = G1, associative = A1); otherwise the k-hop ones
+    (path-blocks, associative, layered, cot)."""
+    rng = np.random.default_rng(seed)
+    task = random_task(N, R, rng)
+    if k is None:
+        if construction not in BUILDERS:
+            raise ValueError(f"single-hop construction must be one of {sorted(BUILDERS)} (give --k for the k-hop "
+                             f"ones), got {construction!r}")
+        built = BUILDERS[construction](task, codes, D=D, rng=rng)
+        tokens, answers = single_hop_queries(task)
+        check = lambda m: check_queries(m, tokens, answers)  # noqa: E731
+    else:
+        if construction not in MULTI_HOP_BUILDERS:
+            raise ValueError(f"k-hop construction must be one of {sorted(MULTI_HOP_BUILDERS)}, got {construction!r}")
+        built = MULTI_HOP_BUILDERS[construction][1](task, k, codes, D=D, rng=rng)
+        tokens, answers = multi_hop_queries(task, k)
+        if construction == "cot":
+            targets = chains(task, k)
+            check = lambda m: check_decoding(m, tokens, targets)  # noqa: E731
+        else:
+            check = lambda m: check_queries(m, tokens, answers)  # noqa: E731
+    bits, records = smallest_exact_bits(built.model, check, max_bits=max_bits)
+    return {"construction": construction, "N": N, "R": R, "k": k or 1, "codes": codes, "D": built.codes.D,
+            "seed": seed, "queries": int(tokens.shape[0]), "smallest_exact_bits": bits, "records": records,
+            "quantization": "uniform symmetric per tensor: step max|W|/(2^(b-1)-1)"}
+
+
 def section_single_hop(seed: int = 0, progress: bool = False) -> list[Report]:
     """G1 at full default size (N=4096, R=16) in float and integer mode, which must agree; G1 with random codes
     and A1 at smaller sizes."""
@@ -274,7 +304,8 @@ def section_bounds(seed: int = 0, progress: bool = False) -> list[Report]:
     _log(progress, "bounds: smallest bits per parameter keeping G1 exact (N=1024, R=8)")
     task = random_task(1024, 8, np.random.default_rng(seed))
     built = build_g1(task, "binary")
-    bits, records = smallest_exact_bits(built.model, *single_hop_queries(task), max_bits=8)
+    tokens, answers = single_hop_queries(task)
+    bits, records = smallest_exact_bits(built.model, lambda m: check_queries(m, tokens, answers), max_bits=8)
     reports.append(claim_report("G1 exact at 2 bits/param", {"N": 1024, "R": 8, "codes": "binary"},
                                 {"smallest exact b = 2": bits == 2}, time.perf_counter() - start,
                                 {"d": built.model.d, "m": built.model.mlp_width}, {"records": records}))

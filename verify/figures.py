@@ -75,6 +75,7 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
         line, = ax.plot(ks, [r["d"] for r in mine], marker="o", label=f"{name} d")
         ax.plot(ks, [max(r["d_min"], 1) for r in mine], linestyle=":", color=line.get_color(), label=bound_label)
     ax.set_yscale("log")
+    ax.set_xticks(range(1, k_max + 1))
     ax.set_xlabel("hops k")
     ax.set_ylabel("embedding dimension d")
     ax.set_title(f"capacity-depth tradeoff, N = {N}, R = {R}, b = 1")

@@ -182,3 +182,7 @@ def test_fit_recovers_a_planted_constant():
                 "monotone": True} for N in (64, 256, 1024) for R in (2, 4, 8) for s in (0, 1)]
     fit = fit_thresholds(records)["learned"]
     assert fit["c"] == pytest.approx(1.5, abs=0.05) and fit["c_seed_std"] > 0
+    polynomial = [{"mode": "frozen", "N": N, "R": R, "seed": 0, "d_star": 2.0 * N**0.5 * R, "monotone": True}
+                  for N in (64, 256, 1024) for R in (2, 4)]
+    law = fit_thresholds(polynomial)["frozen"]["power_law"]
+    assert law["p_N"] == pytest.approx(0.5) and law["q_R"] == pytest.approx(1.0)

@@ -245,9 +245,11 @@ def cmd_sweep_threshold(args) -> int:
     else:
         print(summary_table(records))
         for mode, fit in fits.items():
+            law = fit["power_law"]
+            exponents = ", ".join(f"{k[0]} = {v:.3f}" for k, v in law.items() if k != "log_a") or "—"
             print(f"{mode}: d* ≈ c·R·ln N with c = {fit['c']:.3f} (per seed {fit['c_seed_mean']:.3f} ± "
                   f"{fit['c_seed_std']:.3f}, {fit['points']} points, {fit['non_monotone']} non-monotone, "
-                  f"{fit['unreached']} never reached)")
+                  f"{fit['unreached']} never reached); power law d* ∝ N^p·R^q: {exponents}")
         print(f"records in {args.out}")
     return 0
 

@@ -258,7 +258,8 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
 
 
 def fit_thresholds(records: list[dict]) -> dict[str, dict]:
-    """Per mode: least-squares fit of ``d* = c·R·ln N`` (scipy), c per seed and its spread over seeds."""
+    """Per mode: least-squares fit of ``d* = c·R·ln N`` (scipy), c per seed and its spread over seeds; and a
+    power law ``d* = a·N^p·R^q`` (exponents fitted where the records vary N, resp. R)."""
     from scipy.optimize import curve_fit
 
     out = {}
@@ -276,7 +277,15 @@ def fit_thresholds(records: list[dict]) -> dict[str, dict]:
             mask = np.array([r["seed"] == seed for r in rows])
             per_seed[seed] = float(np.sum(x[mask] * y[mask]) / np.sum(x[mask] ** 2))
         values = np.array(list(per_seed.values()))
-        out[mode] = {"c": float(c), "c_stderr": float(math.sqrt(cov[0, 0])) if np.isfinite(cov[0, 0]) else None,
+        # A second form that can tell logarithmic from polynomial growth: log d* = log a + p·log N + q·log R
+        # (p, q fitted only when the records hold at least two N, resp. two R).
+        Ns = np.array([r["N"] for r in rows], dtype=float)
+        Rs = np.array([r["R"] for r in rows], dtype=float)
+        columns = [np.ones_like(y)] + [np.log(v) for v in (Ns, Rs) if np.unique(v).size > 1]
+        coef = np.linalg.lstsq(np.stack(columns, axis=1), np.log(y), rcond=None)[0]
+        names = ["log_a"] + [n for n, v in (("p_N", Ns), ("q_R", Rs)) if np.unique(v).size > 1]
+        power_law = {name: float(value) for name, value in zip(names, coef)}
+        out[mode] = {"power_law": power_law, "c": float(c), "c_stderr": float(math.sqrt(cov[0, 0])) if np.isfinite(cov[0, 0]) else None,
                      "c_per_seed": per_seed, "c_seed_mean": float(values.mean()),
                      "c_seed_std": float(values.std(ddof=1)) if values.size > 1 else 0.0,
                      "points": len(rows), "non_monotone": sum(not r["monotone"] for r in rows),

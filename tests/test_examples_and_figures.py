@@ -79,3 +79,13 @@ def test_probe_hidden_command(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["probe_accuracy_mean"] > 0.95
     np.savez(tmp_path / "t.npz", states=states)
     assert main(["probe-hidden", str(tmp_path / "t.npz")]) == 2
+
+
+def test_walkthrough_shows_what_the_demo_prints():
+    """docs/walkthrough.md quotes `georecall demo`; its G1 part (exact integers) must match the code today."""
+    from verify.demo import run_demo
+    lines = []
+    run_demo(seed=0, out=lines.append)
+    printed = "\n".join(lines).split("== A trained model")[0].strip()
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "walkthrough.md").read_text()
+    assert printed in doc

@@ -153,3 +153,10 @@ def test_sweep_threshold_command_resumes(tmp_path, capsys):
     lines = open(out).read().splitlines()
     code, text, _ = run(args, capsys)
     assert code == 0 and open(out).read().splitlines() == lines
+
+
+def test_train_command_with_hops_and_cot(capsys):
+    code, text, _ = run(["train", "--N", "32", "--R", "2", "--k", "2", "--cot", "--attention", "softmax",
+                         "--heads", "2", "--d", "16", "--json"], capsys)
+    doc = json.loads(text)
+    assert code == 0 and doc["reached"] and doc["params"]["k"] == 2 and doc["params"]["cot"]

@@ -186,3 +186,37 @@ def test_fit_recovers_a_planted_constant():
                   for N in (64, 256, 1024) for R in (2, 4)]
     law = fit_thresholds(polynomial)["frozen"]["power_law"]
     assert law["p_N"] == pytest.approx(0.5) and law["q_R"] == pytest.approx(1.0)
+
+
+def test_training_data_for_hops_and_chain_of_thought():
+    from verify.train import training_data
+    task = random_task(10, 2, 0)
+    tokens, answers, positions, T = training_data(task, 1)
+    assert tokens.shape == (20, 2) and positions is None and T == 2
+    tokens, answers, positions, T = training_data(task, 3)
+    assert tokens.shape == (80, 4) and answers.shape == (80,) and T == 4
+    tokens, answers, positions, T = training_data(task, 3, cot=True)
+    assert tokens.shape == (80, 6) and answers.shape == (80, 3) and list(positions) == [3, 4, 5] and T == 6
+    assert np.array_equal(tokens[:, 4:], answers[:, :2])  # teacher forcing feeds the true chain
+
+
+@pytest.mark.parametrize("cot", [False, True])
+def test_two_hop_training_reaches_100_percent_and_decodes(cot):
+    from verify.check import check_decoding
+    from verify.train import training_data
+    task = random_task(32, 2, 1)
+    tokens, answers, positions, T = training_data(task, 2, cot)
+    model = init_model(32, 2, 16, 64, attention="softmax", heads=2, positions=T, rng=2)
+    result = train(model, tokens, answers, positions=positions, steps=2000, rng=2)
+    assert result.reached
+    if cot:  # exact under teacher forcing at every step, hence exact greedy decoding
+        prompts = tokens[:, :3]
+        assert check_decoding(result.model, prompts, answers).exact
+
+
+def test_sweep_records_carry_hops_and_cot(tmp_path):
+    settings = TrialSettings(steps=200, k=2, cot=True, attention="softmax", heads=2)
+    records = sweep(str(tmp_path / "k2.jsonl"), [16], [2], modes=("learned",), seeds=(0,), settings=settings,
+                    progress=False)
+    assert len(records) == 1 and records[0]["k"] == 2 and records[0]["cot"] is True
+    assert records[0]["d_star"] is not None

@@ -202,20 +202,21 @@ def cmd_precision(args) -> int:
 
 def cmd_train(args) -> int:
     from constructions.model import save_model
-    from constructions.single_hop import single_hop_queries
     from verify.sweep import FROZEN_GROUPS
-    from verify.train import init_model, train
+    from verify.train import init_model, train, training_data
     seeds = np.random.SeedSequence(args.seed).spawn(3)
     task = random_task(args.N, args.R, np.random.default_rng(seeds[0]))
-    tokens, answers = single_hop_queries(task)
+    tokens, answers, positions, T = training_data(task, args.k, args.cot)
     m = args.m if args.m is not None else 4 * args.d
     model = init_model(args.N, args.R, args.d, m, attention=args.attention, heads=args.heads,
+                       positions=T if args.k > 1 or args.cot else None,
                        rng=np.random.default_rng(seeds[1]), dtype=np.dtype(args.dtype))
     frozen = tuple(FROZEN_GROUPS[args.mode]) + tuple(args.freeze)
     result = train(model, tokens, answers, steps=args.steps, lr=args.lr, optimizer=args.optimizer,
-                   batch_size=args.batch_size, frozen=frozen, dtype=np.dtype(args.dtype),
+                   batch_size=args.batch_size, frozen=frozen, dtype=np.dtype(args.dtype), positions=positions,
                    rng=np.random.default_rng(seeds[2]), log_every=0 if (args.quiet or args.json) else args.log_every)
-    params = {"N": args.N, "R": args.R, "d": args.d, "m": m, "attention": args.attention, "heads": args.heads,
+    params = {"N": args.N, "R": args.R, "k": args.k, "cot": args.cot, "d": args.d, "m": m,
+              "attention": args.attention, "heads": args.heads,
               "mode": args.mode, "frozen": list(frozen), "steps": args.steps, "lr": args.lr,
               "optimizer": args.optimizer, "batch_size": args.batch_size, "dtype": args.dtype, "seed": args.seed}
     doc = {"version": __version__, "params": params, "reached": result.reached, "steps_run": result.steps,
@@ -226,7 +227,8 @@ def cmd_train(args) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(f"{'reached 100%' if result.reached else 'did not reach 100%'} on all {args.N * args.R:,} facts "
+        print(f"{'reached 100%' if result.reached else 'did not reach 100%'} on all {answers.size:,} "
+              f"{'chain steps' if args.cot else 'facts'} "
               f"after {result.steps} steps ({result.seconds:.1f} s), final loss {result.losses[-1]:.4g}"
               + (f"; model written to {args.out}" if args.out else ""))
     return 0
@@ -234,7 +236,8 @@ def cmd_train(args) -> int:
 
 def cmd_sweep_threshold(args) -> int:
     from verify.sweep import TrialSettings, fit_thresholds, summary_table, sweep
-    settings = TrialSettings(steps=args.steps, lr=args.lr, width_factor=args.width_factor)
+    settings = TrialSettings(steps=args.steps, lr=args.lr, width_factor=args.width_factor, k=args.k, cot=args.cot,
+                             attention=args.attention, heads=args.heads)
     records = sweep(args.out, args.N, args.R, args.modes, args.seeds, settings=settings, d_min=args.d_min,
                     d_max=args.d_max, resolution=args.resolution, workers=args.workers,
                     progress=not (args.quiet or args.json))
@@ -506,7 +509,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sizes(p, N=256, R=4)
     p.add_argument("--d", type=_positive_int, default=32, help="residual width d (default 32)")
     p.add_argument("--m", type=_positive_int, default=None, help="MLP width m (default 4d)")
-    p.add_argument("--attention", choices=("uniform", "softmax"), default="uniform")
+    p.add_argument("--k", type=_positive_int, default=1, help="hops per query (default 1)")
+    p.add_argument("--cot", action="store_true",
+                   help="chain-of-thought: train every step of the chain under teacher forcing")
+    p.add_argument("--attention", choices=("uniform", "softmax"), default="uniform",
+                   help="uniform (default) or softmax; k-hop and CoT queries need softmax to pick a hop")
     p.add_argument("--heads", type=_positive_int, default=1)
     p.add_argument("--mode", choices=("learned", "frozen"), default="learned",
                    help="frozen: entity and relation embeddings stay at their random initialization")
@@ -535,6 +542,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=_positive_int, default=500, help="step budget per trial (default 500)")
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--width-factor", type=_positive_int, default=4, help="m = width_factor·d (default 4)")
+    p.add_argument("--k", type=_positive_int, default=1, help="hops per query (default 1)")
+    p.add_argument("--cot", action="store_true", help="chain-of-thought under teacher forcing")
+    p.add_argument("--attention", choices=("uniform", "softmax"), default="uniform")
+    p.add_argument("--heads", type=_positive_int, default=1)
     p.add_argument("--d-min", type=_positive_int, default=4)
     p.add_argument("--d-max", type=_positive_int, default=1024)
     p.add_argument("--resolution", type=_positive_int, default=2, help="stop bisecting at this gap in d")

@@ -6,7 +6,9 @@ For each configuration (N, R, mode, seed), ``mode`` = ``learned`` (every paramet
 - the task is ``random_task(N, R)`` seeded by ``(seed, N, R)``: the same facts for both modes and every d;
 - a *trial* trains a fresh model of width d with MLP width ``m = width_factor·d`` (default 4d), full batch,
   Adam, for at most ``steps`` steps, seeded by ``(seed, N, R, mode, d)``, and records whether it reached 100%
-  (confirmed by the exhaustive checker);
+  (confirmed by the exhaustive checker). With ``k > 1`` the facts are all N·R^k k-hop queries; with ``cot`` the
+  model is trained and judged on every step of the chain under teacher forcing (exact at every step under
+  teacher forcing is the same as exact greedy decoding, by induction over the steps);
 - the threshold search doubles d from ``d_min`` until a trial succeeds, then bisects between the last failure
   and the first success until they are ``resolution`` apart.
 
@@ -36,10 +38,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from constructions.single_hop import single_hop_queries
 from theory import __version__
 from theory.tasks import check_positive_int, random_task
-from verify.train import init_model, train
+from verify.train import init_model, train, training_data
 
 MODES = ("learned", "frozen")
 _THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -55,9 +56,12 @@ class TrialSettings:
     width_factor: int = 4
     attention: str = "uniform"
     dtype: str = "float32"
+    k: int = 1  # hops of every query
+    cot: bool = False  # train and judge chain-of-thought under teacher forcing
+    heads: int = 1
 
     def key(self) -> tuple:
-        return (self.steps, self.lr, self.width_factor, self.attention, self.dtype)
+        return (self.steps, self.lr, self.width_factor, self.attention, self.dtype, self.k, self.cot, self.heads)
 
 
 def _mode_id(mode: str) -> int:
@@ -69,12 +73,13 @@ def run_trial(N: int, R: int, mode: str, seed: int, d: int, settings: TrialSetti
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     task = random_task(N, R, np.random.default_rng(np.random.SeedSequence([seed, N, R])))
-    tokens, answers = single_hop_queries(task)
+    tokens, answers, positions, T = training_data(task, settings.k, settings.cot)
     rng = np.random.default_rng(np.random.SeedSequence([seed, N, R, _mode_id(mode), d]))
-    model = init_model(N, R, d, settings.width_factor * d, attention=settings.attention, rng=rng,
+    model = init_model(N, R, d, settings.width_factor * d, attention=settings.attention, heads=settings.heads,
+                       positions=T if settings.k > 1 or settings.cot else None, rng=rng,
                        dtype=np.dtype(settings.dtype))
     result = train(model, tokens, answers, steps=settings.steps, lr=settings.lr, frozen=FROZEN_GROUPS[mode],
-                   rng=rng, dtype=np.dtype(settings.dtype))
+                   positions=positions, rng=rng, dtype=np.dtype(settings.dtype))
     return {"kind": "trial", "N": N, "R": R, "mode": mode, "seed": seed, "d": d,
             "m": settings.width_factor * d, "reached": result.reached, "steps_run": result.steps,
             "final_loss": round(result.losses[-1], 6), "final_batch_accuracy": result.accuracies[-1],
@@ -118,7 +123,8 @@ def find_threshold(N: int, R: int, mode: str, seed: int, settings: TrialSettings
 
 def _config_key(record: dict) -> tuple:
     return (record["N"], record["R"], record["mode"], record["seed"], record["steps"], record["lr"],
-            record["width_factor"], record["attention"], record["dtype"])
+            record["width_factor"], record["attention"], record["dtype"], record.get("k", 1),
+            record.get("cot", False), record.get("heads", 1))
 
 
 def read_records(path: str) -> list[dict]:

@@ -341,6 +341,28 @@ OPTIMIZERS = {"adam": adam, "sgd": sgd}
 # ---------------------------------------------------------------------------------------------- training
 
 
+def training_data(task, k: int = 1, cot: bool = False):
+    """``(tokens, answers, positions, T)`` for training on a task.
+
+    k = 1, no CoT: the N·R queries ``⟨r, s⟩`` and their answers (``positions=None``: read at the last token).
+    k > 1, no CoT: the N·R^k queries ``⟨r_k, ..., r_1, s⟩`` and their final answers.
+    CoT: the queries followed by the true chain ``v_1..v_{k−1}`` (teacher forcing), answers ``v_1..v_k`` read at
+    positions ``k..2k−1``. ``T`` is the sequence length (the position embedding needs T rows).
+    """
+    from constructions.multi_hop import chains, multi_hop_queries
+    from constructions.single_hop import single_hop_queries
+
+    k = check_positive_int("k", k)
+    if k == 1 and not cot:
+        tokens, answers = single_hop_queries(task)
+        return tokens, answers, None, 2
+    tokens, answers = multi_hop_queries(task, k)
+    if not cot:
+        return tokens, answers, None, k + 1
+    targets = chains(task, k)
+    return np.concatenate([tokens, targets[:, :-1]], axis=1), targets, np.arange(k, 2 * k), 2 * k
+
+
 @dataclass
 class TrainResult:
     model: Model

@@ -301,15 +301,9 @@ def _print_probe(doc: dict) -> None:
 def cmd_probe(args) -> int:
     from verify import probes
     model, task, _ = _load_model_and_task(args.model, args.task)
-    probes.require_fit(model, task)
-    rng = np.random.default_rng(args.seed)
-    readout = probes.superposition_readout(model, task, holdout=args.holdout, rng=rng)
-    readout.pop("encoding_maps")
-    maps = probes.superposition_readout(model, task, holdout=0.0, rng=rng)["encoding_maps"]
     doc = {"version": __version__, "model": args.model, "seed": args.seed, "N": task.N, "R": task.R,
-           "readout": readout,
-           "intervention": probes.causal_intervention(model, task, maps, subjects=args.subjects, rng=rng),
-           "selectivity": probes.unit_selectivity(model, task)}
+           **probes.probe_all(model, task, holdout=args.holdout, subjects=args.subjects, transfer_steps=None,
+                              rng=np.random.default_rng(args.seed))}
     print(json.dumps(doc, indent=2)) if args.json else _print_probe(doc)
     return 0
 

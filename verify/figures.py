@@ -42,7 +42,10 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
     """Draw every figure the records allow (plus the computed ones) into ``out_dir``; returns the paths."""
     plt = _pyplot()
     from bounds.tables import bound_rows
-    from verify.suite import check_multi_hop, check_single_hop
+    from constructions.multi_hop import build_c1, chains, multi_hop_queries
+    from theory.tasks import random_task
+    from verify.check import check_decoding
+    from verify.suite import check_single_hop
     from verify.sweep import fit_thresholds
 
     os.makedirs(out_dir, exist_ok=True)
@@ -84,13 +87,10 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
     plt.close(fig)
 
     g1 = check_single_hop(1024, 8, codes="sign", D=48, seed=seed, keep=True)
-    c1 = check_multi_hop(256, 3, 3, construction="cot", seed=seed)
-    from constructions.multi_hop import build_c1, chains, multi_hop_queries
-    from theory.tasks import random_task
-    from verify.check import check_decoding
     task = random_task(256, 3, np.random.default_rng(seed))
+    c1 = build_c1(task, 3)
     tokens, _ = multi_hop_queries(task, 3)
-    decoded = check_decoding(build_c1(task, 3).model, tokens, chains(task, 3), keep=True)
+    decoded = check_decoding(c1.model, tokens, chains(task, 3), keep=True)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     axes[0].hist(g1.result.margins, bins=40)
     axes[0].axvline(g1.promise.margin, color="k", linestyle="--", label="promised lower bound")

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from constructions.model import Model, forward
+from constructions.model import Model, forward, predict
 from constructions.single_hop import single_hop_queries
 from theory.tasks import Task, _as_rng, random_task
 from verify.check import check_queries
@@ -133,23 +133,16 @@ def causal_intervention(model: Model, task: Task, encoding_maps: np.ndarray, *, 
     q_rel = np.tile(np.arange(R), n_int)
     q_ent = np.repeat(ids, R)
     tokens = np.stack([extended.n_entities + q_rel, q_ent], axis=1)
-    predictions = _predict(extended, tokens).reshape(n_int, R)
+    predictions = predict(extended, tokens).reshape(n_int, R)
     asked = predictions[np.arange(n_int), Rr]
     follows = float(np.mean(asked == new))
     others = np.ones((n_int, R), dtype=bool)
     others[np.arange(n_int), Rr] = False
     # the model's own answers before the intervention (not the task's: an untrained model has its own)
     before = np.stack([extended.n_entities + q_rel, np.repeat(S, R)], axis=1)
-    original = _predict(extended, before).reshape(n_int, R)
+    original = predict(extended, before).reshape(n_int, R)
     unchanged = float(np.mean((predictions == original)[others])) if R > 1 else 1.0
     return {"interventions": int(n_int), "follows": follows, "others_unchanged": unchanged}
-
-
-def _predict(model: Model, tokens: np.ndarray, chunk: int = 4096) -> np.ndarray:
-    out = np.empty(tokens.shape[0], dtype=np.int64)
-    for start in range(0, tokens.shape[0], chunk):
-        out[start : start + chunk] = forward(model, tokens[start : start + chunk]).argmax(axis=1)
-    return out
 
 
 def unit_selectivity(model: Model, task: Task, *, layer: int = -1, threshold: float = 0.9) -> dict:
@@ -201,17 +194,20 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
 
 
 def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int | None = 256,
-              transfer_steps: int = 200, rng: np.random.Generator | int | None = None) -> dict:
-    """Every probe, with one rng: readout, intervention, selectivity and freeze-and-swap."""
+              transfer_steps: int | None = 200, rng: np.random.Generator | int | None = None) -> dict:
+    """Every probe, with one rng: readout, intervention, selectivity and (unless ``transfer_steps`` is None)
+    freeze-and-swap."""
     rng = _as_rng(rng)
     require_fit(model, task)
     readout = superposition_readout(model, task, holdout=holdout, rng=rng)
     readout.pop("encoding_maps")  # fit on the training split only; intervention and transfer use all subjects
     full_maps = superposition_readout(model, task, holdout=0.0, rng=rng)["encoding_maps"]
-    return {"readout": readout,
-            "intervention": causal_intervention(model, task, full_maps, subjects=subjects, rng=rng),
-            "selectivity": unit_selectivity(model, task),
-            "transfer": freeze_and_swap(model, task, full_maps, steps=transfer_steps, rng=rng)}
+    out = {"readout": readout,
+           "intervention": causal_intervention(model, task, full_maps, subjects=subjects, rng=rng),
+           "selectivity": unit_selectivity(model, task)}
+    if transfer_steps is not None:
+        out["transfer"] = freeze_and_swap(model, task, full_maps, steps=transfer_steps, rng=rng)
+    return out
 
 
 # ------------------------------------------------------------------------------- hidden states of real LMs

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from bounds.counting import enumerate_counts
-from bounds.tables import bound_rows
+from georecall.bounds.counting import enumerate_counts
+from georecall.bounds.tables import bound_rows
 
 if __name__ == "__main__":
     start = time.perf_counter()

@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 
-from constructions.model import _read_columns, chunk_size, forward
-from constructions.single_hop import build_g1, single_hop_queries
-from theory.tasks import random_task
-from verify.check import check_queries
+from georecall.constructions.model import _read_columns, chunk_size, forward
+from georecall.constructions.single_hop import build_g1, single_hop_queries
+from georecall.theory.tasks import random_task
+from georecall.verify.check import check_queries
 
 
 def best_of(fn, repeats: int) -> float:

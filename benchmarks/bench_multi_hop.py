@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from verify.suite import check_multi_hop
+from georecall.verify.suite import check_multi_hop
 
 CASES = {"path-blocks": (1024, 3, 3), "cot": (1024, 4, 3), "layered": (1024, 3, 3), "associative": (256, 3, 3)}
 

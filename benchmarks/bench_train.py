@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 
-from constructions.single_hop import single_hop_queries
-from theory.tasks import random_task
-from verify.train import init_model, train
+from georecall.constructions.single_hop import single_hop_queries
+from georecall.theory.tasks import random_task
+from georecall.verify.train import init_model, train
 
 
 def numpy_step_times(model, tokens, answers, steps: int, batch: int) -> list[float]:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import mpmath
 import numpy as np
 
-from bounds.graphs import tree_size
-from theory.tasks import check_positive_int
+from georecall.bounds.graphs import tree_size
+from georecall.theory.tasks import check_positive_int
 
 # Largest number of tasks enumerated in one go (memory: about 8·R^k bytes each per step).
 MAX_TASKS = 5_000_000

@@ -14,7 +14,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from theory.tasks import Task, _as_rng, check_positive_int
+from georecall.theory.tasks import Task, _as_rng, check_positive_int
 
 
 def to_graph(task: Task) -> nx.MultiDiGraph:

@@ -19,10 +19,10 @@ import numpy as np
 import sympy as sp
 from scipy.special import gammaln
 
-from bounds.counting import log2_factorial, log2_falling
-from bounds.graphs import tree_size
-from theory import __version__
-from theory.tasks import check_positive_int
+from georecall.bounds.counting import log2_factorial, log2_falling
+from georecall.bounds.graphs import tree_size
+from georecall.theory import __version__
+from georecall.theory.tasks import check_positive_int
 
 
 @dataclass(frozen=True)

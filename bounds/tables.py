@@ -13,10 +13,10 @@ import io
 import json
 import math
 
-from bounds import lower
-from constructions.codes import binary_length
-from theory import __version__, statements
-from theory.tasks import check_positive_int
+from georecall.bounds import lower
+from georecall.constructions.codes import binary_length
+from georecall.theory import __version__, statements
+from georecall.theory.tasks import check_positive_int
 
 FORMATS = ("md", "csv", "json", "latex")
 

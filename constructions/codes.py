@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-from theory.tasks import _as_rng, check_positive_int
+from georecall.theory.tasks import _as_rng, check_positive_int
 
 CodeKind = Literal["binary", "sign", "gaussian"]
 CODE_KINDS: tuple[str, ...] = ("binary", "sign", "gaussian")

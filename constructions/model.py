@@ -487,7 +487,7 @@ def save_model(model: Model, path: str, extra_arrays: dict[str, np.ndarray] | No
     e.g. parameters and seed). ``extra_arrays`` (e.g. the task table) are stored beside the weights."""
     import json
 
-    from theory import __version__
+    from georecall.theory import __version__
     structure = [{"attention": None if layer.attention is None else
                   {"kind": layer.attention.kind, "inverse_temperature": layer.attention.inverse_temperature},
                   "mlp": layer.mlp is not None} for layer in model.layers]

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from constructions.codes import Codes
-from constructions.model import MLP, Attention, Layer, Model
-from constructions.single_hop import Construction, _resolve_codes, code_readout
-from theory.statements import (a2_depth_promise, a2_width_promise, beta_for_leakage, c1_promise, g2_promise,
+from georecall.constructions.codes import Codes
+from georecall.constructions.model import MLP, Attention, Layer, Model
+from georecall.constructions.single_hop import Construction, _resolve_codes, code_readout
+from georecall.theory.statements import (a2_depth_promise, a2_width_promise, beta_for_leakage, c1_promise, g2_promise,
                                softmax_leakage)
-from theory.tasks import Task, check_positive_int, paths
+from georecall.theory.tasks import Task, check_positive_int, paths
 
 DEFAULT_MAX_BYTES = 4 * 2**30
 

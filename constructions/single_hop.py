@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constructions.codes import Codes, make_codes
-from constructions.model import MLP, Attention, Layer, Model
-from theory.statements import Promise, a1_promise, attention_constants, g1_promise
-from theory.tasks import Task
+from georecall.constructions.codes import Codes, make_codes
+from georecall.constructions.model import MLP, Attention, Layer, Model
+from georecall.theory.statements import Promise, a1_promise, attention_constants, g1_promise
+from georecall.theory.tasks import Task
 
 
 @dataclass(frozen=True)

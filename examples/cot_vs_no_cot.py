@@ -4,8 +4,8 @@ both checked on every query, next to their lower bounds.
     python examples/cot_vs_no_cot.py
 """
 
-from bounds import lower
-from verify.suite import check_multi_hop
+from georecall.bounds import lower
+from georecall.verify.suite import check_multi_hop
 
 N, R, k = 512, 3, 2
 for construction in ("path-blocks", "cot"):

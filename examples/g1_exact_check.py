@@ -5,9 +5,9 @@
 
 import numpy as np
 
-from constructions.single_hop import build_g1, single_hop_queries
-from theory.tasks import random_task
-from verify.check import check_queries
+from georecall.constructions.single_hop import build_g1, single_hop_queries
+from georecall.theory.tasks import random_task
+from georecall.verify.check import check_queries
 
 rng = np.random.default_rng(0)
 N, R = 1024, 8

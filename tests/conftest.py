@@ -34,3 +34,8 @@ def tables(draw, min_N: int = 1, max_N: int = 64, min_R: int = 1, max_R: int = 6
     R = draw(st.integers(min_R, max_R))
     rows = [draw(st.permutations(range(N))) for _ in range(R)]
     return np.array(rows, dtype=np.int64).reshape(R, N)
+
+
+def pytest_report_header(config):
+    import georecall
+    return f"georecall {georecall.__version__} imported from {os.path.dirname(georecall.__file__)}"

@@ -13,11 +13,11 @@ from conftest import tables
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bounds import graphs, lower
-from bounds.counting import (closed_forms, composition_table, all_permutations, enumerate_counts, exact_log2,
+from georecall.bounds import graphs, lower
+from georecall.bounds.counting import (closed_forms, composition_table, all_permutations, enumerate_counts, exact_log2,
                              log2_factorial, log2_falling)
-from bounds.tables import bound_rows, render
-from theory.tasks import Task, random_task
+from georecall.bounds.tables import bound_rows, render
+from georecall.theory.tasks import Task, random_task
 
 
 def brute_force_counts(N, R, k):

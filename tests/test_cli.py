@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from verify.cli import main
+from georecall.verify.cli import main
 
 
 def run(argv, capsys):
@@ -57,8 +57,8 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
 
 
 def test_a_failing_check_exits_1(monkeypatch, capsys):
-    import verify.cli as cli
-    from verify.check import CheckResult, Report
+    import georecall.verify.cli as cli
+    from georecall.verify.check import CheckResult, Report
 
     failing = Report("broken", {"N": 2, "R": 1}, None, CheckResult(2, 1, -1.0, 0, [{"query": 0, "tokens": [2, 0],
                      "expected": 1, "predicted": 0, "margin": -1.0}]), {"d": 1, "m": 0})
@@ -69,7 +69,7 @@ def test_a_failing_check_exits_1(monkeypatch, capsys):
 
 def test_console_script_verify_passes():
     """The main job, as a user runs it (a subprocess through the installed entry point's module)."""
-    proc = subprocess.run([sys.executable, "-m", "verify.cli", "verify", "--json", "--quiet"],
+    proc = subprocess.run([sys.executable, "-m", "georecall.verify.cli", "verify", "--json", "--quiet"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -138,7 +138,7 @@ def test_train_command_writes_a_loadable_model(tmp_path, capsys):
                         capsys)
     doc = json.loads(text)
     assert code == 0 and doc["reached"] and doc["params"]["seed"] == 3
-    from constructions.model import load_model
+    from georecall.constructions.model import load_model
     model, header = load_model(out)
     assert header["record"]["N"] == 32 and header["extra_arrays"]["task_table"].shape == (2, 32)
 

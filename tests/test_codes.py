@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from constructions.codes import binary_length, coherence, make_codes, sign_length
+from georecall.constructions.codes import binary_length, coherence, make_codes, sign_length
 
 
 def naive_coherence(vectors):

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from verify.cli import main
+from georecall.verify.cli import main
 
 EXAMPLES = sorted((pathlib.Path(__file__).parent.parent / "examples").glob("*.py"))
 
@@ -25,7 +25,7 @@ def test_example_runs(path, capsys):
 
 
 def test_demo_prints_the_walkthrough(capsys):
-    from verify.demo import run_demo
+    from georecall.verify.demo import run_demo
     numbers = run_demo(seed=0)
     out = capsys.readouterr().out
     assert numbers["exact"] and numbers["margin"] == 4.0 and numbers["trained_reached"]
@@ -83,7 +83,7 @@ def test_probe_hidden_command(tmp_path, capsys):
 
 def test_walkthrough_shows_what_the_demo_prints():
     """docs/walkthrough.md quotes `georecall demo`; its G1 part (exact integers) must match the code today."""
-    from verify.demo import run_demo
+    from georecall.verify.demo import run_demo
     lines = []
     run_demo(seed=0, out=lines.append)
     printed = "\n".join(lines).split("== A trained model")[0].strip()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from constructions.model import (MLP, Attention, IntegerModeError, Layer, Model, forward, greedy_decode,
+from georecall.constructions.model import (MLP, Attention, IntegerModeError, Layer, Model, forward, greedy_decode,
                                  integer_bounds, predict)
 
 

@@ -6,12 +6,12 @@ from conftest import tables
 from hypothesis import given
 from hypothesis import strategies as st
 
-from constructions.multi_hop import (build_a2_depth, build_a2_width, build_c1, build_g2, chains, estimate_bytes,
+from georecall.constructions.multi_hop import (build_a2_depth, build_a2_width, build_c1, build_g2, chains, estimate_bytes,
                                      multi_hop_queries)
-from theory.statements import softmax_leakage
-from theory.tasks import Task, random_task
-from verify.check import check_decoding, check_queries
-from verify.suite import check_multi_hop, tradeoff_rows
+from georecall.theory.statements import softmax_leakage
+from georecall.theory.tasks import Task, random_task
+from georecall.verify.check import check_decoding, check_queries
+from georecall.verify.suite import check_multi_hop, tradeoff_rows
 
 NO_COT = [build_g2, build_a2_width, build_a2_depth]
 
@@ -75,7 +75,7 @@ def test_repeated_relations_and_a_single_relation(builder, N, R, k):
 
 def test_softmax_leakage_matches_the_forward_pass():
     """The ε in the promises is the weight the forward pass actually puts off target."""
-    from constructions.model import forward
+    from georecall.constructions.model import forward
     task = random_task(8, 2, 0)
     built = build_g2(task, 3)
     tokens, _ = multi_hop_queries(task, 3)

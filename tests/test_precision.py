@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from constructions.single_hop import build_a1, build_g1, single_hop_queries
-from theory.tasks import random_task
-from verify.check import check_queries, quantize, smallest_exact_bits
+from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
+from georecall.theory.tasks import random_task
+from georecall.verify.check import check_queries, quantize, smallest_exact_bits
 
 
 def test_quantization_grid():
-    from constructions.model import Model
+    from georecall.constructions.model import Model
     model = Model(np.array([[0.0, 0.3, -1.0]]), np.zeros((1, 3)), np.array([[0.5, 0.0, 0.26]]))
     q = quantize(model, 2)  # levels {-max, 0, max}
     assert q.entity_embedding.tolist() == [[0.0, 0.0, -1.0]]
@@ -32,14 +32,14 @@ def test_g1_binary_is_exact_at_two_bits_and_a1_is_not():
 
 @pytest.mark.parametrize("construction", ["path-blocks", "associative", "layered", "cot"])
 def test_multi_hop_precision_scan(construction):
-    from verify.suite import precision_scan
+    from georecall.verify.suite import precision_scan
     doc = precision_scan(construction, 64, 2, 2, max_bits=16)
     assert doc["smallest_exact_bits"] is not None and doc["records"][-1]["exact"]
     assert all(not r["exact"] for r in doc["records"][:-1])
 
 
 def test_precision_scan_refuses_unknown_names():
-    from verify.suite import precision_scan
+    from georecall.verify.suite import precision_scan
     with pytest.raises(ValueError, match="give --k"):
         precision_scan("cot", 16, 2)
     with pytest.raises(ValueError, match="k-hop construction"):

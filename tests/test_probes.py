@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from constructions.single_hop import build_g1
-from theory.tasks import random_task
-from verify import probes
-from verify.train import init_model
+from georecall.constructions.single_hop import build_g1
+from georecall.theory.tasks import random_task
+from georecall.verify import probes
+from georecall.verify.train import init_model
 
 
 @pytest.fixture(scope="module")

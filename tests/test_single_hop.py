@@ -6,11 +6,11 @@ from conftest import tables
 from hypothesis import given
 from hypothesis import strategies as st
 
-from constructions.codes import make_codes
-from constructions.single_hop import build_a1, build_g1, single_hop_queries
-from theory.statements import binary_coherence, g1_promise
-from theory.tasks import Task, random_task
-from verify.check import check_construction, check_queries
+from georecall.constructions.codes import make_codes
+from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
+from georecall.theory.statements import binary_coherence, g1_promise
+from georecall.theory.tasks import Task, random_task
+from georecall.verify.check import check_construction, check_queries
 
 CODE_KINDS = st.sampled_from(["binary", "sign", "gaussian"])
 

@@ -4,8 +4,8 @@ step). Each is a full-size version of a check the default suite makes at small s
 import numpy as np
 import pytest
 
-from bounds.counting import closed_forms, enumerate_counts
-from verify.suite import check_multi_hop, check_single_hop, precision_scan
+from georecall.bounds.counting import closed_forms, enumerate_counts
+from georecall.verify.suite import check_multi_hop, check_single_hop, precision_scan
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from conftest import tables
 from hypothesis import given
 from hypothesis import strategies as st
 
-from theory.tasks import Task, paths, random_task
+from georecall.theory.tasks import Task, paths, random_task
 
 
 @given(N=st.integers(1, 50), R=st.integers(1, 5), seed=st.integers(0, 2**32 - 1))

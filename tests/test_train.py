@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from constructions.model import load_model, save_model
-from constructions.multi_hop import multi_hop_queries
-from constructions.single_hop import single_hop_queries
-from theory.tasks import random_task
-from verify.check import check_queries
-from verify.sweep import TrialSettings, find_threshold, fit_thresholds, read_records, sweep
-from verify.train import GROUPS, check_grads, init_model, loss_and_grads, train
+from georecall.constructions.model import load_model, save_model
+from georecall.constructions.multi_hop import multi_hop_queries
+from georecall.constructions.single_hop import single_hop_queries
+from georecall.theory.tasks import random_task
+from georecall.verify.check import check_queries
+from georecall.verify.sweep import TrialSettings, find_threshold, fit_thresholds, read_records, sweep
+from georecall.verify.train import GROUPS, check_grads, init_model, loss_and_grads, train
 
 
 @given(N=st.integers(2, 8), R=st.integers(1, 3), d=st.integers(2, 7), m=st.integers(1, 6),
@@ -46,7 +46,7 @@ def test_teacher_forcing_gradients(attention, seed):
 def test_gradient_checker_can_fail():
     model = init_model(5, 2, 4, 3, rng=0, dtype=np.float64)
     tokens, answers = single_hop_queries(random_task(5, 2, 0))
-    import verify.train as tr
+    import georecall.verify.train as tr
     original = tr.loss_and_grads
 
     def wrong(*args, **kwargs):
@@ -129,7 +129,7 @@ def test_model_file_round_trip_without_pickle(tmp_path):
     for key, value in model.arrays().items():
         assert np.array_equal(value, loaded.arrays()[key])
     tokens = np.array([[6, 0], [7, 5]])
-    from constructions.model import forward
+    from georecall.constructions.model import forward
     assert np.array_equal(forward(model, tokens), forward(loaded, tokens))
     np.savez(tmp_path / "bad.npz", x=np.zeros(2))
     with pytest.raises(ValueError, match="not a georecall model"):
@@ -189,7 +189,7 @@ def test_fit_recovers_a_planted_constant():
 
 
 def test_training_data_for_hops_and_chain_of_thought():
-    from verify.train import training_data
+    from georecall.verify.train import training_data
     task = random_task(10, 2, 0)
     tokens, answers, positions, T = training_data(task, 1)
     assert tokens.shape == (20, 2) and positions is None and T == 2
@@ -202,8 +202,8 @@ def test_training_data_for_hops_and_chain_of_thought():
 
 @pytest.mark.parametrize("cot", [False, True])
 def test_two_hop_training_reaches_100_percent_and_decodes(cot):
-    from verify.check import check_decoding
-    from verify.train import training_data
+    from georecall.verify.check import check_decoding
+    from georecall.verify.train import training_data
     task = random_task(32, 2, 1)
     tokens, answers, positions, T = training_data(task, 2, cot)
     model = init_model(32, 2, 16, 64, attention="softmax", heads=2, positions=T, rng=2)

@@ -1,3 +1,5 @@
-"""The paper's statements as code: tasks and the sizes each theorem promises."""
+"""The paper's statements as code: tasks, the token format, seeds and the sizes each theorem promises."""
 
-__version__ = "0.1.0"
+from georecall import __version__
+
+__all__ = ["__version__"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
-from theory.tasks import check_positive_int
+from georecall.theory.tasks import check_positive_int
 
 
 @dataclass(frozen=True)

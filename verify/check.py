@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from constructions.model import Layer, Model, chunk_size, forward, integer_bounds, iter_chunks
-from theory import __version__
-from theory.statements import Promise
+from georecall.constructions.model import Layer, Model, chunk_size, forward, integer_bounds, iter_chunks
+from georecall.theory import __version__
+from georecall.theory.statements import Promise
 
 
 @dataclass

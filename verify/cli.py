@@ -14,10 +14,10 @@ import time
 
 import numpy as np
 
-from theory import __version__
-from theory.tasks import random_task
-from verify.check import Report
-from verify.suite import MULTI_HOP_BUILDERS, SECTIONS, check_multi_hop, check_single_hop, tradeoff_rows
+from georecall.theory import __version__
+from georecall.theory.tasks import random_task
+from georecall.verify.check import Report
+from georecall.verify.suite import MULTI_HOP_BUILDERS, SECTIONS, check_multi_hop, check_single_hop, tradeoff_rows
 
 
 class UsageError(Exception):
@@ -145,7 +145,7 @@ def cmd_tradeoff(args) -> int:
 
 
 def cmd_bounds(args) -> int:
-    from bounds.tables import bound_rows, render
+    from georecall.bounds.tables import bound_rows, render
     start = time.perf_counter()
     rows = bound_rows(args.N, args.R, args.k, args.bits)
     fmt = "json" if args.json else args.format
@@ -157,7 +157,7 @@ def cmd_bounds(args) -> int:
 
 
 def cmd_count(args) -> int:
-    from bounds.counting import closed_forms, enumerate_counts
+    from georecall.bounds.counting import closed_forms, enumerate_counts
     counts = enumerate_counts(args.N, args.R, args.k, progress=not (args.quiet or args.json))
     rows = []
     for k in range(1, args.k + 1):
@@ -186,7 +186,7 @@ def cmd_count(args) -> int:
 
 
 def cmd_precision(args) -> int:
-    from verify.suite import precision_scan
+    from georecall.verify.suite import precision_scan
     doc = {"version": __version__, **precision_scan(args.construction, args.N, args.R, args.k, codes=args.codes,
                                                     D=args.D, seed=args.seed, max_bits=args.max_bits)}
     bits = doc["smallest_exact_bits"]
@@ -201,9 +201,9 @@ def cmd_precision(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from constructions.model import save_model
-    from verify.sweep import FROZEN_GROUPS
-    from verify.train import init_model, train, training_data
+    from georecall.constructions.model import save_model
+    from georecall.verify.sweep import FROZEN_GROUPS
+    from georecall.verify.train import init_model, train, training_data
     seeds = np.random.SeedSequence(args.seed).spawn(3)
     task = random_task(args.N, args.R, np.random.default_rng(seeds[0]))
     tokens, answers, positions, T = training_data(task, args.k, args.cot)
@@ -235,7 +235,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_sweep_threshold(args) -> int:
-    from verify.sweep import TrialSettings, fit_thresholds, summary_table, sweep
+    from georecall.verify.sweep import TrialSettings, fit_thresholds, summary_table, sweep
     settings = TrialSettings(steps=args.steps, lr=args.lr, width_factor=args.width_factor, k=args.k, cot=args.cot,
                              attention=args.attention, heads=args.heads)
     records = sweep(args.out, args.N, args.R, args.modes, args.seeds, settings=settings, d_min=args.d_min,
@@ -258,8 +258,8 @@ def cmd_sweep_threshold(args) -> int:
 
 
 def _load_model_and_task(path: str, task_path: str | None):
-    from constructions.model import load_model
-    from theory.tasks import Task
+    from georecall.constructions.model import load_model
+    from georecall.theory.tasks import Task
     model, header = load_model(path)
     if task_path is not None:
         try:
@@ -299,7 +299,7 @@ def _print_probe(doc: dict) -> None:
 
 
 def cmd_probe(args) -> int:
-    from verify import probes
+    from georecall.verify import probes
     model, task, _ = _load_model_and_task(args.model, args.task)
     doc = {"version": __version__, "model": args.model, "seed": args.seed, "N": task.N, "R": task.R,
            **probes.probe_all(model, task, holdout=args.holdout, subjects=args.subjects, transfer_steps=None,
@@ -309,8 +309,8 @@ def cmd_probe(args) -> int:
 
 
 def cmd_transfer(args) -> int:
-    from verify import probes
-    from verify.sweep import _append
+    from georecall.verify import probes
+    from georecall.verify.sweep import _append
     model, task, _ = _load_model_and_task(args.model, args.task)
     probes.require_fit(model, task)
     rng = np.random.default_rng(args.seed)
@@ -326,7 +326,7 @@ def cmd_transfer(args) -> int:
 
 
 def cmd_probe_hidden(args) -> int:
-    from verify import probes
+    from georecall.verify import probes
     data = probes.load_hidden_states(args.states)
     result = probes.linear_relational_encoding(data["states"], data["attributes"], holdout=args.holdout,
                                                rng=np.random.default_rng(args.seed))
@@ -344,8 +344,8 @@ def cmd_probe_hidden(args) -> int:
 
 
 def cmd_figures(args) -> int:
-    from verify.figures import PLOT_HINT, make_figures
-    from verify.sweep import read_records
+    from georecall.verify.figures import PLOT_HINT, make_figures
+    from georecall.verify.sweep import read_records
     if args.source and not os.path.exists(args.source):
         raise ValueError(f"no results file {args.source!r}")
     records = read_records(args.source) if args.source else []
@@ -359,7 +359,7 @@ def cmd_figures(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from verify.demo import run_demo
+    from georecall.verify.demo import run_demo
     run_demo(seed=args.seed)
     return 0
 

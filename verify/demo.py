@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from constructions.model import forward
-from constructions.single_hop import build_g1, single_hop_queries
-from theory.tasks import random_task
-from verify.check import check_queries
+from georecall.constructions.model import forward
+from georecall.constructions.single_hop import build_g1, single_hop_queries
+from georecall.theory.tasks import random_task
+from georecall.verify.check import check_queries
 
 RELATION_NAMES = ("mother", "wife")
 
@@ -67,8 +67,8 @@ def run_demo(seed: int = 0, out=print) -> dict:
     out(f"  every one of the N·R = {N * R} queries: {exhaustive.n_correct}/{exhaustive.n_queries} right, "
         f"min margin {exhaustive.min_margin:g}, in exact integer arithmetic")
 
-    from verify.probes import superposition_readout, unit_selectivity
-    from verify.train import init_model, train
+    from georecall.verify.probes import superposition_readout, unit_selectivity
+    from georecall.verify.train import init_model, train
     d = model.d
     out(f"\n== A trained model on the same facts: d = {d}, m = {4 * d}, uniform attention, Adam, full batch")
     trained = train(init_model(N, R, d, 4 * d, rng=seed), all_tokens, answers, steps=2000, lr=1e-2, rng=seed)

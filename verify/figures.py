@@ -41,12 +41,12 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
                  k_max: int = 4) -> list[str]:
     """Draw every figure the records allow (plus the computed ones) into ``out_dir``; returns the paths."""
     plt = _pyplot()
-    from bounds.tables import bound_rows
-    from constructions.multi_hop import build_c1, chains, multi_hop_queries
-    from theory.tasks import random_task
-    from verify.check import check_decoding
-    from verify.suite import check_single_hop
-    from verify.sweep import fit_thresholds
+    from georecall.bounds.tables import bound_rows
+    from georecall.constructions.multi_hop import build_c1, chains, multi_hop_queries
+    from georecall.theory.tasks import random_task
+    from georecall.verify.check import check_decoding
+    from georecall.verify.suite import check_single_hop
+    from georecall.verify.sweep import fit_thresholds
 
     os.makedirs(out_dir, exist_ok=True)
     written = []

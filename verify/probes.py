@@ -25,10 +25,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from constructions.model import Model, forward, predict
-from constructions.single_hop import single_hop_queries
-from theory.tasks import Task, _as_rng, random_task
-from verify.check import check_queries
+from georecall.constructions.model import Model, forward, predict
+from georecall.constructions.single_hop import single_hop_queries
+from georecall.theory.tasks import Task, _as_rng, random_task
+from georecall.verify.check import check_queries
 
 
 def require_fit(model: Model, task: Task) -> None:
@@ -174,7 +174,7 @@ def unit_selectivity(model: Model, task: Task, *, layer: int = -1, threshold: fl
 def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, steps: int = 200, lr: float = 1e-2,
                     rng: np.random.Generator | int | None = None) -> dict:
     """Transfer to brand-new bijections with the MLP, attention, relation embeddings and U frozen."""
-    from verify.train import GROUPS, train
+    from georecall.verify.train import GROUPS, train
 
     rng = _as_rng(rng)
     new_task = random_task(task.N, task.R, rng)

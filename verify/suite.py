@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from constructions.codes import binary_length
-from constructions.multi_hop import (build_a2_depth, build_a2_width, build_c1, build_g2, chains,
+from georecall.constructions.codes import binary_length
+from georecall.constructions.multi_hop import (build_a2_depth, build_a2_width, build_c1, build_g2, chains,
                                      multi_hop_queries)
-from constructions.single_hop import build_a1, build_g1, single_hop_queries
-from theory import statements
-from theory.tasks import Task, check_positive_int, random_task
-from verify.check import (CheckResult, Report, achieved_sizes, check_construction, check_decoding, check_queries,
+from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
+from georecall.theory import statements
+from georecall.theory.tasks import Task, check_positive_int, random_task
+from georecall.verify.check import (CheckResult, Report, achieved_sizes, check_construction, check_decoding, check_queries,
                           margin_reaches, quantize, smallest_exact_bits)
 
 BUILDERS = {"geometric": build_g1, "associative": build_a1}
@@ -65,7 +65,7 @@ def check_single_hop(
                                    rng=np.random.default_rng(seeds[1]), **kwargs)
     tokens, answers = single_hop_queries(task)
     if save is not None:
-        from constructions.model import save_model
+        from georecall.constructions.model import save_model
         save_model(built.model, save, extra_arrays={"task_table": task.table}, N=task.N, R=task.R,
                    construction=construction, codes=codes, seed=seed, integer=integer)
     name = f"{'G1' if construction == 'geometric' else 'A1'} {codes}{' int' if integer else ''}"
@@ -250,9 +250,9 @@ def section_bounds(seed: int = 0, progress: bool = False) -> list[Report]:
     bound, G1's fact bits within 1 + O(1/log N) of the total-information bound, bits per parameter."""
     import time
 
-    from bounds import graphs
-    from bounds.counting import closed_forms, enumerate_counts
-    from bounds.tables import bound_rows
+    from georecall.bounds import graphs
+    from georecall.bounds.counting import closed_forms, enumerate_counts
+    from georecall.bounds.tables import bound_rows
     reports = []
     start = time.perf_counter()
     checks = {}
@@ -319,8 +319,8 @@ def section_training(seed: int = 0, progress: bool = False) -> list[Report]:
     import tempfile
     import time
 
-    from verify.sweep import TrialSettings, find_threshold
-    from verify.train import check_grads, init_model, train
+    from georecall.verify.sweep import TrialSettings, find_threshold
+    from georecall.verify.train import check_grads, init_model, train
     reports = []
     start = time.perf_counter()
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[2])
@@ -365,8 +365,8 @@ def section_probes(seed: int = 0, progress: bool = False) -> list[Report]:
     """On G1 every probe has its exact value; on an untrained model the same probes fail (they can fail)."""
     import time
 
-    from verify.probes import probe_all
-    from verify.train import init_model
+    from georecall.verify.probes import probe_all
+    from georecall.verify.train import init_model
     _log(progress, "probes: G1 (N=512, R=4) exact; an untrained model for contrast")
     start = time.perf_counter()
     task = random_task(512, 4, np.random.default_rng(seed))

@@ -38,9 +38,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from theory import __version__
-from theory.tasks import check_positive_int, random_task
-from verify.train import init_model, train, training_data
+from georecall.theory import __version__
+from georecall.theory.tasks import check_positive_int, random_task
+from georecall.verify.train import init_model, train, training_data
 
 MODES = ("learned", "frozen")
 _THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
-from constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows
-from theory.tasks import _as_rng, check_positive_int
+from georecall.constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows
+from georecall.theory.tasks import _as_rng, check_positive_int
 
 GROUPS = ("entity_embedding", "relation_embedding", "position_embedding", "unembedding", "attention", "mlp")
 
@@ -349,8 +349,8 @@ def training_data(task, k: int = 1, cot: bool = False):
     CoT: the queries followed by the true chain ``v_1..v_{k−1}`` (teacher forcing), answers ``v_1..v_k`` read at
     positions ``k..2k−1``. ``T`` is the sequence length (the position embedding needs T rows).
     """
-    from constructions.multi_hop import chains, multi_hop_queries
-    from constructions.single_hop import single_hop_queries
+    from georecall.constructions.multi_hop import chains, multi_hop_queries
+    from georecall.constructions.single_hop import single_hop_queries
 
     k = check_positive_int("k", k)
     if k == 1 and not cot:
@@ -397,7 +397,7 @@ def train(
     is answered (full batch: the step's own predictions; minibatch: an exhaustive check at the end of each
     epoch) or after ``steps``. A non-finite loss raises ``FloatingPointError`` naming the step.
     """
-    from verify.check import check_queries
+    from georecall.verify.check import check_queries
 
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")

@@ -29,11 +29,16 @@ integers are exact in any order), and every attention output is checked to be in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
+
+__all__ = ["ATTENTION_KINDS", "Attention", "EXACT_INTEGER_LIMIT", "IntegerModeError", "Layer", "MLP", "Model",
+           "Trace", "chunk_size", "embed", "flatten", "forward", "greedy_decode", "integer_bounds", "iter_chunks",
+           "load_model", "matmul_rows", "predict", "save_model", "structure_of", "unflatten"]
 
 AttentionKind = Literal["uniform", "softmax", "hard"]
 ATTENTION_KINDS: tuple[str, ...] = ("uniform", "softmax", "hard")
@@ -55,7 +60,7 @@ def _frozen_array(value, name: str, ndim: int) -> np.ndarray:
     return array
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Attention:
     """Causal multi-head attention. Shapes: ``W_Q, W_K (H, d, d_k)``, ``W_V (H, d, d_v)``, ``W_O (H, d_v, d)``.
 
@@ -95,17 +100,20 @@ class Attention:
     def heads(self) -> int:
         return self.W_V.shape[0]
 
+    @cached_property
+    def value_outputs(self) -> np.ndarray:
+        """``W_V[h] @ W_O[h]`` for every head, shape ``(H, d, d)``, computed once (one product per query, not
+        two). A cached property of an immutable object: the arrays are read-only."""
+        product = np.einsum("hij,hjk->hik", self.W_V, self.W_O)
+        product.setflags(write=False)
+        return product
+
     def value_output(self, h: int) -> np.ndarray:
-        """``W_V[h] @ W_O[h]`` (d × d), computed once: one product per query instead of two."""
-        cache = self.__dict__.setdefault("_value_output", {})
-        if h not in cache:
-            product = self.W_V[h] @ self.W_O[h]
-            product.setflags(write=False)
-            cache[h] = product
-        return cache[h]
+        """``W_V[h] @ W_O[h]`` (d × d)."""
+        return self.value_outputs[h]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MLP:
     """``ReLU(x @ W1 + b1) @ W2 + b2`` with ``W1 (d, m)``, ``b1 (m,)``, ``W2 (m, d)``, ``b2 (d,)``."""
 
@@ -127,13 +135,13 @@ class MLP:
         return self.W1.shape[1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Layer:
     attention: Attention | None = None
     mlp: MLP | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Model:
     """Embeddings ``E (N, d)`` for entities, ``Q (R, d)`` for relations, optional positions ``P (T, d)``,
     layers, and the untied unembedding ``U (n_out, d)``. ``meta`` holds JSON-able facts about the weights'
@@ -162,9 +170,19 @@ class Model:
                 raise ValueError(f"layer {i} attention expects width {layer.attention.W_V.shape[1]}, d = {d}")
             if layer.mlp is not None and layer.mlp.W1.shape[0] != d:
                 raise ValueError(f"layer {i} MLP expects width {layer.mlp.W1.shape[0]}, d = {d}")
+
+    @cached_property
+    def token_table(self) -> np.ndarray:
+        """The input embedding table ``[E; Q]`` (entities then relations), read-only, built once."""
         table = np.concatenate([self.entity_embedding, self.relation_embedding])
         table.setflags(write=False)
-        object.__setattr__(self, "_token_table", table)
+        return table
+
+    @cached_property
+    def read_columns(self) -> np.ndarray | None:
+        """Indices of residual coordinates the unembedding reads, or None when it reads (nearly) all of them."""
+        used = np.flatnonzero(np.any(self.unembedding != 0, axis=0))
+        return used if used.size < 0.75 * self.d else None
 
     @property
     def d(self) -> int:
@@ -216,20 +234,72 @@ class Model:
 
     def astype(self, dtype) -> Model:
         """The same model with every array cast to ``dtype`` (float32 for speed, float64 for exactness)."""
-        def cast(part):
-            if part is None:
-                return None
-            return type(part)(**{f.name: (getattr(part, f.name).astype(dtype)
-                                          if isinstance(getattr(part, f.name), np.ndarray)
-                                          else getattr(part, f.name)) for f in fields(part)})
-        return Model(
-            entity_embedding=self.entity_embedding.astype(dtype),
-            relation_embedding=self.relation_embedding.astype(dtype),
-            unembedding=self.unembedding.astype(dtype),
-            layers=tuple(Layer(cast(layer.attention), cast(layer.mlp)) for layer in self.layers),
-            position_embedding=None if self.position_embedding is None else self.position_embedding.astype(dtype),
-            meta=dict(self.meta),
-        )
+        return unflatten(self, {key: value.astype(dtype) for key, value in flatten(self).items()})
+
+    def replace(self, **arrays: np.ndarray) -> Model:
+        """The same model with some arrays (by ``Model.arrays()`` name) replaced."""
+        unknown = set(arrays) - set(flatten(self))
+        if unknown:
+            raise ValueError(f"no such weight array(s): {sorted(unknown)}")
+        return unflatten(self, {**flatten(self), **arrays})
+
+
+# ----------------------------------------------------------------------------------- flatten / unflatten
+
+
+def flatten(model: Model) -> dict[str, np.ndarray]:
+    """Every weight array of ``model`` under its flat name (``layers.0.mlp.W1``, ...): ``model.arrays()``."""
+    return model.arrays()
+
+
+def structure_of(model: Model) -> list[dict]:
+    """The JSON-able structure of a model that its arrays do not carry: per layer, the attention kind and
+    inverse temperature (or None) and whether it has an MLP. ``unflatten`` needs it; ``save_model`` stores it."""
+    return [{"attention": None if layer.attention is None else
+             {"kind": layer.attention.kind, "inverse_temperature": layer.attention.inverse_temperature},
+             "mlp": layer.mlp is not None} for layer in model.layers]
+
+
+def unflatten(template: Model | list[dict], arrays: Mapping[str, np.ndarray], *, meta: dict | None = None) -> Model:
+    """THE way to rebuild a Model from flat arrays (trainer, quantizer, I/O, probes all use it).
+
+    ``template`` is a Model (its structure and meta are kept) or a structure list from :func:`structure_of`.
+    Raises ``ValueError`` naming a missing or unexpected array.
+    """
+    structure = structure_of(template) if isinstance(template, Model) else template
+    if meta is None:
+        meta = dict(template.meta) if isinstance(template, Model) else {}
+    if not isinstance(structure, list) or not all(isinstance(s, dict) for s in structure):
+        raise ValueError("a model structure must be a list of per-layer objects")
+    used: set[str] = set()
+
+    def take(name: str, required: bool = True):
+        if name not in arrays:
+            if required:
+                raise ValueError(f"model array {name!r} is missing")
+            return None
+        used.add(name)
+        return arrays[name]
+
+    layers = []
+    for i, spec in enumerate(structure):
+        att = None
+        if spec.get("attention") is not None:
+            p = f"layers.{i}.attention."
+            kind = spec["attention"].get("kind")
+            att = Attention(kind, take(p + "W_V"), take(p + "W_O"), take(p + "W_Q", kind != "uniform"),
+                            take(p + "W_K", kind != "uniform"), float(spec["attention"].get("inverse_temperature", 1.0)))
+        mlp = None
+        if spec.get("mlp"):
+            p = f"layers.{i}.mlp."
+            mlp = MLP(take(p + "W1"), take(p + "b1"), take(p + "W2"), take(p + "b2"))
+        layers.append(Layer(att, mlp))
+    model = Model(take("entity_embedding"), take("relation_embedding"), take("unembedding"), tuple(layers),
+                  take("position_embedding", False), meta=meta)
+    extra = set(arrays) - used
+    if extra:
+        raise ValueError(f"unexpected model array(s) {sorted(extra)} for a {len(structure)}-layer structure")
+    return model
 
 
 # --------------------------------------------------------------------------------------------- forward pass
@@ -355,7 +425,7 @@ def embed(model: Model, tokens: np.ndarray, dtype=None) -> np.ndarray:
     vocab = model.n_entities + model.n_relations
     if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
         raise ValueError(f"token ids must lie in [0, {vocab}); got range [{tokens.min()}, {tokens.max()}]")
-    table = model._token_table if dtype is None else model._token_table.astype(dtype, copy=False)
+    table = model.token_table if dtype is None else model.token_table.astype(dtype, copy=False)
     x = table[tokens]
     if model.position_embedding is not None:
         T = tokens.shape[1]
@@ -419,20 +489,10 @@ def forward(
     if at == "last":
         x = x[:, -1]
     U = model.unembedding
-    read = _read_columns(model)
+    read = model.read_columns
     U_read = U[:, read].T if read is not None else U.T
     logits = matmul_rows(x[..., read] if read is not None else x, U_read.astype(x.dtype, copy=False))
     return (logits, record) if trace else logits
-
-
-def _read_columns(model: Model) -> np.ndarray | None:
-    """Indices of residual coordinates the unembedding reads, or None when it reads (nearly) all of them."""
-    cached = model.__dict__.get("_read_cache")
-    if cached is None:
-        used = np.flatnonzero(np.any(model.unembedding != 0, axis=0))
-        cached = (used,) if used.size < 0.75 * model.d else (None,)
-        object.__setattr__(model, "_read_cache", cached)
-    return cached[0]
 
 
 def chunk_size(model: Model, T: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
@@ -487,10 +547,8 @@ def save_model(model: Model, path: str, extra_arrays: dict[str, np.ndarray] | No
     e.g. parameters and seed). ``extra_arrays`` (e.g. the task table) are stored beside the weights."""
     import json
 
-    from georecall.theory import __version__
-    structure = [{"attention": None if layer.attention is None else
-                  {"kind": layer.attention.kind, "inverse_temperature": layer.attention.inverse_temperature},
-                  "mlp": layer.mlp is not None} for layer in model.layers]
+    from georecall import __version__
+    structure = structure_of(model)
     header = {"format": "georecall-model-1", "version": __version__, "structure": structure,
               "meta": model.meta, "record": record}
     arrays = {key.replace(".", "__"): value for key, value in model.arrays().items()}
@@ -518,18 +576,5 @@ def load_model(path: str) -> tuple[Model, dict]:
                   if key != "__header__" and not key.startswith("extra____")}
         header["extra_arrays"] = {key[len("extra____"):]: data[key] for key in data.files
                                   if key.startswith("extra____")}
-    layers = []
-    for i, spec in enumerate(header["structure"]):
-        att = None
-        if spec["attention"] is not None:
-            p = f"layers.{i}.attention."
-            att = Attention(spec["attention"]["kind"], arrays[p + "W_V"], arrays[p + "W_O"], arrays.get(p + "W_Q"),
-                            arrays.get(p + "W_K"), spec["attention"]["inverse_temperature"])
-        mlp = None
-        if spec["mlp"]:
-            p = f"layers.{i}.mlp."
-            mlp = MLP(arrays[p + "W1"], arrays[p + "b1"], arrays[p + "W2"], arrays[p + "b2"])
-        layers.append(Layer(att, mlp))
-    model = Model(arrays["entity_embedding"], arrays["relation_embedding"], arrays["unembedding"], tuple(layers),
-                  arrays.get("position_embedding"), meta=header.get("meta", {}))
+    model = unflatten(header["structure"], arrays, meta=header.get("meta", {}))
     return model, header

@@ -3,7 +3,8 @@ import pytest
 
 from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
 from georecall.theory.tasks import random_task
-from georecall.verify.check import check_queries, quantize, smallest_exact_bits
+from georecall.verify.check import check_queries
+from georecall.verify.precision import quantize, smallest_exact_bits
 
 
 def test_quantization_grid():

@@ -13,7 +13,7 @@ from georecall.constructions.single_hop import single_hop_queries
 from georecall.theory.tasks import random_task
 from georecall.verify.check import check_queries
 from georecall.verify.sweep import TrialSettings, find_threshold, fit_thresholds, read_records, sweep
-from georecall.verify.train import GROUPS, check_grads, init_model, loss_and_grads, train
+from georecall.verify.train import GROUPS, check_grads, init_model, train
 
 
 @given(N=st.integers(2, 8), R=st.integers(1, 3), d=st.integers(2, 7), m=st.integers(1, 6),

@@ -23,6 +23,8 @@ from typing import Literal
 
 import numpy as np
 
+__all__ = ["Attributes", "Task", "check_positive_int", "paths", "random_task", "task_for_seed", "validate_table"]
+
 Attributes = Literal["shared", "disjoint"]
 
 
@@ -42,7 +44,7 @@ def check_positive_int(name: str, value: int, minimum: int = 1) -> int:
     return int(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Task:
     """R bijections of [N]: ``table[r, s] = π_r(s)``.
 
@@ -177,6 +179,16 @@ def random_task(
     else:
         table = rng.permuted(np.tile(np.arange(N, dtype=np.int64), (R, 1)), axis=1)
     return Task(table, attributes)
+
+
+def task_for_seed(N: int, R: int, seed: int, *, attributes: Attributes = "shared", symmetric: bool = False) -> Task:
+    """THE task of a run: :func:`random_task` on the ``task`` stream of ``seed`` (``theory.seeds``).
+
+    A function of ``(N, R, seed)`` (and the variant flags) alone, the same in every command.
+    """
+    from georecall.theory.seeds import rng
+
+    return random_task(N, R, rng(seed, "task"), attributes=attributes, symmetric=symmetric)
 
 
 def paths(R: int, k: int) -> np.ndarray:

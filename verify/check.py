@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from georecall.constructions.model import Layer, Model, chunk_size, forward, integer_bounds, iter_chunks
+from georecall.constructions.model import Model, chunk_size, forward, integer_bounds, iter_chunks
 from georecall.theory import __version__
 from georecall.theory.statements import Promise
 
@@ -239,49 +239,13 @@ def check_construction(name: str, params: dict, construction, tokens, answers, *
                    "mu": construction.codes.mu})
 
 
-# ----------------------------------------------------------------------------------- bits per parameter
-
-
-def quantize(model: Model, bits: int) -> Model:
-    """Every weight tensor rounded to a b-bit uniform symmetric grid of its own.
-
-    Per tensor W: step ``s = max|W| / (2^{b−1} − 1)`` and ``W_q = s·round(W / s)``: ``2^b − 1`` levels symmetric
-    about 0, zero kept exactly (an all-zero tensor stays zero). Needs ``b >= 2``. Scalars that are not weight
-    tensors (a softmax head's inverse temperature) are kept as they are. The model's ``meta`` records the bits.
-    """
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits < 2:
-        raise ValueError(f"quantization needs an integer number of bits b >= 2, got {bits!r}")
-    levels = 2 ** (int(bits) - 1) - 1
-
-    def q(array):
-        if array is None:
-            return None
-        top = float(np.abs(array).max(initial=0.0))
-        if top == 0.0:
-            return array
-        step = top / levels
-        return np.round(array / step) * step
-
-    def part(p):
-        if p is None:
-            return None
-        return type(p)(**{f.name: (q(getattr(p, f.name)) if isinstance(getattr(p, f.name), np.ndarray)
-                                   else getattr(p, f.name)) for f in fields(p)})
-
-    return Model(q(model.entity_embedding), q(model.relation_embedding), q(model.unembedding),
-                 tuple(Layer(part(layer.attention), part(layer.mlp)) for layer in model.layers),
-                 q(model.position_embedding), meta={**model.meta, "quantized_bits": int(bits)})
-
-
-def smallest_exact_bits(model: Model, check, *, max_bits: int = 24) -> tuple[int | None, list[dict]]:
-    """Scan b = 2..max_bits and return the smallest b at which the quantized model still passes
-    ``check(model) -> CheckResult`` (e.g. ``lambda m: check_queries(m, tokens, answers)``, or greedy decoding),
-    with one record (b, exact, accuracy, min margin) per b tried. ``None`` if no b up to max_bits works."""
-    records = []
-    for bits in range(2, max_bits + 1):
-        result = check(quantize(model, bits))
-        records.append({"bits": bits, "exact": result.exact, "accuracy": result.accuracy,
-                        "min_margin": result.min_margin})
-        if result.exact:
-            return bits, records
-    return None, records
+def claim_report(name: str, params: dict, checks: dict[str, bool], seconds: float, achieved: dict,
+                 extra: dict | None = None) -> Report:
+    """A report for claims that are not query checks (counts, bounds): each named check is one 'query'."""
+    ok = sum(bool(v) for v in checks.values())
+    failures = [{"query": i, "tokens": [], "expected": 1, "predicted": 0, "margin": 0.0, "claim": name}
+                for i, (name, v) in enumerate(checks.items()) if not v]
+    result = CheckResult(len(checks), ok, float("nan"), -1, failures, seconds=seconds)
+    report = Report(name, params, None, result, achieved, extra or {})
+    report.extra_checks.update({k: bool(v) for k, v in checks.items()})
+    return report

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
-from georecall.constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows
+from georecall.constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows, unflatten
 from georecall.theory.tasks import _as_rng, check_positive_int
 
 GROUPS = ("entity_embedding", "relation_embedding", "position_embedding", "unembedding", "attention", "mlp")
@@ -88,20 +88,8 @@ def params_of(model: Model) -> dict[str, np.ndarray]:
 
 
 def with_params(template: Model, params: dict[str, np.ndarray]) -> Model:
-    """A Model with ``template``'s structure (kinds, temperatures) and the given weights."""
-    def layer_part(i, part, name):
-        if part is None:
-            return None
-        prefix = f"layers.{i}.{name}"
-        if name == "attention":
-            return Attention(part.kind, params[f"{prefix}.W_V"], params[f"{prefix}.W_O"],
-                             params.get(f"{prefix}.W_Q"), params.get(f"{prefix}.W_K"), part.inverse_temperature)
-        return MLP(params[f"{prefix}.W1"], params[f"{prefix}.b1"], params[f"{prefix}.W2"], params[f"{prefix}.b2"])
-
-    layers = tuple(Layer(layer_part(i, layer.attention, "attention"), layer_part(i, layer.mlp, "mlp"))
-                   for i, layer in enumerate(template.layers))
-    return Model(params["entity_embedding"], params["relation_embedding"], params["unembedding"], layers,
-                 params.get("position_embedding"), meta=dict(template.meta))
+    """A Model with ``template``'s structure (kinds, temperatures) and the given weights (``unflatten``)."""
+    return unflatten(template, params)
 
 
 # ------------------------------------------------------------------------------------------- loss + backward

@@ -186,13 +186,20 @@ def check_decoding(
 
 
 def margin_reaches(achieved: float, promised: float, dtype: str = "float64", integer: bool = False) -> bool:
-    """Does an achieved minimum margin reach the promised lower bound? Exactly in integer mode; otherwise up
-    to a rounding allowance of 1000 ulps of the working precision. An infinite promise (a single possible
-    answer: no wrong answer to beat) must be met exactly."""
+    """Does an achieved minimum margin reach the promised lower bound?
+
+    A margin that is not strictly positive never passes (a tie is ambiguous), whatever was promised. In
+    integer mode the comparison is exact. Otherwise the allowance is relative to the promise's own scale:
+    ``achieved >= promised·(1 − 1000·eps)`` with eps of the working precision, so a promise of 1e-16 is not met
+    by 0 and a promise of 4 is met by 3.9999999999995 (rounding of a float forward pass). An infinite promise (a
+    single possible answer: no wrong answer to beat) must be met exactly.
+    """
+    if not achieved > 0:
+        return False
     if integer or not np.isfinite(promised):
         return achieved >= promised
     eps = float(np.finfo(np.dtype(dtype)).eps)
-    return achieved >= promised - 1e3 * eps * max(1.0, abs(promised))
+    return achieved >= promised - 1e3 * eps * abs(promised)
 
 
 @dataclass

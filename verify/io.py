@@ -1,0 +1,297 @@
+"""Safe file output: atomic writes, output paths checked before the work, an advisory lock for results files.
+
+- :func:`validate_output_path` is called *before* a command does its work: the directory must exist and be
+  writable (tested by creating and removing a probe file, which is also right for root and read-only mounts),
+  the target must not be a directory. It returns the path that will be written (with a required suffix added),
+  so a command reports the path it wrote.
+- :func:`atomic_write` writes bytes, text or whatever a callback writes to a file object under a temporary name
+  in the target's directory, flushes and fsyncs it, then renames it over the target with :func:`os.replace`.
+  An interruption at any point (Ctrl-C, SIGTERM, SIGKILL, a full disk) leaves either the old file or the new
+  one, never a half-written file at the requested path. A temporary file orphaned by SIGKILL is named
+  ``.<name>.tmp-<pid>-<random>`` next to the target.
+- :class:`FileLock` is an advisory ``fcntl.flock`` lock on ``<path>.lock``. A second writer either waits (with
+  one message on stderr naming the holder's pid) or, after ``timeout`` seconds, raises :class:`LockTimeout`
+  (a ``ValueError``: one line, exit 2 on the command line). The lock dies with its holder, even under SIGKILL.
+- :func:`append_jsonl` appends one JSON line, closing a line an interrupted writer left unfinished.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import IO
+
+__all__ = ["FileLock", "LockTimeout", "append_jsonl", "atomic_write", "lock_path", "validate_output_path"]
+
+
+def validate_output_path(path: str, *, suffix: str | None = None, what: str = "output file") -> str:
+    """Check, before any work, that ``path`` can be written; return the path that will be written.
+
+    Parameters
+    ----------
+    path : str
+        The requested output path.
+    suffix : str, optional
+        A suffix the written file must have (``".npz"``); added when ``path`` lacks it, and the returned path
+        carries it.
+    what : str
+        How the messages name the file (``"results file"``, ``"model file"``).
+
+    Returns
+    -------
+    str
+        The path that will be written.
+
+    Raises
+    ------
+    ValueError
+        One line naming the path and what is wrong: empty path, missing directory, a directory where a file
+        is asked for, an unwritable directory or target.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise ValueError(f"{what}: an output path is required, got {path!r}")
+    path = os.fspath(path)
+    if suffix and not path.endswith(suffix):
+        path += suffix
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {path!r} is a directory; give a file name")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(directory):
+        raise ValueError(f"{what} {path!r}: directory {directory!r} does not exist")
+    if not os.path.isdir(directory):
+        raise ValueError(f"{what} {path!r}: {directory!r} is not a directory")
+    try:  # a real probe: os.access says yes to root on a read-only mount
+        fd, probe = tempfile.mkstemp(prefix=".georecall-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(f"{what} {path!r}: directory {directory!r} is not writable "
+                         f"({exc.strerror or exc})") from None
+    if os.path.exists(path):
+        try:
+            with open(path, "ab"):
+                pass
+        except OSError as exc:
+            raise ValueError(f"{what} {path!r} is not writable ({exc.strerror or exc})") from None
+    return path
+
+
+def _fsync_directory(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories; the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *, encoding: str = "utf-8") -> str:
+    """Write ``path`` atomically: a temporary file in the same directory, fsync, :func:`os.replace`.
+
+    Parameters
+    ----------
+    path : str
+        The target. Its directory must exist (see :func:`validate_output_path`).
+    data : bytes, str or callable
+        The content: bytes, text (encoded with ``encoding``) or a callback that writes to the binary file object
+        it is given (``lambda f: np.savez_compressed(f, **arrays)``; ``numpy`` adds no suffix to file objects).
+    encoding : str
+        Encoding of text ``data``.
+
+    Returns
+    -------
+    str
+        ``path``: the path written.
+
+    Raises
+    ------
+    Exception
+        Whatever the write or the callback raised (also ``KeyboardInterrupt``); the temporary file is removed
+        and an existing file at ``path`` is left as it was.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-{os.getpid()}-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if callable(data):
+                data(handle)
+            elif isinstance(data, str):
+                handle.write(data.encode(encoding))
+            elif isinstance(data, (bytes, bytearray, memoryview)):
+                handle.write(data)
+            else:
+                raise TypeError(f"atomic_write takes bytes, str or a callback, got {type(data).__name__}")
+            handle.flush()
+            os.fsync(handle.fileno())
+        if os.path.exists(path):  # keep the target's permission bits
+            try:
+                os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+            except OSError:
+                pass
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_directory(directory)
+    return path
+
+
+def append_jsonl(path: str, record: dict) -> None:
+    """Append one JSON line to ``path`` and fsync it.
+
+    A line left unfinished by an interrupted writer is closed with a newline first, so the new record starts
+    on a line of its own (the torn line is then skipped, and counted, by the reader). Non-finite floats are
+    written as ``null`` (strict JSON). Does not lock: hold a :class:`FileLock` around appends when other
+    processes may write the same file.
+    """
+    line = json.dumps(_strict(record), sort_keys=True, allow_nan=False) + "\n"
+    with open(path, "a+b") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() > 0:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+        handle.write(line.encode())
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _strict(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
+def lock_path(path: str) -> str:
+    """The lock file of ``path``: ``<path>.lock``."""
+    return os.fspath(path) + ".lock"
+
+
+class LockTimeout(ValueError):
+    """Another process holds the lock and did not release it within the timeout."""
+
+
+class FileLock:
+    """An advisory, exclusive ``fcntl.flock`` lock on ``<path>.lock`` (a context manager).
+
+    Parameters
+    ----------
+    path : str
+        The file to protect (the lock file is ``path + ".lock"``, left in place after release: removing it
+        would let two writers lock two different files).
+    timeout : float or None
+        Seconds to wait for a lock another process holds; ``None`` waits as long as it takes, ``0`` refuses at
+        once. On expiry :class:`LockTimeout` is raised.
+    message : callable or None
+        Called once with a one-line text when the lock is busy and we start waiting (default: print on stderr).
+    poll : float
+        Seconds between attempts while waiting (the wait stays interruptible by Ctrl-C).
+
+    Notes
+    -----
+    ``flock`` locks belong to the open file: a second :class:`FileLock` on the same path conflicts even within
+    one process, and the kernel releases the lock when its holder dies, however it dies. The holder's pid is
+    written into the lock file for the waiting message. On platforms without ``fcntl`` the lock is a no-op.
+    """
+
+    def __init__(self, path: str, *, timeout: float | None = None, message: Callable[[str], None] | None = None,
+                 poll: float = 0.1):
+        if timeout is not None and not (timeout >= 0):
+            raise ValueError(f"lock timeout must be a non-negative number of seconds or None, got {timeout!r}")
+        self.path = lock_path(path)
+        self.target = os.fspath(path)
+        self.timeout = timeout
+        self.poll = poll
+        self.message = message if message is not None else (lambda text: print(text, file=sys.stderr,
+                                                                                flush=True))
+        self._fd: int | None = None
+
+    def _holder(self) -> str:
+        try:
+            with open(self.path) as handle:
+                pid = handle.read().strip()
+            return f"pid {int(pid)}" if pid else "another process"
+        except (OSError, ValueError):
+            return "another process"
+
+    def acquire(self) -> FileLock:
+        """Take the lock, waiting or refusing as configured (see the class)."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return self
+        if self._fd is not None:
+            raise RuntimeError(f"lock {self.path!r} is already held by this object")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        start, told = time.monotonic(), False
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                        raise
+                waited = time.monotonic() - start
+                if self.timeout is not None and waited >= self.timeout:
+                    raise LockTimeout(f"{self.target!r} is locked by {self._holder()} (another sweep writing "
+                                      f"it?); gave up after {self.timeout:g} s")
+                if not told:
+                    told = True
+                    limit = "" if self.timeout is None else f" (at most {self.timeout:g} s)"
+                    self.message(f"waiting for {self.target!r}: locked by {self._holder()}{limit}; "
+                                 f"Ctrl-C to stop")
+                time.sleep(self.poll)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Release the lock (idempotent)."""
+        if self._fd is None:
+            return
+        import fcntl
+
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

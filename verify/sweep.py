@@ -3,264 +3,710 @@
 For each configuration (N, R, mode, seed), ``mode`` = ``learned`` (every parameter trained) or ``frozen``
 (entity and relation embeddings frozen at their random initialization, so the facts must go into the MLP):
 
-- the task is ``random_task(N, R)`` seeded by ``(seed, N, R)``: the same facts for both modes and every d;
+- the task is ``task_for_seed(N, R, seed)`` (the seed contract, ``theory/seeds.py``): the same facts for both
+  modes, every d, and every other command run with that seed;
 - a *trial* trains a fresh model of width d with MLP width ``m = width_factor·d`` (default 4d), full batch,
-  Adam, for at most ``steps`` steps, seeded by ``(seed, N, R, mode, d)``, and records whether it reached 100%
-  (confirmed by the exhaustive checker). With ``k > 1`` the facts are all N·R^k k-hop queries; with ``cot`` the
-  model is trained and judged on every step of the chain under teacher forcing (exact at every step under
-  teacher forcing is the same as exact greedy decoding, by induction over the steps);
+  Adam, for at most ``steps`` steps, initialized from ``rng(seed, "init", mode_id, d)`` (batch order, if any,
+  from ``rng(seed, "batches", mode_id, d)``), and records whether it reached 100% (confirmed by the exhaustive
+  checker). With ``k > 1`` the facts are all N·R^k k-hop queries; with ``cot`` the model is trained and judged
+  on every step of the chain under teacher forcing (exact at every step under teacher forcing is the same as
+  exact greedy decoding, by induction over the steps);
 - the threshold search doubles d from ``d_min`` until a trial succeeds, then bisects between the last failure
   and the first success until they are ``resolution`` apart.
 
-Monotonicity. Bisection assumes that success is monotone in d. Every trial is kept, and the record says
-``monotone: false`` if some failing d lies above some successful d (the threshold is then the smallest
-successful d found, and the record is flagged rather than trusted).
+Monotonicity. Bisection assumes that success is monotone in d. Every trial the search visits is kept, and the
+record says ``monotone: false`` if some failing d lies above some successful d (the threshold is then the
+smallest successful d found, and the record is flagged rather than trusted).
 
-Resumability. Every trial is appended to the JSONL file as soon as it finishes (``{"kind": "trial", ...}``) and
-every finished search as ``{"kind": "threshold", ...}``. A rerun reads the file, skips finished
-configurations and reuses finished trials: an interrupted sweep loses nothing but the trial in progress, and
-because each trial is seeded by its own parameters the rerun writes the same records. ``workers > 1`` runs
-configurations in parallel processes; only the parent process writes the file.
+Where trials run. The driver (the process that called :func:`sweep`) runs every search and submits each
+trial to an executor (:mod:`georecall.verify.executors`): this process (``workers=1``), a pool of local
+processes (``workers=W``), or a Dask cluster (``scheduler="local:W"`` or ``"tcp://HOST:PORT"``). Executors only
+return records; the driver alone writes the file.
+
+The results file. Every trial is appended to the JSONL file as soon as it finishes (``{"kind": "trial"}``)
+and every finished search as ``{"kind": "threshold"}``. While a sweep runs it holds an advisory lock on
+``<file>.lock``: a second sweep on the same file waits (saying so) or refuses after ``lock_timeout``.
+
+- *Keys.* A trial record is identified by :data:`TRIAL_KEY` (every parameter its result depends on, the seed
+  contract and the package version), a threshold record by :data:`THRESHOLD_KEY` (the same without d, plus
+  ``d_min``, ``d_max``, ``resolution``). A rerun reuses a trial only with an equal key, and a threshold
+  record is built only from the trials its own search visits, so it is the same as on a fresh file.
+- *Reading* (:func:`read_sweep`) skips and counts torn lines (not JSON: a writer killed mid-line), alien lines
+  (JSON that is not a sweep record) and duplicates (a key seen before; the first record wins).
+- *Resumability.* An interrupted sweep loses at most the trials in flight; rerunning the same call finishes
+  with the same records as an uninterrupted run, except the timing field ``seconds``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
-import queue
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, wait
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
-
 from georecall.theory import __version__
-from georecall.theory.tasks import check_positive_int, random_task
+from georecall.theory.seeds import check_seed, rng
+from georecall.theory.tasks import check_positive_int, task_for_seed
+from georecall.verify.executors import open_executor
+from georecall.verify.io import FileLock, append_jsonl, validate_output_path
 from georecall.verify.train import init_model, train, training_data
 
+__all__ = [
+    "FROZEN_GROUPS",
+    "MODES",
+    "SEED_CONTRACT",
+    "THRESHOLD_KEY",
+    "TIMING_FIELDS",
+    "TRIAL_KEY",
+    "ProgressInfo",
+    "SweepFile",
+    "ThresholdSearch",
+    "TrialSettings",
+    "find_threshold",
+    "fit_thresholds",
+    "read_records",
+    "read_sweep",
+    "run_trial",
+    "summary_table",
+    "sweep",
+    "threshold_key",
+    "trial_key",
+]
+
 MODES = ("learned", "frozen")
-_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 FROZEN_GROUPS = {"learned": (), "frozen": ("entity_embedding", "relation_embedding")}
+SEED_CONTRACT = 1  # records carry it: trials seeded otherwise (before theory/seeds.py) are never reused
+_SETTINGS_KEY = ("steps", "lr", "width_factor", "attention", "dtype", "k", "cot", "heads")
+_CONFIG_KEY = ("N", "R", "mode", "seed", *_SETTINGS_KEY, "seed_contract", "version")
+TRIAL_KEY = (*_CONFIG_KEY, "d")
+THRESHOLD_KEY = (*_CONFIG_KEY, "d_min", "d_max", "resolution")
+TIMING_FIELDS = ("seconds",)
+_DEFAULTS = {"k": 1, "cot": False, "heads": 1, "seed_contract": None}  # fields older records may lack
+_REQUIRED = {"trial": ("N", "R", "mode", "seed", "d", "reached", "steps", "lr", "width_factor", "attention",
+                       "dtype", "version"),
+             "threshold": ("N", "R", "mode", "seed", "d_star", "monotone", "trials", "steps", "lr",
+                           "width_factor", "attention", "dtype", "version")}
 
 
 @dataclass(frozen=True)
 class TrialSettings:
-    """Everything besides (N, R, mode, seed, d) that a trial's result depends on."""
+    """Everything besides (N, R, mode, seed, d) that a trial's result depends on.
+
+    Attributes
+    ----------
+    steps : int
+        Adam step budget per trial.
+    lr : float
+        Learning rate (positive, finite).
+    width_factor : int
+        MLP width ``m = width_factor·d``.
+    attention : str
+        ``"uniform"`` or ``"softmax"`` (k-hop queries need softmax).
+    dtype : str
+        ``"float32"`` or ``"float64"``.
+    k : int
+        Hops of every query.
+    cot : bool
+        Train and judge chain-of-thought under teacher forcing.
+    heads : int
+        Attention heads.
+    """
 
     steps: int = 500
     lr: float = 1e-2
     width_factor: int = 4
     attention: str = "uniform"
     dtype: str = "float32"
-    k: int = 1  # hops of every query
-    cot: bool = False  # train and judge chain-of-thought under teacher forcing
+    k: int = 1
+    cot: bool = False
     heads: int = 1
 
     def key(self) -> tuple:
-        return (self.steps, self.lr, self.width_factor, self.attention, self.dtype, self.k, self.cot, self.heads)
+        """The settings part of a record's key, in :data:`TRIAL_KEY` order."""
+        return tuple(getattr(self, name) for name in _SETTINGS_KEY)
+
+    def validate(self) -> TrialSettings:
+        """Check every field (``ValueError``, one line, naming the field); return ``self``."""
+        for name in ("steps", "width_factor", "k", "heads"):
+            check_positive_int(name, getattr(self, name))
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (
+                math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
+        if self.attention not in ("uniform", "softmax"):
+            raise ValueError(f"attention must be 'uniform' or 'softmax', got {self.attention!r}")
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        if not isinstance(self.cot, bool):
+            raise TypeError(f"cot must be True or False, got {self.cot!r}")
+        return self
 
 
 def _mode_id(mode: str) -> int:
     return MODES.index(mode)
 
 
-def run_trial(N: int, R: int, mode: str, seed: int, d: int, settings: TrialSettings) -> dict:
-    """Train one model and report whether it reached 100% on all N·R facts."""
+def _check_mode(mode: str) -> str:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    task = random_task(N, R, np.random.default_rng(np.random.SeedSequence([seed, N, R])))
+    return mode
+
+
+def run_trial(N: int, R: int, mode: str, seed: int, d: int, settings: TrialSettings) -> dict:
+    """Train one model and report whether it reached 100% on every query (one ``"trial"`` record).
+
+    Parameters
+    ----------
+    N, R : int
+        Entities and relations of the task ``task_for_seed(N, R, seed)``.
+    mode : str
+        ``"learned"`` or ``"frozen"`` (embeddings frozen at initialization).
+    seed : int
+        Run seed (see ``theory/seeds.py``); the init stream is keyed by ``(mode_id, d)``.
+    d : int
+        Model width (MLP width ``settings.width_factor·d``).
+    settings : TrialSettings
+        The rest of the trial's parameters.
+
+    Returns
+    -------
+    dict
+        The record: every :data:`TRIAL_KEY` field, the outcome and the timing field ``seconds``.
+    """
+    _check_mode(mode)
+    task = task_for_seed(N, R, seed)
     tokens, answers, positions, T = training_data(task, settings.k, settings.cot)
-    rng = np.random.default_rng(np.random.SeedSequence([seed, N, R, _mode_id(mode), d]))
+    trial = (_mode_id(mode), d)
     model = init_model(N, R, d, settings.width_factor * d, attention=settings.attention, heads=settings.heads,
-                       positions=T if settings.k > 1 or settings.cot else None, rng=rng,
+                       positions=T if settings.k > 1 or settings.cot else None, rng=rng(seed, "init", *trial),
                        dtype=np.dtype(settings.dtype))
     result = train(model, tokens, answers, steps=settings.steps, lr=settings.lr, frozen=FROZEN_GROUPS[mode],
-                   positions=positions, rng=rng, dtype=np.dtype(settings.dtype))
+                   positions=positions, rng=rng(seed, "batches", *trial), dtype=np.dtype(settings.dtype))
     return {"kind": "trial", "N": N, "R": R, "mode": mode, "seed": seed, "d": d,
-            "m": settings.width_factor * d, "reached": result.reached, "steps_run": result.steps,
-            "final_loss": round(result.losses[-1], 6), "final_batch_accuracy": result.accuracies[-1],
-            "seconds": round(result.seconds, 3), **asdict(settings), "version": __version__}
+            "m": settings.width_factor * d, "reached": bool(result.reached), "steps_run": result.steps,
+            "final_loss": round(float(result.losses[-1]), 6),
+            "final_batch_accuracy": float(result.accuracies[-1]), "seconds": round(result.seconds, 3),
+            **asdict(settings), "seed_contract": SEED_CONTRACT, "version": __version__}
+
+
+class ThresholdSearch:
+    """The doubling-then-bisection search over d as a state machine, so a driver can run many at once.
+
+    ``next_d`` is the width to try next (``None`` once the search is over); :meth:`feed` gives the outcome of
+    that trial. ``visited`` maps every d tried to its outcome.
+
+    Parameters
+    ----------
+    d_min, d_max : int
+        Doubling starts at ``d_min`` and gives up above ``d_max``.
+    resolution : int
+        Bisection stops when the last failure and the first success are at most this far apart.
+    """
+
+    def __init__(self, d_min: int, d_max: int, resolution: int):
+        self.d_min, self.d_max, self.resolution = d_min, d_max, resolution
+        self.visited: dict[int, bool] = {}
+        self.lo: int | None = None  # largest failure below the first success
+        self.hi: int | None = None  # smallest success
+        self.next_d: int | None = d_min if d_min <= d_max else None
+        self._doubling = True
+
+    def feed(self, reached: bool) -> None:
+        """Record the outcome of the trial at ``next_d`` and move to the next width (or finish)."""
+        d = self.next_d
+        if d is None:
+            raise RuntimeError("the search is over")
+        self.visited[d] = bool(reached)
+        if self._doubling:
+            if reached:
+                self.hi, self._doubling = d, False
+            else:
+                self.lo = d
+                self.next_d = d * 2 if d * 2 <= self.d_max else None
+                return
+        elif reached:
+            self.hi = d
+        else:
+            self.lo = d
+        if self.lo is not None and self.hi - self.lo > self.resolution:
+            self.next_d = (self.lo + self.hi) // 2
+        else:
+            self.next_d = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the search has finished."""
+        return self.next_d is None
+
+
+def _threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSettings, outcomes: dict[int, bool],
+                      last_failure: int | None, d_min: int, d_max: int, resolution: int) -> dict:
+    successes = [d for d, ok in outcomes.items() if ok]
+    failures = [d for d, ok in outcomes.items() if not ok]
+    monotone = not successes or not failures or max(failures) < min(successes)
+    return {"kind": "threshold", "N": N, "R": R, "mode": mode, "seed": seed,
+            "d_star": min(successes) if successes else None, "last_failure": last_failure,
+            "trials": sorted(outcomes), "monotone": monotone, "d_min": d_min, "d_max": d_max,
+            "resolution": resolution, **asdict(settings), "seed_contract": SEED_CONTRACT, "version": __version__}
+
+
+def _check_range(d_min: int, d_max: int, resolution: int) -> None:
+    for name, value in (("d_min", d_min), ("d_max", d_max), ("resolution", resolution)):
+        check_positive_int(name, value)
+    if d_min > d_max:
+        raise ValueError(f"d_min must be <= d_max, got d_min = {d_min} > d_max = {d_max}")
 
 
 def find_threshold(N: int, R: int, mode: str, seed: int, settings: TrialSettings, *, d_min: int = 4,
                    d_max: int = 1024, resolution: int = 2, known: dict[int, dict] | None = None,
-                   on_trial=None) -> dict:
-    """Doubling then bisection over d; ``known`` trials (by d) are reused instead of re-run."""
-    known = dict(known or {})
+                   on_trial: Callable[[dict], None] | None = None) -> dict:
+    """Run one threshold search in this process; ``known`` trials (by d) are reused instead of re-run.
 
-    def outcome(d: int) -> bool:
+    Parameters
+    ----------
+    N, R, mode, seed, settings
+        The configuration (see :func:`run_trial`).
+    d_min, d_max, resolution : int
+        The search range and resolution (see :class:`ThresholdSearch`).
+    known : dict, optional
+        Trial records by d. Every one of them counts for ``d_star`` and the ``monotone`` flag, visited or not
+        (:func:`sweep` passes none and builds its records from visited trials only).
+    on_trial : callable, optional
+        Called with each new trial record.
+
+    Returns
+    -------
+    dict
+        The ``"threshold"`` record.
+    """
+    _check_mode(mode)
+    _check_range(d_min, d_max, resolution)
+    known = dict(known or {})
+    search = ThresholdSearch(d_min, d_max, resolution)
+    while not search.done:
+        d = search.next_d
         if d not in known:
             known[d] = run_trial(N, R, mode, seed, d, settings)
             if on_trial is not None:
                 on_trial(known[d])
-        return known[d]["reached"]
+        search.feed(known[d]["reached"])
+    outcomes = {d: bool(t["reached"]) for d, t in known.items()}
+    return _threshold_record(N, R, mode, seed, settings, outcomes, search.lo, d_min, d_max, resolution)
 
-    lo, hi, d = None, None, d_min
-    while d <= d_max:  # doubling: lo = largest failure, hi = first success
-        if outcome(d):
-            hi = d
-            break
-        lo, d = d, d * 2
-    if hi is not None and lo is not None:
-        while hi - lo > resolution:
-            mid = (lo + hi) // 2
-            if outcome(mid):
-                hi = mid
-            else:
-                lo = mid
-    successes = [t["d"] for t in known.values() if t["reached"]]
-    failures = [t["d"] for t in known.values() if not t["reached"]]
-    monotone = not successes or not failures or max(failures) < min(successes)
-    return {"kind": "threshold", "N": N, "R": R, "mode": mode, "seed": seed,
-            "d_star": min(successes) if successes else None, "last_failure": lo,
-            "trials": sorted(known), "monotone": monotone, "d_min": d_min, "d_max": d_max,
-            "resolution": resolution, **asdict(settings), "version": __version__}
+
+# ------------------------------------------------------------------------------------------- the results file
+
+def _key(record: dict, fields: tuple) -> tuple:
+    return tuple(record.get(name, _DEFAULTS.get(name)) for name in fields)
+
+
+def trial_key(record: dict) -> tuple:
+    """A trial record's identity: its :data:`TRIAL_KEY` values (missing old fields take their defaults)."""
+    return _key(record, TRIAL_KEY)
+
+
+def threshold_key(record: dict) -> tuple:
+    """A threshold record's identity: its :data:`THRESHOLD_KEY` values."""
+    return _key(record, THRESHOLD_KEY)
 
 
 def _config_key(record: dict) -> tuple:
-    return (record["N"], record["R"], record["mode"], record["seed"], record["steps"], record["lr"],
-            record["width_factor"], record["attention"], record["dtype"], record.get("k", 1),
-            record.get("cot", False), record.get("heads", 1))
+    return _key(record, _CONFIG_KEY)
+
+
+@dataclass
+class SweepFile:
+    """What :func:`read_sweep` found in a results file.
+
+    Attributes
+    ----------
+    records : list of dict
+        Every usable record in file order, duplicates removed (sweep records by key; other kinds, e.g.
+        ``"transfer"``, are kept as they are).
+    lines : int
+        Non-empty lines read.
+    torn : int
+        Lines that are not JSON (cut short by an interrupted writer, or garbage).
+    alien : int
+        JSON lines that are not records: not an object, no ``kind``, or a sweep record lacking a field.
+    duplicates : int
+        Sweep records whose key appeared earlier (skipped; the first one wins).
+    """
+
+    records: list[dict] = field(default_factory=list)
+    lines: int = 0
+    torn: int = 0
+    alien: int = 0
+    duplicates: int = 0
+
+    def problems(self) -> str | None:
+        """One line counting what was skipped, or ``None`` if nothing was."""
+        parts = [f"{count} {name}" for count, name in ((self.torn, "torn"), (self.alien, "alien"),
+                                                       (self.duplicates, "duplicate")) if count]
+        return f"skipped {', '.join(parts)} line(s) of {self.lines}" if parts else None
+
+
+def _is_sweep_record(value) -> bool:
+    if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
+        return False
+    required = _REQUIRED.get(value["kind"])
+    if required is None:
+        return True  # another kind of record (transfer results share the file): kept, not ours to judge
+    if any(name not in value for name in required):
+        return False
+    return all(isinstance(value[name], int) and not isinstance(value[name], bool)
+               for name in ("N", "R", "seed", *(("d",) if value["kind"] == "trial" else ())))
+
+
+def read_sweep(path: str) -> SweepFile:
+    """Read a results file: records de-duplicated by key, torn and alien lines counted and skipped.
+
+    Parameters
+    ----------
+    path : str
+        The JSONL file (missing: an empty result).
+
+    Returns
+    -------
+    SweepFile
+
+    Raises
+    ------
+    ValueError
+        ``path`` is a directory or cannot be read.
+    """
+    out = SweepFile()
+    if not os.path.exists(path):
+        return out
+    if os.path.isdir(path):
+        raise ValueError(f"results file {path!r} is a directory")
+    seen: set[tuple] = set()
+    try:
+        with open(path, "rb") as handle:
+            for raw in handle:
+                raw = raw.strip()
+                if not raw:
+                    continue
+                out.lines += 1
+                try:
+                    value = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    out.torn += 1
+                    continue
+                if not _is_sweep_record(value):
+                    out.alien += 1
+                    continue
+                if value["kind"] in _REQUIRED:
+                    key = (value["kind"], *(trial_key(value) if value["kind"] == "trial"
+                                            else threshold_key(value)))
+                    if key in seen:
+                        out.duplicates += 1
+                        continue
+                    seen.add(key)
+                out.records.append(value)
+    except OSError as exc:
+        raise ValueError(f"cannot read results file {path!r}: {exc.strerror or exc}") from None
+    return out
 
 
 def read_records(path: str) -> list[dict]:
-    """Every complete JSON line of a sweep file (a line cut short by an interruption is skipped)."""
-    if not os.path.exists(path):
-        return []
-    records = []
-    with open(path) as handle:
-        for line in handle:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
+    """The usable records of a results file (see :func:`read_sweep`; skipped lines are not reported)."""
+    return read_sweep(path).records
 
 
 def _append(path: str, record: dict) -> None:
-    """Append one JSON line; a line left unfinished by an interruption is closed first, not continued."""
-    with open(path, "a+b") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell() > 0:
-            handle.seek(-1, os.SEEK_END)
-            if handle.read(1) != b"\n":
-                handle.write(b"\n")
-        handle.write((json.dumps(record, sort_keys=True) + "\n").encode())
-        handle.flush()
-        os.fsync(handle.fileno())
+    """Append one JSON line (kept for callers of the old name; see :func:`georecall.verify.io.append_jsonl`)."""
+    append_jsonl(path, record)
 
 
-def _worker(args):
-    N, R, mode, seed, settings, kwargs, known, trial_queue = args
-    return find_threshold(N, R, mode, seed, settings, known=known, on_trial=trial_queue.put, **kwargs)
+# ---------------------------------------------------------------------------------------------- progress
+
+@dataclass
+class ProgressInfo:
+    """A snapshot for a progress callback.
+
+    Attributes
+    ----------
+    configs_done, configs_total : int
+        Finished searches (including those found finished in the file) and all searches of the call.
+    trials_done : int
+        Trials run by this call so far.
+    trials_reused : int
+        Trials taken from the file instead of being run.
+    trials_left : int
+        Estimated trials still to run (from the mean trials per finished search).
+    elapsed : float
+        Seconds since the sweep started.
+    eta : float or None
+        Estimated seconds left (``None`` until a trial has finished).
+    message : str
+        What just happened.
+    """
+
+    configs_done: int
+    configs_total: int
+    trials_done: int
+    trials_reused: int
+    trials_left: int
+    elapsed: float
+    eta: float | None
+    message: str
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class _StderrProgress:
+    """Progress on stderr: one rewritten line on a terminal, plain lines (at most one per second) otherwise."""
+
+    def __init__(self, stream=None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.last = 0.0
+        self.open_line = False
+
+    def __call__(self, info: ProgressInfo) -> None:
+        now = time.monotonic()
+        final = info.configs_done == info.configs_total
+        if not self.tty and not final and now - self.last < 1.0:
+            return
+        self.last = now
+        text = (f"sweep: {info.configs_done}/{info.configs_total} searches, {info.trials_done} trials run"
+                f" (~{info.trials_left} left), elapsed {_clock(info.elapsed)}, ETA {_clock(info.eta)}"
+                f" | {info.message}")
+        if self.tty:
+            width = 150
+            print("\r" + text[:width].ljust(width), end="", file=self.stream, flush=True)
+            self.open_line = True
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.open_line:
+            print(file=self.stream, flush=True)
+            self.open_line = False
+
+
+# ------------------------------------------------------------------------------------------------ driver
+
+def _configs(Ns, Rs, modes, seeds) -> list[tuple]:
+    for name, values in (("Ns", Ns), ("Rs", Rs), ("modes", modes), ("seeds", seeds)):
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise TypeError(f"{name} must be a list, got {values!r}")
+    Ns, Rs, modes, seeds = (list(v) for v in (Ns, Rs, modes, seeds))
+    for name, values in (("Ns", Ns), ("Rs", Rs), ("modes", modes), ("seeds", seeds)):
+        if not values:
+            raise ValueError(f"{name} is empty: nothing to sweep")
+    for N in Ns:
+        check_positive_int("N", N)
+    for R in Rs:
+        check_positive_int("R", R)
+    for mode in modes:
+        _check_mode(mode)
+    for seed in seeds:
+        check_seed(seed)
+    configs = []
+    for config in ((int(N), int(R), mode, int(seed)) for N in Ns for R in Rs for mode in modes for seed in seeds):
+        if config not in configs:
+            configs.append(config)
+    return configs
 
 
 def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSettings = TrialSettings(),
-          d_min: int = 4, d_max: int = 1024, resolution: int = 2, workers: int = 1, progress: bool = True,
-          max_trials: int | None = None) -> list[dict]:
-    """Run (or resume) the threshold search for every configuration; returns all threshold records.
+          d_min: int = 4, d_max: int = 1024, resolution: int = 2, workers: int = 1,
+          progress: bool | Callable[[ProgressInfo], None] = True, max_trials: int | None = None,
+          scheduler: str | None = None, lock_timeout: float | None = None, connect_timeout: float = 10.0,
+          log: Callable[[str], None] | None = None) -> list[dict]:
+    """Run (or resume) the threshold search for every configuration; return its threshold records.
 
-    ``max_trials`` stops after that many new trials (for tests of resumption; the file stays consistent).
+    Parameters
+    ----------
+    path : str
+        The JSONL results file (created if missing; validated, then locked, before any work).
+    Ns, Rs, modes, seeds : lists
+        The grid: every (N, R, mode, seed).
+    settings : TrialSettings
+        Trial parameters shared by the grid.
+    d_min, d_max, resolution : int
+        Search range and resolution (``d_min <= d_max``).
+    workers : int
+        Local processes when ``scheduler`` is ``None`` (1: trials run in this process).
+    progress : bool or callable
+        ``True``: progress on stderr (searches and trials done, elapsed, ETA; plain lines when stderr is not a
+        terminal). A callable receives a :class:`ProgressInfo` after every trial and search instead.
+    max_trials : int, optional
+        Stop after that many new trials (the file stays consistent; for tests of resumption).
+    scheduler : str, optional
+        ``"local:W"`` (a Dask ``LocalCluster`` of W single-threaded workers) or ``"tcp://HOST:PORT"`` (a
+        running Dask scheduler); needs the ``distributed`` extra. Overrides ``workers``.
+    lock_timeout : float, optional
+        Seconds to wait for the file's lock when another sweep holds it (``None``: wait, saying so once;
+        ``0``: refuse at once).
+    connect_timeout : float
+        Seconds to wait for a Dask scheduler.
+    log : callable, optional
+        Receives one-line notes (skipped lines, lock waits, the dashboard, interruption); default: stderr.
+
+    Returns
+    -------
+    list of dict
+        The threshold records of the grid (every configuration unless stopped by ``max_trials``).
+
+    Raises
+    ------
+    ValueError
+        Bad parameters or output path, a lock not obtained in time, a scheduler not reached (one line each).
+    KeyboardInterrupt
+        Re-raised after the workers are stopped (within about a second) and a note is logged.
     """
+    settings = settings.validate()
     workers = check_positive_int("workers", workers)
-    for name, value in (("d_min", d_min), ("d_max", d_max), ("resolution", resolution)):
-        check_positive_int(name, value)
-    for mode in modes:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    configs = [(N, R, mode, seed) for N in Ns for R in Rs for mode in modes for seed in seeds]
-    records = read_records(path)
-    done = {_config_key(r) for r in records if r["kind"] == "threshold"}
-    trials: dict[tuple, dict[int, dict]] = {}
-    for r in records:
-        if r["kind"] == "trial":
-            trials.setdefault(_config_key(r), {})[r["d"]] = r
-    todo = [c for c in configs if (*c, *settings.key()) not in done]
-    kwargs = {"d_min": d_min, "d_max": d_max, "resolution": resolution}
-    start, new_trials = time.perf_counter(), 0
-    finished = len(configs) - len(todo)
+    _check_range(d_min, d_max, resolution)
+    if max_trials is not None:
+        max_trials = check_positive_int("max_trials", max_trials)
+    configs = _configs(Ns, Rs, modes, seeds)
+    path = validate_output_path(path, what="results file")
+    log = log if log is not None else (lambda text: print(f"georecall: {text}", file=sys.stderr, flush=True))
+    version = {"seed_contract": SEED_CONTRACT, "version": __version__, **asdict(settings)}
+    range_ = {"d_min": d_min, "d_max": d_max, "resolution": resolution}
+
+    def config_record(config: tuple) -> dict:
+        N, R, mode, seed = config
+        return {"N": N, "R": R, "mode": mode, "seed": seed, **version}
+
+    wanted = {threshold_key({**config_record(c), **range_}) for c in configs}
+    with FileLock(path, timeout=lock_timeout, message=log):
+        contents = read_sweep(path)
+        if contents.problems():
+            log(f"{path}: {contents.problems()}")
+        finished = {threshold_key(r) for r in contents.records if r["kind"] == "threshold"}
+        known: dict[tuple, dict[int, dict]] = {}
+        for r in contents.records:
+            if r["kind"] == "trial":
+                known.setdefault(_config_key(r), {})[r["d"]] = r
+        todo = [c for c in configs if threshold_key({**config_record(c), **range_}) not in finished]
+        if todo:
+            _drive(path, todo, len(configs), settings, range_, known, workers=workers, scheduler=scheduler,
+                   progress=progress, max_trials=max_trials, connect_timeout=connect_timeout, log=log,
+                   config_key=lambda c: _config_key(config_record(c)),
+                   per_search=[len(r["trials"]) for r in contents.records if r["kind"] == "threshold"])
+        return [r for r in read_sweep(path).records if r["kind"] == "threshold" and threshold_key(r) in wanted]
+
+
+class _Stop(Exception):
+    pass
+
+
+def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, progress, max_trials,
+           connect_timeout, log, config_key, per_search) -> None:
+    """Run the searches of ``todo`` on an executor; append every record as it arrives (the lock is held)."""
+    start = time.perf_counter()
+    reporter = _StderrProgress() if progress is True else (progress if callable(progress) else None)
+    searches = {c: ThresholdSearch(range_["d_min"], range_["d_max"], range_["resolution"]) for c in todo}
+    waiting = list(todo)  # searches not started yet
+    in_flight: dict = {}  # future -> (config, d, attempts)
+    counts = {"done": total - len(todo), "new": 0, "reused": 0}
+    visited_trials = per_search[:]  # trials per finished search, for the estimate of what is left
 
     def report(message: str) -> None:
-        if progress:
-            elapsed = time.perf_counter() - start
-            rate = elapsed / max(finished - (len(configs) - len(todo)), 1)
-            remaining = rate * (len(configs) - finished) if finished > len(configs) - len(todo) else float("nan")
-            eta = "?" if math.isnan(remaining) else f"{remaining / 60:.1f} min"
-            bar = "#" * int(30 * finished / max(len(configs), 1))
-            print(f"\r[{bar:<30}] {finished}/{len(configs)} configs, ETA {eta} | {message}"[:160].ljust(160),
-                  end="", file=sys.stderr, flush=True)
+        if reporter is None:
+            return
+        mean = float(np.mean(visited_trials)) if visited_trials else 6.0
+        left = sum(max(round(mean) - len(s.visited), 1) for s in searches.values() if not s.done)
+        elapsed = time.perf_counter() - start
+        eta = elapsed / counts["new"] * left if counts["new"] else None
+        reporter(ProgressInfo(counts["done"], total, counts["new"], counts["reused"], left, elapsed,
+                              0.0 if left == 0 else eta, message))
 
-    class _Stop(Exception):
-        pass
+    with open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log) as handle:
+        capacity = workers if handle.kind in ("inline", "pool") else len(todo)
+        if handle.kind == "inline":
+            capacity = 1
 
-    def on_trial(record: dict) -> None:
-        nonlocal new_trials
-        _append(path, record)
-        new_trials += 1
-        report(f"N={record['N']} R={record['R']} {record['mode']} seed {record['seed']}: d={record['d']} "
-               f"{'reached' if record['reached'] else 'failed'}")
-        if max_trials is not None and new_trials >= max_trials:
-            raise _Stop
+        def submit(config: tuple, d: int, attempts: int = 0) -> None:
+            future = handle.executor.submit(run_trial, *config, d, settings)
+            in_flight[future] = (config, d, attempts)
 
-    try:
-        if workers == 1:
-            for N, R, mode, seed in todo:
-                key = (N, R, mode, seed, *settings.key())
-                result = find_threshold(N, R, mode, seed, settings, known=trials.get(key), on_trial=on_trial,
-                                        **kwargs)
-                _append(path, result)
-                finished += 1
-                report(f"N={N} R={R} {mode} seed {seed}: d* = {result['d_star']}")
-        else:
-            # Fresh (spawned) workers with one BLAS thread each: W processes on W cores, no oversubscription.
-            saved = {name: os.environ.get(name) for name in _THREAD_VARIABLES}
-            os.environ.update({name: "1" for name in _THREAD_VARIABLES})
-            context = multiprocessing.get_context("spawn")
-            try:
-                manager = context.Manager()
-                pool = ProcessPoolExecutor(workers, mp_context=context)
-                trial_queue = manager.Queue()
-                futures = {pool.submit(_worker, (N, R, mode, seed, settings, kwargs,
-                                                 trials.get((N, R, mode, seed, *settings.key())), trial_queue)): 1
-                           for N, R, mode, seed in todo}
-            finally:
-                for name, value in saved.items():
-                    if value is None:
-                        os.environ.pop(name, None)
+        def advance(config: tuple) -> None:
+            """Feed the search the trials the file already has; submit its next trial or finish it."""
+            search, have = searches[config], known.get(config_key(config), {})
+            while not search.done and search.next_d in have:
+                search.feed(have[search.next_d]["reached"])
+                counts["reused"] += 1
+            if not search.done:
+                submit(config, search.next_d)
+                return
+            N, R, mode, seed = config
+            record = _threshold_record(N, R, mode, seed, settings, dict(search.visited), search.lo, **range_)
+            append_jsonl(path, record)
+            visited_trials.append(len(search.visited))
+            counts["done"] += 1
+            report(f"N={N} R={R} {mode} seed {seed}: d* = {record['d_star']}")
+
+        def accept(config: tuple, d: int, record: dict) -> None:
+            append_jsonl(path, record)
+            known.setdefault(config_key(config), {})[d] = record
+            searches[config].feed(record["reached"])
+            counts["new"] += 1
+            N, R, mode, seed = config
+            report(f"N={N} R={R} {mode} seed {seed}: d={d} {'reached' if record['reached'] else 'failed'}"
+                   f" ({record['seconds']:.1f} s)")
+            if max_trials is not None and counts["new"] >= max_trials:
+                raise _Stop
+            advance(config)
+
+        try:
+            report(f"{len(todo)} searches on {handle.description}")
+            while waiting or in_flight:
+                while waiting and len(in_flight) < capacity:
+                    advance(waiting.pop(0))
+                    if handle.kind == "inline":
+                        break  # run what was just submitted before starting another search
+                if not in_flight:
+                    continue
+                done, _ = wait(list(in_flight), timeout=0.25, return_when=FIRST_COMPLETED)
+                lost = []
+                for future in done:
+                    config, d, attempts = in_flight.pop(future)
+                    error = future.exception()
+                    if error is None:
+                        accept(config, d, future.result())
+                    elif handle.is_lost_worker(error) and attempts < 3:
+                        lost.append((config, d, attempts))
                     else:
-                        os.environ[name] = value
-            with manager, pool:
-                pending = set(futures)
-                while pending:
-                    try:
-                        on_trial(trial_queue.get(timeout=0.2))
-                    except queue.Empty:
-                        pass
-                    for future in [f for f in pending if f.done()]:
-                        pending.discard(future)
-                        while True:  # drain the trials this configuration sent before its result
-                            try:
-                                on_trial(trial_queue.get_nowait())
-                            except queue.Empty:
-                                break
-                        result = future.result()
-                        _append(path, result)
-                        finished += 1
-                        report(f"N={result['N']} R={result['R']} {result['mode']} seed {result['seed']}: "
-                               f"d* = {result['d_star']}")
-    except _Stop:
-        pass
-    if progress:
-        print(file=sys.stderr)
-    keys = {(*c, *settings.key()) for c in configs}
-    return [r for r in read_records(path) if r["kind"] == "threshold" and _config_key(r) in keys]
+                        raise error
+                if lost:  # a local worker died: the whole pool is broken, rerun what it held
+                    for future in list(in_flight):
+                        config, d, attempts = in_flight.pop(future)
+                        if future.done() and future.exception() is None:
+                            accept(config, d, future.result())
+                        else:
+                            lost.append((config, d, attempts))
+                    log(f"a worker process died; restarting the pool and rerunning {len(lost)} trial(s)")
+                    handle.restart()
+                    for config, d, attempts in lost:
+                        submit(config, d, attempts + 1)
+        except _Stop:
+            handle.kill()
+        except KeyboardInterrupt:
+            if reporter is not None and hasattr(reporter, "close"):
+                reporter.close()
+            handle.kill()
+            log(f"interrupted: {counts['new']} new trial(s) are in {path}; rerun the same command to resume")
+            raise
+        finally:
+            if reporter is not None and hasattr(reporter, "close"):
+                reporter.close()
 
 
 def fit_thresholds(records: list[dict]) -> dict[str, dict]:
@@ -291,7 +737,8 @@ def fit_thresholds(records: list[dict]) -> dict[str, dict]:
         coef = np.linalg.lstsq(np.stack(columns, axis=1), np.log(y), rcond=None)[0]
         names = ["log_a"] + [n for n, v in (("p_N", Ns), ("q_R", Rs)) if np.unique(v).size > 1]
         power_law = {name: float(value) for name, value in zip(names, coef)}
-        out[mode] = {"power_law": power_law, "c": float(c), "c_stderr": float(math.sqrt(cov[0, 0])) if np.isfinite(cov[0, 0]) else None,
+        stderr = float(math.sqrt(cov[0, 0])) if np.isfinite(cov[0, 0]) else None
+        out[mode] = {"power_law": power_law, "c": float(c), "c_stderr": stderr,
                      "c_per_seed": per_seed, "c_seed_mean": float(values.mean()),
                      "c_seed_std": float(values.std(ddof=1)) if values.size > 1 else 0.0,
                      "points": len(rows), "non_monotone": sum(not r["monotone"] for r in rows),
@@ -308,5 +755,5 @@ def summary_table(records: list[dict]) -> str:
     for (N, R, mode), values in sorted(groups.items()):
         reached = [v for v in values if v is not None]
         mean = f"{np.mean(reached):7.1f}" if reached else "      —"
-        lines.append(f"{N:>6} {R:>3} {mode:>8}  {str(values):<20} {mean} {R * math.log(N):7.1f}")
+        lines.append(f"{N:>6} {R:>3} {mode:>8}  {values!s:<20} {mean} {R * math.log(N):7.1f}")
     return "\n".join(lines)

@@ -4,9 +4,6 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from georecall.constructions.model import load_model, save_model
 from georecall.constructions.multi_hop import multi_hop_queries
 from georecall.constructions.single_hop import single_hop_queries
@@ -14,6 +11,8 @@ from georecall.theory.tasks import random_task
 from georecall.verify.check import check_queries
 from georecall.verify.sweep import TrialSettings, find_threshold, fit_thresholds, read_records, sweep
 from georecall.verify.train import GROUPS, check_grads, init_model, train
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @given(N=st.integers(2, 8), R=st.integers(1, 3), d=st.integers(2, 7), m=st.integers(1, 6),
@@ -220,3 +219,174 @@ def test_sweep_records_carry_hops_and_cot(tmp_path):
                     progress=False)
     assert len(records) == 1 and records[0]["k"] == 2 and records[0]["cot"] is True
     assert records[0]["d_star"] is not None
+
+
+# ------------------------------------------------------------------------------- trainer fixes (issue 12)
+
+
+def test_every_query_exactly_once_per_epoch():
+    """10 queries, batch 4: epochs of batches 4, 4, 2; after whole epochs every query was seen equally often
+    (the old schedule gave counts [4,3,4,4,2,3,4,4,3,5] after 9 steps)."""
+    import georecall.verify.train as tr
+    task = random_task(5, 2, 0)
+    tokens, answers = single_hop_queries(task)
+    seen, sizes = [], []
+    original = tr.loss_and_grads
+
+    def recording(model, batch_tokens, *args, **kwargs):
+        rows = [int(np.flatnonzero((tokens == row).all(axis=1))[0]) for row in batch_tokens]
+        seen.extend(rows)
+        sizes.append(len(rows))
+        return original(model, batch_tokens, *args, **kwargs)
+
+    tr.loss_and_grads = recording
+    try:
+        result = train(init_model(5, 2, 4, 4, rng=0), tokens, answers, steps=9, batch_size=4, rng=0,
+                       stop_at_accuracy=None, path="dense")
+    finally:
+        tr.loss_and_grads = original
+    assert sizes == [4, 4, 2] * 3 and result.epochs == 3 and result.steps == 9
+    assert np.bincount(seen, minlength=10).tolist() == [3] * 10
+    for epoch in range(3):  # and each epoch is a permutation
+        assert sorted(seen[10 * epoch : 10 * epoch + 10]) == list(range(10))
+
+
+def test_epoch_batches_cover_each_epoch():
+    from georecall.verify.train import EpochBatches
+    batches = EpochBatches(11, 3, np.random.default_rng(0))
+    seen, ends = [], []
+    for _ in range(8):  # two epochs of 4 batches (3, 3, 3, 2)
+        idx, end = batches.next()
+        seen.append(idx)
+        ends.append(end)
+    assert ends == [False, False, False, True] * 2 and batches.epochs == 2
+    for epoch in (seen[:4], seen[4:]):
+        assert sorted(np.concatenate(epoch).tolist()) == list(range(11))
+
+
+def test_minibatch_training_stops_at_an_epoch_end():
+    task = random_task(32, 2, 1)
+    tokens, answers = single_hop_queries(task)
+    result = train(init_model(32, 2, 16, 64, rng=1), tokens, answers, steps=3000, batch_size=24, rng=1)
+    assert result.reached and result.steps < 3000
+    per_epoch = -(-64 // 24)  # 3 batches: 24, 24, 16
+    assert result.steps % per_epoch == 0 and result.epochs == result.steps // per_epoch
+
+
+def _adam_reference(theta0, grads, lr, b1, b2, eps, form, wd):
+    """Adam written from the formulas (float64), one λ for all coordinates."""
+    theta, m, v = theta0.copy(), np.zeros_like(theta0), np.zeros_like(theta0)
+    for t, g in enumerate(grads, start=1):
+        theta = theta - lr * wd * theta
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g**2
+        if form == "standard":  # PyTorch / Optax
+            theta = theta - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+        else:  # Kingma & Ba, Algorithm 1's efficient form with ε̂
+            theta = theta - lr * np.sqrt(1 - b2**t) / (1 - b1**t) * m / (np.sqrt(v) + eps)
+    return theta
+
+
+@pytest.mark.parametrize("form", ["standard", "hat"])
+@pytest.mark.parametrize("wd", [0.0, 0.3])
+def test_adam_matches_the_formulas(form, wd):
+    from georecall.verify.train import adam
+    rng = np.random.default_rng(0)
+    theta0 = rng.standard_normal(50)
+    scales = 10.0 ** rng.uniform(-6, 0, 50)  # tiny gradients, where the two ε forms differ
+    grads = [scales * rng.standard_normal(50) for _ in range(12)]
+    lr, b1, b2, eps = 1e-2, 0.9, 0.99, 1e-4
+    out = adam(lambda p, step: {"w": grads[step]}, {"w": theta0, "still": theta0}, 12, lr=lr, b1=b1, b2=b2,
+               eps=eps, eps_form=form, weight_decay={"w": wd})
+    expected = _adam_reference(theta0, grads, lr, b1, b2, eps, form, wd)
+    np.testing.assert_allclose(out["w"], expected, rtol=1e-12, atol=1e-15)
+    assert np.array_equal(out["still"], theta0)  # no gradient: no update and no decay
+    other = _adam_reference(theta0, grads, lr, b1, b2, eps, "hat" if form == "standard" else "standard", wd)
+    assert np.max(np.abs(other - expected)) > 1e-4  # the two forms are told apart
+
+
+def test_adam_rejects_an_unknown_eps_form():
+    from georecall.verify.train import adam
+    with pytest.raises(ValueError, match="eps_form"):
+        adam(lambda p, s: {}, {"w": np.zeros(2)}, 1, eps_form="kingma")
+
+
+def test_decoupled_weight_decay_per_group():
+    """One step: the decayed group differs from the undecayed run by exactly lr·λ·θ0; the rest is identical."""
+    task = random_task(8, 2, 0)
+    tokens, answers = single_hop_queries(task)
+    model = init_model(8, 2, 6, 5, rng=0, dtype=np.float64)
+    lr, lam = 1e-2, 0.5
+    runs = [train(model, tokens, answers, steps=1, lr=lr, dtype=np.float64, stop_at_accuracy=None,
+                  weight_decay=wd).model.arrays() for wd in (0.0, {"mlp": lam})]
+    for key, before in model.arrays().items():
+        if ".mlp." in key:
+            np.testing.assert_allclose(runs[1][key] - runs[0][key], -lr * lam * before, atol=1e-15)
+        else:
+            assert np.array_equal(runs[1][key], runs[0][key]), key
+    with pytest.raises(ValueError, match="unknown parameter groups"):
+        train(model, tokens, answers, steps=1, weight_decay={"embeddings": 1.0})
+
+
+def test_init_scale_per_group_and_seed_streams():
+    from georecall.theory.seeds import rng as seed_rng
+    base = init_model(6, 2, 4, 3, rng=1).arrays()
+    scaled = init_model(6, 2, 4, 3, rng=1, init_scale={"mlp": 0.5, "unembedding": 2.0}).arrays()
+    for key, value in base.items():
+        factor = 0.5 if ".mlp." in key else 2.0 if key == "unembedding" else 1.0
+        assert np.array_equal(scaled[key], value * np.float32(factor)), key
+    by_seed = init_model(6, 2, 4, 3, seed=3).arrays()
+    by_stream = init_model(6, 2, 4, 3, rng=seed_rng(3, "init")).arrays()
+    assert all(np.array_equal(by_seed[k], by_stream[k]) for k in by_seed)
+    with pytest.raises(ValueError, match="rng or seed"):
+        init_model(6, 2, 4, 3, rng=1, seed=1)
+    task = random_task(6, 2, 0)
+    tokens, answers = single_hop_queries(task)
+    model = init_model(6, 2, 4, 3, seed=3)
+    a = train(model, tokens, answers, steps=6, batch_size=4, seed=3, stop_at_accuracy=None)
+    b = train(model, tokens, answers, steps=6, batch_size=4, rng=seed_rng(3, "batches"), stop_at_accuracy=None)
+    c = train(model, tokens, answers, steps=6, batch_size=4, rng=seed_rng(3, "init"), stop_at_accuracy=None)
+    assert a.losses == b.losses and a.losses != c.losses
+    with pytest.raises(ValueError, match="rng or seed"):
+        train(model, tokens, answers, steps=1, rng=1, seed=1)
+
+
+def test_tied_readout_sums_the_two_gradients():
+    from georecall.verify.train import loss_and_grads
+    task = random_task(8, 2, 0)
+    tokens, answers = single_hop_queries(task)
+    model = init_model(8, 2, 6, 5, rng=0, dtype=np.float64, tied_readout=True)
+    assert np.array_equal(model.unembedding, model.entity_embedding)
+    lr = 0.1
+    result = train(model, tokens, answers, steps=1, lr=lr, optimizer="sgd", dtype=np.float64,
+                   stop_at_accuracy=None, tie_readout=True)
+    _, grads, _ = loss_and_grads(model, tokens, answers)
+    expected = model.entity_embedding - lr * (grads["entity_embedding"] + grads["unembedding"])
+    np.testing.assert_allclose(result.model.entity_embedding, expected, rtol=1e-13)
+    assert np.array_equal(result.model.unembedding, result.model.entity_embedding)
+    frozen = train(model, tokens, answers, steps=3, frozen=("entity_embedding",), tie_readout=True,
+                   stop_at_accuracy=None)
+    assert np.array_equal(frozen.model.unembedding, model.entity_embedding.astype(np.float32))
+    with pytest.raises(ValueError, match="tied read-out"):
+        train(model, tokens, answers, steps=1, frozen=("unembedding",), tie_readout=True)
+    with pytest.raises(ValueError, match="n_out == N"):
+        init_model(8, 2, 6, 5, n_out=9, tied_readout=True)
+
+
+@pytest.mark.parametrize("frozen", [("unembedding",), ("entity_embedding", "relation_embedding")])
+def test_frozen_readout_or_embeddings(frozen):
+    task = random_task(16, 2, 0)
+    tokens, answers = single_hop_queries(task)
+    model = init_model(16, 2, 8, 16, rng=3)
+    result = train(model, tokens, answers, steps=10, rng=0, frozen=frozen, stop_at_accuracy=None)
+    for key, before in model.arrays().items():
+        assert np.array_equal(before, result.model.arrays()[key]) == (key in frozen), key
+
+
+def test_single_hop_softmax_attention_with_positions_trains():
+    task = random_task(16, 2, 0)
+    tokens, answers = single_hop_queries(task)
+    model = init_model(16, 2, 16, 64, attention="softmax", heads=2, positions=2, rng=0)
+    result = train(model, tokens, answers, steps=2000, rng=0)
+    assert result.path == "dense" and result.reached
+    assert not np.array_equal(result.model.position_embedding, model.position_embedding)

@@ -1,16 +1,22 @@
-"""An autograd-free NumPy trainer for the shared Model (THEORY.md §5).
+"""An autograd-free NumPy trainer for the shared Model (THEORY.md §5; docs/training.md).
 
 The forward pass is THE forward pass (``constructions.model.forward`` with ``trace=True``); this module adds
-the hand-written backward pass through every parameter group, cross-entropy, and Adam/SGD.
+the hand-written backward pass through every parameter group (the dense reference), cross-entropy, and
+Adam/AdamW/SGD. One-layer single-hop models with uniform attention train through the structure-aware step of
+:mod:`georecall.verify.train_structured` when it applies (``train(path="auto")``), which gives the same gradients.
 
 Parameters are a flat dict keyed like ``Model.arrays()`` (``entity_embedding``, ``layers.0.mlp.W1``, ...).
-Groups, for freezing: ``entity_embedding``, ``relation_embedding``, ``position_embedding``, ``unembedding``,
-``attention`` (every attention weight), ``mlp`` (every MLP weight and bias).
+Groups, for freezing, weight decay and initialisation scale: ``entity_embedding``, ``relation_embedding``,
+``position_embedding``, ``unembedding``, ``attention`` (every attention weight), ``mlp`` (every MLP weight and
+bias).
 
-Initialization (``init_model``), with fan-in scaling so activations stay O(1):
-embeddings (E, Q, P) and U have i.i.d. ``N(0, 1/d)`` entries (rows of norm ≈ 1); ``W_Q, W_K, W_V ~ N(0, 1/d)``,
-``W_O ~ N(0, 1/d_v)``; ``W1 ~ N(0, 1/d)``, ``W2 ~ N(0, 1/m)``; biases 0; softmax inverse temperature
-``1/sqrt(d_k)`` (not trained).
+Initialization (``init_model``), with fan-in scaling so activations stay O(1), times a per-group
+``init_scale`` (default 1): embeddings (E, Q, P) and U have i.i.d. ``N(0, 1/d)`` entries (rows of norm ≈ 1);
+``W_Q, W_K, W_V ~ N(0, 1/d)``, ``W_O ~ N(0, 1/d_v)``; ``W1 ~ N(0, 1/d)``, ``W2 ~ N(0, 1/m)``; biases 0; softmax
+inverse temperature ``1/sqrt(d_k)`` (not trained).
+
+Randomness: ``init_model`` draws from its own generator (``seed=S`` → the ``"init"`` stream of the seed
+contract, ``theory.seeds``) and ``train`` draws the batch order from another (``seed=S`` → ``"batches"``).
 
 Loss: mean cross-entropy over all ``n_out`` outputs, computed stably with log-sum-exp.
 """
@@ -20,14 +26,36 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+from georecall.constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows, unflatten
+from georecall.theory.seeds import rng as seed_rng
+from georecall.theory.tasks import _as_rng, check_positive_int
+from georecall.verify.train_structured import loss_and_grads_structured, structure_reason
 from scipy import sparse
 
-from georecall.constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows, unflatten
-from georecall.theory.tasks import _as_rng, check_positive_int
+__all__ = [
+    "EPS_FORMS",
+    "GROUPS",
+    "OPTIMIZERS",
+    "PATHS",
+    "EpochBatches",
+    "TrainResult",
+    "adam",
+    "check_grads",
+    "group_of",
+    "init_model",
+    "loss_and_grads",
+    "params_of",
+    "readout_backward",
+    "sgd",
+    "softmax_cross_entropy",
+    "train",
+    "training_data",
+    "with_params",
+]
 
 GROUPS = ("entity_embedding", "relation_embedding", "position_embedding", "unembedding", "attention", "mlp")
 
@@ -53,33 +81,88 @@ def init_model(
     n_out: int | None = None,
     rng: np.random.Generator | int | None = None,
     dtype=np.float32,
+    seed: int | None = None,
+    init_scale: float | Mapping[str, float] = 1.0,
+    tied_readout: bool = False,
 ) -> Model:
-    """A randomly initialized Model (see the module docstring for the distributions)."""
+    """A randomly initialized Model (see the module docstring for the distributions).
+
+    Parameters
+    ----------
+    rng, seed
+        The initialization's randomness, and only it: a Generator (or an integer for ``default_rng``), or
+        ``seed``, the run seed of the seed contract, which draws from its ``"init"`` stream
+        (``theory.seeds.rng(seed, "init")``). Give at most one. Batch order is drawn by :func:`train` from its
+        own generator: never pass the same Generator (or the same integer) to both.
+    init_scale
+        A factor on every standard deviation, or a mapping ``{group: factor}`` over ``GROUPS`` (missing groups
+        keep 1): entry ``θ ~ N(0, (scale_g)² / fan_in)``.
+    tied_readout
+        Start with ``U = E`` (needs ``n_out == N``); train with ``train(..., tie_readout=True)`` to keep them
+        equal. The draws are the same as without tying (U is drawn, then replaced), so the other weights do not
+        depend on this flag.
+    positions
+        Number of position-embedding rows (``None``: no position embeddings). Softmax attention on single-hop
+        queries, as in the multi-hop models, wants ``positions=2``.
+    """
     N, R, d, m, heads, layers = (check_positive_int(n, v) for n, v in
                                  (("N", N), ("R", R), ("d", d), ("m", m), ("heads", heads), ("layers", layers)))
     if attention not in ("uniform", "softmax", "none"):
         raise ValueError(f"attention must be 'uniform', 'softmax' or 'none', got {attention!r}")
+    if seed is not None:
+        if rng is not None:
+            raise ValueError("give rng or seed, not both")
+        rng = seed_rng(seed, "init")
     rng = _as_rng(rng)
     d_head = d_head or (d if attention == "uniform" else max(1, d // heads))
     n_out = N if n_out is None else n_out
+    scales = _group_values("init_scale", init_scale, 1.0)
+    if tied_readout and n_out != N:
+        raise ValueError(f"a tied read-out U = E needs n_out == N, got n_out = {n_out}, N = {N}")
 
-    def normal(shape, fan_in):
-        return (rng.standard_normal(shape) / math.sqrt(fan_in)).astype(dtype)
+    def normal(shape, fan_in, group):
+        draw = rng.standard_normal(shape) / math.sqrt(fan_in)
+        if scales[group] != 1.0:
+            draw *= scales[group]
+        return draw.astype(dtype)
 
     built = []
     for _ in range(layers):
         att = None
         if attention == "uniform":
-            att = Attention("uniform", W_V=normal((heads, d, d_head), d), W_O=normal((heads, d_head, d), d_head))
+            att = Attention("uniform", W_V=normal((heads, d, d_head), d, "attention"),
+                            W_O=normal((heads, d_head, d), d_head, "attention"))
         elif attention == "softmax":
-            att = Attention("softmax", W_V=normal((heads, d, d_head), d), W_O=normal((heads, d_head, d), d_head),
-                            W_Q=normal((heads, d, d_head), d), W_K=normal((heads, d, d_head), d),
+            att = Attention("softmax", W_V=normal((heads, d, d_head), d, "attention"),
+                            W_O=normal((heads, d_head, d), d_head, "attention"),
+                            W_Q=normal((heads, d, d_head), d, "attention"),
+                            W_K=normal((heads, d, d_head), d, "attention"),
                             inverse_temperature=1.0 / math.sqrt(d_head))
-        mlp = MLP(normal((d, m), d), np.zeros(m, dtype), normal((m, d), m), np.zeros(d, dtype))
+        mlp = MLP(normal((d, m), d, "mlp"), np.zeros(m, dtype), normal((m, d), m, "mlp"), np.zeros(d, dtype))
         built.append(Layer(att, mlp))
-    return Model(normal((N, d), d), normal((R, d), d), normal((n_out, d), d), tuple(built),
-                 None if positions is None else normal((positions, d), d),
-                 meta={"construction": "trained", "init": "fan-in normal"})
+    E = normal((N, d), d, "entity_embedding")
+    Q = normal((R, d), d, "relation_embedding")
+    U = normal((n_out, d), d, "unembedding")
+    if tied_readout:
+        U = E.copy()
+    P = None if positions is None else normal((positions, d), d, "position_embedding")
+    return Model(E, Q, U, tuple(built), P,
+                 meta={"construction": "trained", "init": "fan-in normal", "tied_readout": bool(tied_readout)})
+
+
+def _group_values(name: str, value, default: float) -> dict[str, float]:
+    """``{group: float}`` from one number (every group) or a mapping over ``GROUPS`` (others: ``default``)."""
+    if isinstance(value, Mapping):
+        unknown = set(value) - set(GROUPS)
+        if unknown:
+            raise ValueError(f"{name}: unknown parameter groups {sorted(unknown)}; groups are {GROUPS}")
+        out = {g: float(value.get(g, default)) for g in GROUPS}
+    else:
+        out = {g: float(value) for g in GROUPS}
+    for g, v in out.items():
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} for {g} must be finite and >= 0, got {v}")
+    return out
 
 
 def params_of(model: Model) -> dict[str, np.ndarray]:
@@ -128,14 +211,30 @@ def readout_backward(P, scale, answers, U, x_read, want_U: bool):
     return dx, dU
 
 
+PATHS = ("auto", "dense", "structured")
+
+
 def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
-                   positions: np.ndarray | None = None, frozen: frozenset[str] = frozenset()):
+                   positions: np.ndarray | None = None, frozen: frozenset[str] = frozenset(), *,
+                   path: str = "dense"):
     """Mean cross-entropy of ``answers`` and its gradient for every parameter not in a frozen group.
 
     ``positions=None``: one answer per query, read at the last position (``answers`` shape ``(B,)``).
     Otherwise answers ``(B, P)`` are read at the given positions (teacher forcing) and the loss is the mean over
     all B·P predictions. Returns ``(loss, grads, predictions)``.
+
+    ``path="dense"`` (the default, the reference): the generic backward pass below. ``"structured"``: the
+    structure-aware step of :mod:`georecall.verify.train_structured` (one-layer, uniform or no attention,
+    ``⟨r, s⟩`` queries; ``ValueError`` saying why otherwise). ``"auto"``: structured when it applies.
     """
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path != "dense":
+        reason = structure_reason(model, tokens, positions)
+        if reason is None:
+            return loss_and_grads_structured(model, tokens, answers, frozenset(frozen))
+        if path == "structured":
+            raise ValueError(f"the structured step does not apply: {reason}")
     at = "last" if positions is None else "all"
     logits, trace = forward(model, tokens, at=at, trace=True)
     B, T = tokens.shape
@@ -146,7 +245,7 @@ def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
         flat_answers = answers.reshape(-1)
     loss, P, scale, predictions = softmax_cross_entropy(flat_logits, flat_answers)
     grads: dict[str, np.ndarray] = {}
-    need = lambda key: group_of(key) not in frozen  # noqa: E731
+    need = lambda key: group_of(key) not in frozen
     x_final = trace.residual[-1]  # (B, Tq, d): Tq = 1 for at="last"
     x_read = x_final[:, -1] if positions is None else x_final[:, positions].reshape(-1, x_final.shape[-1])
     dx_read, dU = readout_backward(P, scale, flat_answers, model.unembedding, x_read, need("unembedding"))
@@ -216,12 +315,12 @@ def _layer_backward(layer: Layer, i: int, trace, dy: np.ndarray, grads: dict, ne
 def _attention_backward(att: Attention, prefix: str, x: np.ndarray, queries: slice, weights, g: np.ndarray,
                         dx: np.ndarray, grads: dict, need) -> None:
     """Accumulate into ``dx`` the gradient through attention whose output at ``queries`` has gradient ``g``."""
-    B, T, d = x.shape
+    T = x.shape[1]
     positions = np.arange(T)[queries]
     want = need("attention")
     dW = {name: np.zeros_like(getattr(att, name)) for name in ("W_V", "W_O", "W_Q", "W_K")
           if want and getattr(att, name) is not None}
-    flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731
+    flat = lambda a: a.reshape(-1, a.shape[-1])
     if att.kind == "uniform":
         counts = (positions + 1).astype(x.dtype)[None, :, None]
         if positions.size == 1:
@@ -276,26 +375,61 @@ def _attention_backward(att: Attention, prefix: str, x: np.ndarray, queries: sli
 # ---------------------------------------------------------------------------------------------- optimizers
 
 
+def _decay(params: dict, grads: dict, lr: float, weight_decay) -> None:
+    """Decoupled weight decay ``θ ← (1 − lr·λ_θ)·θ`` on the parameters being updated this step (Loshchilov &
+    Hutter; PyTorch's ``AdamW`` order: before the gradient step). ``weight_decay``: one λ or ``{key: λ}``."""
+    if not weight_decay:
+        return
+    for k in grads:
+        lam = weight_decay.get(k, 0.0) if isinstance(weight_decay, Mapping) else weight_decay
+        if lam:
+            params[k] *= params[k].dtype.type(1.0 - lr * lam)
+
+
 def sgd(grad_fn: Callable, params: dict, steps: int, *, lr: float = 0.1, momentum: float = 0.0,
-        callback: Callable | None = None) -> dict:
-    """Gradient descent with optional heavy-ball momentum. ``grad_fn(params, step) -> grads`` (a dict over a
-    subset of the keys: the others stay fixed). ``callback(params, step, grads)`` returning True stops early.
-    The input dict is not modified; the returned one is."""
+        weight_decay: float | Mapping[str, float] = 0.0, callback: Callable | None = None) -> dict:
+    """Gradient descent with optional heavy-ball momentum: ``v ← μ·v + g``, ``θ ← θ − lr·v``.
+
+    ``grad_fn(params, step) -> grads`` (a dict over a subset of the keys: the others stay fixed).
+    ``callback(params, step, grads)`` returning True stops before the update. ``weight_decay``: decoupled decay
+    (one λ or ``{key: λ}``), ``θ ← (1 − lr·λ)·θ`` before the step. The input dict is not modified; the returned
+    one is.
+    """
     params = {k: np.array(v) for k, v in params.items()}
     velocity = {k: np.zeros_like(v) for k, v in params.items()}
     for step in range(steps):
         grads = grad_fn(params, step)
         if callback is not None and callback(params, step, grads):
             break
+        _decay(params, grads, lr, weight_decay)
         for k, g in grads.items():
-            velocity[k] = momentum * velocity[k] + g
+            velocity[k] *= momentum
+            velocity[k] += g
             params[k] -= lr * velocity[k]
     return params
 
 
+EPS_FORMS = ("standard", "hat")
+
+
 def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999,
-         eps: float = 1e-8, callback: Callable | None = None) -> dict:
-    """Adam (Kingma & Ba), same contract as :func:`sgd`."""
+         eps: float = 1e-8, eps_form: str = "standard", weight_decay: float | Mapping[str, float] = 0.0,
+         callback: Callable | None = None) -> dict:
+    """Adam (Kingma & Ba 2015), with decoupled weight decay (AdamW) when ``weight_decay`` is non-zero.
+
+    At step ``t = 1, 2, ...`` with gradient ``g``: ``m ← β1·m + (1 − β1)·g``, ``v ← β2·v + (1 − β2)·g²``, then
+
+    - ``eps_form="standard"`` (PyTorch, Optax; the default): ``θ ← θ − lr·m̂/(√v̂ + ε)`` with ``m̂ = m/(1 − β1^t)``,
+      ``v̂ = v/(1 − β2^t)``;
+    - ``eps_form="hat"`` (Kingma & Ba's efficient form, Algorithm 1's footnote): ``θ ← θ − α_t·m/(√v + ε̂)`` with
+      ``α_t = lr·√(1 − β2^t)/(1 − β1^t)`` and ``ε̂ = eps``.
+
+    The two agree exactly when ``ε̂ = ε·√(1 − β2^t)``, which is how the standard form is computed here (one
+    code path). Decoupled decay ``θ ← (1 − lr·λ)·θ`` comes first
+    (PyTorch ``AdamW``). Same contract as :func:`sgd`.
+    """
+    if eps_form not in EPS_FORMS:
+        raise ValueError(f"eps_form must be one of {EPS_FORMS}, got {eps_form!r}")
     params = {k: np.array(v) for k, v in params.items()}
     m1 = {k: np.zeros_like(v) for k, v in params.items()}
     m2 = {k: np.zeros_like(v) for k, v in params.items()}
@@ -304,21 +438,25 @@ def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: f
         grads = grad_fn(params, step)
         if callback is not None and callback(params, step, grads):
             break
+        _decay(params, grads, lr, weight_decay)
         t = step + 1
-        scale = lr * math.sqrt(1 - b2**t) / (1 - b1**t)
+        correction2 = math.sqrt(1 - b2**t)
+        alpha = lr * correction2 / (1 - b1**t)
+        eps_t = eps * correction2 if eps_form == "standard" else eps
         for k, g in grads.items():  # in place, one scratch array per parameter
-            tmp = scratch[k]
-            m1[k] *= b1
-            np.multiply(g, 1 - b1, out=tmp)
-            m1[k] += tmp
-            m2[k] *= b2
-            np.multiply(g, g, out=tmp)
-            tmp *= 1 - b2
-            m2[k] += tmp
-            np.sqrt(m2[k], out=tmp)
-            tmp += eps
-            np.divide(m1[k], tmp, out=tmp)
-            tmp *= scale
+            tmp, m, v = scratch[k], m1[k], m2[k]
+            f = v.dtype.type
+            m *= f(b1)  # m ← β1·m + (1 − β1)·g
+            np.multiply(g, f(1 - b1), out=tmp)
+            m += tmp
+            np.multiply(g, g, out=tmp)  # v ← β2·v + (1 − β2)·g²
+            tmp *= f(1 - b2)
+            v *= f(b2)
+            v += tmp
+            np.sqrt(v, out=tmp)
+            tmp += f(eps_t)
+            np.divide(m, tmp, out=tmp)
+            tmp *= f(alpha)
             params[k] -= tmp
     return params
 
@@ -353,12 +491,43 @@ def training_data(task, k: int = 1, cot: bool = False):
 
 @dataclass
 class TrainResult:
+    """What :func:`train` returns.
+
+    ``steps``: optimizer updates applied. ``losses``/``accuracies``: the loss and accuracy of the batch seen at
+    each computed step (before its update). ``epochs``: completed passes over the queries (minibatch; full
+    batch: one per step). ``path``: which gradient computation ran, ``"structured"`` or ``"dense"``.
+    """
+
     model: Model
     steps: int  # optimizer steps taken
     reached: bool  # 100% accuracy on every query, confirmed by the exhaustive checker
     losses: list[float] = field(default_factory=list)
     accuracies: list[float] = field(default_factory=list)  # accuracy of the batch seen at each step
     seconds: float = 0.0
+    path: str = "dense"
+    epochs: int = 0
+
+
+class EpochBatches:
+    """Minibatch indices: a fresh permutation of the n queries per epoch (drawn from ``rng``), cut into
+    ``ceil(n / batch)`` batches, the last one shorter when ``batch`` does not divide n. Every query is seen
+    exactly once per epoch. ``next()`` returns ``(indices, epoch_ends)``."""
+
+    def __init__(self, n: int, batch: int, rng: np.random.Generator):
+        self.n, self.batch, self.rng = n, batch, rng
+        self.order = np.arange(n)
+        self.cursor = 0
+        self.epochs = 0
+
+    def next(self) -> tuple[np.ndarray, bool]:
+        if self.cursor == 0:
+            self.order = self.rng.permutation(self.n)
+        stop = min(self.n, self.cursor + self.batch)
+        idx = self.order[self.cursor : stop]
+        self.cursor = 0 if stop == self.n else stop
+        if self.cursor == 0:
+            self.epochs += 1
+        return idx, self.cursor == 0
 
 
 def train(
@@ -377,79 +546,152 @@ def train(
     stop_at_accuracy: float | None = 1.0,
     log_every: int = 0,
     callback: Callable | None = None,
+    seed: int | None = None,
+    weight_decay: float | Mapping[str, float] = 0.0,
+    eps: float = 1e-8,
+    eps_form: str = "standard",
+    betas: tuple[float, float] = (0.9, 0.999),
+    momentum: float = 0.0,
+    tie_readout: bool = False,
+    path: str = "auto",
 ) -> TrainResult:
     """Train ``model`` on (tokens, answers) with cross-entropy.
 
-    Full batch by default (``batch_size=None``); otherwise minibatches of a fresh random permutation each epoch
-    (drawn from ``rng``). ``frozen``: groups (see ``GROUPS``) that receive no update. Stops when every query
-    is answered (full batch: the step's own predictions; minibatch: an exhaustive check at the end of each
-    epoch) or after ``steps``. A non-finite loss raises ``FloatingPointError`` naming the step.
+    Parameters
+    ----------
+    batch_size
+        ``None``: full batch. Otherwise epochs of a fresh random permutation cut into ``ceil(n / batch_size)``
+        batches (the last one shorter): every query exactly once per epoch (:class:`EpochBatches`).
+    rng, seed
+        The batch order's randomness, and only it: a Generator (or integer), or the run seed of the seed
+        contract, drawing from its ``"batches"`` stream. Give at most one. The initialization is
+        :func:`init_model`'s own (its ``seed`` uses the ``"init"`` stream); do not pass one Generator to both.
+    frozen
+        Groups (see ``GROUPS``) that receive no update: e.g. ``("unembedding",)`` for a frozen read-out,
+        ``("entity_embedding", "relation_embedding")`` for frozen embeddings.
+    weight_decay
+        Decoupled weight decay (AdamW; for SGD the same ``θ ← (1 − lr·λ)·θ``): one λ for every trained group, or
+        ``{group: λ}`` (missing groups: 0).
+    eps, eps_form, betas, momentum
+        Adam's ε and its form (``"standard"``: ``m̂/(√v̂ + ε)`` as in PyTorch and Optax; ``"hat"``: Kingma & Ba's
+        ``ε̂``), Adam's (β1, β2); SGD's momentum. See :func:`adam`.
+    tie_readout
+        Train with ``U = E`` (needs ``n_out == N``): the read-out is set to the entity embedding at the start,
+        the two gradients are summed into one update, and the returned model has ``U = E``. The shared matrix is
+        frozen with ``"entity_embedding"``; freezing ``"unembedding"`` alone is refused.
+    path
+        ``"auto"`` (structure-aware step when it applies, see :mod:`georecall.verify.train_structured`),
+        ``"dense"`` (the reference) or ``"structured"`` (``ValueError`` when it does not apply). The path that
+        ran is ``TrainResult.path``.
+
+    Stops when every query is answered or after ``steps`` updates. Full batch: a step whose own predictions
+    are all correct stops before its update. Minibatch: at each epoch end (after the update of an epoch's last
+    batch) an exhaustive check of the current weights. The final model is confirmed by the exhaustive checker.
+    A non-finite loss raises ``FloatingPointError`` naming the step. ``callback(params, step, grads)`` is called
+    before each applied update (True stops).
     """
     from georecall.verify.check import check_queries
 
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     frozen = frozenset(frozen)
     unknown = frozen - set(GROUPS)
     if unknown:
         raise ValueError(f"unknown parameter groups {sorted(unknown)}; groups are {GROUPS}")
     steps = check_positive_int("steps", steps)
+    if seed is not None:
+        if rng is not None:
+            raise ValueError("give rng or seed, not both")
+        rng = seed_rng(seed, "batches")
     rng = _as_rng(rng)
     tokens = np.asarray(tokens, dtype=np.int64)
     answers = np.asarray(answers, dtype=np.int64)
     n = tokens.shape[0]
     batch = n if batch_size is None else min(check_positive_int("batch_size", batch_size), n)
     template = model.astype(dtype)
+    if tie_readout:
+        if template.n_out != template.n_entities:
+            raise ValueError(f"a tied read-out U = E needs n_out == N, got n_out = {template.n_out}, "
+                             f"N = {template.n_entities}")
+        if "unembedding" in frozen and "entity_embedding" not in frozen:
+            raise ValueError("with a tied read-out U = E, freeze 'entity_embedding' (the shared matrix), "
+                             "not 'unembedding' alone")
+        template = template.replace(unembedding=template.entity_embedding)
+        if "entity_embedding" in frozen:
+            frozen = frozen | {"unembedding"}
+    decay = _group_values("weight_decay", weight_decay, 0.0)
     params = params_of(template)
-    history = TrainResult(template, 0, False)
-    order = np.arange(n)
+    decay_by_key = {key: decay[group_of(key)] for key in params if decay[group_of(key)]}
+    reason = structure_reason(template, tokens, positions)
+    if path == "structured" and reason is not None:
+        raise ValueError(f"the structured step does not apply: {reason}")
+    step_path = "structured" if path != "dense" and reason is None else "dense"
+    history = TrainResult(template, 0, False, path=step_path)
+    batches = EpochBatches(n, batch, rng) if batch < n else None
     start = time.perf_counter()
     state = {"done": False}
 
+    def model_of(current: dict) -> Model:
+        if tie_readout:
+            current = {**current, "unembedding": current["entity_embedding"]}
+        try:
+            return with_params(template, current)
+        except ValueError as exc:  # the Model refuses non-finite weights
+            raise FloatingPointError(f"parameters became non-finite at step {len(history.losses)} ({exc}): "
+                                     f"lower the learning rate (lr = {lr})") from None
+
     def grad_fn(current, step):
-        if batch < n:
-            offset = (step * batch) % n
-            if offset == 0 or offset + batch > n:
-                order[:] = rng.permutation(n)
-                offset = 0
-            idx = order[offset : offset + batch]
+        if state.pop("check_now", False):  # the previous update ended an epoch: check every query
+            accuracy = check_queries(model_of(current), tokens, answers, positions=positions).accuracy
+            if accuracy >= stop_at_accuracy:
+                state["done"] = True
+                return {}
+        if batches is not None:
+            idx, epoch_ends = batches.next()
+            state["check_now"] = epoch_ends and stop_at_accuracy is not None
         else:
             idx = slice(None)
         batch_answers = answers[idx]
-        try:
-            current_model = with_params(template, current)
-        except ValueError as exc:  # the Model refuses non-finite weights
-            raise FloatingPointError(f"parameters became non-finite at step {step} ({exc}): lower the "
-                                     f"learning rate (lr = {lr})") from None
+        current_model = model_of(current)
         with np.errstate(over="ignore", invalid="ignore"):
-            loss, grads, predictions = loss_and_grads(current_model, tokens[idx], batch_answers, positions,
-                                                      frozen)
+            if step_path == "structured":
+                loss, grads, predictions = loss_and_grads_structured(current_model, tokens[idx], batch_answers,
+                                                                     frozen)
+            else:
+                loss, grads, predictions = loss_and_grads(current_model, tokens[idx], batch_answers, positions,
+                                                          frozen)
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss became {loss} at step {step}: lower the learning rate (lr = {lr})")
+        if tie_readout and "unembedding" in grads:
+            grads["entity_embedding"] = grads["entity_embedding"] + grads.pop("unembedding")
         accuracy = float(np.mean(predictions == batch_answers.reshape(-1)))
         history.losses.append(loss)
         history.accuracies.append(accuracy)
         if log_every and step % log_every == 0:
             print(f"step {step:6d}  loss {loss:.5f}  accuracy {100 * accuracy:6.2f}%  "
                   f"({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
-        if stop_at_accuracy is not None:
-            if batch == n and accuracy >= stop_at_accuracy:
-                state["done"] = True
-            elif batch < n and (offset + batch >= n) and step > 0:
-                check = check_queries(with_params(template, current), tokens, answers,
-                                      positions=positions)
-                state["done"] = check.accuracy >= stop_at_accuracy
+        if batches is None and stop_at_accuracy is not None and accuracy >= stop_at_accuracy:
+            state["done"] = True
         return grads
 
     def stop(current, step, grads):
-        history.steps = step
-        if callback is not None and callback(current, step, grads):
+        history.steps = step  # updates applied so far
+        if state["done"] or (callback is not None and callback(current, step, grads)):
             return True
-        return state["done"]
+        history.steps = step + 1  # this one is about to be applied
+        return False
 
-    final = OPTIMIZERS[optimizer](grad_fn, params, steps, lr=lr, callback=stop)
-    if not state["done"]:
-        history.steps = steps
+    options = {"lr": lr, "weight_decay": decay_by_key, "callback": stop}
+    if optimizer == "adam":
+        options.update(b1=betas[0], b2=betas[1], eps=eps, eps_form=eps_form)
+    else:
+        options.update(momentum=momentum)
+    final = OPTIMIZERS[optimizer](grad_fn, params, steps, **options)
+    history.epochs = batches.epochs if batches is not None else history.steps
+    if tie_readout:
+        final = {**final, "unembedding": final["entity_embedding"]}
     history.model = with_params(template, final)
     verdict = check_queries(history.model, tokens, answers, positions=positions)
     history.reached = verdict.exact

@@ -1,0 +1,277 @@
+"""The structure-aware training step for one-layer single-hop models (issue 14; docs/training.md).
+
+A single-hop query is the two tokens ``⟨r, s⟩`` (relation token ``N + r`` at position 0, subject ``s`` at
+position 1) and the answer is read at position 1. For a **one-layer** model whose attention is **uniform** (or
+absent), everything before the first nonlinearity is a sum of a per-entity and a per-relation term. With
+``M = Σ_h W_V[h] W_O[h]`` (``M = 0`` without attention) and position rows ``p_0, p_1`` (0 without positions),
+
+.. math::
+
+    x_{mid} = E_s + p_1 + \\tfrac12 (Q_r + p_0 + E_s + p_1) M = A^E_s + A^Q_r,
+    \\qquad A^E = E + \\tfrac12 E M, \\quad A^Q = \\tfrac12 Q M + p_1 + \\tfrac12 (p_0 + p_1) M,
+
+so the MLP's pre-activation is ``x_mid W1 + b1 = P^E_s + P^Q_r`` with the tables ``P^E = A^E W1`` (one row per
+entity *in the batch*) and ``P^Q = A^Q W1 + b1`` (R rows), computed once per step: ``U_s·d·m + R·d·m``
+multiply-adds instead of ``B·d·m`` (``U_s`` = distinct subjects of the batch, ``≤ min(N, B)``).
+
+**Backward.** With ``g = ∂L/∂y`` at the MLP output and ``δ = (g W2^T) ⊙ [h > 0]`` at the pre-activation, the
+B-row products through the first layer become scatter-adds into the tables:
+
+.. math::
+
+    G^E = \\mathrm{scatter}_s(δ),\\; G^Q = \\mathrm{scatter}_r(δ),\\quad
+    ∂W_1 = A^{E\\top} G^E + A^{Q\\top} G^Q,\\quad ∂b_1 = Σ_r G^Q_r,
+
+    ∂A^E = G^E W_1^\\top + \\mathrm{scatter}_s(g),\\quad ∂A^Q = G^Q W_1^\\top + \\mathrm{scatter}_r(g),
+
+    ∂E = ∂A^E + \\tfrac12 ∂A^E M^\\top,\\quad ∂Q = \\tfrac12 ∂A^Q M^\\top,\\quad
+    ∂M = \\tfrac12 (E^\\top ∂A^E + Q^\\top ∂A^Q + (p_0 + p_1)^\\top Σ_r ∂A^Q_r),
+
+    ∂W_V[h] = ∂M\\, W_O[h]^\\top,\\quad ∂W_O[h] = W_V[h]^\\top ∂M,\\quad
+    ∂p_1 = σ + \\tfrac12 σ M^\\top,\\quad ∂p_0 = \\tfrac12 σ M^\\top \\;(σ = Σ_r ∂A^Q_r).
+
+Every identity is the chain rule through ``x_mid = A^E_s + A^Q_r`` (sums over the batch regrouped by subject or
+by relation), so the gradients equal the dense ones (:func:`georecall.verify.train.loss_and_grads`) up to
+floating-point rounding; ``tests/test_train_structured.py`` checks this on random models.
+
+The second MLP layer, the read-out and the cross-entropy are per query and stay B-row products. The read-out is
+fused and processed in row chunks that stay in cache (:func:`readout_cross_entropy`); the queries are sorted by
+relation inside the step (the mean loss does not depend on the order) so that the per-relation terms are added
+and summed over contiguous row ranges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from georecall.constructions.model import Model
+from scipy import sparse
+
+__all__ = ["READOUT_CHUNK_ROWS", "loss_and_grads_structured", "readout_cross_entropy", "structure_reason"]
+
+# Rows of the (rows × n_out) logits block processed at once: 512 × 4096 float32 = 8 MiB stays in cache.
+READOUT_CHUNK_ROWS = 512
+
+
+def structure_reason(model: Model, tokens: np.ndarray, positions=None) -> str | None:
+    """Why the structure-aware step does not apply to (model, tokens), or ``None`` when it does.
+
+    It applies to one-layer models with an MLP and uniform (or no) attention, trained on two-token single-hop
+    queries ``⟨N + r, s⟩`` read at the last position (``positions=None``).
+    """
+    if positions is not None:
+        return "answers are read at several positions (teacher forcing)"
+    if len(model.layers) != 1:
+        return f"the model has {len(model.layers)} layers (the structured step needs exactly one)"
+    layer = model.layers[0]
+    if layer.mlp is None:
+        return "the layer has no MLP"
+    if layer.attention is not None and layer.attention.kind != "uniform":
+        return f"{layer.attention.kind} attention mixes the two tokens non-linearly (needs uniform or none)"
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or tokens.shape[1] != 2:
+        return f"queries have shape {tokens.shape}, not (B, 2) = ⟨r, s⟩"
+    N, R = model.n_entities, model.n_relations
+    if tokens.size and not (np.all((tokens[:, 0] >= N) & (tokens[:, 0] < N + R))
+                            and np.all((tokens[:, 1] >= 0) & (tokens[:, 1] < N))):
+        return "queries are not ⟨relation, entity⟩ token pairs"
+    return None
+
+
+def _scatter_matrix(index: np.ndarray, size: int, dtype) -> sparse.csr_matrix:
+    """The ``size × B`` one-hot matrix ``S`` with ``S[index[b], b] = 1``: ``S @ X`` sums the rows of X per index."""
+    B = index.size
+    return sparse.csr_matrix((np.ones(B, dtype=dtype), (index, np.arange(B))), shape=(size, B))
+
+
+def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, want_U: bool,
+                          chunk_rows: int = READOUT_CHUNK_ROWS):
+    """Fused read-out, mean cross-entropy and its backward, in row chunks.
+
+    For each chunk of rows: ``z = y U^T``; the argmax (prediction) and its value ``z*``; ``P = exp(z − z*)``
+    (in place); ``Σ = Σ_j P_j``; the loss terms ``log Σ − (z_answer − z*)``; with ``c = 1/(n Σ)`` the gradient
+    w.r.t. ``y`` is ``dz U = c·(P U) − U[answer]/n`` and ``dU`` collects ``P^T (c·y) − scatter_answer(y/n)``,
+    where ``dz = c·P − onehot(answer)/n`` (never formed). Shifted logits below ``−60`` (so ``P < 1e-26``, far
+    below the resolution of a row sum ``Σ ≥ 1``) are clamped there before ``exp``, which keeps ``P`` out of the
+    subnormal range where products run several times slower; the result differs from the unclamped one by less
+    than rounding. Returns ``(loss, predictions, dy, dU or None)``.
+    """
+    n = y.shape[0]
+    dtype = y.dtype
+    U = U.astype(dtype, copy=False)
+    UT = U.T
+    rows_max = max(1, min(chunk_rows, n))
+    block = np.empty((rows_max, U.shape[0]), dtype=dtype)
+    dy = np.empty_like(y)
+    dU = np.zeros_like(U) if want_U else None
+    partial = np.empty_like(U) if want_U else None
+    predictions = np.empty(n, dtype=np.int64)
+    floor = dtype.type(-60.0)
+    loss = 0.0
+    inv_n = 1.0 / n
+    for start in range(0, n, rows_max):
+        stop = min(n, start + rows_max)
+        k = stop - start
+        z = block[:k]
+        np.matmul(y[start:stop], UT, out=z)
+        idx = np.arange(k)
+        best = z.argmax(axis=1)
+        predictions[start:stop] = best
+        top = z[idx, best]
+        picked = z[idx, answers[start:stop]] - top
+        z -= top[:, None]
+        np.maximum(z, floor, out=z)
+        np.exp(z, out=z)
+        total = z.sum(axis=1)
+        loss += float(np.sum(np.log(total.astype(np.float64)) - picked))
+        scale = (inv_n / total).astype(dtype)
+        part = dy[start:stop]
+        np.matmul(z, U, out=part)
+        part *= scale[:, None]
+        part -= U[answers[start:stop]] * dtype.type(inv_n)
+        if want_U:
+            scaled = y[start:stop] * scale[:, None]
+            np.matmul(z.T, scaled, out=partial)
+            dU += partial
+    if want_U:
+        dU -= _scatter_matrix(answers, U.shape[0], dtype) @ (y * dtype.type(inv_n))
+    return loss * inv_n, predictions, dy, dU
+
+
+def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndarray,
+                              frozen: frozenset[str] = frozenset(), *, chunk_rows: int = READOUT_CHUNK_ROWS):
+    """Mean cross-entropy and gradients of a one-layer single-hop model through the structured step.
+
+    Same contract as the dense :func:`georecall.verify.train.loss_and_grads` with ``positions=None``: returns
+    ``(loss, grads, predictions)``, predictions in the order of ``tokens``, one gradient per parameter whose
+    group is not in ``frozen``. The caller must have checked :func:`structure_reason` (it is not re-checked
+    here, so that a training loop pays for it once). Computes in the model's dtype.
+    """
+    from georecall.verify.train import group_of
+
+    need = lambda key: group_of(key) not in frozen
+    E, Q, U = model.entity_embedding, model.relation_embedding, model.unembedding
+    dtype = E.dtype
+    half = dtype.type(0.5)
+    N, R, d = model.n_entities, model.n_relations, model.d
+    layer = model.layers[0]
+    mlp, att = layer.mlp, layer.attention
+    tokens = np.asarray(tokens)
+    answers = np.asarray(answers)
+    B = tokens.shape[0]
+    relation = tokens[:, 0] - N
+    order = np.argsort(relation, kind="stable")  # group the queries by relation: contiguous row ranges
+    relation, subject, answers = relation[order], tokens[order, 1], answers[order]
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(relation, minlength=R))])
+    segments = [(j, int(bounds[j]), int(bounds[j + 1])) for j in range(R) if bounds[j + 1] > bounds[j]]
+    if B == N * R and np.array_equal(np.bincount(subject, minlength=N), np.full(N, R)):
+        entities, inverse = np.arange(N), subject  # every entity present: no gather of E
+        E_batch = E
+    else:
+        entities, inverse = np.unique(subject, return_inverse=True)
+        E_batch = E[entities]
+    # ---- tables: A^E (U_s × d), A^Q (R × d), P^E = A^E W1, P^Q = A^Q W1 + b1
+    P = model.position_embedding
+    p0 = p1 = None
+    if P is not None:
+        p0, p1 = P[0], P[1]
+    if att is not None:
+        M = att.value_outputs.sum(axis=0).astype(dtype, copy=False)
+        A_E = E_batch @ M
+        A_E *= half
+        A_E += E_batch
+        A_Q = Q @ M
+        A_Q *= half
+        if P is not None:
+            A_Q += p1 + ((p0 + p1) @ M) * half
+    else:
+        M = None
+        A_E = E_batch
+        A_Q = np.zeros((R, d), dtype) if P is None else np.broadcast_to(p1, (R, d)).copy()
+    P_E = A_E @ mlp.W1
+    P_Q = A_Q @ mlp.W1
+    P_Q += mlp.b1
+    # ---- forward: h = ReLU(P^E[s] + P^Q[r]), y = A^E[s] + A^Q[r] + h W2 + b2
+    h = np.take(P_E, inverse, axis=0)
+    for j, a, b in segments:
+        h[a:b] += P_Q[j]
+    np.maximum(h, 0, out=h)
+    y = h @ mlp.W2
+    y += np.take(A_E, inverse, axis=0)
+    shift = A_Q + mlp.b2
+    for j, a, b in segments:
+        y[a:b] += shift[j]
+    loss, predictions, g, dU = readout_cross_entropy(y, U, answers, need("unembedding"), chunk_rows)
+    del y
+    grads: dict[str, np.ndarray] = {}
+    if dU is not None:
+        grads["unembedding"] = dU
+    # ---- backward through the MLP
+    want_mlp = need("mlp")
+    if want_mlp:
+        grads["layers.0.mlp.W2"] = h.T @ g
+        grads["layers.0.mlp.b2"] = g.sum(axis=0)
+    delta = g @ mlp.W2.T
+    delta *= h > 0
+    del h
+    by_subject = _scatter_matrix(inverse, entities.size, dtype)
+    G_E = by_subject @ delta  # scatter_s(δ)
+    G_Q = np.zeros((R, delta.shape[1]), dtype)
+    g_Q = np.zeros((R, d), dtype)
+    for j, a, b in segments:
+        G_Q[j] = delta[a:b].sum(axis=0)
+        g_Q[j] = g[a:b].sum(axis=0)
+    del delta
+    if want_mlp:
+        dW1 = A_E.T @ G_E
+        dW1 += A_Q.T @ G_Q
+        grads["layers.0.mlp.W1"] = dW1
+        grads["layers.0.mlp.b1"] = G_Q.sum(axis=0)
+    want_E, want_Q = need("entity_embedding"), need("relation_embedding")
+    want_att = att is not None and need("attention")
+    want_P = P is not None and need("position_embedding")
+    if not (want_E or want_Q or want_att or want_P):
+        return loss, grads, _unsorted(predictions, order)
+    dA_E = G_E @ mlp.W1.T
+    dA_E += by_subject @ g  # scatter_s(g)
+    dA_Q = G_Q @ mlp.W1.T
+    dA_Q += g_Q
+    sigma = dA_Q.sum(axis=0)
+    if M is None:
+        dE_rows, dQ = dA_E, np.zeros_like(Q)
+    else:
+        dE_rows = dA_E @ M.T
+        dE_rows *= half
+        dE_rows += dA_E
+        dQ = dA_Q @ M.T
+        dQ *= half
+    if want_E:
+        if entities.size == N:
+            grads["entity_embedding"] = dE_rows
+        else:
+            dE = np.zeros_like(E)
+            dE[entities] = dE_rows
+            grads["entity_embedding"] = dE
+    if want_Q:
+        grads["relation_embedding"] = dQ
+    if want_att:
+        dM = E_batch.T @ dA_E
+        dM += Q.T @ dA_Q
+        if P is not None:
+            dM += np.outer(p0 + p1, sigma)
+        dM *= half
+        grads["layers.0.attention.W_V"] = np.einsum("ij,hkj->hik", dM, att.W_O).astype(dtype, copy=False)
+        grads["layers.0.attention.W_O"] = np.einsum("hji,jk->hik", att.W_V, dM).astype(dtype, copy=False)
+    if want_P:
+        dP = np.zeros_like(P)
+        through = (sigma @ M.T) * half if M is not None else np.zeros_like(sigma)
+        dP[0] = through
+        dP[1] = sigma + through
+        grads["position_embedding"] = dP
+    return loss, grads, _unsorted(predictions, order)
+
+
+def _unsorted(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    out = np.empty_like(values)
+    out[order] = values
+    return out
+

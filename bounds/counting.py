@@ -11,9 +11,17 @@ the lexicographic list of the N! permutations, composition is one lookup in an `
 answer tables of all tasks are built k lookups at a time. Distinct rows are counted with ``np.unique`` on a
 byte view. Closed forms and sandwiches (``closed_forms``) hold for every N and are evaluated exactly.
 
+``count_trees`` counts ``|Trees_k|`` without enumerating tasks, by a depth-first search over partial
+injections (a leaf vector is realizable iff the tree's constraints of every colour form a partial injection,
+which always extends to a permutation), so it reaches sizes (N = 7..9, R = 2, k = 2) where the lower side of the
+sandwich is not trivial. ``F_lower`` is a lower bound on ``|F_k|`` for every N (proof in its docstring).
+
 Exact logarithms: ``exact_log2`` of a Python integer uses its bit length and its top 64 bits (error below
 1e-15); ``log2_falling`` computes ``log2 (n)_m`` from the exact integer ``math.perm(n, m)`` when it is small and
 from mpmath's log-gamma at 50 significant digits otherwise (no double-precision cancellation).
+``ceil_log2_product`` decides ``⌈log2 C⌉`` *exactly* for ``C = Π ((n_i)_{m_i})^{e_i}``: from the integer itself
+when it has at most ``EXACT_BITS`` bits, otherwise from a 60-digit value that is at distance > 1e-20 from an
+integer (else it falls back to the integer). The lower bounds' ``d_min`` is decided from it.
 """
 
 from __future__ import annotations
@@ -25,9 +33,29 @@ from dataclasses import dataclass
 
 import mpmath
 import numpy as np
-
 from georecall.bounds.graphs import tree_size
 from georecall.theory.tasks import check_positive_int
+
+__all__ = [
+    "EXACT_BITS",
+    "MAX_TASKS",
+    "ClosedForms",
+    "Counts",
+    "F_lower",
+    "Factors",
+    "all_permutations",
+    "ceil_log2_product",
+    "closed_forms",
+    "composition_table",
+    "coprime_cycle_length",
+    "count_trees",
+    "enumerate_counts",
+    "exact_log2",
+    "log2_factorial",
+    "log2_falling",
+    "log2_product",
+    "product_value",
+]
 
 # Largest number of tasks enumerated in one go (memory: about 8·R^k bytes each per step).
 MAX_TASKS = 5_000_000
@@ -56,7 +84,80 @@ def log2_falling(n: int, m: int) -> float:
 
 
 def log2_factorial(n: int) -> float:
+    """``log2 n!`` (``log2_falling(n, n)``)."""
     return log2_falling(n, n)
+
+
+# A count given as a product of falling factorials: ((n, m, e), ...) means Π ((n)_m)^e.
+Factors = tuple[tuple[int, int, int], ...]
+EXACT_BITS = 200_000
+
+
+def log2_product(factors: Factors) -> float:
+    """``log2 Π ((n)_m)^e`` to double precision (−inf if a factor is 0)."""
+    total = 0.0
+    for n, m, e in factors:
+        if e:
+            total += e * log2_falling(n, m)
+    return total
+
+
+def product_value(factors: Factors) -> int:
+    """The exact integer ``Π ((n)_m)^e`` (only for counts of reasonable size)."""
+    value = 1
+    for n, m, e in factors:
+        value *= math.perm(n, m) ** e
+    return value
+
+
+def ceil_log2_product(factors: Factors) -> int:
+    """``⌈log2 C⌉`` for ``C = Π ((n)_m)^e >= 1``, decided exactly.
+
+    Small C (at most ``EXACT_BITS`` bits): ``(C − 1).bit_length()`` of the exact integer. Large C: the sum of
+    ``e·(lnΓ(n + 1) − lnΓ(n − m + 1))/ln 2`` at 60 significant digits (absolute error far below 1e-20 for any
+    count with fewer than 1e30 bits) is rounded up when it is at distance > 1e-20 from an integer; otherwise the
+    exact integer decides.
+    """
+    if any(m > n or m < 0 or e < 0 for n, m, e in factors):
+        raise ValueError(f"need 0 <= m <= n and e >= 0 in every factor (a count >= 1), got {factors}")
+    if log2_product(factors) <= EXACT_BITS:
+        return (product_value(factors) - 1).bit_length()
+    with mpmath.workdps(60):
+        x = mpmath.mpf(0)
+        for n, m, e in factors:
+            x += e * (mpmath.loggamma(n + 1) - mpmath.loggamma(n - m + 1))
+        x /= mpmath.log(2)
+        nearest = mpmath.nint(x)
+        if abs(x - nearest) > mpmath.mpf("1e-20"):
+            return int(mpmath.ceil(x))
+    return (product_value(factors) - 1).bit_length()
+
+
+def coprime_cycle_length(N: int, k: int) -> int:
+    """The largest ``L <= N`` with ``gcd(L, k) = 1`` (``L >= N − k + 1``: one of k consecutive integers is
+    ``≡ 1 mod k``)."""
+    N, k = (check_positive_int(n, v) for n, v in (("N", N), ("k", k)))
+    return next(L for L in range(N, 0, -1) if math.gcd(L, k) == 1)
+
+
+def F_lower(N: int, R: int, k: int) -> Factors:
+    """A lower bound on ``|F_k|``, the number of distinct k-hop answer tables: ``(L − 1)!·(N!)^{R−1}`` with
+    ``L`` = ``coprime_cycle_length(N, k)``, as factors for ``log2_product`` / ``ceil_log2_product``.
+
+    Proof. Let A be the ``(L − 1)!`` permutations that are one L-cycle on ``{0..L−1}`` and fix the rest. On A,
+    ``τ ↦ τ^k`` is injective: ``τ^k`` is again an L-cycle (``gcd(L, k) = 1``) and ``τ = (τ^k)^{k'}`` with
+    ``k·k' ≡ 1 (mod L)``. Take the tasks with ``π_0 ∈ A`` and ``π_1..π_{R−1}`` arbitrary. Their k-hop table
+    contains ``π_{0…0} = π_0^k``, which determines ``π_0``, and for each r the path ``(r, 0, …, 0)``
+    (``r_1 = … = r_{k−1} = 0``, ``r_k = r``) gives ``π_r∘π_0^{k−1}``, which then determines ``π_r``. So the
+    ``(L − 1)!·(N!)^{R−1}`` tasks have pairwise different tables. At k = 1 it is the exact ``(N!)^R`` only when
+    L = N = 1; use ``(N!)^R`` there. For R >= 2 it is within ``(N − L + 1)·log2 N`` bits of the upper bound
+    ``(N!)^R`` (enumeration: ``|F_2| ≈ 0.9·(N!)^R``), and at R = 1 it bounds the number of k-th powers in S_N.
+    """
+    N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
+    if k == 1:
+        return ((N, N, R),)
+    L = coprime_cycle_length(N, k)
+    return ((L - 1, L - 1, 1), (N, N, R - 1))
 
 
 def all_permutations(N: int) -> np.ndarray:
@@ -126,6 +227,57 @@ def enumerate_counts(N: int, R: int, k_max: int = 3, *, progress: bool = False,
     if progress:
         print(file=sys.stderr)
     return Counts(N, R, n_tasks, F, trees, time.perf_counter() - start)
+
+
+def count_trees(N: int, R: int, k: int, *, max_nodes: int = 5_000_000) -> int:
+    """``|Trees_k(N, R)|``, the distinct depth-k leaf vectors of vertex 0, by depth-first search over partial
+    injections (no enumeration of tasks).
+
+    The complete R-ary tree of depth k below vertex 0 is labelled level by level (BFS order): the r-child of a
+    labelled vertex u is ``π_r(u)``, forced if ``π_r(u)`` is already defined, otherwise any vertex not yet in
+    the image of ``π_r``. A labelling reached this way is a set of constraints that is a partial injection of
+    every colour, which extends to a permutation (so every labelling is realized by a task, and every task's
+    tree is reached). The leaves, in path order ``(r_k, ..., r_1)``, are collected in a set. Cost: about
+    ``N^{R + R² + … + R^k}`` search nodes in the worst case; refuses (``ValueError``) when the estimate exceeds
+    ``max_nodes``.
+    """
+    N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
+    edges = [(parent, r) for parent in range(tree_size(R, k - 1)) for r in range(R)]  # child = R·parent + 1 + r
+    estimate = N ** len(edges)
+    if estimate > max_nodes:
+        raise ValueError(f"count_trees would visit up to N^(R + ... + R^k) = {estimate:,} labellings, more than "
+                         f"max_nodes = {max_nodes:,}")
+    n_internal = tree_size(R, k - 1)
+    digits = list(itertools.product(range(R), repeat=k))  # BFS leaf order: (r_1, ..., r_k)
+    bfs_to_path = [sum(d * R**i for i, d in enumerate(path)) for path in digits]  # path index of (r_k..r_1)
+    order = sorted(range(R**k), key=lambda leaf: bfs_to_path[leaf])
+    label = [0] * tree_size(R, k)
+    forward = [{} for _ in range(R)]  # forward[r][u] = π_r(u)
+    used = [set() for _ in range(R)]  # images of π_r so far
+    seen = set()
+
+    def extend(i: int) -> None:
+        if i == len(edges):
+            seen.add(tuple(label[n_internal + leaf] for leaf in order))
+            return
+        parent, r = edges[i]
+        u = label[parent]
+        child = R * parent + 1 + r
+        if u in forward[r]:
+            label[child] = forward[r][u]
+            extend(i + 1)
+            return
+        for v in range(N):
+            if v not in used[r]:
+                forward[r][u] = v
+                used[r].add(v)
+                label[child] = v
+                extend(i + 1)
+                used[r].discard(v)
+                del forward[r][u]
+
+    extend(0)
+    return len(seen)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,15 @@
-"""Lower bounds beside the constructions' sizes, with the gap ratio (THEORY.md §4).
+"""Lower bounds beside the constructions' sizes, with the gap ratio (THEORY.md §4, docs/bounds.md).
 
 One row per (construction, N, R, k, b): the construction's d and its other fact-specific parameters P0 (from
 its promise in ``theory/statements.py``, never from a built model), the lower bound that applies to a model of
 its kind with that P0, and ``gap = d / d_min``. A bound that is vacuous (``d_min = 0``, e.g. when P0 already holds
 all the facts) has no gap: the construction pays in P0 instead of d.
+
+Two notions of b (docs/bounds.md, "Two notions of b"): ``bound_rows`` evaluates the bounds at the b it is given,
+which is the *per-parameter codebook* notion (each fact-specific parameter takes one of ``2^b`` task-independent
+values of its own); ``gap_rows`` puts each construction at the b its *per-tensor* quantization actually needs
+(``verify/precision.py``, measured by the precision scan and passed in by the caller) beside the per-parameter
+b = 1 row where the construction's embeddings are known to fit it.
 """
 
 from __future__ import annotations
@@ -12,43 +18,62 @@ import csv
 import io
 import json
 import math
+from collections.abc import Mapping
 
 from georecall.bounds import lower
 from georecall.constructions.codes import binary_length
 from georecall.theory import __version__, statements
 from georecall.theory.tasks import check_positive_int
 
+__all__ = ["FORMATS", "bound_rows", "gap_rows", "governing_bound", "render"]
+
 FORMATS = ("md", "csv", "json", "latex")
 
 
 def _promises(N: int, R: int, k: int) -> dict[str, statements.Promise]:
-    """Promised sizes at binary codes (ε = 0; the sizes do not depend on the attention constants)."""
+    """Promised sizes at unit-norm binary codes (ε = 0; the sizes do not depend on the attention constants).
+
+    The only place in ``bounds/`` that knows construction names."""
     D = binary_length(N)
-    geometry = {"norm_sq": 1.0, "mu": statements.binary_coherence(D) if D > 1 else -1.0}
+    # Binary ±1 codes of length D: |a|² = D, max inner product D − 2 (one code at N = 1, D = 1: −1).
+    inner = D - 2 if N > 2 else -1
+    geometry = {"gap": (D - inner) / D, "distinct": (D, inner)}
     unit_codes = {"max_abs": D**-0.5, "max_l1": D**0.5, "gate": 2 * D**-0.5, "beta": None}
     out = {"G2": statements.g2_promise(N, R, k, D, **unit_codes, **geometry),
            "A2a": statements.a2_width_promise(N, R, k, D, gate=1.0, beta=None, **geometry),
            "A2b": statements.a2_depth_promise(N, R, k, D, beta=None, **geometry),
            "C1": statements.c1_promise(N, R, k, D, **unit_codes, **geometry)}
     if k == 1:
-        out = {"G1": statements.g1_promise(N, R, D, max_abs=D**-0.5, beta=4 * D**-0.5, **geometry),
+        out = {"G1": statements.g1_promise(N, R, D, max_abs=D**-0.5, gate=4 * D**-0.5, **geometry),
                "A1": statements.a1_promise(N, R, D, **geometry), **out}
     return out
 
 
-# Which bound governs each construction, and which of its parameters are fact-specific besides embeddings.
-_GOVERNING = {
-    "G1": (lower.total_information, lambda p: 0),
-    "A1": (lower.total_information, lambda p: p.fact_params),
-    "G2": (lower.tradeoff, lambda p: 0),
-    "A2a": (lower.tradeoff, lambda p: p.fact_params),
-    "A2b": (lower.tradeoff, lambda p: p.fact_params),
-    "C1": (lower.chain_of_thought, lambda p: 0),
-}
+# Which bound governs each kind of construction (by its first letter and whether it uses CoT), and which of
+# its parameters are fact-specific besides the embeddings.
+def governing_bound(name: str, promise: statements.Promise):
+    """``(bound function, P0)`` for a construction: C1 the CoT bound, G1/A1 total information, G2/A2 the
+    tradeoff; P0 = the promise's fact-specific parameters for the associative ones (A*), 0 otherwise."""
+    if name == "C1":
+        return lower.chain_of_thought, 0
+    if name.startswith("G"):
+        return (lower.total_information if name == "G1" else lower.tradeoff), 0
+    return (lower.total_information if name == "A1" else lower.tradeoff), promise.fact_params
+
+
+def _bound_cells(bound: lower.Bound, d: int, prefix: str = "") -> dict:
+    gap = d / bound.d_min if bound.d_min > 0 else None
+    return {f"{prefix}d_bound": round(bound.d_bound, 6), f"{prefix}d_min": bound.d_min,
+            f"{prefix}gap": None if gap is None else round(gap, 4)}
 
 
 def bound_rows(Ns, Rs, ks, bits=(1,)) -> list[dict]:
-    """Rows for every combination of the given N, R, k and b."""
+    """Rows for every combination of the given N, R, k and b (b in the per-parameter codebook notion).
+
+    ``log2_count_lower`` is log2 of a lower bound on the counted set (``count_exact`` says when it is the exact
+    size). G1 rows also carry its fact-carrying bits per subject (``R·⌈log2 N⌉``) against the per-subject
+    share of ``log2|F_1|`` and their ratio (``1 + O(1/log N)``).
+    """
     rows = []
     for N in Ns:
         for R in Rs:
@@ -56,19 +81,53 @@ def bound_rows(Ns, Rs, ks, bits=(1,)) -> list[dict]:
                 N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
                 for b in bits:
                     for name, promise in _promises(N, R, k).items():
-                        bound_fn, p0 = _GOVERNING[name]
-                        P0 = p0(promise)
+                        bound_fn, P0 = governing_bound(name, promise)
                         bound = bound_fn(N, R, k, b, P0)
-                        gap = promise.d / bound.d_min if bound.d_min > 0 else None
-                        row = {"construction": name, "N": N, "R": R, "k": k, "b": b, "d": promise.d,
-                               "m": promise.m, "P0": P0, "bound": bound.id, "formula": bound.formula,
-                               "log2_count": round(bound.log2_count, 6), "d_bound": round(bound.d_bound, 6),
-                               "d_min": bound.d_min, "gap": None if gap is None else round(gap, 4),
+                        row = {"construction": name, "N": N, "R": R, "k": k, "b": b,
+                               "codebook": "per parameter", "d": promise.d, "m": promise.m, "P0": P0,
+                               "bound": bound.id, "formula": bound.formula, "counted": bound.counted,
+                               "log2_count_lower": round(bound.log2_count_lower, 6),
+                               "count_exact": bound.count_exact, **_bound_cells(bound, promise.d),
                                "M": bound.params.get("M"), "version": __version__}
                         if name == "G1":  # fact-carrying bits per subject vs the per-subject share of log2|F_1|
                             row["fact_bits_per_subject"] = R * binary_length(N)
-                            row["bound_bits_per_subject"] = round(bound.log2_count / N, 6)
+                            row["bound_bits_per_subject"] = round(bound.log2_count_lower / N, 6)
+                            row["fact_bits_ratio"] = round(R * binary_length(N) * N / bound.log2_count_lower, 4)
                         rows.append(row)
+    return rows
+
+
+def gap_rows(Ns, Rs, ks, needed: Mapping[str, int | None],
+             per_parameter: Mapping[str, int] | None = None) -> list[dict]:
+    """One row per (construction, N, R, k): the gap at the b the construction needs, and at a per-parameter b.
+
+    ``needed[name]``: the smallest b at which the construction's per-tensor quantization stays exact (measured
+    by the precision scan; ``None``: not measured or size-dependent, no bound evaluated). ``per_parameter[name]``:
+    a b at which its fact-specific parameters fit per-parameter codebooks (e.g. 1 for G1: every embedding entry
+    is ``±|a_i|`` or a task-independent 0). Columns ``b_needed``, ``d_min_needed``, ``gap_needed`` and
+    ``b_per_parameter``, ``d_min_per_parameter``, ``gap_per_parameter``; a vacuous bound has gap ``None``.
+    """
+    per_parameter = per_parameter or {}
+    rows = []
+    for N in Ns:
+        for R in Rs:
+            for k in ks:
+                N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
+                for name, promise in _promises(N, R, k).items():
+                    bound_fn, P0 = governing_bound(name, promise)
+                    row = {"construction": name, "N": N, "R": R, "k": k, "d": promise.d, "P0": P0}
+                    b = needed.get(name)
+                    row["b_needed"] = b
+                    if b is not None:
+                        bound = bound_fn(N, R, k, b, P0)
+                        row.update(bound=bound.id, **_bound_cells(bound, promise.d, "needed_"))
+                    b1 = per_parameter.get(name)
+                    row["b_per_parameter"] = b1
+                    if b1 is not None:
+                        bound = bound_fn(N, R, k, b1, P0)
+                        row.update(bound=bound.id, **_bound_cells(bound, promise.d, "per_parameter_"))
+                    row["version"] = __version__
+                    rows.append(row)
     return rows
 
 
@@ -79,6 +138,9 @@ def render(rows: list[dict], fmt: str = "md") -> str:
     if fmt == "json":
         return json.dumps({"version": __version__, "rows": rows}, indent=2)
     columns = ["construction", "N", "R", "k", "b", "d", "m", "P0", "bound", "d_bound", "d_min", "gap", "M"]
+    if rows and "b_needed" in rows[0]:
+        columns = ["construction", "N", "R", "k", "d", "P0", "bound", "b_needed", "needed_d_min", "needed_gap",
+                   "b_per_parameter", "per_parameter_d_min", "per_parameter_gap"]
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(columns + [c for r in rows for c in r])))
@@ -98,7 +160,7 @@ def render(rows: list[dict], fmt: str = "md") -> str:
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
         return "\n".join(lines)
-    escape = lambda s: s.replace("_", r"\_").replace("—", "--").replace(",", "{,}")  # noqa: E731
+    escape = lambda s: s.replace("_", r"\_").replace("—", "--").replace(",", "{,}")
     lines = [r"\begin{tabular}{" + "l" * 1 + "r" * (len(columns) - 1) + "}", r"\hline",
              " & ".join(escape(c) for c in columns) + r" \\", r"\hline"]
     lines += [" & ".join(escape(c) for c in row) + r" \\" for row in body]

@@ -10,14 +10,23 @@ import networkx as nx
 import numpy as np
 import pytest
 from conftest import tables
-from hypothesis import given
-from hypothesis import strategies as st
-
 from georecall.bounds import graphs, lower
-from georecall.bounds.counting import (closed_forms, composition_table, all_permutations, enumerate_counts, exact_log2,
-                             log2_factorial, log2_falling)
+from georecall.bounds.counting import (
+    F_lower,
+    all_permutations,
+    ceil_log2_product,
+    closed_forms,
+    composition_table,
+    enumerate_counts,
+    exact_log2,
+    log2_factorial,
+    log2_falling,
+    product_value,
+)
 from georecall.bounds.tables import bound_rows, render
 from georecall.theory.tasks import Task, random_task
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def brute_force_counts(N, R, k):
@@ -47,39 +56,23 @@ def test_enumeration_equals_brute_force(N, R, k_max):
         assert (counts.F[k], counts.trees[k]) == brute_force_counts(N, R, k)
 
 
-def test_golden_counts():
+def test_golden_counts_by_hand():
     # N = 2, R = 2 by hand: tasks (I,I),(I,S),(S,I),(S,S). Two-hop tables: (I,I) and (S,S) give all-identity,
     # (I,S) and (S,I) give (I,S,S,I): |F_2| = 2; leaf vectors of vertex 0: (0,0,0,0) and (0,1,1,0).
+    # Larger golden values: tests/test_counting_reference.py.
     c = enumerate_counts(2, 2, 2)
     assert (c.F, c.trees) == ({1: 4, 2: 2}, {1: 4, 2: 2})
-    # computed once with the vectorized enumerator, cross-checked by brute_force_counts above for N <= 4
-    assert enumerate_counts(3, 2, 3).F == {1: 36, 2: 26, 3: 30}
-    assert enumerate_counts(3, 2, 3).trees == {1: 9, 2: 25, 3: 27}
-    assert enumerate_counts(4, 2, 3).F == {1: 576, 2: 458, 3: 534}
-    assert enumerate_counts(4, 2, 3).trees == {1: 16, 2: 148, 3: 430}
-    big = enumerate_counts(5, 3, 2)
-    assert big.tasks == 1_728_000 and big.F[2] == 1_715_084 and big.trees[2] == 205_325
 
 
 @pytest.mark.parametrize("N, R, k_max", [(1, 3, 3), (2, 1, 3), (3, 2, 3), (4, 3, 2), (5, 2, 3), (6, 2, 2),
                                          (7, 1, 3)])
-def test_closed_forms_and_sandwich_hold_for_every_enumerated_case(N, R, k_max):
+def test_k1_closed_forms_and_sandwich_against_enumeration(N, R, k_max):
     counts = enumerate_counts(N, R, k_max)
+    assert counts.F[1] == math.factorial(N) ** R and counts.trees[1] == N**R
     for k in range(1, k_max + 1):
-        closed = closed_forms(N, R, k)
-        assert counts.tasks == closed.tasks == math.factorial(N) ** R
-        assert counts.F[k] <= closed.F_upper
-        assert counts.trees[k] <= closed.trees_upper
-        if closed.trees_lower is not None:
-            assert closed.trees_lower <= counts.trees[k]
-    assert counts.F[1] == closed_forms(N, R, 1).F1
-    assert counts.trees[1] == closed_forms(N, R, 1).trees1 == N**R
-
-
-def test_sandwich_lower_side_is_exercised():
-    closed = closed_forms(7, 2, 2)  # 7 >= 1 + 2 + 4
-    assert closed.trees_lower == 6 * 5 * 4 * 3
-    assert enumerate_counts(7, 1, 2).trees[2] >= closed_forms(7, 1, 2).trees_lower
+        lower = closed_forms(N, R, k).trees_lower
+        assert lower is None or lower <= counts.trees[k]
+        assert product_value(F_lower(N, R, k)) <= counts.F[k]
 
 
 def test_enumeration_refuses_too_many_tasks():
@@ -177,7 +170,7 @@ def test_corrupted_graphs_fail_the_validator():
 
 def test_total_information_single_hop_closed_form():
     bound = lower.total_information(4096, 16, 1, b=1)
-    assert bound.log2_count == pytest.approx(16 * exact_log2(math.factorial(4096)), rel=1e-15)
+    assert bound.count_exact and bound.log2_count_lower == pytest.approx(16 * exact_log2(math.factorial(4096)), rel=1e-15)
     assert 16 * (math.log2(4096) - math.log2(math.e)) < bound.d_bound < 16 * math.log2(4096)
     assert bound.d_min == 169
 
@@ -217,9 +210,54 @@ def test_every_construction_sits_above_its_bound():
 def test_g1_within_one_plus_order_one_over_log_n():
     for N in (2**8, 2**12, 2**16, 2**20):
         row = next(r for r in bound_rows([N], [16], [1]) if r["construction"] == "G1")
-        ratio = row["fact_bits_per_subject"] / row["bound_bits_per_subject"]
         L = math.log2(N)
-        assert 1 < ratio <= 1 + 2.45 / (L - 1.45)
+        assert 1 < row["fact_bits_ratio"] <= 1 + 2.45 / (L - 1.45)
+    row = next(r for r in bound_rows([4096], [16], [1]) if r["construction"] == "G1")
+    assert row["fact_bits_ratio"] == 1.1365 and row["bound_bits_per_subject"] == pytest.approx(168.945, abs=5e-4)
+
+
+def brute_d_min(factors, per_d, P0, b):
+    """Smallest d >= 0 with 2^((per_d·d + P0)·p) >= C^q, by linear search in integers."""
+    from fractions import Fraction
+    p, q = Fraction(b).numerator, Fraction(b).denominator
+    C = product_value(factors)
+    d = 0
+    while 2 ** ((per_d * d + P0) * p) < C**q:
+        d += 1
+    return d
+
+
+@given(n=st.integers(1, 40), m=st.integers(0, 40), e=st.integers(0, 4), per_d=st.integers(1, 50),
+       P0=st.integers(0, 60), b=st.sampled_from([1, 2, 3, 0.5, 1.5, 2.25]))
+def test_d_min_is_decided_exactly(n, m, e, per_d, P0, b):
+    factors = ((n, min(m, n), e),)
+    assert lower.d_min_exact(factors, per_d, P0, b) == brute_d_min(factors, per_d, P0, b)
+
+
+def test_d_min_at_exact_powers_of_two():
+    # C = 2^t: the bound is met with equality, d_min = t / per_d exactly (no 1e-9 fudge needed)
+    assert lower.total_information(2, 3, 1, 1).d_min == 2  # (2!)^3 = 8 = 2^3, N = 2: 2d >= 3
+    assert lower.per_entity(4, 3, 1, 2).d_min == 3  # 4^3 = 2^6, b = 2: 2d >= 6
+    assert lower.per_entity(4, 3, 1, 2, P0=1).d_min == 2
+
+
+def test_ceil_log2_large_path_agrees_with_the_integer():
+    for factors in (((70_000, 20_000, 1),), ((3000, 3000, 70),), ((2**16, 2**16, 1), (9, 9, 3))):
+        assert ceil_log2_product(factors) == (product_value(factors) - 1).bit_length()
+
+
+def test_total_information_for_k2_is_near_the_single_hop_bound():
+    one, two = lower.total_information(4096, 4, 1), lower.total_information(4096, 4, 2)
+    assert not two.count_exact and two.d_min >= one.d_min - 1 and two.d_bound > 42
+    assert two.d_bound <= one.d_bound
+
+
+def test_gap_rows_at_needed_and_per_parameter_bits():
+    from georecall.bounds.tables import gap_rows
+    rows = {r["construction"]: r for r in gap_rows([4096], [16], [1], {"G1": 2}, {"G1": 1})}
+    assert rows["G1"]["needed_d_min"] == 85 and rows["G1"]["per_parameter_d_min"] == 169
+    assert rows["G1"]["needed_gap"] == pytest.approx(220 / 85, abs=1e-4)
+    assert "needed_gap" not in rows["A1"]
 
 
 @pytest.mark.parametrize("fmt", ["md", "csv", "json", "latex"])

@@ -1,10 +1,12 @@
 import numpy as np
 import pytest
-
 from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
 from georecall.theory.tasks import random_task
 from georecall.verify.check import check_queries
-from georecall.verify.precision import quantize, smallest_exact_bits
+from georecall.verify.precision import changed_arrays, quantize, quantize_array, smallest_exact_bits
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 
 def test_quantization_grid():
@@ -16,22 +18,41 @@ def test_quantization_grid():
     q3 = quantize(model, 3)  # step max/3
     np.testing.assert_allclose(q3.entity_embedding, [[0.0, 1 / 3, -1.0]])
     assert q.meta["quantized_bits"] == 2
-    with pytest.raises(ValueError, match="b >= 2"):
-        quantize(model, 1)
+    q1 = quantize(model, 1)  # sign: zero is not kept (sgn(0) = +1)
+    assert q1.entity_embedding.tolist() == [[1.0, 1.0, -1.0]] and q1.unembedding.tolist() == [[0.5, 0.5, 0.5]]
+    assert q1.relation_embedding.tolist() == [[0.0, 0.0, 0.0]]  # an all-zero tensor stays zero
+    q0 = quantize(model, 0)  # one value: the mean
+    np.testing.assert_allclose(q0.entity_embedding, [[-0.7 / 3] * 3])
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="b >= 0"):
+            quantize(model, bad)
 
 
-def test_g1_binary_is_exact_at_two_bits_and_a1_is_not():
+@given(values=arrays(np.float64, st.integers(1, 40), elements=st.floats(-1e6, 1e6)), bits=st.integers(0, 6))
+def test_b_bits_means_at_most_two_to_the_b_values_per_tensor(values, bits):
+    q = quantize_array(values, bits)
+    assert np.unique(q).size <= 2**bits
+    if bits >= 1 and np.abs(values).max() > 0:
+        assert np.abs(q).max() == pytest.approx(np.abs(values).max())  # the top level is max|W|
+
+
+def test_g1_binary_needs_two_bits_and_a1_more():
     task = random_task(512, 4, 3)
     tokens, answers = single_hop_queries(task)
-    check = lambda m: check_queries(m, tokens, answers)  # noqa: E731
-    bits, records = smallest_exact_bits(build_g1(task, "binary").model, check)
-    assert bits == 2 and records[-1]["exact"]
-    bits, records = smallest_exact_bits(build_a1(task, "binary").model, check)
-    assert bits > 2 and not records[0]["exact"]
-    assert check_queries(quantize(build_a1(task, "binary").model, 2), tokens, answers).accuracy < 0.5
+    check = lambda m: check_queries(m, tokens, answers)
+    g1 = build_g1(task, "binary").model
+    bits, records = smallest_exact_bits(g1, check)
+    assert bits == 2 and records[-1]["exact"] and not records[0]["exact"] and records[0]["bits"] == 1
+    assert changed_arrays(g1, 2) == []  # every G1 tensor already lies in {-t, 0, t}
+    assert changed_arrays(g1, 1)  # sign quantization moves the zeros
+    a1 = build_a1(task, "binary").model
+    bits, records = smallest_exact_bits(a1, check)
+    assert bits > 2 and not any(r["exact"] for r in records[:-1])
+    assert changed_arrays(a1, bits)  # quantization at A1's smallest b changes the model
+    assert check_queries(quantize(a1, 2), tokens, answers).accuracy < 0.5
 
 
-@pytest.mark.parametrize("construction", ["path-blocks", "associative", "layered", "cot"])
+@pytest.mark.parametrize("construction", ["path-blocks", "associative-width", "associative-depth", "cot"])
 def test_multi_hop_precision_scan(construction):
     from georecall.verify.suite import precision_scan
     doc = precision_scan(construction, 64, 2, 2, max_bits=16)
@@ -43,5 +64,5 @@ def test_precision_scan_refuses_unknown_names():
     from georecall.verify.suite import precision_scan
     with pytest.raises(ValueError, match="give --k"):
         precision_scan("cot", 16, 2)
-    with pytest.raises(ValueError, match="k-hop construction"):
+    with pytest.raises(ValueError, match="single-hop construction"):
         precision_scan("geometric", 16, 2, 2)

@@ -1,19 +1,35 @@
-"""The ``lower bounds and counting`` section of ``georecall verify``: counts against closed forms and independent
-references, gadget graphs, construction sizes beside the lower bounds, bits per parameter."""
+"""The ``lower bounds and counting`` section of ``georecall verify``.
+
+Every row is a claim that a broken input makes FAIL (``tests/test_bounds_checks.py`` shows one per row):
+
+1. **counts = independent golden values** — the vectorized enumerator (``bounds.counting.enumerate_counts``)
+   and the partial-injection search (``count_trees``) against integers pinned below, which were produced by the
+   loop-based reference counters of ``tests/test_counting_reference.py`` (no shared code; the tests re-derive
+   them); at k = 1 against the closed forms ``|F_1| = (N!)^R``, ``|Trees_1| = N^R``.
+2. **count bounds <= exact counts** — the lower sides the bounds use, against the golden counts: the sandwich
+   ``(N − 1)_{R^k} <= |Trees_k|`` where it is not trivial (N = 7..9, R = 2, k = 2) and
+   ``(L − 1)!·(N!)^{R−1} <= |F_k|`` (``counting.F_lower``).
+3. **gadget family valid** — gadget graphs validated by networkx, leaves as assigned.
+4. **bits needed: smallest exact b, b−1 fails** — each construction quantized per tensor (``verify.precision``)
+   at the smallest exact b, and at b − 1, which must fail; the smallest b must be the pinned ``NEEDED_BITS``;
+   at least one construction's quantization at its b must change the model (else the row would only re-run
+   the unquantized checks); G1, G2 and C1 embeddings must fit 1-bit per-coordinate codebooks.
+5. **lower bounds <= verified constructions** — for each construction just verified exact at b bits, the
+   governing lower bound at that b (and at the per-parameter b = 1 where measured) must not exceed its d. The
+   gaps ``d / d_min`` are reported (the gap table), not checked: any gap >= 1 is consistent.
+"""
 
 from __future__ import annotations
 
 import math
 import sys
+import time
 
 import numpy as np
+from georecall.verify.check import Report, check_decoding, check_queries, claim_report
 
-from georecall.constructions.single_hop import build_g1, single_hop_queries
-from georecall.theory.tasks import random_task
-from georecall.verify.check import Report, check_queries, claim_report
-from georecall.verify.precision import smallest_exact_bits
-
-__all__ = ["COUNT_CASES", "section_bounds"]
+__all__ = ["COUNT_CASES", "GOLDEN_COUNTS", "GOLDEN_TREES", "NEEDED_BITS", "PER_PARAMETER_BITS", "PRECISION_CASES",
+           "TABLE_BITS", "section_bounds"]
 
 
 def _log(progress: bool, message: str) -> None:
@@ -21,71 +37,212 @@ def _log(progress: bool, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-COUNT_CASES = [(3, 1, 3), (3, 2, 3), (4, 2, 3), (4, 3, 2), (5, 2, 3), (6, 2, 2), (5, 3, 2)]
+# (N, R, k_max) enumerated by ``enumerate_counts`` in the counting row.
+COUNT_CASES = [(3, 1, 3), (5, 1, 3), (3, 2, 3), (4, 2, 3), (4, 3, 2), (5, 2, 3), (6, 2, 2), (5, 3, 2)]
+
+# (N, R, k) -> (|F_k|, |Trees_k|), produced once by ``reference_counts`` (tests/test_counting_reference.py: plain
+# loops over all (N!)^R tasks) and re-derived by those tests ((6, 2, 2) and (5, 3, 2) in the slow ones).
+GOLDEN_COUNTS = {
+    (3, 1, 2): (3, 3), (3, 1, 3): (4, 3), (5, 1, 2): (60, 5), (5, 1, 3): (80, 5),
+    (3, 2, 2): (26, 25), (3, 2, 3): (30, 27), (4, 2, 2): (458, 148), (4, 2, 3): (534, 430),
+    (4, 3, 2): (12956, 7408), (5, 2, 2): (13234, 425), (5, 2, 3): (14070, 7861),
+    (6, 2, 2): (482844, 936), (5, 3, 2): (1715084, 205325),
+}
+
+# N -> |Trees_2(N, R = 2)|, beyond task enumeration ((7!)^2 = 25,401,600 tasks at N = 7), produced once by
+# ``reference_trees_by_labels`` (every labelling of the depth-2 tree, kept if each colour is a partial
+# injection) and re-derived by the tests. Here (N − 1)_4 = 360, 840, 1680 is not trivial.
+GOLDEN_TREES = {7: 1813, 8: 3200, 9: 5265}
+
+# Construction, CLI name, N, R, k (None: single hop) of the precision scans (binary codes, seed-derived task).
+PRECISION_CASES = [("G1", "geometric", 1024, 8, None), ("A1", "associative", 256, 4, None),
+                   ("G2", "path-blocks", 256, 3, 2), ("A2a", "associative", 64, 2, 2),
+                   ("A2b", "layered", 64, 2, 2), ("C1", "cot", 256, 3, 3)]
+
+# Smallest b (per-tensor codebooks, verify/precision.py) keeping each PRECISION_CASES instance exact, measured by
+# ``georecall precision`` (seed 0); the precision row re-measures it. G1, G2 and C1 need b = 2 at every N: with
+# binary codes every tensor already lies in {−t, 0, t} (quantization at b = 2 changes nothing) and sign
+# quantization (b = 1) fails. A1 and A2 need more, growing with N for A2b (8 at N = 256, R = 3, k = 3).
+NEEDED_BITS = {"G1": 2, "A1": 3, "G2": 2, "A2a": 4, "A2b": 7, "C1": 2}
+
+# The b used by the bound tables (``bounds.tables.gap_rows``): only size-independent needs.
+TABLE_BITS = {"G1": 2, "G2": 2, "C1": 2}
+# Per-parameter codebooks: every embedding entry of G1, G2, C1 is ±|a_i| in its block or a task-independent 0,
+# so 1 bit per fact-specific parameter (checked on the built embeddings of two tasks by the precision row).
+PER_PARAMETER_BITS = {"G1": 1, "G2": 1, "C1": 1}
+
+
+def _build(name: str, cli: str, N: int, R: int, k: int | None, seed: int, task_seed: int | None = None):
+    """The construction on the task of ``task_seed`` (default ``seed``), with its exhaustive check."""
+    from georecall.constructions.multi_hop import (
+        build_a2_depth,
+        build_a2_width,
+        build_c1,
+        build_g2,
+        chains,
+        multi_hop_queries,
+    )
+    from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
+    from georecall.theory.seeds import rng
+    from georecall.theory.tasks import task_for_seed
+
+    task = task_for_seed(N, R, seed if task_seed is None else task_seed)
+    codes_rng = rng(seed, "codes")
+    if k is None:
+        built = {"G1": build_g1, "A1": build_a1}[name](task, "binary", rng=codes_rng)
+        tokens, answers = single_hop_queries(task)
+        return built, lambda m: check_queries(m, tokens, answers)
+    builder = {"G2": build_g2, "A2a": build_a2_width, "A2b": build_a2_depth, "C1": build_c1}[name]
+    built = builder(task, k, "binary", rng=codes_rng)
+    tokens, answers = multi_hop_queries(task, k)
+    if name == "C1":
+        targets = chains(task, k)
+        return built, lambda m: check_decoding(m, tokens, targets)
+    return built, lambda m: check_queries(m, tokens, answers)
+
+
+def count_checks() -> dict[str, bool]:
+    """Row 1: enumeration and the tree search against the golden integers and the k = 1 closed forms."""
+    from georecall.bounds.counting import count_trees, enumerate_counts
+    checks = {}
+    for N, R, k_max in COUNT_CASES:
+        counts = enumerate_counts(N, R, k_max)
+        checks[f"N={N} R={R}: |F_1| = (N!)^R"] = counts.F[1] == math.factorial(N) ** R
+        checks[f"N={N} R={R}: |Trees_1| = N^R"] = counts.trees[1] == N**R
+        for k in range(2, k_max + 1):
+            checks[f"N={N} R={R} k={k}: (|F_k|, |Trees_k|) = {GOLDEN_COUNTS[(N, R, k)]}"] = (
+                (counts.F[k], counts.trees[k]) == GOLDEN_COUNTS[(N, R, k)])
+    for N, value in GOLDEN_TREES.items():
+        checks[f"N={N} R=2 k=2: tree search |Trees_2| = {value}"] = count_trees(N, 2, 2) == value
+    return checks
+
+
+def count_bound_checks() -> tuple[dict[str, bool], dict]:
+    """Row 2: the lower sides of the counts used by the bounds, against the golden counts; with tightness."""
+    from georecall.bounds.counting import F_lower, closed_forms, product_value
+    checks, tightness = {}, {}
+    for N, value in GOLDEN_TREES.items():
+        lower = closed_forms(N, 2, 2).trees_lower
+        checks[f"N={N} R=2 k=2: (N-1)_(R^k) = {lower} <= |Trees_2| = {value}"] = (
+            lower is not None and lower <= value)
+        tightness[f"trees N={N}"] = None if lower is None else round(value / lower, 3)
+    for (N, R, k), (F, trees) in GOLDEN_COUNTS.items():
+        lower = closed_forms(N, R, k).trees_lower
+        if lower is not None:
+            checks[f"N={N} R={R} k={k}: (N-1)_(R^k) <= |Trees_k|"] = lower <= trees
+        f_lower = product_value(F_lower(N, R, k))
+        checks[f"N={N} R={R} k={k}: F_lower = {f_lower} <= |F_k| = {F}"] = f_lower <= F
+        tightness[f"F N={N} R={R} k={k}"] = round(F / f_lower, 3)
+    return checks, tightness
+
+
+def gadget_checks(seed: int) -> dict[str, bool]:
+    """Row 3: gadget graphs are R-regular edge-coloured digraphs with the assigned leaves."""
+    from georecall.bounds import graphs
+    from georecall.theory.seeds import rng
+    checks = {}
+    for i, (N, R, k, M) in enumerate([(40, 2, 2, 5), (200, 3, 3, 5), (64, 1, 4, 12), (100, 4, 1, 20)]):
+        name = f"gadget N={N} R={R} k={k} M={M}: valid, leaves as assigned"
+        task, roots, leaves = graphs.gadget_task(N, R, k, M, rng=rng(seed, "gadgets", i))
+        try:
+            graphs.validate_graph(graphs.to_graph(task))
+        except ValueError:
+            checks[name] = False
+            continue
+        checks[name] = bool(np.array_equal(graphs.gadget_leaves(task, roots, k), leaves))
+    return checks
+
+
+def _per_coordinate_bits(embeddings: list[np.ndarray]) -> int:
+    """Bits of the largest per-coordinate codebook: ``⌈log2 max_j #{values of column j over all rows and all
+    given embedding tables}⌉`` (tables of different tasks, so the codebook is checked to be task-independent)."""
+    stacked = np.concatenate(embeddings, axis=0)
+    largest = max(np.unique(stacked[:, j]).size for j in range(stacked.shape[1]))
+    return (largest - 1).bit_length()
+
+
+def precision_checks(seed: int, progress: bool = False) -> tuple[dict[str, bool], dict, dict]:
+    """Row 4: per construction, smallest exact b (= NEEDED_BITS), b − 1 fails; the built instances for row 5."""
+    from georecall.verify.precision import changed_arrays, quantize, smallest_exact_bits
+    checks, records, instances = {}, {}, {}
+    changed_any = False
+    for name, cli, N, R, k in PRECISION_CASES:
+        _log(progress, f"bounds: smallest bits per parameter keeping {name} exact (N={N}, R={R}, k={k or 1})")
+        built, check = _build(name, cli, N, R, k, seed)
+        bits, scan = smallest_exact_bits(built.model, check, max_bits=16)
+        tag = f"{name} N={N} R={R} k={k or 1}"
+        below = None if bits is None else check(quantize(built.model, bits - 1))
+        changed = [] if bits is None else changed_arrays(built.model, bits)
+        changed_any = changed_any or bool(changed)
+        checks[f"{tag}: smallest exact b = {NEEDED_BITS[name]}"] = bits == NEEDED_BITS[name]
+        checks[f"{tag}: b - 1 = {None if bits is None else bits - 1} fails"] = below is not None and not below.exact
+        if name in PER_PARAMETER_BITS:
+            other, _ = _build(name, cli, N, R, k, seed, task_seed=seed + 1)
+            b1 = _per_coordinate_bits([built.model.entity_embedding, other.model.entity_embedding])
+            checks[f"{tag}: embeddings fit {PER_PARAMETER_BITS[name]}-bit per-coordinate codebooks"] = (
+                b1 <= PER_PARAMETER_BITS[name])
+        records[name] = {"N": N, "R": R, "k": k or 1, "smallest_exact_bits": bits, "scan": scan,
+                         "accuracy_at_b_minus_1": None if below is None else below.accuracy,
+                         "arrays_changed_at_b": changed}
+        instances[name] = (built, bits, N, R, k or 1)
+    checks["quantization at the smallest b changes at least one construction"] = changed_any
+    return checks, records, instances
+
+
+def gap_checks(instances: dict) -> tuple[dict[str, bool], list[dict]]:
+    """Row 5: the governing lower bound at the b each verified instance holds must not exceed its d."""
+    from georecall.bounds.tables import governing_bound
+    checks, table = {}, []
+    for name, (built, bits, N, R, k) in instances.items():
+        if bits is None:
+            continue
+        fn, P0 = governing_bound(name, built.promise)
+        d = built.model.d  # measured from the built arrays
+        row = {"construction": name, "N": N, "R": R, "k": k, "d": d, "P0": P0}
+        for label, b in (("needed", bits), ("per_parameter", PER_PARAMETER_BITS.get(name))):
+            if b is None:
+                continue
+            bound = fn(N, R, k, b, P0)
+            row.update({f"{label}_b": b, f"{label}_d_min": bound.d_min, "bound": bound.id,
+                        f"{label}_gap": round(d / bound.d_min, 4) if bound.d_min else None})
+            if bound.d_min > 0:  # a vacuous bound (d_min = 0) cannot fail: reported, not checked
+                checks[f"{name} N={N} R={R} k={k} at b={b} ({label}): {bound.id} d_min = {bound.d_min} <= d = {d}"] \
+                    = bound.d_min <= d
+        table.append(row)
+    return checks, table
 
 
 def section_bounds(seed: int = 0, progress: bool = False) -> list[Report]:
-    """Counting against closed forms, gadget graphs validated by networkx, every construction above its lower
-    bound, G1's fact bits within 1 + O(1/log N) of the total-information bound, bits per parameter."""
-    import time
-
-    from georecall.bounds import graphs
-    from georecall.bounds.counting import closed_forms, enumerate_counts
-    from georecall.bounds.tables import bound_rows
+    """The five rows of the module docstring."""
     reports = []
     start = time.perf_counter()
-    checks = {}
-    for N, R, k_max in COUNT_CASES:
-        _log(progress, f"bounds: enumerating all (N!)^R tasks, N={N}, R={R}, k<={k_max}")
-        counts = enumerate_counts(N, R, k_max)
-        for k in range(1, k_max + 1):
-            closed = closed_forms(N, R, k)
-            tag = f"N={N} R={R} k={k}"
-            checks[f"{tag}: tasks = (N!)^R"] = counts.tasks == closed.tasks
-            checks[f"{tag}: |F_k| <= (N!)^R"] = counts.F[k] <= closed.F_upper
-            checks[f"{tag}: |Trees_k| <= N^(R^k)"] = counts.trees[k] <= closed.trees_upper
-            if closed.trees_lower is not None:
-                checks[f"{tag}: (N-1)_(R^k) <= |Trees_k|"] = closed.trees_lower <= counts.trees[k]
-            if k == 1:
-                checks[f"{tag}: |F_1| = (N!)^R"] = counts.F[1] == closed.F1
-                checks[f"{tag}: |Trees_1| = N^R"] = counts.trees[1] == closed.trees1
-    reports.append(claim_report("count = closed forms", {"cases": COUNT_CASES}, checks,
+    _log(progress, "bounds: enumerating all (N!)^R tasks and searching trees, against golden counts")
+    reports.append(claim_report("counts = independent golden values", {"cases": COUNT_CASES,
+                                                                        "trees": sorted(GOLDEN_TREES)},
+                                count_checks(), time.perf_counter() - start, {"d": "", "m": ""}))
+
+    start = time.perf_counter()
+    checks, tightness = count_bound_checks()
+    reports.append(claim_report("count bounds <= exact counts", {"golden": len(GOLDEN_COUNTS) + len(GOLDEN_TREES)},
+                                checks, time.perf_counter() - start, {"d": "", "m": ""},
+                                {"count / lower bound": tightness}))
+
+    start = time.perf_counter()
+    reports.append(claim_report("gadget family valid", {"seed": seed}, gadget_checks(seed),
                                 time.perf_counter() - start, {"d": "", "m": ""}))
 
     start = time.perf_counter()
-    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
-    checks = {}
-    for N, R, k, M in [(40, 2, 2, 5), (200, 3, 3, 5), (64, 1, 4, 12), (100, 4, 1, 20)]:
-        task, roots, leaves = graphs.gadget_task(N, R, k, M, rng=rng)
-        graphs.validate_graph(graphs.to_graph(task))  # raises if not R-regular edge-coloured
-        checks[f"gadget N={N} R={R} k={k} M={M}: valid, leaves as assigned"] = bool(
-            np.array_equal(graphs.gadget_leaves(task, roots, k), leaves))
-    reports.append(claim_report("gadget family valid", {"seed": seed}, checks, time.perf_counter() - start,
-                                {"d": "", "m": ""}))
+    checks, records, instances = precision_checks(seed, progress)
+    summary = " ".join(f"{n}:{r['smallest_exact_bits']}" for n, r in records.items())
+    reports.append(claim_report("bits needed: smallest exact b, b-1 fails", {"seed": seed, "codes": "binary"},
+                                checks, time.perf_counter() - start, {"d": summary, "m": ""},
+                                {"records": records}))
 
     start = time.perf_counter()
-    rows = bound_rows([2**10, 2**12, 2**16, 2**20], [1, 2, 4, 8, 16], [1, 2, 3], [1])
-    checks = {f"{r['construction']} N={r['N']} R={r['R']} k={r['k']}: d >= d_min": r["d"] >= r["d_min"]
-              for r in rows}
-    for r in rows:
-        if r["construction"] == "G1":
-            L = math.log2(r["N"])
-            ratio = r["fact_bits_per_subject"] / r["bound_bits_per_subject"]
-            checks[f"G1 N={r['N']} R={r['R']}: fact bits <= (1 + 2.45/(log2 N - 1.45))·bound"] = (
-                ratio <= 1 + 2.45 / (L - 1.45))
-    g1 = next(r for r in rows if r["construction"] == "G1" and r["N"] == 4096 and r["R"] == 16)
-    reports.append(claim_report("constructions >= bounds", {"rows": len(rows), "b": 1}, checks,
+    checks, table = gap_checks(instances)
+    g1 = next((r for r in table if r["construction"] == "G1"), {})
+    reports.append(claim_report("lower bounds <= verified constructions", {"seed": seed}, checks,
                                 time.perf_counter() - start,
-                                {"d": f"{g1['d_min']}<={g1['d']}", "m": ""},
-                                {"G1 N=4096 R=16": g1}))
-
-    start = time.perf_counter()
-    _log(progress, "bounds: smallest bits per parameter keeping G1 exact (N=1024, R=8)")
-    task = random_task(1024, 8, np.random.default_rng(seed))
-    built = build_g1(task, "binary")
-    tokens, answers = single_hop_queries(task)
-    bits, records = smallest_exact_bits(built.model, lambda m: check_queries(m, tokens, answers), max_bits=8)
-    reports.append(claim_report("G1 exact at 2 bits/param", {"N": 1024, "R": 8, "codes": "binary"},
-                                {"smallest exact b = 2": bits == 2}, time.perf_counter() - start,
-                                {"d": built.model.d, "m": built.model.mlp_width}, {"records": records}))
+                                {"d": f"G1 gap {g1.get('needed_gap')}@b=2 {g1.get('per_parameter_gap')}@b=1",
+                                 "m": ""}, {"gap table": table}))
     return reports

@@ -1,47 +1,96 @@
 """Bits per parameter: quantize a Model's weights to b bits and find the smallest b at which a check stays exact
-(THEORY.md §4, "precision makes b concrete")."""
+(THEORY.md §4, "precision makes b concrete"; docs/bounds.md, "Two notions of b").
+
+**What "b bits per parameter" means here** (the *per-tensor* notion): every entry of a weight tensor W is one of
+at most ``2^b`` values of a codebook shared by the whole tensor, ``s·V_b`` with one real scale
+``s = max|W|`` per tensor (not counted in b):
+
+- ``b = 0``: ``V_0 = {mean(W)/s}`` — one value, the tensor becomes constant (its mean);
+- ``b = 1``: ``V_1 = {−1, +1}`` — sign quantization ``W_q = s·sgn(W)`` with ``sgn(0) = +1``. Zero is **not**
+  kept: a codebook ``{−1, 0, +1}`` has three values, i.e. ``log2 3 ≈ 1.58`` bits, not one;
+- ``b >= 2``: the uniform symmetric grid ``V_b = {j/(2^{b−1} − 1) : |j| <= 2^{b−1} − 1}``, ``2^b − 1 <= 2^b``
+  levels with zero exact: ``W_q = δ·round(W/δ)``, ``δ = s/(2^{b−1} − 1)``. At b = 2 this is ``{−s, 0, s}``.
+
+An all-zero tensor stays zero at every b. Scalars that are not weight tensors (a softmax head's inverse
+temperature) are kept. A model quantized at b bits in this sense also holds b bits per parameter in the sense of
+the lower bounds (a per-tensor codebook is a special per-parameter codebook), provided the scale s of every
+fact-specific tensor does not depend on the task — true for the constructions with binary codes, whose
+entries are fixed multiples of ``|a_i|`` entries.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-
 from georecall.constructions.model import Model, flatten, unflatten
 
-__all__ = ["quantize", "smallest_exact_bits"]
+__all__ = ["CODEBOOK", "changed_arrays", "quantize", "quantize_array", "smallest_exact_bits"]
+
+CODEBOOK = ("per tensor, at most 2^b values: b=0 the mean; b=1 s·sgn(W), sgn(0)=+1, s=max|W|; "
+            "b>=2 uniform symmetric, step max|W|/(2^(b-1)-1), zero exact")
+
+
+def _check_bits(bits) -> int:
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits < 0:
+        raise ValueError(f"quantization needs an integer number of bits b >= 0, got {bits!r}")
+    return int(bits)
+
+
+def quantize_array(array: np.ndarray | None, bits: int) -> np.ndarray | None:
+    """One tensor on its b-bit codebook (module docstring): at most ``2^b`` distinct values.
+
+    Examples
+    --------
+    >>> quantize_array(np.array([0.0, 0.3, -1.0]), 1).tolist()
+    [1.0, 1.0, -1.0]
+    >>> quantize_array(np.array([0.0, 0.3, -1.0]), 2).tolist()
+    [0.0, 0.0, -1.0]
+    """
+    bits = _check_bits(bits)
+    if array is None:
+        return None
+    array = np.asarray(array)
+    top = float(np.abs(array).max(initial=0.0))
+    if top == 0.0:
+        return array
+    if bits == 0:
+        return np.full_like(array, array.mean())
+    if bits == 1:
+        return np.where(array >= 0, top, -top).astype(array.dtype)
+    step = top / (2 ** (bits - 1) - 1)
+    return np.round(array / step) * step
+
 
 def quantize(model: Model, bits: int) -> Model:
-    """Every weight tensor rounded to a b-bit uniform symmetric grid of its own.
+    """Every weight tensor of ``model`` on its own b-bit codebook (``quantize_array``); ``b >= 0``.
 
-    Per tensor W: step ``s = max|W| / (2^{b−1} − 1)`` and ``W_q = s·round(W / s)``: ``2^b − 1`` levels symmetric
-    about 0, zero kept exactly (an all-zero tensor stays zero). Needs ``b >= 2``. Scalars that are not weight
-    tensors (a softmax head's inverse temperature) are kept as they are. The model's ``meta`` records the bits.
+    The model's ``meta`` records the bits.
     """
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits < 2:
-        raise ValueError(f"quantization needs an integer number of bits b >= 2, got {bits!r}")
-    levels = 2 ** (int(bits) - 1) - 1
-
-    def q(array):
-        if array is None:
-            return None
-        top = float(np.abs(array).max(initial=0.0))
-        if top == 0.0:
-            return array
-        step = top / levels
-        return np.round(array / step) * step
-
-    return unflatten(model, {key: q(value) for key, value in flatten(model).items()},
-                     meta={**model.meta, "quantized_bits": int(bits)})
+    bits = _check_bits(bits)
+    return unflatten(model, {key: quantize_array(value, bits) for key, value in flatten(model).items()},
+                     meta={**model.meta, "quantized_bits": bits})
 
 
-def smallest_exact_bits(model: Model, check, *, max_bits: int = 24) -> tuple[int | None, list[dict]]:
-    """Scan b = 2..max_bits and return the smallest b at which the quantized model still passes
+def changed_arrays(model: Model, bits: int) -> list[str]:
+    """Names of the weight arrays that quantization at b bits changes (any entry differs).
+
+    An empty list means ``quantize(model, bits)`` computes exactly what ``model`` computes: a check of it
+    would only re-run the unquantized check.
+    """
+    return [key for key, value in flatten(model).items()
+            if value is not None and not np.array_equal(quantize_array(value, bits), value)]
+
+
+def smallest_exact_bits(model: Model, check, *, max_bits: int = 24,
+                        min_bits: int = 1) -> tuple[int | None, list[dict]]:
+    """Scan ``b = min_bits..max_bits`` and return the smallest b at which the quantized model still passes
     ``check(model) -> CheckResult`` (e.g. ``lambda m: check_queries(m, tokens, answers)``, or greedy decoding),
-    with one record (b, exact, accuracy, min margin) per b tried. ``None`` if no b up to max_bits works."""
+    with one record (b, exact, accuracy, min margin, arrays changed) per b tried; ``None`` if no b up to
+    ``max_bits`` works. The scan stops at the first exact b: it does not claim that larger b stay exact."""
     records = []
-    for bits in range(2, max_bits + 1):
+    for bits in range(_check_bits(min_bits), _check_bits(max_bits) + 1):
         result = check(quantize(model, bits))
         records.append({"bits": bits, "exact": result.exact, "accuracy": result.accuracy,
-                        "min_margin": result.min_margin})
+                        "min_margin": result.min_margin, "changed": len(changed_arrays(model, bits))})
         if result.exact:
             return bits, records
     return None, records

@@ -1,11 +1,19 @@
-"""Benchmark: one training step (forward + backward + Adam) of the NumPy trainer against PyTorch on the CPU with
-the same shapes and thread count, and against the GEMM floor (the same matrix products timed alone).
+"""Benchmark: one training step (forward + backward + Adam) of the NumPy trainer, structure-aware and dense
+paths, against PyTorch on the CPU with the same shapes and thread count, and against the dense GEMM floor (the
+dense step's matrix products timed alone).
 
-Shapes (issue 6): N=4096, R=16, d=256, m=1024, batch 4096, float32, one layer, uniform attention.
-Targets (issue 6): time(numpy) / time(torch) <= 0.7 and time(numpy) <= 1.2 x the GEMM floor.
+Shapes (issue 14): N=4096, R=16, d=256, m=1024, batch 4096, float32, one layer, uniform attention; then
+full-batch steps (all N·R = 65536 queries). Targets (issue 14): structured ≤ 1.0 × the dense GEMM floor and
+≤ 0.55 × PyTorch.
 
-PyTorch is not a dependency: install it for this benchmark only (`pip install torch==2.13.0`); without it the
-torch column is skipped. Run by hand: python benchmarks/bench_train.py [--steps 10]
+Every variant is timed in the same run with interleaved repetitions (structured, dense, torch, floor, then
+again), and the minimum over repetitions is reported, so that load from other processes inflates no variant
+more than another. A step is timed between two consecutive optimizer callbacks of ``train`` (so it includes
+the batch gather, rebuilding the Model from the flat arrays, the gradients and the Adam update).
+
+PyTorch is not a dependency: install it for this benchmark only (``pip install torch==2.13.0``); without it
+the torch column is skipped. Run by hand: ``python benchmarks/bench_train.py [--reps 5] [--full-reps 2]``.
+``--profile`` adds the time per phase of the structured step (forward tables, MLP, read-out, backward, Adam).
 """
 
 from __future__ import annotations
@@ -20,38 +28,53 @@ from georecall.theory.tasks import random_task
 from georecall.verify.train import init_model, train
 
 
-def numpy_step_times(model, tokens, answers, steps: int, batch: int) -> list[float]:
+def numpy_step_times(model, tokens, answers, steps: int, batch: int | None, path: str) -> list[float]:
+    """Seconds of ``steps`` consecutive training steps (after one warm-up step)."""
     stamps = []
-    train(model, tokens, answers, steps=steps + 1, lr=1e-3, batch_size=batch, rng=0, stop_at_accuracy=None,
-          callback=lambda params, step, grads: stamps.append(time.perf_counter()) and False)
+    result = train(model, tokens, answers, steps=steps + 1, lr=1e-3, batch_size=batch, rng=0,
+                   stop_at_accuracy=None, path=path,
+                   callback=lambda params, step, grads: stamps.append(time.perf_counter()) and False)
+    assert result.path == path
     return list(np.diff(stamps))
 
 
-def gemm_floor(B: int, N: int, d: int, m: int, repeats: int = 5) -> tuple[float, float]:
-    """Seconds and FLOPs of the step's matrix products alone (forward, backward, attention)."""
-    rng = np.random.default_rng(0)
-    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
-    x, W, Wv, W1, W2, U = f32(B, d), f32(d, d), f32(d, d), f32(d, m), f32(m, d), f32(N, d)
-    h, dz, xT = f32(B, m), f32(B, N), f32(d, B)
-    products = [  # the products the NumPy step performs
-        (x, W), (W, Wv),  # attention: x·(W_V W_O), and W_V·W_O itself
-        (x, W1), (h, W2), (x, U.T),  # forward MLP and logits
-        (dz, U), (dz.T, x),  # logits backward
-        (h.T, x), (x, W2.T), (xT, h), (h, W1.T),  # MLP backward
-        (x, W.T), (xT, x), (W, Wv.T), (Wv.T, W),  # attention backward: dS, G = S^T g, dW_V, dW_O
+def dense_products(B: int, N: int, d: int, m: int):
+    """The matrix products of the dense step (forward, backward, attention), as shape triples (a, k, b)."""
+    return [
+        (B, d, d), (d, d, d),  # attention: x·(W_V W_O), and W_V·W_O itself
+        (B, d, m), (B, m, d), (B, d, N),  # forward MLP and logits
+        (B, N, d), (N, B, d),  # logits backward: dz·U, dz^T·x
+        (m, B, d), (B, d, m), (d, B, m), (B, m, d),  # MLP backward: dW2, dh, dW1, dx
+        (B, d, d), (d, B, d), (d, d, d), (d, d, d),  # attention backward: dS, G = S^T g, dW_V, dW_O
     ]
-    flops = sum(2.0 * a.shape[0] * a.shape[1] * b.shape[1] for a, b in products)
-    contiguous = [(np.ascontiguousarray(a), np.ascontiguousarray(b)) for a, b in products]
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for a, b in contiguous:
-            a @ b
-        best = min(best, time.perf_counter() - start)
-    return best, flops
 
 
-def torch_step_time(N, R, d, m, B, steps: int) -> float | None:
+def structured_products(B: int, U_s: int, N: int, R: int, d: int, m: int):
+    """The matrix products of the structured step (U_s distinct subjects in the batch)."""
+    return [
+        (d, d, d), (U_s, d, d), (R, d, d), (U_s, d, m), (R, d, m),  # tables A^E, A^Q, P^E, P^Q
+        (B, m, d), (B, d, N), (B, N, d), (N, B, d),  # h·W2, logits, dz·U, dz^T·y
+        (m, B, d), (B, d, m),  # dW2 = h^T g, δ = g W2^T
+        (d, U_s, m), (d, R, m), (U_s, m, d), (R, m, d),  # dW1, dA^E, dA^Q
+        (U_s, d, d), (R, d, d), (d, U_s, d), (d, R, d),  # dE, dQ, dM
+    ]
+
+
+def flops(products) -> float:
+    return sum(2.0 * a * k * b for a, k, b in products)
+
+
+def gemm_time(products, rng) -> float:
+    """Seconds for the products alone (float32, contiguous operands allocated beforehand)."""
+    operands = [(rng.standard_normal((a, k)).astype(np.float32), rng.standard_normal((k, b)).astype(np.float32))
+                for a, k, b in products]
+    start = time.perf_counter()
+    for x, y in operands:
+        x @ y
+    return time.perf_counter() - start
+
+
+def torch_step_times(N, R, d, m, B, steps: int) -> list[float] | None:
     try:
         import torch
     except ImportError:
@@ -78,33 +101,105 @@ def torch_step_time(N, R, d, m, B, steps: int) -> float | None:
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - start)
-    return float(np.median(times[1:]))
+    return times[1:]
+
+
+def profile_structured(model, tokens, answers, batch: int, reps: int) -> dict[str, float]:
+    """Minimum seconds per phase of the structured step, timed by wrapping its building blocks."""
+    import georecall.verify.train_structured as ts
+    from georecall.verify.train import adam, params_of, with_params
+
+    rng = np.random.default_rng(0)
+    params = params_of(model)
+    best: dict[str, float] = {}
+    original = ts.readout_cross_entropy
+    spent = {}
+
+    def timed_readout(*args, **kwargs):
+        start = time.perf_counter()
+        out = original(*args, **kwargs)
+        spent["read-out + cross-entropy (3 B×d×N products)"] = time.perf_counter() - start
+        return out
+
+    ts.readout_cross_entropy = timed_readout
+    try:
+        for _ in range(reps):
+            idx = rng.permutation(tokens.shape[0])[:batch]
+            start = time.perf_counter()
+            current = with_params(model, params)
+            spent["rebuild Model (unflatten)"] = time.perf_counter() - start
+            start = time.perf_counter()
+            _, grads, _ = ts.loss_and_grads_structured(current, tokens[idx], answers[idx])
+            total = time.perf_counter() - start
+            spent["gradients except read-out (tables, MLP, backward)"] = (
+                total - spent["read-out + cross-entropy (3 B×d×N products)"])
+            start = time.perf_counter()
+            adam(lambda p, s: grads, params, 1)
+            spent["Adam update (incl. one copy of the parameters)"] = time.perf_counter() - start
+            for key, value in spent.items():
+                best[key] = min(best.get(key, np.inf), value)
+    finally:
+        ts.readout_cross_entropy = original
+    return best
+
+
+def run(args, B: int, reps: int, steps: int, label: str) -> None:
+    N, R, d, m = args.N, args.R, args.d, args.m
+    task = random_task(N, R, 0)
+    tokens, answers = single_hop_queries(task)
+    model = init_model(N, R, d, m, rng=0)
+    batch = None if B >= N * R else B
+    rng = np.random.default_rng(0)
+    U_s = N if batch is None else int(round(N * (1 - (1 - 1 / N) ** B)))  # expected distinct subjects
+    dense_p, struct_p = dense_products(B, N, d, m), structured_products(B, U_s, N, R, d, m)
+    best = {"structured": np.inf, "dense": np.inf, "torch": np.inf, "floor": np.inf, "structured floor": np.inf}
+    have_torch = True
+    for _ in range(reps):  # interleaved: every variant once per repetition
+        best["structured"] = min(best["structured"], *numpy_step_times(model, tokens, answers, steps, batch,
+                                                                       "structured"))
+        best["dense"] = min(best["dense"], *numpy_step_times(model, tokens, answers, steps, batch, "dense"))
+        if have_torch:
+            times = torch_step_times(N, R, d, m, B, steps)
+            have_torch = times is not None
+            if have_torch:
+                best["torch"] = min(best["torch"], *times)
+        best["floor"] = min(best["floor"], gemm_time(dense_p, rng))
+        best["structured floor"] = min(best["structured floor"], gemm_time(struct_p, rng))
+    floor = best["floor"]
+    print(f"\n{label}: N={N} R={R} d={d} m={m} batch={B} float32, 2 threads, min over {reps} interleaved "
+          f"repetitions of {steps} steps")
+    print(f"  {'':24s} {'ms':>9s} {'/ floor':>8s} {'/ torch':>8s}  GFLOP/s (dense products)")
+    for name in ("structured", "dense", "torch", "floor", "structured floor"):
+        t = best[name]
+        if not np.isfinite(t):
+            print(f"  {name:24s} not installed (pip install torch==2.13.0 for this comparison)")
+            continue
+        vs_torch = f"{t / best['torch']:8.2f}" if np.isfinite(best["torch"]) else f"{'-':>8s}"
+        print(f"  {name:24s} {t * 1e3:9.1f} {t / floor:8.2f} {vs_torch}  {flops(dense_p) / t / 1e9:7.1f}")
+    print(f"  dense floor {flops(dense_p) / 1e9:.1f} GFLOP; structured step's products "
+          f"{flops(struct_p) / 1e9:.1f} GFLOP (U_s ≈ {U_s} distinct subjects per batch)")
+    if args.profile:
+        phases = profile_structured(model.astype(np.float32), tokens, answers, B, max(3, reps))
+        print("  structured step by phase (min ms): " +
+              "; ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items()))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="time one training step: NumPy vs PyTorch vs GEMM floor")
-    parser.add_argument("--steps", type=int, default=10)
+    parser = argparse.ArgumentParser(description="time one training step: structured and dense NumPy paths vs "
+                                                 "PyTorch vs the dense GEMM floor")
+    parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (minibatch)")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per repetition and variant")
+    parser.add_argument("--full-reps", type=int, default=2, help="repetitions of full-batch steps (0: skip)")
     parser.add_argument("--N", type=int, default=4096)
     parser.add_argument("--R", type=int, default=16)
     parser.add_argument("--d", type=int, default=256)
     parser.add_argument("--m", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=4096)
+    parser.add_argument("--profile", action="store_true", help="time the structured step's phases")
     args = parser.parse_args()
-    task = random_task(args.N, args.R, 0)
-    tokens, answers = single_hop_queries(task)
-    model = init_model(args.N, args.R, args.d, args.m, rng=0)
-    ours = float(np.median(numpy_step_times(model, tokens, answers, args.steps, args.batch)))
-    floor, flops = gemm_floor(args.batch, args.N, args.d, args.m)
-    reference = torch_step_time(args.N, args.R, args.d, args.m, args.batch, args.steps)
-    print(f"shapes N={args.N} R={args.R} d={args.d} m={args.m} batch={args.batch} float32, 2 threads")
-    print(f"numpy step   {ours * 1e3:8.1f} ms   {flops / ours / 1e9:6.1f} GFLOP/s (matrix products only)")
-    print(f"GEMM floor   {floor * 1e3:8.1f} ms   {flops / floor / 1e9:6.1f} GFLOP/s   numpy / floor = "
-          f"{ours / floor:.2f}")
-    if reference is None:
-        print("torch        not installed (pip install torch==2.13.0 for this comparison)")
-    else:
-        print(f"torch step   {reference * 1e3:8.1f} ms   {flops / reference / 1e9:6.1f} GFLOP/s   numpy / torch = "
-              f"{ours / reference:.2f}")
+    run(args, args.batch, args.reps, args.steps, "minibatch")
+    if args.full_reps:
+        run(args, args.N * args.R, args.full_reps, 1, "full batch (all N·R queries)")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ from typing import Literal
 
 import numpy as np
 
+from georecall.errors import InputError
+
 __all__ = ["ATTENTION_KINDS", "Attention", "EXACT_INTEGER_LIMIT", "IntegerModeError", "Layer", "MLP", "Model",
            "Trace", "chunk_size", "embed", "flatten", "forward", "greedy_decode", "integer_bounds", "iter_chunks",
            "load_model", "matmul_rows", "predict", "save_model", "structure_of", "unflatten"]
@@ -51,11 +53,11 @@ DEFAULT_CHUNK_BYTES = 64 * 2**20
 def _frozen_array(value, name: str, ndim: int) -> np.ndarray:
     array = np.array(value, dtype=np.float64 if np.asarray(value).dtype.kind in "iub" else None, copy=True)
     if array.dtype.kind != "f":
-        raise ValueError(f"{name} must be a floating-point array, got dtype {array.dtype}")
+        raise InputError(f"{name} must be a floating-point array, got dtype {array.dtype}")
     if array.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {array.shape}")
+        raise InputError(f"{name} must have {ndim} dimensions, got shape {array.shape}")
     if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} has non-finite entries")
+        raise InputError(f"{name} has non-finite entries")
     array.setflags(write=False)
     return array
 
@@ -76,25 +78,25 @@ class Attention:
 
     def __post_init__(self) -> None:
         if self.kind not in ATTENTION_KINDS:
-            raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {self.kind!r}")
+            raise InputError(f"attention kind must be one of {ATTENTION_KINDS}, got {self.kind!r}")
         for name in ("W_V", "W_O", "W_Q", "W_K"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, _frozen_array(value, name, 3))
         H, d, d_v = self.W_V.shape
         if self.W_O.shape != (H, d_v, d):
-            raise ValueError(f"W_O must have shape (H, d_v, d) = {(H, d_v, d)}, got {self.W_O.shape}")
+            raise InputError(f"W_O must have shape (H, d_v, d) = {(H, d_v, d)}, got {self.W_O.shape}")
         if self.kind == "uniform":
             if self.W_Q is not None or self.W_K is not None:
-                raise ValueError("uniform attention takes no W_Q/W_K")
+                raise InputError("uniform attention takes no W_Q/W_K")
         else:
             if self.W_Q is None or self.W_K is None:
-                raise ValueError(f"{self.kind} attention needs W_Q and W_K")
+                raise InputError(f"{self.kind} attention needs W_Q and W_K")
             if self.W_Q.shape != self.W_K.shape or self.W_Q.shape[:2] != (H, d):
-                raise ValueError(f"W_Q and W_K must both have shape (H, d, d_k) with (H, d) = {(H, d)}; "
+                raise InputError(f"W_Q and W_K must both have shape (H, d, d_k) with (H, d) = {(H, d)}; "
                                  f"got {self.W_Q.shape} and {self.W_K.shape}")
             if not (np.isfinite(self.inverse_temperature) and self.inverse_temperature > 0):
-                raise ValueError(f"inverse temperature must be positive and finite, got {self.inverse_temperature}")
+                raise InputError(f"inverse temperature must be positive and finite, got {self.inverse_temperature}")
 
     @property
     def heads(self) -> int:
@@ -127,7 +129,7 @@ class MLP:
             object.__setattr__(self, name, _frozen_array(getattr(self, name), name, ndim))
         d, m = self.W1.shape
         if self.b1.shape != (m,) or self.W2.shape != (m, d) or self.b2.shape != (d,):
-            raise ValueError(f"MLP shapes disagree: W1 {self.W1.shape}, b1 {self.b1.shape}, "
+            raise InputError(f"MLP shapes disagree: W1 {self.W1.shape}, b1 {self.b1.shape}, "
                              f"W2 {self.W2.shape}, b2 {self.b2.shape}")
 
     @property
@@ -164,12 +166,12 @@ class Model:
         for name in ("relation_embedding", "unembedding", "position_embedding"):
             value = getattr(self, name)
             if value is not None and value.shape[1] != d:
-                raise ValueError(f"{name} has width {value.shape[1]}, but the entity embedding has d = {d}")
+                raise InputError(f"{name} has width {value.shape[1]}, but the entity embedding has d = {d}")
         for i, layer in enumerate(self.layers):
             if layer.attention is not None and layer.attention.W_V.shape[1] != d:
-                raise ValueError(f"layer {i} attention expects width {layer.attention.W_V.shape[1]}, d = {d}")
+                raise InputError(f"layer {i} attention expects width {layer.attention.W_V.shape[1]}, d = {d}")
             if layer.mlp is not None and layer.mlp.W1.shape[0] != d:
-                raise ValueError(f"layer {i} MLP expects width {layer.mlp.W1.shape[0]}, d = {d}")
+                raise InputError(f"layer {i} MLP expects width {layer.mlp.W1.shape[0]}, d = {d}")
 
     @cached_property
     def token_table(self) -> np.ndarray:
@@ -230,7 +232,9 @@ class Model:
         return out
 
     def parameter_count(self) -> int:
-        return int(sum(a.size for a in self.arrays().values()))
+        """Parameters as built: an array shared by several layers (one MLP object reused) is counted once."""
+        unique = {id(a): a for a in self.arrays().values()}
+        return int(sum(a.size for a in unique.values()))
 
     def astype(self, dtype) -> Model:
         """The same model with every array cast to ``dtype`` (float32 for speed, float64 for exactness)."""
@@ -240,7 +244,7 @@ class Model:
         """The same model with some arrays (by ``Model.arrays()`` name) replaced."""
         unknown = set(arrays) - set(flatten(self))
         if unknown:
-            raise ValueError(f"no such weight array(s): {sorted(unknown)}")
+            raise InputError(f"no such weight array(s): {sorted(unknown)}")
         return unflatten(self, {**flatten(self), **arrays})
 
 
@@ -270,13 +274,13 @@ def unflatten(template: Model | list[dict], arrays: Mapping[str, np.ndarray], *,
     if meta is None:
         meta = dict(template.meta) if isinstance(template, Model) else {}
     if not isinstance(structure, list) or not all(isinstance(s, dict) for s in structure):
-        raise ValueError("a model structure must be a list of per-layer objects")
+        raise InputError("a model structure must be a list of per-layer objects")
     used: set[str] = set()
 
     def take(name: str, required: bool = True):
         if name not in arrays:
             if required:
-                raise ValueError(f"model array {name!r} is missing")
+                raise InputError(f"model array {name!r} is missing")
             return None
         used.add(name)
         return arrays[name]
@@ -298,7 +302,7 @@ def unflatten(template: Model | list[dict], arrays: Mapping[str, np.ndarray], *,
                   take("position_embedding", False), meta=meta)
     extra = set(arrays) - used
     if extra:
-        raise ValueError(f"unexpected model array(s) {sorted(extra)} for a {len(structure)}-layer structure")
+        raise InputError(f"unexpected model array(s) {sorted(extra)} for a {len(structure)}-layer structure")
     return model
 
 
@@ -331,7 +335,8 @@ def _require_integral(name: str, array: np.ndarray) -> None:
 def integer_bounds(model: Model, T: int) -> dict[str, float]:
     """A-priori bounds on ``max |·|`` of every intermediate of a length-T forward pass; each must be < 2^53.
 
-    Uses ``|x @ W|_∞ <= |x|_∞ · max_j Σ_i |W_ij|`` stage by stage. Raises :class:`IntegerModeError` naming the
+    Uses ``|x @ W|_∞ <= |x|_∞ · max_j Σ_i |W_ij|`` stage by stage; the last entry bounds the margins (a
+    difference of two logits, so twice the logits' bound), which are then exact integers too. Raises :class:`IntegerModeError` naming the
     first weight that is not an integer or the first stage whose bound reaches 2^53.
     """
     for name, array in model.arrays().items():
@@ -363,6 +368,8 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
             bound = bound + hidden * col(mlp.W2) + float(np.abs(mlp.b2).max(initial=0.0))
             bounds[f"layers.{i}.after_mlp"] = bound
     bounds["logits"] = bound * col(model.unembedding.T)
+    # A margin is the difference of two logits: bounding it too keeps every reported margin an exact integer.
+    bounds["margins (differences of two logits)"] = 2 * bounds["logits"]
     for name, value in bounds.items():
         if not value < EXACT_INTEGER_LIMIT:
             raise IntegerModeError(f"integer mode: bound on {name} is {value:.3g} >= 2^53")
@@ -421,16 +428,16 @@ def embed(model: Model, tokens: np.ndarray, dtype=None) -> np.ndarray:
     """Input embeddings ``(B, T, d)`` of token ids ``(B, T)``: ``[E; Q][token] + P[t]``."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 2:
-        raise ValueError(f"tokens must have shape (batch, T), got {tokens.shape}")
+        raise InputError(f"tokens must have shape (batch, T), got {tokens.shape}")
     vocab = model.n_entities + model.n_relations
     if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
-        raise ValueError(f"token ids must lie in [0, {vocab}); got range [{tokens.min()}, {tokens.max()}]")
+        raise InputError(f"token ids must lie in [0, {vocab}); got range [{tokens.min()}, {tokens.max()}]")
     table = model.token_table if dtype is None else model.token_table.astype(dtype, copy=False)
     x = table[tokens]
     if model.position_embedding is not None:
         T = tokens.shape[1]
         if T > model.max_positions:
-            raise ValueError(f"sequence length {T} exceeds the model's {model.max_positions} positions")
+            raise InputError(f"sequence length {T} exceeds the model's {model.max_positions} positions")
         x = x + model.position_embedding[:T].astype(x.dtype, copy=False)
     return x
 
@@ -451,7 +458,7 @@ def forward(
     zero): a zero column contributes an exact zero, so the logits are unchanged bit for bit.
     """
     if at not in ("last", "all"):
-        raise ValueError(f"at must be 'last' or 'all', got {at!r}")
+        raise InputError(f"at must be 'last' or 'all', got {at!r}")
     work_dtype = np.float64 if integer else model.entity_embedding.dtype
     x = embed(model, tokens, work_dtype)
     T = x.shape[1]
@@ -524,7 +531,7 @@ def greedy_decode(model: Model, prompts: np.ndarray, steps: int, *, integer: boo
     The model's outputs must be entities (``n_out == N``) for the prediction to be fed back.
     """
     if model.n_out != model.n_entities:
-        raise ValueError(f"decoding feeds predictions back as entities: needs n_out == N, "
+        raise InputError(f"decoding feeds predictions back as entities: needs n_out == N, "
                          f"got n_out = {model.n_out}, N = {model.n_entities}")
     seq = np.asarray(prompts, dtype=np.int64)
     generated = np.empty((seq.shape[0], steps), dtype=np.int64)
@@ -565,13 +572,13 @@ def load_model(path: str) -> tuple[Model, dict]:
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {path!r} as an .npz file: {exc}") from None
+        raise InputError(f"cannot read {path!r} as an .npz file: {exc}") from None
     with data:
         if "__header__" not in data.files:
-            raise ValueError(f"{path!r} is not a georecall model (no __header__)")
+            raise InputError(f"{path!r} is not a georecall model (no __header__)")
         header = json.loads(str(data["__header__"]))
         if header.get("format") != "georecall-model-1":
-            raise ValueError(f"{path!r}: unknown model format {header.get('format')!r}")
+            raise InputError(f"{path!r}: unknown model format {header.get('format')!r}")
         arrays = {key.replace("__", "."): data[key] for key in data.files
                   if key != "__header__" and not key.startswith("extra____")}
         header["extra_arrays"] = {key[len("extra____"):]: data[key] for key in data.files

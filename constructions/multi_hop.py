@@ -14,13 +14,31 @@ estimate) above ``max_bytes``.
 from __future__ import annotations
 
 import numpy as np
-
 from georecall.constructions.codes import Codes
-from georecall.constructions.model import MLP, Attention, Layer, Model
-from georecall.constructions.single_hop import Construction, _resolve_codes, code_readout
-from georecall.theory.statements import (a2_depth_promise, a2_width_promise, beta_for_leakage, c1_promise, g2_promise,
-                               softmax_leakage)
+from georecall.constructions.layout import Layout
+from georecall.constructions.model import MLP, Layer, Model
+from georecall.constructions.parts import (
+    block_superposition,
+    code_readout,
+    gated_selector,
+    one_hot_positions,
+    positional_heads,
+)
+from georecall.constructions.single_hop import Construction, resolve_codes
+from georecall.theory.statements import (
+    a2_depth_promise,
+    a2_width_promise,
+    beta_for_leakage,
+    c1_promise,
+    g2_promise,
+    softmax_leakage,
+)
 from georecall.theory.tasks import Task, check_positive_int, paths
+from georecall.theory.tokens import chains, multi_hop_queries  # noqa: F401  (re-exported for old imports)
+
+from georecall.errors import InputError
+
+__all__ = ["DEFAULT_MAX_BYTES", "build_a2_depth", "build_a2_width", "build_c1", "build_g2", "estimate_bytes"]
 
 DEFAULT_MAX_BYTES = 4 * 2**30
 
@@ -34,39 +52,22 @@ def estimate_bytes(N: int, d: int, m: int, layers: int = 1, T: int = 1, n_out: i
 def _refuse_if_too_big(name: str, N: int, d: int, m: int, layers: int, T: int, max_bytes: int) -> None:
     need = estimate_bytes(N, d, m, layers, T)
     if need > max_bytes:
-        raise ValueError(f"{name} needs about {need / 2**30:.2f} GiB of weights (d = {d}, m = {m}, "
+        raise InputError(f"{name} needs about {need / 2**30:.2f} GiB of weights (d = {d}, m = {m}, "
                          f"{layers} layer(s)), more than the {max_bytes / 2**30:.2f} GiB allowed (max_bytes)")
 
 
 def _check_attention(attention: str) -> None:
     if attention not in ("softmax", "hard"):
-        raise ValueError(f"attention must be 'softmax' or 'hard' (an idealization), got {attention!r}")
+        raise InputError(f"attention must be 'softmax' or 'hard' (an idealization), got {attention!r}")
 
 
-def positional_heads(d: int, pos: np.ndarray, targets: list[dict[int, int]], read: np.ndarray,
-                     writes: list[np.ndarray], gains: list[float], kind: str, beta: float | None) -> Attention:
-    """Heads that copy the coordinates ``read`` (a one-hot code) of one target position into ``writes[h]``.
-
-    Head h at query position q scores ``β·[u = targets[h][q]]`` (positions q absent from ``targets[h]``
-    score 0 everywhere); its value reads ``read`` and writes ``gains[h]·`` that code into ``writes[h]``.
-    """
-    H, T, width = len(targets), pos.size, read.size
-    W_Q, W_K = np.zeros((H, d, T)), np.zeros((H, d, T))
-    W_V, W_O = np.zeros((H, d, width)), np.zeros((H, width, d))
-    for h, target in enumerate(targets):
-        for q, u in target.items():
-            W_Q[h, pos[q], u] = 1.0
-        W_K[h, pos, np.arange(T)] = 1.0
-        W_V[h, read, np.arange(width)] = 1.0
-        W_O[h, np.arange(width), writes[h]] = gains[h]
-    return Attention(kind, W_V=W_V, W_O=W_O, W_Q=W_Q, W_K=W_K,
-                     inverse_temperature=1.0 if beta is None else beta)
+def _geometry(codes: Codes) -> dict:
+    return {"gap": codes.gap, "distinct": (codes.distinct_lhs, codes.distinct_rhs)}
 
 
-def _one_hot_positions(T: int, pos: np.ndarray, d: int) -> np.ndarray:
-    P = np.zeros((T, d))
-    P[np.arange(T), pos] = 1.0
-    return P
+def _meta(construction: str, k: int, codes: Codes, layout: Layout, attention: str) -> dict:
+    return {"construction": construction, "k": k, "codes": codes.kind, "D": codes.D, "attention": attention,
+            "layout": layout.as_dict()}
 
 
 def _default_beta(attention: str, beta: float | None, eps: float, others: int) -> float | None:
@@ -74,31 +75,6 @@ def _default_beta(attention: str, beta: float | None, eps: float, others: int) -
     if attention == "hard":
         return None
     return beta_for_leakage(eps, others) if beta is None else float(beta)
-
-
-def multi_hop_queries(task: Task, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """All N·R^k queries as tokens ``⟨N + r_k, ..., N + r_1, s⟩`` (row ``path·N + s``) and their answers."""
-    N = task.N
-    path_rows = paths(task.R, k)  # (R^k, k), columns r_k .. r_1
-    tokens = np.empty((path_rows.shape[0], N, k + 1), dtype=np.int64)
-    tokens[:, :, :k] = N + path_rows[:, None, :]
-    tokens[:, :, k] = np.arange(N)
-    return tokens.reshape(-1, k + 1), task.k_hop(k).reshape(-1)
-
-
-def chains(task: Task, k: int) -> np.ndarray:
-    """The CoT targets ``v_1..v_k`` of every query, shape ``(N·R^k, k)``, ``v_t = π_{r_t}(v_{t−1})``, v_0 = s."""
-    tokens, _ = multi_hop_queries(task, k)
-    out = np.empty((tokens.shape[0], k), dtype=np.int64)
-    v = tokens[:, k]
-    for t in range(1, k + 1):
-        v = task.table[tokens[:, k - t] - task.N, v]
-        out[:, t - 1] = v
-    return out
-
-
-def _codes_l1(codes: Codes) -> float:
-    return float(np.abs(codes.vectors).sum(axis=1).max())
 
 
 def build_g2(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None, gate: float | None = None,
@@ -123,44 +99,33 @@ def build_g2(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None
     k = check_positive_int("k", k)
     _check_attention(attention)
     N, R = task.N, task.R
-    codes = _resolve_codes(N, codes, D, rng, False)
+    codes = resolve_codes(N, codes, D, rng, False)
     D, n_paths, T = codes.D, R**k, k + 1
-    d, m = n_paths * D + k * R + D + T, 2 * n_paths * D
-    _refuse_if_too_big("G2", N, d, m, 1, T, max_bytes)
+    _refuse_if_too_big("G2", N, n_paths * D + k * R + D + T, 2 * n_paths * D, 1, T, max_bytes)
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
-    l1, gap = _codes_l1(codes), codes.norm_sq * (1 - codes.mu)
+    l1, gap = codes.l1, codes.gap
     beta = _default_beta(attention, beta, gap / (4 * k * gate * l1) if gap > 0 else 0.25, k)
-    promise = g2_promise(N, R, k, D, norm_sq=codes.norm_sq, mu=codes.mu, max_abs=codes.max_abs, max_l1=l1,
-                         gate=gate, beta=beta, lam=lam).require()
+    promise = g2_promise(N, R, k, D, **_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta,
+                         lam=lam).require()
 
-    blocks = np.arange(n_paths * D).reshape(n_paths, D)
-    groups = n_paths * D + np.arange(k * R).reshape(k, R)  # groups[j-1] = G_j
-    out = slice(n_paths * D + k * R, n_paths * D + k * R + D)
-    pos = n_paths * D + k * R + D + np.arange(T)
+    layout = Layout()
+    blocks = layout.add("path_blocks", n_paths, D)
+    groups = layout.add("gate_groups", k, R)  # groups[j-1] = G_j
+    out = layout.add("out", D)
+    pos = layout.add("positions", T)
+    d = layout.d
 
-    E = np.zeros((N, d))
-    answers = task.k_hop(k).reshape(n_paths, N)
-    E[:, : n_paths * D] = codes.vectors[answers].transpose(1, 0, 2).reshape(N, n_paths * D)
+    E = block_superposition(codes, task.k_hop(k).reshape(n_paths, N), blocks, d)
     Q = np.zeros((R, d))
     Q[np.arange(R), groups[0]] = 1.0
     heads = positional_heads(d, pos, [{k: k - j} for j in range(1, k + 1)], groups[0],
                              [groups[j] for j in range(k)], [gate] * k, attention, beta)
-
     path_rows = paths(R, k)  # columns r_k..r_1: hop j's relation is column k - j
-    unit = np.arange(m).reshape(n_paths, D, 2)
-    sigma = np.array([1.0, -1.0])
-    W1 = np.zeros((d, m))
-    W1[blocks[:, :, None], unit] = sigma
-    for j in range(1, k + 1):
-        W1[groups[j - 1][path_rows[:, k - j]][:, None, None], unit] = 1.0
-    W2 = np.zeros((m, d))
-    W2[unit, (out.start + np.arange(D))[None, :, None]] = sigma
-    model = Model(E, Q, code_readout(codes, N, d, out, lam),
-                  (Layer(heads, MLP(W1, np.full(m, -k * gate), W2, np.zeros(d))),),
-                  _one_hot_positions(T, pos, d),
-                  meta={"construction": "G2", "k": k, "codes": codes.kind, "attention": attention})
+    mlp = gated_selector(d, blocks, [groups[j - 1][path_rows[:, k - j]] for j in range(1, k + 1)], out, k * gate)
+    model = Model(E, Q, code_readout(codes, N, d, out, lam), (Layer(heads, mlp),), one_hot_positions(pos, d),
+                  meta=_meta("G2", k, codes, layout, attention))
     return Construction(model, promise, codes, {"k": k, "gate": gate, "beta": beta, "attention": attention,
-                                                "leakage": softmax_leakage(beta, k), "lambda": lam})
+                                                "leakage": softmax_leakage(beta, k), "lambda": lam}, layout)
 
 
 def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None,
@@ -180,19 +145,19 @@ def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", *, D: int 
     k = check_positive_int("k", k)
     _check_attention(attention)
     N, R = task.N, task.R
-    codes = _resolve_codes(N, codes, D, rng, False)
+    codes = resolve_codes(N, codes, D, rng, False)
     D, T, n_paths = codes.D, k + 1, R**k
-    d, m = 2 * D + k * R + T, N * n_paths
-    _refuse_if_too_big("A2(a)", N, d, m, 1, T, max_bytes)
-    gap = codes.norm_sq * (1 - codes.mu)
+    _refuse_if_too_big("A2(a)", N, 2 * D + k * R + T, N * n_paths, 1, T, max_bytes)
+    gap = codes.gap
     gate = 2.0 * gap if gate is None else float(gate)
     beta = _default_beta(attention, beta, 1 / (4 * k), k)
-    promise = a2_width_promise(N, R, k, D, norm_sq=codes.norm_sq, mu=codes.mu, gate=gate, beta=beta,
-                               lam=lam).require()
-    S = np.arange(D)
-    groups = D + np.arange(k * R).reshape(k, R)
-    out = slice(D + k * R, 2 * D + k * R)
-    pos = 2 * D + k * R + np.arange(T)
+    promise = a2_width_promise(N, R, k, D, **_geometry(codes), gate=gate, beta=beta, lam=lam).require()
+    layout = Layout()
+    S = layout.add("subject", D)
+    groups = layout.add("gate_groups", k, R)
+    out = layout.add("out", D)
+    pos = layout.add("positions", T)
+    d, m = layout.d, N * n_paths
     E = np.zeros((N, d))
     E[:, S] = codes.vectors[:N]
     Q = np.zeros((R, d))
@@ -202,7 +167,7 @@ def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", *, D: int 
     # unit u = path·N + s listens to (s, path) and writes the code of π_path(s)
     path_rows = paths(R, k)
     W1 = np.zeros((d, m))
-    W1[:D] = np.tile(codes.vectors[:N].T, (1, n_paths))
+    W1[S] = np.tile(codes.vectors[:N].T, (1, n_paths))
     unit = np.arange(m).reshape(n_paths, N)
     for j in range(1, k + 1):
         W1[groups[j - 1][path_rows[:, k - j]][:, None], unit] = 1.0
@@ -210,10 +175,9 @@ def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", *, D: int 
     W2[:, out] = codes.vectors[task.k_hop(k).reshape(-1)]
     b1 = np.full(m, -(codes.norm_sq + k * gate - gap))
     model = Model(E, Q, code_readout(codes, N, d, out, lam), (Layer(heads, MLP(W1, b1, W2, np.zeros(d))),),
-                  _one_hot_positions(T, pos, d),
-                  meta={"construction": "A2a", "k": k, "codes": codes.kind, "attention": attention})
+                  one_hot_positions(pos, d), meta=_meta("A2a", k, codes, layout, attention))
     return Construction(model, promise, codes, {"k": k, "gate": gate, "beta": beta, "attention": attention,
-                                                "leakage": softmax_leakage(beta, k), "lambda": lam})
+                                                "leakage": softmax_leakage(beta, k), "lambda": lam}, layout)
 
 
 def build_a2_depth(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None,
@@ -240,22 +204,25 @@ def build_a2_depth(task: Task, k: int, codes: Codes | str = "binary", *, D: int 
     k = check_positive_int("k", k)
     _check_attention(attention)
     N, R = task.N, task.R
-    codes = _resolve_codes(N, codes, D, rng, False)
+    codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, k + 1
-    d, m = D + 2 * R + T, 2 * N * R
-    _refuse_if_too_big("A2(b)", N, d, m, k, T, max_bytes)
+    _refuse_if_too_big("A2(b)", N, D + 2 * R + T, 2 * N * R, k, T, max_bytes)
     beta = _default_beta(attention, beta, 1 / 16, k)
-    promise = a2_depth_promise(N, R, k, D, norm_sq=codes.norm_sq, mu=codes.mu, beta=beta, lam=lam).require()
-    S, rel, g = np.arange(D), D + np.arange(R), D + R + np.arange(R)
-    pos = D + 2 * R + np.arange(T)
+    promise = a2_depth_promise(N, R, k, D, **_geometry(codes), beta=beta, lam=lam).require()
+    layout = Layout()
+    S = layout.add("current_entity", D)
+    rel = layout.add("relations", R)
+    g = layout.add("gates", R)
+    pos = layout.add("positions", T)
+    d, m = layout.d, 2 * N * R
     E = np.zeros((N, d))
     E[:, S] = codes.vectors[:N]
     Q = np.zeros((R, d))
     Q[np.arange(R), rel] = 1.0
 
-    gap = codes.norm_sq * (1 - codes.mu)
+    gap = codes.gap
     h = gap / 2
-    theta = codes.mu * codes.norm_sq + 2 * gap + gap / 8
+    theta = (codes.norm_sq - gap) + 2 * gap + gap / 8  # μ|a|² + 2·gap + gap/8
     # units: pair p = r·N + v; unit 2p is ReLU(z), unit 2p+1 is ReLU(z − h)
     r_of, v_of = np.divmod(np.arange(N * R), N)
     W1_pair = np.zeros((d, N * R))
@@ -266,8 +233,8 @@ def build_a2_depth(task: Task, k: int, codes: Codes | str = "binary", *, D: int 
     b1[0::2], b1[1::2] = -theta, -theta - h
     step = (codes.vectors[task.table[r_of, v_of]] - codes.vectors[v_of]) / h
     W2 = np.zeros((m, d))
-    W2[0::2, :D], W2[1::2, :D] = step, -step
-    mlp = MLP(W1, b1, W2, np.zeros(d))
+    W2[0::2, layout.span("current_entity")], W2[1::2, layout.span("current_entity")] = step, -step
+    mlp = MLP(W1, b1, W2, np.zeros(d))  # ONE MLP object, shared by the k layers
     layers = []
     for j in range(1, k + 1):
         targets, writes, gains = [{k: k - j}], [g], [1.0]
@@ -276,11 +243,11 @@ def build_a2_depth(task: Task, k: int, codes: Codes | str = "binary", *, D: int 
             writes.append(g)
             gains.append(-1.0)
         layers.append(Layer(positional_heads(d, pos, targets, rel, writes, gains, attention, beta), mlp))
-    model = Model(E, Q, code_readout(codes, N, d, slice(0, D), lam), tuple(layers), _one_hot_positions(T, pos, d),
-                  meta={"construction": "A2b", "k": k, "codes": codes.kind, "attention": attention})
+    model = Model(E, Q, code_readout(codes, N, d, S, lam), tuple(layers), one_hot_positions(pos, d),
+                  meta=_meta("A2b", k, codes, layout, attention))
     return Construction(model, promise, codes, {"k": k, "beta": beta, "attention": attention,
                                                 "leakage": softmax_leakage(beta, k), "lambda": lam,
-                                                "theta": theta, "h": h})
+                                                "theta": theta, "h": h}, layout)
 
 
 def build_c1(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None, gate: float | None = None,
@@ -303,33 +270,26 @@ def build_c1(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None
     k = check_positive_int("k", k)
     _check_attention(attention)
     N, R = task.N, task.R
-    codes = _resolve_codes(N, codes, D, rng, False)
+    codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, 2 * k
-    d, m = R * D + R + D + T, 2 * R * D
-    _refuse_if_too_big("C1", N, d, m, 1, T, max_bytes)
+    _refuse_if_too_big("C1", N, R * D + R + D + T, 2 * R * D, 1, T, max_bytes)
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
-    l1, gap = _codes_l1(codes), codes.norm_sq * (1 - codes.mu)
+    l1, gap = codes.l1, codes.gap
     beta = _default_beta(attention, beta, gap / (4 * gate * l1) if gap > 0 else 0.25, T - 1)
-    promise = c1_promise(N, R, k, D, norm_sq=codes.norm_sq, mu=codes.mu, max_abs=codes.max_abs, max_l1=l1,
-                         gate=gate, beta=beta, lam=lam).require()
-    blocks = np.arange(R * D).reshape(R, D)
-    gates = R * D + np.arange(R)
-    out = slice(R * D + R, R * D + R + D)
-    pos = R * D + R + D + np.arange(T)
-    E = np.zeros((N, d))
-    E[:, : R * D] = codes.vectors[task.table].transpose(1, 0, 2).reshape(N, R * D)
+    promise = c1_promise(N, R, k, D, **_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta,
+                         lam=lam).require()
+    layout = Layout()
+    blocks = layout.add("blocks", R, D)
+    gates = layout.add("gates", R)
+    out = layout.add("out", D)
+    pos = layout.add("positions", T)
+    d = layout.d
+    E = block_superposition(codes, task.table, blocks, d)
     Q = np.zeros((R, d))
     Q[np.arange(R), gates] = 1.0
     head = positional_heads(d, pos, [{q: 2 * k - 1 - q for q in range(T)}], gates, [gates], [gate], attention, beta)
-    unit = np.arange(m).reshape(R, D, 2)
-    sigma = np.array([1.0, -1.0])
-    W1 = np.zeros((d, m))
-    W1[blocks[:, :, None], unit] = sigma
-    W1[gates[:, None, None], unit] = 1.0
-    W2 = np.zeros((m, d))
-    W2[unit, (out.start + np.arange(D))[None, :, None]] = sigma
-    model = Model(E, Q, code_readout(codes, N, d, out, lam),
-                  (Layer(head, MLP(W1, np.full(m, -gate), W2, np.zeros(d))),), _one_hot_positions(T, pos, d),
-                  meta={"construction": "C1", "k": k, "codes": codes.kind, "attention": attention})
+    mlp = gated_selector(d, blocks, [gates], out, gate)
+    model = Model(E, Q, code_readout(codes, N, d, out, lam), (Layer(head, mlp),), one_hot_positions(pos, d),
+                  meta=_meta("C1", k, codes, layout, attention))
     return Construction(model, promise, codes, {"k": k, "gate": gate, "beta": beta, "attention": attention,
-                                                "leakage": softmax_leakage(beta, T - 1), "lambda": lam})
+                                                "leakage": softmax_leakage(beta, T - 1), "lambda": lam}, layout)

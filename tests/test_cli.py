@@ -42,7 +42,7 @@ def test_integer_mode_from_the_command_line(capsys):
         (["check", "single-hop", "--N", "100", "--D", "3"], "2^D >= N"),
         (["check", "single-hop", "--N", "0"], "whole number >= 1"),
         (["check", "single-hop", "--N", "ten"], "whole number"),
-        (["check", "single-hop", "--beta", "0.1"], "gate"),
+        (["check", "single-hop", "--gate", "0.1"], "gate"),
         (["check", "single-hop", "--codes", "gaussian", "--integer"], "no integer scale"),
         (["check", "single-hop", "--seed", "-1"], "whole number >= 0, got -1"),
         (["check"], "required"),
@@ -78,7 +78,7 @@ def test_console_script_verify_passes():
     assert "G1 binary int" in names
 
 
-@pytest.mark.parametrize("construction", ["path-blocks", "associative", "layered", "cot"])
+@pytest.mark.parametrize("construction", ["path-blocks", "associative-width", "associative-depth", "cot"])
 def test_check_multi_hop(construction, capsys):
     code, out, _ = run(["check", "multi-hop", "--construction", construction, "--N", "32", "--R", "2", "--k", "2",
                         "--json"], capsys)

@@ -130,7 +130,7 @@ def test_tradeoff_rows_show_the_exponential_and_the_linear_side():
     assert rows[(3, "A2b")]["d"] == 10 + 8 + 4
 
 
-@pytest.mark.parametrize("construction", ["path-blocks", "associative", "layered", "cot"])
+@pytest.mark.parametrize("construction", ["path-blocks", "associative-width", "associative-depth", "cot"])
 @pytest.mark.parametrize("N", [1, 2])
 def test_smallest_entity_sets(construction, N):
     """N = 1 has no wrong answer (margin +inf, promise finite); N = 2 has codes of length 1."""

@@ -102,15 +102,15 @@ def test_a_tie_is_a_failure():
     "call, message",
     [
         (lambda t: build_g1(t, "binary", D=3), r"2\^D >= N; got 2\^3 = 8 < N = 16"),
-        (lambda t: build_g1(t, "binary", beta=1.0), r"gate: c2·β > c1·max\|a\|.*need 1 > 1"),
-        (lambda t: build_g1(t, "binary", beta=0.5), "gate"),
-        (lambda t: build_g1(t, "binary", integer=True, beta=2.0), r"need 2 > 2"),
+        (lambda t: build_g1(t, "binary", gate=1.0), r"gate: c2·G > c1·max\|a\|.*need 1 > 1"),
+        (lambda t: build_g1(t, "binary", gate=0.5), "gate"),
+        (lambda t: build_g1(t, "binary", integer=True, gate=2.0), r"need 2 > 2"),
         (lambda t: build_g1(t, "binary", lam=0.0), r"λ > 0"),
         (lambda t: build_g1(t, "binary", gain=0.0), r"g > 0"),
-        (lambda t: build_g1(t, "sign", D=1, rng=0), r"distinct codes: 1 > μ"),
-        (lambda t: build_a1(t, "sign", D=1, rng=0), r"distinct codes: 1 > μ"),
+        (lambda t: build_g1(t, "sign", D=1, rng=0), r"distinct codes: .*need 1 > 1"),
+        (lambda t: build_a1(t, "sign", D=1, rng=0), r"distinct codes: .*need 1 > 1"),
         (lambda t: build_g1(t, "gaussian", D=4, integer=True, rng=0), "no integer scale"),
-        (lambda t: build_g1(t, "binary", integer=True, beta=4.5), "integer mode needs"),
+        (lambda t: build_g1(t, "binary", integer=True, gate=4.5), "integer mode needs"),
         (lambda t: build_g1(t, make_codes("binary", 8), rng=0), "fewer than N = 16"),
     ],
 )
@@ -120,8 +120,10 @@ def test_builders_refuse_outside_their_theorem(call, message):
 
 
 def test_promise_is_independent_of_any_model():
-    p = g1_promise(4096, 16, 12, norm_sq=12, mu=binary_coherence(12), max_abs=1, beta=4)
-    assert (p.d, p.m, p.margin, p.fact_params) == (220, 384, pytest.approx(4.0), 4096 * 16 * 12)
+    # ±1 binary codes of length 12 at integer scale: |a|² = 12, max inner product 10, gap 2, all integers.
+    p = g1_promise(4096, 16, 12, gap=2, distinct=(12, 10), max_abs=1, gate=4)
+    assert (p.d, p.m, p.margin, p.fact_params) == (220, 384, 4, 4096 * 16 * 12)
+    assert isinstance(p.margin, int)
     assert p.violations() == []
 
 

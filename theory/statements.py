@@ -19,8 +19,14 @@ import math
 from dataclasses import dataclass, field
 
 import sympy as sp
-
 from georecall.theory.tasks import check_positive_int
+
+from georecall.errors import ConditionError, InputError
+
+__all__ = ["Condition", "ConditionError", "Promise", "a1_promise", "a2_depth_promise", "a2_width_promise",
+           "attention_constants", "beta_for_leakage", "binary_coherence", "c1_promise", "distinct_codes",
+           "g1_promise", "g2_promise", "model_params", "multi_hop_sizes_expr", "one_layer_params",
+           "softmax_leakage"]
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,10 @@ class Promise:
         return [c for c in self.conditions if not c.holds]
 
     def require(self) -> Promise:
-        """Raise ``ValueError`` naming the first violated inequality (with its values); return self otherwise."""
+        """Raise :class:`ConditionError` naming the first violated inequality (with its values); else self."""
         bad = self.violations()
         if bad:
-            raise ValueError(f"{self.result} ({self.reference}) outside its conditions: {bad[0].describe()}")
+            raise ConditionError(f"{self.result} ({self.reference}) outside its conditions: {bad[0].describe()}")
         return self
 
     def as_dict(self) -> dict:
@@ -76,20 +82,31 @@ def attention_constants(gain: float, T: int = 2) -> tuple[float, float]:
     return 1.0 + gain / T, gain / T
 
 
+def distinct_codes(lhs: float, rhs: float) -> Condition:
+    """The codes are distinct: ``|a|² > max_{i≠j} <a_i, a_j>``, given as two numbers whose comparison decides it
+    exactly (``Codes.distinct_lhs/rhs``: integers for ±1 codes, a certified gap against 0 for Gaussian ones)."""
+    return Condition("distinct codes: |a|² > max_{i≠j}<a_i, a_j> (decided exactly)", lhs, rhs)
+
+
+def _exact(x: float) -> float | int:
+    """An integral float as an int (so integer-mode promises are integers); anything else unchanged."""
+    return int(x) if isinstance(x, float) and x.is_integer() and abs(x) < 2**53 else x
+
+
 def one_layer_params(N: int, R: int, d: int, m: int, n_out: int | None = None) -> int:
     """Parameters of the one-layer model: E, Q, uniform attention W_V and W_O (d×d each), MLP, U."""
     n_out = N if n_out is None else n_out
     return N * d + R * d + 2 * d * d + (2 * d * m + m + d) + n_out * d
 
 
-def g1_promise(N: int, R: int, D: int, *, norm_sq: float, mu: float, max_abs: float,
-               beta: float, lam: float = 1.0, gain: float = 2.0, n_out: int | None = None) -> Promise:
+def g1_promise(N: int, R: int, D: int, *, gap: float, distinct: tuple[float, float], max_abs: float,
+               gate: float, lam: float = 1.0, gain: float = 2.0, n_out: int | None = None) -> Promise:
     """G1, geometric single hop (the paper's Theorem 4.1).
 
-    Sizes ``d = R·D + R + D``, ``m = 2·R·D``. Exact with margin ``λ·c1·|a|²·(1 − μ)`` provided
-    ``c2·β > c1·A`` (every gate of a relation not asked is shut), ``μ < 1`` (codes distinct) and ``λ > 0``.
-    Fact-specific parameters: the ``N·R·D`` block entries of the subject table. ``n_out``: answer vocabulary
-    (N shared, N·R disjoint attributes; the margin is the same, see ``build_g1``).
+    Sizes ``d = R·D + R + D``, ``m = 2·R·D``. Exact with margin ``λ·c1·gap`` (``gap = |a|²(1 − μ)``) provided
+    ``c2·G > c1·A`` (every gate of a relation not asked is shut; G the gate constant), the codes are distinct
+    and ``λ > 0``. Fact-specific parameters: the ``N·R·D`` block entries of the subject table. ``n_out``: answer
+    vocabulary (N shared, N·R disjoint attributes; the margin is the same, see ``build_g1``).
     """
     N, R, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("D", D)))
     c1, c2 = attention_constants(gain)
@@ -97,14 +114,14 @@ def g1_promise(N: int, R: int, D: int, *, norm_sq: float, mu: float, max_abs: fl
     conditions = (
         Condition("attention gain: g > 0", gain, 0.0),
         Condition("read-out scale: λ > 0", lam, 0.0),
-        Condition("distinct codes: 1 > μ", 1.0, mu),
-        Condition("gate: c2·β > c1·max|a| (unasked relations' units stay off)", c2 * beta, c1 * max_abs),
+        distinct_codes(*distinct),
+        Condition("gate: c2·G > c1·max|a| (unasked relations' units stay off)", c2 * gate, c1 * max_abs),
     )
     return Promise("G1", "Theorem 4.1 (geometric single hop)", d, m, one_layer_params(N, R, d, m, n_out),
-                   N * R * D, lam * c1 * norm_sq * (1.0 - mu), conditions)
+                   N * R * D, _exact(lam * c1 * gap), conditions)
 
 
-def a1_promise(N: int, R: int, D: int, *, norm_sq: float, mu: float, lam: float = 1.0,
+def a1_promise(N: int, R: int, D: int, *, gap: float, distinct: tuple[float, float], lam: float = 1.0,
                gain: float = 2.0, n_out: int | None = None) -> Promise:
     """A1, associative memory (the baseline): one MLP unit per fact, frozen fact-independent embeddings.
 
@@ -119,15 +136,15 @@ def a1_promise(N: int, R: int, D: int, *, norm_sq: float, mu: float, lam: float 
     N, R, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("D", D)))
     c1, _ = attention_constants(gain)
     d, m = 2 * D + R, N * R
-    fired = c1 * norm_sq * (1.0 - mu)
+    fired = c1 * gap
     conditions = (
         Condition("attention gain: g > 0", gain, 0.0),
         Condition("read-out scale: λ > 0", lam, 0.0),
-        Condition("distinct codes: 1 > μ", 1.0, mu),
+        distinct_codes(*distinct),
     )
     return Promise("A1", "associative-memory baseline (one unit per fact)", d, m,
                    one_layer_params(N, R, d, m, n_out),
-                   N * R * D, lam * fired * norm_sq * (1.0 - mu), conditions)
+                   N * R * D, _exact(lam * fired * gap), conditions)
 
 
 def binary_coherence(D: int) -> float:
@@ -161,7 +178,7 @@ def evaluate(expr: sp.Expr, **values) -> int:
     subs = {sp.Symbol(k, positive=True, integer=True): v for k, v in values.items()}
     out = sp.nsimplify(expr.subs(subs))
     if not out.is_Integer:
-        raise ValueError(f"{expr} did not evaluate to an integer at {values}: {out}")
+        raise InputError(f"{expr} did not evaluate to an integer at {values}: {out}")
     return int(out)
 
 
@@ -186,7 +203,7 @@ def softmax_leakage(beta: float | None, others: int) -> float:
 def beta_for_leakage(eps: float, others: int) -> float:
     """The smallest β with ``n/(e^β + n) <= ε``: ``β = ln(n(1 − ε)/ε)``."""
     if not 0 < eps < 1:
-        raise ValueError(f"leakage target must satisfy 0 < ε < 1, got {eps}")
+        raise InputError(f"leakage target must satisfy 0 < ε < 1, got {eps}")
     return math.log(max(others, 1) * (1 - eps) / eps)
 
 
@@ -204,12 +221,8 @@ def model_params(N: int, R: int, d: int, T: int, layers, n_out: int | None = Non
     return total
 
 
-def _code_gap(norm_sq: float, mu: float) -> float:
-    return norm_sq * (1.0 - mu)
-
-
-def g2_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, max_abs: float, max_l1: float,
-               gate: float, beta: float | None, lam: float = 1.0) -> Promise:
+def g2_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float], max_abs: float,
+               max_l1: float, gate: float, beta: float | None, lam: float = 1.0) -> Promise:
     """G2, k hops without CoT, one layer, path blocks.
 
     Sizes ``d = R^k·D + k·R + D + (k + 1)`` (path blocks, k gate groups, output, positions), ``m = 2·R^k·D``.
@@ -224,10 +237,9 @@ def g2_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, max
     eps = softmax_leakage(beta, k)
     paths = R**k
     d, m = paths * D + k * R + D + (k + 1), 2 * paths * D
-    gap = _code_gap(norm_sq, mu)
     conditions = (
         Condition("read-out scale: λ > 0", lam, 0.0),
-        Condition("distinct codes: 1 > μ", 1.0, mu),
+        distinct_codes(*distinct),
         Condition("gate vs leakage: G(1 − ε) > max|a|", gate * (1 - eps), max_abs),
         Condition("margin vs leakage: |a|²(1 − μ) > 2·k·G·ε·max|a|_1", gap, 2 * k * gate * eps * max_l1),
     )
@@ -237,7 +249,7 @@ def g2_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, max
                    N * paths * D, lam * (gap - 2 * k * gate * eps * max_l1), conditions)
 
 
-def a2_width_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, gate: float,
+def a2_width_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float], gate: float,
                      beta: float | None, lam: float = 1.0) -> Promise:
     """A2(a), k hops without CoT, one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
@@ -250,10 +262,9 @@ def a2_width_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: floa
     N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
     eps = softmax_leakage(beta, k)
     d, m = 2 * D + k * R + (k + 1), N * R**k
-    gap = _code_gap(norm_sq, mu)
     conditions = (
         Condition("read-out scale: λ > 0", lam, 0.0),
-        Condition("distinct codes: 1 > μ", 1.0, mu),
+        distinct_codes(*distinct),
         Condition("gate vs leakage: G(1 − ε) >= |a|²(1 − μ)", gate * (1 - eps), gap, strict=False),
         Condition("firing vs leakage: |a|²(1 − μ) > k·G·ε", gap, k * gate * eps),
     )
@@ -262,8 +273,8 @@ def a2_width_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: floa
                    N * R**k * D, lam * (gap - k * gate * eps) * gap, conditions)
 
 
-def a2_depth_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, beta: float | None,
-                     lam: float = 1.0) -> Promise:
+def a2_depth_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float],
+                     beta: float | None, lam: float = 1.0) -> Promise:
     """A2(b), k hops without CoT, k layers, each an associative MLP of width ``2·N·R`` (one clipped unit pair
     per single-hop fact) that maps (current entity, relation of this hop) to the next entity.
 
@@ -279,20 +290,21 @@ def a2_depth_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: floa
     N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
     eps = softmax_leakage(beta, k)
     d, m = D + 2 * R + (k + 1), 2 * N * R
-    gap = _code_gap(norm_sq, mu)
     conditions = (
         Condition("read-out scale: λ > 0", lam, 0.0),
-        Condition("distinct codes: 1 > μ", 1.0, mu),
+        distinct_codes(*distinct),
         Condition("clip vs leakage: 3/16 >= ε", 3 / 16, eps, strict=False),
     )
-    layers = [("softmax", 1 if j == 0 else 2, k + 1, R, m) for j in range(k)]
+    # The k layers share ONE MLP (the same single-hop map at every hop): its weights are counted once.
+    layers = [("softmax", 1 if j == 0 else 2, k + 1, R, m if j == 0 else 0) for j in range(k)]
     params = model_params(N, R, d, k + 1, layers)
-    return Promise("A2b", "k hops, no CoT, k layers: associative MLP of width O(N·R) per hop", d, m, params,
-                   k * N * R * D, lam * gap, conditions)
+    # Fact-specific: W2 of the shared MLP, 2·D entries per clipped pair (v, r) writing ±(a_{π_r(v)} − a_v)/h.
+    return Promise("A2b", "k hops, no CoT, k layers: one associative MLP of width O(N·R), shared by the hops",
+                   d, m, params, 2 * N * R * D, lam * gap, conditions)
 
 
-def c1_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, max_abs: float, max_l1: float,
-               gate: float, beta: float | None, lam: float = 1.0) -> Promise:
+def c1_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float], max_abs: float,
+               max_l1: float, gate: float, beta: float | None, lam: float = 1.0) -> Promise:
     """C1, k hops with chain-of-thought, one layer: the G1 selector applied once per generated token.
 
     Sizes ``d = R·D + R + D + 2k`` (blocks, gates, output, positions of the 2k tokens fed), ``m = 2·R·D``.
@@ -304,10 +316,9 @@ def c1_promise(N: int, R: int, k: int, D: int, *, norm_sq: float, mu: float, max
     N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
     eps = softmax_leakage(beta, 2 * k - 1)
     d, m = R * D + R + D + 2 * k, 2 * R * D
-    gap = _code_gap(norm_sq, mu)
     conditions = (
         Condition("read-out scale: λ > 0", lam, 0.0),
-        Condition("distinct codes: 1 > μ", 1.0, mu),
+        distinct_codes(*distinct),
         Condition("gate vs leakage: G(1 − ε) > max|a|", gate * (1 - eps), max_abs),
         Condition("margin vs leakage: |a|²(1 − μ) > 2·G·ε·max|a|_1", gap, 2 * gate * eps * max_l1),
     )

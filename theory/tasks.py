@@ -23,6 +23,8 @@ from typing import Literal
 
 import numpy as np
 
+from georecall.errors import InputError
+
 __all__ = ["Attributes", "Task", "check_positive_int", "paths", "random_task", "task_for_seed", "validate_table"]
 
 Attributes = Literal["shared", "disjoint"]
@@ -38,9 +40,9 @@ def _as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
 def check_positive_int(name: str, value: int, minimum: int = 1) -> int:
     """Validate an integer size parameter; ``ValueError`` naming it otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise InputError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise InputError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
 
 
@@ -63,12 +65,12 @@ class Task:
         if raw.dtype.kind not in "iu":
             if raw.dtype.kind not in "fb" or raw.dtype.kind == "b" or not np.all(np.isfinite(raw)) \
                     or not np.array_equal(raw, np.round(raw)):
-                raise ValueError(f"a task table must hold integer entity ids; got dtype {raw.dtype}")
+                raise InputError(f"a task table must hold integer entity ids; got dtype {raw.dtype}")
         table = np.array(raw, dtype=np.int64, copy=True)
         table.setflags(write=False)
         object.__setattr__(self, "table", table)
         if self.attributes not in ("shared", "disjoint"):
-            raise ValueError(f"attributes must be 'shared' or 'disjoint', got {self.attributes!r}")
+            raise InputError(f"attributes must be 'shared' or 'disjoint', got {self.attributes!r}")
         validate_table(table)
 
     @classmethod
@@ -103,7 +105,7 @@ class Task:
         """
         k = check_positive_int("k", k)
         if self.attributes != "shared":
-            raise ValueError("k-hop queries need attributes='shared' (answers must be entities to chain)")
+            raise InputError("k-hop queries need attributes='shared' (answers must be entities to chain)")
         answers = self.table
         for _ in range(k - 1):
             answers = self.table[:, answers]
@@ -114,7 +116,7 @@ class Task:
         perm = np.arange(self.N, dtype=np.int64)
         for r in relations_in_order_applied:
             if not 0 <= int(r) < self.R:
-                raise ValueError(f"relation {r} outside [0, {self.R})")
+                raise InputError(f"relation {r} outside [0, {self.R})")
             perm = self.table[int(r)][perm]
         return perm
 
@@ -125,15 +127,15 @@ def validate_table(table: np.ndarray) -> None:
     The message names the first bad relation and its offending entries.
     """
     if table.ndim != 2:
-        raise ValueError(f"a task table must have shape (R, N); got an array with shape {table.shape}")
+        raise InputError(f"a task table must have shape (R, N); got an array with shape {table.shape}")
     R, N = table.shape
     if R < 1 or N < 1:
-        raise ValueError(f"a task needs R >= 1 and N >= 1; got shape (R, N) = {table.shape}")
+        raise InputError(f"a task needs R >= 1 and N >= 1; got shape (R, N) = {table.shape}")
     out_of_range = (table < 0) | (table >= N)
     if out_of_range.any():
         r, s = np.argwhere(out_of_range)[0]
         bad = np.flatnonzero(out_of_range[r])
-        raise ValueError(
+        raise InputError(
             f"relation {r} maps subject {s} to {table[r, s]}, outside [0, {N}) "
             f"({bad.size} out-of-range entries in relation {r}, at subjects {bad[:8].tolist()})"
         )
@@ -145,7 +147,7 @@ def validate_table(table: np.ndarray) -> None:
         repeated = np.flatnonzero(counts[r] > 1)
         missing = np.flatnonzero(counts[r] == 0)
         v = int(repeated[0])
-        raise ValueError(
+        raise InputError(
             f"relation {r} is not a bijection of [0, {N}): value {v} is the image of subjects "
             f"{np.flatnonzero(table[r] == v)[:8].tolist()}; repeated values {repeated[:8].tolist()}, "
             f"missing values {missing[:8].tolist()}"
@@ -170,7 +172,7 @@ def random_task(
     rng = _as_rng(rng)
     if symmetric:
         if N % 2:
-            raise ValueError(f"symmetric relations are perfect matchings and need N even; got N = {N}")
+            raise InputError(f"symmetric relations are perfect matchings and need N even; got N = {N}")
         order = rng.permuted(np.tile(np.arange(N), (R, 1)), axis=1)
         table = np.empty((R, N), dtype=np.int64)
         rows = np.arange(R)[:, None]

@@ -13,11 +13,14 @@ import sys
 import time
 
 import numpy as np
-
-from georecall.theory import __version__
-from georecall.theory.tasks import random_task
+from georecall.constructions import registry
+from georecall.theory import seeds
+from georecall.theory.tasks import task_for_seed
 from georecall.verify.check import Report
-from georecall.verify.suite import MULTI_HOP_BUILDERS, SECTIONS, check_multi_hop, check_single_hop, tradeoff_rows
+from georecall.verify.suite import SECTIONS, check_multi_hop, check_single_hop, tradeoff_rows
+
+from georecall import __version__
+from georecall.errors import InputError
 
 
 class UsageError(Exception):
@@ -94,7 +97,8 @@ def cmd_verify(args) -> int:
 
 def cmd_check_single_hop(args) -> int:
     rep = check_single_hop(args.N, args.R, construction=args.construction, codes=args.codes, D=args.D,
-                           seed=args.seed, integer=args.integer, beta=args.beta, lam=args.lam, dtype=args.dtype,
+                           seed=args.seed, integer=args.integer, gate=args.gate, beta=args.beta, lam=args.lam,
+                           dtype=args.dtype,
                            bits=args.bits, save=args.save, attributes=args.attributes, symmetric=args.symmetric,
                            progress=not (args.quiet or args.json))
     if args.json:
@@ -107,7 +111,7 @@ def cmd_check_single_hop(args) -> int:
 
 def cmd_check_multi_hop(args) -> int:
     rep = check_multi_hop(args.N, args.R, args.k, construction=args.construction, codes=args.codes, D=args.D,
-                          attention=args.attention, beta=args.beta, seed=args.seed,
+                          attention=args.attention, beta=args.beta, gate=args.gate, seed=args.seed,
                           max_bytes=int(args.max_gib * 2**30), progress=not (args.quiet or args.json))
     if args.json:
         print(json.dumps(rep.as_dict(), indent=2))
@@ -204,17 +208,16 @@ def cmd_train(args) -> int:
     from georecall.constructions.model import save_model
     from georecall.verify.sweep import FROZEN_GROUPS
     from georecall.verify.train import init_model, train, training_data
-    seeds = np.random.SeedSequence(args.seed).spawn(3)
-    task = random_task(args.N, args.R, np.random.default_rng(seeds[0]))
+    task = task_for_seed(args.N, args.R, args.seed)
     tokens, answers, positions, T = training_data(task, args.k, args.cot)
     m = args.m if args.m is not None else 4 * args.d
     model = init_model(args.N, args.R, args.d, m, attention=args.attention, heads=args.heads,
                        positions=T if args.k > 1 or args.cot else None,
-                       rng=np.random.default_rng(seeds[1]), dtype=np.dtype(args.dtype))
+                       rng=seeds.rng(args.seed, "init"), dtype=np.dtype(args.dtype))
     frozen = tuple(FROZEN_GROUPS[args.mode]) + tuple(args.freeze)
     result = train(model, tokens, answers, steps=args.steps, lr=args.lr, optimizer=args.optimizer,
                    batch_size=args.batch_size, frozen=frozen, dtype=np.dtype(args.dtype), positions=positions,
-                   rng=np.random.default_rng(seeds[2]), log_every=0 if (args.quiet or args.json) else args.log_every)
+                   rng=seeds.rng(args.seed, "batches"), log_every=0 if (args.quiet or args.json) else args.log_every)
     params = {"N": args.N, "R": args.R, "k": args.k, "cot": args.cot, "d": args.d, "m": m,
               "attention": args.attention, "heads": args.heads,
               "mode": args.mode, "frozen": list(frozen), "steps": args.steps, "lr": args.lr,
@@ -265,15 +268,15 @@ def _load_model_and_task(path: str, task_path: str | None):
         try:
             table = np.load(task_path, allow_pickle=False)
         except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read the task table {task_path!r}: {exc}") from None
+            raise InputError(f"cannot read the task table {task_path!r}: {exc}") from None
         if hasattr(table, "files"):
             if "task_table" not in table.files:
-                raise ValueError(f"{task_path!r} has no array 'task_table'")
+                raise InputError(f"{task_path!r} has no array 'task_table'")
             table = table["task_table"]
     elif "task_table" in header.get("extra_arrays", {}):
         table = header["extra_arrays"]["task_table"]
     else:
-        raise ValueError(f"{path!r} stores no task table: pass --task TABLE.npy (R × N bijections)")
+        raise InputError(f"{path!r} stores no task table: pass --task TABLE.npy (R × N bijections)")
     return model, Task.from_table(table), header
 
 
@@ -347,7 +350,7 @@ def cmd_figures(args) -> int:
     from georecall.verify.figures import PLOT_HINT, make_figures
     from georecall.verify.sweep import read_records
     if args.source and not os.path.exists(args.source):
-        raise ValueError(f"no results file {args.source!r}")
+        raise InputError(f"no results file {args.source!r}")
     records = read_records(args.source) if args.source else []
     try:
         paths = make_figures(records, args.out, seed=args.seed)
@@ -390,6 +393,10 @@ def _add_sizes(p: argparse.ArgumentParser, N, R) -> None:
                    help=f"number of relations R{' (one or more)' if many else ''} (default {R})")
 
 
+def _choices(hops: str) -> str:
+    return ", ".join(f"{spec.name} ({spec.id})" for spec in registry.specs(hops))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="georecall", description="Executable, exactly checked statements of 'Geometric "
                      "Factual Recall in Transformers' (arXiv 2605.12426).")
@@ -413,9 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
                              description="Build a single-hop construction on R random bijections of [N] and "
                              "check all N·R queries (s, r) -> π_r(s): argmax and logit margin of each.")
     _add_sizes(p, N=1024, R=8)
-    p.add_argument("--construction", choices=("geometric", "associative"), default="geometric",
-                   help="geometric = G1 (Theorem 4.1, facts in embeddings); associative = A1 (one MLP unit "
-                   "per fact)")
+    p.add_argument("--construction", default="geometric", metavar="NAME",
+                   help="a registered single-hop construction: " + _choices("single")
+                   + "; or MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec")
     p.add_argument("--codes", choices=("binary", "sign", "gaussian"), default="binary",
                    help="attribute codes a_i: binary (bits of i), random sign, normalised Gaussian")
     p.add_argument("--D", type=_positive_int, default=None,
@@ -423,7 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "δ=1e-3 for random codes)")
     p.add_argument("--integer", action="store_true",
                    help="±1 codes and integer constants; prove every activation and logit is an exact integer")
-    p.add_argument("--beta", type=float, default=None, help="G1 gate constant β (default 2·c1·max|a|/c2)")
+    p.add_argument("--gate", type=float, default=None, help="gate constant G (G1; default 2·c1·max|a|/c2)")
+    p.add_argument("--beta", type=float, default=None,
+                   help="softmax inverse temperature β (constructions with softmax heads only; G1 and A1 have "
+                   "none and refuse it)")
     p.add_argument("--lam", type=float, default=1.0, help="read-out scale λ (default 1)")
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="working precision of the float mode (integer mode always uses float64)")
@@ -442,9 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
                              description="Build a k-hop construction and check all N·R^k queries "
                              "⟨r_k, …, r_1, s⟩ -> π_{r_k}(…π_{r_1}(s)). For cot: greedy decoding of every chain "
                              "and, separately, every step under teacher forcing.")
-    p.add_argument("--construction", choices=sorted(MULTI_HOP_BUILDERS), default="path-blocks",
-                   help="path-blocks = G2 (one block per relation path), associative = A2(a) (one MLP unit per "
-                   "k-hop fact), layered = A2(b) (k layers of associative MLPs), cot = C1 (chain-of-thought)")
+    p.add_argument("--construction", default="path-blocks", metavar="NAME",
+                   help="a registered k-hop construction: " + _choices("multi")
+                   + "; or MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec")
+    p.add_argument("--gate", type=float, default=None, help="gate constant G (default: twice its bound)")
     _add_sizes(p, N=256, R=3)
     p.add_argument("--k", type=_positive_int, default=2, help="number of hops k (default 2)")
     p.add_argument("--codes", choices=("binary", "sign", "gaussian"), default="binary", help="attribute codes")
@@ -486,9 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("precision", parents=[common], help="smallest bits per parameter keeping a check exact",
                        description="Quantize every weight tensor to a b-bit uniform symmetric grid (step "
                        "max|W|/(2^(b-1)-1)) and report the smallest b at which all N·R queries stay exact.")
-    p.add_argument("--construction", choices=("geometric", "associative", "path-blocks", "layered", "cot"),
-                   default="geometric", help="without --k: geometric (G1) or associative (A1); with --k: "
-                   "path-blocks (G2), associative (A2(a)), layered (A2(b)) or cot (C1)")
+    p.add_argument("--construction", default="geometric", metavar="NAME",
+                   help="without --k a single-hop construction (" + _choices("single") + "); with --k a k-hop "
+                   "one (" + _choices("multi") + ")")
     p.add_argument("--k", type=_positive_int, default=None, help="hops: check a k-hop construction")
     p.add_argument("--codes", choices=("binary", "sign", "gaussian"), default="binary")
     _add_sizes(p, N=1024, R=8)
@@ -589,21 +600,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Exit codes: 0 pass, 1 a check failed, 2 bad input or parameters outside a theorem
+    (one line on stderr), 3 an internal error (a bug: its traceback is shown), 130 interrupted."""
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except UsageError as exc:
         print(f"{exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:
+    except InputError as exc:
         print(f"georecall: error: {exc}", file=sys.stderr)
         return 2
     except FloatingPointError as exc:
         print(f"georecall: training diverged: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("georecall: interrupted", file=sys.stderr)
+        print("\ngeorecall: interrupted", file=sys.stderr)
         return 130
+    except Exception:  # a bug, never disguised as bad input
+        import traceback
+        traceback.print_exc()
+        print(f"georecall {__version__}: internal error (a bug; please report it with the traceback above)",
+              file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -24,24 +24,25 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-
 from georecall.constructions.model import Model, forward, predict
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.theory.tasks import Task, _as_rng, random_task
 from georecall.verify.check import check_queries
 
+from georecall.errors import InputError
+
 
 def require_fit(model: Model, task: Task) -> None:
     """The probes read attributes as entity ids (shared attributes): refuse a model that does not match."""
     if model.n_entities < task.N or model.n_relations != task.R or model.n_out != task.N:
-        raise ValueError(f"model (N={model.n_entities}, R={model.n_relations}, n_out={model.n_out}) does not "
+        raise InputError(f"model (N={model.n_entities}, R={model.n_relations}, n_out={model.n_out}) does not "
                          f"fit the task (N={task.N}, R={task.R}); the probes need shared attributes (n_out = N)")
 
 
 def _split(n: int, holdout: float, rng) -> tuple[np.ndarray, np.ndarray]:
     """Random train / held-out index split (held-out = fit set when ``holdout == 0``)."""
     if not 0 <= holdout < 1:
-        raise ValueError(f"holdout must be in [0, 1), got {holdout}")
+        raise InputError(f"holdout must be in [0, 1), got {holdout}")
     order = rng.permutation(n)
     n_test = int(round(holdout * n))
     if n_test == 0:
@@ -150,7 +151,7 @@ def unit_selectivity(model: Model, task: Task, *, layer: int = -1, threshold: fl
     tokens, _ = single_hop_queries(task)
     layer = layer % len(model.layers)
     if model.layers[layer].mlp is None:
-        raise ValueError(f"layer {layer} has no MLP")
+        raise InputError(f"layer {layer} has no MLP")
     m = model.layers[layer].mlp.width
     totals = np.zeros((task.R, m))
     for start in range(0, tokens.shape[0], 4096):
@@ -219,30 +220,30 @@ def load_hidden_states(path: str) -> dict[str, np.ndarray]:
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {path!r} as an .npz without pickled objects: {exc}") from None
+        raise InputError(f"cannot read {path!r} as an .npz without pickled objects: {exc}") from None
     with data:
         missing = {"states", "attributes"} - set(data.files)
         if missing:
-            raise ValueError(f"{path!r} needs arrays 'states' (n × width) and 'attributes' (n × R); missing "
+            raise InputError(f"{path!r} needs arrays 'states' (n × width) and 'attributes' (n × R); missing "
                              f"{sorted(missing)} (found {sorted(data.files)})")
         try:
             states, attributes = data["states"], data["attributes"]
         except ValueError as exc:
-            raise ValueError(f"cannot read {path!r} without pickled objects: {exc}") from None
+            raise InputError(f"cannot read {path!r} without pickled objects: {exc}") from None
     if states.ndim != 2 or states.dtype.kind != "f":
-        raise ValueError(f"'states' must be a 2-D float array (n × width); got shape {states.shape}, "
+        raise InputError(f"'states' must be a 2-D float array (n × width); got shape {states.shape}, "
                          f"dtype {states.dtype}")
     if attributes.ndim == 1:
         attributes = attributes[:, None]
     if attributes.ndim != 2 or attributes.dtype.kind not in "iu":
-        raise ValueError(f"'attributes' must be an integer array (n × R); got shape {attributes.shape}, "
+        raise InputError(f"'attributes' must be an integer array (n × R); got shape {attributes.shape}, "
                          f"dtype {attributes.dtype}")
     if attributes.shape[0] != states.shape[0]:
-        raise ValueError(f"'states' has {states.shape[0]} rows but 'attributes' has {attributes.shape[0]}")
+        raise InputError(f"'states' has {states.shape[0]} rows but 'attributes' has {attributes.shape[0]}")
     if not np.all(np.isfinite(states)):
-        raise ValueError("'states' has non-finite entries")
+        raise InputError("'states' has non-finite entries")
     if attributes.min() < 0:
-        raise ValueError("'attributes' must be non-negative ids")
+        raise InputError("'attributes' must be non-negative ids")
     return {"states": states.astype(np.float64), "attributes": attributes.astype(np.int64)}
 
 

@@ -10,133 +10,40 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
-
+from georecall.constructions import registry
 from georecall.constructions.codes import binary_length
-from georecall.constructions.multi_hop import (build_a2_depth, build_a2_width, build_c1, build_g2, chains,
-                                     multi_hop_queries)
-from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
-from georecall.theory import statements
-from georecall.theory.tasks import Task, check_positive_int, random_task
-from georecall.verify.check import (Report, claim_report, achieved_sizes, check_construction, check_decoding,
-                                    check_queries, margin_reaches)
+from georecall.constructions.registry import ConstructionSpec
+from georecall.theory import seeds
+from georecall.theory.tasks import Task, check_positive_int, task_for_seed
+from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.bounds_checks import section_bounds
+from georecall.verify.check import (
+    Report,
+    achieved_sizes,
+    check_construction,
+    check_decoding,
+    check_queries,
+    claim_report,
+    margin_reaches,
+)
 from georecall.verify.precision import quantize, smallest_exact_bits
 
-BUILDERS = {"geometric": build_g1, "associative": build_a1}
+from georecall.errors import InputError
+
+__all__ = ["DEFAULT_MAX_BYTES", "SECTIONS", "check_multi_hop", "check_single_hop", "precision_scan", "query_bytes",
+           "run_check", "section_constructions", "section_multi_hop", "section_single_hop", "tradeoff_rows"]
+
+DEFAULT_MAX_BYTES = 4 * 2**30
+# What each option is called on the command line (for messages naming a refused option).
+OPTION_FLAGS = {"gate": "gate constant G (--gate)", "beta": "softmax inverse temperature β (--beta)",
+                "attention": "attention kind (--attention)", "gain": "attention gain g (--gain)",
+                "integer": "integer mode (--integer)", "max_bytes": "memory budget (--max-gib)",
+                "lam": "read-out scale λ (--lam)", "D": "code length D (--D)", "codes": "code kind (--codes)"}
 
 
 def _log(progress: bool, message: str) -> None:
     if progress:
         print(message, file=sys.stderr, flush=True)
-
-
-def check_single_hop(
-    N: int,
-    R: int,
-    *,
-    construction: str = "geometric",
-    codes: str = "binary",
-    D: int | None = None,
-    seed: int = 0,
-    integer: bool = False,
-    beta: float | None = None,
-    lam: float = 1.0,
-    dtype: str = "float64",
-    task: Task | None = None,
-    bits: int | None = None,
-    save: str | None = None,
-    attributes: str = "shared",
-    symmetric: bool = False,
-    keep: bool = False,
-    progress: bool = False,
-) -> Report:
-    """Build G1 or A1 on a random task (seeded) and check all N·R queries against its promise.
-
-    ``bits`` quantizes every weight tensor to b bits first (``verify.check.quantize``); the margin promise
-    then no longer applies (it is stated for exact weights), so only exactness is required."""
-    if construction not in BUILDERS:
-        raise ValueError(f"construction must be one of {sorted(BUILDERS)}, got {construction!r}")
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
-    seeds = np.random.SeedSequence(seed).spawn(2)
-    if task is None:
-        task = random_task(N, R, np.random.default_rng(seeds[0]), attributes=attributes, symmetric=symmetric)
-    kwargs = {"beta": beta} if construction == "geometric" else {}
-    built = BUILDERS[construction](task, codes, D=D, lam=lam, integer=integer,
-                                   rng=np.random.default_rng(seeds[1]), **kwargs)
-    tokens, answers = single_hop_queries(task)
-    if save is not None:
-        from georecall.constructions.model import save_model
-        save_model(built.model, save, extra_arrays={"task_table": task.table}, N=task.N, R=task.R,
-                   construction=construction, codes=codes, seed=seed, integer=integer)
-    name = f"{'G1' if construction == 'geometric' else 'A1'} {codes}{' int' if integer else ''}"
-    params = {"N": task.N, "R": task.R, "D": built.codes.D, "construction": construction, "codes": codes,
-              "integer": integer, "seed": seed, "dtype": "float64" if integer else dtype, "bits": bits,
-              "attributes": task.attributes, "symmetric": symmetric}
-    if bits is not None:
-        if integer:
-            raise ValueError("--bits and --integer do not combine: quantized weights are not integers")
-        model = quantize(built.model, bits).astype(np.dtype(dtype))
-        result = check_queries(model, tokens, answers, keep=keep, progress=progress)
-        return Report(f"{name} @{bits} bits", params, None, result, achieved_sizes(model),
-                      {"promise (exact weights)": built.promise.as_dict()})
-    return check_construction(name, params, built, tokens, answers, integer=integer,
-                              dtype=None if integer else np.dtype(dtype), keep=keep, progress=progress)
-
-
-def precision_scan(construction: str, N: int, R: int, k: int | None = None, *, codes: str = "binary",
-                   D: int | None = None, seed: int = 0, max_bits: int = 24) -> dict:
-    """Smallest bits per parameter at which a construction stays exact on every query (greedy decoding for
-    C1). ``k=None``: the single-hop constructions (geometric = G1, associative = A1); otherwise the k-hop ones
-    (path-blocks, associative, layered, cot)."""
-    rng = np.random.default_rng(seed)
-    task = random_task(N, R, rng)
-    if k is None:
-        if construction not in BUILDERS:
-            raise ValueError(f"single-hop construction must be one of {sorted(BUILDERS)} (give --k for the k-hop "
-                             f"ones), got {construction!r}")
-        built = BUILDERS[construction](task, codes, D=D, rng=rng)
-        tokens, answers = single_hop_queries(task)
-        check = lambda m: check_queries(m, tokens, answers)  # noqa: E731
-    else:
-        if construction not in MULTI_HOP_BUILDERS:
-            raise ValueError(f"k-hop construction must be one of {sorted(MULTI_HOP_BUILDERS)}, got {construction!r}")
-        built = MULTI_HOP_BUILDERS[construction][1](task, k, codes, D=D, rng=rng)
-        tokens, answers = multi_hop_queries(task, k)
-        if construction == "cot":
-            targets = chains(task, k)
-            check = lambda m: check_decoding(m, tokens, targets)  # noqa: E731
-        else:
-            check = lambda m: check_queries(m, tokens, answers)  # noqa: E731
-    bits, records = smallest_exact_bits(built.model, check, max_bits=max_bits)
-    return {"construction": construction, "N": N, "R": R, "k": k or 1, "codes": codes, "D": built.codes.D,
-            "seed": seed, "queries": int(tokens.shape[0]), "smallest_exact_bits": bits, "records": records,
-            "quantization": "uniform symmetric per tensor: step max|W|/(2^(b-1)-1)"}
-
-
-def section_single_hop(seed: int = 0, progress: bool = False) -> list[Report]:
-    """G1 at full default size (N=4096, R=16) in float and integer mode, which must agree; G1 with random codes
-    and A1 at smaller sizes."""
-    reports = []
-    _log(progress, "single hop: G1 binary, N=4096, R=16 (float64, then integer mode)")
-    as_float = check_single_hop(4096, 16, seed=seed, keep=True)
-    as_int = check_single_hop(4096, 16, seed=seed, integer=True, keep=True)
-    agree = bool(np.array_equal(as_float.result.predictions, as_int.result.predictions))
-    as_int.extra["agrees_with_float"] = agree
-    as_int.extra_checks["float and integer predictions agree"] = agree
-    reports += [as_float, as_int]
-    for codes in ("sign", "gaussian"):  # D = 48 < the high-probability length: μ < 1 is checked, not assumed
-        _log(progress, f"single hop: G1 {codes}, N=512, R=8, D=48")
-        reports.append(check_single_hop(512, 8, codes=codes, D=48, seed=seed))
-    _log(progress, "single hop: A1 binary integer, N=512, R=8; A1 sign, N=256, R=4")
-    reports.append(check_single_hop(512, 8, construction="associative", integer=True, seed=seed))
-    reports.append(check_single_hop(256, 4, construction="associative", codes="sign", seed=seed))
-    return reports
-
-
-MULTI_HOP_BUILDERS = {"path-blocks": ("G2", build_g2), "associative": ("A2a", build_a2_width),
-                      "layered": ("A2b", build_a2_depth), "cot": ("C1", build_c1)}
-DEFAULT_MAX_BYTES = 4 * 2**30
 
 
 def query_bytes(N: int, R: int, k: int, cot: bool = False) -> int:
@@ -145,89 +52,198 @@ def query_bytes(N: int, R: int, k: int, cot: bool = False) -> int:
     return 8 * N * R**k * (T + 3 * (k if cot else 1))
 
 
-def check_multi_hop(
+def _spec(construction: str | ConstructionSpec) -> ConstructionSpec:
+    return construction if isinstance(construction, ConstructionSpec) else registry.resolve(construction)
+
+
+def run_check(
+    construction: str | ConstructionSpec,
     N: int,
     R: int,
-    k: int,
+    k: int = 1,
     *,
-    construction: str = "path-blocks",
+    seed: int = 0,
     codes: str = "binary",
     D: int | None = None,
-    attention: str = "softmax",
-    beta: float | None = None,
-    seed: int = 0,
+    options: dict | None = None,
+    dtype: str = "float64",
+    bits: int | None = None,
+    attributes: str = "shared",
+    symmetric: bool = False,
+    task: Task | None = None,
+    save: str | None = None,
+    keep: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
     progress: bool = False,
 ) -> Report:
-    """Build G2, A2(a), A2(b) or C1 on a random task and check all N·R^k queries against its promise.
+    """Build a registered construction on THE seeded task (``task_for_seed(N, R, seed)``) and check every query.
 
-    C1 is checked twice: greedy decoding of every chain (the report's result: a query passes only if all k
-    steps are right) and teacher forcing (``extra_checks``: every step exact with the promised margin).
+    ``options`` are the builder's own options (``gate``, ``beta``, ``attention``, ``gain``, ``integer``, ...);
+    one the construction does not take raises ``InputError`` naming it (never dropped). Decoding follows the
+    spec: argmax at the last position, or, for chain-of-thought, greedy decoding of every chain (the report's
+    result) plus every step under teacher forcing (``extra_checks``). ``bits`` quantizes every weight tensor
+    first (the margin promise, stated for exact weights, then no longer applies; only exactness is required).
     """
-    if construction not in MULTI_HOP_BUILDERS:
-        raise ValueError(f"construction must be one of {sorted(MULTI_HOP_BUILDERS)}, got {construction!r}")
+    spec = _spec(construction)
+    options = {key: value for key, value in (options or {}).items() if value is not None}
+    options.setdefault("lam", 1.0)
+    refused = sorted(set(options) - spec.accepts())
+    if refused:
+        names = ", ".join(OPTION_FLAGS.get(o, o) for o in refused)
+        raise InputError(f"{spec.label} does not take {names}; it takes: "
+                         f"{', '.join(sorted(OPTION_FLAGS.get(o, o) for o in spec.accepts()))}")
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
-    cot = construction == "cot"
-    need = query_bytes(N, R, k, cot)
+    if spec.hops == "single" and k != 1:
+        raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
+    if dtype not in ("float32", "float64"):
+        raise InputError(f"dtype must be float32 or float64, got {dtype!r}")
+    integer = bool(options.get("integer", False))
+    if bits is not None and integer:
+        raise InputError("--bits and --integer do not combine: quantized weights are not integers")
+    for variant, asked in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
+        if asked and variant not in spec.variants:
+            raise InputError(f"{spec.label} does not support {variant} relations/attributes")
+    greedy = spec.decoding == "greedy"
+    need = query_bytes(N, R, k, greedy)
     if need > max_bytes:
-        raise ValueError(f"checking all N·R^k = {N * R**k:,} queries needs about {need / 2**30:.2f} GiB, more "
-                         f"than the {max_bytes / 2**30:.2f} GiB allowed (max_bytes)")
-    result_id, builder = MULTI_HOP_BUILDERS[construction]
-    seeds = np.random.SeedSequence(seed).spawn(2)
-    task = random_task(N, R, np.random.default_rng(seeds[0]))
-    kwargs = {"beta": beta} if beta is not None else {}
-    built = builder(task, k, codes, D=D, attention=attention, rng=np.random.default_rng(seeds[1]),
-                    max_bytes=max_bytes, **kwargs)
-    tokens, answers = multi_hop_queries(task, k)
-    name = f"{result_id} {codes}" + (" (hard attn, idealized)" if attention == "hard" else "")
-    params = {"N": N, "R": R, "k": k, "D": built.codes.D, "construction": construction, "codes": codes,
-              "attention": attention, "beta": built.constants.get("beta"), "seed": seed}
-    if not cot:
-        return check_construction(name, params, built, tokens, answers, progress=progress)
-    targets = chains(task, k)
-    greedy = check_decoding(built.model, tokens, targets, progress=progress)
-    forced = check_queries(built.model, np.concatenate([tokens, targets[:, :-1]], axis=1), targets,
-                           positions=np.arange(k, 2 * k))
-    report = Report(name, params, built.promise, greedy, achieved_sizes(built.model),
+        raise InputError(f"checking all N·R^k = {N * R**k:,} queries needs about {need / 2**30:.2f} GiB, more "
+                         f"than the {max_bytes / 2**30:.2f} GiB allowed (lower N, R or k, or raise --max-gib)")
+    if "max_bytes" in spec.accepts():
+        options.setdefault("max_bytes", max_bytes)
+    if task is None:
+        task = task_for_seed(N, R, seed, attributes=attributes, symmetric=symmetric)
+    built = spec.build(task, k, codes=codes, D=D, rng=seeds.rng(seed, "codes"), **options)
+    if save is not None:
+        from georecall.constructions.model import save_model
+        save_model(built.model, save, extra_arrays={"task_table": task.table}, N=task.N, R=task.R, k=k,
+                   construction=spec.id, codes=codes, seed=seed, options={k_: v for k_, v in options.items()
+                                                                          if k_ != "max_bytes"})
+    attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
+    name = f"{spec.id} {codes}{' int' if integer else ''}" + (" (hard attn, idealized)" if attention == "hard"
+                                                              else "")
+    params = {"N": task.N, "R": task.R, "k": k, "D": built.codes.D, "construction": spec.id, "codes": codes,
+              "seed": seed, "dtype": "float64" if integer else dtype, "bits": bits, "attributes": task.attributes,
+              "symmetric": symmetric, **{key: value for key, value in options.items() if key != "max_bytes"},
+              **{key: built.constants[key] for key in ("gate", "beta") if key in built.constants}}
+    tokens, answers = queries(task, k)
+    if bits is not None:
+        model = quantize(built.model, bits).astype(np.dtype(dtype))
+        if greedy:
+            result = check_decoding(model, tokens, teacher_forcing(task, k)[1], keep=keep, progress=progress)
+        else:
+            result = check_queries(model, tokens, answers, keep=keep, progress=progress)
+        return Report(f"{name} @{bits} bits", params, None, result, achieved_sizes(model),
+                      {"promise (exact weights)": built.promise.as_dict()})
+    if not greedy:
+        return check_construction(name, params, built, tokens, answers, integer=integer,
+                                  dtype=None if integer else np.dtype(dtype), keep=keep, progress=progress)
+    model = built.model if integer else built.model.astype(np.dtype(dtype))
+    forced_tokens, targets, positions = teacher_forcing(task, k)
+    greedy_result = check_decoding(model, tokens, targets, keep=keep, progress=progress)
+    forced = check_queries(model, forced_tokens, targets, positions=positions)
+    report = Report(name, params, built.promise, greedy_result, achieved_sizes(built.model),
                     {"constants": built.constants, "codes": built.codes.kind, "mu": built.codes.mu,
                      "teacher_forcing": forced.as_dict()})
     report.extra_checks["teacher forcing: every step exact"] = forced.exact
     report.extra_checks["teacher forcing: margin >= promise"] = margin_reaches(forced.min_margin,
-                                                                               built.promise.margin)
+                                                                               built.promise.margin, forced.dtype)
     return report
 
 
-def section_multi_hop(seed: int = 0, progress: bool = False) -> list[Report]:
-    """G2, A2(a), A2(b) and C1 at sizes that run in seconds, with softmax attention (and G2 hard, labelled)."""
-    cases = [("path-blocks", 1024, 3, 3, "softmax"), ("path-blocks", 256, 3, 2, "hard"),
-             ("associative", 64, 3, 2, "softmax"), ("layered", 256, 3, 3, "softmax"),
-             ("cot", 1024, 4, 3, "softmax")]
-    reports = []
-    for construction, N, R, k, attention in cases:
-        _log(progress, f"multi hop: {construction}, N={N}, R={R}, k={k}, {attention} attention")
-        reports.append(check_multi_hop(N, R, k, construction=construction, attention=attention, seed=seed))
+def check_single_hop(N: int, R: int, *, construction: str = "geometric", codes: str = "binary",
+                     D: int | None = None, seed: int = 0, integer: bool = False, gate: float | None = None,
+                     beta: float | None = None, lam: float = 1.0, **kwargs) -> Report:
+    """:func:`run_check` for a single-hop construction (G1 by default)."""
+    spec = _spec(construction)
+    if spec.hops != "single":
+        raise InputError(f"{spec.label} is a k-hop construction: use check multi-hop")
+    options = {"gate": gate, "beta": beta, "lam": lam, **({"integer": True} if integer else {})}
+    return run_check(spec, N, R, 1, seed=seed, codes=codes, D=D, options=options, **kwargs)
+
+
+def check_multi_hop(N: int, R: int, k: int, *, construction: str = "path-blocks", codes: str = "binary",
+                    D: int | None = None, attention: str = "softmax", beta: float | None = None,
+                    gate: float | None = None, seed: int = 0, **kwargs) -> Report:
+    """:func:`run_check` for a k-hop construction (G2 by default), with softmax or (idealized) hard attention."""
+    spec = _spec(construction)
+    if spec.hops != "multi":
+        raise InputError(f"{spec.label} is a single-hop construction: use check single-hop")
+    return run_check(spec, N, R, k, seed=seed, codes=codes, D=D,
+                     options={"attention": attention, "beta": beta, "gate": gate}, **kwargs)
+
+
+def precision_scan(construction: str, N: int, R: int, k: int | None = None, *, codes: str = "binary",
+                   D: int | None = None, seed: int = 0, max_bits: int = 24) -> dict:
+    """Smallest bits per parameter at which a construction stays exact on every query of THE seeded task
+    (greedy decoding for chain-of-thought). ``k=None``: a single-hop construction; otherwise a k-hop one."""
+    spec = _spec(construction)
+    if (k is None) != (spec.hops == "single"):
+        raise InputError(f"{spec.label} is a {spec.hops}-hop construction: "
+                         f"{'omit --k' if spec.hops == 'single' else 'give --k'}")
+    hops = 1 if k is None else k
+    task = task_for_seed(N, R, seed)
+    built = spec.build(task, hops, codes=codes, D=D, rng=seeds.rng(seed, "codes"))
+    tokens, answers = queries(task, hops)
+    if spec.decoding == "greedy":
+        targets = teacher_forcing(task, hops)[1]
+        check = lambda m: check_decoding(m, tokens, targets)  # noqa: E731
+    else:
+        check = lambda m: check_queries(m, tokens, answers)  # noqa: E731
+    bits, records = smallest_exact_bits(built.model, check, max_bits=max_bits)
+    return {"construction": spec.id, "N": N, "R": R, "k": hops, "codes": codes, "D": built.codes.D,
+            "seed": seed, "queries": int(tokens.shape[0]), "smallest_exact_bits": bits, "records": records,
+            "quantization": "uniform symmetric per tensor: step max|W|/(2^(b-1)-1)"}
+
+
+def _case_report(spec: ConstructionSpec, case: dict, seed: int, progress: bool) -> list[Report]:
+    case = dict(case)
+    N, R, k = case.pop("N"), case.pop("R"), case.pop("k", 1)
+    codes, D = case.pop("codes", "binary"), case.pop("D", None)
+    compare = case.pop("compare_integer", False)
+    _log(progress, f"{spec.label}: {codes} codes, N={N}, R={R}, k={k}"
+         + (" (float64, then integer mode)" if compare else ""))
+    if not compare:
+        return [run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options=case)]
+    as_float = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options=case, keep=True)
+    as_int = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**case, "integer": True}, keep=True)
+    agree = bool(np.array_equal(as_float.result.predictions, as_int.result.predictions))
+    as_int.extra["agrees_with_float"] = agree
+    as_int.extra_checks["float and integer predictions agree"] = agree
+    return [as_float, as_int]
+
+
+def section_constructions(hops: str, seed: int = 0, progress: bool = False) -> list[Report]:
+    """Every registered construction with ``hops`` at the sizes its spec lists (``verify_cases``)."""
+    reports: list[Report] = []
+    for spec in registry.specs(hops):
+        for case in spec.verify_cases:
+            reports += _case_report(spec, case, seed, progress)
     return reports
 
 
+def section_single_hop(seed: int = 0, progress: bool = False) -> list[Report]:
+    """Single-hop constructions (G1 at full default size in float and integer mode, which must agree; G1 with
+    random codes; A1)."""
+    return section_constructions("single", seed, progress)
+
+
+def section_multi_hop(seed: int = 0, progress: bool = False) -> list[Report]:
+    """k-hop constructions at sizes that run in seconds, softmax attention (and hard, labelled)."""
+    return section_constructions("multi", seed, progress)
+
+
 def tradeoff_rows(N: int, R: int, k_max: int) -> list[dict]:
-    """d, m and parameters that G2, A2(a), A2(b) and C1 promise for k = 1..k_max (binary codes, ε = 0: sizes
-    do not depend on the attention constants)."""
+    """d, m and parameters every registered k-hop construction promises for k = 1..k_max (binary codes, nominal
+    constants: sizes do not depend on the attention constants)."""
     N, R, k_max = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k_max", k_max)))
-    D = binary_length(N)
-    geometry = {"norm_sq": 1.0, "mu": statements.binary_coherence(D) if D > 1 else -1.0}
+    if R ** k_max > 2**40:
+        raise InputError(f"R^k_max = {R}^{k_max} is too large to tabulate (over 2^40 relation paths)")
     rows = []
     for k in range(1, k_max + 1):
-        promises = {
-            "G2": statements.g2_promise(N, R, k, D, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None,
-                                        **geometry),
-            "A2a": statements.a2_width_promise(N, R, k, D, gate=1.0, beta=None, **geometry),
-            "A2b": statements.a2_depth_promise(N, R, k, D, beta=None, **geometry),
-            "C1": statements.c1_promise(N, R, k, D, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None,
-                                        **geometry),
-        }
-        for name, p in promises.items():
-            rows.append({"k": k, "construction": name, "d": p.d, "m": p.m, "params": p.params,
-                         "fact_params": p.fact_params, "N": N, "R": R, "D": D})
+        for spec in registry.specs("multi"):
+            p = spec.nominal_promise(N, R, k)
+            rows.append({"k": k, "construction": spec.id, "d": p.d, "m": p.m, "params": p.params,
+                         "fact_params": p.fact_params, "N": N, "R": R, "D": binary_length(N)})
     return rows
 
 
@@ -241,12 +257,12 @@ def section_training(seed: int = 0, progress: bool = False) -> list[Report]:
     from georecall.verify.train import check_grads, init_model, train
     reports = []
     start = time.perf_counter()
-    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[2])
+    rng = seeds.rng(seed, "init")
     checks = {}
     for attention in ("uniform", "softmax"):
         model = init_model(7, 3, 6, 5, attention=attention, heads=2, layers=2, positions=3, rng=rng,
                            dtype=np.float64)
-        tokens, answers = multi_hop_queries(random_task(7, 3, rng), 2)
+        tokens, answers = queries(task_for_seed(7, 3, seed), 2)
         try:
             checked = check_grads(model, tokens, answers, rng=rng)
             checks[f"{attention} attention, 2 layers: {len(checked)} parameters"] = True
@@ -258,10 +274,11 @@ def section_training(seed: int = 0, progress: bool = False) -> list[Report]:
     N, R = 256, 4
     _log(progress, f"training: N={N}, R={R} at G1's d, then learned vs frozen thresholds")
     start = time.perf_counter()
-    task = random_task(N, R, np.random.default_rng(seed))
-    tokens, answers = single_hop_queries(task)
-    g1_d = statements.g1_promise(N, R, binary_length(N), norm_sq=1, mu=0, max_abs=1, beta=3).d
-    trained = train(init_model(N, R, g1_d, 4 * g1_d, rng=seed), tokens, answers, steps=1000, rng=seed)
+    task = task_for_seed(N, R, seed)
+    tokens, answers = queries(task)
+    g1_d = registry.get("G1").nominal_promise(N, R, 1).d
+    trained = train(init_model(N, R, g1_d, 4 * g1_d, rng=seeds.rng(seed, "init")), tokens, answers, steps=1000,
+                    rng=seeds.rng(seed, "batches"))
     reports.append(claim_report("GD reaches 100% at G1's d", {"N": N, "R": R, "seed": seed},
                                 {f"trained d = {g1_d} answers all {N * R} facts": trained.reached},
                                 time.perf_counter() - start, {"d": g1_d, "m": 4 * g1_d},
@@ -287,9 +304,10 @@ def section_probes(seed: int = 0, progress: bool = False) -> list[Report]:
     from georecall.verify.train import init_model
     _log(progress, "probes: G1 (N=512, R=4) exact; an untrained model for contrast")
     start = time.perf_counter()
-    task = random_task(512, 4, np.random.default_rng(seed))
-    g1 = probe_all(build_g1(task, "binary").model, task, rng=seed, transfer_steps=5)
-    untrained = probe_all(init_model(512, 4, 16, 64, rng=seed), task, rng=seed, transfer_steps=5)
+    task = task_for_seed(512, 4, seed)
+    g1 = probe_all(registry.get("G1").build(task).model, task, rng=seeds.rng(seed, "probes"), transfer_steps=5)
+    untrained = probe_all(init_model(512, 4, 16, 64, rng=seeds.rng(seed, "init")), task,
+                          rng=seeds.rng(seed, "probes"), transfer_steps=5)
     checks = {
         "G1 held-out encoding R² = 1": abs(g1["readout"]["encoding_r2"] - 1) < 1e-9,
         "G1 per-relation probes 100%": g1["readout"]["probe_accuracy_mean"] == 1.0,
@@ -305,8 +323,8 @@ def section_probes(seed: int = 0, progress: bool = False) -> list[Report]:
 
 
 SECTIONS: list[tuple[str, Callable[..., list[Report]]]] = [
-    ("single hop (G1, A1)", section_single_hop),
-    ("multi hop (G2, A2, C1)", section_multi_hop),
+    ("single hop", section_single_hop),
+    ("multi hop", section_multi_hop),
     ("lower bounds and counting", section_bounds),
     ("gradient descent", section_training),
     ("mechanism probes", section_probes),

@@ -1,0 +1,109 @@
+"""The shared parts of the hand-built constructions, each written once.
+
+- :func:`uniform_gain_attention`: one uniform head with ``W_V = I``, ``W_O = g·I`` (the single-hop mixer);
+- :func:`block_superposition`: subject embeddings ``e_s = Σ_b J_{B_b} a_{answer_b(s)}`` (G1, G2, C1);
+- :func:`gated_selector`: the AND-gated ReLU selector MLP (G1, G2, C1): unit ``(b, i, σ)`` computes
+  ``ReLU(σ·y_{B_b,i} + Σ_j y_{gate_j(b)} − θ)`` and writes ``σ`` into ``O_i``;
+- :func:`positional_heads`: softmax heads that fetch a one-hot code from a fixed position (multi-hop);
+- :func:`one_hot_positions`, :func:`code_readout`, :func:`relation_tagged_readout`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from georecall.constructions.codes import Codes
+from georecall.constructions.model import MLP, Attention
+
+__all__ = ["block_superposition", "code_readout", "gated_selector", "one_hot_positions", "positional_heads",
+           "relation_tagged_readout", "uniform_gain_attention"]
+
+SIGMA = np.array([1.0, -1.0])
+
+
+def uniform_gain_attention(d: int, gain: float) -> Attention:
+    """One uniform head with ``W_V = I_d`` and ``W_O = gain·I_d``: at the last of T positions it adds
+    ``gain·mean_u x_u`` to the residual."""
+    return Attention("uniform", W_V=np.eye(d)[None], W_O=gain * np.eye(d)[None])
+
+
+def block_superposition(codes: Codes, answers: np.ndarray, blocks: np.ndarray, d: int) -> np.ndarray:
+    """Entity embeddings ``E (N, d)`` with ``E[s, blocks[b]] = a_{answers[b, s]}`` and zeros elsewhere.
+
+    ``answers`` has shape ``(P, N)`` (one row per block: a relation for G1 and C1, a relation path for G2) and
+    ``blocks`` shape ``(P, D)``: ``e_s = Σ_b J_{B_b} a_{answers[b, s]}``, the block superposition.
+    """
+    P, N = answers.shape
+    E = np.zeros((N, d))
+    E[:, blocks.reshape(-1)] = codes.vectors[answers].transpose(1, 0, 2).reshape(N, P * codes.D)
+    return E
+
+
+def gated_selector(d: int, blocks: np.ndarray, gates: list[np.ndarray], out: np.ndarray, threshold: float) -> MLP:
+    """The AND-gated selector: ``m = 2·P·D`` units ``(b, i, σ)`` for ``blocks (P, D)`` and ``σ = ±1``.
+
+    Unit ``(b, i, σ)`` computes ``ReLU(σ·y[blocks[b, i]] + Σ_j y[gates[j][b]] − threshold)`` and writes ``σ``
+    into ``y[out[i]]``. When every gate of block b holds its open value and the gates sum to ``threshold``,
+    the pair ``(b, i, ±)`` outputs ``ReLU(t) − ReLU(−t) = t = y[blocks[b, i]]``: the MLP copies block b into O.
+    When some gate of b is shut by more than ``max |y[blocks[b, ·]]|``, the pair outputs 0 (the ReLU is the
+    gate). Each builder states the inequality that makes "shut" hold for its gate values.
+    """
+    P, D = blocks.shape
+    m = 2 * P * D
+    unit = np.arange(m).reshape(P, D, 2)  # unit[b, i, 0] has σ = +1, unit[b, i, 1] has σ = −1
+    W1 = np.zeros((d, m))
+    W1[blocks[:, :, None], unit] = SIGMA
+    for gate in gates:
+        W1[np.asarray(gate)[:, None, None], unit] = 1.0
+    W2 = np.zeros((m, d))
+    W2[unit, np.asarray(out)[None, :, None]] = SIGMA
+    return MLP(W1, np.full(m, -float(threshold)), W2, np.zeros(d))
+
+
+def positional_heads(d: int, pos: np.ndarray, targets: list[dict[int, int]], read: np.ndarray,
+                     writes: list[np.ndarray], gains: list[float], kind: str, beta: float | None) -> Attention:
+    """Heads that copy the coordinates ``read`` (a one-hot code) of one target position into ``writes[h]``.
+
+    Head h at query position q scores ``β·[u = targets[h][q]]`` through one-hot positions ``pos`` (positions q
+    absent from ``targets[h]`` score 0 everywhere); its value reads ``read`` and writes ``gains[h]·`` that code
+    into ``writes[h]``. With n other visible positions it puts weight ``ε = n/(e^β + n)`` off target.
+    """
+    H, T, width = len(targets), pos.size, read.size
+    W_Q, W_K = np.zeros((H, d, T)), np.zeros((H, d, T))
+    W_V, W_O = np.zeros((H, d, width)), np.zeros((H, width, d))
+    for h, target in enumerate(targets):
+        for q, u in target.items():
+            W_Q[h, pos[q], u] = 1.0
+        W_K[h, pos, np.arange(T)] = 1.0
+        W_V[h, read, np.arange(width)] = 1.0
+        W_O[h, np.arange(width), writes[h]] = gains[h]
+    return Attention(kind, W_V=W_V, W_O=W_O, W_Q=W_Q, W_K=W_K,
+                     inverse_temperature=1.0 if beta is None else beta)
+
+
+def one_hot_positions(pos: np.ndarray, d: int) -> np.ndarray:
+    """Position embeddings ``P (T, d)`` with ``P[t] = 1_{pos[t]}``."""
+    P = np.zeros((pos.size, d))
+    P[np.arange(pos.size), pos] = 1.0
+    return P
+
+
+def code_readout(codes: Codes, n_out: int, d: int, out: np.ndarray, lam: float) -> np.ndarray:
+    """``U (n_out, d)`` with ``U_j = λ·a_j`` on the coordinates ``out`` and zero elsewhere."""
+    U = np.zeros((n_out, d))
+    U[:, out] = lam * codes.vectors[:n_out]
+    return U
+
+
+def relation_tagged_readout(codes: Codes, N: int, R: int, d: int, out: np.ndarray, tags: np.ndarray, lam: float,
+                            gamma: float) -> np.ndarray:
+    """Read-out for *disjoint* attributes (answer id ``r·N + j``): ``U_{(r,j)} = λ·(J_O a_j + γ·1_{tags[r]})``.
+
+    ``tags[r]`` is a residual coordinate that holds a positive value ``t`` exactly when relation r is asked
+    (G1's gate, A1's relation coordinate) and 0 otherwise. Against an answer of the wrong relation the right
+    one gains ``λ·γ·t`` and loses at most ``λ·c·|a|²(1 − μ)`` on the code part when ``γ·t >= c·|a|²(1 − μ)``
+    (c the scale of the code written in O): the single-hop margin is unchanged.
+    """
+    U = np.zeros((N * R, d))
+    U[:, out] = lam * np.tile(codes.vectors[:N], (R, 1))
+    U[np.arange(N * R), np.repeat(tags, N)] = lam * gamma
+    return U

@@ -1,0 +1,240 @@
+"""The construction registry: the ONE list of constructions (DESIGN.md, decisions).
+
+Each :class:`ConstructionSpec` says what a construction is (id, command-line name, the result it implements),
+how to build it, what its theorem promises at nominal constants (for tables), how many hops it answers, how its
+answers are decoded, which lower bound governs it, which options its builder takes, and the sizes
+``georecall verify`` checks it at. The command line's choices, the ``verify`` cases, the tradeoff table and the
+bound tables are all derived from :func:`specs`.
+
+Bring your own construction: define a spec in your own module and either call :func:`register` or point the
+command line at it, ``georecall check single-hop --construction my_module:SPEC`` (or ``path/to/file.py:SPEC``);
+:func:`resolve` imports it. The checker then builds it on the seeded task and checks every query against the
+promise the spec's builder returns (see ``examples/my_construction.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from georecall.constructions.codes import binary_length
+from georecall.constructions.multi_hop import build_a2_depth, build_a2_width, build_c1, build_g2
+from georecall.constructions.single_hop import Construction, build_a1, build_g1
+from georecall.theory import statements
+from georecall.theory.statements import Promise
+from georecall.theory.tasks import Task
+
+from georecall.errors import InputError
+
+__all__ = ["BOUNDS", "COMMON_OPTIONS", "ConstructionSpec", "get", "register", "resolve", "specs", "unregister"]
+
+# Options every builder takes: the codebook, its length, the read-out scale and the codes' random stream.
+COMMON_OPTIONS = frozenset({"codes", "D", "lam"})
+BOUNDS = ("total_information", "tradeoff", "chain_of_thought")
+
+
+@dataclass(frozen=True, eq=False)
+class ConstructionSpec:
+    """One construction, as the rest of georecall sees it.
+
+    Attributes
+    ----------
+    id : short id used in reports and tables ("G1", "A2a", ...)
+    name : command-line name ("geometric", "associative-width", ...)
+    result : the paper result (or baseline) it implements
+    build : ``build(task, k, *, rng, **options) -> Construction``; options are ``codes``, ``D``, ``lam`` and
+        those in ``options``
+    nominal_promise : ``(N, R, k) -> Promise`` at binary codes and default constants (sizes for tables)
+    hops : "single" (k = 1 only) or "multi" (any k >= 1)
+    decoding : "last" (argmax at the last position) or "greedy" (chain-of-thought decoding of k tokens)
+    bound : the lower bound that governs a model of its kind (one of ``BOUNDS``)
+    options : builder options beyond the common ones (``gate``, ``beta``, ``attention``, ``gain``, ``integer``)
+    variants : task variants it supports beyond shared attributes ("disjoint", "symmetric")
+    verify_cases : keyword sets (N, R, k, codes, D, options...) that ``georecall verify`` checks
+    """
+
+    id: str
+    name: str
+    result: str
+    build: Callable[..., Construction]
+    nominal_promise: Callable[[int, int, int], Promise]
+    hops: Literal["single", "multi"] = "single"
+    decoding: Literal["last", "greedy"] = "last"
+    bound: str = "total_information"
+    options: frozenset[str] = frozenset()
+    variants: frozenset[str] = frozenset()
+    verify_cases: tuple[dict, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.hops not in ("single", "multi"):
+            raise InputError(f"spec {self.id}: hops must be 'single' or 'multi', got {self.hops!r}")
+        if self.decoding not in ("last", "greedy"):
+            raise InputError(f"spec {self.id}: decoding must be 'last' or 'greedy', got {self.decoding!r}")
+        if self.bound not in BOUNDS:
+            raise InputError(f"spec {self.id}: bound must be one of {BOUNDS}, got {self.bound!r}")
+        object.__setattr__(self, "options", frozenset(self.options))
+        object.__setattr__(self, "variants", frozenset(self.variants))
+
+    @property
+    def label(self) -> str:
+        return f"{self.id} ({self.name})"
+
+    def accepts(self) -> frozenset[str]:
+        """Every builder option this construction takes."""
+        return COMMON_OPTIONS | self.options
+
+
+_REGISTRY: dict[str, ConstructionSpec] = {}
+
+
+def register(spec: ConstructionSpec, *, replace: bool = False) -> ConstructionSpec:
+    """Add a spec. Its id and name must be new (unless ``replace``), and must not collide with another spec's."""
+    if not isinstance(spec, ConstructionSpec):
+        raise InputError(f"register() takes a ConstructionSpec, got {type(spec).__name__}")
+    for other in _REGISTRY.values():
+        same = {spec.id.lower(), spec.name.lower()} & {other.id.lower(), other.name.lower()}
+        if same and not (replace and other.id == spec.id):
+            raise InputError(f"construction {spec.label} collides with registered {other.label} on {sorted(same)}")
+    _REGISTRY[spec.id] = spec
+    return spec
+
+
+def unregister(spec_id: str) -> None:
+    """Remove a registered spec (tests and notebooks)."""
+    _REGISTRY.pop(spec_id, None)
+
+
+def specs(hops: str | None = None) -> list[ConstructionSpec]:
+    """Registered specs in registration order, optionally only single- or multi-hop ones."""
+    return [s for s in _REGISTRY.values() if hops is None or s.hops == hops]
+
+
+def get(key: str) -> ConstructionSpec:
+    """The spec whose id or name is ``key`` (case-insensitive); ``InputError`` listing the choices otherwise."""
+    for spec in _REGISTRY.values():
+        if key.lower() in (spec.id.lower(), spec.name.lower()):
+            return spec
+    choices = ", ".join(s.label for s in _REGISTRY.values())
+    raise InputError(f"no construction {key!r}; registered: {choices} (or MODULE:ATTR for your own)")
+
+
+def resolve(key: str) -> ConstructionSpec:
+    """A registered id/name, or ``module:ATTR`` / ``path/to/file.py:ATTR`` naming a ConstructionSpec to import
+    (the current directory is importable, as with ``python -m``); an imported spec is registered."""
+    if ":" not in key:
+        return get(key)
+    where, _, attr = key.rpartition(":")
+    try:
+        if where.endswith(".py"):
+            if not os.path.isfile(where):
+                raise InputError(f"no such file {where!r}")
+            name = "georecall_user_" + os.path.splitext(os.path.basename(where))[0]
+            module_spec = importlib.util.spec_from_file_location(name, where)
+            assert module_spec is not None and module_spec.loader is not None
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path and "" not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(where)
+    except ImportError as exc:
+        raise InputError(f"cannot import {where!r} for construction {key!r}: {exc}") from None
+    spec = getattr(module, attr, None)
+    if not isinstance(spec, ConstructionSpec):
+        raise InputError(f"{key!r} is not a ConstructionSpec (got {type(spec).__name__})")
+    existing = _REGISTRY.get(spec.id)
+    if existing is not spec:
+        register(spec, replace=existing is not None and existing.name == spec.name)
+    return spec
+
+
+# ------------------------------------------------------------------------------------------ the six built in
+
+
+def _nominal_geometry(N: int) -> tuple[int, dict]:
+    """Binary codes at unit scale: D = ⌈log2 N⌉, gap = 2/D (μ = 1 − 2/D), distinct."""
+    D = binary_length(N)
+    return D, {"gap": 2 / D if N > 1 else 2.0, "distinct": (D, D - 2 if N > 1 else -D)}
+
+
+def _single(builder):
+    def build(task: Task, k: int = 1, **options) -> Construction:
+        if k != 1:
+            raise InputError(f"{builder.__name__} answers single-hop queries only (k = 1), got k = {k}")
+        codes = options.pop("codes", "binary")
+        return builder(task, codes, **options)
+    build.__doc__ = builder.__doc__
+    return build
+
+
+def _multi(builder):
+    def build(task: Task, k: int = 1, **options) -> Construction:
+        codes = options.pop("codes", "binary")
+        return builder(task, k, codes, **options)
+    build.__doc__ = builder.__doc__
+    return build
+
+
+def _g1_nominal(N: int, R: int, k: int = 1) -> Promise:
+    D, geometry = _nominal_geometry(N)
+    return statements.g1_promise(N, R, D, **geometry, max_abs=D**-0.5, gate=4 * D**-0.5)
+
+
+def _a1_nominal(N: int, R: int, k: int = 1) -> Promise:
+    D, geometry = _nominal_geometry(N)
+    return statements.a1_promise(N, R, D, **geometry)
+
+
+def _g2_nominal(N: int, R: int, k: int) -> Promise:
+    D, geometry = _nominal_geometry(N)
+    return statements.g2_promise(N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5,
+                                 beta=None)
+
+
+def _a2a_nominal(N: int, R: int, k: int) -> Promise:
+    D, geometry = _nominal_geometry(N)
+    return statements.a2_width_promise(N, R, k, D, **geometry, gate=2 * geometry["gap"], beta=None)
+
+
+def _a2b_nominal(N: int, R: int, k: int) -> Promise:
+    D, geometry = _nominal_geometry(N)
+    return statements.a2_depth_promise(N, R, k, D, **geometry, beta=None)
+
+
+def _c1_nominal(N: int, R: int, k: int) -> Promise:
+    D, geometry = _nominal_geometry(N)
+    return statements.c1_promise(N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5,
+                                 beta=None)
+
+
+_MULTI = frozenset({"gate", "beta", "attention", "max_bytes"})
+register(ConstructionSpec(
+    "G1", "geometric", "Theorem 4.1: block superposition + ReLU-gated relation selector", _single(build_g1),
+    _g1_nominal, options={"gate", "gain", "integer"}, variants={"disjoint", "symmetric"},
+    verify_cases=({"N": 4096, "R": 16, "compare_integer": True}, {"N": 512, "R": 8, "codes": "sign", "D": 48},
+                  {"N": 512, "R": 8, "codes": "gaussian", "D": 48})))
+register(ConstructionSpec(
+    "A1", "associative", "associative-memory baseline: one MLP unit per fact", _single(build_a1), _a1_nominal,
+    options={"gain", "integer"}, variants={"disjoint", "symmetric"},
+    verify_cases=({"N": 512, "R": 8, "integer": True}, {"N": 256, "R": 4, "codes": "sign"})))
+register(ConstructionSpec(
+    "G2", "path-blocks", "k hops without CoT in one layer: one block per relation path", _multi(build_g2),
+    _g2_nominal, hops="multi", bound="tradeoff", options=_MULTI,
+    verify_cases=({"N": 1024, "R": 3, "k": 3}, {"N": 256, "R": 3, "k": 2, "attention": "hard"})))
+register(ConstructionSpec(
+    "A2a", "associative-width", "k hops without CoT in one layer: one MLP unit per k-hop fact",
+    _multi(build_a2_width), _a2a_nominal, hops="multi", bound="tradeoff", options=_MULTI,
+    verify_cases=({"N": 64, "R": 3, "k": 2},)))
+register(ConstructionSpec(
+    "A2b", "associative-depth", "k hops without CoT in k layers: one associative MLP of width 2·N·R, shared",
+    _multi(build_a2_depth), _a2b_nominal, hops="multi", bound="tradeoff", options=_MULTI - {"gate"},
+    verify_cases=({"N": 256, "R": 3, "k": 3},)))
+register(ConstructionSpec(
+    "C1", "cot", "k hops with chain-of-thought in one layer: the G1 selector at every generated token",
+    _multi(build_c1), _c1_nominal, hops="multi", decoding="greedy", bound="chain_of_thought", options=_MULTI,
+    verify_cases=({"N": 1024, "R": 4, "k": 3},)))

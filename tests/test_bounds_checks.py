@@ -1,0 +1,132 @@
+"""Negative controls for the ``lower bounds and counting`` section of ``georecall verify``.
+
+For each of its five rows, a deliberately broken input — a wrong count, a bound made too strong, a broken
+gadget graph, a broken quantization — makes exactly that row FAIL, and the other rows still pass. The
+unbroken section passes. (The section runs in about 5 s; the enumeration cases are trimmed to the fast ones in
+the controls that do not concern counting.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from georecall.bounds import counting, graphs, lower
+from georecall.verify import bounds_checks, precision
+from georecall.verify.bounds_checks import section_bounds
+
+ROWS = ["counts = independent golden values", "count bounds <= exact counts", "gadget family valid",
+        "bits needed: smallest exact b, b-1 fails", "lower bounds <= verified constructions"]
+
+
+def failing_rows(reports) -> list[str]:
+    assert [r.name for r in reports] == ROWS
+    return [r.name for r in reports if not r.passed]
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    """Smaller cases of every row (the smallest exact b is the same there: ``georecall precision``)."""
+    monkeypatch.setattr(bounds_checks, "COUNT_CASES", [(3, 1, 3), (3, 2, 3), (4, 2, 3)])
+    monkeypatch.setattr(bounds_checks, "GOLDEN_TREES", {7: bounds_checks.GOLDEN_TREES[7]})
+    monkeypatch.setattr(bounds_checks, "PRECISION_CASES", [
+        ("G1", "geometric", 256, 4, None), ("A1", "associative", 256, 4, None), ("G2", "path-blocks", 64, 2, 2),
+        ("A2a", "associative", 64, 2, 2), ("A2b", "layered", 64, 2, 2), ("C1", "cot", 64, 2, 2)])
+
+
+def test_the_section_passes(fast):
+    assert failing_rows(section_bounds(0)) == []
+
+
+def test_a_wrong_count_fails_the_counting_row(monkeypatch, fast):
+    real = counting.enumerate_counts
+
+    def off_by_one(N, R, k_max, **kwargs):
+        counts = real(N, R, k_max, **kwargs)
+        return dataclasses.replace(counts, F={**counts.F, 2: counts.F[2] + 1})
+
+    monkeypatch.setattr(counting, "enumerate_counts", off_by_one)
+    assert failing_rows(section_bounds(0)) == [ROWS[0]]
+
+
+def test_a_wrong_tree_search_fails_the_counting_row(monkeypatch, fast):
+    monkeypatch.setattr(counting, "count_trees", lambda N, R, k: N**4)  # the upper side, not the count
+    assert failing_rows(section_bounds(0)) == [ROWS[0]]
+
+
+def test_a_sandwich_made_too_strong_fails_the_count_bound_row(monkeypatch, fast):
+    real = counting.closed_forms
+
+    def too_strong(N, R, k):  # the upper side N^(R^k) claimed as the lower side
+        closed = real(N, R, k)
+        return dataclasses.replace(closed, trees_lower=None if closed.trees_lower is None else N ** (R**k))
+
+    monkeypatch.setattr(counting, "closed_forms", too_strong)
+    assert failing_rows(section_bounds(0)) == [ROWS[1]]
+
+
+def test_an_F_lower_bound_made_too_strong_fails_the_count_bound_row(monkeypatch, fast):
+    monkeypatch.setattr(counting, "F_lower", lambda N, R, k: ((N, N, R),))  # (N!)^R: only true at k = 1
+    assert failing_rows(section_bounds(0)) == [ROWS[1]]
+
+
+def test_a_broken_gadget_graph_fails_the_gadget_row(monkeypatch, fast):
+    real = graphs.gadget_task
+
+    def swapped(N, R, k, M, leaves=None, rng=None):
+        task, roots, assigned = real(N, R, k, M, leaves, rng)
+        broken = assigned.copy()
+        broken[0, [0, -1]] = broken[0, [-1, 0]] if broken.shape[1] > 1 else broken[1, [0]]
+        return task, roots, broken
+
+    monkeypatch.setattr(graphs, "gadget_task", swapped)
+    assert failing_rows(section_bounds(0)) == [ROWS[2]]
+
+
+def test_an_invalid_gadget_graph_fails_the_gadget_row(monkeypatch, fast):
+    real = graphs.to_graph
+
+    def dropped_edge(task):
+        graph = real(task)
+        graph.remove_edge(*next(iter(graph.edges(keys=True))))
+        return graph
+
+    monkeypatch.setattr(graphs, "to_graph", dropped_edge)
+    assert failing_rows(section_bounds(0)) == [ROWS[2]]
+
+
+def test_a_quantizer_that_changes_nothing_fails_the_precision_row(monkeypatch, fast):
+    monkeypatch.setattr(precision, "quantize_array", lambda array, bits: array)
+    assert failing_rows(section_bounds(0)) == [ROWS[3]]
+
+
+def test_a_quantizer_keeping_zero_at_one_bit_fails_the_precision_row(monkeypatch, fast):
+    real = precision.quantize_array
+
+    def ternary_at_one_bit(array, bits):  # {-s, 0, s} is log2 3 bits, not 1
+        return real(array, 2 if bits == 1 else bits)
+
+    monkeypatch.setattr(precision, "quantize_array", ternary_at_one_bit)
+    assert failing_rows(section_bounds(0)) == [ROWS[3]]
+
+
+def test_a_bound_made_too_strong_fails_the_gap_row(monkeypatch, fast):
+    real = lower.total_information
+
+    def tripled(N, R, k=1, b=1, P0=0):
+        bound = real(N, R, k, b, P0)
+        return dataclasses.replace(bound, d_min=3 * bound.d_min)
+
+    monkeypatch.setattr(lower, "total_information", tripled)
+    assert failing_rows(section_bounds(0)) == [ROWS[4]]
+
+
+def test_a_cot_bound_made_too_strong_fails_the_gap_row(monkeypatch, fast):
+    real = lower.chain_of_thought
+
+    def tripled(N, R, k=1, b=1, P0=0):
+        bound = real(N, R, k, b, P0)
+        return dataclasses.replace(bound, d_min=3 * bound.d_min)
+
+    monkeypatch.setattr(lower, "chain_of_thought", tripled)
+    assert failing_rows(section_bounds(0)) == [ROWS[4]]

@@ -176,7 +176,8 @@ def run_trial(N: int, R: int, mode: str, seed: int, d: int, settings: TrialSetti
     Returns
     -------
     dict
-        The record: every :data:`TRIAL_KEY` field, the outcome and the timing field ``seconds``.
+        The record: every :data:`TRIAL_KEY` field, the outcome, the trainer's path (``train_path``: dense or
+        structure-aware) and the timing field ``seconds``.
     """
     _check_mode(mode)
     task = task_for_seed(N, R, seed)
@@ -191,6 +192,7 @@ def run_trial(N: int, R: int, mode: str, seed: int, d: int, settings: TrialSetti
             "m": settings.width_factor * d, "reached": bool(result.reached), "steps_run": result.steps,
             "final_loss": round(float(result.losses[-1]), 6),
             "final_batch_accuracy": float(result.accuracies[-1]), "seconds": round(result.seconds, 3),
+            "train_path": getattr(result, "path", "dense"),
             **asdict(settings), "seed_contract": SEED_CONTRACT, "version": __version__}
 
 
@@ -615,7 +617,7 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
     searches = {c: ThresholdSearch(range_["d_min"], range_["d_max"], range_["resolution"]) for c in todo}
     waiting = list(todo)  # searches not started yet
     in_flight: dict = {}  # future -> (config, d, attempts)
-    counts = {"done": total - len(todo), "new": 0, "reused": 0}
+    counts = {"done": total - len(todo), "new": 0, "reused": 0, "ready": start}
     visited_trials = per_search[:]  # trials per finished search, for the estimate of what is left
 
     def report(message: str) -> None:
@@ -623,12 +625,14 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
             return
         mean = float(np.mean(visited_trials)) if visited_trials else 6.0
         left = sum(max(round(mean) - len(s.visited), 1) for s in searches.values() if not s.done)
-        elapsed = time.perf_counter() - start
-        eta = elapsed / counts["new"] * left if counts["new"] else None
+        now = time.perf_counter()
+        elapsed = now - start
+        eta = (now - counts["ready"]) / counts["new"] * left if counts["new"] else None  # from the throughput
         reporter(ProgressInfo(counts["done"], total, counts["new"], counts["reused"], left, elapsed,
                               0.0 if left == 0 else eta, message))
 
     with open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log) as handle:
+        counts["ready"] = time.perf_counter()  # the ETA leaves out the executor's start-up
         capacity = workers if handle.kind in ("inline", "pool") else len(todo)
         if handle.kind == "inline":
             capacity = 1
@@ -678,6 +682,9 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
                 lost = []
                 for future in done:
                     config, d, attempts = in_flight.pop(future)
+                    if future.cancelled():  # not by us: the cluster dropped it (a Dask scheduler went away)
+                        raise ValueError(f"trials were cancelled by {handle.description} (scheduler lost?); "
+                                         f"{counts['new']} new trial(s) are in {path}: rerun to resume")
                     error = future.exception()
                     if error is None:
                         accept(config, d, future.result())

@@ -1,0 +1,300 @@
+"""Sweeps with real processes: the driver killed or interrupted, two sweeps on one file, workers killed, Dask.
+
+The local-pool tests need only Linux (they find leftover processes through /proc by an environment marker);
+the Dask tests need the ``distributed`` extra and skip without it. Everything listens on 127.0.0.1 only.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+from georecall.verify.executors import parse_scheduler
+from georecall.verify.sweep import TrialSettings, read_sweep, sweep
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds processes through /proc")
+
+SETTINGS = TrialSettings(steps=200)
+KILL_GRID = {"Ns": [64], "Rs": [2, 3], "modes": ["learned", "frozen"], "seeds": [0]}  # ~10 trials
+SMALL_GRID = {"Ns": [32], "Rs": [2], "modes": ["learned", "frozen"], "seeds": [0, 1]}
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    from georecall.verify.sweep import TrialSettings, sweep
+    if __name__ == "__main__":
+        args = json.loads(sys.argv[1])
+        args["settings"] = TrialSettings(**args["settings"])
+        try:
+            sweep(**args)
+        except KeyboardInterrupt:
+            sys.exit(130)
+""")
+
+
+def _strip(records):
+    return sorted(json.dumps({k: v for k, v in r.items() if k != "seconds"}, sort_keys=True) for r in records)
+
+
+def _raw_lines(path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def _marked(marker: str) -> list[int]:
+    """Live (non-zombie) processes whose environment holds ``marker``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                if marker.encode() not in handle.read():
+                    continue
+            with open(f"/proc/{name}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(name))
+    return found
+
+
+def _wait_until(predicate, timeout: float, what: str, poll: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+
+
+class _Driver:
+    """A sweep in a subprocess, tagged with an environment marker that its descendants inherit."""
+
+    def __init__(self, tmp_path, path, *, new_session=False, **kwargs):
+        self.marker = f"GEORECALL_TEST_MARKER={uuid.uuid4().hex}"
+        script = tmp_path / "run_sweep.py"
+        script.write_text(SCRIPT)
+        args = {"path": path, "settings": {"steps": SETTINGS.steps}, "progress": False, **kwargs}
+        key, value = self.marker.split("=")
+        self.stderr_path = tmp_path / f"stderr-{value}.txt"
+        with open(self.stderr_path, "w") as stderr:
+            self.process = subprocess.Popen([sys.executable, str(script), json.dumps(args)], stderr=stderr,
+                                            env={**os.environ, key: value}, start_new_session=new_session)
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+        for pid in _marked(self.marker):  # leave nothing behind even when the test fails
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def kill_reference(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("reference") / "full.jsonl")
+    sweep(path, **KILL_GRID, settings=SETTINGS, progress=False)
+    return read_sweep(path).records
+
+
+@pytest.fixture(scope="module")
+def small_reference(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("reference") / "small.jsonl")
+    sweep(path, **SMALL_GRID, settings=SETTINGS, progress=False)
+    return read_sweep(path).records
+
+
+# ------------------------------------------------------------------------------------------- local pool
+
+def test_sigkill_of_the_driver_leaves_no_orphans_and_the_rerun_gives_the_same_records(tmp_path, kill_reference):
+    """Issue 11 item 5: the workers, and the resource tracker, die with the driver; the rerun resumes."""
+    path = str(tmp_path / "r.jsonl")
+    driver = _Driver(tmp_path, path, workers=2, **KILL_GRID)
+    try:
+        _wait_until(lambda: os.path.exists(path) and _raw_lines(path) >= 2, 60, "the first records")
+        assert len(_marked(driver.marker)) >= 3, "driver and two workers"
+        driver.process.send_signal(signal.SIGKILL)
+        driver.process.wait(10)
+        _wait_until(lambda: not _marked(driver.marker), 5, "the workers to exit")
+    finally:
+        driver.close()
+    cut = read_sweep(path)
+    assert 0 < len(cut.records) < len(kill_reference)
+    sweep(path, **KILL_GRID, settings=SETTINGS, progress=False, lock_timeout=0)  # the lock died with the driver
+    assert _strip(read_sweep(path).records) == _strip(kill_reference)
+
+
+def test_ctrl_c_stops_the_driver_and_its_workers_within_about_a_second(tmp_path, kill_reference):
+    path = str(tmp_path / "r.jsonl")
+    driver = _Driver(tmp_path, path, new_session=True, workers=2, **KILL_GRID)
+    try:
+        _wait_until(lambda: os.path.exists(path) and _raw_lines(path) >= 1, 60, "the first record")
+        start = time.monotonic()
+        os.killpg(driver.process.pid, signal.SIGINT)  # what the terminal does: the whole process group
+        driver.process.wait(10)
+        stopped = time.monotonic() - start
+        _wait_until(lambda: not _marked(driver.marker), 3, "the workers to exit")
+    finally:
+        driver.close()
+    assert driver.process.returncode == 130
+    assert stopped < 1.5, f"took {stopped:.2f} s"
+    assert "interrupted" in driver.stderr and "Traceback" not in driver.stderr
+    cut = read_sweep(path)
+    assert cut.torn == 0 and cut.alien == 0
+    sweep(path, **KILL_GRID, settings=SETTINGS, progress=False)
+    assert _strip(read_sweep(path).records) == _strip(kill_reference)
+
+
+def test_two_concurrent_sweeps_on_one_file_write_every_record_once(tmp_path, small_reference):
+    """Issue 11 item 3: the second sweep waits for the lock, then finds everything done."""
+    path = str(tmp_path / "r.jsonl")
+    drivers = [_Driver(tmp_path, path, log=None, **SMALL_GRID) for _ in range(2)]
+    try:
+        for driver in drivers:
+            driver.process.wait(120)
+    finally:
+        for driver in drivers:
+            driver.close()
+    assert [d.process.returncode for d in drivers] == [0, 0], [d.stderr for d in drivers]
+    contents = read_sweep(path)
+    assert contents.duplicates == 0 and _raw_lines(path) == len(contents.records)
+    assert _strip(contents.records) == _strip(small_reference)
+    assert sum("waiting for" in d.stderr for d in drivers) == 1
+
+
+def _pool_workers() -> list[int]:
+    """Spawned multiprocessing children of this process (not the resource tracker)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            continue
+        if ppid == os.getpid() and b"spawn_main" in cmdline:
+            pids.append(int(name))
+    return pids
+
+
+def test_a_local_worker_killed_mid_sweep_is_replaced_and_nothing_is_lost(tmp_path, small_reference):
+    path = str(tmp_path / "r.jsonl")
+    killed, messages = [], []
+
+    def kill_a_worker(info):
+        if info.trials_done == 1 and not killed:
+            workers = _pool_workers()
+            assert len(workers) == 2
+            os.kill(workers[0], signal.SIGKILL)
+            killed.append(workers[0])
+
+    sweep(path, **SMALL_GRID, settings=SETTINGS, workers=2, progress=kill_a_worker, log=messages.append)
+    assert killed and any("worker process died" in m for m in messages)
+    contents = read_sweep(path)
+    assert contents.duplicates == 0 and _raw_lines(path) == len(contents.records)
+    assert _strip(contents.records) == _strip(small_reference)
+
+
+# ------------------------------------------------------------------------------------------------- Dask
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as local:
+        yield local
+
+
+def test_scheduler_values_are_checked():
+    assert parse_scheduler(None) == ("pool", None)
+    assert parse_scheduler("local:3") == ("local", 3)
+    assert parse_scheduler("tcp://127.0.0.1:8786") == ("address", "tcp://127.0.0.1:8786")
+    for bad in ("local:0", "local:x", "127.0.0.1:8786", "tcp://"):
+        with pytest.raises(ValueError, match="scheduler"):
+            parse_scheduler(bad)
+
+
+def test_without_the_extra_a_scheduler_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed now raises ImportError
+    with pytest.raises(ValueError, match=r"pip install 'georecall\[distributed\]'"):
+        sweep(str(tmp_path / "r.jsonl"), **SMALL_GRID, settings=SETTINGS, progress=False,
+              scheduler="tcp://127.0.0.1:8786")
+
+
+def test_an_unreachable_scheduler_is_one_line_within_the_timeout(tmp_path):
+    pytest.importorskip("distributed")
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}") as info:
+        sweep(str(tmp_path / "r.jsonl"), **SMALL_GRID, settings=SETTINGS, progress=False,
+              scheduler=f"tcp://127.0.0.1:{port}", connect_timeout=2)
+    assert time.monotonic() - start < 8
+    assert "\n" not in str(info.value)
+
+
+def test_a_dask_cluster_writes_the_same_records_as_this_process(tmp_path, cluster, small_reference):
+    path = str(tmp_path / "r.jsonl")
+    notes = []
+    records = sweep(path, **SMALL_GRID, settings=SETTINGS, progress=False, scheduler=cluster.scheduler_address,
+                    log=notes.append)
+    assert len(records) == 4 and any("2 workers" in n for n in notes)
+    assert _strip(read_sweep(path).records) == _strip(small_reference)
+
+
+@pytest.mark.slow
+def test_a_dask_worker_killed_mid_trial_loses_nothing_and_duplicates_nothing(tmp_path, cluster, kill_reference):
+    distributed = pytest.importorskip("distributed")
+    path = str(tmp_path / "r.jsonl")
+    killed = []
+    with distributed.Client(cluster.scheduler_address) as client:
+        pids = client.run(os.getpid)
+
+        def kill_a_busy_worker(info):
+            if killed or info.trials_done < 1:
+                return
+            busy = [address for address, tasks in client.processing().items() if tasks]
+            if busy:
+                os.kill(pids[busy[0]], signal.SIGKILL)
+                killed.append(busy[0])
+
+        sweep(path, **KILL_GRID, settings=SETTINGS, progress=kill_a_busy_worker,
+              scheduler=cluster.scheduler_address)
+        client.wait_for_workers(2, timeout=30)  # the nanny restarts it, for the tests after this one
+    assert killed
+    contents = read_sweep(path)
+    assert contents.duplicates == 0 and _raw_lines(path) == len(contents.records)
+    assert _strip(contents.records) == _strip(kill_reference)
+
+
+@pytest.mark.slow
+def test_local_w_starts_a_local_cluster_that_dies_with_a_killed_driver(tmp_path, small_reference):
+    pytest.importorskip("distributed")
+    path = str(tmp_path / "r.jsonl")
+    assert sweep(path, **SMALL_GRID, settings=SETTINGS, progress=False, scheduler="local:2")
+    assert _strip(read_sweep(path).records) == _strip(small_reference)
+    path = str(tmp_path / "killed.jsonl")
+    driver = _Driver(tmp_path, path, scheduler="local:2", **KILL_GRID)
+    try:
+        _wait_until(lambda: os.path.exists(path) and _raw_lines(path) >= 1, 90, "the first record")
+        assert len(_marked(driver.marker)) >= 3, "driver and two Dask workers"
+        driver.process.send_signal(signal.SIGKILL)
+        driver.process.wait(10)
+        _wait_until(lambda: not _marked(driver.marker), 10, "the Dask workers to exit")
+    finally:
+        driver.close()

@@ -3,8 +3,8 @@
 Two sets are counted:
 
 - ``F_k``: the distinct k-hop answer tables ``(π_w)_{|w| = k}`` over all ``(N!)^R`` tasks;
-- ``Trees_k``: the distinct depth-k leaf vectors ``(π_w(s))_{|w| = k}`` a vertex s can have (the same number for
-  every s, by relabelling; we count s = 0).
+- ``Trees_k``: the distinct depth-k leaf vectors ``(π_w(s))_{|w| = k}`` a vertex s can have (the same number
+  for every s, by relabelling; we count s = 0).
 
 ``enumerate_counts`` enumerates every task for small N, vectorized over tasks: a permutation is an index into
 the lexicographic list of the N! permutations, composition is one lookup in an ``N! × N!`` table, and the
@@ -13,15 +13,15 @@ byte view. Closed forms and sandwiches (``closed_forms``) hold for every N and a
 
 ``count_trees`` counts ``|Trees_k|`` without enumerating tasks, by a depth-first search over partial
 injections (a leaf vector is realizable iff the tree's constraints of every colour form a partial injection,
-which always extends to a permutation), so it reaches sizes (N = 7..9, R = 2, k = 2) where the lower side of the
-sandwich is not trivial. ``F_lower`` is a lower bound on ``|F_k|`` for every N (proof in its docstring).
+which always extends to a permutation), so it reaches sizes (N = 7..9, R = 2, k = 2) where the lower side of
+the sandwich is not trivial. ``F_lower`` is a lower bound on ``|F_k|`` for every N (proof in its docstring).
 
 Exact logarithms: ``exact_log2`` of a Python integer uses its bit length and its top 64 bits (error below
-1e-15); ``log2_falling`` computes ``log2 (n)_m`` from the exact integer ``math.perm(n, m)`` when it is small and
-from mpmath's log-gamma at 50 significant digits otherwise (no double-precision cancellation).
-``ceil_log2_product`` decides ``⌈log2 C⌉`` *exactly* for ``C = Π ((n_i)_{m_i})^{e_i}``: from the integer itself
-when it has at most ``EXACT_BITS`` bits, otherwise from a 60-digit value that is at distance > 1e-20 from an
-integer (else it falls back to the integer). The lower bounds' ``d_min`` is decided from it.
+1e-15); ``log2_falling`` computes ``log2 (n)_m`` from the exact integer ``math.perm(n, m)`` when it is small
+and from mpmath's log-gamma at 50 significant digits otherwise (no double-precision cancellation).
+``ceil_log2_product`` decides ``⌈log2 C⌉`` *exactly* for ``C = Π ((n_i)_{m_i})^{e_i}``: from the integer
+itself when it has at most ``EXACT_BITS`` bits, otherwise from a 60-digit value that is at distance > 1e-20
+from an integer (else it falls back to the integer). The lower bounds' ``d_min`` is decided from it.
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ def ceil_log2_product(factors: Factors) -> int:
 
     Small C (at most ``EXACT_BITS`` bits): ``(C − 1).bit_length()`` of the exact integer. Large C: the sum of
     ``e·(lnΓ(n + 1) − lnΓ(n − m + 1))/ln 2`` at 60 significant digits (absolute error far below 1e-20 for any
-    count with fewer than 1e30 bits) is rounded up when it is at distance > 1e-20 from an integer; otherwise the
-    exact integer decides.
+    count with fewer than 1e30 bits) is rounded up when it is at distance > 1e-20 from an integer; otherwise
+    the exact integer decides.
     """
     if any(m > n or m < 0 or e < 0 for n, m, e in factors):
         raise ValueError(f"need 0 <= m <= n and e >= 0 in every factor (a count >= 1), got {factors}")
@@ -149,9 +149,10 @@ def F_lower(N: int, R: int, k: int) -> Factors:
     ``k·k' ≡ 1 (mod L)``. Take the tasks with ``π_0 ∈ A`` and ``π_1..π_{R−1}`` arbitrary. Their k-hop table
     contains ``π_{0…0} = π_0^k``, which determines ``π_0``, and for each r the path ``(r, 0, …, 0)``
     (``r_1 = … = r_{k−1} = 0``, ``r_k = r``) gives ``π_r∘π_0^{k−1}``, which then determines ``π_r``. So the
-    ``(L − 1)!·(N!)^{R−1}`` tasks have pairwise different tables. At k = 1 it is the exact ``(N!)^R`` only when
-    L = N = 1; use ``(N!)^R`` there. For R >= 2 it is within ``(N − L + 1)·log2 N`` bits of the upper bound
-    ``(N!)^R`` (enumeration: ``|F_2| ≈ 0.9·(N!)^R``), and at R = 1 it bounds the number of k-th powers in S_N.
+    ``(L − 1)!·(N!)^{R−1}`` tasks have pairwise different tables. At k = 1 it is the exact ``(N!)^R`` only
+    when L = N = 1; use ``(N!)^R`` there. For R >= 2 it is within ``(N − L + 1)·log2 N`` bits of the upper
+    bound ``(N!)^R`` (enumeration: ``|F_2| ≈ 0.9·(N!)^R``), and at R = 1 it bounds the number of k-th powers
+    in S_N.
     """
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
     if k == 1:
@@ -238,14 +239,16 @@ def count_trees(N: int, R: int, k: int, *, max_nodes: int = 5_000_000) -> int:
     the image of ``π_r``. A labelling reached this way is a set of constraints that is a partial injection of
     every colour, which extends to a permutation (so every labelling is realized by a task, and every task's
     tree is reached). The leaves, in path order ``(r_k, ..., r_1)``, are collected in a set. Cost: about
-    ``N^{R + R² + … + R^k}`` search nodes in the worst case; refuses (``ValueError``) when the estimate exceeds
-    ``max_nodes``.
+    ``N^{R + R² + … + R^k}`` search nodes in the worst case; refuses (``ValueError``) when the estimate
+    exceeds ``max_nodes``.
     """
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
-    edges = [(parent, r) for parent in range(tree_size(R, k - 1)) for r in range(R)]  # child = R·parent + 1 + r
+    # the r-child of BFS vertex `parent` is R·parent + 1 + r
+    edges = [(parent, r) for parent in range(tree_size(R, k - 1)) for r in range(R)]
     estimate = N ** len(edges)
     if estimate > max_nodes:
-        raise ValueError(f"count_trees would visit up to N^(R + ... + R^k) = {estimate:,} labellings, more than "
+        raise ValueError(f"count_trees would visit up to N^(R + ... + R^k) = {estimate:,} labellings, "
+                         f"more than "
                          f"max_nodes = {max_nodes:,}")
     n_internal = tree_size(R, k - 1)
     digits = list(itertools.product(range(R), repeat=k))  # BFS leaf order: (r_1, ..., r_k)

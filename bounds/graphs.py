@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
-
 from georecall.theory.tasks import Task, _as_rng, check_positive_int
+
+__all__ = ["from_graph", "gadget_leaves", "gadget_task", "leaf_vector", "to_graph", "tree_size", "validate_graph"]
 
 
 def to_graph(task: Task) -> nx.MultiDiGraph:
@@ -80,9 +81,10 @@ def gadget_task(N: int, R: int, k: int, M: int, leaves: np.ndarray | None = None
     """A member of the gadget family: M roots ``0..M−1`` whose depth-k trees have disjoint internal vertices
     and distinct leaves, completed to R full permutations.
 
-    ``leaves`` (shape ``(M, R^k)``, in path order ``(r_k, ..., r_1)`` like ``Task.k_hop``; distinct values not used as roots or internal vertices) fixes the leaf
-    assignment; by default it is drawn at random. Returns ``(task, roots, leaves)``. Needs
-    ``N >= M·(1 + R + ... + R^k)``; the completion of each partial injection is uniformly random.
+    ``leaves`` (shape ``(M, R^k)``, in path order ``(r_k, ..., r_1)`` like ``Task.k_hop``; distinct values not
+    used as roots or internal vertices) fixes the leaf assignment; by default it is drawn at random. Returns
+    ``(task, roots, leaves)``. Needs ``N >= M·(1 + R + ... + R^k)``; the completion of each partial injection
+    is uniformly random.
     """
     N, R, k, M = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("M", M)))
     internal_per_root = tree_size(R, k - 1)  # root and internal vertices, levels 0..k-1

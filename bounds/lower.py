@@ -93,8 +93,8 @@ def gadget_factors(N: int, R: int, k: int, M: int) -> Factors:
 
 
 def gadget_log2(N: int, R: int, k: int, M: int) -> float:
-    """``log2 (N − M·S_{k−1})_{M·R^k}`` with ``S_{k−1} = 1 + R + … + R^{k−1}``: the distinct leaf assignments of
-    M gadget roots (−inf when the family does not fit, ``N < M·S_k``)."""
+    """``log2 (N − M·S_{k−1})_{M·R^k}`` with ``S_{k−1} = 1 + R + … + R^{k−1}``: the distinct leaf assignments
+    of M gadget roots (−inf when the family does not fit, ``N < M·S_k``)."""
     return log2_product(gadget_factors(N, R, k, M)) if N >= M * tree_size(R, k) else -math.inf
 
 
@@ -113,13 +113,14 @@ def total_information(N: int, R: int, k: int = 1, b: float = 1, P0: int = 0) -> 
         counted = "|F_1| = (N!)^R"
     else:
         counted = f"|F_k| >= (L-1)!·(N!)^(R-1), L = {coprime_cycle_length(N, k)}"
-    return _bound("total-information", "(N·d + P0)·b >= log2|F_k|", {"N": N, "R": R, "k": k, "b": b, "P0": P0},
+    return _bound("total-information", "(N·d + P0)·b >= log2|F_k|",
+                  {"N": N, "R": R, "k": k, "b": b, "P0": P0},
                   factors, k == 1, counted, N, P0, b, "every parameter holds b bits")
 
 
 def per_entity(N: int, R: int, k: int = 1, b: float = 1, P0: int = 0) -> Bound:
-    """``(d + P0)·b >= log2|Trees_k|``: with a generic read-out, an entity's k-hop answers are a function of its
-    own embedding (and the P0 other fact-specific parameters).
+    """``(d + P0)·b >= log2|Trees_k|``: with a generic read-out, an entity's k-hop answers are a function of
+    its own embedding (and the P0 other fact-specific parameters).
 
     k = 1: ``|Trees_1| = N^R``. k >= 2: ``|Trees_k| >= (N − 1)_{R^k}`` when ``N >= 1 + R + … + R^k``
     (otherwise no bound: ``C = 1``).
@@ -167,12 +168,13 @@ def tradeoff(N: int, R: int, k: int, b: float = 1, P0: int = 0) -> Bound:
 
 def chain_of_thought(N: int, R: int, k: int = 1, b: float = 1, P0: int = 0) -> Bound:
     """With CoT, ``(d + P0)·b >= log2|Trees_1| = R·log2 N`` whatever k is, **because of the first generated
-    token alone**: ``v_1 = π_{r_1}(s)`` is predicted at the position of s from the prompt ``⟨r_k, …, r_1, s⟩``,
-    whose only fact-specific parameters are ``e_s`` (and P0); as ``r_1`` ranges over [R] the first-step answers
-    ``(π_1(s), …, π_R(s))`` take all ``N^R`` values. Later steps attend to several entities' embeddings and are
-    not used. C1 matches it up to constants."""
+    token alone**: ``v_1 = π_{r_1}(s)`` is predicted at the position of s from the prompt ``⟨r_k, …, r_1,
+    s⟩``, whose only fact-specific parameters are ``e_s`` (and P0); as ``r_1`` ranges over [R] the first-step
+    answers ``(π_1(s), …, π_R(s))`` take all ``N^R`` values. Later steps attend to several entities'
+    embeddings and are not used. C1 matches it up to constants."""
     bound = per_entity(N, R, 1, b, P0)
-    return Bound("chain-of-thought", "(d + P0)·b >= R·log2 N", {**bound.params, "k": k}, bound.log2_count_lower,
+    return Bound("chain-of-thought", "(d + P0)·b >= R·log2 N", {**bound.params, "k": k},
+                 bound.log2_count_lower,
                  True, "|Trees_1| = N^R (first generated token)", bound.d_bound, bound.d_min,
                  "CoT: the first generated token is read off e_s; generic read-out")
 

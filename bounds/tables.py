@@ -2,14 +2,14 @@
 
 One row per (construction, N, R, k, b): the construction's d and its other fact-specific parameters P0 (from
 its promise in ``theory/statements.py``, never from a built model), the lower bound that applies to a model of
-its kind with that P0, and ``gap = d / d_min``. A bound that is vacuous (``d_min = 0``, e.g. when P0 already holds
-all the facts) has no gap: the construction pays in P0 instead of d.
+its kind with that P0, and ``gap = d / d_min``. A bound that is vacuous (``d_min = 0``, e.g. when P0 already
+holds all the facts) has no gap: the construction pays in P0 instead of d.
 
-Two notions of b (docs/bounds.md, "Two notions of b"): ``bound_rows`` evaluates the bounds at the b it is given,
-which is the *per-parameter codebook* notion (each fact-specific parameter takes one of ``2^b`` task-independent
-values of its own); ``gap_rows`` puts each construction at the b its *per-tensor* quantization actually needs
-(``verify/precision.py``, measured by the precision scan and passed in by the caller) beside the per-parameter
-b = 1 row where the construction's embeddings are known to fit it.
+Two notions of b (docs/bounds.md, "Two notions of b"): ``bound_rows`` evaluates the bounds at the b it is
+given, which is the *per-parameter codebook* notion (each fact-specific parameter takes one of ``2^b``
+task-independent values of its own); ``gap_rows`` puts each construction at the b its *per-tensor*
+quantization actually needs (``verify/precision.py``, measured by the precision scan and passed in by the
+caller) beside the per-parameter b = 1 row where the construction's embeddings are known to fit it.
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ def _bound_cells(bound: lower.Bound, d: int, prefix: str = "") -> dict:
 def bound_rows(Ns, Rs, ks, bits=(1,)) -> list[dict]:
     """Rows for every combination of the given N, R, k and b (b in the per-parameter codebook notion).
 
-    ``log2_count_lower`` is log2 of a lower bound on the counted set (``count_exact`` says when it is the exact
-    size). G1 rows also carry its fact-carrying bits per subject (``R·⌈log2 N⌉``) against the per-subject
-    share of ``log2|F_1|`` and their ratio (``1 + O(1/log N)``).
+    ``log2_count_lower`` is log2 of a lower bound on the counted set (``count_exact`` says when it is the
+    exact size). G1 rows also carry its fact-carrying bits per subject (``R·⌈log2 N⌉``) against the
+    per-subject share of ``log2|F_1|`` and their ratio (``1 + O(1/log N)``).
     """
     rows = []
     for N in Ns:
@@ -89,10 +89,12 @@ def bound_rows(Ns, Rs, ks, bits=(1,)) -> list[dict]:
                                "log2_count_lower": round(bound.log2_count_lower, 6),
                                "count_exact": bound.count_exact, **_bound_cells(bound, promise.d),
                                "M": bound.params.get("M"), "version": __version__}
-                        if name == "G1":  # fact-carrying bits per subject vs the per-subject share of log2|F_1|
+                        # G1: fact-carrying bits per subject vs the per-subject share of log2|F_1|
+                        if name == "G1":
                             row["fact_bits_per_subject"] = R * binary_length(N)
                             row["bound_bits_per_subject"] = round(bound.log2_count_lower / N, 6)
-                            row["fact_bits_ratio"] = round(R * binary_length(N) * N / bound.log2_count_lower, 4)
+                            row["fact_bits_ratio"] = round(
+                                R * binary_length(N) * N / bound.log2_count_lower, 4)
                         rows.append(row)
     return rows
 
@@ -102,10 +104,11 @@ def gap_rows(Ns, Rs, ks, needed: Mapping[str, int | None],
     """One row per (construction, N, R, k): the gap at the b the construction needs, and at a per-parameter b.
 
     ``needed[name]``: the smallest b at which the construction's per-tensor quantization stays exact (measured
-    by the precision scan; ``None``: not measured or size-dependent, no bound evaluated). ``per_parameter[name]``:
-    a b at which its fact-specific parameters fit per-parameter codebooks (e.g. 1 for G1: every embedding entry
-    is ``±|a_i|`` or a task-independent 0). Columns ``b_needed``, ``d_min_needed``, ``gap_needed`` and
-    ``b_per_parameter``, ``d_min_per_parameter``, ``gap_per_parameter``; a vacuous bound has gap ``None``.
+    by the precision scan; ``None``: not measured or size-dependent, no bound evaluated).
+    ``per_parameter[name]``: a b at which its fact-specific parameters fit per-parameter codebooks (e.g. 1 for
+    G1: every embedding entry is ``±|a_i|`` or a task-independent 0). Columns ``b_needed``, ``d_min_needed``,
+    ``gap_needed`` and ``b_per_parameter``, ``d_min_per_parameter``, ``gap_per_parameter``; a vacuous bound
+    has gap ``None``.
     """
     per_parameter = per_parameter or {}
     rows = []
@@ -139,7 +142,8 @@ def render(rows: list[dict], fmt: str = "md") -> str:
         return json.dumps({"version": __version__, "rows": rows}, indent=2)
     columns = ["construction", "N", "R", "k", "b", "d", "m", "P0", "bound", "d_bound", "d_min", "gap", "M"]
     if rows and "b_needed" in rows[0]:
-        columns = ["construction", "N", "R", "k", "d", "P0", "bound", "b_needed", "needed_d_min", "needed_gap",
+        columns = ["construction", "N", "R", "k", "d", "P0", "bound", "b_needed", "needed_d_min",
+                   "needed_gap",
                    "b_per_parameter", "per_parameter_d_min", "per_parameter_gap"]
     if fmt == "csv":
         out = io.StringIO()

@@ -30,7 +30,8 @@ def fast(monkeypatch):
     monkeypatch.setattr(bounds_checks, "COUNT_CASES", [(3, 1, 3), (3, 2, 3), (4, 2, 3)])
     monkeypatch.setattr(bounds_checks, "GOLDEN_TREES", {7: bounds_checks.GOLDEN_TREES[7]})
     monkeypatch.setattr(bounds_checks, "PRECISION_CASES", [
-        ("G1", "geometric", 256, 4, None), ("A1", "associative", 256, 4, None), ("G2", "path-blocks", 64, 2, 2),
+        ("G1", "geometric", 256, 4, None), ("A1", "associative", 256, 4, None),
+        ("G2", "path-blocks", 64, 2, 2),
         ("A2a", "associative", 64, 2, 2), ("A2b", "layered", 64, 2, 2), ("C1", "cot", 64, 2, 2)])
 
 

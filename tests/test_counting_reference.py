@@ -5,8 +5,8 @@ The two reference counters below are deliberately simple plain-Python loops that
 golden integers that ``georecall verify`` pins in ``verify/bounds_checks.py``.
 
 - ``reference_counts`` enumerates every task (all R-tuples of permutations of [N]) and composes maps by hand.
-- ``reference_trees_by_labels`` never builds a task: it tries every labelling of the depth-k tree below vertex 0
-  and keeps those whose constraints are, colour by colour, a partial injection (same source, same target;
+- ``reference_trees_by_labels`` never builds a task: it tries every labelling of the depth-k tree below vertex
+  0 and keeps those whose constraints are, colour by colour, a partial injection (same source, same target;
   different sources, different targets). That this counts ``|Trees_k|`` rests on "a partial injection extends
   to a permutation", and is itself checked against ``reference_counts`` for every small case.
 """

@@ -3,17 +3,18 @@
 Every row is a claim that a broken input makes FAIL (``tests/test_bounds_checks.py`` shows one per row):
 
 1. **counts = independent golden values** — the vectorized enumerator (``bounds.counting.enumerate_counts``)
-   and the partial-injection search (``count_trees``) against integers pinned below, which were produced by the
-   loop-based reference counters of ``tests/test_counting_reference.py`` (no shared code; the tests re-derive
-   them); at k = 1 against the closed forms ``|F_1| = (N!)^R``, ``|Trees_1| = N^R``.
+   and the partial-injection search (``count_trees``) against integers pinned below, which were produced by
+   the loop-based reference counters of ``tests/test_counting_reference.py`` (no shared code; the tests
+   re-derive them); at k = 1 against the closed forms ``|F_1| = (N!)^R``, ``|Trees_1| = N^R``.
 2. **count bounds <= exact counts** — the lower sides the bounds use, against the golden counts: the sandwich
    ``(N − 1)_{R^k} <= |Trees_k|`` where it is not trivial (N = 7..9, R = 2, k = 2) and
    ``(L − 1)!·(N!)^{R−1} <= |F_k|`` (``counting.F_lower``).
 3. **gadget family valid** — gadget graphs validated by networkx, leaves as assigned.
-4. **bits needed: smallest exact b, b−1 fails** — each construction quantized per tensor (``verify.precision``)
-   at the smallest exact b, and at b − 1, which must fail; the smallest b must be the pinned ``NEEDED_BITS``;
-   at least one construction's quantization at its b must change the model (else the row would only re-run
-   the unquantized checks); G1, G2 and C1 embeddings must fit 1-bit per-coordinate codebooks.
+4. **bits needed: smallest exact b, b−1 fails** — each construction quantized per tensor
+   (``verify.precision``) at the smallest exact b, and at b − 1, which must fail; the smallest b must be the
+   pinned ``NEEDED_BITS``; at least one construction's quantization at its b must change the model (else the
+   row would only re-run the unquantized checks); G1, G2 and C1 embeddings must fit 1-bit per-coordinate
+   codebooks.
 5. **lower bounds <= verified constructions** — for each construction just verified exact at b bits, the
    governing lower bound at that b (and at the per-parameter b = 1 where measured) must not exceed its d. The
    gaps ``d / d_min`` are reported (the gap table), not checked: any gap >= 1 is consistent.
@@ -28,7 +29,8 @@ import time
 import numpy as np
 from georecall.verify.check import Report, check_decoding, check_queries, claim_report
 
-__all__ = ["COUNT_CASES", "GOLDEN_COUNTS", "GOLDEN_TREES", "NEEDED_BITS", "PER_PARAMETER_BITS", "PRECISION_CASES",
+__all__ = ["COUNT_CASES", "GOLDEN_COUNTS", "GOLDEN_TREES", "NEEDED_BITS", "PER_PARAMETER_BITS",
+           "PRECISION_CASES",
            "TABLE_BITS", "section_bounds"]
 
 
@@ -40,7 +42,8 @@ def _log(progress: bool, message: str) -> None:
 # (N, R, k_max) enumerated by ``enumerate_counts`` in the counting row.
 COUNT_CASES = [(3, 1, 3), (5, 1, 3), (3, 2, 3), (4, 2, 3), (4, 3, 2), (5, 2, 3), (6, 2, 2), (5, 3, 2)]
 
-# (N, R, k) -> (|F_k|, |Trees_k|), produced once by ``reference_counts`` (tests/test_counting_reference.py: plain
+# (N, R, k) -> (|F_k|, |Trees_k|), produced once by ``reference_counts`` (tests/test_counting_reference.py:
+# plain
 # loops over all (N!)^R tasks) and re-derived by those tests ((6, 2, 2) and (5, 3, 2) in the slow ones).
 GOLDEN_COUNTS = {
     (3, 1, 2): (3, 3), (3, 1, 3): (4, 3), (5, 1, 2): (60, 5), (5, 1, 3): (80, 5),
@@ -59,8 +62,10 @@ PRECISION_CASES = [("G1", "geometric", 1024, 8, None), ("A1", "associative", 256
                    ("G2", "path-blocks", 256, 3, 2), ("A2a", "associative", 64, 2, 2),
                    ("A2b", "layered", 64, 2, 2), ("C1", "cot", 256, 3, 3)]
 
-# Smallest b (per-tensor codebooks, verify/precision.py) keeping each PRECISION_CASES instance exact, measured by
-# ``georecall precision`` (seed 0); the precision row re-measures it. G1, G2 and C1 need b = 2 at every N: with
+# Smallest b (per-tensor codebooks, verify/precision.py) keeping each PRECISION_CASES instance exact, measured
+# by
+# ``georecall precision`` (seed 0); the precision row re-measures it. G1, G2 and C1 need b = 2 at every N:
+# with
 # binary codes every tensor already lies in {−t, 0, t} (quantization at b = 2 changes nothing) and sign
 # quantization (b = 1) fails. A1 and A2 need more, growing with N for A2b (8 at N = 256, R = 3, k = 3).
 NEEDED_BITS = {"G1": 2, "A1": 3, "G2": 2, "A2a": 4, "A2b": 7, "C1": 2}
@@ -155,14 +160,16 @@ def gadget_checks(seed: int) -> dict[str, bool]:
 
 def _per_coordinate_bits(embeddings: list[np.ndarray]) -> int:
     """Bits of the largest per-coordinate codebook: ``⌈log2 max_j #{values of column j over all rows and all
-    given embedding tables}⌉`` (tables of different tasks, so the codebook is checked to be task-independent)."""
+    given embedding tables}⌉`` (tables of different tasks, so the codebook is checked to be
+    task-independent)."""
     stacked = np.concatenate(embeddings, axis=0)
     largest = max(np.unique(stacked[:, j]).size for j in range(stacked.shape[1]))
     return (largest - 1).bit_length()
 
 
 def precision_checks(seed: int, progress: bool = False) -> tuple[dict[str, bool], dict, dict]:
-    """Row 4: per construction, smallest exact b (= NEEDED_BITS), b − 1 fails; the built instances for row 5."""
+    """Row 4: per construction, smallest exact b (= NEEDED_BITS), b − 1 fails; the built instances for row
+    5."""
     from georecall.verify.precision import changed_arrays, quantize, smallest_exact_bits
     checks, records, instances = {}, {}, {}
     changed_any = False
@@ -175,7 +182,8 @@ def precision_checks(seed: int, progress: bool = False) -> tuple[dict[str, bool]
         changed = [] if bits is None else changed_arrays(built.model, bits)
         changed_any = changed_any or bool(changed)
         checks[f"{tag}: smallest exact b = {NEEDED_BITS[name]}"] = bits == NEEDED_BITS[name]
-        checks[f"{tag}: b - 1 = {None if bits is None else bits - 1} fails"] = below is not None and not below.exact
+        checks[f"{tag}: b - 1 = {None if bits is None else bits - 1} fails"] = (
+            below is not None and not below.exact)
         if name in PER_PARAMETER_BITS:
             other, _ = _build(name, cli, N, R, k, seed, task_seed=seed + 1)
             b1 = _per_coordinate_bits([built.model.entity_embedding, other.model.entity_embedding])
@@ -206,8 +214,9 @@ def gap_checks(instances: dict) -> tuple[dict[str, bool], list[dict]]:
             row.update({f"{label}_b": b, f"{label}_d_min": bound.d_min, "bound": bound.id,
                         f"{label}_gap": round(d / bound.d_min, 4) if bound.d_min else None})
             if bound.d_min > 0:  # a vacuous bound (d_min = 0) cannot fail: reported, not checked
-                checks[f"{name} N={N} R={R} k={k} at b={b} ({label}): {bound.id} d_min = {bound.d_min} <= d = {d}"] \
-                    = bound.d_min <= d
+                claim = (f"{name} N={N} R={R} k={k} at b={b} ({label}): {bound.id} d_min = {bound.d_min} "
+                         f"<= d = {d}")
+                checks[claim] = bound.d_min <= d
         table.append(row)
     return checks, table
 
@@ -223,7 +232,8 @@ def section_bounds(seed: int = 0, progress: bool = False) -> list[Report]:
 
     start = time.perf_counter()
     checks, tightness = count_bound_checks()
-    reports.append(claim_report("count bounds <= exact counts", {"golden": len(GOLDEN_COUNTS) + len(GOLDEN_TREES)},
+    reports.append(claim_report("count bounds <= exact counts",
+                                {"golden": len(GOLDEN_COUNTS) + len(GOLDEN_TREES)},
                                 checks, time.perf_counter() - start, {"d": "", "m": ""},
                                 {"count / lower bound": tightness}))
 

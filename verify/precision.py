@@ -1,8 +1,8 @@
-"""Bits per parameter: quantize a Model's weights to b bits and find the smallest b at which a check stays exact
-(THEORY.md §4, "precision makes b concrete"; docs/bounds.md, "Two notions of b").
+"""Bits per parameter: quantize a Model's weights to b bits and find the smallest b at which a check stays
+exact (THEORY.md §4, "precision makes b concrete"; docs/bounds.md, "Two notions of b").
 
-**What "b bits per parameter" means here** (the *per-tensor* notion): every entry of a weight tensor W is one of
-at most ``2^b`` values of a codebook shared by the whole tensor, ``s·V_b`` with one real scale
+**What "b bits per parameter" means here** (the *per-tensor* notion): every entry of a weight tensor W is one
+of at most ``2^b`` values of a codebook shared by the whole tensor, ``s·V_b`` with one real scale
 ``s = max|W|`` per tensor (not counted in b):
 
 - ``b = 0``: ``V_0 = {mean(W)/s}`` — one value, the tensor becomes constant (its mean);
@@ -12,8 +12,8 @@ at most ``2^b`` values of a codebook shared by the whole tensor, ``s·V_b`` with
   levels with zero exact: ``W_q = δ·round(W/δ)``, ``δ = s/(2^{b−1} − 1)``. At b = 2 this is ``{−s, 0, s}``.
 
 An all-zero tensor stays zero at every b. Scalars that are not weight tensors (a softmax head's inverse
-temperature) are kept. A model quantized at b bits in this sense also holds b bits per parameter in the sense of
-the lower bounds (a per-tensor codebook is a special per-parameter codebook), provided the scale s of every
+temperature) are kept. A model quantized at b bits in this sense also holds b bits per parameter in the sense
+of the lower bounds (a per-tensor codebook is a special per-parameter codebook), provided the scale s of every
 fact-specific tensor does not depend on the task — true for the constructions with binary codes, whose
 entries are fixed multiples of ``|a_i|`` entries.
 """
@@ -83,9 +83,10 @@ def changed_arrays(model: Model, bits: int) -> list[str]:
 def smallest_exact_bits(model: Model, check, *, max_bits: int = 24,
                         min_bits: int = 1) -> tuple[int | None, list[dict]]:
     """Scan ``b = min_bits..max_bits`` and return the smallest b at which the quantized model still passes
-    ``check(model) -> CheckResult`` (e.g. ``lambda m: check_queries(m, tokens, answers)``, or greedy decoding),
-    with one record (b, exact, accuracy, min margin, arrays changed) per b tried; ``None`` if no b up to
-    ``max_bits`` works. The scan stops at the first exact b: it does not claim that larger b stay exact."""
+    ``check(model) -> CheckResult`` (e.g. ``lambda m: check_queries(m, tokens, answers)``, or greedy
+    decoding), with one record (b, exact, accuracy, min margin, arrays changed) per b tried; ``None`` if no b
+    up to ``max_bits`` works. The scan stops at the first exact b: it does not claim that larger b stay
+    exact."""
     records = []
     for bits in range(_check_bits(min_bits), _check_bits(max_bits) + 1):
         result = check(quantize(model, bits))

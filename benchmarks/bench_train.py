@@ -133,9 +133,9 @@ def profile_structured(model, tokens, answers, batch: int, reps: int) -> dict[st
             total = time.perf_counter() - start
             spent["gradients except read-out (tables, MLP, backward)"] = (
                 total - spent["read-out + cross-entropy (3 B×d×N products)"])
-            start = time.perf_counter()
-            adam(lambda p, s: grads, params, 1)
-            spent["Adam update (incl. one copy of the parameters)"] = time.perf_counter() - start
+            stamps = []
+            adam(lambda p, s: grads, params, 3, callback=lambda p, s, g: stamps.append(time.perf_counter()))
+            spent["Adam update"] = float(np.min(np.diff(stamps)))
             for key, value in spent.items():
                 best[key] = min(best.get(key, np.inf), value)
     finally:

@@ -33,7 +33,7 @@ import numpy as np
 from georecall.constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows, unflatten
 from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import _as_rng, check_positive_int
-from georecall.verify.train_structured import loss_and_grads_structured, structure_reason
+from georecall.verify.train_structured import loss_and_grads_structured, run_parallel, structure_reason
 from scipy import sparse
 
 __all__ = [
@@ -411,6 +411,34 @@ def sgd(grad_fn: Callable, params: dict, steps: int, *, lr: float = 0.1, momentu
 
 EPS_FORMS = ("standard", "hat")
 
+# Adam updates parameters in blocks of this many entries (1 MiB of float32: the ~12 passes over a block stay in
+# cache), spread over a few threads (``run_parallel``).
+ADAM_BLOCK = 1 << 18
+
+
+def _adam_task(task: list) -> None:
+    _adam_block(*task)
+
+
+def _adam_block(p, g, m, v, tmp, keep, b1, b2, eps_t, alpha) -> None:
+    """One Adam(W) update of a block, in place: ``p ← keep·p`` (decoupled decay, ``keep = 1 − lr·λ``), then
+    ``m ← β1 m + (1−β1) g``, ``v ← β2 v + (1−β2) g²``, ``p ← p − α·m/(√v + ε_t)``."""
+    f = p.dtype.type
+    if keep != 1.0:
+        p *= f(keep)
+    m *= f(b1)
+    np.multiply(g, f(1 - b1), out=tmp)
+    m += tmp
+    np.multiply(g, g, out=tmp)
+    tmp *= f(1 - b2)
+    v *= f(b2)
+    v += tmp
+    np.sqrt(v, out=tmp)
+    tmp += f(eps_t)
+    np.divide(m, tmp, out=tmp)
+    tmp *= f(alpha)
+    p -= tmp
+
 
 def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-8, eps_form: str = "standard", weight_decay: float | Mapping[str, float] = 0.0,
@@ -430,7 +458,7 @@ def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: f
     """
     if eps_form not in EPS_FORMS:
         raise ValueError(f"eps_form must be one of {EPS_FORMS}, got {eps_form!r}")
-    params = {k: np.array(v) for k, v in params.items()}
+    params = {k: np.array(v, order="C") for k, v in params.items()}
     m1 = {k: np.zeros_like(v) for k, v in params.items()}
     m2 = {k: np.zeros_like(v) for k, v in params.items()}
     scratch = {k: np.empty_like(v) for k, v in params.items()}
@@ -438,26 +466,19 @@ def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: f
         grads = grad_fn(params, step)
         if callback is not None and callback(params, step, grads):
             break
-        _decay(params, grads, lr, weight_decay)
         t = step + 1
         correction2 = math.sqrt(1 - b2**t)
         alpha = lr * correction2 / (1 - b1**t)
         eps_t = eps * correction2 if eps_form == "standard" else eps
-        for k, g in grads.items():  # in place, one scratch array per parameter
-            tmp, m, v = scratch[k], m1[k], m2[k]
-            f = v.dtype.type
-            m *= f(b1)  # m ← β1·m + (1 − β1)·g
-            np.multiply(g, f(1 - b1), out=tmp)
-            m += tmp
-            np.multiply(g, g, out=tmp)  # v ← β2·v + (1 − β2)·g²
-            tmp *= f(1 - b2)
-            v *= f(b2)
-            v += tmp
-            np.sqrt(v, out=tmp)
-            tmp += f(eps_t)
-            np.divide(m, tmp, out=tmp)
-            tmp *= f(alpha)
-            params[k] -= tmp
+        tasks = []
+        for k, g in grads.items():
+            lam = weight_decay.get(k, 0.0) if isinstance(weight_decay, Mapping) else weight_decay
+            views = [a.reshape(-1) for a in (params[k], np.asarray(g, dtype=params[k].dtype), m1[k], m2[k],
+                                             scratch[k])]
+            for start in range(0, views[0].size, ADAM_BLOCK):
+                block = slice(start, start + ADAM_BLOCK)
+                tasks.append([v[block] for v in views] + [1.0 - lr * lam, b1, b2, eps_t, alpha])
+        run_parallel(_adam_task, tasks)
     return params
 
 

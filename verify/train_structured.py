@@ -42,14 +42,18 @@ and summed over contiguous row ranges.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from georecall.constructions.model import Model
 from scipy import sparse
 
-__all__ = ["READOUT_CHUNK_ROWS", "loss_and_grads_structured", "readout_cross_entropy", "structure_reason"]
+__all__ = ["READOUT_CHUNK_BYTES", "loss_and_grads_structured", "readout_cross_entropy", "run_parallel",
+           "structure_reason"]
 
-# Rows of the (rows × n_out) logits block processed at once: 512 × 4096 float32 = 8 MiB stays in cache.
-READOUT_CHUNK_ROWS = 512
+# Bytes of the (rows × n_out) logits block processed at once (1024 rows at n_out = 4096 in float32): it stays in
+# cache between its matrix products and the element-wise passes, and bounds memory for full-batch steps.
+READOUT_CHUNK_BYTES = 16 * 2**20
 
 
 def structure_reason(model: Model, tokens: np.ndarray, positions=None) -> str | None:
@@ -83,9 +87,44 @@ def _scatter_matrix(index: np.ndarray, size: int, dtype) -> sparse.csr_matrix:
     return sparse.csr_matrix((np.ones(B, dtype=dtype), (index, np.arange(B))), shape=(size, B))
 
 
+# Element-wise work on large arrays runs on a few threads (NumPy releases the GIL inside its loops).
+_POOL: list = []
+
+
+def run_parallel(fn, tasks: list) -> list:
+    """``[fn(task) for task in tasks]``, on a small thread pool when there are several tasks (each task must
+    touch only its own data, so the results are those of the loop, bit for bit)."""
+    if len(tasks) < 2:
+        return [fn(task) for task in tasks]
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL.append(ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))))
+    return list(_POOL[0].map(fn, tasks))
+
+
+def _halves(k: int, min_rows: int = 64) -> list[tuple[int, int]]:
+    if k < 2 * min_rows:
+        return [(0, k)]
+    return [(0, k // 2), (k // 2, k)]
+
+
+def _softmax_rows(task):
+    """In place on a logits block ``z``: ``z ← exp(max(z − z*, −60))``; returns (argmax, z_answer − z*, row sums)."""
+    z, answers = task
+    idx = np.arange(z.shape[0])
+    best = z.argmax(axis=1)
+    top = z[idx, best]
+    picked = z[idx, answers] - top
+    z -= top[:, None]
+    np.maximum(z, z.dtype.type(-60.0), out=z)
+    np.exp(z, out=z)
+    return best, picked, z.sum(axis=1)
+
+
 def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, want_U: bool,
-                          chunk_rows: int = READOUT_CHUNK_ROWS):
-    """Fused read-out, mean cross-entropy and its backward, in row chunks.
+                          chunk_rows: int | None = None):
+    """Fused read-out, mean cross-entropy and its backward, in row chunks (``chunk_rows``; default: a block of
+    ``READOUT_CHUNK_BYTES``), the element-wise part of each chunk split over two threads.
 
     For each chunk of rows: ``z = y U^T``; the argmax (prediction) and its value ``z*``; ``P = exp(z − z*)``
     (in place); ``Σ = Σ_j P_j``; the loss terms ``log Σ − (z_answer − z*)``; with ``c = 1/(n Σ)`` the gradient
@@ -99,13 +138,14 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
     dtype = y.dtype
     U = U.astype(dtype, copy=False)
     UT = U.T
+    if chunk_rows is None:
+        chunk_rows = max(256, READOUT_CHUNK_BYTES // (y.itemsize * U.shape[0]))
     rows_max = max(1, min(chunk_rows, n))
     block = np.empty((rows_max, U.shape[0]), dtype=dtype)
     dy = np.empty_like(y)
-    dU = np.zeros_like(U) if want_U else None
+    dU = np.empty_like(U) if want_U else None
     partial = np.empty_like(U) if want_U else None
     predictions = np.empty(n, dtype=np.int64)
-    floor = dtype.type(-60.0)
     loss = 0.0
     inv_n = 1.0 / n
     for start in range(0, n, rows_max):
@@ -113,16 +153,11 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
         k = stop - start
         z = block[:k]
         np.matmul(y[start:stop], UT, out=z)
-        idx = np.arange(k)
-        best = z.argmax(axis=1)
-        predictions[start:stop] = best
-        top = z[idx, best]
-        picked = z[idx, answers[start:stop]] - top
-        z -= top[:, None]
-        np.maximum(z, floor, out=z)
-        np.exp(z, out=z)
-        total = z.sum(axis=1)
-        loss += float(np.sum(np.log(total.astype(np.float64)) - picked))
+        halves = [(z[a:b], answers[start + a : start + b]) for a, b in _halves(k)]  # element-wise in parallel
+        parts = run_parallel(_softmax_rows, halves)
+        predictions[start:stop] = np.concatenate([p[0] for p in parts])
+        total = np.concatenate([p[2] for p in parts])
+        loss += float(np.sum(np.log(total.astype(np.float64)))) - sum(float(np.sum(p[1])) for p in parts)
         scale = (inv_n / total).astype(dtype)
         part = dy[start:stop]
         np.matmul(z, U, out=part)
@@ -130,15 +165,18 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
         part -= U[answers[start:stop]] * dtype.type(inv_n)
         if want_U:
             scaled = y[start:stop] * scale[:, None]
-            np.matmul(z.T, scaled, out=partial)
-            dU += partial
+            if start == 0:
+                np.matmul(z.T, scaled, out=dU)
+            else:
+                np.matmul(z.T, scaled, out=partial)
+                dU += partial
     if want_U:
         dU -= _scatter_matrix(answers, U.shape[0], dtype) @ (y * dtype.type(inv_n))
     return loss * inv_n, predictions, dy, dU
 
 
 def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndarray,
-                              frozen: frozenset[str] = frozenset(), *, chunk_rows: int = READOUT_CHUNK_ROWS):
+                              frozen: frozenset[str] = frozenset(), *, chunk_rows: int | None = None):
     """Mean cross-entropy and gradients of a one-layer single-hop model through the structured step.
 
     Same contract as the dense :func:`georecall.verify.train.loss_and_grads` with ``positions=None``: returns

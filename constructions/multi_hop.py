@@ -62,7 +62,7 @@ def _check_attention(attention: str) -> None:
 
 
 def _geometry(codes: Codes) -> dict:
-    return {"gap": codes.gap, "distinct": (codes.distinct_lhs, codes.distinct_rhs)}
+    return {"gap": codes.gap, "distinct": (codes.distinct_lhs, codes.distinct_rhs), "norm_sq": codes.norm_sq}
 
 
 def _meta(construction: str, k: int, codes: Codes, layout: Layout, attention: str) -> dict:

@@ -116,7 +116,8 @@ def build_g1(
     if gate is None:
         gate = 2.0 * c1 * codes.max_abs / c2 if gain > 0 else 0.0
     promise = g1_promise(N, R, D, gap=codes.gap, distinct=(codes.distinct_lhs, codes.distinct_rhs),
-                         max_abs=codes.max_abs, gate=gate, lam=lam, gain=gain, n_out=task.n_answers).require()
+                         max_abs=codes.max_abs, gate=gate, lam=lam, gain=gain, n_out=task.n_answers,
+                         norm_sq=codes.norm_sq).require()
     if integer and not (codes.integer and float(gate).is_integer() and float(lam).is_integer()
                         and float(gain).is_integer() and gain % 2 == 0):
         raise ConditionError("integer mode needs ±1 codes and integer G, λ and an even gain g")
@@ -176,7 +177,7 @@ def build_a1(
     D = codes.D
     c1, c2 = attention_constants(gain)
     promise = a1_promise(N, R, D, gap=codes.gap, distinct=(codes.distinct_lhs, codes.distinct_rhs), lam=lam,
-                         gain=gain, n_out=task.n_answers).require()
+                         gain=gain, n_out=task.n_answers, norm_sq=codes.norm_sq).require()
     if integer and not (codes.integer and float(lam).is_integer() and float(gain).is_integer() and gain % 2 == 0):
         raise ConditionError("integer mode needs ±1 codes, integer λ and an even gain g")
     layout = Layout()

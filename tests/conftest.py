@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
 
 settings.register_profile(
     "deterministic", derandomize=True, database=None, deadline=None, max_examples=40,
@@ -27,13 +25,8 @@ settings.register_profile("random", derandomize=False, deadline=None, max_exampl
 settings.load_profile(os.environ.get("GEORECALL_HYPOTHESIS_PROFILE", "deterministic"))
 
 
-@st.composite
-def tables(draw, min_N: int = 1, max_N: int = 64, min_R: int = 1, max_R: int = 6) -> np.ndarray:
-    """An ``(R, N)`` table of arbitrary bijections; shrinks toward small N, R and identity permutations."""
-    N = draw(st.integers(min_N, max_N))
-    R = draw(st.integers(min_R, max_R))
-    rows = [draw(st.permutations(range(N))) for _ in range(R)]
-    return np.array(rows, dtype=np.int64).reshape(R, N)
+# The strategies the tests use are public: georecall.testing (users property-test their own constructions).
+from georecall.testing import codebooks, models, tables, tasks  # noqa: E402,F401
 
 
 def pytest_report_header(config):

@@ -59,6 +59,10 @@ class Promise:
     fact_params: int  # parameters whose values depend on the facts
     margin: float  # guaranteed lower bound on every query's logit margin
     conditions: tuple[Condition, ...] = field(default_factory=tuple)
+    # Magnitude of the logits whose difference is the margin (λ·c1·|a|² for G1): floating-point rounding of a
+    # margin is relative to it, not to the margin (a margin of 1e-4 between logits of size 2 carries the
+    # rounding of numbers of size 2). 0 means: use the margin itself.
+    logit_scale: float = 0.0
 
     def violations(self) -> list[Condition]:
         return [c for c in self.conditions if not c.holds]
@@ -73,6 +77,7 @@ class Promise:
     def as_dict(self) -> dict:
         return {"result": self.result, "reference": self.reference, "d": self.d, "m": self.m,
                 "params": self.params, "fact_params": self.fact_params, "margin": self.margin,
+                "logit_scale": self.logit_scale,
                 "conditions": [{"text": c.text, "lhs": c.lhs, "rhs": c.rhs, "holds": c.holds}
                                for c in self.conditions]}
 
@@ -100,7 +105,8 @@ def one_layer_params(N: int, R: int, d: int, m: int, n_out: int | None = None) -
 
 
 def g1_promise(N: int, R: int, D: int, *, gap: float, distinct: tuple[float, float], max_abs: float,
-               gate: float, lam: float = 1.0, gain: float = 2.0, n_out: int | None = None) -> Promise:
+               gate: float, lam: float = 1.0, gain: float = 2.0, n_out: int | None = None,
+               norm_sq: float = 1.0) -> Promise:
     """G1, geometric single hop (the paper's Theorem 4.1).
 
     Sizes ``d = R·D + R + D``, ``m = 2·R·D``. Exact with margin ``λ·c1·gap`` (``gap = |a|²(1 − μ)``) provided
@@ -118,11 +124,11 @@ def g1_promise(N: int, R: int, D: int, *, gap: float, distinct: tuple[float, flo
         Condition("gate: c2·G > c1·max|a| (unasked relations' units stay off)", c2 * gate, c1 * max_abs),
     )
     return Promise("G1", "Theorem 4.1 (geometric single hop)", d, m, one_layer_params(N, R, d, m, n_out),
-                   N * R * D, _exact(lam * c1 * gap), conditions)
+                   N * R * D, _exact(lam * c1 * gap), conditions, logit_scale=lam * (c1 * norm_sq + c2 * gate * D * max_abs))
 
 
 def a1_promise(N: int, R: int, D: int, *, gap: float, distinct: tuple[float, float], lam: float = 1.0,
-               gain: float = 2.0, n_out: int | None = None) -> Promise:
+               gain: float = 2.0, n_out: int | None = None, norm_sq: float = 1.0) -> Promise:
     """A1, associative memory (the baseline): one MLP unit per fact, frozen fact-independent embeddings.
 
     Sizes ``d = 2·D + R`` (subject code, one-hot relation, output block), ``m = N·R``.
@@ -144,7 +150,7 @@ def a1_promise(N: int, R: int, D: int, *, gap: float, distinct: tuple[float, flo
     )
     return Promise("A1", "associative-memory baseline (one unit per fact)", d, m,
                    one_layer_params(N, R, d, m, n_out),
-                   N * R * D, _exact(lam * fired * gap), conditions)
+                   N * R * D, _exact(lam * fired * gap), conditions, logit_scale=lam * fired * norm_sq)
 
 
 def binary_coherence(D: int) -> float:
@@ -222,7 +228,8 @@ def model_params(N: int, R: int, d: int, T: int, layers, n_out: int | None = Non
 
 
 def g2_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float], max_abs: float,
-               max_l1: float, gate: float, beta: float | None, lam: float = 1.0) -> Promise:
+               max_l1: float, gate: float, beta: float | None, lam: float = 1.0,
+               norm_sq: float = 1.0) -> Promise:
     """G2, k hops without CoT, one layer, path blocks.
 
     Sizes ``d = R^k·D + k·R + D + (k + 1)`` (path blocks, k gate groups, output, positions), ``m = 2·R^k·D``.
@@ -246,11 +253,12 @@ def g2_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[fl
     T = k + 1
     params = model_params(N, R, d, T, [("softmax", k, T, R, m)])
     return Promise("G2", "k hops, no CoT, one layer: path blocks (exponential in k)", d, m, params,
-                   N * paths * D, lam * (gap - 2 * k * gate * eps * max_l1), conditions)
+                   N * paths * D, lam * (gap - 2 * k * gate * eps * max_l1), conditions,
+                   logit_scale=lam * (norm_sq + k * gate * max_l1))
 
 
 def a2_width_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float], gate: float,
-                     beta: float | None, lam: float = 1.0) -> Promise:
+                     beta: float | None, lam: float = 1.0, norm_sq: float = 1.0) -> Promise:
     """A2(a), k hops without CoT, one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
     Sizes ``d = D + k·R + D + (k + 1)`` (subject code, gate groups, output, positions). Gates as in G2. Unit
@@ -270,11 +278,11 @@ def a2_width_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tu
     )
     params = model_params(N, R, d, k + 1, [("softmax", k, k + 1, R, m)])
     return Promise("A2a", "k hops, no CoT, one layer: one MLP unit per k-hop fact", d, m, params,
-                   N * R**k * D, lam * (gap - k * gate * eps) * gap, conditions)
+                   N * R**k * D, lam * (gap - k * gate * eps) * gap, conditions, logit_scale=lam * (norm_sq + k * gate) * norm_sq)
 
 
 def a2_depth_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float],
-                     beta: float | None, lam: float = 1.0) -> Promise:
+                     beta: float | None, lam: float = 1.0, norm_sq: float = 1.0) -> Promise:
     """A2(b), k hops without CoT, k layers, each an associative MLP of width ``2·N·R`` (one clipped unit pair
     per single-hop fact) that maps (current entity, relation of this hop) to the next entity.
 
@@ -300,11 +308,12 @@ def a2_depth_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tu
     params = model_params(N, R, d, k + 1, layers)
     # Fact-specific: W2 of the shared MLP, 2·D entries per clipped pair (v, r) writing ±(a_{π_r(v)} − a_v)/h.
     return Promise("A2b", "k hops, no CoT, k layers: one associative MLP of width O(N·R), shared by the hops",
-                   d, m, params, 2 * N * R * D, lam * gap, conditions)
+                   d, m, params, 2 * N * R * D, lam * gap, conditions, logit_scale=lam * (norm_sq + 2 * gap) * norm_sq)
 
 
 def c1_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float], max_abs: float,
-               max_l1: float, gate: float, beta: float | None, lam: float = 1.0) -> Promise:
+               max_l1: float, gate: float, beta: float | None, lam: float = 1.0,
+               norm_sq: float = 1.0) -> Promise:
     """C1, k hops with chain-of-thought, one layer: the G1 selector applied once per generated token.
 
     Sizes ``d = R·D + R + D + 2k`` (blocks, gates, output, positions of the 2k tokens fed), ``m = 2·R·D``.
@@ -324,7 +333,8 @@ def c1_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[fl
     )
     params = model_params(N, R, d, 2 * k, [("softmax", 1, 2 * k, R, m)])
     return Promise("C1", "k hops with chain-of-thought, one layer (linear in R, additive in k)", d, m, params,
-                   N * R * D, lam * (gap - 2 * gate * eps * max_l1), conditions)
+                   N * R * D, lam * (gap - 2 * gate * eps * max_l1), conditions,
+                   logit_scale=lam * (norm_sq + gate * max_l1))
 
 
 def multi_hop_sizes_expr() -> dict[str, dict[str, sp.Expr]]:

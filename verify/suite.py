@@ -119,7 +119,7 @@ def run_check(
                    construction=spec.id, codes=codes, seed=seed, options={k_: v for k_, v in options.items()
                                                                           if k_ != "max_bytes"})
     attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
-    name = f"{spec.id} {codes}{' int' if integer else ''}" + (" (hard attn, idealized)" if attention == "hard"
+    name = f"{spec.id} {built.codes.kind}{' int' if integer else ''}" + (" (hard attn, idealized)" if attention == "hard"
                                                               else "")
     params = {"N": task.N, "R": task.R, "k": k, "D": built.codes.D, "construction": spec.id, "codes": codes,
               "seed": seed, "dtype": "float64" if integer else dtype, "bits": bits, "attributes": task.attributes,
@@ -145,8 +145,8 @@ def run_check(
                     {"constants": built.constants, "codes": built.codes.kind, "mu": built.codes.mu,
                      "teacher_forcing": forced.as_dict()})
     report.extra_checks["teacher forcing: every step exact"] = forced.exact
-    report.extra_checks["teacher forcing: margin >= promise"] = margin_reaches(forced.min_margin,
-                                                                               built.promise.margin, forced.dtype)
+    report.extra_checks["teacher forcing: margin >= promise"] = margin_reaches(
+        forced.min_margin, built.promise.margin, forced.dtype, scale=built.promise.logit_scale)
     return report
 
 

@@ -3,6 +3,20 @@
 A query's margin is ``logit[answer] − max_{j ≠ answer} logit[j]``; the query is answered exactly iff its margin
 is strictly positive (a tie is a failure: argmax would be ambiguous). The checker works on any :class:`Model`
 and any list of queries; ``check_construction`` adds promised-vs-achieved for a built construction.
+
+Two exact fast paths stand behind the same interface (proofs in docs/theory.md; tests compare them with the
+reference on random models):
+
+- the **decoder** (``decoder="auto" | "dense" | "hypercube"``): ``dense`` forms the logits; ``hypercube``
+  (``verify.decoders``) reads argmax and margin off the residual when the read-out is ``λ·`` every ±1 pattern
+  (``N = 2^D``): argmax = sign pattern, margin = ``2·λ·min_i |v_i|``. ``auto`` takes it when the read-out has
+  that structure (checked exactly) and the dense decoder otherwise.
+- the **forward** (``forward="auto" | "dense" | "tables"``): ``dense`` is THE forward pass per query chunk;
+  ``tables`` (``verify.additive``) is the same function for one-layer models whose attention weights do not
+  depend on the tokens (G1's uniform attention, C1's positional head), summed from per-(position, token)
+  tables built once, on the residual columns the read-out reads only. ``auto`` takes it when it applies.
+
+``CheckResult.decoder`` and ``CheckResult.forward`` record what ran, and ``fallback`` why a fast path did not.
 """
 
 from __future__ import annotations
@@ -12,10 +26,36 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from georecall.constructions.model import Model, chunk_size, forward, integer_bounds, iter_chunks
 from georecall.theory import __version__
 from georecall.theory.statements import Promise
+from georecall.verify.additive import NotAdditive, plan_additive, run_additive
+from georecall.verify.decoders import (
+    Hypercube,
+    dense_decode,
+    detect_hypercube,
+    hypercube_decode,
+    margins_of,
+    read_columns,
+)
+
+__all__ = [
+    "DECODERS",
+    "FORWARDS",
+    "CheckResult",
+    "Report",
+    "achieved_sizes",
+    "check_construction",
+    "check_decoding",
+    "check_queries",
+    "claim_report",
+    "margin_reaches",
+    "margins_of",
+]
+
+DECODERS = ("auto", "dense", "hypercube")
+forward_pass = forward  # THE forward pass, under a name that the ``forward=`` option does not shadow
+FORWARDS = ("auto", "dense", "tables")
 
 
 @dataclass
@@ -34,6 +74,9 @@ class CheckResult:
     margins: np.ndarray | None = None
     per_position: list[float] | None = None  # accuracy per read-out position / decoding step
     final_accuracy: float | None = None  # decoding: accuracy of the last generated token alone
+    decoder: str = "dense"  # which decoder ran: "dense" (logits) or "hypercube"
+    forward: str = "dense"  # which forward ran: "dense" (THE forward pass) or "tables" (token-additive)
+    fallback: str = ""  # why a fast path asked for ("auto") was not taken
 
     @property
     def accuracy(self) -> float:
@@ -46,19 +89,103 @@ class CheckResult:
     def as_dict(self) -> dict:
         return {"n_queries": self.n_queries, "n_correct": self.n_correct, "accuracy": self.accuracy,
                 "exact": self.exact, "min_margin": self.min_margin, "argmin_query": self.argmin_query,
-                "failures": self.failures, "integer": self.integer, "dtype": self.dtype, "seconds": round(self.seconds, 4),
+                "failures": self.failures, "integer": self.integer, "dtype": self.dtype,
+                "seconds": round(self.seconds, 4), "decoder": self.decoder, "forward": self.forward,
+                **({"fallback": self.fallback} if self.fallback else {}),
                 **({"per_position": self.per_position} if self.per_position is not None else {}),
                 **({"final_accuracy": self.final_accuracy} if self.final_accuracy is not None else {})}
 
 
-def margins_of(logits: np.ndarray, answers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(predictions, margins)`` for a block of logits ``(B, n_out)``; overwrites ``logits`` (scratch)."""
-    rows = np.arange(logits.shape[0])
-    predictions = logits.argmax(axis=1)
-    correct = logits[rows, answers].copy()
-    logits[rows, answers] = -np.inf
-    runner_up = logits.max(axis=1) if logits.shape[1] > 1 else np.full(len(rows), -np.inf)
-    return predictions, correct - runner_up
+class _Tally:
+    """Streaming summary of (query, position) predictions: counts, the first minimum margin, the first failures
+    (by flat index ``query·P + position``), per-position accuracy; full arrays only with ``keep``."""
+
+    def __init__(self, n: int, per: int, keep: bool, max_failures: int, shape: tuple[int, ...]) -> None:
+        self.n, self.per, self.max_failures = n, per, max_failures
+        self.correct = np.zeros(per, dtype=np.int64)
+        self.min_margin, self.argmin = np.inf, -1
+        self.fail_flat: list[np.ndarray] = []
+        self.fail_pred: list[np.ndarray] = []
+        self.fail_margin: list[np.ndarray] = []
+        self.predictions = np.empty(shape, dtype=np.int64) if keep else None
+        self.margins = np.empty(shape, dtype=np.float64) if keep else None
+
+    def add(self, queries, position: int, predictions: np.ndarray, margins: np.ndarray) -> None:
+        """Record one block: ``queries`` a slice or an ascending index array, at read position ``position``."""
+        q = np.arange(queries.start, queries.stop) if isinstance(queries, slice) else np.asarray(queries)
+        if self.predictions is not None:
+            target = (q, position) if self.predictions.ndim == 2 else q
+            self.predictions[target], self.margins[target] = predictions, margins
+        if q.size == 0:
+            return
+        ok = margins > 0
+        self.correct[position] += int(np.count_nonzero(ok))
+        i = int(np.argmin(margins))
+        value, flat = float(margins[i]), int(q[i]) * self.per + position
+        if value < self.min_margin or (value == self.min_margin and flat < self.argmin) or self.argmin < 0:
+            self.min_margin, self.argmin = value, flat
+        wrong = np.flatnonzero(~ok)[: self.max_failures]
+        if wrong.size:
+            self.fail_flat.append(q[wrong] * self.per + position)
+            self.fail_pred.append(np.asarray(predictions)[wrong])
+            self.fail_margin.append(np.asarray(margins, dtype=np.float64)[wrong])
+
+    def result(self, tokens: np.ndarray, answers: np.ndarray, **kwargs) -> CheckResult:
+        failures = []
+        if self.fail_flat:
+            flat = np.concatenate(self.fail_flat)
+            pick = np.argsort(flat, kind="stable")[: self.max_failures]
+            pred, marg = np.concatenate(self.fail_pred)[pick], np.concatenate(self.fail_margin)[pick]
+            for f, p, mg in zip(flat[pick].tolist(), pred.tolist(), marg.tolist()):
+                q, pos = divmod(f, self.per)
+                failures.append({"query": q, **({"position": pos} if answers.ndim == 2 else {}),
+                                 "tokens": tokens[q].tolist(), "expected": int(answers.reshape(-1)[f]),
+                                 "predicted": int(p), "margin": float(mg)})
+        total = self.n * self.per
+        return CheckResult(
+            n_queries=total, n_correct=int(self.correct.sum()),
+            min_margin=float(self.min_margin) if total else float("inf"),
+            argmin_query=self.argmin // self.per if total else -1, failures=failures,
+            predictions=self.predictions, margins=self.margins,
+            per_position=(self.correct / max(self.n, 1)).tolist() if answers.ndim == 2 else None, **kwargs)
+
+
+def _choose_decoder(model: Model, decoder: str) -> tuple[Hypercube | None, str]:
+    """The hypercube codebook when it applies and is asked for, else None; and the reason when it does not."""
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
+    if decoder == "dense":
+        return None, ""
+    cube, why = detect_hypercube(model.unembedding)
+    if cube is None and decoder == "hypercube":
+        raise ValueError(f"the hypercube decoder does not apply: {why}")
+    return cube, ("" if cube is not None else f"decoder: {why}")
+
+
+def _choose_forward(model: Model, forward_: str, columns, token_columns, integer: bool):
+    """A token-additive plan when it applies and is asked for, else None; and the reason when it does not."""
+    if forward_ not in FORWARDS:
+        raise ValueError(f"forward must be one of {FORWARDS}, got {forward_!r}")
+    if forward_ == "dense":
+        return None, ""
+    try:
+        return plan_additive(model, token_columns, columns, integer=integer), ""
+    except NotAdditive as exc:
+        if forward_ == "tables":
+            raise ValueError(f"the token-additive forward does not apply: {exc}") from None
+        return None, f"forward: {exc}"
+
+
+def _readout_model(model: Model, columns: np.ndarray) -> Model:
+    """The same model whose "logits" are the read residual coordinates ``x[:, columns]`` (an identity read-out
+    on them), for the hypercube decoder behind THE forward pass: ``x·1 + 0`` is exact in floating point."""
+    identity = np.zeros((columns.size, model.d), dtype=model.unembedding.dtype)
+    identity[np.arange(columns.size), columns] = 1.0
+    return model.replace(unembedding=identity)
+
+
+def _decode(cube: Hypercube | None, v: np.ndarray, answers: np.ndarray, U_read: np.ndarray | None):
+    return hypercube_decode(cube, v, answers) if cube is not None else dense_decode(v, answers, U_read)
 
 
 def check_queries(
@@ -72,6 +199,8 @@ def check_queries(
     keep: bool = False,
     max_failures: int = 10,
     progress: bool = False,
+    decoder: str = "auto",
+    forward: str = "auto",
 ) -> CheckResult:
     """Run every query ``tokens[q]`` (shape ``(Q, T)``) and compare the argmax with ``answers[q]``.
 
@@ -79,9 +208,12 @@ def check_queries(
     ``positions`` (P indices, e.g. every chain-of-thought step under teacher forcing) it is read at each of them
     and ``answers`` has shape ``(Q, P)``; every (query, position) pair counts as one prediction, and
     ``per_position`` reports the accuracy at each position.
-    ``integer=True`` first proves (``integer_bounds``) that the forward pass computes in exact integer
-    arithmetic, then runs it in float64; margins are then exact integers. ``keep=True`` returns the per-query
-    predictions and margins. Memory is bounded by the chunk size (default: ``chunk_size(model, T)``).
+    ``integer=True`` first proves that the pass computes in exact integer arithmetic (``integer_bounds`` of the
+    model for THE forward pass, ``verify.additive.integer_bounds`` for the tables; both bound the margins too),
+    then runs it in float64; margins are then exact integers. ``keep=True`` returns the per-query
+    predictions and margins. ``decoder`` and ``forward`` choose the implementations (module docstring); the
+    result records which ran. Memory is bounded by the chunk size (default: ``chunk_size(model, T)``) or, for
+    the tables, by their block size; nothing of size Q × d or Q × n_out is formed.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
     answers = np.asarray(answers, dtype=np.int64)
@@ -92,49 +224,55 @@ def check_queries(
                          f"got {tokens.shape} and {answers.shape}")
     if answers.size and (answers.min() < 0 or answers.max() >= model.n_out):
         raise ValueError(f"answers must lie in [0, {model.n_out})")
+    start = time.perf_counter()
+    read_at = [tokens.shape[1] - 1] if positions is None else [int(p) for p in positions]
+    cube, why_decoder = _choose_decoder(model, decoder)
+    columns = cube.columns if cube is not None else read_columns(model.unembedding)
+    U_read = None if cube is not None else model.unembedding[:, columns]
+    tally = _Tally(n, len(read_at), keep, max_failures, answers.shape)
+    column_answers = answers[:, None] if positions is None else answers
+    plans = []
+    why_forward = ""
+    for p in read_at:
+        plan, why_forward = _choose_forward(model, forward, columns, [tokens[:, u] for u in range(p + 1)],
+                                            integer)
+        if plan is None:
+            break
+        plans.append(plan)
+    kind = {"decoder": "hypercube" if cube is not None else "dense", "integer": integer,
+            "dtype": "float64" if integer else str(model.entity_embedding.dtype)}
+    if len(plans) == len(read_at):  # the token-additive pass at every read position
+        for i, (p, plan) in enumerate(zip(read_at, plans)):
+            def consume(queries, v, i=i):
+                expected = column_answers[queries, i]
+                tally.add(queries, i, *_decode(cube, v, expected, U_read))
+            run_additive(plan, [tokens[:, u] for u in range(p + 1)], consume, progress=progress)
+        return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="tables",
+                            fallback=why_decoder, **kind)
     if integer:
         integer_bounds(model, tokens.shape[1])
-    start = time.perf_counter()
+    run = _readout_model(model, columns) if cube is not None else model
     chunk = chunk or chunk_size(model, tokens.shape[1])
-    predictions = np.empty(answers.shape, dtype=np.int64)
-    margins = np.empty(answers.shape, dtype=np.float64)
-    for i, part in enumerate(iter_chunks(n, chunk)):
+    for c, part in enumerate(iter_chunks(n, chunk)):
         if positions is None:
-            logits = forward(model, tokens[part], integer=integer)
-            predictions[part], margins[part] = margins_of(logits, answers[part])
+            out = forward_pass(run, tokens[part], integer=integer)
+            outs = [out]
         else:
-            logits = forward(model, tokens[part], at="all", integer=integer)[:, positions]
-            shape = logits.shape[:2]
-            pred, marg = margins_of(logits.reshape(-1, logits.shape[2]), answers[part].reshape(-1))
-            predictions[part], margins[part] = pred.reshape(shape), marg.reshape(shape)
-        if progress and i % 8 == 0:
+            full = forward_pass(run, tokens[part], at="all", integer=integer)
+            outs = [full[:, p] for p in read_at]
+        for i, out in enumerate(outs):
+            expected = column_answers[part, i]
+            if cube is not None:
+                tally.add(part, i, *hypercube_decode(cube, out, expected))
+            else:
+                tally.add(part, i, *margins_of(out, expected))
+        if progress and c % 8 == 0:
             print(f"\r  checked {part.stop:,}/{n:,} queries", end="", file=sys.stderr, flush=True)
     if progress:
         print(file=sys.stderr)
-    return _result(tokens, answers, predictions, margins, integer, model, start, keep, max_failures)
-
-
-def _result(tokens, answers, predictions, margins, integer, model, start, keep, max_failures) -> CheckResult:
-    """Summarize per-prediction margins (shape (Q,) or (Q, P)) into a CheckResult."""
-    ok = margins > 0
-    flat = margins.reshape(-1)
-    wrong = np.flatnonzero(~ok.reshape(-1))
-    per = margins.shape[1] if margins.ndim == 2 else 1
-    failures = []
-    for f in wrong[:max_failures]:
-        q, p = divmod(int(f), per)
-        failures.append({"query": q, **({"position": p} if margins.ndim == 2 else {}),
-                         "tokens": tokens[q].tolist(), "expected": int(answers.reshape(-1)[f]),
-                         "predicted": int(predictions.reshape(-1)[f]), "margin": float(flat[f])})
-    argmin = int(flat.argmin()) if flat.size else -1
-    return CheckResult(
-        n_queries=flat.size, n_correct=flat.size - wrong.size,
-        min_margin=float(flat[argmin]) if flat.size else float("inf"), argmin_query=argmin // per,
-        failures=failures, integer=integer,
-        dtype="float64" if integer else str(model.entity_embedding.dtype), seconds=time.perf_counter() - start,
-        predictions=predictions if keep else None, margins=margins if keep else None,
-        per_position=ok.mean(axis=0).tolist() if margins.ndim == 2 else None,
-    )
+    reasons = "; ".join(r for r in (why_decoder, why_forward) if r)
+    return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="dense", fallback=reasons,
+                        **kind)
 
 
 def check_decoding(
@@ -146,13 +284,16 @@ def check_decoding(
     keep: bool = False,
     max_failures: int = 10,
     progress: bool = False,
+    decoder: str = "auto",
+    forward: str = "auto",
 ) -> CheckResult:
     """Greedy chain-of-thought decoding of every prompt, scored against the true chain ``(Q, k)``.
 
-    Step t runs THE forward pass on the prompt plus the model's own k − 1 previous predictions (re-embedded by
+    Step t runs the forward pass on the prompt plus the model's own t − 1 previous predictions (re-embedded by
     the input table) and records the margin of the true ``v_t``. A query counts as correct only if every step
     is (then its final answer is right too); ``per_position`` is the accuracy of each step and
-    ``final_accuracy`` that of the last token alone.
+    ``final_accuracy`` that of the last token alone. ``decoder`` and ``forward`` as in :func:`check_queries`
+    (the token-additive pass applies step by step, with the generated tokens as further positions).
     """
     prompts = np.asarray(prompts, dtype=np.int64)
     chains = np.asarray(chains, dtype=np.int64)
@@ -162,22 +303,46 @@ def check_decoding(
         raise ValueError("decoding feeds predictions back as entities: needs n_out == N")
     start = time.perf_counter()
     n, k = chains.shape
-    chunk = chunk or chunk_size(model, prompts.shape[1] + k)
+    cube, why_decoder = _choose_decoder(model, decoder)
+    columns = cube.columns if cube is not None else read_columns(model.unembedding)
+    U_read = None if cube is not None else model.unembedding[:, columns]
     predictions = np.empty(chains.shape, dtype=np.int64)
     margins = np.empty(chains.shape, dtype=np.float64)
-    for i, part in enumerate(iter_chunks(n, chunk)):
-        seq = prompts[part]
-        for t in range(k):
-            logits = forward(model, seq)
-            predictions[part, t], margins[part, t] = margins_of(logits, chains[part, t])
-            seq = np.concatenate([seq, predictions[part, t : t + 1]], axis=1)
-        if progress and i % 8 == 0:
-            print(f"\r  decoded {part.stop:,}/{n:,} chains", end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+    T0 = prompts.shape[1]
+    used_tables = True
+    why_forward = ""
+    for t in range(k):
+        token_columns = [prompts[:, u] for u in range(T0)] + [predictions[:, j] for j in range(t)]
+        plan, why_forward = _choose_forward(model, forward, columns, token_columns, False)
+        if plan is None:
+            used_tables = False
+            break
+
+        def consume(queries, v, t=t):
+            predictions[queries, t], margins[queries, t] = _decode(cube, v, chains[queries, t], U_read)
+        run_additive(plan, token_columns, consume, progress=progress)
+    if not used_tables:
+        run = _readout_model(model, columns) if cube is not None else model
+        chunk = chunk or chunk_size(model, T0 + k)
+        for i, part in enumerate(iter_chunks(n, chunk)):
+            seq = prompts[part]
+            for t in range(k):
+                out = forward_pass(run, seq)
+                predictions[part, t], margins[part, t] = (hypercube_decode(cube, out, chains[part, t])
+                                                          if cube is not None else margins_of(out, chains[part, t]))
+                seq = np.concatenate([seq, predictions[part, t : t + 1]], axis=1)
+            if progress and i % 8 == 0:
+                print(f"\r  decoded {part.stop:,}/{n:,} chains", end="", file=sys.stderr, flush=True)
+        if progress:
+            print(file=sys.stderr)
     per_query = margins.min(axis=1)
-    result = _result(prompts, chains[:, -1], predictions[:, -1], per_query, False, model, start, False,
-                     max_failures)
+    tally = _Tally(n, 1, False, max_failures, (n,))
+    tally.add(slice(0, n), 0, predictions[:, -1], per_query)
+    result = tally.result(prompts, chains[:, -1], seconds=time.perf_counter() - start,
+                          decoder="hypercube" if cube is not None else "dense",
+                          forward="tables" if used_tables else "dense",
+                          fallback="; ".join(r for r in (why_decoder, why_forward) if r),
+                          dtype=str(model.entity_embedding.dtype))
     result.per_position = (margins > 0).mean(axis=0).tolist()
     result.final_accuracy = float((predictions[:, -1] == chains[:, -1]).mean()) if n else 1.0
     if keep:
@@ -185,21 +350,23 @@ def check_decoding(
     return result
 
 
-def margin_reaches(achieved: float, promised: float, dtype: str = "float64", integer: bool = False) -> bool:
+def margin_reaches(achieved: float, promised: float, dtype: str = "float64", integer: bool = False,
+                   scale: float = 0.0) -> bool:
     """Does an achieved minimum margin reach the promised lower bound?
 
     A margin that is not strictly positive never passes (a tie is ambiguous), whatever was promised. In
-    integer mode the comparison is exact. Otherwise the allowance is relative to the promise's own scale:
-    ``achieved >= promised·(1 − 1000·eps)`` with eps of the working precision, so a promise of 1e-16 is not met
-    by 0 and a promise of 4 is met by 3.9999999999995 (rounding of a float forward pass). An infinite promise (a
-    single possible answer: no wrong answer to beat) must be met exactly.
+    integer mode the comparison is exact. Otherwise the allowance is 1000 rounding units of the working
+    precision relative to ``max(|promised|, scale)``, where ``scale`` is the magnitude of the logits whose
+    difference the margin is (``Promise.logit_scale``): a margin of 1e-4 between logits of size 2 carries the
+    rounding of numbers of size 2. A promise of 1e-16 is never met by 0. An infinite promise (a single possible
+    answer: no wrong answer to beat) must be met exactly.
     """
     if not achieved > 0:
         return False
     if integer or not np.isfinite(promised):
         return achieved >= promised
     eps = float(np.finfo(np.dtype(dtype)).eps)
-    return achieved >= promised - 1e3 * eps * abs(promised)
+    return achieved >= promised - 1e3 * eps * max(abs(promised), abs(scale))
 
 
 @dataclass
@@ -222,7 +389,7 @@ class Report:
             return True
         return (self.achieved["d"] == self.promise.d and self.achieved["m"] == self.promise.m
                 and margin_reaches(self.result.min_margin, self.promise.margin, self.result.dtype,
-                                   self.result.integer))
+                                   self.result.integer, self.promise.logit_scale))
 
     def as_dict(self) -> dict:
         return {"name": self.name, "passed": self.passed, "params": self.params,

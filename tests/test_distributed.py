@@ -15,6 +15,8 @@ import time
 import uuid
 
 import pytest
+
+from georecall.errors import InputError
 from georecall.verify.executors import parse_scheduler
 from georecall.verify.sweep import TrialSettings, read_sweep, sweep
 
@@ -117,7 +119,8 @@ def small_reference(tmp_path_factory):
 
 # ------------------------------------------------------------------------------------------- local pool
 
-def test_sigkill_of_the_driver_leaves_no_orphans_and_the_rerun_gives_the_same_records(tmp_path, kill_reference):
+def test_sigkill_of_the_driver_leaves_no_orphans_and_the_rerun_gives_the_same_records(tmp_path,
+                                                                                      kill_reference):
     """Issue 11 item 5: the workers, and the resource tracker, die with the driver; the rerun resumes."""
     path = str(tmp_path / "r.jsonl")
     driver = _Driver(tmp_path, path, workers=2, **KILL_GRID)
@@ -131,7 +134,8 @@ def test_sigkill_of_the_driver_leaves_no_orphans_and_the_rerun_gives_the_same_re
         driver.close()
     cut = read_sweep(path)
     assert 0 < len(cut.records) < len(kill_reference)
-    sweep(path, **KILL_GRID, settings=SETTINGS, progress=False, lock_timeout=0)  # the lock died with the driver
+    # lock_timeout=0: the lock died with the driver
+    sweep(path, **KILL_GRID, settings=SETTINGS, progress=False, lock_timeout=0)
     assert _strip(read_sweep(path).records) == _strip(kill_reference)
 
 
@@ -241,7 +245,8 @@ def test_an_unreachable_scheduler_is_one_line_within_the_timeout(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     start = time.monotonic()
-    with pytest.raises(ValueError, match=f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}") as info:
+    message = f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"
+    with pytest.raises(InputError, match=message) as info:
         sweep(str(tmp_path / "r.jsonl"), **SMALL_GRID, settings=SETTINGS, progress=False,
               scheduler=f"tcp://127.0.0.1:{port}", connect_timeout=2)
     assert time.monotonic() - start < 8
@@ -251,14 +256,15 @@ def test_an_unreachable_scheduler_is_one_line_within_the_timeout(tmp_path):
 def test_a_dask_cluster_writes_the_same_records_as_this_process(tmp_path, cluster, small_reference):
     path = str(tmp_path / "r.jsonl")
     notes = []
-    records = sweep(path, **SMALL_GRID, settings=SETTINGS, progress=False, scheduler=cluster.scheduler_address,
-                    log=notes.append)
+    records = sweep(path, **SMALL_GRID, settings=SETTINGS, progress=False,
+                    scheduler=cluster.scheduler_address, log=notes.append)
     assert len(records) == 4 and any("2 workers" in n for n in notes)
     assert _strip(read_sweep(path).records) == _strip(small_reference)
 
 
 @pytest.mark.slow
-def test_a_dask_worker_killed_mid_trial_loses_nothing_and_duplicates_nothing(tmp_path, cluster, kill_reference):
+def test_a_dask_worker_killed_mid_trial_loses_nothing_and_duplicates_nothing(tmp_path, cluster,
+                                                                            kill_reference):
     distributed = pytest.importorskip("distributed")
     path = str(tmp_path / "r.jsonl")
     killed = []

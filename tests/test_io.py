@@ -1,4 +1,4 @@
-"""verify/io.py: atomic writes survive interruption, output paths are refused before work, the advisory lock."""
+"""verify/io.py: atomic writes survive interruption, output paths refused before work, the advisory lock."""
 
 import json
 import os
@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+
 from georecall.verify.io import (
     FileLock,
     LockTimeout,

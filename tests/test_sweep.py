@@ -10,6 +10,7 @@ from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
+
 from georecall.theory.seeds import rng
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.io import FileLock, LockTimeout
@@ -105,8 +106,9 @@ def test_resume_does_not_reuse_a_search_with_another_range(tmp_path):
 
 
 def _planted(settings, d, reached, **extra):
-    return {"kind": "trial", "N": 32, "R": 2, "mode": "learned", "seed": 0, "d": d, "m": 4 * d, "reached": reached,
-            "steps_run": 1, "final_loss": 0.0, "final_batch_accuracy": 1.0, "seconds": 0.0, **asdict(settings),
+    return {"kind": "trial", "N": 32, "R": 2, "mode": "learned", "seed": 0, "d": d, "m": 4 * d,
+            "reached": reached, "steps_run": 1, "final_loss": 0.0, "final_batch_accuracy": 1.0,
+            "seconds": 0.0, **asdict(settings),
             "seed_contract": SEED_CONTRACT, "version": run_trial.__globals__["__version__"], **extra}
 
 
@@ -148,7 +150,8 @@ def test_reading_skips_and_counts_torn_alien_and_duplicate_lines(tmp_path):
     assert [r["kind"] for r in contents.records] == ["trial", "threshold", "transfer"]
     assert "2 torn, 6 alien, 2 duplicate" in contents.problems()
     messages = []
-    records = sweep(str(path), **GRID, settings=SETTINGS, d_min=4, d_max=4, progress=False, log=messages.append)
+    records = sweep(str(path), **GRID, settings=SETTINGS, d_min=4, d_max=4, progress=False,
+                    log=messages.append)
     assert len(records) == 1 and any("2 torn, 6 alien, 2 duplicate" in m for m in messages)
 
 
@@ -237,7 +240,8 @@ class _Stream(io.StringIO):
 
 
 def test_progress_is_plain_lines_off_a_terminal_and_one_line_on_it():
-    infos = [ProgressInfo(i, 3, i, 0, 3 - i, 65.0 * i, 130.0 if i < 3 else 0.0, f"step {i}") for i in (1, 2, 3)]
+    infos = [ProgressInfo(i, 3, i, 0, 3 - i, 65.0 * i, 130.0 if i < 3 else 0.0, f"step {i}")
+             for i in (1, 2, 3)]
     plain, tty = _Stream(False), _Stream(True)
     for stream in (plain, tty):
         progress = _StderrProgress(stream)

@@ -11,12 +11,12 @@
 - ``scheduler="local:W"``: a Dask ``LocalCluster`` on 127.0.0.1 with W single-threaded worker processes (and
   the dashboard on 127.0.0.1), through ``Client.get_executor()``;
 - ``scheduler="tcp://HOST:PORT"`` (any Dask address): a ``distributed.Client`` connected to a running
-  scheduler. An unreachable scheduler gives one ``ValueError`` line after ``connect_timeout`` seconds.
+  scheduler. An unreachable scheduler gives one ``InputError`` line after ``connect_timeout`` seconds.
 
-Dask is imported only for the last two (the optional extra ``georecall[distributed]``). The driver alone writes
-results: executors only return them. A worker lost mid-trial is handled by the engine: Dask reschedules the
-task on another worker; a broken local pool is restarted by :meth:`ExecutorHandle.restart` and the driver
-resubmits what was in flight.
+Dask is imported only for the last two (the optional extra ``georecall[distributed]``). The driver alone
+writes results: executors only return them. A worker lost mid-trial is handled by the engine: Dask
+reschedules the task on another worker; a broken local pool is restarted by :meth:`ExecutorHandle.restart`
+and the driver resubmits what was in flight.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+
+from georecall.errors import InputError
 
 __all__ = ["DISTRIBUTED_HINT", "ExecutorHandle", "InlineExecutor", "open_executor", "parse_scheduler"]
 
@@ -98,7 +100,7 @@ def parse_scheduler(scheduler: str | None) -> tuple[str, int | str | None]:
 
     Raises
     ------
-    ValueError
+    InputError
         A malformed value (one line saying what is accepted).
     """
     if scheduler is None:
@@ -109,11 +111,11 @@ def parse_scheduler(scheduler: str | None) -> tuple[str, int | str | None]:
     if text == "local" or text.startswith("local:"):
         count = text[len("local:"):] if text.startswith("local:") else str(os.cpu_count() or 1)
         if not count.isdigit() or int(count) < 1:
-            raise ValueError(f"scheduler {scheduler!r}: use local:W with W a positive number of workers")
+            raise InputError(f"scheduler {scheduler!r}: use local:W with W a positive number of workers")
         return "local", int(count)
     if "://" in text and text.split("://", 1)[1]:
         return "address", text
-    raise ValueError(f"scheduler {scheduler!r}: use tcp://HOST:PORT (a running Dask scheduler) or local:W")
+    raise InputError(f"scheduler {scheduler!r}: use tcp://HOST:PORT (a running Dask scheduler) or local:W")
 
 
 class ExecutorHandle:
@@ -142,7 +144,7 @@ class ExecutorHandle:
         self.restarts = 0
 
     def is_lost_worker(self, exc: BaseException) -> bool:
-        """Whether ``exc`` means a local worker process died (the pool can be restarted and the trial rerun)."""
+        """Whether ``exc`` means a local worker process died (restart the pool and rerun the trial)."""
         return self.kind == "pool" and isinstance(exc, BrokenProcessPool)
 
     def restart(self) -> None:
@@ -199,7 +201,7 @@ class ExecutorHandle:
 
 
 def _process_pool(workers: int) -> ProcessPoolExecutor:
-    """W spawned processes with one BLAS thread each, started now (so the BLAS setting reaches all of them)."""
+    """W spawned processes with one BLAS thread each, started now (so that setting reaches all of them)."""
     import multiprocessing
 
     saved = {name: os.environ.get(name) for name in _THREAD_VARIABLES}
@@ -224,7 +226,7 @@ def _import_distributed():
     try:
         import distributed
     except ImportError:
-        raise ValueError(f"--scheduler needs Dask distributed, which is not installed: {DISTRIBUTED_HINT}") \
+        raise InputError(f"--scheduler needs Dask distributed, which is not installed: {DISTRIBUTED_HINT}") \
             from None
     return distributed
 
@@ -251,8 +253,8 @@ def open_executor(scheduler: str | None = None, workers: int = 1, *, connect_tim
 
     Raises
     ------
-    ValueError
-        Malformed scheduler, Dask not installed, or the scheduler cannot be reached within ``connect_timeout``.
+    InputError
+        Malformed scheduler, Dask not installed, or no scheduler reached within ``connect_timeout``.
     """
     kind, value = parse_scheduler(scheduler)
     note = message or (lambda text: None)
@@ -262,7 +264,7 @@ def open_executor(scheduler: str | None = None, workers: int = 1, *, connect_tim
         return ExecutorHandle("pool", _process_pool(workers), f"{workers} local processes",
                               factory=lambda: _process_pool(workers))
     if not (connect_timeout > 0):
-        raise ValueError(f"connect timeout must be positive, got {connect_timeout!r}")
+        raise InputError(f"connect timeout must be positive, got {connect_timeout!r}")
     distributed = _import_distributed()
     if kind == "local":
         cluster = distributed.LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
@@ -281,8 +283,9 @@ def open_executor(scheduler: str | None = None, workers: int = 1, *, connect_tim
         client = distributed.Client(value, timeout=connect_timeout)
     except (OSError, TimeoutError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise ValueError(f"cannot reach the Dask scheduler at {value} within {connect_timeout:g} s "
+        raise InputError(f"cannot reach the Dask scheduler at {value} within {connect_timeout:g} s "
                          f"({reason[:160]})") from None
     note(f"connected to the Dask scheduler at {value} ({len(client.scheduler_info().get('workers', {}))} "
          f"workers now)")
-    return ExecutorHandle("address", client.get_executor(pure=False), f"Dask scheduler {value}", client=client)
+    return ExecutorHandle("address", client.get_executor(pure=False), f"Dask scheduler {value}",
+                          client=client)

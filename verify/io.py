@@ -4,14 +4,15 @@
   writable (tested by creating and removing a probe file, which is also right for root and read-only mounts),
   the target must not be a directory. It returns the path that will be written (with a required suffix added),
   so a command reports the path it wrote.
-- :func:`atomic_write` writes bytes, text or whatever a callback writes to a file object under a temporary name
-  in the target's directory, flushes and fsyncs it, then renames it over the target with :func:`os.replace`.
-  An interruption at any point (Ctrl-C, SIGTERM, SIGKILL, a full disk) leaves either the old file or the new
-  one, never a half-written file at the requested path. A temporary file orphaned by SIGKILL is named
-  ``.<name>.tmp-<pid>-<random>`` next to the target.
+- :func:`atomic_write` writes bytes, text or whatever a callback writes to a file object under a temporary
+  name in the target's directory, flushes and fsyncs it, then renames it over the target
+  (:func:`os.replace`). An interruption at any point (Ctrl-C, SIGTERM, SIGKILL, a full disk) leaves either
+  the old file or the new one, never a half-written file at the requested path. A temporary file orphaned
+  by SIGKILL is named ``.<name>.tmp-<pid>-<random>`` next to the target.
 - :class:`FileLock` is an advisory ``fcntl.flock`` lock on ``<path>.lock``. A second writer either waits (with
   one message on stderr naming the holder's pid) or, after ``timeout`` seconds, raises :class:`LockTimeout`
-  (a ``ValueError``: one line, exit 2 on the command line). The lock dies with its holder, even under SIGKILL.
+  (an ``InputError``: one line, exit 2 on the command line). The lock dies with its holder, even by
+  SIGKILL.
 - :func:`append_jsonl` appends one JSON line, closing a line an interrupted writer left unfinished.
 """
 
@@ -26,6 +27,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from typing import IO
+
+from georecall.errors import InputError
 
 __all__ = ["FileLock", "LockTimeout", "append_jsonl", "atomic_write", "lock_path", "validate_output_path"]
 
@@ -50,35 +53,35 @@ def validate_output_path(path: str, *, suffix: str | None = None, what: str = "o
 
     Raises
     ------
-    ValueError
+    InputError
         One line naming the path and what is wrong: empty path, missing directory, a directory where a file
         is asked for, an unwritable directory or target.
     """
     if not isinstance(path, (str, os.PathLike)) or not str(path):
-        raise ValueError(f"{what}: an output path is required, got {path!r}")
+        raise InputError(f"{what}: an output path is required, got {path!r}")
     path = os.fspath(path)
     if suffix and not path.endswith(suffix):
         path += suffix
     if os.path.isdir(path):
-        raise ValueError(f"{what} {path!r} is a directory; give a file name")
+        raise InputError(f"{what} {path!r} is a directory; give a file name")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.exists(directory):
-        raise ValueError(f"{what} {path!r}: directory {directory!r} does not exist")
+        raise InputError(f"{what} {path!r}: directory {directory!r} does not exist")
     if not os.path.isdir(directory):
-        raise ValueError(f"{what} {path!r}: {directory!r} is not a directory")
+        raise InputError(f"{what} {path!r}: {directory!r} is not a directory")
     try:  # a real probe: os.access says yes to root on a read-only mount
         fd, probe = tempfile.mkstemp(prefix=".georecall-probe-", dir=directory)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise ValueError(f"{what} {path!r}: directory {directory!r} is not writable "
+        raise InputError(f"{what} {path!r}: directory {directory!r} is not writable "
                          f"({exc.strerror or exc})") from None
     if os.path.exists(path):
         try:
             with open(path, "ab"):
                 pass
         except OSError as exc:
-            raise ValueError(f"{what} {path!r} is not writable ({exc.strerror or exc})") from None
+            raise InputError(f"{what} {path!r} is not writable ({exc.strerror or exc})") from None
     return path
 
 
@@ -95,7 +98,8 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *, encoding: str = "utf-8") -> str:
+def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *,
+                 encoding: str = "utf-8") -> str:
     """Write ``path`` atomically: a temporary file in the same directory, fsync, :func:`os.replace`.
 
     Parameters
@@ -103,8 +107,9 @@ def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *
     path : str
         The target. Its directory must exist (see :func:`validate_output_path`).
     data : bytes, str or callable
-        The content: bytes, text (encoded with ``encoding``) or a callback that writes to the binary file object
-        it is given (``lambda f: np.savez_compressed(f, **arrays)``; ``numpy`` adds no suffix to file objects).
+        The content: bytes, text (encoded with ``encoding``) or a callback that writes to the binary file
+        object it is given (``lambda f: np.savez_compressed(f, **arrays)``; no suffix is added to a file
+        object).
     encoding : str
         Encoding of text ``data``.
 
@@ -189,7 +194,7 @@ def lock_path(path: str) -> str:
     return os.fspath(path) + ".lock"
 
 
-class LockTimeout(ValueError):
+class LockTimeout(InputError):
     """Another process holds the lock and did not release it within the timeout."""
 
 
@@ -205,7 +210,7 @@ class FileLock:
         Seconds to wait for a lock another process holds; ``None`` waits as long as it takes, ``0`` refuses at
         once. On expiry :class:`LockTimeout` is raised.
     message : callable or None
-        Called once with a one-line text when the lock is busy and we start waiting (default: print on stderr).
+        Called once with a one-line text when the lock is busy and we start waiting (default: stderr).
     poll : float
         Seconds between attempts while waiting (the wait stays interruptible by Ctrl-C).
 
@@ -216,10 +221,11 @@ class FileLock:
     written into the lock file for the waiting message. On platforms without ``fcntl`` the lock is a no-op.
     """
 
-    def __init__(self, path: str, *, timeout: float | None = None, message: Callable[[str], None] | None = None,
-                 poll: float = 0.1):
+    def __init__(self, path: str, *, timeout: float | None = None,
+                 message: Callable[[str], None] | None = None, poll: float = 0.1):
         if timeout is not None and not (timeout >= 0):
-            raise ValueError(f"lock timeout must be a non-negative number of seconds or None, got {timeout!r}")
+            raise InputError(f"lock timeout must be a non-negative number of seconds or None, "
+                             f"got {timeout!r}")
         self.path = lock_path(path)
         self.target = os.fspath(path)
         self.timeout = timeout

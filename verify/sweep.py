@@ -20,8 +20,8 @@ smallest successful d found, and the record is flagged rather than trusted).
 
 Where trials run. The driver (the process that called :func:`sweep`) runs every search and submits each
 trial to an executor (:mod:`georecall.verify.executors`): this process (``workers=1``), a pool of local
-processes (``workers=W``), or a Dask cluster (``scheduler="local:W"`` or ``"tcp://HOST:PORT"``). Executors only
-return records; the driver alone writes the file.
+processes (``workers=W``), or a Dask cluster (``scheduler="local:W"`` or ``"tcp://HOST:PORT"``). Executors
+only return records; the driver alone writes the file.
 
 The results file. Every trial is appended to the JSONL file as soon as it finishes (``{"kind": "trial"}``)
 and every finished search as ``{"kind": "threshold"}``. While a sweep runs it holds an advisory lock on
@@ -50,6 +50,8 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from georecall.errors import InputError
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
@@ -132,16 +134,16 @@ class TrialSettings:
         return tuple(getattr(self, name) for name in _SETTINGS_KEY)
 
     def validate(self) -> TrialSettings:
-        """Check every field (``ValueError``, one line, naming the field); return ``self``."""
+        """Check every field (``InputError``, one line, naming the field); return ``self``."""
         for name in ("steps", "width_factor", "k", "heads"):
             check_positive_int(name, getattr(self, name))
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (
                 math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
+            raise InputError(f"lr must be a positive finite number, got {self.lr!r}")
         if self.attention not in ("uniform", "softmax"):
-            raise ValueError(f"attention must be 'uniform' or 'softmax', got {self.attention!r}")
+            raise InputError(f"attention must be 'uniform' or 'softmax', got {self.attention!r}")
         if self.dtype not in ("float32", "float64"):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+            raise InputError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
         if not isinstance(self.cot, bool):
             raise TypeError(f"cot must be True or False, got {self.cot!r}")
         return self
@@ -153,7 +155,7 @@ def _mode_id(mode: str) -> int:
 
 def _check_mode(mode: str) -> str:
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        raise InputError(f"mode must be one of {MODES}, got {mode!r}")
     return mode
 
 
@@ -246,22 +248,24 @@ class ThresholdSearch:
         return self.next_d is None
 
 
-def _threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSettings, outcomes: dict[int, bool],
-                      last_failure: int | None, d_min: int, d_max: int, resolution: int) -> dict:
+def _threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSettings,
+                      outcomes: dict[int, bool], last_failure: int | None, d_min: int, d_max: int,
+                      resolution: int) -> dict:
     successes = [d for d, ok in outcomes.items() if ok]
     failures = [d for d, ok in outcomes.items() if not ok]
     monotone = not successes or not failures or max(failures) < min(successes)
     return {"kind": "threshold", "N": N, "R": R, "mode": mode, "seed": seed,
             "d_star": min(successes) if successes else None, "last_failure": last_failure,
             "trials": sorted(outcomes), "monotone": monotone, "d_min": d_min, "d_max": d_max,
-            "resolution": resolution, **asdict(settings), "seed_contract": SEED_CONTRACT, "version": __version__}
+            "resolution": resolution, **asdict(settings), "seed_contract": SEED_CONTRACT,
+            "version": __version__}
 
 
 def _check_range(d_min: int, d_max: int, resolution: int) -> None:
     for name, value in (("d_min", d_min), ("d_max", d_max), ("resolution", resolution)):
         check_positive_int(name, value)
     if d_min > d_max:
-        raise ValueError(f"d_min must be <= d_max, got d_min = {d_min} > d_max = {d_max}")
+        raise InputError(f"d_min must be <= d_max, got d_min = {d_min} > d_max = {d_max}")
 
 
 def find_threshold(N: int, R: int, mode: str, seed: int, settings: TrialSettings, *, d_min: int = 4,
@@ -379,14 +383,14 @@ def read_sweep(path: str) -> SweepFile:
 
     Raises
     ------
-    ValueError
+    InputError
         ``path`` is a directory or cannot be read.
     """
     out = SweepFile()
     if not os.path.exists(path):
         return out
     if os.path.isdir(path):
-        raise ValueError(f"results file {path!r} is a directory")
+        raise InputError(f"results file {path!r} is a directory")
     seen: set[tuple] = set()
     try:
         with open(path, "rb") as handle:
@@ -412,7 +416,7 @@ def read_sweep(path: str) -> SweepFile:
                     seen.add(key)
                 out.records.append(value)
     except OSError as exc:
-        raise ValueError(f"cannot read results file {path!r}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot read results file {path!r}: {exc.strerror or exc}") from None
     return out
 
 
@@ -422,7 +426,7 @@ def read_records(path: str) -> list[dict]:
 
 
 def _append(path: str, record: dict) -> None:
-    """Append one JSON line (kept for callers of the old name; see :func:`georecall.verify.io.append_jsonl`)."""
+    """Append one JSON line (the old name; see :func:`georecall.verify.io.append_jsonl`)."""
     append_jsonl(path, record)
 
 
@@ -469,7 +473,7 @@ def _clock(seconds: float | None) -> str:
 
 
 class _StderrProgress:
-    """Progress on stderr: one rewritten line on a terminal, plain lines (at most one per second) otherwise."""
+    """Progress on stderr: one rewritten line on a terminal, else plain lines (at most one per second)."""
 
     def __init__(self, stream=None):
         self.stream = stream if stream is not None else sys.stderr
@@ -508,7 +512,7 @@ def _configs(Ns, Rs, modes, seeds) -> list[tuple]:
     Ns, Rs, modes, seeds = (list(v) for v in (Ns, Rs, modes, seeds))
     for name, values in (("Ns", Ns), ("Rs", Rs), ("modes", modes), ("seeds", seeds)):
         if not values:
-            raise ValueError(f"{name} is empty: nothing to sweep")
+            raise InputError(f"{name} is empty: nothing to sweep")
     for N in Ns:
         check_positive_int("N", N)
     for R in Rs:
@@ -518,7 +522,8 @@ def _configs(Ns, Rs, modes, seeds) -> list[tuple]:
     for seed in seeds:
         check_seed(seed)
     configs = []
-    for config in ((int(N), int(R), mode, int(seed)) for N in Ns for R in Rs for mode in modes for seed in seeds):
+    grid = ((int(N), int(R), mode, int(seed)) for N in Ns for R in Rs for mode in modes for seed in seeds)
+    for config in grid:
         if config not in configs:
             configs.append(config)
     return configs
@@ -566,7 +571,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
 
     Raises
     ------
-    ValueError
+    InputError
         Bad parameters or output path, a lock not obtained in time, a scheduler not reached (one line each).
     KeyboardInterrupt
         Re-raised after the workers are stopped (within about a second) and a note is logged.
@@ -602,7 +607,8 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
                    progress=progress, max_trials=max_trials, connect_timeout=connect_timeout, log=log,
                    config_key=lambda c: _config_key(config_record(c)),
                    per_search=[len(r["trials"]) for r in contents.records if r["kind"] == "threshold"])
-        return [r for r in read_sweep(path).records if r["kind"] == "threshold" and threshold_key(r) in wanted]
+        records = read_sweep(path).records
+        return [r for r in records if r["kind"] == "threshold" and threshold_key(r) in wanted]
 
 
 class _Stop(Exception):
@@ -683,7 +689,7 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
                 for future in done:
                     config, d, attempts = in_flight.pop(future)
                     if future.cancelled():  # not by us: the cluster dropped it (a Dask scheduler went away)
-                        raise ValueError(f"trials were cancelled by {handle.description} (scheduler lost?); "
+                        raise InputError(f"trials were cancelled by {handle.description} (scheduler lost?); "
                                          f"{counts['new']} new trial(s) are in {path}: rerun to resume")
                     error = future.exception()
                     if error is None:

@@ -11,6 +11,7 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
+from georecall.errors import InputError
 from georecall.theory.seeds import rng
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.io import FileLock, LockTimeout
@@ -191,7 +192,7 @@ def test_read_sweep_refuses_a_directory(tmp_path):
 def test_bad_arguments_are_one_line_errors_before_any_work(tmp_path, kwargs, message):
     path = tmp_path / "r.jsonl"
     args = {**GRID, "settings": SETTINGS, "progress": False, **kwargs}
-    with pytest.raises(ValueError, match=message) as info:
+    with pytest.raises(InputError, match=message) as info:  # the command line's exit 2
         sweep(str(path), **args)
     assert "\n" not in str(info.value)
     assert not path.exists()

@@ -520,7 +520,10 @@ def _configs(Ns, Rs, modes, seeds) -> list[tuple]:
     for mode in modes:
         _check_mode(mode)
     for seed in seeds:
-        check_seed(seed)
+        try:
+            check_seed(seed)
+        except ValueError as exc:  # theory.seeds raises a plain ValueError; here it is the user's input
+            raise InputError(str(exc)) from None
     configs = []
     grid = ((int(N), int(R), mode, int(seed)) for N in Ns for R in Rs for mode in modes for seed in seeds)
     for config in grid:

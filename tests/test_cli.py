@@ -57,12 +57,12 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
 
 
 def test_a_failing_check_exits_1(monkeypatch, capsys):
-    import georecall.verify.cli as cli
+    import georecall.verify.suite as suite
     from georecall.verify.check import CheckResult, Report
 
     failing = Report("broken", {"N": 2, "R": 1}, None, CheckResult(2, 1, -1.0, 0, [{"query": 0, "tokens": [2, 0],
                      "expected": 1, "predicted": 0, "margin": -1.0}]), {"d": 1, "m": 0})
-    monkeypatch.setattr(cli, "SECTIONS", [("broken", lambda seed, progress: [failing])])
+    monkeypatch.setattr(suite, "SECTIONS", [("broken", lambda seed, progress: [failing])])
     code, out, _ = run(["verify", "--quiet"], capsys)
     assert code == 1 and "FAIL" in out and "expected 1 predicted 0" in out
 

@@ -1,0 +1,653 @@
+"""Commands: one function per ``georecall`` command, returning a result document (no printing).
+
+Each ``run_<command>(p)`` takes the parsed parameters (an ``argparse.Namespace`` or any object with the same
+attributes), validates everything the library would otherwise trip over (ranges, contradictory options, output
+paths, damaged input files, the memory estimate against the budget) *before* any work, runs the library, and
+returns a document: a dict with ``command``, ``version``, ``seed``, ``params``, ``status`` (the exit code: 0
+pass, 1 a check failed), ``memory`` (the estimate and the budget) and the command's results. Bad input raises
+:class:`~georecall.errors.InputError` (exit 2). Progress lines on stderr are the library's, and only when
+``p.progress`` is true; rendering is :mod:`georecall.verify.render`'s job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import os
+import re
+import time
+
+import numpy as np
+
+from georecall import __version__
+from georecall.errors import InputError
+from georecall.verify import memory
+from georecall.verify.memory import Estimate
+
+__all__ = [
+    "LIMITS",
+    "COMMANDS",
+    "output_dir",
+    "output_path",
+    "run_bounds",
+    "run_check_multi_hop",
+    "run_check_single_hop",
+    "run_count",
+    "run_demo",
+    "run_figures",
+    "run_precision",
+    "run_probe",
+    "run_probe_hidden",
+    "run_sweep_threshold",
+    "run_tradeoff",
+    "run_train",
+    "run_transfer",
+    "run_verify",
+]
+
+# Hard limits checked before any estimate or allocation (the memory estimate refuses far below most of them).
+LIMITS = {
+    "N": 2**40,  # entities
+    "R": 2**20,  # relations
+    "k": 64,  # hops
+    "D": 2**20,  # code length (constructions.codes refuses beyond)
+    "d": 2**24,  # residual width
+    "m": 2**30,  # MLP width
+    "heads": 1024,
+    "steps": 10**9,
+    "queries": 2**62,  # N·R^k: every query is enumerated
+    "bounds_N": 2**53,  # the tradeoff bound scans M in float64: exact below 2^53
+    "count_tasks_log2": None,  # set from bounds.counting.MAX_TASKS at first use
+    "count_paths": 2**20,  # R^k: closed forms N^(R^k) are exact integers
+    "bits": 64,
+}
+
+
+def _doc(command: str, p, params: dict, est: Estimate | None, budget: int | None, **results) -> dict:
+    doc = {"command": command, "version": __version__, "seed": getattr(p, "seed", None), "params": params,
+           "status": 0}
+    if est is not None:
+        doc["memory"] = {**est.as_dict(), "budget_gib": round(budget / memory.GIB, 6)}
+    doc.update(results)
+    return doc
+
+
+def _budget(p) -> int:
+    return memory.budget_bytes(getattr(p, "max_gib", None))
+
+
+def _queries(N: int, R: int, k: int) -> None:
+    if N * R**k > LIMITS["queries"]:
+        raise InputError(f"N·R^k = {N}·{R}^{k} queries is more than can be enumerated (limit 2^62): lower "
+                         f"N, R "
+                         "or k")
+
+
+def _positive_finite(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value > 0):
+        raise InputError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def output_path(path: str, *, suffix: str | None = None, what: str = "output file") -> str:
+    """Check before any work that ``path`` can be written; return the path that will be written.
+
+    Uses :func:`georecall.verify.io.validate_output_path` (directory exists and is writable, target not a
+    directory; ``suffix`` added when missing, so the reported path is the written one).
+
+    Parameters
+    ----------
+    path : str
+        The requested path.
+    suffix : str, optional
+        Required suffix (".npz").
+    what : str
+        How messages name the file.
+
+    Returns
+    -------
+    str
+        The path that will be written.
+    """
+    from georecall.verify.io import validate_output_path
+    try:
+        return validate_output_path(path, suffix=suffix, what=what)
+    except InputError:
+        raise
+    except ValueError as exc:  # io.py reports bad paths as ValueError: one line, user input
+        raise InputError(str(exc)) from None
+
+
+def output_dir(path: str, what: str = "output folder") -> str:
+    """Check before any work that ``path`` is (or can be created as) a writable directory.
+
+    Parameters
+    ----------
+    path : str
+        The folder.
+    what : str
+        How messages name it.
+
+    Returns
+    -------
+    str
+        ``path``.
+    """
+    if not path:
+        raise InputError(f"{what}: a folder is required")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InputError(f"{what} {path!r} exists and is not a folder")
+    parent = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InputError(f"{what} {path!r}: {parent!r} does not exist")
+    output_path(os.path.join(parent, ".georecall-probe"), what=what)
+    return path
+
+
+def _input_file(path: str, what: str) -> str:
+    if not os.path.exists(path):
+        raise InputError(f"no such {what} {path!r}")
+    if os.path.isdir(path):
+        raise InputError(f"{what} {path!r} is a directory, not a file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{what} {path!r} is not readable")
+    return path
+
+
+def _spec(name: str, hops: str | None):
+    from georecall.constructions import registry
+    spec = registry.resolve(name)
+    if hops is not None and spec.hops != hops:
+        other = "multi-hop" if spec.hops == "multi" else "single-hop"
+        raise InputError(f"{spec.label} is a {spec.hops}-hop construction: use check {other}")
+    return spec
+
+
+# ----------------------------------------------------------------------------------------------- verify
+
+
+def verify_estimate() -> Estimate:
+    """The largest ``verify`` case's estimate (every registered construction's ``verify_cases``)."""
+    from georecall.constructions import registry
+    worst = Estimate("verify")
+    for spec in registry.specs():
+        for case in spec.verify_cases:
+            est = memory.check_estimate(spec, case["N"], case["R"], case.get("k", 1),
+                                        codes=case.get("codes", "binary"), D=case.get("D"),
+                                        integer=bool(case.get("compare_integer") or case.get("integer")),
+                                        what="verify")
+            if est.total > worst.total:
+                worst = est
+    return worst
+
+
+def run_verify(p) -> dict:
+    """Every section of ``georecall verify`` (``suite.SECTIONS``)."""
+    from georecall.verify import suite
+    budget = _budget(p)
+    est = verify_estimate().require(budget)
+    start = time.perf_counter()
+    reports = []
+    for title, section in suite.SECTIONS:
+        if p.progress:
+            import sys
+            print(f"== {title}", file=sys.stderr, flush=True)
+        reports += [rep.as_dict() for rep in section(seed=p.seed, progress=p.progress)]
+    ok = all(rep["passed"] for rep in reports)
+    return _doc("verify", p, {"seed": p.seed}, est, budget, status=0 if ok else 1, passed=ok,
+                seconds=round(time.perf_counter() - start, 3), reports=reports)
+
+
+# ------------------------------------------------------------------------------------------------ check
+
+
+def _check(p, hops: str) -> dict:
+    from georecall.verify import suite
+    spec = _spec(p.construction, hops)
+    k = getattr(p, "k", 1)
+    _queries(p.N, p.R, k)
+    integer = bool(getattr(p, "integer", False))
+    bits = getattr(p, "bits", None)
+    if bits is not None and integer:
+        raise InputError("--bits and --integer do not combine: quantized weights are not integers")
+    if integer and p.codes == "gaussian":
+        raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
+    if getattr(p, "symmetric", False) and p.N % 2:
+        raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
+    if p.codes == "binary" and p.D is not None and p.D < 63 and 2**p.D < p.N:
+        raise InputError(f"binary codes need 2^D >= N; got 2^{p.D} = {2**p.D} < N = {p.N}")
+    save = output_path(p.save, suffix=".npz", what="model file") if getattr(p, "save", None) else None
+    budget = _budget(p)
+    est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes, D=p.D, dtype=getattr(p, "dtype", "float64"),
+                                bits=bits, integer=integer, attributes=getattr(p, "attributes", "shared"),
+                                what=f"check {hops}-hop").require(budget)
+    common = dict(construction=spec, codes=p.codes, D=p.D, seed=p.seed, max_bytes=budget, progress=p.progress)
+    tmp = None
+    if save is not None:
+        directory, base = os.path.split(os.path.abspath(save))
+        tmp = os.path.join(directory, f".{base}.tmp-{os.getpid()}.npz")
+        common["save"] = tmp
+    try:
+        if hops == "single":
+            rep = suite.check_single_hop(p.N, p.R, integer=integer, gate=p.gate, beta=p.beta, lam=p.lam,
+                                         dtype=p.dtype, bits=bits, attributes=p.attributes,
+                                         symmetric=p.symmetric, **common)
+        else:
+            rep = suite.check_multi_hop(p.N, p.R, k, attention=p.attention, beta=p.beta, gate=p.gate,
+                                        **common)
+        if tmp is not None:
+            os.replace(tmp, save)
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+    report = rep.as_dict()
+    params = {**report["params"], "save": save}
+    report["params"] = params
+    rest = {key: value for key, value in report.items() if key not in ("passed", "version", "params")}
+    return _doc(f"check {hops}-hop", p, params, est, budget, status=0 if rep.passed else 1,
+                passed=rep.passed, reports=[report], **rest)
+
+
+def run_check_single_hop(p) -> dict:
+    """``check single-hop``: one single-hop construction, every N·R query."""
+    return _check(p, "single")
+
+
+def run_check_multi_hop(p) -> dict:
+    """``check multi-hop``: one k-hop construction, every N·R^k query."""
+    return _check(p, "multi")
+
+
+# ------------------------------------------------------------------------------------- tables and counts
+
+
+def run_tradeoff(p) -> dict:
+    """``tradeoff``: d, m and parameters of every k-hop construction for k = 1..k_max."""
+    from georecall.constructions import registry
+    from georecall.verify.suite import tradeoff_rows
+    if p.k_max > LIMITS["k"]:
+        raise InputError(f"--k-max is at most {LIMITS['k']}, got {p.k_max}")
+    if p.R ** p.k_max > 2**40:
+        raise InputError(f"R^k_max = {p.R}^{p.k_max} relation paths is too many to tabulate (limit 2^40): "
+                         "lower --k-max or --R")
+    rows = tradeoff_rows(p.N, p.R, p.k_max)
+    specs = registry.specs("multi")
+    legend = [f"{s.id}: {s.result}" for s in specs]
+    return _doc("tradeoff", p, {"N": p.N, "R": p.R, "k_max": p.k_max}, None, None, rows=rows,
+                constructions=[s.id for s in specs], legend=legend)
+
+
+def run_bounds(p) -> dict:
+    """``bounds``: lower bounds on d beside every construction's d."""
+    from georecall.bounds.tables import bound_rows, render
+    for N in p.N:
+        if N > LIMITS["bounds_N"]:
+            raise InputError("--N is at most 2^53 for the bound tables (the gadget scan is float64), got "
+                             f"{N}")
+    for b in p.bits:
+        if not (1 / 64 <= b <= LIMITS["bits"]):
+            raise InputError(f"bits per parameter b must lie in [1/64, 64], got {b}")
+    budget = _budget(p)
+    est = memory.bounds_estimate(p.N, p.R, p.k).require(budget)
+    start = time.perf_counter()
+    rows = bound_rows(p.N, p.R, p.k, p.bits)
+    fmt = "json" if p.json else p.format
+    text = render(rows, fmt) if fmt != "json" else ""
+    return _doc("bounds", p, {"N": p.N, "R": p.R, "k": p.k, "bits": p.bits, "format": fmt}, est, budget,
+                rows=rows, text=text, seconds=round(time.perf_counter() - start, 3))
+
+
+def run_count(p) -> dict:
+    """``count``: enumerate every (N!)^R task and count |F_k| and |Trees_k|."""
+    from georecall.bounds.counting import MAX_TASKS, closed_forms, enumerate_counts
+    if p.k > LIMITS["k"]:
+        raise InputError(f"--k is at most {LIMITS['k']} for count, got {p.k}")
+    log2_tasks = memory.count_tasks_log2(p.N, p.R)  # lgamma: no factorial is computed before this check
+    if log2_tasks > math.log2(MAX_TASKS) + 1e-9:
+        raise InputError(f"the enumeration covers (N!)^R ≈ 2^{log2_tasks:.4g} tasks, more than the limit of "
+                         f"{MAX_TASKS:,} (N <= 5 with R <= 3 and N <= 6 with R <= 2 fit): lower N or R")
+    if p.R ** p.k > LIMITS["count_paths"]:
+        raise InputError(f"R^k = {p.R}^{p.k} paths per task is more than count handles (limit 2^20): lower k")
+    n_tasks = math.factorial(p.N) ** p.R
+    budget = _budget(p)
+    est = memory.count_estimate(p.N, p.R, p.k, n_tasks).require(budget)
+    counts = enumerate_counts(p.N, p.R, p.k, progress=p.progress)
+    rows = []
+    for k in range(1, p.k + 1):
+        closed = closed_forms(p.N, p.R, k)
+        rows.append({"k": k, "F_k": counts.F[k], "F_k_upper": closed.F_upper, "trees_k": counts.trees[k],
+                     "trees_k_lower": closed.trees_lower, "trees_k_upper": closed.trees_upper,
+                     "F_1_closed": closed.F1 if k == 1 else None,
+                     "trees_1_closed": closed.trees1 if k == 1 else None,
+                     "sandwich_holds": (closed.trees_lower is None or closed.trees_lower <= counts.trees[k])
+                     and counts.trees[k] <= closed.trees_upper})
+    ok = all(r["sandwich_holds"] for r in rows) and counts.F[1] == rows[0]["F_1_closed"] \
+        and counts.trees[1] == rows[0]["trees_1_closed"]
+    return _doc("count", p, {"N": p.N, "R": p.R, "k": p.k}, est, budget, status=0 if ok else 1,
+                tasks=counts.tasks, seconds=round(counts.seconds, 3), consistent=ok, rows=rows)
+
+
+def run_precision(p) -> dict:
+    """``precision``: the smallest bits per parameter keeping every query exact."""
+    from georecall.verify.suite import precision_scan
+    spec = _spec(p.construction, None)
+    if (p.k is None) != (spec.hops == "single"):
+        raise InputError(f"{spec.label} is a {spec.hops}-hop construction: "
+                         f"{'omit --k' if spec.hops == 'single' else 'give --k'}")
+    k = 1 if p.k is None else p.k
+    _queries(p.N, p.R, k)
+    if p.codes == "binary" and p.D is not None and p.D < 63 and 2**p.D < p.N:
+        raise InputError(f"binary codes need 2^D >= N; got 2^{p.D} = {2**p.D} < N = {p.N}")
+    budget = _budget(p)
+    est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes, D=p.D, bits=1,
+                                what="precision").require(budget)
+    doc = precision_scan(spec.name, p.N, p.R, p.k, codes=p.codes, D=p.D, seed=p.seed, max_bits=p.max_bits)
+    bits = doc["smallest_exact_bits"]
+    params = {"construction": spec.id, "N": p.N, "R": p.R, "k": p.k, "codes": p.codes, "D": p.D,
+              "max_bits": p.max_bits, "seed": p.seed}
+    return _doc("precision", p, params, est, budget, status=0 if bits is not None else 1,
+                **{key: value for key, value in doc.items() if key not in ("seed",)})
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+def _train_options(p) -> None:
+    if (p.k > 1 or p.cot) and p.attention != "softmax":
+        raise InputError(f"k-hop{' and chain-of-thought' if p.cot else ''} queries need softmax attention to "
+                         "pick a hop: add --attention softmax")
+    if p.attention == "uniform" and p.heads > 1:
+        raise InputError("--heads applies to softmax attention; uniform attention has one head")
+    _positive_finite("--lr", p.lr)
+
+
+def run_train(p) -> dict:
+    """``train``: the NumPy trainer on every fact (or k-hop query, or CoT step) of THE seeded task."""
+    from georecall.constructions.model import save_model
+    from georecall.theory import seeds
+    from georecall.theory.tasks import task_for_seed
+    from georecall.verify.io import atomic_write
+    from georecall.verify.sweep import FROZEN_GROUPS
+    from georecall.verify.train import init_model, train, training_data
+    _train_options(p)
+    _queries(p.N, p.R, p.k)
+    out = output_path(p.out, suffix=".npz", what="model file") if p.out else None
+    m = p.m if p.m is not None else 4 * p.d
+    budget = _budget(p)
+    est = memory.train_estimate(p.N, p.R, p.d, m, k=p.k, cot=p.cot, heads=p.heads, batch_size=p.batch_size,
+                                dtype=p.dtype).require(budget)
+    task = task_for_seed(p.N, p.R, p.seed)
+    tokens, answers, positions, T = training_data(task, p.k, p.cot)
+    model = init_model(p.N, p.R, p.d, m, attention=p.attention, heads=p.heads,
+                       positions=T if p.k > 1 or p.cot else None, rng=seeds.rng(p.seed, "init"),
+                       dtype=np.dtype(p.dtype))
+    frozen = tuple(FROZEN_GROUPS[p.mode]) + tuple(g for g in p.freeze if g not in FROZEN_GROUPS[p.mode])
+    result = train(model, tokens, answers, steps=p.steps, lr=p.lr, optimizer=p.optimizer,
+                   batch_size=p.batch_size, frozen=frozen, dtype=np.dtype(p.dtype), positions=positions,
+                   rng=seeds.rng(p.seed, "batches"), log_every=p.log_every if p.progress else 0)
+    params = {"N": p.N, "R": p.R, "k": p.k, "cot": p.cot, "d": p.d, "m": m, "attention": p.attention,
+              "heads": p.heads, "mode": p.mode, "frozen": list(frozen), "steps": p.steps, "lr": p.lr,
+              "optimizer": p.optimizer, "batch_size": p.batch_size, "dtype": p.dtype, "seed": p.seed}
+    if out:
+        atomic_write(out, lambda f: save_model(result.model, f, extra_arrays={"task_table": task.table},
+                                               **params))
+    return _doc("train", p, params, est, budget, reached=result.reached, steps_run=result.steps,
+                answers=int(answers.size), final_loss=result.losses[-1],
+                final_batch_accuracy=result.accuracies[-1], seconds=round(result.seconds, 3), out=out)
+
+
+_SCHEDULER = re.compile(r"^(local:(?P<workers>[0-9]+)|tcp://(?P<host>[^\s:/]+):(?P<port>[0-9]+))$")
+
+
+def _scheduler(text: str | None) -> str | None:
+    if text is None:
+        return None
+    match = _SCHEDULER.match(text)
+    if not match:
+        raise InputError(f"--scheduler must be local:W (W workers) or tcp://HOST:PORT, got {text!r}")
+    if match["workers"] is not None and not 1 <= int(match["workers"]) <= 1024:
+        raise InputError(f"--scheduler local:W needs 1 <= W <= 1024, got {match['workers']}")
+    if match["port"] is not None and not 1 <= int(match["port"]) <= 65535:
+        raise InputError(f"--scheduler port must be 1..65535, got {match['port']}")
+    return text
+
+
+def run_sweep_threshold(p) -> dict:
+    """``sweep threshold``: the smallest d reaching 100% per (N, R, mode, seed), resumable JSONL, fits."""
+    from georecall.verify.sweep import TrialSettings, fit_thresholds, summary_table, sweep
+    if p.d_min > p.d_max:
+        raise InputError(f"--d-min ({p.d_min}) must not exceed --d-max ({p.d_max})")
+    if min(p.N) < 2:
+        raise InputError("sweep needs N >= 2 for every N: the fit d* ≈ c·R·ln N has R·ln N = 0 at N = 1")
+    if (p.k > 1 or p.cot) and p.attention != "softmax":
+        raise InputError("k-hop and chain-of-thought queries need softmax attention: add --attention softmax")
+    _positive_finite("--lr", p.lr)
+    scheduler = _scheduler(p.scheduler)
+    if p.lock_timeout is not None:
+        if not (math.isfinite(p.lock_timeout) and p.lock_timeout >= 0):
+            raise InputError(f"--lock-timeout must be a finite number of seconds >= 0, got {p.lock_timeout}")
+    _positive_finite("--connect-timeout", p.connect_timeout)
+    for N in p.N:
+        for R in p.R:
+            _queries(N, R, p.k)
+    out = output_path(p.out, what="results file")
+    budget = _budget(p)
+    workers = int(scheduler.split(":")[1]) if scheduler and scheduler.startswith("local:") else p.workers
+    worst = max((memory.train_estimate(N, R, p.d_max, p.width_factor * p.d_max, k=p.k, cot=p.cot,
+                                       heads=p.heads, what="sweep threshold (one trial at --d-max)")
+                 for N in p.N for R in p.R), key=lambda e: e.total)
+    est = Estimate("sweep threshold")
+    local = scheduler is None or scheduler.startswith("local:")
+    est.parts = [(f"{label} per worker", nbytes * (workers if local else 1), "N, R, --d-max or --workers")
+                 for label, nbytes, _ in worst.parts]
+    est.require(budget)
+    settings = TrialSettings(steps=p.steps, lr=p.lr, width_factor=p.width_factor, k=p.k, cot=p.cot,
+                             attention=p.attention, heads=p.heads)
+    notes: list[str] = []
+    log = None if p.progress else notes.append
+    records = sweep(out, p.N, p.R, p.modes, p.seeds, settings=settings, d_min=p.d_min, d_max=p.d_max,
+                    resolution=p.resolution, workers=p.workers, progress=p.progress, scheduler=scheduler,
+                    lock_timeout=p.lock_timeout, connect_timeout=p.connect_timeout, log=log)
+    fits = fit_thresholds(records)
+    params = {"N": p.N, "R": p.R, "modes": p.modes, "seeds": p.seeds, "d_min": p.d_min, "d_max": p.d_max,
+              "resolution": p.resolution, "workers": p.workers, "scheduler": scheduler,
+              "settings": settings.__dict__}
+    return _doc("sweep threshold", p, params, est, budget, out=out, settings=settings.__dict__,
+                thresholds=records, fits=fits, summary=summary_table(records), notes=notes)
+
+
+# ------------------------------------------------------------------------------------- saved models, files
+
+
+def _check_model_file(path: str, budget: int, what: str) -> tuple[Estimate, list]:
+    """Measure a model file from its headers, parse its JSON header, before the library loads it."""
+    import json
+    _input_file(path, "model file")
+    members = memory.npz_members(path)
+    est = memory.file_estimate(what, path, members, copies=3).require(budget)
+    names = {m.name: m for m in members}
+    header_member = names.get("__header__")
+    if header_member is None:
+        raise InputError(f"{path!r} is not a georecall model (no __header__)")
+    if header_member.dtype.kind != "U" or header_member.shape != ():
+        raise InputError(f"{path!r}: the model header is not a JSON string")
+    with np.load(path, allow_pickle=False) as data:
+        text = str(data["__header__"])
+    try:
+        header = json.loads(text)
+    except ValueError:
+        raise InputError(f"{path!r}: the model header is not valid JSON") from None
+    if not isinstance(header, dict) or header.get("format") != "georecall-model-1":
+        raise InputError(f"{path!r} is not a georecall model (its header is not a georecall-model-1 object)")
+    if not isinstance(header.get("structure"), (dict, list)):
+        raise InputError(f"{path!r}: the model header has no layer structure")
+    for m in members:
+        if m.name != "__header__" and m.dtype.kind not in "fiub":
+            raise InputError(f"{path!r}: array {m.name!r} has dtype {m.dtype}, not numbers")
+    return est, members
+
+
+def _load_model_and_task(path: str, task_path: str | None, budget: int, what: str):
+    from georecall.constructions.model import load_model
+    from georecall.theory.tasks import Task
+    est, _ = _check_model_file(path, budget, what)
+    model, header = load_model(path)
+    if task_path is not None:
+        _input_file(task_path, "task table")
+        if task_path.endswith(".npz"):
+            members = memory.npz_members(task_path)
+        else:
+            members = [memory.npy_member(task_path)]
+        memory.file_estimate(what, task_path, members).require(budget)
+        try:
+            table = np.load(task_path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read the task table {task_path!r}: {str(exc)[:160]}") from None
+        if hasattr(table, "files"):
+            with table:
+                if "task_table" not in table.files:
+                    raise InputError(f"{task_path!r} has no array 'task_table'")
+                table = table["task_table"]
+    elif "task_table" in header.get("extra_arrays", {}):
+        table = header["extra_arrays"]["task_table"]
+    else:
+        raise InputError(f"{path!r} stores no task table: pass --task TABLE.npy (R × N bijections)")
+    table = np.asarray(table)
+    if table.ndim != 2 or table.dtype.kind not in "iu":
+        raise InputError(f"the task table must be an integer R × N array, got shape {table.shape}, "
+                         f"dtype {table.dtype}")
+    return model, Task.from_table(table), est
+
+
+def _holdout(h: float, n: int, what: str) -> float:
+    if not (math.isfinite(h) and 0 < h < 1):
+        raise InputError(f"--holdout must lie strictly between 0 and 1, got {h}")
+    n_test = int(round(h * n))
+    if n_test < 1 or n - n_test < 1:
+        raise InputError(f"--holdout {h} of {n} {what} leaves {n_test} held out and {n - n_test} to fit: "
+                         f"both "
+                         "sides need at least one")
+    return h
+
+
+def run_probe(p) -> dict:
+    """``probe``: superposition readout, linear probes, interventions, unit selectivity of a saved model."""
+    from georecall.theory import seeds
+    from georecall.verify import probes
+    budget = _budget(p)
+    model, task, est = _load_model_and_task(p.model, p.task, budget, "probe")
+    probes.require_fit(model, task)
+    _holdout(p.holdout, task.N, "subjects")
+    memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out,
+                          p.subjects).require(budget)
+    result = probes.probe_all(model, task, holdout=p.holdout, subjects=p.subjects, transfer_steps=None,
+                              rng=seeds.rng(p.seed, "probes"))
+    result.get("readout", {}).pop("encoding_maps", None)
+    params = {"model": p.model, "task": p.task, "holdout": p.holdout, "subjects": p.subjects, "seed": p.seed}
+    return _doc("probe", p, params, est, budget, model=p.model, N=task.N, R=task.R, **result)
+
+
+def run_transfer(p) -> dict:
+    """``transfer``: freeze-and-swap onto new bijections."""
+    from georecall.theory import seeds
+    from georecall.verify import probes
+    from georecall.verify.io import append_jsonl
+    _positive_finite("--lr", p.lr)
+    append = output_path(p.append, what="results file") if p.append else None
+    budget = _budget(p)
+    model, task, est = _load_model_and_task(p.model, p.task, budget, "transfer")
+    probes.require_fit(model, task)
+    memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out, 0).require(budget)
+    rng = seeds.rng(p.seed, "transfer")
+    maps = probes.superposition_readout(model, task, holdout=0.0, rng=rng)["encoding_maps"]
+    result = probes.freeze_and_swap(model, task, maps, steps=p.steps, lr=p.lr, rng=rng)
+    params = {"model": p.model, "task": p.task, "steps": p.steps, "lr": p.lr, "seed": p.seed,
+              "append": append, "label": p.label}
+    doc = _doc("transfer", p, params, est, budget, model=p.model, N=task.N, R=task.R, steps=p.steps, lr=p.lr,
+               transfer=result, appended=append)
+    if append:
+        append_jsonl(append, {"kind": "transfer", "label": p.label or os.path.basename(p.model),
+                              "version": __version__, "model": p.model, "seed": p.seed, "N": task.N,
+                              "R": task.R, "steps": p.steps, "lr": p.lr, **result})
+    return doc
+
+
+def run_probe_hidden(p) -> dict:
+    """``probe-hidden``: linear relational encoding of hidden states the user supplies."""
+    from georecall.theory import seeds
+    from georecall.verify import probes
+    _input_file(p.states, "states file")
+    members = {m.name: m for m in memory.npz_members(p.states)}
+    budget = _budget(p)
+    est = memory.file_estimate("probe-hidden", p.states, list(members.values()), copies=3).require(budget)
+    missing = {"states", "attributes"} - set(members)
+    if missing:
+        raise InputError(f"{p.states!r} needs arrays 'states' (n × width) and 'attributes' (n × R); missing "
+                         f"{sorted(missing)}")
+    states = members["states"]
+    if len(states.shape) != 2 or states.dtype.kind != "f":
+        raise InputError(f"'states' must be a 2-D float array (n × width); got shape {states.shape}, dtype "
+                         f"{states.dtype}")
+    n = states.shape[0]
+    _holdout(p.holdout, n, "states")
+    data = probes.load_hidden_states(p.states)
+    attributes = data["attributes"]
+    distinct = [int(np.unique(attributes[:, r]).size) for r in range(attributes.shape[1])]
+    memory.hidden_states_estimate(est, n, states.shape[1], distinct).require(budget)
+    result = probes.linear_relational_encoding(data["states"], attributes, holdout=p.holdout,
+                                               rng=seeds.rng(p.seed, "probes"))
+    return _doc("probe-hidden", p, {"states": p.states, "holdout": p.holdout, "seed": p.seed}, est, budget,
+                **result)
+
+
+def run_figures(p) -> dict:
+    """``figures``: PNG and SVG figures from a results file."""
+    from georecall.verify.figures import PLOT_HINT, make_figures
+    from georecall.verify.sweep import read_records
+    budget = _budget(p)
+    est = Estimate("figures")
+    if p.source:
+        _input_file(p.source, "results file")
+        est.add(f"records of {os.path.basename(p.source)}", 20 * os.path.getsize(p.source), "the results "
+                                                                                            "file")
+    est.add("computed figures (N = 4096)", 2 * memory.GIB // 4, "—")
+    est.require(budget)
+    out = output_dir(p.out)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError(PLOT_HINT.strip().splitlines()[0]) from None
+    records = read_records(p.source) if p.source else []
+    paths = make_figures(records, out, seed=p.seed)
+    return _doc("figures", p, {"source": p.source, "out": out, "seed": p.seed}, est, budget, files=paths)
+
+
+def run_demo(p) -> dict:
+    """``demo``: the G1 walk-through at N = 8, R = 2 (text only: ``--json`` is refused)."""
+    from georecall.verify.demo import run_demo as demo
+    if p.json:
+        raise InputError("demo is a narrated walk-through with no JSON form: run it without --json")
+    lines: list[str] = []
+    with contextlib.redirect_stdout(io.StringIO()):
+        demo(seed=p.seed, out=lambda *parts: lines.append(" ".join(str(x) for x in parts)))
+    return _doc("demo", p, {"seed": p.seed}, None, None, lines=lines)
+
+
+COMMANDS = {
+    "verify": run_verify,
+    "check single-hop": run_check_single_hop,
+    "check multi-hop": run_check_multi_hop,
+    "tradeoff": run_tradeoff,
+    "bounds": run_bounds,
+    "count": run_count,
+    "precision": run_precision,
+    "train": run_train,
+    "sweep threshold": run_sweep_threshold,
+    "probe": run_probe,
+    "transfer": run_transfer,
+    "probe-hidden": run_probe_hidden,
+    "figures": run_figures,
+    "demo": run_demo,
+}

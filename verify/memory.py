@@ -1,0 +1,507 @@
+"""One memory estimator and one budget for every command (``--max-gib``).
+
+Every command that allocates in proportion to its inputs asks this module, *before* any large allocation, how
+many bytes the job needs at its peak, summed over its parts (construction weights, codes, queries, logit
+chunks, trainer activations and Adam state, probe design matrices, the enumeration of ``count``, arrays read
+from a file), and compares the sum with one budget. Over budget, :meth:`Estimate.require` raises
+:class:`~georecall.errors.InputError` naming the estimate, the budget and the parameter to lower (exit 2 on
+the command line).
+
+The budget is ``--max-gib`` when given, otherwise :data:`DEFAULT_FRACTION` of the machine's available memory
+(``MemAvailable`` in ``/proc/meminfo``; 4 GiB where that cannot be read).
+
+Estimates are deliberately generous upper bounds (they count every copy the code makes: a float64 build and
+its working-precision copy, quantized copies, gradient and Adam moments). They are computed in Python
+integers, so no size can overflow. Files are measured without decompressing them: an ``.npz`` member's size is
+read from the zip directory and from its ``.npy`` header (a zip bomb is refused before a byte of its payload
+is inflated)."""
+
+from __future__ import annotations
+
+import math
+import os
+import zipfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from georecall.errors import InputError
+
+__all__ = [
+    "DEFAULT_FRACTION",
+    "GIB",
+    "Estimate",
+    "Member",
+    "available_bytes",
+    "bounds_estimate",
+    "budget_bytes",
+    "check_estimate",
+    "code_length",
+    "count_estimate",
+    "count_tasks_log2",
+    "file_estimate",
+    "hidden_states_estimate",
+    "npz_members",
+    "npy_member",
+    "probe_estimate",
+    "train_estimate",
+]
+
+GIB = 2**30
+DEFAULT_FRACTION = 0.5
+FALLBACK_AVAILABLE = 8 * GIB  # when /proc/meminfo cannot be read: budget 4 GiB
+CHUNK_BYTES = 64 * 2**20  # the checker's chunk (constructions.model.DEFAULT_CHUNK_BYTES)
+# intermediates alive at once per chunk in THE forward pass (x, attention, hidden, logits, ...)
+CHUNK_COPIES = 6
+PYTHON_BASE = 64 * 2**20  # interpreter, NumPy, small tables
+
+
+def available_bytes() -> int:
+    """Bytes the machine can still give (``MemAvailable`` of ``/proc/meminfo``; a fallback elsewhere).
+
+    Returns
+    -------
+    int
+        Available memory in bytes.
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return FALLBACK_AVAILABLE
+
+
+def budget_bytes(max_gib: float | None) -> int:
+    """The budget in bytes: ``max_gib`` GiB, or :data:`DEFAULT_FRACTION` of the available memory.
+
+    Parameters
+    ----------
+    max_gib : float or None
+        The ``--max-gib`` value (already validated positive and finite), or ``None`` for the default.
+
+    Returns
+    -------
+    int
+        The budget in bytes (at least 1).
+    """
+    if max_gib is None:
+        return max(1, int(DEFAULT_FRACTION * available_bytes()))
+    if not (isinstance(max_gib, (int, float)) and math.isfinite(max_gib) and max_gib > 0):
+        raise InputError(f"--max-gib must be a positive finite number of GiB, got {max_gib!r}")
+    return max(1, int(max_gib * GIB))
+
+
+def _gib(nbytes: int) -> str:
+    if nbytes >= 1024 * GIB:
+        return f"{nbytes / GIB:.3g} GiB"
+    return f"{nbytes / GIB:.2f} GiB"
+
+
+@dataclass
+class Estimate:
+    """Peak bytes of one job, as named parts.
+
+    Attributes
+    ----------
+    what : str
+        The job, as messages name it ("check single-hop", "train").
+    parts : list of (label, bytes, lower)
+        Each part's label, its bytes and the command-line parameter(s) that shrink it.
+    """
+
+    what: str
+    parts: list[tuple[str, int, str]] = field(default_factory=list)
+
+    def add(self, label: str, nbytes: int, lower: str) -> Estimate:
+        """Add a part of ``nbytes`` bytes; ``lower`` names the parameters that shrink it. Returns ``self``."""
+        self.parts.append((label, max(0, int(nbytes)), lower))
+        return self
+
+    @property
+    def total(self) -> int:
+        """Sum of the parts, plus the interpreter's base."""
+        return PYTHON_BASE + sum(nbytes for _, nbytes, _ in self.parts)
+
+    def as_dict(self) -> dict:
+        """The estimate as plain data (GiB per part)."""
+        return {"total_gib": round(self.total / GIB, 6),
+                "parts": {label: round(nbytes / GIB, 6) for label, nbytes, _ in self.parts}}
+
+    def require(self, budget: int) -> Estimate:
+        """Refuse (``InputError``: estimate, budget, what to lower) when the total exceeds ``budget`` bytes.
+
+        Parameters
+        ----------
+        budget : int
+            The budget in bytes.
+
+        Returns
+        -------
+        Estimate
+            ``self`` when it fits.
+        """
+        if self.total <= budget:
+            return self
+        label, nbytes, lower = max(self.parts, key=lambda p: p[1]) if self.parts else ("", 0, "the sizes")
+        raise InputError(f"{self.what} needs about {_gib(self.total)} of memory (largest part: {label}, "
+                         f"{_gib(nbytes)}), more than the budget of {_gib(budget)}: lower {lower}, or raise "
+                         f"--max-gib")
+
+
+def code_length(kind: str, N: int, D: int | None) -> int:
+    """The code length D a builder will use (the default when ``D`` is None).
+
+    Parameters
+    ----------
+    kind : str
+        "binary", "sign" or "gaussian".
+    N : int
+        Number of codes.
+    D : int or None
+        The requested length.
+
+    Returns
+    -------
+    int
+        ``D``, ``ceil(log2 N)`` for binary codes, or the random-code default ``2 ln(N²/2δ)/t²``.
+    """
+    if D is not None:
+        return int(D)
+    if kind == "binary" or N <= 1:
+        return max(1, (N - 1).bit_length())
+    return max(1, math.ceil(2.0 * math.log(N * (N - 1) / (2.0 * 1e-3)) / 0.25))
+
+
+def _query_bytes(N: int, R: int, k: int, cot: bool) -> int:
+    T = 2 * k if cot else k + 1
+    return 8 * N * R**k * (T + 3 * (k if cot else 1))
+
+
+def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int | None = None,
+                   dtype: str = "float64", bits: int | None = None, integer: bool = False,
+                   attributes: str = "shared", what: str = "check") -> Estimate:
+    """Peak bytes of building a registered construction and checking every query.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+        The construction (its ``nominal_promise`` gives d, m and the parameter count at binary codes; other
+        code lengths scale the embeddings linearly and the layer weights quadratically).
+    N, R, k : int
+        Entities, relations, hops.
+    codes, D : str, int or None
+        Codebook kind and length.
+    dtype, bits, integer, attributes
+        Working precision, quantization, integer mode, attribute vocabulary ("disjoint": N·R answers).
+    what : str
+        How the message names the job.
+
+    Returns
+    -------
+    Estimate
+        Codes, task, weights (float64 build plus working copies), queries, checker chunks.
+    """
+    est = Estimate(what)
+    D_used = code_length(codes, N, D)
+    D_bin = max(1, (N - 1).bit_length())
+    scale = max(1.0, D_used / D_bin)
+    promise = spec.nominal_promise(N, R, k)
+    n_out = N * R if attributes == "disjoint" else N
+    T = 2 * k if spec.decoding == "greedy" else k + 1
+    embed = (N + n_out + T) * int(promise.d)
+    layers = max(0, int(promise.params) - embed)
+    weights = 8 * int(embed * scale + layers * scale * scale)
+    copies = 2 + (1 if integer else 0) + (1 if bits is not None else 0)
+    est.add("codes", 8 * N * D_used + CHUNK_BYTES, "N or D")
+    est.add("task", 8 * 4 * R * N, "N or R")
+    est.add(f"weights (d = {int(promise.d * scale):,}, m = {int(promise.m * scale):,}, x{copies} copies)",
+            weights * copies, "N, R" + (", k" if spec.hops == "multi" else "") + " or D")
+    est.add(f"all {N * R**k:,} queries", _query_bytes(N, R, k, spec.decoding == "greedy"),
+            "N, R" + (" or k" if spec.hops == "multi" else ""))
+    widest = max(int(promise.d * scale), int(promise.m * scale), n_out) * T * 8
+    per_chunk = min(CHUNK_BYTES, max(widest, 1) * N * R**k)
+    est.add("checker chunks", CHUNK_COPIES * max(per_chunk, widest), "N or R")
+    return est
+
+
+def train_estimate(N: int, R: int, d: int, m: int, *, k: int = 1, cot: bool = False, heads: int = 1,
+                   batch_size: int | None = None, dtype: str = "float32", n_out: int | None = None,
+                   what: str = "train") -> Estimate:
+    """Peak bytes of training a one-layer model on all N·R^k queries (or CoT steps).
+
+    Parameters
+    ----------
+    N, R, d, m : int
+        Entities, relations, residual width, MLP width.
+    k, cot, heads : int, bool, int
+        Hops, chain-of-thought, attention heads.
+    batch_size : int or None
+        Minibatch (``None``: full batch, every query in one step).
+    dtype : str
+        Training precision.
+    n_out : int, optional
+        Read-out vocabulary (default N).
+    what : str
+        How the message names the job.
+
+    Returns
+    -------
+    Estimate
+        Data, parameters with gradients and Adam moments, activations of one batch, the final exhaustive
+        check.
+    """
+    est = Estimate(what)
+    item = 4 if dtype == "float32" else 8
+    n_out = N if n_out is None else n_out
+    T = 2 * k if cot else k + 1
+    P = k if cot else 1
+    Q = N * R**k
+    B = Q if batch_size is None else min(batch_size, Q)
+    params = (N + n_out + R + T) * d + 2 * d * m + 4 * heads * d * d + m + d
+    est.add(f"data ({Q:,} queries)", 8 * Q * (T + P) * 2, "N, R or k")
+    est.add("parameters, gradients, Adam moments", item * params * 6, "N, d or m")
+    per_query = T * (8 * d + 3 * m + 4 * heads * T) + P * 4 * n_out
+    est.add(f"activations of a batch of {B:,}", item * B * per_query,
+            "--batch-size" if batch_size is None or B > 1 else "N, d or m")
+    est.add("final exhaustive check", CHUNK_COPIES * CHUNK_BYTES + 8 * params, "N, d or m")
+    return est
+
+
+def count_tasks_log2(N: int, R: int) -> float:
+    """``log2 (N!)^R``, from ``lgamma`` (no factorial is computed)."""
+    return R * math.lgamma(N + 1) / math.log(2)
+
+
+def count_estimate(N: int, R: int, k: int, n_tasks: int) -> Estimate:
+    """Peak bytes of enumerating all ``(N!)^R`` tasks up to k hops (``bounds.counting.enumerate_counts``).
+
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, largest k.
+    n_tasks : int
+        ``(N!)^R`` (the caller has checked it is small enough to compute).
+
+    Returns
+    -------
+    Estimate
+        Permutations, their composition table (with its ``(N!)²·N`` intermediate), paths per task.
+    """
+    est = Estimate("count")
+    n_perm = math.factorial(N)
+    est.add("permutations", 8 * n_perm * N, "N")
+    est.add("composition table", 8 * n_perm * n_perm * (N + 2), "N")
+    est.add(f"paths of {n_tasks:,} tasks at k = {k}", 40 * n_tasks * R**k, "k, N or R")
+    return est
+
+
+def bounds_estimate(Ns, Rs, ks) -> Estimate:
+    """Peak bytes of the bound tables: the tradeoff bound scans every gadget count ``M <= N / S_k``.
+
+    Parameters
+    ----------
+    Ns, Rs, ks : lists of int
+        The grid.
+
+    Returns
+    -------
+    Estimate
+        The largest scan (about six float64 arrays of length ``N / S_k``).
+    """
+    est = Estimate("bounds")
+    worst = 0
+    for N in Ns:
+        for R in Rs:
+            for k in ks:
+                tree = sum(R**i for i in range(k + 1))
+                worst = max(worst, 48 * (N // tree))
+    est.add("gadget scan of the tradeoff bound", worst, "N (or raise k)")
+    return est
+
+
+@dataclass(frozen=True)
+class Member:
+    """One array of an ``.npz``/``.npy`` file, read from the headers only.
+
+    Attributes
+    ----------
+    name : str
+        The array's name (without ``.npy``).
+    shape : tuple of int
+        Its declared shape.
+    dtype : numpy.dtype
+        Its declared dtype.
+    nbytes : int
+        Bytes it takes once loaded (the larger of the declared shape's size and the zip's uncompressed size).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    nbytes: int
+
+
+def _read_header(stream, path: str, name: str) -> tuple[tuple[int, ...], np.dtype]:
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(stream)
+        if version == (1, 0):
+            shape, _, dtype = fmt.read_array_header_1_0(stream, max_header_size=100_000)
+        elif version == (2, 0):
+            shape, _, dtype = fmt.read_array_header_2_0(stream, max_header_size=100_000)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, SyntaxError, TypeError) as exc:
+        raise InputError(f"{path!r}: array {name!r} has a damaged header ({_plain(exc)})") from None
+    if dtype.hasobject:
+        raise InputError(f"{path!r}: array {name!r} holds Python objects (pickled data); georecall reads "
+                         "numbers only")
+    return tuple(int(s) for s in shape), dtype
+
+
+def _plain(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:160]
+
+
+def npy_member(path: str) -> Member:
+    """Shape, dtype and size of a plain ``.npy`` file, read from its header only.
+
+    Parameters
+    ----------
+    path : str
+        The file.
+
+    Returns
+    -------
+    Member
+        The array's description.
+    """
+    try:
+        with open(path, "rb") as f:
+            shape, dtype = _read_header(f, path, os.path.basename(path))
+    except IsADirectoryError:
+        raise InputError(f"{path!r} is a directory, not an .npy file") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    return Member(os.path.basename(path), shape, dtype, math.prod(shape) * dtype.itemsize)
+
+
+def npz_members(path: str) -> list[Member]:
+    """Every array of an ``.npz`` file, from the zip directory and each member's ``.npy`` header.
+
+    Only the first bytes of each member are inflated (its header): a member whose declared or uncompressed
+    size is huge is measured, never read.
+
+    Parameters
+    ----------
+    path : str
+        The file.
+
+    Returns
+    -------
+    list of Member
+        One per array.
+
+    Raises
+    ------
+    InputError
+        A missing, empty, truncated or non-zip file, a member that is not an ``.npy`` array, or object arrays.
+    """
+    if os.path.isdir(path):
+        raise InputError(f"{path!r} is a directory, not an .npz file")
+    if not os.path.exists(path):
+        raise InputError(f"no such file {path!r}")
+    if os.path.getsize(path) == 0:
+        raise InputError(f"{path!r} is empty, not an .npz file")
+    members = []
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise InputError(f"{path!r}: member {info.filename!r} is not an .npy array")
+                name = info.filename[:-4]
+                with archive.open(info) as stream:
+                    shape, dtype = _read_header(stream, path, name)
+                declared = math.prod(shape) * dtype.itemsize
+                members.append(Member(name, shape, dtype, max(declared, int(info.file_size))))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, NotImplementedError,
+            RuntimeError) as exc:
+        raise InputError(f"{path!r} is not a readable .npz file ({_plain(exc)})") from None
+    return members
+
+
+def file_estimate(what: str, path: str, members: list[Member], copies: int = 2) -> Estimate:
+    """An estimate holding the arrays of a file (``copies`` times: loaded and converted).
+
+    Parameters
+    ----------
+    what : str
+        The job.
+    path : str
+        The file (for the message).
+    members : list of Member
+        Its arrays.
+    copies : int
+        How many copies of the arrays the job keeps at once.
+
+    Returns
+    -------
+    Estimate
+        One part: the file's arrays.
+    """
+    est = Estimate(what)
+    est.add(f"arrays of {os.path.basename(path)}", copies * sum(m.nbytes for m in members),
+            f"the size of {os.path.basename(path)}")
+    return est
+
+
+def probe_estimate(est: Estimate, N: int, R: int, d: int, m: int, n_out: int, subjects: int) -> Estimate:
+    """Add the mechanism probes' design matrices to ``est`` (readout fits, decoding logits, interventions).
+
+    Parameters
+    ----------
+    est : Estimate
+        The estimate to extend (already holding the loaded model).
+    N, R, d, m, n_out : int
+        The model's sizes.
+    subjects : int
+        Subjects intervened on.
+
+    Returns
+    -------
+    Estimate
+        ``est``.
+    """
+    est.add("readout design and fits", 8 * (4 * N * R * d + 4 * N * d), "the model's N, R or d")
+    est.add("decoded logits", 8 * 2 * N * n_out, "the model's N")
+    est.add("unit activations", 8 * 2 * N * R * max(m, d), "the model's N, R or m")
+    est.add("interventions", 8 * 2 * min(subjects, N) * R * (n_out + d), "--subjects")
+    return est
+
+
+def hidden_states_estimate(est: Estimate, n: int, width: int, distinct: list[int]) -> Estimate:
+    """Add the linear relational probes' matrices to ``est`` (one-hot targets, least squares).
+
+    Parameters
+    ----------
+    est : Estimate
+        The estimate to extend (already holding the loaded arrays).
+    n, width : int
+        States and their width.
+    distinct : list of int
+        Distinct attribute ids per relation.
+
+    Returns
+    -------
+    Estimate
+        ``est``.
+    """
+    widest = max(distinct, default=1)
+    est.add("one-hot attribute identity", 8 * widest * widest, "the number of distinct attribute ids")
+    est.add("one-hot design and least squares", 8 * 4 * n * (sum(distinct) + width + 1),
+            "the number of states or of distinct attribute ids")
+    return est

@@ -1,0 +1,282 @@
+"""Renderers: a command's result document as strict JSON or as text tables.
+
+A result document is a dict (see :mod:`georecall.verify.commands`). :func:`to_json` maps non-finite floats to
+``null`` and NumPy scalars and arrays to plain numbers and lists, then serializes with ``allow_nan=False``:
+the output is JSON that any parser accepts. :func:`to_text` renders the same document for a terminal."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+__all__ = ["jsonable", "report_table", "to_json", "to_text"]
+
+
+def jsonable(value):
+    """``value`` with non-finite floats as ``None`` and NumPy types as Python ones (recursively).
+
+    Parameters
+    ----------
+    value : object
+        Dicts, lists, tuples, numbers, strings, NumPy scalars or arrays.
+
+    Returns
+    -------
+    object
+        Plain JSON data. Other objects raise ``TypeError`` (a bug: documents hold data only).
+    """
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"a result document holds data only, got {type(value).__name__}")
+
+
+def to_json(doc: dict) -> str:
+    """One strict JSON document (``allow_nan=False``; non-finite floats become ``null``).
+
+    Parameters
+    ----------
+    doc : dict
+        A result document.
+
+    Returns
+    -------
+    str
+        The JSON text (indented).
+    """
+    return json.dumps(jsonable(doc), indent=2, allow_nan=False, ensure_ascii=False)
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if isinstance(value, float):
+        return "—" if not math.isfinite(value) else f"{value:.{digits}g}"
+    if value is None:
+        return "—"
+    return str(value)
+
+
+def report_table(reports: list[dict]) -> str:
+    """A fixed-width PASS/FAIL table (sizes and margins, promised vs achieved) from report dicts.
+
+    Parameters
+    ----------
+    reports : list of dict
+        ``Report.as_dict()`` documents.
+
+    Returns
+    -------
+    str
+        The table.
+    """
+    header = ("check", "N", "R", "k", "d prom/ach", "m prom/ach", "margin prom/ach", "accuracy", "checked",
+              "time s", "verdict")
+    rows = []
+    for rep in reports:
+        p, a, r, params = rep["promise"], rep["achieved"], rep["check"], rep["params"]
+        margin = r.get("min_margin")
+        rows.append((
+            rep["name"], _fmt(params.get("N", "")), _fmt(params.get("R", "")),
+            _fmt(params.get("k", 1 if p else "")),
+            f"{p['d']}/{a['d']}" if p else str(a.get("d", "")),
+            f"{p['m']}/{a['m']}" if p else str(a.get("m", "")),
+            f"{_fmt(p['margin'])}/{_fmt(margin)}" if p else _fmt(margin),
+            f"{100 * r['accuracy']:.2f}%", f"{r['n_queries']:,}", f"{r['seconds']:.2f}",
+            "PASS" if rep["passed"] else "FAIL",
+        ))
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+
+    def line(cells) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return "\n".join([line(header), line("-" * w for w in widths)] + [line(row) for row in rows])
+
+
+def _failures(rep: dict) -> list[str]:
+    out = []
+    failures = rep["check"].get("failures") or []
+    for failure in failures:
+        if "claim" in failure:
+            continue
+        margin = failure.get("margin")
+        out.append(f"  {rep['name']}: query {failure['query']} tokens {failure['tokens']} expected "
+                   f"{failure['expected']} predicted {failure['predicted']} margin {_fmt(margin)}")
+    for name, ok in rep.get("extra_checks", {}).items():
+        if not ok:
+            out.append(f"  {rep['name']}: failed: {name}")
+    if failures and "claim" in failures[0]:
+        return out
+    if rep["promise"] and rep["check"]["exact"] and not rep["passed"]:
+        out.append(f"  {rep['name']}: achieved sizes/margin fall short of the promise")
+    return out
+
+
+def _reports(doc: dict) -> list[str]:
+    lines = [report_table(doc["reports"])]
+    for rep in doc["reports"]:
+        lines += _failures(rep)
+        forced = rep.get("extra", {}).get("teacher_forcing")
+        if rep["check"].get("per_position") is not None and forced:
+            lines.append(f"  greedy decoding: per-step accuracy {rep['check']['per_position']}, final-answer "
+                         f"accuracy {rep['check'].get('final_accuracy')}; teacher forcing: per-step accuracy "
+                         f"{forced.get('per_position')}, min margin {_fmt(forced.get('min_margin'))}")
+    return lines
+
+
+def _verify(doc: dict) -> list[str]:
+    reports = doc["reports"]
+    return _reports(doc) + [
+        f"\ngeorecall {doc['version']}, seed {doc['seed']}: "
+        f"{sum(r['passed'] for r in reports)}/{len(reports)} "
+        f"checks passed in {doc['seconds']:.1f} s -> {'PASS' if doc['passed'] else 'FAIL'}"]
+
+
+def _tradeoff(doc: dict) -> list[str]:
+    rows, names = doc["rows"], doc["constructions"]
+    p = doc["params"]
+    lines = [f"capacity-depth tradeoff at N = {p['N']}, R = {p['R']}, D = {rows[0]['D']} (binary codes): "
+             "d / m / parameters each construction promises"]
+    header = ["k"] + [f"{n} {what}" for n in names for what in ("d", "m", "params")]
+    table = []
+    for k in range(1, p["k_max"] + 1):
+        by = {r["construction"]: r for r in rows if r["k"] == k}
+        table.append([str(k)] + [f"{by[n][what]:,}" for n in names for what in ("d", "m", "params")])
+    widths = [max(len(c) for c in col) for col in zip(header, *table)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in [header] + table]
+    lines.append("; ".join(doc["legend"]))
+    return lines
+
+
+def _count(doc: dict) -> list[str]:
+    p = doc["params"]
+    lines = [f"all (N!)^R = {doc['tasks']:,} tasks of N = {p['N']}, R = {p['R']} enumerated in "
+             f"{doc['seconds']:.2f} s",
+             f"{'k':>2}  {'|F_k|':>12}  {'(N!)^R':>12}  {'(N-1)_(R^k)':>12}  {'|Trees_k|':>12}  "
+             f"{'N^(R^k)':>14}"]
+    for r in doc["rows"]:
+        lower = "n/a" if r["trees_k_lower"] is None else f"{r['trees_k_lower']:,}"
+        lines.append(f"{r['k']:>2}  {r['F_k']:>12,}  {r['F_k_upper']:>12,}  {lower:>12}  "
+                     f"{r['trees_k']:>12,}  "
+                     f"{r['trees_k_upper']:>14,}")
+    lines.append("closed forms: |F_1| = (N!)^R, |Trees_1| = N^R; sandwich (N-1)_(R^k) <= |Trees_k| <= "
+                 "N^(R^k) "
+                 "(lower side when N >= 1 + R + ... + R^k): "
+                 f"{'all hold' if doc['consistent'] else 'VIOLATED'}")
+    return lines
+
+
+def _precision(doc: dict) -> list[str]:
+    lines = [f"b = {r['bits']:>2}: accuracy {100 * r['accuracy']:6.2f}%, min margin {_fmt(r['min_margin'])}"
+             for r in doc["records"]]
+    bits = doc["smallest_exact_bits"]
+    lines.append(f"smallest b keeping every one of the {doc['queries']:,} queries exact: "
+                 f"{bits if bits is not None else 'none up to ' + str(doc['params']['max_bits'])}")
+    return lines
+
+
+def _train(doc: dict) -> list[str]:
+    p = doc["params"]
+    what = "chain steps" if p["cot"] else "facts"
+    return [f"{'reached 100%' if doc['reached'] else 'did not reach 100%'} on all {doc['answers']:,} {what} "
+            f"after {doc['steps_run']} steps ({doc['seconds']:.1f} s), final loss {_fmt(doc['final_loss'])}"
+            + (f"; model written to {doc['out']}" if doc["out"] else "")]
+
+
+def _sweep(doc: dict) -> list[str]:
+    lines = [doc["summary"]]
+    for mode, fit in doc["fits"].items():
+        law = fit.get("power_law") or {}
+        exponents = ", ".join(f"{k[0]} = {_fmt(v, 4)}" for k, v in law.items() if k != "log_a") or "—"
+        lines.append(f"{mode}: d* ≈ c·R·ln N with c = {_fmt(fit['c'])} (per seed {_fmt(fit['c_seed_mean'])} "
+                     f"± "
+                     f"{_fmt(fit['c_seed_std'])}, {fit['points']} points, {fit['non_monotone']} "
+                     f"non-monotone, "
+                     f"{fit['unreached']} never reached); power law d* ∝ N^p·R^q: {exponents}")
+    lines += doc.get("notes", [])
+    lines.append(f"records in {doc['out']}")
+    return lines
+
+
+def _probe(doc: dict) -> list[str]:
+    lines = []
+    if "readout" in doc:
+        r = doc["readout"]
+        lines.append(f"superposition readout (held-out {r['test_subjects']} subjects): encoding R² "
+                     f"{_fmt(r['encoding_r2'])}, decoding R² {_fmt(r['decoding_r2_mean'])}, per-relation "
+                     f"probe "
+                     f"accuracy {_fmt(r['probe_accuracy_mean'])}")
+    if "intervention" in doc:
+        r = doc["intervention"]
+        lines.append(f"causal intervention ({r['interventions']:,}): follows {_fmt(r['follows'])}, other "
+                     f"relations unchanged {_fmt(r['others_unchanged'])}")
+    if "selectivity" in doc:
+        r = doc["selectivity"]
+        lines.append(f"unit selectivity: {r['active_units']}/{r['units']} active, "
+                     f"{_fmt(100 * r['selective_fraction'], 3)}% relation-selective (>= {r['threshold']}), "
+                     f"mean {_fmt(r['mean_selectivity'])} (chance {_fmt(r['chance_selectivity'])})")
+    if "transfer" in doc:
+        r = doc["transfer"]
+        lines.append("freeze and swap on new bijections: closed form "
+                     f"{_fmt(100 * r['closed_form_accuracy'])}%, "
+                     f"embeddings fitted ({r['fitted_steps']} steps) {_fmt(100 * r['fitted_accuracy'])}% "
+                     f"(chance {_fmt(100 * r['chance'])}%)")
+    if doc.get("appended"):
+        lines.append(f"record appended to {doc['appended']}")
+    return lines
+
+
+def _probe_hidden(doc: dict) -> list[str]:
+    lines = [f"{doc['n']} states of width {doc['width']}, {doc['relations']} relations; held-out "
+             f"{doc['params']['holdout']:.0%}"]
+    for p in doc["per_relation"]:
+        lines.append(f"  relation {p['relation']}: {p['attributes']} attributes, linear probe accuracy "
+                     f"{_fmt(p['probe_accuracy'], 3)} (majority baseline {_fmt(p['majority_baseline'], 3)})")
+    lines.append(f"superposition R² (states from the R one-hot attributes): {_fmt(doc['superposition_r2'])}")
+    return lines
+
+
+_TEXT = {
+    "verify": _verify,
+    "check single-hop": _reports,
+    "check multi-hop": _reports,
+    "tradeoff": _tradeoff,
+    "count": _count,
+    "precision": _precision,
+    "train": _train,
+    "sweep threshold": _sweep,
+    "probe": _probe,
+    "transfer": _probe,
+    "probe-hidden": _probe_hidden,
+    "figures": lambda doc: list(doc["files"]),
+    "demo": lambda doc: list(doc["lines"]),
+    "bounds": lambda doc: [doc["text"]],
+}
+
+
+def to_text(doc: dict) -> str:
+    """The document of ``doc["command"]`` rendered for a terminal.
+
+    Parameters
+    ----------
+    doc : dict
+        A result document.
+
+    Returns
+    -------
+    str
+        Text (no trailing newline).
+    """
+    return "\n".join(_TEXT[doc["command"]](doc))

@@ -160,3 +160,213 @@ def test_train_command_with_hops_and_cot(capsys):
                          "--heads", "2", "--d", "16", "--json"], capsys)
     doc = json.loads(text)
     assert code == 0 and doc["reached"] and doc["params"]["k"] == 2 and doc["params"]["cot"]
+
+
+# ----------------------------------------------------------------------------- layers, validation, contract
+
+
+def _parsers():
+    from georecall.verify.cli import build_parser
+    stack, seen = [build_parser()], []
+    while stack:
+        parser = stack.pop()
+        seen.append(parser)
+        for action in parser._actions:
+            if hasattr(action, "choices") and isinstance(action.choices, dict):
+                stack += list(action.choices.values())
+    return seen
+
+
+def test_help_has_no_literal_percent_every_option_has_help_and_demo_a_description():
+    parsers = _parsers()
+    assert len(parsers) > 15
+    for parser in parsers:
+        text = parser.format_help()
+        assert "%%" not in text, parser.prog
+        for action in parser._actions:
+            if action.option_strings or action.dest not in ("group", "target", "command"):
+                assert action.help, f"{parser.prog} {action.option_strings or action.dest}"
+    demo = [p for p in parsers if p.prog.endswith(" demo")][0]
+    assert demo.description
+
+
+def test_construction_choices_come_from_the_registry():
+    from georecall.constructions import registry
+    text = [p for p in _parsers() if p.prog.endswith("multi-hop")][0].format_help()
+    for spec in registry.specs("multi"):
+        assert spec.name in text and spec.id in text
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--lr", "nan"], "finite"),
+        (["train", "--lr", "inf"], "finite"),
+        (["train", "--lr", "0"], "positive"),
+        (["train", "--lr", "-1"], "positive"),
+        (["check", "single-hop", "--bits", "1100"], "<= 64"),
+        (["check", "single-hop", "--bits", "0"], ">= 1"),
+        (["check", "single-hop", "--max-gib", "inf"], "finite"),
+        (["check", "single-hop", "--max-gib", "-1"], "positive"),
+        (["check", "single-hop", "--D", "100000000"], "<="),
+        (["check", "single-hop", "--bits", "4", "--integer"], "do not combine"),
+        (["check", "single-hop", "--integer", "--lam", "1e17"], "<="),
+        (["check", "single-hop", "--N", "7", "--R", "2", "--symmetric"], "even"),
+        (["check", "single-hop", "--construction", "nonsense"], "no construction"),
+        (["check", "single-hop", "--construction", "path-blocks"], "check multi-hop"),
+        (["check", "multi-hop", "--construction", "geometric"], "check single-hop"),
+        (["check", "multi-hop", "--k", "100", "--R", "1", "--N", "16"], "<= 64"),
+        (["train", "--k", "2"], "softmax"),
+        (["train", "--cot"], "softmax"),
+        (["train", "--heads", "2"], "softmax"),
+        (["train", "--d", "1000000000"], "<="),
+        (["sweep", "threshold", "--d-min", "16", "--d-max", "4"], "--d-min"),
+        (["sweep", "threshold", "--N", "1"], ">= 2"),
+        (["sweep", "threshold", "--scheduler", "bogus"], "--scheduler"),
+        (["sweep", "threshold", "--scheduler", "tcp://h:99999"], "port"),
+        (["sweep", "threshold", "--scheduler", "local:0"], "1 <= W"),
+        (["bounds", "--bits", "0"], ">="),
+        (["bounds", "--N", str(2**60)], "<="),
+        (["precision", "--k", "2"], "omit --k"),
+        (["precision", "--construction", "cot"], "give --k"),
+        (["precision", "--max-bits", "65"], "<= 64"),
+        (["demo", "--json"], "no JSON form"),
+        (["probe", "/nonexistent/model.npz"], "no such model file"),
+        (["probe-hidden", "/nonexistent/s.npz"], "no such states file"),
+        (["figures", "--from", "/nonexistent/r.jsonl"], "no such results file"),
+    ],
+)
+def test_guards_exit_2_with_one_plain_line(argv, message, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2, err
+    assert message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize("holdout", ["0", "0.999", "1", "nan"])
+def test_probe_holdout_leaves_one_subject_each_side(holdout, tmp_path, capsys):
+    model = str(tmp_path / "m.npz")
+    assert main(["train", "--N", "16", "--R", "2", "--d", "8", "--steps", "3", "--out", model, "--quiet"]) in (0, 1)
+    capsys.readouterr()
+    code, _, err = run(["probe", model, "--holdout", holdout], capsys)
+    assert code == 2 and "holdout" in err.lower() or "number" in err
+
+
+def test_probe_hidden_with_one_state_is_refused(tmp_path, capsys):
+    import numpy as np
+    path = tmp_path / "one.npz"
+    np.savez(path, states=np.zeros((1, 3)), attributes=np.zeros((1, 1), dtype=np.int64))
+    code, _, err = run(["probe-hidden", str(path)], capsys)
+    assert code == 2 and "at least one" in err
+
+
+def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch):
+    import georecall.verify.train as train_module
+    monkeypatch.setattr(train_module, "train", lambda *a, **k: pytest.fail("trained before checking --out"))
+    code, _, err = run(["train", "--N", "8", "--R", "2", "--out", "/nonexistent/dir/m.npz"], capsys)
+    assert code == 2 and "does not exist" in err
+    code, _, err = run(["train", "--N", "8", "--R", "2", "--out", str(tmp_path)], capsys)
+    assert code == 2 and "directory" in err
+    code, _, err = run(["sweep", "threshold", "--N", "8", "--out", str(tmp_path)], capsys)
+    assert code == 2 and "directory" in err
+    (tmp_path / "file").write_text("x")
+    code, _, err = run(["figures", "--out", str(tmp_path / "file")], capsys)
+    assert code == 2 and "not a folder" in err
+
+
+def test_reported_model_path_is_the_written_path(tmp_path, capsys):
+    target = tmp_path / "name"
+    code, out, _ = run(["train", "--N", "8", "--R", "2", "--d", "8", "--steps", "2", "--out", str(target),
+                        "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["out"] == str(target) + ".npz" and (tmp_path / "name.npz").exists()
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    code, out, _ = run(["check", "single-hop", "--N", "16", "--R", "2", "--save", str(tmp_path / "c"), "--json"],
+                       capsys)
+    assert json.loads(out)["params"]["save"] == str(tmp_path / "c.npz") and (tmp_path / "c.npz").exists()
+
+
+def test_interrupted_save_leaves_no_file(tmp_path, capsys, monkeypatch):
+    import georecall.constructions.model as model_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(model_module, "save_model", interrupted)
+    code, _, err = run(["check", "single-hop", "--N", "16", "--R", "2", "--save", str(tmp_path / "m.npz")],
+                       capsys)
+    assert code == 130 and err.startswith("\n") and "interrupted" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_json_is_strict_and_stderr_is_empty(capsys, monkeypatch):
+    import georecall.verify.commands as commands
+    real = commands.run_tradeoff
+
+    def with_nan(p):
+        doc = real(p)
+        doc["rows"][0]["nan"] = float("nan")
+        doc["rows"][0]["inf"] = float("-inf")
+        return doc
+
+    monkeypatch.setitem(commands.COMMANDS, "tradeoff", with_nan)
+    code, out, err = run(["tradeoff", "--N", "64", "--R", "2", "--k-max", "2", "--json"], capsys)
+
+    def refuse(name):
+        raise AssertionError(f"non-strict JSON constant {name}")
+
+    doc = json.loads(out, parse_constant=refuse)
+    assert code == 0 and err == "" and doc["rows"][0]["nan"] is None and doc["rows"][0]["inf"] is None
+    assert {"command", "version", "seed", "params", "status"} <= set(doc)
+
+
+def test_verify_json_prints_no_progress(capsys, monkeypatch):
+    import georecall.verify.suite as suite
+    from georecall.verify.suite import section_single_hop
+    monkeypatch.setattr(suite, "SECTIONS", [("single hop", section_single_hop)])
+    code, out, err = run(["verify", "--json"], capsys)
+    assert code == 0 and err == "" and json.loads(out)["passed"]
+
+
+def test_an_internal_error_is_exit_3_with_traceback(capsys, monkeypatch):
+    import georecall.verify.commands as commands
+
+    def broken(p):
+        raise ValueError("operands could not be broadcast together with shapes (3,) (4,)")
+
+    monkeypatch.setitem(commands.COMMANDS, "tradeoff", broken)
+    code, _, err = run(["tradeoff"], capsys)
+    assert code == 3 and "Traceback" in err and "internal error" in err
+
+
+def test_ctrl_c_is_130_on_its_own_line(capsys, monkeypatch):
+    import georecall.verify.commands as commands
+
+    def interrupted(p):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(commands.COMMANDS, "tradeoff", interrupted)
+    code, _, err = run(["tradeoff"], capsys)
+    assert code == 130 and err == "\ngeorecall: interrupted\n"
+
+
+def test_sweep_passes_scheduler_and_timeouts(tmp_path, capsys, monkeypatch):
+    import georecall.verify.sweep as sweep_module
+    seen = {}
+
+    def fake_sweep(path, Ns, Rs, modes, seeds, **kwargs):
+        seen.update(kwargs)
+        return []
+
+    monkeypatch.setattr(sweep_module, "sweep", fake_sweep)
+    code, out, err = run(["sweep", "threshold", "--N", "16", "--R", "2", "--scheduler", "local:2",
+                          "--lock-timeout", "0", "--connect-timeout", "3", "--out", str(tmp_path / "s.jsonl"),
+                          "--json"], capsys)
+    assert code == 0 and err == ""
+    assert seen["scheduler"] == "local:2" and seen["lock_timeout"] == 0 and seen["connect_timeout"] == 3
+    assert seen["progress"] is False and callable(seen["log"])
+
+
+def test_demo_text(capsys):
+    code, out, _ = run(["demo", "--quiet"], capsys)
+    assert code == 0 and "N = 8" in out

@@ -112,6 +112,8 @@ def output_path(path: str, *, suffix: str | None = None, what: str = "output fil
         The path that will be written.
     """
     from georecall.verify.io import validate_output_path
+    if path and os.path.isdir(path):  # before a suffix turns DIR into DIR.npz
+        raise InputError(f"{what} {path!r} is a directory; give a file name")
     try:
         return validate_output_path(path, suffix=suffix, what=what)
     except InputError:

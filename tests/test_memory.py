@@ -1,0 +1,173 @@
+"""The memory estimator and the budget: every reproducer of issue 11 refuses fast (exit 2, one line naming the
+estimate, the budget and what to lower) before allocating, and files are measured before they are read."""
+
+import io
+import time
+import zipfile
+
+import numpy as np
+import pytest
+
+from georecall.errors import InputError
+from georecall.verify import memory
+from georecall.verify.cli import main
+
+
+def run(argv, capsys):
+    start = time.perf_counter()
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err, time.perf_counter() - start
+
+
+REPRODUCERS = [
+    (["check", "multi-hop", "--N", "131072", "--R", "2", "--k", "2", "--max-gib", "0.1"], "--max-gib"),
+    (["check", "single-hop", "--N", "1048576", "--R", "16", "--max-gib", "8"], "lower N, R or D"),
+    (["check", "single-hop", "--N", "1000000", "--R", "50", "--max-gib", "8"], "lower N, R or D"),
+    (["precision", "--N", str(10**9)], "GiB"),
+    (["train", "--N", "65536", "--R", "16", "--d", "256", "--steps", "1", "--max-gib", "8"], "--batch-size"),
+    (["sweep", "threshold", "--N", str(10**9), "--out", "{tmp}/s.jsonl"], "GiB"),
+    (["bounds", "--N", str(10**10), "--max-gib", "8"], "lower N"),
+    (["count", "--N", "3", "--R", "2", "--k", "100"], "<= 64"),
+    (["count", "--N", "3", "--R", "2", "--k", "30"], "R^k"),
+    (["count", "--N", str(10**9)], "enumeration"),
+    (["count", "--N", str(10**30)], "whole number <="),
+    (["count", "--N", "1000000", "--R", "50", "--k", "8"], "enumeration"),
+    (["count", "--N", "9", "--R", "1", "--k", "1", "--max-gib", "1"], "composition table"),
+    (["tradeoff", "--k-max", "100000"], "<= 64"),
+    (["tradeoff", "--R", "16", "--k-max", "20"], "2^40"),
+]
+
+
+@pytest.mark.parametrize("argv, message", REPRODUCERS, ids=[" ".join(a[:3]) for a, _ in REPRODUCERS])
+def test_reproducers_refuse_fast_with_one_line(argv, message, tmp_path, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code, out, err, seconds = run(argv, capsys)
+    assert code == 2, err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert out == ""
+    assert seconds < 10
+    assert not (tmp_path / "s.jsonl").exists()  # refused before the results file was created
+
+
+def test_over_budget_message_names_estimate_budget_and_parameter(capsys):
+    code, _, err, _ = run(["check", "single-hop", "--N", "4096", "--R", "16", "--max-gib", "0.01"], capsys)
+    assert code == 2
+    assert "needs about" in err and "budget of 0.01 GiB" in err and "lower N" in err
+
+
+def test_within_budget_runs_and_reports_the_estimate(capsys):
+    code, out, _, _ = run(["check", "single-hop", "--N", "64", "--R", "2", "--max-gib", "1", "--json"], capsys)
+    import json
+    doc = json.loads(out)
+    assert code == 0 and doc["memory"]["budget_gib"] == 1.0
+    assert 0 < doc["memory"]["total_gib"] < 1
+
+
+def test_default_budget_is_half_the_available_memory(monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 * memory.GIB)
+    assert memory.budget_bytes(None) == 4 * memory.GIB
+    assert memory.budget_bytes(0.5) == memory.GIB // 2
+    with pytest.raises(InputError):
+        memory.budget_bytes(float("inf"))
+    with pytest.raises(InputError):
+        memory.budget_bytes(-1.0)
+
+
+def test_available_bytes_reads_meminfo():
+    assert memory.available_bytes() > 0
+
+
+def test_estimate_require_refuses_and_passes():
+    est = memory.Estimate("job").add("big", 10 * memory.GIB, "N")
+    assert est.require(11 * memory.GIB) is est
+    with pytest.raises(InputError, match="lower N"):
+        est.require(memory.GIB)
+
+
+def test_estimates_grow_with_their_inputs():
+    from georecall.constructions import registry
+    g1 = registry.get("G1")
+    small = memory.check_estimate(g1, 1024, 8).total
+    assert memory.check_estimate(g1, 4096, 8).total > small
+    assert memory.check_estimate(g1, 1024, 8, codes="sign").total > small
+    assert memory.train_estimate(256, 4, 64, 256).total > memory.train_estimate(256, 4, 32, 128).total
+    full = memory.train_estimate(65536, 16, 256, 1024).total
+    assert memory.train_estimate(65536, 16, 256, 1024, batch_size=1024).total < full / 100
+
+
+def _npz_with_declared_shape(path, shape, dtype="<f8", payload=b""):
+    """A zip whose member's .npy header declares ``shape`` but whose payload is only ``payload``."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("states.npy", buffer.getvalue() + payload)
+        small = io.BytesIO()
+        np.save(small, np.zeros((4, 1), dtype=np.int64))
+        archive.writestr("attributes.npy", small.getvalue())
+
+
+def test_zip_bomb_is_refused_before_decompression(tmp_path, capsys):
+    bomb = tmp_path / "bomb.npz"
+    _npz_with_declared_shape(bomb, (2**20, 1024))  # declares 8 GiB, holds a header only
+    assert bomb.stat().st_size < 10_000
+    members = {m.name: m for m in memory.npz_members(str(bomb))}
+    assert members["states"].nbytes == 8 * 2**30
+    code, _, err, seconds = run(["probe-hidden", str(bomb), "--max-gib", "4"], capsys)
+    assert code == 2 and "GiB" in err and seconds < 5
+
+
+def test_inflating_member_is_measured_from_the_zip_directory(tmp_path, capsys):
+    path = tmp_path / "zeros.npz"
+    np.savez_compressed(path, states=np.zeros((4096, 2048)), attributes=np.zeros((4096, 1), dtype=np.int64))
+    assert path.stat().st_size < 1_000_000
+    code, _, err, _ = run(["probe-hidden", str(path), "--max-gib", "0.05"], capsys)
+    assert code == 2 and "arrays of zeros.npz" in err
+
+
+def test_many_distinct_attribute_ids_are_refused(tmp_path, capsys):
+    path = tmp_path / "ids.npz"
+    n = 40_000
+    np.savez_compressed(path, states=np.zeros((n, 2)), attributes=np.arange(n)[:, None])
+    code, _, err, _ = run(["probe-hidden", str(path), "--max-gib", "2"], capsys)
+    assert code == 2 and "distinct attribute ids" in err
+
+
+def test_object_arrays_are_refused_from_the_header(tmp_path):
+    path = tmp_path / "objects.npz"
+    np.savez(path, states=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(InputError, match="Python objects"):
+        memory.npz_members(str(path))
+
+
+@pytest.mark.parametrize("content", [b"", b"not a zip", b"PK\x03\x04garbage"])
+def test_damaged_npz_is_input_error(tmp_path, content):
+    path = tmp_path / "bad.npz"
+    path.write_bytes(content)
+    with pytest.raises(InputError):
+        memory.npz_members(str(path))
+
+
+def test_npy_member_reads_header_only(tmp_path):
+    path = tmp_path / "t.npy"
+    np.save(path, np.zeros((3, 5), dtype=np.int64))
+    member = memory.npy_member(str(path))
+    assert member.shape == (3, 5) and member.nbytes == 120
+    path.write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(InputError, match="damaged header"):
+        memory.npy_member(str(path))
+
+
+def test_code_length_defaults():
+    assert memory.code_length("binary", 1024, None) == 10
+    assert memory.code_length("sign", 1024, None) > 10
+    assert memory.code_length("gaussian", 1024, 7) == 7
+
+
+def test_count_limit_is_checked_without_a_factorial(monkeypatch, capsys):
+    import math
+    calls = []
+    real = math.factorial
+    monkeypatch.setattr(math, "factorial", lambda n: calls.append(n) or real(n))
+    code, _, err, _ = run(["count", "--N", str(10**12)], capsys)
+    assert code == 2 and calls == []

@@ -32,7 +32,7 @@ def fast(monkeypatch):
     monkeypatch.setattr(bounds_checks, "PRECISION_CASES", [
         ("G1", "geometric", 256, 4, None), ("A1", "associative", 256, 4, None),
         ("G2", "path-blocks", 64, 2, 2),
-        ("A2a", "associative", 64, 2, 2), ("A2b", "layered", 64, 2, 2), ("C1", "cot", 64, 2, 2)])
+        ("A2a", "associative-width", 64, 2, 2), ("A2b", "associative-depth", 64, 2, 2), ("C1", "cot", 64, 2, 2)])
 
 
 def test_the_section_passes(fast):

@@ -27,6 +27,7 @@ import sys
 import time
 
 import numpy as np
+
 from georecall.verify.check import Report, check_decoding, check_queries, claim_report
 
 __all__ = ["COUNT_CASES", "GOLDEN_COUNTS", "GOLDEN_TREES", "NEEDED_BITS", "PER_PARAMETER_BITS",
@@ -59,8 +60,8 @@ GOLDEN_TREES = {7: 1813, 8: 3200, 9: 5265}
 
 # Construction, CLI name, N, R, k (None: single hop) of the precision scans (binary codes, seed-derived task).
 PRECISION_CASES = [("G1", "geometric", 1024, 8, None), ("A1", "associative", 256, 4, None),
-                   ("G2", "path-blocks", 256, 3, 2), ("A2a", "associative", 64, 2, 2),
-                   ("A2b", "layered", 64, 2, 2), ("C1", "cot", 256, 3, 3)]
+                   ("G2", "path-blocks", 256, 3, 2), ("A2a", "associative-width", 64, 2, 2),
+                   ("A2b", "associative-depth", 64, 2, 2), ("C1", "cot", 256, 3, 3)]
 
 # Smallest b (per-tensor codebooks, verify/precision.py) keeping each PRECISION_CASES instance exact, measured
 # by
@@ -78,30 +79,20 @@ PER_PARAMETER_BITS = {"G1": 1, "G2": 1, "C1": 1}
 
 
 def _build(name: str, cli: str, N: int, R: int, k: int | None, seed: int, task_seed: int | None = None):
-    """The construction on the task of ``task_seed`` (default ``seed``), with its exhaustive check."""
-    from georecall.constructions.multi_hop import (
-        build_a2_depth,
-        build_a2_width,
-        build_c1,
-        build_g2,
-        chains,
-        multi_hop_queries,
-    )
-    from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
+    """The registered construction ``name`` on the task of ``task_seed`` (default ``seed``), with its exhaustive
+    check (greedy decoding for chain-of-thought constructions). ``cli`` is the command-line name, for labels."""
+    from georecall.constructions import registry
     from georecall.theory.seeds import rng
     from georecall.theory.tasks import task_for_seed
+    from georecall.theory.tokens import queries, teacher_forcing
 
+    spec = registry.get(name)
+    hops = k or 1
     task = task_for_seed(N, R, seed if task_seed is None else task_seed)
-    codes_rng = rng(seed, "codes")
-    if k is None:
-        built = {"G1": build_g1, "A1": build_a1}[name](task, "binary", rng=codes_rng)
-        tokens, answers = single_hop_queries(task)
-        return built, lambda m: check_queries(m, tokens, answers)
-    builder = {"G2": build_g2, "A2a": build_a2_width, "A2b": build_a2_depth, "C1": build_c1}[name]
-    built = builder(task, k, "binary", rng=codes_rng)
-    tokens, answers = multi_hop_queries(task, k)
-    if name == "C1":
-        targets = chains(task, k)
+    built = spec.build(task, hops, codes="binary", rng=rng(seed, "codes"))
+    tokens, answers = queries(task, hops)
+    if spec.decoding == "greedy":
+        targets = teacher_forcing(task, hops)[1]
         return built, lambda m: check_decoding(m, tokens, targets)
     return built, lambda m: check_queries(m, tokens, answers)
 

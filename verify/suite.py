@@ -10,11 +10,13 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
+
 from georecall.constructions import registry
 from georecall.constructions.codes import binary_length
 from georecall.constructions.registry import ConstructionSpec
+from georecall.errors import InputError
 from georecall.theory import seeds
-from georecall.theory.tasks import Task, check_positive_int, task_for_seed
+from georecall.theory.tasks import Attributes, Task, check_positive_int, task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.bounds_checks import section_bounds
 from georecall.verify.check import (
@@ -26,9 +28,7 @@ from georecall.verify.check import (
     claim_report,
     margin_reaches,
 )
-from georecall.verify.precision import quantize, smallest_exact_bits
-
-from georecall.errors import InputError
+from georecall.verify.precision import CODEBOOK, quantize, smallest_exact_bits
 
 __all__ = ["DEFAULT_MAX_BYTES", "SECTIONS", "check_multi_hop", "check_single_hop", "precision_scan", "query_bytes",
            "run_check", "section_constructions", "section_multi_hop", "section_single_hop", "tradeoff_rows"]
@@ -68,7 +68,7 @@ def run_check(
     options: dict | None = None,
     dtype: str = "float64",
     bits: int | None = None,
-    attributes: str = "shared",
+    attributes: Attributes = "shared",
     symmetric: bool = False,
     task: Task | None = None,
     save: str | None = None,
@@ -192,7 +192,7 @@ def precision_scan(construction: str, N: int, R: int, k: int | None = None, *, c
     bits, records = smallest_exact_bits(built.model, check, max_bits=max_bits)
     return {"construction": spec.id, "N": N, "R": R, "k": hops, "codes": codes, "D": built.codes.D,
             "seed": seed, "queries": int(tokens.shape[0]), "smallest_exact_bits": bits, "records": records,
-            "quantization": "uniform symmetric per tensor: step max|W|/(2^(b-1)-1)"}
+            "quantization": CODEBOOK}
 
 
 def _case_report(spec: ConstructionSpec, case: dict, seed: int, progress: bool) -> list[Report]:
@@ -206,6 +206,7 @@ def _case_report(spec: ConstructionSpec, case: dict, seed: int, progress: bool) 
         return [run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options=case)]
     as_float = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options=case, keep=True)
     as_int = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**case, "integer": True}, keep=True)
+    assert as_float.result.predictions is not None and as_int.result.predictions is not None  # keep=True
     agree = bool(np.array_equal(as_float.result.predictions, as_int.result.predictions))
     as_int.extra["agrees_with_float"] = agree
     as_int.extra_checks["float and integer predictions agree"] = agree

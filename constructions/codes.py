@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from georecall.theory.tasks import _as_rng, check_positive_int
 
 from georecall.errors import ConditionError, InputError
+from georecall.theory.tasks import _as_rng, check_positive_int
 
 __all__ = ["CODE_KINDS", "Codes", "binary_length", "coherence", "make_codes", "max_inner_product", "sign_length"]
 

@@ -409,6 +409,7 @@ def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, lay
         return out, None
     causal = positions[:, None] >= np.arange(T)[None, :]  # (Tq, T)
     weights_all = np.empty((att.heads, B, positions.size, T), dtype=x.dtype)
+    assert att.W_Q is not None and att.W_K is not None  # checked in Attention.__post_init__
     for h in range(att.heads):
         q = matmul_rows(x[:, queries], att.W_Q[h])
         k = matmul_rows(x, att.W_K[h])
@@ -560,7 +561,8 @@ def save_model(model: Model, path: str, extra_arrays: dict[str, np.ndarray] | No
               "meta": model.meta, "record": record}
     arrays = {key.replace(".", "__"): value for key, value in model.arrays().items()}
     arrays.update({f"extra____{key}": np.asarray(value) for key, value in (extra_arrays or {}).items()})
-    np.savez_compressed(path, __header__=np.array(json.dumps(header, default=str)), **arrays)
+    arrays["__header__"] = np.array(json.dumps(header, default=str))
+    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds loosely
 
 
 def load_model(path: str) -> tuple[Model, dict]:

@@ -14,6 +14,7 @@ estimate) above ``max_bytes``.
 from __future__ import annotations
 
 import numpy as np
+
 from georecall.constructions.codes import Codes
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import MLP, Layer, Model
@@ -25,6 +26,7 @@ from georecall.constructions.parts import (
     positional_heads,
 )
 from georecall.constructions.single_hop import Construction, resolve_codes
+from georecall.errors import InputError
 from georecall.theory.statements import (
     a2_depth_promise,
     a2_width_promise,
@@ -35,8 +37,6 @@ from georecall.theory.statements import (
 )
 from georecall.theory.tasks import Task, check_positive_int, paths
 from georecall.theory.tokens import chains, multi_hop_queries  # noqa: F401  (re-exported for old imports)
-
-from georecall.errors import InputError
 
 __all__ = ["DEFAULT_MAX_BYTES", "build_a2_depth", "build_a2_width", "build_c1", "build_g2", "estimate_bytes"]
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from georecall.constructions.codes import Codes
 from georecall.constructions.model import MLP, Attention
 

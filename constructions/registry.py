@@ -25,11 +25,10 @@ from typing import Literal
 from georecall.constructions.codes import binary_length
 from georecall.constructions.multi_hop import build_a2_depth, build_a2_width, build_c1, build_g2
 from georecall.constructions.single_hop import Construction, build_a1, build_g1
+from georecall.errors import InputError
 from georecall.theory import statements
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
-
-from georecall.errors import InputError
 
 __all__ = ["BOUNDS", "COMMON_OPTIONS", "ConstructionSpec", "get", "register", "resolve", "specs", "unregister"]
 
@@ -215,12 +214,12 @@ def _c1_nominal(N: int, R: int, k: int) -> Promise:
 _MULTI = frozenset({"gate", "beta", "attention", "max_bytes"})
 register(ConstructionSpec(
     "G1", "geometric", "Theorem 4.1: block superposition + ReLU-gated relation selector", _single(build_g1),
-    _g1_nominal, options={"gate", "gain", "integer"}, variants={"disjoint", "symmetric"},
+    _g1_nominal, options=frozenset({"gate", "gain", "integer"}), variants=frozenset({"disjoint", "symmetric"}),
     verify_cases=({"N": 4096, "R": 16, "compare_integer": True}, {"N": 512, "R": 8, "codes": "sign", "D": 48},
                   {"N": 512, "R": 8, "codes": "gaussian", "D": 48})))
 register(ConstructionSpec(
     "A1", "associative", "associative-memory baseline: one MLP unit per fact", _single(build_a1), _a1_nominal,
-    options={"gain", "integer"}, variants={"disjoint", "symmetric"},
+    options=frozenset({"gain", "integer"}), variants=frozenset({"disjoint", "symmetric"}),
     verify_cases=({"N": 512, "R": 8, "integer": True}, {"N": 256, "R": 4, "codes": "sign"})))
 register(ConstructionSpec(
     "G2", "path-blocks", "k hops without CoT in one layer: one block per relation path", _multi(build_g2),

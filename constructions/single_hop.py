@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from georecall.constructions.codes import Codes, make_codes
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import MLP, Layer, Model
@@ -24,11 +25,10 @@ from georecall.constructions.parts import (
     relation_tagged_readout,
     uniform_gain_attention,
 )
+from georecall.errors import ConditionError, InputError
 from georecall.theory.statements import Promise, a1_promise, attention_constants, g1_promise
 from georecall.theory.tasks import Task
 from georecall.theory.tokens import single_hop_queries  # noqa: F401  (re-exported for old imports)
-
-from georecall.errors import ConditionError, InputError
 
 __all__ = ["Construction", "build_a1", "build_g1", "resolve_codes"]
 

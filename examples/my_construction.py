@@ -22,7 +22,12 @@ import numpy as np
 from georecall.constructions.codes import Codes
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import Layer, Model
-from georecall.constructions.parts import block_superposition, code_readout, gated_selector, uniform_gain_attention
+from georecall.constructions.parts import (
+    block_superposition,
+    code_readout,
+    gated_selector,
+    uniform_gain_attention,
+)
 from georecall.constructions.registry import ConstructionSpec
 from georecall.constructions.single_hop import Construction
 from georecall.theory.statements import Condition, Promise, one_layer_params

@@ -6,8 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from georecall.constructions.model import (MLP, Attention, IntegerModeError, Layer, Model, forward, greedy_decode,
-                                 integer_bounds, predict)
+from georecall.constructions.model import (
+    MLP,
+    Attention,
+    IntegerModeError,
+    Layer,
+    Model,
+    forward,
+    greedy_decode,
+    integer_bounds,
+    predict,
+)
 
 
 def reference_logits(model: Model, seq) -> np.ndarray:

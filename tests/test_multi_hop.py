@@ -6,8 +6,15 @@ from conftest import tables
 from hypothesis import given
 from hypothesis import strategies as st
 
-from georecall.constructions.multi_hop import (build_a2_depth, build_a2_width, build_c1, build_g2, chains, estimate_bytes,
-                                     multi_hop_queries)
+from georecall.constructions.multi_hop import (
+    build_a2_depth,
+    build_a2_width,
+    build_c1,
+    build_g2,
+    chains,
+    estimate_bytes,
+    multi_hop_queries,
+)
 from georecall.theory.statements import softmax_leakage
 from georecall.theory.tasks import Task, random_task
 from georecall.verify.check import check_decoding, check_queries

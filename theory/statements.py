@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass, field
 
 import sympy as sp
-from georecall.theory.tasks import check_positive_int
 
 from georecall.errors import ConditionError, InputError
+from georecall.theory.tasks import check_positive_int
 
 __all__ = ["Condition", "ConditionError", "Promise", "a1_promise", "a2_depth_promise", "a2_width_promise",
            "attention_constants", "beta_for_leakage", "binary_coherence", "c1_promise", "distinct_codes",

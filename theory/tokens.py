@@ -15,6 +15,7 @@ Vocabulary: entity ``s`` is token ``s`` (``0 <= s < N``); relation ``r`` is toke
 from __future__ import annotations
 
 import numpy as np
+
 from georecall.theory.tasks import Task, check_positive_int, paths
 
 __all__ = ["chains", "multi_hop_queries", "queries", "relation_token", "single_hop_queries",

@@ -7,6 +7,7 @@ nothing here is a hard-coded illustration.
 from __future__ import annotations
 
 import numpy as np
+
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import forward
 from georecall.constructions.single_hop import build_g1, single_hop_queries

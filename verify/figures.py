@@ -92,6 +92,7 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
     tokens, _ = multi_hop_queries(task, 3)
     decoded = check_decoding(c1.model, tokens, chains(task, 3), keep=True)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    assert g1.promise is not None and g1.result.margins is not None and decoded.margins is not None
     axes[0].hist(g1.result.margins, bins=40)
     axes[0].axvline(g1.promise.margin, color="k", linestyle="--", label="promised lower bound")
     axes[0].set_title(f"G1, sign codes, N=1024, R=8 (min {g1.result.min_margin:.3g})")
@@ -107,10 +108,10 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
     transfers = [r for r in records if r.get("kind") == "transfer"]
     if transfers:
         fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(transfers)), 3.5))
-        x = np.arange(len(transfers))
-        ax.bar(x - 0.2, [r["closed_form_accuracy"] for r in transfers], 0.4, label="closed form (zero-shot)")
-        ax.bar(x + 0.2, [r["fitted_accuracy"] for r in transfers], 0.4, label="embeddings fitted")
-        ax.set_xticks(x, [r.get("label", str(i)) for i, r in enumerate(transfers)], rotation=20)
+        bars = np.arange(len(transfers))
+        ax.bar(bars - 0.2, [r["closed_form_accuracy"] for r in transfers], 0.4, label="closed form (zero-shot)")
+        ax.bar(bars + 0.2, [r["fitted_accuracy"] for r in transfers], 0.4, label="embeddings fitted")
+        ax.set_xticks(bars, [r.get("label", str(i)) for i, r in enumerate(transfers)], rotation=20)
         ax.set_ylabel("accuracy on new bijections")
         ax.set_ylim(0, 1.05)
         ax.legend()

@@ -24,12 +24,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+
 from georecall.constructions.model import Model, forward, predict
 from georecall.constructions.single_hop import single_hop_queries
+from georecall.errors import InputError
 from georecall.theory.tasks import Task, _as_rng, random_task
 from georecall.verify.check import check_queries
-
-from georecall.errors import InputError
 
 
 def require_fit(model: Model, task: Task) -> None:
@@ -121,8 +121,8 @@ def causal_intervention(model: Model, task: Task, encoding_maps: np.ndarray, *, 
     A = encoding_maps[:-1].reshape(R, d, d)  # A[r]: attribute vector -> its contribution to e_s (row form)
     U = np.asarray(model.unembedding, dtype=np.float64)
     E = np.asarray(model.entity_embedding, dtype=np.float64)
-    S, Rr = np.meshgrid(chosen, np.arange(R), indexing="ij")
-    S, Rr = S.ravel(), Rr.ravel()
+    S_grid, R_grid = np.meshgrid(chosen, np.arange(R), indexing="ij")
+    S, Rr = S_grid.ravel(), R_grid.ravel()
     current = task.table[Rr, S]
     new = (current + rng.integers(1, N, size=current.size)) % N  # uniform over j != π_r(s)
     delta = np.einsum("kd,kde->ke", U[new] - U[current], A[Rr])
@@ -150,9 +150,10 @@ def unit_selectivity(model: Model, task: Task, *, layer: int = -1, threshold: fl
     """Mean activation of each hidden unit per queried relation (over all subjects) and its selectivity."""
     tokens, _ = single_hop_queries(task)
     layer = layer % len(model.layers)
-    if model.layers[layer].mlp is None:
+    mlp = model.layers[layer].mlp
+    if mlp is None:
         raise InputError(f"layer {layer} has no MLP")
-    m = model.layers[layer].mlp.width
+    m = mlp.width
     totals = np.zeros((task.R, m))
     for start in range(0, tokens.shape[0], 4096):
         part = tokens[start : start + 4096]

@@ -1,8 +1,9 @@
 """The exhaustive checker: every query through THE forward pass, argmax, and the logit margin of each.
 
-A query's margin is ``logit[answer] − max_{j ≠ answer} logit[j]``; the query is answered exactly iff its margin
-is strictly positive (a tie is a failure: argmax would be ambiguous). The checker works on any :class:`Model`
-and any list of queries; ``check_construction`` adds promised-vs-achieved for a built construction.
+A query's margin is ``logit[answer] − max_{j ≠ answer} logit[j]``; the query is answered exactly iff its
+margin is strictly positive (a tie is a failure: argmax would be ambiguous). The checker works on any
+:class:`Model` and any list of queries; ``check_construction`` adds promised-vs-achieved for a built
+construction.
 
 Two exact fast paths stand behind the same interface (proofs in docs/theory.md; tests compare them with the
 reference on random models):
@@ -26,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from georecall.constructions.model import Model, chunk_size, forward, integer_bounds, iter_chunks
 from georecall.theory import __version__
 from georecall.theory.statements import Promise
@@ -97,8 +99,8 @@ class CheckResult:
 
 
 class _Tally:
-    """Streaming summary of (query, position) predictions: counts, the first minimum margin, the first failures
-    (by flat index ``query·P + position``), per-position accuracy; full arrays only with ``keep``."""
+    """Streaming summary of (query, position) predictions: counts, the first minimum margin, the first
+    failures (by flat index ``query·P + position``), per-position accuracy; full arrays only with ``keep``."""
 
     def __init__(self, n: int, per: int, keep: bool, max_failures: int, shape: tuple[int, ...]) -> None:
         self.n, self.per, self.max_failures = n, per, max_failures
@@ -111,7 +113,8 @@ class _Tally:
         self.margins = np.empty(shape, dtype=np.float64) if keep else None
 
     def add(self, queries, position: int, predictions: np.ndarray, margins: np.ndarray) -> None:
-        """Record one block: ``queries`` a slice or an ascending index array, at read position ``position``."""
+        """Record one block: ``queries`` a slice or an ascending index array, at read position index
+        ``position``."""
         q = np.arange(queries.start, queries.stop) if isinstance(queries, slice) else np.asarray(queries)
         if self.predictions is not None:
             target = (q, position) if self.predictions.ndim == 2 else q
@@ -205,12 +208,12 @@ def check_queries(
     """Run every query ``tokens[q]`` (shape ``(Q, T)``) and compare the argmax with ``answers[q]``.
 
     By default the prediction is read at the last position and ``answers`` has shape ``(Q,)``. With
-    ``positions`` (P indices, e.g. every chain-of-thought step under teacher forcing) it is read at each of them
-    and ``answers`` has shape ``(Q, P)``; every (query, position) pair counts as one prediction, and
+    ``positions`` (P indices, e.g. every chain-of-thought step under teacher forcing) it is read at each of
+    them and ``answers`` has shape ``(Q, P)``; every (query, position) pair counts as one prediction, and
     ``per_position`` reports the accuracy at each position.
-    ``integer=True`` first proves that the pass computes in exact integer arithmetic (``integer_bounds`` of the
-    model for THE forward pass, ``verify.additive.integer_bounds`` for the tables; both bound the margins too),
-    then runs it in float64; margins are then exact integers. ``keep=True`` returns the per-query
+    ``integer=True`` first proves that the pass computes in exact integer arithmetic (``integer_bounds`` of
+    the model for THE forward pass, ``verify.additive.integer_bounds`` for the tables; both bound the margins
+    too), then runs it in float64; margins are then exact integers. ``keep=True`` returns the per-query
     predictions and margins. ``decoder`` and ``forward`` choose the implementations (module docstring); the
     result records which ran. Memory is bounded by the chunk size (default: ``chunk_size(model, T)``) or, for
     the tables, by their block size; nothing of size Q × d or Q × n_out is formed.
@@ -271,8 +274,8 @@ def check_queries(
     if progress:
         print(file=sys.stderr)
     reasons = "; ".join(r for r in (why_decoder, why_forward) if r)
-    return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="dense", fallback=reasons,
-                        **kind)
+    return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="dense",
+                        fallback=reasons, **kind)
 
 
 def check_decoding(
@@ -328,8 +331,9 @@ def check_decoding(
             seq = prompts[part]
             for t in range(k):
                 out = forward_pass(run, seq)
-                predictions[part, t], margins[part, t] = (hypercube_decode(cube, out, chains[part, t])
-                                                          if cube is not None else margins_of(out, chains[part, t]))
+                expected = chains[part, t]
+                predictions[part, t], margins[part, t] = (hypercube_decode(cube, out, expected)
+                                                          if cube is not None else margins_of(out, expected))
                 seq = np.concatenate([seq, predictions[part, t : t + 1]], axis=1)
             if progress and i % 8 == 0:
                 print(f"\r  decoded {part.stop:,}/{n:,} chains", end="", file=sys.stderr, flush=True)
@@ -358,8 +362,8 @@ def margin_reaches(achieved: float, promised: float, dtype: str = "float64", int
     integer mode the comparison is exact. Otherwise the allowance is 1000 rounding units of the working
     precision relative to ``max(|promised|, scale)``, where ``scale`` is the magnitude of the logits whose
     difference the margin is (``Promise.logit_scale``): a margin of 1e-4 between logits of size 2 carries the
-    rounding of numbers of size 2. A promise of 1e-16 is never met by 0. An infinite promise (a single possible
-    answer: no wrong answer to beat) must be met exactly.
+    rounding of numbers of size 2. A promise of 1e-16 is never met by 0. An infinite promise (a single
+    possible answer: no wrong answer to beat) must be met exactly.
     """
     if not achieved > 0:
         return False
@@ -400,7 +404,8 @@ class Report:
 
 
 def achieved_sizes(model: Model) -> dict:
-    return {"d": model.d, "m": model.mlp_width, "params": model.parameter_count(), "layers": len(model.layers)}
+    return {"d": model.d, "m": model.mlp_width, "params": model.parameter_count(),
+            "layers": len(model.layers)}
 
 
 def check_construction(name: str, params: dict, construction, tokens, answers, *, integer: bool = False,

@@ -1,0 +1,460 @@
+"""One-layer forward passes as sums of per-(position, token) tables: the structure-aware path of the checker.
+
+For a model with one layer whose attention weights at the read position do not depend on the tokens (uniform
+attention; or softmax / hard attention whose queries and keys read only position coordinates, checked
+exactly), the residual at the last position ``q = T − 1`` of a query ``⟨t_0, …, t_q⟩`` is
+
+    y = Σ_u x_u·C_u,    x_u = emb(t_u) + P[u],    C_u = Σ_h w_h[u]·W_V[h]·W_O[h] + [u = q]·I,
+
+where ``w_h`` are the (fixed) attention weights of head h at position q. Everything up to the MLP's ReLU is
+linear in ``y``, so
+
+    pre = b1 + Σ_u x_u·(C_u·W1)            (m numbers per query)
+    v   = b2[c] + Σ_u x_u·C_u[:, c] + ReLU(pre)·W2[:, c]      (only the columns c the read-out reads)
+
+is a sum over positions of rows of per-(position, token) tables ``x_u·(C_u·W1)`` and ``x_u·C_u[:, c]``. A
+position whose rows are equal for every token present there folds into a constant; the other positions before
+q ("group positions": the relations of G1 and of C1's prompt) have few tokens, so each combination of them is
+a *group* with one pre-activation vector; the last position is computed in *blocks* of token ids, each block's
+table once (``N·m`` entries in all instead of ``Q·d·m`` products). Within a (group, block) the units whose
+largest pre-activation over the block is ``<= 0`` output exactly 0 and are skipped (for G1: all but the 2D
+units of the asked relation).
+
+Exactness (docs/theory.md, "The token-additive pass"). Real arithmetic: the formulas above are the forward
+pass rearranged (linearity; a unit skipped is one whose ReLU is 0). Integer mode: attention must be uniform
+with ``Σ_h W_V[h]·W_O[h] ≡ 0 (mod T)`` entrywise, so every ``C_u`` is an integer matrix and every attention
+output is an integer (the dense pass checks that per query; here it holds for all token sequences). Then every
+table, sum and product is an integer, and :func:`integer_bounds` bounds each stage — including the logits and
+their differences (margins) — below 2^53, so float64 computes them exactly in any order. In float mode the
+result is the same function with a different rounding order (like any two BLAS calls).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from georecall.constructions.model import EXACT_INTEGER_LIMIT, IntegerModeError, Model
+
+__all__ = ["AdditivePlan", "NotAdditive", "integer_bounds", "plan_additive", "run_additive", "support"]
+
+# Bytes of one block's pre-activation table (m × block tokens); the block size follows from it.
+BLOCK_BYTES = 64 * 2**20
+# Largest table of a group position (distinct tokens × m), and the largest number of groups.
+MAX_GROUP_TABLE = 2**24
+MAX_GROUPS = 2**20
+SCAN_ROWS = 2**16
+
+
+class NotAdditive(ValueError):
+    """The model or the queries do not have the structure the token-additive pass needs (the reason)."""
+
+
+def _scan(array: np.ndarray, fn, init):
+    """Fold ``fn`` over row blocks of a large array (bounded temporaries)."""
+    acc = init
+    for start in range(0, array.shape[0], SCAN_ROWS):
+        acc = fn(acc, array[start : start + SCAN_ROWS])
+    return acc
+
+
+def support(table: np.ndarray) -> np.ndarray:
+    """Columns of ``table`` with a nonzero entry (scanned in row blocks)."""
+    return np.flatnonzero(_scan(table, lambda acc, b: acc | np.any(b != 0, axis=0),
+                                np.zeros(table.shape[1], dtype=bool)))
+
+
+def _max_abs(table: np.ndarray) -> float:
+    return float(_scan(table, lambda acc, b: max(acc, float(np.abs(b).max(initial=0.0))), 0.0))
+
+
+def _integral(table: np.ndarray) -> bool:
+    return bool(_scan(table, lambda acc, b: acc and bool(np.array_equal(b, np.rint(b))), True))
+
+
+class _SparseProduct:
+    """``A @ X`` for a fixed ``A (k, s)`` and many ``X (s, c)``: as gathers of rows of X when every row of A
+    has few nonzeros (the constructions' W1 has one or two per unit), else one BLAS product. Exact in integer
+    mode (sums of integers below 2^53); in float mode another summation order."""
+
+    def __init__(self, A: np.ndarray, dtype) -> None:
+        self.A = np.ascontiguousarray(A, dtype=dtype)
+        nnz = np.count_nonzero(self.A, axis=1)
+        self.slots = int(nnz.max(initial=0))
+        self.sparse = 4 * self.slots <= A.shape[1]
+        if self.sparse:
+            k = A.shape[0]
+            self.index = np.zeros((self.slots, k), dtype=np.intp)
+            self.value = np.zeros((self.slots, k), dtype=dtype)
+            rows, cols = np.nonzero(self.A)
+            rank = np.arange(rows.size) - np.searchsorted(rows, rows)  # position of each nonzero in its row
+            self.index[rank, rows] = cols
+            self.value[rank, rows] = self.A[rows, cols]
+
+    def __call__(self, X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """``A[rows] @ X`` (all rows of A when ``rows`` is None)."""
+        if not self.sparse:
+            return (self.A if rows is None else self.A[rows]) @ X
+        index = self.index if rows is None else self.index[:, rows]
+        value = self.value if rows is None else self.value[:, rows]
+        out = np.zeros((index.shape[1], X.shape[1]), dtype=X.dtype)
+        for k in range(self.slots):
+            out += value[k][:, None] * X[index[k]]
+        return out
+
+
+@dataclass(eq=False)
+class AdditivePlan:
+    """Everything the token-additive pass needs for queries of length T (see the module docstring)."""
+
+    model: Model
+    T: int
+    columns: np.ndarray  # residual coordinates the read-out reads
+    integer: bool
+    dtype: np.dtype
+    weights: np.ndarray  # (H, T): attention weights of each head at the last position
+    C: list[np.ndarray]  # per position u: d × d
+    M: list[np.ndarray | None]  # per position: C_u @ W1 (d × m), None without an MLP
+    const_pre: np.ndarray | None  # b1 + constant positions' terms (m,)
+    const_read: np.ndarray  # b2[c] + constant positions' terms (D,)
+    group_positions: list[int] = field(default_factory=list)
+    group_tokens: list[np.ndarray] = field(default_factory=list)  # sorted present tokens per group position
+    group_pre: list[np.ndarray] = field(default_factory=list)  # (n_u, m) table rows of those tokens
+    group_read: list[np.ndarray] = field(default_factory=list)  # (n_u, D)
+    W2_read: np.ndarray | None = None  # W2[:, c] (m, D)
+    info: dict = field(default_factory=dict)
+
+
+def _embedding_rows(model: Model, ids: np.ndarray) -> np.ndarray:
+    """Rows of ``[E; Q]`` for token ids, without the concatenated table (which copies E)."""
+    N = model.n_entities
+    ids = np.asarray(ids)
+    if ids.size and ids.max() < N:
+        return model.entity_embedding[ids]
+    out = np.empty((ids.size, model.d), dtype=model.entity_embedding.dtype)
+    entity = ids < N
+    out[entity] = model.entity_embedding[ids[entity]]
+    out[~entity] = model.relation_embedding[ids[~entity] - N]
+    return out
+
+
+def _attention_weights(model: Model, T: int, supp: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Head weights ``(H, T)`` at position T − 1 and the value-output maps, or NotAdditive when they depend on
+    the tokens. Token-independence is exact: no coordinate that any token embedding uses is read by W_Q or
+    W_K, so a score is ``β·<P[q]·W_Q, P[u]·W_K>`` (0 without position embeddings)."""
+    layer = model.layers[0]
+    att = layer.attention
+    if att is None:
+        return np.zeros((0, T)), []
+    VO = [att.value_output(h).astype(np.float64) for h in range(att.heads)]
+    if att.kind == "uniform":
+        return np.full((att.heads, T), 1.0 / T), VO
+    weights = np.empty((att.heads, T))
+    P = model.position_embedding
+    for h in range(att.heads):
+        for name, W in (("W_Q", att.W_Q[h]), ("W_K", att.W_K[h])):
+            if np.any(W[supp] != 0):
+                raise NotAdditive(f"{att.kind} attention: {name}[{h}] reads coordinates that token "
+                                  "embeddings use, so the weights depend on the tokens")
+        if P is None:
+            scores = np.zeros(T)
+        else:
+            q = P[T - 1].astype(np.float64) @ att.W_Q[h]
+            k = P[:T].astype(np.float64) @ att.W_K[h]
+            scores = att.inverse_temperature * (k @ q)
+        if att.kind == "softmax":
+            e = np.exp(scores - scores.max())
+            weights[h] = e / e.sum()
+        else:  # hard: uniform over the positions with the largest score
+            top = (scores == scores.max()).astype(np.float64)
+            weights[h] = top / top.sum()
+    return weights, VO
+
+
+def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np.ndarray, *,
+                  integer: bool = False) -> AdditivePlan:
+    """Check the structure and build the tables for queries given as T token columns (each ``(Q,)``).
+
+    Raises :class:`NotAdditive` (with the reason) when the pass does not apply; then use THE forward pass.
+    """
+    T = len(token_columns)
+    if len(model.layers) != 1:
+        raise NotAdditive(f"the model has {len(model.layers)} layers, the token-additive pass needs one")
+    if T < 1:
+        raise NotAdditive("queries have no tokens")
+    P = model.position_embedding
+    if P is not None and T > P.shape[0]:
+        raise NotAdditive(f"sequence length {T} exceeds the model's {P.shape[0]} positions")
+    layer = model.layers[0]
+    mlp = layer.mlp
+    att = layer.attention
+    if integer and att is not None and att.kind != "uniform":
+        raise NotAdditive(f"integer mode needs uniform attention, not {att.kind}")
+    supp_E, supp_Q = support(model.entity_embedding), support(model.relation_embedding)
+    supp = np.union1d(supp_E, supp_Q)
+    weights, VO = _attention_weights(model, T, supp)
+    d = model.d
+    q = T - 1
+    C = []
+    if integer and VO:
+        total = sum(VO)
+        if not np.array_equal(np.mod(total, T), np.zeros_like(total)):
+            raise NotAdditive(f"integer mode: Σ_h W_V·W_O is not divisible by T = {T}, so attention outputs "
+                              "need a per-query integrality check (THE forward pass does it)")
+        shared = total / T  # exact: an integer matrix
+    for u in range(T):
+        if integer:
+            Cu = shared.copy() if VO else np.zeros((d, d))
+        else:
+            Cu = np.zeros((d, d))
+            for h, vo in enumerate(VO):
+                Cu += weights[h, u] * vo
+        if u == q:
+            Cu[np.arange(d), np.arange(d)] += 1.0
+        C.append(Cu)
+    W1 = None if mlp is None else mlp.W1.astype(np.float64)
+    M = [None if mlp is None else Cu @ W1 for Cu in C]
+    dtype = np.dtype(np.float64) if integer else model.entity_embedding.dtype
+    const_pre = None if mlp is None else mlp.b1.astype(np.float64).copy()
+    const_read = np.zeros(columns.size) if mlp is None else mlp.b2[columns].astype(np.float64)
+    if P is not None:
+        for u in range(T):
+            Pu = P[u].astype(np.float64)
+            if mlp is not None:
+                const_pre += Pu @ M[u]
+            const_read += Pu @ C[u][:, columns]
+    W2_read = None if mlp is None else np.ascontiguousarray(mlp.W2[:, columns], dtype=dtype)
+    plan = AdditivePlan(model, T, columns, integer, dtype, weights, C, M, const_pre, const_read,
+                        W2_read=W2_read)
+    V = model.n_entities + model.n_relations
+    n_groups = 1
+    for u in range(q):
+        column = np.asarray(token_columns[u])
+        present = np.zeros(V, dtype=bool)
+        present[column] = True
+        tokens = np.flatnonzero(present)
+        rows_used = np.union1d(supp_E if tokens[0] < model.n_entities else [],
+                               supp_Q if tokens[-1] >= model.n_entities else []).astype(np.intp)
+        if not (np.any(C[u][rows_used] != 0)):  # every token's terms are zero here: a constant position
+            continue
+        width = 0 if mlp is None else mlp.width
+        if tokens.size * max(width, columns.size) > MAX_GROUP_TABLE:
+            raise NotAdditive(f"position {u} holds {tokens.size} distinct tokens that change the result: too "
+                              "many to enumerate as groups")
+        emb = _embedding_rows(model, tokens).astype(np.float64)
+        pre = None if mlp is None else emb @ M[u]
+        read = emb @ C[u][:, columns]
+        if (pre is None or np.all(pre == pre[0])) and np.all(read == read[0]):
+            if pre is not None:
+                const_pre += pre[0]
+            const_read += read[0]
+            continue
+        n_groups *= tokens.size
+        if n_groups > MAX_GROUPS:
+            raise NotAdditive(f"more than {MAX_GROUPS} combinations of tokens at positions before the last")
+        plan.group_positions.append(u)
+        plan.group_tokens.append(tokens)
+        plan.group_pre.append(pre)
+        plan.group_read.append(read)
+    plan.info = {"T": T, "groups": n_groups, "group_positions": list(plan.group_positions),
+                 "supp_E": supp_E, "supp_Q": supp_Q}
+    if integer:
+        plan.info["integer_bounds"] = integer_bounds(plan)
+    return plan
+
+
+def integer_bounds(plan: AdditivePlan) -> dict[str, float]:
+    """A-priori bounds on every intermediate of the integer token-additive pass; each must be < 2^53.
+
+    Checks that every array the pass reads is integral (E, Q, P, W_V, W_O, W1, b1, W2, b2 and U, scanned in
+    row blocks). With ``X`` the largest ``|emb| + |P|``, ``|A|`` entrywise absolute values and column sums
+    ``colsum``: table entries and their partial sums are at most ``X·colsum(|C_u|·|W1|)``, pre-activations
+    at most ``Σ_u`` of those ``+ |b1|``, read residuals at most
+    ``Σ_u X·colsum(|C_u[:, c]|) + |b2| + H·|W2[:, c]|``, logits at most ``max_j Σ_i |U_ji|·v_i`` and margins
+    (differences of two logits) at most twice that.
+    Raises :class:`IntegerModeError` naming the first failing condition.
+    """
+    model = plan.model
+    layer = model.layers[0]
+    named = {"entity_embedding": model.entity_embedding, "relation_embedding": model.relation_embedding,
+             "unembedding": model.unembedding}
+    if model.position_embedding is not None:
+        named["position_embedding"] = model.position_embedding
+    if layer.attention is not None:
+        named.update({"W_V": layer.attention.W_V.reshape(-1, layer.attention.W_V.shape[-1]),
+                      "W_O": layer.attention.W_O.reshape(-1, layer.attention.W_O.shape[-1])})
+    if layer.mlp is not None:
+        mlp = layer.mlp
+        named.update({"W1": mlp.W1, "b1": mlp.b1[None], "W2": mlp.W2, "b2": mlp.b2[None]})
+    for name, array in named.items():
+        if not _integral(array):
+            raise IntegerModeError(f"integer mode: weight {name} is not integral")
+    X = max(_max_abs(model.entity_embedding), _max_abs(model.relation_embedding))
+    if model.position_embedding is not None:
+        X += _max_abs(model.position_embedding[: plan.T])
+    bounds = {"embedding": X}
+    if layer.attention is not None:
+        att = layer.attention
+        bounds["W_V·W_O partial sums"] = float(sum(np.abs(att.W_V[h]) @ np.abs(att.W_O[h])
+                                                   for h in range(att.heads)).max(initial=0.0))
+    cols = plan.columns
+    read = np.abs(model.layers[0].mlp.b2[cols]) if layer.mlp is not None else np.zeros(cols.size)
+    pre = np.abs(layer.mlp.b1).astype(np.float64) if layer.mlp is not None else None
+    for u, Cu in enumerate(plan.C):
+        absC = np.abs(Cu)
+        read = read + X * absC[:, cols].sum(axis=0)
+        if layer.mlp is not None:
+            Mb = absC @ np.abs(layer.mlp.W1)
+            bounds[f"position {u}: C_u·W1 partial sums"] = float(Mb.max(initial=0.0))
+            pre = pre + X * Mb.sum(axis=0)
+    if pre is not None:
+        bounds["pre-activations (sums of table rows)"] = float(pre.max(initial=0.0))
+        read = read + pre @ np.abs(layer.mlp.W2[:, cols])
+    bounds["read residual v"] = float(read.max(initial=0.0))
+    U_read = model.unembedding[:, cols]
+    logits = float(_scan(U_read, lambda acc, b: max(acc, float((np.abs(b) @ read).max(initial=0.0))), 0.0))
+    bounds["logits"] = logits
+    bounds["margins (differences of two logits)"] = 2 * logits
+    for name, value in bounds.items():
+        if not value < EXACT_INTEGER_LIMIT:
+            raise IntegerModeError(f"integer mode: bound on {name} is {value:.3g} >= 2^53")
+    return bounds
+
+
+def _group_keys(plan: AdditivePlan, token_columns: Sequence[np.ndarray], lo: int, block: int, n_blocks: int,
+                V: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per query: key = group·n_blocks + block of its last token, where group is the mixed-radix number of its
+    tokens at the group positions (the first one most significant); and the radix of each group position."""
+    Q = len(token_columns[-1])
+    n_groups = 1
+    luts, radix = [], []
+    for tokens in reversed(plan.group_tokens):  # the first group position is the most significant digit
+        lut = np.full(V, -1, dtype=np.int64)
+        lut[tokens] = np.arange(tokens.size)
+        luts.append(lut)
+        radix.append(n_groups)
+        n_groups *= tokens.size
+    luts.reverse()
+    radix.reverse()
+    key = np.empty(Q, dtype=np.uint16 if n_groups * n_blocks <= 2**16 else np.int64)
+    step = 2**20
+    last = token_columns[-1]
+    for start in range(0, Q, step):
+        part = slice(start, min(Q, start + step))
+        group = np.zeros(part.stop - part.start, dtype=np.int64)
+        for u, lut, r in zip(plan.group_positions, luts, radix):
+            group += lut[token_columns[u][part]] * r
+        key[part] = group * n_blocks + (np.asarray(last[part], dtype=np.int64) - lo) // block
+    return key, np.array(radix, dtype=np.int64)
+
+
+def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
+                 consume: Callable[[slice | np.ndarray, np.ndarray], None], *, block_bytes: int = BLOCK_BYTES,
+                 progress: bool = False) -> dict:
+    """Compute ``v`` (the read residual) of every query and hand it over as ``consume(queries, v)``.
+
+    ``queries`` is a slice or an ascending index array into the Q queries; ``v`` has shape ``(len, D)``.
+    Every query is handed over exactly once. Returns statistics (groups, blocks, live units).
+    """
+    model = plan.model
+    V = model.n_entities + model.n_relations
+    Q = len(token_columns[-1])
+    if len(token_columns) != plan.T:
+        raise ValueError(f"plan is for T = {plan.T} tokens, got {len(token_columns)} columns")
+    for u, column in enumerate(token_columns):
+        column = np.asarray(column)
+        if column.shape != (Q,):
+            raise ValueError(f"token column {u} has shape {column.shape}, expected ({Q},)")
+        if Q and (column.min() < 0 or column.max() >= V):
+            raise ValueError(f"token ids must lie in [0, {V}); column {u} has "
+                             f"[{column.min()}, {column.max()}]")
+    stats = {"groups": 0, "blocks": 0, "units": 0, "live_units": 0}
+    if Q == 0:
+        return stats
+    mlp = model.layers[0].mlp
+    m = 0 if mlp is None else mlp.width
+    last = token_columns[-1]
+    lo, hi = int(np.min(last)), int(np.max(last)) + 1
+    block = max(1, block_bytes // (8 * max(m, plan.columns.size, 1)))
+    n_blocks = -(-(hi - lo) // block)
+    key, radix = _group_keys(plan, token_columns, lo, block, n_blocks, V)
+    ordered = bool(np.all(key[1:] >= key[:-1])) if Q > 1 else True
+    if ordered:  # e.g. the canonical query order: every (group, block) is a contiguous range of queries
+        order = None
+        starts = np.concatenate([[0], np.flatnonzero(key[1:] != key[:-1]) + 1])
+        keys = key[starts].astype(np.int64)
+        ends = np.concatenate([starts[1:], [Q]])
+    else:
+        order = np.argsort(key, kind="stable")
+        counts = np.bincount(key, minlength=int(key.max()) + 1)
+        keys = np.flatnonzero(counts)
+        ends = np.cumsum(counts)[keys]
+        starts = ends - counts[keys]
+    del key
+    by_block: dict[int, list[tuple[int, int, int]]] = {}
+    for k, s, e in zip(keys.tolist(), starts.tolist(), ends.tolist()):
+        by_block.setdefault(k % n_blocks, []).append((k // n_blocks, s, e))
+    dtype = plan.dtype
+    q_last = plan.T - 1
+    products: dict[str, tuple[_SparseProduct | None, _SparseProduct]] = {}
+    supp_E, supp_Q = plan.info["supp_E"], plan.info["supp_Q"]
+    const_pre = None if plan.const_pre is None else plan.const_pre
+    for bi, b in enumerate(sorted(by_block)):
+        b0 = lo + b * block
+        b1 = min(hi, b0 + block)
+        ids = np.arange(b0, b1)
+        kind = "E" if b1 <= model.n_entities else ("Q" if b0 >= model.n_entities else "EQ")
+        rows_used = {"E": supp_E, "Q": supp_Q, "EQ": np.union1d(supp_E, supp_Q)}[kind].astype(np.intp)
+        if kind not in products:
+            Mq = plan.M[q_last]
+            products[kind] = (None if Mq is None else _SparseProduct(Mq[rows_used].T, dtype),
+                              _SparseProduct(plan.C[q_last][rows_used][:, plan.columns].T, dtype))
+        pre_product, read_product = products[kind]
+        if kind == "E":
+            emb = model.entity_embedding[b0:b1, rows_used]
+        elif kind == "Q":
+            emb = model.relation_embedding[b0 - model.n_entities : b1 - model.n_entities, rows_used]
+        else:
+            emb = _embedding_rows(model, ids)[:, rows_used]
+        Et = np.ascontiguousarray(emb.T, dtype=dtype)  # (supp, block): feature-major
+        del emb
+        table = None if pre_product is None else pre_product(Et)  # (m, block)
+        colmax = None if table is None else table.max(axis=1)
+        read_table = read_product(Et)  # (D, block)
+        del Et
+        stats["blocks"] += 1
+        for group, s, e in by_block[b]:
+            idx = slice(s, e) if order is None else order[s:e]
+            local = np.asarray(last[idx], dtype=np.int64) - b0
+            n = local.size
+            contiguous = n and local[-1] - local[0] == n - 1 and np.array_equal(
+                local, np.arange(local[0], local[0] + n))
+            span = slice(int(local[0]), int(local[0]) + n) if contiguous else local
+            g_read = plan.const_read.copy()
+            g_pre = None if const_pre is None else const_pre.copy()
+            for j, u in enumerate(plan.group_positions):
+                digit = (group // int(radix[j])) % plan.group_tokens[j].size
+                g_read += plan.group_read[j][digit]
+                if g_pre is not None:
+                    g_pre += plan.group_pre[j][digit]
+            vT = read_table[:, span] + g_read.astype(dtype)[:, None]
+            if table is not None:
+                g = g_pre.astype(dtype)
+                live = np.flatnonzero(colmax + g > 0)  # same rounding as below: a dead unit is 0 for all
+                stats["units"] += m
+                stats["live_units"] += live.size
+                if live.size:
+                    hT = table[live][:, span] if isinstance(span, slice) else table[live][:, local]
+                    hT += g[live][:, None]
+                    np.maximum(hT, 0, out=hT)
+                    vT += plan.W2_read[live].T @ hT
+            stats["groups"] += 1
+            consume(idx, vT.T)
+        if progress and bi % 8 == 0:
+            print(f"\r  tables: block {bi + 1}/{len(by_block)}", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    return stats

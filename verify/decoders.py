@@ -1,0 +1,155 @@
+"""Exact read-out decoders: from the residual coordinates a read-out uses to (prediction, margin) per query.
+
+The read-out of a :class:`~georecall.constructions.model.Model` is ``logits = x @ U.T``; the prediction is the
+argmax (the first index among equal maxima, as ``np.argmax``) and a query's margin is
+``logit[answer] − max_{j ≠ answer} logit[j]`` (``verify.check.margins_of``). Two decoders compute them from
+``v = x[:, columns]``, the coordinates that ``U`` reads:
+
+- :func:`dense_decode`: the logits themselves, ``v @ U[:, columns].T``, in row chunks (the reference);
+- :func:`hypercube_decode`: for a read-out ``U[:, columns] = λ·S`` whose rows ``S`` are all ``2^D`` sign
+  patterns ``{−1, +1}^D`` (``N = 2^D`` outputs, zero outside ``columns``), without any logit:
+
+  * ``logit_j = λ·<s_j, v>`` is largest for the sign pattern of ``v``: ``max_j logit_j = λ·|v|_1``;
+  * if the answer's pattern ``a`` agrees with ``sign(v)`` wherever ``v_i ≠ 0`` (``δ = 0`` below), the best
+    other pattern flips one coordinate, the one of least ``|v_i|``: margin ``= 2·λ·min_i |v_i|``;
+  * otherwise ``δ = Σ_{i: a_i·v_i < 0} |v_i| > 0`` and the margin is ``λ·<a, v> − λ·|v|_1 = −2·λ·δ``;
+  * a zero coordinate ``v_i = 0`` makes two patterns tie: the margin is then ``<= 0`` (a failure).
+
+  Proof in ``docs/theory.md`` ("The hypercube decoder"). Rows with a zero coordinate (ties) are predicted by
+  the dense decoder on those rows only, so predictions equal ``np.argmax`` of the logits there too.
+
+With integer ``v``, integer ``λ`` and ``2·λ·|v|_1 < 2^53`` every quantity above is an exact integer in
+float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+__all__ = ["Hypercube", "dense_decode", "detect_hypercube", "hypercube_decode", "margins_of", "read_columns"]
+
+# Elements of one block of logits in the dense decoder (float64: 64 MiB).
+DENSE_BLOCK_ELEMENTS = 8 * 2**20
+# Rows of U scanned at once when detecting structure (bounded memory for N = 2^20 and more).
+SCAN_ROWS = 2**16
+
+
+def margins_of(logits: np.ndarray, answers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(predictions, margins)`` for a block of logits ``(B, n_out)``; overwrites ``logits`` (scratch).
+
+    ``margin = logit[answer] − max_{j ≠ answer} logit[j]`` (``+inf`` when ``n_out == 1``)."""
+    rows = np.arange(logits.shape[0])
+    predictions = logits.argmax(axis=1)
+    correct = logits[rows, answers].copy()
+    logits[rows, answers] = -np.inf
+    runner_up = logits.max(axis=1) if logits.shape[1] > 1 else np.full(len(rows), -np.inf)
+    return predictions, correct - runner_up
+
+
+def read_columns(U: np.ndarray) -> np.ndarray:
+    """Indices of the residual coordinates that ``U (n_out, d)`` reads (columns with a nonzero entry), scanned
+    in row blocks so that no ``(n_out, d)`` temporary is made."""
+    used = np.zeros(U.shape[1], dtype=bool)
+    for start in range(0, U.shape[0], SCAN_ROWS):
+        used |= np.any(U[start : start + SCAN_ROWS] != 0, axis=0)
+    return np.flatnonzero(used)
+
+
+@dataclass(frozen=True, eq=False)
+class Hypercube:
+    """A read-out ``U[:, columns] = λ·signs`` with ``signs`` all ``2^D`` patterns of ``{−1, +1}^D``.
+
+    ``row_of[code]`` is the output row whose pattern has ``s_i = +1`` exactly for the bits ``i`` of ``code``
+    (``code = Σ_i [s_i > 0]·2^i``)."""
+
+    columns: np.ndarray
+    lam: float
+    signs: np.ndarray
+    row_of: np.ndarray
+
+    @property
+    def D(self) -> int:
+        return int(self.columns.size)
+
+    @cached_property
+    def readout(self) -> np.ndarray:
+        """``λ·signs`` as float64 ``(2^D, D)``: the read-out on its columns, for the dense decoder at ties."""
+        out = self.lam * self.signs.astype(np.float64)
+        out.setflags(write=False)
+        return out
+
+
+def detect_hypercube(U: np.ndarray) -> tuple[Hypercube | None, str]:
+    """Is ``U`` exactly ``λ·S`` on some columns (``S``: every ±1 pattern once, ``n_out = 2^D``), 0 elsewhere?
+
+    Returns ``(Hypercube, "")`` or ``(None, reason)``. Every test is an exact comparison of the stored
+    floats: one common absolute value ``λ > 0`` on the read columns, zero elsewhere, and the ``2^D`` sign
+    patterns are a permutation of the rows.
+    """
+    n_out = U.shape[0]
+    columns = read_columns(U)
+    D = int(columns.size)
+    if D == 0 or D > 40 or n_out != 2**D:
+        return None, f"n_out = {n_out} is not 2^D for the D = {D} coordinates the read-out reads"
+    lam = float(abs(U[0, columns[0]]))
+    pw = (2 ** np.arange(D, dtype=np.int64))
+    row_of = np.full(n_out, -1, dtype=np.int64)
+    signs = np.empty((n_out, D), dtype=np.int8)
+    for start in range(0, n_out, SCAN_ROWS):
+        block = U[start : start + SCAN_ROWS][:, columns]
+        if not np.all(np.abs(block) == lam):
+            return None, "read-out entries on the read coordinates are not all ±λ for one λ"
+        positive = block > 0
+        signs[start : start + block.shape[0]] = np.where(positive, 1, -1)
+        codes = positive.astype(np.int64) @ pw
+        if np.any(row_of[codes] >= 0) or np.unique(codes).size != codes.size:
+            return None, "two read-out rows have the same sign pattern"
+        row_of[codes] = np.arange(start, start + block.shape[0])
+    signs.setflags(write=False)
+    row_of.setflags(write=False)
+    return Hypercube(columns, lam, signs, row_of), ""
+
+
+def dense_decode(v: np.ndarray, answers: np.ndarray, U_read: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Predictions and margins from the logits ``v @ U_read.T``, in row blocks of bounded size.
+
+    ``v (n, D)`` are the residual coordinates the read-out reads and ``U_read (n_out, D)`` its columns there.
+    """
+    n = v.shape[0]
+    predictions = np.empty(n, dtype=np.int64)
+    margins = np.empty(n, dtype=np.float64)
+    step = max(1, DENSE_BLOCK_ELEMENTS // max(1, U_read.shape[0]))
+    Ut = U_read.T.astype(v.dtype, copy=False)
+    for start in range(0, n, step):
+        part = slice(start, min(n, start + step))
+        predictions[part], margins[part] = margins_of(v[part] @ Ut, answers[part])
+    return predictions, margins
+
+
+def hypercube_decode(cube: Hypercube, v: np.ndarray, answers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact argmax and margin of ``logits = λ·v @ S.T`` without forming them (see the module docstring).
+
+    ``v (n, D)``: the residual on ``cube.columns`` (any memory layout); ``answers (n,)``. Returns
+    ``(predictions int64, margins float64)``, equal to :func:`dense_decode`'s on the exact logits.
+    """
+    D = cube.D
+    v = np.asarray(v)
+    positive = v > 0
+    codes = positive.astype(np.float64) @ (2.0 ** np.arange(D))  # exact: < 2^D <= 2^40
+    predictions = cube.row_of[codes.astype(np.int64)]
+    absmin = np.abs(v).min(axis=1)
+    margins = (2.0 * cube.lam) * absmin.astype(np.float64)
+    tie = absmin == 0
+    bad = np.flatnonzero((predictions != answers) | tie)
+    if bad.size:
+        vb = v[bad].astype(np.float64)
+        agree = cube.signs[answers[bad]] * vb  # a_i·v_i
+        delta = np.where(agree < 0, -agree, 0.0).sum(axis=1)
+        margins[bad] = np.where(delta > 0, (-2.0 * cube.lam) * delta, margins[bad])
+        ties = bad[tie[bad]]
+        if ties.size:  # several maximal patterns: the first row among them, as np.argmax
+            predictions[ties] = dense_decode(v[ties], answers[ties], cube.readout)[0]
+    return predictions, margins

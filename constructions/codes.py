@@ -1,7 +1,8 @@
 """Attribute codes ``a_0..a_{N-1} ∈ R^D`` and their coherence (THEORY.md §3).
 
-Coherence: ``μ = max_{i≠j} <a_i, a_j> / |a|²`` for codes of equal norm ``|a|``. Every construction that reads an
-answer off a code uses the gap ``|a|² (1 − μ)`` between the right code and the best wrong one as its margin.
+Coherence: ``μ = max_{i≠j} <a_i, a_j> / |a|²`` for codes of equal norm ``|a|``. Every construction that reads
+an answer off a code uses the gap ``|a|² (1 − μ)`` between the right code and the best wrong one as its
+margin.
 
 Kinds:
 
@@ -26,7 +27,15 @@ import numpy as np
 from georecall.errors import ConditionError, InputError
 from georecall.theory.tasks import _as_rng, check_positive_int
 
-__all__ = ["CODE_KINDS", "Codes", "binary_length", "coherence", "make_codes", "max_inner_product", "sign_length"]
+__all__ = [
+    "CODE_KINDS",
+    "Codes",
+    "binary_length",
+    "coherence",
+    "make_codes",
+    "max_inner_product",
+    "sign_length",
+]
 
 CodeKind = Literal["binary", "sign", "gaussian"]
 CODE_KINDS: tuple[str, ...] = ("binary", "sign", "gaussian")
@@ -37,10 +46,11 @@ class Codes:
     """A codebook: ``vectors[i] = a_i`` (shape ``(N, D)``) with its measured geometry.
 
     ``gap = |a|² − max_{i≠j} <a_i, a_j> = |a|²(1 − μ)`` is the quantity every margin is built from, and
-    ``distinct`` says whether it is positive, decided **exactly**: for ±1 codes (binary, sign; either scale) in
-    integer arithmetic on the ±1 entries; for Gaussian codes by a certified floating-point gap (the computed gap
-    must exceed a rigorous bound on its rounding error, else the codes are not certified distinct).
-    ``distinct_lhs > distinct_rhs`` is that decision as two numbers (integers for ±1 codes), for the promise.
+    ``distinct`` says whether it is positive, decided **exactly**: for ±1 codes (binary, sign; either scale)
+    in integer arithmetic on the ±1 entries; for Gaussian codes by a certified floating-point gap (the
+    computed gap must exceed a rigorous bound on its rounding error, else the codes are not certified
+    distinct). ``distinct_lhs > distinct_rhs`` is that decision as two numbers (integers for ±1 codes), for
+    the promise.
     """
 
     kind: str
@@ -79,7 +89,8 @@ def binary_length(N: int) -> int:
 
 
 def sign_length(N: int, t: float = 0.5, delta: float = 1e-3) -> int:
-    """Smallest D with ``N(N−1)/2 · exp(−D t²/2) <= δ``: random sign codes then have ``μ <= t`` w.p. ``1 − δ``."""
+    """Smallest D with ``N(N−1)/2 · exp(−D t²/2) <= δ``: random sign codes then have ``μ <= t`` with
+    probability at least ``1 − δ``."""
     N = check_positive_int("N", N)
     if not 0 < t < 1:
         raise InputError(f"coherence target must satisfy 0 < t < 1, got t = {t}")
@@ -112,8 +123,8 @@ def coherence(vectors: np.ndarray, chunk_bytes: int = 64 * 2**20) -> float:
     """``μ = max_{i≠j} <a_i, a_j> / |a|²``, in row chunks of bounded memory.
 
     The codes must have equal norms (within 1e-9 relative): the margin argument ``|a|²(1 − μ)`` needs it.
-    A single code has no pair; it gets ``μ = −1``, the smallest coherence any pair of equal-norm codes can have,
-    so that margins and the constants built from ``|a|²(1 − μ)`` stay finite.
+    A single code has no pair; it gets ``μ = −1``, the smallest coherence any pair of equal-norm codes can
+    have, so that margins and the constants built from ``|a|²(1 − μ)`` stay finite.
     """
     vectors = np.asarray(vectors, dtype=np.float64)
     norms = np.einsum("ij,ij->i", vectors, vectors)
@@ -175,10 +186,18 @@ def make_codes(
     vectors = signs / math.sqrt(D) if unit else signs
     vectors.setflags(write=False)
     gap = (norm_int - inner_int) / D if unit else float(norm_int - inner_int)
-    return Codes(kind=kind, vectors=vectors, norm_sq=1.0 if unit else float(D),
-                 max_abs=float(np.abs(vectors).max()), mu=inner_int / norm_int if N > 1 else -1.0, gap=gap,
-                 distinct=norm_int > inner_int, distinct_lhs=norm_int, distinct_rhs=inner_int,
-                 certificate="exact: integer arithmetic on the ±1 entries")
+    return Codes(
+        kind=kind,
+        vectors=vectors,
+        norm_sq=1.0 if unit else float(D),
+        max_abs=float(np.abs(vectors).max()),
+        mu=inner_int / norm_int if N > 1 else -1.0,
+        gap=gap,
+        distinct=norm_int > inner_int,
+        distinct_lhs=norm_int,
+        distinct_rhs=inner_int,
+        certificate="exact: integer arithmetic on the ±1 entries",
+    )
 
 
 def _gaussian_codes(N: int, D: int, rng) -> Codes:
@@ -198,7 +217,15 @@ def _gaussian_codes(N: int, D: int, rng) -> Codes:
     gamma = (D + 2) * u / (1 - (D + 2) * u)
     lower_gap = float(norms.min()) - inner - 2 * gamma
     duplicates = N > 1 and np.unique(vectors, axis=0).shape[0] < N
-    return Codes(kind="gaussian", vectors=vectors, norm_sq=float(norms[0]), max_abs=float(np.abs(vectors).max()),
-                 mu=inner / float(norms[0]) if N > 1 else -1.0, gap=float(norms[0]) - inner,
-                 distinct=bool(lower_gap > 0 and not duplicates), distinct_lhs=0.0 if duplicates else lower_gap,
-                 distinct_rhs=0.0, certificate="certified: float gap minus a rigorous rounding bound")
+    return Codes(
+        kind="gaussian",
+        vectors=vectors,
+        norm_sq=float(norms[0]),
+        max_abs=float(np.abs(vectors).max()),
+        mu=inner / float(norms[0]) if N > 1 else -1.0,
+        gap=float(norms[0]) - inner,
+        distinct=bool(lower_gap > 0 and not duplicates),
+        distinct_lhs=0.0 if duplicates else lower_gap,
+        distinct_rhs=0.0,
+        certificate="certified: float gap minus a rigorous rounding bound",
+    )

@@ -1,11 +1,12 @@
-"""Named residual layouts: a construction allocates its coordinates by name and never computes offsets by hand.
+"""Named residual layouts: a construction allocates its coordinates by name and never computes offsets by
+hand.
 
-A :class:`Layout` hands out consecutive coordinates: ``layout.add("blocks", R, D)`` returns an ``(R, D)`` array
-of coordinate indices (``blocks[r, i]`` is entry i of block ``B_r``), ``layout.add("gates", R)`` an ``(R,)``
-array, and ``layout.d`` is the width so far. The built model records ``layout.as_dict()`` in its ``meta``
-so that the demo, probes and users read the blocks by name. The width a construction *achieves* is measured
-from the arrays it builds; the width its theorem *promises* comes from ``theory.statements``: the checker
-compares the two.
+A :class:`Layout` hands out consecutive coordinates: ``layout.add("blocks", R, D)`` returns an ``(R, D)``
+array of coordinate indices (``blocks[r, i]`` is entry i of block ``B_r``), ``layout.add("gates", R)`` an
+``(R,)`` array, and ``layout.d`` is the width so far. The built model records ``layout.as_dict()`` in its
+``meta`` so that the demo, probes and users read the blocks by name. The width a construction *achieves* is
+measured from the arrays it builds; the width its theorem *promises* comes from ``theory.statements``: the
+checker compares the two.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ class Layout:
         """Allocate ``prod(shape)`` new coordinates under ``name``; returns their indices with that shape."""
         if name in self._blocks:
             raise InputError(f"layout block {name!r} is already allocated")
-        if not shape or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in shape):
+        if not shape or any(
+            isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in shape
+        ):
             raise InputError(f"layout block {name!r} needs a shape of non-negative integers, got {shape}")
         shape = tuple(int(n) for n in shape)
         self._blocks[name] = (self.d, shape)
@@ -63,8 +66,10 @@ class Layout:
 
     def as_dict(self) -> dict[str, dict]:
         """JSON-able description: ``{name: {"start": .., "stop": .., "shape": [..]}}`` in allocation order."""
-        return {name: {"start": start, "stop": start + math.prod(shape), "shape": list(shape)}
-                for name, (start, shape) in self._blocks.items()}
+        return {
+            name: {"start": start, "stop": start + math.prod(shape), "shape": list(shape)}
+            for name, (start, shape) in self._blocks.items()
+        }
 
     @classmethod
     def from_dict(cls, blocks: dict[str, dict]) -> Layout:

@@ -8,23 +8,25 @@ Conventions
 Row vectors: a residual state is a row ``x ∈ R^d`` and a linear map is ``x @ W``.
 
 Vocabulary of input tokens: entity ``s`` is token ``s`` (``0 <= s < N``), relation ``r`` is token ``N + r``.
-The input embedding table is ``[E; Q]`` (entities then relations), plus ``P[t]`` at position ``t`` when the model
-has position embeddings.
+The input embedding table is ``[E; Q]`` (entities then relations), plus ``P[t]`` at position ``t`` when the
+model has position embeddings.
 
 A layer is ``x <- x + Attn(x)`` then ``x <- x + ReLU(x @ W1 + b1) @ W2 + b2`` (either part may be absent).
-Logits are ``x @ U.T`` with the untied unembedding ``U`` of shape ``(n_out, d)``; the prediction is the argmax.
+Logits are ``x @ U.T`` with the untied unembedding ``U`` of shape ``(n_out, d)``; the prediction is the
+argmax.
 
 Attention kinds (all causal):
 
-- ``uniform``: the mean over positions ``u <= t`` of ``x_u @ W_V[h] @ W_O[h]``, summed over heads. It is computed
+- ``uniform``: the mean over positions ``u <= t`` of ``x_u @ W_V[h] @ W_O[h]``, summed over heads. It is
+computed
   as ``((Σ_u x_u) @ W_V @ W_O) / count`` so that with integer weights the only non-integer step is one exact
   division (checked in integer mode).
 - ``softmax``: ``softmax_u(β · <x_t W_Q[h], x_u W_K[h]>)`` with an explicit inverse temperature ``β``.
 - ``hard``: an **idealization**, the β → ∞ limit of softmax: the mean over the positions with maximal score.
 
 Integer mode (``integer=True``) runs the same pass in float64 and proves that it computed in exact integer
-arithmetic: every weight is an integer, an a-priori bound on every intermediate stays below 2^53 (so BLAS sums of
-integers are exact in any order), and every attention output is checked to be integral after its division.
+arithmetic: every weight is an integer, an a-priori bound on every intermediate stays below 2^53 (so BLAS sums
+of integers are exact in any order), and every attention output is checked to be integral after its division.
 """
 
 from __future__ import annotations
@@ -38,9 +40,29 @@ import numpy as np
 
 from georecall.errors import InputError
 
-__all__ = ["ATTENTION_KINDS", "Attention", "EXACT_INTEGER_LIMIT", "IntegerModeError", "Layer", "MLP", "Model",
-           "Trace", "chunk_size", "embed", "flatten", "forward", "greedy_decode", "integer_bounds", "iter_chunks",
-           "load_model", "matmul_rows", "predict", "save_model", "structure_of", "unflatten"]
+__all__ = [
+    "ATTENTION_KINDS",
+    "Attention",
+    "EXACT_INTEGER_LIMIT",
+    "IntegerModeError",
+    "Layer",
+    "MLP",
+    "Model",
+    "Trace",
+    "chunk_size",
+    "embed",
+    "flatten",
+    "forward",
+    "greedy_decode",
+    "integer_bounds",
+    "iter_chunks",
+    "load_model",
+    "matmul_rows",
+    "predict",
+    "save_model",
+    "structure_of",
+    "unflatten",
+]
 
 AttentionKind = Literal["uniform", "softmax", "hard"]
 ATTENTION_KINDS: tuple[str, ...] = ("uniform", "softmax", "hard")
@@ -64,7 +86,8 @@ def _frozen_array(value, name: str, ndim: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class Attention:
-    """Causal multi-head attention. Shapes: ``W_Q, W_K (H, d, d_k)``, ``W_V (H, d, d_v)``, ``W_O (H, d_v, d)``.
+    """Causal multi-head attention. Shapes: ``W_Q, W_K (H, d, d_k)``, ``W_V (H, d, d_v)``,
+    ``W_O (H, d_v, d)``.
 
     ``uniform`` attention ignores ``W_Q``/``W_K`` (they must be ``None``).
     """
@@ -93,10 +116,14 @@ class Attention:
             if self.W_Q is None or self.W_K is None:
                 raise InputError(f"{self.kind} attention needs W_Q and W_K")
             if self.W_Q.shape != self.W_K.shape or self.W_Q.shape[:2] != (H, d):
-                raise InputError(f"W_Q and W_K must both have shape (H, d, d_k) with (H, d) = {(H, d)}; "
-                                 f"got {self.W_Q.shape} and {self.W_K.shape}")
+                raise InputError(
+                    f"W_Q and W_K must both have shape (H, d, d_k) with (H, d) = {(H, d)}; "
+                    f"got {self.W_Q.shape} and {self.W_K.shape}"
+                )
             if not (np.isfinite(self.inverse_temperature) and self.inverse_temperature > 0):
-                raise InputError(f"inverse temperature must be positive and finite, got {self.inverse_temperature}")
+                raise InputError(
+                    f"inverse temperature must be positive and finite, got {self.inverse_temperature}"
+                )
 
     @property
     def heads(self) -> int:
@@ -129,8 +156,10 @@ class MLP:
             object.__setattr__(self, name, _frozen_array(getattr(self, name), name, ndim))
         d, m = self.W1.shape
         if self.b1.shape != (m,) or self.W2.shape != (m, d) or self.b2.shape != (d,):
-            raise InputError(f"MLP shapes disagree: W1 {self.W1.shape}, b1 {self.b1.shape}, "
-                             f"W2 {self.W2.shape}, b2 {self.b2.shape}")
+            raise InputError(
+                f"MLP shapes disagree: W1 {self.W1.shape}, b1 {self.b1.shape}, "
+                f"W2 {self.W2.shape}, b2 {self.b2.shape}"
+            )
 
     @property
     def width(self) -> int:
@@ -182,7 +211,7 @@ class Model:
 
     @cached_property
     def read_columns(self) -> np.ndarray | None:
-        """Indices of residual coordinates the unembedding reads, or None when it reads (nearly) all of them."""
+        """Indices of residual coordinates the unembedding reads (None when it reads nearly all of them)."""
         used = np.flatnonzero(np.any(self.unembedding != 0, axis=0))
         return used if used.size < 0.75 * self.d else None
 
@@ -215,9 +244,12 @@ class Model:
         return np.asarray(r) + self.n_entities
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every weight array under a flat, stable name (``layers.0.mlp.W1``, ...): for saving and counting."""
-        out = {"entity_embedding": self.entity_embedding, "relation_embedding": self.relation_embedding,
-               "unembedding": self.unembedding}
+        """Every weight array under a flat, stable name (``layers.0.mlp.W1``, ...): saving, counting."""
+        out = {
+            "entity_embedding": self.entity_embedding,
+            "relation_embedding": self.relation_embedding,
+            "unembedding": self.unembedding,
+        }
         if self.position_embedding is not None:
             out["position_embedding"] = self.position_embedding
         for i, layer in enumerate(self.layers):
@@ -258,13 +290,22 @@ def flatten(model: Model) -> dict[str, np.ndarray]:
 
 def structure_of(model: Model) -> list[dict]:
     """The JSON-able structure of a model that its arrays do not carry: per layer, the attention kind and
-    inverse temperature (or None) and whether it has an MLP. ``unflatten`` needs it; ``save_model`` stores it."""
-    return [{"attention": None if layer.attention is None else
-             {"kind": layer.attention.kind, "inverse_temperature": layer.attention.inverse_temperature},
-             "mlp": layer.mlp is not None} for layer in model.layers]
+    inverse temperature (or None) and whether it has an MLP. ``unflatten`` needs it; ``save_model`` stores
+    it."""
+    return [
+        {
+            "attention": None
+            if layer.attention is None
+            else {"kind": layer.attention.kind, "inverse_temperature": layer.attention.inverse_temperature},
+            "mlp": layer.mlp is not None,
+        }
+        for layer in model.layers
+    ]
 
 
-def unflatten(template: Model | list[dict], arrays: Mapping[str, np.ndarray], *, meta: dict | None = None) -> Model:
+def unflatten(
+    template: Model | list[dict], arrays: Mapping[str, np.ndarray], *, meta: dict | None = None
+) -> Model:
     """THE way to rebuild a Model from flat arrays (trainer, quantizer, I/O, probes all use it).
 
     ``template`` is a Model (its structure and meta are kept) or a structure list from :func:`structure_of`.
@@ -291,15 +332,27 @@ def unflatten(template: Model | list[dict], arrays: Mapping[str, np.ndarray], *,
         if spec.get("attention") is not None:
             p = f"layers.{i}.attention."
             kind = spec["attention"].get("kind")
-            att = Attention(kind, take(p + "W_V"), take(p + "W_O"), take(p + "W_Q", kind != "uniform"),
-                            take(p + "W_K", kind != "uniform"), float(spec["attention"].get("inverse_temperature", 1.0)))
+            att = Attention(
+                kind,
+                take(p + "W_V"),
+                take(p + "W_O"),
+                take(p + "W_Q", kind != "uniform"),
+                take(p + "W_K", kind != "uniform"),
+                float(spec["attention"].get("inverse_temperature", 1.0)),
+            )
         mlp = None
         if spec.get("mlp"):
             p = f"layers.{i}.mlp."
             mlp = MLP(take(p + "W1"), take(p + "b1"), take(p + "W2"), take(p + "b2"))
         layers.append(Layer(att, mlp))
-    model = Model(take("entity_embedding"), take("relation_embedding"), take("unembedding"), tuple(layers),
-                  take("position_embedding", False), meta=meta)
+    model = Model(
+        take("entity_embedding"),
+        take("relation_embedding"),
+        take("unembedding"),
+        tuple(layers),
+        take("position_embedding", False),
+        meta=meta,
+    )
     extra = set(arrays) - used
     if extra:
         raise InputError(f"unexpected model array(s) {sorted(extra)} for a {len(structure)}-layer structure")
@@ -313,9 +366,9 @@ def unflatten(template: Model | list[dict], arrays: Mapping[str, np.ndarray], *,
 class Trace:
     """Intermediates of one forward pass, recorded when ``trace=True`` (for probes and the trainer).
 
-    ``residual[0]`` is the embedded input; ``residual[2i+1]`` follows layer i's attention, ``residual[2i+2]`` its
-    MLP; ``hidden[i]`` is layer i's post-ReLU MLP activation. In the last layer, with ``at="last"``, only the
-    last position is computed, so those entries have shape ``(B, 1, ·)``.
+    ``residual[0]`` is the embedded input; ``residual[2i+1]`` follows layer i's attention, ``residual[2i+2]``
+    its MLP; ``hidden[i]`` is layer i's post-ReLU MLP activation. In the last layer, with ``at="last"``, only
+    the last position is computed, so those entries have shape ``(B, 1, ·)``.
     """
 
     residual: list[np.ndarray] = field(default_factory=list)
@@ -336,8 +389,9 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
     """A-priori bounds on ``max |·|`` of every intermediate of a length-T forward pass; each must be < 2^53.
 
     Uses ``|x @ W|_∞ <= |x|_∞ · max_j Σ_i |W_ij|`` stage by stage; the last entry bounds the margins (a
-    difference of two logits, so twice the logits' bound), which are then exact integers too. Raises :class:`IntegerModeError` naming the
-    first weight that is not an integer or the first stage whose bound reaches 2^53.
+    difference of two logits, so twice the logits' bound), which are then exact integers too. Raises
+    :class:`IntegerModeError` naming the first weight that is not an integer or the first stage whose bound
+    reaches 2^53.
     """
     for name, array in model.arrays().items():
         if not np.array_equal(array, np.rint(array)):
@@ -355,7 +409,9 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
         att = layer.attention
         if att is not None:
             if att.kind != "uniform":
-                raise IntegerModeError(f"integer mode supports uniform attention only (layer {i} is {att.kind})")
+                raise IntegerModeError(
+                    f"integer mode supports uniform attention only (layer {i} is {att.kind})"
+                )
             # (Σ_u x_u) @ W_V @ W_O before the division by the count: at most T·|x|.
             pre = T * bound * sum(col(att.W_V[h]) * col(att.W_O[h]) for h in range(att.heads))
             bounds[f"layers.{i}.attention (before division)"] = pre
@@ -391,7 +447,7 @@ def _softmax_lastaxis(scores: np.ndarray) -> np.ndarray:
 
 
 def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, layer: int):
-    """Attention output at positions ``queries`` (a slice of the T positions) given all states ``x (B, T, d)``."""
+    """Attention output at positions ``queries`` (a slice of T positions) given all states ``x (B, T, d)``."""
     B, T, _ = x.shape
     positions = np.arange(T)[queries]
     out = np.zeros((B, positions.size, x.shape[2]), dtype=x.dtype)
@@ -525,15 +581,17 @@ def predict(model: Model, tokens: np.ndarray, *, chunk: int | None = None) -> np
 
 
 def greedy_decode(model: Model, prompts: np.ndarray, steps: int, *, integer: bool = False):
-    """Greedy chain-of-thought decoding: ``steps`` times, predict at the last position and append the predicted
-    entity as a new input token (re-embedded by the input table ``E``).
+    """Greedy chain-of-thought decoding: ``steps`` times, predict at the last position and append the
+    predicted entity as a new input token (re-embedded by the input table ``E``).
 
     Returns ``(generated (B, steps), margins (B, steps))``, where a margin is top logit minus runner-up.
     The model's outputs must be entities (``n_out == N``) for the prediction to be fed back.
     """
     if model.n_out != model.n_entities:
-        raise InputError(f"decoding feeds predictions back as entities: needs n_out == N, "
-                         f"got n_out = {model.n_out}, N = {model.n_entities}")
+        raise InputError(
+            f"decoding feeds predictions back as entities: needs n_out == N, "
+            f"got n_out = {model.n_out}, N = {model.n_entities}"
+        )
     seq = np.asarray(prompts, dtype=np.int64)
     generated = np.empty((seq.shape[0], steps), dtype=np.int64)
     margins = np.empty((seq.shape[0], steps))
@@ -556,9 +614,15 @@ def save_model(model: Model, path: str, extra_arrays: dict[str, np.ndarray] | No
     import json
 
     from georecall import __version__
+
     structure = structure_of(model)
-    header = {"format": "georecall-model-1", "version": __version__, "structure": structure,
-              "meta": model.meta, "record": record}
+    header = {
+        "format": "georecall-model-1",
+        "version": __version__,
+        "structure": structure,
+        "meta": model.meta,
+        "record": record,
+    }
     arrays = {key.replace(".", "__"): value for key, value in model.arrays().items()}
     arrays.update({f"extra____{key}": np.asarray(value) for key, value in (extra_arrays or {}).items()})
     arrays["__header__"] = np.array(json.dumps(header, default=str))
@@ -581,9 +645,13 @@ def load_model(path: str) -> tuple[Model, dict]:
         header = json.loads(str(data["__header__"]))
         if header.get("format") != "georecall-model-1":
             raise InputError(f"{path!r}: unknown model format {header.get('format')!r}")
-        arrays = {key.replace("__", "."): data[key] for key in data.files
-                  if key != "__header__" and not key.startswith("extra____")}
-        header["extra_arrays"] = {key[len("extra____"):]: data[key] for key in data.files
-                                  if key.startswith("extra____")}
+        arrays = {
+            key.replace("__", "."): data[key]
+            for key in data.files
+            if key != "__header__" and not key.startswith("extra____")
+        }
+        header["extra_arrays"] = {
+            key[len("extra____") :]: data[key] for key in data.files if key.startswith("extra____")
+        }
     model = unflatten(header["structure"], arrays, meta=header.get("meta", {}))
     return model, header

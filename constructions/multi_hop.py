@@ -1,11 +1,12 @@
-"""k-hop constructions (THEORY.md §3): G2 path blocks, A2 associative width (a) and depth (b), C1 chain-of-thought.
+"""k-hop constructions (THEORY.md §3): G2 path blocks, A2 associative width (a) and depth (b), C1
+chain-of-thought.
 
-Queries are the tokens ``⟨r_k, ..., r_1, s⟩``: ``r_j`` sits at position ``k − j`` and the subject at position k.
-All four fetch relation tokens with *positional* heads: the position embedding is one-hot (``P[t] = 1_{pos_t}``)
-and a head's score is ``β·[u = target(q)]``, so it puts weight ``1 − ε`` on its target, ``ε = n/(e^β + n)`` with
-n other visible positions. Each builder's docstring states the leakage inequality that keeps it exact, and its
-promise (``theory/statements.py``) carries it; the default β meets it with room. ``attention="hard"`` builds
-the ε = 0 idealization, and is labelled as such wherever it is reported.
+Queries are the tokens ``⟨r_k, ..., r_1, s⟩``: ``r_j`` sits at position ``k − j`` and the subject at position
+k. All four fetch relation tokens with *positional* heads: the position embedding is one-hot
+(``P[t] = 1_{pos_t}``) and a head's score is ``β·[u = target(q)]``, so it puts weight ``1 − ε`` on its target,
+``ε = n/(e^β + n)`` with n other visible positions. Each builder's docstring states the leakage inequality
+that keeps it exact, and its promise (``theory/statements.py``) carries it; the default β meets it with room.
+``attention="hard"`` builds the ε = 0 idealization, and is labelled as such wherever it is reported.
 
 Before allocating, every builder estimates the bytes its weights need and refuses (``ValueError`` with the
 estimate) above ``max_bytes``.
@@ -71,15 +72,26 @@ def _meta(construction: str, k: int, codes: Codes, layout: Layout, attention: st
 
 
 def _default_beta(attention: str, beta: float | None, eps: float, others: int) -> float | None:
-    """The β a builder uses: None for hard attention, else the given β or the one meeting the leakage target."""
+    """The β a builder uses: None for hard attention, else the given β or the one meeting the leakage
+    target."""
     if attention == "hard":
         return None
     return beta_for_leakage(eps, others) if beta is None else float(beta)
 
 
-def build_g2(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None, gate: float | None = None,
-             beta: float | None = None, attention: str = "softmax", lam: float = 1.0,
-             rng: np.random.Generator | int | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Construction:
+def build_g2(
+    task: Task,
+    k: int,
+    codes: Codes | str = "binary",
+    *,
+    D: int | None = None,
+    gate: float | None = None,
+    beta: float | None = None,
+    attention: str = "softmax",
+    lam: float = 1.0,
+    rng: np.random.Generator | int | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Construction:
     """G2: k hops without CoT in one layer, by one block per relation path (exponential in k).
 
     Construction. Coordinates: a block ``B_w`` of size D for each path ``w = (r_k..r_1) ∈ [R]^k``, k gate
@@ -88,8 +100,8 @@ def build_g2(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None
     ``e_s = Σ_w J_{B_w} a_{π_w(s)}``; a relation token r is ``1_{G_1[r]}`` (its identity, in group 1's
     coordinates; the subject's position has none there). Head j (of k) attends from the last position to
     position ``k − j`` (where ``r_j`` is) and writes ``G·`` that one-hot into group ``G_j``. AND unit
-    ``(w, i, σ)``, ``m = 2·R^k·D``: ``ReLU(σ·y_{B_w,i} + Σ_j y_{G_j[w_j]} − k·G)``, written as ``σ`` into ``O_i``.
-    ``U_j = λ·J_O a_j``.
+    ``(w, i, σ)``, ``m = 2·R^k·D``: ``ReLU(σ·y_{B_w,i} + Σ_j y_{G_j[w_j]} − k·G)``, written as ``σ`` into
+    ``O_i``. ``U_j = λ·J_O a_j``.
 
     Leakage inequality (exactness with softmax attention). With ``ε = k/(e^β + k)``: ``G(1 − ε) > A`` shuts
     every unit of a wrong path, and ``|a|²(1 − μ) > 2·k·G·ε·|a|_1`` keeps the right answer on top despite the
@@ -105,8 +117,9 @@ def build_g2(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
     l1, gap = codes.l1, codes.gap
     beta = _default_beta(attention, beta, gap / (4 * k * gate * l1) if gap > 0 else 0.25, k)
-    promise = g2_promise(N, R, k, D, **_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta,
-                         lam=lam).require()
+    promise = g2_promise(
+        N, R, k, D, **_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta, lam=lam
+    ).require()
 
     layout = Layout()
     blocks = layout.add("path_blocks", n_paths, D)
@@ -118,20 +131,57 @@ def build_g2(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None
     E = block_superposition(codes, task.k_hop(k).reshape(n_paths, N), blocks, d)
     Q = np.zeros((R, d))
     Q[np.arange(R), groups[0]] = 1.0
-    heads = positional_heads(d, pos, [{k: k - j} for j in range(1, k + 1)], groups[0],
-                             [groups[j] for j in range(k)], [gate] * k, attention, beta)
+    heads = positional_heads(
+        d,
+        pos,
+        [{k: k - j} for j in range(1, k + 1)],
+        groups[0],
+        [groups[j] for j in range(k)],
+        [gate] * k,
+        attention,
+        beta,
+    )
     path_rows = paths(R, k)  # columns r_k..r_1: hop j's relation is column k - j
-    mlp = gated_selector(d, blocks, [groups[j - 1][path_rows[:, k - j]] for j in range(1, k + 1)], out, k * gate)
-    model = Model(E, Q, code_readout(codes, N, d, out, lam), (Layer(heads, mlp),), one_hot_positions(pos, d),
-                  meta=_meta("G2", k, codes, layout, attention))
-    return Construction(model, promise, codes, {"k": k, "gate": gate, "beta": beta, "attention": attention,
-                                                "leakage": softmax_leakage(beta, k), "lambda": lam}, layout)
+    mlp = gated_selector(
+        d, blocks, [groups[j - 1][path_rows[:, k - j]] for j in range(1, k + 1)], out, k * gate
+    )
+    model = Model(
+        E,
+        Q,
+        code_readout(codes, N, d, out, lam),
+        (Layer(heads, mlp),),
+        one_hot_positions(pos, d),
+        meta=_meta("G2", k, codes, layout, attention),
+    )
+    return Construction(
+        model,
+        promise,
+        codes,
+        {
+            "k": k,
+            "gate": gate,
+            "beta": beta,
+            "attention": attention,
+            "leakage": softmax_leakage(beta, k),
+            "lambda": lam,
+        },
+        layout,
+    )
 
 
-def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None,
-                   gate: float | None = None, beta: float | None = None, attention: str = "softmax",
-                   lam: float = 1.0, rng: np.random.Generator | int | None = None,
-                   max_bytes: int = DEFAULT_MAX_BYTES) -> Construction:
+def build_a2_width(
+    task: Task,
+    k: int,
+    codes: Codes | str = "binary",
+    *,
+    D: int | None = None,
+    gate: float | None = None,
+    beta: float | None = None,
+    attention: str = "softmax",
+    lam: float = 1.0,
+    rng: np.random.Generator | int | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Construction:
     """A2(a): k hops without CoT in one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
     Construction. Coordinates: subject block S (D), k gate groups (R each), output O (D), positions (k + 1):
@@ -162,8 +212,16 @@ def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", *, D: int 
     E[:, S] = codes.vectors[:N]
     Q = np.zeros((R, d))
     Q[np.arange(R), groups[0]] = 1.0
-    heads = positional_heads(d, pos, [{k: k - j} for j in range(1, k + 1)], groups[0],
-                             [groups[j] for j in range(k)], [gate] * k, attention, beta)
+    heads = positional_heads(
+        d,
+        pos,
+        [{k: k - j} for j in range(1, k + 1)],
+        groups[0],
+        [groups[j] for j in range(k)],
+        [gate] * k,
+        attention,
+        beta,
+    )
     # unit u = path·N + s listens to (s, path) and writes the code of π_path(s)
     path_rows = paths(R, k)
     W1 = np.zeros((d, m))
@@ -174,23 +232,49 @@ def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", *, D: int 
     W2 = np.zeros((m, d))
     W2[:, out] = codes.vectors[task.k_hop(k).reshape(-1)]
     b1 = np.full(m, -(codes.norm_sq + k * gate - gap))
-    model = Model(E, Q, code_readout(codes, N, d, out, lam), (Layer(heads, MLP(W1, b1, W2, np.zeros(d))),),
-                  one_hot_positions(pos, d), meta=_meta("A2a", k, codes, layout, attention))
-    return Construction(model, promise, codes, {"k": k, "gate": gate, "beta": beta, "attention": attention,
-                                                "leakage": softmax_leakage(beta, k), "lambda": lam}, layout)
+    model = Model(
+        E,
+        Q,
+        code_readout(codes, N, d, out, lam),
+        (Layer(heads, MLP(W1, b1, W2, np.zeros(d))),),
+        one_hot_positions(pos, d),
+        meta=_meta("A2a", k, codes, layout, attention),
+    )
+    return Construction(
+        model,
+        promise,
+        codes,
+        {
+            "k": k,
+            "gate": gate,
+            "beta": beta,
+            "attention": attention,
+            "leakage": softmax_leakage(beta, k),
+            "lambda": lam,
+        },
+        layout,
+    )
 
 
-def build_a2_depth(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None,
-                   beta: float | None = None, attention: str = "softmax", lam: float = 1.0,
-                   rng: np.random.Generator | int | None = None,
-                   max_bytes: int = DEFAULT_MAX_BYTES) -> Construction:
-    """A2(b): k hops without CoT in k layers, each an associative MLP of width ``2·N·R`` (the depth side of the
-    tradeoff: ``d = D + 2R + k + 1 = O(log N + R + k)``).
+def build_a2_depth(
+    task: Task,
+    k: int,
+    codes: Codes | str = "binary",
+    *,
+    D: int | None = None,
+    beta: float | None = None,
+    attention: str = "softmax",
+    lam: float = 1.0,
+    rng: np.random.Generator | int | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Construction:
+    """A2(b): k hops without CoT in k layers, each an associative MLP of width ``2·N·R`` (the depth side of
+    the tradeoff: ``d = D + 2R + k + 1 = O(log N + R + k)``).
 
     Construction. Coordinates: current-entity block S (D), relation-token block ``rel`` (R), one gate group
-    ``g`` (R), positions (k + 1). ``e_s = J_S a_s``; relation token ``1_{rel[r]}``. Layer j's attention: a head
-    from the last position to position ``k − j`` (``r_j``) writing ``+1_{g[r_j]}``, and for j >= 2 a head to
-    position ``k − j + 1`` writing ``−`` its one-hot. Scores depend on positions only and values on the
+    ``g`` (R), positions (k + 1). ``e_s = J_S a_s``; relation token ``1_{rel[r]}``. Layer j's attention: a
+    head from the last position to position ``k − j`` (``r_j``) writing ``+1_{g[r_j]}``, and for j >= 2 a head
+    to position ``k − j + 1`` writing ``−`` its one-hot. Scores depend on positions only and values on the
     never-written ``rel`` block, so this head cancels layer j − 1's fetch *exactly* (same weights on the same
     values): after layer j's attention ``g`` holds one fetch, ``g[r_j] ∈ [1 − ε, 1]``, others ``[0, ε]``.
     Layer j's MLP has a clipped pair per fact ``(v, r)``: ``ReLU(z) − ReLU(z − h)`` with
@@ -243,16 +327,44 @@ def build_a2_depth(task: Task, k: int, codes: Codes | str = "binary", *, D: int 
             writes.append(g)
             gains.append(-1.0)
         layers.append(Layer(positional_heads(d, pos, targets, rel, writes, gains, attention, beta), mlp))
-    model = Model(E, Q, code_readout(codes, N, d, S, lam), tuple(layers), one_hot_positions(pos, d),
-                  meta=_meta("A2b", k, codes, layout, attention))
-    return Construction(model, promise, codes, {"k": k, "beta": beta, "attention": attention,
-                                                "leakage": softmax_leakage(beta, k), "lambda": lam,
-                                                "theta": theta, "h": h}, layout)
+    model = Model(
+        E,
+        Q,
+        code_readout(codes, N, d, S, lam),
+        tuple(layers),
+        one_hot_positions(pos, d),
+        meta=_meta("A2b", k, codes, layout, attention),
+    )
+    return Construction(
+        model,
+        promise,
+        codes,
+        {
+            "k": k,
+            "beta": beta,
+            "attention": attention,
+            "leakage": softmax_leakage(beta, k),
+            "lambda": lam,
+            "theta": theta,
+            "h": h,
+        },
+        layout,
+    )
 
 
-def build_c1(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None = None, gate: float | None = None,
-             beta: float | None = None, attention: str = "softmax", lam: float = 1.0,
-             rng: np.random.Generator | int | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Construction:
+def build_c1(
+    task: Task,
+    k: int,
+    codes: Codes | str = "binary",
+    *,
+    D: int | None = None,
+    gate: float | None = None,
+    beta: float | None = None,
+    attention: str = "softmax",
+    lam: float = 1.0,
+    rng: np.random.Generator | int | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Construction:
     """C1: k hops with chain-of-thought in one layer: the G1 selector applied at every generated token.
 
     Sequence ``⟨r_k, ..., r_1, s, v_1, ..., v_{k−1}⟩`` (2k tokens fed at most); ``v_t`` is predicted at the
@@ -265,7 +377,8 @@ def build_c1(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None
     ``≈ a_{π_{r_t}(v_{t−1})}`` into O.
 
     Leakage inequality. At most ``2k − 1`` other positions are visible, ``ε = (2k−1)/(e^β + 2k − 1)``:
-    ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·G·ε·|a|_1``. Defaults ``G = 2A`` and ``2·G·ε·|a|_1 = |a|²(1 − μ)/2``.
+    ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·G·ε·|a|_1``. Defaults ``G = 2A`` and
+    ``2·G·ε·|a|_1 = |a|²(1 − μ)/2``.
     """
     k = check_positive_int("k", k)
     _check_attention(attention)
@@ -276,8 +389,9 @@ def build_c1(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
     l1, gap = codes.l1, codes.gap
     beta = _default_beta(attention, beta, gap / (4 * gate * l1) if gap > 0 else 0.25, T - 1)
-    promise = c1_promise(N, R, k, D, **_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta,
-                         lam=lam).require()
+    promise = c1_promise(
+        N, R, k, D, **_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta, lam=lam
+    ).require()
     layout = Layout()
     blocks = layout.add("blocks", R, D)
     gates = layout.add("gates", R)
@@ -287,9 +401,29 @@ def build_c1(task: Task, k: int, codes: Codes | str = "binary", *, D: int | None
     E = block_superposition(codes, task.table, blocks, d)
     Q = np.zeros((R, d))
     Q[np.arange(R), gates] = 1.0
-    head = positional_heads(d, pos, [{q: 2 * k - 1 - q for q in range(T)}], gates, [gates], [gate], attention, beta)
+    head = positional_heads(
+        d, pos, [{q: 2 * k - 1 - q for q in range(T)}], gates, [gates], [gate], attention, beta
+    )
     mlp = gated_selector(d, blocks, [gates], out, gate)
-    model = Model(E, Q, code_readout(codes, N, d, out, lam), (Layer(head, mlp),), one_hot_positions(pos, d),
-                  meta=_meta("C1", k, codes, layout, attention))
-    return Construction(model, promise, codes, {"k": k, "gate": gate, "beta": beta, "attention": attention,
-                                                "leakage": softmax_leakage(beta, T - 1), "lambda": lam}, layout)
+    model = Model(
+        E,
+        Q,
+        code_readout(codes, N, d, out, lam),
+        (Layer(head, mlp),),
+        one_hot_positions(pos, d),
+        meta=_meta("C1", k, codes, layout, attention),
+    )
+    return Construction(
+        model,
+        promise,
+        codes,
+        {
+            "k": k,
+            "gate": gate,
+            "beta": beta,
+            "attention": attention,
+            "leakage": softmax_leakage(beta, T - 1),
+            "lambda": lam,
+        },
+        layout,
+    )

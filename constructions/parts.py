@@ -39,13 +39,15 @@ def block_superposition(codes: Codes, answers: np.ndarray, blocks: np.ndarray, d
     return E
 
 
-def gated_selector(d: int, blocks: np.ndarray, gates: list[np.ndarray], out: np.ndarray, threshold: float) -> MLP:
+def gated_selector(
+    d: int, blocks: np.ndarray, gates: list[np.ndarray], out: np.ndarray, threshold: float
+) -> MLP:
     """The AND-gated selector: ``m = 2·P·D`` units ``(b, i, σ)`` for ``blocks (P, D)`` and ``σ = ±1``.
 
     Unit ``(b, i, σ)`` computes ``ReLU(σ·y[blocks[b, i]] + Σ_j y[gates[j][b]] − threshold)`` and writes ``σ``
     into ``y[out[i]]``. When every gate of block b holds its open value and the gates sum to ``threshold``,
-    the pair ``(b, i, ±)`` outputs ``ReLU(t) − ReLU(−t) = t = y[blocks[b, i]]``: the MLP copies block b into O.
-    When some gate of b is shut by more than ``max |y[blocks[b, ·]]|``, the pair outputs 0 (the ReLU is the
+    the pair ``(b, i, ±)`` outputs ``ReLU(t) − ReLU(−t) = t = y[blocks[b, i]]``: the MLP copies block b into
+    O. When some gate of b is shut by more than ``max |y[blocks[b, ·]]|``, the pair outputs 0 (the ReLU is the
     gate). Each builder states the inequality that makes "shut" hold for its gate values.
     """
     P, D = blocks.shape
@@ -60,13 +62,21 @@ def gated_selector(d: int, blocks: np.ndarray, gates: list[np.ndarray], out: np.
     return MLP(W1, np.full(m, -float(threshold)), W2, np.zeros(d))
 
 
-def positional_heads(d: int, pos: np.ndarray, targets: list[dict[int, int]], read: np.ndarray,
-                     writes: list[np.ndarray], gains: list[float], kind: str, beta: float | None) -> Attention:
+def positional_heads(
+    d: int,
+    pos: np.ndarray,
+    targets: list[dict[int, int]],
+    read: np.ndarray,
+    writes: list[np.ndarray],
+    gains: list[float],
+    kind: str,
+    beta: float | None,
+) -> Attention:
     """Heads that copy the coordinates ``read`` (a one-hot code) of one target position into ``writes[h]``.
 
     Head h at query position q scores ``β·[u = targets[h][q]]`` through one-hot positions ``pos`` (positions q
-    absent from ``targets[h]`` score 0 everywhere); its value reads ``read`` and writes ``gains[h]·`` that code
-    into ``writes[h]``. With n other visible positions it puts weight ``ε = n/(e^β + n)`` off target.
+    absent from ``targets[h]`` score 0 everywhere); its value reads ``read`` and writes ``gains[h]·`` that
+    code into ``writes[h]``. With n other visible positions it puts weight ``ε = n/(e^β + n)`` off target.
     """
     H, T, width = len(targets), pos.size, read.size
     W_Q, W_K = np.zeros((H, d, T)), np.zeros((H, d, T))
@@ -77,8 +87,9 @@ def positional_heads(d: int, pos: np.ndarray, targets: list[dict[int, int]], rea
         W_K[h, pos, np.arange(T)] = 1.0
         W_V[h, read, np.arange(width)] = 1.0
         W_O[h, np.arange(width), writes[h]] = gains[h]
-    return Attention(kind, W_V=W_V, W_O=W_O, W_Q=W_Q, W_K=W_K,
-                     inverse_temperature=1.0 if beta is None else beta)
+    return Attention(
+        kind, W_V=W_V, W_O=W_O, W_Q=W_Q, W_K=W_K, inverse_temperature=1.0 if beta is None else beta
+    )
 
 
 def one_hot_positions(pos: np.ndarray, d: int) -> np.ndarray:
@@ -95,9 +106,11 @@ def code_readout(codes: Codes, n_out: int, d: int, out: np.ndarray, lam: float) 
     return U
 
 
-def relation_tagged_readout(codes: Codes, N: int, R: int, d: int, out: np.ndarray, tags: np.ndarray, lam: float,
-                            gamma: float) -> np.ndarray:
-    """Read-out for *disjoint* attributes (answer id ``r·N + j``): ``U_{(r,j)} = λ·(J_O a_j + γ·1_{tags[r]})``.
+def relation_tagged_readout(
+    codes: Codes, N: int, R: int, d: int, out: np.ndarray, tags: np.ndarray, lam: float, gamma: float
+) -> np.ndarray:
+    """Read-out for *disjoint* attributes (answer id ``r·N + j``):
+    ``U_{(r,j)} = λ·(J_O a_j + γ·1_{tags[r]})``.
 
     ``tags[r]`` is a residual coordinate that holds a positive value ``t`` exactly when relation r is asked
     (G1's gate, A1's relation coordinate) and 0 otherwise. Against an answer of the wrong relation the right

@@ -1,15 +1,15 @@
 """The construction registry: the ONE list of constructions (DESIGN.md, decisions).
 
 Each :class:`ConstructionSpec` says what a construction is (id, command-line name, the result it implements),
-how to build it, what its theorem promises at nominal constants (for tables), how many hops it answers, how its
-answers are decoded, which lower bound governs it, which options its builder takes, and the sizes
-``georecall verify`` checks it at. The command line's choices, the ``verify`` cases, the tradeoff table and the
-bound tables are all derived from :func:`specs`.
+how to build it, what its theorem promises at nominal constants (for tables), how many hops it answers, how
+its answers are decoded, which lower bound governs it, which options its builder takes, and the sizes
+``georecall verify`` checks it at. The command line's choices, the ``verify`` cases, the tradeoff table and
+the bound tables are all derived from :func:`specs`.
 
 Bring your own construction: define a spec in your own module and either call :func:`register` or point the
-command line at it, ``georecall check single-hop --construction my_module:SPEC`` (or ``path/to/file.py:SPEC``);
-:func:`resolve` imports it. The checker then builds it on the seeded task and checks every query against the
-promise the spec's builder returns (see ``examples/my_construction.py``).
+command line at it, ``georecall check single-hop --construction my_module:SPEC`` (or
+``path/to/file.py:SPEC``); :func:`resolve` imports it. The checker then builds it on the seeded task and
+checks every query against the promise the spec's builder returns (see ``examples/my_construction.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,16 @@ from georecall.theory import statements
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
 
-__all__ = ["BOUNDS", "COMMON_OPTIONS", "ConstructionSpec", "get", "register", "resolve", "specs", "unregister"]
+__all__ = [
+    "BOUNDS",
+    "COMMON_OPTIONS",
+    "ConstructionSpec",
+    "get",
+    "register",
+    "resolve",
+    "specs",
+    "unregister",
+]
 
 # Options every builder takes: the codebook, its length, the read-out scale and the codes' random stream.
 COMMON_OPTIONS = frozenset({"codes", "D", "lam"})
@@ -52,8 +61,8 @@ class ConstructionSpec:
     hops : "single" (k = 1 only) or "multi" (any k >= 1)
     decoding : "last" (argmax at the last position) or "greedy" (chain-of-thought decoding of k tokens)
     bound : the lower bound that governs a model of its kind (one of ``BOUNDS``)
-    options : builder options beyond the common ones (``gate``, ``beta``, ``attention``, ``gain``, ``integer``)
-    variants : task variants it supports beyond shared attributes ("disjoint", "symmetric")
+    options : builder options beyond the common ones (``gate``, ``beta``, ``attention``, ``gain``,
+    ``integer``) variants : task variants it supports beyond shared attributes ("disjoint", "symmetric")
     verify_cases : keyword sets (N, R, k, codes, D, options...) that ``georecall verify`` checks
     """
 
@@ -92,13 +101,16 @@ _REGISTRY: dict[str, ConstructionSpec] = {}
 
 
 def register(spec: ConstructionSpec, *, replace: bool = False) -> ConstructionSpec:
-    """Add a spec. Its id and name must be new (unless ``replace``), and must not collide with another spec's."""
+    """Add a spec. Its id and name must be new (unless ``replace``) and must not collide with another
+    spec's."""
     if not isinstance(spec, ConstructionSpec):
         raise InputError(f"register() takes a ConstructionSpec, got {type(spec).__name__}")
     for other in _REGISTRY.values():
         same = {spec.id.lower(), spec.name.lower()} & {other.id.lower(), other.name.lower()}
         if same and not (replace and other.id == spec.id):
-            raise InputError(f"construction {spec.label} collides with registered {other.label} on {sorted(same)}")
+            raise InputError(
+                f"construction {spec.label} collides with registered {other.label} on {sorted(same)}"
+            )
     _REGISTRY[spec.id] = spec
     return spec
 
@@ -114,7 +126,7 @@ def specs(hops: str | None = None) -> list[ConstructionSpec]:
 
 
 def get(key: str) -> ConstructionSpec:
-    """The spec whose id or name is ``key`` (case-insensitive); ``InputError`` listing the choices otherwise."""
+    """The spec whose id or name is ``key`` (case-insensitive); else ``InputError`` listing the choices."""
     for spec in _REGISTRY.values():
         if key.lower() in (spec.id.lower(), spec.name.lower()):
             return spec
@@ -167,6 +179,7 @@ def _single(builder):
             raise InputError(f"{builder.__name__} answers single-hop queries only (k = 1), got k = {k}")
         codes = options.pop("codes", "binary")
         return builder(task, codes, **options)
+
     build.__doc__ = builder.__doc__
     return build
 
@@ -175,6 +188,7 @@ def _multi(builder):
     def build(task: Task, k: int = 1, **options) -> Construction:
         codes = options.pop("codes", "binary")
         return builder(task, k, codes, **options)
+
     build.__doc__ = builder.__doc__
     return build
 
@@ -191,8 +205,9 @@ def _a1_nominal(N: int, R: int, k: int = 1) -> Promise:
 
 def _g2_nominal(N: int, R: int, k: int) -> Promise:
     D, geometry = _nominal_geometry(N)
-    return statements.g2_promise(N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5,
-                                 beta=None)
+    return statements.g2_promise(
+        N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None
+    )
 
 
 def _a2a_nominal(N: int, R: int, k: int) -> Promise:
@@ -207,33 +222,90 @@ def _a2b_nominal(N: int, R: int, k: int) -> Promise:
 
 def _c1_nominal(N: int, R: int, k: int) -> Promise:
     D, geometry = _nominal_geometry(N)
-    return statements.c1_promise(N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5,
-                                 beta=None)
+    return statements.c1_promise(
+        N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None
+    )
 
 
 _MULTI = frozenset({"gate", "beta", "attention", "max_bytes"})
-register(ConstructionSpec(
-    "G1", "geometric", "Theorem 4.1: block superposition + ReLU-gated relation selector", _single(build_g1),
-    _g1_nominal, options=frozenset({"gate", "gain", "integer"}), variants=frozenset({"disjoint", "symmetric"}),
-    verify_cases=({"N": 4096, "R": 16, "compare_integer": True}, {"N": 512, "R": 8, "codes": "sign", "D": 48},
-                  {"N": 512, "R": 8, "codes": "gaussian", "D": 48})))
-register(ConstructionSpec(
-    "A1", "associative", "associative-memory baseline: one MLP unit per fact", _single(build_a1), _a1_nominal,
-    options=frozenset({"gain", "integer"}), variants=frozenset({"disjoint", "symmetric"}),
-    verify_cases=({"N": 512, "R": 8, "integer": True}, {"N": 256, "R": 4, "codes": "sign"})))
-register(ConstructionSpec(
-    "G2", "path-blocks", "k hops without CoT in one layer: one block per relation path", _multi(build_g2),
-    _g2_nominal, hops="multi", bound="tradeoff", options=_MULTI,
-    verify_cases=({"N": 1024, "R": 3, "k": 3}, {"N": 256, "R": 3, "k": 2, "attention": "hard"})))
-register(ConstructionSpec(
-    "A2a", "associative-width", "k hops without CoT in one layer: one MLP unit per k-hop fact",
-    _multi(build_a2_width), _a2a_nominal, hops="multi", bound="tradeoff", options=_MULTI,
-    verify_cases=({"N": 64, "R": 3, "k": 2},)))
-register(ConstructionSpec(
-    "A2b", "associative-depth", "k hops without CoT in k layers: one associative MLP of width 2·N·R, shared",
-    _multi(build_a2_depth), _a2b_nominal, hops="multi", bound="tradeoff", options=_MULTI - {"gate"},
-    verify_cases=({"N": 256, "R": 3, "k": 3},)))
-register(ConstructionSpec(
-    "C1", "cot", "k hops with chain-of-thought in one layer: the G1 selector at every generated token",
-    _multi(build_c1), _c1_nominal, hops="multi", decoding="greedy", bound="chain_of_thought", options=_MULTI,
-    verify_cases=({"N": 1024, "R": 4, "k": 3},)))
+register(
+    ConstructionSpec(
+        "G1",
+        "geometric",
+        "Theorem 4.1: block superposition + ReLU-gated relation selector",
+        _single(build_g1),
+        _g1_nominal,
+        options=frozenset({"gate", "gain", "integer"}),
+        variants=frozenset({"disjoint", "symmetric"}),
+        verify_cases=(
+            {"N": 4096, "R": 16, "compare_integer": True},
+            {"N": 512, "R": 8, "codes": "sign", "D": 48},
+            {"N": 512, "R": 8, "codes": "gaussian", "D": 48},
+        ),
+    )
+)
+register(
+    ConstructionSpec(
+        "A1",
+        "associative",
+        "associative-memory baseline: one MLP unit per fact",
+        _single(build_a1),
+        _a1_nominal,
+        options=frozenset({"gain", "integer"}),
+        variants=frozenset({"disjoint", "symmetric"}),
+        verify_cases=({"N": 512, "R": 8, "integer": True}, {"N": 256, "R": 4, "codes": "sign"}),
+    )
+)
+register(
+    ConstructionSpec(
+        "G2",
+        "path-blocks",
+        "k hops without CoT in one layer: one block per relation path",
+        _multi(build_g2),
+        _g2_nominal,
+        hops="multi",
+        bound="tradeoff",
+        options=_MULTI,
+        verify_cases=({"N": 1024, "R": 3, "k": 3}, {"N": 256, "R": 3, "k": 2, "attention": "hard"}),
+    )
+)
+register(
+    ConstructionSpec(
+        "A2a",
+        "associative-width",
+        "k hops without CoT in one layer: one MLP unit per k-hop fact",
+        _multi(build_a2_width),
+        _a2a_nominal,
+        hops="multi",
+        bound="tradeoff",
+        options=_MULTI,
+        verify_cases=({"N": 64, "R": 3, "k": 2},),
+    )
+)
+register(
+    ConstructionSpec(
+        "A2b",
+        "associative-depth",
+        "k hops without CoT in k layers: one associative MLP of width 2·N·R, shared",
+        _multi(build_a2_depth),
+        _a2b_nominal,
+        hops="multi",
+        bound="tradeoff",
+        options=_MULTI - {"gate"},
+        verify_cases=({"N": 256, "R": 3, "k": 3},),
+    )
+)
+register(
+    ConstructionSpec(
+        "C1",
+        "cot",
+        "k hops with chain-of-thought in one layer: the G1 selector at every generated token",
+        _multi(build_c1),
+        _c1_nominal,
+        hops="multi",
+        decoding="greedy",
+        bound="chain_of_thought",
+        options=_MULTI,
+        verify_cases=({"N": 1024, "R": 4, "k": 3},),
+    )
+)

@@ -1,11 +1,12 @@
 """Single-hop constructions: G1 (geometric, the paper's Theorem 4.1) and A1 (associative-memory baseline).
 
-Both read a query ``(s, r)`` as the two tokens ``⟨r, s⟩`` (relation first, subject last; ``theory.tokens``) and
-share the same one-layer architecture: uniform causal attention with ``W_V = I``, ``W_O = g·I`` (gain g, default
-2), so that at the last position the residual is ``y = e_s + g·(e_s + q_r)/2 = c1·e_s + c2·q_r`` with
+Both read a query ``(s, r)`` as the two tokens ``⟨r, s⟩`` (relation first, subject last; ``theory.tokens``)
+and share the same one-layer architecture: uniform causal attention with ``W_V = I``, ``W_O = g·I`` (gain g,
+default 2), so that at the last position the residual is ``y = e_s + g·(e_s + q_r)/2 = c1·e_s + c2·q_r`` with
 ``c1 = 1 + g/2`` and ``c2 = g/2``; then a ReLU MLP; then the read-out ``U_j = λ·J_O a_j`` on an output block
 ``O``. With ±1 codes, g = 2 and integer G, λ every weight is a small integer (integer mode).
-Residual coordinates are allocated by name (``constructions.layout``); the model's ``meta["layout"]`` names them.
+Residual coordinates are allocated by name (``constructions.layout``); the model's ``meta["layout"]`` names
+them.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ class Construction:
 
 
 def resolve_codes(N: int, codes: Codes | str, D: int | None, rng, integer: bool) -> Codes:
-    """The codebook a builder uses: a given :class:`Codes` (which must have N codes, and D must then be None or
-    agree), or ``make_codes(kind, N, D, rng)`` at integer scale when ``integer``."""
+    """The codebook a builder uses: a given :class:`Codes` (which must have N codes, and D must then be None
+    or agree), or ``make_codes(kind, N, D, rng)`` at integer scale when ``integer``."""
     if isinstance(codes, Codes):
         if codes.N < N:
             raise InputError(f"codebook has {codes.N} codes, fewer than N = {N}")
@@ -76,19 +77,21 @@ def build_g1(
 ) -> Construction:
     """G1: block superposition + ReLU-gated relation selector (the paper's Theorem 4.1).
 
-    Construction. Residual layout: R blocks ``B_r`` of size D, R gate coordinates ``g_r``, an output block ``O``
-    of size D; ``d = R·D + R + D``.
+    Construction. Residual layout: R blocks ``B_r`` of size D, R gate coordinates ``g_r``, an output block
+    ``O`` of size D; ``d = R·D + R + D``.
 
     - Subject embedding ``e_s = Σ_r J_{B_r} a_{π_r(s)}`` (block superposition of its R attribute codes); the
       subject table is the only part that depends on the facts.
     - Relation embedding ``q_r = G·1_{g_r}`` (G the gate constant).
-    - Hidden unit ``(r, i, σ)``, ``σ = ±1``, ``m = 2·R·D``: ``ReLU(σ·y_{B_r,i} + y_{g_r} − c2·G)``. For the asked
+    - Hidden unit ``(r, i, σ)``, ``σ = ±1``, ``m = 2·R·D``: ``ReLU(σ·y_{B_r,i} + y_{g_r} − c2·G)``. For the
+    asked
       relation ρ it equals ``ReLU(σ·c1·a_{π_ρ(s),i})``; for ``r ≠ ρ`` it is at most ``c1·A − c2·G``.
-    - ``W2`` writes ``σ`` into ``O_i``, so the MLP outputs ``c1·a_{π_ρ(s)}`` in O (``ReLU(t) − ReLU(−t) = t``).
+    - ``W2`` writes ``σ`` into ``O_i``, so the MLP outputs ``c1·a_{π_ρ(s)}`` in O
+    (``ReLU(t) − ReLU(−t) = t``).
     - ``U_j = λ·J_O a_j``.
 
-    Exactness. If ``c2·G > c1·A`` (A = max |code entry|) every unit of an unasked relation is shut, the logit of
-    answer j is exactly ``λ·c1·<a_j, a_{π_ρ(s)}>`` and every query's margin is ``>= λ·c1·|a|²(1 − μ) > 0``
+    Exactness. If ``c2·G > c1·A`` (A = max |code entry|) every unit of an unasked relation is shut, the logit
+    of answer j is exactly ``λ·c1·<a_j, a_{π_ρ(s)}>`` and every query's margin is ``>= λ·c1·|a|²(1 − μ) > 0``
     when the codes are distinct: argmax is right on all N·R queries.
 
     Disjoint attributes (answer ids ``r·N + j``): ``U_{(r,j)} = λ(J_O a_j + γ·1_{g_r})`` with
@@ -107,7 +110,8 @@ def build_g1(
     Raises
     ------
     ConditionError
-        outside the conditions (codes not distinct, ``c2·G <= c1·A``, integer mode with non-integer constants).
+        outside the conditions (codes not distinct, ``c2·G <= c1·A``, integer mode with non-integer
+        constants).
     """
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, integer)
@@ -165,7 +169,8 @@ def build_a1(
     ``c1·<a_s, a_s'> + c1|a|²(1 − μ)·[r = ρ] − c1|a|²``: it equals ``h* = c1|a|²(1 − μ)`` when
     ``(s', ρ) = (s, r)`` and is ``<= 0`` otherwise, because ``<a_s, a_s'> <= μ|a|²`` for ``s' ≠ s``.
     So exactly one unit fires, the output is ``h*·a_{π_ρ(s')}`` and the margin is ``λ·h*·|a|²(1 − μ) > 0``
-    when the codes are distinct. With ±1 codes and g = 2, ``h* = 2(|a|² − max_{i≠j}<a_i, a_j>)`` is an integer.
+    when the codes are distinct. With ±1 codes and g = 2, ``h* = 2(|a|² − max_{i≠j}<a_i, a_j>)`` is an
+    integer.
 
     Raises
     ------
@@ -178,7 +183,8 @@ def build_a1(
     c1, c2 = attention_constants(gain)
     promise = a1_promise(N, R, D, gap=codes.gap, distinct=(codes.distinct_lhs, codes.distinct_rhs), lam=lam,
                          gain=gain, n_out=task.n_answers, norm_sq=codes.norm_sq).require()
-    if integer and not (codes.integer and float(lam).is_integer() and float(gain).is_integer() and gain % 2 == 0):
+    integral = float(lam).is_integer() and float(gain).is_integer() and gain % 2 == 0
+    if integer and not (codes.integer and integral):
         raise ConditionError("integer mode needs ±1 codes, integer λ and an even gain g")
     layout = Layout()
     S = layout.add("subject", D)
@@ -202,9 +208,20 @@ def build_a1(
         U = relation_tagged_readout(codes, N, R, d, out, rel, lam, c1 * gap * gap / c2)
     else:
         U = code_readout(codes, N, d, out, lam)
-    constants = {"lambda": lam, "gain": gain, "c1": c1, "c2": c2, "theta": theta, "kappa": kappa,
-                 "h_star": c1 * gap}
-    model = Model(entity_embedding=E, relation_embedding=Q, unembedding=U,
-                  layers=(Layer(uniform_gain_attention(d, gain), MLP(W1, np.full(m, -theta), W2, np.zeros(d))),),
-                  meta=_meta("A1", task, codes, layout, integer=integer, **constants))
+    constants = {
+        "lambda": lam,
+        "gain": gain,
+        "c1": c1,
+        "c2": c2,
+        "theta": theta,
+        "kappa": kappa,
+        "h_star": c1 * gap,
+    }
+    model = Model(
+        entity_embedding=E,
+        relation_embedding=Q,
+        unembedding=U,
+        layers=(Layer(uniform_gain_attention(d, gain), MLP(W1, np.full(m, -theta), W2, np.zeros(d))),),
+        meta=_meta("A1", task, codes, layout, integer=integer, **constants),
+    )
     return Construction(model, promise, codes, constants, layout)

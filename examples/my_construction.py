@@ -1,13 +1,14 @@
 """Bring your own construction: a one-hot variant of G1, defined outside georecall and checked exhaustively.
 
 Construction (OH1). The attribute codes are one-hot: ``a_j = 1_j ∈ R^N`` (D = N, ``|a|² = 1``, every pair
-orthogonal, so ``gap = |a|² − max_{i≠j}<a_i, a_j> = 1``). Everything else is G1's: the subject embedding is the
-block superposition ``e_s = Σ_r J_{B_r} 1_{π_r(s)}``, the relation token opens gate ``g_r`` with value G, the gated
-selector copies block ``B_ρ`` into the output block, and ``U_j = λ·J_O 1_j``. After uniform attention with gain
-g = 2 the MLP sees ``y = 2·e_s + q_r``; a unit of an unasked relation gets at most ``2·1 − G < 0`` for G > 2, and
-the asked block arrives as ``2·1_{π_ρ(s)}``: the logit of the right answer is ``2λ`` and every other is 0.
-So the promise is: d = R·N + R + N, m = 2·R·N, margin 2λ, on all N·R queries, provided G > 2 and λ > 0.
-It is the "lookup table" end of the design space: d linear in N, where G1 with binary codes needs ⌈log2 N⌉.
+orthogonal, so ``gap = |a|² − max_{i≠j}<a_i, a_j> = 1``). Everything else is G1's: the subject embedding is
+the block superposition ``e_s = Σ_r J_{B_r} 1_{π_r(s)}``, the relation token opens gate ``g_r`` with value G,
+the gated selector copies block ``B_ρ`` into the output block, and ``U_j = λ·J_O 1_j``. After uniform
+attention with gain g = 2 the MLP sees ``y = 2·e_s + q_r``; a unit of an unasked relation gets at most
+``2·1 − G < 0`` for G > 2, and the asked block arrives as ``2·1_{π_ρ(s)}``: the logit of the right answer is
+``2λ`` and every other is 0. So the promise is: d = R·N + R + N, m = 2·R·N, margin 2λ, on all N·R queries,
+provided G > 2 and λ > 0. It is the "lookup table" end of the design space: d linear in N, where G1 with
+binary codes needs ⌈log2 N⌉.
 
 Check it from the command line (the current directory must contain ``examples/``):
 
@@ -36,42 +37,76 @@ from georecall.theory.statements import Condition, Promise, one_layer_params
 def one_hot_promise(N: int, R: int, *, gate: float = 4.0, lam: float = 1.0) -> Promise:
     """What OH1 promises, from the argument above (never read off a built model)."""
     d, m = R * N + R + N, 2 * R * N
-    conditions = (Condition("gate: G > c1·max|a| = 2", gate, 2.0), Condition("read-out scale: λ > 0", lam, 0.0))
-    return Promise("OH1", "one-hot G1 (user construction)", d, m, one_layer_params(N, R, d, m), N * R * N,
-                   2 * lam, conditions)
+    conditions = (
+        Condition("gate: G > c1·max|a| = 2", gate, 2.0),
+        Condition("read-out scale: λ > 0", lam, 0.0),
+    )
+    return Promise(
+        "OH1",
+        "one-hot G1 (user construction)",
+        d,
+        m,
+        one_layer_params(N, R, d, m),
+        N * R * N,
+        2 * lam,
+        conditions,
+    )
 
 
-def build_one_hot(task, k: int = 1, *, codes="one-hot", D=None, lam: float = 1.0, gate: float = 4.0,
-                  rng=None) -> Construction:
+def build_one_hot(
+    task, k: int = 1, *, codes="one-hot", D=None, lam: float = 1.0, gate: float = 4.0, rng=None
+) -> Construction:
     """OH1 on ``task`` (single hop). Takes no code kind or length: its codes are one-hot by definition."""
     if k != 1 or codes != "one-hot" and codes != "binary" or D not in (None, task.N):
         raise ValueError("OH1 is single-hop with one-hot codes of length N")
     N, R = task.N, task.R
     promise = one_hot_promise(N, R, gate=gate, lam=lam).require()
-    one_hot = Codes("one-hot", np.eye(N), norm_sq=1.0, max_abs=1.0, mu=0.0 if N > 1 else -1.0, gap=1.0,
-                    distinct=True, distinct_lhs=1, distinct_rhs=0, certificate="one-hot codes are orthogonal")
+    one_hot = Codes(
+        "one-hot",
+        np.eye(N),
+        norm_sq=1.0,
+        max_abs=1.0,
+        mu=0.0 if N > 1 else -1.0,
+        gap=1.0,
+        distinct=True,
+        distinct_lhs=1,
+        distinct_rhs=0,
+        certificate="one-hot codes are orthogonal",
+    )
     layout = Layout()
     blocks, gates, out = layout.add("blocks", R, N), layout.add("gates", R), layout.add("out", N)
     E = block_superposition(one_hot, task.table, blocks, layout.d)
     Q = np.zeros((R, layout.d))
     Q[np.arange(R), gates] = gate
     mlp = gated_selector(layout.d, blocks, [gates], out, gate)  # c2·G with c2 = 1
-    model = Model(E, Q, code_readout(one_hot, N, layout.d, out, lam),
-                  (Layer(uniform_gain_attention(layout.d, 2.0), mlp),),
-                  meta={"construction": "OH1", "layout": layout.as_dict()})
+    model = Model(
+        E,
+        Q,
+        code_readout(one_hot, N, layout.d, out, lam),
+        (Layer(uniform_gain_attention(layout.d, 2.0), mlp),),
+        meta={"construction": "OH1", "layout": layout.as_dict()},
+    )
     return Construction(model, promise, one_hot, {"gate": gate, "lambda": lam}, layout)
 
 
 SPEC = ConstructionSpec(
-    "OH1", "one-hot", "one-hot G1: a lookup-table subject embedding (user-defined example)", build_one_hot,
-    lambda N, R, k=1: one_hot_promise(N, R), options={"gate"}, verify_cases=({"N": 64, "R": 3},))
+    "OH1",
+    "one-hot",
+    "one-hot G1: a lookup-table subject embedding (user-defined example)",
+    build_one_hot,
+    lambda N, R, k=1: one_hot_promise(N, R),
+    options={"gate"},
+    verify_cases=({"N": 64, "R": 3},),
+)
 
 
 if __name__ == "__main__":
     from georecall.verify.suite import run_check
 
     report = run_check(SPEC, 64, 3, seed=0)
-    print(f"{report.name}: {report.result.n_correct}/{report.result.n_queries} queries right, d = "
-          f"{report.achieved['d']} (promised {report.promise.d}), min margin {report.result.min_margin:g} "
-          f"(promised {report.promise.margin:g}) -> {'PASS' if report.passed else 'FAIL'}")
+    print(
+        f"{report.name}: {report.result.n_correct}/{report.result.n_queries} queries right, d = "
+        f"{report.achieved['d']} (promised {report.promise.d}), min margin {report.result.min_margin:g} "
+        f"(promised {report.promise.margin:g}) -> {'PASS' if report.passed else 'FAIL'}"
+    )
     assert report.passed

@@ -1,5 +1,5 @@
-"""The architecture issue's promises: one import name, one registry, named layouts, one seed contract, CLI errors
-that tell user errors from bugs, exact guards."""
+"""The architecture issue's promises: one import name, one registry, named layouts, one seed contract, CLI
+errors that tell user errors from bugs, exact guards."""
 
 from __future__ import annotations
 
@@ -62,11 +62,14 @@ def test_unrelated_top_level_packages_named_like_our_folders_break_nothing(tmp_p
         (tmp_path / name / "__init__.py").write_text("raise ImportError('the unrelated PyPI package')\n")
     (tmp_path / "theory.py").write_text("raise ImportError('a user script')\n")
     (tmp_path / "constructions.py").write_text("raise ImportError('a user script')\n")
-    code = "from georecall.verify.cli import main; raise SystemExit(main(['tradeoff', '--N', '64', '--R', '2', " \
-           "'--k-max', '2', '--json']))"
+    code = (
+        "from georecall.verify.cli import main; raise SystemExit(main(['tradeoff', '--N', '64', '--R', '2', "
+        "'--k-max', '2', '--json']))"
+    )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rows"]
 
@@ -117,6 +120,7 @@ def test_bring_your_own_construction_from_the_command_line(where, capsys, monkey
 def test_property_test_of_a_user_construction(task):
     """The README's five-line property test, against the bring-your-own example."""
     import runpy
+
     spec = runpy.run_path(os.path.join(REPO, "examples", "my_construction.py"))["SPEC"]
     assert run_check(spec, task.N, task.R, task=task).passed
 
@@ -167,7 +171,8 @@ def test_achieved_sizes_are_measured_and_match_the_independent_promise(spec_id):
     assert built.model.parameter_count() == promise.params  # A2(b): the shared MLP counted once
 
 
-# ----------------------------------------------------------------------------------------------- seed contract
+# ----------------------------------------------------------------------------------------------- seed
+# contract
 
 
 def test_the_same_seed_gives_the_same_task_in_every_command(tmp_path, monkeypatch, capsys):
@@ -184,8 +189,18 @@ def test_the_same_seed_gives_the_same_task_in_every_command(tmp_path, monkeypatc
     assert main(["precision", "--N", "16", "--R", "2", "--seed", "7", "--max-bits", "4", "--quiet"]) == 0
     assert main(["train", "--N", "16", "--R", "2", "--d", "8", "--steps", "2", "--seed", "7", "--quiet"]) == 0
     from georecall.verify import sweep
-    sweep.sweep(str(tmp_path / "t.jsonl"), [16], [2], ["learned"], [7],
-                settings=sweep.TrialSettings(steps=2), d_min=4, d_max=4, workers=1)
+
+    sweep.sweep(
+        str(tmp_path / "t.jsonl"),
+        [16],
+        [2],
+        ["learned"],
+        [7],
+        settings=sweep.TrialSettings(steps=2),
+        d_min=4,
+        d_max=4,
+        workers=1,
+    )
     capsys.readouterr()
     assert len(seen) >= 4
     assert all(np.array_equal(t, seen[0]) for t in seen)
@@ -223,11 +238,31 @@ def test_condition_errors_are_value_errors_naming_the_inequality():
     assert issubclass(ConditionError, ValueError)
 
 
-@pytest.mark.parametrize("argv", [
-    ["check", "single-hop", "--N", "7", "--R", "3", "--codes", "sign", "--D", "5", "--seed", "0"],
-    *[["check", "multi-hop", "--codes", "sign", "--D", "5", "--N", "7", "--R", "2", "--k", "2", "--construction",
-       name] for name in ("path-blocks", "associative-width", "associative-depth", "cot")],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "single-hop", "--N", "7", "--R", "3", "--codes", "sign", "--D", "5", "--seed", "0"],
+        *[
+            [
+                "check",
+                "multi-hop",
+                "--codes",
+                "sign",
+                "--D",
+                "5",
+                "--N",
+                "7",
+                "--R",
+                "2",
+                "--k",
+                "2",
+                "--construction",
+                name,
+            ]
+            for name in ("path-blocks", "associative-width", "associative-depth", "cot")
+        ],
+    ],
+)
 def test_duplicate_codes_are_refused_exactly(argv, capsys):
     """The audit's reproducers: two identical sign codes (μ = 0.9999999999999999 in floating point)."""
     code = main(argv + ["--quiet"])
@@ -235,8 +270,13 @@ def test_duplicate_codes_are_refused_exactly(argv, capsys):
     assert code == 2 and "distinct codes" in err
 
 
-@given(N=st.integers(2, 12), D=st.integers(1, 6), kind=st.sampled_from(["sign", "gaussian"]),
-       seed=st.integers(0, 2**31), builder=st.sampled_from(["G1", "A1", "G2", "C1"]))
+@given(
+    N=st.integers(2, 12),
+    D=st.integers(1, 6),
+    kind=st.sampled_from(["sign", "gaussian"]),
+    seed=st.integers(0, 2**31),
+    builder=st.sampled_from(["G1", "A1", "G2", "C1"]),
+)
 def test_random_short_codes_never_yield_a_model_that_fails_its_check(N, D, kind, seed, builder):
     spec = registry.get(builder)
     k = 1 if spec.hops == "single" else 2
@@ -258,6 +298,7 @@ def test_duplicate_gaussian_rows_are_never_certified():
             rows = super().standard_normal(shape)
             rows[1] = rows[0]
             return rows
+
     repeated = _gaussian_codes(4, 3, Repeating(np.random.PCG64(0)))
     assert not repeated.distinct and repeated.mu == pytest.approx(1.0)
 
@@ -269,7 +310,7 @@ def test_integer_mode_bounds_the_margins_too():
     # Choose an integer λ with the logits' bound in [2^52, 2^53): logits are still exact, but a margin (a
     # difference of two logits) could reach 2^53, which float64 no longer represents exactly.
     per_lambda = integer_bounds(ok, 2)["logits"]
-    lam = float(-(-2**52 // int(per_lambda)))
+    lam = float(-(-(2**52) // int(per_lambda)))
     big = build_g1(task, integer=True, lam=lam).model
     with pytest.raises(IntegerModeError, match="margins"):
         integer_bounds(big, 2)
@@ -282,6 +323,7 @@ def test_integer_promises_are_integers():
 
 def test_the_readme_property_test_snippet_is_the_one_in_georecall_testing():
     import georecall.testing as testing
+
     snippet = textwrap.dedent(testing.__doc__.split("::")[1])
     assert "run_check(SPEC, task.N, task.R, task=task).passed" in snippet
     readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()

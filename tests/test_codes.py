@@ -28,7 +28,9 @@ def test_binary_codes_distinct_with_closed_form_coherence(N):
        seed=st.integers(0, 10_000))
 def test_chunked_coherence_equals_naive(kind, N, D, seed):
     codes = make_codes(kind, N, D, seed)
-    assert coherence(codes.vectors, chunk_bytes=7 * 8 * codes.N) == pytest.approx(naive_coherence(codes.vectors), abs=1e-12)
+    assert coherence(codes.vectors, chunk_bytes=7 * 8 * codes.N) == pytest.approx(
+        naive_coherence(codes.vectors), abs=1e-12
+    )
     assert codes.mu == pytest.approx(naive_coherence(codes.vectors), abs=1e-12)
     assert codes.norm_sq == pytest.approx(1.0)
 

@@ -35,7 +35,10 @@ def test_demo_prints_the_walkthrough(capsys):
 def test_figures_are_written(tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the figure command needs the optional plot extra")
     results = tmp_path / "results.jsonl"
-    records = [{"kind": "threshold", "N": N, "R": R, "mode": mode, "seed": 0, "d_star": d, "monotone": True}
+    from georecall import __version__
+    base = {"kind": "threshold", "seed": 0, "monotone": True, "trials": [], "steps": 500, "lr": 1e-2,
+            "width_factor": 4, "attention": "uniform", "dtype": "float32", "version": __version__}
+    records = [{**base, "N": N, "R": R, "mode": mode, "d_star": d}
                for N, R, mode, d in [(256, 2, "learned", 8), (256, 4, "learned", 12), (256, 2, "frozen", 10),
                                      (256, 4, "frozen", 18)]]
     records.append({"kind": "transfer", "label": "g1", "closed_form_accuracy": 1.0, "fitted_accuracy": 0.6})
@@ -44,7 +47,9 @@ def test_figures_are_written(tmp_path, capsys):
     files = json.loads(capsys.readouterr().out)["files"]
     assert code == 0
     names = {pathlib.Path(f).name for f in files}
-    assert names == {f"{n}.{e}" for n in ("thresholds", "tradeoff", "margins", "transfer") for e in ("png", "svg")}
+    assert names == {
+        f"{n}.{e}" for n in ("thresholds", "tradeoff", "margins", "transfer") for e in ("png", "svg")
+    }
     assert all(os.path.getsize(f) > 1000 for f in files)
 
 
@@ -72,8 +77,9 @@ def test_probe_and_transfer_commands(tmp_path, capsys):
 def test_probe_hidden_command(tmp_path, capsys):
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 5, size=(300, 2))
-    states = np.eye(5)[labels[:, 0]] @ rng.standard_normal((5, 16)) + np.eye(5)[labels[:, 1]] @ \
-        rng.standard_normal((5, 16))
+    states = np.eye(5)[labels[:, 0]] @ rng.standard_normal((5, 16)) + np.eye(5)[
+        labels[:, 1]
+    ] @ rng.standard_normal((5, 16))
     np.savez(tmp_path / "s.npz", states=states, attributes=labels)
     assert main(["probe-hidden", str(tmp_path / "s.npz"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["probe_accuracy_mean"] > 0.95
@@ -84,6 +90,7 @@ def test_probe_hidden_command(tmp_path, capsys):
 def test_walkthrough_shows_what_the_demo_prints():
     """docs/walkthrough.md quotes `georecall demo`; its G1 part (exact integers) must match the code today."""
     from georecall.verify.demo import run_demo
+
     lines = []
     run_demo(seed=0, out=lines.append)
     printed = "\n".join(lines).split("== A trained model")[0].strip()

@@ -39,7 +39,9 @@ def reference_logits(model: Model, seq) -> np.ndarray:
                         w = np.full(t + 1, 1.0 / (t + 1))
                     else:
                         q = xs[t] @ att.W_Q[h]
-                        s = np.array([att.inverse_temperature * (q @ (xs[u] @ att.W_K[h])) for u in range(t + 1)])
+                        s = np.array(
+                            [att.inverse_temperature * (q @ (xs[u] @ att.W_K[h])) for u in range(t + 1)]
+                        )
                         if att.kind == "softmax":
                             w = np.exp(s - s.max())
                             w /= w.sum()
@@ -60,24 +62,49 @@ def random_model(rng, N, R, d, m, layers, kind, heads, positions, T, sparse_read
     def att():
         dk = max(1, d // 2)
         if kind == "uniform":
-            return Attention("uniform", W_V=rng.normal(size=(heads, d, dk)), W_O=rng.normal(size=(heads, dk, d)))
-        return Attention(kind, W_V=rng.normal(size=(heads, d, dk)), W_O=rng.normal(size=(heads, dk, d)),
-                         W_Q=rng.normal(size=(heads, d, dk)), W_K=rng.normal(size=(heads, d, dk)),
-                         inverse_temperature=float(rng.uniform(0.1, 2.0)))
+            return Attention(
+                "uniform", W_V=rng.normal(size=(heads, d, dk)), W_O=rng.normal(size=(heads, dk, d))
+            )
+        return Attention(
+            kind,
+            W_V=rng.normal(size=(heads, d, dk)),
+            W_O=rng.normal(size=(heads, dk, d)),
+            W_Q=rng.normal(size=(heads, d, dk)),
+            W_K=rng.normal(size=(heads, d, dk)),
+            inverse_temperature=float(rng.uniform(0.1, 2.0)),
+        )
+
     U = rng.normal(size=(N, d))
     if sparse_readout:
         U[:, : d - 2] = 0.0
     return Model(
-        entity_embedding=rng.normal(size=(N, d)), relation_embedding=rng.normal(size=(R, d)), unembedding=U,
-        layers=tuple(Layer(att(), MLP(rng.normal(size=(d, m)), rng.normal(size=m), rng.normal(size=(m, d)),
-                                      rng.normal(size=d))) for _ in range(layers)),
+        entity_embedding=rng.normal(size=(N, d)),
+        relation_embedding=rng.normal(size=(R, d)),
+        unembedding=U,
+        layers=tuple(
+            Layer(
+                att(),
+                MLP(rng.normal(size=(d, m)), rng.normal(size=m), rng.normal(size=(m, d)), rng.normal(size=d)),
+            )
+            for _ in range(layers)
+        ),
         position_embedding=rng.normal(size=(T, d)) if positions else None,
     )
 
 
-@given(N=st.integers(2, 9), R=st.integers(1, 4), d=st.integers(2, 8), m=st.integers(1, 10),
-       layers=st.integers(0, 3), kind=st.sampled_from(["uniform", "softmax", "hard"]), heads=st.integers(1, 3),
-       positions=st.booleans(), T=st.integers(1, 5), sparse=st.booleans(), seed=st.integers(0, 2**31))
+@given(
+    N=st.integers(2, 9),
+    R=st.integers(1, 4),
+    d=st.integers(2, 8),
+    m=st.integers(1, 10),
+    layers=st.integers(0, 3),
+    kind=st.sampled_from(["uniform", "softmax", "hard"]),
+    heads=st.integers(1, 3),
+    positions=st.booleans(),
+    T=st.integers(1, 5),
+    sparse=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
 def test_forward_matches_naive_reference(N, R, d, m, layers, kind, heads, positions, T, sparse, seed):
     rng = np.random.default_rng(seed)
     model = random_model(rng, N, R, d, m, layers, kind, heads, positions, T, sparse and d > 3)
@@ -114,9 +141,17 @@ def test_model_validation_messages():
     with pytest.raises(ValueError, match="MLP shapes disagree"):
         MLP(np.zeros((3, 2)), np.zeros(3), np.zeros((2, 3)), np.zeros(3))
     with pytest.raises(ValueError, match="uniform attention takes no W_Q"):
-        Attention("uniform", np.zeros((1, 3, 3)), np.zeros((1, 3, 3)), W_Q=np.zeros((1, 3, 3)), W_K=np.zeros((1, 3, 3)))
+        Attention(
+            "uniform",
+            np.zeros((1, 3, 3)),
+            np.zeros((1, 3, 3)),
+            W_Q=np.zeros((1, 3, 3)),
+            W_K=np.zeros((1, 3, 3)),
+        )
     with pytest.raises(ValueError, match="inverse temperature"):
-        Attention("softmax", np.zeros((1, 3, 3)), np.zeros((1, 3, 3)), np.zeros((1, 3, 3)), np.zeros((1, 3, 3)), 0.0)
+        Attention(
+            "softmax", np.zeros((1, 3, 3)), np.zeros((1, 3, 3)), np.zeros((1, 3, 3)), np.zeros((1, 3, 3)), 0.0
+        )
     model = Model(E, Q, U)
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 6\)"):
         forward(model, np.array([[6]]))
@@ -141,8 +176,12 @@ def test_integer_bounds_refuse_what_cannot_be_exact():
 def test_integer_mode_detects_an_inexact_division():
     # uniform attention over 3 positions with W_V W_O = I: sums of integers divided by 3 are not integers.
     E = np.array([[1.0], [0.0]])
-    model = Model(E, np.zeros((0, 1)), np.ones((2, 1)),
-                  layers=(Layer(Attention("uniform", np.ones((1, 1, 1)), np.ones((1, 1, 1)))),))
+    model = Model(
+        E,
+        np.zeros((0, 1)),
+        np.ones((2, 1)),
+        layers=(Layer(Attention("uniform", np.ones((1, 1, 1)), np.ones((1, 1, 1)))),),
+    )
     integer_bounds(model, 3)  # the weights are integers and small ...
     with pytest.raises(IntegerModeError, match="attention output is not integral"):
         forward(model, np.array([[0, 1, 1]]), integer=True)  # ... but 1/3 is not

@@ -66,7 +66,8 @@ def test_every_construction_answers_every_query(table, k, builder, attention, ki
 @pytest.mark.parametrize("N, R, k", [(16, 1, 3), (8, 1, 1), (30, 2, 3), (20, 3, 2)])
 def test_repeated_relations_and_a_single_relation(builder, N, R, k):
     """R = 1 makes every query r_1 = r_2 = ... = r_k: a head leaking onto its neighbours then reads the same
-    relation. Paths with repeats are part of every exhaustive check; here they are also checked on their own."""
+    relation. Paths with repeats are part of every exhaustive check; here they are also checked on their
+    own."""
     task = random_task(N, R, 11)
     built = builder(task, k)
     tokens, answers = multi_hop_queries(task, k)

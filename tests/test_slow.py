@@ -1,5 +1,5 @@
-"""Long checks (marked slow: excluded from the default run; `python -m pytest -m slow`; CI runs them as a second
-step). Each is a full-size version of a check the default suite makes at small size."""
+"""Long checks (marked slow: excluded from the default run; `python -m pytest -m slow`; CI runs them as a
+second step). Each is a full-size version of a check the default suite makes at small size."""
 
 import numpy as np
 import pytest

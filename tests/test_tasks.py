@@ -59,7 +59,11 @@ def test_disjoint_attributes_offset_answers():
 @pytest.mark.parametrize(
     "table, message",
     [
-        ([[0, 1, 1]], r"relation 0 is not a bijection .* value 1 is the image of subjects \[1, 2\].*missing values \[2\]"),
+        (
+            [[0, 1, 1]],
+            r"relation 0 is not a bijection .* value 1 is the image of subjects \[1, 2\]"
+            r".*missing values \[2\]",
+        ),
         ([[0, 1, 2], [2, 2, 0]], r"relation 1 is not a bijection"),
         ([[0, 1, 5]], r"relation 0 maps subject 2 to 5, outside \[0, 3\)"),
         ([[0, -1, 1]], r"relation 0 maps subject 1 to -1"),

@@ -1,13 +1,14 @@
-"""What each result promises, as plain numbers (THEORY.md §3), written from the theorems — never read off a built
-model. The checker compares what a construction achieved against these promises; tables print both.
+"""What each result promises, as plain numbers (THEORY.md §3), written from the theorems — never read off a
+built model. The checker compares what a construction achieved against these promises; tables print both.
 
 Every promise carries the inequalities the result needs, evaluated at the given constants;
-:meth:`Promise.require` raises ``ValueError`` naming the first violated one. Builders call it before they build,
-so no construction is ever returned outside its theorem's conditions.
+:meth:`Promise.require` raises ``ValueError`` naming the first violated one. Builders call it before they
+build, so no construction is ever returned outside its theorem's conditions.
 
 Common constants (see ``constructions/single_hop.py`` for where they come from):
 
-- ``c1, c2``: after uniform attention over ``⟨r, s⟩`` with value/output gain ``g`` (``W_V = I``, ``W_O = g I``)
+- ``c1, c2``: after uniform attention over ``⟨r, s⟩`` with value/output gain ``g`` (``W_V = I``,
+``W_O = g I``)
   the last residual is ``y = c1·e_s + c2·q_r`` with ``c1 = 1 + g/2`` and ``c2 = g/2`` (g = 2: c1 = 2, c2 = 1);
 - ``|a|², μ, A``: the codes' squared norm, coherence and largest absolute entry (``constructions/codes.py``);
 - ``β``: the gate constant (relation embedding ``β·1_{g_r}``); ``λ``: the read-out scale (``U_j = λ·a_j``).
@@ -71,15 +72,25 @@ class Promise:
         """Raise :class:`ConditionError` naming the first violated inequality (with its values); else self."""
         bad = self.violations()
         if bad:
-            raise ConditionError(f"{self.result} ({self.reference}) outside its conditions: {bad[0].describe()}")
+            raise ConditionError(
+                f"{self.result} ({self.reference}) outside its conditions: {bad[0].describe()}"
+            )
         return self
 
     def as_dict(self) -> dict:
-        return {"result": self.result, "reference": self.reference, "d": self.d, "m": self.m,
-                "params": self.params, "fact_params": self.fact_params, "margin": self.margin,
-                "logit_scale": self.logit_scale,
-                "conditions": [{"text": c.text, "lhs": c.lhs, "rhs": c.rhs, "holds": c.holds}
-                               for c in self.conditions]}
+        return {
+            "result": self.result,
+            "reference": self.reference,
+            "d": self.d,
+            "m": self.m,
+            "params": self.params,
+            "fact_params": self.fact_params,
+            "margin": self.margin,
+            "logit_scale": self.logit_scale,
+            "conditions": [
+                {"text": c.text, "lhs": c.lhs, "rhs": c.rhs, "holds": c.holds} for c in self.conditions
+            ],
+        }
 
 
 def attention_constants(gain: float, T: int = 2) -> tuple[float, float]:
@@ -88,8 +99,9 @@ def attention_constants(gain: float, T: int = 2) -> tuple[float, float]:
 
 
 def distinct_codes(lhs: float, rhs: float) -> Condition:
-    """The codes are distinct: ``|a|² > max_{i≠j} <a_i, a_j>``, given as two numbers whose comparison decides it
-    exactly (``Codes.distinct_lhs/rhs``: integers for ±1 codes, a certified gap against 0 for Gaussian ones)."""
+    """The codes are distinct: ``|a|² > max_{i≠j} <a_i, a_j>``, given as two numbers whose comparison decides
+    it exactly (``Codes.distinct_lhs/rhs``: integers for ±1 codes, a certified gap against 0 for Gaussian
+    ones)."""
     return Condition("distinct codes: |a|² > max_{i≠j}<a_i, a_j> (decided exactly)", lhs, rhs)
 
 
@@ -104,15 +116,26 @@ def one_layer_params(N: int, R: int, d: int, m: int, n_out: int | None = None) -
     return N * d + R * d + 2 * d * d + (2 * d * m + m + d) + n_out * d
 
 
-def g1_promise(N: int, R: int, D: int, *, gap: float, distinct: tuple[float, float], max_abs: float,
-               gate: float, lam: float = 1.0, gain: float = 2.0, n_out: int | None = None,
-               norm_sq: float = 1.0) -> Promise:
+def g1_promise(
+    N: int,
+    R: int,
+    D: int,
+    *,
+    gap: float,
+    distinct: tuple[float, float],
+    max_abs: float,
+    gate: float,
+    lam: float = 1.0,
+    gain: float = 2.0,
+    n_out: int | None = None,
+    norm_sq: float = 1.0,
+) -> Promise:
     """G1, geometric single hop (the paper's Theorem 4.1).
 
     Sizes ``d = R·D + R + D``, ``m = 2·R·D``. Exact with margin ``λ·c1·gap`` (``gap = |a|²(1 − μ)``) provided
     ``c2·G > c1·A`` (every gate of a relation not asked is shut; G the gate constant), the codes are distinct
-    and ``λ > 0``. Fact-specific parameters: the ``N·R·D`` block entries of the subject table. ``n_out``: answer
-    vocabulary (N shared, N·R disjoint attributes; the margin is the same, see ``build_g1``).
+    and ``λ > 0``. Fact-specific parameters: the ``N·R·D`` block entries of the subject table. ``n_out``:
+    answer vocabulary (N shared, N·R disjoint attributes; the margin is the same, see ``build_g1``).
     """
     N, R, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("D", D)))
     c1, c2 = attention_constants(gain)
@@ -123,21 +146,41 @@ def g1_promise(N: int, R: int, D: int, *, gap: float, distinct: tuple[float, flo
         distinct_codes(*distinct),
         Condition("gate: c2·G > c1·max|a| (unasked relations' units stay off)", c2 * gate, c1 * max_abs),
     )
-    return Promise("G1", "Theorem 4.1 (geometric single hop)", d, m, one_layer_params(N, R, d, m, n_out),
-                   N * R * D, _exact(lam * c1 * gap), conditions, logit_scale=lam * (c1 * norm_sq + c2 * gate * D * max_abs))
+    return Promise(
+        "G1",
+        "Theorem 4.1 (geometric single hop)",
+        d,
+        m,
+        one_layer_params(N, R, d, m, n_out),
+        N * R * D,
+        _exact(lam * c1 * gap),
+        conditions,
+        logit_scale=lam * (c1 * norm_sq + c2 * gate * D * max_abs),
+    )
 
 
-def a1_promise(N: int, R: int, D: int, *, gap: float, distinct: tuple[float, float], lam: float = 1.0,
-               gain: float = 2.0, n_out: int | None = None, norm_sq: float = 1.0) -> Promise:
+def a1_promise(
+    N: int,
+    R: int,
+    D: int,
+    *,
+    gap: float,
+    distinct: tuple[float, float],
+    lam: float = 1.0,
+    gain: float = 2.0,
+    n_out: int | None = None,
+    norm_sq: float = 1.0,
+) -> Promise:
     """A1, associative memory (the baseline): one MLP unit per fact, frozen fact-independent embeddings.
 
     Sizes ``d = 2·D + R`` (subject code, one-hot relation, output block), ``m = N·R``.
     Unit ``(s, r)`` computes ``ReLU(<a_s, y_S> + κ·y_{rel_r} − θ)`` with ``θ = c1|a|²`` and
     ``κ·c2 = c1|a|²(1 − μ)``. Firing condition: on query ``(s', ρ)`` its pre-activation is
-    ``c1<a_s, a_s'> + c1|a|²(1−μ)[r = ρ] − c1|a|²``, which is ``h* = c1|a|²(1 − μ) > 0`` iff ``(s', ρ) = (s, r)``
-    and ``<= 0`` otherwise (``<a_s, a_s'> <= μ|a|²`` for ``s' ≠ s``): exactly one unit fires, given ``μ < 1``.
-    It writes ``h*·a_{π_r(s)}``, so the margin is ``λ·h*·|a|²(1 − μ)``. Fact-specific parameters: the
-    ``N·R·D`` answer-code entries of ``W2`` (``W1`` only says which query each unit listens to).
+    ``c1<a_s, a_s'> + c1|a|²(1−μ)[r = ρ] − c1|a|²``, which is ``h* = c1|a|²(1 − μ) > 0`` iff
+    ``(s', ρ) = (s, r)`` and ``<= 0`` otherwise (``<a_s, a_s'> <= μ|a|²`` for ``s' ≠ s``): exactly one unit
+    fires, given ``μ < 1``. It writes ``h*·a_{π_r(s)}``, so the margin is ``λ·h*·|a|²(1 − μ)``. Fact-specific
+    parameters: the ``N·R·D`` answer-code entries of ``W2`` (``W1`` only says which query each unit listens
+    to).
     """
     N, R, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("D", D)))
     c1, _ = attention_constants(gain)
@@ -148,9 +191,17 @@ def a1_promise(N: int, R: int, D: int, *, gap: float, distinct: tuple[float, flo
         Condition("read-out scale: λ > 0", lam, 0.0),
         distinct_codes(*distinct),
     )
-    return Promise("A1", "associative-memory baseline (one unit per fact)", d, m,
-                   one_layer_params(N, R, d, m, n_out),
-                   N * R * D, _exact(lam * fired * gap), conditions, logit_scale=lam * fired * norm_sq)
+    return Promise(
+        "A1",
+        "associative-memory baseline (one unit per fact)",
+        d,
+        m,
+        one_layer_params(N, R, d, m, n_out),
+        N * R * D,
+        _exact(lam * fired * gap),
+        conditions,
+        logit_scale=lam * fired * norm_sq,
+    )
 
 
 def binary_coherence(D: int) -> float:
@@ -188,13 +239,11 @@ def evaluate(expr: sp.Expr, **values) -> int:
     return int(out)
 
 
-
-
 # ------------------------------------------------------------------------------------------ multi-hop (§3)
 #
-# The k-hop constructions fetch relation tokens with *positional* softmax heads: a head's score is β at its one
-# target position and 0 at the others, so with n other visible positions its leakage (the attention weight off
-# target) is ε = n / (e^β + n); "hard" attention (an idealization, the β → ∞ limit) has ε = 0.
+# The k-hop constructions fetch relation tokens with *positional* softmax heads: a head's score is β at its
+# one target position and 0 at the others, so with n other visible positions its leakage (the attention weight
+# off target) is ε = n / (e^β + n); "hard" attention (an idealization, the β → ∞ limit) has ε = 0.
 
 
 def softmax_leakage(beta: float | None, others: int) -> float:
@@ -227,16 +276,28 @@ def model_params(N: int, R: int, d: int, T: int, layers, n_out: int | None = Non
     return total
 
 
-def g2_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float], max_abs: float,
-               max_l1: float, gate: float, beta: float | None, lam: float = 1.0,
-               norm_sq: float = 1.0) -> Promise:
+def g2_promise(
+    N: int,
+    R: int,
+    k: int,
+    D: int,
+    *,
+    gap: float,
+    distinct: tuple[float, float],
+    max_abs: float,
+    max_l1: float,
+    gate: float,
+    beta: float | None,
+    lam: float = 1.0,
+    norm_sq: float = 1.0,
+) -> Promise:
     """G2, k hops without CoT, one layer, path blocks.
 
     Sizes ``d = R^k·D + k·R + D + (k + 1)`` (path blocks, k gate groups, output, positions), ``m = 2·R^k·D``.
     Head j puts weight ``>= 1 − ε`` on ``r_j`` (``ε = k/(e^β + k)``), so gate ``G_j[w_j]`` is in
     ``[G(1 − ε), G]`` when ``w_j = r_j`` and in ``[0, G·ε]`` otherwise. The AND unit ``(w, i, σ)`` with bias
-    ``−k·G`` is then ``σ·a_i − δ`` (``0 <= δ <= k·G·ε``) for the asked path and ``<= A − G(1 − ε) < 0`` for every
-    other path. The output o satisfies ``|o − a_ans|_∞ <= δ``, so the margin is at least
+    ``−k·G`` is then ``σ·a_i − δ`` (``0 <= δ <= k·G·ε``) for the asked path and ``<= A − G(1 − ε) < 0`` for
+    every other path. The output o satisfies ``|o − a_ans|_∞ <= δ``, so the margin is at least
     ``λ·(|a|²(1 − μ) − 2·k·G·ε·L1)`` with ``L1 = max_j |a_j|_1``.
     Leakage inequalities: ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·k·G·ε·L1``.
     """
@@ -252,19 +313,38 @@ def g2_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[fl
     )
     T = k + 1
     params = model_params(N, R, d, T, [("softmax", k, T, R, m)])
-    return Promise("G2", "k hops, no CoT, one layer: path blocks (exponential in k)", d, m, params,
-                   N * paths * D, lam * (gap - 2 * k * gate * eps * max_l1), conditions,
-                   logit_scale=lam * (norm_sq + k * gate * max_l1))
+    return Promise(
+        "G2",
+        "k hops, no CoT, one layer: path blocks (exponential in k)",
+        d,
+        m,
+        params,
+        N * paths * D,
+        lam * (gap - 2 * k * gate * eps * max_l1),
+        conditions,
+        logit_scale=lam * (norm_sq + k * gate * max_l1),
+    )
 
 
-def a2_width_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float], gate: float,
-                     beta: float | None, lam: float = 1.0, norm_sq: float = 1.0) -> Promise:
+def a2_width_promise(
+    N: int,
+    R: int,
+    k: int,
+    D: int,
+    *,
+    gap: float,
+    distinct: tuple[float, float],
+    gate: float,
+    beta: float | None,
+    lam: float = 1.0,
+    norm_sq: float = 1.0,
+) -> Promise:
     """A2(a), k hops without CoT, one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
     Sizes ``d = D + k·R + D + (k + 1)`` (subject code, gate groups, output, positions). Gates as in G2. Unit
-    ``(s, w)``: ``ReLU(<a_s, x_S> + Σ_j y_{G_j, w_j} − θ)`` with ``θ = |a|² + k·G − h*``, ``h* = |a|²(1 − μ)``:
-    ``h* − δ`` (``δ <= k·G·ε``) on its own query, ``<= h* − G(1 − ε)`` on another path, ``<= 0`` on another
-    subject. It writes ``a_{π_w(s)}``, so the margin is at least ``λ·(h* − k·G·ε)·h*``.
+    ``(s, w)``: ``ReLU(<a_s, x_S> + Σ_j y_{G_j, w_j} − θ)`` with ``θ = |a|² + k·G − h*``,
+    ``h* = |a|²(1 − μ)``: ``h* − δ`` (``δ <= k·G·ε``) on its own query, ``<= h* − G(1 − ε)`` on another path,
+    ``<= 0`` on another subject. It writes ``a_{π_w(s)}``, so the margin is at least ``λ·(h* − k·G·ε)·h*``.
     Leakage inequalities: ``G(1 − ε) >= h*`` and ``h* > k·G·ε``.
     """
     N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
@@ -277,23 +357,42 @@ def a2_width_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tu
         Condition("firing vs leakage: |a|²(1 − μ) > k·G·ε", gap, k * gate * eps),
     )
     params = model_params(N, R, d, k + 1, [("softmax", k, k + 1, R, m)])
-    return Promise("A2a", "k hops, no CoT, one layer: one MLP unit per k-hop fact", d, m, params,
-                   N * R**k * D, lam * (gap - k * gate * eps) * gap, conditions, logit_scale=lam * (norm_sq + k * gate) * norm_sq)
+    return Promise(
+        "A2a",
+        "k hops, no CoT, one layer: one MLP unit per k-hop fact",
+        d,
+        m,
+        params,
+        N * R**k * D,
+        lam * (gap - k * gate * eps) * gap,
+        conditions,
+        logit_scale=lam * (norm_sq + k * gate) * norm_sq,
+    )
 
 
-def a2_depth_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float],
-                     beta: float | None, lam: float = 1.0, norm_sq: float = 1.0) -> Promise:
+def a2_depth_promise(
+    N: int,
+    R: int,
+    k: int,
+    D: int,
+    *,
+    gap: float,
+    distinct: tuple[float, float],
+    beta: float | None,
+    lam: float = 1.0,
+    norm_sq: float = 1.0,
+) -> Promise:
     """A2(b), k hops without CoT, k layers, each an associative MLP of width ``2·N·R`` (one clipped unit pair
     per single-hop fact) that maps (current entity, relation of this hop) to the next entity.
 
     Sizes ``d = D + 2·R + (k + 1)`` (current-entity block S, relation-token block, one shared gate group,
     positions): ``O(log N + R + k)``; ``m = 2·N·R`` per layer. Layer j's attention has a head fetching ``r_j``
-    (+1) and, for j >= 2, a head with the same scores fetching ``r_{j−1}`` (−1); both put the same weights on the
-    same positions, so the gate group holds exactly layer j's fetch: ``g[r_j] ∈ [1 − ε, 1]``, others ``[0, ε]``.
-    Unit pair ``(v, r)``: ``clip(z, 0, h)`` with ``z = <a_v, x_S> + 2·gap·g[r] − θ``, ``θ = μ|a|² + 2·gap +
-    gap/8``, ``h = gap/2`` (gap = ``|a|²(1 − μ)``): ``z >= gap(7/8 − 2ε) >= h`` on the current fact, ``z <= 0``
-    otherwise (needs ``ε <= 3/16``). The pair writes ``(a_{π_r(v)} − a_v)`` exactly, so S holds the exact code
-    of each hop's entity and the final margin is ``λ·|a|²(1 − μ)``.
+    (+1) and, for j >= 2, a head with the same scores fetching ``r_{j−1}`` (−1); both put the same weights on
+    the same positions, so the gate group holds exactly layer j's fetch: ``g[r_j] ∈ [1 − ε, 1]``, others
+    ``[0, ε]``. Unit pair ``(v, r)``: ``clip(z, 0, h)`` with ``z = <a_v, x_S> + 2·gap·g[r] − θ``,
+    ``θ = μ|a|² + 2·gap + gap/8``, ``h = gap/2`` (gap = ``|a|²(1 − μ)``): ``z >= gap(7/8 − 2ε) >= h`` on the
+    current fact, ``z <= 0`` otherwise (needs ``ε <= 3/16``). The pair writes ``(a_{π_r(v)} − a_v)`` exactly,
+    so S holds the exact code of each hop's entity and the final margin is ``λ·|a|²(1 − μ)``.
     """
     N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
     eps = softmax_leakage(beta, k)
@@ -307,19 +406,40 @@ def a2_depth_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tu
     layers = [("softmax", 1 if j == 0 else 2, k + 1, R, m if j == 0 else 0) for j in range(k)]
     params = model_params(N, R, d, k + 1, layers)
     # Fact-specific: W2 of the shared MLP, 2·D entries per clipped pair (v, r) writing ±(a_{π_r(v)} − a_v)/h.
-    return Promise("A2b", "k hops, no CoT, k layers: one associative MLP of width O(N·R), shared by the hops",
-                   d, m, params, 2 * N * R * D, lam * gap, conditions, logit_scale=lam * (norm_sq + 2 * gap) * norm_sq)
+    return Promise(
+        "A2b",
+        "k hops, no CoT, k layers: one associative MLP of width O(N·R), shared by the hops",
+        d,
+        m,
+        params,
+        2 * N * R * D,
+        lam * gap,
+        conditions,
+        logit_scale=lam * (norm_sq + 2 * gap) * norm_sq,
+    )
 
 
-def c1_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[float, float], max_abs: float,
-               max_l1: float, gate: float, beta: float | None, lam: float = 1.0,
-               norm_sq: float = 1.0) -> Promise:
+def c1_promise(
+    N: int,
+    R: int,
+    k: int,
+    D: int,
+    *,
+    gap: float,
+    distinct: tuple[float, float],
+    max_abs: float,
+    max_l1: float,
+    gate: float,
+    beta: float | None,
+    lam: float = 1.0,
+    norm_sq: float = 1.0,
+) -> Promise:
     """C1, k hops with chain-of-thought, one layer: the G1 selector applied once per generated token.
 
     Sizes ``d = R·D + R + D + 2k`` (blocks, gates, output, positions of the 2k tokens fed), ``m = 2·R·D``.
     At the position of ``v_{t−1}`` one positional head fetches ``r_t`` into the gates (at most ``2k − 1``
-    other visible positions: ``ε = (2k−1)/(e^β + 2k − 1)``); the entity's own embedding is the superposition of
-    its R attributes. As in G2 with one hop: margin at least ``λ·(|a|²(1 − μ) − 2·G·ε·L1)`` at every step.
+    other visible positions: ``ε = (2k−1)/(e^β + 2k − 1)``); the entity's own embedding is the superposition
+    of its R attributes. As in G2 with one hop: margin at least ``λ·(|a|²(1 − μ) − 2·G·ε·L1)`` at every step.
     Leakage inequalities: ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·G·ε·L1``.
     """
     N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
@@ -332,9 +452,17 @@ def c1_promise(N: int, R: int, k: int, D: int, *, gap: float, distinct: tuple[fl
         Condition("margin vs leakage: |a|²(1 − μ) > 2·G·ε·max|a|_1", gap, 2 * gate * eps * max_l1),
     )
     params = model_params(N, R, d, 2 * k, [("softmax", 1, 2 * k, R, m)])
-    return Promise("C1", "k hops with chain-of-thought, one layer (linear in R, additive in k)", d, m, params,
-                   N * R * D, lam * (gap - 2 * gate * eps * max_l1), conditions,
-                   logit_scale=lam * (norm_sq + gate * max_l1))
+    return Promise(
+        "C1",
+        "k hops with chain-of-thought, one layer (linear in R, additive in k)",
+        d,
+        m,
+        params,
+        N * R * D,
+        lam * (gap - 2 * gate * eps * max_l1),
+        conditions,
+        logit_scale=lam * (norm_sq + gate * max_l1),
+    )
 
 
 def multi_hop_sizes_expr() -> dict[str, dict[str, sp.Expr]]:

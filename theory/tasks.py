@@ -25,7 +25,15 @@ import numpy as np
 
 from georecall.errors import InputError
 
-__all__ = ["Attributes", "Task", "check_positive_int", "paths", "random_task", "task_for_seed", "validate_table"]
+__all__ = [
+    "Attributes",
+    "Task",
+    "check_positive_int",
+    "paths",
+    "random_task",
+    "task_for_seed",
+    "validate_table",
+]
 
 Attributes = Literal["shared", "disjoint"]
 
@@ -63,8 +71,12 @@ class Task:
     def __post_init__(self) -> None:
         raw = np.asarray(self.table)
         if raw.dtype.kind not in "iu":
-            if raw.dtype.kind not in "fb" or raw.dtype.kind == "b" or not np.all(np.isfinite(raw)) \
-                    or not np.array_equal(raw, np.round(raw)):
+            if (
+                raw.dtype.kind not in "fb"
+                or raw.dtype.kind == "b"
+                or not np.all(np.isfinite(raw))
+                or not np.array_equal(raw, np.round(raw))
+            ):
                 raise InputError(f"a task table must hold integer entity ids; got dtype {raw.dtype}")
         table = np.array(raw, dtype=np.int64, copy=True)
         table.setflags(write=False)
@@ -122,7 +134,8 @@ class Task:
 
 
 def validate_table(table: np.ndarray) -> None:
-    """Raise ``ValueError`` unless ``table`` is an ``(R, N)`` integer table whose rows are permutations of [N].
+    """Raise ``ValueError`` unless ``table`` is an ``(R, N)`` integer table whose rows are permutations of
+    [N].
 
     The message names the first bad relation and its offending entries.
     """
@@ -183,7 +196,9 @@ def random_task(
     return Task(table, attributes)
 
 
-def task_for_seed(N: int, R: int, seed: int, *, attributes: Attributes = "shared", symmetric: bool = False) -> Task:
+def task_for_seed(
+    N: int, R: int, seed: int, *, attributes: Attributes = "shared", symmetric: bool = False
+) -> Task:
     """THE task of a run: :func:`random_task` on the ``task`` stream of ``seed`` (``theory.seeds``).
 
     A function of ``(N, R, seed)`` (and the variant flags) alone, the same in every command.

@@ -64,8 +64,8 @@ def chains(task: Task, k: int) -> np.ndarray:
 
 
 def teacher_forcing(task: Task, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Teacher-forced CoT inputs ``(Q, 2k)`` = prompt + true ``v_1..v_{k−1}``, targets ``(Q, k)`` and the read-out
-    positions ``k..2k−1``."""
+    """Teacher-forced CoT inputs ``(Q, 2k)`` = prompt + true ``v_1..v_{k−1}``, targets ``(Q, k)`` and the
+    read-out positions ``k..2k−1``."""
     tokens, _ = multi_hop_queries(task, k)
     targets = chains(task, k)
     return np.concatenate([tokens, targets[:, :-1]], axis=1), targets, np.arange(k, 2 * k)

@@ -2,10 +2,12 @@
 
 | file | what it shows | data |
 |---|---|---|
-| ``thresholds`` | capacity threshold d* against R·ln N, learned vs frozen, with the fitted c·R·ln N | threshold records of ``--from`` (``georecall sweep threshold``) |
-| ``tradeoff`` | d against k: G2 (no CoT), C1 (CoT) and their lower bounds | computed (``bounds.tables``) |
-| ``margins`` | histograms of per-query logit margins: G1 (sign codes) and C1 (every decoding step) | computed (exhaustive checks) |
-| ``transfer`` | freeze-and-swap accuracies (closed form, fitted) of each transfer record | transfer records of ``--from`` (``georecall transfer --append``) |
+| ``thresholds`` | capacity threshold d* against R·ln N, learned vs frozen, with the fitted c·R·ln N |
+threshold records of ``--from`` (``georecall sweep threshold``) | | ``tradeoff`` | d against k: G2 (no CoT),
+C1 (CoT) and their lower bounds | computed (``bounds.tables``) | | ``margins`` | histograms of per-query logit
+margins: G1 (sign codes) and C1 (every decoding step) | computed (exhaustive checks) | | ``transfer`` |
+freeze-and-swap accuracies (closed form, fitted) of each transfer record | transfer records of ``--from``
+(``georecall transfer --append``) |
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
             if not rows:
                 continue
             x = [r["R"] * math.log(r["N"]) for r in rows]
-            ax.scatter(x, [r["d_star"] for r in rows], marker=marker, label=f"{mode} (c = {fits[mode]['c']:.2f})")
+            ax.scatter(
+                x, [r["d_star"] for r in rows], marker=marker, label=f"{mode} (c = {fits[mode]['c']:.2f})"
+            )
             grid = np.linspace(0, max(x) * 1.05, 50)
             ax.plot(grid, fits[mode]["c"] * grid, linestyle="--")
         ax.set_xlabel("R · ln N")
@@ -75,8 +79,10 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
     for name, bound_label in (("G2", "no-CoT lower bound"), ("C1", "CoT lower bound")):
         mine = [r for r in rows if r["construction"] == name]
         ks = [r["k"] for r in mine]
-        line, = ax.plot(ks, [r["d"] for r in mine], marker="o", label=f"{name} d")
-        ax.plot(ks, [max(r["d_min"], 1) for r in mine], linestyle=":", color=line.get_color(), label=bound_label)
+        (line,) = ax.plot(ks, [r["d"] for r in mine], marker="o", label=f"{name} d")
+        ax.plot(
+            ks, [max(r["d_min"], 1) for r in mine], linestyle=":", color=line.get_color(), label=bound_label
+        )
     ax.set_yscale("log")
     ax.set_xticks(range(1, k_max + 1))
     ax.set_xlabel("hops k")
@@ -109,7 +115,9 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
     if transfers:
         fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(transfers)), 3.5))
         bars = np.arange(len(transfers))
-        ax.bar(bars - 0.2, [r["closed_form_accuracy"] for r in transfers], 0.4, label="closed form (zero-shot)")
+        ax.bar(
+            bars - 0.2, [r["closed_form_accuracy"] for r in transfers], 0.4, label="closed form (zero-shot)"
+        )
         ax.bar(bars + 0.2, [r["fitted_accuracy"] for r in transfers], 0.4, label="embeddings fitted")
         ax.set_xticks(bars, [r.get("label", str(i)) for i, r in enumerate(transfers)], rotation=20)
         ax.set_ylabel("accuracy on new bijections")

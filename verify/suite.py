@@ -30,15 +30,33 @@ from georecall.verify.check import (
 )
 from georecall.verify.precision import CODEBOOK, quantize, smallest_exact_bits
 
-__all__ = ["DEFAULT_MAX_BYTES", "SECTIONS", "check_multi_hop", "check_single_hop", "precision_scan", "query_bytes",
-           "run_check", "section_constructions", "section_multi_hop", "section_single_hop", "tradeoff_rows"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "SECTIONS",
+    "check_multi_hop",
+    "check_single_hop",
+    "precision_scan",
+    "query_bytes",
+    "run_check",
+    "section_constructions",
+    "section_multi_hop",
+    "section_single_hop",
+    "tradeoff_rows",
+]
 
 DEFAULT_MAX_BYTES = 4 * 2**30
 # What each option is called on the command line (for messages naming a refused option).
-OPTION_FLAGS = {"gate": "gate constant G (--gate)", "beta": "softmax inverse temperature β (--beta)",
-                "attention": "attention kind (--attention)", "gain": "attention gain g (--gain)",
-                "integer": "integer mode (--integer)", "max_bytes": "memory budget (--max-gib)",
-                "lam": "read-out scale λ (--lam)", "D": "code length D (--D)", "codes": "code kind (--codes)"}
+OPTION_FLAGS = {
+    "gate": "gate constant G (--gate)",
+    "beta": "softmax inverse temperature β (--beta)",
+    "attention": "attention kind (--attention)",
+    "gain": "attention gain g (--gain)",
+    "integer": "integer mode (--integer)",
+    "max_bytes": "memory budget (--max-gib)",
+    "lam": "read-out scale λ (--lam)",
+    "D": "code length D (--D)",
+    "codes": "code kind (--codes)",
+}
 
 
 def _log(progress: bool, message: str) -> None:
@@ -76,7 +94,8 @@ def run_check(
     max_bytes: int = DEFAULT_MAX_BYTES,
     progress: bool = False,
 ) -> Report:
-    """Build a registered construction on THE seeded task (``task_for_seed(N, R, seed)``) and check every query.
+    """Build a registered construction on THE seeded task (``task_for_seed(N, R, seed)``) and check every
+    query.
 
     ``options`` are the builder's own options (``gate``, ``beta``, ``attention``, ``gain``, ``integer``, ...);
     one the construction does not take raises ``InputError`` naming it (never dropped). Decoding follows the
@@ -90,8 +109,10 @@ def run_check(
     refused = sorted(set(options) - spec.accepts())
     if refused:
         names = ", ".join(OPTION_FLAGS.get(o, o) for o in refused)
-        raise InputError(f"{spec.label} does not take {names}; it takes: "
-                         f"{', '.join(sorted(OPTION_FLAGS.get(o, o) for o in spec.accepts()))}")
+        raise InputError(
+            f"{spec.label} does not take {names}; it takes: "
+            f"{', '.join(sorted(OPTION_FLAGS.get(o, o) for o in spec.accepts()))}"
+        )
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
     if spec.hops == "single" and k != 1:
         raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
@@ -106,8 +127,10 @@ def run_check(
     greedy = spec.decoding == "greedy"
     need = query_bytes(N, R, k, greedy)
     if need > max_bytes:
-        raise InputError(f"checking all N·R^k = {N * R**k:,} queries needs about {need / 2**30:.2f} GiB, more "
-                         f"than the {max_bytes / 2**30:.2f} GiB allowed (lower N, R or k, or raise --max-gib)")
+        raise InputError(
+            f"checking all N·R^k = {N * R**k:,} queries needs about {need / 2**30:.2f} GiB, more "
+            f"than the {max_bytes / 2**30:.2f} GiB allowed (lower N, R or k, or raise --max-gib)"
+        )
     if "max_bytes" in spec.accepts():
         options.setdefault("max_bytes", max_bytes)
     if task is None:
@@ -115,16 +138,38 @@ def run_check(
     built = spec.build(task, k, codes=codes, D=D, rng=seeds.rng(seed, "codes"), **options)
     if save is not None:
         from georecall.constructions.model import save_model
-        save_model(built.model, save, extra_arrays={"task_table": task.table}, N=task.N, R=task.R, k=k,
-                   construction=spec.id, codes=codes, seed=seed, options={k_: v for k_, v in options.items()
-                                                                          if k_ != "max_bytes"})
+
+        save_model(
+            built.model,
+            save,
+            extra_arrays={"task_table": task.table},
+            N=task.N,
+            R=task.R,
+            k=k,
+            construction=spec.id,
+            codes=codes,
+            seed=seed,
+            options={k_: v for k_, v in options.items() if k_ != "max_bytes"},
+        )
     attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
-    name = f"{spec.id} {built.codes.kind}{' int' if integer else ''}" + (" (hard attn, idealized)" if attention == "hard"
-                                                              else "")
-    params = {"N": task.N, "R": task.R, "k": k, "D": built.codes.D, "construction": spec.id, "codes": codes,
-              "seed": seed, "dtype": "float64" if integer else dtype, "bits": bits, "attributes": task.attributes,
-              "symmetric": symmetric, **{key: value for key, value in options.items() if key != "max_bytes"},
-              **{key: built.constants[key] for key in ("gate", "beta") if key in built.constants}}
+    name = f"{spec.id} {built.codes.kind}{' int' if integer else ''}" + (
+        " (hard attn, idealized)" if attention == "hard" else ""
+    )
+    params = {
+        "N": task.N,
+        "R": task.R,
+        "k": k,
+        "D": built.codes.D,
+        "construction": spec.id,
+        "codes": codes,
+        "seed": seed,
+        "dtype": "float64" if integer else dtype,
+        "bits": bits,
+        "attributes": task.attributes,
+        "symmetric": symmetric,
+        **{key: value for key, value in options.items() if key != "max_bytes"},
+        **{key: built.constants[key] for key in ("gate", "beta") if key in built.constants},
+    }
     tokens, answers = queries(task, k)
     if bits is not None:
         model = quantize(built.model, bits).astype(np.dtype(dtype))
@@ -132,27 +177,64 @@ def run_check(
             result = check_decoding(model, tokens, teacher_forcing(task, k)[1], keep=keep, progress=progress)
         else:
             result = check_queries(model, tokens, answers, keep=keep, progress=progress)
-        return Report(f"{name} @{bits} bits", params, None, result, achieved_sizes(model),
-                      {"promise (exact weights)": built.promise.as_dict()})
+        return Report(
+            f"{name} @{bits} bits",
+            params,
+            None,
+            result,
+            achieved_sizes(model),
+            {"promise (exact weights)": built.promise.as_dict()},
+        )
     if not greedy:
-        return check_construction(name, params, built, tokens, answers, integer=integer,
-                                  dtype=None if integer else np.dtype(dtype), keep=keep, progress=progress)
+        return check_construction(
+            name,
+            params,
+            built,
+            tokens,
+            answers,
+            integer=integer,
+            dtype=None if integer else np.dtype(dtype),
+            keep=keep,
+            progress=progress,
+        )
     model = built.model if integer else built.model.astype(np.dtype(dtype))
     forced_tokens, targets, positions = teacher_forcing(task, k)
     greedy_result = check_decoding(model, tokens, targets, keep=keep, progress=progress)
     forced = check_queries(model, forced_tokens, targets, positions=positions)
-    report = Report(name, params, built.promise, greedy_result, achieved_sizes(built.model),
-                    {"constants": built.constants, "codes": built.codes.kind, "mu": built.codes.mu,
-                     "teacher_forcing": forced.as_dict()})
+    report = Report(
+        name,
+        params,
+        built.promise,
+        greedy_result,
+        achieved_sizes(built.model),
+        {
+            "constants": built.constants,
+            "codes": built.codes.kind,
+            "mu": built.codes.mu,
+            "teacher_forcing": forced.as_dict(),
+        },
+    )
     report.extra_checks["teacher forcing: every step exact"] = forced.exact
     report.extra_checks["teacher forcing: margin >= promise"] = margin_reaches(
-        forced.min_margin, built.promise.margin, forced.dtype, scale=built.promise.logit_scale)
+        forced.min_margin, built.promise.margin, forced.dtype, scale=built.promise.logit_scale
+    )
     return report
 
 
-def check_single_hop(N: int, R: int, *, construction: str = "geometric", codes: str = "binary",
-                     D: int | None = None, seed: int = 0, integer: bool = False, gate: float | None = None,
-                     beta: float | None = None, lam: float = 1.0, **kwargs) -> Report:
+def check_single_hop(
+    N: int,
+    R: int,
+    *,
+    construction: str = "geometric",
+    codes: str = "binary",
+    D: int | None = None,
+    seed: int = 0,
+    integer: bool = False,
+    gate: float | None = None,
+    beta: float | None = None,
+    lam: float = 1.0,
+    **kwargs,
+) -> Report:
     """:func:`run_check` for a single-hop construction (G1 by default)."""
     spec = _spec(construction)
     if spec.hops != "single":
@@ -161,25 +243,56 @@ def check_single_hop(N: int, R: int, *, construction: str = "geometric", codes: 
     return run_check(spec, N, R, 1, seed=seed, codes=codes, D=D, options=options, **kwargs)
 
 
-def check_multi_hop(N: int, R: int, k: int, *, construction: str = "path-blocks", codes: str = "binary",
-                    D: int | None = None, attention: str = "softmax", beta: float | None = None,
-                    gate: float | None = None, seed: int = 0, **kwargs) -> Report:
-    """:func:`run_check` for a k-hop construction (G2 by default), with softmax or (idealized) hard attention."""
+def check_multi_hop(
+    N: int,
+    R: int,
+    k: int,
+    *,
+    construction: str = "path-blocks",
+    codes: str = "binary",
+    D: int | None = None,
+    attention: str = "softmax",
+    beta: float | None = None,
+    gate: float | None = None,
+    seed: int = 0,
+    **kwargs,
+) -> Report:
+    """:func:`run_check` for a k-hop construction (G2 by default), softmax or (idealized) hard attention."""
     spec = _spec(construction)
     if spec.hops != "multi":
         raise InputError(f"{spec.label} is a single-hop construction: use check single-hop")
-    return run_check(spec, N, R, k, seed=seed, codes=codes, D=D,
-                     options={"attention": attention, "beta": beta, "gate": gate}, **kwargs)
+    return run_check(
+        spec,
+        N,
+        R,
+        k,
+        seed=seed,
+        codes=codes,
+        D=D,
+        options={"attention": attention, "beta": beta, "gate": gate},
+        **kwargs,
+    )
 
 
-def precision_scan(construction: str, N: int, R: int, k: int | None = None, *, codes: str = "binary",
-                   D: int | None = None, seed: int = 0, max_bits: int = 24) -> dict:
+def precision_scan(
+    construction: str,
+    N: int,
+    R: int,
+    k: int | None = None,
+    *,
+    codes: str = "binary",
+    D: int | None = None,
+    seed: int = 0,
+    max_bits: int = 24,
+) -> dict:
     """Smallest bits per parameter at which a construction stays exact on every query of THE seeded task
     (greedy decoding for chain-of-thought). ``k=None``: a single-hop construction; otherwise a k-hop one."""
     spec = _spec(construction)
     if (k is None) != (spec.hops == "single"):
-        raise InputError(f"{spec.label} is a {spec.hops}-hop construction: "
-                         f"{'omit --k' if spec.hops == 'single' else 'give --k'}")
+        raise InputError(
+            f"{spec.label} is a {spec.hops}-hop construction: "
+            f"{'omit --k' if spec.hops == 'single' else 'give --k'}"
+        )
     hops = 1 if k is None else k
     task = task_for_seed(N, R, seed)
     built = spec.build(task, hops, codes=codes, D=D, rng=seeds.rng(seed, "codes"))
@@ -190,9 +303,19 @@ def precision_scan(construction: str, N: int, R: int, k: int | None = None, *, c
     else:
         check = lambda m: check_queries(m, tokens, answers)  # noqa: E731
     bits, records = smallest_exact_bits(built.model, check, max_bits=max_bits)
-    return {"construction": spec.id, "N": N, "R": R, "k": hops, "codes": codes, "D": built.codes.D,
-            "seed": seed, "queries": int(tokens.shape[0]), "smallest_exact_bits": bits, "records": records,
-            "quantization": CODEBOOK}
+    return {
+        "construction": spec.id,
+        "N": N,
+        "R": R,
+        "k": hops,
+        "codes": codes,
+        "D": built.codes.D,
+        "seed": seed,
+        "queries": int(tokens.shape[0]),
+        "smallest_exact_bits": bits,
+        "records": records,
+        "quantization": CODEBOOK,
+    }
 
 
 def _case_report(spec: ConstructionSpec, case: dict, seed: int, progress: bool) -> list[Report]:
@@ -200,12 +323,17 @@ def _case_report(spec: ConstructionSpec, case: dict, seed: int, progress: bool) 
     N, R, k = case.pop("N"), case.pop("R"), case.pop("k", 1)
     codes, D = case.pop("codes", "binary"), case.pop("D", None)
     compare = case.pop("compare_integer", False)
-    _log(progress, f"{spec.label}: {codes} codes, N={N}, R={R}, k={k}"
-         + (" (float64, then integer mode)" if compare else ""))
+    _log(
+        progress,
+        f"{spec.label}: {codes} codes, N={N}, R={R}, k={k}"
+        + (" (float64, then integer mode)" if compare else ""),
+    )
     if not compare:
         return [run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options=case)]
     as_float = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options=case, keep=True)
-    as_int = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**case, "integer": True}, keep=True)
+    as_int = run_check(
+        spec, N, R, k, seed=seed, codes=codes, D=D, options={**case, "integer": True}, keep=True
+    )
     assert as_float.result.predictions is not None and as_int.result.predictions is not None  # keep=True
     agree = bool(np.array_equal(as_float.result.predictions, as_int.result.predictions))
     as_int.extra["agrees_with_float"] = agree
@@ -234,17 +362,28 @@ def section_multi_hop(seed: int = 0, progress: bool = False) -> list[Report]:
 
 
 def tradeoff_rows(N: int, R: int, k_max: int) -> list[dict]:
-    """d, m and parameters every registered k-hop construction promises for k = 1..k_max (binary codes, nominal
-    constants: sizes do not depend on the attention constants)."""
+    """d, m and parameters every registered k-hop construction promises for k = 1..k_max (binary codes,
+    nominal constants: sizes do not depend on the attention constants)."""
     N, R, k_max = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k_max", k_max)))
-    if R ** k_max > 2**40:
+    if R**k_max > 2**40:
         raise InputError(f"R^k_max = {R}^{k_max} is too large to tabulate (over 2^40 relation paths)")
     rows = []
     for k in range(1, k_max + 1):
         for spec in registry.specs("multi"):
             p = spec.nominal_promise(N, R, k)
-            rows.append({"k": k, "construction": spec.id, "d": p.d, "m": p.m, "params": p.params,
-                         "fact_params": p.fact_params, "N": N, "R": R, "D": binary_length(N)})
+            rows.append(
+                {
+                    "k": k,
+                    "construction": spec.id,
+                    "d": p.d,
+                    "m": p.m,
+                    "params": p.params,
+                    "fact_params": p.fact_params,
+                    "N": N,
+                    "R": R,
+                    "D": binary_length(N),
+                }
+            )
     return rows
 
 
@@ -256,21 +395,30 @@ def section_training(seed: int = 0, progress: bool = False) -> list[Report]:
 
     from georecall.verify.sweep import TrialSettings, find_threshold
     from georecall.verify.train import check_grads, init_model, train
+
     reports = []
     start = time.perf_counter()
     rng = seeds.rng(seed, "init")
     checks = {}
     for attention in ("uniform", "softmax"):
-        model = init_model(7, 3, 6, 5, attention=attention, heads=2, layers=2, positions=3, rng=rng,
-                           dtype=np.float64)
+        model = init_model(
+            7, 3, 6, 5, attention=attention, heads=2, layers=2, positions=3, rng=rng, dtype=np.float64
+        )
         tokens, answers = queries(task_for_seed(7, 3, seed), 2)
         try:
             checked = check_grads(model, tokens, answers, rng=rng)
             checks[f"{attention} attention, 2 layers: {len(checked)} parameters"] = True
         except AssertionError:
             checks[f"{attention} attention, 2 layers"] = False
-    reports.append(claim_report("gradients = finite differences", {"seed": seed}, checks,
-                                time.perf_counter() - start, {"d": 6, "m": 5}))
+    reports.append(
+        claim_report(
+            "gradients = finite differences",
+            {"seed": seed},
+            checks,
+            time.perf_counter() - start,
+            {"d": 6, "m": 5},
+        )
+    )
 
     N, R = 256, 4
     _log(progress, f"training: N={N}, R={R} at G1's d, then learned vs frozen thresholds")
@@ -278,22 +426,40 @@ def section_training(seed: int = 0, progress: bool = False) -> list[Report]:
     task = task_for_seed(N, R, seed)
     tokens, answers = queries(task)
     g1_d = registry.get("G1").nominal_promise(N, R, 1).d
-    trained = train(init_model(N, R, g1_d, 4 * g1_d, rng=seeds.rng(seed, "init")), tokens, answers, steps=1000,
-                    rng=seeds.rng(seed, "batches"))
-    reports.append(claim_report("GD reaches 100% at G1's d", {"N": N, "R": R, "seed": seed},
-                                {f"trained d = {g1_d} answers all {N * R} facts": trained.reached},
-                                time.perf_counter() - start, {"d": g1_d, "m": 4 * g1_d},
-                                {"steps": trained.steps}))
+    trained = train(
+        init_model(N, R, g1_d, 4 * g1_d, rng=seeds.rng(seed, "init")),
+        tokens,
+        answers,
+        steps=1000,
+        rng=seeds.rng(seed, "batches"),
+    )
+    reports.append(
+        claim_report(
+            "GD reaches 100% at G1's d",
+            {"N": N, "R": R, "seed": seed},
+            {f"trained d = {g1_d} answers all {N * R} facts": trained.reached},
+            time.perf_counter() - start,
+            {"d": g1_d, "m": 4 * g1_d},
+            {"steps": trained.steps},
+        )
+    )
     start = time.perf_counter()
     settings = TrialSettings(steps=400)
-    found = {mode: find_threshold(N, R, mode, seed, settings, d_min=4, resolution=2)
-             for mode in ("learned", "frozen")}
+    found = {
+        mode: find_threshold(N, R, mode, seed, settings, d_min=4, resolution=2)
+        for mode in ("learned", "frozen")
+    }
     learned, frozen = found["learned"]["d_star"], found["frozen"]["d_star"]
-    reports.append(claim_report(
-        "capacity threshold, learned", {"N": N, "R": R, "seed": seed, "steps": settings.steps},
-        {f"learned d* = {learned} <= G1's d = {g1_d}": learned is not None and learned <= g1_d},
-        time.perf_counter() - start, {"d": f"d*={learned}", "m": f"frozen d*={frozen}"},
-        {"learned": found["learned"], "frozen": found["frozen"]}))
+    reports.append(
+        claim_report(
+            "capacity threshold, learned",
+            {"N": N, "R": R, "seed": seed, "steps": settings.steps},
+            {f"learned d* = {learned} <= G1's d = {g1_d}": learned is not None and learned <= g1_d},
+            time.perf_counter() - start,
+            {"d": f"d*={learned}", "m": f"frozen d*={frozen}"},
+            {"learned": found["learned"], "frozen": found["frozen"]},
+        )
+    )
     return reports
 
 
@@ -303,12 +469,19 @@ def section_probes(seed: int = 0, progress: bool = False) -> list[Report]:
 
     from georecall.verify.probes import probe_all
     from georecall.verify.train import init_model
+
     _log(progress, "probes: G1 (N=512, R=4) exact; an untrained model for contrast")
     start = time.perf_counter()
     task = task_for_seed(512, 4, seed)
-    g1 = probe_all(registry.get("G1").build(task).model, task, rng=seeds.rng(seed, "probes"), transfer_steps=5)
-    untrained = probe_all(init_model(512, 4, 16, 64, rng=seeds.rng(seed, "init")), task,
-                          rng=seeds.rng(seed, "probes"), transfer_steps=5)
+    g1 = probe_all(
+        registry.get("G1").build(task).model, task, rng=seeds.rng(seed, "probes"), transfer_steps=5
+    )
+    untrained = probe_all(
+        init_model(512, 4, 16, 64, rng=seeds.rng(seed, "init")),
+        task,
+        rng=seeds.rng(seed, "probes"),
+        transfer_steps=5,
+    )
     checks = {
         "G1 held-out encoding R² = 1": abs(g1["readout"]["encoding_r2"] - 1) < 1e-9,
         "G1 per-relation probes 100%": g1["readout"]["probe_accuracy_mean"] == 1.0,
@@ -319,8 +492,16 @@ def section_probes(seed: int = 0, progress: bool = False) -> list[Report]:
         "untrained: readout R² < 0.5 and transfer at chance": untrained["readout"]["encoding_r2"] < 0.5
         and untrained["transfer"]["closed_form_accuracy"] < 0.05,
     }
-    return [claim_report("probes exact on G1", {"N": 512, "R": 4, "seed": seed}, checks,
-                         time.perf_counter() - start, {"d": "", "m": ""}, {"g1": g1, "untrained": untrained})]
+    return [
+        claim_report(
+            "probes exact on G1",
+            {"N": 512, "R": 4, "seed": seed},
+            checks,
+            time.perf_counter() - start,
+            {"d": "", "m": ""},
+            {"g1": g1, "untrained": untrained},
+        )
+    ]
 
 
 SECTIONS: list[tuple[str, Callable[..., list[Report]]]] = [

@@ -1,12 +1,13 @@
 """The two kinds of error a user can cause, and nothing else.
 
-- :class:`InputError`: bad input (a size out of range, a table that is not a bijection, a damaged file, options
+- :class:`InputError`: bad input (a size out of range, a table that is not a bijection, a damaged file,
+options
   that contradict each other). The command line reports it in one line and exits with code 2.
 - :class:`ConditionError`: parameters outside a theorem's conditions (codes too short, a gate too small, a β
   whose leakage breaks the margin); the message names the violated inequality and its values. Exit code 2.
 
-Both subclass ``ValueError``, so ``except ValueError`` still catches them. Any *other* exception escaping georecall
-is a bug: the command line shows its traceback and exits with code 3, never disguised as bad input.
+Both subclass ``ValueError``, so ``except ValueError`` still catches them. Any *other* exception escaping
+georecall is a bug: the command line shows its traceback and exits with code 3, never disguised as bad input.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Requires hypothesis (``pip install 'georecall[test]'``); nothing else in georecall imports this module.
 
 - :func:`tables`: ``(R, N)`` tables of arbitrary bijections (shrinking toward small N, R and the identity);
-- :func:`tasks`: :class:`~georecall.theory.tasks.Task` objects built from them (shared or disjoint attributes);
+- :func:`tasks`: :class:`~georecall.theory.tasks.Task` objects built from them (shared or disjoint
+attributes);
 - :func:`codebooks`: binary, sign or Gaussian :class:`~georecall.constructions.codes.Codes` of small length;
 - :func:`models`: random :class:`~georecall.constructions.model.Model` objects (uniform or softmax attention,
   heads, layers, positions) for gradient and forward-pass properties.

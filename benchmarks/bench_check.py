@@ -1,70 +1,126 @@
-"""Benchmark: G1 at N=4096, R=16 (binary codes) — build + exhaustive check of all 65,536 queries, in float64
-and in integer mode; and the checker's logits product against a plain NumPy matmul of the same shape.
+"""Benchmark: exhaustive G1 checks with the checker's exact fast paths against the dense reference (issue 14).
 
-Run by hand:  /usr/bin/time -v python benchmarks/bench_check.py   (peak memory: "Maximum resident set size")
-Targets (issue 2): build + check <= 5 s wall on 2 cores, peak memory <= 1 GiB; logits product >= 50% of the
-plain matmul's GFLOP/s.
+Part 1 (ratios): the same exhaustive check of G1 (binary codes) run as forward/decoder = dense/dense (THE
+forward pass, logits), dense/hypercube and tables/hypercube, interleaved over ``--repeats`` rounds; minima,
+and each one's time as a ratio to dense/dense. Float64 and integer mode.
+
+Part 2 (``--big``): the target, G1 at N = 2^20, R = 16 (16.8 M queries): build once, then the exhaustive check
+(``decoder="auto"``, ``forward="auto"``) in float64 and in integer mode. Each check reports its seconds and
+the process's peak resident memory *during the check* (VmHWM, reset after the build through
+/proc/self/clear_refs; it includes the resident model, which the check reads). ``--float32`` stores the
+model's weights in float32 first (exact for G1's integer weights) to show the floor that the model's own size
+sets.
+
+Run by hand:
+    python benchmarks/bench_check.py                       # ratios at N = 4096, R = 16
+    python benchmarks/bench_check.py --big                 # N = 2^20, R = 16
+    /usr/bin/time -v python benchmarks/bench_check.py --big --skip-ratios    # whole-process peak as well
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 
 import numpy as np
 
-from georecall.constructions.model import _read_columns, chunk_size, forward
-from georecall.constructions.single_hop import build_g1, single_hop_queries
+from georecall.constructions.single_hop import build_g1
 from georecall.theory.tasks import random_task
+from georecall.theory.tokens import single_hop_queries
 from georecall.verify.check import check_queries
 
+PATHS = (("dense", "dense"), ("dense", "hypercube"), ("tables", "hypercube"))
 
-def best_of(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+
+def memory_kib(field: str) -> int:
+    """``VmHWM`` (peak) or ``VmRSS`` (current) of this process in KiB, from /proc/self/status."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return -1
+
+
+def reset_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False if the kernel refuses."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def ratios(N: int, R: int, repeats: int, seed: int) -> None:
+    task = random_task(N, R, seed)
+    tokens, answers = single_hop_queries(task)
+    for integer in (False, True):
+        model = build_g1(task, "binary", integer=integer).model
+        best = {path: np.inf for path in PATHS}
+        results = {}
+        for _ in range(repeats):  # interleaved: every path once per round, so drifting load hits all alike
+            for forward, decoder in PATHS:
+                result = check_queries(model, tokens, answers, integer=integer, forward=forward,
+                                       decoder=decoder)
+                best[(forward, decoder)] = min(best[(forward, decoder)], result.seconds)
+                results[(forward, decoder)] = result
+        reference = best[PATHS[0]]
+        print(f"G1 N={N} R={R} ({N * R:,} queries), {'integer' if integer else 'float64'} mode, "
+              f"min of {repeats}:")
+        for path in PATHS:
+            r = results[path]
+            print(f"  forward={path[0]:6s} decoder={path[1]:9s} {best[path]:8.3f} s  "
+                  f"ratio {best[path] / reference:6.3f}  exact={r.exact} min margin {r.min_margin:.6g} "
+                  f"(ran {r.forward}/{r.decoder})")
+        ref = results[PATHS[0]].min_margin
+        gaps = ", ".join(f"{p[0]}/{p[1]}: {abs(results[p].min_margin - ref):.2g}" for p in PATHS[1:])
+        print(f"  |min margin − dense/dense's|: {gaps} ({'must be 0' if integer else 'rounding'})")
+
+
+def big(N: int, R: int, seed: int, float32: bool) -> None:
+    start = time.perf_counter()
+    task = random_task(N, R, seed)
+    model = build_g1(task, "binary", integer=True).model
+    if float32:
+        model = model.astype(np.float32)
+    tokens, answers = single_hop_queries(task)
+    built = time.perf_counter() - start
+    gc.collect()
+    model_bytes = sum(a.nbytes for a in model.arrays().values())
+    print(f"G1 N={N} R={R}: {N * R:,} queries; build {built:.1f} s; model arrays "
+          f"{model_bytes / 2**30:.2f} GiB ({model.entity_embedding.dtype}), tokens+answers "
+          f"{(tokens.nbytes + answers.nbytes) / 2**30:.2f} GiB; "
+          f"RSS after build {memory_kib('VmRSS') / 2**20:.2f} GiB")
+    for integer in (False, True):
+        before = memory_kib("VmRSS")
+        reset = reset_peak()
+        result = check_queries(model, tokens, answers, integer=integer)
+        peak = memory_kib("VmHWM")
+        print(f"  {'integer' if integer else str(model.entity_embedding.dtype) + ' float'} mode: "
+              f"check {result.seconds:.1f} s, exact={result.exact} "
+              f"({result.n_correct:,}/{result.n_queries:,}), "
+              f"min margin {result.min_margin:g}, forward={result.forward}, decoder={result.decoder}; "
+              f"peak RSS during the check {peak / 2**20:.2f} GiB "
+              f"({'reset after build' if reset else 'NOT reset: whole-process peak'}), "
+              f"of which {(peak - before) / 2**20:.2f} GiB above the RSS before it")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--N", type=int, default=4096)
+    parser.add_argument("--N", type=int, default=4096, help="entities for the ratio runs")
     parser.add_argument("--R", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--big", action="store_true", help="also run the N = 2^20, R = 16 target")
+    parser.add_argument("--big-N", type=int, default=2**20)
+    parser.add_argument("--float32", action="store_true", help="store the big model's weights in float32")
+    parser.add_argument("--skip-ratios", action="store_true")
     args = parser.parse_args()
-
-    for integer in (False, True):
-        start = time.perf_counter()
-        task = random_task(args.N, args.R, args.seed)
-        built = build_g1(task, "binary", integer=integer)
-        tokens, answers = single_hop_queries(task)
-        built_at = time.perf_counter()
-        result = check_queries(built.model, tokens, answers, integer=integer)
-        total = time.perf_counter() - start
-        print(f"G1 N={args.N} R={args.R} {'integer' if integer else 'float64'}: build {built_at - start:.2f} s, "
-              f"check {result.seconds:.2f} s, total {total:.2f} s; exact={result.exact}, "
-              f"min margin {result.min_margin:.4g}")
-
-    # The logits product as the checker runs it: residual columns U reads, one chunk of queries.
-    model = built.model
-    chunk = chunk_size(model, 2)
-    _, trace = forward(model, tokens[:chunk], trace=True)
-    x = trace.residual[-1][:, -1]
-    read = _read_columns(model)
-    cols = np.arange(model.d) if read is None else read
-    U = model.unembedding
-    flops = 2.0 * chunk * cols.size * U.shape[0]
-    ours = best_of(lambda: x[:, cols] @ U[:, cols].T, 5)
-    xr, Ur = np.ascontiguousarray(x[:, cols]), np.ascontiguousarray(U[:, cols].T)
-    plain = best_of(lambda: np.matmul(xr, Ur), 5)
-    print(f"logits product ({chunk} x {cols.size}) @ ({cols.size} x {U.shape[0]}): checker {flops / ours / 1e9:.1f} "
-          f"GFLOP/s, plain matmul {flops / plain / 1e9:.1f} GFLOP/s, ratio {plain / ours:.2f}")
-    full = best_of(lambda: x @ U.T, 3)
-    print(f"for reference, the full-width product ({chunk} x {model.d}) @ ({model.d} x {U.shape[0]}): "
-          f"{2.0 * chunk * model.d * U.shape[0] / full / 1e9:.1f} GFLOP/s, {full * 1e3:.1f} ms per chunk "
-          f"vs {ours * 1e3:.1f} ms on the {cols.size} columns U reads")
+    if not args.skip_ratios:
+        ratios(args.N, args.R, args.repeats, args.seed)
+    if args.big:
+        big(args.big_N, args.R, args.seed, args.float32)
 
 
 if __name__ == "__main__":

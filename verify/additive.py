@@ -32,6 +32,7 @@ result is the same function with a different rounding order (like any two BLAS c
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -39,14 +40,15 @@ import numpy as np
 
 from georecall.constructions.model import EXACT_INTEGER_LIMIT, IntegerModeError, Model
 
-__all__ = ["AdditivePlan", "NotAdditive", "integer_bounds", "plan_additive", "run_additive", "support"]
+__all__ = ["AdditivePlan", "NotAdditive", "TableFacts", "integer_bounds", "plan_additive", "run_additive",
+           "support", "table_facts"]
 
 # Bytes of one block's pre-activation table (m × block tokens); the block size follows from it.
 BLOCK_BYTES = 64 * 2**20
 # Largest table of a group position (distinct tokens × m), and the largest number of groups.
 MAX_GROUP_TABLE = 2**24
 MAX_GROUPS = 2**20
-SCAN_ROWS = 2**16
+SCAN_BYTES = 2 * 2**20
 
 
 class NotAdditive(ValueError):
@@ -54,34 +56,68 @@ class NotAdditive(ValueError):
 
 
 def _scan(array: np.ndarray, fn, init):
-    """Fold ``fn`` over row blocks of a large array (bounded temporaries)."""
+    """Fold ``fn`` over row blocks of about 2 MiB of a large array (bounded, cache-sized temporaries)."""
     acc = init
-    for start in range(0, array.shape[0], SCAN_ROWS):
-        acc = fn(acc, array[start : start + SCAN_ROWS])
+    rows = max(1, SCAN_BYTES // (8 * max(1, int(np.prod(array.shape[1:])))))
+    for start in range(0, array.shape[0], rows):
+        acc = fn(acc, array[start : start + rows])
     return acc
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """What one pass over a weight table tells: the columns with a nonzero entry, the largest absolute entry,
+    and whether every entry is an integer."""
+
+    support: np.ndarray
+    max_abs: float
+    integral: bool
+
+
+def _facts_of(array: np.ndarray) -> TableFacts:
+    array = array.reshape(array.shape[0], -1) if array.ndim != 2 else array
+
+    def step(acc, block):
+        used, top, whole = acc
+        used |= np.any(block != 0, axis=0)
+        top = max(top, float(np.abs(block).max(initial=0.0)))
+        whole = whole and bool(np.array_equal(block, np.rint(block)))
+        return used, top, whole
+    used, top, whole = _scan(array, step, (np.zeros(array.shape[1], dtype=bool), 0.0, True))
+    return TableFacts(np.flatnonzero(used), top, whole)
+
+
+_FACTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def table_facts(model: Model, name: str) -> TableFacts:
+    """:class:`TableFacts` of ``model.arrays()[name]``, computed once per (immutable) model and name."""
+    cache = _FACTS.setdefault(model, {})
+    if name not in cache:
+        cache[name] = _facts_of(model.arrays()[name])
+    return cache[name]
 
 
 def support(table: np.ndarray) -> np.ndarray:
     """Columns of ``table`` with a nonzero entry (scanned in row blocks)."""
-    return np.flatnonzero(_scan(table, lambda acc, b: acc | np.any(b != 0, axis=0),
-                                np.zeros(table.shape[1], dtype=bool)))
-
-
-def _max_abs(table: np.ndarray) -> float:
-    return float(_scan(table, lambda acc, b: max(acc, float(np.abs(b).max(initial=0.0))), 0.0))
-
-
-def _integral(table: np.ndarray) -> bool:
-    return bool(_scan(table, lambda acc, b: acc and bool(np.array_equal(b, np.rint(b))), True))
+    return _facts_of(table).support
 
 
 class _SparseProduct:
     """``A @ X`` for a fixed ``A (k, s)`` and many ``X (s, c)``: as gathers of rows of X when every row of A
-    has few nonzeros (the constructions' W1 has one or two per unit), else one BLAS product. Exact in integer
-    mode (sums of integers below 2^53); in float mode another summation order."""
+    has few nonzeros (the constructions' W1 and W2 have one or two per unit), else one BLAS product. Exact in
+    integer mode (sums of integers below 2^53); in float mode another summation order.
+
+    Gathers: ``out = 0; out += value[k]·X[index[k]]`` for the slots k = 0, 1, … (a row's k-th nonzero; rows
+    with fewer are padded with value 0). :meth:`upper` repeats exactly these operations with each ``X`` entry
+    replaced by the largest (value >= 0) or smallest (value < 0) entry of its row: floating-point addition and
+    multiplication by a constant are monotone, so the result bounds every computed entry of that row of
+    ``out`` from above, rounding included.
+    """
 
     def __init__(self, A: np.ndarray, dtype) -> None:
         self.A = np.ascontiguousarray(A, dtype=dtype)
+        self.dtype = np.dtype(dtype)
         nnz = np.count_nonzero(self.A, axis=1)
         self.slots = int(nnz.max(initial=0))
         self.sparse = 4 * self.slots <= A.shape[1]
@@ -93,16 +129,43 @@ class _SparseProduct:
             rank = np.arange(rows.size) - np.searchsorted(rows, rows)  # position of each nonzero in its row
             self.index[rank, rows] = cols
             self.value[rank, rows] = self.A[rows, cols]
+            self.unit = [bool(np.all(self.value[k] == 1)) for k in range(self.slots)]
 
-    def __call__(self, X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """``A[rows] @ X`` (all rows of A when ``rows`` is None)."""
+    def __call__(self, X: np.ndarray, rows: np.ndarray | None = None,
+                 cols: slice | np.ndarray | None = None) -> np.ndarray:
+        """``A[rows] @ X[:, cols]`` (all rows / columns when None)."""
+        if cols is None:
+            cols = slice(None)
         if not self.sparse:
-            return (self.A if rows is None else self.A[rows]) @ X
+            A = self.A if rows is None else self.A[rows]
+            return A @ (X[:, cols] if isinstance(cols, slice) else X[:, cols])
         index = self.index if rows is None else self.index[:, rows]
         value = self.value if rows is None else self.value[:, rows]
-        out = np.zeros((index.shape[1], X.shape[1]), dtype=X.dtype)
+        if isinstance(cols, slice):
+            X = X[:, cols]
+            width = X.shape[1]
+        else:
+            width = cols.size
+        if self.slots == 0:
+            return np.zeros((index.shape[1], width), dtype=X.dtype)
+        out = None
+        for k in range(self.slots):  # out = v_0·x_0 (= 0 + v_0·x_0 exactly), then out += v_k·x_k
+            gathered = X[index[k]] if isinstance(cols, slice) else X[index[k]][:, cols]
+            if not self.unit[k]:
+                gathered *= value[k][:, None]
+            if out is None:
+                out = gathered
+            else:
+                out += gathered
+        return out
+
+    def upper(self, row_max: np.ndarray, row_min: np.ndarray) -> np.ndarray:
+        """An upper bound on every entry of each row of ``A @ X`` given the row maxima / minima of X."""
+        out = np.zeros(self.index.shape[1], dtype=self.dtype)
         for k in range(self.slots):
-            out += value[k][:, None] * X[index[k]]
+            v = self.value[k]
+            term = np.where(v >= 0, v * row_max[self.index[k]], v * row_min[self.index[k]])
+            out = term if k == 0 else out + term
         return out
 
 
@@ -193,7 +256,8 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
     att = layer.attention
     if integer and att is not None and att.kind != "uniform":
         raise NotAdditive(f"integer mode needs uniform attention, not {att.kind}")
-    supp_E, supp_Q = support(model.entity_embedding), support(model.relation_embedding)
+    supp_E = table_facts(model, "entity_embedding").support
+    supp_Q = table_facts(model, "relation_embedding").support
     supp = np.union1d(supp_E, supp_Q)
     weights, VO = _attention_weights(model, T, supp)
     d = model.d
@@ -279,22 +343,14 @@ def integer_bounds(plan: AdditivePlan) -> dict[str, float]:
     """
     model = plan.model
     layer = model.layers[0]
-    named = {"entity_embedding": model.entity_embedding, "relation_embedding": model.relation_embedding,
-             "unembedding": model.unembedding}
-    if model.position_embedding is not None:
-        named["position_embedding"] = model.position_embedding
-    if layer.attention is not None:
-        named.update({"W_V": layer.attention.W_V.reshape(-1, layer.attention.W_V.shape[-1]),
-                      "W_O": layer.attention.W_O.reshape(-1, layer.attention.W_O.shape[-1])})
-    if layer.mlp is not None:
-        mlp = layer.mlp
-        named.update({"W1": mlp.W1, "b1": mlp.b1[None], "W2": mlp.W2, "b2": mlp.b2[None]})
-    for name, array in named.items():
-        if not _integral(array):
+    named = [name for name in model.arrays() if name == "entity_embedding" or name == "relation_embedding"
+             or name == "unembedding" or name == "position_embedding" or name.startswith("layers.0.")]
+    for name in named:
+        if not table_facts(model, name).integral:
             raise IntegerModeError(f"integer mode: weight {name} is not integral")
-    X = max(_max_abs(model.entity_embedding), _max_abs(model.relation_embedding))
+    X = max(table_facts(model, "entity_embedding").max_abs, table_facts(model, "relation_embedding").max_abs)
     if model.position_embedding is not None:
-        X += _max_abs(model.position_embedding[: plan.T])
+        X += float(np.abs(model.position_embedding[: plan.T]).max(initial=0.0))
     bounds = {"embedding": X}
     if layer.attention is not None:
         att = layer.attention
@@ -394,12 +450,21 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
         ends = np.cumsum(counts)[keys]
         starts = ends - counts[keys]
     del key
+    steps = None
+    if order is None and Q > 1:  # steps[i] = #{j < i : last[j + 1] == last[j] + 1}: contiguity in O(1)
+        steps = np.zeros(Q, dtype=np.int64)
+        for start in range(0, Q - 1, 2**20):
+            stop = min(Q - 1, start + 2**20)
+            ahead, here = np.asarray(last[start + 1 : stop + 1]), np.asarray(last[start:stop])
+            steps[start + 1 : stop + 1] = ahead - here == 1
+        np.cumsum(steps, out=steps)
     by_block: dict[int, list[tuple[int, int, int]]] = {}
     for k, s, e in zip(keys.tolist(), starts.tolist(), ends.tolist()):
         by_block.setdefault(k % n_blocks, []).append((k // n_blocks, s, e))
     dtype = plan.dtype
     q_last = plan.T - 1
     products: dict[str, tuple[_SparseProduct | None, _SparseProduct]] = {}
+    w2_products: dict[bytes, _SparseProduct] = {}
     supp_E, supp_Q = plan.info["supp_E"], plan.info["supp_Q"]
     const_pre = None if plan.const_pre is None else plan.const_pre
     for bi, b in enumerate(sorted(by_block)):
@@ -421,36 +486,55 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
             emb = _embedding_rows(model, ids)[:, rows_used]
         Et = np.ascontiguousarray(emb.T, dtype=dtype)  # (supp, block): feature-major
         del emb
-        table = None if pre_product is None else pre_product(Et)  # (m, block)
-        colmax = None if table is None else table.max(axis=1)
-        read_table = read_product(Et)  # (D, block)
-        del Et
+        table = colmax = None
+        if pre_product is not None:
+            if pre_product.sparse:  # units computed per group, live ones only; bound from the row extremes
+                colmax = pre_product.upper(Et.max(axis=1, initial=-np.inf), Et.min(axis=1, initial=np.inf))
+            else:  # one BLAS product for the whole block; exact column maxima
+                table = pre_product(Et)
+                colmax = table.max(axis=1)
+        read_zero = read_product.sparse and read_product.slots == 0
+        read_table = None if read_zero else read_product(Et)  # (D, block)
         stats["blocks"] += 1
         for group, s, e in by_block[b]:
             idx = slice(s, e) if order is None else order[s:e]
-            local = np.asarray(last[idx], dtype=np.int64) - b0
-            n = local.size
-            contiguous = n and local[-1] - local[0] == n - 1 and np.array_equal(
-                local, np.arange(local[0], local[0] + n))
-            span = slice(int(local[0]), int(local[0]) + n) if contiguous else local
+            n = e - s
+            if steps is not None and steps[e - 1] - steps[s] == n - 1:  # last tokens l, l + 1, ..., l + n − 1
+                first = int(last[s]) - b0
+                local = span = slice(first, first + n)
+            else:
+                local = np.asarray(last[idx], dtype=np.int64) - b0
+                span = local
             g_read = plan.const_read.copy()
             g_pre = None if const_pre is None else const_pre.copy()
-            for j, u in enumerate(plan.group_positions):
+            for j in range(len(plan.group_positions)):
                 digit = (group // int(radix[j])) % plan.group_tokens[j].size
                 g_read += plan.group_read[j][digit]
                 if g_pre is not None:
                     g_pre += plan.group_pre[j][digit]
-            vT = read_table[:, span] + g_read.astype(dtype)[:, None]
-            if table is not None:
+            if read_table is None:
+                vT = np.empty((plan.columns.size, n), dtype=dtype)
+                vT[...] = g_read.astype(dtype)[:, None]
+            else:
+                vT = read_table[:, span] + g_read.astype(dtype)[:, None]
+            if colmax is not None:
                 g = g_pre.astype(dtype)
-                live = np.flatnonzero(colmax + g > 0)  # same rounding as below: a dead unit is 0 for all
+                # colmax bounds every computed entry of a unit's row, so fl(colmax + g) <= 0 means that every
+                # fl(entry + g) <= 0 (monotone rounding): the unit outputs exactly 0 on this whole group.
+                live = np.flatnonzero(colmax + g > 0)
                 stats["units"] += m
                 stats["live_units"] += live.size
                 if live.size:
-                    hT = table[live][:, span] if isinstance(span, slice) else table[live][:, local]
+                    if table is not None:
+                        hT = table[live][:, span] if isinstance(span, slice) else table[live][:, local]
+                    else:
+                        hT = pre_product(Et, rows=live, cols=span)
                     hT += g[live][:, None]
                     np.maximum(hT, 0, out=hT)
-                    vT += plan.W2_read[live].T @ hT
+                    key = live.tobytes()
+                    if key not in w2_products:
+                        w2_products[key] = _SparseProduct(plan.W2_read[live].T, dtype)
+                    vT += w2_products[key](hT)
             stats["groups"] += 1
             consume(idx, vT.T)
         if progress and bi % 8 == 0:

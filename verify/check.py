@@ -31,14 +31,13 @@ import numpy as np
 from georecall.constructions.model import Model, chunk_size, forward, integer_bounds, iter_chunks
 from georecall.theory import __version__
 from georecall.theory.statements import Promise
-from georecall.verify.additive import NotAdditive, plan_additive, run_additive
+from georecall.verify.additive import NotAdditive, plan_additive, run_additive, table_facts
 from georecall.verify.decoders import (
     Hypercube,
     dense_decode,
     detect_hypercube,
     hypercube_decode,
     margins_of,
-    read_columns,
 )
 
 __all__ = [
@@ -159,7 +158,7 @@ def _choose_decoder(model: Model, decoder: str) -> tuple[Hypercube | None, str]:
         raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
     if decoder == "dense":
         return None, ""
-    cube, why = detect_hypercube(model.unembedding)
+    cube, why = detect_hypercube(model.unembedding, table_facts(model, "unembedding").support)
     if cube is None and decoder == "hypercube":
         raise ValueError(f"the hypercube decoder does not apply: {why}")
     return cube, ("" if cube is not None else f"decoder: {why}")
@@ -230,7 +229,7 @@ def check_queries(
     start = time.perf_counter()
     read_at = [tokens.shape[1] - 1] if positions is None else [int(p) for p in positions]
     cube, why_decoder = _choose_decoder(model, decoder)
-    columns = cube.columns if cube is not None else read_columns(model.unembedding)
+    columns = cube.columns if cube is not None else table_facts(model, "unembedding").support
     U_read = None if cube is not None else model.unembedding[:, columns]
     tally = _Tally(n, len(read_at), keep, max_failures, answers.shape)
     column_answers = answers[:, None] if positions is None else answers
@@ -307,7 +306,7 @@ def check_decoding(
     start = time.perf_counter()
     n, k = chains.shape
     cube, why_decoder = _choose_decoder(model, decoder)
-    columns = cube.columns if cube is not None else read_columns(model.unembedding)
+    columns = cube.columns if cube is not None else table_facts(model, "unembedding").support
     U_read = None if cube is not None else model.unembedding[:, columns]
     predictions = np.empty(chains.shape, dtype=np.int64)
     margins = np.empty(chains.shape, dtype=np.float64)

@@ -53,8 +53,9 @@ def read_columns(U: np.ndarray) -> np.ndarray:
     """Indices of the residual coordinates that ``U (n_out, d)`` reads (columns with a nonzero entry), scanned
     in row blocks so that no ``(n_out, d)`` temporary is made."""
     used = np.zeros(U.shape[1], dtype=bool)
-    for start in range(0, U.shape[0], SCAN_ROWS):
-        used |= np.any(U[start : start + SCAN_ROWS] != 0, axis=0)
+    rows = max(1, 2**21 // (8 * max(1, U.shape[1])))  # blocks of about 2 MiB
+    for start in range(0, U.shape[0], rows):
+        used |= np.any(U[start : start + rows] != 0, axis=0)
     return np.flatnonzero(used)
 
 
@@ -82,15 +83,15 @@ class Hypercube:
         return out
 
 
-def detect_hypercube(U: np.ndarray) -> tuple[Hypercube | None, str]:
+def detect_hypercube(U: np.ndarray, columns: np.ndarray | None = None) -> tuple[Hypercube | None, str]:
     """Is ``U`` exactly ``λ·S`` on some columns (``S``: every ±1 pattern once, ``n_out = 2^D``), 0 elsewhere?
 
     Returns ``(Hypercube, "")`` or ``(None, reason)``. Every test is an exact comparison of the stored
     floats: one common absolute value ``λ > 0`` on the read columns, zero elsewhere, and the ``2^D`` sign
-    patterns are a permutation of the rows.
+    patterns are a permutation of the rows. ``columns``: the read columns when already known.
     """
     n_out = U.shape[0]
-    columns = read_columns(U)
+    columns = read_columns(U) if columns is None else np.asarray(columns)
     D = int(columns.size)
     if D == 0 or D > 40 or n_out != 2**D:
         return None, f"n_out = {n_out} is not 2^D for the D = {D} coordinates the read-out reads"
@@ -137,10 +138,17 @@ def hypercube_decode(cube: Hypercube, v: np.ndarray, answers: np.ndarray) -> tup
     """
     D = cube.D
     v = np.asarray(v)
-    positive = v > 0
-    codes = positive.astype(np.float64) @ (2.0 ** np.arange(D))  # exact: < 2^D <= 2^40
-    predictions = cube.row_of[codes.astype(np.int64)]
-    absmin = np.abs(v).min(axis=1)
+    vT = v.T  # coordinate-major: contiguous rows when v is the transpose of a (D, n) array (the tables')
+    codes = np.zeros(v.shape[0], dtype=np.int64)
+    bit = np.empty(v.shape[0], dtype=np.int64)
+    for i in range(D):  # code = Σ_i [v_i > 0]·2^i, in integers (no BLAS call for a (n, D) by (D,) product)
+        np.greater(vT[i], 0, out=bit, casting="unsafe")
+        np.left_shift(bit, i, out=bit)
+        codes |= bit
+    predictions = cube.row_of[codes]
+    absmin = np.abs(vT[0])
+    for i in range(1, D):
+        np.minimum(absmin, np.abs(vT[i]), out=absmin)
     margins = (2.0 * cube.lam) * absmin.astype(np.float64)
     tie = absmin == 0
     bad = np.flatnonzero((predictions != answers) | tie)

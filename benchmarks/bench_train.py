@@ -66,8 +66,8 @@ def flops(products) -> float:
 
 def gemm_time(products, rng) -> float:
     """Seconds for the products alone (float32, contiguous operands allocated beforehand)."""
-    operands = [(rng.standard_normal((a, k)).astype(np.float32), rng.standard_normal((k, b)).astype(np.float32))
-                for a, k, b in products]
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    operands = [(f32(a, k), f32(k, b)) for a, k, b in products]
     start = time.perf_counter()
     for x, y in operands:
         x @ y
@@ -152,7 +152,7 @@ def run(args, B: int, reps: int, steps: int, label: str) -> None:
     rng = np.random.default_rng(0)
     U_s = N if batch is None else int(round(N * (1 - (1 - 1 / N) ** B)))  # expected distinct subjects
     dense_p, struct_p = dense_products(B, N, d, m), structured_products(B, U_s, N, R, d, m)
-    best = {"structured": np.inf, "dense": np.inf, "torch": np.inf, "floor": np.inf, "structured floor": np.inf}
+    best = dict.fromkeys(("structured", "dense", "torch", "floor", "structured floor"), np.inf)
     have_torch = True
     for _ in range(reps):  # interleaved: every variant once per repetition
         best["structured"] = min(best["structured"], *numpy_step_times(model, tokens, answers, steps, batch,
@@ -185,8 +185,8 @@ def run(args, B: int, reps: int, steps: int, label: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="time one training step: structured and dense NumPy paths vs "
-                                                 "PyTorch vs the dense GEMM floor")
+    parser = argparse.ArgumentParser(
+        description="time one training step: structured and dense NumPy paths, PyTorch, the dense GEMM floor")
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (minibatch)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per repetition and variant")
     parser.add_argument("--full-reps", type=int, default=2, help="repetitions of full-batch steps (0: skip)")

@@ -4,6 +4,9 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from georecall.constructions.model import load_model, save_model
 from georecall.constructions.multi_hop import multi_hop_queries
 from georecall.constructions.single_hop import single_hop_queries
@@ -11,8 +14,6 @@ from georecall.theory.tasks import random_task
 from georecall.verify.check import check_queries
 from georecall.verify.sweep import TrialSettings, find_threshold, fit_thresholds, read_records, sweep
 from georecall.verify.train import GROUPS, check_grads, init_model, train
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 @given(N=st.integers(2, 8), R=st.integers(1, 3), d=st.integers(2, 7), m=st.integers(1, 6),
@@ -312,7 +313,7 @@ def test_adam_rejects_an_unknown_eps_form():
 
 
 def test_decoupled_weight_decay_per_group():
-    """One step: the decayed group differs from the undecayed run by exactly lr·λ·θ0; the rest is identical."""
+    """One step: the decayed group differs from the undecayed run by exactly lr·λ·θ0; the rest is the same."""
     task = random_task(8, 2, 0)
     tokens, answers = single_hop_queries(task)
     model = init_model(8, 2, 6, 5, rng=0, dtype=np.float64)
@@ -343,9 +344,10 @@ def test_init_scale_per_group_and_seed_streams():
     task = random_task(6, 2, 0)
     tokens, answers = single_hop_queries(task)
     model = init_model(6, 2, 4, 3, seed=3)
-    a = train(model, tokens, answers, steps=6, batch_size=4, seed=3, stop_at_accuracy=None)
-    b = train(model, tokens, answers, steps=6, batch_size=4, rng=seed_rng(3, "batches"), stop_at_accuracy=None)
-    c = train(model, tokens, answers, steps=6, batch_size=4, rng=seed_rng(3, "init"), stop_at_accuracy=None)
+    options = {"steps": 6, "batch_size": 4, "stop_at_accuracy": None}
+    a = train(model, tokens, answers, seed=3, **options)
+    b = train(model, tokens, answers, rng=seed_rng(3, "batches"), **options)
+    c = train(model, tokens, answers, rng=seed_rng(3, "init"), **options)
     assert a.losses == b.losses and a.losses != c.losses
     with pytest.raises(ValueError, match="rng or seed"):
         train(model, tokens, answers, steps=1, rng=1, seed=1)

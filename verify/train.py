@@ -3,7 +3,8 @@
 The forward pass is THE forward pass (``constructions.model.forward`` with ``trace=True``); this module adds
 the hand-written backward pass through every parameter group (the dense reference), cross-entropy, and
 Adam/AdamW/SGD. One-layer single-hop models with uniform attention train through the structure-aware step of
-:mod:`georecall.verify.train_structured` when it applies (``train(path="auto")``), which gives the same gradients.
+:mod:`georecall.verify.train_structured` when it applies (``train(path="auto")``), which gives the same
+gradients.
 
 Parameters are a flat dict keyed like ``Model.arrays()`` (``entity_embedding``, ``layers.0.mlp.W1``, ...).
 Groups, for freezing, weight decay and initialisation scale: ``entity_embedding``, ``relation_embedding``,
@@ -12,8 +13,8 @@ bias).
 
 Initialization (``init_model``), with fan-in scaling so activations stay O(1), times a per-group
 ``init_scale`` (default 1): embeddings (E, Q, P) and U have i.i.d. ``N(0, 1/d)`` entries (rows of norm ≈ 1);
-``W_Q, W_K, W_V ~ N(0, 1/d)``, ``W_O ~ N(0, 1/d_v)``; ``W1 ~ N(0, 1/d)``, ``W2 ~ N(0, 1/m)``; biases 0; softmax
-inverse temperature ``1/sqrt(d_k)`` (not trained).
+``W_Q, W_K, W_V ~ N(0, 1/d)``, ``W_O ~ N(0, 1/d_v)``; ``W1 ~ N(0, 1/d)``, ``W2 ~ N(0, 1/m)``; biases 0;
+softmax inverse temperature ``1/sqrt(d_k)`` (not trained).
 
 Randomness: ``init_model`` draws from its own generator (``seed=S`` → the ``"init"`` stream of the seed
 contract, ``theory.seeds``) and ``train`` draws the batch order from another (``seed=S`` → ``"batches"``).
@@ -30,11 +31,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import sparse
+
 from georecall.constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows, unflatten
 from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import _as_rng, check_positive_int
 from georecall.verify.train_structured import loss_and_grads_structured, run_parallel, structure_reason
-from scipy import sparse
 
 __all__ = [
     "EPS_FORMS",
@@ -99,14 +101,14 @@ def init_model(
         keep 1): entry ``θ ~ N(0, (scale_g)² / fan_in)``.
     tied_readout
         Start with ``U = E`` (needs ``n_out == N``); train with ``train(..., tie_readout=True)`` to keep them
-        equal. The draws are the same as without tying (U is drawn, then replaced), so the other weights do not
-        depend on this flag.
+        equal. The draws are the same as without tying (U is drawn, then replaced), so the other weights do
+        not depend on this flag.
     positions
         Number of position-embedding rows (``None``: no position embeddings). Softmax attention on single-hop
         queries, as in the multi-hop models, wants ``positions=2``.
     """
-    N, R, d, m, heads, layers = (check_positive_int(n, v) for n, v in
-                                 (("N", N), ("R", R), ("d", d), ("m", m), ("heads", heads), ("layers", layers)))
+    N, R, d, m, heads, layers = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("d", d), ("m", m),
+                                                                        ("heads", heads), ("layers", layers)))
     if attention not in ("uniform", "softmax", "none"):
         raise ValueError(f"attention must be 'uniform', 'softmax' or 'none', got {attention!r}")
     if seed is not None:
@@ -146,8 +148,8 @@ def init_model(
     if tied_readout:
         U = E.copy()
     P = None if positions is None else normal((positions, d), d, "position_embedding")
-    return Model(E, Q, U, tuple(built), P,
-                 meta={"construction": "trained", "init": "fan-in normal", "tied_readout": bool(tied_readout)})
+    meta = {"construction": "trained", "init": "fan-in normal", "tied_readout": bool(tied_readout)}
+    return Model(E, Q, U, tuple(built), P, meta=meta)
 
 
 def _group_values(name: str, value, default: float) -> dict[str, float]:
@@ -199,7 +201,8 @@ def softmax_cross_entropy(logits: np.ndarray, answers: np.ndarray):
 
 def readout_backward(P, scale, answers, U, x_read, want_U: bool):
     """``dx = dz @ U`` and ``dU = dz^T @ x`` for ``dz = scale·P − onehot/n`` without forming dz:
-    ``dz @ U = scale·(P @ U) − U[answers]/n`` and ``dz^T @ x = P^T @ (scale·x) − Σ_{rows with answer j} x/n``."""
+    ``dz @ U = scale·(P @ U) − U[answers]/n`` and
+    ``dz^T @ x = P^T @ (scale·x) − Σ_{rows with answer j} x/n``."""
     n = P.shape[0]
     dx = matmul_rows(P, U)
     dx *= scale[:, None]
@@ -220,8 +223,8 @@ def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
     """Mean cross-entropy of ``answers`` and its gradient for every parameter not in a frozen group.
 
     ``positions=None``: one answer per query, read at the last position (``answers`` shape ``(B,)``).
-    Otherwise answers ``(B, P)`` are read at the given positions (teacher forcing) and the loss is the mean over
-    all B·P predictions. Returns ``(loss, grads, predictions)``.
+    Otherwise answers ``(B, P)`` are read at the given positions (teacher forcing) and the loss is the mean
+    over all B·P predictions. Returns ``(loss, grads, predictions)``.
 
     ``path="dense"`` (the default, the reference): the generic backward pass below. ``"structured"``: the
     structure-aware step of :mod:`georecall.verify.train_structured` (one-layer, uniform or no attention,
@@ -245,7 +248,9 @@ def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
         flat_answers = answers.reshape(-1)
     loss, P, scale, predictions = softmax_cross_entropy(flat_logits, flat_answers)
     grads: dict[str, np.ndarray] = {}
-    need = lambda key: group_of(key) not in frozen
+    def need(key: str) -> bool:
+        return group_of(key) not in frozen
+
     x_final = trace.residual[-1]  # (B, Tq, d): Tq = 1 for at="last"
     x_read = x_final[:, -1] if positions is None else x_final[:, positions].reshape(-1, x_final.shape[-1])
     dx_read, dU = readout_backward(P, scale, flat_answers, model.unembedding, x_read, need("unembedding"))
@@ -314,13 +319,16 @@ def _layer_backward(layer: Layer, i: int, trace, dy: np.ndarray, grads: dict, ne
 
 def _attention_backward(att: Attention, prefix: str, x: np.ndarray, queries: slice, weights, g: np.ndarray,
                         dx: np.ndarray, grads: dict, need) -> None:
-    """Accumulate into ``dx`` the gradient through attention whose output at ``queries`` has gradient ``g``."""
+    """Accumulate into ``dx`` the gradient through attention whose output at ``queries`` has gradient
+    ``g``."""
     T = x.shape[1]
     positions = np.arange(T)[queries]
     want = need("attention")
     dW = {name: np.zeros_like(getattr(att, name)) for name in ("W_V", "W_O", "W_Q", "W_K")
           if want and getattr(att, name) is not None}
-    flat = lambda a: a.reshape(-1, a.shape[-1])
+    def flat(a: np.ndarray) -> np.ndarray:
+        return a.reshape(-1, a.shape[-1])
+
     if att.kind == "uniform":
         counts = (positions + 1).astype(x.dtype)[None, :, None]
         if positions.size == 1:
@@ -391,9 +399,9 @@ def sgd(grad_fn: Callable, params: dict, steps: int, *, lr: float = 0.1, momentu
     """Gradient descent with optional heavy-ball momentum: ``v ← μ·v + g``, ``θ ← θ − lr·v``.
 
     ``grad_fn(params, step) -> grads`` (a dict over a subset of the keys: the others stay fixed).
-    ``callback(params, step, grads)`` returning True stops before the update. ``weight_decay``: decoupled decay
-    (one λ or ``{key: λ}``), ``θ ← (1 − lr·λ)·θ`` before the step. The input dict is not modified; the returned
-    one is.
+    ``callback(params, step, grads)`` returning True stops before the update. ``weight_decay``: decoupled
+    decay (one λ or ``{key: λ}``), ``θ ← (1 − lr·λ)·θ`` before the step. The input dict is not modified; the
+    returned one is.
     """
     params = {k: np.array(v) for k, v in params.items()}
     velocity = {k: np.zeros_like(v) for k, v in params.items()}
@@ -411,8 +419,8 @@ def sgd(grad_fn: Callable, params: dict, steps: int, *, lr: float = 0.1, momentu
 
 EPS_FORMS = ("standard", "hat")
 
-# Adam updates parameters in blocks of this many entries (1 MiB of float32: the ~12 passes over a block stay in
-# cache), spread over a few threads (``run_parallel``).
+# Adam updates parameters in blocks of this many entries (1 MiB of float32: the ~12 passes over a block stay
+# in cache), spread over a few threads (``run_parallel``).
 ADAM_BLOCK = 1 << 18
 
 
@@ -447,14 +455,15 @@ def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: f
 
     At step ``t = 1, 2, ...`` with gradient ``g``: ``m ← β1·m + (1 − β1)·g``, ``v ← β2·v + (1 − β2)·g²``, then
 
-    - ``eps_form="standard"`` (PyTorch, Optax; the default): ``θ ← θ − lr·m̂/(√v̂ + ε)`` with ``m̂ = m/(1 − β1^t)``,
-      ``v̂ = v/(1 − β2^t)``;
-    - ``eps_form="hat"`` (Kingma & Ba's efficient form, Algorithm 1's footnote): ``θ ← θ − α_t·m/(√v + ε̂)`` with
-      ``α_t = lr·√(1 − β2^t)/(1 − β1^t)`` and ``ε̂ = eps``.
+    - ``eps_form="standard"`` (PyTorch, Optax; the default): ``θ ← θ − lr·m̂/(√v̂ + ε)`` with
+      ``m̂ = m/(1 − β1^t)``, ``v̂ = v/(1 − β2^t)``;
+    - ``eps_form="hat"`` (Kingma & Ba's efficient form, Algorithm 1's footnote):
+      ``θ ← θ − α_t·m/(√v + ε̂)`` with ``α_t = lr·√(1 − β2^t)/(1 − β1^t)`` and ``ε̂ = eps``.
 
     The two agree exactly when ``ε̂ = ε·√(1 − β2^t)``, which is how the standard form is computed here (one
-    code path). Decoupled decay ``θ ← (1 − lr·λ)·θ`` comes first
-    (PyTorch ``AdamW``). Same contract as :func:`sgd`.
+    code path). Decoupled decay ``θ ← (1 − lr·λ)·θ`` comes first (PyTorch ``AdamW``). The update runs in
+    cache-sized blocks on a few threads; each entry's arithmetic is the same as in one pass. Same contract as
+    :func:`sgd`.
     """
     if eps_form not in EPS_FORMS:
         raise ValueError(f"eps_form must be one of {EPS_FORMS}, got {eps_form!r}")
@@ -493,8 +502,8 @@ def training_data(task, k: int = 1, cot: bool = False):
 
     k = 1, no CoT: the N·R queries ``⟨r, s⟩`` and their answers (``positions=None``: read at the last token).
     k > 1, no CoT: the N·R^k queries ``⟨r_k, ..., r_1, s⟩`` and their final answers.
-    CoT: the queries followed by the true chain ``v_1..v_{k−1}`` (teacher forcing), answers ``v_1..v_k`` read at
-    positions ``k..2k−1``. ``T`` is the sequence length (the position embedding needs T rows).
+    CoT: the queries followed by the true chain ``v_1..v_{k−1}`` (teacher forcing), answers ``v_1..v_k`` read
+    at positions ``k..2k−1``. ``T`` is the sequence length (the position embedding needs T rows).
     """
     from georecall.constructions.multi_hop import chains, multi_hop_queries
     from georecall.constructions.single_hop import single_hop_queries
@@ -514,8 +523,8 @@ def training_data(task, k: int = 1, cot: bool = False):
 class TrainResult:
     """What :func:`train` returns.
 
-    ``steps``: optimizer updates applied. ``losses``/``accuracies``: the loss and accuracy of the batch seen at
-    each computed step (before its update). ``epochs``: completed passes over the queries (minibatch; full
+    ``steps``: optimizer updates applied. ``losses``/``accuracies``: the loss and accuracy of the batch seen
+    at each computed step (before its update). ``epochs``: completed passes over the queries (minibatch; full
     batch: one per step). ``path``: which gradient computation ran, ``"structured"`` or ``"dense"``.
     """
 
@@ -591,15 +600,17 @@ def train(
         Groups (see ``GROUPS``) that receive no update: e.g. ``("unembedding",)`` for a frozen read-out,
         ``("entity_embedding", "relation_embedding")`` for frozen embeddings.
     weight_decay
-        Decoupled weight decay (AdamW; for SGD the same ``θ ← (1 − lr·λ)·θ``): one λ for every trained group, or
+        Decoupled weight decay (AdamW; for SGD the same ``θ ← (1 − lr·λ)·θ``): one λ for every trained group,
+        or
         ``{group: λ}`` (missing groups: 0).
     eps, eps_form, betas, momentum
-        Adam's ε and its form (``"standard"``: ``m̂/(√v̂ + ε)`` as in PyTorch and Optax; ``"hat"``: Kingma & Ba's
+        Adam's ε and its form (``"standard"``: ``m̂/(√v̂ + ε)`` as in PyTorch and Optax; ``"hat"``: Kingma &
+        Ba's
         ``ε̂``), Adam's (β1, β2); SGD's momentum. See :func:`adam`.
     tie_readout
         Train with ``U = E`` (needs ``n_out == N``): the read-out is set to the entity embedding at the start,
-        the two gradients are summed into one update, and the returned model has ``U = E``. The shared matrix is
-        frozen with ``"entity_embedding"``; freezing ``"unembedding"`` alone is refused.
+        the two gradients are summed into one update, and the returned model has ``U = E``. The shared matrix
+        is frozen with ``"entity_embedding"``; freezing ``"unembedding"`` alone is refused.
     path
         ``"auto"`` (structure-aware step when it applies, see :mod:`georecall.verify.train_structured`),
         ``"dense"`` (the reference) or ``"structured"`` (``ValueError`` when it does not apply). The path that
@@ -608,8 +619,8 @@ def train(
     Stops when every query is answered or after ``steps`` updates. Full batch: a step whose own predictions
     are all correct stops before its update. Minibatch: at each epoch end (after the update of an epoch's last
     batch) an exhaustive check of the current weights. The final model is confirmed by the exhaustive checker.
-    A non-finite loss raises ``FloatingPointError`` naming the step. ``callback(params, step, grads)`` is called
-    before each applied update (True stops).
+    A non-finite loss raises ``FloatingPointError`` naming the step. ``callback(params, step, grads)`` is
+    called before each applied update (True stops).
     """
     from georecall.verify.check import check_queries
 
@@ -678,13 +689,14 @@ def train(
         current_model = model_of(current)
         with np.errstate(over="ignore", invalid="ignore"):
             if step_path == "structured":
-                loss, grads, predictions = loss_and_grads_structured(current_model, tokens[idx], batch_answers,
-                                                                     frozen)
+                loss, grads, predictions = loss_and_grads_structured(current_model, tokens[idx],
+                                                                     batch_answers, frozen)
             else:
-                loss, grads, predictions = loss_and_grads(current_model, tokens[idx], batch_answers, positions,
-                                                          frozen)
+                loss, grads, predictions = loss_and_grads(current_model, tokens[idx], batch_answers,
+                                                          positions, frozen)
         if not math.isfinite(loss):
-            raise FloatingPointError(f"loss became {loss} at step {step}: lower the learning rate (lr = {lr})")
+            raise FloatingPointError(f"loss became {loss} at step {step}: lower the learning rate "
+                                     f"(lr = {lr})")
         if tie_readout and "unembedding" in grads:
             grads["entity_embedding"] = grads["entity_embedding"] + grads.pop("unembedding")
         accuracy = float(np.mean(predictions == batch_answers.reshape(-1)))
@@ -724,18 +736,21 @@ def train(
 
 
 def check_grads(model: Model, tokens, answers, *, positions=None, frozen=(), rng=None, h: float = 1e-6,
-                rtol: float = 1e-5) -> dict[str, tuple[float, float]]:
+                rtol: float = 1e-5, path: str = "dense") -> dict[str, tuple[float, float]]:
     """Directional central differences in float64, one random direction per parameter.
 
     For each trainable parameter θ and a random unit direction v: compares ``<∇L, v>`` with
-    ``(L(θ + h·v) − L(θ − h·v)) / 2h``. Returns ``{key: (analytic, numeric)}``; raises ``AssertionError`` naming
-    the first parameter whose two values differ by more than ``rtol`` (relative to their scale, plus 1e-8).
+    ``(L(θ + h·v) − L(θ − h·v)) / 2h``. Returns ``{key: (analytic, numeric)}``; raises ``AssertionError``
+    naming the first parameter whose two values differ by more than ``rtol`` (relative to their scale, plus
+    1e-8).
+    ``path`` selects the analytic gradient (see :func:`loss_and_grads`): ``"structured"`` checks the
+    structure-aware step directly against the finite differences of THE forward pass.
     """
     rng = _as_rng(rng)
     model = model.astype(np.float64)
     tokens, answers = np.asarray(tokens), np.asarray(answers)
     frozen = frozenset(frozen)
-    _, grads, _ = loss_and_grads(model, tokens, answers, positions, frozen)
+    _, grads, _ = loss_and_grads(model, tokens, answers, positions, frozen, path=path)
     params = params_of(model)
     out = {}
     for key in sorted(grads):

@@ -30,14 +30,14 @@ B-row products through the first layer become scatter-adds into the tables:
     ∂W_V[h] = ∂M\\, W_O[h]^\\top,\\quad ∂W_O[h] = W_V[h]^\\top ∂M,\\quad
     ∂p_1 = σ + \\tfrac12 σ M^\\top,\\quad ∂p_0 = \\tfrac12 σ M^\\top \\;(σ = Σ_r ∂A^Q_r).
 
-Every identity is the chain rule through ``x_mid = A^E_s + A^Q_r`` (sums over the batch regrouped by subject or
-by relation), so the gradients equal the dense ones (:func:`georecall.verify.train.loss_and_grads`) up to
+Every identity is the chain rule through ``x_mid = A^E_s + A^Q_r`` (sums over the batch regrouped by subject
+or by relation), so the gradients equal the dense ones (:func:`georecall.verify.train.loss_and_grads`) up to
 floating-point rounding; ``tests/test_train_structured.py`` checks this on random models.
 
-The second MLP layer, the read-out and the cross-entropy are per query and stay B-row products. The read-out is
-fused and processed in row chunks that stay in cache (:func:`readout_cross_entropy`); the queries are sorted by
-relation inside the step (the mean loss does not depend on the order) so that the per-relation terms are added
-and summed over contiguous row ranges.
+The second MLP layer, the read-out and the cross-entropy are per query and stay B-row products. The read-out
+is fused and processed in row chunks that stay in cache (:func:`readout_cross_entropy`); the queries are
+sorted by relation inside the step (the mean loss does not depend on the order) so that the per-relation terms
+are added and summed over contiguous row ranges.
 """
 
 from __future__ import annotations
@@ -45,14 +45,15 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from georecall.constructions.model import Model
 from scipy import sparse
+
+from georecall.constructions.model import Model
 
 __all__ = ["READOUT_CHUNK_BYTES", "loss_and_grads_structured", "readout_cross_entropy", "run_parallel",
            "structure_reason"]
 
-# Bytes of the (rows × n_out) logits block processed at once (1024 rows at n_out = 4096 in float32): it stays in
-# cache between its matrix products and the element-wise passes, and bounds memory for full-batch steps.
+# Bytes of the (rows × n_out) logits block processed at once (1024 rows at n_out = 4096 in float32): it stays
+# in cache between its matrix products and the element-wise passes, and bounds memory for full-batch steps.
 READOUT_CHUNK_BYTES = 16 * 2**20
 
 
@@ -82,7 +83,8 @@ def structure_reason(model: Model, tokens: np.ndarray, positions=None) -> str | 
 
 
 def _scatter_matrix(index: np.ndarray, size: int, dtype) -> sparse.csr_matrix:
-    """The ``size × B`` one-hot matrix ``S`` with ``S[index[b], b] = 1``: ``S @ X`` sums the rows of X per index."""
+    """The ``size × B`` one-hot matrix ``S`` with ``S[index[b], b] = 1``: ``S @ X`` sums the rows of X per
+    index."""
     B = index.size
     return sparse.csr_matrix((np.ones(B, dtype=dtype), (index, np.arange(B))), shape=(size, B))
 
@@ -109,7 +111,8 @@ def _halves(k: int, min_rows: int = 64) -> list[tuple[int, int]]:
 
 
 def _softmax_rows(task):
-    """In place on a logits block ``z``: ``z ← exp(max(z − z*, −60))``; returns (argmax, z_answer − z*, row sums)."""
+    """In place on a logits block ``z``: ``z ← exp(max(z − z*, −60))``; returns (argmax, z_answer − z*, row
+    sums)."""
     z, answers = task
     idx = np.arange(z.shape[0])
     best = z.argmax(axis=1)
@@ -130,9 +133,9 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
     (in place); ``Σ = Σ_j P_j``; the loss terms ``log Σ − (z_answer − z*)``; with ``c = 1/(n Σ)`` the gradient
     w.r.t. ``y`` is ``dz U = c·(P U) − U[answer]/n`` and ``dU`` collects ``P^T (c·y) − scatter_answer(y/n)``,
     where ``dz = c·P − onehot(answer)/n`` (never formed). Shifted logits below ``−60`` (so ``P < 1e-26``, far
-    below the resolution of a row sum ``Σ ≥ 1``) are clamped there before ``exp``, which keeps ``P`` out of the
-    subnormal range where products run several times slower; the result differs from the unclamped one by less
-    than rounding. Returns ``(loss, predictions, dy, dU or None)``.
+    below the resolution of a row sum ``Σ ≥ 1``) are clamped there before ``exp``, which keeps ``P`` out of
+    the subnormal range where products run several times slower; the result differs from the unclamped one by
+    less than rounding. Returns ``(loss, predictions, dy, dU or None)``.
     """
     n = y.shape[0]
     dtype = y.dtype
@@ -186,7 +189,9 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     """
     from georecall.verify.train import group_of
 
-    need = lambda key: group_of(key) not in frozen
+    def need(key: str) -> bool:
+        return group_of(key) not in frozen
+
     E, Q, U = model.entity_embedding, model.relation_embedding, model.unembedding
     dtype = E.dtype
     half = dtype.type(0.5)

@@ -44,7 +44,7 @@ __all__ = ["AdditivePlan", "NotAdditive", "TableFacts", "integer_bounds", "plan_
            "support", "table_facts"]
 
 # Bytes of one block's pre-activation table (m × block tokens); the block size follows from it.
-BLOCK_BYTES = 64 * 2**20
+BLOCK_BYTES = 16 * 2**20
 # Largest table of a group position (distinct tokens × m), and the largest number of groups.
 MAX_GROUP_TABLE = 2**24
 MAX_GROUPS = 2**20

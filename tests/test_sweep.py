@@ -188,6 +188,7 @@ def test_read_sweep_refuses_a_directory(tmp_path):
     ({"workers": 0}, "workers must be >= 1"),
     ({"scheduler": "nowhere"}, "use tcp://HOST:PORT"),
     ({"scheduler": "local:0"}, "local:W"),
+    ({"scheduler": "local:2", "workers": 2}, "not both"),
 ])
 def test_bad_arguments_are_one_line_errors_before_any_work(tmp_path, kwargs, message):
     path = tmp_path / "r.jsonl"

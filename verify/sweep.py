@@ -558,7 +558,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         Stop after that many new trials (the file stays consistent; for tests of resumption).
     scheduler : str, optional
         ``"local:W"`` (a Dask ``LocalCluster`` of W single-threaded workers) or ``"tcp://HOST:PORT"`` (a
-        running Dask scheduler); needs the ``distributed`` extra. Overrides ``workers``.
+        running Dask scheduler); needs the ``distributed`` extra. Exclusive with ``workers > 1``.
     lock_timeout : float, optional
         Seconds to wait for the file's lock when another sweep holds it (``None``: wait, saying so once;
         ``0``: refuse at once).
@@ -581,6 +581,9 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
     """
     settings = settings.validate()
     workers = check_positive_int("workers", workers)
+    if scheduler is not None and workers != 1:
+        raise InputError(f"give either workers ({workers}) or a scheduler ({scheduler!r}), not both: a Dask "
+                         f"cluster has its own workers")
     _check_range(d_min, d_max, resolution)
     if max_trials is not None:
         max_trials = check_positive_int("max_trials", max_trials)

@@ -24,8 +24,21 @@ def test_check_single_hop_json_records_parameters_seed_and_version(capsys):
 @pytest.mark.parametrize("construction", ["geometric", "associative"])
 @pytest.mark.parametrize("codes", ["binary", "sign", "gaussian"])
 def test_check_single_hop_table(construction, codes, capsys):
-    args = ["check", "single-hop", "--N", "40", "--R", "2", "--construction", construction, "--codes", codes,
-            "--D", "20", "--quiet"]
+    args = [
+        "check",
+        "single-hop",
+        "--N",
+        "40",
+        "--R",
+        "2",
+        "--construction",
+        construction,
+        "--codes",
+        codes,
+        "--D",
+        "20",
+        "--quiet",
+    ]
     code, out, _ = run(args, capsys)
     assert code == 0 and "PASS" in out
 
@@ -60,17 +73,29 @@ def test_a_failing_check_exits_1(monkeypatch, capsys):
     import georecall.verify.suite as suite
     from georecall.verify.check import CheckResult, Report
 
-    failing = Report("broken", {"N": 2, "R": 1}, None, CheckResult(2, 1, -1.0, 0, [{"query": 0, "tokens": [2, 0],
-                     "expected": 1, "predicted": 0, "margin": -1.0}]), {"d": 1, "m": 0})
+    failing = Report(
+        "broken",
+        {"N": 2, "R": 1},
+        None,
+        CheckResult(
+            2, 1, -1.0, 0, [{"query": 0, "tokens": [2, 0], "expected": 1, "predicted": 0, "margin": -1.0}]
+        ),
+        {"d": 1, "m": 0},
+    )
     monkeypatch.setattr(suite, "SECTIONS", [("broken", lambda seed, progress: [failing])])
     code, out, _ = run(["verify", "--quiet"], capsys)
     assert code == 1 and "FAIL" in out and "expected 1 predicted 0" in out
 
 
+@pytest.mark.slow
 def test_console_script_verify_passes():
     """The main job, as a user runs it (a subprocess through the installed entry point's module)."""
-    proc = subprocess.run([sys.executable, "-m", "georecall.verify.cli", "verify", "--json", "--quiet"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "georecall.verify.cli", "verify", "--json", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["passed"] and all(r["passed"] for r in doc["reports"])
@@ -80,8 +105,10 @@ def test_console_script_verify_passes():
 
 @pytest.mark.parametrize("construction", ["path-blocks", "associative-width", "associative-depth", "cot"])
 def test_check_multi_hop(construction, capsys):
-    code, out, _ = run(["check", "multi-hop", "--construction", construction, "--N", "32", "--R", "2", "--k", "2",
-                        "--json"], capsys)
+    code, out, _ = run(
+        ["check", "multi-hop", "--construction", construction, "--N", "32", "--R", "2", "--k", "2", "--json"],
+        capsys,
+    )
     doc = json.loads(out)
     assert code == 0 and doc["passed"] and doc["check"]["n_queries"] == 32 * 4
     if construction == "cot":
@@ -107,7 +134,9 @@ def test_bounds_command_formats(capsys):
     code, out, _ = run(["bounds", "--N", "1024", "4096", "--R", "4", "--k", "1", "2", "--json"], capsys)
     rows = json.loads(out)["rows"]
     assert code == 0 and len(rows) == 2 * (6 + 4)
-    code, out, _ = run(["bounds", "--N", "1024", "--R", "4", "--k", "1", "--format", "csv", "--quiet"], capsys)
+    code, out, _ = run(
+        ["bounds", "--N", "1024", "--R", "4", "--k", "1", "--format", "csv", "--quiet"], capsys
+    )
     assert code == 0 and out.startswith("construction,")
 
 
@@ -127,26 +156,55 @@ def test_precision_command(capsys):
 def test_check_with_bits(capsys):
     code, out, _ = run(["check", "single-hop", "--N", "128", "--R", "3", "--bits", "2", "--json"], capsys)
     assert code == 0 and json.loads(out)["check"]["exact"]
-    code, _, _ = run(["check", "single-hop", "--N", "128", "--R", "3", "--bits", "2", "--construction",
-                      "associative", "--quiet"], capsys)
+    code, _, _ = run(
+        [
+            "check",
+            "single-hop",
+            "--N",
+            "128",
+            "--R",
+            "3",
+            "--bits",
+            "2",
+            "--construction",
+            "associative",
+            "--quiet",
+        ],
+        capsys,
+    )
     assert code == 1
 
 
 def test_train_command_writes_a_loadable_model(tmp_path, capsys):
     out = str(tmp_path / "model.npz")
-    code, text, _ = run(["train", "--N", "32", "--R", "2", "--d", "12", "--out", out, "--json", "--seed", "3"],
-                        capsys)
+    code, text, _ = run(
+        ["train", "--N", "32", "--R", "2", "--d", "12", "--out", out, "--json", "--seed", "3"], capsys
+    )
     doc = json.loads(text)
     assert code == 0 and doc["reached"] and doc["params"]["seed"] == 3
     from georecall.constructions.model import load_model
+
     model, header = load_model(out)
     assert header["record"]["N"] == 32 and header["extra_arrays"]["task_table"].shape == (2, 32)
 
 
 def test_sweep_threshold_command_resumes(tmp_path, capsys):
     out = str(tmp_path / "t.jsonl")
-    args = ["sweep", "threshold", "--N", "32", "--R", "2", "--seeds", "0", "--steps", "150", "--out", out,
-            "--json"]
+    args = [
+        "sweep",
+        "threshold",
+        "--N",
+        "32",
+        "--R",
+        "2",
+        "--seeds",
+        "0",
+        "--steps",
+        "150",
+        "--out",
+        out,
+        "--json",
+    ]
     code, text, _ = run(args, capsys)
     doc = json.loads(text)
     assert code == 0 and {r["mode"] for r in doc["thresholds"]} == {"learned", "frozen"}
@@ -156,8 +214,26 @@ def test_sweep_threshold_command_resumes(tmp_path, capsys):
 
 
 def test_train_command_with_hops_and_cot(capsys):
-    code, text, _ = run(["train", "--N", "32", "--R", "2", "--k", "2", "--cot", "--attention", "softmax",
-                         "--heads", "2", "--d", "16", "--json"], capsys)
+    code, text, _ = run(
+        [
+            "train",
+            "--N",
+            "32",
+            "--R",
+            "2",
+            "--k",
+            "2",
+            "--cot",
+            "--attention",
+            "softmax",
+            "--heads",
+            "2",
+            "--d",
+            "16",
+            "--json",
+        ],
+        capsys,
+    )
     doc = json.loads(text)
     assert code == 0 and doc["reached"] and doc["params"]["k"] == 2 and doc["params"]["cot"]
 
@@ -167,6 +243,7 @@ def test_train_command_with_hops_and_cot(capsys):
 
 def _parsers():
     from georecall.verify.cli import build_parser
+
     stack, seen = [build_parser()], []
     while stack:
         parser = stack.pop()
@@ -192,6 +269,7 @@ def test_help_has_no_literal_percent_every_option_has_help_and_demo_a_descriptio
 
 def test_construction_choices_come_from_the_registry():
     from georecall.constructions import registry
+
     text = [p for p in _parsers() if p.prog.endswith("multi-hop")][0].format_help()
     for spec in registry.specs("multi"):
         assert spec.name in text and spec.id in text
@@ -246,7 +324,9 @@ def test_guards_exit_2_with_one_plain_line(argv, message, capsys):
 @pytest.mark.parametrize("holdout", ["0", "0.999", "1", "nan"])
 def test_probe_holdout_leaves_one_subject_each_side(holdout, tmp_path, capsys):
     model = str(tmp_path / "m.npz")
-    assert main(["train", "--N", "16", "--R", "2", "--d", "8", "--steps", "3", "--out", model, "--quiet"]) in (0, 1)
+    assert main(
+        ["train", "--N", "16", "--R", "2", "--d", "8", "--steps", "3", "--out", model, "--quiet"]
+    ) in (0, 1)
     capsys.readouterr()
     code, _, err = run(["probe", model, "--holdout", holdout], capsys)
     assert code == 2 and "holdout" in err.lower() or "number" in err
@@ -254,6 +334,7 @@ def test_probe_holdout_leaves_one_subject_each_side(holdout, tmp_path, capsys):
 
 def test_probe_hidden_with_one_state_is_refused(tmp_path, capsys):
     import numpy as np
+
     path = tmp_path / "one.npz"
     np.savez(path, states=np.zeros((1, 3)), attributes=np.zeros((1, 1), dtype=np.int64))
     code, _, err = run(["probe-hidden", str(path)], capsys)
@@ -262,6 +343,7 @@ def test_probe_hidden_with_one_state_is_refused(tmp_path, capsys):
 
 def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch):
     import georecall.verify.train as train_module
+
     monkeypatch.setattr(train_module, "train", lambda *a, **k: pytest.fail("trained before checking --out"))
     code, _, err = run(["train", "--N", "8", "--R", "2", "--out", "/nonexistent/dir/m.npz"], capsys)
     assert code == 2 and "does not exist" in err
@@ -276,13 +358,15 @@ def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch)
 
 def test_reported_model_path_is_the_written_path(tmp_path, capsys):
     target = tmp_path / "name"
-    code, out, _ = run(["train", "--N", "8", "--R", "2", "--d", "8", "--steps", "2", "--out", str(target),
-                        "--json"], capsys)
+    code, out, _ = run(
+        ["train", "--N", "8", "--R", "2", "--d", "8", "--steps", "2", "--out", str(target), "--json"], capsys
+    )
     doc = json.loads(out)
     assert doc["out"] == str(target) + ".npz" and (tmp_path / "name.npz").exists()
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
-    code, out, _ = run(["check", "single-hop", "--N", "16", "--R", "2", "--save", str(tmp_path / "c"), "--json"],
-                       capsys)
+    code, out, _ = run(
+        ["check", "single-hop", "--N", "16", "--R", "2", "--save", str(tmp_path / "c"), "--json"], capsys
+    )
     assert json.loads(out)["params"]["save"] == str(tmp_path / "c.npz") and (tmp_path / "c.npz").exists()
 
 
@@ -293,14 +377,16 @@ def test_interrupted_save_leaves_no_file(tmp_path, capsys, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(model_module, "save_model", interrupted)
-    code, _, err = run(["check", "single-hop", "--N", "16", "--R", "2", "--save", str(tmp_path / "m.npz")],
-                       capsys)
+    code, _, err = run(
+        ["check", "single-hop", "--N", "16", "--R", "2", "--save", str(tmp_path / "m.npz")], capsys
+    )
     assert code == 130 and err.startswith("\n") and "interrupted" in err
     assert list(tmp_path.iterdir()) == []
 
 
 def test_json_is_strict_and_stderr_is_empty(capsys, monkeypatch):
     import georecall.verify.commands as commands
+
     real = commands.run_tradeoff
 
     def with_nan(p):
@@ -323,6 +409,7 @@ def test_json_is_strict_and_stderr_is_empty(capsys, monkeypatch):
 def test_verify_json_prints_no_progress(capsys, monkeypatch):
     import georecall.verify.suite as suite
     from georecall.verify.suite import section_single_hop
+
     monkeypatch.setattr(suite, "SECTIONS", [("single hop", section_single_hop)])
     code, out, err = run(["verify", "--json"], capsys)
     assert code == 0 and err == "" and json.loads(out)["passed"]
@@ -352,6 +439,7 @@ def test_ctrl_c_is_130_on_its_own_line(capsys, monkeypatch):
 
 def test_sweep_passes_scheduler_and_timeouts(tmp_path, capsys, monkeypatch):
     import georecall.verify.sweep as sweep_module
+
     seen = {}
 
     def fake_sweep(path, Ns, Rs, modes, seeds, **kwargs):
@@ -359,9 +447,26 @@ def test_sweep_passes_scheduler_and_timeouts(tmp_path, capsys, monkeypatch):
         return []
 
     monkeypatch.setattr(sweep_module, "sweep", fake_sweep)
-    code, out, err = run(["sweep", "threshold", "--N", "16", "--R", "2", "--scheduler", "local:2",
-                          "--lock-timeout", "0", "--connect-timeout", "3", "--out", str(tmp_path / "s.jsonl"),
-                          "--json"], capsys)
+    code, out, err = run(
+        [
+            "sweep",
+            "threshold",
+            "--N",
+            "16",
+            "--R",
+            "2",
+            "--scheduler",
+            "local:2",
+            "--lock-timeout",
+            "0",
+            "--connect-timeout",
+            "3",
+            "--out",
+            str(tmp_path / "s.jsonl"),
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0 and err == ""
     assert seen["scheduler"] == "local:2" and seen["lock_timeout"] == 0 and seen["connect_timeout"] == 3
     assert seen["progress"] is False and callable(seen["log"])

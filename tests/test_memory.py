@@ -57,8 +57,11 @@ def test_over_budget_message_names_estimate_budget_and_parameter(capsys):
 
 
 def test_within_budget_runs_and_reports_the_estimate(capsys):
-    code, out, _, _ = run(["check", "single-hop", "--N", "64", "--R", "2", "--max-gib", "1", "--json"], capsys)
+    code, out, _, _ = run(
+        ["check", "single-hop", "--N", "64", "--R", "2", "--max-gib", "1", "--json"], capsys
+    )
     import json
+
     doc = json.loads(out)
     assert code == 0 and doc["memory"]["budget_gib"] == 1.0
     assert 0 < doc["memory"]["total_gib"] < 1
@@ -87,6 +90,7 @@ def test_estimate_require_refuses_and_passes():
 
 def test_estimates_grow_with_their_inputs():
     from georecall.constructions import registry
+
     g1 = registry.get("G1")
     small = memory.check_estimate(g1, 1024, 8).total
     assert memory.check_estimate(g1, 4096, 8).total > small
@@ -166,6 +170,7 @@ def test_code_length_defaults():
 
 def test_count_limit_is_checked_without_a_factorial(monkeypatch, capsys):
     import math
+
     calls = []
     real = math.factorial
     monkeypatch.setattr(math, "factorial", lambda n: calls.append(n) or real(n))

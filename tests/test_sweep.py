@@ -278,3 +278,27 @@ def test_ctrl_c_leaves_a_consistent_file_that_resumes_to_the_same_records(tmp_pa
     sweep(path, [32], [2, 3], seeds=(0,), settings=SETTINGS, progress=False)
     sweep(full, [32], [2, 3], seeds=(0,), settings=SETTINGS, progress=False)
     assert _strip(read_sweep(path).records) == _strip(read_sweep(full).records)
+
+
+def test_a_trial_that_kills_its_worker_every_time_is_one_line_after_four_attempts(tmp_path, monkeypatch):
+    """The pool-restart loop is bounded: a trial whose worker always dies (say OOM) ends the sweep."""
+    from concurrent.futures import Executor, Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from georecall.verify import executors
+    from georecall.verify import sweep as sweep_module
+
+    class Doomed(Executor):
+        def submit(self, fn, /, *args, **kwargs):
+            future = Future()
+            future.set_exception(BrokenProcessPool("a worker died"))
+            return future
+
+    handle = executors.ExecutorHandle("pool", Doomed(), "doomed", factory=Doomed)
+    monkeypatch.setattr(sweep_module, "open_executor", lambda *args, **kwargs: handle)
+    messages = []
+    message = "died in each of 4 attempts at the trial N=32 R=2 learned seed 0 d=4"
+    with pytest.raises(InputError, match=message):
+        sweep(str(tmp_path / "r.jsonl"), **GRID, settings=SETTINGS, workers=2, progress=False,
+              log=messages.append)
+    assert handle.restarts == 3 and sum("worker process died" in m for m in messages) == 3

@@ -649,8 +649,16 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
         if handle.kind == "inline":
             capacity = 1
 
+        rerun: list[tuple] = []  # trials a dead local worker took with it (or that met a broken pool)
+
         def submit(config: tuple, d: int, attempts: int = 0) -> None:
-            future = handle.executor.submit(run_trial, *config, d, settings)
+            try:
+                future = handle.executor.submit(run_trial, *config, d, settings)
+            except Exception as exc:
+                if not handle.is_lost_worker(exc):
+                    raise
+                rerun.append((config, d, attempts))
+                return
             in_flight[future] = (config, d, attempts)
 
         def advance(config: tuple) -> None:
@@ -691,7 +699,6 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
                 if not in_flight:
                     continue
                 done, _ = wait(list(in_flight), timeout=0.25, return_when=FIRST_COMPLETED)
-                lost = []
                 for future in done:
                     config, d, attempts = in_flight.pop(future)
                     if future.cancelled():  # not by us: the cluster dropped it (a Dask scheduler went away)
@@ -700,20 +707,26 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
                     error = future.exception()
                     if error is None:
                         accept(config, d, future.result())
-                    elif handle.is_lost_worker(error) and attempts < 3:
-                        lost.append((config, d, attempts))
+                    elif handle.is_lost_worker(error):
+                        if attempts >= 3:
+                            N, R, mode, seed = config
+                            raise InputError(f"a worker process died in each of 4 attempts at the trial "
+                                             f"N={N} R={R} {mode} seed {seed} d={d} (out of memory?); lower "
+                                             f"the sizes or the number of workers") from None
+                        rerun.append((config, d, attempts))
                     else:
                         raise error
-                if lost:  # a local worker died: the whole pool is broken, rerun what it held
+                if rerun:  # a local worker died: the whole pool is broken, rerun what it held
                     for future in list(in_flight):
                         config, d, attempts = in_flight.pop(future)
                         if future.done() and future.exception() is None:
                             accept(config, d, future.result())
                         else:
-                            lost.append((config, d, attempts))
-                    log(f"a worker process died; restarting the pool and rerunning {len(lost)} trial(s)")
+                            rerun.append((config, d, attempts))
+                    log(f"a worker process died; restarting the pool and rerunning {len(rerun)} trial(s)")
                     handle.restart()
-                    for config, d, attempts in lost:
+                    again, rerun[:] = rerun[:], []
+                    for config, d, attempts in again:
                         submit(config, d, attempts + 1)
         except _Stop:
             handle.kill()

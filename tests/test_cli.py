@@ -293,7 +293,7 @@ def test_construction_choices_come_from_the_registry():
         (["check", "single-hop", "--construction", "nonsense"], "no construction"),
         (["check", "single-hop", "--construction", "path-blocks"], "check multi-hop"),
         (["check", "multi-hop", "--construction", "geometric"], "check single-hop"),
-        (["check", "multi-hop", "--k", "100", "--R", "1", "--N", "16"], "<= 64"),
+        (["check", "multi-hop", "--k", "100", "--R", "1", "--N", "16"], "<= 32"),
         (["train", "--k", "2"], "softmax"),
         (["train", "--cot"], "softmax"),
         (["train", "--heads", "2"], "softmax"),

@@ -28,13 +28,13 @@ REPRODUCERS = [
     (["train", "--N", "65536", "--R", "16", "--d", "256", "--steps", "1", "--max-gib", "8"], "--batch-size"),
     (["sweep", "threshold", "--N", str(10**9), "--out", "{tmp}/s.jsonl"], "GiB"),
     (["bounds", "--N", str(10**10), "--max-gib", "8"], "lower N"),
-    (["count", "--N", "3", "--R", "2", "--k", "100"], "<= 64"),
+    (["count", "--N", "3", "--R", "2", "--k", "100"], "<= 32"),
     (["count", "--N", "3", "--R", "2", "--k", "30"], "R^k"),
     (["count", "--N", str(10**9)], "enumeration"),
     (["count", "--N", str(10**30)], "whole number <="),
     (["count", "--N", "1000000", "--R", "50", "--k", "8"], "enumeration"),
     (["count", "--N", "9", "--R", "1", "--k", "1", "--max-gib", "1"], "composition table"),
-    (["tradeoff", "--k-max", "100000"], "<= 64"),
+    (["tradeoff", "--k-max", "100000"], "<= 32"),
     (["tradeoff", "--R", "16", "--k-max", "20"], "2^40"),
 ]
 

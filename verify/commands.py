@@ -50,7 +50,7 @@ __all__ = [
 LIMITS = {
     "N": 2**40,  # entities
     "R": 2**20,  # relations
-    "k": 64,  # hops
+    "k": 32,  # hops (Task.k_hop indexes with k + 1 NumPy dimensions; NumPy allows 64)
     "D": 2**20,  # code length (constructions.codes refuses beyond)
     "d": 2**24,  # residual width
     "m": 2**30,  # MLP width

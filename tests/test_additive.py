@@ -254,3 +254,47 @@ def test_out_of_range_tokens_are_refused():
     plan = plan_additive(model, [np.array([5]), np.array([0])], read_columns(model.unembedding))
     with pytest.raises(ValueError, match="token ids"):
         run_additive(plan, [np.array([5]), np.array([99])], lambda q, v: None)
+
+
+def test_a_unit_open_for_one_entity_only_is_not_pruned():
+    """Break G1's gate for one subject: an unasked relation's unit fires on that subject alone. The pruning
+    (by the block's largest pre-activation) must keep it, and the check must see every query it spoils."""
+    from georecall.constructions.single_hop import build_g1
+    from georecall.theory.tasks import random_task
+    from georecall.theory.tokens import single_hop_queries
+    task = random_task(64, 3, 6)
+    built = build_g1(task, "binary", integer=True)
+    E = np.array(built.model.entity_embedding)
+    E[9, 0] = 7.0  # block B_0, coordinate 0: 7 > the gate's shut-off, so relation 0's unit opens for r != 0
+    broken = built.model.replace(entity_embedding=E)
+    tokens, answers = single_hop_queries(task)
+    fast = check_queries(broken, tokens, answers, integer=True, keep=True)
+    slow = check_queries(broken, tokens, answers, integer=True, keep=True, forward="dense", decoder="dense")
+    assert fast.forward == "tables" and not fast.exact
+    assert np.array_equal(fast.margins, slow.margins) and np.array_equal(fast.predictions, slow.predictions)
+    assert {f["query"] % 64 for f in fast.failures} == {9}
+
+
+def test_plan_guards_on_lengths_and_shapes():
+    model = small_model(np.random.default_rng(7))
+    columns = read_columns(model.unembedding)
+    with pytest.raises(NotAdditive, match="exceeds the model's 4 positions"):
+        plan_additive(model, [np.array([0])] * 5, columns)
+    with pytest.raises(NotAdditive, match="no tokens"):
+        plan_additive(model, [], columns)
+    plan = plan_additive(model, [np.array([5]), np.array([0])], columns)
+    with pytest.raises(ValueError, match="plan is for T = 2"):
+        run_additive(plan, [np.array([5])], lambda q, v: None)
+    with pytest.raises(ValueError, match="shape"):
+        run_additive(plan, [np.array([5, 6]), np.array([0])], lambda q, v: None)
+
+
+def test_too_many_distinct_tokens_before_the_last_position_fall_back(monkeypatch):
+    model = small_model(np.random.default_rng(8), N=40)
+    columns = read_columns(model.unembedding)
+    tokens = np.stack([np.arange(40), np.arange(40)[::-1]], axis=1)
+    monkeypatch.setattr(additive, "MAX_GROUP_TABLE", 8)
+    with pytest.raises(NotAdditive, match="distinct tokens"):
+        plan_additive(model, [tokens[:, 0], tokens[:, 1]], columns)
+    result = check_queries(model, tokens, np.zeros(40, dtype=int) % model.n_out)
+    assert result.forward == "dense" and "distinct tokens" in result.fallback

@@ -111,8 +111,8 @@ def _halves(k: int, min_rows: int = 64) -> list[tuple[int, int]]:
 
 
 def _softmax_rows(task):
-    """In place on a logits block ``z``: ``z ← exp(max(z − z*, −60))``; returns (argmax, z_answer − z*, row
-    sums)."""
+    """In place on a logits block ``z``: ``z ← exp(max(z − z*, −60)) − Σ·onehot(answer)`` with the row sums
+    ``Σ`` of the exponentials; returns (argmax, z_answer − z*, Σ)."""
     z, answers = task
     idx = np.arange(z.shape[0])
     best = z.argmax(axis=1)
@@ -121,7 +121,9 @@ def _softmax_rows(task):
     z -= top[:, None]
     np.maximum(z, z.dtype.type(-60.0), out=z)
     np.exp(z, out=z)
-    return best, picked, z.sum(axis=1)
+    total = z.sum(axis=1)
+    z[idx, answers] -= total  # P − Σ·onehot(answer): then dz = c·z with c = 1/(nΣ)
+    return best, picked, total
 
 
 def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, want_U: bool,
@@ -130,9 +132,10 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
     ``READOUT_CHUNK_BYTES``), the element-wise part of each chunk split over two threads.
 
     For each chunk of rows: ``z = y U^T``; the argmax (prediction) and its value ``z*``; ``P = exp(z − z*)``
-    (in place); ``Σ = Σ_j P_j``; the loss terms ``log Σ − (z_answer − z*)``; with ``c = 1/(n Σ)`` the gradient
-    w.r.t. ``y`` is ``dz U = c·(P U) − U[answer]/n`` and ``dU`` collects ``P^T (c·y) − scatter_answer(y/n)``,
-    where ``dz = c·P − onehot(answer)/n`` (never formed). Shifted logits below ``−60`` (so ``P < 1e-26``, far
+    (in place); ``Σ = Σ_j P_j``; the loss terms ``log Σ − (z_answer − z*)``. The gradient w.r.t. the logits is
+    ``dz = c·P − onehot(answer)/n = c·(P − Σ·onehot(answer))`` with ``c = 1/(nΣ)`` per row, so the block is
+    turned into ``P' = P − Σ·onehot(answer)`` by one write per row, and ``∂y = c·(P' U)``,
+    ``∂U += P'^T (c·y)``: two products, no scatter. Shifted logits below ``−60`` (so ``P < 1e-26``, far
     below the resolution of a row sum ``Σ ≥ 1``) are clamped there before ``exp``, which keeps ``P`` out of
     the subnormal range where products run several times slower; the result differs from the unclamped one by
     less than rounding. Returns ``(loss, predictions, dy, dU or None)``.
@@ -165,7 +168,6 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
         part = dy[start:stop]
         np.matmul(z, U, out=part)
         part *= scale[:, None]
-        part -= U[answers[start:stop]] * dtype.type(inv_n)
         if want_U:
             scaled = y[start:stop] * scale[:, None]
             if start == 0:
@@ -173,8 +175,6 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
             else:
                 np.matmul(z.T, scaled, out=partial)
                 dU += partial
-    if want_U:
-        dU -= _scatter_matrix(answers, U.shape[0], dtype) @ (y * dtype.type(inv_n))
     return loss * inv_n, predictions, dy, dU
 
 

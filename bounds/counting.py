@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 import mpmath
 import numpy as np
+
 from georecall.bounds.graphs import tree_size
+from georecall.errors import InputError
 from georecall.theory.tasks import check_positive_int
 
 __all__ = [
@@ -65,7 +67,7 @@ _EXACT_PERM_TERMS = 4096
 def exact_log2(n: int) -> float:
     """``log2 n`` for a positive Python integer of any size, to double precision."""
     if n <= 0:
-        raise ValueError(f"log2 needs a positive integer, got {n}")
+        raise InputError(f"log2 needs a positive integer, got {n}")
     shift = max(0, n.bit_length() - 64)
     return math.log2(n >> shift) + shift
 
@@ -73,7 +75,7 @@ def exact_log2(n: int) -> float:
 def log2_falling(n: int, m: int) -> float:
     """``log2 (n)_m = log2 n(n−1)…(n−m+1)``, exactly rounded to double (−inf when m > n)."""
     if m < 0 or n < 0:
-        raise ValueError(f"falling factorial needs n, m >= 0; got n = {n}, m = {m}")
+        raise InputError(f"falling factorial needs n, m >= 0; got n = {n}, m = {m}")
     if m > n:
         return -math.inf
     if m <= _EXACT_PERM_TERMS:
@@ -119,7 +121,7 @@ def ceil_log2_product(factors: Factors) -> int:
     the exact integer decides.
     """
     if any(m > n or m < 0 or e < 0 for n, m, e in factors):
-        raise ValueError(f"need 0 <= m <= n and e >= 0 in every factor (a count >= 1), got {factors}")
+        raise InputError(f"need 0 <= m <= n and e >= 0 in every factor (a count >= 1), got {factors}")
     if log2_product(factors) <= EXACT_BITS:
         return (product_value(factors) - 1).bit_length()
     with mpmath.workdps(60):
@@ -203,10 +205,14 @@ def enumerate_counts(N: int, R: int, k_max: int = 3, *, progress: bool = False,
     import time
 
     N, R, k_max = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k_max", k_max)))
+    # Decide the size before computing any factorial: R·log(N!) from lgamma, with room for its rounding.
+    if R * math.lgamma(N + 1) > math.log(max_tasks) + 1e-6 * max(1.0, R * math.lgamma(N + 1)):
+        raise InputError(f"(N!)^R tasks for N = {N}, R = {R} exceed the enumeration limit of {max_tasks:,} "
+                         f"(N <= 5 with R <= 3 and N <= 6 with R <= 2 fit)")
     n_perm = math.factorial(N)
     n_tasks = n_perm**R
     if n_tasks > max_tasks:
-        raise ValueError(f"(N!)^R = {n_tasks:,} tasks exceed the enumeration limit of {max_tasks:,} "
+        raise InputError(f"(N!)^R = {n_tasks:,} tasks exceed the enumeration limit of {max_tasks:,} "
                          f"(N <= 5 with R <= 3 and N <= 6 with R <= 2 fit)")
     start = time.perf_counter()
     perms = all_permutations(N)
@@ -247,7 +253,7 @@ def count_trees(N: int, R: int, k: int, *, max_nodes: int = 5_000_000) -> int:
     edges = [(parent, r) for parent in range(tree_size(R, k - 1)) for r in range(R)]
     estimate = N ** len(edges)
     if estimate > max_nodes:
-        raise ValueError(f"count_trees would visit up to N^(R + ... + R^k) = {estimate:,} labellings, "
+        raise InputError(f"count_trees would visit up to N^(R + ... + R^k) = {estimate:,} labellings, "
                          f"more than "
                          f"max_nodes = {max_nodes:,}")
     n_internal = tree_size(R, k - 1)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
+
 from georecall.theory.tasks import Task, _as_rng, check_positive_int
 
-__all__ = ["from_graph", "gadget_leaves", "gadget_task", "leaf_vector", "to_graph", "tree_size", "validate_graph"]
+__all__ = ["from_graph", "gadget_leaves", "gadget_task", "leaf_vector", "to_graph", "tree_size",
+           "validate_graph"]
 
 
 def to_graph(task: Task) -> nx.MultiDiGraph:

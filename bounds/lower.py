@@ -18,11 +18,13 @@ from fractions import Fraction
 
 import numpy as np
 import sympy as sp
+from scipy.special import gammaln
+
 from georecall.bounds.counting import F_lower, Factors, ceil_log2_product, coprime_cycle_length, log2_product
 from georecall.bounds.graphs import tree_size
+from georecall.errors import InputError
 from georecall.theory import __version__
 from georecall.theory.tasks import check_positive_int
-from scipy.special import gammaln
 
 __all__ = ["Bound", "chain_of_thought", "d_min_exact", "gadget_factors", "gadget_log2", "leading_terms",
            "per_entity", "total_information", "tradeoff"]
@@ -56,7 +58,7 @@ class Bound:
 def _check_bits(b) -> Fraction:
     if isinstance(b, bool) or not (isinstance(b, (int, float, Fraction, np.integer, np.floating)) and b > 0
                                    and math.isfinite(b)):
-        raise ValueError(f"bits per parameter b must be positive, got {b!r}")
+        raise InputError(f"bits per parameter b must be positive, got {b!r}")
     return Fraction(b)
 
 
@@ -70,7 +72,7 @@ def d_min_exact(factors: Factors, per_d: int, P0: int, b) -> int:
     """
     b = _check_bits(b)
     if per_d < 1 or P0 < 0:
-        raise ValueError(f"need per_d >= 1 and P0 >= 0, got {per_d}, {P0}")
+        raise InputError(f"need per_d >= 1 and P0 >= 0, got {per_d}, {P0}")
     p, q = b.numerator, b.denominator
     log2_cq = ceil_log2_product(tuple((n, m, e * q) for n, m, e in factors)) if factors else 0
     t_min = -(-log2_cq // p)
@@ -88,7 +90,7 @@ def gadget_factors(N: int, R: int, k: int, M: int) -> Factors:
     """``(N − M·S_{k−1})_{M·R^k}`` as factors: the distinct leaf assignments of M gadget roots (needs
     ``N >= M·S_k``)."""
     if N < M * tree_size(R, k):
-        raise ValueError(f"the gadget family needs N >= M·S_k = {M * tree_size(R, k)}; got N = {N}")
+        raise InputError(f"the gadget family needs N >= M·S_k = {M * tree_size(R, k)}; got N = {N}")
     return ((N - M * tree_size(R, k - 1), M * R**k, 1),)
 
 

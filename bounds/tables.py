@@ -164,7 +164,10 @@ def render(rows: list[dict], fmt: str = "md") -> str:
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
         return "\n".join(lines)
-    escape = lambda s: s.replace("_", r"\_").replace("—", "--").replace(",", "{,}")
+
+    def escape(s: str) -> str:
+        return s.replace("_", r"\_").replace("—", "--").replace(",", "{,}")
+
     lines = [r"\begin{tabular}{" + "l" * 1 + "r" * (len(columns) - 1) + "}", r"\hline",
              " & ".join(escape(c) for c in columns) + r" \\", r"\hline"]
     lines += [" & ".join(escape(c) for c in row) + r" \\" for row in body]

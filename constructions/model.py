@@ -607,10 +607,11 @@ def greedy_decode(model: Model, prompts: np.ndarray, steps: int, *, integer: boo
 # ------------------------------------------------------------------------------------------- saving
 
 
-def save_model(model: Model, path: str, extra_arrays: dict[str, np.ndarray] | None = None, **record) -> None:
+def save_model(model: Model, path, extra_arrays: dict[str, np.ndarray] | None = None, **record) -> str:
     """Write a Model to ``.npz`` without pickle: every array under its ``Model.arrays()`` name, plus a JSON
     header (layer structure, attention kinds and temperatures, ``meta``, the package version and ``record``,
-    e.g. parameters and seed). ``extra_arrays`` (e.g. the task table) are stored beside the weights."""
+    e.g. parameters and seed). ``extra_arrays`` (e.g. the task table) are stored beside the weights. The file
+    is written atomically; a path without ".npz" gets the suffix; returns the path written."""
     import json
 
     from georecall import __version__
@@ -626,7 +627,17 @@ def save_model(model: Model, path: str, extra_arrays: dict[str, np.ndarray] | No
     arrays = {key.replace(".", "__"): value for key, value in model.arrays().items()}
     arrays.update({f"extra____{key}": np.asarray(value) for key, value in (extra_arrays or {}).items()})
     arrays["__header__"] = np.array(json.dumps(header, default=str))
-    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds loosely
+    from georecall.verify.io import atomic_write
+
+    if hasattr(path, "write"):  # a binary file object (e.g. inside the caller's own atomic write)
+        np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
+        return path
+    if not str(path).endswith(".npz"):  # what np.savez would do to a name; a file object gets no suffix
+        path = f"{path}.npz"
+    # Atomic: a temporary file in the same folder, renamed only once complete (an interrupted save leaves the
+    # previous file, or none, never a torn one).
+    atomic_write(path, lambda handle: np.savez_compressed(handle, **arrays))  # type: ignore[arg-type]
+    return path
 
 
 def load_model(path: str) -> tuple[Model, dict]:
@@ -642,7 +653,12 @@ def load_model(path: str) -> tuple[Model, dict]:
     with data:
         if "__header__" not in data.files:
             raise InputError(f"{path!r} is not a georecall model (no __header__)")
-        header = json.loads(str(data["__header__"]))
+        try:
+            header = json.loads(str(data["__header__"]))
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise InputError(f"{path!r}: the model header is not JSON ({exc.__class__.__name__})") from None
+        if not isinstance(header, dict) or not isinstance(header.get("structure"), list):
+            raise InputError(f"{path!r}: the model header is not an object with a 'structure' list")
         if header.get("format") != "georecall-model-1":
             raise InputError(f"{path!r}: unknown model format {header.get('format')!r}")
         arrays = {

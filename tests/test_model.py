@@ -185,3 +185,36 @@ def test_integer_mode_detects_an_inexact_division():
     integer_bounds(model, 3)  # the weights are integers and small ...
     with pytest.raises(IntegerModeError, match="attention output is not integral"):
         forward(model, np.array([[0, 1, 1]]), integer=True)  # ... but 1/3 is not
+
+
+def test_save_model_is_atomic_and_reports_the_path_written(tmp_path, monkeypatch):
+    from georecall.constructions.model import load_model, save_model
+    from georecall.constructions.single_hop import build_g1
+    from georecall.theory.tasks import random_task
+
+    model = build_g1(random_task(8, 2, 0)).model
+    path = save_model(model, str(tmp_path / "m"))
+    assert path == str(tmp_path / "m.npz") and load_model(path)[0].d == model.d
+    before = open(path, "rb").read()
+
+    def torn(handle, **arrays):  # writes half a file, then dies (as a SIGINT during the write would)
+        handle.write(b"PK\x03\x04 half a zip")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez_compressed", torn)
+    with pytest.raises(KeyboardInterrupt):
+        save_model(model, path)
+    assert open(path, "rb").read() == before  # the old file is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]  # no temporary file left
+
+
+def test_load_model_names_a_damaged_header(tmp_path):
+    from georecall.constructions.model import load_model
+
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, __header__=np.array("{not json"))
+    with pytest.raises(ValueError, match="not JSON"):
+        load_model(str(bad))
+    np.savez(bad, __header__=np.array("[1, 2]"))
+    with pytest.raises(ValueError, match="structure"):
+        load_model(str(bad))

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from georecall.errors import InputError
+
 __all__ = ["STREAMS", "check_seed", "stream", "rng"]
 
 STREAMS: dict[str, int] = {"task": 0, "codes": 1, "init": 2, "batches": 3, "probes": 4, "transfer": 5,
@@ -35,17 +37,17 @@ STREAMS: dict[str, int] = {"task": 0, "codes": 1, "init": 2, "batches": 3, "prob
 def check_seed(seed) -> int:
     """Validate a run seed: a non-negative integer (``ValueError`` otherwise)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"a seed must be a non-negative integer, got {seed!r}")
+        raise InputError(f"a seed must be a non-negative integer, got {seed!r}")
     return int(seed)
 
 
 def stream(seed: int, name: str, *key: int) -> np.random.SeedSequence:
     """The ``SeedSequence`` of stream ``name`` (and optional integer ``key``) of run seed ``seed``."""
     if name not in STREAMS:
-        raise ValueError(f"unknown random stream {name!r}; streams: {sorted(STREAMS)}")
+        raise InputError(f"unknown random stream {name!r}; streams: {sorted(STREAMS)}")
     for part in key:
         if isinstance(part, bool) or not isinstance(part, (int, np.integer)) or part < 0:
-            raise ValueError(f"stream keys must be non-negative integers, got {key!r}")
+            raise InputError(f"stream keys must be non-negative integers, got {key!r}")
     return np.random.SeedSequence(check_seed(seed), spawn_key=(STREAMS[name], *(int(p) for p in key)))
 
 

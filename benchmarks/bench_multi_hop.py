@@ -76,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="time exhaustive multi-hop checks")
     parser.add_argument("--construction", choices=sorted(CASES), nargs="*", default=["path-blocks", "cot"])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--subset", type=int, default=2**14, help="chains in the cot-large ratio runs")
+    parser.add_argument("--subset", type=int, default=2**11, help="chains in the cot-large ratio runs")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     for construction in args.construction:

@@ -452,7 +452,7 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
     del key
     steps = None
     if order is None and Q > 1:  # steps[i] = #{j < i : last[j + 1] == last[j] + 1}: contiguity in O(1)
-        steps = np.zeros(Q, dtype=np.int64)
+        steps = np.zeros(Q, dtype=np.int32 if Q < 2**31 else np.int64)
         for start in range(0, Q - 1, 2**20):
             stop = min(Q - 1, start + 2**20)
             ahead, here = np.asarray(last[start + 1 : stop + 1]), np.asarray(last[start:stop])

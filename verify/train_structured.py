@@ -37,7 +37,8 @@ floating-point rounding; ``tests/test_train_structured.py`` checks this on rando
 The second MLP layer, the read-out and the cross-entropy are per query and stay B-row products. The read-out
 is fused and processed in row chunks that stay in cache (:func:`readout_cross_entropy`); the queries are
 sorted by relation inside the step (the mean loss does not depend on the order) so that the per-relation terms
-are added and summed over contiguous row ranges.
+are added over contiguous row ranges. The entity and relation tables are stacked (``[A^E; A^Q]``,
+``[G^E; G^Q]``) so that each product above is one call, and both scatters are one sparse one-hot product.
 """
 
 from __future__ import annotations
@@ -82,11 +83,9 @@ def structure_reason(model: Model, tokens: np.ndarray, positions=None) -> str | 
     return None
 
 
-def _scatter_matrix(index: np.ndarray, size: int, dtype) -> sparse.csr_matrix:
-    """The ``size × B`` one-hot matrix ``S`` with ``S[index[b], b] = 1``: ``S @ X`` sums the rows of X per
-    index."""
-    B = index.size
-    return sparse.csr_matrix((np.ones(B, dtype=dtype), (index, np.arange(B))), shape=(size, B))
+def _scatter_matrix(rows: np.ndarray, columns: np.ndarray, shape: tuple[int, int], dtype) -> sparse.spmatrix:
+    """The 0/1 matrix ``S`` of ``shape`` with ``S[rows[i], columns[i]] = 1``: ``S @ X`` sums rows of X."""
+    return sparse.csr_matrix((np.ones(rows.size, dtype=dtype), (rows, columns)), shape=shape)
 
 
 # Element-wise work on large arrays runs on a few threads (NumPy releases the GIL inside its loops).
@@ -195,7 +194,7 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     E, Q, U = model.entity_embedding, model.relation_embedding, model.unembedding
     dtype = E.dtype
     half = dtype.type(0.5)
-    N, R, d = model.n_entities, model.n_relations, model.d
+    N, R = model.n_entities, model.n_relations
     layer = model.layers[0]
     mlp, att = layer.mlp, layer.attention
     tokens = np.asarray(tokens)
@@ -212,35 +211,37 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     else:
         entities, inverse = np.unique(subject, return_inverse=True)
         E_batch = E[entities]
-    # ---- tables: A^E (U_s × d), A^Q (R × d), P^E = A^E W1, P^Q = A^Q W1 + b1
+    # ---- tables, stacked so that each product is one call: X = [E_batch; Q], A = [A^E; A^Q] ((U_s + R) × d),
+    # P^{E,Q} = A W1 (+ b1 on the relation rows)
+    U_s = entities.size
+    X = np.concatenate([E_batch, Q])
     P = model.position_embedding
     p0 = p1 = None
     if P is not None:
         p0, p1 = P[0], P[1]
     if att is not None:
         M = att.value_outputs.sum(axis=0).astype(dtype, copy=False)
-        A_E = E_batch @ M
-        A_E *= half
-        A_E += E_batch
-        A_Q = Q @ M
-        A_Q *= half
+        A = X @ M
+        A *= half
+        A[:U_s] += E_batch
         if P is not None:
-            A_Q += p1 + ((p0 + p1) @ M) * half
+            A[U_s:] += p1 + ((p0 + p1) @ M) * half
     else:
         M = None
-        A_E = E_batch
-        A_Q = np.zeros((R, d), dtype) if P is None else np.broadcast_to(p1, (R, d)).copy()
-    P_E = A_E @ mlp.W1
-    P_Q = A_Q @ mlp.W1
-    P_Q += mlp.b1
+        A = np.zeros_like(X)
+        A[:U_s] = E_batch
+        if P is not None:
+            A[U_s:] = p1
+    tables = A @ mlp.W1
+    tables[U_s:] += mlp.b1
     # ---- forward: h = ReLU(P^E[s] + P^Q[r]), y = A^E[s] + A^Q[r] + h W2 + b2
-    h = np.take(P_E, inverse, axis=0)
+    h = np.take(tables, inverse, axis=0)
     for j, a, b in segments:
-        h[a:b] += P_Q[j]
+        h[a:b] += tables[U_s + j]
     np.maximum(h, 0, out=h)
     y = h @ mlp.W2
-    y += np.take(A_E, inverse, axis=0)
-    shift = A_Q + mlp.b2
+    y += np.take(A, inverse, axis=0)
+    shift = A[U_s:] + mlp.b2
     for j, a, b in segments:
         y[a:b] += shift[j]
     loss, predictions, g, dU = readout_cross_entropy(y, U, answers, need("unembedding"), chunk_rows)
@@ -256,49 +257,39 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     delta = g @ mlp.W2.T
     delta *= h > 0
     del h
-    by_subject = _scatter_matrix(inverse, entities.size, dtype)
-    G_E = by_subject @ delta  # scatter_s(δ)
-    G_Q = np.zeros((R, delta.shape[1]), dtype)
-    g_Q = np.zeros((R, d), dtype)
-    for j, a, b in segments:
-        G_Q[j] = delta[a:b].sum(axis=0)
-        g_Q[j] = g[a:b].sum(axis=0)
+    # one sparse product scatters by subject and by relation: G = [G^E; G^Q] = [S_s; S_r] δ
+    scatter = _scatter_matrix(np.concatenate([inverse, U_s + relation]), np.tile(np.arange(B), 2),
+                              (U_s + R, B), dtype)
+    G = scatter @ delta
     del delta
     if want_mlp:
-        dW1 = A_E.T @ G_E
-        dW1 += A_Q.T @ G_Q
-        grads["layers.0.mlp.W1"] = dW1
-        grads["layers.0.mlp.b1"] = G_Q.sum(axis=0)
+        grads["layers.0.mlp.W1"] = A.T @ G
+        grads["layers.0.mlp.b1"] = G[U_s:].sum(axis=0)
     want_E, want_Q = need("entity_embedding"), need("relation_embedding")
     want_att = att is not None and need("attention")
     want_P = P is not None and need("position_embedding")
     if not (want_E or want_Q or want_att or want_P):
         return loss, grads, _unsorted(predictions, order)
-    dA_E = G_E @ mlp.W1.T
-    dA_E += by_subject @ g  # scatter_s(g)
-    dA_Q = G_Q @ mlp.W1.T
-    dA_Q += g_Q
-    sigma = dA_Q.sum(axis=0)
+    dA = G @ mlp.W1.T  # [∂A^E; ∂A^Q]
+    dA += scatter @ g
+    sigma = dA[U_s:].sum(axis=0)
     if M is None:
-        dE_rows, dQ = dA_E, np.zeros_like(Q)
+        dX = np.zeros_like(dA)
     else:
-        dE_rows = dA_E @ M.T
-        dE_rows *= half
-        dE_rows += dA_E
-        dQ = dA_Q @ M.T
-        dQ *= half
+        dX = dA @ M.T
+        dX *= half
+    dX[:U_s] += dA[:U_s]  # [∂E_batch; ∂Q]
     if want_E:
-        if entities.size == N:
-            grads["entity_embedding"] = dE_rows
+        if U_s == N:
+            grads["entity_embedding"] = dX[:U_s]
         else:
             dE = np.zeros_like(E)
-            dE[entities] = dE_rows
+            dE[entities] = dX[:U_s]
             grads["entity_embedding"] = dE
     if want_Q:
-        grads["relation_embedding"] = dQ
+        grads["relation_embedding"] = dX[U_s:]
     if want_att:
-        dM = E_batch.T @ dA_E
-        dM += Q.T @ dA_Q
+        dM = X.T @ dA
         if P is not None:
             dM += np.outer(p0 + p1, sigma)
         dM *= half

@@ -31,34 +31,24 @@ FORMATS = ("md", "csv", "json", "latex")
 
 
 def _promises(N: int, R: int, k: int) -> dict[str, statements.Promise]:
-    """Promised sizes at unit-norm binary codes (ε = 0; the sizes do not depend on the attention constants).
+    """Promised sizes at binary codes and nominal constants for every registered construction answering k
+    hops (``constructions.registry``: the one list of constructions; sizes do not depend on the attention
+    constants)."""
+    from georecall.constructions import registry
 
-    The only place in ``bounds/`` that knows construction names."""
-    D = binary_length(N)
-    # Binary ±1 codes of length D: |a|² = D, max inner product D − 2 (one code at N = 1, D = 1: −1).
-    inner = D - 2 if N > 2 else -1
-    geometry = {"gap": (D - inner) / D, "distinct": (D, inner)}
-    unit_codes = {"max_abs": D**-0.5, "max_l1": D**0.5, "gate": 2 * D**-0.5, "beta": None}
-    out = {"G2": statements.g2_promise(N, R, k, D, **unit_codes, **geometry),
-           "A2a": statements.a2_width_promise(N, R, k, D, gate=1.0, beta=None, **geometry),
-           "A2b": statements.a2_depth_promise(N, R, k, D, beta=None, **geometry),
-           "C1": statements.c1_promise(N, R, k, D, **unit_codes, **geometry)}
-    if k == 1:
-        out = {"G1": statements.g1_promise(N, R, D, max_abs=D**-0.5, gate=4 * D**-0.5, **geometry),
-               "A1": statements.a1_promise(N, R, D, **geometry), **out}
-    return out
+    return {spec.id: spec.nominal_promise(N, R, k) for spec in registry.specs()
+            if spec.hops == "multi" or k == 1}
 
 
-# Which bound governs each kind of construction (by its first letter and whether it uses CoT), and which of
-# its parameters are fact-specific besides the embeddings.
 def governing_bound(name: str, promise: statements.Promise):
-    """``(bound function, P0)`` for a construction: C1 the CoT bound, G1/A1 total information, G2/A2 the
-    tradeoff; P0 = the promise's fact-specific parameters for the associative ones (A*), 0 otherwise."""
-    if name == "C1":
-        return lower.chain_of_thought, 0
-    if name.startswith("G"):
-        return (lower.total_information if name == "G1" else lower.tradeoff), 0
-    return (lower.total_information if name == "A1" else lower.tradeoff), promise.fact_params
+    """``(bound function, P0)`` for a registered construction: the bound its spec names (``spec.bound``), and
+    as P0 its promise's fact-specific parameters when it stores the facts in the MLP (``spec.facts_in``),
+    else 0 (the embeddings are counted by the bound itself)."""
+    from georecall.constructions import registry
+
+    spec = registry.get(name)
+    # spec.bound names a function of bounds.lower (looked up at call time, so it can be replaced in tests)
+    return getattr(lower, spec.bound), (promise.fact_params if spec.facts_in == "mlp" else 0)
 
 
 def _bound_cells(bound: lower.Bound, d: int, prefix: str = "") -> dict:

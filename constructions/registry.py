@@ -64,6 +64,8 @@ class ConstructionSpec:
     options : builder options beyond the common ones (``gate``, ``beta``, ``attention``, ``gain``,
     ``integer``) variants : task variants it supports beyond shared attributes ("disjoint", "symmetric")
     verify_cases : keyword sets (N, R, k, codes, D, options...) that ``georecall verify`` checks
+    facts_in : where the facts live: "embeddings" (the bounds count them through d) or "mlp" (they are P0, the
+        fact-specific parameters besides embeddings, and a bound on d alone is vacuous)
     """
 
     id: str
@@ -77,12 +79,15 @@ class ConstructionSpec:
     options: frozenset[str] = frozenset()
     variants: frozenset[str] = frozenset()
     verify_cases: tuple[dict, ...] = field(default_factory=tuple)
+    facts_in: Literal["embeddings", "mlp"] = "embeddings"
 
     def __post_init__(self) -> None:
         if self.hops not in ("single", "multi"):
             raise InputError(f"spec {self.id}: hops must be 'single' or 'multi', got {self.hops!r}")
         if self.decoding not in ("last", "greedy"):
             raise InputError(f"spec {self.id}: decoding must be 'last' or 'greedy', got {self.decoding!r}")
+        if self.facts_in not in ("embeddings", "mlp"):
+            raise InputError(f"spec {self.id}: facts_in must be 'embeddings' or 'mlp', got {self.facts_in!r}")
         if self.bound not in BOUNDS:
             raise InputError(f"spec {self.id}: bound must be one of {BOUNDS}, got {self.bound!r}")
         object.__setattr__(self, "options", frozenset(self.options))
@@ -254,6 +259,7 @@ register(
         options=frozenset({"gain", "integer"}),
         variants=frozenset({"disjoint", "symmetric"}),
         verify_cases=({"N": 512, "R": 8, "integer": True}, {"N": 256, "R": 4, "codes": "sign"}),
+        facts_in="mlp",
     )
 )
 register(
@@ -280,6 +286,7 @@ register(
         bound="tradeoff",
         options=_MULTI,
         verify_cases=({"N": 64, "R": 3, "k": 2},),
+        facts_in="mlp",
     )
 )
 register(
@@ -293,6 +300,7 @@ register(
         bound="tradeoff",
         options=_MULTI - {"gate"},
         verify_cases=({"N": 256, "R": 3, "k": 3},),
+        facts_in="mlp",
     )
 )
 register(

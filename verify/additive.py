@@ -157,6 +157,7 @@ class _SparseProduct:
                 out = gathered
             else:
                 out += gathered
+        assert out is not None
         return out
 
     def upper(self, row_max: np.ndarray, row_min: np.ndarray) -> np.ndarray:
@@ -185,7 +186,7 @@ class AdditivePlan:
     const_read: np.ndarray  # b2[c] + constant positions' terms (D,)
     group_positions: list[int] = field(default_factory=list)
     group_tokens: list[np.ndarray] = field(default_factory=list)  # sorted present tokens per group position
-    group_pre: list[np.ndarray] = field(default_factory=list)  # (n_u, m) table rows of those tokens
+    group_pre: list[np.ndarray | None] = field(default_factory=list)  # (n_u, m) table rows (None: no MLP)
     group_read: list[np.ndarray] = field(default_factory=list)  # (n_u, D)
     W2_read: np.ndarray | None = None  # W2[:, c] (m, D)
     info: dict = field(default_factory=dict)
@@ -268,7 +269,7 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
         if not np.array_equal(np.mod(total, T), np.zeros_like(total)):
             raise NotAdditive(f"integer mode: Σ_h W_V·W_O is not divisible by T = {T}, so attention outputs "
                               "need a per-query integrality check (THE forward pass does it)")
-        shared = total / T  # exact: an integer matrix
+        shared = np.asarray(total / T)  # exact: an integer matrix
     for u in range(T):
         if integer:
             Cu = shared.copy() if VO else np.zeros((d, d))
@@ -309,7 +310,8 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
             raise NotAdditive(f"position {u} holds {tokens.size} distinct tokens that change the result: too "
                               "many to enumerate as groups")
         emb = _embedding_rows(model, tokens).astype(np.float64)
-        pre = None if mlp is None else emb @ M[u]
+        Mu = M[u]
+        pre = None if Mu is None else emb @ Mu
         read = emb @ C[u][:, columns]
         if (pre is None or np.all(pre == pre[0])) and np.all(read == read[0]):
             if pre is not None:
@@ -499,6 +501,8 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
         for group, s, e in by_block[b]:
             idx = slice(s, e) if order is None else order[s:e]
             n = e - s
+            local: slice | np.ndarray
+            span: slice | np.ndarray
             if steps is not None and steps[e - 1] - steps[s] == n - 1:  # last tokens l, l + 1, ..., l + n − 1
                 first = int(last[s]) - b0
                 local = span = slice(first, first + n)
@@ -510,14 +514,15 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
             for j in range(len(plan.group_positions)):
                 digit = (group // int(radix[j])) % plan.group_tokens[j].size
                 g_read += plan.group_read[j][digit]
-                if g_pre is not None:
-                    g_pre += plan.group_pre[j][digit]
+                rows = plan.group_pre[j]
+                if g_pre is not None and rows is not None:
+                    g_pre += rows[digit]
             if read_table is None:
                 vT = np.empty((plan.columns.size, n), dtype=dtype)
                 vT[...] = g_read.astype(dtype)[:, None]
             else:
                 vT = read_table[:, span] + g_read.astype(dtype)[:, None]
-            if colmax is not None:
+            if colmax is not None and g_pre is not None and plan.W2_read is not None:
                 g = g_pre.astype(dtype)
                 # colmax bounds every computed entry of a unit's row, so fl(colmax + g) <= 0 means that every
                 # fl(entry + g) <= 0 (monotone rounding): the unit outputs exactly 0 on this whole group.
@@ -528,13 +533,14 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
                     if table is not None:
                         hT = table[live][:, span] if isinstance(span, slice) else table[live][:, local]
                     else:
+                        assert pre_product is not None
                         hT = pre_product(Et, rows=live, cols=span)
                     hT += g[live][:, None]
                     np.maximum(hT, 0, out=hT)
-                    key = live.tobytes()
-                    if key not in w2_products:
-                        w2_products[key] = _SparseProduct(plan.W2_read[live].T, dtype)
-                    vT += w2_products[key](hT)
+                    live_key = live.tobytes()
+                    if live_key not in w2_products:
+                        w2_products[live_key] = _SparseProduct(plan.W2_read[live].T, dtype)
+                    vT += w2_products[live_key](hT)
             stats["groups"] += 1
             consume(idx, vT.T)
         if progress and bi % 8 == 0:

@@ -115,7 +115,7 @@ class _Tally:
         """Record one block: ``queries`` a slice or an ascending index array, at read position index
         ``position``."""
         q = np.arange(queries.start, queries.stop) if isinstance(queries, slice) else np.asarray(queries)
-        if self.predictions is not None:
+        if self.predictions is not None and self.margins is not None:
             target = (q, position) if self.predictions.ndim == 2 else q
             self.predictions[target], self.margins[target] = predictions, margins
         if q.size == 0:

@@ -261,8 +261,8 @@ def count_trees(N: int, R: int, k: int, *, max_nodes: int = 5_000_000) -> int:
     bfs_to_path = [sum(d * R**i for i, d in enumerate(path)) for path in digits]  # path index of (r_k..r_1)
     order = sorted(range(R**k), key=lambda leaf: bfs_to_path[leaf])
     label = [0] * tree_size(R, k)
-    forward = [{} for _ in range(R)]  # forward[r][u] = π_r(u)
-    used = [set() for _ in range(R)]  # images of π_r so far
+    forward: list[dict[int, int]] = [{} for _ in range(R)]  # forward[r][u] = π_r(u)
+    used: list[set[int]] = [set() for _ in range(R)]  # images of π_r so far
     seen = set()
 
     def extend(i: int) -> None:

@@ -59,7 +59,7 @@ def _check_bits(b) -> Fraction:
     if isinstance(b, bool) or not (isinstance(b, (int, float, Fraction, np.integer, np.floating)) and b > 0
                                    and math.isfinite(b)):
         raise InputError(f"bits per parameter b must be positive, got {b!r}")
-    return Fraction(b)
+    return Fraction(b) if isinstance(b, (int, Fraction)) else Fraction(float(b))
 
 
 def d_min_exact(factors: Factors, per_d: int, P0: int, b) -> int:
@@ -129,6 +129,7 @@ def per_entity(N: int, R: int, k: int = 1, b: float = 1, P0: int = 0) -> Bound:
     """
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
     _check_bits(b)
+    factors: tuple[tuple[int, int, int], ...]
     if k == 1:
         factors, exact, counted = ((N, 1, R),), True, "|Trees_1| = N^R"
     elif N >= tree_size(R, k):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import Any
 
 from georecall import __version__
 from georecall.errors import InputError
@@ -74,7 +75,7 @@ _fraction = _real(minimum=0.0, maximum=1.0)
 def _add_sizes(p: argparse.ArgumentParser, N, R) -> None:
     """--N and --R in the paper's letters; lists (several values) when the defaults are lists."""
     many = isinstance(N, list)
-    extra = {"nargs": "+"} if many else {}
+    extra: dict[str, Any] = {"nargs": "+"} if many else {}
     p.add_argument("--N", type=_N, default=N, **extra,
                    help=f"number of entities N (subjects and attributes){' (one or more)' if many else ''} "
                    f"(default {N})")
@@ -94,7 +95,7 @@ def _code_kinds() -> tuple[str, ...]:
     return tuple(CODE_KINDS)
 
 
-def _common() -> argparse.ArgumentParser:
+def _common() -> _Parser:
     common = _Parser(add_help=False)
     common.add_argument("--seed", type=_seed, default=0,
                         help="run seed S: the task is a function of (N, R, S); every other random choice "

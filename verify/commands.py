@@ -67,7 +67,7 @@ LIMITS = {
 def _doc(command: str, p, params: dict, est: Estimate | None, budget: int | None, **results) -> dict:
     doc = {"command": command, "version": __version__, "seed": getattr(p, "seed", None), "params": params,
            "status": 0}
-    if est is not None:
+    if est is not None and budget is not None:
         doc["memory"] = {**est.as_dict(), "budget_gib": round(budget / memory.GIB, 6)}
     doc.update(results)
     return doc
@@ -239,7 +239,7 @@ def _check(p, hops: str) -> dict:
         else:
             rep = suite.check_multi_hop(p.N, p.R, k, attention=p.attention, beta=p.beta, gate=p.gate,
                                         **common)
-        if tmp is not None:
+        if tmp is not None and save is not None:
             os.replace(tmp, save)
     finally:
         if tmp is not None and os.path.exists(tmp):

@@ -21,6 +21,7 @@ entries are fixed multiples of ``|a_i|`` entries.
 from __future__ import annotations
 
 import numpy as np
+
 from georecall.constructions.model import Model, flatten, unflatten
 
 __all__ = ["CODEBOOK", "changed_arrays", "quantize", "quantize_array", "smallest_exact_bits"]
@@ -66,8 +67,14 @@ def quantize(model: Model, bits: int) -> Model:
     The model's ``meta`` records the bits.
     """
     bits = _check_bits(bits)
-    return unflatten(model, {key: quantize_array(value, bits) for key, value in flatten(model).items()},
+    return unflatten(model, {key: _quantized(value, bits) for key, value in flatten(model).items()},
                      meta={**model.meta, "quantized_bits": bits})
+
+
+def _quantized(array: np.ndarray, bits: int) -> np.ndarray:
+    out = quantize_array(array, bits)
+    assert out is not None  # quantize_array maps arrays to arrays (None only to None)
+    return out
 
 
 def changed_arrays(model: Model, bits: int) -> list[str]:
@@ -77,7 +84,7 @@ def changed_arrays(model: Model, bits: int) -> list[str]:
     would only re-run the unquantized check.
     """
     return [key for key, value in flatten(model).items()
-            if value is not None and not np.array_equal(quantize_array(value, bits), value)]
+            if not np.array_equal(_quantized(value, bits), value)]
 
 
 def smallest_exact_bits(model: Model, check, *, max_bits: int = 24,

@@ -237,7 +237,7 @@ class ThresholdSearch:
             self.hi = d
         else:
             self.lo = d
-        if self.lo is not None and self.hi - self.lo > self.resolution:
+        if self.lo is not None and self.hi is not None and self.hi - self.lo > self.resolution:
             self.next_d = (self.lo + self.hi) // 2
         else:
             self.next_d = None
@@ -296,6 +296,7 @@ def find_threshold(N: int, R: int, mode: str, seed: int, settings: TrialSettings
     search = ThresholdSearch(d_min, d_max, resolution)
     while not search.done:
         d = search.next_d
+        assert d is not None  # a search that is not done has a next d
         if d not in known:
             known[d] = run_trial(N, R, mode, seed, d, settings)
             if on_trial is not None:
@@ -668,6 +669,7 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
                 search.feed(have[search.next_d]["reached"])
                 counts["reused"] += 1
             if not search.done:
+                assert search.next_d is not None  # a search that is not done has a next d
                 submit(config, search.next_d)
                 return
             N, R, mode, seed = config

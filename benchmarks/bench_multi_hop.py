@@ -2,8 +2,8 @@
 greedy decoding of all chains at N = 2^16, R = 4, k = 3 in <= 60 s).
 
 - ``path-blocks`` (G2) at N=1024, R=3, k=3: all 27,648 queries; ``cot`` (C1) at N=1024, R=4, k=3: greedy
-  decoding of all 65,536 chains plus teacher forcing; ``layered`` (A2(b)) and ``associative`` (A2(a)) for
-  reference. These go through ``verify.suite.check_multi_hop`` (build + both checks).
+  decoding of all 65,536 chains plus teacher forcing; ``associative-depth`` (A2(b)) and ``associative-width``
+  (A2(a)) for reference. These go through ``verify.suite.check_multi_hop`` (build + both checks).
 - ``cot-large``: C1 at N = 2^16, R = 4, k = 3 (4.2 M chains), timed on the checker alone: greedy decoding and
   teacher forcing with the default fast paths (token-additive tables + hypercube decoder), and, on the first
   ``--subset`` chains, every forward/decoder pair interleaved over ``--repeats`` rounds (minima), as ratios to
@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-CASES = {"path-blocks": (1024, 3, 3), "cot": (1024, 4, 3), "layered": (1024, 3, 3),
-         "associative": (256, 3, 3), "cot-large": (2**16, 4, 3)}
+CASES = {"path-blocks": (1024, 3, 3), "cot": (1024, 4, 3), "associative-depth": (1024, 3, 3),
+         "associative-width": (256, 3, 3), "cot-large": (2**16, 4, 3)}
 PATHS = (("dense", "dense"), ("dense", "hypercube"), ("tables", "hypercube"))
 
 

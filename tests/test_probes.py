@@ -2,8 +2,12 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from georecall.constructions.single_hop import build_g1
+from georecall.constructions.model import Model
+from georecall.constructions.single_hop import build_a1, build_g1
+from georecall.testing import tables
 from georecall.theory.tasks import random_task
 from georecall.verify import probes
 from georecall.verify.train import init_model
@@ -103,3 +107,145 @@ def test_pickled_hidden_states_are_refused(tmp_path):
     np.savez(path, states=np.array([{"a": 1}], dtype=object), attributes=np.zeros((1, 1), int))
     with pytest.raises(ValueError, match="without pickled objects"):
         probes.load_hidden_states(str(path))
+
+
+# ------------------------------------------------------------------------ probes that discriminate (issue 12)
+
+
+def open_all_gates(model):
+    """G1 with every relation embedding opening every gate: no relation conditioning left."""
+    Q = np.asarray(model.relation_embedding)
+    return model.replace(relation_embedding=np.tile(Q.sum(axis=0), (Q.shape[0], 1)))
+
+
+def test_g1_forward_and_reverse_fits_are_exact_and_the_null_fit_is_not(g1_case):
+    model, task = g1_case
+    fits = probes.attribute_fits(model, task, rng=0)
+    assert fits["forward_r2"] == pytest.approx(1.0, abs=1e-9)
+    assert fits["reverse_r2"] == pytest.approx(1.0, abs=1e-9)  # G1 is symmetric: see the module docstring
+    assert fits["forward_minus_reverse"] == pytest.approx(0.0, abs=1e-9)
+    assert fits["superposition_r2"] == pytest.approx(1.0, abs=1e-9)
+    assert fits["null_forward_r2"] < 0.05  # fitting alone: about −p/(n − p)
+    assert fits["displacement_forward_r2"] is None and "no initial model given" in fits["displacement_notes"]
+
+
+def test_fits_fail_when_embeddings_or_readout_rows_are_shuffled(g1_case):
+    model, task = g1_case
+    perm = np.random.default_rng(0).permutation(task.N)
+    shuffled_E = model.replace(entity_embedding=np.asarray(model.entity_embedding)[perm])
+    assert probes.attribute_fits(shuffled_E, task, rng=0)["forward_r2"] < 0.1
+    shuffled_U = model.replace(unembedding=np.asarray(model.unembedding)[perm])
+    assert probes.attribute_fits(shuffled_U, task, rng=0)["reverse_r2"] < 0.1
+
+
+def test_displacement_fit_sees_an_initialisation_left_in_place(g1_case):
+    model, task = g1_case
+    E0 = np.random.default_rng(1).standard_normal(model.entity_embedding.shape) / np.sqrt(model.d)
+    start = model.replace(entity_embedding=E0)
+    fits = probes.attribute_fits(model, task, initial=start, rng=0)
+    # what "training" wrote (G1's E − E0) is the superposition minus noise: no longer an exact fit
+    assert fits["forward_r2"] == pytest.approx(1.0, abs=1e-9) and fits["displacement_forward_r2"] < 0.9
+    assert fits["displacement_reverse_r2"] is None  # U did not move
+    assert any("U did not move" in note for note in fits["displacement_notes"])
+    # a planted superposition on top of E0 is recovered by the displacement fit, not by the fit of E
+    planted = model.replace(entity_embedding=E0 + 0.3 * np.asarray(model.entity_embedding))
+    fits = probes.attribute_fits(planted, task, initial=start, rng=0)
+    assert fits["displacement_forward_r2"] == pytest.approx(1.0, abs=1e-9) and fits["forward_r2"] < 0.9
+    unmoved = probes.attribute_fits(model, task, initial=model, rng=0)
+    assert unmoved["displacement_forward_r2"] is None
+
+
+def test_displacement_needs_matching_shapes(g1_case):
+    model, task = g1_case
+    other = init_model(task.N, task.R, model.d + 1, 4, rng=0)
+    with pytest.raises(ValueError, match="initial E has shape"):
+        probes.attribute_fits(model, task, initial=other, rng=0)
+
+
+def test_g1_selector_is_selective_gated_and_broad_and_a1_is_narrow(g1_case):
+    model, task = g1_case
+    g1 = probes.unit_selectivity(model, task)
+    assert g1["selective_fraction"] == 1.0 and g1["gated_mass"] == pytest.approx(1.0, abs=1e-12)
+    assert g1["breadth_median"] == 0.5 and g1["threshold"] == probes.SELECTIVITY_THRESHOLD
+    a1 = probes.unit_selectivity(build_a1(task, "binary").model, task)
+    # a per-fact memory is relation-selective too; breadth 1/N is what tells it from a selector
+    assert a1["selective_fraction"] == 1.0 and a1["breadth_median"] == pytest.approx(1 / task.N)
+
+
+def test_selectivity_fails_when_every_gate_is_open(g1_case):
+    model, task = g1_case
+    broken = probes.unit_selectivity(open_all_gates(model), task)
+    assert broken["selective_fraction"] == 0.0
+    assert broken["gated_mass"] == pytest.approx(1 / task.R)
+
+
+def test_selectivity_threshold_is_validated(g1_case):
+    model, task = g1_case
+    with pytest.raises(ValueError, match="threshold"):
+        probes.unit_selectivity(model, task, threshold=0.0)
+
+
+def test_functional_transfer_is_exact_on_g1_and_fails_without_relation_gating(g1_case):
+    model, task = g1_case
+    new = random_task(task.N, task.R, 11)
+    maps = probes.superposition_readout(model, task, holdout=0.0, rng=0)["encoding_maps"]
+    exact = probes.functional_transfer(model, task, new, maps, steps=20)
+    assert exact == {"start_accuracy_A": 1.0, "accuracy_A": 1.0, "zero_shot_B": 1.0, "steps": 0,
+                     "chance": 1 / task.N}
+    broken = probes.functional_transfer(open_all_gates(model), task, new, maps, steps=20)
+    assert broken["accuracy_A"] < 0.3 and broken["zero_shot_B"] < 0.3 and broken["steps"] > 0
+
+
+def test_functional_transfer_guards(g1_case):
+    model, task = g1_case
+    maps = probes.superposition_readout(model, task, holdout=0.0, rng=0)["encoding_maps"]
+    with pytest.raises(ValueError, match="task A's sizes"):
+        probes.functional_transfer(model, task, random_task(task.N, task.R + 1, 0), maps)
+    with pytest.raises(ValueError, match="encoding maps must have shape"):
+        probes.functional_transfer(model, task, random_task(task.N, task.R, 0), maps[:-1])
+
+
+def test_mechanism_probes_exact_on_g1_and_failing_on_an_untrained_model():
+    task = random_task(256, 3, 5)
+    g1 = probes.mechanism_probes(build_g1(task, "binary").model, task, seed=0, transfer_steps=None,
+                                 encoder_steps=20)["summary"]
+    assert set(g1) == set(probes.SUMMARY_FIELDS)
+    for key in ("forward_r2", "reverse_r2", "superposition_r2", "probe_accuracy", "follows",
+                "others_unchanged", "selective_fraction", "gated_mass", "active_fraction",
+                "closed_form_transfer", "encoder_accuracy_A", "functional_zero_shot"):
+        assert g1[key] == pytest.approx(1.0, abs=1e-9), key
+    assert g1["fitted_transfer"] is None  # skipped: transfer_steps=None
+    start = init_model(256, 3, 16, 64, rng=3)
+    untrained = probes.mechanism_probes(start, task, seed=0, transfer_steps=None, encoder_steps=20)["summary"]
+    assert untrained["superposition_r2"] < 0.5 and untrained["reverse_r2"] < 0.5
+    assert untrained["follows"] < 0.05 and untrained["selective_fraction"] < 0.5
+    assert untrained["gated_mass"] < 0.6 and untrained["closed_form_transfer"] < 0.05
+    assert untrained["functional_zero_shot"] < 0.5
+
+
+def test_mechanism_probes_share_splits_and_task_b_across_models_of_one_seed(g1_case):
+    model, task = g1_case
+    a = probes.mechanism_probes(model, task, seed=4, transfer_steps=None, encoder_steps=None)
+    b = probes.mechanism_probes(model, task, seed=4, transfer_steps=None, encoder_steps=None)
+    assert a["summary"] == b["summary"] and a["functional"] is None
+    assert a["summary"]["encoder_accuracy_A"] is None and a["summary"]["functional_zero_shot"] is None
+
+
+@given(tables(min_N=2, max_N=40, max_R=4))
+def test_inverse_table_inverts_every_relation(table):
+    inv = probes.inverse_table(table)
+    rows = np.arange(table.shape[0])[:, None]
+    assert np.array_equal(inv[rows, table], np.tile(np.arange(table.shape[1]), (table.shape[0], 1)))
+    assert np.array_equal(table[rows, inv], np.tile(np.arange(table.shape[1]), (table.shape[0], 1)))
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(1, 3), st.integers(2, 6))
+def test_a_planted_superposition_is_recovered_exactly_held_out(seed, R, d):
+    """E = c + Σ_r U[π_r] A_r, random A_r and U: the forward held-out R² is 1 whatever the draw."""
+    rng = np.random.default_rng(seed)
+    N = 24 * R * d
+    task = random_task(N, R, rng)
+    U = rng.standard_normal((N, d))
+    E = rng.standard_normal(d) + sum(U[task.table[r]] @ rng.standard_normal((d, d)) for r in range(R))
+    model = Model(E, rng.standard_normal((R, d)), U)
+    assert probes.attribute_fits(model, task, rng=rng)["forward_r2"] == pytest.approx(1.0, abs=1e-8)

@@ -11,12 +11,34 @@ Notation: ``e_s`` entity embedding, ``u_j = U[j]`` the unembedding (attribute) v
 - **Causal intervention.** ``e'_s = e_s + A_r (u_j − u_{π_r(s)})`` for a random ``j ≠ π_r(s)``: how often the
   query (s, r) now answers j ("follows") and how often every other relation's answer stays what the model
   answered before the intervention.
-- **Unit selectivity.** Mean activation of every hidden unit by queried relation; a unit's selectivity is the
-  share of its activation in its top relation (1 = fires for one relation only); a unit is relation-selective at
-  ``>= 0.9``. Units never active are counted apart.
+- **Unit selectivity.** Mean activation of every hidden unit by queried relation; a unit's selectivity is
+  the share of its activation in its top relation (1 = fires for one relation only); a unit is
+  relation-selective at ``>= 0.9``. Units never active are counted apart.
 - **Freeze and swap.** New random bijections; subject embeddings rebuilt (a) in closed form from the fitted
   maps, ``e'_s = c + Σ_r A_r u_{π'_r(s)}``, (b) by training only the entity embeddings; accuracy on every new
   query, everything else frozen.
+
+Probes that discriminate (issue 12; :func:`mechanism_probes` runs them all and returns a flat summary):
+
+- **Forward vs reverse fit** (:func:`attribute_fits`). Forward: ``e_s ≈ c + Σ_r u_{π_r(s)} A_r`` (the paper's
+  direction: a subject is a superposition of its attributes). Reverse, its mirror image:
+  ``u_j ≈ c' + Σ_r e_{π_r^{-1}(j)} B_r`` (an attribute's read-out row from the embeddings of its R subjects).
+  Both are held-out R²; their difference is reported. On G1 both are exactly 1 (each subject holds its
+  attribute codes in separate blocks, so each attribute code can be read from any one of its subjects): a high
+  reverse fit does not contradict the geometry, but a forward fit that is not above it is not specific.
+- **Displacement fit.** The forward fit of what training wrote, ``e_s − e⁰_s`` (``initial``: the model before
+  training), and the reverse fit of ``u_j − u⁰_j``. An initialisation that training never removes caps the
+  forward R² of ``e_s`` at ``1 − |E⁰|²/|E|²`` even when the displacement is an exact superposition.
+- **Null fit.** The forward fit with the table of an independent random task: the held-out R² that fitting
+  alone produces (≈ −p/(n − p) for p features and n fit rows, slightly below 0).
+- **Relation selectivity** (:func:`unit_selectivity`): per unit u, ``M[r, u]`` = mean activation over the
+  queries of relation r; selectivity ``max_r M[r, u] / Σ_r M[r, u]``, selective at ``>= threshold`` (0.9,
+  chance 1/R); the gated mass ``Σ_u max_r M[r, u] / Σ_{r,u} M[r, u]`` (the share of all hidden activation
+  that sits in units preferring the asked relation); the breadth of a unit, the fraction of its preferred
+  relation's queries on which it is active (G1: about 1/2, a per-fact unit of A1: 1/N).
+- **Functional zero-shot** (:func:`functional_transfer`): a per-relation linear encoder
+  ``E(π) = c + Σ_r U[π_r] A_r`` trained by gradient descent *through the frozen network* on task A (start:
+  the least-squares maps), then applied unchanged to a new task B: accuracy on A and, zero-shot, on B.
 """
 
 from __future__ import annotations
@@ -31,12 +53,34 @@ from georecall.errors import InputError
 from georecall.theory.tasks import Task, _as_rng, random_task
 from georecall.verify.check import check_queries
 
+__all__ = [
+    "SELECTIVITY_THRESHOLD",
+    "SUMMARY_FIELDS",
+    "attribute_fits",
+    "causal_intervention",
+    "freeze_and_swap",
+    "functional_transfer",
+    "inverse_table",
+    "linear_relational_encoding",
+    "load_hidden_states",
+    "mechanism_probes",
+    "probe_all",
+    "r_squared",
+    "reference_models",
+    "require_fit",
+    "superposition_readout",
+    "unit_selectivity",
+]
+
+SELECTIVITY_THRESHOLD = 0.9  # relation-selective unit: >= 90% of its mean activation on one relation
+
 
 def require_fit(model: Model, task: Task) -> None:
     """The probes read attributes as entity ids (shared attributes): refuse a model that does not match."""
     if model.n_entities < task.N or model.n_relations != task.R or model.n_out != task.N:
         raise InputError(f"model (N={model.n_entities}, R={model.n_relations}, n_out={model.n_out}) does not "
-                         f"fit the task (N={task.N}, R={task.R}); the probes need shared attributes (n_out = N)")
+                         f"fit the task (N={task.N}, R={task.R}); the probes need shared attributes "
+                         f"(n_out = N)")
 
 
 def _split(n: int, holdout: float, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -92,10 +136,11 @@ def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
         B = _lstsq(E[fit], target[fit])
         decoded = _apply(B, E[test])
         accuracy = float(np.mean((decoded @ U.T).argmax(axis=1) == task.table[r, test]))
-        per_relation.append({"relation": r, "r2": r_squared(target[test], decoded), "probe_accuracy": accuracy})
-    return {"encoding_r2": encoding_r2,
-            # the fitted maps could interpolate any embeddings: the held-out R² is then the only honest one
-            "underdetermined": bool(np.linalg.matrix_rank(np.hstack([X[fit], np.ones((fit.size, 1))])) >= fit.size),
+        per_relation.append({"relation": r, "r2": r_squared(target[test], decoded),
+                             "probe_accuracy": accuracy})
+    # the fitted maps could interpolate any embeddings: the held-out R² is then the only honest one
+    underdetermined = bool(np.linalg.matrix_rank(np.hstack([X[fit], np.ones((fit.size, 1))])) >= fit.size)
+    return {"encoding_r2": encoding_r2, "underdetermined": underdetermined,
             "decoding_r2_mean": float(np.mean([p["r2"] for p in per_relation])),
             "probe_accuracy_mean": float(np.mean([p["probe_accuracy"] for p in per_relation])),
             "per_relation": per_relation, "fit_subjects": int(fit.size), "test_subjects": int(test.size),
@@ -146,8 +191,30 @@ def causal_intervention(model: Model, task: Task, encoding_maps: np.ndarray, *, 
     return {"interventions": int(n_int), "follows": follows, "others_unchanged": unchanged}
 
 
-def unit_selectivity(model: Model, task: Task, *, layer: int = -1, threshold: float = 0.9) -> dict:
-    """Mean activation of each hidden unit per queried relation (over all subjects) and its selectivity."""
+def unit_selectivity(model: Model, task: Task, *, layer: int = -1,
+                     threshold: float = SELECTIVITY_THRESHOLD) -> dict:
+    """How relation-conditioned the MLP's hidden units are, from their activations on every query.
+
+    With ``h_u(s, r)`` the activation of unit u at the read-out position on query (s, r):
+
+    - ``M[r, u] = (1/N) Σ_s h_u(s, r)`` (mean activation per queried relation); u is *active* if
+      ``Σ_r M[r, u] > 0``;
+    - selectivity ``σ_u = max_r M[r, u] / Σ_r M[r, u]`` (1: fires for one relation only; chance 1/R); u is
+      relation-selective at ``σ_u >= threshold``; ``selective_fraction``: the share of active units that are;
+    - gated mass ``Σ_u max_r M[r, u] / Σ_{r,u} M[r, u]``: the share of all hidden activation (over every
+      query) carried by units whose preferred relation ``p_u = argmax_r M[r, u]`` is the asked one;
+    - breadth ``b_u = |{s : h_u(s, p_u) > 0}| / N``: on how many of its relation's queries u fires (G1's
+      selector: about 1/2; a per-fact unit of A1: 1/N). ``breadth_median`` is over active units.
+
+    Returns
+    -------
+    dict
+        ``units``, ``active_units``, ``selective_fraction``, ``mean_selectivity``, ``gated_mass``,
+        ``breadth_median``, ``breadth_mean``, ``chance_selectivity`` (1/R), ``threshold``,
+        ``units_per_relation`` (active units by preferred relation).
+    """
+    if not 0 < threshold <= 1:
+        raise InputError(f"the selectivity threshold must be in (0, 1], got {threshold}")
     tokens, _ = single_hop_queries(task)
     layer = layer % len(model.layers)
     mlp = model.layers[layer].mlp
@@ -155,31 +222,48 @@ def unit_selectivity(model: Model, task: Task, *, layer: int = -1, threshold: fl
         raise InputError(f"layer {layer} has no MLP")
     m = mlp.width
     totals = np.zeros((task.R, m))
+    fired = np.zeros((task.R, m))
     for start in range(0, tokens.shape[0], 4096):
         part = tokens[start : start + 4096]
         _, trace = forward(model, part, trace=True)
-        hidden = trace.hidden[layer][:, -1]  # (B, m) at the read-out position
-        np.add.at(totals, part[:, 0] - model.n_entities, hidden)
+        hidden = np.asarray(trace.hidden[layer][:, -1], dtype=np.float64)  # (B, m) at the read-out position
+        relation = part[:, 0] - model.n_entities
+        onehot = (relation[None, :] == np.arange(task.R)[:, None]).astype(np.float64)  # (R, B)
+        totals += onehot @ hidden
+        fired += onehot @ (hidden > 0)
     mean = totals / task.N  # (R, m)
     mass = mean.sum(axis=0)
     active = mass > 0
     selectivity = np.zeros(m)
     selectivity[active] = mean[:, active].max(axis=0) / mass[active]
     preferred = mean.argmax(axis=0)
+    breadth = fired[preferred, np.arange(m)] / task.N
+    total_mass = float(mass.sum())
     return {"units": int(m), "active_units": int(active.sum()),
             "selective_fraction": float(np.mean(selectivity[active] >= threshold)) if active.any() else 0.0,
             "mean_selectivity": float(selectivity[active].mean()) if active.any() else 0.0,
+            "gated_mass": float(mean.max(axis=0).sum() / total_mass) if total_mass > 0 else 0.0,
+            "breadth_median": float(np.median(breadth[active])) if active.any() else 0.0,
+            "breadth_mean": float(breadth[active].mean()) if active.any() else 0.0,
             "chance_selectivity": 1.0 / task.R, "threshold": threshold,
             "units_per_relation": np.bincount(preferred[active], minlength=task.R).tolist()}
 
 
-def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, steps: int = 200, lr: float = 1e-2,
-                    rng: np.random.Generator | int | None = None) -> dict:
-    """Transfer to brand-new bijections with the MLP, attention, relation embeddings and U frozen."""
+def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, steps: int = 200,
+                    lr: float = 1e-2, rng: np.random.Generator | int | None = None,
+                    new_task: Task | None = None) -> dict:
+    """Transfer to brand-new bijections with the MLP, attention, relation embeddings and U frozen.
+
+    The new task is ``new_task`` or, if None, ``random_task(N, R, rng)``. Subject embeddings for it are
+    (a) the closed form ``e'_s = c + Σ_r u_{π'_r(s)} A_r`` from ``encoding_maps`` (fitted on the old task),
+    (b) trained from ``N(0, std(closed form)²)`` with every other group frozen, for at most ``steps`` Adam
+    steps (stop at 100%). Returns both accuracies on every new query.
+    """
     from georecall.verify.train import GROUPS, train
 
     rng = _as_rng(rng)
-    new_task = random_task(task.N, task.R, rng)
+    if new_task is None:
+        new_task = random_task(task.N, task.R, rng)
     tokens, answers = single_hop_queries(new_task)
     X = _encoding_design(model, new_task.table)
     rebuilt = _apply(encoding_maps, X)
@@ -191,8 +275,250 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
                     frozen=tuple(g for g in GROUPS if g != "entity_embedding"),
                     dtype=model.entity_embedding.dtype)
     fitted = check_queries(trained.model, tokens, answers)
-    return {"closed_form_accuracy": closed_result.accuracy, "closed_form_min_margin": closed_result.min_margin,
-            "fitted_accuracy": fitted.accuracy, "fitted_steps": trained.steps, "chance": 1.0 / task.N}
+    return {"closed_form_accuracy": closed_result.accuracy,
+            "closed_form_min_margin": closed_result.min_margin, "fitted_accuracy": fitted.accuracy,
+            "fitted_steps": trained.steps, "chance": 1.0 / task.N}
+
+
+# ----------------------------------------------------------------------------- probes that discriminate
+
+
+def inverse_table(table: np.ndarray) -> np.ndarray:
+    """``inv[r, j] = π_r^{-1}(j)`` for a task table ``table[r, s] = π_r(s)`` of bijections (R × N)."""
+    table = np.asarray(table)
+    inv = np.empty_like(table)
+    rows = np.arange(table.shape[0])[:, None]
+    inv[rows, table] = np.arange(table.shape[1])[None, :]
+    return inv
+
+
+def _held_out_r2(X: np.ndarray, Y: np.ndarray, fit: np.ndarray, test: np.ndarray) -> float:
+    """Held-out R² of the least-squares fit (with intercept) of Y on X, fitted on rows ``fit``, scored on
+    rows ``test``."""
+    return r_squared(Y[test], _apply(_lstsq(X[fit], Y[fit]), X[test]))
+
+
+def _displacement(final: np.ndarray, start: np.ndarray | None, what: str, tolerance: float):
+    """``final − start``, or ``(None, reason)`` when there is no start or training did not move it."""
+    if start is None:
+        return None, "no initial model given"
+    start = np.asarray(start, dtype=np.float64)
+    if start.shape != final.shape:
+        raise InputError(f"initial {what} has shape {start.shape}, the model's has {final.shape}")
+    moved = final - start
+    if np.linalg.norm(moved) <= tolerance * max(np.linalg.norm(start), np.finfo(float).tiny):
+        return None, f"{what} did not move (|Δ| <= {tolerance:g}·|initial|)"
+    return moved, ""
+
+
+def attribute_fits(model: Model, task: Task, *, initial: Model | None = None, holdout: float = 0.25,
+                   rng: np.random.Generator | int | None = None, tolerance: float = 1e-6) -> dict:
+    """Forward, reverse, displacement and null fits of embeddings against attribute read-out rows.
+
+    With ``E`` (N × d) the entity embeddings, ``U`` (N × d) the read-out rows (attribute vectors) and
+    ``π_r^{-1}`` the inverse bijections:
+
+    - forward: ``e_s ≈ c + Σ_r u_{π_r(s)} A_r``, held-out over subjects s;
+    - reverse: ``u_j ≈ c' + Σ_r e_{π_r^{-1}(j)} B_r``, held-out over attributes j;
+    - displacement forward / reverse: the same fits of ``E − E⁰`` and ``U − U⁰`` (``initial`` holds
+      ``E⁰, U⁰``; ``None`` with a reason when there is no initial model or the table did not move, e.g. a
+      frozen read-out);
+    - null forward: the forward fit with the table of an independent random task (what fitting alone gives).
+
+    Each R² is ``1 − SS_res/SS_tot`` over every entry of the held-out rows (:func:`r_squared`). The
+    ``superposition_r2`` is ``max(forward, displacement forward)``: the embeddings, or what training wrote
+    into them, as a superposition of the attribute vectors.
+
+    Parameters
+    ----------
+    initial : Model, optional
+        The same model before training (same shapes).
+    holdout : float
+        Share of rows held out (in [0, 1); 0 scores on the fit rows).
+    rng
+        Splits and the null table.
+    tolerance : float
+        A table counts as unmoved when ``|Δ|_F <= tolerance·|initial|_F``.
+    """
+    rng = _as_rng(rng)
+    require_fit(model, task)
+    N = task.N
+    E = np.asarray(model.entity_embedding[:N], dtype=np.float64)
+    U = np.asarray(model.unembedding[:N], dtype=np.float64)
+    subjects_fit, subjects_test = _split(N, holdout, rng)
+    attributes_fit, attributes_test = _split(N, holdout, rng)
+    forward_design = U[task.table.T].reshape(N, -1)  # row s: [u_{π_1(s)}, ..., u_{π_R(s)}]
+    reverse_design = E[inverse_table(task.table).T].reshape(N, -1)  # row j: [e_{π_1^{-1}(j)}, ...]
+    out: dict = {"forward_r2": _held_out_r2(forward_design, E, subjects_fit, subjects_test),
+                 "reverse_r2": _held_out_r2(reverse_design, U, attributes_fit, attributes_test)}
+    out["forward_minus_reverse"] = out["forward_r2"] - out["reverse_r2"]
+    dE, why_E = _displacement(E, None if initial is None else initial.entity_embedding[:N], "E", tolerance)
+    dU, why_U = _displacement(U, None if initial is None else initial.unembedding[:N], "U", tolerance)
+    out["displacement_forward_r2"] = (None if dE is None else
+                                      _held_out_r2(forward_design, dE, subjects_fit, subjects_test))
+    out["displacement_reverse_r2"] = (None if dU is None else
+                                      _held_out_r2(reverse_design, dU, attributes_fit, attributes_test))
+    out["displacement_notes"] = [why for why in (why_E, why_U) if why]
+    null = random_task(N, task.R, rng)
+    out["null_forward_r2"] = _held_out_r2(U[null.table.T].reshape(N, -1), E, subjects_fit, subjects_test)
+    candidates = [v for v in (out["forward_r2"], out["displacement_forward_r2"]) if v is not None]
+    out["superposition_r2"] = max(candidates)
+    out.update(holdout=holdout, fit_rows=int(subjects_fit.size), test_rows=int(subjects_test.size),
+               features=int(forward_design.shape[1] + 1))
+    return out
+
+
+def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps: np.ndarray, *,
+                        steps: int = 300, lr: float = 1e-2) -> dict:
+    """Train a per-relation linear encoder through the frozen network on task A; apply it unchanged to task B.
+
+    The encoder maps a table π to subject embeddings ``E(π) = c + Σ_r U[π_r] A_r`` (row s:
+    ``e_s = c + Σ_r u_{π_r(s)} A_r``), with the model's own read-out rows ``U`` as attribute vectors and
+    parameters ``A_r`` (d × d) and ``c`` (d). Starting from ``encoding_maps`` (the least-squares forward fit,
+    ``(R·d + 1) × d``), Adam minimises the cross-entropy of task A's N·R queries with every weight of the
+    network frozen; the gradients are ``∂L/∂A_r = U[π_r]ᵀ ∂L/∂E`` and ``∂L/∂c = Σ_s ∂L/∂e_s``, with ``∂L/∂E``
+    from the trainer's backward pass. It stops at 100% on A or after ``steps`` steps. Then
+    ``E(π')`` for B's table π' is checked on every query of B: if the network decodes *any* superposition of
+    attribute vectors (as G1's selector does), the accuracy on B is that on A.
+
+    Returns
+    -------
+    dict
+        ``start_accuracy_A`` (the least-squares encoder on A), ``accuracy_A`` (trained), ``zero_shot_B``,
+        ``steps``, ``chance`` (1/N).
+    """
+    from georecall.verify.train import GROUPS, adam, loss_and_grads
+
+    require_fit(model, task)
+    if new_task.N != task.N or new_task.R != task.R:
+        raise InputError(f"task B (N={new_task.N}, R={new_task.R}) must have task A's sizes "
+                         f"(N={task.N}, R={task.R})")
+    N, R, d = task.N, task.R, model.d
+    dtype = model.entity_embedding.dtype
+    U = np.asarray(model.unembedding[:N], dtype=dtype)
+    extra = np.asarray(model.entity_embedding[N:], dtype=dtype)
+    frozen = frozenset(GROUPS) - {"entity_embedding"}
+    maps = np.asarray(encoding_maps, dtype=dtype)
+    if maps.shape != (R * d + 1, d):
+        raise InputError(f"encoding maps must have shape {(R * d + 1, d)}, got {maps.shape}")
+
+    def encode(params: dict, table: np.ndarray) -> np.ndarray:
+        E = np.broadcast_to(params["c"], (N, d)).copy()
+        for r in range(R):
+            E += U[table[r]] @ params["A"][r]
+        return E
+
+    def with_E(E: np.ndarray) -> Model:
+        return _with_entities(model, np.vstack([E, extra]) if extra.size else E)
+
+    tokens_a, answers_a = single_hop_queries(task)
+    tokens_b, answers_b = single_hop_queries(new_task)
+    params = {"A": maps[:-1].reshape(R, d, d).copy(), "c": maps[-1].copy()}
+    start_accuracy = check_queries(with_E(encode(params, task.table)), tokens_a, answers_a).accuracy
+    state = {"done": start_accuracy == 1.0, "steps": 0}
+
+    def grad_fn(current: dict, step: int) -> dict:
+        if state["done"]:
+            return {}
+        with np.errstate(over="ignore", invalid="ignore"):
+            loss, grads, predictions = loss_and_grads(with_E(encode(current, task.table)), tokens_a,
+                                                      answers_a, frozen=frozen, path="auto")
+        if not np.isfinite(loss):
+            raise FloatingPointError(f"encoder training diverged at step {step} (lr = {lr})")
+        if np.all(predictions == answers_a):
+            state["done"] = True
+            return {}
+        dE = grads["entity_embedding"][:N]
+        return {"A": np.stack([U[task.table[r]].T @ dE for r in range(R)]), "c": dE.sum(axis=0)}
+
+    def stop(current: dict, step: int, grads: dict) -> bool:
+        state["steps"] = step
+        return state["done"]
+
+    final = adam(grad_fn, params, steps, lr=lr, callback=stop) if not state["done"] else params
+    accuracy_a = check_queries(with_E(encode(final, task.table)), tokens_a, answers_a).accuracy
+    zero_shot = check_queries(with_E(encode(final, new_task.table)), tokens_b, answers_b).accuracy
+    return {"start_accuracy_A": start_accuracy, "accuracy_A": accuracy_a, "zero_shot_B": zero_shot,
+            "steps": int(state["steps"]), "chance": 1.0 / N}
+
+
+SUMMARY_FIELDS = (
+    "forward_r2", "reverse_r2", "forward_minus_reverse", "displacement_forward_r2", "displacement_reverse_r2",
+    "null_forward_r2", "superposition_r2", "probe_accuracy", "follows", "others_unchanged",
+    "selective_fraction", "gated_mass", "breadth_median", "active_fraction", "closed_form_transfer",
+    "encoder_accuracy_A", "functional_zero_shot", "fitted_transfer", "chance",
+)
+
+
+def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, seed: int = 0,
+                     holdout: float = 0.25, subjects: int | None = 256, transfer_steps: int | None = 200,
+                     encoder_steps: int | None = 300, lr: float = 1e-2,
+                     threshold: float = SELECTIVITY_THRESHOLD) -> dict:
+    """Every probe of the mechanism study on one model, with a flat ``summary`` of :data:`SUMMARY_FIELDS`.
+
+    Randomness follows the seed contract: splits, the null table and the intervened subjects come from
+    ``rng(seed, "probes")``; the new task B and the fitted transfer's start from ``rng(seed, "transfer")``.
+    So every model probed with the same ``(N, R, seed)`` sees the same splits and the same task B.
+
+    Parameters
+    ----------
+    initial : Model, optional
+        The model before training, for the displacement fits.
+    transfer_steps, encoder_steps : int or None
+        Step budgets of the fitted transfer (E trained on B, the rest frozen) and of the functional encoder;
+        ``None`` skips that probe (its summary fields are then ``None``).
+
+    Returns
+    -------
+    dict
+        ``summary`` (flat numbers), and the detailed ``fits``, ``readout``, ``intervention``, ``selectivity``,
+        ``transfer`` and ``functional`` results.
+    """
+    from georecall.theory.seeds import rng as seed_rng
+
+    require_fit(model, task)
+    probes_rng = seed_rng(seed, "probes")
+    transfer_rng = seed_rng(seed, "transfer")
+    fits = attribute_fits(model, task, initial=initial, holdout=holdout, rng=probes_rng)
+    readout = superposition_readout(model, task, holdout=holdout, rng=probes_rng)
+    readout.pop("encoding_maps")
+    maps = superposition_readout(model, task, holdout=0.0, rng=probes_rng)["encoding_maps"]
+    intervention = causal_intervention(model, task, maps, subjects=subjects, rng=probes_rng)
+    selectivity = unit_selectivity(model, task, threshold=threshold)
+    new_task = random_task(task.N, task.R, transfer_rng)
+    transfer = freeze_and_swap(model, task, maps, steps=transfer_steps, lr=lr, rng=transfer_rng,
+                               new_task=new_task) if transfer_steps is not None else None
+    if transfer is None:  # the closed form costs one check: always report it
+        closed = _with_entities(model, np.vstack([_apply(maps, _encoding_design(model, new_task.table)),
+                                                  np.asarray(model.entity_embedding[task.N :])]))
+        transfer = {"closed_form_accuracy": check_queries(closed, *single_hop_queries(new_task)).accuracy,
+                    "fitted_accuracy": None, "chance": 1.0 / task.N}
+    functional = (functional_transfer(model, task, new_task, maps, steps=encoder_steps, lr=lr)
+                  if encoder_steps is not None else None)
+    summary = {
+        **{k: fits[k] for k in ("forward_r2", "reverse_r2", "forward_minus_reverse",
+                                "displacement_forward_r2", "displacement_reverse_r2", "null_forward_r2",
+                                "superposition_r2")},
+        "probe_accuracy": readout["probe_accuracy_mean"],
+        "follows": intervention["follows"], "others_unchanged": intervention["others_unchanged"],
+        "selective_fraction": selectivity["selective_fraction"], "gated_mass": selectivity["gated_mass"],
+        "breadth_median": selectivity["breadth_median"],
+        "active_fraction": selectivity["active_units"] / selectivity["units"],
+        "closed_form_transfer": transfer["closed_form_accuracy"],
+        "encoder_accuracy_A": None if functional is None else functional["accuracy_A"],
+        "functional_zero_shot": None if functional is None else functional["zero_shot_B"],
+        "fitted_transfer": transfer["fitted_accuracy"], "chance": 1.0 / task.N,
+    }
+    return {"summary": summary, "fits": fits, "readout": readout, "intervention": intervention,
+            "selectivity": selectivity, "transfer": transfer, "functional": functional}
+
+
+def reference_models(task: Task, names: tuple[str, ...] = ("G1", "A1")) -> dict[str, Model]:
+    """The constructions whose probe values bracket a trained model's: G1 (the geometry, every probe exact)
+    and A1 (facts in per-fact MLP units), built through the registry on ``task`` (binary codes)."""
+    from georecall.constructions import registry
+
+    return {name: registry.get(name).build(task).model for name in names}
 
 
 def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int | None = 256,

@@ -73,13 +73,24 @@ DEFAULT_CHUNK_BYTES = 64 * 2**20
 
 
 def _frozen_array(value, name: str, ndim: int) -> np.ndarray:
-    array = np.array(value, dtype=np.float64 if np.asarray(value).dtype.kind in "iub" else None, copy=True)
+    """A read-only floating-point array for a Model. An array that is already read-only, floating-point and
+    C-contiguous is taken as it is (builders freeze their large tables, so a model of N = 2^20 entities is not
+    copied); anything else is copied, so that no caller can change a Model's weights afterwards. Finiteness is
+    checked in row blocks (no full-size temporary)."""
+    given = np.asarray(value)
+    if (isinstance(value, np.ndarray) and not value.flags.writeable and value.dtype.kind == "f"
+            and value.flags.c_contiguous):
+        array = value
+    else:
+        array = np.array(value, dtype=np.float64 if given.dtype.kind in "iub" else None, copy=True)
     if array.dtype.kind != "f":
         raise InputError(f"{name} must be a floating-point array, got dtype {array.dtype}")
     if array.ndim != ndim:
         raise InputError(f"{name} must have {ndim} dimensions, got shape {array.shape}")
-    if not np.all(np.isfinite(array)):
-        raise InputError(f"{name} has non-finite entries")
+    rows = max(1, (16 * 2**20) // max(1, array[0].size * array.itemsize)) if array.ndim and len(array) else 1
+    for start in range(0, len(array) if array.ndim else 1, rows):
+        if not np.isfinite(array[start : start + rows] if array.ndim else array).all():
+            raise InputError(f"{name} has non-finite entries")
     array.setflags(write=False)
     return array
 

@@ -35,7 +35,9 @@ def block_superposition(codes: Codes, answers: np.ndarray, blocks: np.ndarray, d
     """
     P, N = answers.shape
     E = np.zeros((N, d))
-    E[:, blocks.reshape(-1)] = codes.vectors[answers].transpose(1, 0, 2).reshape(N, P * codes.D)
+    for b in range(P):  # one block at a time: no (P, N, D) temporary
+        E[:, blocks[b]] = codes.vectors[answers[b]]
+    E.setflags(write=False)  # the Model takes it without a copy
     return E
 
 
@@ -103,6 +105,7 @@ def code_readout(codes: Codes, n_out: int, d: int, out: np.ndarray, lam: float) 
     """``U (n_out, d)`` with ``U_j = λ·a_j`` on the coordinates ``out`` and zero elsewhere."""
     U = np.zeros((n_out, d))
     U[:, out] = lam * codes.vectors[:n_out]
+    U.setflags(write=False)  # the Model takes it without a copy
     return U
 
 
@@ -120,4 +123,5 @@ def relation_tagged_readout(
     U = np.zeros((N * R, d))
     U[:, out] = lam * np.tile(codes.vectors[:N], (R, 1))
     U[np.arange(N * R), np.repeat(tags, N)] = lam * gamma
+    U.setflags(write=False)
     return U

@@ -218,3 +218,20 @@ def test_load_model_names_a_damaged_header(tmp_path):
     np.savez(bad, __header__=np.array("[1, 2]"))
     with pytest.raises(ValueError, match="structure"):
         load_model(str(bad))
+
+
+def test_models_copy_writable_arrays_and_take_frozen_ones_as_they_are():
+    from georecall.constructions.model import Model
+
+    E = np.ones((3, 2))
+    frozen = np.ones((3, 2))
+    frozen.setflags(write=False)
+    model = Model(E, np.zeros((1, 2)), frozen)
+    E[0, 0] = 5.0  # the caller's array changes; the model's does not
+    assert model.entity_embedding[0, 0] == 1.0 and not model.entity_embedding.flags.writeable
+    assert model.unembedding is frozen  # no copy of a table that is already read-only
+    bad = np.ones((3, 2))
+    bad[2, 1] = np.nan
+    bad.setflags(write=False)
+    with pytest.raises(ValueError, match="non-finite"):
+        Model(np.ones((3, 2)), np.zeros((1, 2)), bad)

@@ -197,7 +197,8 @@ def run_check(
             keep=keep,
             progress=progress,
         )
-    model = built.model if integer else built.model.astype(np.dtype(dtype))
+    same = integer or built.model.entity_embedding.dtype == np.dtype(dtype)
+    model = built.model if same else built.model.astype(np.dtype(dtype))  # astype copies every array
     forced_tokens, targets, positions = teacher_forcing(task, k)
     greedy_result = check_decoding(model, tokens, targets, keep=keep, progress=progress)
     forced = check_queries(model, forced_tokens, targets, positions=positions)

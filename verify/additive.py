@@ -543,8 +543,8 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
                     vT += w2_products[live_key](hT)
             stats["groups"] += 1
             consume(idx, vT.T)
-        if progress and bi % 8 == 0:
+        if progress and len(by_block) > 1 and bi % 8 == 0:
             print(f"\r  tables: block {bi + 1}/{len(by_block)}", end="", file=sys.stderr, flush=True)
-    if progress:
+    if progress and len(by_block) > 1:
         print(file=sys.stderr)
     return stats

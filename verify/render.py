@@ -133,6 +133,13 @@ def _reports(doc: dict) -> list[str]:
             lines.append(f"  greedy decoding: per-step accuracy {rep['check']['per_position']}, final-answer "
                          f"accuracy {rep['check'].get('final_accuracy')}; teacher forcing: per-step accuracy "
                          f"{forced.get('per_position')}, min margin {_fmt(forced.get('min_margin'))}")
+    if str(doc.get("command", "")).startswith("check"):  # which exact path computed the check (verify's table stays compact)
+        for rep in doc["reports"]:
+            check = rep["check"]
+            if check.get("decoder") or check.get("forward"):
+                why = f" ({check['fallback']})" if check.get("fallback") else ""
+                lines.append(f"  {rep['name']}: forward pass {check.get('forward', 'dense')}, decoder "
+                             f"{check.get('decoder', 'dense')}{why}")
     return lines
 
 

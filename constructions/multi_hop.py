@@ -71,6 +71,28 @@ def _meta(construction: str, k: int, codes: Codes, layout: Layout, attention: st
             "layout": layout.as_dict()}
 
 
+def _hop_heads(d: int, pos: np.ndarray, groups: np.ndarray, k: int, gate: float, attention: str,
+               beta: float | None):
+    """The k positional heads of G2 and A2(a): head j fetches ``r_j`` (position ``k − j``) from the last
+    position into gate group ``G_j`` with gain G (a relation token carries its identity in group 1's
+    coordinates)."""
+    return positional_heads(d, pos, [{k: k - j} for j in range(1, k + 1)], groups[0],
+                            [groups[j] for j in range(k)], [gate] * k, attention, beta)
+
+
+def _assemble(name: str, k: int, codes: Codes, layout: Layout, promise, E: np.ndarray, Q: np.ndarray,
+              U_out: np.ndarray, layers: tuple, pos: np.ndarray, attention: str, lam: float,
+              leakage_others: int, **constants) -> Construction:
+    """The Model (one-hot positions, code read-out on ``U_out``) and its Construction record."""
+    d = layout.d
+    model = Model(E, Q, code_readout(codes, E.shape[0], d, U_out, lam), layers,
+                  one_hot_positions(pos, d), meta=_meta(name, k, codes, layout, attention))
+    beta = constants.get("beta")
+    return Construction(model, promise, codes, {"k": k, **constants, "attention": attention,
+                                                "leakage": softmax_leakage(beta, leakage_others),
+                                                "lambda": lam}, layout)
+
+
 def _default_beta(attention: str, beta: float | None, eps: float, others: int) -> float | None:
     """The β a builder uses: None for hard attention, else the given β or the one meeting the leakage
     target."""
@@ -131,42 +153,13 @@ def build_g2(
     E = block_superposition(codes, task.k_hop(k).reshape(n_paths, N), blocks, d)
     Q = np.zeros((R, d))
     Q[np.arange(R), groups[0]] = 1.0
-    heads = positional_heads(
-        d,
-        pos,
-        [{k: k - j} for j in range(1, k + 1)],
-        groups[0],
-        [groups[j] for j in range(k)],
-        [gate] * k,
-        attention,
-        beta,
-    )
+    heads = _hop_heads(d, pos, groups, k, gate, attention, beta)
     path_rows = paths(R, k)  # columns r_k..r_1: hop j's relation is column k - j
     mlp = gated_selector(
         d, blocks, [groups[j - 1][path_rows[:, k - j]] for j in range(1, k + 1)], out, k * gate
     )
-    model = Model(
-        E,
-        Q,
-        code_readout(codes, N, d, out, lam),
-        (Layer(heads, mlp),),
-        one_hot_positions(pos, d),
-        meta=_meta("G2", k, codes, layout, attention),
-    )
-    return Construction(
-        model,
-        promise,
-        codes,
-        {
-            "k": k,
-            "gate": gate,
-            "beta": beta,
-            "attention": attention,
-            "leakage": softmax_leakage(beta, k),
-            "lambda": lam,
-        },
-        layout,
-    )
+    return _assemble("G2", k, codes, layout, promise, E, Q, out, (Layer(heads, mlp),), pos, attention, lam,
+                     k, gate=gate, beta=beta)
 
 
 def build_a2_width(
@@ -212,16 +205,7 @@ def build_a2_width(
     E[:, S] = codes.vectors[:N]
     Q = np.zeros((R, d))
     Q[np.arange(R), groups[0]] = 1.0
-    heads = positional_heads(
-        d,
-        pos,
-        [{k: k - j} for j in range(1, k + 1)],
-        groups[0],
-        [groups[j] for j in range(k)],
-        [gate] * k,
-        attention,
-        beta,
-    )
+    heads = _hop_heads(d, pos, groups, k, gate, attention, beta)
     # unit u = path·N + s listens to (s, path) and writes the code of π_path(s)
     path_rows = paths(R, k)
     W1 = np.zeros((d, m))
@@ -232,28 +216,9 @@ def build_a2_width(
     W2 = np.zeros((m, d))
     W2[:, out] = codes.vectors[task.k_hop(k).reshape(-1)]
     b1 = np.full(m, -(codes.norm_sq + k * gate - gap))
-    model = Model(
-        E,
-        Q,
-        code_readout(codes, N, d, out, lam),
-        (Layer(heads, MLP(W1, b1, W2, np.zeros(d))),),
-        one_hot_positions(pos, d),
-        meta=_meta("A2a", k, codes, layout, attention),
-    )
-    return Construction(
-        model,
-        promise,
-        codes,
-        {
-            "k": k,
-            "gate": gate,
-            "beta": beta,
-            "attention": attention,
-            "leakage": softmax_leakage(beta, k),
-            "lambda": lam,
-        },
-        layout,
-    )
+    layers = (Layer(heads, MLP(W1, b1, W2, np.zeros(d))),)
+    return _assemble("A2a", k, codes, layout, promise, E, Q, out, layers, pos, attention, lam,
+                     k, gate=gate, beta=beta)
 
 
 def build_a2_depth(
@@ -327,29 +292,8 @@ def build_a2_depth(
             writes.append(g)
             gains.append(-1.0)
         layers.append(Layer(positional_heads(d, pos, targets, rel, writes, gains, attention, beta), mlp))
-    model = Model(
-        E,
-        Q,
-        code_readout(codes, N, d, S, lam),
-        tuple(layers),
-        one_hot_positions(pos, d),
-        meta=_meta("A2b", k, codes, layout, attention),
-    )
-    return Construction(
-        model,
-        promise,
-        codes,
-        {
-            "k": k,
-            "beta": beta,
-            "attention": attention,
-            "leakage": softmax_leakage(beta, k),
-            "lambda": lam,
-            "theta": theta,
-            "h": h,
-        },
-        layout,
-    )
+    return _assemble("A2b", k, codes, layout, promise, E, Q, S, tuple(layers), pos, attention, lam,
+                     k, beta=beta, theta=theta, h=h)
 
 
 def build_c1(
@@ -405,25 +349,5 @@ def build_c1(
         d, pos, [{q: 2 * k - 1 - q for q in range(T)}], gates, [gates], [gate], attention, beta
     )
     mlp = gated_selector(d, blocks, [gates], out, gate)
-    model = Model(
-        E,
-        Q,
-        code_readout(codes, N, d, out, lam),
-        (Layer(head, mlp),),
-        one_hot_positions(pos, d),
-        meta=_meta("C1", k, codes, layout, attention),
-    )
-    return Construction(
-        model,
-        promise,
-        codes,
-        {
-            "k": k,
-            "gate": gate,
-            "beta": beta,
-            "attention": attention,
-            "leakage": softmax_leakage(beta, T - 1),
-            "lambda": lam,
-        },
-        layout,
-    )
+    return _assemble("C1", k, codes, layout, promise, E, Q, out, (Layer(head, mlp),), pos, attention, lam,
+                     T - 1, gate=gate, beta=beta)

@@ -10,6 +10,9 @@ import networkx as nx
 import numpy as np
 import pytest
 from conftest import tables
+from hypothesis import given
+from hypothesis import strategies as st
+
 from georecall.bounds import graphs, lower
 from georecall.bounds.counting import (
     F_lower,
@@ -25,8 +28,6 @@ from georecall.bounds.counting import (
 )
 from georecall.bounds.tables import bound_rows, render
 from georecall.theory.tasks import Task, random_task
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 def brute_force_counts(N, R, k):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from georecall.bounds import counting, graphs, lower
 from georecall.verify import bounds_checks, precision
 from georecall.verify.bounds_checks import section_bounds
@@ -32,7 +33,8 @@ def fast(monkeypatch):
     monkeypatch.setattr(bounds_checks, "PRECISION_CASES", [
         ("G1", "geometric", 256, 4, None), ("A1", "associative", 256, 4, None),
         ("G2", "path-blocks", 64, 2, 2),
-        ("A2a", "associative-width", 64, 2, 2), ("A2b", "associative-depth", 64, 2, 2), ("C1", "cot", 64, 2, 2)])
+        ("A2a", "associative-width", 64, 2, 2), ("A2b", "associative-depth", 64, 2, 2),
+        ("C1", "cot", 64, 2, 2)])
 
 
 def test_the_section_passes(fast):

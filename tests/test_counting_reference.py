@@ -17,6 +17,7 @@ import itertools
 import math
 
 import pytest
+
 from georecall.bounds.counting import F_lower, closed_forms, count_trees, enumerate_counts, product_value
 from georecall.verify.bounds_checks import COUNT_CASES, GOLDEN_COUNTS, GOLDEN_TREES
 

@@ -1,12 +1,13 @@
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
 from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
 from georecall.theory.tasks import random_task
 from georecall.verify.check import check_queries
 from georecall.verify.precision import changed_arrays, quantize, quantize_array, smallest_exact_bits
-from hypothesis import given
-from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
 
 
 def test_quantization_grid():
@@ -39,7 +40,8 @@ def test_b_bits_means_at_most_two_to_the_b_values_per_tensor(values, bits):
 def test_g1_binary_needs_two_bits_and_a1_more():
     task = random_task(512, 4, 3)
     tokens, answers = single_hop_queries(task)
-    check = lambda m: check_queries(m, tokens, answers)
+    def check(m):
+        return check_queries(m, tokens, answers)
     g1 = build_g1(task, "binary").model
     bits, records = smallest_exact_bits(g1, check)
     assert bits == 2 and records[-1]["exact"] and not records[0]["exact"] and records[0]["bits"] == 1

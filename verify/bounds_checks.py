@@ -79,8 +79,9 @@ PER_PARAMETER_BITS = {"G1": 1, "G2": 1, "C1": 1}
 
 
 def _build(name: str, cli: str, N: int, R: int, k: int | None, seed: int, task_seed: int | None = None):
-    """The registered construction ``name`` on the task of ``task_seed`` (default ``seed``), with its exhaustive
-    check (greedy decoding for chain-of-thought constructions). ``cli`` is the command-line name, for labels."""
+    """The registered construction ``name`` on the task of ``task_seed`` (default ``seed``), with its
+    exhaustive check (greedy decoding for chain-of-thought constructions). ``cli`` is the command-line name,
+    for labels."""
     from georecall.constructions import registry
     from georecall.theory.seeds import rng
     from georecall.theory.tasks import task_for_seed

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from georecall.constructions.model import Model, chunk_size, forward, integer_bounds, iter_chunks
+from georecall.errors import InputError
 from georecall.theory import __version__
 from georecall.theory.statements import Promise
 from georecall.verify.additive import NotAdditive, plan_additive, run_additive, table_facts
@@ -155,26 +156,26 @@ class _Tally:
 def _choose_decoder(model: Model, decoder: str) -> tuple[Hypercube | None, str]:
     """The hypercube codebook when it applies and is asked for, else None; and the reason when it does not."""
     if decoder not in DECODERS:
-        raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
+        raise InputError(f"decoder must be one of {DECODERS}, got {decoder!r}")
     if decoder == "dense":
         return None, ""
     cube, why = detect_hypercube(model.unembedding, table_facts(model, "unembedding").support)
     if cube is None and decoder == "hypercube":
-        raise ValueError(f"the hypercube decoder does not apply: {why}")
+        raise InputError(f"the hypercube decoder does not apply: {why}")
     return cube, ("" if cube is not None else f"decoder: {why}")
 
 
 def _choose_forward(model: Model, forward_: str, columns, token_columns, integer: bool):
     """A token-additive plan when it applies and is asked for, else None; and the reason when it does not."""
     if forward_ not in FORWARDS:
-        raise ValueError(f"forward must be one of {FORWARDS}, got {forward_!r}")
+        raise InputError(f"forward must be one of {FORWARDS}, got {forward_!r}")
     if forward_ == "dense":
         return None, ""
     try:
         return plan_additive(model, token_columns, columns, integer=integer), ""
     except NotAdditive as exc:
         if forward_ == "tables":
-            raise ValueError(f"the token-additive forward does not apply: {exc}") from None
+            raise InputError(f"the token-additive forward does not apply: {exc}") from None
         return None, f"forward: {exc}"
 
 

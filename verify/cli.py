@@ -279,6 +279,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="minibatch size B (default: full batch; lower it when the memory estimate refuses)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                    help="training precision (default float32)")
+    p.add_argument("--weight-decay", type=_real(minimum=0.0, maximum=1e6), default=0.0, metavar="λ",
+                   help="decoupled weight decay λ (AdamW; every trained group; default 0)")
+    p.add_argument("--eps-form", choices=("standard", "hat"), default="standard",
+                   help="Adam's ε: standard m̂/(√v̂ + ε) as in PyTorch/Optax (default) or Kingma-Ba's ε̂ form")
+    p.add_argument("--init-scale", type=_real(positive=True, maximum=1e6), default=1.0,
+                   help="factor on every initial weight's standard deviation (default 1)")
+    p.add_argument("--tie-readout", action="store_true",
+                   help="tied read-out: U = E throughout (gradients summed)")
+    p.add_argument("--path", choices=("auto", "dense", "structured"), default="auto",
+                   help="gradient computation: auto (structure-aware when it applies), or force one")
     p.add_argument("--log-every", type=_steps, default=50, help="progress line every this many steps")
     p.add_argument("--out", default=None, metavar="MODEL.npz",
                    help="write the trained model to this .npz file (atomically; .npz added when missing)")

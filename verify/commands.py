@@ -382,20 +382,25 @@ def run_train(p) -> dict:
                                 dtype=p.dtype).require(budget)
     task = task_for_seed(p.N, p.R, p.seed)
     tokens, answers, positions, T = training_data(task, p.k, p.cot)
+    tie = bool(getattr(p, "tie_readout", False))
     model = init_model(p.N, p.R, p.d, m, attention=p.attention, heads=p.heads,
                        positions=T if p.k > 1 or p.cot else None, rng=seeds.rng(p.seed, "init"),
-                       dtype=np.dtype(p.dtype))
+                       dtype=np.dtype(p.dtype), init_scale=getattr(p, "init_scale", 1.0), tied_readout=tie)
     frozen = tuple(FROZEN_GROUPS[p.mode]) + tuple(g for g in p.freeze if g not in FROZEN_GROUPS[p.mode])
+    options = {"weight_decay": getattr(p, "weight_decay", 0.0), "tie_readout": tie,
+               "eps_form": getattr(p, "eps_form", "standard"), "path": getattr(p, "path", "auto")}
     result = train(model, tokens, answers, steps=p.steps, lr=p.lr, optimizer=p.optimizer,
                    batch_size=p.batch_size, frozen=frozen, dtype=np.dtype(p.dtype), positions=positions,
-                   rng=seeds.rng(p.seed, "batches"), log_every=p.log_every if p.progress else 0)
+                   rng=seeds.rng(p.seed, "batches"), log_every=p.log_every if p.progress else 0, **options)
     params = {"N": p.N, "R": p.R, "k": p.k, "cot": p.cot, "d": p.d, "m": m, "attention": p.attention,
               "heads": p.heads, "mode": p.mode, "frozen": list(frozen), "steps": p.steps, "lr": p.lr,
-              "optimizer": p.optimizer, "batch_size": p.batch_size, "dtype": p.dtype, "seed": p.seed}
+              "optimizer": p.optimizer, "batch_size": p.batch_size, "dtype": p.dtype, "seed": p.seed,
+              "init_scale": getattr(p, "init_scale", 1.0), **options}
     if out:
         atomic_write(out, lambda f: save_model(result.model, f, extra_arrays={"task_table": task.table},
                                                **params))
     return _doc("train", p, params, est, budget, reached=result.reached, steps_run=result.steps,
+                epochs=result.epochs, path=result.path,
                 answers=int(answers.size), final_loss=result.losses[-1],
                 final_batch_accuracy=result.accuracies[-1], seconds=round(result.seconds, 3), out=out)
 

@@ -133,7 +133,8 @@ def _reports(doc: dict) -> list[str]:
             lines.append(f"  greedy decoding: per-step accuracy {rep['check']['per_position']}, final-answer "
                          f"accuracy {rep['check'].get('final_accuracy')}; teacher forcing: per-step accuracy "
                          f"{forced.get('per_position')}, min margin {_fmt(forced.get('min_margin'))}")
-    if str(doc.get("command", "")).startswith("check"):  # which exact path computed the check (verify's table stays compact)
+    # which exact path computed a check (verify's table stays compact)
+    if str(doc.get("command", "")).startswith("check"):
         for rep in doc["reports"]:
             check = rep["check"]
             if check.get("decoder") or check.get("forward"):
@@ -198,7 +199,8 @@ def _train(doc: dict) -> list[str]:
     p = doc["params"]
     what = "chain steps" if p["cot"] else "facts"
     return [f"{'reached 100%' if doc['reached'] else 'did not reach 100%'} on all {doc['answers']:,} {what} "
-            f"after {doc['steps_run']} steps ({doc['seconds']:.1f} s), final loss {_fmt(doc['final_loss'])}"
+            f"after {doc['steps_run']} steps ({doc['seconds']:.1f} s, {doc.get('path', 'dense')} gradients), "
+            f"final loss {_fmt(doc['final_loss'])}"
             + (f"; model written to {doc['out']}" if doc["out"] else "")]
 
 

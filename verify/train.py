@@ -34,6 +34,7 @@ import numpy as np
 from scipy import sparse
 
 from georecall.constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows, unflatten
+from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import _as_rng, check_positive_int
 from georecall.verify.train_structured import loss_and_grads_structured, run_parallel, structure_reason
@@ -110,17 +111,17 @@ def init_model(
     N, R, d, m, heads, layers = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("d", d), ("m", m),
                                                                         ("heads", heads), ("layers", layers)))
     if attention not in ("uniform", "softmax", "none"):
-        raise ValueError(f"attention must be 'uniform', 'softmax' or 'none', got {attention!r}")
+        raise InputError(f"attention must be 'uniform', 'softmax' or 'none', got {attention!r}")
     if seed is not None:
         if rng is not None:
-            raise ValueError("give rng or seed, not both")
+            raise InputError("give rng or seed, not both")
         rng = seed_rng(seed, "init")
     rng = _as_rng(rng)
     d_head = d_head or (d if attention == "uniform" else max(1, d // heads))
     n_out = N if n_out is None else n_out
     scales = _group_values("init_scale", init_scale, 1.0)
     if tied_readout and n_out != N:
-        raise ValueError(f"a tied read-out U = E needs n_out == N, got n_out = {n_out}, N = {N}")
+        raise InputError(f"a tied read-out U = E needs n_out == N, got n_out = {n_out}, N = {N}")
 
     def normal(shape, fan_in, group):
         draw = rng.standard_normal(shape) / math.sqrt(fan_in)
@@ -157,13 +158,13 @@ def _group_values(name: str, value, default: float) -> dict[str, float]:
     if isinstance(value, Mapping):
         unknown = set(value) - set(GROUPS)
         if unknown:
-            raise ValueError(f"{name}: unknown parameter groups {sorted(unknown)}; groups are {GROUPS}")
+            raise InputError(f"{name}: unknown parameter groups {sorted(unknown)}; groups are {GROUPS}")
         out = {g: float(value.get(g, default)) for g in GROUPS}
     else:
         out = {g: float(value) for g in GROUPS}
     for g, v in out.items():
         if not (math.isfinite(v) and v >= 0):
-            raise ValueError(f"{name} for {g} must be finite and >= 0, got {v}")
+            raise InputError(f"{name} for {g} must be finite and >= 0, got {v}")
     return out
 
 
@@ -231,13 +232,13 @@ def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
     ``⟨r, s⟩`` queries; ``ValueError`` saying why otherwise). ``"auto"``: structured when it applies.
     """
     if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+        raise InputError(f"path must be one of {PATHS}, got {path!r}")
     if path != "dense":
         reason = structure_reason(model, tokens, positions)
         if reason is None:
             return loss_and_grads_structured(model, tokens, answers, frozenset(frozen))
         if path == "structured":
-            raise ValueError(f"the structured step does not apply: {reason}")
+            raise InputError(f"the structured step does not apply: {reason}")
     at = "last" if positions is None else "all"
     logits, trace = forward(model, tokens, at=at, trace=True)
     B, T = tokens.shape
@@ -466,7 +467,7 @@ def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: f
     :func:`sgd`.
     """
     if eps_form not in EPS_FORMS:
-        raise ValueError(f"eps_form must be one of {EPS_FORMS}, got {eps_form!r}")
+        raise InputError(f"eps_form must be one of {EPS_FORMS}, got {eps_form!r}")
     params = {k: np.array(v, order="C") for k, v in params.items()}
     m1 = {k: np.zeros_like(v) for k, v in params.items()}
     m2 = {k: np.zeros_like(v) for k, v in params.items()}
@@ -625,17 +626,17 @@ def train(
     from georecall.verify.check import check_queries
 
     if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+        raise InputError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
     if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+        raise InputError(f"path must be one of {PATHS}, got {path!r}")
     frozen = frozenset(frozen)
     unknown = frozen - set(GROUPS)
     if unknown:
-        raise ValueError(f"unknown parameter groups {sorted(unknown)}; groups are {GROUPS}")
+        raise InputError(f"unknown parameter groups {sorted(unknown)}; groups are {GROUPS}")
     steps = check_positive_int("steps", steps)
     if seed is not None:
         if rng is not None:
-            raise ValueError("give rng or seed, not both")
+            raise InputError("give rng or seed, not both")
         rng = seed_rng(seed, "batches")
     rng = _as_rng(rng)
     tokens = np.asarray(tokens, dtype=np.int64)
@@ -645,10 +646,10 @@ def train(
     template = model.astype(dtype)
     if tie_readout:
         if template.n_out != template.n_entities:
-            raise ValueError(f"a tied read-out U = E needs n_out == N, got n_out = {template.n_out}, "
+            raise InputError(f"a tied read-out U = E needs n_out == N, got n_out = {template.n_out}, "
                              f"N = {template.n_entities}")
         if "unembedding" in frozen and "entity_embedding" not in frozen:
-            raise ValueError("with a tied read-out U = E, freeze 'entity_embedding' (the shared matrix), "
+            raise InputError("with a tied read-out U = E, freeze 'entity_embedding' (the shared matrix), "
                              "not 'unembedding' alone")
         template = template.replace(unembedding=template.entity_embedding)
         if "entity_embedding" in frozen:
@@ -658,7 +659,7 @@ def train(
     decay_by_key = {key: decay[group_of(key)] for key in params if decay[group_of(key)]}
     reason = structure_reason(template, tokens, positions)
     if path == "structured" and reason is not None:
-        raise ValueError(f"the structured step does not apply: {reason}")
+        raise InputError(f"the structured step does not apply: {reason}")
     step_path = "structured" if path != "dense" and reason is None else "dense"
     history = TrainResult(template, 0, False, path=step_path)
     batches = EpochBatches(n, batch, rng) if batch < n else None

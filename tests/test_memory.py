@@ -25,7 +25,8 @@ REPRODUCERS = [
     (["check", "single-hop", "--N", "1048576", "--R", "16", "--max-gib", "8"], "lower N, R or D"),
     (["check", "single-hop", "--N", "1000000", "--R", "50", "--max-gib", "8"], "lower N, R or D"),
     (["precision", "--N", str(10**9)], "GiB"),
-    (["train", "--N", "65536", "--R", "16", "--d", "256", "--steps", "1", "--max-gib", "8"], "--batch-size"),
+    # A full batch over budget is computed in pieces (see below); this budget holds not even the parameters.
+    (["train", "--N", "65536", "--R", "16", "--d", "256", "--steps", "1", "--max-gib", "0.5"], "N, d or m"),
     (["sweep", "threshold", "--N", str(10**9), "--out", "{tmp}/s.jsonl"], "GiB"),
     (["bounds", "--N", str(10**10), "--max-gib", "8"], "lower N"),
     (["count", "--N", "3", "--R", "2", "--k", "100"], "<= 32"),
@@ -176,3 +177,19 @@ def test_count_limit_is_checked_without_a_factorial(monkeypatch, capsys):
     monkeypatch.setattr(math, "factorial", lambda n: calls.append(n) or real(n))
     code, _, err, _ = run(["count", "--N", str(10**12)], capsys)
     assert code == 2 and calls == []
+
+
+def test_a_full_batch_over_budget_is_computed_in_pieces_not_refused(capsys):
+    import json
+
+    from georecall.verify import memory
+    from georecall.verify.cli import main
+
+    full = memory.train_estimate(2048, 4, 32, 128).total
+    budget_gib = 0.98 * full / 2**30  # the full batch does not fit; pieces of it do
+    code = main(["train", "--N", "2048", "--R", "4", "--d", "32", "--steps", "2",
+                 "--max-gib", f"{budget_gib:.6f}", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["steps_run"] == 2
+    assert 1 <= doc["params"]["max_rows"] < 2048 * 4
+    assert doc["memory"]["total_gib"] <= budget_gib

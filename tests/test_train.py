@@ -392,3 +392,27 @@ def test_single_hop_softmax_attention_with_positions_trains():
     result = train(model, tokens, answers, steps=2000, rng=0)
     assert result.path == "dense" and result.reached
     assert not np.array_equal(result.model.position_embedding, model.position_embedding)
+
+
+@pytest.mark.parametrize("path, k, cot", [("dense", 1, False), ("structured", 1, False), ("dense", 2, True)])
+def test_a_batch_computed_in_pieces_follows_the_same_trajectory(path, k, cot):
+    """max_rows splits each batch's gradient into pieces; weighted by size they are the batch's gradient."""
+    from georecall.theory.tasks import task_for_seed
+    from georecall.verify.train import init_model, train, training_data
+
+    task = task_for_seed(12, 2, 0)
+    tokens, answers, positions, T = training_data(task, k, cot)
+    attention = "uniform" if k == 1 else "softmax"
+    runs = []
+    for rows in (None, 5):
+        model = init_model(12, 2, 8, 16, attention=attention, positions=T if k > 1 else None, seed=1,
+                           dtype=np.float64)
+        result = train(model, tokens, answers, steps=6, lr=1e-2, positions=positions, seed=2, path=path,
+                       max_rows=rows, dtype=np.float64, stop_at_accuracy=None)
+        runs.append(result)
+    assert runs[0].path == runs[1].path == path
+    np.testing.assert_allclose(runs[0].losses, runs[1].losses, rtol=1e-10)
+    for key, value in runs[0].model.arrays().items():
+        np.testing.assert_allclose(runs[1].model.arrays()[key], value, rtol=1e-8, atol=1e-12)
+    with pytest.raises(ValueError, match="max_rows"):
+        train(runs[0].model, tokens, answers, steps=1, max_rows=0)

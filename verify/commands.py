@@ -378,8 +378,18 @@ def run_train(p) -> dict:
     out = output_path(p.out, suffix=".npz", what="model file") if p.out else None
     m = p.m if p.m is not None else 4 * p.d
     budget = _budget(p)
-    est = memory.train_estimate(p.N, p.R, p.d, m, k=p.k, cot=p.cot, heads=p.heads, batch_size=p.batch_size,
-                                dtype=p.dtype).require(budget)
+    shape = dict(k=p.k, cot=p.cot, heads=p.heads, batch_size=p.batch_size, dtype=p.dtype)
+    est = memory.train_estimate(p.N, p.R, p.d, m, **shape)
+    max_rows = None
+    if est.total > budget:  # chunk the batch's gradient (the same gradient, to rounding) before refusing
+        one = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=1).total
+        per_row = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=2).total - one
+        if per_row > 0 and one <= budget:
+            max_rows = max(1, int((budget - one) // per_row))
+            est = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=max_rows)
+        else:  # not even one query at a time fits: name what does not shrink with pieces
+            est = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=1)
+    est.require(budget)
     task = task_for_seed(p.N, p.R, p.seed)
     tokens, answers, positions, T = training_data(task, p.k, p.cot)
     tie = bool(getattr(p, "tie_readout", False))
@@ -388,10 +398,12 @@ def run_train(p) -> dict:
                        dtype=np.dtype(p.dtype), init_scale=getattr(p, "init_scale", 1.0), tied_readout=tie)
     frozen = tuple(FROZEN_GROUPS[p.mode]) + tuple(g for g in p.freeze if g not in FROZEN_GROUPS[p.mode])
     options = {"weight_decay": getattr(p, "weight_decay", 0.0), "tie_readout": tie,
-               "eps_form": getattr(p, "eps_form", "standard"), "path": getattr(p, "path", "auto")}
+               "eps_form": getattr(p, "eps_form", "standard"), "path": getattr(p, "path", "auto"),
+               "max_rows": max_rows}
     result = train(model, tokens, answers, steps=p.steps, lr=p.lr, optimizer=p.optimizer,
                    batch_size=p.batch_size, frozen=frozen, dtype=np.dtype(p.dtype), positions=positions,
                    rng=seeds.rng(p.seed, "batches"), log_every=p.log_every if p.progress else 0, **options)
+    options["gradient_path"] = options.pop("path")  # (a model file's record has its own "path")
     params = {"N": p.N, "R": p.R, "k": p.k, "cot": p.cot, "d": p.d, "m": m, "attention": p.attention,
               "heads": p.heads, "mode": p.mode, "frozen": list(frozen), "steps": p.steps, "lr": p.lr,
               "optimizer": p.optimizer, "batch_size": p.batch_size, "dtype": p.dtype, "seed": p.seed,

@@ -229,7 +229,7 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
 
 def train_estimate(N: int, R: int, d: int, m: int, *, k: int = 1, cot: bool = False, heads: int = 1,
                    batch_size: int | None = None, dtype: str = "float32", n_out: int | None = None,
-                   what: str = "train") -> Estimate:
+                   what: str = "train", max_rows: int | None = None) -> Estimate:
     """Peak bytes of training a one-layer model on all N·R^k queries (or CoT steps).
 
     Parameters
@@ -240,6 +240,9 @@ def train_estimate(N: int, R: int, d: int, m: int, *, k: int = 1, cot: bool = Fa
         Hops, chain-of-thought, attention heads.
     batch_size : int or None
         Minibatch (``None``: full batch, every query in one step).
+    max_rows : int or None
+        The trainer computes a batch's gradient in pieces of at most this many queries (``train(max_rows=)``):
+        only one piece's activations are alive at a time.
     dtype : str
         Training precision.
     n_out : int, optional
@@ -260,11 +263,14 @@ def train_estimate(N: int, R: int, d: int, m: int, *, k: int = 1, cot: bool = Fa
     P = k if cot else 1
     Q = N * R**k
     B = Q if batch_size is None else min(batch_size, Q)
+    if max_rows is not None:
+        B = min(B, max_rows)
     params = (N + n_out + R + T) * d + 2 * d * m + 4 * heads * d * d + m + d
     est.add(f"data ({Q:,} queries)", 8 * Q * (T + P) * 2, "N, R or k")
     est.add("parameters, gradients, Adam moments", item * params * 6, "N, d or m")
     per_query = T * (8 * d + 3 * m + 4 * heads * T) + P * 4 * n_out
-    est.add(f"activations of a batch of {B:,}", item * B * per_query,
+    est.add(f"activations of {'a piece' if max_rows is not None and max_rows < Q else 'a batch'} of {B:,}",
+            item * B * per_query,
             "--batch-size" if batch_size is None or B > 1 else "N, d or m")
     est.add("final exhaustive check", CHUNK_COPIES * CHUNK_BYTES + 8 * params, "N, d or m")
     return est

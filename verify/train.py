@@ -585,6 +585,7 @@ def train(
     momentum: float = 0.0,
     tie_readout: bool = False,
     path: str = "auto",
+    max_rows: int | None = None,
 ) -> TrainResult:
     """Train ``model`` on (tokens, answers) with cross-entropy.
 
@@ -593,6 +594,10 @@ def train(
     batch_size
         ``None``: full batch. Otherwise epochs of a fresh random permutation cut into ``ceil(n / batch_size)``
         batches (the last one shorter): every query exactly once per epoch (:class:`EpochBatches`).
+    max_rows
+        Compute each batch's loss and gradient in pieces of at most this many queries and combine them,
+        weighted by piece size (the loss is a mean over queries, so the combination is the batch's gradient,
+        to rounding): bounded memory for large (e.g. full) batches. ``None``: one piece.
     rng, seed
         The batch order's randomness, and only it: a Generator (or integer), or the run seed of the seed
         contract, drawing from its ``"batches"`` stream. Give at most one. The initialization is
@@ -643,6 +648,8 @@ def train(
     answers = np.asarray(answers, dtype=np.int64)
     n = tokens.shape[0]
     batch = n if batch_size is None else min(check_positive_int("batch_size", batch_size), n)
+    if max_rows is not None:
+        check_positive_int("max_rows", max_rows)
     template = model.astype(dtype)
     if tie_readout:
         if template.n_out != template.n_entities:
@@ -666,6 +673,28 @@ def train(
     start = time.perf_counter()
     state = {"done": False}
 
+    def _piece(current_model: Model, piece_tokens, piece_answers):
+        if step_path == "structured":
+            return loss_and_grads_structured(current_model, piece_tokens, piece_answers, frozen)
+        return loss_and_grads(current_model, piece_tokens, piece_answers, positions, frozen)
+
+    def _pieces(current_model: Model, batch_tokens, batch_answers):
+        """The batch's mean loss and its gradient, from pieces of at most ``max_rows`` queries."""
+        B = len(batch_tokens)
+        if max_rows is None or B <= max_rows:
+            return _piece(current_model, batch_tokens, batch_answers)
+        loss, grads, predictions = 0.0, {}, []
+        for start in range(0, B, max_rows):
+            part = slice(start, min(B, start + max_rows))
+            weight = (part.stop - part.start) / B
+            piece_loss, piece_grads, piece_predictions = _piece(current_model, batch_tokens[part],
+                                                                batch_answers[part])
+            loss += weight * piece_loss
+            for key, g in piece_grads.items():
+                grads[key] = grads[key] + weight * g if key in grads else weight * g
+            predictions.append(np.asarray(piece_predictions).reshape(part.stop - part.start, -1))
+        return loss, grads, np.concatenate(predictions).reshape(-1)
+
     def model_of(current: dict) -> Model:
         if tie_readout:
             current = {**current, "unembedding": current["entity_embedding"]}
@@ -688,13 +717,9 @@ def train(
             idx = slice(None)
         batch_answers = answers[idx]
         current_model = model_of(current)
+        batch_tokens = tokens[idx]
         with np.errstate(over="ignore", invalid="ignore"):
-            if step_path == "structured":
-                loss, grads, predictions = loss_and_grads_structured(current_model, tokens[idx],
-                                                                     batch_answers, frozen)
-            else:
-                loss, grads, predictions = loss_and_grads(current_model, tokens[idx], batch_answers,
-                                                          positions, frozen)
+            loss, grads, predictions = _pieces(current_model, batch_tokens, batch_answers)
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss became {loss} at step {step}: lower the learning rate "
                                      f"(lr = {lr})")

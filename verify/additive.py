@@ -218,16 +218,19 @@ def _attention_weights(model: Model, T: int, supp: np.ndarray) -> tuple[np.ndarr
         return np.full((att.heads, T), 1.0 / T), VO
     weights = np.empty((att.heads, T))
     P = model.position_embedding
+    W_Q, W_K = att.W_Q, att.W_K
+    # Attention.__post_init__ requires W_Q and W_K for every kind but "uniform" (returned above).
+    assert W_Q is not None and W_K is not None
     for h in range(att.heads):
-        for name, W in (("W_Q", att.W_Q[h]), ("W_K", att.W_K[h])):
+        for name, W in (("W_Q", W_Q[h]), ("W_K", W_K[h])):
             if np.any(W[supp] != 0):
                 raise NotAdditive(f"{att.kind} attention: {name}[{h}] reads coordinates that token "
                                   "embeddings use, so the weights depend on the tokens")
         if P is None:
             scores = np.zeros(T)
         else:
-            q = P[T - 1].astype(np.float64) @ att.W_Q[h]
-            k = P[:T].astype(np.float64) @ att.W_K[h]
+            q = P[T - 1].astype(np.float64) @ W_Q[h]
+            k = P[:T].astype(np.float64) @ W_K[h]
             scores = att.inverse_temperature * (k @ q)
         if att.kind == "softmax":
             e = np.exp(scores - scores.max())
@@ -281,7 +284,7 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
             Cu[np.arange(d), np.arange(d)] += 1.0
         C.append(Cu)
     W1 = None if mlp is None else mlp.W1.astype(np.float64)
-    M = [None if mlp is None else Cu @ W1 for Cu in C]
+    M = [None if W1 is None else Cu @ W1 for Cu in C]
     dtype = np.dtype(np.float64) if integer else model.entity_embedding.dtype
     const_pre = None if mlp is None else mlp.b1.astype(np.float64).copy()
     const_read = np.zeros(columns.size) if mlp is None else mlp.b2[columns].astype(np.float64)
@@ -359,18 +362,19 @@ def integer_bounds(plan: AdditivePlan) -> dict[str, float]:
         bounds["W_V·W_O partial sums"] = float(sum(np.abs(att.W_V[h]) @ np.abs(att.W_O[h])
                                                    for h in range(att.heads)).max(initial=0.0))
     cols = plan.columns
-    read = np.abs(model.layers[0].mlp.b2[cols]) if layer.mlp is not None else np.zeros(cols.size)
-    pre = np.abs(layer.mlp.b1).astype(np.float64) if layer.mlp is not None else None
+    mlp = layer.mlp
+    read = np.abs(mlp.b2[cols]) if mlp is not None else np.zeros(cols.size)
+    pre = np.abs(mlp.b1).astype(np.float64) if mlp is not None else None
     for u, Cu in enumerate(plan.C):
         absC = np.abs(Cu)
         read = read + X * absC[:, cols].sum(axis=0)
-        if layer.mlp is not None:
-            Mb = absC @ np.abs(layer.mlp.W1)
+        if mlp is not None:
+            Mb = absC @ np.abs(mlp.W1)
             bounds[f"position {u}: C_u·W1 partial sums"] = float(Mb.max(initial=0.0))
             pre = pre + X * Mb.sum(axis=0)
-    if pre is not None:
+    if mlp is not None and pre is not None:  # pre is None exactly when mlp is
         bounds["pre-activations (sums of table rows)"] = float(pre.max(initial=0.0))
-        read = read + pre @ np.abs(layer.mlp.W2[:, cols])
+        read = read + pre @ np.abs(mlp.W2[:, cols])
     bounds["read residual v"] = float(read.max(initial=0.0))
     U_read = model.unembedding[:, cols]
     logits = float(_scan(U_read, lambda acc, b: max(acc, float((np.abs(b) @ read).max(initial=0.0))), 0.0))

@@ -187,8 +187,12 @@ def _readout_model(model: Model, columns: np.ndarray) -> Model:
     return model.replace(unembedding=identity)
 
 
-def _decode(cube: Hypercube | None, v: np.ndarray, answers: np.ndarray, U_read: np.ndarray | None):
-    return hypercube_decode(cube, v, answers) if cube is not None else dense_decode(v, answers, U_read)
+def _decode(cube: Hypercube | None, v: np.ndarray, answers: np.ndarray,
+            U_read: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    if cube is not None:
+        return hypercube_decode(cube, v, answers)
+    assert U_read is not None  # callers build U_read exactly when there is no hypercube decoder
+    return dense_decode(v, answers, U_read)
 
 
 def check_queries(

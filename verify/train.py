@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from scipy import sparse
@@ -239,7 +240,7 @@ def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
             return loss_and_grads_structured(model, tokens, answers, frozenset(frozen))
         if path == "structured":
             raise InputError(f"the structured step does not apply: {reason}")
-    at = "last" if positions is None else "all"
+    at: Literal["last", "all"] = "last" if positions is None else "all"
     logits, trace = forward(model, tokens, at=at, trace=True)
     B, T = tokens.shape
     if positions is None:
@@ -354,6 +355,8 @@ def _attention_backward(att: Attention, prefix: str, x: np.ndarray, queries: sli
             full[:, queries] = dsums
             dx += np.flip(np.cumsum(np.flip(full, axis=1), axis=1), axis=1)
     else:
+        W_Q, W_K = att.W_Q, att.W_K
+        assert W_Q is not None and W_K is not None  # Attention requires them for every kind but "uniform"
         xq = x[:, queries]
         for h in range(att.heads):
             A = weights[h]  # (B, Tq, T)
@@ -369,14 +372,14 @@ def _attention_backward(att: Attention, prefix: str, x: np.ndarray, queries: sli
                 dA = do @ v.transpose(0, 2, 1)  # (B, Tq, T)
                 dscores = A * (dA - (A * dA).sum(axis=-1, keepdims=True))
                 beta = att.inverse_temperature
-                q, k = matmul_rows(xq, att.W_Q[h]), matmul_rows(x, att.W_K[h])
+                q, k = matmul_rows(xq, W_Q[h]), matmul_rows(x, W_K[h])
                 dq = beta * (dscores @ k)
                 dk = beta * (dscores.transpose(0, 2, 1) @ q)
                 if want:
                     dW["W_Q"][h] = flat(xq).T @ flat(dq)
                     dW["W_K"][h] = flat(x).T @ flat(dk)
-                dx[:, queries] += matmul_rows(dq, att.W_Q[h].T)
-                dx += matmul_rows(dk, att.W_K[h].T)
+                dx[:, queries] += matmul_rows(dq, W_Q[h].T)
+                dx += matmul_rows(dk, W_K[h].T)
     for name, value in dW.items():
         grads[f"{prefix}.attention.{name}"] = value
 
@@ -492,7 +495,7 @@ def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: f
     return params
 
 
-OPTIMIZERS = {"adam": adam, "sgd": sgd}
+OPTIMIZERS: dict[str, Callable[..., dict]] = {"adam": adam, "sgd": sgd}
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -683,7 +686,9 @@ def train(
         B = len(batch_tokens)
         if max_rows is None or B <= max_rows:
             return _piece(current_model, batch_tokens, batch_answers)
-        loss, grads, predictions = 0.0, {}, []
+        loss = 0.0
+        grads: dict[str, np.ndarray] = {}
+        predictions: list[np.ndarray] = []
         for start in range(0, B, max_rows):
             part = slice(start, min(B, start + max_rows))
             weight = (part.stop - part.start) / B

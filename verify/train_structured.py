@@ -167,7 +167,7 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
         part = dy[start:stop]
         np.matmul(z, U, out=part)
         part *= scale[:, None]
-        if want_U:
+        if dU is not None and partial is not None:  # both allocated exactly when want_U
             scaled = y[start:stop] * scale[:, None]
             if start == 0:
                 np.matmul(z.T, scaled, out=dU)
@@ -197,6 +197,7 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     N, R = model.n_entities, model.n_relations
     layer = model.layers[0]
     mlp, att = layer.mlp, layer.attention
+    assert mlp is not None  # the caller checked structure_reason, which requires an MLP
     tokens = np.asarray(tokens)
     answers = np.asarray(answers)
     B = tokens.shape[0]
@@ -216,22 +217,19 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     U_s = entities.size
     X = np.concatenate([E_batch, Q])
     P = model.position_embedding
-    p0 = p1 = None
-    if P is not None:
-        p0, p1 = P[0], P[1]
     if att is not None:
         M = att.value_outputs.sum(axis=0).astype(dtype, copy=False)
         A = X @ M
         A *= half
         A[:U_s] += E_batch
         if P is not None:
-            A[U_s:] += p1 + ((p0 + p1) @ M) * half
+            A[U_s:] += P[1] + ((P[0] + P[1]) @ M) * half
     else:
         M = None
         A = np.zeros_like(X)
         A[:U_s] = E_batch
         if P is not None:
-            A[U_s:] = p1
+            A[U_s:] = P[1]
     tables = A @ mlp.W1
     tables[U_s:] += mlp.b1
     # ---- forward: h = ReLU(P^E[s] + P^Q[r]), y = A^E[s] + A^Q[r] + h W2 + b2
@@ -289,9 +287,10 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     if want_Q:
         grads["relation_embedding"] = dX[U_s:]
     if want_att:
+        assert att is not None  # want_att implies an attention block
         dM = X.T @ dA
         if P is not None:
-            dM += np.outer(p0 + p1, sigma)
+            dM += np.outer(P[0] + P[1], sigma)
         dM *= half
         grads["layers.0.attention.W_V"] = np.einsum("ij,hkj->hik", dM, att.W_O).astype(dtype, copy=False)
         grads["layers.0.attention.W_O"] = np.einsum("hji,jk->hik", att.W_V, dM).astype(dtype, copy=False)

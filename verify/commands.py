@@ -17,6 +17,7 @@ import math
 import os
 import re
 import time
+from typing import Any
 
 import numpy as np
 
@@ -397,9 +398,9 @@ def run_train(p) -> dict:
                        positions=T if p.k > 1 or p.cot else None, rng=seeds.rng(p.seed, "init"),
                        dtype=np.dtype(p.dtype), init_scale=getattr(p, "init_scale", 1.0), tied_readout=tie)
     frozen = tuple(FROZEN_GROUPS[p.mode]) + tuple(g for g in p.freeze if g not in FROZEN_GROUPS[p.mode])
-    options = {"weight_decay": getattr(p, "weight_decay", 0.0), "tie_readout": tie,
-               "eps_form": getattr(p, "eps_form", "standard"), "path": getattr(p, "path", "auto"),
-               "max_rows": max_rows}
+    options: dict[str, Any] = {"weight_decay": getattr(p, "weight_decay", 0.0), "tie_readout": tie,
+                               "eps_form": getattr(p, "eps_form", "standard"),
+                               "path": getattr(p, "path", "auto"), "max_rows": max_rows}
     result = train(model, tokens, answers, steps=p.steps, lr=p.lr, optimizer=p.optimizer,
                    batch_size=p.batch_size, frozen=frozen, dtype=np.dtype(p.dtype), positions=positions,
                    rng=seeds.rng(p.seed, "batches"), log_every=p.log_every if p.progress else 0, **options)

@@ -339,6 +339,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSONL results file (default thresholds.jsonl)")
     p.set_defaults(command="sweep threshold")
 
+    study_parser = sub.add_parser("study", help="studies of trained models",
+                                  description="Declared grids of training regimes × seeds, every probe on "
+                                  "every model, resumable JSONL, a summary with pre-declared verdicts.")
+    study_sub = study_parser.add_subparsers(dest="target", required=True, parser_class=_Parser,
+                                            metavar="KIND")
+    p = study_sub.add_parser("mechanism", parents=[common],
+                             help="does gradient descent find the geometry? (issue 12; docs/study.md)",
+                             description="Train every regime of the declared grid (verify/study.py) "
+                             "for each seed, run every probe, append one record per (regime, seed) to "
+                             "--out; then print the summary: mean ± sd per probe and regime, the controls "
+                             "(G1, A1, untrained) beside them, and one verdict line per claim by the "
+                             "thresholds declared before any run. With --summary FILE only the summary of an "
+                             "existing file is printed.")
+    p.add_argument("--quick", action="store_true", help="the small grid (minutes) instead of the default one")
+    p.add_argument("--seeds", type=_seed, nargs="+", default=[0, 1, 2], help="run seeds S (default 0 1 2)")
+    p.add_argument("--workers", type=_whole(1, 1024), default=1, help="parallel local processes (default 1)")
+    p.add_argument("--scheduler", default=None, metavar="local:W|tcp://HOST:PORT",
+                   help="run jobs on Dask (needs the distributed extra; not with --workers)")
+    p.add_argument("--connect-timeout", type=_real(positive=True, maximum=3600.0), default=10.0,
+                   metavar="SECONDS", help="seconds to wait for a Dask scheduler (default 10)")
+    p.add_argument("--out", default="mechanism.jsonl", metavar="RESULTS.jsonl",
+                   help="JSONL results file (default mechanism.jsonl)")
+    p.add_argument("--summary", default=None, metavar="RESULTS.jsonl",
+                   help="only summarize this results file (no training)")
+    p.add_argument("--figures", default=None, metavar="DIR",
+                   help="also draw the summary figures into DIR (needs the plot extra)")
+    p.set_defaults(command="study mechanism")
+
     p = sub.add_parser("probe", parents=[common], help="mechanism probes of a saved model",
                        description="Superposition readout (held-out R²), per-relation linear probes, causal "
                        "interventions and unit selectivity of a model saved by 'train' or 'check --save'.")

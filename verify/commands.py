@@ -655,6 +655,39 @@ def run_demo(p) -> dict:
     return _doc("demo", p, {"seed": p.seed}, None, None, lines=lines)
 
 
+def run_study_mechanism(p) -> dict:
+    """``study mechanism``: run (or resume) the declared grid, then summarize; or only summarize a file."""
+    from georecall.verify import study
+    scheduler = _scheduler(p.scheduler)
+    if scheduler is not None and p.workers != 1:
+        raise InputError("--workers and --scheduler do not combine: the scheduler's workers run the jobs")
+    _positive_finite("--connect-timeout", p.connect_timeout)
+    figures_dir = None
+    if p.figures is not None:
+        if os.path.exists(p.figures) and not os.path.isdir(p.figures):
+            raise InputError(f"--figures {p.figures!r} is a file, not a folder")
+        figures_dir = p.figures
+    notes: list[str] = []
+    if p.summary is not None:
+        if not os.path.isfile(p.summary):
+            raise InputError(f"no results file {p.summary!r}")
+        path = p.summary
+    else:
+        path = output_path(p.out, what="results file")
+        study.run_study(path, "quick" if p.quick else "default", seeds=p.seeds, workers=p.workers,
+                        scheduler=scheduler, progress=p.progress, connect_timeout=p.connect_timeout,
+                        log=None if p.progress else notes.append)
+    summary = study.summarize(path)
+    files: list[str] = []
+    if figures_dir is not None:
+        os.makedirs(figures_dir, exist_ok=True)
+        files = study.figures(summary, figures_dir, log=None if p.progress else notes.append)
+    params = {"grid": "quick" if p.quick else "default", "seeds": p.seeds, "workers": p.workers,
+              "scheduler": scheduler, "out": path, "summary_only": p.summary is not None}
+    return _doc("study mechanism", p, params, None, None, out=path, summary=summary,
+                text=study.render_summary(summary), figures=files, notes=notes)
+
+
 COMMANDS = {
     "verify": run_verify,
     "check single-hop": run_check_single_hop,
@@ -665,6 +698,7 @@ COMMANDS = {
     "precision": run_precision,
     "train": run_train,
     "sweep threshold": run_sweep_threshold,
+    "study mechanism": run_study_mechanism,
     "probe": run_probe,
     "transfer": run_transfer,
     "probe-hidden": run_probe_hidden,

@@ -266,6 +266,7 @@ _TEXT = {
     "precision": _precision,
     "train": _train,
     "sweep threshold": _sweep,
+    "study mechanism": lambda doc: [doc["text"]] + list(doc["figures"]),
     "probe": _probe,
     "transfer": _probe,
     "probe-hidden": _probe_hidden,

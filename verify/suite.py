@@ -505,10 +505,18 @@ def section_probes(seed: int = 0, progress: bool = False) -> list[Report]:
     ]
 
 
+def _section_mechanism(seed: int = 0, progress: bool = False) -> list[Report]:
+    """The mechanism study's fast row (verify/study.py): probe values against the controls."""
+    from georecall.verify.study import section_mechanism
+
+    return section_mechanism(seed, progress)
+
+
 SECTIONS: list[tuple[str, Callable[..., list[Report]]]] = [
     ("single hop", section_single_hop),
     ("multi hop", section_multi_hop),
     ("lower bounds and counting", section_bounds),
     ("gradient descent", section_training),
     ("mechanism probes", section_probes),
+    ("mechanism study (controls)", _section_mechanism),
 ]

@@ -1,0 +1,99 @@
+"""Negative controls: every row of `georecall verify` fails on a deliberately broken input.
+
+(The bounds and counting rows have theirs in tests/test_bounds_checks.py; the mechanism row in
+tests/test_study.py.)"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from georecall.constructions import registry
+from georecall.constructions.registry import ConstructionSpec
+from georecall.verify import suite
+
+
+def _broken(spec: ConstructionSpec, how: str) -> ConstructionSpec:
+    """The same construction with one thing broken after it is built."""
+    def build(task, k=1, **options):
+        built = spec.build(task, k, **options)
+        if how == "promise d":  # a promise the built sizes do not meet
+            promise = dataclasses.replace(built.promise, d=built.promise.d + 1)
+            return dataclasses.replace(built, promise=promise)
+        if how == "promise margin":  # a margin larger than any the weights give
+            promise = dataclasses.replace(built.promise, margin=2 * built.promise.margin + 1)
+            return dataclasses.replace(built, promise=promise)
+        U = np.array(built.model.unembedding)
+        U[[0, 1]] = U[[1, 0]]  # two answers' read-out rows swapped: their queries answer each other
+        return dataclasses.replace(built, model=built.model.replace(unembedding=U))
+    return dataclasses.replace(spec, id=spec.id + "-broken", name=spec.name + "-broken", build=build)
+
+
+@pytest.mark.parametrize("spec_id", ["G1", "A1", "G2", "A2a", "A2b", "C1"])
+@pytest.mark.parametrize("how", ["weights", "promise d", "promise margin"])
+def test_every_construction_row_fails_when_broken(spec_id, how):
+    spec = registry.get(spec_id)
+    case = dict(spec.verify_cases[-1])
+    case.update(N=min(case["N"], 64), R=min(case["R"], 3), k=min(case.get("k", 1), 2))
+    case.pop("compare_integer", None)
+    good = suite._case_report(spec, dict(case), 0, False)
+    bad = suite._case_report(_broken(spec, how), dict(case), 0, False)
+    assert all(r.passed for r in good) and not any(r.passed for r in bad)
+
+
+def test_float_and_integer_disagreement_fails_the_g1_row(monkeypatch):
+    """The G1 row that compares float and integer mode: a float run that predicts otherwise fails it."""
+    real = suite.run_check
+
+    def skewed(spec, N, R, k=1, **kwargs):
+        report = real(spec, N, R, k, **kwargs)
+        if not kwargs.get("options", {}).get("integer") and report.result.predictions is not None:
+            report.result.predictions[0] += 1
+        return report
+
+    monkeypatch.setattr(suite, "run_check", skewed)
+    reports = suite._case_report(registry.get("G1"), {"N": 64, "R": 3, "compare_integer": True}, 0, False)
+    assert reports[0].passed and not reports[1].passed
+
+
+def test_a_wrong_gradient_fails_the_gradient_row(monkeypatch):
+    from georecall.verify import train
+
+    real = train.loss_and_grads
+
+    def off(*args, **kwargs):
+        loss, grads, predictions = real(*args, **kwargs)
+        return loss, {key: 1.01 * g for key, g in grads.items()}, predictions
+
+    assert suite.gradient_row(0).passed
+    monkeypatch.setattr(train, "loss_and_grads", off)
+    assert not suite.gradient_row(0).passed
+
+
+def test_a_trainer_that_does_not_learn_fails_the_gd_row(monkeypatch):
+    from georecall.verify import train
+
+    real = train.train
+    monkeypatch.setattr(train, "train", lambda *a, **k: real(*a, **{**k, "steps": 1}))  # a budget of one step
+    assert not suite.gd_row(0).passed
+
+
+def test_a_threshold_above_g1_fails_the_threshold_row():
+    assert not suite.threshold_row(0, steps=1).passed  # one Adam step never reaches 100%: no d* at all
+
+
+def test_an_imperfect_g1_fails_the_probe_row(monkeypatch):
+    from georecall.verify import probes
+
+    real = probes.probe_all
+
+    def noisy(model, task, **kwargs):
+        if model.meta.get("construction") == "G1":  # a perturbed subject table: no exact superposition
+            noise = np.random.default_rng(0).normal(0, 0.3, model.entity_embedding.shape)
+            model = model.replace(entity_embedding=model.entity_embedding + noise)
+        return real(model, task, **kwargs)
+
+    monkeypatch.setattr(probes, "probe_all", noisy)
+    assert not suite.section_probes(0)[0].passed

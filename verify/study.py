@@ -773,14 +773,14 @@ def summarize(path: str) -> dict:
                            "line": line}
     g1 = [e for e in constructions if e["construction"] == "G1"]
     a1 = [e for e in constructions if e["construction"] == "A1"]
-    calibration = {
-        "G1 meets every claim in every seed": bool(g1) and all(
-            v["verdict"] == "holds" for e in g1 for v in e["verdicts"].values()),
-        "A1 meets no claim in any seed": bool(a1) and all(
-            v["met"] == 0 for e in a1 for v in e["verdicts"].values()),
-        "untrained weights meet no claim in any seed": bool(regimes) and all(
-            v["met"] == 0 for e in regimes if e["params"]["init"] == "fan-in"
-            for v in e["initial_verdicts"].values()),
+    fan_in = [e for e in regimes if e["params"]["init"] == "fan-in"]
+    calibration = {  # None: not run
+        "G1 meets every claim in every seed": all(
+            v["verdict"] == "holds" for e in g1 for v in e["verdicts"].values()) if g1 else None,
+        "A1 meets no claim in any seed": all(
+            v["met"] == 0 for e in a1 for v in e["verdicts"].values()) if a1 else None,
+        "untrained weights meet no claim in any seed": all(
+            v["met"] == 0 for e in fan_in for v in e["initial_verdicts"].values()) if fan_in else None,
     }
     return {"file": path, "problems": contents.problems(), "thresholds": dict(THRESHOLDS),
             "claims": dict(CLAIMS), "regimes": regimes, "constructions": constructions, "verdicts": verdicts,
@@ -850,8 +850,8 @@ def render_summary(doc: dict) -> str:
             + [_claims_cell(e["initial_verdicts"])]) + " |")
     lines += ["", "## Verdicts (thresholds declared before the run)", ""]
     lines += [f"- {v['line']}" for v in doc["verdicts"].values()]
-    lines += ["", "Calibration: " + "; ".join(f"{k}: {'yes' if v else 'NO'}"
-                                              for k, v in doc["calibration"].items()) + "."]
+    said = {True: "yes", False: "NO", None: "not run"}
+    lines += ["", "Calibration: " + "; ".join(f"{k}: {said[v]}" for k, v in doc["calibration"].items()) + "."]
     lines.append(f"Job time (sum over jobs): {doc['seconds'] / 60:.1f} min.")
     return "\n".join(lines) + "\n"
 
@@ -891,7 +891,9 @@ def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None
         plt.close(fig)
 
     y = np.arange(len(rows))
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.0 * len(panels), 0.32 * len(rows) + 1.5), sharey=True)
+    height = 0.32 * len(rows) + 1.5
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.0 * len(panels), height), sharey=True)
+    fig.subplots_adjust(top=1 - 0.75 / height, wspace=0.08)
     for ax, (title, key, threshold) in zip(axes, panels):
         means = [s[key]["mean"] if s[key]["mean"] is not None else np.nan for _, s in rows]
         sds = [s[key]["sd"] or 0.0 for _, s in rows]

@@ -11,7 +11,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("construction, N, R, k", [("path-blocks", 1024, 3, 3), ("cot", 1024, 4, 3),
-                                                   ("layered", 1024, 3, 3), ("associative", 256, 3, 3)])
+                                                   ("associative-depth", 1024, 3, 3),
+                                                   ("associative-width", 256, 3, 3)])
 def test_multi_hop_at_benchmark_sizes(construction, N, R, k):
     report = check_multi_hop(N, R, k, construction=construction, seed=1)
     assert report.passed and report.result.n_queries == N * R**k

@@ -125,8 +125,8 @@ def test_summary_mean_sd_verdicts_and_calibration(tmp_path):
                                   "A1 meets no claim in any seed": True,
                                   "untrained weights meet no claim in any seed": True}
     text = study.render_summary(doc)
-    assert "| base | 24 | 2/3 | 200 ± 100 | 0.75 ± 0.25 |" in text
-    assert "| G1 N=1024 R=4 | 54 | 80 | — | 1.00 ± 0.00 |" in text
+    assert "| base | 24 | 2/3 | 1.000 ± 0.000 | 200 ± 100 | 0.75 ± 0.25 |" in text
+    assert "| G1 N=1024 R=4 | 54 | 80 | — | — | 1.00 ± 0.00 |" in text
     assert text.count("\n- ") == 3  # one verdict line per claim
 
 
@@ -325,7 +325,7 @@ def test_quick_grid_runs_within_five_minutes_and_summarizes(tmp_path):
     assert doc["calibration"]["G1 meets every claim in every seed"]
     assert doc["calibration"]["A1 meets no claim in any seed"]
     assert len(doc["regimes"]) == len(study.QUICK_REGIMES)
-    # trained regimes that stop at 100% get there (the controls report whatever they reach: that is their point)
+    # trained regimes that stop at 100% get there (controls report whatever they reach: that is their point)
     assert all(e["training"]["reached"] >= 1 for e in doc["regimes"]
                if e["params"]["stop"] == "100%" and not e.get("control"))
     text = study.render_summary(doc)

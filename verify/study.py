@@ -822,30 +822,33 @@ def _claims_cell(verdicts: dict) -> str:
 
 def render_summary(doc: dict) -> str:
     """The document as Markdown: the trained table, the controls, the untrained table, the verdicts."""
-    head = "| " + " | ".join(["regime", "d", "reached", "steps"] + [c[0] for c in _COLUMNS]
+    head = "| " + " | ".join(["regime", "d", "reached", "accuracy", "steps"] + [c[0] for c in _COLUMNS]
                              + ["claims S·M·Z"]) + " |"
-    rule = "|" + "---|" * (len(_COLUMNS) + 5)
+    rule = "|" + "---|" * (len(_COLUMNS) + 6)
     lines = [f"# Mechanism study ({doc['file']})", ""]
     if doc["problems"]:
         lines += [f"Note: {doc['problems']}.", ""]
-    lines += ["Mean ± sd over seeds. Claims S·M·Z: seeds meeting the superposition, relation-selective-MLP "
+    lines += ["Mean ± sd over seeds. reached: seeds whose model answers every query; accuracy: over all "
+              "queries after training. Claims S·M·Z: seeds meeting the superposition, relation-selective-MLP "
               "and zero-shot criteria.", "", "## Trained models", "", head, rule]
     for e in doc["regimes"]:
         t = e["training"]
         lines.append("| " + " | ".join(
-            [e["label"], str(e["params"]["d"]), f"{t['reached']}/{e['n']}", _cell(t["steps"], 0)]
+            [e["label"], str(e["params"]["d"]), f"{t['reached']}/{e['n']}", _cell(t["accuracy"], 3),
+             _cell(t["steps"], 0)]
             + [_cell(e["trained"][key], digits) for _, key, digits in _COLUMNS]
             + [_claims_cell(e["verdicts"])]) + " |")
-    lines += ["", "## Constructions (controls)", "", head.replace("| reached | steps", "| m | —"), rule]
+    lines += ["", "## Constructions (controls)", "",
+              head.replace("| reached | accuracy | steps", "| m | — | —"), rule]
     for e in doc["constructions"]:
         lines.append("| " + " | ".join(
-            [f"{e['construction']} N={e['N']} R={e['R']}", str(e["d"]), str(e["m"]), "—"]
+            [f"{e['construction']} N={e['N']} R={e['R']}", str(e["d"]), str(e["m"]), "—", "—"]
             + [_cell(e["trained"][key], digits) for _, key, digits in _COLUMNS]
             + [_claims_cell(e["verdicts"])]) + " |")
     lines += ["", "## The same probes on each regime's initial (untrained) weights", "", head, rule]
     for e in doc["regimes"]:
         lines.append("| " + " | ".join(
-            [e["label"], str(e["params"]["d"]), "—", "0"]
+            [e["label"], str(e["params"]["d"]), "—", "—", "0"]
             + [_cell(e["initial"][key], digits) for _, key, digits in _COLUMNS]
             + [_claims_cell(e["initial_verdicts"])]) + " |")
     lines += ["", "## Verdicts (thresholds declared before the run)", ""]

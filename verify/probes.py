@@ -44,6 +44,7 @@ Probes that discriminate (issue 12; :func:`mechanism_probes` runs them all and r
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -415,7 +416,7 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
     tokens_b, answers_b = single_hop_queries(new_task)
     params = {"A": maps[:-1].reshape(R, d, d).copy(), "c": maps[-1].copy()}
     start_accuracy = check_queries(with_E(encode(params, task.table)), tokens_a, answers_a).accuracy
-    state = {"done": start_accuracy == 1.0, "steps": 0}
+    state: dict[str, Any] = {"done": start_accuracy == 1.0, "steps": 0}
 
     def grad_fn(current: dict, step: int) -> dict:
         if state["done"]:

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -119,8 +120,8 @@ def claims_met(summary: dict) -> dict[str, bool]:
         value = summary.get(name)
         return value is not None and value >= THRESHOLDS[key or name]
 
-    transfer = [summary.get(k) for k in ("closed_form_transfer", "functional_zero_shot")]
-    transfer = [v for v in transfer if v is not None]
+    transfer = [float(v) for k in ("closed_form_transfer", "functional_zero_shot")
+                if (v := summary.get(k)) is not None]
     return {
         "superposition": at_least("superposition_r2") and at_least("follows")
         and at_least("others_unchanged"),
@@ -720,7 +721,8 @@ def summarize(path: str) -> dict:
         groups.setdefault(_group_key(record), []).append(record)
     order = {r.name: i for g in GRIDS.values() for i, r in enumerate(g.regimes)}
     fields = _fields()
-    regimes, constructions = [], []
+    regimes: list[dict[str, Any]] = []
+    constructions: list[dict[str, Any]] = []
     for records in groups.values():
         records.sort(key=lambda r: r["seed"])
         first = records[0]
@@ -754,7 +756,7 @@ def summarize(path: str) -> dict:
     for e in regimes:  # the same regime name under two versions or grids: say which
         e["label"] = (e["regime"] if names.count(e["regime"]) == 1
                       else f"{e['regime']} [{e['grid']} {e['version']}]")
-    verdicts = {}
+    verdicts: dict[str, dict[str, Any]] = {}
     for claim, statement in CLAIMS.items():
         gd = [e for e in regimes if not e["control"]]
         holds = [e["label"] for e in gd if e["verdicts"][claim]["verdict"] == "holds"]
@@ -889,7 +891,10 @@ def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None
     def save(fig, name: str) -> None:
         for ext in ("png", "svg"):
             target = validate_output_path(os.path.join(out_dir, f"{name}.{ext}"), what="figure")
-            atomic_write(target, lambda handle, fmt=ext: fig.savefig(handle, format=fmt, bbox_inches="tight"))
+            def draw(handle, fmt: str = ext) -> None:
+                fig.savefig(handle, format=fmt, bbox_inches="tight")
+
+            atomic_write(target, draw)
             written.append(target)
         plt.close(fig)
 
@@ -951,7 +956,7 @@ def section_mechanism(seed: int = 0, progress: bool = False) -> list:
     initial, frozen = _initial_model(params, task, seed)
     trained = train(initial, tokens, answers, steps=params["steps"], lr=params["lr"], frozen=frozen,
                     rng=rng(seed, "batches", STREAM_KEY, params["d"], params["m"]))
-    budgets = {"holdout": 0.25, "subjects": 128, "transfer_steps": None, "encoder_steps": 50}
+    budgets: dict[str, Any] = {"holdout": 0.25, "subjects": 128, "transfer_steps": None, "encoder_steps": 50}
     models = {**reference_models(task), "trained": trained.model, "untrained": initial}
     summaries = {name: mechanism_probes(model, task, initial=initial if name == "trained" else None,
                                         seed=seed, **budgets)["summary"] for name, model in models.items()}

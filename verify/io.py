@@ -30,7 +30,8 @@ from typing import IO
 
 from georecall.errors import InputError
 
-__all__ = ["FileLock", "LockTimeout", "append_jsonl", "atomic_write", "lock_path", "validate_output_path"]
+__all__ = ["FileLock", "LockTimeout", "append_jsonl", "atomic_write", "lock_path", "read_jsonl",
+           "validate_output_path"]
 
 
 def validate_output_path(path: str, *, suffix: str | None = None, what: str = "output file") -> str:
@@ -301,3 +302,42 @@ class FileLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[dict], object]):
+    """Read a results file into ``out`` (an object with ``records``, ``lines``, ``torn``, ``alien`` and
+    ``duplicates``): torn lines (a writer killed mid-line), alien lines (``usable`` says no) and duplicates
+    (``key`` seen before; ``key`` returning None means "never a duplicate") are counted and skipped. A missing
+    file gives ``out`` unchanged; a directory or an unreadable file raises ``InputError``."""
+    from georecall.errors import InputError
+
+    if not os.path.exists(path):
+        return out
+    if os.path.isdir(path):
+        raise InputError(f"results file {path!r} is a directory")
+    seen: set = set()
+    try:
+        with open(path, "rb") as handle:
+            for raw in handle:
+                raw = raw.strip()
+                if not raw:
+                    continue
+                out.lines += 1
+                try:
+                    value = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    out.torn += 1
+                    continue
+                if not usable(value):
+                    out.alien += 1
+                    continue
+                identity = key(value)
+                if identity is not None:
+                    if identity in seen:
+                        out.duplicates += 1
+                        continue
+                    seen.add(identity)
+                out.records.append(value)
+    except OSError as exc:
+        raise InputError(f"cannot read results file {path!r}: {exc.strerror or exc}") from None
+    return out

@@ -480,36 +480,9 @@ def _usable(value) -> bool:
 def read_study(path: str) -> StudyFile:
     """Read a study file: torn lines (a writer killed mid-line), alien lines (not a study record) and
     duplicates (a key seen before) are counted and skipped. A missing file is empty."""
-    out = StudyFile()
-    if not os.path.exists(path):
-        return out
-    if os.path.isdir(path):
-        raise InputError(f"results file {path!r} is a directory")
-    seen: set[str] = set()
-    try:
-        with open(path, "rb") as handle:
-            for raw in handle:
-                raw = raw.strip()
-                if not raw:
-                    continue
-                out.lines += 1
-                try:
-                    value = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    out.torn += 1
-                    continue
-                if not _usable(value):
-                    out.alien += 1
-                    continue
-                key = _identity(value)
-                if key in seen:
-                    out.duplicates += 1
-                    continue
-                seen.add(key)
-                out.records.append(value)
-    except OSError as exc:
-        raise InputError(f"cannot read results file {path!r}: {exc.strerror or exc}") from None
-    return out
+    from georecall.verify.io import read_jsonl
+
+    return read_jsonl(path, StudyFile(), _usable, _identity)
 
 
 # ------------------------------------------------------------------------------------------- the driver

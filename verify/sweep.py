@@ -39,9 +39,7 @@ and every finished search as ``{"kind": "threshold"}``. While a sweep runs it ho
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import sys
 import time
 import warnings
@@ -56,7 +54,7 @@ from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
 from georecall.verify.executors import open_executor
-from georecall.verify.io import FileLock, append_jsonl, validate_output_path
+from georecall.verify.io import FileLock, append_jsonl, read_jsonl, validate_output_path
 from georecall.verify.train import init_model, train, training_data
 
 __all__ = [
@@ -387,38 +385,12 @@ def read_sweep(path: str) -> SweepFile:
     InputError
         ``path`` is a directory or cannot be read.
     """
-    out = SweepFile()
-    if not os.path.exists(path):
-        return out
-    if os.path.isdir(path):
-        raise InputError(f"results file {path!r} is a directory")
-    seen: set[tuple] = set()
-    try:
-        with open(path, "rb") as handle:
-            for raw in handle:
-                raw = raw.strip()
-                if not raw:
-                    continue
-                out.lines += 1
-                try:
-                    value = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    out.torn += 1
-                    continue
-                if not _is_sweep_record(value):
-                    out.alien += 1
-                    continue
-                if value["kind"] in _REQUIRED:
-                    key = (value["kind"], *(trial_key(value) if value["kind"] == "trial"
-                                            else threshold_key(value)))
-                    if key in seen:
-                        out.duplicates += 1
-                        continue
-                    seen.add(key)
-                out.records.append(value)
-    except OSError as exc:
-        raise InputError(f"cannot read results file {path!r}: {exc.strerror or exc}") from None
-    return out
+    def key(value: dict):
+        if value["kind"] not in _REQUIRED:
+            return None
+        return (value["kind"], *(trial_key(value) if value["kind"] == "trial" else threshold_key(value)))
+
+    return read_jsonl(path, SweepFile(), _is_sweep_record, key)
 
 
 def read_records(path: str) -> list[dict]:

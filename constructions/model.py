@@ -13,7 +13,10 @@ model has position embeddings.
 
 A layer is ``x <- x + Attn(x)`` then ``x <- x + ReLU(x @ W1 + b1) @ W2 + b2`` (either part may be absent).
 Logits are ``x @ U.T`` with the untied unembedding ``U`` of shape ``(n_out, d)``; the prediction is the
-argmax.
+argmax. A read-out that reads only some residual coordinates may be stored *compactly*: ``readout_columns``
+(increasing, fewer than d) and ``U`` of shape ``(n_out, len(readout_columns))``, the nonzero columns of the
+dense ``(n_out, d)`` read-out, which is the model's meaning in either storage (G1 at N = 2^20 reads D = 20 of
+d = 356 coordinates: 0.16 GiB instead of 2.8).
 
 Attention kinds (all causal):
 
@@ -48,6 +51,7 @@ __all__ = [
     "Layer",
     "MLP",
     "Model",
+    "Readout",
     "Trace",
     "chunk_size",
     "embed",
@@ -58,6 +62,7 @@ __all__ = [
     "iter_chunks",
     "load_model",
     "matmul_rows",
+    "nonzero_columns",
     "predict",
     "save_model",
     "structure_of",
@@ -183,11 +188,38 @@ class Layer:
     mlp: MLP | None = None
 
 
+def nonzero_columns(array: np.ndarray) -> np.ndarray:
+    """Indices of the columns of a 2-D ``array`` with a nonzero entry, scanned in row blocks of about 2 MiB
+    (no full-size temporary at N = 2^20)."""
+    used = np.zeros(array.shape[1], dtype=bool)
+    rows = max(1, 2**21 // (8 * max(1, array.shape[1])))
+    for start in range(0, array.shape[0], rows):
+        used |= np.any(array[start : start + rows] != 0, axis=0)
+    return np.flatnonzero(used)
+
+
+@dataclass(frozen=True, eq=False)
+class Readout:
+    """The read-out restricted to the residual coordinates it reads: ``logits = x[:, columns] @ matrix.T``.
+
+    ``columns`` increasing; ``matrix (n_out, columns.size)`` is ``U`` on them. ``full`` is True when
+    ``columns`` is every coordinate and ``matrix`` the stored dense ``U`` itself (no gather is needed)."""
+
+    columns: np.ndarray
+    matrix: np.ndarray
+    full: bool
+
+
 @dataclass(frozen=True, eq=False)
 class Model:
     """Embeddings ``E (N, d)`` for entities, ``Q (R, d)`` for relations, optional positions ``P (T, d)``,
     layers, and the untied unembedding ``U (n_out, d)``. ``meta`` holds JSON-able facts about the weights'
-    origin (construction name, constants); it never changes what the model computes."""
+    origin (construction name, constants); it never changes what the model computes.
+
+    ``readout_columns`` (optional): ``U`` is stored compactly as its columns there, shape
+    ``(n_out, len(readout_columns))``; the dense read-out (zero on every other coordinate) is what the model
+    means, and what :meth:`full_unembedding` returns and :meth:`parameter_count` counts. The columns must be
+    increasing and fewer than d (so that the storage is never ambiguous)."""
 
     entity_embedding: np.ndarray
     relation_embedding: np.ndarray
@@ -195,6 +227,7 @@ class Model:
     layers: tuple[Layer, ...] = ()
     position_embedding: np.ndarray | None = None
     meta: dict = field(default_factory=dict, compare=False)
+    readout_columns: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name in ("entity_embedding", "relation_embedding", "unembedding", "position_embedding"):
@@ -203,10 +236,29 @@ class Model:
                 object.__setattr__(self, name, _frozen_array(value, name, 2))
         object.__setattr__(self, "layers", tuple(self.layers))
         d = self.d
-        for name in ("relation_embedding", "unembedding", "position_embedding"):
+        for name in ("relation_embedding", "position_embedding"):
             value = getattr(self, name)
             if value is not None and value.shape[1] != d:
                 raise InputError(f"{name} has width {value.shape[1]}, but the entity embedding has d = {d}")
+        if self.readout_columns is None:
+            if self.unembedding.shape[1] != d:
+                raise InputError(f"unembedding has width {self.unembedding.shape[1]}, but the entity embedding "
+                                 f"has d = {d}")
+        else:
+            columns = np.asarray(self.readout_columns)
+            if columns.ndim != 1 or (columns.size and columns.dtype.kind not in "iu"):
+                raise InputError(f"readout_columns must be a 1-D integer array, got shape {columns.shape}, "
+                                 f"dtype {columns.dtype}")
+            columns = columns.astype(np.int64)
+            if columns.size >= d or (columns.size and (columns[0] < 0 or columns[-1] >= d
+                                                       or np.any(np.diff(columns) <= 0))):
+                raise InputError(f"readout_columns must be increasing coordinates in [0, {d}), fewer than d = "
+                                 f"{d}; got {columns.size} of them")
+            if self.unembedding.shape[1] != columns.size:
+                raise InputError(f"a compact unembedding on {columns.size} readout_columns must have "
+                                 f"{columns.size} columns, got shape {self.unembedding.shape}")
+            columns.setflags(write=False)
+            object.__setattr__(self, "readout_columns", columns)
         for i, layer in enumerate(self.layers):
             if layer.attention is not None and layer.attention.W_V.shape[1] != d:
                 raise InputError(f"layer {i} attention expects width {layer.attention.W_V.shape[1]}, d = {d}")
@@ -214,17 +266,55 @@ class Model:
                 raise InputError(f"layer {i} MLP expects width {layer.mlp.W1.shape[0]}, d = {d}")
 
     @cached_property
-    def token_table(self) -> np.ndarray:
-        """The input embedding table ``[E; Q]`` (entities then relations), read-only, built once."""
-        table = np.concatenate([self.entity_embedding, self.relation_embedding])
-        table.setflags(write=False)
-        return table
+    def readout(self) -> Readout:
+        """The read-out on the coordinates it reads (columns of ``U`` with a nonzero entry), built once.
 
-    @cached_property
-    def read_columns(self) -> np.ndarray | None:
-        """Indices of residual coordinates the unembedding reads (None when it reads nearly all of them)."""
-        used = np.flatnonzero(np.any(self.unembedding != 0, axis=0))
-        return used if used.size < 0.75 * self.d else None
+        A zero column contributes exact zeros to every logit, so ``x[:, columns] @ matrix.T`` is the same sum
+        as ``x @ U.T`` without its zero terms (identical in integer mode; in float mode up to the summation
+        order BLAS picks). A dense ``U`` that reads every coordinate is used as it is (no copy)."""
+        U = self.unembedding
+        used = nonzero_columns(U)
+        if self.readout_columns is None and used.size == self.d:
+            return Readout(np.arange(self.d), U, True)
+        matrix = U if used.size == U.shape[1] else U[:, used]
+        matrix.setflags(write=False)
+        columns = used if self.readout_columns is None else self.readout_columns[used]
+        return Readout(columns, matrix, False)
+
+    @property
+    def compact(self) -> bool:
+        """Whether the unembedding is stored compactly (``readout_columns`` given)."""
+        return self.readout_columns is not None
+
+    def full_unembedding(self) -> np.ndarray:
+        """The dense unembedding ``(n_out, d)``: the stored array, or (compact storage) a new array with zeros
+        off ``readout_columns``."""
+        if self.readout_columns is None:
+            return self.unembedding
+        U = np.zeros((self.n_out, self.d), dtype=self.unembedding.dtype)
+        U[:, self.readout_columns] = self.unembedding
+        U.setflags(write=False)
+        return U
+
+    def unembedding_on(self, columns: np.ndarray) -> np.ndarray:
+        """``U[:, columns]`` of the dense unembedding, ``(n_out, len(columns))``, for increasing ``columns``;
+        the read-out's own matrix (no copy) when ``columns`` are exactly the coordinates it reads."""
+        readout, columns = self.readout, np.asarray(columns, dtype=np.int64)
+        if np.array_equal(columns, readout.columns):
+            return readout.matrix
+        at = np.searchsorted(readout.columns, columns)
+        hit = at < readout.columns.size
+        hit[hit] = readout.columns[at[hit]] == columns[hit]
+        out = np.zeros((self.n_out, columns.size), dtype=readout.matrix.dtype)
+        out[:, hit] = readout.matrix[:, at[hit]]
+        return out
+
+    def with_dense_readout(self) -> Model:
+        """The same model with its unembedding stored densely (itself when it already is)."""
+        if self.readout_columns is None:
+            return self
+        return Model(self.entity_embedding, self.relation_embedding, self.full_unembedding(), self.layers,
+                     self.position_embedding, meta=self.meta)
 
     @property
     def d(self) -> int:
@@ -275,12 +365,15 @@ class Model:
         return out
 
     def parameter_count(self) -> int:
-        """Parameters as built: an array shared by several layers (one MLP object reused) is counted once."""
+        """Parameters as built: an array shared by several layers (one MLP object reused) is counted once; the
+        unembedding counts as the dense ``n_out × d`` it means, however it is stored."""
         unique = {id(a): a for a in self.arrays().values()}
-        return int(sum(a.size for a in unique.values()))
+        compact_saving = self.n_out * self.d - self.unembedding.size if self.compact else 0
+        return int(sum(a.size for a in unique.values())) + compact_saving
 
     def astype(self, dtype) -> Model:
-        """The same model with every array cast to ``dtype`` (float32 for speed, float64 for exactness)."""
+        """The same model with every array cast to ``dtype`` (float32 for speed, float64 for exactness); the
+        storage of the unembedding is kept."""
         return unflatten(self, {key: value.astype(dtype) for key, value in flatten(self).items()})
 
     def replace(self, **arrays: np.ndarray) -> Model:
@@ -314,17 +407,29 @@ def structure_of(model: Model) -> list[dict]:
     ]
 
 
+_TEMPLATE = object()
+
+
 def unflatten(
-    template: Model | list[dict], arrays: Mapping[str, np.ndarray], *, meta: dict | None = None
+    template: Model | list[dict], arrays: Mapping[str, np.ndarray], *, meta: dict | None = None,
+    readout_columns=_TEMPLATE,
 ) -> Model:
     """THE way to rebuild a Model from flat arrays (trainer, quantizer, I/O, probes all use it).
 
     ``template`` is a Model (its structure and meta are kept) or a structure list from :func:`structure_of`.
+    ``readout_columns``: the compact read-out's columns, or None for a dense one; by default a Model
+    template's, kept when ``arrays["unembedding"]`` has the compact width (a dense ``(n_out, d)`` array makes a
+    dense read-out), and None for a structure list.
     Raises ``ValueError`` naming a missing or unexpected array.
     """
     structure = structure_of(template) if isinstance(template, Model) else template
     if meta is None:
         meta = dict(template.meta) if isinstance(template, Model) else {}
+    if readout_columns is _TEMPLATE:
+        readout_columns = None
+        if isinstance(template, Model) and template.compact and "unembedding" in arrays:
+            given = np.shape(arrays["unembedding"])
+            readout_columns = template.readout_columns if given[-1:] == (template.unembedding.shape[1],) else None
     if not isinstance(structure, list) or not all(isinstance(s, dict) for s in structure):
         raise InputError("a model structure must be a list of per-layer objects")
     used: set[str] = set()
@@ -363,6 +468,7 @@ def unflatten(
         tuple(layers),
         take("position_embedding", False),
         meta=meta,
+        readout_columns=readout_columns,
     )
     extra = set(arrays) - used
     if extra:
@@ -493,15 +599,20 @@ def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, lay
 
 
 def embed(model: Model, tokens: np.ndarray, dtype=None) -> np.ndarray:
-    """Input embeddings ``(B, T, d)`` of token ids ``(B, T)``: ``[E; Q][token] + P[t]``."""
+    """Input embeddings ``(B, T, d)`` of token ids ``(B, T)``: ``[E; Q][token] + P[t]``, gathered from E and Q
+    separately (no concatenated copy of E: 2.8 GiB for G1 at N = 2^20) and cast after the gather."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 2:
         raise InputError(f"tokens must have shape (batch, T), got {tokens.shape}")
     vocab = model.n_entities + model.n_relations
     if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
         raise InputError(f"token ids must lie in [0, {vocab}); got range [{tokens.min()}, {tokens.max()}]")
-    table = model.token_table if dtype is None else model.token_table.astype(dtype, copy=False)
-    x = table[tokens]
+    N = model.n_entities
+    x = np.empty(tokens.shape + (model.d,), dtype=model.entity_embedding.dtype if dtype is None else dtype)
+    entity = tokens < N
+    x[entity] = model.entity_embedding[tokens[entity]]
+    relation = ~entity
+    x[relation] = model.relation_embedding[tokens[relation] - N]
     if model.position_embedding is not None:
         T = tokens.shape[1]
         if T > model.max_positions:
@@ -522,8 +633,8 @@ def forward(
 
     With ``trace=True`` returns ``(logits, Trace)``. With ``integer=True`` the caller must have proved the
     bounds with :func:`integer_bounds` (the checker does); the pass then also checks each attention division.
-    The unembedding product skips residual coordinates that ``U`` never reads (columns of ``U`` that are all
-    zero): a zero column contributes an exact zero, so the logits are unchanged bit for bit.
+    The unembedding product reads only the residual coordinates that ``U`` reads (``Model.readout``): the
+    same sums without their exact-zero terms, whatever the storage.
     """
     if at not in ("last", "all"):
         raise InputError(f"at must be 'last' or 'all', got {at!r}")
@@ -563,10 +674,9 @@ def forward(
         x = x_out
     if at == "last":
         x = x[:, -1]
-    U = model.unembedding
-    read = model.read_columns
-    U_read = U[:, read].T if read is not None else U.T
-    logits = matmul_rows(x[..., read] if read is not None else x, U_read.astype(x.dtype, copy=False))
+    readout = model.readout
+    read = x if readout.full else x[..., readout.columns]
+    logits = matmul_rows(read, readout.matrix.T.astype(x.dtype, copy=False))
     return (logits, record) if trace else logits
 
 
@@ -632,6 +742,7 @@ def save_model(model: Model, path, extra_arrays: dict[str, np.ndarray] | None = 
         "format": "georecall-model-1",
         "version": __version__,
         "structure": structure,
+        "readout_columns": None if model.readout_columns is None else model.readout_columns.tolist(),
         "meta": model.meta,
         "record": record,
     }
@@ -680,5 +791,10 @@ def load_model(path: str) -> tuple[Model, dict]:
         header["extra_arrays"] = {
             key[len("extra____") :]: data[key] for key in data.files if key.startswith("extra____")
         }
-    model = unflatten(header["structure"], arrays, meta=header.get("meta", {}))
+    columns = header.get("readout_columns")
+    if columns is not None and (not isinstance(columns, list)
+                                or not all(isinstance(c, int) and not isinstance(c, bool) for c in columns)):
+        raise InputError(f"{path!r}: the model header's readout_columns is not a list of integers")
+    model = unflatten(header["structure"], arrays, meta=header.get("meta", {}),
+                      readout_columns=None if columns is None else np.array(columns, dtype=np.int64))
     return model, header

@@ -66,6 +66,9 @@ class ConstructionSpec:
     verify_cases : keyword sets (N, R, k, codes, D, options...) that ``georecall verify`` checks
     facts_in : where the facts live: "embeddings" (the bounds count them through d) or "mlp" (they are P0, the
         fact-specific parameters besides embeddings, and a bound on d alone is vacuous)
+    readout : how the built model stores its read-out, for the memory estimate: "code" (``parts.code_readout``:
+        the D code coordinates, plus R relation tags for disjoint attributes, stored compactly) or "dense"
+        (``(n_out, d)``; the default, never an underestimate)
     """
 
     id: str
@@ -80,6 +83,7 @@ class ConstructionSpec:
     variants: frozenset[str] = frozenset()
     verify_cases: tuple[dict, ...] = field(default_factory=tuple)
     facts_in: Literal["embeddings", "mlp"] = "embeddings"
+    readout: Literal["code", "dense"] = "dense"
 
     def __post_init__(self) -> None:
         if self.hops not in ("single", "multi"):
@@ -88,6 +92,8 @@ class ConstructionSpec:
             raise InputError(f"spec {self.id}: decoding must be 'last' or 'greedy', got {self.decoding!r}")
         if self.facts_in not in ("embeddings", "mlp"):
             raise InputError(f"spec {self.id}: facts_in must be 'embeddings' or 'mlp', got {self.facts_in!r}")
+        if self.readout not in ("code", "dense"):
+            raise InputError(f"spec {self.id}: readout must be 'code' or 'dense', got {self.readout!r}")
         if self.bound not in BOUNDS:
             raise InputError(f"spec {self.id}: bound must be one of {BOUNDS}, got {self.bound!r}")
         object.__setattr__(self, "options", frozenset(self.options))
@@ -247,6 +253,7 @@ register(
             {"N": 512, "R": 8, "codes": "sign", "D": 48},
             {"N": 512, "R": 8, "codes": "gaussian", "D": 48},
         ),
+        readout="code",
     )
 )
 register(
@@ -260,6 +267,7 @@ register(
         variants=frozenset({"disjoint", "symmetric"}),
         verify_cases=({"N": 512, "R": 8, "integer": True}, {"N": 256, "R": 4, "codes": "sign"}),
         facts_in="mlp",
+        readout="code",
     )
 )
 register(
@@ -273,6 +281,7 @@ register(
         bound="tradeoff",
         options=_MULTI,
         verify_cases=({"N": 1024, "R": 3, "k": 3}, {"N": 256, "R": 3, "k": 2, "attention": "hard"}),
+        readout="code",
     )
 )
 register(
@@ -287,6 +296,7 @@ register(
         options=_MULTI,
         verify_cases=({"N": 64, "R": 3, "k": 2},),
         facts_in="mlp",
+        readout="code",
     )
 )
 register(
@@ -301,6 +311,7 @@ register(
         options=_MULTI - {"gate"},
         verify_cases=({"N": 256, "R": 3, "k": 3},),
         facts_in="mlp",
+        readout="code",
     )
 )
 register(
@@ -315,5 +326,6 @@ register(
         bound="chain_of_thought",
         options=_MULTI,
         verify_cases=({"N": 1024, "R": 4, "k": 3},),
+        readout="code",
     )
 )

@@ -138,11 +138,12 @@ def build_g1(
     mlp = gated_selector(d, blocks, [gates], out, c2 * gate)
     if task.attributes == "disjoint":  # the open gate (value c2·G) tags the asked relation
         gamma = c1 * codes.gap / (c2 * gate)
-        U = relation_tagged_readout(codes, N, R, d, out, gates, lam, math.ceil(gamma) if integer else gamma)
+        readout = relation_tagged_readout(codes, N, R, d, out, gates, lam,
+                                          math.ceil(gamma) if integer else gamma)
     else:
-        U = code_readout(codes, N, d, out, lam)
+        readout = code_readout(codes, N, d, out, lam)
     constants = {"gate": gate, "lambda": lam, "gain": gain, "c1": c1, "c2": c2}
-    model = Model(entity_embedding=E, relation_embedding=Q, unembedding=U,
+    model = Model(entity_embedding=E, relation_embedding=Q, **readout,
                   layers=(Layer(uniform_gain_attention(d, gain), mlp),),
                   meta=_meta("G1", task, codes, layout, integer=integer, **constants))
     return Construction(model, promise, codes, constants, layout)
@@ -205,9 +206,9 @@ def build_a1(
     W2 = np.zeros((m, d))
     W2[:, out] = codes.vectors[task.table.reshape(-1)]
     if task.attributes == "disjoint":  # the relation coordinate (value c2) tags the asked relation
-        U = relation_tagged_readout(codes, N, R, d, out, rel, lam, c1 * gap * gap / c2)
+        readout = relation_tagged_readout(codes, N, R, d, out, rel, lam, c1 * gap * gap / c2)
     else:
-        U = code_readout(codes, N, d, out, lam)
+        readout = code_readout(codes, N, d, out, lam)
     constants = {
         "lambda": lam,
         "gain": gain,
@@ -220,7 +221,7 @@ def build_a1(
     model = Model(
         entity_embedding=E,
         relation_embedding=Q,
-        unembedding=U,
+        **readout,
         layers=(Layer(uniform_gain_attention(d, gain), MLP(W1, np.full(m, -theta), W2, np.zeros(d))),),
         meta=_meta("A1", task, codes, layout, integer=integer, **constants),
     )

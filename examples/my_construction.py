@@ -82,9 +82,9 @@ def build_one_hot(
     model = Model(
         E,
         Q,
-        code_readout(one_hot, N, layout.d, out, lam),
-        (Layer(uniform_gain_attention(layout.d, 2.0), mlp),),
+        layers=(Layer(uniform_gain_attention(layout.d, 2.0), mlp),),
         meta={"construction": "OH1", "layout": layout.as_dict()},
+        **code_readout(one_hot, N, layout.d, out, lam),  # U_j = λ·a_j on `out`, stored compactly
     )
     return Construction(model, promise, one_hot, {"gate": gate, "lambda": lam}, layout)
 

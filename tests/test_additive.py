@@ -11,7 +11,6 @@ from georecall.constructions.model import MLP, Attention, IntegerModeError, Laye
 from georecall.verify import additive
 from georecall.verify.additive import NotAdditive, plan_additive, run_additive
 from georecall.verify.check import check_decoding, check_queries
-from georecall.verify.decoders import read_columns
 
 
 def random_model(rng: np.random.Generator, *, N: int, R: int, d_tok: int, T_max: int, m: int, heads: int,
@@ -92,7 +91,7 @@ def residual_by_forward(model, tokens, columns, integer):
 @given(cases(integer=True))
 def test_tables_equal_the_forward_pass_exactly_in_integer_mode(case):
     model, tokens, block_bytes = case
-    columns = read_columns(model.unembedding)
+    columns = model.readout.columns
     ours = residual_by_tables(model, tokens, columns, True, block_bytes)
     assert np.array_equal(ours, residual_by_forward(model, tokens, columns, True))
     answers = np.arange(tokens.shape[0]) % model.n_out
@@ -107,7 +106,7 @@ def test_tables_equal_the_forward_pass_exactly_in_integer_mode(case):
 @given(cases(integer=False))
 def test_tables_equal_the_forward_pass_to_rounding_in_float_mode(case):
     model, tokens, block_bytes = case
-    columns = read_columns(model.unembedding)
+    columns = model.readout.columns
     ours = residual_by_tables(model, tokens, columns, False, block_bytes)
     theirs = residual_by_forward(model, tokens, columns, False)
     scale = 1 + np.abs(theirs).max()
@@ -130,7 +129,7 @@ def test_g1_tables_and_dense_agree_exactly_in_integer_mode_and_prune_to_the_aske
     assert (fast.forward, fast.decoder) == ("tables", "hypercube")
     assert np.array_equal(fast.predictions, slow.predictions) and np.array_equal(fast.margins, slow.margins)
     assert fast.exact and fast.min_margin == 4.0
-    plan = plan_additive(built.model, [tokens[:, 0], tokens[:, 1]], read_columns(built.model.unembedding),
+    plan = plan_additive(built.model, [tokens[:, 0], tokens[:, 1]], built.model.readout.columns,
                          integer=True)
     stats = run_additive(plan, [tokens[:, 0], tokens[:, 1]], lambda q, v: None)
     assert stats["live_units"] == 2 * built.codes.D * stats["groups"]  # only the asked relation's 2D units
@@ -189,7 +188,7 @@ def test_two_layers_are_refused():
     two = Model(model.entity_embedding, model.relation_embedding, model.unembedding,
                 model.layers * 2, model.position_embedding)
     with pytest.raises(NotAdditive, match="2 layers"):
-        plan_additive(two, [np.array([5]), np.array([0])], read_columns(two.unembedding))
+        plan_additive(two, [np.array([5]), np.array([0])], two.readout.columns)
     result = check_queries(two, np.array([[5, 0]]), np.array([0]))
     assert result.forward == "dense" and "2 layers" in result.fallback
 
@@ -203,7 +202,7 @@ def test_a_head_that_reads_token_coordinates_is_refused():
                   (Layer(Attention("softmax", att.W_V, att.W_O, att.W_Q, W_K, 1.5), model.layers[0].mlp),),
                   model.position_embedding)
     with pytest.raises(NotAdditive, match="depend on the tokens"):
-        plan_additive(leaky, [np.array([5]), np.array([0])], read_columns(leaky.unembedding))
+        plan_additive(leaky, [np.array([5]), np.array([0])], leaky.readout.columns)
     with pytest.raises(ValueError, match="token-additive forward does not apply"):
         check_queries(leaky, np.array([[5, 0]]), np.array([0]), forward="tables")
 
@@ -218,7 +217,7 @@ def test_integer_mode_needs_attention_divisible_by_T():
     total = odd.layers[0].attention.value_outputs.sum(axis=0)
     assert np.any(np.mod(total, 2) != 0)
     with pytest.raises(NotAdditive, match="divisible"):
-        plan_additive(odd, [np.array([5]), np.array([0])], read_columns(odd.unembedding), integer=True)
+        plan_additive(odd, [np.array([5]), np.array([0])], odd.readout.columns, integer=True)
 
 
 def test_integer_mode_refuses_non_integral_weights_and_large_bounds():
@@ -229,29 +228,29 @@ def test_integer_mode_refuses_non_integral_weights_and_large_bounds():
                  (Layer(model.layers[0].attention, MLP(mlp.W1, mlp.b1 + 0.5, mlp.W2, mlp.b2)),),
                  model.position_embedding)
     with pytest.raises(IntegerModeError, match="b1 is not integral"):
-        plan_additive(half, [np.array([5]), np.array([0])], read_columns(half.unembedding), integer=True)
+        plan_additive(half, [np.array([5]), np.array([0])], half.readout.columns, integer=True)
     huge = Model(model.entity_embedding, model.relation_embedding, model.unembedding * 2.0**51,
                  model.layers, model.position_embedding)
     with pytest.raises(IntegerModeError, match="2\\^53"):
-        plan_additive(huge, [np.array([5]), np.array([0])], read_columns(huge.unembedding), integer=True)
+        plan_additive(huge, [np.array([5]), np.array([0])], huge.readout.columns, integer=True)
 
 
 def test_margins_are_bounded_not_only_logits():
     """A read-out whose logits fit below 2^53 but whose differences may not is refused."""
     rng = np.random.default_rng(4)
     model = small_model(rng, m=0)
-    plan = plan_additive(model, [np.array([5]), np.array([0])], read_columns(model.unembedding), integer=True)
+    plan = plan_additive(model, [np.array([5]), np.array([0])], model.readout.columns, integer=True)
     logits = plan.info["integer_bounds"]["logits"]
     scale = 2.0 ** int(np.floor(np.log2(2.0**53 / logits)))  # logits now in [2^52, 2^53)
     big = Model(model.entity_embedding, model.relation_embedding, model.unembedding * scale, model.layers,
                 model.position_embedding)
     with pytest.raises(IntegerModeError, match="margins"):
-        plan_additive(big, [np.array([5]), np.array([0])], read_columns(big.unembedding), integer=True)
+        plan_additive(big, [np.array([5]), np.array([0])], big.readout.columns, integer=True)
 
 
 def test_out_of_range_tokens_are_refused():
     model = small_model(np.random.default_rng(5))
-    plan = plan_additive(model, [np.array([5]), np.array([0])], read_columns(model.unembedding))
+    plan = plan_additive(model, [np.array([5]), np.array([0])], model.readout.columns)
     with pytest.raises(ValueError, match="token ids"):
         run_additive(plan, [np.array([5]), np.array([99])], lambda q, v: None)
 
@@ -277,7 +276,7 @@ def test_a_unit_open_for_one_entity_only_is_not_pruned():
 
 def test_plan_guards_on_lengths_and_shapes():
     model = small_model(np.random.default_rng(7))
-    columns = read_columns(model.unembedding)
+    columns = model.readout.columns
     with pytest.raises(NotAdditive, match="exceeds the model's 4 positions"):
         plan_additive(model, [np.array([0])] * 5, columns)
     with pytest.raises(NotAdditive, match="no tokens"):
@@ -291,7 +290,7 @@ def test_plan_guards_on_lengths_and_shapes():
 
 def test_too_many_distinct_tokens_before_the_last_position_fall_back(monkeypatch):
     model = small_model(np.random.default_rng(8), N=40)
-    columns = read_columns(model.unembedding)
+    columns = model.readout.columns
     tokens = np.stack([np.arange(40), np.arange(40)[::-1]], axis=1)
     monkeypatch.setattr(additive, "MAX_GROUP_TABLE", 8)
     with pytest.raises(NotAdditive, match="distinct tokens"):

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from georecall.verify.decoders import dense_decode, detect_hypercube, hypercube_decode, read_columns
+from georecall.constructions.model import nonzero_columns
+from georecall.verify.decoders import dense_decode, detect_hypercube, hypercube_decode
 
 
 def hypercube_readout(D: int, d: int, lam: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -128,4 +129,4 @@ def test_read_columns_are_the_nonzero_columns():
     U = np.zeros((70000, 5))
     U[69999, 3] = 1.0  # in the second scan block
     U[0, 1] = -1.0
-    assert read_columns(U).tolist() == [1, 3]
+    assert nonzero_columns(U).tolist() == [1, 3]

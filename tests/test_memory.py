@@ -22,7 +22,7 @@ def run(argv, capsys):
 
 REPRODUCERS = [
     (["check", "multi-hop", "--N", "131072", "--R", "2", "--k", "2", "--max-gib", "0.1"], "--max-gib"),
-    (["check", "single-hop", "--N", "1048576", "--R", "16", "--max-gib", "8"], "lower N, R or D"),
+    (["check", "single-hop", "--N", "1048576", "--R", "16", "--max-gib", "2"], "lower N, R or D"),
     (["check", "single-hop", "--N", "1000000", "--R", "50", "--max-gib", "8"], "lower N, R or D"),
     (["precision", "--N", str(10**9)], "GiB"),
     # A full batch over budget is computed in pieces (see below); this budget holds not even the parameters.

@@ -28,11 +28,14 @@ def relation_token(N: int, r):
 
 
 def single_hop_queries(task: Task) -> tuple[np.ndarray, np.ndarray]:
-    """All N·R queries as tokens ``⟨N + r, s⟩`` (row ``r·N + s``) and their answer ids ``(N·R,)``."""
+    """All N·R queries as tokens ``⟨N + r, s⟩`` (row ``r·N + s``) and their answer ids ``(N·R,)`` (for shared
+    attributes a read-only view of the task's table: no copy)."""
     N, R = task.N, task.R
-    r, s = np.divmod(np.arange(N * R, dtype=np.int64), N)
-    tokens = np.stack([N + r, s], axis=1)
-    return tokens, task.single_hop().reshape(-1)
+    tokens = np.empty((R, N, 2), dtype=np.int64)  # filled in place: no N·R-sized temporaries (0.75 GiB at 2^20)
+    tokens[:, :, 0] = N + np.arange(R, dtype=np.int64)[:, None]
+    tokens[:, :, 1] = np.arange(N, dtype=np.int64)
+    answers = task.table if task.attributes == "shared" else task.single_hop()
+    return tokens.reshape(N * R, 2), answers.reshape(-1)
 
 
 def multi_hop_queries(task: Task, k: int) -> tuple[np.ndarray, np.ndarray]:

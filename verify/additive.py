@@ -376,7 +376,7 @@ def integer_bounds(plan: AdditivePlan) -> dict[str, float]:
         bounds["pre-activations (sums of table rows)"] = float(pre.max(initial=0.0))
         read = read + pre @ np.abs(mlp.W2[:, cols])
     bounds["read residual v"] = float(read.max(initial=0.0))
-    U_read = model.unembedding[:, cols]
+    U_read = model.unembedding_on(cols)
     logits = float(_scan(U_read, lambda acc, b: max(acc, float((np.abs(b) @ read).max(initial=0.0))), 0.0))
     bounds["logits"] = logits
     bounds["margins (differences of two logits)"] = 2 * logits

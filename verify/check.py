@@ -24,15 +24,23 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from georecall.constructions.model import Model, chunk_size, forward, integer_bounds, iter_chunks
+from georecall.constructions.model import (
+    Model,
+    chunk_size,
+    flatten,
+    forward,
+    integer_bounds,
+    iter_chunks,
+    unflatten,
+)
 from georecall.errors import InputError
 from georecall.theory import __version__
 from georecall.theory.statements import Promise
-from georecall.verify.additive import NotAdditive, plan_additive, run_additive, table_facts
+from georecall.verify.additive import NotAdditive, plan_additive, run_additive
 from georecall.verify.decoders import (
     Hypercube,
     dense_decode,
@@ -159,7 +167,10 @@ def _choose_decoder(model: Model, decoder: str) -> tuple[Hypercube | None, str]:
         raise InputError(f"decoder must be one of {DECODERS}, got {decoder!r}")
     if decoder == "dense":
         return None, ""
-    cube, why = detect_hypercube(model.unembedding, table_facts(model, "unembedding").support)
+    readout = model.readout
+    cube, why = detect_hypercube(readout.matrix, np.arange(readout.columns.size))
+    if cube is not None:  # detected on the read-out's own columns: name them as residual coordinates
+        cube = replace(cube, columns=readout.columns)
     if cube is None and decoder == "hypercube":
         raise InputError(f"the hypercube decoder does not apply: {why}")
     return cube, ("" if cube is not None else f"decoder: {why}")
@@ -182,9 +193,9 @@ def _choose_forward(model: Model, forward_: str, columns, token_columns, integer
 def _readout_model(model: Model, columns: np.ndarray) -> Model:
     """The same model whose "logits" are the read residual coordinates ``x[:, columns]`` (an identity read-out
     on them), for the hypercube decoder behind THE forward pass: ``x·1 + 0`` is exact in floating point."""
-    identity = np.zeros((columns.size, model.d), dtype=model.unembedding.dtype)
-    identity[np.arange(columns.size), columns] = 1.0
-    return model.replace(unembedding=identity)
+    identity = np.eye(columns.size, dtype=model.unembedding.dtype)  # compact: identity on increasing columns
+    return unflatten(model, {**flatten(model), "unembedding": identity},
+                     readout_columns=columns if columns.size < model.d else None)
 
 
 def _decode(cube: Hypercube | None, v: np.ndarray, answers: np.ndarray,
@@ -234,8 +245,8 @@ def check_queries(
     start = time.perf_counter()
     read_at = [tokens.shape[1] - 1] if positions is None else [int(p) for p in positions]
     cube, why_decoder = _choose_decoder(model, decoder)
-    columns = cube.columns if cube is not None else table_facts(model, "unembedding").support
-    U_read = None if cube is not None else model.unembedding[:, columns]
+    columns = model.readout.columns  # the residual coordinates the read-out reads (the cube's too)
+    U_read = None if cube is not None else model.readout.matrix
     tally = _Tally(n, len(read_at), keep, max_failures, answers.shape)
     column_answers = answers[:, None] if positions is None else answers
     plans = []
@@ -311,8 +322,8 @@ def check_decoding(
     start = time.perf_counter()
     n, k = chains.shape
     cube, why_decoder = _choose_decoder(model, decoder)
-    columns = cube.columns if cube is not None else table_facts(model, "unembedding").support
-    U_read = None if cube is not None else model.unembedding[:, columns]
+    columns = model.readout.columns  # the residual coordinates the read-out reads (the cube's too)
+    U_read = None if cube is not None else model.readout.matrix
     predictions = np.empty(chains.shape, dtype=np.int64)
     margins = np.empty(chains.shape, dtype=np.float64)
     T0 = prompts.shape[1]

@@ -29,7 +29,9 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["Hypercube", "dense_decode", "detect_hypercube", "hypercube_decode", "margins_of", "read_columns"]
+from georecall.constructions.model import nonzero_columns
+
+__all__ = ["Hypercube", "dense_decode", "detect_hypercube", "hypercube_decode", "margins_of"]
 
 # Elements of one block of logits in the dense decoder (float64: 64 MiB).
 DENSE_BLOCK_ELEMENTS = 8 * 2**20
@@ -47,16 +49,6 @@ def margins_of(logits: np.ndarray, answers: np.ndarray) -> tuple[np.ndarray, np.
     logits[rows, answers] = -np.inf
     runner_up = logits.max(axis=1) if logits.shape[1] > 1 else np.full(len(rows), -np.inf)
     return predictions, correct - runner_up
-
-
-def read_columns(U: np.ndarray) -> np.ndarray:
-    """Indices of the residual coordinates that ``U (n_out, d)`` reads (columns with a nonzero entry), scanned
-    in row blocks so that no ``(n_out, d)`` temporary is made."""
-    used = np.zeros(U.shape[1], dtype=bool)
-    rows = max(1, 2**21 // (8 * max(1, U.shape[1])))  # blocks of about 2 MiB
-    for start in range(0, U.shape[0], rows):
-        used |= np.any(U[start : start + rows] != 0, axis=0)
-    return np.flatnonzero(used)
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +83,7 @@ def detect_hypercube(U: np.ndarray, columns: np.ndarray | None = None) -> tuple[
     patterns are a permutation of the rows. ``columns``: the read columns when already known.
     """
     n_out = U.shape[0]
-    columns = read_columns(U) if columns is None else np.asarray(columns)
+    columns = nonzero_columns(U) if columns is None else np.asarray(columns)
     D = int(columns.size)
     if D == 0 or D > 40 or n_out != 2**D:
         return None, f"n_out = {n_out} is not 2^D for the D = {D} coordinates the read-out reads"

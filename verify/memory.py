@@ -202,7 +202,8 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
     Returns
     -------
     Estimate
-        Codes, task, weights (float64 build plus working copies), queries, checker chunks.
+        Codes, task, weights (float64 build plus working copies), queries, checker chunks. The read-out is
+        counted as stored (``spec.readout``: the compact code block, or dense ``n_out × d``).
     """
     est = Estimate(what)
     D_used = code_length(codes, N, D)
@@ -211,14 +212,20 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
     promise = spec.nominal_promise(N, R, k)
     n_out = N * R if attributes == "disjoint" else N
     T = 2 * k if spec.decoding == "greedy" else k + 1
-    embed = (N + n_out + T) * int(promise.d)
+    embed = (N + n_out + T) * int(promise.d)  # the promise counts U as the dense n_out × d it means
     layers = max(0, int(promise.params) - embed)
-    weights = 8 * int(embed * scale + layers * scale * scale)
-    copies = 2 + (1 if integer else 0) + (1 if bits is not None else 0)
+    stored_readout = (n_out * (D_used + (R if attributes == "disjoint" else 0)) if spec.readout == "code"
+                      else n_out * int(promise.d) * scale)
+    rest = (N + T) * int(promise.d) * scale + layers * scale * scale
+    weights = 8 * int(rest + stored_readout)
+    lower = "N, R" + (", k" if spec.hops == "multi" else "") + " or D"
     est.add("codes", 8 * N * D_used + CHUNK_BYTES, "N or D")
     est.add("task", 8 * 4 * R * N, "N or R")
-    est.add(f"weights (d = {int(promise.d * scale):,}, m = {int(promise.m * scale):,}, x{copies} copies)",
-            weights * copies, "N, R" + (", k" if spec.hops == "multi" else "") + " or D")
+    est.add(f"weights (d = {int(promise.d * scale):,}, m = {int(promise.m * scale):,}, as stored)", weights, lower)
+    if dtype != "float64":  # a cast copy; integer mode computes in float64 from the stored weights (no copy)
+        est.add(f"a working copy in {dtype}", weights, lower)
+    if bits is not None:  # the quantized copy stores the dense read-out (its zeros are quantized too)
+        est.add("the quantized copy", 8 * int(rest + n_out * promise.d * scale), lower)
     est.add(f"all {N * R**k:,} queries", _query_bytes(N, R, k, spec.decoding == "greedy"),
             "N, R" + (" or k" if spec.hops == "multi" else ""))
     widest = max(int(promise.d * scale), int(promise.m * scale), n_out) * T * 8

@@ -67,6 +67,7 @@ def quantize(model: Model, bits: int) -> Model:
     The model's ``meta`` records the bits.
     """
     bits = _check_bits(bits)
+    model = model.with_dense_readout()  # the codebook of the dense U (its zeros included), however stored
     return unflatten(model, {key: _quantized(value, bits) for key, value in flatten(model).items()},
                      meta={**model.meta, "quantized_bits": bits})
 
@@ -83,7 +84,7 @@ def changed_arrays(model: Model, bits: int) -> list[str]:
     An empty list means ``quantize(model, bits)`` computes exactly what ``model`` computes: a check of it
     would only re-run the unquantized check.
     """
-    return [key for key, value in flatten(model).items()
+    return [key for key, value in flatten(model.with_dense_readout()).items()
             if not np.array_equal(_quantized(value, bits), value)]
 
 

@@ -117,7 +117,7 @@ def r_squared(Y: np.ndarray, Y_hat: np.ndarray) -> float:
 
 def _encoding_design(model: Model, table: np.ndarray) -> np.ndarray:
     """Rows ``[u_{π_1(s)}, ..., u_{π_R(s)}]`` (N × R·d) for a task table (R, N)."""
-    U = np.asarray(model.unembedding, dtype=np.float64)
+    U = np.asarray(model.full_unembedding(), dtype=np.float64)
     return U[table.T].reshape(table.shape[1], -1)
 
 
@@ -126,7 +126,7 @@ def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
     """Encoding R² (overall) and per-relation decoding R² and probe accuracy, on held-out subjects."""
     rng = _as_rng(rng)
     E = np.asarray(model.entity_embedding[: task.N], dtype=np.float64)
-    U = np.asarray(model.unembedding, dtype=np.float64)
+    U = np.asarray(model.full_unembedding(), dtype=np.float64)
     fit, test = _split(task.N, holdout, rng)
     X = _encoding_design(model, task.table)
     W = _lstsq(X[fit], E[fit])
@@ -165,7 +165,7 @@ def causal_intervention(model: Model, task: Task, encoding_maps: np.ndarray, *, 
     d = model.d
     chosen = np.sort(rng.choice(N, size=min(subjects or N, N), replace=False))
     A = encoding_maps[:-1].reshape(R, d, d)  # A[r]: attribute vector -> its contribution to e_s (row form)
-    U = np.asarray(model.unembedding, dtype=np.float64)
+    U = np.asarray(model.full_unembedding(), dtype=np.float64)
     E = np.asarray(model.entity_embedding, dtype=np.float64)
     S_grid, R_grid = np.meshgrid(chosen, np.arange(R), indexing="ij")
     S, Rr = S_grid.ravel(), R_grid.ravel()
@@ -345,7 +345,7 @@ def attribute_fits(model: Model, task: Task, *, initial: Model | None = None, ho
     require_fit(model, task)
     N = task.N
     E = np.asarray(model.entity_embedding[:N], dtype=np.float64)
-    U = np.asarray(model.unembedding[:N], dtype=np.float64)
+    U = np.asarray(model.full_unembedding()[:N], dtype=np.float64)
     subjects_fit, subjects_test = _split(N, holdout, rng)
     attributes_fit, attributes_test = _split(N, holdout, rng)
     forward_design = U[task.table.T].reshape(N, -1)  # row s: [u_{π_1(s)}, ..., u_{π_R(s)}]
@@ -354,7 +354,7 @@ def attribute_fits(model: Model, task: Task, *, initial: Model | None = None, ho
                  "reverse_r2": _held_out_r2(reverse_design, U, attributes_fit, attributes_test)}
     out["forward_minus_reverse"] = out["forward_r2"] - out["reverse_r2"]
     dE, why_E = _displacement(E, None if initial is None else initial.entity_embedding[:N], "E", tolerance)
-    dU, why_U = _displacement(U, None if initial is None else initial.unembedding[:N], "U", tolerance)
+    dU, why_U = _displacement(U, None if initial is None else initial.full_unembedding()[:N], "U", tolerance)
     out["displacement_forward_r2"] = (None if dE is None else
                                       _held_out_r2(forward_design, dE, subjects_fit, subjects_test))
     out["displacement_reverse_r2"] = (None if dU is None else
@@ -396,7 +396,7 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
                          f"(N={task.N}, R={task.R})")
     N, R, d = task.N, task.R, model.d
     dtype = model.entity_embedding.dtype
-    U = np.asarray(model.unembedding[:N], dtype=dtype)
+    U = np.asarray(model.full_unembedding()[:N], dtype=dtype)
     extra = np.asarray(model.entity_embedding[N:], dtype=dtype)
     frozen = frozenset(GROUPS) - {"entity_embedding"}
     maps = np.asarray(encoding_maps, dtype=dtype)

@@ -308,7 +308,8 @@ def _initial_model(p: dict, task, seed: int):
                            rng=rng(seed, "init", STREAM_KEY, d, m), init_scale=p["init_scale"],
                            tied_readout=p["readout"] == "tied")
         return model, ("unembedding",) if p["readout"] == "frozen" else ()
-    g1 = registry.get("G1").build(task, lam=p["lam"]).model.astype(np.float32)
+    # Dense read-out storage: noise goes on every coordinate of U, as on a trained model's.
+    g1 = registry.get("G1").build(task, lam=p["lam"]).model.with_dense_readout().astype(np.float32)
     if p["init"] == "g1+noise":
         noise = rng(seed, "noise", STREAM_KEY)
         arrays = {}

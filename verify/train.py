@@ -234,6 +234,11 @@ def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
     """
     if path not in PATHS:
         raise InputError(f"path must be one of {PATHS}, got {path!r}")
+    if model.compact:  # gradients are for the dense read-out the model means
+        if group_of("unembedding") not in frozen:
+            raise InputError("the model stores its read-out compactly, and its gradient would be dense: use "
+                             "model.with_dense_readout() (train() does), or freeze 'unembedding'")
+        model = model.with_dense_readout()
     if path != "dense":
         reason = structure_reason(model, tokens, positions)
         if reason is None:
@@ -653,7 +658,7 @@ def train(
     batch = n if batch_size is None else min(check_positive_int("batch_size", batch_size), n)
     if max_rows is not None:
         check_positive_int("max_rows", max_rows)
-    template = model.astype(dtype)
+    template = model.with_dense_readout().astype(dtype)  # training may make any read-out column nonzero
     if tie_readout:
         if template.n_out != template.n_entities:
             raise InputError(f"a tied read-out U = E needs n_out == N, got n_out = {template.n_out}, "

@@ -11,9 +11,15 @@ the process's peak resident memory *during the check* (VmHWM, reset after the bu
 model's weights in float32 first (exact for G1's integer weights) to show the floor that the model's own size
 sets.
 
+Part 3 (``--end-to-end``): the issue's target as a user meets it: ``georecall check single-hop --N 1048576
+--R 16 [--integer] --json`` in a child process (default memory budget: the estimator must admit it), float
+and integer mode; reports the child's wall time (task, build, queries, check) and its peak resident memory
+(``ru_maxrss`` from ``os.wait4``), against the targets ≤ 60 s and ≤ 4 GiB.
+
 Run by hand:
     python benchmarks/bench_check.py                       # ratios at N = 4096, R = 16
     python benchmarks/bench_check.py --big                 # N = 2^20, R = 16
+    python benchmarks/bench_check.py --skip-ratios --end-to-end   # the CLI at N = 2^20, R = 16
     /usr/bin/time -v python benchmarks/bench_check.py --big --skip-ratios --no-reset   # whole-process peak
 (the reset also lowers the kernel's peak that /usr/bin/time reports, hence --no-reset for that figure)
 """
@@ -107,6 +113,42 @@ def big(N: int, R: int, seed: int, float32: bool, reset: bool = True) -> None:
               f"of which {(peak - before) / 2**20:.2f} GiB above the RSS before it")
 
 
+def end_to_end(N: int, R: int, seed: int) -> None:
+    """The CLI in a child process: wall seconds and peak RSS (the child's own ru_maxrss) per mode."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    exe = shutil.which("georecall")
+    command = [exe] if exe else [sys.executable, "-m", "georecall.verify.cli"]
+    for mode in ([], ["--integer"]):
+        argv = command + ["check", "single-hop", "--N", str(N), "--R", str(R), "--seed", str(seed), "--json",
+                          *mode]
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            start = time.perf_counter()
+            child = subprocess.Popen(argv, stdout=out, stderr=err)
+            _, status, usage = os.wait4(child.pid, 0)  # this child's own peak, not the children's maximum
+            seconds = time.perf_counter() - start
+            child.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        try:
+            report = json.loads(stdout)["reports"][0]
+        except (json.JSONDecodeError, KeyError, IndexError):
+            print(f"  {' '.join(argv[1:])}: exit {child.returncode}, no report: {stderr.decode()[-300:]}")
+            continue
+        check = report["check"]
+        print(f"  georecall check single-hop --N {N} --R {R}{' --integer' if mode else ''}: exit "
+              f"{child.returncode}, {seconds:.1f} s wall (target <= 60), peak RSS {usage.ru_maxrss / 2**20:.2f} "
+              f"GiB (target <= 4); check {check['seconds']:.1f} s, {check['n_correct']:,}/{check['n_queries']:,} "
+              f"correct, min margin {check['min_margin']:g}, forward={check['forward']}, "
+              f"decoder={check['decoder']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--N", type=int, default=4096, help="entities for the ratio runs")
@@ -118,11 +160,15 @@ def main() -> None:
     parser.add_argument("--float32", action="store_true", help="store the big model's weights in float32")
     parser.add_argument("--skip-ratios", action="store_true")
     parser.add_argument("--no-reset", action="store_true", help="whole-process peak (build included)")
+    parser.add_argument("--end-to-end", action="store_true",
+                        help="the CLI at N = --big-N, R = --R in a child process: wall time and peak RSS")
     args = parser.parse_args()
     if not args.skip_ratios:
         ratios(args.N, args.R, args.repeats, args.seed)
     if args.big:
         big(args.big_N, args.R, args.seed, args.float32, reset=not args.no_reset)
+    if args.end_to_end:
+        end_to_end(args.big_N, args.R, args.seed)
 
 
 if __name__ == "__main__":

@@ -143,8 +143,9 @@ def end_to_end(N: int, R: int, seed: int) -> None:
             continue
         check = report["check"]
         print(f"  georecall check single-hop --N {N} --R {R}{' --integer' if mode else ''}: exit "
-              f"{child.returncode}, {seconds:.1f} s wall (target <= 60), peak RSS {usage.ru_maxrss / 2**20:.2f} "
-              f"GiB (target <= 4); check {check['seconds']:.1f} s, {check['n_correct']:,}/{check['n_queries']:,} "
+              f"{child.returncode}, {seconds:.1f} s wall (target <= 60), "
+              f"peak RSS {usage.ru_maxrss / 2**20:.2f} GiB (target <= 4); check {check['seconds']:.1f} s, "
+              f"{check['n_correct']:,}/{check['n_queries']:,} "
               f"correct, min margin {check['min_margin']:g}, forward={check['forward']}, "
               f"decoder={check['decoder']}")
 

@@ -242,8 +242,8 @@ class Model:
                 raise InputError(f"{name} has width {value.shape[1]}, but the entity embedding has d = {d}")
         if self.readout_columns is None:
             if self.unembedding.shape[1] != d:
-                raise InputError(f"unembedding has width {self.unembedding.shape[1]}, but the entity embedding "
-                                 f"has d = {d}")
+                raise InputError(f"unembedding has width {self.unembedding.shape[1]}, but the entity "
+                                 f"embedding has d = {d}")
         else:
             columns = np.asarray(self.readout_columns)
             if columns.ndim != 1 or (columns.size and columns.dtype.kind not in "iu"):
@@ -252,8 +252,8 @@ class Model:
             columns = columns.astype(np.int64)
             if columns.size >= d or (columns.size and (columns[0] < 0 or columns[-1] >= d
                                                        or np.any(np.diff(columns) <= 0))):
-                raise InputError(f"readout_columns must be increasing coordinates in [0, {d}), fewer than d = "
-                                 f"{d}; got {columns.size} of them")
+                raise InputError(f"readout_columns must be increasing coordinates in [0, {d}), fewer than "
+                                 f"d = {d}; got {columns.size} of them")
             if self.unembedding.shape[1] != columns.size:
                 raise InputError(f"a compact unembedding on {columns.size} readout_columns must have "
                                  f"{columns.size} columns, got shape {self.unembedding.shape}")
@@ -418,8 +418,8 @@ def unflatten(
 
     ``template`` is a Model (its structure and meta are kept) or a structure list from :func:`structure_of`.
     ``readout_columns``: the compact read-out's columns, or None for a dense one; by default a Model
-    template's, kept when ``arrays["unembedding"]`` has the compact width (a dense ``(n_out, d)`` array makes a
-    dense read-out), and None for a structure list.
+    template's, kept when ``arrays["unembedding"]`` has the compact width (a dense ``(n_out, d)`` array makes
+    a dense read-out), and None for a structure list.
     Raises ``ValueError`` naming a missing or unexpected array.
     """
     structure = structure_of(template) if isinstance(template, Model) else template
@@ -429,7 +429,8 @@ def unflatten(
         readout_columns = None
         if isinstance(template, Model) and template.compact and "unembedding" in arrays:
             given = np.shape(arrays["unembedding"])
-            readout_columns = template.readout_columns if given[-1:] == (template.unembedding.shape[1],) else None
+            compact_width = given[-1:] == (template.unembedding.shape[1],)
+            readout_columns = template.readout_columns if compact_width else None
     if not isinstance(structure, list) or not all(isinstance(s, dict) for s in structure):
         raise InputError("a model structure must be a list of per-layer objects")
     used: set[str] = set()

@@ -86,7 +86,8 @@ def _assemble(name: str, k: int, codes: Codes, layout: Layout, promise, E: np.nd
     """The Model (one-hot positions, code read-out on ``U_out``) and its Construction record."""
     d = layout.d
     model = Model(E, Q, layers=layers, position_embedding=one_hot_positions(pos, d),
-                  meta=_meta(name, k, codes, layout, attention), **code_readout(codes, E.shape[0], d, U_out, lam))
+                  meta=_meta(name, k, codes, layout, attention),
+                  **code_readout(codes, E.shape[0], d, U_out, lam))
     beta = constants.get("beta")
     return Construction(model, promise, codes, {"k": k, **constants, "attention": attention,
                                                 "leakage": softmax_leakage(beta, leakage_others),

@@ -66,9 +66,9 @@ class ConstructionSpec:
     verify_cases : keyword sets (N, R, k, codes, D, options...) that ``georecall verify`` checks
     facts_in : where the facts live: "embeddings" (the bounds count them through d) or "mlp" (they are P0, the
         fact-specific parameters besides embeddings, and a bound on d alone is vacuous)
-    readout : how the built model stores its read-out, for the memory estimate: "code" (``parts.code_readout``:
-        the D code coordinates, plus R relation tags for disjoint attributes, stored compactly) or "dense"
-        (``(n_out, d)``; the default, never an underestimate)
+    readout : how the built model stores its read-out, for the memory estimate: "code"
+        (``parts.code_readout``: the D code coordinates, plus R relation tags for disjoint attributes, stored
+        compactly) or "dense" (``(n_out, d)``; the default, never an underestimate)
     """
 
     id: str

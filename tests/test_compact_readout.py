@@ -1,5 +1,5 @@
-"""Compact read-out storage (``Model.readout_columns``): the same model as the dense ``(n_out, d)`` read-out it
-means, through THE forward pass, the checker, the trainer's gradients, the quantizer and save/load; every
+"""Compact read-out storage (``Model.readout_columns``): the same model as the dense ``(n_out, d)`` read-out
+it means, through THE forward pass, the checker, the trainer's gradients, the quantizer and save/load; every
 guard refuses a broken input. References: the dense storage of the same weights and the naive loop forward
 of ``test_model``."""
 
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_model import random_model, reference_logits  # a sibling test module (pytest imports by rootdir)
 
 from georecall.constructions.model import Model, forward, load_model, nonzero_columns, save_model, unflatten
 from georecall.errors import InputError
@@ -15,7 +16,6 @@ from georecall.theory.tokens import single_hop_queries
 from georecall.verify.check import check_queries
 from georecall.verify.precision import quantize
 from georecall.verify.train import loss_and_grads
-from test_model import random_model, reference_logits  # noqa: I001 (a sibling test module: pytest's rootdir import)
 
 
 def compact_copy(dense: Model, columns: np.ndarray) -> Model:
@@ -69,8 +69,9 @@ def test_builders_store_the_read_out_compactly_and_check_the_same(construction, 
     dense = model.with_dense_readout()
     assert not dense.compact and dense.parameter_count() == model.parameter_count() == built.promise.params
     for forward_, decoder in (("auto", "auto"), ("dense", "dense")):
-        a = check_queries(model, tokens, answers, integer=integer, keep=True, forward=forward_, decoder=decoder)
-        b = check_queries(dense, tokens, answers, integer=integer, keep=True, forward=forward_, decoder=decoder)
+        options = {"integer": integer, "keep": True, "forward": forward_, "decoder": decoder}
+        a = check_queries(model, tokens, answers, **options)
+        b = check_queries(dense, tokens, answers, **options)
         assert a.exact and b.exact and (a.forward, a.decoder) == (b.forward, b.decoder)
         np.testing.assert_array_equal(a.predictions, b.predictions)
         if integer:  # exact integers in any summation order
@@ -158,3 +159,22 @@ def test_gradients_and_quantization_are_those_of_the_dense_model():
     for bits in (0, 1, 2):  # the codebook of the dense U, its zeros included (b = 1 moves them)
         np.testing.assert_array_equal(quantize(model, bits).full_unembedding(),
                                       quantize(dense, bits).full_unembedding())
+
+
+def test_registry_read_out_declarations_hold():
+    """A spec declaring ``readout="code"`` builds a compact read-out of D columns (D + R for disjoint
+    attributes): what the memory estimate counts. A bad declaration is refused."""
+    from georecall.constructions import registry
+
+    for spec in registry.specs():
+        if spec.readout != "code":
+            continue
+        k = 1 if spec.hops == "single" else 2
+        for attributes in ["shared"] + (["disjoint"] if "disjoint" in spec.variants else []):
+            task = task_for_seed(16, 3, 0, attributes=attributes)
+            built = spec.build(task, k)
+            width = built.codes.D + (task.R if attributes == "disjoint" else 0)
+            assert built.model.compact and built.model.unembedding.shape == (task.n_answers, width), spec.id
+    bad = registry.get("G1")
+    with pytest.raises(InputError, match="readout"):
+        registry.ConstructionSpec("X9", "x9", "", bad.build, bad.nominal_promise, readout="sparse")

@@ -31,7 +31,7 @@ def single_hop_queries(task: Task) -> tuple[np.ndarray, np.ndarray]:
     """All N·R queries as tokens ``⟨N + r, s⟩`` (row ``r·N + s``) and their answer ids ``(N·R,)`` (for shared
     attributes a read-only view of the task's table: no copy)."""
     N, R = task.N, task.R
-    tokens = np.empty((R, N, 2), dtype=np.int64)  # filled in place: no N·R-sized temporaries (0.75 GiB at 2^20)
+    tokens = np.empty((R, N, 2), dtype=np.int64)  # filled in place: no N·R-sized temporary (0.75 GiB at 2^20)
     tokens[:, :, 0] = N + np.arange(R, dtype=np.int64)[:, None]
     tokens[:, :, 1] = np.arange(N, dtype=np.int64)
     answers = task.table if task.attributes == "shared" else task.single_hop()

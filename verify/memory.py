@@ -221,7 +221,8 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
     lower = "N, R" + (", k" if spec.hops == "multi" else "") + " or D"
     est.add("codes", 8 * N * D_used + CHUNK_BYTES, "N or D")
     est.add("task", 8 * 4 * R * N, "N or R")
-    est.add(f"weights (d = {int(promise.d * scale):,}, m = {int(promise.m * scale):,}, as stored)", weights, lower)
+    sizes = f"d = {int(promise.d * scale):,}, m = {int(promise.m * scale):,}"
+    est.add(f"weights ({sizes}, as stored)", weights, lower)
     if dtype != "float64":  # a cast copy; integer mode computes in float64 from the stored weights (no copy)
         est.add(f"a working copy in {dtype}", weights, lower)
     if bits is not None:  # the quantized copy stores the dense read-out (its zeros are quantized too)

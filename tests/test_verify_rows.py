@@ -58,6 +58,29 @@ def test_float_and_integer_disagreement_fails_the_g1_row(monkeypatch):
     assert reports[0].passed and not reports[1].passed
 
 
+@pytest.mark.parametrize("spec_id, integer", [("G1", True), ("G1", False), ("A1", True), ("C1", False)])
+def test_a_dense_storage_that_computes_otherwise_fails_the_row(monkeypatch, spec_id, integer):
+    """Every construction row also checks the model with its read-out stored densely: a dense storage whose
+    read-out differs (two answers' rows swapped) fails the row, though the compact model itself is exact."""
+    from georecall.constructions.model import Model
+
+    real = Model.with_dense_readout
+
+    def swapped(self):
+        dense = real(self)
+        U = np.array(dense.unembedding)
+        U[[0, 1]] = U[[1, 0]]
+        return dense.replace(unembedding=U)
+
+    spec = registry.get(spec_id)
+    case = {"N": 64, "R": 3, **({"k": 2} if spec.hops == "multi" else {}), **({"integer": True} if integer else {})}
+    assert suite._case_report(spec, dict(case), 0, False)[0].passed
+    monkeypatch.setattr(Model, "with_dense_readout", swapped)
+    (report,) = suite._case_report(spec, dict(case), 0, False)
+    assert report.result.exact and not report.extra_checks["compact and dense read-out storage agree"]
+    assert not report.passed
+
+
 def test_a_wrong_gradient_fails_the_gradient_row(monkeypatch):
     from georecall.verify import train
 

@@ -93,6 +93,7 @@ def run_check(
     keep: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
     progress: bool = False,
+    compare_storage: bool = False,
 ) -> Report:
     """Build a registered construction on THE seeded task (``task_for_seed(N, R, seed)``) and check every
     query.
@@ -102,6 +103,8 @@ def run_check(
     spec: argmax at the last position, or, for chain-of-thought, greedy decoding of every chain (the report's
     result) plus every step under teacher forcing (``extra_checks``). ``bits`` quantizes every weight tensor
     first (the margin promise, stated for exact weights, then no longer applies; only exactness is required).
+    ``compare_storage``: when the built read-out is stored compactly, check the same model stored densely too
+    and add the extra check that both give the same predictions and margins (``georecall verify`` does).
     """
     spec = _spec(construction)
     options = {key: value for key, value in (options or {}).items() if value is not None}
@@ -186,7 +189,7 @@ def run_check(
             {"promise (exact weights)": built.promise.as_dict()},
         )
     if not greedy:
-        return check_construction(
+        report = check_construction(
             name,
             params,
             built,
@@ -194,13 +197,18 @@ def run_check(
             answers,
             integer=integer,
             dtype=None if integer else np.dtype(dtype),
-            keep=keep,
+            keep=keep or compare_storage,
             progress=progress,
         )
+        if compare_storage and built.model.compact:
+            dense_model = built.model.with_dense_readout()
+            dense_result = check_queries(dense_model, tokens, answers, integer=integer, keep=True)
+            _storage_agreement(report, dense_result, integer)
+        return report
     same = integer or built.model.entity_embedding.dtype == np.dtype(dtype)
     model = built.model if same else built.model.astype(np.dtype(dtype))  # astype copies every array
     forced_tokens, targets, positions = teacher_forcing(task, k)
-    greedy_result = check_decoding(model, tokens, targets, keep=keep, progress=progress)
+    greedy_result = check_decoding(model, tokens, targets, keep=keep or compare_storage, progress=progress)
     forced = check_queries(model, forced_tokens, targets, positions=positions)
     report = Report(
         name,
@@ -219,7 +227,26 @@ def run_check(
     report.extra_checks["teacher forcing: margin >= promise"] = margin_reaches(
         forced.min_margin, built.promise.margin, forced.dtype, scale=built.promise.logit_scale
     )
+    if compare_storage and model.compact:
+        dense_result = check_decoding(model.with_dense_readout(), tokens, targets, keep=True)
+        _storage_agreement(report, dense_result, integer)
     return report
+
+
+def _storage_agreement(report: Report, dense, integer: bool) -> None:
+    """Add the extra check that the dense storage of a compact read-out gives the same predictions and margins
+    (identical in integer mode; in float mode to 1e-9 relative, since BLAS may sum the read-out's nonzero
+    terms in another order when the zero columns are present)."""
+    compact = report.result
+    assert compact.predictions is not None and dense.predictions is not None  # both checked with keep=True
+    same = bool(np.array_equal(compact.predictions, dense.predictions))
+    if integer:
+        same = same and bool(np.array_equal(compact.margins, dense.margins))
+    else:
+        same = same and bool(np.allclose(compact.margins, dense.margins, rtol=1e-9, atol=0.0))
+    report.extra["dense_storage"] = {"forward": dense.forward, "decoder": dense.decoder,
+                                     "min_margin": dense.min_margin}
+    report.extra_checks["compact and dense read-out storage agree"] = same
 
 
 def check_single_hop(
@@ -330,10 +357,12 @@ def _case_report(spec: ConstructionSpec, case: dict, seed: int, progress: bool) 
         + (" (float64, then integer mode)" if compare else ""),
     )
     if not compare:
-        return [run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options=case)]
-    as_float = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options=case, keep=True)
+        return [run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options=case, compare_storage=True)]
+    as_float = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options=case, keep=True,
+                         compare_storage=True)
     as_int = run_check(
-        spec, N, R, k, seed=seed, codes=codes, D=D, options={**case, "integer": True}, keep=True
+        spec, N, R, k, seed=seed, codes=codes, D=D, options={**case, "integer": True}, keep=True,
+        compare_storage=True,
     )
     assert as_float.result.predictions is not None and as_int.result.predictions is not None  # keep=True
     agree = bool(np.array_equal(as_float.result.predictions, as_int.result.predictions))

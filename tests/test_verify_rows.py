@@ -73,7 +73,8 @@ def test_a_dense_storage_that_computes_otherwise_fails_the_row(monkeypatch, spec
         return dense.replace(unembedding=U)
 
     spec = registry.get(spec_id)
-    case = {"N": 64, "R": 3, **({"k": 2} if spec.hops == "multi" else {}), **({"integer": True} if integer else {})}
+    case = {"N": 64, "R": 3, **({"k": 2} if spec.hops == "multi" else {})}
+    case.update({"integer": True} if integer else {})
     assert suite._case_report(spec, dict(case), 0, False)[0].passed
     monkeypatch.setattr(Model, "with_dense_readout", swapped)
     (report,) = suite._case_report(spec, dict(case), 0, False)

@@ -239,6 +239,7 @@ def _storage_agreement(report: Report, dense, integer: bool) -> None:
     terms in another order when the zero columns are present)."""
     compact = report.result
     assert compact.predictions is not None and dense.predictions is not None  # both checked with keep=True
+    assert compact.margins is not None and dense.margins is not None
     same = bool(np.array_equal(compact.predictions, dense.predictions))
     if integer:
         same = same and bool(np.array_equal(compact.margins, dense.margins))

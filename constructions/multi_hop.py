@@ -44,14 +44,18 @@ __all__ = ["DEFAULT_MAX_BYTES", "build_a2_depth", "build_a2_width", "build_c1", 
 DEFAULT_MAX_BYTES = 4 * 2**30
 
 
-def estimate_bytes(N: int, d: int, m: int, layers: int = 1, T: int = 1, n_out: int | None = None) -> int:
-    """Float64 bytes of a model's dense weights: embeddings, unembedding, per layer W1, W2 and attention."""
+def estimate_bytes(N: int, d: int, m: int, layers: int = 1, T: int = 1, n_out: int | None = None,
+                   readout_width: int | None = None) -> int:
+    """Float64 bytes of a model's weights: embeddings, the unembedding as stored (``readout_width`` columns
+    when compact, d by default), per layer W1, W2 and attention."""
     n_out = N if n_out is None else n_out
-    return 8 * ((N + n_out + T) * d + layers * (2 * d * m + 4 * d * T))
+    width = d if readout_width is None else readout_width
+    return 8 * ((N + T) * d + n_out * width + layers * (2 * d * m + 4 * d * T))
 
 
-def _refuse_if_too_big(name: str, N: int, d: int, m: int, layers: int, T: int, max_bytes: int) -> None:
-    need = estimate_bytes(N, d, m, layers, T)
+def _refuse_if_too_big(name: str, N: int, d: int, m: int, layers: int, T: int, max_bytes: int,
+                       readout_width: int) -> None:
+    need = estimate_bytes(N, d, m, layers, T, readout_width=readout_width)
     if need > max_bytes:
         raise InputError(f"{name} needs about {need / 2**30:.2f} GiB of weights (d = {d}, m = {m}, "
                          f"{layers} layer(s)), more than the {max_bytes / 2**30:.2f} GiB allowed (max_bytes)")
@@ -136,7 +140,7 @@ def build_g2(
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, False)
     D, n_paths, T = codes.D, R**k, k + 1
-    _refuse_if_too_big("G2", N, n_paths * D + k * R + D + T, 2 * n_paths * D, 1, T, max_bytes)
+    _refuse_if_too_big("G2", N, n_paths * D + k * R + D + T, 2 * n_paths * D, 1, T, max_bytes, D)
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
     l1, gap = codes.l1, codes.gap
     beta = _default_beta(attention, beta, gap / (4 * k * gate * l1) if gap > 0 else 0.25, k)
@@ -191,7 +195,7 @@ def build_a2_width(
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, False)
     D, T, n_paths = codes.D, k + 1, R**k
-    _refuse_if_too_big("A2(a)", N, 2 * D + k * R + T, N * n_paths, 1, T, max_bytes)
+    _refuse_if_too_big("A2(a)", N, 2 * D + k * R + T, N * n_paths, 1, T, max_bytes, D)
     gap = codes.gap
     gate = 2.0 * gap if gate is None else float(gate)
     beta = _default_beta(attention, beta, 1 / (4 * k), k)
@@ -256,7 +260,7 @@ def build_a2_depth(
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, k + 1
-    _refuse_if_too_big("A2(b)", N, D + 2 * R + T, 2 * N * R, k, T, max_bytes)
+    _refuse_if_too_big("A2(b)", N, D + 2 * R + T, 2 * N * R, k, T, max_bytes, D)
     beta = _default_beta(attention, beta, 1 / 16, k)
     promise = a2_depth_promise(N, R, k, D, **_geometry(codes), beta=beta, lam=lam).require()
     layout = Layout()
@@ -330,7 +334,7 @@ def build_c1(
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, 2 * k
-    _refuse_if_too_big("C1", N, R * D + R + D + T, 2 * R * D, 1, T, max_bytes)
+    _refuse_if_too_big("C1", N, R * D + R + D + T, 2 * R * D, 1, T, max_bytes, D)
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
     l1, gap = codes.l1, codes.gap
     beta = _default_beta(attention, beta, gap / (4 * gate * l1) if gap > 0 else 0.25, T - 1)

@@ -112,9 +112,15 @@ def test_gate_below_the_code_bound_is_refused():
 
 def test_memory_estimate_refuses_before_allocating():
     task = random_task(4096, 16, 0)
-    with pytest.raises(ValueError, match=r"G2 needs about 75.\d\d GiB"):
+    # G2 at k = 3: d = R^k·D + k·R + D + T, m = 2·R^k·D; float64 E (N + T positions) x d, the compact read-out
+    # N x D, W1 and W2 (2·d·m) and the attention (4·d·T), written out here independently of the builder
+    N, R, k, D = 4096, 16, 3, 12
+    T = k + 1
+    d, m = R**k * D + k * R + D + T, 2 * R**k * D
+    expected = 8 * ((N + T) * d + N * D + 2 * d * m + 4 * d * T) / 2**30
+    with pytest.raises(ValueError, match=rf"G2 needs about {expected:.2f} GiB"):
         build_g2(task, 3)
-    assert estimate_bytes(4096, 49216, 98304) > 75 * 2**30
+    assert estimate_bytes(4096, 49216, 98304) > 75 * 2**30  # the dense read-out, by default
     with pytest.raises(ValueError, match=r"needs about .* GiB, more than the 0.01 GiB"):
         check_multi_hop(4096, 16, 2, max_bytes=2**30 // 100)
 

@@ -416,3 +416,29 @@ def test_a_batch_computed_in_pieces_follows_the_same_trajectory(path, k, cot):
         np.testing.assert_allclose(runs[1].model.arrays()[key], value, rtol=1e-8, atol=1e-12)
     with pytest.raises(ValueError, match="max_rows"):
         train(runs[0].model, tokens, answers, steps=1, max_rows=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_probabilities_stay_out_of_the_subnormal_range(dtype):
+    """Confident rows (shifted logits down to −200) would put float32 probabilities in the subnormal range,
+    where exp and the read-out products run several times slower: they are clamped at e^−60, and the loss and
+    the logits' gradient still equal a float64 log-sum-exp reference to rounding."""
+    from georecall.verify.train import LOGIT_FLOOR, softmax_cross_entropy
+
+    rng = np.random.default_rng(0)
+    confident, ordinary = rng.uniform(-200.0, 0.0, size=(64, 300)), rng.normal(size=(64, 300))
+    logits = np.concatenate([confident, ordinary]).astype(dtype)
+    answers = rng.integers(0, 300, size=128)
+    z = logits.astype(np.float64)
+    shifted = z - z.max(axis=1, keepdims=True)
+    log_total = np.log(np.exp(shifted).sum(axis=1))
+    reference_loss = float(np.mean(log_total - shifted[np.arange(128), answers]))
+    reference_dz = (np.exp(shifted - log_total[:, None]) - np.eye(300)[answers]) / 128
+    loss, P, scale, predictions = softmax_cross_entropy(logits.copy(), answers)
+    tiny = np.finfo(np.float32).tiny
+    assert np.all(P >= np.exp(LOGIT_FLOOR, dtype=np.float64).astype(dtype)) and np.all(P >= tiny)
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    assert loss == pytest.approx(reference_loss, rel=rtol)
+    dz = scale[:, None].astype(np.float64) * P - np.eye(300)[answers] / 128
+    np.testing.assert_allclose(dz, reference_dz, rtol=0, atol=rtol / 128)
+    np.testing.assert_array_equal(predictions, z.argmax(axis=1))

@@ -182,6 +182,10 @@ def with_params(template: Model, params: dict[str, np.ndarray]) -> Model:
 # ------------------------------------------------------------------------------------------- loss + backward
 
 
+# Shifted logits are clamped here before exp (softmax_cross_entropy), the structured step's floor: P >= e^-60.
+LOGIT_FLOOR = -60.0
+
+
 def softmax_cross_entropy(logits: np.ndarray, answers: np.ndarray):
     """Mean cross-entropy over rows, in the factored form the backward pass uses.
 
@@ -189,12 +193,18 @@ def softmax_cross_entropy(logits: np.ndarray, answers: np.ndarray):
     scratch array the caller owns) and ``scale = 1/(n·Σ_j P_j)`` per row, so that the gradient w.r.t. the
     logits is ``dz = scale·P − onehot(answer)/n``. It is never formed: :func:`readout_backward` applies it
     through two matrix products, saving passes over the largest array of a step.
+
+    Shifted logits below ``LOGIT_FLOOR`` (−60: ``P < 1e-26``, far below the resolution of ``Σ ≥ 1``) are
+    clamped there before ``exp``, as in the structured step (``train_structured._softmax_rows``): otherwise a
+    trained model's confident rows put ``P`` in float32's subnormal range, where ``exp`` and the two read-out
+    products run several times slower. The loss uses the unclamped answer logit.
     """
     n = logits.shape[0]
     rows = np.arange(n)
     predictions = logits.argmax(axis=-1)
     logits -= logits[rows, predictions][:, None]  # shift by the row maximum: every exponent <= 0
     picked = logits[rows, answers]
+    np.maximum(logits, logits.dtype.type(LOGIT_FLOOR), out=logits)
     np.exp(logits, out=logits)
     total = logits.sum(axis=-1)
     loss = float(np.mean(np.log(total) - picked))

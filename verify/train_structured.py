@@ -306,8 +306,8 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
         if P is not None:
             dM += np.outer(P[0] + P[1], sigma)
         dM *= half
-        grads["layers.0.attention.W_V"] = np.matmul(dM, att.W_O.transpose(0, 2, 1)).astype(dtype, copy=False)
-        grads["layers.0.attention.W_O"] = np.matmul(att.W_V.transpose(0, 2, 1), dM).astype(dtype, copy=False)
+        grads["layers.0.attention.W_V"] = np.einsum("ij,hkj->hik", dM, att.W_O).astype(dtype, copy=False)
+        grads["layers.0.attention.W_O"] = np.einsum("hji,jk->hik", att.W_V, dM).astype(dtype, copy=False)
     if want_P:
         dP = np.zeros_like(P)
         through = (sigma @ M.T) * half if M is not None else np.zeros_like(sigma)

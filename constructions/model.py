@@ -57,6 +57,7 @@ __all__ = [
     "embed",
     "flatten",
     "forward",
+    "freeze_if_new",
     "greedy_decode",
     "integer_bounds",
     "iter_chunks",
@@ -77,14 +78,33 @@ EXACT_INTEGER_LIMIT = 2.0**53
 DEFAULT_CHUNK_BYTES = 64 * 2**20
 
 
+def _read_only_throughout(array: np.ndarray) -> bool:
+    """Whether no array in ``array``'s chain of bases is writable (a read-only view of a writable array is
+    not: its owner could still change it)."""
+    current: object = array
+    while isinstance(current, np.ndarray):
+        if current.flags.writeable:
+            return False
+        current = current.base
+    return True
+
+
+def freeze_if_new(array: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """``array`` made read-only when it is a new array (not ``source`` itself, and owning its data), so that a
+    Model takes it without a second copy."""
+    if array is not source and array.base is None:
+        array.setflags(write=False)
+    return array
+
+
 def _frozen_array(value, name: str, ndim: int) -> np.ndarray:
-    """A read-only floating-point array for a Model. An array that is already read-only, floating-point and
-    C-contiguous is taken as it is (builders freeze their large tables, so a model of N = 2^20 entities is not
-    copied); anything else is copied, so that no caller can change a Model's weights afterwards. Finiteness is
-    checked in row blocks (no full-size temporary)."""
+    """A read-only floating-point array for a Model. An array that is read-only throughout (itself and every
+    array it is a view of), floating-point and C-contiguous is taken as it is (builders freeze their large
+    tables, so a model of N = 2^20 entities is not copied); anything else is copied, so that no caller can
+    change a Model's weights afterwards. Finiteness is checked in row blocks (no full-size temporary)."""
     given = np.asarray(value)
-    if (isinstance(value, np.ndarray) and not value.flags.writeable and value.dtype.kind == "f"
-            and value.flags.c_contiguous):
+    if (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.flags.c_contiguous
+            and _read_only_throughout(value)):
         array = value
     else:
         array = np.array(value, dtype=np.float64 if given.dtype.kind in "iub" else None, copy=True)
@@ -373,8 +393,10 @@ class Model:
 
     def astype(self, dtype) -> Model:
         """The same model with every array cast to ``dtype`` (float32 for speed, float64 for exactness); the
-        storage of the unembedding is kept."""
-        return unflatten(self, {key: value.astype(dtype) for key, value in flatten(self).items()})
+        storage of the unembedding is kept; an array already in ``dtype`` is shared, a cast one is not copied
+        again."""
+        return unflatten(self, {key: freeze_if_new(value.astype(dtype, copy=False), value)
+                                for key, value in flatten(self).items()})
 
     def replace(self, **arrays: np.ndarray) -> Model:
         """The same model with some arrays (by ``Model.arrays()`` name) replaced."""
@@ -418,8 +440,9 @@ def unflatten(
 
     ``template`` is a Model (its structure and meta are kept) or a structure list from :func:`structure_of`.
     ``readout_columns``: the compact read-out's columns, or None for a dense one; by default a Model
-    template's, kept when ``arrays["unembedding"]`` has the compact width (a dense ``(n_out, d)`` array makes
-    a dense read-out), and None for a structure list.
+    template's, kept when ``arrays["unembedding"]`` has the compact width and the entity embedding the
+    template's d (a dense ``(n_out, d)`` array, or a model of another width, makes a dense read-out), and None
+    for a structure list.
     Raises ``ValueError`` naming a missing or unexpected array.
     """
     structure = structure_of(template) if isinstance(template, Model) else template
@@ -429,8 +452,9 @@ def unflatten(
         readout_columns = None
         if isinstance(template, Model) and template.compact and "unembedding" in arrays:
             given = np.shape(arrays["unembedding"])
+            same_d = np.shape(arrays.get("entity_embedding", ()))[-1:] == (template.d,)
             compact_width = given[-1:] == (template.unembedding.shape[1],)
-            readout_columns = template.readout_columns if compact_width else None
+            readout_columns = template.readout_columns if compact_width and same_d else None
     if not isinstance(structure, list) or not all(isinstance(s, dict) for s in structure):
         raise InputError("a model structure must be a list of per-layer objects")
     used: set[str] = set()
@@ -793,9 +817,10 @@ def load_model(path: str) -> tuple[Model, dict]:
             key[len("extra____") :]: data[key] for key in data.files if key.startswith("extra____")
         }
     columns = header.get("readout_columns")
-    if columns is not None and (not isinstance(columns, list)
-                                or not all(isinstance(c, int) and not isinstance(c, bool) for c in columns)):
-        raise InputError(f"{path!r}: the model header's readout_columns is not a list of integers")
+    if columns is not None and (not isinstance(columns, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2**62 for c in columns)):
+        raise InputError(f"{path!r}: the model header's readout_columns is not a list of coordinates "
+                         f"(integers >= 0)")
     model = unflatten(header["structure"], arrays, meta=header.get("meta", {}),
                       readout_columns=None if columns is None else np.array(columns, dtype=np.int64))
     return model, header

@@ -137,6 +137,11 @@ def test_storage_survives_replace_astype_save_and_load(tmp_path):
     np.savez(bad, **arrays)
     with pytest.raises(InputError, match="readout_columns"):
         load_model(str(bad))
+    header["readout_columns"] = [2**70]  # beyond int64: refused as damage, not an OverflowError
+    arrays["__header__"] = np.array(json.dumps(header))
+    np.savez(bad, **arrays)
+    with pytest.raises(InputError, match="readout_columns"):
+        load_model(str(bad))
     with pytest.raises(InputError, match="missing"):
         unflatten(model, {})
 
@@ -178,3 +183,37 @@ def test_registry_read_out_declarations_hold():
     bad = registry.get("G1")
     with pytest.raises(InputError, match="readout"):
         registry.ConstructionSpec("X9", "x9", "", bad.build, bad.nominal_promise, readout="sparse")
+
+
+def test_a_read_only_view_of_a_writable_array_is_copied():
+    """The Model takes read-only arrays without a copy only when nothing can change them: a read-only view of
+    a writable array (e.g. a user's codebook shared by a read-out with λ = 1) is copied."""
+    from georecall.constructions.registry import resolve
+
+    base = np.ones((3, 2))
+    view = base[:]
+    view.setflags(write=False)
+    model = Model(np.zeros((3, 2)), np.zeros((1, 2)), view)
+    base[0, 0] = 5.0
+    assert model.unembedding[0, 0] == 1.0
+    task = task_for_seed(8, 2, 0)
+    root = __file__.rsplit("/tests/", 1)[0]
+    built = resolve(f"{root}/examples/my_construction.py:SPEC").build(task)  # OH1: a writable np.eye codebook
+    assert built.codes.vectors.flags.writeable
+    before = check_queries(built.model, *single_hop_queries(task))
+    built.codes.vectors[:] = 0.0  # the user's array changes; the built model must not
+    after = check_queries(built.model, *single_hop_queries(task))
+    assert before.exact and after.exact and after.min_margin == before.min_margin
+
+
+def test_unflatten_keeps_compact_storage_only_for_the_same_widths():
+    from georecall.constructions import registry
+    from georecall.constructions.model import flatten, structure_of
+    from georecall.verify.train import init_model
+
+    g1 = registry.get("G1").build(task_for_seed(16, 2, 0)).model
+    other = init_model(16, 2, g1.unembedding.shape[1], 8, rng=0)  # d equal to g1's compact width
+    rebuilt = unflatten(g1, flatten(other))
+    assert not rebuilt.compact and rebuilt.d == other.d
+    assert not unflatten(structure_of(g1), flatten(other)).compact
+    assert unflatten(g1, flatten(g1)).compact

@@ -223,10 +223,15 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
     est.add("task", 8 * 4 * R * N, "N or R")
     sizes = f"d = {int(promise.d * scale):,}, m = {int(promise.m * scale):,}"
     est.add(f"weights ({sizes}, as stored)", weights, lower)
+    dense_readout = 8 * int(n_out * promise.d * scale)
+    quantized = 8 * int(rest) + dense_readout
+    if bits is not None:  # quantizing reads the dense read-out (zeros quantized too) and keeps a copy
+        widest_table = 8 * int(max(N, n_out, promise.m * scale) * promise.d * scale)
+        est.add("quantizing (the dense read-out, two temporaries of the widest array)",
+                dense_readout + 2 * widest_table, lower)
+        est.add("the quantized copy", quantized, lower)
     if dtype != "float64":  # a cast copy; integer mode computes in float64 from the stored weights (no copy)
-        est.add(f"a working copy in {dtype}", weights, lower)
-    if bits is not None:  # the quantized copy stores the dense read-out (its zeros are quantized too)
-        est.add("the quantized copy", 8 * int(rest + n_out * promise.d * scale), lower)
+        est.add(f"a working copy in {dtype}", quantized if bits is not None else weights, lower)
     est.add(f"all {N * R**k:,} queries", _query_bytes(N, R, k, spec.decoding == "greedy"),
             "N, R" + (" or k" if spec.hops == "multi" else ""))
     widest = max(int(promise.d * scale), int(promise.m * scale), n_out) * T * 8

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from georecall.constructions.model import Model, flatten, unflatten
+from georecall.constructions.model import Model, flatten, freeze_if_new, unflatten
 
 __all__ = ["CODEBOOK", "changed_arrays", "quantize", "quantize_array", "smallest_exact_bits"]
 
@@ -75,7 +75,7 @@ def quantize(model: Model, bits: int) -> Model:
 def _quantized(array: np.ndarray, bits: int) -> np.ndarray:
     out = quantize_array(array, bits)
     assert out is not None  # quantize_array maps arrays to arrays (None only to None)
-    return out
+    return freeze_if_new(out, array)  # the Model then takes it without another copy
 
 
 def changed_arrays(model: Model, bits: int) -> list[str]:

@@ -217,3 +217,16 @@ def test_unflatten_keeps_compact_storage_only_for_the_same_widths():
     assert not rebuilt.compact and rebuilt.d == other.d
     assert not unflatten(structure_of(g1), flatten(other)).compact
     assert unflatten(g1, flatten(g1)).compact
+
+
+def test_the_structured_step_refuses_a_compact_read_out():
+    from georecall.constructions import registry
+    from georecall.verify.train_structured import loss_and_grads_structured
+
+    task = task_for_seed(8, 2, 3)
+    model = registry.get("G1").build(task).model
+    tokens, answers = single_hop_queries(task)
+    with pytest.raises(InputError, match="dense read-out"):
+        loss_and_grads_structured(model, tokens, answers)
+    loss, grads, _ = loss_and_grads_structured(model.with_dense_readout(), tokens, answers)
+    assert np.isfinite(loss) and grads["unembedding"].shape == (task.N, model.d)

@@ -49,6 +49,7 @@ import numpy as np
 from scipy import sparse
 
 from georecall.constructions.model import Model
+from georecall.errors import InputError
 
 __all__ = ["READOUT_CHUNK_BYTES", "SOFTMAX_BLOCK_BYTES", "loss_and_grads_structured", "readout_cross_entropy",
            "run_parallel", "structure_reason"]
@@ -203,6 +204,10 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     here, so that a training loop pays for it once). Computes in the model's dtype.
     """
     from georecall.verify.train import group_of
+
+    if model.compact:
+        raise InputError("the structured step trains a dense read-out: use model.with_dense_readout() "
+                         "(train() does)")
 
     def need(key: str) -> bool:
         return group_of(key) not in frozen

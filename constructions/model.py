@@ -388,8 +388,8 @@ class Model:
         """Parameters as built: an array shared by several layers (one MLP object reused) is counted once; the
         unembedding counts as the dense ``n_out × d`` it means, however it is stored."""
         unique = {id(a): a for a in self.arrays().values()}
-        compact_saving = self.n_out * self.d - self.unembedding.size if self.compact else 0
-        return int(sum(a.size for a in unique.values())) + compact_saving
+        unstored_zeros = self.n_out * self.d - self.unembedding.size if self.compact else 0
+        return int(sum(a.size for a in unique.values())) + unstored_zeros
 
     def astype(self, dtype) -> Model:
         """The same model with every array cast to ``dtype`` (float32 for speed, float64 for exactness); the

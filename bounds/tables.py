@@ -83,8 +83,10 @@ def bound_rows(Ns, Rs, ks, bits=(1,)) -> list[dict]:
                         if name == "G1":
                             row["fact_bits_per_subject"] = R * binary_length(N)
                             row["bound_bits_per_subject"] = round(bound.log2_count_lower / N, 6)
+                            # (N = 1: one task, nothing to store; the ratio is undefined)
                             row["fact_bits_ratio"] = round(
-                                R * binary_length(N) * N / bound.log2_count_lower, 4)
+                                R * binary_length(N) * N / bound.log2_count_lower, 4
+                            ) if bound.log2_count_lower > 0 else None
                         rows.append(row)
     return rows
 

@@ -286,3 +286,14 @@ def test_leading_terms_are_sympy_expressions():
                                             sp.Symbol("R", positive=True): 4,
                                             sp.Symbol("b", positive=True): 1})
     assert sp.simplify(value - 40) == 0
+
+
+def test_one_entity_has_one_task_and_no_ratio():
+    """N = 1: one task (log2 of the count is 0), so G1's fact-bits ratio is undefined (None), not a division
+    by zero (found by the long fuzz run: `georecall bounds --N 1 --R 2 --k 1` crashed with exit 3)."""
+    from georecall.bounds.tables import bound_rows
+
+    rows = bound_rows([1, 2], [2], [1])
+    g1 = {row["N"]: row for row in rows if row["construction"] == "G1"}
+    assert g1[1]["log2_count_lower"] == 0 and g1[1]["fact_bits_ratio"] is None
+    assert g1[2]["log2_count_lower"] > 0 and g1[2]["fact_bits_ratio"] > 0

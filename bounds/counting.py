@@ -115,24 +115,52 @@ def product_value(factors: Factors) -> int:
 def ceil_log2_product(factors: Factors) -> int:
     """``⌈log2 C⌉`` for ``C = Π ((n)_m)^e >= 1``, decided exactly.
 
-    Small C (at most ``EXACT_BITS`` bits): ``(C − 1).bit_length()`` of the exact integer. Large C: the sum of
-    ``e·(lnΓ(n + 1) − lnΓ(n − m + 1))/ln 2`` at 60 significant digits (absolute error far below 1e-20 for any
-    count with fewer than 1e30 bits) is rounded up when it is at distance > 1e-20 from an integer; otherwise
-    the exact integer decides.
+    Small C (at most ``EXACT_BITS`` bits): ``(C − 1).bit_length()`` of the exact integer. Large C that is a
+    power of two (every factor is: ``(n)_1`` with n a power of two, ``(2)_2``, or 1): its exponent, summed in
+    integers. Any other large C has an irrational ``log2 C`` (never an integer), so the sum of
+    ``e·(lnΓ(n + 1) − lnΓ(n − m + 1))/ln 2`` is evaluated with 50 more significant digits than its largest
+    term has, and rounded up once it is farther than ``10^(digits − 40)`` (far above the evaluation's error)
+    from an integer; the margin doubles until it is. C itself is never formed: its size can be astronomical
+    (``bounds --bits 0.0837`` multiplies every exponent by the denominator of b, about 10^17).
     """
     if any(m > n or m < 0 or e < 0 for n, m, e in factors):
         raise InputError(f"need 0 <= m <= n and e >= 0 in every factor (a count >= 1), got {factors}")
     if log2_product(factors) <= EXACT_BITS:
         return (product_value(factors) - 1).bit_length()
-    with mpmath.workdps(60):
-        x = mpmath.mpf(0)
-        for n, m, e in factors:
-            x += e * (mpmath.loggamma(n + 1) - mpmath.loggamma(n - m + 1))
-        x /= mpmath.log(2)
-        nearest = mpmath.nint(x)
-        if abs(x - nearest) > mpmath.mpf("1e-20"):
-            return int(mpmath.ceil(x))
-    return (product_value(factors) - 1).bit_length()
+    power = _power_of_two_exponent(factors)
+    if power is not None:
+        return power
+    # the largest magnitude in the evaluation (the terms before they cancel), in decimal digits
+    scale = sum(e * (math.lgamma(n + 1) + math.lgamma(n - m + 1)) for n, m, e in factors) / math.log(2)
+    digits = len(str(int(scale))) + 1
+    extra = 40
+    while True:
+        with mpmath.workdps(digits + extra + 10):
+            x = mpmath.mpf(0)
+            for n, m, e in factors:
+                x += e * (mpmath.loggamma(n + 1) - mpmath.loggamma(n - m + 1))
+            x /= mpmath.log(2)
+            if abs(x - mpmath.nint(x)) > mpmath.mpf(10) ** (digits - extra):
+                return int(mpmath.ceil(x))
+        extra *= 2
+
+
+def _power_of_two_exponent(factors: Factors) -> int | None:
+    """``a`` when ``C = Π ((n)_m)^e = 2^a``, else None, without forming C: a falling factorial ``(n)_m`` is a
+    power of two only when it is 1 (m = 0, or n = m = 1), ``n`` a power of two (m = 1) or ``2·1`` (n = m = 2),
+    since any three consecutive integers include an odd one >= 3 and ``n(n − 1)`` has an odd factor > 1
+    unless n = 2; and a product of integers is a power of two only when each factor is."""
+    exponent = 0
+    for n, m, e in factors:
+        if e == 0 or m == 0 or (n, m) == (1, 1):
+            continue
+        if m == 1 and n & (n - 1) == 0:
+            exponent += e * (n.bit_length() - 1)
+        elif (n, m) == (2, 2):
+            exponent += e
+        else:
+            return None
+    return exponent
 
 
 def coprime_cycle_length(N: int, k: int) -> int:

@@ -297,3 +297,32 @@ def test_one_entity_has_one_task_and_no_ratio():
     g1 = {row["N"]: row for row in rows if row["construction"] == "G1"}
     assert g1[1]["log2_count_lower"] == 0 and g1[1]["fact_bits_ratio"] is None
     assert g1[2]["log2_count_lower"] > 0 and g1[2]["fact_bits_ratio"] > 0
+
+
+def test_ceil_log2_of_an_astronomical_count_without_forming_it():
+    """Counts far beyond EXACT_BITS: a power of two is decided in integers; any other count by high-precision
+    logarithms, checked here against mpmath at 200 digits and, for a count small enough, the exact integer.
+    (Found by the long fuzz run: `bounds --bits 0.0837` made the exponents ~10^17 and the old fallback formed
+    the integer C: 24 GB and no end.)"""
+    import mpmath
+
+    from georecall.bounds.counting import EXACT_BITS, ceil_log2_product
+
+    huge = 10**17
+    assert ceil_log2_product(((4, 1, huge), (2, 2, 3), (7, 0, 5), (1, 1, 9))) == 2 * huge + 3
+    for factors in (((3, 1, huge),), ((64, 5, huge), (64, 1, 2)), ((2**40, 3, 10**6),)):
+        with mpmath.workdps(200):
+            x = sum(e * mpmath.log(math.perm(n, m), 2) for n, m, e in factors)
+            expected = int(mpmath.ceil(x))
+        assert ceil_log2_product(factors) == expected
+    just_over = ((3, 1, EXACT_BITS),)  # about 1.6·EXACT_BITS bits: the exact integer is still affordable
+    assert ceil_log2_product(just_over) == (3**EXACT_BITS - 1).bit_length()
+
+
+def test_bound_tables_with_a_float_bits_value_finish():
+    from georecall.bounds.tables import bound_rows
+
+    rows = bound_rows([64], [2], [1], bits=(0.08368825910511998,))
+    for row in rows:  # the exact d_min against the float formula, away from integers
+        if abs(row["d_bound"] - round(row["d_bound"])) > 1e-6:
+            assert row["d_min"] == max(0, math.ceil(row["d_bound"])), row

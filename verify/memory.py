@@ -232,6 +232,13 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
         est.add("the quantized copy", quantized, lower)
     if dtype != "float64":  # a cast copy; integer mode computes in float64 from the stored weights (no copy)
         est.add(f"a working copy in {dtype}", quantized if bits is not None else weights, lower)
+    # The passes use each head's W_V·W_O as one dense d × d product (cached); the tables pass also keeps a
+    # float64 copy of each and one d × d map per position (T = k + 1): k heads for the k-hop constructions
+    # (k fetch heads, or k layers of one), one for single hop. Measured: 5.1 × heads × d² float64 at G2,
+    # R = 2, k = 10 (d = 4131); counted as 6.
+    heads, width = (k if spec.hops == "multi" else 1), int(promise.d * scale)
+    est.add(f"attention value outputs W_V·W_O and the tables' maps (6 x {heads} x d²)",
+            6 * 8 * heads * width * width, lower)
     est.add(f"all {N * R**k:,} queries", _query_bytes(N, R, k, spec.decoding == "greedy"),
             "N, R" + (" or k" if spec.hops == "multi" else ""))
     widest = max(int(promise.d * scale), int(promise.m * scale), n_out) * T * 8

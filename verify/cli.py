@@ -112,6 +112,13 @@ def _common() -> _Parser:
     return common
 
 
+def _group(sub, name: str, help_: str, description: str):
+    """A command with sub-commands of its own (``check KIND``, ``sweep KIND``, ``study KIND``): their parsers'
+    container."""
+    group = sub.add_parser(name, help=help_, description=description)
+    return group.add_subparsers(dest="target", required=True, parser_class=_Parser, metavar="KIND")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``georecall`` argument parser (construction choices from the registry).
 
@@ -134,9 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "achieved sizes d, m and margins. Exit 1 on any failure.")
     p.set_defaults(command="verify")
 
-    check = sub.add_parser("check", help="check one construction exhaustively",
-                           description="Build one construction on THE seeded task and check every query.")
-    check_sub = check.add_subparsers(dest="target", required=True, parser_class=_Parser, metavar="KIND")
+    check_sub = _group(sub, "check", "check one construction exhaustively",
+                       "Build one construction on THE seeded task and check every query.")
     p = check_sub.add_parser("single-hop", parents=[common],
                              help="G1 or A1 on R random bijections of [N]: all N·R queries",
                              description="Build a single-hop construction on R random bijections of [N] and "
@@ -294,10 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the trained model to this .npz file (atomically; .npz added when missing)")
     p.set_defaults(command="train")
 
-    sweep_parser = sub.add_parser("sweep", help="capacity-threshold sweeps",
-                                  description="Capacity-threshold sweeps over (N, R, mode, seed).")
-    sweep_sub = sweep_parser.add_subparsers(dest="target", required=True, parser_class=_Parser,
-                                            metavar="KIND")
+    sweep_sub = _group(sub, "sweep", "capacity-threshold sweeps",
+                       "Capacity-threshold sweeps over (N, R, mode, seed).")
     p = sweep_sub.add_parser("threshold", parents=[common],
                              help="smallest d reaching 100%% (learned vs frozen embeddings), resumable JSONL",
                              description="For each (N, R, mode, seed): the smallest d (MLP width m = "
@@ -339,11 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSONL results file (default thresholds.jsonl)")
     p.set_defaults(command="sweep threshold")
 
-    study_parser = sub.add_parser("study", help="studies of trained models",
-                                  description="Declared grids of training regimes × seeds, every probe on "
-                                  "every model, resumable JSONL, a summary with pre-declared verdicts.")
-    study_sub = study_parser.add_subparsers(dest="target", required=True, parser_class=_Parser,
-                                            metavar="KIND")
+    study_sub = _group(sub, "study", "studies of trained models",
+                       "Declared grids of training regimes × seeds, every probe on every model, resumable "
+                       "JSONL, a summary with pre-declared verdicts.")
     p = study_sub.add_parser("mechanism", parents=[common],
                              help="does gradient descent find the geometry? (issue 12; docs/study.md)",
                              description="Train every regime of the declared grid (verify/study.py) "

@@ -9,7 +9,7 @@ import time
 
 from georecall.bounds.counting import count_trees, enumerate_counts
 from georecall.bounds.tables import bound_rows, gap_rows
-from georecall.verify.bounds_checks import PER_PARAMETER_BITS, TABLE_BITS
+from georecall.verify.sections.bounds_checks import PER_PARAMETER_BITS, TABLE_BITS
 
 __all__: list[str] = []
 

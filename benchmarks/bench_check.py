@@ -35,7 +35,7 @@ import numpy as np
 from georecall.constructions.single_hop import build_g1
 from georecall.theory.tasks import random_task
 from georecall.theory.tokens import single_hop_queries
-from georecall.verify.check import check_queries
+from georecall.verify.checking.check import check_queries
 
 PATHS = (("dense", "dense"), ("dense", "hypercube"), ("tables", "hypercube"))
 

@@ -27,7 +27,7 @@ PATHS = (("dense", "dense"), ("dense", "hypercube"), ("tables", "hypercube"))
 
 
 def suite_case(construction: str, seed: int) -> None:
-    from georecall.verify.suite import check_multi_hop
+    from georecall.verify.sections.suite import check_multi_hop
     N, R, k = CASES[construction]
     start = time.perf_counter()
     report = check_multi_hop(N, R, k, construction=construction, seed=seed)
@@ -42,7 +42,7 @@ def cot_large(seed: int, subset: int, repeats: int) -> None:
     from georecall.constructions.multi_hop import build_c1
     from georecall.theory.tasks import random_task
     from georecall.theory.tokens import chains, multi_hop_queries
-    from georecall.verify.check import check_decoding, check_queries
+    from georecall.verify.checking.check import check_decoding, check_queries
     N, R, k = CASES["cot-large"]
     start = time.perf_counter()
     task = random_task(N, R, seed)

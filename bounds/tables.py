@@ -8,8 +8,8 @@ holds all the facts) has no gap: the construction pays in P0 instead of d.
 Two notions of b (docs/bounds.md, "Two notions of b"): ``bound_rows`` evaluates the bounds at the b it is
 given, which is the *per-parameter codebook* notion (each fact-specific parameter takes one of ``2^b``
 task-independent values of its own); ``gap_rows`` puts each construction at the b its *per-tensor*
-quantization actually needs (``verify/precision.py``, measured by the precision scan and passed in by the
-caller) beside the per-parameter b = 1 row where the construction's embeddings are known to fit it.
+quantization actually needs (the checker's precision scan measures it; the caller passes it in) beside
+the per-parameter b = 1 row where the construction's embeddings are known to fit it.
 """
 
 from __future__ import annotations

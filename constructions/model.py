@@ -774,7 +774,7 @@ def save_model(model: Model, path, extra_arrays: dict[str, np.ndarray] | None = 
     arrays = {key.replace(".", "__"): value for key, value in model.arrays().items()}
     arrays.update({f"extra____{key}": np.asarray(value) for key, value in (extra_arrays or {}).items()})
     arrays["__header__"] = np.array(json.dumps(header, default=str))
-    from georecall.verify.io import atomic_write
+    from georecall.io import atomic_write
 
     if hasattr(path, "write"):  # a binary file object (e.g. inside the caller's own atomic write)
         np.savez_compressed(path, **arrays)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ import numpy as np
 
 from georecall.constructions.single_hop import build_g1, single_hop_queries
 from georecall.theory.tasks import random_task
-from georecall.verify.check import check_queries
+from georecall.verify.checking.check import check_queries
 
 rng = np.random.default_rng(0)
 N, R = 1024, 8

@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from georecall.constructions.model import MLP, Attention, IntegerModeError, Layer, Model, forward
-from georecall.verify import additive
-from georecall.verify.additive import NotAdditive, plan_additive, run_additive
-from georecall.verify.check import check_decoding, check_queries
+from georecall.verify.checking import additive
+from georecall.verify.checking.additive import NotAdditive, plan_additive, run_additive
+from georecall.verify.checking.check import check_decoding, check_queries
 
 
 def random_model(rng: np.random.Generator, *, N: int, R: int, d_tok: int, T_max: int, m: int, heads: int,

@@ -27,7 +27,7 @@ from georecall.theory import seeds
 from georecall.theory import tasks as tasks_module
 from georecall.theory.tasks import random_task, task_for_seed
 from georecall.verify.cli import main
-from georecall.verify.suite import run_check
+from georecall.verify.sections.suite import run_check
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -190,7 +190,7 @@ def test_the_same_seed_gives_the_same_task_in_every_command(tmp_path, monkeypatc
     assert main(["check", "single-hop", "--N", "16", "--R", "2", "--seed", "7", "--quiet"]) == 0
     assert main(["precision", "--N", "16", "--R", "2", "--seed", "7", "--max-bits", "4", "--quiet"]) == 0
     assert main(["train", "--N", "16", "--R", "2", "--d", "8", "--steps", "2", "--seed", "7", "--quiet"]) == 0
-    from georecall.verify import sweep
+    from georecall.verify.experiments import sweep
 
     sweep.sweep(
         str(tmp_path / "t.jsonl"),
@@ -223,7 +223,7 @@ def test_streams_are_distinct_and_keyed():
 
 
 def test_an_internal_error_is_not_reported_as_bad_input(monkeypatch, capsys):
-    from georecall.verify import suite
+    from georecall.verify.sections import suite
 
     def shape_bug(*args, **kwargs):
         return np.zeros((2, 3)) @ np.zeros((4, 5))  # a NumPy ValueError: a bug, not the user's fault

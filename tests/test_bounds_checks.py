@@ -13,8 +13,9 @@ import dataclasses
 import pytest
 
 from georecall.bounds import counting, graphs, lower
-from georecall.verify import bounds_checks, precision
-from georecall.verify.bounds_checks import section_bounds
+from georecall.verify.checking import precision
+from georecall.verify.sections import bounds_checks
+from georecall.verify.sections.bounds_checks import section_bounds
 
 ROWS = ["counts = independent golden values", "count bounds <= exact counts", "gadget family valid",
         "bits needed: smallest exact b, b-1 fails", "lower bounds <= verified constructions"]

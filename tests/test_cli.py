@@ -70,8 +70,8 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
 
 
 def test_a_failing_check_exits_1(monkeypatch, capsys):
-    import georecall.verify.suite as suite
-    from georecall.verify.check import CheckResult, Report
+    import georecall.verify.sections.suite as suite
+    from georecall.verify.checking.check import CheckResult, Report
 
     failing = Report(
         "broken",
@@ -342,7 +342,7 @@ def test_probe_hidden_with_one_state_is_refused(tmp_path, capsys):
 
 
 def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch):
-    import georecall.verify.train as train_module
+    import georecall.verify.training.train as train_module
 
     monkeypatch.setattr(train_module, "train", lambda *a, **k: pytest.fail("trained before checking --out"))
     code, _, err = run(["train", "--N", "8", "--R", "2", "--out", "/nonexistent/dir/m.npz"], capsys)
@@ -385,7 +385,7 @@ def test_interrupted_save_leaves_no_file(tmp_path, capsys, monkeypatch):
 
 
 def test_json_is_strict_and_stderr_is_empty(capsys, monkeypatch):
-    import georecall.verify.commands as commands
+    import georecall.verify.cli.commands as commands
 
     real = commands.run_tradeoff
 
@@ -407,8 +407,8 @@ def test_json_is_strict_and_stderr_is_empty(capsys, monkeypatch):
 
 
 def test_verify_json_prints_no_progress(capsys, monkeypatch):
-    import georecall.verify.suite as suite
-    from georecall.verify.suite import section_single_hop
+    import georecall.verify.sections.suite as suite
+    from georecall.verify.sections.suite import section_single_hop
 
     monkeypatch.setattr(suite, "SECTIONS", [("single hop", section_single_hop)])
     code, out, err = run(["verify", "--json"], capsys)
@@ -416,7 +416,7 @@ def test_verify_json_prints_no_progress(capsys, monkeypatch):
 
 
 def test_an_internal_error_is_exit_3_with_traceback(capsys, monkeypatch):
-    import georecall.verify.commands as commands
+    import georecall.verify.cli.commands as commands
 
     def broken(p):
         raise ValueError("operands could not be broadcast together with shapes (3,) (4,)")
@@ -427,7 +427,7 @@ def test_an_internal_error_is_exit_3_with_traceback(capsys, monkeypatch):
 
 
 def test_ctrl_c_is_130_on_its_own_line(capsys, monkeypatch):
-    import georecall.verify.commands as commands
+    import georecall.verify.cli.commands as commands
 
     def interrupted(p):
         raise KeyboardInterrupt
@@ -438,7 +438,7 @@ def test_ctrl_c_is_130_on_its_own_line(capsys, monkeypatch):
 
 
 def test_sweep_passes_scheduler_and_timeouts(tmp_path, capsys, monkeypatch):
-    import georecall.verify.sweep as sweep_module
+    import georecall.verify.experiments.sweep as sweep_module
 
     seen = {}
 

@@ -2,7 +2,7 @@
 
 The two reference counters below are deliberately simple plain-Python loops that share no code with
 ``bounds/counting.py`` (no NumPy, no composition tables, no search): they exist to produce and re-check the
-golden integers that ``georecall verify`` pins in ``verify/bounds_checks.py``.
+golden integers that ``georecall verify`` pins in ``verify/sections/bounds_checks.py``.
 
 - ``reference_counts`` enumerates every task (all R-tuples of permutations of [N]) and composes maps by hand.
 - ``reference_trees_by_labels`` never builds a task: it tries every labelling of the depth-k tree below vertex
@@ -19,7 +19,7 @@ import math
 import pytest
 
 from georecall.bounds.counting import F_lower, closed_forms, count_trees, enumerate_counts, product_value
-from georecall.verify.bounds_checks import COUNT_CASES, GOLDEN_COUNTS, GOLDEN_TREES
+from georecall.verify.sections.bounds_checks import COUNT_CASES, GOLDEN_COUNTS, GOLDEN_TREES
 
 
 def reference_counts(N, R, k):

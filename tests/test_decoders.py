@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from georecall.constructions.model import nonzero_columns
-from georecall.verify.decoders import dense_decode, detect_hypercube, hypercube_decode
+from georecall.verify.checking.decoders import dense_decode, detect_hypercube, hypercube_decode
 
 
 def hypercube_readout(D: int, d: int, lam: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -107,7 +107,7 @@ def test_detection_refuses_readouts_that_are_not_full_hypercubes(name):
 @pytest.mark.parametrize("name", ["missing row", "duplicate pattern", "two scales", "zero entry"])
 def test_checker_falls_back_to_dense_and_says_so(name):
     from georecall.constructions.model import MLP, Layer, Model
-    from georecall.verify.check import check_queries
+    from georecall.verify.checking.check import check_queries
     U = broken_readouts()[name]
     n_out, d = U.shape
     rng = np.random.default_rng(6)

@@ -17,8 +17,8 @@ import uuid
 import pytest
 
 from georecall.errors import InputError
-from georecall.verify.executors import parse_scheduler
-from georecall.verify.sweep import TrialSettings, read_sweep, sweep
+from georecall.verify.experiments.executors import parse_scheduler
+from georecall.verify.experiments.sweep import TrialSettings, read_sweep, sweep
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds processes through /proc")
 
@@ -28,7 +28,7 @@ SMALL_GRID = {"Ns": [32], "Rs": [2], "modes": ["learned", "frozen"], "seeds": [0
 
 SCRIPT = textwrap.dedent("""
     import json, sys
-    from georecall.verify.sweep import TrialSettings, sweep
+    from georecall.verify.experiments.sweep import TrialSettings, sweep
     if __name__ == "__main__":
         args = json.loads(sys.argv[1])
         args["settings"] = TrialSettings(**args["settings"])

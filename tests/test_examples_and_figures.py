@@ -25,7 +25,7 @@ def test_example_runs(path, capsys):
 
 
 def test_demo_prints_the_walkthrough(capsys):
-    from georecall.verify.demo import run_demo
+    from georecall.verify.experiments.demo import run_demo
     numbers = run_demo(seed=0)
     out = capsys.readouterr().out
     assert numbers["exact"] and numbers["margin"] == 4.0 and numbers["trained_reached"]
@@ -89,7 +89,7 @@ def test_probe_hidden_command(tmp_path, capsys):
 
 def test_walkthrough_shows_what_the_demo_prints():
     """docs/walkthrough.md quotes `georecall demo`; its G1 part (exact integers) must match the code today."""
-    from georecall.verify.demo import run_demo
+    from georecall.verify.experiments.demo import run_demo
 
     lines = []
     run_demo(seed=0, out=lines.append)

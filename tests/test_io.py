@@ -1,4 +1,4 @@
-"""verify/io.py: atomic writes survive interruption, output paths refused before work, the advisory lock."""
+"""georecall.io: atomic writes survive interruption, output paths refused before work, the advisory lock."""
 
 import json
 import os
@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from georecall.verify.io import (
+from georecall.io import (
     FileLock,
     LockTimeout,
     append_jsonl,
@@ -78,7 +78,7 @@ def test_a_writer_killed_mid_write_leaves_the_old_file_intact(tmp_path, sig):
     started = tmp_path / "started"
     script = textwrap.dedent(f"""
         import time
-        from georecall.verify.io import atomic_write
+        from georecall.io import atomic_write
         def slow(handle):
             handle.write(b"x" * 100000)
             handle.flush()
@@ -195,7 +195,7 @@ def test_the_lock_dies_with_a_holder_killed_by_sigkill(tmp_path):
     path = str(tmp_path / "r.jsonl")
     script = textwrap.dedent(f"""
         import sys, time
-        from georecall.verify.io import FileLock
+        from georecall.io import FileLock
         FileLock({path!r}).acquire()
         print("locked", flush=True)
         time.sleep(60)

@@ -8,8 +8,8 @@ import zipfile
 import numpy as np
 import pytest
 
+from georecall import memory
 from georecall.errors import InputError
-from georecall.verify import memory
 from georecall.verify.cli import main
 
 
@@ -184,7 +184,7 @@ def test_count_limit_is_checked_without_a_factorial(monkeypatch, capsys):
 def test_a_full_batch_over_budget_is_computed_in_pieces_not_refused(capsys):
     import json
 
-    from georecall.verify import memory
+    from georecall import memory
     from georecall.verify.cli import main
 
     full = memory.train_estimate(2048, 4, 32, 128).total

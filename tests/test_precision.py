@@ -6,8 +6,8 @@ from hypothesis.extra.numpy import arrays
 
 from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
 from georecall.theory.tasks import random_task
-from georecall.verify.check import check_queries
-from georecall.verify.precision import changed_arrays, quantize, quantize_array, smallest_exact_bits
+from georecall.verify.checking.check import check_queries
+from georecall.verify.checking.precision import changed_arrays, quantize, quantize_array, smallest_exact_bits
 
 
 def test_quantization_grid():
@@ -56,14 +56,14 @@ def test_g1_binary_needs_two_bits_and_a1_more():
 
 @pytest.mark.parametrize("construction", ["path-blocks", "associative-width", "associative-depth", "cot"])
 def test_multi_hop_precision_scan(construction):
-    from georecall.verify.suite import precision_scan
+    from georecall.verify.sections.suite import precision_scan
     doc = precision_scan(construction, 64, 2, 2, max_bits=16)
     assert doc["smallest_exact_bits"] is not None and doc["records"][-1]["exact"]
     assert all(not r["exact"] for r in doc["records"][:-1])
 
 
 def test_precision_scan_refuses_unknown_names():
-    from georecall.verify.suite import precision_scan
+    from georecall.verify.sections.suite import precision_scan
     with pytest.raises(ValueError, match="give --k"):
         precision_scan("cot", 16, 2)
     with pytest.raises(ValueError, match="single-hop construction"):

@@ -10,7 +10,7 @@ from georecall.constructions.codes import make_codes
 from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
 from georecall.theory.statements import binary_coherence, g1_promise
 from georecall.theory.tasks import Task, random_task
-from georecall.verify.check import check_construction, check_queries
+from georecall.verify.checking.check import check_construction, check_queries
 
 CODE_KINDS = st.sampled_from(["binary", "sign", "gaussian"])
 

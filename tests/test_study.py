@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from georecall.errors import InputError
-from georecall.verify import study
-from georecall.verify.io import FileLock, LockTimeout
-from georecall.verify.probes import SUMMARY_FIELDS
+from georecall.io import FileLock, LockTimeout
+from georecall.verify.experiments import study
+from georecall.verify.experiments.probes import SUMMARY_FIELDS
 
 # ---------------------------------------------------------------------------------------- thresholds
 
@@ -196,13 +196,13 @@ def test_resume_after_sigkill_loses_nothing(tmp_path):
     """The driver killed by SIGKILL mid-study: the rerun ends with the records of an uninterrupted run."""
     path = tmp_path / "study.jsonl"
     script = textwrap.dedent(f"""
-        from georecall.verify import study
+        from georecall.verify.experiments import study
         from tests_tiny_grid import TINY
         study.run_study({str(path)!r}, TINY, seeds=(0, 1, 2), progress=False)
     """)
     helper = tmp_path / "tests_tiny_grid.py"
     helper.write_text(textwrap.dedent("""
-        from georecall.verify import study
+        from georecall.verify.experiments import study
         TINY = study.Grid(
             "tiny", {**study.BASE, "N": 48, "R": 2, "d": 8, "steps": 60},
             (study.Regime("base", "tiny"), study.Regime("long", "tiny long", {"steps": 20, "stop": "none"}),

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from georecall.errors import InputError
+from georecall.io import FileLock, LockTimeout
 from georecall.theory.seeds import rng
 from georecall.theory.tasks import task_for_seed
-from georecall.verify.io import FileLock, LockTimeout
-from georecall.verify.sweep import (
+from georecall.verify.experiments.sweep import (
     SEED_CONTRACT,
     THRESHOLD_KEY,
     TRIAL_KEY,
@@ -31,7 +31,7 @@ from georecall.verify.sweep import (
     threshold_key,
     trial_key,
 )
-from georecall.verify.train import init_model, train, training_data
+from georecall.verify.training.train import init_model, train, training_data
 
 SETTINGS = TrialSettings(steps=200)
 GRID = {"Ns": [32], "Rs": [2], "modes": ("learned",), "seeds": (0,)}
@@ -285,8 +285,8 @@ def test_a_trial_that_kills_its_worker_every_time_is_one_line_after_four_attempt
     from concurrent.futures import Executor, Future
     from concurrent.futures.process import BrokenProcessPool
 
-    from georecall.verify import executors
-    from georecall.verify import sweep as sweep_module
+    from georecall.verify.experiments import executors
+    from georecall.verify.experiments import sweep as sweep_module
 
     class Doomed(Executor):
         def submit(self, fn, /, *args, **kwargs):

@@ -12,7 +12,7 @@ import pytest
 
 from georecall.constructions import registry
 from georecall.constructions.registry import ConstructionSpec
-from georecall.verify import suite
+from georecall.verify.sections import suite
 
 
 def _broken(spec: ConstructionSpec, how: str) -> ConstructionSpec:
@@ -83,7 +83,7 @@ def test_a_dense_storage_that_computes_otherwise_fails_the_row(monkeypatch, spec
 
 
 def test_a_wrong_gradient_fails_the_gradient_row(monkeypatch):
-    from georecall.verify import train
+    from georecall.verify.training import train
 
     real = train.loss_and_grads
 
@@ -97,7 +97,7 @@ def test_a_wrong_gradient_fails_the_gradient_row(monkeypatch):
 
 
 def test_a_trainer_that_does_not_learn_fails_the_gd_row(monkeypatch):
-    from georecall.verify import train
+    from georecall.verify.training import train
 
     real = train.train
     monkeypatch.setattr(train, "train", lambda *a, **k: real(*a, **{**k, "steps": 1}))  # a budget of one step
@@ -109,7 +109,7 @@ def test_a_threshold_above_g1_fails_the_threshold_row():
 
 
 def test_an_imperfect_g1_fails_the_probe_row(monkeypatch):
-    from georecall.verify import probes
+    from georecall.verify.experiments import probes
 
     real = probes.probe_all
 

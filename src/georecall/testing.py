@@ -13,7 +13,7 @@ A property test of your own construction (a ``ConstructionSpec``, see ``examples
 
     from hypothesis import given
     from georecall.testing import tasks
-    from georecall.verify.suite import run_check
+    from georecall.verify.sections.suite import run_check
     from my_construction import SPEC
 
     @given(tasks(max_N=32, max_R=3))
@@ -69,7 +69,7 @@ def codebooks(draw, N: int, kinds: tuple[str, ...] = ("binary", "sign", "gaussia
 def models(draw, max_N: int = 8, max_R: int = 3, max_d: int = 8, max_m: int = 8, max_layers: int = 2,
            dtype=np.float64) -> Model:
     """A randomly initialised Model (``verify.train.init_model``) of drawn shape, attention kind and heads."""
-    from georecall.verify.train import init_model
+    from georecall.verify.training.train import init_model
 
     N, R = draw(st.integers(2, max_N)), draw(st.integers(1, max_R))
     d, m = draw(st.integers(2, max_d)), draw(st.integers(1, max_m))

@@ -46,9 +46,9 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
     from georecall.bounds.tables import bound_rows
     from georecall.constructions.multi_hop import build_c1, chains, multi_hop_queries
     from georecall.theory.tasks import random_task
-    from georecall.verify.check import check_decoding
-    from georecall.verify.suite import check_single_hop
-    from georecall.verify.sweep import fit_thresholds
+    from georecall.verify.checking.check import check_decoding
+    from georecall.verify.experiments.sweep import fit_thresholds
+    from georecall.verify.sections.suite import check_single_hop
 
     os.makedirs(out_dir, exist_ok=True)
     written = []

@@ -13,7 +13,7 @@ from georecall.constructions.model import forward
 from georecall.constructions.single_hop import build_g1, single_hop_queries
 from georecall.theory import seeds
 from georecall.theory.tasks import task_for_seed
-from georecall.verify.check import check_queries
+from georecall.verify.checking.check import check_queries
 
 RELATION_NAMES = ("mother", "wife")
 
@@ -89,8 +89,8 @@ def run_demo(seed: int = 0, out=print) -> dict:
         f"min margin {exhaustive.min_margin:g}, in exact integer arithmetic"
     )
 
-    from georecall.verify.probes import superposition_readout, unit_selectivity
-    from georecall.verify.train import init_model, train
+    from georecall.verify.experiments.probes import superposition_readout, unit_selectivity
+    from georecall.verify.training.train import init_model, train
 
     d = model.d
     out(f"\n== A trained model on the same facts: d = {d}, m = {4 * d}, uniform attention, Adam, full batch")

@@ -1,7 +1,7 @@
 """The mechanism study (issue 12): does gradient descent find the geometry of THEORY.md §5?
 
 A declared grid of training regimes × seeds. Each trial trains one model on ``task_for_seed(N, R, seed)``,
-runs every probe of :func:`georecall.verify.probes.mechanism_probes` on the trained model *and* on its initial
+runs every probe of :func:`.probes.mechanism_probes` on the trained model *and* on its initial
 (untrained) weights, and writes one record. Control records probe the constructions G1 (the geometry, where
 every probe is exact) and A1 (facts in per-fact MLP units) on the same tasks. The summary gives mean ± sd over
 seeds per regime and probe, the controls beside them, and one verdict per claim by the thresholds below.
@@ -23,8 +23,8 @@ from ``rng(seed, "noise", 12)``; the probes use the ``probes`` and ``transfer`` 
 the same new task B for every model of one ``(N, R, seed)``).
 
 The results file is JSONL, written only by the driver (the process that called :func:`run_study`) under the
-advisory lock of :class:`georecall.verify.io.FileLock`; trials run on the executors of
-:mod:`georecall.verify.executors` (this process, local processes, or Dask). Every record carries its key
+advisory lock of :class:`georecall.io.FileLock`; trials run on the executors of
+:mod:`.executors` (this process, local processes, or Dask). Every record carries its key
 (regime, seed, resolved parameters, probe settings, study version, package version, seed contract); a rerun
 skips every job whose key is in the file, so an interrupted study loses at most the jobs in flight.
 """
@@ -299,7 +299,7 @@ def _decay(p: dict):
 def _initial_model(p: dict, task, seed: int):
     """The untrained model of a regime and the groups training leaves frozen."""
     from georecall.constructions import registry
-    from georecall.verify.train import GROUPS, init_model
+    from georecall.verify.training.train import GROUPS, init_model
 
     N, R, d, m = p["N"], p["R"], p["d"], p["m"]
     if p["init"] == "fan-in":
@@ -332,7 +332,7 @@ def _rounded(value):
 
 
 def _probe(model, task, seed: int, settings: dict, initial=None) -> dict:
-    from georecall.verify.probes import mechanism_probes
+    from georecall.verify.experiments.probes import mechanism_probes
 
     out = mechanism_probes(model, task, initial=initial, seed=seed, holdout=settings["holdout"],
                            subjects=settings["subjects"], transfer_steps=settings["transfer_steps"],
@@ -352,15 +352,15 @@ def run_job(job: dict) -> dict:
     start = time.perf_counter()
     seed = job["seed"]
     if job["kind"] == "control":
-        from georecall.verify.probes import reference_models
+        from georecall.verify.experiments.probes import reference_models
 
         task = task_for_seed(job["N"], job["R"], seed)
         model = reference_models(task, (job["construction"],))[job["construction"]]
         probed = _probe(model, task, seed, job["probe"])
         return {**job, **probed, "d": model.d, "m": model.mlp_width,
                 "seconds": round(time.perf_counter() - start, 3)}
-    from georecall.verify.check import check_queries
-    from georecall.verify.train import train, training_data
+    from georecall.verify.checking.check import check_queries
+    from georecall.verify.training.train import train, training_data
 
     p = job["params"]
     task = task_for_seed(p["N"], p["R"], seed)
@@ -481,7 +481,7 @@ def _usable(value) -> bool:
 def read_study(path: str) -> StudyFile:
     """Read a study file: torn lines (a writer killed mid-line), alien lines (not a study record) and
     duplicates (a key seen before) are counted and skipped. A missing file is empty."""
-    from georecall.verify.io import read_jsonl
+    from georecall.io import read_jsonl
 
     return read_jsonl(path, StudyFile(), _usable, _identity)
 
@@ -519,12 +519,12 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
     workers : int
         Local processes when ``scheduler`` is None (1: jobs run in this process).
     scheduler : str, optional
-        ``"local:W"`` or a Dask scheduler address (:func:`georecall.verify.executors.open_executor`).
+        ``"local:W"`` or a Dask scheduler address (:func:`.executors.open_executor`).
     progress : bool or callable
         ``True``: one line per finished job on stderr (done/total, elapsed, ETA from the throughput).
         A callable receives ``{"done", "total", "new", "elapsed", "eta", "message"}`` instead.
     lock_timeout, connect_timeout : float
-        As in :func:`georecall.verify.sweep.sweep`.
+        As in :func:`georecall.verify.experiments.sweep.sweep`.
     max_jobs : int, optional
         Stop after that many new records (the file stays consistent; for tests of resumption).
     log : callable, optional
@@ -537,8 +537,8 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
     KeyboardInterrupt
         Re-raised after the workers are stopped and a note is logged; rerun the same call to resume.
     """
-    from georecall.verify.executors import open_executor
-    from georecall.verify.io import FileLock, append_jsonl, validate_output_path
+    from georecall.io import FileLock, append_jsonl, validate_output_path
+    from georecall.verify.experiments.executors import open_executor
 
     jobs = jobs_of(grid, seeds)
     workers = check_positive_int("workers", workers)
@@ -665,7 +665,7 @@ def regime_verdicts(claims_per_seed: list[dict]) -> dict[str, dict]:
 
 
 def _fields() -> tuple[str, ...]:
-    from georecall.verify.probes import SUMMARY_FIELDS
+    from georecall.verify.experiments.probes import SUMMARY_FIELDS
 
     return SUMMARY_FIELDS
 
@@ -848,7 +848,7 @@ def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None
     except ImportError:
         log("matplotlib is not installed: no figures (pip install 'georecall[plot]')")
         return []
-    from georecall.verify.io import atomic_write, validate_output_path
+    from georecall.io import atomic_write, validate_output_path
 
     os.makedirs(out_dir, exist_ok=True)
     rows = [(e["label"], e["trained"]) for e in doc["regimes"]]
@@ -914,8 +914,8 @@ def section_mechanism(seed: int = 0, progress: bool = False) -> list:
     """``georecall verify`` row: on a small regime (N = 256, R = 4, d = 2d* = 20, m = 4d, Adam 1e-2, stop at
     100%), G1 scores every probe exactly and meets every claim's criterion; the trained model's initial
     weights and A1 meet none. The trained model's values are reported, not judged."""
-    from georecall.verify.check import claim_report
-    from georecall.verify.probes import mechanism_probes, reference_models
+    from georecall.verify.checking.check import claim_report
+    from georecall.verify.experiments.probes import mechanism_probes, reference_models
 
     if progress:
         print("mechanism: probes on G1, A1, a trained model and its initial weights (N=256, R=4)",
@@ -924,7 +924,7 @@ def section_mechanism(seed: int = 0, progress: bool = False) -> list:
     N, R = 256, 4
     params = resolve({**QUICK_BASE, "N": N, "R": R}, Regime("verify", "verify row"))
     task = task_for_seed(N, R, seed)
-    from georecall.verify.train import train, training_data
+    from georecall.verify.training.train import train, training_data
 
     tokens, answers, _, _ = training_data(task)
     initial, frozen = _initial_model(params, task, seed)

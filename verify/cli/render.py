@@ -1,6 +1,6 @@
 """Renderers: a command's result document as strict JSON or as text tables.
 
-A result document is a dict (see :mod:`georecall.verify.commands`). :func:`to_json` maps non-finite floats to
+A result document is a dict (see :mod:`.commands`). :func:`to_json` maps non-finite floats to
 ``null`` and NumPy scalars and arrays to plain numbers and lists, then serializes with ``allow_nan=False``:
 the output is JSON that any parser accepts. :func:`to_text` renders the same document for a terminal."""
 

@@ -52,7 +52,7 @@ from georecall.constructions.model import Model, forward, predict
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.tasks import Task, _as_rng, random_task
-from georecall.verify.check import check_queries
+from georecall.verify.checking.check import check_queries
 
 __all__ = [
     "SELECTIVITY_THRESHOLD",
@@ -260,7 +260,7 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
     (b) trained from ``N(0, std(closed form)²)`` with every other group frozen, for at most ``steps`` Adam
     steps (stop at 100%). Returns both accuracies on every new query.
     """
-    from georecall.verify.train import GROUPS, train
+    from georecall.verify.training.train import GROUPS, train
 
     rng = _as_rng(rng)
     if new_task is None:
@@ -388,7 +388,7 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
         ``start_accuracy_A`` (the least-squares encoder on A), ``accuracy_A`` (trained), ``zero_shot_B``,
         ``steps``, ``chance`` (1/N).
     """
-    from georecall.verify.train import GROUPS, adam, loss_and_grads
+    from georecall.verify.training.train import GROUPS, adam, loss_and_grads
 
     require_fit(model, task)
     if new_task.N != task.N or new_task.R != task.R:

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from georecall.verify.check import Report, check_decoding, check_queries, claim_report
+from georecall.verify.checking.check import Report, check_decoding, check_queries, claim_report
 
 __all__ = ["COUNT_CASES", "GOLDEN_COUNTS", "GOLDEN_TREES", "NEEDED_BITS", "PER_PARAMETER_BITS",
            "PRECISION_CASES",
@@ -63,12 +63,11 @@ PRECISION_CASES = [("G1", "geometric", 1024, 8, None), ("A1", "associative", 256
                    ("G2", "path-blocks", 256, 3, 2), ("A2a", "associative-width", 64, 2, 2),
                    ("A2b", "associative-depth", 64, 2, 2), ("C1", "cot", 256, 3, 3)]
 
-# Smallest b (per-tensor codebooks, verify/precision.py) keeping each PRECISION_CASES instance exact, measured
-# by
-# ``georecall precision`` (seed 0); the precision row re-measures it. G1, G2 and C1 need b = 2 at every N:
-# with
-# binary codes every tensor already lies in {−t, 0, t} (quantization at b = 2 changes nothing) and sign
-# quantization (b = 1) fails. A1 and A2 need more, growing with N for A2b (8 at N = 256, R = 3, k = 3).
+# Smallest b (per-tensor codebooks, checking/precision.py) keeping each PRECISION_CASES instance exact,
+# measured by ``georecall precision`` (seed 0); the precision row re-measures it. G1, G2 and C1 need b = 2 at
+# every N: with binary codes every tensor already lies in {−t, 0, t} (quantization at b = 2 changes nothing)
+# and sign quantization (b = 1) fails. A1 and A2 need more, growing with N for A2b (8 at N = 256, R = 3,
+# k = 3).
 NEEDED_BITS = {"G1": 2, "A1": 3, "G2": 2, "A2a": 4, "A2b": 7, "C1": 2}
 
 # The b used by the bound tables (``bounds.tables.gap_rows``): only size-independent needs.
@@ -162,7 +161,7 @@ def _per_coordinate_bits(embeddings: list[np.ndarray]) -> int:
 def precision_checks(seed: int, progress: bool = False) -> tuple[dict[str, bool], dict, dict]:
     """Row 4: per construction, smallest exact b (= NEEDED_BITS), b − 1 fails; the built instances for row
     5."""
-    from georecall.verify.precision import changed_arrays, quantize, smallest_exact_bits
+    from georecall.verify.checking.precision import changed_arrays, quantize, smallest_exact_bits
     checks, records, instances = {}, {}, {}
     changed_any = False
     for name, cli, N, R, k in PRECISION_CASES:

@@ -3,7 +3,7 @@
 The forward pass is THE forward pass (``constructions.model.forward`` with ``trace=True``); this module adds
 the hand-written backward pass through every parameter group (the dense reference), cross-entropy, and
 Adam/AdamW/SGD. One-layer single-hop models with uniform attention train through the structure-aware step of
-:mod:`georecall.verify.train_structured` when it applies (``train(path="auto")``), which gives the same
+:mod:`.train_structured` when it applies (``train(path="auto")``), which gives the same
 gradients.
 
 Parameters are a flat dict keyed like ``Model.arrays()`` (``entity_embedding``, ``layers.0.mlp.W1``, ...).
@@ -38,7 +38,11 @@ from georecall.constructions.model import MLP, Attention, Layer, Model, forward,
 from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import _as_rng, check_positive_int
-from georecall.verify.train_structured import loss_and_grads_structured, run_parallel, structure_reason
+from georecall.verify.training.train_structured import (
+    loss_and_grads_structured,
+    run_parallel,
+    structure_reason,
+)
 
 __all__ = [
     "EPS_FORMS",
@@ -239,7 +243,7 @@ def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
     over all B·P predictions. Returns ``(loss, grads, predictions)``.
 
     ``path="dense"`` (the default, the reference): the generic backward pass below. ``"structured"``: the
-    structure-aware step of :mod:`georecall.verify.train_structured` (one-layer, uniform or no attention,
+    structure-aware step of :mod:`.train_structured` (one-layer, uniform or no attention,
     ``⟨r, s⟩`` queries; ``ValueError`` saying why otherwise). ``"auto"``: structured when it applies.
     """
     if path not in PATHS:
@@ -636,7 +640,7 @@ def train(
         the two gradients are summed into one update, and the returned model has ``U = E``. The shared matrix
         is frozen with ``"entity_embedding"``; freezing ``"unembedding"`` alone is refused.
     path
-        ``"auto"`` (structure-aware step when it applies, see :mod:`georecall.verify.train_structured`),
+        ``"auto"`` (structure-aware step when it applies, see :mod:`.train_structured`),
         ``"dense"`` (the reference) or ``"structured"`` (``ValueError`` when it does not apply). The path that
         ran is ``TrainResult.path``.
 
@@ -646,7 +650,7 @@ def train(
     A non-finite loss raises ``FloatingPointError`` naming the step. ``callback(params, step, grads)`` is
     called before each applied update (True stops).
     """
-    from georecall.verify.check import check_queries
+    from georecall.verify.checking.check import check_queries
 
     if optimizer not in OPTIMIZERS:
         raise InputError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")

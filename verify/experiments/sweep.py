@@ -19,7 +19,7 @@ record says ``monotone: false`` if some failing d lies above some successful d (
 smallest successful d found, and the record is flagged rather than trusted).
 
 Where trials run. The driver (the process that called :func:`sweep`) runs every search and submits each
-trial to an executor (:mod:`georecall.verify.executors`): this process (``workers=1``), a pool of local
+trial to an executor (:mod:`.executors`): this process (``workers=1``), a pool of local
 processes (``workers=W``), or a Dask cluster (``scheduler="local:W"`` or ``"tcp://HOST:PORT"``). Executors
 only return records; the driver alone writes the file.
 
@@ -50,12 +50,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from georecall.errors import InputError
+from georecall.io import FileLock, append_jsonl, read_jsonl, validate_output_path
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
-from georecall.verify.executors import open_executor
-from georecall.verify.io import FileLock, append_jsonl, read_jsonl, validate_output_path
-from georecall.verify.train import init_model, train, training_data
+from georecall.verify.experiments.executors import open_executor
+from georecall.verify.training.train import init_model, train, training_data
 
 __all__ = [
     "FROZEN_GROUPS",
@@ -399,7 +399,7 @@ def read_records(path: str) -> list[dict]:
 
 
 def _append(path: str, record: dict) -> None:
-    """Append one JSON line (the old name; see :func:`georecall.verify.io.append_jsonl`)."""
+    """Append one JSON line (the old name; see :func:`georecall.io.append_jsonl`)."""
     append_jsonl(path, record)
 
 

@@ -6,7 +6,7 @@ paths, damaged input files, the memory estimate against the budget) *before* any
 returns a document: a dict with ``command``, ``version``, ``seed``, ``params``, ``status`` (the exit code: 0
 pass, 1 a check failed), ``memory`` (the estimate and the budget) and the command's results. Bad input raises
 :class:`~georecall.errors.InputError` (exit 2). Progress lines on stderr are the library's, and only when
-``p.progress`` is true; rendering is :mod:`georecall.verify.render`'s job.
+``p.progress`` is true; rendering is :mod:`georecall.verify.cli.render`'s job.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from georecall import __version__
+from georecall import __version__, memory
 from georecall.errors import InputError
-from georecall.verify import memory
-from georecall.verify.memory import Estimate
+from georecall.memory import Estimate
 
 __all__ = [
     "LIMITS",
@@ -95,7 +94,7 @@ def _positive_finite(name: str, value) -> float:
 def output_path(path: str, *, suffix: str | None = None, what: str = "output file") -> str:
     """Check before any work that ``path`` can be written; return the path that will be written.
 
-    Uses :func:`georecall.verify.io.validate_output_path` (directory exists and is writable, target not a
+    Uses :func:`georecall.io.validate_output_path` (directory exists and is writable, target not a
     directory; ``suffix`` added when missing, so the reported path is the written one).
 
     Parameters
@@ -112,7 +111,7 @@ def output_path(path: str, *, suffix: str | None = None, what: str = "output fil
     str
         The path that will be written.
     """
-    from georecall.verify.io import validate_output_path
+    from georecall.io import validate_output_path
     if path and os.path.isdir(path):  # before a suffix turns DIR into DIR.npz
         raise InputError(f"{what} {path!r} is a directory; give a file name")
     try:
@@ -188,7 +187,7 @@ def verify_estimate() -> Estimate:
 
 def run_verify(p) -> dict:
     """Every section of ``georecall verify`` (``suite.SECTIONS``)."""
-    from georecall.verify import suite
+    from georecall.verify.sections import suite
     budget = _budget(p)
     est = verify_estimate().require(budget)
     start = time.perf_counter()
@@ -207,7 +206,7 @@ def run_verify(p) -> dict:
 
 
 def _check(p, hops: str) -> dict:
-    from georecall.verify import suite
+    from georecall.verify.sections import suite
     spec = _spec(p.construction, hops)
     k = getattr(p, "k", 1)
     _queries(p.N, p.R, k)
@@ -269,7 +268,7 @@ def run_check_multi_hop(p) -> dict:
 def run_tradeoff(p) -> dict:
     """``tradeoff``: d, m and parameters of every k-hop construction for k = 1..k_max."""
     from georecall.constructions import registry
-    from georecall.verify.suite import tradeoff_rows
+    from georecall.verify.sections.suite import tradeoff_rows
     if p.k_max > LIMITS["k"]:
         raise InputError(f"--k-max is at most {LIMITS['k']}, got {p.k_max}")
     if p.R ** p.k_max > 2**40:
@@ -334,7 +333,7 @@ def run_count(p) -> dict:
 
 def run_precision(p) -> dict:
     """``precision``: the smallest bits per parameter keeping every query exact."""
-    from georecall.verify.suite import precision_scan
+    from georecall.verify.sections.suite import precision_scan
     spec = _spec(p.construction, None)
     if (p.k is None) != (spec.hops == "single"):
         raise InputError(f"{spec.label} is a {spec.hops}-hop construction: "
@@ -369,11 +368,11 @@ def _train_options(p) -> None:
 def run_train(p) -> dict:
     """``train``: the NumPy trainer on every fact (or k-hop query, or CoT step) of THE seeded task."""
     from georecall.constructions.model import save_model
+    from georecall.io import atomic_write
     from georecall.theory import seeds
     from georecall.theory.tasks import task_for_seed
-    from georecall.verify.io import atomic_write
-    from georecall.verify.sweep import FROZEN_GROUPS
-    from georecall.verify.train import init_model, train, training_data
+    from georecall.verify.experiments.sweep import FROZEN_GROUPS
+    from georecall.verify.training.train import init_model, train, training_data
     _train_options(p)
     _queries(p.N, p.R, p.k)
     out = output_path(p.out, suffix=".npz", what="model file") if p.out else None
@@ -436,7 +435,7 @@ def _scheduler(text: str | None) -> str | None:
 
 def run_sweep_threshold(p) -> dict:
     """``sweep threshold``: the smallest d reaching 100% per (N, R, mode, seed), resumable JSONL, fits."""
-    from georecall.verify.sweep import TrialSettings, fit_thresholds, summary_table, sweep
+    from georecall.verify.experiments.sweep import TrialSettings, fit_thresholds, summary_table, sweep
     if p.d_min > p.d_max:
         raise InputError(f"--d-min ({p.d_min}) must not exceed --d-max ({p.d_max})")
     if min(p.N) < 2:
@@ -555,7 +554,7 @@ def _holdout(h: float, n: int, what: str) -> float:
 def run_probe(p) -> dict:
     """``probe``: superposition readout, linear probes, interventions, unit selectivity of a saved model."""
     from georecall.theory import seeds
-    from georecall.verify import probes
+    from georecall.verify.experiments import probes
     budget = _budget(p)
     model, task, est = _load_model_and_task(p.model, p.task, budget, "probe")
     probes.require_fit(model, task)
@@ -571,9 +570,9 @@ def run_probe(p) -> dict:
 
 def run_transfer(p) -> dict:
     """``transfer``: freeze-and-swap onto new bijections."""
+    from georecall.io import append_jsonl
     from georecall.theory import seeds
-    from georecall.verify import probes
-    from georecall.verify.io import append_jsonl
+    from georecall.verify.experiments import probes
     _positive_finite("--lr", p.lr)
     append = output_path(p.append, what="results file") if p.append else None
     budget = _budget(p)
@@ -597,7 +596,7 @@ def run_transfer(p) -> dict:
 def run_probe_hidden(p) -> dict:
     """``probe-hidden``: linear relational encoding of hidden states the user supplies."""
     from georecall.theory import seeds
-    from georecall.verify import probes
+    from georecall.verify.experiments import probes
     _input_file(p.states, "states file")
     members = {m.name: m for m in memory.npz_members(p.states)}
     budget = _budget(p)
@@ -624,8 +623,8 @@ def run_probe_hidden(p) -> dict:
 
 def run_figures(p) -> dict:
     """``figures``: PNG and SVG figures from a results file."""
-    from georecall.verify.figures import PLOT_HINT, make_figures
-    from georecall.verify.sweep import read_records
+    from georecall.verify.experiments.figures import PLOT_HINT, make_figures
+    from georecall.verify.experiments.sweep import read_records
     budget = _budget(p)
     est = Estimate("figures")
     if p.source:
@@ -646,7 +645,7 @@ def run_figures(p) -> dict:
 
 def run_demo(p) -> dict:
     """``demo``: the G1 walk-through at N = 8, R = 2 (text only: ``--json`` is refused)."""
-    from georecall.verify.demo import run_demo as demo
+    from georecall.verify.experiments.demo import run_demo as demo
     if p.json:
         raise InputError("demo is a narrated walk-through with no JSON form: run it without --json")
     lines: list[str] = []
@@ -657,7 +656,7 @@ def run_demo(p) -> dict:
 
 def run_study_mechanism(p) -> dict:
     """``study mechanism``: run (or resume) the declared grid, then summarize; or only summarize a file."""
-    from georecall.verify import study
+    from georecall.verify.experiments import study
     scheduler = _scheduler(p.scheduler)
     if scheduler is not None and p.workers != 1:
         raise InputError("--workers and --scheduler do not combine: the scheduler's workers run the jobs")

@@ -40,8 +40,8 @@ from georecall.constructions.model import (
 from georecall.errors import InputError
 from georecall.theory import __version__
 from georecall.theory.statements import Promise
-from georecall.verify.additive import NotAdditive, plan_additive, run_additive
-from georecall.verify.decoders import (
+from georecall.verify.checking.additive import NotAdditive, plan_additive, run_additive
+from georecall.verify.checking.decoders import (
     Hypercube,
     dense_decode,
     detect_hypercube,

@@ -18,8 +18,7 @@ from georecall.errors import InputError
 from georecall.theory import seeds
 from georecall.theory.tasks import Attributes, Task, check_positive_int, task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
-from georecall.verify.bounds_checks import section_bounds
-from georecall.verify.check import (
+from georecall.verify.checking.check import (
     Report,
     achieved_sizes,
     check_construction,
@@ -28,7 +27,8 @@ from georecall.verify.check import (
     claim_report,
     margin_reaches,
 )
-from georecall.verify.precision import CODEBOOK, quantize, smallest_exact_bits
+from georecall.verify.checking.precision import CODEBOOK, quantize, smallest_exact_bits
+from georecall.verify.sections.bounds_checks import section_bounds
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -422,7 +422,7 @@ def gradient_row(seed: int = 0) -> Report:
     """The trainer's analytic gradients against central differences on random two-layer models."""
     import time
 
-    from georecall.verify.train import check_grads, init_model
+    from georecall.verify.training.train import check_grads, init_model
 
     start = time.perf_counter()
     rng = seeds.rng(seed, "init")
@@ -447,7 +447,7 @@ def gd_row(seed: int = 0, progress: bool = False) -> Report:
     """Gradient descent reaches 100% on every fact at G1's d (N = 256, R = 4)."""
     import time
 
-    from georecall.verify.train import init_model, train
+    from georecall.verify.training.train import init_model, train
 
     N, R = TRAINING_SIZE
     _log(progress, f"training: N={N}, R={R} at G1's d")
@@ -466,7 +466,7 @@ def threshold_row(seed: int = 0, progress: bool = False, steps: int = 400) -> Re
     learned embeddings reach 100% at or below G1's d."""
     import time
 
-    from georecall.verify.sweep import TrialSettings, find_threshold
+    from georecall.verify.experiments.sweep import TrialSettings, find_threshold
 
     N, R = TRAINING_SIZE
     _log(progress, f"training: learned vs frozen thresholds, N={N}, R={R}")
@@ -493,8 +493,8 @@ def section_probes(seed: int = 0, progress: bool = False) -> list[Report]:
     """On G1 every probe has its exact value; on an untrained model the same probes fail (they can fail)."""
     import time
 
-    from georecall.verify.probes import probe_all
-    from georecall.verify.train import init_model
+    from georecall.verify.experiments.probes import probe_all
+    from georecall.verify.training.train import init_model
 
     _log(progress, "probes: G1 (N=512, R=4) exact; an untrained model for contrast")
     start = time.perf_counter()
@@ -531,8 +531,8 @@ def section_probes(seed: int = 0, progress: bool = False) -> list[Report]:
 
 
 def _section_mechanism(seed: int = 0, progress: bool = False) -> list[Report]:
-    """The mechanism study's fast row (verify/study.py): probe values against the controls."""
-    from georecall.verify.study import section_mechanism
+    """The mechanism study's fast row (verify/experiments/study.py): probe values against the controls."""
+    from georecall.verify.experiments.study import section_mechanism
 
     return section_mechanism(seed, progress)
 

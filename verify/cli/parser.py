@@ -1,5 +1,5 @@
-"""The ``georecall`` command line: parser → command (:mod:`~georecall.verify.commands`) → renderer
-(:mod:`~georecall.verify.render`).
+"""The ``georecall`` command line: parser → command (:mod:`~georecall.verify.cli.commands`) → renderer
+(:mod:`~georecall.verify.cli.render`).
 
 Exit codes: 0 every check passed; 1 a check failed; 2 bad input, parameters outside a theorem's conditions, or
 a job over the memory budget (one plain line on stderr); 3 an internal error (a bug: its traceback is shown);
@@ -15,7 +15,7 @@ from typing import Any
 
 from georecall import __version__
 from georecall.errors import InputError
-from georecall.verify import commands, render
+from georecall.verify.cli import commands, render
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -348,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "JSONL, a summary with pre-declared verdicts.")
     p = study_sub.add_parser("mechanism", parents=[common],
                              help="does gradient descent find the geometry? (issue 12; docs/study.md)",
-                             description="Train every regime of the declared grid (verify/study.py) "
+                             description="Train every regime of the declared grid (docs/study.md) "
                              "for each seed, run every probe, append one record per (regime, seed) to "
                              "--out; then print the summary: mean ± sd per probe and regime, the controls "
                              "(G1, A1, untrained) beside them, and one verdict line per claim by the "
@@ -474,7 +474,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"georecall {__version__}: internal error (a bug; please report it with the traceback above)",
               file=sys.stderr)
         return 3
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,7 @@ import time
 
 from georecall.bounds.counting import count_trees, enumerate_counts
 from georecall.bounds.tables import bound_rows, gap_rows
-from georecall.verify.sections.bounds_checks import PER_PARAMETER_BITS, TABLE_BITS
+from georecall.verify.sections.bounds_checks import per_parameter_bits, table_bits
 
 __all__: list[str] = []
 
@@ -26,6 +26,6 @@ if __name__ == "__main__":
     trees = count_trees(9, 2, 2)
     print(f"tree search N=9 R=2 k=2: |Trees_2| = {trees:,} in {time.perf_counter() - start:.2f} s")
     start = time.perf_counter()
-    rows = gap_rows([2**12, 2**20], [4, 16], [1, 2, 3], TABLE_BITS, PER_PARAMETER_BITS)
+    rows = gap_rows([2**12, 2**20], [4, 16], [1, 2, 3], table_bits(), per_parameter_bits())
     print(f"gap table: {len(rows)} rows (exact d_min at b = 2 and b = 1) in "
           f"{time.perf_counter() - start:.2f} s")

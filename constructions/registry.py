@@ -1,10 +1,12 @@
-"""The construction registry: the ONE list of constructions (DESIGN.md, decisions).
+"""The construction registry: the ONE list of constructions.
 
 Each :class:`ConstructionSpec` says what a construction is (id, command-line name, the result it implements),
 how to build it, what its theorem promises at nominal constants (for tables), how many hops it answers, how
-its answers are decoded, which lower bound governs it, which options its builder takes, and the sizes
-``georecall verify`` checks it at. The command line's choices, the ``verify`` cases, the tradeoff table and
-the bound tables are all derived from :func:`specs`.
+its answers are decoded, which lower bound governs it, which options its builder takes, the sizes
+``georecall verify`` checks it at, and the bits per parameter it needs (:class:`BitsClaim`). The command
+line's choices, the ``verify`` cases and rows (including "bits needed" and "lower bounds <= verified
+constructions"), the tradeoff table and the bound tables are all derived from :func:`specs`: adding a
+construction is one module plus one :func:`register` call.
 
 Bring your own construction: define a spec in your own module and either call :func:`register` or point the
 command line at it, ``georecall check single-hop --construction my_module:SPEC`` (or
@@ -33,10 +35,14 @@ from georecall.theory.tasks import Task
 __all__ = [
     "BOUNDS",
     "COMMON_OPTIONS",
+    "BitsClaim",
     "ConstructionSpec",
     "get",
+    "multi_hop_build",
+    "nominal_geometry",
     "register",
     "resolve",
+    "single_hop_build",
     "specs",
     "unregister",
 ]
@@ -44,6 +50,40 @@ __all__ = [
 # Options every builder takes: the codebook, its length, the read-out scale and the codes' random stream.
 COMMON_OPTIONS = frozenset({"codes", "D", "lam"})
 BOUNDS = ("total_information", "tradeoff", "chain_of_thought")
+
+
+@dataclass(frozen=True)
+class BitsClaim:
+    """What a construction claims about bits per parameter, checked by ``georecall verify``'s "bits needed"
+    row and used by its "lower bounds <= verified constructions" row and by the gap tables.
+
+    Attributes
+    ----------
+    N, R, k : the instance the precision scan quantizes (binary codes, the seed's task).
+    needed : the smallest b (per-tensor codebooks of 2^b values) keeping that instance exact; the row
+        re-measures it and requires b − 1 to fail.
+    table : the b the gap tables put the construction at, when its need does not grow with N (None: it is
+        left out of the gap tables).
+    per_parameter : bits per fact-specific parameter with per-coordinate codebooks, when the built embeddings
+        of two tasks are known to fit them (checked by the row); None when not claimed.
+    """
+
+    N: int
+    R: int
+    k: int = 1
+    needed: int = 1
+    table: int | None = None
+    per_parameter: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("N", "R", "k", "needed"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"BitsClaim.{name} must be a whole number >= 1, got {value!r}")
+        for name in ("table", "per_parameter"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise InputError(f"BitsClaim.{name} must be None or a whole number >= 1, got {value!r}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +109,8 @@ class ConstructionSpec:
     readout : how the built model stores its read-out, for the memory estimate: "code"
         (``parts.code_readout``: the D code coordinates, plus R relation tags for disjoint attributes, stored
         compactly) or "dense" (``(n_out, d)``; the default, never an underestimate)
+    bits : the bits-per-parameter claim (:class:`BitsClaim`) that ``verify`` checks, or None: then the
+        construction is listed as "not covered" by the bits and bounds rows (never silently dropped)
     """
 
     id: str
@@ -84,6 +126,7 @@ class ConstructionSpec:
     verify_cases: tuple[dict, ...] = field(default_factory=tuple)
     facts_in: Literal["embeddings", "mlp"] = "embeddings"
     readout: Literal["code", "dense"] = "dense"
+    bits: BitsClaim | None = None
 
     def __post_init__(self) -> None:
         if self.hops not in ("single", "multi"):
@@ -96,6 +139,12 @@ class ConstructionSpec:
             raise InputError(f"spec {self.id}: readout must be 'code' or 'dense', got {self.readout!r}")
         if self.bound not in BOUNDS:
             raise InputError(f"spec {self.id}: bound must be one of {BOUNDS}, got {self.bound!r}")
+        if self.bits is not None and not isinstance(self.bits, BitsClaim):
+            raise InputError(f"spec {self.id}: bits must be a BitsClaim or None, "
+                             f"got {type(self.bits).__name__}")
+        if self.bits is not None and self.hops == "single" and self.bits.k != 1:
+            raise InputError(f"spec {self.id}: a single-hop construction's BitsClaim has k = 1, "
+                             f"got {self.bits.k}")
         object.__setattr__(self, "options", frozenset(self.options))
         object.__setattr__(self, "variants", frozenset(self.variants))
 
@@ -178,13 +227,33 @@ def resolve(key: str) -> ConstructionSpec:
 # ------------------------------------------------------------------------------------------ the six built in
 
 
-def _nominal_geometry(N: int) -> tuple[int, dict]:
-    """Binary codes at unit scale: D = ⌈log2 N⌉, gap = 2/D (μ = 1 − 2/D), distinct."""
+def nominal_geometry(N: int) -> tuple[int, dict]:
+    """The code geometry behind every nominal promise: binary codes at unit scale, ``D = ⌈log2 N⌉``,
+    ``gap = 2/D`` (coherence μ = 1 − 2/D) and the exact distinctness pair, as keyword arguments of the
+    ``theory.statements`` promise functions.
+
+    Parameters
+    ----------
+    N : int
+        Number of entities.
+
+    Returns
+    -------
+    (D, geometry) : the code length and ``{"gap": ..., "distinct": ...}``.
+    """
     D = binary_length(N)
     return D, {"gap": 2 / D if N > 1 else 2.0, "distinct": (D, D - 2 if N > 1 else -D)}
 
 
-def _single(builder):
+def single_hop_build(builder: Callable[..., Construction]) -> Callable[..., Construction]:
+    """Adapt a single-hop builder ``builder(task, codes, **options)`` to the one spec signature
+    ``build(task, k=1, *, codes="binary", **options)``.
+
+    Raises
+    ------
+    InputError
+        From the adapted function, when asked for ``k != 1``.
+    """
     def build(task: Task, k: int = 1, **options) -> Construction:
         if k != 1:
             raise InputError(f"{builder.__name__} answers single-hop queries only (k = 1), got k = {k}")
@@ -195,7 +264,9 @@ def _single(builder):
     return build
 
 
-def _multi(builder):
+def multi_hop_build(builder: Callable[..., Construction]) -> Callable[..., Construction]:
+    """Adapt a k-hop builder ``builder(task, k, codes, **options)`` to the one spec signature
+    ``build(task, k=1, *, codes="binary", **options)``."""
     def build(task: Task, k: int = 1, **options) -> Construction:
         codes = options.pop("codes", "binary")
         return builder(task, k, codes, **options)
@@ -205,34 +276,34 @@ def _multi(builder):
 
 
 def _g1_nominal(N: int, R: int, k: int = 1) -> Promise:
-    D, geometry = _nominal_geometry(N)
+    D, geometry = nominal_geometry(N)
     return statements.g1_promise(N, R, D, **geometry, max_abs=D**-0.5, gate=4 * D**-0.5)
 
 
 def _a1_nominal(N: int, R: int, k: int = 1) -> Promise:
-    D, geometry = _nominal_geometry(N)
+    D, geometry = nominal_geometry(N)
     return statements.a1_promise(N, R, D, **geometry)
 
 
 def _g2_nominal(N: int, R: int, k: int) -> Promise:
-    D, geometry = _nominal_geometry(N)
+    D, geometry = nominal_geometry(N)
     return statements.g2_promise(
         N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None
     )
 
 
 def _a2a_nominal(N: int, R: int, k: int) -> Promise:
-    D, geometry = _nominal_geometry(N)
+    D, geometry = nominal_geometry(N)
     return statements.a2_width_promise(N, R, k, D, **geometry, gate=2 * geometry["gap"], beta=None)
 
 
 def _a2b_nominal(N: int, R: int, k: int) -> Promise:
-    D, geometry = _nominal_geometry(N)
+    D, geometry = nominal_geometry(N)
     return statements.a2_depth_promise(N, R, k, D, **geometry, beta=None)
 
 
 def _c1_nominal(N: int, R: int, k: int) -> Promise:
-    D, geometry = _nominal_geometry(N)
+    D, geometry = nominal_geometry(N)
     return statements.c1_promise(
         N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None
     )
@@ -244,7 +315,7 @@ register(
         "G1",
         "geometric",
         "Theorem 4.1: block superposition + ReLU-gated relation selector",
-        _single(build_g1),
+        single_hop_build(build_g1),
         _g1_nominal,
         options=frozenset({"gate", "gain", "integer"}),
         variants=frozenset({"disjoint", "symmetric"}),
@@ -254,6 +325,7 @@ register(
             {"N": 512, "R": 8, "codes": "gaussian", "D": 48},
         ),
         readout="code",
+        bits=BitsClaim(1024, 8, needed=2, table=2, per_parameter=1),
     )
 )
 register(
@@ -261,13 +333,14 @@ register(
         "A1",
         "associative",
         "associative-memory baseline: one MLP unit per fact",
-        _single(build_a1),
+        single_hop_build(build_a1),
         _a1_nominal,
         options=frozenset({"gain", "integer"}),
         variants=frozenset({"disjoint", "symmetric"}),
         verify_cases=({"N": 512, "R": 8, "integer": True}, {"N": 256, "R": 4, "codes": "sign"}),
         facts_in="mlp",
         readout="code",
+        bits=BitsClaim(256, 4, needed=3),
     )
 )
 register(
@@ -275,13 +348,14 @@ register(
         "G2",
         "path-blocks",
         "k hops without CoT in one layer: one block per relation path",
-        _multi(build_g2),
+        multi_hop_build(build_g2),
         _g2_nominal,
         hops="multi",
         bound="tradeoff",
         options=_MULTI,
         verify_cases=({"N": 1024, "R": 3, "k": 3}, {"N": 256, "R": 3, "k": 2, "attention": "hard"}),
         readout="code",
+        bits=BitsClaim(256, 3, 2, needed=2, table=2, per_parameter=1),
     )
 )
 register(
@@ -289,7 +363,7 @@ register(
         "A2a",
         "associative-width",
         "k hops without CoT in one layer: one MLP unit per k-hop fact",
-        _multi(build_a2_width),
+        multi_hop_build(build_a2_width),
         _a2a_nominal,
         hops="multi",
         bound="tradeoff",
@@ -297,6 +371,7 @@ register(
         verify_cases=({"N": 64, "R": 3, "k": 2},),
         facts_in="mlp",
         readout="code",
+        bits=BitsClaim(64, 2, 2, needed=4),
     )
 )
 register(
@@ -304,7 +379,7 @@ register(
         "A2b",
         "associative-depth",
         "k hops without CoT in k layers: one associative MLP of width 2·N·R, shared",
-        _multi(build_a2_depth),
+        multi_hop_build(build_a2_depth),
         _a2b_nominal,
         hops="multi",
         bound="tradeoff",
@@ -312,6 +387,7 @@ register(
         verify_cases=({"N": 256, "R": 3, "k": 3},),
         facts_in="mlp",
         readout="code",
+        bits=BitsClaim(64, 2, 2, needed=7),
     )
 )
 register(
@@ -319,7 +395,7 @@ register(
         "C1",
         "cot",
         "k hops with chain-of-thought in one layer: the G1 selector at every generated token",
-        _multi(build_c1),
+        multi_hop_build(build_c1),
         _c1_nominal,
         hops="multi",
         decoding="greedy",
@@ -327,5 +403,6 @@ register(
         options=_MULTI,
         verify_cases=({"N": 1024, "R": 4, "k": 3},),
         readout="code",
+        bits=BitsClaim(256, 3, 3, needed=2, table=2, per_parameter=1),
     )
 )

@@ -81,7 +81,7 @@ def test_unrelated_top_level_packages_named_like_our_folders_break_nothing(tmp_p
 
 def test_registry_lists_the_six_constructions_once():
     ids = [spec.id for spec in registry.specs()]
-    assert ids[:6] == ["G1", "A1", "G2", "A2a", "A2b", "C1"]
+    assert {"G1", "A1", "G2", "A2a", "A2b", "C1"} <= set(ids)  # any order: nothing may depend on it
     names = [spec.name for spec in registry.specs()]
     assert len(set(ids)) == len(ids) and len(set(names)) == len(names)
     for spec in registry.specs():
@@ -163,7 +163,7 @@ def test_layouts_name_every_coordinate_and_the_model_records_them():
             assert set(used) <= set(rebuilt[name].reshape(-1).tolist())
 
 
-@pytest.mark.parametrize("spec_id", ["G1", "A1", "G2", "A2a", "A2b", "C1"])
+@pytest.mark.parametrize("spec_id", [spec.id for spec in registry.specs()])
 def test_achieved_sizes_are_measured_and_match_the_independent_promise(spec_id):
     spec = registry.get(spec_id)
     k = 1 if spec.hops == "single" else 2

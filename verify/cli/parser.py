@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_sub = _group(sub, "check", "check one construction exhaustively",
                        "Build one construction on THE seeded task and check every query.")
     p = check_sub.add_parser("single-hop", parents=[common],
-                             help="G1 or A1 on R random bijections of [N]: all N·R queries",
+                             help="a single-hop construction on R random bijections of [N]: all N·R queries",
                              description="Build a single-hop construction on R random bijections of [N] and "
                              "check all N·R queries (s, r) -> π_r(s): argmax and logit margin of each.")
     _add_sizes(p, N=1024, R=8)

@@ -10,11 +10,12 @@ Every row is a claim that a broken input makes FAIL (``tests/test_bounds_checks.
    ``(N − 1)_{R^k} <= |Trees_k|`` where it is not trivial (N = 7..9, R = 2, k = 2) and
    ``(L − 1)!·(N!)^{R−1} <= |F_k|`` (``counting.F_lower``).
 3. **gadget family valid** — gadget graphs validated by networkx, leaves as assigned.
-4. **bits needed: smallest exact b, b−1 fails** — each construction quantized per tensor
-   (``verify.precision``) at the smallest exact b, and at b − 1, which must fail; the smallest b must be the
-   pinned ``NEEDED_BITS``; at least one construction's quantization at its b must change the model (else the
-   row would only re-run the unquantized checks); G1, G2 and C1 embeddings must fit 1-bit per-coordinate
-   codebooks.
+4. **bits needed: smallest exact b, b−1 fails** — each registered construction with a bits claim
+   (``ConstructionSpec.bits``, a :class:`~georecall.constructions.registry.BitsClaim`) quantized per tensor
+   (``checking.precision``) at the smallest exact b, and at b − 1, which must fail; the smallest b must be the
+   claimed ``needed``; constructions without a claim are listed as not covered; at least one construction's
+   quantization at its b must change the model (else the row would only re-run the unquantized checks);
+   embeddings claimed to fit ``per_parameter``-bit per-coordinate codebooks (G1, G2, C1: 1 bit) must.
 5. **lower bounds <= verified constructions** — for each construction just verified exact at b bits, the
    governing lower bound at that b (and at the per-parameter b = 1 where measured) must not exceed its d. The
    gaps ``d / d_min`` are reported (the gap table), not checked: any gap >= 1 is consistent.
@@ -28,11 +29,18 @@ import time
 
 import numpy as np
 
+from georecall.bounds import counting, graphs
+from georecall.bounds.tables import governing_bound
+from georecall.constructions import registry
+from georecall.constructions.registry import BitsClaim, ConstructionSpec
+from georecall.theory.seeds import rng
+from georecall.theory.tasks import task_for_seed
+from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.checking.check import Report, check_decoding, check_queries, claim_report
+from georecall.verify.checking.precision import changed_arrays, quantize, smallest_exact_bits
 
-__all__ = ["COUNT_CASES", "GOLDEN_COUNTS", "GOLDEN_TREES", "NEEDED_BITS", "PER_PARAMETER_BITS",
-           "PRECISION_CASES",
-           "TABLE_BITS", "section_bounds"]
+__all__ = ["COUNT_CASES", "GOLDEN_COUNTS", "GOLDEN_TREES", "not_covered", "per_parameter_bits",
+           "precision_cases", "section_bounds", "table_bits"]
 
 
 def _log(progress: bool, message: str) -> None:
@@ -58,36 +66,38 @@ GOLDEN_COUNTS = {
 # injection) and re-derived by the tests. Here (N − 1)_4 = 360, 840, 1680 is not trivial.
 GOLDEN_TREES = {7: 1813, 8: 3200, 9: 5265}
 
-# Construction, CLI name, N, R, k (None: single hop) of the precision scans (binary codes, seed-derived task).
-PRECISION_CASES = [("G1", "geometric", 1024, 8, None), ("A1", "associative", 256, 4, None),
-                   ("G2", "path-blocks", 256, 3, 2), ("A2a", "associative-width", 64, 2, 2),
-                   ("A2b", "associative-depth", 64, 2, 2), ("C1", "cot", 256, 3, 3)]
-
-# Smallest b (per-tensor codebooks, checking/precision.py) keeping each PRECISION_CASES instance exact,
-# measured by ``georecall precision`` (seed 0); the precision row re-measures it. G1, G2 and C1 need b = 2 at
-# every N: with binary codes every tensor already lies in {−t, 0, t} (quantization at b = 2 changes nothing)
-# and sign quantization (b = 1) fails. A1 and A2 need more, growing with N for A2b (8 at N = 256, R = 3,
-# k = 3).
-NEEDED_BITS = {"G1": 2, "A1": 3, "G2": 2, "A2a": 4, "A2b": 7, "C1": 2}
-
-# The b used by the bound tables (``bounds.tables.gap_rows``): only size-independent needs.
-TABLE_BITS = {"G1": 2, "G2": 2, "C1": 2}
-# Per-parameter codebooks: every embedding entry of G1, G2, C1 is ±|a_i| in its block or a task-independent 0,
-# so 1 bit per fact-specific parameter (checked on the built embeddings of two tasks by the precision row).
-PER_PARAMETER_BITS = {"G1": 1, "G2": 1, "C1": 1}
+# The bits claims live in the registry (``ConstructionSpec.bits``): the smallest b of each built-in was
+# measured by ``georecall precision`` (seed 0). G1, G2 and C1 need b = 2 at every N: with binary codes every
+# tensor already lies in {−t, 0, t} (quantization at b = 2 changes nothing) and sign quantization (b = 1)
+# fails. A1 and A2 need more, growing with N for A2b (8 at N = 256, R = 3, k = 3). Every embedding entry of
+# G1, G2, C1 is ±|a_i| in its block or a task-independent 0: 1 bit per fact-specific parameter.
 
 
-def _build(name: str, cli: str, N: int, R: int, k: int | None, seed: int, task_seed: int | None = None):
-    """The registered construction ``name`` on the task of ``task_seed`` (default ``seed``), with its
-    exhaustive check (greedy decoding for chain-of-thought constructions). ``cli`` is the command-line name,
-    for labels."""
-    from georecall.constructions import registry
-    from georecall.theory.seeds import rng
-    from georecall.theory.tasks import task_for_seed
-    from georecall.theory.tokens import queries, teacher_forcing
+def precision_cases() -> list[tuple[ConstructionSpec, BitsClaim]]:
+    """Every registered construction that makes a bits claim, with its claim (registration order)."""
+    return [(spec, spec.bits) for spec in registry.specs() if spec.bits is not None]
 
-    spec = registry.get(name)
-    hops = k or 1
+
+def not_covered() -> list[str]:
+    """Ids of registered constructions without a bits claim: the bits and bounds rows name them."""
+    return [spec.id for spec in registry.specs() if spec.bits is None]
+
+
+def table_bits() -> dict[str, int]:
+    """The b each construction sits at in the gap tables (``bounds.tables.gap_rows``): claims whose need
+    does not grow with N."""
+    return {spec.id: claim.table for spec, claim in precision_cases() if claim.table is not None}
+
+
+def per_parameter_bits() -> dict[str, int]:
+    """Bits per fact-specific parameter (per-coordinate codebooks) each construction claims."""
+    return {spec.id: claim.per_parameter for spec, claim in precision_cases()
+            if claim.per_parameter is not None}
+
+
+def _build(spec: ConstructionSpec, N: int, R: int, hops: int, seed: int, task_seed: int | None = None):
+    """``spec``'s construction on the task of ``task_seed`` (default ``seed``), with its exhaustive check
+    (greedy decoding for chain-of-thought constructions)."""
     task = task_for_seed(N, R, seed if task_seed is None else task_seed)
     built = spec.build(task, hops, codes="binary", rng=rng(seed, "codes"))
     tokens, answers = queries(task, hops)
@@ -99,34 +109,32 @@ def _build(name: str, cli: str, N: int, R: int, k: int | None, seed: int, task_s
 
 def count_checks() -> dict[str, bool]:
     """Row 1: enumeration and the tree search against the golden integers and the k = 1 closed forms."""
-    from georecall.bounds.counting import count_trees, enumerate_counts
     checks = {}
     for N, R, k_max in COUNT_CASES:
-        counts = enumerate_counts(N, R, k_max)
+        counts = counting.enumerate_counts(N, R, k_max)
         checks[f"N={N} R={R}: |F_1| = (N!)^R"] = counts.F[1] == math.factorial(N) ** R
         checks[f"N={N} R={R}: |Trees_1| = N^R"] = counts.trees[1] == N**R
         for k in range(2, k_max + 1):
             checks[f"N={N} R={R} k={k}: (|F_k|, |Trees_k|) = {GOLDEN_COUNTS[(N, R, k)]}"] = (
                 (counts.F[k], counts.trees[k]) == GOLDEN_COUNTS[(N, R, k)])
     for N, value in GOLDEN_TREES.items():
-        checks[f"N={N} R=2 k=2: tree search |Trees_2| = {value}"] = count_trees(N, 2, 2) == value
+        checks[f"N={N} R=2 k=2: tree search |Trees_2| = {value}"] = counting.count_trees(N, 2, 2) == value
     return checks
 
 
 def count_bound_checks() -> tuple[dict[str, bool], dict]:
     """Row 2: the lower sides of the counts used by the bounds, against the golden counts; with tightness."""
-    from georecall.bounds.counting import F_lower, closed_forms, product_value
     checks, tightness = {}, {}
     for N, value in GOLDEN_TREES.items():
-        lower = closed_forms(N, 2, 2).trees_lower
+        lower = counting.closed_forms(N, 2, 2).trees_lower
         checks[f"N={N} R=2 k=2: (N-1)_(R^k) = {lower} <= |Trees_2| = {value}"] = (
             lower is not None and lower <= value)
         tightness[f"trees N={N}"] = None if lower is None else round(value / lower, 3)
     for (N, R, k), (F, trees) in GOLDEN_COUNTS.items():
-        lower = closed_forms(N, R, k).trees_lower
+        lower = counting.closed_forms(N, R, k).trees_lower
         if lower is not None:
             checks[f"N={N} R={R} k={k}: (N-1)_(R^k) <= |Trees_k|"] = lower <= trees
-        f_lower = product_value(F_lower(N, R, k))
+        f_lower = counting.product_value(counting.F_lower(N, R, k))
         checks[f"N={N} R={R} k={k}: F_lower = {f_lower} <= |F_k| = {F}"] = f_lower <= F
         tightness[f"F N={N} R={R} k={k}"] = round(F / f_lower, 3)
     return checks, tightness
@@ -134,8 +142,6 @@ def count_bound_checks() -> tuple[dict[str, bool], dict]:
 
 def gadget_checks(seed: int) -> dict[str, bool]:
     """Row 3: gadget graphs are R-regular edge-coloured digraphs with the assigned leaves."""
-    from georecall.bounds import graphs
-    from georecall.theory.seeds import rng
     checks = {}
     for i, (N, R, k, M) in enumerate([(40, 2, 2, 5), (200, 3, 3, 5), (64, 1, 4, 12), (100, 4, 1, 20)]):
         name = f"gadget N={N} R={R} k={k} M={M}: valid, leaves as assigned"
@@ -159,46 +165,45 @@ def _per_coordinate_bits(embeddings: list[np.ndarray]) -> int:
 
 
 def precision_checks(seed: int, progress: bool = False) -> tuple[dict[str, bool], dict, dict]:
-    """Row 4: per construction, smallest exact b (= NEEDED_BITS), b − 1 fails; the built instances for row
-    5."""
-    from georecall.verify.checking.precision import changed_arrays, quantize, smallest_exact_bits
+    """Row 4: per construction, smallest exact b (= the claim's ``needed``), b − 1 fails; the built
+    instances for row 5."""
     checks, records, instances = {}, {}, {}
     changed_any = False
-    for name, cli, N, R, k in PRECISION_CASES:
-        _log(progress, f"bounds: smallest bits per parameter keeping {name} exact (N={N}, R={R}, k={k or 1})")
-        built, check = _build(name, cli, N, R, k, seed)
+    for spec, claim in precision_cases():
+        name, N, R, k = spec.id, claim.N, claim.R, claim.k
+        _log(progress, f"bounds: smallest bits per parameter keeping {name} exact (N={N}, R={R}, k={k})")
+        built, check = _build(spec, N, R, k, seed)
         bits, scan = smallest_exact_bits(built.model, check, max_bits=16)
-        tag = f"{name} N={N} R={R} k={k or 1}"
+        tag = f"{name} N={N} R={R} k={k}"
         below = None if bits is None else check(quantize(built.model, bits - 1))
         changed = [] if bits is None else changed_arrays(built.model, bits)
         changed_any = changed_any or bool(changed)
-        checks[f"{tag}: smallest exact b = {NEEDED_BITS[name]}"] = bits == NEEDED_BITS[name]
+        checks[f"{tag}: smallest exact b = {claim.needed}"] = bits == claim.needed
         checks[f"{tag}: b - 1 = {None if bits is None else bits - 1} fails"] = (
             below is not None and not below.exact)
-        if name in PER_PARAMETER_BITS:
-            other, _ = _build(name, cli, N, R, k, seed, task_seed=seed + 1)
+        if claim.per_parameter is not None:
+            other, _ = _build(spec, N, R, k, seed, task_seed=seed + 1)
             b1 = _per_coordinate_bits([built.model.entity_embedding, other.model.entity_embedding])
-            checks[f"{tag}: embeddings fit {PER_PARAMETER_BITS[name]}-bit per-coordinate codebooks"] = (
-                b1 <= PER_PARAMETER_BITS[name])
-        records[name] = {"N": N, "R": R, "k": k or 1, "smallest_exact_bits": bits, "scan": scan,
+            checks[f"{tag}: embeddings fit {claim.per_parameter}-bit per-coordinate codebooks"] = (
+                b1 <= claim.per_parameter)
+        records[name] = {"N": N, "R": R, "k": k, "smallest_exact_bits": bits, "scan": scan,
                          "accuracy_at_b_minus_1": None if below is None else below.accuracy,
                          "arrays_changed_at_b": changed}
-        instances[name] = (built, bits, N, R, k or 1)
+        instances[name] = (built, bits, N, R, k, claim.per_parameter)
     checks["quantization at the smallest b changes at least one construction"] = changed_any
     return checks, records, instances
 
 
 def gap_checks(instances: dict) -> tuple[dict[str, bool], list[dict]]:
     """Row 5: the governing lower bound at the b each verified instance holds must not exceed its d."""
-    from georecall.bounds.tables import governing_bound
     checks, table = {}, []
-    for name, (built, bits, N, R, k) in instances.items():
+    for name, (built, bits, N, R, k, per_parameter) in instances.items():
         if bits is None:
             continue
         fn, P0 = governing_bound(name, built.promise)
         d = built.model.d  # measured from the built arrays
         row = {"construction": name, "N": N, "R": R, "k": k, "d": d, "P0": P0}
-        for label, b in (("needed", bits), ("per_parameter", PER_PARAMETER_BITS.get(name))):
+        for label, b in (("needed", bits), ("per_parameter", per_parameter)):
             if b is None:
                 continue
             bound = fn(N, R, k, b, P0)
@@ -235,9 +240,10 @@ def section_bounds(seed: int = 0, progress: bool = False) -> list[Report]:
     start = time.perf_counter()
     checks, records, instances = precision_checks(seed, progress)
     summary = " ".join(f"{n}:{r['smallest_exact_bits']}" for n, r in records.items())
+    uncovered = not_covered()
     reports.append(claim_report("bits needed: smallest exact b, b-1 fails", {"seed": seed, "codes": "binary"},
                                 checks, time.perf_counter() - start, {"d": summary, "m": ""},
-                                {"records": records}))
+                                {"records": records, "not covered (no bits claim)": uncovered}))
 
     start = time.perf_counter()
     checks, table = gap_checks(instances)
@@ -245,5 +251,5 @@ def section_bounds(seed: int = 0, progress: bool = False) -> list[Report]:
     reports.append(claim_report("lower bounds <= verified constructions", {"seed": seed}, checks,
                                 time.perf_counter() - start,
                                 {"d": f"G1 gap {g1.get('needed_gap')}@b=2 {g1.get('per_parameter_gap')}@b=1",
-                                 "m": ""}, {"gap table": table}))
+                                 "m": ""}, {"gap table": table, "not covered (no bits claim)": uncovered}))
     return reports

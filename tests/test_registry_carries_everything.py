@@ -1,6 +1,7 @@
-"""Adding a construction is one module + one registry entry: a throwaway construction registered here (no other
-file touched) appears in ``check``, ``verify``'s construction and bits/bounds rows, ``bounds``, ``tradeoff``
-and ``precision``; one registered without a bits claim is named as not covered, never silently dropped."""
+"""Adding a construction is one module + one registry entry: a throwaway construction registered here (no
+other file touched) appears in ``check``, ``verify``'s construction and bits/bounds rows, ``bounds``,
+``tradeoff`` and ``precision``; one registered without a bits claim is named as not covered, never
+silently dropped."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ def run(capsys, *argv: str) -> dict:
 def test_it_appears_in_check(only_throwaways, capsys):
     doc = run(capsys, "check", "single-hop", "--construction", "throwaway-geometric", "--N", "64", "--R", "2")
     assert doc["passed"] and doc["params"]["construction"] == "T1"
-    doc = run(capsys, "check", "multi-hop", "--construction", "throwaway-path-blocks", "--N", "64", "--R", "2",
-              "--k", "2")
+    doc = run(capsys, "check", "multi-hop", "--construction", "throwaway-path-blocks",
+              "--N", "64", "--R", "2", "--k", "2")
     assert doc["passed"]
 
 

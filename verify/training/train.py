@@ -35,9 +35,13 @@ import numpy as np
 from scipy import sparse
 
 from georecall.constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows, unflatten
+from georecall.constructions.multi_hop import chains, multi_hop_queries
+from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import _as_rng, check_positive_int
+from georecall.verify.checking.check import check_queries
+from georecall.verify.training.groups import GROUPS, group_of
 from georecall.verify.training.train_structured import (
     loss_and_grads_structured,
     run_parallel,
@@ -64,16 +68,6 @@ __all__ = [
     "training_data",
     "with_params",
 ]
-
-GROUPS = ("entity_embedding", "relation_embedding", "position_embedding", "unembedding", "attention", "mlp")
-
-
-def group_of(key: str) -> str:
-    """The freezing group of a parameter key."""
-    if key.startswith("layers."):
-        return key.split(".")[2]
-    return key
-
 
 def init_model(
     N: int,
@@ -528,9 +522,6 @@ def training_data(task, k: int = 1, cot: bool = False):
     CoT: the queries followed by the true chain ``v_1..v_{k−1}`` (teacher forcing), answers ``v_1..v_k`` read
     at positions ``k..2k−1``. ``T`` is the sequence length (the position embedding needs T rows).
     """
-    from georecall.constructions.multi_hop import chains, multi_hop_queries
-    from georecall.constructions.single_hop import single_hop_queries
-
     k = check_positive_int("k", k)
     if k == 1 and not cot:
         tokens, answers = single_hop_queries(task)
@@ -650,8 +641,6 @@ def train(
     A non-finite loss raises ``FloatingPointError`` naming the step. ``callback(params, step, grads)`` is
     called before each applied update (True stops).
     """
-    from georecall.verify.checking.check import check_queries
-
     if optimizer not in OPTIMIZERS:
         raise InputError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
     if path not in PATHS:

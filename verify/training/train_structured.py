@@ -50,6 +50,7 @@ from scipy import sparse
 
 from georecall.constructions.model import Model
 from georecall.errors import InputError
+from georecall.verify.training.groups import group_of
 
 __all__ = ["READOUT_CHUNK_BYTES", "SOFTMAX_BLOCK_BYTES", "loss_and_grads_structured", "readout_cross_entropy",
            "run_parallel", "structure_reason"]
@@ -203,8 +204,6 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     group is not in ``frozen``. The caller must have checked :func:`structure_reason` (it is not re-checked
     here, so that a training loop pays for it once). Computes in the model's dtype.
     """
-    from georecall.verify.training.train import group_of
-
     if model.compact:
         raise InputError("the structured step trains a dense read-out: use model.with_dense_readout() "
                          "(train() does)")

@@ -25,40 +25,75 @@ from georecall.constructions.codes import binary_length
 from georecall.theory import __version__, statements
 from georecall.theory.tasks import check_positive_int
 
-__all__ = ["FORMATS", "bound_rows", "gap_rows", "governing_bound", "render"]
+__all__ = ["BOUND_COLUMNS", "COLUMNS", "FORMATS", "GAP_COLUMNS", "bound_rows", "gap_rows", "governing_bound",
+           "latex_escape", "render", "render_table"]
 
 FORMATS = ("md", "csv", "json", "latex")
 
 
-def _promises(N: int, R: int, k: int) -> dict[str, statements.Promise]:
+def _promises(N: int, R: int, k: int, constructions=None) -> dict[str, statements.Promise]:
     """Promised sizes at binary codes and nominal constants for every registered construction answering k
     hops (``constructions.registry``: the one list of constructions; sizes do not depend on the attention
-    constants)."""
+    constants), or only for the ids in ``constructions``."""
     from georecall.constructions import registry
 
-    return {spec.id: spec.nominal_promise(N, R, k) for spec in registry.specs()
-            if spec.hops == "multi" or k == 1}
+    chosen = registry.specs() if constructions is None else [registry.get(c) for c in constructions]
+    return {spec.id: spec.nominal_promise(N, R, k) for spec in chosen if spec.hops == "multi" or k == 1}
 
 
 def governing_bound(name: str, promise: statements.Promise):
-    """``(bound function, P0)`` for a registered construction: the bound its spec names (``spec.bound``), and
-    as P0 its promise's fact-specific parameters when it stores the facts in the MLP (``spec.facts_in``),
-    else 0 (the embeddings are counted by the bound itself)."""
+    """``(bound function, P0)`` for a registered construction.
+
+    The bound function evaluates the bound its spec names (``spec.bound``) and the total-information bound,
+    which holds for every model answering every query whatever its kind, and returns the stronger (larger
+    ``d_min``; the spec's own on a tie): e.g. G2 at N = 4096, R = 16, k = 3, where no gadget fits
+    (``N < S_3``) and the tradeoff bound is empty, is still bounded by total information. As P0 it takes the
+    promise's fact-specific parameters when the construction stores the facts in the MLP (``spec.facts_in``),
+    else 0 (the embeddings are counted by the bound itself).
+
+    Parameters
+    ----------
+    name : str
+        A registered construction id or name.
+    promise : Promise
+        Its promise (for P0).
+
+    Returns
+    -------
+    tuple
+        ``(fn, P0)`` with ``fn(N, R, k, b, P0) -> lower.Bound``.
+    """
     from georecall.constructions import registry
 
     spec = registry.get(name)
-    # spec.bound names a function of bounds.lower (looked up at call time, so it can be replaced in tests)
-    return getattr(lower, spec.bound), (promise.fact_params if spec.facts_in == "mlp" else 0)
+
+    def strongest(N: int, R: int, k: int, b, P0: int) -> lower.Bound:
+        # looked up at call time, so that tests can replace a bound function
+        own = getattr(lower, spec.bound)(N, R, k, b, P0)
+        if spec.bound == "total_information":
+            return own
+        total = lower.total_information(N, R, k, b, P0)
+        return total if total.d_min > own.d_min else own
+
+    strongest.__name__ = f"strongest_of_{spec.bound}_and_total_information"
+    return strongest, (promise.fact_params if spec.facts_in == "mlp" else 0)
 
 
 def _bound_cells(bound: lower.Bound, d: int, prefix: str = "") -> dict:
+    """``d_bound``, ``d_min``, ``gap`` and ``vacuous``: None for a bound that says something (d_min > 0),
+    "no gadget" when the tradeoff bound's gadget family does not fit (N < S_k), "vacuous" otherwise (the
+    count is already paid for by P0, or there is nothing to count)."""
     gap = d / bound.d_min if bound.d_min > 0 else None
+    empty = None
+    if bound.d_min == 0:
+        empty = "no gadget" if bound.id == "tradeoff" and not bound.params.get("M") else "vacuous"
     return {f"{prefix}d_bound": round(bound.d_bound, 6), f"{prefix}d_min": bound.d_min,
-            f"{prefix}gap": None if gap is None else round(gap, 4)}
+            f"{prefix}gap": None if gap is None else round(gap, 4), f"{prefix}vacuous": empty}
 
 
-def bound_rows(Ns, Rs, ks, bits=(1,)) -> list[dict]:
-    """Rows for every combination of the given N, R, k and b (b in the per-parameter codebook notion).
+def bound_rows(Ns, Rs, ks, bits=(1,), constructions=None) -> list[dict]:
+    """Rows for every combination of the given N, R, k and b (b in the per-parameter codebook notion), for
+    every registered construction (or those whose ids or names ``constructions`` lists).
 
     ``log2_count_lower`` is log2 of a lower bound on the counted set (``count_exact`` says when it is the
     exact size). G1 rows also carry its fact-carrying bits per subject (``R·⌈log2 N⌉``) against the
@@ -70,7 +105,7 @@ def bound_rows(Ns, Rs, ks, bits=(1,)) -> list[dict]:
             for k in ks:
                 N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
                 for b in bits:
-                    for name, promise in _promises(N, R, k).items():
+                    for name, promise in _promises(N, R, k, constructions).items():
                         bound_fn, P0 = governing_bound(name, promise)
                         bound = bound_fn(N, R, k, b, P0)
                         row = {"construction": name, "N": N, "R": R, "k": k, "b": b,
@@ -92,7 +127,7 @@ def bound_rows(Ns, Rs, ks, bits=(1,)) -> list[dict]:
 
 
 def gap_rows(Ns, Rs, ks, needed: Mapping[str, int | None],
-             per_parameter: Mapping[str, int] | None = None) -> list[dict]:
+             per_parameter: Mapping[str, int] | None = None, constructions=None) -> list[dict]:
     """One row per (construction, N, R, k): the gap at the b the construction needs, and at a per-parameter b.
 
     ``needed[name]``: the smallest b at which the construction's per-tensor quantization stays exact (measured
@@ -108,7 +143,7 @@ def gap_rows(Ns, Rs, ks, needed: Mapping[str, int | None],
         for R in Rs:
             for k in ks:
                 N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
-                for name, promise in _promises(N, R, k).items():
+                for name, promise in _promises(N, R, k, constructions).items():
                     bound_fn, P0 = governing_bound(name, promise)
                     row = {"construction": name, "N": N, "R": R, "k": k, "d": promise.d, "P0": P0}
                     b = needed.get(name)
@@ -126,42 +161,253 @@ def gap_rows(Ns, Rs, ks, needed: Mapping[str, int | None],
     return rows
 
 
-def render(rows: list[dict], fmt: str = "md") -> str:
-    """Format rows as a Markdown, CSV, JSON or LaTeX table."""
+
+
+# ----------------------------------------------------------------------------------------------- rendering
+
+# Column key -> (plain header for Markdown, LaTeX header in math mode where it is a symbol).
+COLUMNS: dict[str, tuple[str, str]] = {
+    "construction": ("construction", "construction"),
+    "N": ("N", "$N$"), "R": ("R", "$R$"), "k": ("k", "$k$"), "b": ("b", "$b$"), "D": ("D", "$D$"),
+    "d": ("d", "$d$"), "m": ("m", "$m$"), "P0": ("P0", "$P_0$"), "M": ("M", "$M$"),
+    "params": ("parameters", "parameters"), "fact_params": ("fact-specific", "fact-specific"),
+    "bound": ("bound", "bound"), "formula": ("formula", "formula"), "counted": ("counted", "counted"),
+    "d_bound": ("d >=", r"$d \geq$"), "d_min": ("d_min", r"$d_{\min}$"), "gap": ("gap", r"$d/d_{\min}$"),
+    "log2_count_lower": ("log2 C", r"$\log_2 C$"),
+    "b_needed": ("b needed", r"$b$"), "needed_d_min": ("d_min (needed b)", r"$d_{\min}$"),
+    "needed_gap": ("gap (needed b)", "gap"),
+    "b_per_parameter": ("b per parameter", r"$b$"),
+    "per_parameter_d_min": ("d_min (per-parameter b)", r"$d_{\min}$"),
+    "per_parameter_gap": ("gap (per-parameter b)", "gap"),
+    "fact_bits_per_subject": ("fact bits / subject", "fact bits/subject"),
+    "bound_bits_per_subject": ("bound bits / subject", "bound bits/subject"),
+    "fact_bits_ratio": ("ratio", "ratio"),
+}
+# Default columns: what a paper table needs, narrow enough for one page (every field is in csv and json).
+# N, R, k and b are left out of the default columns when every row has the same value (the caption, or a
+# comment line in LaTeX, states them).
+BOUND_COLUMNS = ("construction", "N", "R", "k", "b", "d", "P0", "bound", "d_min", "gap")
+GAP_COLUMNS = ("construction", "N", "R", "k", "d", "b_needed", "needed_d_min", "needed_gap",
+               "b_per_parameter", "per_parameter_d_min", "per_parameter_gap")
+GAP_GROUPS = (("$b$ needed", ("b_needed", "needed_d_min", "needed_gap")),
+              ("per param.", ("b_per_parameter", "per_parameter_d_min", "per_parameter_gap")))
+# A gap table whose measured b is the same wherever it is given names it in the group's header instead.
+_GAP_GROUP_WITH_B = {"b_needed": "$b = {b}$ needed", "b_per_parameter": "$b = {b}$ per param."}
+_CONSTANT_DROPPED = ("N", "R", "k", "b")
+_BOUND_NAMES = {"total-information": "total information", "per-entity": "per entity",
+                "tradeoff": "tradeoff", "chain-of-thought": "chain of thought"}
+_BOUND_NAMES_LATEX = {"total-information": "total info.", "per-entity": "per entity",
+                      "tradeoff": "tradeoff", "chain-of-thought": "CoT"}
+# Cells whose value is replaced by the row's reason when the bound is empty (d_min = 0).
+# (the gap of an empty bound is None: shown as a dash)
+_EMPTY_CELLS = {"d_bound": "vacuous", "d_min": "vacuous", "needed_d_min": "needed_vacuous",
+                "per_parameter_d_min": "per_parameter_vacuous"}
+
+_LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                   "<": r"\textless{}", ">": r"\textgreater{}", "—": "---", "–": "--",
+                   "≥": r"$\geq$", "≤": r"$\leq$", "·": r"$\cdot$", "×": r"$\times$", "−": "$-$",
+                   "λ": r"$\lambda$", "β": r"$\beta$", "ε": r"$\varepsilon$", "π": r"$\pi$"}
+
+
+def latex_escape(text: str) -> str:
+    """``text`` safe in LaTeX text mode: the ten special characters escaped, a few Unicode symbols as math,
+    any other non-ASCII character dropped to ``?`` (pdfLaTeX without extra packages cannot set it).
+
+    Parameters
+    ----------
+    text : str
+        Plain text.
+
+    Returns
+    -------
+    str
+        LaTeX source.
+    """
+    out = []
+    for ch in str(text):
+        if ch in _LATEX_SPECIALS:
+            out.append(_LATEX_SPECIALS[ch])
+        elif ord(ch) < 128:
+            out.append(ch)
+        else:
+            out.append("?")
+    return "".join(out)
+
+
+def _number(value, fmt: str) -> str:
+    """An int with thousands separators (``{,}`` in LaTeX), an integral float as an int, other floats with
+    two decimals; non-finite floats as words."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "n/a" if math.isnan(value) else ("infinite" if value > 0 else "-infinite")
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
+    text = f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
+    return text.replace(",", "{,}").replace("-", "$-$") if fmt == "latex" else text
+
+
+def _cell(row: dict, key: str, fmt: str) -> str:
+    value = row.get(key)
+    reason_key = _EMPTY_CELLS.get(key)
+    if reason_key is not None and row.get(reason_key) and key in row:
+        return str(row[reason_key])
+    if value is None:
+        return "--" if fmt == "latex" else "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return _number(value, fmt)
+    if key == "bound":
+        value = (_BOUND_NAMES_LATEX if fmt == "latex" else _BOUND_NAMES).get(str(value), value)
+    return latex_escape(str(value)) if fmt == "latex" else str(value).replace("|", "\\|")
+
+
+def render_table(rows: list[dict], fmt: str = "md", *, columns=None, headers: Mapping[str, tuple[str, str]]
+                 | None = None, caption: str | None = None, label: str | None = None,
+                 meta: Mapping | None = None, groups=(), constants: Mapping | None = None) -> str:
+    """Rows of dicts as a Markdown, CSV, JSON or LaTeX table.
+
+    Markdown and LaTeX show ``columns`` (default: every key of the first row); CSV has every field of every
+    row, ``columns`` first; JSON is ``{"version", **meta, "rows"}``. LaTeX is paper-ready: booktabs rules,
+    math-mode headers (``headers[key][1]``, else the escaped key), the first column left-aligned and the numeric
+    ones right-aligned (text columns left), every text cell escaped, and with a caption or label a ``table`` float around it (needs
+    ``\\usepackage{booktabs}``).
+
+    Parameters
+    ----------
+    rows : list of dict
+        The rows.
+    fmt : {"md", "csv", "json", "latex"}
+        The format.
+    columns : sequence of str, optional
+        Keys to show, in order; each must be a key of some row.
+    headers : mapping, optional
+        Key -> (Markdown header, LaTeX header); default :data:`COLUMNS`.
+    caption, label : str, optional
+        LaTeX caption (escaped) and ``\\label`` key; ignored by the other formats.
+    meta : mapping, optional
+        Extra top-level fields of the JSON form.
+    groups : sequence of (str, sequence of str), optional
+        LaTeX column groups: a header (LaTeX source) spanning consecutive columns, with a ``\\cmidrule``.
+    constants : mapping, optional
+        Column -> the value every row has, for columns left out: a line under a Markdown table; in LaTeX
+        appended to the caption in math (``$N = 4{,}096$``) and a comment line.
+
+    Returns
+    -------
+    str
+        The table.
+
+    Raises
+    ------
+    InputError
+        For an unknown format or a column that no row has.
+    """
+    from georecall.errors import InputError
+
     if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+        raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "json":
-        return json.dumps({"version": __version__, "rows": rows}, indent=2)
-    columns = ["construction", "N", "R", "k", "b", "d", "m", "P0", "bound", "d_bound", "d_min", "gap", "M"]
-    if rows and "b_needed" in rows[0]:
-        columns = ["construction", "N", "R", "k", "d", "P0", "bound", "b_needed", "needed_d_min",
-                   "needed_gap",
-                   "b_per_parameter", "per_parameter_d_min", "per_parameter_gap"]
+        return json.dumps({"version": __version__, **(meta or {}), "rows": rows}, indent=2)
+    available = list(dict.fromkeys(c for r in rows for c in r))
+    columns = list(columns) if columns is not None else available
+    unknown = [c for c in columns if c not in available]
+    if unknown and rows:
+        raise InputError(f"no column {', '.join(map(repr, unknown))}; the rows have: {', '.join(available)}")
+    if not columns:
+        raise InputError("a table needs at least one column")
     if fmt == "csv":
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(columns + [c for r in rows for c in r])))
+        writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(columns + available)), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         return out.getvalue()
-
-    def cell(value):
-        if value is None:
-            return "—"
-        if isinstance(value, float):
-            return f"{value:,.2f}" if math.isfinite(value) else str(value)
-        return f"{value:,}" if isinstance(value, int) else str(value)
-
-    body = [[cell(r.get(c)) for c in columns] for r in rows]
+    headers = {**COLUMNS, **(headers or {})}
+    constants = dict(constants or {})
+    body = [[_cell(r, c, fmt) for c in columns] for r in rows]
+    # text columns left-aligned, numeric ones right-aligned (a word such as "vacuous" in a numeric column
+    # does not make it a text column)
+    text = [i == 0 or any(isinstance(r.get(c), str) and c not in _EMPTY_CELLS for r in rows)
+            for i, c in enumerate(columns)]
     if fmt == "md":
-        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines = ["| " + " | ".join(headers.get(c, (c, c))[0] for c in columns) + " |",
+                 "|" + "|".join("---" if t else "---:" for t in text) + "|"]
         lines += ["| " + " | ".join(row) + " |" for row in body]
-        return "\n".join(lines)
-
-    def escape(s: str) -> str:
-        return s.replace("_", r"\_").replace("—", "--").replace(",", "{,}")
-
-    lines = [r"\begin{tabular}{" + "l" * 1 + "r" * (len(columns) - 1) + "}", r"\hline",
-             " & ".join(escape(c) for c in columns) + r" \\", r"\hline"]
-    lines += [" & ".join(escape(c) for c in row) + r" \\" for row in body]
-    lines += [r"\hline", r"\end{tabular}", f"% georecall {__version__}"]
+        note = ", ".join(f"{headers.get(c, (c, c))[0]} = {_number(v, 'md')}" for c, v in constants.items())
+        return "\n".join(lines + ([f"\nevery row: {note}"] if note else []))
+    head = [headers[c][1] if c in headers else latex_escape(c) for c in columns]
+    lines = [r"\begin{tabular}{" + "".join("l" if t else "r" for t in text) + "}", r"\toprule"]
+    spans = [(title, [columns.index(c) for c in group if c in columns]) for title, group in groups]
+    spans = [(title, at) for title, at in spans if at]
+    if spans:
+        cells, rules, i = [], [], 0
+        for title, at in sorted(spans, key=lambda span: span[1][0]):
+            cells += [""] * (at[0] - i) + [r"\multicolumn{" + f"{len(at)}" + "}{c}{" + title + "}"]
+            rules.append(r"\cmidrule(lr){" + f"{at[0] + 1}-{at[-1] + 1}" + "}")
+            i = at[-1] + 1
+        cells += [""] * (len(columns) - i)
+        lines += [" & ".join(cells) + r" \\", " ".join(rules)]
+    lines += [" & ".join(head) + r" \\", r"\midrule"]
+    lines += [" & ".join(row) + r" \\" for row in body]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if caption is not None or label is not None:
+        float_ = [r"\begin{table}[t]", r"\centering"]
+        if caption is not None:
+            parts = [(headers[c][1].rstrip("$") if c in headers and headers[c][1].startswith("$")
+                      else "$" + latex_escape(c)) + " = " + _number(v, "latex").replace("$", "") + "$"
+                     for c, v in constants.items()]
+            float_.append(r"\caption{" + latex_escape(caption) + (f" ({', '.join(parts)})" if parts else "")
+                          + "}")
+        if label is not None:
+            float_.append(r"\label{" + "".join(ch for ch in label if ch.isalnum() or ch in ":-_.") + "}")
+        lines = float_ + lines + [r"\end{table}"]
+    if constants:
+        lines.append("% every row: " + ", ".join(f"{c} = {_number(v, 'md')}" for c, v in constants.items()))
+    lines.append(f"% georecall {__version__}; needs \\usepackage{{booktabs}}")
     return "\n".join(lines)
+
+
+def render(rows: list[dict], fmt: str = "md", *, columns=None, caption: str | None = None,
+           label: str | None = None) -> str:
+    """Bound rows (:func:`bound_rows`) or gap rows (:func:`gap_rows`) as a table (:func:`render_table`).
+
+    Default columns: :data:`BOUND_COLUMNS` or :data:`GAP_COLUMNS`, without those of N, R, k, b that are the
+    same in every row (stated in a note under the table and in the caption). An empty bound (``d_min = 0``) shows the
+    word "vacuous", or "no gadget" for a tradeoff bound whose gadget family does not fit, in its ``d_min``,
+    ``d_bound`` and gap cells (never a negative real bound); b and other integral values print as integers.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Bound or gap rows.
+    fmt : {"md", "csv", "json", "latex"}
+        The format.
+    columns : sequence of str, optional
+        Columns to show instead of the default ones.
+    caption, label : str, optional
+        LaTeX caption and label (a ``table`` float).
+
+    Returns
+    -------
+    str
+        The table.
+    """
+    gaps = bool(rows) and "b_needed" in rows[0]
+    constants: dict = {}
+    groups = list(GAP_GROUPS) if gaps else []
+    if columns is None:
+        columns = GAP_COLUMNS if gaps else BOUND_COLUMNS
+        if rows:  # a gap table without any per-parameter b has no per-parameter columns
+            columns = tuple(c for c in columns if any(r.get(c) is not None for r in rows))
+        for c in _CONSTANT_DROPPED:
+            if c in columns and len(rows) > 1 and len({repr(r.get(c)) for r in rows}) == 1:
+                constants[c] = rows[0][c]
+        for i, (_, group) in enumerate(groups):
+            values = {r[group[0]] for r in rows if r.get(group[0]) is not None}
+            if group[0] in columns and len(values) == 1:
+                groups[i] = (_GAP_GROUP_WITH_B[group[0]].format(b=_number(values.pop(), "latex")), group)
+                constants.pop(group[0], None)
+                columns = tuple(c for c in columns if c != group[0])
+        columns = tuple(c for c in columns if c not in constants)
+    return render_table(rows, fmt, columns=columns, caption=caption, label=label, groups=groups,
+                        constants=constants)

@@ -111,6 +111,8 @@ class ConstructionSpec:
         compactly) or "dense" (``(n_out, d)``; the default, never an underestimate)
     bits : the bits-per-parameter claim (:class:`BitsClaim`) that ``verify`` checks, or None: then the
         construction is listed as "not covered" by the bits and bounds rows (never silently dropped)
+    common : which of the common options (``COMMON_OPTIONS``: ``codes``, ``D``, ``lam``) its builder takes
+        (default all three); one it does not take is refused when given, and never passed when not given
     """
 
     id: str
@@ -127,6 +129,7 @@ class ConstructionSpec:
     facts_in: Literal["embeddings", "mlp"] = "embeddings"
     readout: Literal["code", "dense"] = "dense"
     bits: BitsClaim | None = None
+    common: frozenset[str] = COMMON_OPTIONS
 
     def __post_init__(self) -> None:
         if self.hops not in ("single", "multi"):
@@ -145,6 +148,10 @@ class ConstructionSpec:
         if self.bits is not None and self.hops == "single" and self.bits.k != 1:
             raise InputError(f"spec {self.id}: a single-hop construction's BitsClaim has k = 1, "
                              f"got {self.bits.k}")
+        if not set(self.common) <= COMMON_OPTIONS:
+            raise InputError(f"spec {self.id}: common options are a subset of {sorted(COMMON_OPTIONS)}, got "
+                             f"{sorted(self.common)}")
+        object.__setattr__(self, "common", frozenset(self.common))
         object.__setattr__(self, "options", frozenset(self.options))
         object.__setattr__(self, "variants", frozenset(self.variants))
 
@@ -153,8 +160,8 @@ class ConstructionSpec:
         return f"{self.id} ({self.name})"
 
     def accepts(self) -> frozenset[str]:
-        """Every builder option this construction takes."""
-        return COMMON_OPTIONS | self.options
+        """Every builder option this construction takes: the common ones it declares, and its own."""
+        return self.common | self.options
 
 
 _REGISTRY: dict[str, ConstructionSpec] = {}

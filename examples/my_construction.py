@@ -31,6 +31,7 @@ from georecall.constructions.parts import (
 )
 from georecall.constructions.registry import ConstructionSpec
 from georecall.constructions.single_hop import Construction
+from georecall.errors import ConditionError
 from georecall.theory.statements import Condition, Promise, one_layer_params
 
 
@@ -53,12 +54,17 @@ def one_hot_promise(N: int, R: int, *, gate: float = 4.0, lam: float = 1.0) -> P
     )
 
 
-def build_one_hot(
-    task, k: int = 1, *, codes="one-hot", D=None, lam: float = 1.0, gate: float = 4.0, rng=None
-) -> Construction:
-    """OH1 on ``task`` (single hop). Takes no code kind or length: its codes are one-hot by definition."""
-    if k != 1 or codes != "one-hot" and codes != "binary" or D not in (None, task.N):
-        raise ValueError("OH1 is single-hop with one-hot codes of length N")
+def build_one_hot(task, k: int = 1, *, lam: float = 1.0, gate: float = 4.0, rng=None) -> Construction:
+    """OH1 on ``task`` (single hop). Takes no code kind or length: its codes are one-hot by definition, so its
+    spec declares only ``lam`` among the common options (``--codes`` and ``--D`` are refused, exit 2).
+
+    Raises
+    ------
+    ConditionError
+        Outside its conditions (k != 1, G <= 2, λ <= 0): the command line reports it in one line, exit 2.
+    """
+    if k != 1:
+        raise ConditionError(f"OH1 is single-hop: k = 1 required, got k = {k}")
     N, R = task.N, task.R
     promise = one_hot_promise(N, R, gate=gate, lam=lam).require()
     one_hot = Codes(
@@ -96,6 +102,7 @@ SPEC = ConstructionSpec(
     build_one_hot,
     lambda N, R, k=1: one_hot_promise(N, R),
     options={"gate"},
+    common={"lam"},  # of the common options (codes, D, lam) only the read-out scale: its codes are one-hot
     verify_cases=({"N": 64, "R": 3},),
 )
 

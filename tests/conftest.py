@@ -1,6 +1,7 @@
 """Test configuration: hypothesis profiles and shared strategies.
 
-Profiles (choose with ``GEORECALL_HYPOTHESIS_PROFILE``):
+The profiles are georecall's own, registered (and one loaded) by importing ``georecall.testing``, so that a
+user's property tests get the same ones (choose with ``GEORECALL_HYPOTHESIS_PROFILE``):
 
 - ``deterministic`` (default): derandomized, no example database, no deadline: the same examples every run, so
   CI is reproducible;
@@ -14,19 +15,9 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
-
-settings.register_profile(
-    "deterministic", derandomize=True, database=None, deadline=None, max_examples=40,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile("random", derandomize=False, deadline=None, max_examples=200,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("GEORECALL_HYPOTHESIS_PROFILE", "deterministic"))
-
-
 # The strategies the tests use are public: georecall.testing (users property-test their own constructions).
-from georecall.testing import codebooks, models, tables, tasks  # noqa: E402,F401
+# Importing it registers the hypothesis profiles and loads $GEORECALL_HYPOTHESIS_PROFILE (default deterministic).
+from georecall.testing import codebooks, models, tables, tasks  # noqa: F401
 
 
 def pytest_report_header(config):

@@ -2,6 +2,14 @@
 
 Requires hypothesis (``pip install 'georecall[test]'``); nothing else in georecall imports this module.
 
+Importing it registers two hypothesis profiles and loads one of them (``GEORECALL_HYPOTHESIS_PROFILE``):
+
+- ``georecall-deterministic`` (the default): derandomized, no example database, no deadline (an exhaustive
+  check of a construction takes longer than hypothesis's 200 ms default on a busy machine), 40 examples;
+- ``georecall-random``: fresh random examples each run, 200 of them, no deadline.
+
+(``deterministic`` and ``random`` are accepted as short names.) Your own ``@settings(...)`` still override it.
+
 - :func:`tables`: ``(R, N)`` tables of arbitrary bijections (shrinking toward small N, R and the identity);
 - :func:`tasks`: :class:`~georecall.theory.tasks.Task` objects built from them (shared or disjoint
 attributes);
@@ -9,12 +17,22 @@ attributes);
 - :func:`models`: random :class:`~georecall.constructions.model.Model` objects (uniform or softmax attention,
   heads, layers, positions) for gradient and forward-pass properties.
 
-A property test of your own construction (a ``ConstructionSpec``, see ``examples/my_construction.py``)::
+A property test of your own construction (a ``ConstructionSpec``, see ``examples/my_construction.py``), as a
+ready helper::
+
+    from georecall.constructions.registry import resolve
+    from georecall.testing import check_spec
+
+    SPEC = resolve("examples/my_construction.py:SPEC")
+
+    def test_my_construction_is_exact():
+        check_spec(SPEC, max_N=32, max_R=3)
+
+or written out with the strategies::
 
     from hypothesis import given
     from georecall.testing import tasks
     from georecall.verify.sections.suite import run_check
-    from my_construction import SPEC
 
     @given(tasks(max_N=32, max_R=3))
     def test_my_construction_is_exact(task):
@@ -23,14 +41,51 @@ A property test of your own construction (a ``ConstructionSpec``, see ``examples
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from georecall.constructions.codes import Codes, make_codes
 from georecall.constructions.model import Model
 from georecall.theory.tasks import Task
 
-__all__ = ["codebooks", "models", "tables", "tasks"]
+__all__ = ["PROFILES", "check_spec", "codebooks", "load_profile", "models", "tables", "tasks"]
+
+PROFILES = {
+    "georecall-deterministic": dict(derandomize=True, database=None, deadline=None, max_examples=40,
+                                    suppress_health_check=[HealthCheck.too_slow]),
+    "georecall-random": dict(derandomize=False, deadline=None, max_examples=200,
+                             suppress_health_check=[HealthCheck.too_slow]),
+}
+_SHORT = {"deterministic": "georecall-deterministic", "random": "georecall-random"}
+for _short, _name in _SHORT.items():
+    for _registered in (_name, _short):
+        settings.register_profile(_registered, **PROFILES[_name])  # type: ignore[arg-type]
+
+
+def load_profile(name: str | None = None) -> str:
+    """Load a georecall hypothesis profile: ``name``, else ``$GEORECALL_HYPOTHESIS_PROFILE``, else
+    ``georecall-deterministic``; returns the profile's name.
+
+    Parameters
+    ----------
+    name : str, optional
+        ``georecall-deterministic`` / ``deterministic`` or ``georecall-random`` / ``random`` (any other
+        profile registered with hypothesis works too).
+
+    Raises
+    ------
+    hypothesis.errors.InvalidArgument
+        For a profile nobody registered.
+    """
+    chosen = name or os.environ.get("GEORECALL_HYPOTHESIS_PROFILE") or "georecall-deterministic"
+    settings.load_profile(_SHORT.get(chosen, chosen))
+    return chosen
+
+
+load_profile()
 
 
 @st.composite
@@ -80,3 +135,73 @@ def models(draw, max_N: int = 8, max_R: int = 3, max_d: int = 8, max_m: int = 8,
     seed = draw(st.integers(0, 2**32 - 1))
     return init_model(N, R, d, m, attention=attention, heads=heads, layers=layers, positions=positions,
                       rng=np.random.default_rng(seed), dtype=dtype)
+
+
+def check_spec(spec, *, min_N: int = 1, max_N: int = 32, min_R: int = 1, max_R: int = 3, k: int = 1,
+               attributes: tuple[str, ...] | None = None, max_examples: int | None = None,
+               **check_options) -> int:
+    """Property-test a construction: ``run_check(spec, task.N, task.R, k, task=task)`` must pass on every
+    drawn task (every query exact, the promised sizes and margin reached). Call it inside a test function.
+
+    Tasks are drawn by :func:`tasks` (arbitrary bijections, shrinking toward small N, R and the identity);
+    a task outside the construction's conditions (a :class:`~georecall.errors.ConditionError`, e.g. N too
+    small for its codes) is rejected with ``hypothesis.assume``, not counted as a failure; any other error
+    fails the property. The active profile (see above) sets the number of examples unless ``max_examples``
+    is given.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec or str
+        The construction (a spec, a registered name, or ``FILE.py:ATTR`` / ``module:ATTR``).
+    min_N, max_N, min_R, max_R : int
+        Ranges of the drawn task sizes.
+    k : int
+        Hops of the queries (multi-hop constructions).
+    attributes : tuple of str, optional
+        Task variants to draw: ``("shared",)`` by default, plus ``"disjoint"`` when the spec supports it.
+    max_examples : int, optional
+        Overrides the profile's number of examples.
+    **check_options
+        Passed to ``run_check`` (``codes``, ``D``, ``options``, ``dtype``, ...).
+
+    Returns
+    -------
+    int
+        How many tasks passed (at least one; a run in which every draw was rejected fails).
+
+    Raises
+    ------
+    AssertionError
+        The first (shrunk) task on which the check fails, with the failing report's name and numbers.
+    """
+    from hypothesis import assume
+
+    from georecall.constructions.registry import ConstructionSpec, resolve
+    from georecall.errors import ConditionError
+    from georecall.verify.sections.suite import run_check
+
+    spec = spec if isinstance(spec, ConstructionSpec) else resolve(spec)
+    if attributes is None:
+        attributes = ("shared", "disjoint") if "disjoint" in spec.variants else ("shared",)
+    passed = []
+
+    @given(tasks(min_N, max_N, min_R, max_R, attributes=attributes))
+    def prop(task):
+        try:
+            report = run_check(spec, task.N, task.R, k, task=task, **check_options)
+        except ConditionError:
+            assume(False)
+            return
+        result = report.result
+        assert report.passed, (
+            f"{spec.label} fails on a {task.attributes} task N = {task.N}, R = {task.R} (table "
+            f"{task.table.tolist()}): {result.n_correct}/{result.n_queries} queries right, min margin "
+            f"{result.min_margin:g} (promised {report.promise.margin if report.promise else None}), sizes "
+            f"{report.achieved}")
+        passed.append(task)
+
+    if max_examples is not None:
+        prop = settings(max_examples=max_examples)(prop)
+    prop()
+    assert passed, f"{spec.label}: every drawn task was outside its conditions; widen min_N/max_N"
+    return len(passed)

@@ -218,11 +218,12 @@ def _check(p, hops: str) -> dict:
         raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
     if getattr(p, "symmetric", False) and p.N % 2:
         raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
-    if p.codes == "binary" and p.D is not None and p.D < 63 and 2**p.D < p.N:
+    if p.codes in ("binary", None) and p.D is not None and p.D < 63 and 2**p.D < p.N:
         raise InputError(f"binary codes need 2^D >= N; got 2^{p.D} = {2**p.D} < N = {p.N}")
     save = output_path(p.save, suffix=".npz", what="model file") if getattr(p, "save", None) else None
     budget = _budget(p)
-    est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes, D=p.D, dtype=getattr(p, "dtype", "float64"),
+    est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes or "binary", D=p.D,
+                                dtype=getattr(p, "dtype", "float64"),
                                 bits=bits, integer=integer, attributes=getattr(p, "attributes", "shared"),
                                 what=f"check {hops}-hop").require(budget)
     common = dict(construction=spec, codes=p.codes, D=p.D, seed=p.seed, max_bytes=budget, progress=p.progress)

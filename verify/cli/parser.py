@@ -151,8 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--construction", default="geometric", metavar="NAME",
                    help="a registered single-hop construction: " + _choices("single")
                    + "; or MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec")
-    p.add_argument("--codes", choices=codes, default="binary",
-                   help="attribute codes a_i: binary (bits of i), random sign, normalised Gaussian")
+    p.add_argument("--codes", choices=codes, default=None,
+                   help="attribute codes a_i: binary (bits of i), random sign, normalised Gaussian (default: "
+                   "the construction's own, binary for the built-in ones; refused by one that takes none)")
     p.add_argument("--D", type=_D, default=None,
                    help="code length D (default: ceil(log2 N) for binary, 2 ln(N²/2δ)/t² with t = 1/2, "
                    "δ = 1e-3 for random codes)")
@@ -195,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gate constant G of the AND units (default: twice its bound)")
     _add_sizes(p, N=256, R=3)
     p.add_argument("--k", type=_k, default=2, help=f"number of hops k, 1 <= k <= {L['k']} (default 2)")
-    p.add_argument("--codes", choices=codes, default="binary", help="attribute codes a_i (default binary)")
+    p.add_argument("--codes", choices=codes, default=None,
+                   help="attribute codes a_i (default: the construction's own, binary for the built-in ones)")
     p.add_argument("--D", type=_D, default=None, help="code length D (default as for single-hop)")
     p.add_argument("--attention", choices=("softmax", "hard"), default="softmax",
                    help="softmax (default; β from the leakage inequality) or hard (an idealization: β -> ∞)")

@@ -50,7 +50,7 @@ OPTION_FLAGS = {
     "gate": "gate constant G (--gate)",
     "beta": "softmax inverse temperature β (--beta)",
     "attention": "attention kind (--attention)",
-    "gain": "attention gain g (--gain)",
+    "gain": "attention gain g (Python only: options={'gain': g})",
     "integer": "integer mode (--integer)",
     "max_bytes": "memory budget (--max-gib)",
     "lam": "read-out scale λ (--lam)",
@@ -81,7 +81,7 @@ def run_check(
     k: int = 1,
     *,
     seed: int = 0,
-    codes: str = "binary",
+    codes: str | None = None,
     D: int | None = None,
     options: dict | None = None,
     dtype: str = "float64",
@@ -98,6 +98,10 @@ def run_check(
     """Build a registered construction on THE seeded task (``task_for_seed(N, R, seed)``) and check every
     query.
 
+    ``task``: check on this task instead; its N and R must equal ``N`` and ``R`` (``InputError`` otherwise) and
+    its attributes variant must be one the construction supports. ``codes`` and ``D`` are passed to the
+    builder only when given (a construction that does not declare them among its common options refuses
+    them); ``None`` means the builder's own default (binary codes of length ⌈log2 N⌉ for the built-in ones).
     ``options`` are the builder's own options (``gate``, ``beta``, ``attention``, ``gain``, ``integer``, ...);
     one the construction does not take raises ``InputError`` naming it (never dropped). Decoding follows the
     spec: argmax at the last position, or, for chain-of-thought, greedy decoding of every chain (the report's
@@ -108,8 +112,10 @@ def run_check(
     """
     spec = _spec(construction)
     options = {key: value for key, value in (options or {}).items() if value is not None}
-    options.setdefault("lam", 1.0)
-    refused = sorted(set(options) - spec.accepts())
+    if "lam" in spec.accepts():
+        options.setdefault("lam", 1.0)
+    asked = set(options) | {name for name, value in (("codes", codes), ("D", D)) if value is not None}
+    refused = sorted(asked - spec.accepts())
     if refused:
         names = ", ".join(OPTION_FLAGS.get(o, o) for o in refused)
         raise InputError(
@@ -124,8 +130,17 @@ def run_check(
     integer = bool(options.get("integer", False))
     if bits is not None and integer:
         raise InputError("--bits and --integer do not combine: quantized weights are not integers")
-    for variant, asked in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
-        if asked and variant not in spec.variants:
+    if task is not None:
+        if not isinstance(task, Task):
+            raise InputError(f"task must be a Task, got {type(task).__name__}")
+        if (task.N, task.R) != (N, R):
+            raise InputError(f"the task has N = {task.N}, R = {task.R}, but N = {N}, R = {R} were asked: "
+                             "pass the task's own sizes (run_check(spec, task.N, task.R, task=task))")
+        if attributes != "shared" and attributes != task.attributes:
+            raise InputError(f"attributes={attributes!r} disagrees with the task's {task.attributes!r}")
+        attributes = task.attributes
+    for variant, wanted in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
+        if wanted and variant not in spec.variants:
             raise InputError(f"{spec.label} does not support {variant} relations/attributes")
     greedy = spec.decoding == "greedy"
     need = query_bytes(N, R, k, greedy)
@@ -138,7 +153,8 @@ def run_check(
         options.setdefault("max_bytes", max_bytes)
     if task is None:
         task = task_for_seed(N, R, seed, attributes=attributes, symmetric=symmetric)
-    built = spec.build(task, k, codes=codes, D=D, rng=seeds.rng(seed, "codes"), **options)
+    code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
+    built = spec.build(task, k, rng=seeds.rng(seed, "codes"), **code_options, **options)
     if save is not None:
         from georecall.constructions.model import save_model
 
@@ -150,7 +166,7 @@ def run_check(
             R=task.R,
             k=k,
             construction=spec.id,
-            codes=codes,
+            codes=built.codes.kind,
             seed=seed,
             options={k_: v for k_, v in options.items() if k_ != "max_bytes"},
         )
@@ -164,7 +180,7 @@ def run_check(
         "k": k,
         "D": built.codes.D,
         "construction": spec.id,
-        "codes": codes,
+        "codes": built.codes.kind,
         "seed": seed,
         "dtype": "float64" if integer else dtype,
         "bits": bits,
@@ -255,7 +271,7 @@ def check_single_hop(
     R: int,
     *,
     construction: str = "geometric",
-    codes: str = "binary",
+    codes: str | None = None,
     D: int | None = None,
     seed: int = 0,
     integer: bool = False,
@@ -278,7 +294,7 @@ def check_multi_hop(
     k: int,
     *,
     construction: str = "path-blocks",
-    codes: str = "binary",
+    codes: str | None = None,
     D: int | None = None,
     attention: str = "softmax",
     beta: float | None = None,
@@ -309,7 +325,7 @@ def precision_scan(
     R: int,
     k: int | None = None,
     *,
-    codes: str = "binary",
+    codes: str | None = None,
     D: int | None = None,
     seed: int = 0,
     max_bits: int = 24,
@@ -324,7 +340,11 @@ def precision_scan(
         )
     hops = 1 if k is None else k
     task = task_for_seed(N, R, seed)
-    built = spec.build(task, hops, codes=codes, D=D, rng=seeds.rng(seed, "codes"))
+    code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
+    refused = sorted(set(code_options) - spec.accepts())
+    if refused:
+        raise InputError(f"{spec.label} does not take {', '.join(OPTION_FLAGS[o] for o in refused)}")
+    built = spec.build(task, hops, rng=seeds.rng(seed, "codes"), **code_options)
     tokens, answers = queries(task, hops)
     if spec.decoding == "greedy":
         targets = teacher_forcing(task, hops)[1]
@@ -337,7 +357,7 @@ def precision_scan(
         "N": N,
         "R": R,
         "k": hops,
-        "codes": codes,
+        "codes": built.codes.kind,
         "D": built.codes.D,
         "seed": seed,
         "queries": int(tokens.shape[0]),
@@ -350,11 +370,11 @@ def precision_scan(
 def _case_report(spec: ConstructionSpec, case: dict, seed: int, progress: bool) -> list[Report]:
     case = dict(case)
     N, R, k = case.pop("N"), case.pop("R"), case.pop("k", 1)
-    codes, D = case.pop("codes", "binary"), case.pop("D", None)
+    codes, D = case.pop("codes", None), case.pop("D", None)
     compare = case.pop("compare_integer", False)
     _log(
         progress,
-        f"{spec.label}: {codes} codes, N={N}, R={R}, k={k}"
+        f"{spec.label}: {codes or 'default'} codes, N={N}, R={R}, k={k}"
         + (" (float64, then integer mode)" if compare else ""),
     )
     if not compare:

@@ -238,6 +238,8 @@ def latex_escape(text: str) -> str:
 def _number(value, fmt: str) -> str:
     """An int with thousands separators (``{,}`` in LaTeX), an integral float as an int, other floats with
     two decimals; non-finite floats as words."""
+    if isinstance(value, str):
+        return value
     if isinstance(value, float) and not math.isfinite(value):
         return "n/a" if math.isnan(value) else ("infinite" if value > 0 else "-infinite")
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
@@ -330,7 +332,7 @@ def render_table(rows: list[dict], fmt: str = "md", *, columns=None, headers: Ma
     text = [i == 0 or any(isinstance(r.get(c), str) and c not in _EMPTY_CELLS for r in rows)
             for i, c in enumerate(columns)]
     if fmt == "md":
-        lines = ["| " + " | ".join(headers.get(c, (c, c))[0] for c in columns) + " |",
+        lines = ["| " + " | ".join(headers.get(c, (c, c))[0].replace("|", "\\|") for c in columns) + " |",
                  "|" + "|".join("---" if t else "---:" for t in text) + "|"]
         lines += ["| " + " | ".join(row) + " |" for row in body]
         note = ", ".join(f"{headers.get(c, (c, c))[0]} = {_number(v, 'md')}" for c, v in constants.items())
@@ -353,9 +355,10 @@ def render_table(rows: list[dict], fmt: str = "md", *, columns=None, headers: Ma
     if caption is not None or label is not None:
         float_ = [r"\begin{table}[t]", r"\centering"]
         if caption is not None:
+            grouped = {c for _, group in groups for c in group}
             parts = [(headers[c][1].rstrip("$") if c in headers and headers[c][1].startswith("$")
                       else "$" + latex_escape(c)) + " = " + _number(v, "latex").replace("$", "") + "$"
-                     for c, v in constants.items()]
+                     for c, v in constants.items() if c not in grouped]
             float_.append(r"\caption{" + latex_escape(caption) + (f" ({', '.join(parts)})" if parts else "")
                           + "}")
         if label is not None:
@@ -405,8 +408,11 @@ def render(rows: list[dict], fmt: str = "md", *, columns=None, caption: str | No
         for i, (_, group) in enumerate(groups):
             values = {r[group[0]] for r in rows if r.get(group[0]) is not None}
             if group[0] in columns and len(values) == 1:
-                groups[i] = (_GAP_GROUP_WITH_B[group[0]].format(b=_number(values.pop(), "latex")), group)
-                constants.pop(group[0], None)
+                value = values.pop()
+                groups[i] = (_GAP_GROUP_WITH_B[group[0]].format(b=_number(value, "latex")), group)
+                # (a Markdown note; LaTeX says it in the group's header)
+                constants[group[0]] = value if all(r.get(group[0]) is not None for r in rows) else \
+                    f"{_number(value, 'md')} where measured"
                 columns = tuple(c for c in columns if c != group[0])
         columns = tuple(c for c in columns if c not in constants)
     return render_table(rows, fmt, columns=columns, caption=caption, label=label, groups=groups,

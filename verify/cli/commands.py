@@ -266,45 +266,147 @@ def run_check_multi_hop(p) -> dict:
 # ------------------------------------------------------------------------------------- tables and counts
 
 
+# Column headers of the tables these commands render (Markdown, LaTeX) beside bounds.tables.COLUMNS.
+TRADEOFF_HEADERS = {"params": ("parameters", "parameters"), "fact_params": ("fact-specific", "fact-specific")}
+TRADEOFF_COLUMNS = ("k", "construction", "d", "m", "params")
+COUNT_HEADERS = {"F_k": ("|F_k|", r"$|F_k|$"), "F_k_upper": ("(N!)^R", r"$(N!)^R$"),
+                 "trees_k_lower": ("(N-1)_(R^k)", r"$(N-1)_{R^k}$"), "trees_k": ("|Trees_k|", r"$|T_k|$"),
+                 "trees_k_upper": ("N^(R^k)", r"$N^{R^k}$"), "sandwich_holds": ("sandwich", "sandwich")}
+COUNT_COLUMNS = ("k", "F_k", "F_k_upper", "trees_k_lower", "trees_k", "trees_k_upper", "sandwich_holds")
+PRECISION_HEADERS = {"bits": ("b", "$b$"), "exact": ("exact", "exact"), "accuracy": ("accuracy", "accuracy"),
+                     "min_margin": ("min margin", "min margin"), "changed": ("changed", "changed")}
+PRECISION_COLUMNS = ("bits", "exact", "accuracy", "min_margin")
+
+
+def _table_format(p, default: str = "text") -> str:
+    """The table format of a table command: ``--format`` (json also by ``--json``); ``--json`` with another
+    ``--format`` is refused, as are ``--columns``/``--caption``/``--label`` where they do nothing."""
+    fmt = getattr(p, "format", None) or default
+    if getattr(p, "json", False):
+        if fmt not in ("json", default):
+            raise InputError(f"--json prints the JSON document; it does not combine with --format {fmt}")
+        fmt = "json"
+    if getattr(p, "columns", None) is not None and fmt not in ("md", "csv", "latex"):
+        raise InputError(f"--columns chooses the columns of an md, csv or latex table, not of {fmt}")
+    for flag in ("caption", "label"):
+        if getattr(p, flag, None) is not None and fmt != "latex":
+            raise InputError(f"--{flag} is for --format latex")
+    return fmt
+
+
+def _columns(p) -> list[str] | None:
+    text = getattr(p, "columns", None)
+    if text is None:
+        return None
+    columns = [c.strip() for c in text.split(",") if c.strip()]
+    if not columns:
+        raise InputError("--columns needs at least one column name (comma-separated)")
+    return columns
+
+
+def _table_text(p, fmt: str, rows: list[dict], columns, headers) -> str:
+    from georecall.bounds.tables import render_table
+    if fmt in ("text", "json"):
+        return ""
+    return render_table(rows, fmt, columns=_columns(p) or columns, headers=headers,
+                        caption=getattr(p, "caption", None), label=getattr(p, "label", None))
+
+
+def _user_constructions(p, hops: str | None = None) -> list[str] | None:
+    """The ids of ``--construction`` (registered names, ``MODULE:ATTR`` or ``FILE.py:ATTR``; a user's
+    construction is imported and registered), or None for every registered one."""
+    from georecall.constructions import registry
+    names = getattr(p, "construction", None)
+    if not names:
+        return None
+    ids = []
+    for name in names:
+        spec = registry.resolve(name)
+        if hops is not None and spec.hops != hops:
+            raise InputError(f"{spec.label} is a {spec.hops}-hop construction; this table lists {hops}-hop "
+                             "ones")
+        ids.append(spec.id)
+    return list(dict.fromkeys(ids))
+
+
 def run_tradeoff(p) -> dict:
-    """``tradeoff``: d, m and parameters of every k-hop construction for k = 1..k_max."""
+    """``tradeoff``: d, m and parameters of every k-hop construction (or those of ``--construction``) for
+    k = 1..k_max."""
     from georecall.constructions import registry
     from georecall.verify.sections.suite import tradeoff_rows
+    fmt = _table_format(p)
     if p.k_max > LIMITS["k"]:
         raise InputError(f"--k-max is at most {LIMITS['k']}, got {p.k_max}")
     if p.R ** p.k_max > 2**40:
         raise InputError(f"R^k_max = {p.R}^{p.k_max} relation paths is too many to tabulate (limit 2^40): "
                          "lower --k-max or --R")
-    rows = tradeoff_rows(p.N, p.R, p.k_max)
-    specs = registry.specs("multi")
+    chosen = _user_constructions(p, "multi")
+    rows = tradeoff_rows(p.N, p.R, p.k_max, constructions=chosen)
+    specs = registry.specs("multi") if chosen is None else [registry.get(c) for c in chosen]
     legend = [f"{s.id}: {s.result}" for s in specs]
-    return _doc("tradeoff", p, {"N": p.N, "R": p.R, "k_max": p.k_max}, None, None, rows=rows,
-                constructions=[s.id for s in specs], legend=legend)
+    return _doc("tradeoff", p, {"N": p.N, "R": p.R, "k_max": p.k_max, "constructions": chosen, "format": fmt},
+                None, None, rows=rows, constructions=[s.id for s in specs], legend=legend, format=fmt,
+                text=_table_text(p, fmt, rows, TRADEOFF_COLUMNS, TRADEOFF_HEADERS))
+
+
+def _needed_bits(items) -> dict[str, int]:
+    from georecall.constructions import registry
+    needed = {}
+    for item in items or []:
+        name, sep, value = item.rpartition("=")
+        if not sep or not name:
+            raise InputError(f"--needed takes CONSTRUCTION=B (e.g. G1=2), got {item!r}")
+        try:
+            b = int(value)
+        except ValueError:
+            raise InputError(f"--needed {item!r}: B must be a whole number of bits") from None
+        if not 1 <= b <= LIMITS["bits"]:
+            raise InputError(f"--needed {item!r}: B must lie in [1, {LIMITS['bits']}]")
+        needed[registry.resolve(name).id] = b
+    return needed
 
 
 def run_bounds(p) -> dict:
-    """``bounds``: lower bounds on d beside every construction's d."""
-    from georecall.bounds.tables import bound_rows, render
+    """``bounds``: lower bounds on d beside every construction's d (or those of ``--construction``); with
+    ``--gaps`` the gap table (``tables.gap_rows``) at the b each construction needs and at a per-parameter b."""
+    from georecall.bounds.tables import bound_rows, gap_rows, render
+    from georecall.verify.sections.bounds_checks import PER_PARAMETER_BITS, TABLE_BITS
+    fmt = _table_format(p, default="md")
     for N in p.N:
         if N > LIMITS["bounds_N"]:
             raise InputError("--N is at most 2^53 for the bound tables (the gadget scan is float64), got "
                              f"{N}")
-    for b in p.bits:
+    gaps = bool(getattr(p, "gaps", False))
+    if gaps and p.bits is not None:
+        raise InputError("--gaps evaluates each construction at the b it needs (and per parameter): "
+                         "--bits does not apply (use --needed NAME=B to set one)")
+    if not gaps and getattr(p, "needed", None):
+        raise InputError("--needed is for the gap table: add --gaps")
+    bits = p.bits if p.bits is not None else [1.0]
+    for b in bits:
         if not (1 / 64 <= b <= LIMITS["bits"]):
             raise InputError(f"bits per parameter b must lie in [1/64, 64], got {b}")
+    chosen = _user_constructions(p)
+    needed = {**TABLE_BITS, **_needed_bits(getattr(p, "needed", None))} if gaps else {}
     budget = _budget(p)
     est = memory.bounds_estimate(p.N, p.R, p.k).require(budget)
     start = time.perf_counter()
-    rows = bound_rows(p.N, p.R, p.k, p.bits)
-    fmt = "json" if p.json else p.format
-    text = render(rows, fmt) if fmt != "json" else ""
-    return _doc("bounds", p, {"N": p.N, "R": p.R, "k": p.k, "bits": p.bits, "format": fmt}, est, budget,
-                rows=rows, text=text, seconds=round(time.perf_counter() - start, 3))
+    if gaps:
+        rows = gap_rows(p.N, p.R, p.k, needed, PER_PARAMETER_BITS, constructions=chosen)
+    else:
+        rows = bound_rows(p.N, p.R, p.k, bits, constructions=chosen)
+    text = render(rows, fmt, columns=_columns(p), caption=getattr(p, "caption", None),
+                  label=getattr(p, "label", None)) if fmt != "json" else ""
+    params = {"N": p.N, "R": p.R, "k": p.k, "bits": None if gaps else bits, "format": fmt, "gaps": gaps,
+              "needed": needed or None, "constructions": chosen}
+    return _doc("bounds", p, params, est, budget, rows=rows, text=text, format=fmt,
+                seconds=round(time.perf_counter() - start, 3))
 
 
 def run_count(p) -> dict:
     """``count``: enumerate every (N!)^R task and count |F_k| and |Trees_k|."""
     from georecall.bounds.counting import MAX_TASKS, closed_forms, enumerate_counts
+    fmt = _table_format(p)
     if p.k > LIMITS["k"]:
         raise InputError(f"--k is at most {LIMITS['k']} for count, got {p.k}")
     log2_tasks = memory.count_tasks_log2(p.N, p.R)  # lgamma: no factorial is computed before this check
@@ -328,29 +430,32 @@ def run_count(p) -> dict:
                      and counts.trees[k] <= closed.trees_upper})
     ok = all(r["sandwich_holds"] for r in rows) and counts.F[1] == rows[0]["F_1_closed"] \
         and counts.trees[1] == rows[0]["trees_1_closed"]
-    return _doc("count", p, {"N": p.N, "R": p.R, "k": p.k}, est, budget, status=0 if ok else 1,
-                tasks=counts.tasks, seconds=round(counts.seconds, 3), consistent=ok, rows=rows)
+    return _doc("count", p, {"N": p.N, "R": p.R, "k": p.k, "format": fmt}, est, budget, status=0 if ok else 1,
+                tasks=counts.tasks, seconds=round(counts.seconds, 3), consistent=ok, rows=rows, format=fmt,
+                text=_table_text(p, fmt, rows, COUNT_COLUMNS, COUNT_HEADERS))
 
 
 def run_precision(p) -> dict:
     """``precision``: the smallest bits per parameter keeping every query exact."""
     from georecall.verify.sections.suite import precision_scan
+    fmt = _table_format(p)
     spec = _spec(p.construction, None)
     if (p.k is None) != (spec.hops == "single"):
         raise InputError(f"{spec.label} is a {spec.hops}-hop construction: "
                          f"{'omit --k' if spec.hops == 'single' else 'give --k'}")
     k = 1 if p.k is None else p.k
     _queries(p.N, p.R, k)
-    if p.codes == "binary" and p.D is not None and p.D < 63 and 2**p.D < p.N:
+    if p.codes in ("binary", None) and p.D is not None and p.D < 63 and 2**p.D < p.N:
         raise InputError(f"binary codes need 2^D >= N; got 2^{p.D} = {2**p.D} < N = {p.N}")
     budget = _budget(p)
-    est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes, D=p.D, bits=1,
+    est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes or "binary", D=p.D, bits=1,
                                 what="precision").require(budget)
-    doc = precision_scan(spec.name, p.N, p.R, p.k, codes=p.codes, D=p.D, seed=p.seed, max_bits=p.max_bits)
+    doc = precision_scan(spec, p.N, p.R, p.k, codes=p.codes, D=p.D, seed=p.seed, max_bits=p.max_bits)
     bits = doc["smallest_exact_bits"]
-    params = {"construction": spec.id, "N": p.N, "R": p.R, "k": p.k, "codes": p.codes, "D": p.D,
-              "max_bits": p.max_bits, "seed": p.seed}
-    return _doc("precision", p, params, est, budget, status=0 if bits is not None else 1,
+    params = {"construction": spec.id, "N": p.N, "R": p.R, "k": p.k, "codes": doc["codes"], "D": p.D,
+              "max_bits": p.max_bits, "seed": p.seed, "format": fmt}
+    return _doc("precision", p, params, est, budget, status=0 if bits is not None else 1, format=fmt,
+                text=_table_text(p, fmt, doc["records"], PRECISION_COLUMNS, PRECISION_HEADERS),
                 **{key: value for key, value in doc.items() if key not in ("seed",)})
 
 

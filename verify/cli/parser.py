@@ -112,6 +112,26 @@ def _common() -> _Parser:
     return common
 
 
+def _add_table_options(p: argparse.ArgumentParser, default: str) -> None:
+    """--format, --columns, --caption and --label of a command that prints a table."""
+    formats = ("md", "csv", "json", "latex") if default == "md" else ("text", "md", "csv", "json", "latex")
+    p.add_argument("--format", choices=formats, default=default,
+                   help=f"output format (default {default}; json is the same document as --json; latex is a "
+                   "booktabs tabular, needing \\usepackage{booktabs})")
+    p.add_argument("--columns", default=None, metavar="A,B,...",
+                   help="columns of an md, csv or latex table, comma-separated keys of the rows (see "
+                   "--format json for every key; default: a selection that fits a page)")
+    p.add_argument("--caption", default=None, help="LaTeX: wrap the tabular in a table float with this caption")
+    p.add_argument("--label", default=None, help="LaTeX: \\label of the table float")
+
+
+def _add_user_constructions(p: argparse.ArgumentParser, which: str) -> None:
+    p.add_argument("--construction", action="append", default=None, metavar="NAME",
+                   help=f"only this construction ({which}; repeat for several): a registered name or id, or "
+                   "MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec (default: every registered "
+                   "one)")
+
+
 def _group(sub, name: str, help_: str, description: str):
     """A command with sub-commands of its own (``check KIND``, ``sweep KIND``, ``study KIND``): their parsers'
     container."""
@@ -214,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sizes(p, N=4096, R=16)
     p.add_argument("--k-max", type=_k, default=4,
                    help=f"largest number of hops k, at most {L['k']} and with R^k <= 2^40 (default 4)")
+    _add_user_constructions(p, "k-hop")
+    _add_table_options(p, "text")
     p.set_defaults(command="tradeoff")
 
     p = sub.add_parser("bounds", parents=[common], help="lower bounds beside the constructions' sizes",
@@ -225,10 +247,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="numbers of entities N, at most 2^53 (default 4096)")
     p.add_argument("--R", type=_R, nargs="+", default=[16], help="numbers of relations R (default 16)")
     p.add_argument("--k", type=_k, nargs="+", default=[1, 2, 3], help="hops k (one or more; default 1 2 3)")
-    p.add_argument("--bits", type=_real(minimum=1 / 64, maximum=64.0), nargs="+", default=[1.0],
+    p.add_argument("--bits", type=_real(minimum=1 / 64, maximum=64.0), nargs="+", default=None,
                    help="bits per parameter b, 1/64 <= b <= 64 (one or more; default 1)")
-    p.add_argument("--format", choices=("md", "csv", "json", "latex"), default="md",
-                   help="output format of the table (json is the same document as --json)")
+    p.add_argument("--gaps", action="store_true",
+                   help="the gap table instead: each construction at the b its per-tensor quantization needs "
+                   "(measured by 'georecall precision', re-measured by 'verify') and at 1 bit per "
+                   "fact-specific parameter where its embeddings fit it")
+    p.add_argument("--needed", nargs="+", default=None, metavar="NAME=B",
+                   help="with --gaps: the b a construction needs, e.g. OH1=2 for your own (measure it with "
+                   "'georecall precision')")
+    _add_user_constructions(p, "any")
+    _add_table_options(p, "md")
     p.set_defaults(command="bounds")
 
     p = sub.add_parser("count", parents=[common], help="enumerate all (N!)^R tasks and count |F_k|, "
@@ -239,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(5,000,000 tasks) or R^k exceeds 2^20.")
     _add_sizes(p, N=5, R=3)
     p.add_argument("--k", type=_k, default=2, help=f"largest k counted, at most {L['k']} (default 2)")
+    _add_table_options(p, "text")
     p.set_defaults(command="count")
 
     p = sub.add_parser("precision", parents=[common], help="smallest bits per parameter keeping a check "
@@ -252,10 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                                                          "k-hop "
                    "one (" + _choices("multi") + ")")
     p.add_argument("--k", type=_k, default=None, help="hops k: check a k-hop construction")
-    p.add_argument("--codes", choices=codes, default="binary", help="attribute codes a_i (default binary)")
+    p.add_argument("--codes", choices=codes, default=None,
+                   help="attribute codes a_i (default: the construction's own, binary for the built-in ones)")
     _add_sizes(p, N=1024, R=8)
     p.add_argument("--D", type=_D, default=None, help="code length D")
     p.add_argument("--max-bits", type=_bits, default=24, help="largest b tried, 1 <= b <= 64 (default 24)")
+    _add_table_options(p, "text")
     p.set_defaults(command="precision")
 
     p = sub.add_parser("train", parents=[common], help="train a one-layer model on R random bijections",
@@ -450,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         args.progress = not (args.quiet or args.json)
         doc = commands.COMMANDS[args.command](args)
-        text = render.to_json(doc) if args.json or doc["command"] == "bounds" and args.format == "json" \
+        text = render.to_json(doc) if args.json or getattr(args, "format", None) == "json" \
             else render.to_text(doc)
         print(text, flush=True)
         if not args.json and doc["command"] == "bounds" and args.progress and args.format in ("md", "latex"):

@@ -274,6 +274,9 @@ _TEXT = {
     "demo": lambda doc: list(doc["lines"]),
     "bounds": lambda doc: [doc["text"]],
 }
+# Commands whose table can also be rendered as md, csv or latex (``--format``): the command puts it in "text".
+_TABLES = ("tradeoff", "count", "precision")
+
 
 
 def to_text(doc: dict) -> str:
@@ -289,4 +292,6 @@ def to_text(doc: dict) -> str:
     str
         Text (no trailing newline).
     """
+    if doc["command"] in _TABLES and doc.get("format", "text") != "text":
+        return doc["text"].rstrip("\n")
     return "\n".join(_TEXT[doc["command"]](doc))

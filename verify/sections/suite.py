@@ -320,7 +320,7 @@ def check_multi_hop(
 
 
 def precision_scan(
-    construction: str,
+    construction: str | ConstructionSpec,
     N: int,
     R: int,
     k: int | None = None,
@@ -412,15 +412,17 @@ def section_multi_hop(seed: int = 0, progress: bool = False) -> list[Report]:
     return section_constructions("multi", seed, progress)
 
 
-def tradeoff_rows(N: int, R: int, k_max: int) -> list[dict]:
-    """d, m and parameters every registered k-hop construction promises for k = 1..k_max (binary codes,
-    nominal constants: sizes do not depend on the attention constants)."""
+def tradeoff_rows(N: int, R: int, k_max: int, constructions: list[str] | None = None) -> list[dict]:
+    """d, m and parameters every registered k-hop construction (or those whose ids or names
+    ``constructions`` lists) promises for k = 1..k_max (binary codes, nominal constants: sizes do not depend
+    on the attention constants)."""
     N, R, k_max = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k_max", k_max)))
     if R**k_max > 2**40:
         raise InputError(f"R^k_max = {R}^{k_max} is too large to tabulate (over 2^40 relation paths)")
+    chosen = registry.specs("multi") if constructions is None else [registry.get(c) for c in constructions]
     rows = []
     for k in range(1, k_max + 1):
-        for spec in registry.specs("multi"):
+        for spec in chosen:
             p = spec.nominal_promise(N, R, k)
             rows.append(
                 {

@@ -170,11 +170,12 @@ def _spec(name: str, hops: str | None):
 # ----------------------------------------------------------------------------------------------- verify
 
 
-def verify_estimate() -> Estimate:
-    """The largest ``verify`` case's estimate (every registered construction's ``verify_cases``)."""
+def verify_estimate(specs=None) -> Estimate:
+    """The largest ``verify`` case's estimate (every registered construction's ``verify_cases``, or those of
+    ``specs``)."""
     from georecall.constructions import registry
     worst = Estimate("verify")
-    for spec in registry.specs():
+    for spec in registry.specs() if specs is None else specs:
         for case in spec.verify_cases:
             est = memory.check_estimate(spec, case["N"], case["R"], case.get("k", 1),
                                         codes=case.get("codes", "binary"), D=case.get("D"),
@@ -187,11 +188,20 @@ def verify_estimate() -> Estimate:
 
 def run_verify(p) -> dict:
     """Every section of ``georecall verify`` (``suite.SECTIONS``)."""
+    from georecall.constructions import registry
     from georecall.verify.sections import suite
+    chosen = _user_constructions(p)
+    specs = None if chosen is None else [registry.get(c) for c in chosen]
     budget = _budget(p)
-    est = verify_estimate().require(budget)
+    est = verify_estimate(specs).require(budget)
     start = time.perf_counter()
     reports = []
+    if specs is not None:  # --construction: only those constructions, at the sizes their specs list
+        for spec in specs:
+            reports += [rep.as_dict() for rep in suite.construction_reports(spec, p.seed, p.progress)]
+        ok = all(rep["passed"] for rep in reports)
+        return _doc("verify", p, {"seed": p.seed, "constructions": chosen}, est, budget, status=0 if ok else 1,
+                    passed=ok, seconds=round(time.perf_counter() - start, 3), reports=reports)
     for title, section in suite.SECTIONS:
         if p.progress:
             import sys

@@ -159,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run every construction check at its default size, the bound and counting "
                        "checks, the trainer and the probes, and print a PASS/FAIL table with promised vs "
                        "achieved sizes d, m and margins. Exit 1 on any failure.")
+    _add_user_constructions(p, "any; only its rows, at the sizes its spec's verify_cases list")
     p.set_defaults(command="verify")
 
     check_sub = _group(sub, "check", "check one construction exhaustively",

@@ -35,6 +35,7 @@ __all__ = [
     "SECTIONS",
     "check_multi_hop",
     "check_single_hop",
+    "construction_reports",
     "precision_scan",
     "query_bytes",
     "run_check",
@@ -398,6 +399,23 @@ def section_constructions(hops: str, seed: int = 0, progress: bool = False) -> l
     for spec in registry.specs(hops):
         for case in spec.verify_cases:
             reports += _case_report(spec, case, seed, progress)
+    return reports
+
+
+def construction_reports(spec: ConstructionSpec, seed: int = 0, progress: bool = False) -> list[Report]:
+    """One construction at the sizes its spec lists (``verify_cases``): ``georecall verify --construction``.
+
+    Raises
+    ------
+    InputError
+        When the spec lists no ``verify_cases``.
+    """
+    if not spec.verify_cases:
+        raise InputError(f"{spec.label} lists no verify_cases: give its ConstructionSpec "
+                         "verify_cases=({'N': ..., 'R': ...},)")
+    reports: list[Report] = []
+    for case in spec.verify_cases:
+        reports += _case_report(spec, case, seed, progress)
     return reports
 
 

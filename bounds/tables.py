@@ -186,7 +186,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
 # Default columns: what a paper table needs, narrow enough for one page (every field is in csv and json).
 # N, R, k and b are left out of the default columns when every row has the same value (the caption, or a
 # comment line in LaTeX, states them).
-BOUND_COLUMNS = ("construction", "N", "R", "k", "b", "d", "P0", "bound", "d_min", "gap")
+BOUND_COLUMNS = ("construction", "N", "R", "k", "b", "d", "bound", "d_min", "gap")
 GAP_COLUMNS = ("construction", "N", "R", "k", "d", "b_needed", "needed_d_min", "needed_gap",
                "b_per_parameter", "per_parameter_d_min", "per_parameter_gap")
 GAP_GROUPS = (("$b$ needed", ("b_needed", "needed_d_min", "needed_gap")),
@@ -196,7 +196,7 @@ _GAP_GROUP_WITH_B = {"b_needed": "$b = {b}$ needed", "b_per_parameter": "$b = {b
 _CONSTANT_DROPPED = ("N", "R", "k", "b")
 _BOUND_NAMES = {"total-information": "total information", "per-entity": "per entity",
                 "tradeoff": "tradeoff", "chain-of-thought": "chain of thought"}
-_BOUND_NAMES_LATEX = {"total-information": "total info.", "per-entity": "per entity",
+_BOUND_NAMES_LATEX = {"total-information": "total", "per-entity": "per entity",
                       "tradeoff": "tradeoff", "chain-of-thought": "CoT"}
 # Cells whose value is replaced by the row's reason when the bound is empty (d_min = 0).
 # (the gap of an empty bound is None: shown as a dash)
@@ -235,14 +235,18 @@ def latex_escape(text: str) -> str:
     return "".join(out)
 
 
-def _number(value, fmt: str) -> str:
-    """An int with thousands separators (``{,}`` in LaTeX), an integral float as an int, other floats with
-    two decimals; non-finite floats as words."""
+# Columns holding a number of bits: an integral value prints as an integer (b = 1, not 1.00).
+_BITS = {"b", "bits", "b_needed", "b_per_parameter"}
+
+
+def _number(value, fmt: str, integral: bool = True) -> str:
+    """An int with thousands separators (``{,}`` in LaTeX), an integral float as an int when ``integral``,
+    other floats with two decimals; non-finite floats as words."""
     if isinstance(value, str):
         return value
     if isinstance(value, float) and not math.isfinite(value):
         return "n/a" if math.isnan(value) else ("infinite" if value > 0 else "-infinite")
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+    if integral and isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         value = int(value)
     text = f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
     return text.replace(",", "{,}").replace("-", "$-$") if fmt == "latex" else text
@@ -258,7 +262,7 @@ def _cell(row: dict, key: str, fmt: str) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (int, float)):
-        return _number(value, fmt)
+        return _number(value, fmt, integral=key in _BITS)
     if key == "bound":
         value = (_BOUND_NAMES_LATEX if fmt == "latex" else _BOUND_NAMES).get(str(value), value)
     return latex_escape(str(value)) if fmt == "latex" else str(value).replace("|", "\\|")

@@ -257,13 +257,13 @@ def test_tradeoff_takes_a_users_k_hop_construction(capsys, registered, tmp_path)
 
 
 def test_gaps_table_command(capsys):
-    from georecall.verify.sections.bounds_checks import PER_PARAMETER_BITS, TABLE_BITS
+    from georecall.verify.sections.bounds_checks import per_parameter_bits, table_bits
     code, out, _ = run(["bounds", "--gaps", "--N", "4096", "--R", "16", "--k", "1", "--json"], capsys)
     rows = {r["construction"]: r for r in json.loads(out)["rows"]}
-    assert code == 0 and rows["G1"]["b_needed"] == TABLE_BITS["G1"] == 2
+    assert code == 0 and rows["G1"]["b_needed"] == table_bits()["G1"] == 2
     assert rows["G1"]["needed_d_min"] == lower.total_information(4096, 16, 1, 2).d_min
     assert rows["G1"]["per_parameter_d_min"] == lower.total_information(4096, 16, 1,
-                                                                         PER_PARAMETER_BITS["G1"]).d_min
+                                                                         per_parameter_bits()["G1"]).d_min
     assert rows["A1"]["b_needed"] is None
     code, out, _ = run(["bounds", "--gaps", "--needed", "A1=3", "--N", "4096", "--R", "16", "--k", "1",
                         "--json"], capsys)

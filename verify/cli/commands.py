@@ -380,7 +380,7 @@ def run_bounds(p) -> dict:
     """``bounds``: lower bounds on d beside every construction's d (or those of ``--construction``); with
     ``--gaps`` the gap table (``tables.gap_rows``) at the b each construction needs and at a per-parameter b."""
     from georecall.bounds.tables import bound_rows, gap_rows, render
-    from georecall.verify.sections.bounds_checks import PER_PARAMETER_BITS, TABLE_BITS
+    from georecall.verify.sections.bounds_checks import per_parameter_bits, table_bits
     fmt = _table_format(p, default="md")
     for N in p.N:
         if N > LIMITS["bounds_N"]:
@@ -397,12 +397,13 @@ def run_bounds(p) -> dict:
         if not (1 / 64 <= b <= LIMITS["bits"]):
             raise InputError(f"bits per parameter b must lie in [1/64, 64], got {b}")
     chosen = _user_constructions(p)
-    needed = {**TABLE_BITS, **_needed_bits(getattr(p, "needed", None))} if gaps else {}
+    # the b of each spec's bits claim (``ConstructionSpec.bits``), overridden or added by --needed
+    needed = {**table_bits(), **_needed_bits(getattr(p, "needed", None))} if gaps else {}
     budget = _budget(p)
     est = memory.bounds_estimate(p.N, p.R, p.k).require(budget)
     start = time.perf_counter()
     if gaps:
-        rows = gap_rows(p.N, p.R, p.k, needed, PER_PARAMETER_BITS, constructions=chosen)
+        rows = gap_rows(p.N, p.R, p.k, needed, per_parameter_bits(), constructions=chosen)
     else:
         rows = bound_rows(p.N, p.R, p.k, bits, constructions=chosen)
     text = render(rows, fmt, columns=_columns(p), caption=getattr(p, "caption", None),

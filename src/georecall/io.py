@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import IO
 
 from georecall.errors import InputError
+from georecall.state_dict import from_state_dict, to_state_dict  # noqa: F401  (re-exported: docs/model_format.md)
 
 __all__ = ["FileLock", "LockTimeout", "append_jsonl", "atomic_write", "lock_path", "read_jsonl",
            "validate_output_path"]

@@ -35,6 +35,7 @@ __all__ = [
     "run_check_single_hop",
     "run_count",
     "run_demo",
+    "run_eval",
     "run_figures",
     "run_precision",
     "run_probe",
@@ -685,6 +686,77 @@ def run_probe(p) -> dict:
     return _doc("probe", p, params, est, budget, model=p.model, N=task.N, R=task.R, **result)
 
 
+def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
+    """Accuracy and margins overall and per relation (the first hop r_1 of each query) from a kept check."""
+    assert result.margins is not None and result.predictions is not None  # checked with keep=True
+    margins = np.asarray(result.margins, dtype=np.float64).reshape(tokens.shape[0], -1).min(axis=1)
+    relation = tokens[:, k - 1] - N  # r_1: the relation applied first (the token before the subject)
+    correct = margins > 0
+    per_relation = []
+    for r in range(R):  # a loop over relations, each vectorized over its queries
+        mine = relation == r
+        per_relation.append({"relation": r, "queries": int(mine.sum()),
+                             "accuracy": float(correct[mine].mean()) if mine.any() else None,
+                             "min_margin": float(margins[mine].min()) if mine.any() else None,
+                             "mean_margin": float(margins[mine].mean()) if mine.any() else None})
+    quantiles = {f"q{q:g}": float(np.quantile(margins, q)) for q in (0.01, 0.1, 0.5)} if margins.size else {}
+    n_correct = int(correct.sum())  # strictly positive margin: a tie is not a right answer
+    n = int(margins.size)
+    return {"queries": n, "n_correct": n_correct, "accuracy": n_correct / n if n else 1.0,
+            "exact": n_correct == n, "argmax_correct": int(result.n_correct),
+            "min_margin": float(margins.min()) if n else None,
+            "mean_margin": float(margins.mean()) if margins.size else None, "margin_quantiles": quantiles,
+            "ties": int((margins == 0).sum()), "per_relation": per_relation, "forward": result.forward,
+            "decoder": result.decoder, "dtype": result.dtype}
+
+
+def run_eval(p) -> dict:
+    """``eval``: accuracy and logit margins of a model file on every query of its task, overall and per
+    relation (greedy decoding of every chain for a chain-of-thought model)."""
+    from georecall.theory.tokens import queries, teacher_forcing
+    from georecall.verify.checking.check import check_decoding, check_queries
+    from georecall.verify.sections.suite import query_bytes
+    budget = _budget(p)
+    model, task, est = _load_model_and_task(p.model, p.task, budget, "eval")
+    header_record = _model_record(p.model)
+    k = p.k if p.k is not None else header_record.get("k", 1)
+    cot = bool(p.cot or header_record.get("cot", False))
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= LIMITS["k"]:
+        raise InputError(f"the model file records k = {k!r}; pass --k (1..{LIMITS['k']})")
+    if model.n_entities != task.N or model.n_relations != task.R:
+        raise InputError(f"the model has N = {model.n_entities} entities and R = {model.n_relations} relations, "
+                         f"its task N = {task.N}, R = {task.R}")
+    if model.n_out != task.N:
+        raise InputError(f"the model has {model.n_out} outputs; eval reads answers as entity ids (n_out = N = "
+                         f"{task.N})")
+    if (k > 1 or cot) and model.max_positions is not None and model.max_positions < (2 * k if cot else k + 1):
+        raise InputError(f"{'chain-of-thought ' if cot else ''}{k}-hop queries need "
+                         f"{2 * k if cot else k + 1} positions; the model has {model.max_positions}")
+    _queries(task.N, task.R, k)
+    est.add("queries, predictions, margins", query_bytes(task.N, task.R, k, cot) + 16 * task.N * task.R**k,
+            "the model's N or R, or --k")
+    est.require(budget)
+    tokens, answers = queries(task, k)
+    if cot:
+        result = check_decoding(model, tokens, teacher_forcing(task, k)[1], keep=True, progress=p.progress)
+    else:
+        result = check_queries(model, tokens, answers, keep=True, progress=p.progress)
+    params = {"model": p.model, "task": p.task, "k": k, "cot": cot}
+    return _doc("eval", p, params, est, budget, N=task.N, R=task.R, k=k, cot=cot,
+                mode="greedy chain-of-thought decoding" if cot else "argmax at the last position",
+                source={key: header_record.get(key) for key in ("construction", "mode", "d", "steps")
+                        if key in header_record}, **_evaluation(result, tokens, task.N, task.R, k))
+
+
+def _model_record(path: str) -> dict:
+    """The ``record`` of a model file's JSON header (parameters it was written with), or {}."""
+    import json
+    with np.load(path, allow_pickle=False) as data:
+        header = json.loads(str(data["__header__"]))
+    record = header.get("record")
+    return record if isinstance(record, dict) else {}
+
+
 def run_transfer(p) -> dict:
     """``transfer``: freeze-and-swap onto new bijections."""
     from georecall.io import append_jsonl
@@ -816,6 +888,7 @@ COMMANDS = {
     "sweep threshold": run_sweep_threshold,
     "study mechanism": run_study_mechanism,
     "probe": run_probe,
+    "eval": run_eval,
     "transfer": run_transfer,
     "probe-hidden": run_probe_hidden,
     "figures": run_figures,

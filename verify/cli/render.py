@@ -257,6 +257,19 @@ def _probe_hidden(doc: dict) -> list[str]:
     return lines
 
 
+def _eval(doc: dict) -> list[str]:
+    q = doc["margin_quantiles"]
+    lines = [f"{doc['params']['model']}: N = {doc['N']}, R = {doc['R']}, k = {doc['k']}, {doc['mode']}",
+             f"accuracy {100 * doc['accuracy']:.2f}% ({doc['n_correct']:,}/{doc['queries']:,} queries), "
+             f"margin min {_fmt(doc['min_margin'])}, mean {_fmt(doc['mean_margin'])}, 1% {_fmt(q.get('q0.01'))}, "
+             f"median {_fmt(q.get('q0.5'))}" + (f"; {doc['ties']:,} ties (margin 0, counted wrong)"
+                                               if doc["ties"] else ""),
+             f"{'relation':>8}  {'queries':>9}  {'accuracy':>8}  {'min margin':>10}  {'mean margin':>11}"]
+    lines += [f"{r['relation']:>8}  {r['queries']:>9,}  {100 * (r['accuracy'] or 0):7.2f}%  "
+              f"{_fmt(r['min_margin']):>10}  {_fmt(r['mean_margin']):>11}" for r in doc["per_relation"]]
+    return lines
+
+
 _TEXT = {
     "verify": _verify,
     "check single-hop": _reports,
@@ -268,6 +281,7 @@ _TEXT = {
     "sweep threshold": _sweep,
     "study mechanism": lambda doc: [doc["text"]] + list(doc["figures"]),
     "probe": _probe,
+    "eval": _eval,
     "transfer": _probe,
     "probe-hidden": _probe_hidden,
     "figures": lambda doc: list(doc["files"]),

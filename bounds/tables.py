@@ -275,9 +275,9 @@ def render_table(rows: list[dict], fmt: str = "md", *, columns=None, headers: Ma
 
     Markdown and LaTeX show ``columns`` (default: every key of the first row); CSV has every field of every
     row, ``columns`` first; JSON is ``{"version", **meta, "rows"}``. LaTeX is paper-ready: booktabs rules,
-    math-mode headers (``headers[key][1]``, else the escaped key), the first column left-aligned and the numeric
-    ones right-aligned (text columns left), every text cell escaped, and with a caption or label a ``table`` float around it (needs
-    ``\\usepackage{booktabs}``).
+    math-mode headers (``headers[key][1]``, else the escaped key), the first and every text column
+    left-aligned and the numeric ones right-aligned, every text cell escaped, and with a caption or label a
+    ``table`` float around it (needs ``\\usepackage{booktabs}``).
 
     Parameters
     ----------
@@ -379,9 +379,10 @@ def render(rows: list[dict], fmt: str = "md", *, columns=None, caption: str | No
     """Bound rows (:func:`bound_rows`) or gap rows (:func:`gap_rows`) as a table (:func:`render_table`).
 
     Default columns: :data:`BOUND_COLUMNS` or :data:`GAP_COLUMNS`, without those of N, R, k, b that are the
-    same in every row (stated in a note under the table and in the caption). An empty bound (``d_min = 0``) shows the
-    word "vacuous", or "no gadget" for a tradeoff bound whose gadget family does not fit, in its ``d_min``,
-    ``d_bound`` and gap cells (never a negative real bound); b and other integral values print as integers.
+    same in every row (stated in a note under the table and in the caption). An empty bound (``d_min = 0``)
+    shows the word "vacuous", or "no gadget" for a tradeoff bound whose gadget family does not fit, in its
+    ``d_min`` and ``d_bound`` cells and a dash as its gap (never a negative real bound); b prints as an
+    integer where it is one.
 
     Parameters
     ----------

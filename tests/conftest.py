@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 
 # The strategies the tests use are public: georecall.testing (users property-test their own constructions).
-# Importing it registers the hypothesis profiles and loads $GEORECALL_HYPOTHESIS_PROFILE (default deterministic).
+# Importing it registers the hypothesis profiles and loads $GEORECALL_HYPOTHESIS_PROFILE (default:
+# deterministic).
 from georecall.testing import codebooks, models, tables, tasks  # noqa: F401
 
 

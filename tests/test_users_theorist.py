@@ -83,8 +83,8 @@ def test_readme_hypothesis_snippet_runs_verbatim_outside_the_test_suite(tmp_path
             globals()[n]()
         print("ran", *sorted(names))
     """))
-    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "GEORECALL_HYPOTHESIS_PROFILE": ""})
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "GEORECALL_HYPOTHESIS_PROFILE": ""})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ran test_my_construction_by_hand test_my_construction_is_exact" in done.stdout
 
@@ -162,7 +162,7 @@ def test_example_refusals_are_one_line_exit_2(extra, needle, capsys, registered)
 def test_cli_passes_codes_only_when_given_and_records_what_was_built(capsys, registered, tmp_path):
     seen = []
     path = tmp_path / "spy.py"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(textwrap.dedent("""
         import dataclasses
         from georecall.constructions import registry
         G1 = registry.get("G1")

@@ -264,4 +264,4 @@ def to_state_dict(model, *, token_table: bool = True, attention_scale: str | flo
             state[p + "mlp.fc2.weight"] = layer.mlp.W2.T.copy()
             state[p + "mlp.fc2.bias"] = np.array(layer.mlp.b2)
     state["unembed.weight"] = np.array(model.full_unembedding())
-    return state
+    return {key: np.array(value) for key, value in state.items()}  # writable copies, never views

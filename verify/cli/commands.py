@@ -65,6 +65,13 @@ LIMITS = {
 }
 
 
+def _limit(name: str) -> int:
+    """``LIMITS[name]``, one that is set (``count_tasks_log2`` is filled in at first use)."""
+    value = LIMITS[name]
+    assert value is not None, name
+    return value
+
+
 def _doc(command: str, p, params: dict, est: Estimate | None, budget: int | None, **results) -> dict:
     doc = {"command": command, "version": __version__, "seed": getattr(p, "seed", None), "params": params,
            "status": 0}
@@ -201,8 +208,9 @@ def run_verify(p) -> dict:
         for spec in specs:
             reports += [rep.as_dict() for rep in suite.construction_reports(spec, p.seed, p.progress)]
         ok = all(rep["passed"] for rep in reports)
-        return _doc("verify", p, {"seed": p.seed, "constructions": chosen}, est, budget, status=0 if ok else 1,
-                    passed=ok, seconds=round(time.perf_counter() - start, 3), reports=reports)
+        return _doc("verify", p, {"seed": p.seed, "constructions": chosen}, est, budget,
+                    status=0 if ok else 1, passed=ok, seconds=round(time.perf_counter() - start, 3),
+                    reports=reports)
     for title, section in suite.SECTIONS:
         if p.progress:
             import sys
@@ -371,7 +379,7 @@ def _needed_bits(items) -> dict[str, int]:
             b = int(value)
         except ValueError:
             raise InputError(f"--needed {item!r}: B must be a whole number of bits") from None
-        if not 1 <= b <= LIMITS["bits"]:
+        if not 1 <= b <= _limit("bits"):
             raise InputError(f"--needed {item!r}: B must lie in [1, {LIMITS['bits']}]")
         needed[registry.resolve(name).id] = b
     return needed
@@ -379,7 +387,8 @@ def _needed_bits(items) -> dict[str, int]:
 
 def run_bounds(p) -> dict:
     """``bounds``: lower bounds on d beside every construction's d (or those of ``--construction``); with
-    ``--gaps`` the gap table (``tables.gap_rows``) at the b each construction needs and at a per-parameter b."""
+    ``--gaps`` the gap table (``tables.gap_rows``) at the b each construction needs and at a per-parameter
+    b."""
     from georecall.bounds.tables import bound_rows, gap_rows, render
     from georecall.verify.sections.bounds_checks import per_parameter_bits, table_bits
     fmt = _table_format(p, default="md")
@@ -395,7 +404,7 @@ def run_bounds(p) -> dict:
         raise InputError("--needed is for the gap table: add --gaps")
     bits = p.bits if p.bits is not None else [1.0]
     for b in bits:
-        if not (1 / 64 <= b <= LIMITS["bits"]):
+        if not (1 / 64 <= b <= _limit("bits")):
             raise InputError(f"bits per parameter b must lie in [1/64, 64], got {b}")
     chosen = _user_constructions(p)
     # the b of each spec's bits claim (``ConstructionSpec.bits``), overridden or added by --needed
@@ -721,14 +730,14 @@ def run_eval(p) -> dict:
     header_record = _model_record(p.model)
     k = p.k if p.k is not None else header_record.get("k", 1)
     cot = bool(p.cot or header_record.get("cot", False))
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= LIMITS["k"]:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= _limit("k"):
         raise InputError(f"the model file records k = {k!r}; pass --k (1..{LIMITS['k']})")
     if model.n_entities != task.N or model.n_relations != task.R:
-        raise InputError(f"the model has N = {model.n_entities} entities and R = {model.n_relations} relations, "
-                         f"its task N = {task.N}, R = {task.R}")
+        raise InputError(f"the model has N = {model.n_entities} entities and R = {model.n_relations} "
+                         f"relations, its task N = {task.N}, R = {task.R}")
     if model.n_out != task.N:
-        raise InputError(f"the model has {model.n_out} outputs; eval reads answers as entity ids (n_out = N = "
-                         f"{task.N})")
+        raise InputError(f"the model has {model.n_out} outputs; eval reads answers as entity ids "
+                         f"(n_out = N = {task.N})")
     if (k > 1 or cot) and model.max_positions is not None and model.max_positions < (2 * k if cot else k + 1):
         raise InputError(f"{'chain-of-thought ' if cot else ''}{k}-hop queries need "
                          f"{2 * k if cot else k + 1} positions; the model has {model.max_positions}")

@@ -121,7 +121,8 @@ def _add_table_options(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--columns", default=None, metavar="A,B,...",
                    help="columns of an md, csv or latex table, comma-separated keys of the rows (see "
                    "--format json for every key; default: a selection that fits a page)")
-    p.add_argument("--caption", default=None, help="LaTeX: wrap the tabular in a table float with this caption")
+    p.add_argument("--caption", default=None,
+                   help="LaTeX: wrap the tabular in a table float with this caption")
     p.add_argument("--label", default=None, help="LaTeX: \\label of the table float")
 
 
@@ -419,15 +420,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", parents=[common], help="accuracy and margins of a model file, per relation",
                        description="Evaluate a model file (written by train --out, check --save, or from a "
-                       "PyTorch state_dict: docs/model_format.md) on every query of its task: accuracy, logit "
-                       "margins (right logit minus the best other) overall and per relation. A chain-of-"
-                       "thought model is decoded greedily. Exit 0 whatever the accuracy (a check is "
+                       "PyTorch state_dict: docs/model_format.md) on every query of its task: accuracy, "
+                       "logit margins (right logit minus the best other) overall and per relation. A "
+                       "chain-of-thought model is decoded greedily. Exit 0 whatever the accuracy (a check is "
                        "'georecall check').")
     p.add_argument("model", help="MODEL.npz (georecall-model-1; the task table inside or --task)")
     p.add_argument("--task", default=None, help="task table (R × N .npy, or .npz with 'task_table') if the "
                    "model file has none")
-    p.add_argument("--k", type=_k, default=None, help="hops k of the queries (default: the k the file records, "
-                   "else 1)")
+    p.add_argument("--k", type=_k, default=None,
+                   help="hops k of the queries (default: the k the file records, else 1)")
     p.add_argument("--cot", action="store_true", help="greedy chain-of-thought decoding of k steps (default: "
                    "as the file records)")
     p.set_defaults(command="eval")

@@ -261,7 +261,8 @@ def _eval(doc: dict) -> list[str]:
     q = doc["margin_quantiles"]
     lines = [f"{doc['params']['model']}: N = {doc['N']}, R = {doc['R']}, k = {doc['k']}, {doc['mode']}",
              f"accuracy {100 * doc['accuracy']:.2f}% ({doc['n_correct']:,}/{doc['queries']:,} queries), "
-             f"margin min {_fmt(doc['min_margin'])}, mean {_fmt(doc['mean_margin'])}, 1% {_fmt(q.get('q0.01'))}, "
+             f"margin min {_fmt(doc['min_margin'])}, mean {_fmt(doc['mean_margin'])}, "
+             f"1% {_fmt(q.get('q0.01'))}, "
              f"median {_fmt(q.get('q0.5'))}" + (f"; {doc['ties']:,} ties (margin 0, counted wrong)"
                                                if doc["ties"] else ""),
              f"{'relation':>8}  {'queries':>9}  {'accuracy':>8}  {'min margin':>10}  {'mean margin':>11}"]

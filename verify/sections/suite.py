@@ -99,8 +99,8 @@ def run_check(
     """Build a registered construction on THE seeded task (``task_for_seed(N, R, seed)``) and check every
     query.
 
-    ``task``: check on this task instead; its N and R must equal ``N`` and ``R`` (``InputError`` otherwise) and
-    its attributes variant must be one the construction supports. ``codes`` and ``D`` are passed to the
+    ``task``: check on this task instead; its N and R must equal ``N`` and ``R`` (``InputError`` otherwise)
+    and its attributes variant must be one the construction supports. ``codes`` and ``D`` are passed to the
     builder only when given (a construction that does not declare them among its common options refuses
     them); ``None`` means the builder's own default (binary codes of length ⌈log2 N⌉ for the built-in ones).
     ``options`` are the builder's own options (``gate``, ``beta``, ``attention``, ``gain``, ``integer``, ...);

@@ -89,6 +89,11 @@ def test_readme_hypothesis_snippet_runs_verbatim_outside_the_test_suite(tmp_path
     assert "ran test_my_construction_by_hand test_my_construction_is_exact" in done.stdout
 
 
+def test_georecall_testing_documents_the_same_snippet_as_the_readme():
+    import georecall.testing as testing
+    assert textwrap.dedent(testing.__doc__.split("::")[1]).strip() == readme_snippet().strip()
+
+
 def test_importing_georecall_testing_loads_a_deterministic_profile_without_deadline():
     code = ("import hypothesis, georecall.testing as t; s = hypothesis.settings.default; "
             "print(s.deadline, s.derandomize, s.database)")

@@ -17,25 +17,25 @@ attributes);
 - :func:`models`: random :class:`~georecall.constructions.model.Model` objects (uniform or softmax attention,
   heads, layers, positions) for gradient and forward-pass properties.
 
-A property test of your own construction (a ``ConstructionSpec``, see ``examples/my_construction.py``), as a
-ready helper::
+A property test of your own construction (a ``ConstructionSpec``, see ``examples/my_construction.py``),
+with the ready property :func:`check_spec` and written out with the strategies (the README's snippet, run
+from the repository's folder)::
+
+    from hypothesis import given
 
     from georecall.constructions.registry import resolve
-    from georecall.testing import check_spec
+    from georecall.testing import check_spec, tasks
+    from georecall.verify.sections.suite import run_check
 
     SPEC = resolve("examples/my_construction.py:SPEC")
 
-    def test_my_construction_is_exact():
+
+    def test_my_construction_is_exact():  # the ready property: every query of every drawn task
         check_spec(SPEC, max_N=32, max_R=3)
 
-or written out with the strategies::
 
-    from hypothesis import given
-    from georecall.testing import tasks
-    from georecall.verify.sections.suite import run_check
-
-    @given(tasks(max_N=32, max_R=3))
-    def test_my_construction_is_exact(task):
+    @given(tasks(max_N=32, max_R=3))  # the same, written out
+    def test_my_construction_by_hand(task):
         assert run_check(SPEC, task.N, task.R, task=task).passed
 """
 

@@ -213,3 +213,9 @@ def test_eval_refuses_in_one_line(tmp_path, capsys):
     assert code == 2 and "R = 3" in err
     code, _, err = run(["eval", str(tmp_path / "missing.npz")], capsys)
     assert code == 2 and "no such" in err
+
+
+def test_the_example_without_torch_converts_evaluates_and_round_trips(tmp_path, capsys):
+    EXAMPLE["without_torch"](str(tmp_path / "numpy.npz"))  # runs whether or not torch is installed
+    out = capsys.readouterr().out
+    assert "to_state_dict(from_state_dict(sd)) == sd" in out and "accuracy" in out

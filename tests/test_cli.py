@@ -1,4 +1,5 @@
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -308,7 +309,11 @@ def test_construction_choices_come_from_the_registry():
         (["precision", "--k", "2"], "omit --k"),
         (["precision", "--construction", "cot"], "give --k"),
         (["precision", "--max-bits", "65"], "<= 64"),
-        (["demo", "--json"], "no JSON form"),
+        (["demo", "--json"], "unrecognized arguments: --json"),
+        (["demo", "--N", "1"], ">= 2"),
+        (["demo", "--N", "65"], "<= 64"),
+        (["demo", "--R", "9"], "<= 8"),
+        (["demo", "--dpi", "100"], "apply to --figures"),
         (["probe", "/nonexistent/model.npz"], "no such model file"),
         (["probe-hidden", "/nonexistent/s.npz"], "no such states file"),
         (["figures", "--from", "/nonexistent/r.jsonl"], "no such results file"),
@@ -473,5 +478,182 @@ def test_sweep_passes_scheduler_and_timeouts(tmp_path, capsys, monkeypatch):
 
 
 def test_demo_text(capsys):
-    code, out, _ = run(["demo", "--quiet"], capsys)
+    code, out, _ = run(["demo"], capsys)
     assert code == 0 and "N = 8" in out
+    code, out, _ = run(["demo", "--N", "5", "--R", "3", "--seed", "2"], capsys)
+    assert code == 0 and "R = 3 bijections π_r of the N = 5 symbols" in out and "15/15 right" in out
+
+
+# ------------------------------------------------------------------------- the shared options and conflicts
+
+
+def _commands(parser):
+    """Every leaf command of the parser: (its ``command`` default, its parser)."""
+    import argparse
+
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                command = sub.get_default("command")
+                if command is not None:
+                    found[command] = sub
+                found.update(_commands(sub))
+    return found
+
+
+def _offered(sub) -> set[str]:
+    names = {"--seed": "seed", "--json": "json", "--quiet": "quiet", "--max-gib": "max-gib"}
+    return {names[o] for a in sub._actions for o in a.option_strings if o in names}
+
+
+def test_every_command_has_its_row_of_shared_options():
+    from georecall.verify.cli.parser import SHARED, build_parser
+
+    commands = _commands(build_parser())
+    assert set(commands) == set(SHARED)
+    for command, sub in commands.items():
+        assert _offered(sub) == set(SHARED[command]), command
+
+
+class _Recorder:
+    """The parsed arguments, recording which attributes a command reads (reads by ``_doc``, which copies the
+    seed into every document, do not count: they are not a use)."""
+
+    def __init__(self, args):
+        object.__setattr__(self, "_args", args)
+        object.__setattr__(self, "read", set())
+
+    def __getattr__(self, name):
+        if sys._getframe(1).f_code.co_name != "_doc":
+            self.read.add(name)
+        return getattr(self._args, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._args, name, value)
+
+
+def _small_argv(tmp_path) -> dict[str, list[str]]:
+    model, states = str(tmp_path / "m.npz"), str(tmp_path / "s.npz")
+    return {
+        "verify": ["verify"],
+        "check single-hop": ["check", "single-hop", "--N", "16", "--R", "2"],
+        "check multi-hop": ["check", "multi-hop", "--N", "8", "--R", "2", "--k", "2"],
+        "tradeoff": ["tradeoff", "--N", "64", "--R", "2", "--k-max", "2"],
+        "bounds": ["bounds", "--N", "64", "--R", "2", "--k", "1"],
+        "count": ["count", "--N", "3", "--R", "2", "--k", "1"],
+        "precision": ["precision", "--N", "16", "--R", "2", "--max-bits", "3"],
+        "train": ["train", "--N", "8", "--R", "2", "--d", "8", "--steps", "2"],
+        "sweep threshold": ["sweep", "threshold", "--N", "8", "--R", "2", "--seeds", "0", "--modes", "learned",
+                            "--steps", "2", "--d-max", "8", "--out", str(tmp_path / "t.jsonl")],
+        "study mechanism": ["study", "mechanism", "--quick", "--out", str(tmp_path / "q.jsonl")],
+        "probe": ["probe", model, "--subjects", "4"],
+        "transfer": ["transfer", model, "--steps", "2"],
+        "probe-hidden": ["probe-hidden", states],
+        "figures": ["figures", "--out", str(tmp_path / "fig"), "--format", "png", "--dpi", "40"],
+        "demo": ["demo", "--N", "4", "--R", "1"],
+    }
+
+
+def test_every_shared_option_offered_is_read_by_its_command(tmp_path, capsys, monkeypatch):
+    """An option that does nothing is not offered: each command reads --seed, the progress switch (--quiet)
+    and the budget (--max-gib) wherever it offers them. Fails for the old one-size parent parser (tradeoff,
+    bounds and count offered --seed, demo --json, precision and probe --quiet)."""
+    import shutil
+
+    import numpy as np
+
+    from georecall.verify.cli import parser as parser_module
+    from georecall.verify.cli.parser import SHARED, build_parser
+    from georecall.verify.experiments import study
+    from georecall.verify.sections import suite
+
+    pytest.importorskip("matplotlib", reason="figures needs the optional plot extra")
+    assert main(["check", "single-hop", "--N", "16", "--R", "2", "--save", str(tmp_path / "m.npz")]) == 0
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "s.npz", states=rng.standard_normal((40, 6)), attributes=rng.integers(0, 3, (40, 2)))
+    monkeypatch.setattr(suite, "SECTIONS", [("none", lambda seed, progress: [])])
+
+    def fake_study(path, grid, **kwargs):  # the quick grid's training replaced by the committed records
+        assert "progress" in kwargs
+        shutil.copy(pathlib.Path(__file__).parent.parent / "docs" / "study_results.jsonl", path)
+        return []
+
+    monkeypatch.setattr(study, "run_study", fake_study)
+    capsys.readouterr()
+    real = build_parser
+    seen: list[_Recorder] = []
+
+    class Parser:  # main's parser, handing main and the command a recorder of the parsed arguments
+        def parse_args(self, argv):
+            seen.append(_Recorder(real().parse_args(argv)))
+            return seen[-1]
+
+    monkeypatch.setattr(parser_module, "build_parser", Parser)
+    field = {"seed": "seed", "quiet": "progress", "max-gib": "max_gib"}
+    for command, argv in _small_argv(tmp_path).items():
+        assert main(argv) in (0, 1), command
+        unused = {name for name in SHARED[command] if name in field and field[name] not in seen[-1].read}
+        assert not unused, f"{command} offers {sorted(unused)} but never reads them"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--json"],
+        ["tradeoff", "--seed", "1"],
+        ["bounds", "--seed", "1"],
+        ["count", "--seed", "1"],
+        ["sweep", "threshold", "--seed", "1"],
+        ["study", "mechanism", "--seed", "1"],
+        ["tradeoff", "--max-gib", "1"],
+        ["tradeoff", "--quiet"],
+        ["precision", "--quiet"],
+    ],
+)
+def test_options_that_do_nothing_are_not_offered(argv, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2 and "unrecognized arguments" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bounds", "--N", "64", "--R", "2", "--k", "1", "--format", "latex", "--json"],
+         "--json and --format latex do not combine"),
+        (["bounds", "--N", "64", "--R", "2", "--k", "1", "--format", "md", "--json"],
+         "--json and --format md do not combine"),
+        (["sweep", "threshold", "--workers", "2", "--scheduler", "local:2"], "--workers and --scheduler"),
+        (["study", "mechanism", "--workers", "2", "--scheduler", "local:2"], "--workers and --scheduler"),
+    ],
+)
+def test_conflicting_options_are_refused_in_one_line(argv, message, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_agreeing_options_are_not_conflicts(capsys):
+    code, out, _ = run(["bounds", "--N", "64", "--R", "2", "--k", "1", "--format", "json", "--json"], capsys)
+    assert code == 0 and json.loads(out)["params"]["format"] == "json"
+    code, out, _ = run(["bounds", "--N", "64", "--R", "2", "--k", "1", "--json"], capsys)
+    assert code == 0 and json.loads(out)["params"]["format"] == "json"
+    code, out, _ = run(["bounds", "--N", "64", "--R", "2", "--k", "1", "--quiet"], capsys)
+    assert code == 0 and out.startswith("|")
+
+
+def test_help_shows_every_default_and_no_internal_references():
+    import argparse
+    import re
+
+    from georecall.verify.cli.parser import build_parser
+
+    for command, sub in _commands(build_parser()).items():
+        text = sub.format_help()
+        assert not re.search(r"\bissue \d|DESIGN\.md|THEORY\.md|/work/", text), command
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            meaningful = action.option_strings and action.default not in (None, False, [], argparse.SUPPRESS)
+            if meaningful and action.help is not argparse.SUPPRESS:
+                shown = formatter._get_help_string(action) % {"default": action.default, "prog": sub.prog}
+                assert "default" in shown, f"{command} {action.option_strings[0]}: no default shown"

@@ -29,7 +29,31 @@ def test_demo_prints_the_walkthrough(capsys):
     numbers = run_demo(seed=0)
     out = capsys.readouterr().out
     assert numbers["exact"] and numbers["margin"] == 4.0 and numbers["trained_reached"]
-    assert "gate" in out and "B_mother" in out and "16/16 right" in out
+    assert "gate" in out and "B_cipher0" in out and "16/16 right" in out
+    assert numbers["unit_margin"] == pytest.approx(4 / 3) and numbers["relations"] == ["cipher0", "cipher1"]
+
+
+def test_demo_sizes_and_names():
+    """demo takes --N and --R (validated); its relation names are labels of bijections, not kinship words
+    (mother, wife: not bijections, and a bijection may have fixed points)."""
+    from georecall.errors import InputError
+    from georecall.verify.experiments.demo import run_demo
+
+    lines = []
+    numbers = run_demo(6, 3, seed=4, out=lines.append)
+    text = "\n".join(lines)
+    assert numbers["exact"] and "18/18 right" in text and "R = 3 bijections" in text
+    assert "mother" not in text and "wife" not in text and "a symbol may encode to itself" in text
+    for N, R in ((1, 2), (65, 2), (8, 0), (8, 9)):
+        with pytest.raises(InputError):
+            run_demo(N, R, out=lines.append)
+
+
+def test_walkthrough_defines_every_letter_and_both_scales():
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "walkthrough.md").read_text()
+    for letter in ("| c1, c2 |", "| g |", "| σ |", "| G |", "| λ |", "| μ |", "| N, R |"):
+        assert letter in doc, letter
+    assert "integer scale" in doc and "unit scale" in doc and "0.3333" in doc and "4/D" in doc
 
 
 def test_figures_are_written(tmp_path, capsys):
@@ -48,7 +72,8 @@ def test_figures_are_written(tmp_path, capsys):
     assert code == 0
     names = {pathlib.Path(f).name for f in files}
     assert names == {
-        f"{n}.{e}" for n in ("thresholds", "tradeoff", "margins", "transfer") for e in ("png", "svg")
+        f"{n}.{e}" for n in ("thresholds", "tradeoff", "margins", "transfer", "construction")
+        for e in ("png", "svg")
     }
     assert all(os.path.getsize(f) > 1000 for f in files)
 

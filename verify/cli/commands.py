@@ -131,7 +131,8 @@ def output_path(path: str, *, suffix: str | None = None, what: str = "output fil
 
 
 def output_dir(path: str, what: str = "output folder") -> str:
-    """Check before any work that ``path`` is (or can be created as) a writable directory.
+    """Check before any work that ``path`` is, or can be created as, a writable directory (missing parents
+    included: the nearest existing ancestor must be a writable folder). Nothing is created here.
 
     Parameters
     ----------
@@ -149,9 +150,11 @@ def output_dir(path: str, what: str = "output folder") -> str:
         raise InputError(f"{what}: a folder is required")
     if os.path.exists(path) and not os.path.isdir(path):
         raise InputError(f"{what} {path!r} exists and is not a folder")
-    parent = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    parent = os.path.abspath(path)
+    while not os.path.exists(parent):  # the nearest existing ancestor: the folders below it will be created
+        parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        raise InputError(f"{what} {path!r}: {parent!r} does not exist")
+        raise InputError(f"{what} {path!r}: {parent!r} is a file, so the folder cannot be created")
     output_path(os.path.join(parent, ".georecall-probe"), what=what)
     return path
 
@@ -785,7 +788,9 @@ def run_transfer(p) -> dict:
     doc = _doc("transfer", p, params, est, budget, model=p.model, N=task.N, R=task.R, steps=p.steps, lr=p.lr,
                transfer=result, appended=append)
     if append:
-        append_jsonl(append, {"kind": "transfer", "label": p.label or os.path.basename(p.model),
+        kind = str(model.meta.get("construction", "model")) if isinstance(model.meta, dict) else "model"
+        description = f"trained, d = {model.d}" if kind == "trained" else f"{kind} (built), d = {model.d}"
+        append_jsonl(append, {"kind": "transfer", "label": p.label or description, "description": description,
                               "version": __version__, "model": p.model, "seed": p.seed, "N": task.N,
                               "R": task.R, "steps": p.steps, "lr": p.lr, **result})
     return doc
@@ -819,9 +824,22 @@ def run_probe_hidden(p) -> dict:
                 **result)
 
 
+def _figure_options(p) -> tuple[int, tuple[str, ...]]:
+    from georecall.verify.experiments.figures import DEFAULT_DPI, DEFAULT_FORMATS
+    dpi = DEFAULT_DPI if getattr(p, "dpi", None) is None else p.dpi
+    formats = tuple(dict.fromkeys(getattr(p, "formats", None) or DEFAULT_FORMATS))
+    return dpi, formats
+
+
+def _require_matplotlib() -> None:
+    from georecall.verify.experiments.figures import PLOT_HINT, have_matplotlib
+    if not have_matplotlib():
+        raise InputError(PLOT_HINT)
+
+
 def run_figures(p) -> dict:
-    """``figures``: PNG and SVG figures from a results file."""
-    from georecall.verify.experiments.figures import PLOT_HINT, make_figures
+    """``figures``: the figures of a results file and the computed ones, at ``--dpi`` in each ``--format``."""
+    from georecall.verify.experiments.figures import make_figures
     from georecall.verify.experiments.sweep import read_records
     budget = _budget(p)
     est = Estimate("figures")
@@ -832,38 +850,51 @@ def run_figures(p) -> dict:
     est.add("computed figures (N = 4096)", 2 * memory.GIB // 4, "—")
     est.require(budget)
     out = output_dir(p.out)
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise InputError(PLOT_HINT.strip().splitlines()[0]) from None
+    dpi, formats = _figure_options(p)
+    _require_matplotlib()
     records = read_records(p.source) if p.source else []
-    paths = make_figures(records, out, seed=p.seed)
-    return _doc("figures", p, {"source": p.source, "out": out, "seed": p.seed}, est, budget, files=paths)
+    paths = make_figures(records, out, seed=p.seed, dpi=dpi, formats=formats)
+    return _doc("figures", p, {"source": p.source, "out": out, "seed": p.seed, "dpi": dpi,
+                               "formats": list(formats)}, est, budget, files=paths)
 
 
 def run_demo(p) -> dict:
-    """``demo``: the G1 walk-through at N = 8, R = 2 (text only: ``--json`` is refused)."""
+    """``demo``: the G1 walk-through (text), and with ``--figures DIR`` the construction drawn."""
+    from georecall.verify.experiments.demo import check_size
     from georecall.verify.experiments.demo import run_demo as demo
-    if p.json:
-        raise InputError("demo is a narrated walk-through with no JSON form: run it without --json")
+    from georecall.verify.experiments.figures import construction_figure, save_figure
+    N, R = getattr(p, "N", 8), getattr(p, "R", 2)
+    check_size(N, R)
+    figures_dir = getattr(p, "figures", None)
+    if figures_dir is None and (getattr(p, "dpi", None) is not None or getattr(p, "formats", None)):
+        raise InputError("--dpi and --format apply to --figures DIR: add it, or leave them out")
+    files: list[str] = []
+    if figures_dir is not None:
+        output_dir(figures_dir, what="--figures folder")
+        _require_matplotlib()
     lines: list[str] = []
     with contextlib.redirect_stdout(io.StringIO()):
-        demo(seed=p.seed, out=lambda *parts: lines.append(" ".join(str(x) for x in parts)))
-    return _doc("demo", p, {"seed": p.seed}, None, None, lines=lines)
+        numbers = demo(N, R, seed=p.seed, out=lines.append)
+    if figures_dir is not None:
+        dpi, formats = _figure_options(p)
+        os.makedirs(figures_dir, exist_ok=True)
+        fig = construction_figure(N, R, p.seed, query=numbers["query"], relation_names=numbers["relations"])
+        files = save_figure(fig, figures_dir, "construction", dpi=dpi, formats=formats)
+        lines.append(f"\nThe construction drawn: {', '.join(files)}")
+    return _doc("demo", p, {"N": N, "R": R, "seed": p.seed, "figures": figures_dir}, None, None, lines=lines,
+                files=files)
 
 
 def run_study_mechanism(p) -> dict:
     """``study mechanism``: run (or resume) the declared grid, then summarize; or only summarize a file."""
     from georecall.verify.experiments import study
     scheduler = _scheduler(p.scheduler)
-    if scheduler is not None and p.workers != 1:
-        raise InputError("--workers and --scheduler do not combine: the scheduler's workers run the jobs")
+    workers = 1 if getattr(p, "workers", None) is None else p.workers  # both with --scheduler: refused
     _positive_finite("--connect-timeout", p.connect_timeout)
     figures_dir = None
-    if p.figures is not None:
-        if os.path.exists(p.figures) and not os.path.isdir(p.figures):
-            raise InputError(f"--figures {p.figures!r} is a file, not a folder")
-        figures_dir = p.figures
+    if p.figures is not None:  # refused before any training: no folder, or no matplotlib to draw with
+        figures_dir = output_dir(p.figures, what="--figures folder")
+        _require_matplotlib()
     notes: list[str] = []
     if p.summary is not None:
         if not os.path.isfile(p.summary):
@@ -871,7 +902,7 @@ def run_study_mechanism(p) -> dict:
         path = p.summary
     else:
         path = output_path(p.out, what="results file")
-        study.run_study(path, "quick" if p.quick else "default", seeds=p.seeds, workers=p.workers,
+        study.run_study(path, "quick" if p.quick else "default", seeds=p.seeds, workers=workers,
                         scheduler=scheduler, progress=p.progress, connect_timeout=p.connect_timeout,
                         log=None if p.progress else notes.append)
     summary = study.summarize(path)
@@ -879,7 +910,9 @@ def run_study_mechanism(p) -> dict:
     if figures_dir is not None:
         os.makedirs(figures_dir, exist_ok=True)
         files = study.figures(summary, figures_dir, log=None if p.progress else notes.append)
-    params = {"grid": "quick" if p.quick else "default", "seeds": p.seeds, "workers": p.workers,
+        if not files:  # matplotlib vanished between the check and now: say so, do not pass silently
+            raise InputError("no figures were written (matplotlib could not be imported)")
+    params = {"grid": "quick" if p.quick else "default", "seeds": p.seeds, "workers": workers,
               "scheduler": scheduler, "out": path, "summary_only": p.summary is not None}
     return _doc("study mechanism", p, params, None, None, out=path, summary=summary,
                 text=study.render_summary(summary), figures=files, notes=notes)

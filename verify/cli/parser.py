@@ -4,7 +4,9 @@
 Exit codes: 0 every check passed; 1 a check failed; 2 bad input, parameters outside a theorem's conditions, or
 a job over the memory budget (one plain line on stderr); 3 an internal error (a bug: its traceback is shown);
 130 interrupted (Ctrl-C). ``--json`` prints exactly one strict JSON document on stdout and nothing on stderr
-unless there is an error; ``demo`` has no JSON form and refuses ``--json`` (exit 2)."""
+unless there is an error; ``demo`` is narrated text and has no ``--json``. Each command is offered only the
+shared options it uses (:data:`SHARED`), and contradictory options are refused in one place
+(:data:`CONFLICTS`)."""
 
 from __future__ import annotations
 
@@ -17,14 +19,37 @@ from georecall import __version__
 from georecall.errors import InputError
 from georecall.verify.cli import commands, render
 
-__all__ = ["UsageError", "build_parser", "main"]
+__all__ = ["CONFLICTS", "SHARED", "UsageError", "build_parser", "main", "refuse_conflicts"]
 
 
 class UsageError(Exception):
     """Bad command-line input: reported in one line, exit code 2."""
 
 
+def _shown(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(_shown(v) for v in value) or "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Help that shows every option's default: appended as "(default X)" unless the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or not action.option_strings or default is None or default is False
+                or default == [] or default is argparse.SUPPRESS):
+            return text
+        return f"{text} (default {_shown(default)})".replace("%", "%%").replace("%%%%", "%%")
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        kwargs.setdefault("allow_abbrev", False)  # exact options: --seed must not silently mean --seeds
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one line, exit 2 (argparse prints usage + message by default)
         raise UsageError(f"{self.prog}: {message}")
 
@@ -76,13 +101,20 @@ def _add_sizes(p: argparse.ArgumentParser, N, R) -> None:
     """--N and --R in the paper's letters; lists (several values) when the defaults are lists."""
     many = isinstance(N, list)
     extra: dict[str, Any] = {"nargs": "+"} if many else {}
+    more = " (one or more)" if many else ""
     p.add_argument("--N", type=_N, default=N, **extra,
-                   help=f"number of entities N (subjects and attributes){' (one or more)' if many else ''} "
-                   f"(default {N})")
+                   help=f"number of entities N (subjects and attributes){more}")
     p.add_argument("--R", type=_R, default=R, **extra,
-                   help="number of relations R, each a bijection π_r of "
-                        f"[N]{' (one or more)' if many else ''} "
-                   f"(default {R})")
+                   help=f"number of relations R, each a bijection π_r of [N]{more}")
+
+
+def _add_figure_options(p: argparse.ArgumentParser) -> None:
+    """--dpi and --format of the figures (``dest="formats"``: not a table format, no conflict with --json)."""
+    p.add_argument("--dpi", type=_whole(30, 1200), default=None,
+                   help="resolution of PNG files in dots per inch, 30..1200 (default 150; vector formats "
+                        "ignore it)")
+    p.add_argument("--format", dest="formats", nargs="+", choices=("png", "svg", "pdf"), default=None,
+                   metavar="{png,svg,pdf}", help="file formats, one or more (default png svg)")
 
 
 def _choices(hops: str) -> str:
@@ -95,42 +127,121 @@ def _code_kinds() -> tuple[str, ...]:
     return tuple(CODE_KINDS)
 
 
-def _common() -> _Parser:
-    common = _Parser(add_help=False)
-    common.add_argument("--seed", type=_seed, default=0,
-                        help="run seed S: the task is a function of (N, R, S); every other random choice "
-                             "draws "
-                        "from its own named stream of S (default 0)")
-    common.add_argument("--json", action="store_true",
-                        help="print exactly one strict JSON document on stdout (parameters, seed, version, "
-                        "status) and nothing on stderr unless there is an error")
-    common.add_argument("--quiet", action="store_true", help="no progress output on stderr")
-    common.add_argument("--max-gib", type=_real(positive=True, maximum=2.0**20), default=None, metavar="G",
-                        help="memory budget in GiB: refuse (exit 2, naming the estimate and what to lower) "
-                             "a job "
-                        "whose estimated peak exceeds it (default: half the machine's available memory)")
-    return common
+# The options several commands share, and which command takes which: an option is offered only where it does
+# something. --seed where randomness exists (count enumerates every task; tradeoff and bounds are formulas;
+# sweep and study take a list of seeds, --seeds), --quiet where progress goes to stderr, --max-gib where a
+# memory estimate guards the work, --json wherever there is a result document (demo is narrated text). A new
+# command adds its row here; tests/test_cli.py checks that each command reads every shared option it offers.
+SHARED: dict[str, tuple[str, ...]] = {
+    "verify": ("seed", "json", "quiet", "max-gib"),
+    "check single-hop": ("seed", "json", "quiet", "max-gib"),
+    "check multi-hop": ("seed", "json", "quiet", "max-gib"),
+    "tradeoff": ("json",),
+    "bounds": ("json", "quiet", "max-gib"),
+    "count": ("json", "quiet", "max-gib"),
+    "precision": ("seed", "json", "max-gib"),
+    "train": ("seed", "json", "quiet", "max-gib"),
+    "sweep threshold": ("json", "quiet", "max-gib"),
+    "study mechanism": ("json", "quiet"),
+    "probe": ("seed", "json", "max-gib"),
+    "eval": ("json", "quiet", "max-gib"),
+    "transfer": ("seed", "json", "max-gib"),
+    "probe-hidden": ("seed", "json", "max-gib"),
+    "figures": ("seed", "json", "max-gib"),
+    "demo": ("seed",),
+}
+
+_SEED_HELP = {
+    "verify": "run seed S of every check: the task is a function of (N, R, S); every other random choice "
+              "draws from its own named stream of S",
+    "probe": "seed S of the probes' random choices (held-out subjects, intervened subjects, new bijections)",
+    "transfer": "seed S of the new bijections and of the fitted embeddings' initialisation",
+    "probe-hidden": "seed S of the held-out split",
+    "figures": "seed S of the tasks behind the computed figures (margins)",
+    "demo": "seed S of the task (its R bijections) and of the trained model",
+}
+
+
+def _shared(command: str) -> list[_Parser]:
+    """The parent parser holding the shared options that ``command`` takes (:data:`SHARED`)."""
+    names = SHARED[command]
+    unknown = set(names) - {"seed", "json", "quiet", "max-gib"}
+    if unknown:  # a typo in the table would otherwise drop an option silently
+        raise ValueError(f"SHARED[{command!r}] names unknown options {sorted(unknown)}")
+    parent = _Parser(add_help=False)
+    if "seed" in names:
+        parent.add_argument("--seed", type=_seed, default=0, metavar="S", help=_SEED_HELP.get(
+            command, "run seed S: the task is a function of (N, R, S); every other random choice draws from "
+                     "its own named stream of S"))
+    if "json" in names:
+        parent.add_argument("--json", action="store_true",
+                            help="print exactly one strict JSON document on stdout (parameters, seed, "
+                                 "version, status) and nothing on stderr unless there is an error")
+    if "quiet" in names:
+        parent.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    if "max-gib" in names:
+        parent.add_argument("--max-gib", type=_real(positive=True, maximum=2.0**20), default=None,
+                            metavar="G",
+                            help="memory budget in GiB: refuse (exit 2, naming the estimate and what to "
+                                 "lower) a job whose estimated peak exceeds it (default: half the machine's "
+                                 "available memory)")
+    return [parent]
+
+
+# Options that contradict each other, refused in one place (exit 2, one line) before any command runs: a name
+# for the message, and a test on the parsed arguments for each side. An option that may conflict takes the
+# default None, so that "given" and "left at its default" can be told apart.
+CONFLICTS: tuple[tuple[str, Any, str, Any], ...] = (
+    ("--json", lambda a: bool(getattr(a, "json", False)),
+     "--format {value}", lambda a: getattr(a, "format", None) not in (None, "json")),
+    ("--workers", lambda a: getattr(a, "workers", None) is not None,
+     "--scheduler", lambda a: getattr(a, "scheduler", None) is not None),
+)
+
+
+def refuse_conflicts(args: argparse.Namespace) -> None:
+    """Refuse contradictory options (:data:`CONFLICTS`); then give the conflict-aware options their defaults.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed arguments.
+
+    Raises
+    ------
+    UsageError
+        When both sides of a conflict were given.
+    """
+    for first, given_first, second, given_second in CONFLICTS:
+        if given_first(args) and given_second(args):
+            second = second.format(value=getattr(args, "format", ""))
+            raise UsageError(f"georecall {args.command}: {first} and {second} do not combine: give one of "
+                             f"them")
+    if hasattr(args, "format") and args.format is None:  # the table formats: md unless --json asks for json
+        args.format = "json" if getattr(args, "json", False) else "md"
+    if hasattr(args, "workers") and args.workers is None:
+        args.workers = 1
 
 
 def _add_table_options(p: argparse.ArgumentParser, default: str) -> None:
     """--format, --columns, --caption and --label of a command that prints a table."""
     formats = ("md", "csv", "json", "latex") if default == "md" else ("text", "md", "csv", "json", "latex")
     p.add_argument("--format", choices=formats, default=default,
-                   help=f"output format (default {default}; json is the same document as --json; latex is a "
-                   "booktabs tabular, needing \\usepackage{booktabs})")
+                   help="output format (json is the same document as --json; latex is a booktabs tabular, "
+                        "needing \\usepackage{booktabs})")
     p.add_argument("--columns", default=None, metavar="A,B,...",
                    help="columns of an md, csv or latex table, comma-separated keys of the rows (see "
-                   "--format json for every key; default: a selection that fits a page)")
-    p.add_argument("--caption", default=None,
-                   help="LaTeX: wrap the tabular in a table float with this caption")
+                        "--format json for every key; default: a selection that fits a page)")
+    p.add_argument("--caption", default=None, help="LaTeX: wrap the tabular in a table float with this "
+                                                   "caption")
     p.add_argument("--label", default=None, help="LaTeX: \\label of the table float")
 
 
 def _add_user_constructions(p: argparse.ArgumentParser, which: str) -> None:
     p.add_argument("--construction", action="append", default=None, metavar="NAME",
                    help=f"only this construction ({which}; repeat for several): a registered name or id, or "
-                   "MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec (default: every registered "
-                   "one)")
+                        "MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec (default: every "
+                        "registered one)")
 
 
 def _group(sub, name: str, help_: str, description: str):
@@ -153,10 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "failed, 2 bad input or over the memory budget, 3 internal error, 130 interrupted.")
     parser.add_argument("--version", action="version", version=f"georecall {__version__}")
     sub = parser.add_subparsers(dest="group", required=True, parser_class=_Parser, metavar="COMMAND")
-    common = _common()
     codes = _code_kinds()
 
-    p = sub.add_parser("verify", parents=[common], help="check every claim at default sizes (the main job)",
+    p = sub.add_parser("verify", parents=_shared("verify"),
+                       help="check every claim at default sizes (the main job)",
                        description="Run every construction check at its default size, the bound and counting "
                        "checks, the trainer and the probes, and print a PASS/FAIL table with promised vs "
                        "achieved sizes d, m and margins. Exit 1 on any failure.")
@@ -164,169 +275,168 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(command="verify")
 
     check_sub = _group(sub, "check", "check one construction exhaustively",
-                       "Build one construction on THE seeded task and check every query.")
-    p = check_sub.add_parser("single-hop", parents=[common],
+                       "Build one construction on the seeded task and check every query.")
+    p = check_sub.add_parser("single-hop", parents=_shared("check single-hop"),
                              help="a single-hop construction on R random bijections of [N]: all N·R queries",
-                             description="Build a single-hop construction on R random bijections of [N] and "
-                             "check all N·R queries (s, r) -> π_r(s): argmax and logit margin of each.")
+                             description="Build a single-hop construction on R random bijections π_r of [N] "
+                             "and check all N·R queries (s, r) -> π_r(s): argmax and logit margin of each.")
     _add_sizes(p, N=1024, R=8)
     p.add_argument("--construction", default="geometric", metavar="NAME",
                    help="a registered single-hop construction: " + _choices("single")
                    + "; or MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec")
     p.add_argument("--codes", choices=codes, default=None,
-                   help="attribute codes a_i: binary (bits of i), random sign, normalised Gaussian (default: "
-                   "the construction's own, binary for the built-in ones; refused by one that takes none)")
+                   help="attribute codes a_i: binary (the bits of i as ±1), random sign, normalised Gaussian "
+                        "(default: the construction's own, binary for the built-in ones; refused by one that "
+                        "takes none)")
     p.add_argument("--D", type=_D, default=None,
-                   help="code length D (default: ceil(log2 N) for binary, 2 ln(N²/2δ)/t² with t = 1/2, "
-                   "δ = 1e-3 for random codes)")
+                   help="code length D (default: ceil(log2 N) for binary codes; 2 ln(N²/2δ)/t² with t = 1/2, "
+                        "δ = 1e-3 for random codes)")
     p.add_argument("--integer", action="store_true",
-                   help="±1 codes and integer constants; prove every activation and logit is an exact "
-                        "integer")
-    p.add_argument("--gate", type=_real(positive=True), default=None,
-                   help="gate constant G of G1's ReLU selector (default 2·c1·max|a|/c2)")
-    p.add_argument("--beta", type=_real(positive=True), default=None,
+                   help="±1 codes and integer constants (integer scale): prove every activation and logit is "
+                        "an exact integer")
+    p.add_argument("--gate", type=_real(positive=True), default=None, metavar="G",
+                   help="gate constant G of G1's ReLU selector: the relation embedding is q_r = G·1_{g_r} "
+                        "(default 2·c1·max|a|/c2, twice the smallest G that shuts the other relations' "
+                        "units)")
+    p.add_argument("--beta", type=_real(positive=True), default=None, metavar="β",
                    help="softmax inverse temperature β (constructions with softmax heads only; G1 and A1 "
-                        "have "
-                   "none and refuse it)")
-    p.add_argument("--lam", type=_real(positive=True, maximum=1e12), default=1.0,
-                   help="read-out scale λ (default 1)")
+                        "have none and refuse it)")
+    p.add_argument("--lam", type=_real(positive=True, maximum=1e12), default=1.0, metavar="λ",
+                   help="read-out scale λ: the read-out rows are U_j = λ·a_j on the output block")
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="working precision of the float mode (integer mode always uses float64)")
-    p.add_argument("--bits", type=_bits, default=None,
-                   help="quantize every weight tensor to b bits, 1 <= b <= 64 (uniform symmetric) before "
-                        "checking")
+    p.add_argument("--bits", type=_bits, default=None, metavar="b",
+                   help="quantize every weight tensor to b bits, 1 <= b <= 64 (uniform symmetric grid) "
+                        "before checking (default: no quantization)")
     p.add_argument("--save", default=None, metavar="MODEL.npz",
                    help="also write the built model (and its task) to this .npz (written atomically; the "
-                   "suffix .npz is added when missing)")
+                        "suffix .npz is added when missing)")
     p.add_argument("--attributes", choices=("shared", "disjoint"), default="shared",
                    help="shared: every relation maps into [N]; disjoint: relation r has its own N attributes "
-                   "(answer vocabulary N·R)")
+                        "(answer vocabulary N·R)")
     p.add_argument("--symmetric", action="store_true",
                    help="relations are random perfect matchings (involutions; N must be even)")
     p.set_defaults(command="check single-hop")
 
-    p = check_sub.add_parser("multi-hop", parents=[common],
+    p = check_sub.add_parser("multi-hop", parents=_shared("check multi-hop"),
                              help="G2, A2(a), A2(b) or C1 on k-hop queries: all N·R^k of them",
                              description="Build a k-hop construction and check all N·R^k queries "
                              "⟨r_k, …, r_1, s⟩ -> π_{r_k}(…π_{r_1}(s)). For cot: greedy decoding of every "
-                             "chain "
-                             "and, separately, every step under teacher forcing.")
+                             "chain and, separately, every step under teacher forcing.")
     p.add_argument("--construction", default="path-blocks", metavar="NAME",
                    help="a registered k-hop construction: " + _choices("multi")
                    + "; or MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec")
-    p.add_argument("--gate", type=_real(positive=True), default=None,
+    p.add_argument("--gate", type=_real(positive=True), default=None, metavar="G",
                    help="gate constant G of the AND units (default: twice its bound)")
     _add_sizes(p, N=256, R=3)
-    p.add_argument("--k", type=_k, default=2, help=f"number of hops k, 1 <= k <= {L['k']} (default 2)")
+    p.add_argument("--k", type=_k, default=2, help=f"number of hops k, 1 <= k <= {L['k']}")
     p.add_argument("--codes", choices=codes, default=None,
                    help="attribute codes a_i (default: the construction's own, binary for the built-in ones)")
-    p.add_argument("--D", type=_D, default=None, help="code length D (default as for single-hop)")
+    p.add_argument("--D", type=_D, default=None, help="code length D (default as for check single-hop)")
     p.add_argument("--attention", choices=("softmax", "hard"), default="softmax",
-                   help="softmax (default; β from the leakage inequality) or hard (an idealization: β -> ∞)")
-    p.add_argument("--beta", type=_real(positive=True), default=None,
+                   help="softmax (β from the leakage inequality) or hard (an idealization: β -> ∞, leakage "
+                        "ε = 0)")
+    p.add_argument("--beta", type=_real(positive=True), default=None, metavar="β",
                    help="inverse temperature β of the positional heads (default: the smallest β whose "
-                        "leakage "
-                   "leaves half the margin)")
+                        "leakage ε = n/(e^β + n) leaves half the margin)")
     p.set_defaults(command="check multi-hop")
 
-    p = sub.add_parser("tradeoff", parents=[common], help="the capacity-depth tradeoff as a table",
+    p = sub.add_parser("tradeoff", parents=_shared("tradeoff"),
+                       help="the capacity-depth tradeoff as a table",
                        description="For k = 1..k_max, the d, m and parameter counts that every registered "
-                                   "k-hop "
-                       "construction promises (binary codes, D = ceil(log2 N)).")
+                       "k-hop construction promises (binary codes, D = ceil(log2 N)).")
     _add_sizes(p, N=4096, R=16)
     p.add_argument("--k-max", type=_k, default=4,
-                   help=f"largest number of hops k, at most {L['k']} and with R^k <= 2^40 (default 4)")
+                   help=f"largest number of hops k, at most {L['k']} and with R^k <= 2^40")
     _add_user_constructions(p, "k-hop")
     _add_table_options(p, "text")
     p.set_defaults(command="tradeoff")
 
-    p = sub.add_parser("bounds", parents=[common], help="lower bounds beside the constructions' sizes",
+    p = sub.add_parser("bounds", parents=_shared("bounds"),
+                       help="lower bounds beside the constructions' sizes",
                        description="Information-theoretic lower bounds on d (total information, per entity, "
                        "capacity-depth tradeoff, chain-of-thought), evaluated exactly, beside the d of each "
                        "construction and the gap ratio d / d_min. Every row carries the formula, its "
                        "parameters and the package version.")
     p.add_argument("--N", type=_whole(1, L["bounds_N"]), nargs="+", default=[4096],
-                   help="numbers of entities N, at most 2^53 (default 4096)")
-    p.add_argument("--R", type=_R, nargs="+", default=[16], help="numbers of relations R (default 16)")
-    p.add_argument("--k", type=_k, nargs="+", default=[1, 2, 3], help="hops k (one or more; default 1 2 3)")
-    p.add_argument("--bits", type=_real(minimum=1 / 64, maximum=64.0), nargs="+", default=None,
+                   help="numbers of entities N, at most 2^53 (one or more)")
+    p.add_argument("--R", type=_R, nargs="+", default=[16], help="numbers of relations R (one or more)")
+    p.add_argument("--k", type=_k, nargs="+", default=[1, 2, 3], help="numbers of hops k (one or more)")
+    p.add_argument("--bits", type=_real(minimum=1 / 64, maximum=64.0), nargs="+", default=None, metavar="b",
                    help="bits per parameter b, 1/64 <= b <= 64 (one or more; default 1)")
     p.add_argument("--gaps", action="store_true",
                    help="the gap table instead: each construction at the b its per-tensor quantization needs "
-                   "(measured by 'georecall precision', re-measured by 'verify') and at 1 bit per "
-                   "fact-specific parameter where its embeddings fit it")
+                        "(measured by 'georecall precision', re-measured by 'verify') and at 1 bit per "
+                        "fact-specific parameter where its embeddings fit it")
     p.add_argument("--needed", nargs="+", default=None, metavar="NAME=B",
                    help="with --gaps: the b a construction needs, e.g. OH1=2 for your own (measure it with "
-                   "'georecall precision')")
+                        "'georecall precision')")
     _add_user_constructions(p, "any")
     _add_table_options(p, "md")
     p.set_defaults(command="bounds")
 
-    p = sub.add_parser("count", parents=[common], help="enumerate all (N!)^R tasks and count |F_k|, "
-                                                       "|Trees_k|",
+    p = sub.add_parser("count", parents=_shared("count"),
+                       help="enumerate all (N!)^R tasks and count |F_k|, |Trees_k|",
                        description="Exact enumeration over all (N!)^R tasks (small N): distinct k-hop answer "
                        "tables |F_k| and distinct depth-k leaf vectors |Trees_k|, next to the closed forms. "
                        "Refused before any factorial is computed when (N!)^R exceeds the enumeration limit "
                        "(5,000,000 tasks) or R^k exceeds 2^20.")
     _add_sizes(p, N=5, R=3)
-    p.add_argument("--k", type=_k, default=2, help=f"largest k counted, at most {L['k']} (default 2)")
+    p.add_argument("--k", type=_k, default=2, help=f"largest number of hops k counted, at most {L['k']}")
     _add_table_options(p, "text")
     p.set_defaults(command="count")
 
-    p = sub.add_parser("precision", parents=[common], help="smallest bits per parameter keeping a check "
-                                                           "exact",
+    p = sub.add_parser("precision", parents=_shared("precision"),
+                       help="smallest bits per parameter keeping a check exact",
                        description="Quantize every weight tensor to a b-bit uniform symmetric grid (step "
                        "max|W|/(2^(b-1)-1)) and report the smallest b at which all N·R (or N·R^k) queries "
-                       "stay "
-                       "exact.")
+                       "stay exact.")
     p.add_argument("--construction", default="geometric", metavar="NAME",
                    help="without --k a single-hop construction (" + _choices("single") + "); with --k a "
-                                                                                         "k-hop "
-                   "one (" + _choices("multi") + ")")
-    p.add_argument("--k", type=_k, default=None, help="hops k: check a k-hop construction")
+                        "k-hop one (" + _choices("multi") + ")")
+    p.add_argument("--k", type=_k, default=None, help="number of hops k: check a k-hop construction "
+                                                      "(default: single hop)")
     p.add_argument("--codes", choices=codes, default=None,
                    help="attribute codes a_i (default: the construction's own, binary for the built-in ones)")
     _add_sizes(p, N=1024, R=8)
-    p.add_argument("--D", type=_D, default=None, help="code length D")
-    p.add_argument("--max-bits", type=_bits, default=24, help="largest b tried, 1 <= b <= 64 (default 24)")
+    p.add_argument("--D", type=_D, default=None, help="code length D (default as for check single-hop)")
+    p.add_argument("--max-bits", type=_bits, default=24, metavar="B", help="largest b tried, 1 <= B <= 64")
     _add_table_options(p, "text")
     p.set_defaults(command="precision")
 
-    p = sub.add_parser("train", parents=[common], help="train a one-layer model on R random bijections",
+    p = sub.add_parser("train", parents=_shared("train"),
+                       help="train a one-layer model on R random bijections",
                        description="Train the shared Model with the NumPy trainer (hand-written gradients, "
-                                   "Adam) "
-                       "on all N·R single-hop facts (or N·R^k k-hop queries, or every CoT step); progress on "
-                       "stderr; optionally write the model to .npz (no pickle; the task table is stored "
-                       "beside "
-                       "the weights; written atomically).")
+                       "Adam) on all N·R single-hop facts (or N·R^k k-hop queries, or every CoT step); "
+                       "progress on stderr; optionally write the model to .npz (no pickle; the task table is "
+                       "stored beside the weights; written atomically).")
     _add_sizes(p, N=256, R=4)
-    p.add_argument("--d", type=_d, default=32, help="residual width d (default 32)")
+    p.add_argument("--d", type=_d, default=32, help="residual width d")
     p.add_argument("--m", type=_m, default=None, help="MLP width m (default 4d)")
-    p.add_argument("--k", type=_k, default=1, help="hops k per query (default 1; k > 1 needs softmax)")
+    p.add_argument("--k", type=_k, default=1, help="number of hops k per query (k > 1 needs softmax)")
     p.add_argument("--cot", action="store_true",
                    help="chain-of-thought: train every step of the chain under teacher forcing (needs "
                         "softmax)")
     p.add_argument("--attention", choices=("uniform", "softmax"), default="uniform",
-                   help="uniform (default) or softmax; k-hop and CoT queries need softmax to pick a hop")
-    p.add_argument("--heads", type=_heads, default=1, help="attention heads H (softmax only; default 1)")
+                   help="uniform or softmax; k-hop and CoT queries need softmax to pick a hop")
+    p.add_argument("--heads", type=_heads, default=1, metavar="H", help="attention heads H (softmax only)")
     p.add_argument("--mode", choices=("learned", "frozen"), default="learned",
                    help="frozen: entity and relation embeddings stay at their random initialization")
     p.add_argument("--freeze", nargs="*", default=[], choices=("entity_embedding", "relation_embedding",
-                   "position_embedding", "unembedding", "attention", "mlp"), help="further groups to freeze")
-    p.add_argument("--steps", type=_steps, default=2000, help="step budget (stops early at 100%%; default "
-                                                              "2000)")
-    p.add_argument("--lr", type=_lr, default=1e-2, help="learning rate η, positive and finite (default 1e-2)")
-    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="optimizer (default adam)")
-    p.add_argument("--batch-size", type=_whole(1, L["queries"]), default=None,
+                   "position_embedding", "unembedding", "attention", "mlp"),
+                   help="further parameter groups to freeze (default: none)")
+    p.add_argument("--steps", type=_steps, default=2000, help="step budget (stops early at 100%%)")
+    p.add_argument("--lr", type=_lr, default=1e-2, metavar="η", help="learning rate η, positive and finite")
+    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="optimizer")
+    p.add_argument("--batch-size", type=_whole(1, L["queries"]), default=None, metavar="B",
                    help="minibatch size B (default: full batch; lower it when the memory estimate refuses)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
-                   help="training precision (default float32)")
-    p.add_argument("--weight-decay", type=_real(minimum=0.0, maximum=1e6), default=0.0, metavar="λ",
-                   help="decoupled weight decay λ (AdamW; every trained group; default 0)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="training precision")
+    p.add_argument("--weight-decay", type=_real(minimum=0.0, maximum=1e6), default=0.0, metavar="λ_wd",
+                   help="decoupled weight decay λ_wd (AdamW; every trained group)")
     p.add_argument("--eps-form", choices=("standard", "hat"), default="standard",
-                   help="Adam's ε: standard m̂/(√v̂ + ε) as in PyTorch/Optax (default) or Kingma-Ba's ε̂ form")
+                   help="Adam's ε: standard m̂/(√v̂ + ε) as in PyTorch/Optax, or Kingma-Ba's ε̂ form")
     p.add_argument("--init-scale", type=_real(positive=True, maximum=1e6), default=1.0,
-                   help="factor on every initial weight's standard deviation (default 1)")
+                   help="factor on every initial weight's standard deviation")
     p.add_argument("--tie-readout", action="store_true",
                    help="tied read-out: U = E throughout (gradients summed)")
     p.add_argument("--path", choices=("auto", "dense", "structured"), default="auto",
@@ -338,140 +448,152 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep_sub = _group(sub, "sweep", "capacity-threshold sweeps",
                        "Capacity-threshold sweeps over (N, R, mode, seed).")
-    p = sweep_sub.add_parser("threshold", parents=[common],
+    p = sweep_sub.add_parser("threshold", parents=_shared("sweep threshold"),
                              help="smallest d reaching 100%% (learned vs frozen embeddings), resumable JSONL",
-                             description="For each (N, R, mode, seed): the smallest d (MLP width m = "
-                             "width_factor·d) at which training reaches 100% within the step budget, by "
-                             "doubling "
-                             "then bisection. Results are appended to --out line by line; a rerun skips "
-                             "what is "
-                             "done. Ends with a fit d* ≈ c·R·ln N per mode. --seed is ignored: use --seeds.")
+                             description="For each (N, R, mode, seed): the smallest residual width d (MLP "
+                             "width m = width_factor·d) at which training reaches 100% within the step "
+                             "budget, by doubling then bisection. Results are appended to --out line by "
+                             "line; a rerun skips what is done. Ends with a fit d* ≈ c·R·ln N per mode.")
     p.add_argument("--N", type=_whole(2, L["N"]), nargs="+", default=[1024],
-                   help="numbers of entities N >= 2 (one or more; the fit needs ln N > 0; default 1024)")
-    p.add_argument("--R", type=_R, nargs="+", default=[2, 4, 8], help="numbers of relations R (default 2 4 "
-                                                                      "8)")
+                   help="numbers of entities N >= 2 (one or more; the fit needs ln N > 0)")
+    p.add_argument("--R", type=_R, nargs="+", default=[2, 4, 8], help="numbers of relations R (one or more)")
     p.add_argument("--modes", nargs="+", choices=("learned", "frozen"), default=["learned", "frozen"],
-                   help="learned or frozen entity and relation embeddings (default both)")
-    p.add_argument("--seeds", type=_seed, nargs="+", default=[0, 1, 2], help="run seeds S (default 0 1 2)")
-    p.add_argument("--steps", type=_steps, default=500, help="step budget per trial (default 500)")
-    p.add_argument("--lr", type=_lr, default=1e-2, help="learning rate η, positive and finite (default 1e-2)")
-    p.add_argument("--width-factor", type=_whole(1, 1024), default=4, help="m = width_factor·d (default 4)")
-    p.add_argument("--k", type=_k, default=1, help="hops k per query (default 1; k > 1 needs softmax)")
+                   help="learned or frozen (random, untrained) entity and relation embeddings")
+    p.add_argument("--seeds", type=_seed, nargs="+", default=[0, 1, 2], metavar="S",
+                   help="run seeds S, one search per seed: the task is a function of (N, R, S)")
+    p.add_argument("--steps", type=_steps, default=500, help="step budget per trial")
+    p.add_argument("--lr", type=_lr, default=1e-2, metavar="η", help="learning rate η, positive and finite")
+    p.add_argument("--width-factor", type=_whole(1, 1024), default=4, help="MLP width m = width_factor·d")
+    p.add_argument("--k", type=_k, default=1, help="number of hops k per query (k > 1 needs softmax)")
     p.add_argument("--cot", action="store_true", help="chain-of-thought under teacher forcing (needs "
                                                       "softmax)")
-    p.add_argument("--attention", choices=("uniform", "softmax"), default="uniform",
-                   help="attention kind (default uniform)")
-    p.add_argument("--heads", type=_heads, default=1, help="attention heads H (default 1)")
-    p.add_argument("--d-min", type=_d, default=4, help="smallest residual width d tried (default 4)")
-    p.add_argument("--d-max", type=_d, default=1024,
-                   help="largest residual width d tried, >= --d-min (default 1024)")
+    p.add_argument("--attention", choices=("uniform", "softmax"), default="uniform", help="attention kind")
+    p.add_argument("--heads", type=_heads, default=1, metavar="H", help="attention heads H")
+    p.add_argument("--d-min", type=_d, default=4, help="smallest residual width d tried")
+    p.add_argument("--d-max", type=_d, default=1024, help="largest residual width d tried, >= --d-min")
     p.add_argument("--resolution", type=_positive_int, default=2, help="stop bisecting at this gap in d")
-    p.add_argument("--workers", type=_whole(1, 1024), default=1, help="parallel local processes (default 1)")
+    p.add_argument("--workers", type=_whole(1, 1024), default=None, metavar="W",
+                   help="parallel local processes W (default 1; not with --scheduler)")
     p.add_argument("--scheduler", default=None, metavar="local:W|tcp://HOST:PORT",
                    help="run trials on Dask: a LocalCluster of W workers, or a running scheduler (needs the "
-                   "distributed extra; overrides --workers)")
+                        "distributed extra; not with --workers)")
     p.add_argument("--lock-timeout", type=_real(minimum=0.0), default=None, metavar="SECONDS",
                    help="wait at most this long for another sweep's lock on --out (0: refuse at once; "
-                   "default: wait)")
+                        "default: wait)")
     p.add_argument("--connect-timeout", type=_real(positive=True, maximum=3600.0), default=10.0,
-                   metavar="SECONDS", help="seconds to wait for a Dask scheduler (default 10)")
-    p.add_argument("--out", default="thresholds.jsonl", metavar="RESULTS.jsonl",
-                   help="JSONL results file (default thresholds.jsonl)")
+                   metavar="SECONDS", help="seconds to wait for a Dask scheduler")
+    p.add_argument("--out", default="thresholds.jsonl", metavar="RESULTS.jsonl", help="JSONL results file")
     p.set_defaults(command="sweep threshold")
 
     study_sub = _group(sub, "study", "studies of trained models",
                        "Declared grids of training regimes × seeds, every probe on every model, resumable "
                        "JSONL, a summary with pre-declared verdicts.")
-    p = study_sub.add_parser("mechanism", parents=[common],
-                             help="does gradient descent find the geometry? (issue 12; docs/study.md)",
-                             description="Train every regime of the declared grid (docs/study.md) "
-                             "for each seed, run every probe, append one record per (regime, seed) to "
-                             "--out; then print the summary: mean ± sd per probe and regime, the controls "
-                             "(G1, A1, untrained) beside them, and one verdict line per claim by the "
-                             "thresholds declared before any run. With --summary FILE only the summary of an "
-                             "existing file is printed.")
-    p.add_argument("--quick", action="store_true", help="the small grid (minutes) instead of the default one")
-    p.add_argument("--seeds", type=_seed, nargs="+", default=[0, 1, 2], help="run seeds S (default 0 1 2)")
-    p.add_argument("--workers", type=_whole(1, 1024), default=1, help="parallel local processes (default 1)")
+    p = study_sub.add_parser("mechanism", parents=_shared("study mechanism"),
+                             help="does gradient descent find the geometry? (docs/study.md)",
+                             description="Train every regime of the declared grid (docs/study.md) for each "
+                             "seed, run every probe, append one record per (regime, seed) to --out; then "
+                             "print the summary: mean ± sd per probe and regime, the controls (G1, A1, "
+                             "untrained) beside them, and one verdict line per claim by the thresholds "
+                             "declared before any run. With --summary FILE only the summary of an existing "
+                             "file is printed.")
+    p.add_argument("--quick", action="store_true",
+                   help="the small grid (N = 256, R = 4, a few regimes) instead of the default one")
+    p.add_argument("--seeds", type=_seed, nargs="+", default=[0, 1, 2], metavar="S",
+                   help="run seeds S: the task is a function of (N, R, S)")
+    p.add_argument("--workers", type=_whole(1, 1024), default=None, metavar="W",
+                   help="parallel local processes W (default 1; not with --scheduler)")
     p.add_argument("--scheduler", default=None, metavar="local:W|tcp://HOST:PORT",
                    help="run jobs on Dask (needs the distributed extra; not with --workers)")
     p.add_argument("--connect-timeout", type=_real(positive=True, maximum=3600.0), default=10.0,
-                   metavar="SECONDS", help="seconds to wait for a Dask scheduler (default 10)")
-    p.add_argument("--out", default="mechanism.jsonl", metavar="RESULTS.jsonl",
-                   help="JSONL results file (default mechanism.jsonl)")
+                   metavar="SECONDS", help="seconds to wait for a Dask scheduler")
+    p.add_argument("--out", default="mechanism.jsonl", metavar="RESULTS.jsonl", help="JSONL results file")
     p.add_argument("--summary", default=None, metavar="RESULTS.jsonl",
                    help="only summarize this results file (no training)")
     p.add_argument("--figures", default=None, metavar="DIR",
-                   help="also draw the summary figures into DIR (needs the plot extra)")
+                   help="also draw the summary figures into DIR, created when missing (needs the plot extra: "
+                        "refused before any training without it)")
     p.set_defaults(command="study mechanism")
 
-    p = sub.add_parser("probe", parents=[common], help="mechanism probes of a saved model",
+    p = sub.add_parser("probe", parents=_shared("probe"),
+                       help="mechanism probes of a saved model",
                        description="Superposition readout (held-out R²), per-relation linear probes, causal "
                        "interventions and unit selectivity of a model saved by 'train' or 'check --save'.")
     p.add_argument("model", help="MODEL.npz written by train --out or check single-hop --save")
     p.add_argument("--task", default=None, help="task table (R × N .npy) if the model file has none")
-    p.add_argument("--holdout", type=_fraction, default=0.25,
+    p.add_argument("--holdout", type=_fraction, default=0.25, metavar="h",
                    help="share h of subjects held out of the fits, 0 < h < 1, leaving at least one subject "
-                        "on "
-                   "each side (default 0.25)")
-    p.add_argument("--subjects", type=_whole(1, L["N"]), default=256, help="subjects intervened on (default "
-                                                                           "256)")
+                        "on each side")
+    p.add_argument("--subjects", type=_whole(1, L["N"]), default=256, help="number of subjects intervened on")
     p.set_defaults(command="probe")
 
-    p = sub.add_parser("eval", parents=[common], help="accuracy and margins of a model file, per relation",
+    p = sub.add_parser("eval", parents=_shared("eval"),
+                       help="accuracy and margins of a model file, per relation",
                        description="Evaluate a model file (written by train --out, check --save, or from a "
                        "PyTorch state_dict: docs/model_format.md) on every query of its task: accuracy, "
                        "logit margins (right logit minus the best other) overall and per relation. A "
                        "chain-of-thought model is decoded greedily. Exit 0 whatever the accuracy (a check is "
                        "'georecall check').")
     p.add_argument("model", help="MODEL.npz (georecall-model-1; the task table inside or --task)")
-    p.add_argument("--task", default=None, help="task table (R × N .npy, or .npz with 'task_table') if the "
-                   "model file has none")
+    p.add_argument("--task", default=None,
+                   help="task table (R × N .npy, or .npz with 'task_table') if the model file has none")
     p.add_argument("--k", type=_k, default=None,
-                   help="hops k of the queries (default: the k the file records, else 1)")
-    p.add_argument("--cot", action="store_true", help="greedy chain-of-thought decoding of k steps (default: "
-                   "as the file records)")
+                   help="number of hops k of the queries (default: the k the file records, else 1)")
+    p.add_argument("--cot", action="store_true",
+                   help="greedy chain-of-thought decoding of k steps (default: as the file records)")
     p.set_defaults(command="eval")
 
-    p = sub.add_parser("transfer", parents=[common], help="freeze-and-swap transfer to new bijections",
+    p = sub.add_parser("transfer", parents=_shared("transfer"),
+                       help="freeze-and-swap transfer to new bijections",
                        description="Keep the MLP, attention, relation embeddings and U; build subject "
-                                   "embeddings "
-                       "for brand-new bijections (closed form from the fitted maps, and by fitting only the "
-                       "embeddings); report accuracy on every new query.")
+                       "embeddings for brand-new bijections (closed form from the fitted maps, and by "
+                       "fitting only the embeddings); report accuracy on every new query.")
     p.add_argument("model", help="MODEL.npz written by train --out or check single-hop --save")
     p.add_argument("--task", default=None, help="task table (R × N .npy) if the model file has none")
-    p.add_argument("--steps", type=_steps, default=200, help="steps fitting only the embeddings (default "
-                                                             "200)")
-    p.add_argument("--lr", type=_lr, default=1e-2, help="learning rate η, positive and finite (default 1e-2)")
+    p.add_argument("--steps", type=_steps, default=200, help="Adam steps fitting only the subject embeddings")
+    p.add_argument("--lr", type=_lr, default=1e-2, metavar="η", help="learning rate η, positive and finite")
     p.add_argument("--append", default=None, metavar="RESULTS.jsonl",
-                   help="append a transfer record to this JSONL (for figures)")
-    p.add_argument("--label", default=None, help="label of the record in the transfer figure")
+                   help="append a transfer record to this JSONL (for the transfer figure)")
+    p.add_argument("--label", default=None,
+                   help="label of the record in the transfer figure (default: the model file's name)")
     p.set_defaults(command="transfer")
 
-    p = sub.add_parser("probe-hidden", parents=[common], help="linear relational encoding of supplied states",
+    p = sub.add_parser("probe-hidden", parents=_shared("probe-hidden"),
+                       help="linear relational encoding of supplied states",
                        description="Hidden states of a real LM, supplied as STATES.npz with arrays 'states' "
                        "(n × width, float) and 'attributes' (n × R, integer ids): held-out linear probe "
                        "accuracy per relation and the R² of a superposition of per-relation attribute "
                        "vectors.")
     p.add_argument("states", help="STATES.npz (loaded with allow_pickle=False; sizes read before loading)")
-    p.add_argument("--holdout", type=_fraction, default=0.25,
-                   help="share h of states held out, 0 < h < 1, at least one on each side (default 0.25)")
+    p.add_argument("--holdout", type=_fraction, default=0.25, metavar="h",
+                   help="share h of states held out, 0 < h < 1, at least one on each side")
     p.set_defaults(command="probe-hidden")
 
-    p = sub.add_parser("figures", parents=[common], help="draw the figures (needs the plot extra)",
+    p = sub.add_parser("figures", parents=_shared("figures"),
+                       help="draw the figures (needs the plot extra)",
                        description="Capacity thresholds, the construction-vs-bound tradeoff, margin "
-                                   "histograms "
-                       "and transfer accuracies, as PNG and SVG.")
+                       "histograms, transfer accuracies and a picture of the G1 construction (N = 8, R = 2), "
+                       "in each --format.")
     p.add_argument("--from", dest="source", default=None, metavar="RESULTS.jsonl",
-                   help="sweep and transfer records")
-    p.add_argument("--out", default="figures", metavar="DIR", help="output folder (default figures/)")
+                   help="sweep and transfer records (default: none; only the computed figures are drawn)")
+    p.add_argument("--out", default="figures", metavar="DIR", help="output folder, created when missing")
+    _add_figure_options(p)
     p.set_defaults(command="figures")
 
-    p = sub.add_parser("demo", parents=[common], help="a walk through G1 at N=8, R=2, then a trained model",
-                       description="A narrated walk through G1 at N = 8, R = 2: the codes a_i, the residual "
-                       "blocks, the gates, the logits and the margin, then a trained model. Text only: "
-                       "--json "
-                       "is refused (exit 2).")
+    from georecall.verify.experiments.demo import LIMITS as DEMO_LIMITS
+    p = sub.add_parser("demo", parents=_shared("demo"),
+                       help="a walk through G1 at N = 8, R = 2, then a trained model",
+                       description="A narrated walk through G1: the codes a_j, the residual blocks, the "
+                       "gates, the logits and the margin at integer scale, then a trained model on the same "
+                       "facts. Text only (no --json). --figures DIR also draws the construction itself.")
+    p.add_argument("--N", type=_whole(2, DEMO_LIMITS["N"]), default=8,
+                   help=f"number of entities N, 2 <= N <= {DEMO_LIMITS['N']} (every code and embedding is "
+                        "printed)")
+    p.add_argument("--R", type=_whole(1, DEMO_LIMITS["R"]), default=2,
+                   help=f"number of relations R (bijections π_r of [N]), 1 <= R <= {DEMO_LIMITS['R']}")
+    p.add_argument("--figures", default=None, metavar="DIR",
+                   help="also draw the construction (E's blocks, W1's gates, one query's logits) into DIR, "
+                        "created when missing (needs the plot extra)")
+    _add_figure_options(p)
     p.set_defaults(command="demo")
     return parser
 
@@ -497,15 +619,15 @@ def main(argv: list[str] | None = None) -> int:
     """
     try:
         args = build_parser().parse_args(argv)
-        args.progress = not (args.quiet or args.json)
+        refuse_conflicts(args)
+        args.progress = hasattr(args, "quiet") and not (args.quiet or getattr(args, "json", False))
         doc = commands.COMMANDS[args.command](args)
-        text = render.to_json(doc) if args.json or getattr(args, "format", None) == "json" \
-            else render.to_text(doc)
+        wants_json = getattr(args, "json", False) or getattr(args, "format", None) == "json"
+        text = render.to_json(doc) if wants_json else render.to_text(doc)
         print(text, flush=True)
-        if not args.json and doc["command"] == "bounds" and args.progress and args.format in ("md", "latex"):
-            print(f"{len(doc['rows'])} rows in {doc['seconds']:.2f} s; gap = d / d_min; a bound with d_min "
-                  f"= 0 "
-                  "is vacuous for that construction (its facts sit in P0, the MLP).", file=sys.stderr)
+        if doc["command"] == "bounds" and args.progress and args.format in ("md", "latex"):
+            print(f"{len(doc['rows'])} rows in {doc['seconds']:.2f} s; gap = d / d_min; a bound with d_min = "
+                  f"0 is vacuous for that construction (its facts sit in P0, the MLP).", file=sys.stderr)
         return int(doc["status"])
     except UsageError as exc:
         print(f"{exc}".splitlines()[0], file=sys.stderr)

@@ -1,123 +1,180 @@
-"""``georecall demo``: G1 at N = 8, R = 2 in the terminal, then a trained model on the same facts.
+"""``georecall demo``: G1 on R bijections of N symbols in the terminal, then a trained model on the same
+facts.
 
-Everything printed is computed by the library (the same builder, forward pass and probes the checks use);
-nothing here is a hard-coded illustration.
+Everything printed is computed by the library (the same builder, forward pass, checker and probes the checks
+use); nothing here is a hard-coded illustration. The relations are named ``cipher0``, ``cipher1``, …: a
+substitution cipher maps every symbol to a symbol and no two to the same one, which is what a bijection is
+(a symbol may encode to itself).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import forward
 from georecall.constructions.single_hop import build_g1, single_hop_queries
+from georecall.errors import InputError
 from georecall.theory import seeds
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.checking.check import check_queries
 
-RELATION_NAMES = ("mother", "wife")
+__all__ = ["LIMITS", "check_size", "relation_names", "run_demo"]
+
+LIMITS = {"N": 64, "R": 8}  # every code and every subject embedding is printed, and a model is trained
+
+
+def check_size(N: int, R: int) -> None:
+    """Refuse sizes outside :data:`LIMITS`.
+
+    Raises
+    ------
+    InputError
+        When N or R is outside the demo's limits.
+    """
+    if not (2 <= N <= LIMITS["N"] and 1 <= R <= LIMITS["R"]):
+        raise InputError(f"demo prints every code and embedding: it takes 2 <= N <= {LIMITS['N']} and "
+                         f"1 <= R <= {LIMITS['R']}, got N = {N}, R = {R}")
+
+
+def relation_names(R: int) -> list[str]:
+    """The demo's names of the R relations: ``cipher0`` … (labels for bijections of the symbols)."""
+    return [f"cipher{r}" for r in range(R)]
 
 
 def _code(v) -> str:
     return "[" + " ".join(f"{int(x):+d}" for x in v) + "]"
 
 
-def run_demo(seed: int = 0, out=print) -> dict:
-    """Print the walk-through; returns the numbers it printed (for tests)."""
-    N, R = 8, 2
+def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None] = print) -> dict:
+    """Print the walk-through of G1 at (N, R) and of a model trained on the same task.
+
+    Parameters
+    ----------
+    N : int
+        Number of symbols (entities), 2 <= N <= 64.
+    R : int
+        Number of relations, 1 <= R <= 8.
+    seed : int
+        Run seed: the task is ``task_for_seed(N, R, seed)``; the trained model draws from its named streams.
+    out : callable
+        Receives each printed line.
+
+    Returns
+    -------
+    dict
+        ``exact`` (every query right at integer scale), ``margin`` (the shown query's), ``unit_margin`` (the
+        minimum at unit scale), ``trained_reached``, ``query`` (s, r) and ``relations`` (their names).
+
+    Raises
+    ------
+    InputError
+        When N or R is outside the demo's limits.
+    """
+    check_size(N, R)
+    names = relation_names(R)
+    width = max(len(n) for n in names)
     task = task_for_seed(N, R, seed)
-    out(f"== The task: R = {R} bijections of N = {N} entities (seed {seed})")
+    out(f"== The task: R = {R} bijections π_r of the N = {N} symbols 0..{N - 1} (seed {seed})")
+    out("  each relation is a substitution cipher: every symbol to one symbol, no two to the same one (a "
+        "symbol may encode to itself)")
     for r in range(R):
-        out(f"  {RELATION_NAMES[r]:>6}: " + "  ".join(f"{s}->{task.table[r, s]}" for s in range(N)))
+        out(f"  {names[r]:>{width}}: " + "  ".join(f"{s}->{task.table[r, s]}" for s in range(N)))
 
     built = build_g1(task, "binary", integer=True)
     model, codes = built.model, built.codes
-    layout = Layout.from_dict(
-        model.meta["layout"]
-    )  # the residual blocks by name, as the builder allocated them
+    layout = Layout.from_dict(model.meta["layout"])  # the residual blocks by name, as the builder made them
     D = codes.D
-    out(
-        f"\n== G1 (Theorem 4.1) with binary ±1 codes, D = ⌈log2 N⌉ = {D}: d = R·D + R + D = {model.d}, "
-        f"m = 2·R·D = {model.mlp_width}"
-    )
-    out("  attribute codes a_j (entry k is -1 where bit k of j is set):")
+    consts = built.constants
+    gate, c1, c2, lam, gain = consts["gate"], consts["c1"], consts["c2"], consts["lambda"], consts["gain"]
+    norm2 = int(round(float(codes.vectors[0] @ codes.vectors[0])))
+    out(f"\n== G1 (Theorem 4.1) with binary ±1 codes, D = ⌈log2 N⌉ = {D}: d = R·D + R + D = {model.d}, "
+        f"m = 2·R·D = {model.mlp_width}")
+    out(f"  residual coordinates: a block B_r of D = {D} per relation, one gate coordinate g_r per relation, "
+        f"an output block O of D")
+    out("  attribute codes a_j (entry i is -1 where bit i of j is set):")
     for j in range(N):
         out(f"    a_{j} = {_code(codes.vectors[j])}")
-    out("  subject embeddings: block B_r holds the code of the r-th attribute (block superposition)")
+    out("  subject embeddings: block B_r of e_s holds the code of π_r(s) (block superposition)")
     for s in range(N):
-        blocks = "  ".join(
-            f"B_{RELATION_NAMES[r]}={_code(model.entity_embedding[s, layout['blocks'][r]])}" for r in range(R)
-        )
-        out(f"    e_{s}: {blocks}   (= codes of {task.table[0, s]}, {task.table[1, s]})")
+        blocks = "  ".join(f"B_{names[r]}={_code(model.entity_embedding[s, layout['blocks'][r]])}"
+                           for r in range(R))
+        attrs = ", ".join(str(task.table[r, s]) for r in range(R))
+        out(f"    e_{s}: {blocks}   (= codes of {attrs})")
 
-    s, r = 5 % N, 1
+    out("\n== The constants (docs/theory.md, sections \"Attention constants\" and \"G1\")")
+    out(f"  g = {gain:g}: attention gain. One uniform head with W_V = I, W_O = g·I: on ⟨r, s⟩ the last "
+        f"position receives e_s + g·(q_r + e_s)/2")
+    out(f"  c1 = 1 + g/2 = {c1:g}, c2 = g/2 = {c2:g}: so the MLP sees y = c1·e_s + c2·q_r")
+    out(f"  G = {gate:g}: gate constant. The relation embedding is q_r = G·1_(g_r); the gate shuts the other "
+        f"relations once c2·G > c1·max|a| = {c1 * codes.max_abs:g}")
+    out("  σ = ±1: the sign of a hidden unit. Unit (r, i, σ) computes ReLU(σ·y_(B_r, i) + y_(g_r) − c2·G); "
+        "the pair σ = ±1 copies y_(B_r, i), because ReLU(t) − ReLU(−t) = t")
+    out(f"  λ = {lam:g}: read-out scale. Row j of the read-out is λ·a_j on block O, so logit_j = λ·<a_j, "
+        f"output>")
+    mu = 1 - 2 / D if D > 1 else -1.0
+    out(f"  μ = max_(i≠j) <a_i, a_j>/|a|² = {mu:.4g}: the codes' coherence (binary codes: 1 − 2/D); "
+        f"|a|² = {norm2}")
+    out(f"  promised margin λ·c1·|a|²(1 − μ) = {built.promise.margin:g}")
+
+    s, r = 5 % N, R - 1
     tokens = np.array([[N + r, s]])
     logits, trace = forward(model, tokens, trace=True)
     y = trace.residual[1][0, -1]
     gates = y[layout["gates"]]
-    gate, c1, c2 = built.constants["gate"], built.constants["c1"], built.constants["c2"]
-    out(
-        f"\n== Query: the {RELATION_NAMES[r]} of {s}? tokens ⟨{RELATION_NAMES[r]}, {s}⟩; "
-        f"answer π_{RELATION_NAMES[r]}({s}) = "
-        f"{task.table[r, s]}"
-    )
-    out(
-        f"  after uniform attention the MLP sees y = {c1:g}·e_s + {c2:g}·q_r; gate coordinates g = "
-        f"{gates.astype(int).tolist()} (G = {gate:g}: the asked relation's gate is open)"
-    )
+    answer = int(task.table[r, s])
+    out(f"\n== Query: what does {names[r]} turn {s} into? tokens ⟨{names[r]}, {s}⟩; answer "
+        f"π_{names[r]}({s}) = {answer}")
+    out(f"  after uniform attention the MLP sees y = {c1:g}·e_s + {c2:g}·q_r; gate coordinates y_g = "
+        f"{gates.astype(int).tolist()} (c2·G = {c2 * gate:g} on the asked relation's gate)")
     hidden = trace.hidden[0][0, -1].reshape(R, D, 2)
     for rr in range(R):
         state = "open" if gates[rr] > 0 else "shut"
-        out(
-            f"  units of {RELATION_NAMES[rr]:>6} (gate {state}): max activation {hidden[rr].max():g}"
-            + (
-                "  -> pass σ·c1·a, ReLU(t) − ReLU(−t) = t"
-                if gates[rr] > 0
-                else f"  -> every pre-activation <= c1·max|a| − c2·G = {c1 - c2 * gate:g} < 0"
-            )
-        )
+        detail = ("  -> pass σ·c1·a, ReLU(t) − ReLU(−t) = t" if gates[rr] > 0
+                  else f"  -> every pre-activation <= c1·max|a| − c2·G = {c1 * codes.max_abs - c2 * gate:g} "
+                       f"< 0")
+        out(f"  units of {names[rr]:>{width}} (gate {state}): max activation {hidden[rr].max():g}{detail}")
     out(f"  logits λ·c1·<a_j, a_answer>: {logits[0].astype(int).tolist()}")
     top = np.sort(logits[0])
-    out(
-        f"  argmax = {int(logits[0].argmax())}, margin = {top[-1] - top[-2]:g} (promised >= "
-        f"{built.promise.margin:g})"
-    )
+    out(f"  argmax = {int(logits[0].argmax())}, margin = {top[-1] - top[-2]:g} (promised >= "
+        f"{built.promise.margin:g})")
     all_tokens, answers = single_hop_queries(task)
     exhaustive = check_queries(model, all_tokens, answers, integer=True)
-    out(
-        f"  every one of the N·R = {N * R} queries: {exhaustive.n_correct}/{exhaustive.n_queries} right, "
-        f"min margin {exhaustive.min_margin:g}, in exact integer arithmetic"
-    )
+    out(f"  every one of the N·R = {N * R} queries: {exhaustive.n_correct}/{exhaustive.n_queries} right, "
+        f"min margin {exhaustive.min_margin:g}, in exact integer arithmetic")
+
+    unit = build_g1(task, "binary", integer=False)
+    unit_result = check_queries(unit.model, all_tokens, answers)
+    out("\n== Two scales of one construction")
+    out(f"  integer scale (above; `georecall check single-hop --integer`): code entries ±1, |a|² = D = {D}, "
+        f"margin λ·c1·|a|²(1 − μ) = 2·λ·c1 = {built.promise.margin:g}; every weight, activation and logit is "
+        f"an integer")
+    out(f"  unit scale (`georecall check single-hop`, the default): entries ±1/√D, |a|² = 1, margin "
+        f"λ·c1·(1 − μ) = 4/D = {unit.promise.margin:.4g} (measured: {unit_result.n_correct}/"
+        f"{unit_result.n_queries} right, min margin {unit_result.min_margin:.4g}); the same argmax on every "
+        "query, the margin divided by D (0.3333 at N = 4096, D = 12)")
 
     from georecall.verify.experiments.probes import superposition_readout, unit_selectivity
     from georecall.verify.training.train import init_model, train
 
     d = model.d
     out(f"\n== A trained model on the same facts: d = {d}, m = {4 * d}, uniform attention, Adam, full batch")
-    trained = train(
-        init_model(N, R, d, 4 * d, rng=seeds.rng(seed, "init")),
-        all_tokens,
-        answers,
-        steps=2000,
-        lr=1e-2,
-        rng=seeds.rng(seed, "batches"),
-    )
+    trained = train(init_model(N, R, d, 4 * d, rng=seeds.rng(seed, "init")), all_tokens, answers, steps=2000,
+                    lr=1e-2, rng=seeds.rng(seed, "batches"))
     logits_t = forward(trained.model, tokens)[0]
     top_t = np.sort(logits_t)
     result = check_queries(trained.model, all_tokens, answers)
     readout = superposition_readout(trained.model, task, holdout=0.0, rng=seeds.rng(seed, "probes"))
     selectivity = unit_selectivity(trained.model, task)
-    out(
-        f"  trained for {trained.steps} steps: {result.n_correct}/{result.n_queries} right, min margin "
-        f"{result.min_margin:.3g}"
-    )
+    out(f"  trained for {trained.steps} steps: {result.n_correct}/{result.n_queries} right, min margin "
+        f"{result.min_margin:.3g}")
     out(f"  same query: argmax = {int(logits_t.argmax())}, margin = {top_t[-1] - top_t[-2]:.3g}")
-    out(
-        f"  e_s as a superposition of its attribute vectors: in-sample R² = {readout['encoding_r2']:.3f} "
-        f"(with N = {N} subjects this fit has many parameters; see `georecall probe` at larger N)"
-    )
-    out(
-        f"  hidden units relation-selective: {100 * selectivity['selective_fraction']:.0f}% of "
-        f"{selectivity['active_units']} active (G1: 100%)"
-    )
-    return {"exact": exhaustive.exact, "margin": float(top[-1] - top[-2]), "trained_reached": trained.reached}
+    out(f"  e_s as a superposition of its attribute vectors: in-sample R² = {readout['encoding_r2']:.3f} "
+        f"(with N = {N} subjects this fit has many parameters; see `georecall probe` at larger N)")
+    out(f"  hidden units relation-selective: {100 * selectivity['selective_fraction']:.0f}% of "
+        f"{selectivity['active_units']} active (G1: 100%)")
+    return {"exact": exhaustive.exact, "margin": float(top[-1] - top[-2]),
+            "unit_margin": float(unit_result.min_margin), "trained_reached": trained.reached,
+            "query": (s, r), "relations": names}

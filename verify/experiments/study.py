@@ -211,7 +211,11 @@ QUICK_REGIMES: tuple[Regime, ...] = (
     Regime("long", "300 steps", {"steps": 300, "stop": "none"}),
     Regime("wd-all", "300 steps, AdamW λ=1 on every group", {"steps": 300, "stop": "none", "decay": 1.0}),
     Regime("tied", "tied read-out", {"readout": "tied"}),
-    Regime("ctrl-b:G1-selector", "control (b)", {"init": "g1-selector"}, control=True),
+    # control (b) as in the default grid (λ = 16: at λ = 1 E-only training crawls, 20-50 s a seed here),
+    # capped at 300 steps so that the quick grid stays quick (its time: README, "Does gradient descent find
+    # the geometry?")
+    Regime("ctrl-b:G1-selector", "control (b) at λ=16, at most 300 steps",
+           {"init": "g1-selector", "lam": 16.0, "steps": 300}, control=True),
 )
 
 # Probe budgets (every model, trained or initial): held-out share of the fits, intervened subjects, Adam
@@ -835,75 +839,24 @@ def render_summary(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None) -> list[str]:
-    """Write ``mechanism.{png,svg}`` (the criterion quantities per regime, with thresholds and controls) and
-    ``forward_reverse.{png,svg}`` (forward vs reverse fit per regime). matplotlib is imported here; without it
-    nothing is written and ``log`` says so. Returns the paths written."""
-    log = log or (lambda text: print(f"georecall: {text}", file=sys.stderr, flush=True))
-    try:
-        import matplotlib
+def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None, dpi: int | None = None,
+            formats: Iterable[str] | None = None) -> list[str]:
+    """Write ``mechanism`` (the criterion quantities per regime, coloured by trained / control / construction,
+    with thresholds and the untrained weights) and ``forward_reverse`` (forward vs reverse fit) into
+    ``out_dir`` (created when missing), drawn by :mod:`.figures`. matplotlib is imported there; without it
+    nothing is written and ``log`` says so (the command line refuses ``--figures`` before any work instead).
+    Returns the paths written."""
+    from georecall.verify.experiments import figures as drawing
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    log = log or (lambda text: print(f"georecall: {text}", file=sys.stderr, flush=True))
+    if not drawing.have_matplotlib():
         log("matplotlib is not installed: no figures (pip install 'georecall[plot]')")
         return []
-    from georecall.io import atomic_write, validate_output_path
-
+    options: dict[str, Any] = {"dpi": drawing.DEFAULT_DPI if dpi is None else dpi,
+                               "formats": tuple(formats) if formats else drawing.DEFAULT_FORMATS}
     os.makedirs(out_dir, exist_ok=True)
-    rows = [(e["label"], e["trained"]) for e in doc["regimes"]]
-    rows += [(f"{e['construction']} N={e['N']} R={e['R']}", e["trained"]) for e in doc["constructions"]]
-    untrained = [e["initial"] for e in doc["regimes"] if e["params"]["init"] == "fan-in"]
-    panels = (("superposition R²", "superposition_r2", THRESHOLDS["superposition_r2"]),
-              ("interventions followed", "follows", THRESHOLDS["follows"]),
-              ("selective units", "selective_fraction", THRESHOLDS["selective_fraction"]),
-              ("gated mass", "gated_mass", THRESHOLDS["gated_mass"]),
-              ("closed-form transfer", "closed_form_transfer", THRESHOLDS["zero_shot"]),
-              ("functional zero-shot", "functional_zero_shot", THRESHOLDS["zero_shot"]))
-    written = []
-
-    def save(fig, name: str) -> None:
-        for ext in ("png", "svg"):
-            target = validate_output_path(os.path.join(out_dir, f"{name}.{ext}"), what="figure")
-            def draw(handle, fmt: str = ext) -> None:
-                fig.savefig(handle, format=fmt, bbox_inches="tight")
-
-            atomic_write(target, draw)
-            written.append(target)
-        plt.close(fig)
-
-    y = np.arange(len(rows))
-    height = 0.32 * len(rows) + 1.5
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.0 * len(panels), height), sharey=True)
-    fig.subplots_adjust(top=1 - 0.75 / height, wspace=0.08)
-    for ax, (title, key, threshold) in zip(axes, panels):
-        means = [s[key]["mean"] if s[key]["mean"] is not None else np.nan for _, s in rows]
-        sds = [s[key]["sd"] or 0.0 for _, s in rows]
-        ax.barh(y, means, xerr=sds, color="tab:blue", alpha=0.7)
-        ax.axvline(threshold, color="tab:red", lw=1, ls="--", label="threshold")
-        base = [s[key]["mean"] for s in untrained if s[key]["mean"] is not None]
-        if base:
-            ax.axvline(float(np.mean(base)), color="gray", lw=1, ls=":", label="untrained (mean)")
-        ax.set_title(title, fontsize=9)
-        ax.set_xlim(min(0.0, np.nanmin(means) if np.isfinite(np.nanmin(means)) else 0.0), 1.05)
-    axes[0].set_yticks(y, [name for name, _ in rows], fontsize=8)
-    axes[0].invert_yaxis()
-    axes[-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Does gradient descent find the geometry? (mean ± sd over seeds)", fontsize=10)
-    save(fig, "mechanism")
-
-    fig, ax = plt.subplots(figsize=(5, 5))
-    for name, s in rows:
-        f, r = s["forward_r2"], s["reverse_r2"]
-        if f["mean"] is None or r["mean"] is None:
-            continue
-        ax.errorbar(r["mean"], f["mean"], xerr=r["sd"], yerr=f["sd"], fmt="o", ms=4)
-        ax.annotate(name, (r["mean"], f["mean"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.plot([-0.2, 1.05], [-0.2, 1.05], color="gray", lw=0.8, ls=":")
-    ax.set_xlabel("reverse fit R² (attribute read-out row from its subjects)")
-    ax.set_ylabel("forward fit R² (subject embedding from its attributes)")
-    ax.set_title("Forward vs reverse (mirror-image) fit, held out", fontsize=9)
-    save(fig, "forward_reverse")
+    written = drawing.save_figure(drawing.mechanism_figure(doc, THRESHOLDS), out_dir, "mechanism", **options)
+    written += drawing.save_figure(drawing.forward_reverse_figure(doc), out_dir, "forward_reverse", **options)
     return written
 
 

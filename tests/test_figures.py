@@ -1,0 +1,236 @@
+"""Figures for slides: every figure legible (no overlapping text, no text under 9 pt) at its size, --dpi and
+--format, nested output folders, the construction picture, and the refusals that come before any work."""
+
+import json
+import os
+import pathlib
+import struct
+import sys
+
+import pytest
+
+from georecall.verify.cli import main
+
+pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
+
+from georecall.verify.experiments import figures as F  # noqa: E402
+from georecall.verify.experiments import study  # noqa: E402
+
+ROOT = pathlib.Path(__file__).parent.parent
+STUDY = str(ROOT / "docs" / "study_results.jsonl")
+
+
+def _records() -> list[dict]:
+    from georecall import __version__
+
+    base = {"kind": "threshold", "seed": 0, "monotone": True, "trials": [], "steps": 500, "lr": 1e-2,
+            "width_factor": 4, "attention": "uniform", "dtype": "float32", "version": __version__}
+    records = [{**base, "N": N, "R": R, "mode": mode, "d_star": d}
+               for N, R, mode, d in [(256, 2, "learned", 8), (256, 4, "learned", 12), (1024, 8, "learned", 25),
+                                     (256, 2, "frozen", 10), (256, 4, "frozen", 18), (1024, 8, "frozen", 39)]]
+    for i, (N, R) in enumerate([(128, 2), (1024, 4), (256, 8)]):
+        records.append({"kind": "transfer", "label": f"model{i}.npz", "model": f"runs/model{i}.npz",
+                        "description": f"trained, d = {8 * (i + 1)}", "N": N, "R": R, "chance": 1 / N,
+                        "closed_form_accuracy": 0.3 * i, "fitted_accuracy": 0.5})
+    return records
+
+
+def _figures():
+    doc = study.summarize(STUDY)
+    return {
+        "thresholds": lambda: F.thresholds_figure(_records()),
+        "tradeoff": lambda: F.tradeoff_figure(),
+        "margins": lambda: F.margins_figure(0),
+        "transfer": lambda: F.transfer_figure(_records()),
+        "construction N=8 R=2": lambda: F.construction_figure(8, 2, 0),
+        "construction N=64 R=8": lambda: F.construction_figure(64, 8, 3),
+        "mechanism": lambda: F.mechanism_figure(doc, study.THRESHOLDS),
+        "forward_reverse": lambda: F.forward_reverse_figure(doc),
+    }
+
+
+@pytest.mark.parametrize("name", list(_figures()))
+def test_every_figure_is_legible_at_slide_size(name):
+    """The old mechanism figure had 5 colliding tick labels (1.00 | 0.00 of neighbouring panels) and 8 pt row
+    names; the old forward_reverse figure 33 overlapping 6 pt labels: both fail here."""
+    import matplotlib.pyplot as plt
+
+    fig = _figures()[name]()
+    try:
+        assert F.text_overlaps(fig) == [], name
+        assert F.small_texts(fig) == [], name
+        width, height = fig.get_size_inches()
+        assert width <= 11.0 and height <= 8.5, (name, width, height)
+    finally:
+        plt.close(fig)
+
+
+def test_the_overlap_detector_finds_planted_overlaps():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.text(0.5, 0.5, "one label")
+    ax.text(0.52, 0.5, "another label")
+    assert ("one label", "another label") in F.text_overlaps(fig)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(2, 2))  # forty tick labels on a 2-inch axis
+    ax.set_xticks(range(40), [f"{i:.2f}" for i in range(40)])
+    ax.set_xlim(-0.5, 39.5)
+    assert len(F.text_overlaps(fig)) > 10
+    ax.text(0.1, 0.9, "tiny", fontsize=5, transform=ax.transAxes)
+    assert ("tiny", 5.0) in F.small_texts(fig)
+    plt.close(fig)
+
+
+def test_a_tick_outside_the_view_is_not_a_collision():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.bar(range(12), range(12))
+    ax.set_xticks([0, 5, 10, 15])  # matplotlib keeps 15 (off the axis) as an undrawn label
+    ax.set_xlim(-0.5, 11.5)
+    assert F.text_overlaps(fig) == []
+    plt.close(fig)
+
+
+def _png_width(path: str) -> int:
+    with open(path, "rb") as handle:
+        head = handle.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">I", head[16:20])[0]
+
+
+def test_dpi_and_formats(tmp_path):
+    import matplotlib.pyplot as plt
+
+    paths = {}
+    for dpi in (60, 120):
+        fig, ax = plt.subplots(figsize=(4, 3))
+        ax.plot([0, 1], [0, 1])
+        os.makedirs(tmp_path / str(dpi))
+        paths[dpi] = F.save_figure(fig, str(tmp_path / str(dpi)), "f", dpi=dpi, formats=("png", "svg", "pdf"))
+    assert [pathlib.Path(p).suffix for p in paths[60]] == [".png", ".svg", ".pdf"]
+    ratio = _png_width(paths[120][0]) / _png_width(paths[60][0])
+    assert 1.9 < ratio < 2.1
+    assert open(paths[60][2], "rb").read(5) == b"%PDF-"
+    assert b"<svg" in open(paths[60][1], "rb").read(400)
+    fig, _ = plt.subplots()
+    with pytest.raises(ValueError):
+        F.save_figure(fig, str(tmp_path), "g", formats=("jpg",))
+    with pytest.raises(ValueError):
+        F.save_figure(fig, str(tmp_path), "g", dpi=10)
+
+
+def test_figures_command_creates_nested_folders_at_the_dpi_and_formats_asked(tmp_path, capsys):
+    """`figures --out a/b/c` was refused ("does not exist"); a user expects the folders to be made."""
+    results = tmp_path / "results.jsonl"
+    results.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
+    out = tmp_path / "a" / "b" / "c"
+    code = main(["figures", "--from", str(results), "--out", str(out), "--format", "png", "pdf", "--dpi", "50",
+                 "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["params"]["dpi"] == 50 and doc["params"]["formats"] == ["png", "pdf"]
+    names = {pathlib.Path(f).name for f in doc["files"]}
+    assert names == {f"{n}.{e}" for n in ("thresholds", "tradeoff", "margins", "transfer", "construction")
+                     for e in ("png", "pdf")}
+    assert all(pathlib.Path(f).parent == out for f in doc["files"])
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code = main(["figures", "--out", str(blocker / "sub")])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a file" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["figures", "--format", "jpg"], ["figures", "--dpi", "5"]])
+def test_bad_figure_options_are_refused(argv, capsys):
+    assert main(argv) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_study_figures_without_matplotlib_are_refused_before_any_training(tmp_path, monkeypatch, capsys):
+    """It used to run the whole study and then exit 0 saying "no figures"."""
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the study ran before the refusal")
+
+    monkeypatch.setattr(study, "run_study", must_not_run)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code = main(["study", "mechanism", "--quick", "--out", str(tmp_path / "q.jsonl"), "--figures",
+                 str(tmp_path / "figs")])
+    err = capsys.readouterr().err
+    assert code == 2 and "pip install 'georecall[plot]'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "figs").exists()
+
+
+def test_study_summary_figures_into_a_new_nested_folder(tmp_path, capsys):
+    out = tmp_path / "x" / "y"
+    code = main(["study", "mechanism", "--summary", STUDY, "--figures", str(out), "--json"])
+    files = json.loads(capsys.readouterr().out)["figures"]
+    assert code == 0 and sorted(pathlib.Path(f).name for f in files) == [
+        "forward_reverse.png", "forward_reverse.svg", "mechanism.png", "mechanism.svg"]
+
+
+def test_demo_draws_the_construction(tmp_path, capsys):
+    out = tmp_path / "slides" / "g1"
+    code = main(["demo", "--N", "16", "--R", "3", "--seed", "1", "--figures", str(out), "--format", "png"])
+    text = capsys.readouterr().out
+    assert code == 0 and (out / "construction.png").exists() and "construction.png" in text
+    assert not (out / "construction.svg").exists()
+
+
+def test_demo_figures_without_matplotlib_are_refused_before_the_walkthrough(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code = main(["demo", "--figures", str(tmp_path / "f")])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and "pip install" in err
+
+
+def test_transfer_figure_names_models_by_size_with_a_chance_line():
+    """The old figure labelled bars with file names and had neither N, R nor chance."""
+    import matplotlib.pyplot as plt
+
+    fig = F.transfer_figure(_records())
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert all(".npz" not in t for t in ticks)
+    assert "trained, d = 8\nN = 128, R = 2" in ticks and "N = 1024, R = 4" in ticks[1]
+    assert "chance (1/N)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    chance = [c for c in ax.collections if c.get_label() == "chance (1/N)"]
+    assert chance and abs(chance[0].get_segments()[0][0][1] - 1 / 128) < 1e-12
+    plt.close(fig)
+
+
+def test_a_users_own_label_is_kept():
+    import matplotlib.pyplot as plt
+
+    fig = F.transfer_figure([{**_records()[-1], "label": "my model"}])
+    fig.canvas.draw()
+    assert fig.axes[0].get_xticklabels()[0].get_text().startswith("my model\n")
+    plt.close(fig)
+
+
+def test_mechanism_figure_tells_trained_models_controls_and_constructions_apart():
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    doc = study.summarize(STUDY)
+    fig = F.mechanism_figure(doc, study.THRESHOLDS)
+    labels = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {label for label, _, _ in F.CATEGORIES.values()} <= labels
+    rows = F._study_rows(doc)
+    colours = [to_hex(bar.get_facecolor()[:3]) for bar in fig.axes[0].patches[:len(rows)]]
+    expected = [to_hex(F.CATEGORIES[category][1]) for _, category, _ in rows]
+    assert colours == expected and len(set(colours)) == 3
+    plt.close(fig)
+
+
+def test_margins_panels_fill_their_axes():
+    """The C1 panel put its bars into the last 12% of an axis stretched to the promised bound."""
+    import matplotlib.pyplot as plt
+
+    fig = F.margins_figure(0)
+    for ax in fig.axes:
+        left, right = ax.get_xlim()
+        xs = [x for p in ax.patches for x in (p.get_x(), p.get_x() + p.get_width())]
+        assert (max(xs) - min(xs)) / (right - left) > 0.6, ax.get_title()
+    plt.close(fig)

@@ -1,4 +1,4 @@
-"""Exact counting over R-regular edge-coloured graphs (THEORY.md §4).
+"""Exact counting over R-regular edge-coloured graphs (docs/bounds.md, "Total information" and "Per entity").
 
 Two sets are counted:
 

@@ -1,4 +1,5 @@
-"""Tasks as R-regular edge-coloured digraphs (THEORY.md §1, §4), built and validated with networkx.
+"""Tasks as R-regular edge-coloured digraphs (docs/theory.md, "Task"; docs/bounds.md, "Capacity–depth
+tradeoff"), built and validated with networkx.
 
 A task with bijections π_0..π_{R−1} of [N] is the multidigraph on [N] with an edge ``s -> π_r(s)`` of colour
 r for every (s, r): every vertex has exactly one out-edge and one in-edge of each colour. Self-loops and

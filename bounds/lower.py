@@ -1,4 +1,5 @@
-"""Information-theoretic lower bounds on the embedding dimension d (THEORY.md §4; proofs in docs/bounds.md).
+"""Information-theoretic lower bounds on the embedding dimension d (docs/theory.md, "Lower bounds"; proofs in
+docs/bounds.md).
 
 Model of storage: every parameter holds b bits. The entity embeddings (N·d numbers) are fact-specific; ``P0``
 counts every other fact-specific parameter; everything else (the read-out U included) is *generic*: the same

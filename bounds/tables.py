@@ -1,4 +1,5 @@
-"""Lower bounds beside the constructions' sizes, with the gap ratio (THEORY.md §4, docs/bounds.md).
+"""Lower bounds beside the constructions' sizes, with the gap ratio (docs/theory.md, "Lower bounds";
+docs/bounds.md).
 
 One row per (construction, N, R, k, b): the construction's d and its other fact-specific parameters P0 (from
 its promise in ``theory/statements.py``, never from a built model), the lower bound that applies to a model of

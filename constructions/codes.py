@@ -1,4 +1,4 @@
-"""Attribute codes ``a_0..a_{N-1} ∈ R^D`` and their coherence (THEORY.md §3).
+"""Attribute codes ``a_0..a_{N-1} ∈ R^D`` and their coherence (docs/theory.md, "Codes").
 
 Coherence: ``μ = max_{i≠j} <a_i, a_j> / |a|²`` for codes of equal norm ``|a|``. Every construction that reads
 an answer off a code uses the gap ``|a|² (1 − μ)`` between the right code and the best wrong one as its

@@ -1,4 +1,4 @@
-"""The one Model and THE forward pass (THEORY.md §2).
+"""The one Model and THE forward pass (docs/theory.md, "Model").
 
 Every weight source in georecall (hand-built constructions, the trainer, transplanted weights) produces a
 :class:`Model`, and every evaluation goes through :func:`forward`. There is no other evaluation path.
@@ -21,9 +21,8 @@ d = 356 coordinates: 0.16 GiB instead of 2.8).
 Attention kinds (all causal):
 
 - ``uniform``: the mean over positions ``u <= t`` of ``x_u @ W_V[h] @ W_O[h]``, summed over heads. It is
-computed
-  as ``((Σ_u x_u) @ W_V @ W_O) / count`` so that with integer weights the only non-integer step is one exact
-  division (checked in integer mode).
+  computed as ``((Σ_u x_u) @ W_V @ W_O) / count`` so that with integer weights the only non-integer step is
+  one exact division (checked in integer mode).
 - ``softmax``: ``softmax_u(β · <x_t W_Q[h], x_u W_K[h]>)`` with an explicit inverse temperature ``β``.
 - ``hard``: an **idealization**, the β → ∞ limit of softmax: the mean over the positions with maximal score.
 

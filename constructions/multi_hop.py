@@ -1,5 +1,5 @@
-"""k-hop constructions (THEORY.md §3): G2 path blocks, A2 associative width (a) and depth (b), C1
-chain-of-thought.
+"""k-hop constructions (docs/theory.md, "G2", "A2(a)", "A2(b)", "C1"): G2 path blocks, A2 associative width
+(a) and depth (b), C1 chain-of-thought.
 
 Queries are the tokens ``⟨r_k, ..., r_1, s⟩``: ``r_j`` sits at position ``k − j`` and the subject at position
 k. All four fetch relation tokens with *positional* heads: the position embedding is one-hot

@@ -84,10 +84,9 @@ def build_g1(
       subject table is the only part that depends on the facts.
     - Relation embedding ``q_r = G·1_{g_r}`` (G the gate constant).
     - Hidden unit ``(r, i, σ)``, ``σ = ±1``, ``m = 2·R·D``: ``ReLU(σ·y_{B_r,i} + y_{g_r} − c2·G)``. For the
-    asked
-      relation ρ it equals ``ReLU(σ·c1·a_{π_ρ(s),i})``; for ``r ≠ ρ`` it is at most ``c1·A − c2·G``.
+      asked relation ρ it equals ``ReLU(σ·c1·a_{π_ρ(s),i})``; for ``r ≠ ρ`` it is at most ``c1·A − c2·G``.
     - ``W2`` writes ``σ`` into ``O_i``, so the MLP outputs ``c1·a_{π_ρ(s)}`` in O
-    (``ReLU(t) − ReLU(−t) = t``).
+      (``ReLU(t) − ReLU(−t) = t``).
     - ``U_j = λ·J_O a_j``.
 
     Exactness. If ``c2·G > c1·A`` (A = max |code entry|) every unit of an unasked relation is shut, the logit

@@ -173,8 +173,7 @@ def test_achieved_sizes_are_measured_and_match_the_independent_promise(spec_id):
     assert built.model.parameter_count() == promise.params  # A2(b): the shared MLP counted once
 
 
-# ----------------------------------------------------------------------------------------------- seed
-# contract
+# ------------------------------------------------------------------------------------------ seed contract
 
 
 def test_the_same_seed_gives_the_same_task_in_every_command(tmp_path, monkeypatch, capsys):

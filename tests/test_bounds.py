@@ -1,4 +1,4 @@
-"""Counting, graphs, lower bounds and tables (THEORY.md §4)."""
+"""Counting, graphs, lower bounds and tables (docs/bounds.md)."""
 
 import csv
 import io

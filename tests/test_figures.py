@@ -26,8 +26,9 @@ def _records() -> list[dict]:
     base = {"kind": "threshold", "seed": 0, "monotone": True, "trials": [], "steps": 500, "lr": 1e-2,
             "width_factor": 4, "attention": "uniform", "dtype": "float32", "version": __version__}
     records = [{**base, "N": N, "R": R, "mode": mode, "d_star": d}
-               for N, R, mode, d in [(256, 2, "learned", 8), (256, 4, "learned", 12), (1024, 8, "learned", 25),
-                                     (256, 2, "frozen", 10), (256, 4, "frozen", 18), (1024, 8, "frozen", 39)]]
+               for N, R, mode, d in [(256, 2, "learned", 8), (256, 4, "learned", 12),
+                                     (1024, 8, "learned", 25), (256, 2, "frozen", 10),
+                                     (256, 4, "frozen", 18), (1024, 8, "frozen", 39)]]
     for i, (N, R) in enumerate([(128, 2), (1024, 4), (256, 8)]):
         records.append({"kind": "transfer", "label": f"model{i}.npz", "model": f"runs/model{i}.npz",
                         "description": f"trained, d = {8 * (i + 1)}", "N": N, "R": R, "chance": 1 / N,
@@ -126,8 +127,8 @@ def test_figures_command_creates_nested_folders_at_the_dpi_and_formats_asked(tmp
     results = tmp_path / "results.jsonl"
     results.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
     out = tmp_path / "a" / "b" / "c"
-    code = main(["figures", "--from", str(results), "--out", str(out), "--format", "png", "pdf", "--dpi", "50",
-                 "--json"])
+    code = main(["figures", "--from", str(results), "--out", str(out), "--format", "png", "pdf", "--dpi",
+                 "50", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["params"]["dpi"] == 50 and doc["params"]["formats"] == ["png", "pdf"]
     names = {pathlib.Path(f).name for f in doc["files"]}

@@ -1,5 +1,6 @@
-"""What each result promises, as plain numbers (THEORY.md §3), written from the theorems — never read off a
-built model. The checker compares what a construction achieved against these promises; tables print both.
+"""What each result promises, as plain numbers (docs/theory.md, a section per construction), written from the
+theorems — never read off a built model. The checker compares what a construction achieved against these
+promises; tables print both.
 
 Every promise carries the inequalities the result needs, evaluated at the given constants;
 :meth:`Promise.require` raises ``ValueError`` naming the first violated one. Builders call it before they

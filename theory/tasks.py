@@ -1,4 +1,4 @@
-"""Factual-recall tasks: R bijections of the entity set [N] (THEORY.md §1).
+"""Factual-recall tasks: R bijections of the entity set [N] (docs/theory.md, "Task").
 
 Shape letters, used the same way throughout georecall:
 

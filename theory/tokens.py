@@ -1,4 +1,5 @@
-"""The token format, in one place (THEORY.md §1–2): constructions, checker, trainer, probes and demo use it.
+"""The token format, in one place (docs/theory.md, "Task" and "Model"): constructions, checker, trainer,
+probes and demo use it.
 
 Vocabulary: entity ``s`` is token ``s`` (``0 <= s < N``); relation ``r`` is token ``N + r``.
 

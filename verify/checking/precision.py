@@ -1,5 +1,5 @@
 """Bits per parameter: quantize a Model's weights to b bits and find the smallest b at which a check stays
-exact (THEORY.md §4, "precision makes b concrete"; docs/bounds.md, "Two notions of b").
+exact (docs/theory.md, "Lower bounds": precision makes b concrete; docs/bounds.md, "Two notions of b").
 
 **What "b bits per parameter" means here** (the *per-tensor* notion): every entry of a weight tensor W is one
 of at most ``2^b`` values of a codebook shared by the whole tensor, ``s·V_b`` with one real scale

@@ -1,6 +1,6 @@
-"""Probes of a Model's mechanism (THEORY.md §5). They run on *any* Model through THE forward pass: constructed
-ones, where the answers are known exactly (G1 gives R² = 1 and 100% everywhere), and trained ones, where they
-report what they measure.
+"""Probes of a Model's mechanism (docs/theory.md, "Gradient descent"). They run on *any* Model through THE
+forward pass: constructed ones, where the answers are known exactly (G1 gives R² = 1 and 100% everywhere), and
+trained ones, where they report what they measure.
 
 Notation: ``e_s`` entity embedding, ``u_j = U[j]`` the unembedding (attribute) vector of answer j.
 

@@ -1,4 +1,4 @@
-"""The mechanism study (issue 12): does gradient descent find the geometry of THEORY.md §5?
+"""The mechanism study: does gradient descent find G1's geometry (docs/theory.md, "Gradient descent")?
 
 A declared grid of training regimes × seeds. Each trial trains one model on ``task_for_seed(N, R, seed)``,
 runs every probe of :func:`.probes.mechanism_probes` on the trained model *and* on its initial
@@ -82,9 +82,8 @@ SEED_CONTRACT = 1
 # ------------------------------------------------------------------------------ declared before any run
 
 THRESHOLDS: dict[str, float] = {
-    # superposition: the embeddings, or what training wrote into them (E − E0), are a linear superposition
-    # of the attribute read-out vectors (held-out forward R²), and the network reads them that way
-    # (interventions)
+    # superposition: the embeddings, or what training wrote into them (E − E0), are a linear superposition of
+    # the attribute read-out vectors (held-out forward R²), and the network reads them so (interventions)
     "superposition_r2": 0.95,
     "follows": 0.90,
     "others_unchanged": 0.90,
@@ -185,18 +184,16 @@ REGIMES: tuple[Regime, ...] = (
            {"attention": "softmax", "steps": 1000}),
     Regime("small-init", "every group initialised at 0.1× the fan-in scale", {"init_scale": 0.1}),
     # where our reading of the paper says the geometry should appear: a generic (fixed) read-out, as in G1,
-    # with the initialisation decayed away; the rich (small-init) regime with decay; minibatch noise with
-    # decay
+    # with the initialisation decayed away; the rich (small-init) regime with decay; minibatch noise and decay
     Regime("frozen-U+wd-emb", "long, U frozen at init, AdamW λ=1 on E and Q: facts must be written into E",
            {**LONG, "readout": "frozen", "decay": 1.0, "decay_groups": "embeddings"}),
     Regime("small-init+wd", "long, 0.1× init, AdamW λ=1 on every group",
            {**LONG, "init_scale": 0.1, "decay": 1.0}),
     Regime("minibatch+wd", "long (1000 steps of batch 256), AdamW λ=1 on every group",
            {**LONG, "decay": 1.0, "batch_size": 256}),
-    # the two controls that bracket the claim
-    # (declared after a training-only pilot, before the run: at G1's λ = 1, E-only training reached 26% in
-    # 3000 steps, because cross-entropy barely separates G1's own exact solution there; λ = 16 makes it
-    # low-loss)
+    # the two controls that bracket the claim (declared after a training-only pilot, before the run: at G1's
+    # λ = 1, E-only training reached 26% in 3000 steps, because cross-entropy barely separates G1's own exact
+    # solution there; λ = 16 makes it low-loss)
     Regime("ctrl-a:G1+noise", "control (a): start at G1's weights (λ=16; d=54, m=80) + noise 0.5×RMS, "
            "train long", {**LONG, "init": "g1+noise", "noise": 0.5, "lam": 16.0}, control=True),
     Regime("ctrl-b:G1-selector", "control (b): G1's MLP, attention, Q, U (λ=16) frozen; only E learned",

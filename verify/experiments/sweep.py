@@ -1,4 +1,5 @@
-"""Capacity-threshold sweeps (THEORY.md §5): the smallest d at which gradient descent reaches 100% accuracy.
+"""Capacity-threshold sweeps (docs/theory.md, "Gradient descent"): the smallest d at which gradient descent
+reaches 100% accuracy.
 
 For each configuration (N, R, mode, seed), ``mode`` = ``learned`` (every parameter trained) or ``frozen``
 (entity and relation embeddings frozen at their random initialization, so the facts must go into the MLP):

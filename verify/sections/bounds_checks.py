@@ -52,8 +52,7 @@ def _log(progress: bool, message: str) -> None:
 COUNT_CASES = [(3, 1, 3), (5, 1, 3), (3, 2, 3), (4, 2, 3), (4, 3, 2), (5, 2, 3), (6, 2, 2), (5, 3, 2)]
 
 # (N, R, k) -> (|F_k|, |Trees_k|), produced once by ``reference_counts`` (tests/test_counting_reference.py:
-# plain
-# loops over all (N!)^R tasks) and re-derived by those tests ((6, 2, 2) and (5, 3, 2) in the slow ones).
+# plain loops over all (N!)^R tasks) and re-derived by those tests ((6, 2, 2) and (5, 3, 2): slow tests).
 GOLDEN_COUNTS = {
     (3, 1, 2): (3, 3), (3, 1, 3): (4, 3), (5, 1, 2): (60, 5), (5, 1, 3): (80, 5),
     (3, 2, 2): (26, 25), (3, 2, 3): (30, 27), (4, 2, 2): (458, 148), (4, 2, 3): (534, 430),

@@ -1,4 +1,4 @@
-"""An autograd-free NumPy trainer for the shared Model (THEORY.md §5; docs/training.md).
+"""An autograd-free NumPy trainer for the shared Model (docs/theory.md, "Gradient descent"; docs/training.md).
 
 The forward pass is THE forward pass (``constructions.model.forward`` with ``trace=True``); this module adds
 the hand-written backward pass through every parameter group (the dense reference), cross-entropy, and
@@ -620,12 +620,10 @@ def train(
         ``("entity_embedding", "relation_embedding")`` for frozen embeddings.
     weight_decay
         Decoupled weight decay (AdamW; for SGD the same ``θ ← (1 − lr·λ)·θ``): one λ for every trained group,
-        or
-        ``{group: λ}`` (missing groups: 0).
+        or ``{group: λ}`` (missing groups: 0).
     eps, eps_form, betas, momentum
         Adam's ε and its form (``"standard"``: ``m̂/(√v̂ + ε)`` as in PyTorch and Optax; ``"hat"``: Kingma &
-        Ba's
-        ``ε̂``), Adam's (β1, β2); SGD's momentum. See :func:`adam`.
+        Ba's ``ε̂``), Adam's (β1, β2); SGD's momentum. See :func:`adam`.
     tie_readout
         Train with ``U = E`` (needs ``n_out == N``): the read-out is set to the entity embedding at the start,
         the two gradients are summed into one update, and the returned model has ``U = E``. The shared matrix

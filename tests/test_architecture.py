@@ -187,7 +187,7 @@ def test_the_same_seed_gives_the_same_task_in_every_command(tmp_path, monkeypatc
 
     monkeypatch.setattr(tasks_module, "random_task", spy)
     assert main(["check", "single-hop", "--N", "16", "--R", "2", "--seed", "7", "--quiet"]) == 0
-    assert main(["precision", "--N", "16", "--R", "2", "--seed", "7", "--max-bits", "4", "--quiet"]) == 0
+    assert main(["precision", "--N", "16", "--R", "2", "--seed", "7", "--max-bits", "4"]) == 0
     assert main(["train", "--N", "16", "--R", "2", "--d", "8", "--steps", "2", "--seed", "7", "--quiet"]) == 0
     from georecall.verify.experiments import sweep
 

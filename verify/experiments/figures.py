@@ -140,7 +140,7 @@ def _texts(fig) -> list:
     from matplotlib.axis import Axis
     from matplotlib.text import Text
     fig.canvas.draw()
-    hidden = set()  # labels of ticks outside the axis' view: matplotlib keeps them but does not draw them
+    hidden: set[int] = set()  # labels of ticks outside the view: matplotlib keeps them, does not draw them
     for axis in fig.findobj(Axis):
         low, high = sorted(axis.get_view_interval())
         span = (high - low) * 1e-9

@@ -624,8 +624,8 @@ def test_options_that_do_nothing_are_not_offered(argv, capsys):
          "--json and --format latex do not combine"),
         (["bounds", "--N", "64", "--R", "2", "--k", "1", "--format", "md", "--json"],
          "--json and --format md do not combine"),
-        (["sweep", "threshold", "--workers", "2", "--scheduler", "local:2"], "--workers and --scheduler"),
-        (["study", "mechanism", "--workers", "2", "--scheduler", "local:2"], "--workers and --scheduler"),
+        (["sweep", "threshold", "--workers", "2", "--scheduler", "local:2"], "--workers 2 and --scheduler local:2 do not combine"),
+        (["study", "mechanism", "--workers", "2", "--scheduler", "local:2"], "--workers 2 and --scheduler local:2 do not combine"),
     ],
 )
 def test_conflicting_options_are_refused_in_one_line(argv, message, capsys):
@@ -657,3 +657,12 @@ def test_help_shows_every_default_and_no_internal_references():
             if meaningful and action.help is not argparse.SUPPRESS:
                 shown = formatter._get_help_string(action) % {"default": action.default, "prog": sub.prog}
                 assert "default" in shown, f"{command} {action.option_strings[0]}: no default shown"
+
+
+def test_given_options_are_the_typed_ones_whatever_the_defaults():
+    from georecall.verify.cli.parser import given_options
+
+    assert given_options(["bounds"]) == set()
+    assert given_options(["bounds", "--format", "md", "--N", "64"]) == {"format", "N"}
+    assert given_options(["sweep", "threshold", "--workers", "1"]) == {"workers"}
+    assert given_options(["probe", "m.npz", "--json"]) == {"json", "model"}

@@ -889,7 +889,7 @@ def run_study_mechanism(p) -> dict:
     """``study mechanism``: run (or resume) the declared grid, then summarize; or only summarize a file."""
     from georecall.verify.experiments import study
     scheduler = _scheduler(p.scheduler)
-    workers = 1 if getattr(p, "workers", None) is None else p.workers  # both with --scheduler: refused
+    workers = p.workers  # with --scheduler too: refused by the parser (parser.CONFLICTS)
     _positive_finite("--connect-timeout", p.connect_timeout)
     figures_dir = None
     if p.figures is not None:  # refused before any training: no folder, or no matplotlib to draw with

@@ -19,7 +19,7 @@ from georecall import __version__
 from georecall.errors import InputError
 from georecall.verify.cli import commands, render
 
-__all__ = ["CONFLICTS", "SHARED", "UsageError", "build_parser", "main", "refuse_conflicts"]
+__all__ = ["CONFLICTS", "SHARED", "UsageError", "build_parser", "given_options", "main", "refuse_conflicts"]
 
 
 class UsageError(Exception):
@@ -188,39 +188,66 @@ def _shared(command: str) -> list[_Parser]:
     return [parent]
 
 
-# Options that contradict each other, refused in one place (exit 2, one line) before any command runs: a name
-# for the message, and a test on the parsed arguments for each side. An option that may conflict takes the
-# default None, so that "given" and "left at its default" can be told apart.
-CONFLICTS: tuple[tuple[str, Any, str, Any], ...] = (
-    ("--json", lambda a: bool(getattr(a, "json", False)),
-     "--format {value}", lambda a: getattr(a, "format", None) not in (None, "json")),
-    ("--workers", lambda a: getattr(a, "workers", None) is not None,
-     "--scheduler", lambda a: getattr(a, "scheduler", None) is not None),
+# Options that contradict each other, refused in one place (exit 2, one line) before any command runs. Each
+# entry: two options (their dests) that must not both be given on the command line, and a test on the parsed
+# arguments saying when they disagree (None: always). "Given" means typed by the user, whatever the defaults
+# (:func:`given_options`), so a command may keep any default.
+CONFLICTS: tuple[tuple[str, str, Any], ...] = (
+    ("json", "format", lambda a: a.format != "json"),  # --json prints the document: --format json or none
+    ("workers", "scheduler", None),  # the scheduler's workers run the jobs
 )
 
 
-def refuse_conflicts(args: argparse.Namespace) -> None:
-    """Refuse contradictory options (:data:`CONFLICTS`); then give the conflict-aware options their defaults.
+def given_options(argv: list[str]) -> set[str]:
+    """The dests of the options typed on the command line ``argv`` (not those left at their defaults).
+
+    Parses ``argv`` a second time with every option's default suppressed, so that only given options appear.
+
+    Parameters
+    ----------
+    argv : list of str
+        The command line (already parsed once without error).
+
+    Returns
+    -------
+    set of str
+    """
+    shadow = _build_parser()
+    stack: list[argparse.ArgumentParser] = [shadow]
+    while stack:
+        parser = stack.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(dict.fromkeys(action.choices.values()))
+            elif action.option_strings:
+                action.default = argparse.SUPPRESS
+    return set(vars(shadow.parse_args(argv))) - {"group", "target", "command"}
+
+
+def refuse_conflicts(args: argparse.Namespace, given: set[str]) -> None:
+    """Refuse contradictory options (:data:`CONFLICTS`).
 
     Parameters
     ----------
     args : argparse.Namespace
         The parsed arguments.
+    given : set of str
+        The dests given on the command line (:func:`given_options`).
 
     Raises
     ------
     UsageError
-        When both sides of a conflict were given.
+        When two conflicting options were both given (and disagree).
     """
-    for first, given_first, second, given_second in CONFLICTS:
-        if given_first(args) and given_second(args):
-            second = second.format(value=getattr(args, "format", ""))
-            raise UsageError(f"georecall {args.command}: {first} and {second} do not combine: give one of "
-                             f"them")
-    if hasattr(args, "format") and args.format is None:  # the table formats: md unless --json asks for json
-        args.format = "json" if getattr(args, "json", False) else "md"
-    if hasattr(args, "workers") and args.workers is None:
-        args.workers = 1
+    for first, second, disagree in CONFLICTS:
+        if first in given and second in given and (disagree is None or disagree(args)):
+            def flag(dest: str) -> str:
+                value = getattr(args, dest)
+                shown = "" if isinstance(value, bool) else " " + " ".join(map(str, value)) \
+                    if isinstance(value, list) else f" {value}"
+                return f"--{dest.replace('_', '-')}{shown}"
+            raise UsageError(f"georecall {args.command}: {flag(first)} and {flag(second)} do not combine: "
+                             "give one of them")
 
 
 def _add_table_options(p: argparse.ArgumentParser, default: str) -> None:
@@ -251,7 +278,7 @@ def _group(sub, name: str, help_: str, description: str):
     return group.add_subparsers(dest="target", required=True, parser_class=_Parser, metavar="KIND")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _build_parser() -> argparse.ArgumentParser:
     """The ``georecall`` argument parser (construction choices from the registry).
 
     Returns
@@ -472,8 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--d-min", type=_d, default=4, help="smallest residual width d tried")
     p.add_argument("--d-max", type=_d, default=1024, help="largest residual width d tried, >= --d-min")
     p.add_argument("--resolution", type=_positive_int, default=2, help="stop bisecting at this gap in d")
-    p.add_argument("--workers", type=_whole(1, 1024), default=None, metavar="W",
-                   help="parallel local processes W (default 1; not with --scheduler)")
+    p.add_argument("--workers", type=_whole(1, 1024), default=1, metavar="W",
+                   help="parallel local processes W (not with --scheduler)")
     p.add_argument("--scheduler", default=None, metavar="local:W|tcp://HOST:PORT",
                    help="run trials on Dask: a LocalCluster of W workers, or a running scheduler (needs the "
                         "distributed extra; not with --workers)")
@@ -500,8 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the small grid (N = 256, R = 4, a few regimes) instead of the default one")
     p.add_argument("--seeds", type=_seed, nargs="+", default=[0, 1, 2], metavar="S",
                    help="run seeds S: the task is a function of (N, R, S)")
-    p.add_argument("--workers", type=_whole(1, 1024), default=None, metavar="W",
-                   help="parallel local processes W (default 1; not with --scheduler)")
+    p.add_argument("--workers", type=_whole(1, 1024), default=1, metavar="W",
+                   help="parallel local processes W (not with --scheduler)")
     p.add_argument("--scheduler", default=None, metavar="local:W|tcp://HOST:PORT",
                    help="run jobs on Dask (needs the distributed extra; not with --workers)")
     p.add_argument("--connect-timeout", type=_real(positive=True, maximum=3600.0), default=10.0,
@@ -598,6 +625,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+build_parser = _build_parser  # the public name (main looks it up at call time; tests may replace it)
+
+
 def _say(message: str) -> None:
     print(f"georecall: error: {message.splitlines()[0] if message else 'bad input'}", file=sys.stderr,
           flush=True)
@@ -619,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     try:
         args = build_parser().parse_args(argv)
-        refuse_conflicts(args)
+        refuse_conflicts(args, given_options(sys.argv[1:] if argv is None else argv))
         args.progress = hasattr(args, "quiet") and not (args.quiet or getattr(args, "json", False))
         doc = commands.COMMANDS[args.command](args)
         wants_json = getattr(args, "json", False) or getattr(args, "format", None) == "json"

@@ -624,8 +624,10 @@ def test_options_that_do_nothing_are_not_offered(argv, capsys):
          "--json and --format latex do not combine"),
         (["bounds", "--N", "64", "--R", "2", "--k", "1", "--format", "md", "--json"],
          "--json and --format md do not combine"),
-        (["sweep", "threshold", "--workers", "2", "--scheduler", "local:2"], "--workers 2 and --scheduler local:2 do not combine"),
-        (["study", "mechanism", "--workers", "2", "--scheduler", "local:2"], "--workers 2 and --scheduler local:2 do not combine"),
+        (["sweep", "threshold", "--workers", "2", "--scheduler", "local:2"],
+         "--workers 2 and --scheduler local:2 do not combine"),
+        (["study", "mechanism", "--workers", "2", "--scheduler", "local:2"],
+         "--workers 2 and --scheduler local:2 do not combine"),
     ],
 )
 def test_conflicting_options_are_refused_in_one_line(argv, message, capsys):

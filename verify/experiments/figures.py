@@ -425,7 +425,8 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
     query : (s, r), optional
         The query drawn (default: subject 5 mod N, the last relation).
     relation_names : sequence of str, optional
-        Names of the R relations (default r0, r1, …).
+        Names of the R relations (default r0, r1, …; ``georecall demo`` and ``figures`` name them as the
+        demo does, cipher0, cipher1, …).
 
     Returns
     -------
@@ -677,6 +678,7 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
     ValueError
         On a bad ``dpi`` or format.
     """
+    from georecall.verify.experiments.demo import relation_names
     _pyplot()
     dpi, formats = _check_output(dpi, formats)
     os.makedirs(out_dir, exist_ok=True)
@@ -686,7 +688,7 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
         ("tradeoff", lambda: tradeoff_figure(N, R, k_max)),
         ("margins", lambda: margins_figure(seed)),
         ("transfer", lambda: transfer_figure(records)),
-        ("construction", lambda: construction_figure(8, 2, seed)),
+        ("construction", lambda: construction_figure(8, 2, seed, relation_names=relation_names(2))),
     ]
     for name, build in builders:
         fig = build()

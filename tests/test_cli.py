@@ -548,6 +548,7 @@ def _small_argv(tmp_path) -> dict[str, list[str]]:
                             "learned", "--steps", "2", "--d-max", "8", "--out", str(tmp_path / "t.jsonl")],
         "study mechanism": ["study", "mechanism", "--quick", "--out", str(tmp_path / "q.jsonl")],
         "probe": ["probe", model, "--subjects", "4"],
+        "eval": ["eval", model],
         "transfer": ["transfer", model, "--steps", "2"],
         "probe-hidden": ["probe-hidden", states],
         "figures": ["figures", "--out", str(tmp_path / "fig"), "--format", "png", "--dpi", "40"],
@@ -591,6 +592,7 @@ def test_every_shared_option_offered_is_read_by_its_command(tmp_path, capsys, mo
 
     monkeypatch.setattr(parser_module, "build_parser", Parser)
     field = {"seed": "seed", "quiet": "progress", "max-gib": "max_gib"}
+    assert set(_small_argv(tmp_path)) == set(SHARED)
     for command, argv in _small_argv(tmp_path).items():
         assert main(argv) in (0, 1), command
         unused = {name for name in SHARED[command] if name in field and field[name] not in seen[-1].read}

@@ -301,12 +301,11 @@ PRECISION_COLUMNS = ("bits", "exact", "accuracy", "min_margin")
 
 
 def _table_format(p, default: str = "text") -> str:
-    """The table format of a table command: ``--format`` (json also by ``--json``); ``--json`` with another
-    ``--format`` is refused, as are ``--columns``/``--caption``/``--label`` where they do nothing."""
+    """The table format of a table command: ``--format`` (json also by ``--json``, which the parser refuses
+    beside another ``--format``: ``parser.CONFLICTS``); ``--columns``/``--caption``/``--label`` are refused
+    where they do nothing."""
     fmt = getattr(p, "format", None) or default
     if getattr(p, "json", False):
-        if fmt not in ("json", default):
-            raise InputError(f"--json prints the JSON document; it does not combine with --format {fmt}")
         fmt = "json"
     if getattr(p, "columns", None) is not None and fmt not in ("md", "csv", "latex"):
         raise InputError(f"--columns chooses the columns of an md, csv or latex table, not of {fmt}")

@@ -195,6 +195,7 @@ def _shared(command: str) -> list[_Parser]:
 CONFLICTS: tuple[tuple[str, str, Any], ...] = (
     ("json", "format", lambda a: a.format != "json"),  # --json prints the document: --format json or none
     ("workers", "scheduler", None),  # the scheduler's workers run the jobs
+    ("bits", "integer", None),  # quantized weights are not integers
 )
 
 

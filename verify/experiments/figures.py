@@ -478,17 +478,18 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
             centres.append((a + b - 1) / 2)
             labels.append(label.replace("B ", "") if R > 4 else label)
         top.set_xticks(centres, _thin(labels, width_cols=[spans(i)[1] - spans(i)[0] for _, i in groups],
-                                     total=d, inches=4.6))
+                                     total=d, inches=4.6, short=[f"B{q}" for q in range(R)] + ["g", "O"]))
         top.tick_params(length=0)
         ax_e.set_xlabel("block B_r holds the code a of π_r(s); red +, blue −")
 
         wl = max(1.0, float(np.abs(W1).max()))
         ax_w.imshow(W1, cmap="RdBu_r", vmin=-wl, vmax=wl, aspect="auto", interpolation="nearest")
         ax_w.set_title(f"W1 (d = {d} × m = {m}): unit (r, i, σ) reads σ·B_r[i] + gate r")
-        ax_w.set_xlabel("hidden unit, grouped by relation r")
+        ax_w.set_xlabel("hidden units, grouped by relation r")
         ax_w.set_ylabel("residual coordinate")
         ax_w.set_xticks([(q + 0.5) * 2 * D - 0.5 for q in range(R)],
-                        _thin([names[q] for q in range(R)], width_cols=[2 * D] * R, total=m, inches=4.6))
+                        _thin([names[q] for q in range(R)], width_cols=[2 * D] * R, total=m, inches=4.6,
+                              short=[str(q) for q in range(R)]))
         ax_w.set_yticks([])
         for q in range(1, R):
             ax_w.axvline(q * 2 * D - 0.5, color="k", lw=0.8)
@@ -527,12 +528,15 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
     return fig
 
 
-def _thin(labels: list[str], *, width_cols: list[int], total: int, inches: float) -> list[str]:
-    """Blank the labels whose group is too narrow for them at about 0.09 in per character (10 pt)."""
+def _thin(labels: list[str], *, width_cols: list[int], total: int, inches: float,
+          short: list[str] | None = None) -> list[str]:
+    """Each label where its group is wide enough for it at about 0.09 in per character (10 pt), else its
+    short form (``short``) if that fits, else nothing."""
     out = []
-    for label, cols in zip(labels, width_cols):
+    for i, (label, cols) in enumerate(zip(labels, width_cols)):
         room = inches * cols / max(total, 1)
-        out.append(label if 0.09 * len(label) <= room else "")
+        fallback = short[i] if short is not None else ""
+        out.append(label if 0.09 * len(label) <= room else fallback if 0.09 * len(fallback) <= room else "")
     return out
 
 

@@ -46,7 +46,7 @@ __all__ = [
     "transfer_figure",
 ]
 
-PLOT_HINT = "georecall figures needs matplotlib: pip install 'georecall[plot]' (or pip install matplotlib)"
+PLOT_HINT = "drawing figures needs matplotlib: pip install 'georecall[plot]' (or pip install matplotlib)"
 FORMATS = ("png", "svg", "pdf")
 DEFAULT_FORMATS = ("png", "svg")
 DEFAULT_DPI = 150

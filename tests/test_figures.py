@@ -170,6 +170,18 @@ def test_study_summary_figures_into_a_new_nested_folder(tmp_path, capsys):
         "forward_reverse.png", "forward_reverse.svg", "mechanism.png", "mechanism.svg"]
 
 
+def test_study_figures_at_the_dpi_and_formats_asked(tmp_path, capsys):
+    out = tmp_path / "f"
+    code = main(["study", "mechanism", "--summary", STUDY, "--figures", str(out), "--format", "pdf", "png",
+                 "--dpi", "40", "--json"])
+    files = json.loads(capsys.readouterr().out)["figures"]
+    assert code == 0 and sorted(pathlib.Path(f).name for f in files) == [
+        "forward_reverse.pdf", "forward_reverse.png", "mechanism.pdf", "mechanism.png"]
+    assert _png_width(str(out / "mechanism.png")) < 11 * 40 + 10
+    code = main(["study", "mechanism", "--summary", STUDY, "--dpi", "40"])
+    assert code == 2 and "apply to --figures" in capsys.readouterr().err
+
+
 def test_demo_draws_the_construction(tmp_path, capsys):
     out = tmp_path / "slides" / "g1"
     code = main(["demo", "--N", "16", "--R", "3", "--seed", "1", "--figures", str(out), "--format", "png"])

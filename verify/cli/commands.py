@@ -891,6 +891,8 @@ def run_study_mechanism(p) -> dict:
     workers = p.workers  # with --scheduler too: refused by the parser (parser.CONFLICTS)
     _positive_finite("--connect-timeout", p.connect_timeout)
     figures_dir = None
+    if p.figures is None and (getattr(p, "dpi", None) is not None or getattr(p, "formats", None)):
+        raise InputError("--dpi and --format apply to --figures DIR: add it, or leave them out")
     if p.figures is not None:  # refused before any training: no folder, or no matplotlib to draw with
         figures_dir = output_dir(p.figures, what="--figures folder")
         _require_matplotlib()
@@ -908,7 +910,9 @@ def run_study_mechanism(p) -> dict:
     files: list[str] = []
     if figures_dir is not None:
         os.makedirs(figures_dir, exist_ok=True)
-        files = study.figures(summary, figures_dir, log=None if p.progress else notes.append)
+        dpi, formats = _figure_options(p)
+        files = study.figures(summary, figures_dir, log=None if p.progress else notes.append, dpi=dpi,
+                              formats=formats)
         if not files:  # matplotlib vanished between the check and now: say so, do not pass silently
             raise InputError("no figures were written (matplotlib could not be imported)")
     params = {"grid": "quick" if p.quick else "default", "seeds": p.seeds, "workers": workers,

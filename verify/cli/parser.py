@@ -540,6 +540,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--figures", default=None, metavar="DIR",
                    help="also draw the summary figures into DIR, created when missing (needs the plot extra: "
                         "refused before any training without it)")
+    _add_figure_options(p)
     p.set_defaults(command="study mechanism")
 
     p = sub.add_parser("probe", parents=_shared("probe"),

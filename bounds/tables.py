@@ -325,7 +325,7 @@ def render_table(rows: list[dict], fmt: str = "md", *, columns=None, headers: Ma
         raise InputError("a table needs at least one column")
     if fmt == "csv":
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(columns + available)), lineterminator="\n")
+        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
         return out.getvalue()

@@ -317,6 +317,20 @@ def test_columns_choose_and_order_the_columns(capsys):
     assert code == 0 and text.splitlines()[0] == "| d_min | construction |"
 
 
+def test_csv_prints_only_the_chosen_columns(capsys):
+    code, text, _ = run(["bounds", "--N", "64", "--R", "2", "--k", "1", "--format", "csv", "--columns",
+                         "construction,d", "--quiet"], capsys)
+    lines = [line for line in text.splitlines() if line]
+    assert code == 0 and lines[0] == "construction,d" and len(lines) == 7
+    assert all(line.count(",") == 1 for line in lines)
+
+
+def test_construction_takes_several_names_at_once(capsys):
+    code, text, _ = run(["bounds", "--N", "64", "--R", "2", "--k", "1", "--format", "csv", "--columns",
+                         "construction", "--construction", "G1", "A1", "--quiet"], capsys)
+    assert code == 0 and [line for line in text.splitlines() if line] == ["construction", "G1", "A1"]
+
+
 # ------------------------------------------------------------------------------------------------ LaTeX
 
 

@@ -266,8 +266,8 @@ def _add_table_options(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def _add_user_constructions(p: argparse.ArgumentParser, which: str) -> None:
-    p.add_argument("--construction", action="append", default=None, metavar="NAME",
-                   help=f"only this construction ({which}; repeat for several): a registered name or id, or "
+    p.add_argument("--construction", action="extend", nargs="+", default=None, metavar="NAME",
+                   help=f"only these constructions ({which}; one or more): a registered name or id, or "
                         "MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec (default: every "
                         "registered one)")
 

@@ -421,5 +421,10 @@ def render(rows: list[dict], fmt: str = "md", *, columns=None, caption: str | No
                     f"{_number(value, 'md')} where measured"
                 columns = tuple(c for c in columns if c != group[0])
         columns = tuple(c for c in columns if c not in constants)
+    else:  # chosen columns: the shared values of the left-out N, R, k, b still go to the caption
+        columns = tuple(columns)
+        for c in _CONSTANT_DROPPED:
+            if c not in columns and rows and all(c in r for r in rows) and len({repr(r[c]) for r in rows}) == 1:
+                constants[c] = rows[0][c]
     return render_table(rows, fmt, columns=columns, caption=caption, label=label, groups=groups,
                         constants=constants)

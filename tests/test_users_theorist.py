@@ -325,6 +325,13 @@ def test_csv_prints_only_the_chosen_columns(capsys):
     assert all(line.count(",") == 1 for line in lines)
 
 
+def test_chosen_latex_columns_keep_the_shared_sizes_in_the_caption(capsys):
+    code, text, _ = run(["bounds", "--format", "latex", "--N", "4096", "--R", "16", "--k", "1", "--columns",
+                         "construction,k,d,d_min,gap", "--caption", "Bounds", "--quiet"], capsys)
+    caption = next(line for line in text.splitlines() if line.startswith(r"\caption"))
+    assert code == 0 and "4{,}096" in caption and "R = 16" in caption and "b = 1" in caption
+
+
 def test_construction_takes_several_names_at_once(capsys):
     code, text, _ = run(["bounds", "--N", "64", "--R", "2", "--k", "1", "--format", "csv", "--columns",
                          "construction", "--construction", "G1", "A1", "--quiet"], capsys)

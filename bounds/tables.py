@@ -424,7 +424,8 @@ def render(rows: list[dict], fmt: str = "md", *, columns=None, caption: str | No
     else:  # chosen columns: the shared values of the left-out N, R, k, b still go to the caption
         columns = tuple(columns)
         for c in _CONSTANT_DROPPED:
-            if c not in columns and rows and all(c in r for r in rows) and len({repr(r[c]) for r in rows}) == 1:
+            shared = rows and all(c in r for r in rows) and len({repr(r[c]) for r in rows}) == 1
+            if c not in columns and shared:
                 constants[c] = rows[0][c]
     return render_table(rows, fmt, columns=columns, caption=caption, label=label, groups=groups,
                         constants=constants)

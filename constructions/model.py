@@ -636,7 +636,7 @@ class _Bounds:
         total = np.abs(value.astype(np.float64)) * self.u
         for e in errors:
             total = total + e
-        return up(total, len(errors) + 1)
+        return _overflowed(value, up(total, len(errors) + 1))
 
     def product(self, x: np.ndarray, e_x: np.ndarray, W: np.ndarray, abs_W: np.ndarray | None = None,
                 e_W: np.ndarray | None = None) -> np.ndarray:
@@ -645,10 +645,19 @@ class _Bounds:
         n = x.shape[-1]
         ax = np.abs(x.astype(np.float64))
         aW = np.abs(W.astype(np.float64)) if abs_W is None else abs_W
-        out = absmm(gamma(n, self.u) * ax + e_x, aW) + n * self.eta
-        if e_W is not None:
-            out = out + absmm(ax + e_x, e_W)
-        return up(out, 2)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = absmm(gamma(n, self.u) * ax + e_x, aW) + n * self.eta
+            if e_W is not None:
+                out = out + absmm(ax + e_x, e_W)
+        return np.where(np.isnan(out), np.inf, up(out, 2))
+
+
+def _overflowed(value: np.ndarray, error: np.ndarray) -> np.ndarray:
+    """The error bound, infinite wherever the computed value or the bound is not finite (the rounding model
+    assumes no overflow: an infinite or NaN intermediate certifies nothing)."""
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(error) | ~np.isfinite(value)
+    return np.where(bad, np.inf, error)
 
 
 def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, layer: int,

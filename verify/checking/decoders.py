@@ -206,7 +206,8 @@ def certify_logits(logits: np.ndarray, e_logits: np.ndarray | None, answers: np.
         runner = work.max(axis=1) if L.shape[1] > 1 else np.full(len(rows), -np.inf)
         margins = correct - runner
         return Certified(predictions, margins, margins, margins)
-    e = np.asarray(e_logits, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.where(np.isfinite(L) & np.isfinite(e_logits), np.asarray(e_logits, dtype=np.float64), np.inf)
     e_a = e[rows, answers]
     high = _up_sum(L + e)
     high[rows, answers] = -np.inf
@@ -222,8 +223,8 @@ def certify_logits(logits: np.ndarray, e_logits: np.ndarray | None, answers: np.
         margins = correct - runner
         lo = _down_sum(_down_sum(correct - e_a) - runner_hi)
         hi = _up_sum(_up_sum(correct + e_a) - runner_lo)
-    lo = np.where(runner_hi == -np.inf, np.inf, lo)  # a single possible answer: no wrong answer to beat
-    hi = np.where(runner_lo == -np.inf, np.inf, hi)
+    lo = np.where(runner_hi == -np.inf, np.inf, np.where(np.isnan(lo), -np.inf, lo))  # one answer: nothing
+    hi = np.where(runner_lo == -np.inf, np.inf, np.where(np.isnan(hi), np.inf, hi))  # to beat; NaN: unknown
     return Certified(predictions, margins, lo, hi)
 
 
@@ -276,11 +277,17 @@ def hypercube_certify(cube: Hypercube, v: np.ndarray, e_v: np.ndarray | None, an
         return Certified(predictions, margins, margins, margins)
     vb = np.asarray(v, dtype=np.float64)
     z = cube.signs[answers].astype(np.float64) * vb
-    e = np.broadcast_to(np.asarray(e_v, dtype=np.float64), z.shape)
+    with np.errstate(invalid="ignore"):
+        e = np.where(np.isfinite(z) & np.isfinite(e_v), np.broadcast_to(np.asarray(e_v, dtype=np.float64),
+                                                                        z.shape), np.inf)
     lam = float(cube.lam)
     D = cube.D
     lo_exact = _cube_margin(_down_sum(z - e), lam, upper=False)
     hi = _cube_margin(_up_sum(z + e), lam, upper=True)
     read = up(2.0 * lam * up(gamma(D, u) * np.abs(vb).sum(axis=1) + D * eta, D + 2), 1)
-    lo_forward = _down_sum(_cube_margin(z, lam, upper=False) - read)
-    return Certified(predictions, margins, np.minimum(lo_exact, lo_forward), hi)
+    with np.errstate(invalid="ignore"):
+        lo_forward = _down_sum(_cube_margin(z, lam, upper=False) - read)
+        lo = np.minimum(lo_exact, lo_forward)
+    lo = np.where(np.isnan(lo), -np.inf, lo)
+    hi = np.where(np.isnan(hi), np.inf, hi)
+    return Certified(predictions, margins, lo, hi)

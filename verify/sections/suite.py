@@ -172,7 +172,8 @@ def run_check(
             options={k_: v for k_, v in options.items() if k_ != "max_bytes"},
         )
     attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
-    name = f"{spec.id} {built.codes.kind}{' int' if integer else ''}" + (
+    # the row says what its verdict certifies: exact integers, or float margins net of a rounding bound
+    name = f"{spec.id} {built.codes.kind}{' int (exact)' if integer else ' (float, bound)'}" + (
         " (hard attn, idealized)" if attention == "hard" else ""
     )
     params = {

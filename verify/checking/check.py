@@ -306,9 +306,40 @@ def check_queries(
     kind = {"decoder": "hypercube" if cube is not None else "dense", "integer": integer,
             "dtype": "float64" if integer else str(model.entity_embedding.dtype)}
     u, eta = _working_format(model, integer)
+    if integer:  # THE forward pass must be exact (on the tables path too: else they certify another function)
+        integer_bounds(model, tokens.shape[1])
+    run = _readout_model(model, columns) if cube is not None else model
+    chunk = chunk or chunk_size(model, tokens.shape[1])
+
+    def dense(selected: np.ndarray | None, wanted: list[np.ndarray] | None) -> None:
+        """THE forward pass with its a-posteriori bound on the queries ``selected`` (all when None), recording
+        at read position i only the queries in ``wanted[i]`` (all when None)."""
+        total = n if selected is None else selected.size
+        for c, part in enumerate(iter_chunks(total, chunk)):
+            rows = part if selected is None else selected[part]
+            out, err = forward_pass(run, tokens[rows], at="last" if positions is None else "all",
+                                    integer=integer, errors=True)
+            outs = [(out, err)] if positions is None else [(out[:, p], err[:, p]) for p in read_at]
+            for i, (o, e) in enumerate(outs):
+                take = slice(None) if wanted is None else np.isin(rows, wanted[i])
+                q = rows if isinstance(rows, slice) else rows[take]
+                if not isinstance(rows, slice):
+                    o, e = o[take], e[take]
+                expected = column_answers[q, i]
+                e_or_none = None if integer else e
+                cert = (hypercube_certify(cube, o, e_or_none, expected, u, eta) if cube is not None
+                        else certify_logits(o, e_or_none, expected))
+                tally.add(q, i, cert.predictions, cert.lo, None if integer else cert.hi, cert.margins)
+            if progress and c % 8 == 0:
+                print(f"\r  checked {part.stop:,}/{total:,} queries", end="", file=sys.stderr, flush=True)
+        if progress:
+            print(file=sys.stderr)
+
     if len(plans) == len(read_at):  # the token-additive pass at every read position
-        if integer:  # THE forward pass must be exact too, or the tables would certify another function
-            integer_bounds(model, tokens.shape[1])
+        # "auto" in float mode: a query the tables' a-priori bound leaves undecided is decided again by THE
+        # forward pass with its own (a-posteriori, usually much smaller) bound; both bound the same margins
+        retry = forward == "auto" and not integer
+        pending: list[list[np.ndarray]] = [[] for _ in read_at]
         for i, (p, plan) in enumerate(zip(read_at, plans)):
             bounds = plan.info.get("float_bounds")
             e_v = None if bounds is None else bounds["e_v"]
@@ -317,31 +348,30 @@ def check_queries(
             def consume(queries, v, i=i, e_v=e_v, slack=slack):
                 expected = column_answers[queries, i]
                 cert = _certify(cube, v, e_v, expected, U_read, u, eta)
-                tally.add(queries, i, cert.predictions, _lowered(cert, slack),
-                          None if integer else cert.hi, cert.margins)
+                lo = _lowered(cert, slack)
+                pred, hi, computed = cert.predictions, cert.hi, cert.margins
+                if retry:
+                    open_ = ~(lo > 0) & (hi > 0)
+                    if open_.any():
+                        q = (np.arange(queries.start, queries.stop) if isinstance(queries, slice)
+                             else np.asarray(queries))
+                        pending[i].append(q[open_])
+                        keep = ~open_
+                        queries, pred, lo = q[keep], pred[keep], lo[keep]
+                        hi, computed = hi[keep], computed[keep]
+                tally.add(queries, i, pred, lo, None if integer else hi, computed)
             run_additive(plan, [tokens[:, u] for u in range(p + 1)], consume, progress=progress)
+        note = why_decoder
+        if any(pending):
+            wanted = [np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+                      for parts in pending]
+            selected = np.unique(np.concatenate(wanted))
+            dense(selected, wanted)
+            note = "; ".join(r for r in (why_decoder, f"{selected.size:,} queries left undecided by the "
+                                         "tables' a-priori bound were decided by THE forward pass") if r)
         return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="tables",
-                            fallback=why_decoder, **kind)
-    if integer:
-        integer_bounds(model, tokens.shape[1])
-    run = _readout_model(model, columns) if cube is not None else model
-    chunk = chunk or chunk_size(model, tokens.shape[1])
-    for c, part in enumerate(iter_chunks(n, chunk)):
-        out, err = forward_pass(run, tokens[part], at="last" if positions is None else "all", integer=integer,
-                                errors=True)
-        outs = [(out, err)] if positions is None else [(out[:, p], err[:, p]) for p in read_at]
-        for i, (o, e) in enumerate(outs):
-            expected = column_answers[part, i]
-            e_or_none = None if integer else e
-            if cube is not None:
-                cert = hypercube_certify(cube, o, e_or_none, expected, u, eta)
-            else:
-                cert = certify_logits(o, e_or_none, expected)
-            tally.add(part, i, cert.predictions, cert.lo, None if integer else cert.hi, cert.margins)
-        if progress and c % 8 == 0:
-            print(f"\r  checked {part.stop:,}/{n:,} queries", end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+                            fallback=note, **kind)
+    dense(None, None)
     reasons = "; ".join(r for r in (why_decoder, why_forward) if r)
     return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="dense",
                         fallback=reasons, **kind)

@@ -632,32 +632,34 @@ class _Bounds:
         self.u, self.eta = u, eta
 
     def add(self, value: np.ndarray, *errors: np.ndarray) -> np.ndarray:
-        """Error of ``value = fl(a + b)`` given the errors of a and b: ``e_a + e_b + u·|value|``."""
-        total = np.abs(value.astype(np.float64)) * self.u
+        """Error of ``value = fl(a + b)`` given the errors of a and b: ``e_a + e_b + u·|value|``. (A
+        non-finite value or bound stays non-finite through every later step; the decoders then certify
+        nothing for it.)"""
+        total = np.absolute(value, dtype=np.float64)
+        total *= self.u
         for e in errors:
-            total = total + e
-        return _overflowed(value, up(total, len(errors) + 1))
+            if e is not None:
+                total += e
+        return up(total, len(errors) + 1, out=total)
 
     def product(self, x: np.ndarray, e_x: np.ndarray, W: np.ndarray, abs_W: np.ndarray | None = None,
                 e_W: np.ndarray | None = None) -> np.ndarray:
         """Error of ``fl(x̂ @ Ŵ)`` against ``x @ W`` (exact), with ``|x̂ − x| <= e_x`` and ``|Ŵ − W| <= e_W``:
-        ``γ_n·|x̂|·|Ŵ| + e_x·|Ŵ| + (|x̂| + e_x)·e_W + n·η`` (any summation order)."""
+        ``γ_n·|x̂|·|Ŵ| + e_x·|Ŵ| + (|x̂| + e_x)·e_W + n·η`` (any summation order; 0 for n = 0)."""
         n = x.shape[-1]
-        ax = np.abs(x.astype(np.float64))
-        aW = np.abs(W.astype(np.float64)) if abs_W is None else abs_W
+        if n == 0:
+            return np.zeros(x.shape[:-1] + (W.shape[-1],))
+        ax = np.absolute(x, dtype=np.float64)
+        aW = np.absolute(W, dtype=np.float64) if abs_W is None else abs_W
         with np.errstate(invalid="ignore", over="ignore"):
-            out = absmm(gamma(n, self.u) * ax + e_x, aW) + n * self.eta
+            left = ax * gamma(n, self.u)
+            left += e_x
+            out = absmm(left, aW, extra=2)
+            out += n * self.eta
             if e_W is not None:
-                out = out + absmm(ax + e_x, e_W)
-        return np.where(np.isnan(out), np.inf, up(out, 2))
-
-
-def _overflowed(value: np.ndarray, error: np.ndarray) -> np.ndarray:
-    """The error bound, infinite wherever the computed value or the bound is not finite (the rounding model
-    assumes no overflow: an infinite or NaN intermediate certifies nothing)."""
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(error) | ~np.isfinite(value)
-    return np.where(bad, np.inf, error)
+                ax += e_x
+                out += absmm(ax, e_W, extra=2)
+        return out
 
 
 def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, layer: int,
@@ -842,8 +844,12 @@ def forward(
                 e_h = bounds.add(hidden, e_h)
                 # ReLU is 1-Lipschitz; a unit computed <= 0 whose exact value may be positive by at most
                 # (computed + error) keeps only that much of the error
-                pre = hidden.astype(np.float64)
-                e_h = np.where(pre > 0, e_h, np.maximum(0.0, np.nextafter(pre + e_h, np.inf)))
+                # (min(e, max(0, p̂ + e)) is e where p̂ > 0 and max(0, p̂ + e) elsewhere; the sum rounded up)
+                room = hidden.astype(np.float64)
+                room += e_h
+                np.maximum(room, 0.0, out=room)
+                room *= 1.0 + 2.0**-51
+                e_h = np.minimum(room, e_h, out=room)
             np.maximum(hidden, 0, out=hidden)
             mlp_out = matmul_rows(hidden, mlp.W2)
             if bounds is not None:

@@ -55,27 +55,30 @@ def gamma(n: int | float, u: float) -> float:
     return float(np.nextafter(nu / (1.0 - nu) * (1 + 4 * U64), np.inf))
 
 
-def up(x, n: int = 4):
+def up(x, n: int = 4, out: np.ndarray | None = None):
     """``x`` (nonnegative, float64) inflated to cover the rounding of the at most ``n`` float64 operations
-    that computed it from exact nonnegative terms: ``x·(1 + 2γ_{n+2}) + (n + 2)·tiny``."""
+    that computed it from exact nonnegative terms: ``x·(1 + 2γ_{n+2}) + (n + 2)·tiny`` (in place into
+    ``out`` when given)."""
     x = np.asarray(x, dtype=np.float64)
-    # an exact zero (no nonzero term) stays zero; anything else may have lost an underflow
-    return x * (1.0 + 2.0 * gamma(n + 2, U64)) + np.where(x > 0, (n + 2) * _TINY64, 0.0)
+    result = np.multiply(x, 1.0 + 2.0 * gamma(n + 2, U64), out=out)
+    result += (n + 2) * _TINY64
+    return result
 
 
-def absmm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def absmm(a: np.ndarray, b: np.ndarray, extra: int = 0) -> np.ndarray:
     """An upper bound on the exact product ``a @ b`` of nonnegative arrays (float64 GEMM, then inflated by
-    the GEMM's own ``γ_n``): ``a (..., n)``, ``b (n, k)``."""
+    the GEMM's own ``γ_n`` and ``extra`` further operations): ``a (..., n)``, ``b (n, k)``. Exactly 0 for an
+    empty product (n = 0); otherwise every entry gets ``n·tiny`` in case a product underflowed."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     n = a.shape[-1]
+    shape = a.shape[:-1] + (b.shape[-1],)
+    if n == 0:
+        return np.zeros(shape)
     flat = a.reshape(int(np.prod(a.shape[:-1])), n) @ b
-    # a product of nonzero factors may underflow to 0: where a row of a and a column of b both have a nonzero
-    # entry, add n·η even when the computed sum is 0
-    live = (flat.shape[0] and n) and np.outer(a.reshape(-1, n).max(axis=1, initial=0.0) > 0,
-                                               b.max(axis=0, initial=0.0) > 0)
-    out = up(flat, n) + np.where(live, n * _TINY64, 0.0)
-    return out.reshape(a.shape[:-1] + (b.shape[-1],))
+    up(flat, n + extra, out=flat)
+    flat += n * _TINY64
+    return flat.reshape(shape)
 
 
 def _exp_bounds(lo_arg: np.ndarray, hi_arg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

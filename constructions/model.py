@@ -631,7 +631,7 @@ class _Bounds:
     def __init__(self, u: float, eta: float) -> None:
         self.u, self.eta = u, eta
 
-    def add(self, value: np.ndarray, *errors: np.ndarray) -> np.ndarray:
+    def add(self, value: np.ndarray, *errors: np.ndarray | None) -> np.ndarray:
         """Error of ``value = fl(a + b)`` given the errors of a and b: ``e_a + e_b + u·|value|``. (A
         non-finite value or bound stays non-finite through every later step; the decoders then certify
         nothing for it.)"""
@@ -642,7 +642,7 @@ class _Bounds:
                 total += e
         return up(total, len(errors) + 1, out=total)
 
-    def product(self, x: np.ndarray, e_x: np.ndarray, W: np.ndarray, abs_W: np.ndarray | None = None,
+    def product(self, x: np.ndarray, e_x: np.ndarray | None, W: np.ndarray, abs_W: np.ndarray | None = None,
                 e_W: np.ndarray | None = None) -> np.ndarray:
         """Error of ``fl(x̂ @ Ŵ)`` against ``x @ W`` (exact), with ``|x̂ − x| <= e_x`` and ``|Ŵ − W| <= e_W``:
         ``γ_n·|x̂|·|Ŵ| + e_x·|Ŵ| + (|x̂| + e_x)·e_W + n·η`` (any summation order; 0 for n = 0)."""
@@ -653,11 +653,13 @@ class _Bounds:
         aW = np.absolute(W, dtype=np.float64) if abs_W is None else abs_W
         with np.errstate(invalid="ignore", over="ignore"):
             left = ax * gamma(n, self.u)
-            left += e_x
+            if e_x is not None:
+                left += e_x
             out = absmm(left, aW, extra=2)
             out += n * self.eta
             if e_W is not None:
-                ax += e_x
+                if e_x is not None:
+                    ax += e_x
                 out += absmm(ax, e_W, extra=2)
         return out
 
@@ -672,15 +674,16 @@ def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, lay
     positions = np.arange(T)[queries]
     out = np.zeros((B, positions.size, x.shape[2]), dtype=x.dtype)
     track = bounds is not None and e_x is not None
-    err = np.zeros(out.shape) if track else None
+    b = bounds if bounds is not None else _Bounds(0.0, 0.0)  # (unused unless track)
+    e_in: np.ndarray = e_x if e_x is not None else np.zeros(0)
+    err = np.zeros(out.shape if track else 0)
+    abs_terms = np.zeros(out.shape if track else 0)
     VO_all = att.value_outputs
+    E_VO = np.zeros(0)
     if track:
-        assert bounds is not None and e_x is not None
-        u_work = bounds.u
         # the cast of the float64 product to the working dtype rounds once more
-        cast = 0.0 if x.dtype == np.float64 else u_work
+        cast = 0.0 if x.dtype == np.float64 else b.u
         E_VO = att.value_output_errors + cast * np.abs(VO_all)
-        abs_terms = np.zeros(out.shape)
     if att.kind == "uniform":
         if positions.size == 1:  # Σ_{u<=t} x_u for the one position asked
             sums = x[:, : positions[0] + 1].sum(axis=1, keepdims=True)
@@ -691,25 +694,25 @@ def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, lay
             ax = np.abs(x.astype(np.float64))
             if positions.size == 1:
                 abs_sums, e_sums = ax[:, : positions[0] + 1].sum(axis=1, keepdims=True), \
-                    e_x[:, : positions[0] + 1].sum(axis=1, keepdims=True)
+                    e_in[:, : positions[0] + 1].sum(axis=1, keepdims=True)
             else:
-                abs_sums, e_sums = np.cumsum(ax, axis=1)[:, queries], np.cumsum(e_x, axis=1)[:, queries]
-            e_sums = up(gamma(T, bounds.u) * abs_sums + e_sums, T)
+                abs_sums, e_sums = np.cumsum(ax, axis=1)[:, queries], np.cumsum(e_in, axis=1)[:, queries]
+            e_sums = up(gamma(T, b.u) * abs_sums + e_sums, T)
         for h in range(att.heads):
             VO = VO_all[h].astype(x.dtype, copy=False)
             term = matmul_rows(sums, VO)
             out += term
             if track:
-                err += bounds.product(sums, e_sums, VO, None, E_VO[h])
+                err += b.product(sums, e_sums, VO, None, E_VO[h])
                 abs_terms += np.abs(term.astype(np.float64))
         if track:  # the heads' sum (H − 1 additions), then one division by the (exact integer) count
-            err = up(err + gamma(att.heads, bounds.u) * abs_terms, att.heads)
+            err = up(err + gamma(att.heads, b.u) * abs_terms, att.heads)
         out /= counts
         if track:
-            err = bounds.add(out, err / (positions + 1)[None, :, None]) + bounds.eta
+            err = b.add(out, err / (positions + 1)[None, :, None]) + b.eta
         if integer:
             _require_integral(f"layer {layer} uniform attention output", out)
-        return out, None, err
+        return out, None, err if track else None
     causal = positions[:, None] >= np.arange(T)[None, :]  # (Tq, T)
     weights_all = np.empty((att.heads, B, positions.size, T), dtype=x.dtype)
     assert att.W_Q is not None and att.W_K is not None  # checked in Attention.__post_init__
@@ -730,31 +733,30 @@ def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, lay
         term = matmul_rows(z, VO)
         out += term
         if track:
-            assert bounds is not None and e_x is not None
-            e_q = bounds.product(x[:, queries], e_x[:, queries], att.W_Q[h])
-            e_k = bounds.product(x, e_x, att.W_K[h])
+            e_q = b.product(x[:, queries], e_in[:, queries], att.W_Q[h])
+            e_k = b.product(x, e_in, att.W_K[h])
             aq, ak = np.abs(q.astype(np.float64)), np.abs(k.astype(np.float64))
             d_k = q.shape[-1]
             kt = ak.transpose(0, 2, 1)
-            e_dot = up(gamma(d_k, bounds.u) * (aq @ kt) + e_q @ kt + aq @ e_k.transpose(0, 2, 1)
-                       + e_q @ e_k.transpose(0, 2, 1) + d_k * bounds.eta, d_k + 4)
+            e_dot = up(gamma(d_k, b.u) * (aq @ kt) + e_q @ kt + aq @ e_k.transpose(0, 2, 1)
+                       + e_q @ e_k.transpose(0, 2, 1) + d_k * b.eta, d_k + 4)
             beta = abs(float(att.inverse_temperature))
             # scores = fl(fl(β)·dot): β's own rounding to the working dtype, the product's, the dot's error
-            delta = up(beta * (1 + bounds.u) * e_dot + bounds.u * beta * np.abs(dots.astype(np.float64))
-                       + bounds.u * np.abs(np.where(causal, scores, 0.0).astype(np.float64)) + bounds.eta, 6)
+            delta = up(beta * (1 + b.u) * e_dot + b.u * beta * np.abs(dots.astype(np.float64))
+                       + b.u * np.abs(np.where(causal, scores, 0.0).astype(np.float64)) + b.eta, 6)
             visible = np.broadcast_to(causal, scores.shape)
             if att.kind == "softmax":
-                e_w = softmax_weight_error(scores, delta, weights, visible, rel=gamma(T + 8, bounds.u))
+                e_w = softmax_weight_error(scores, delta, weights, visible, rel=gamma(T + 8, b.u))
             else:
                 e_w = hard_weight_error(scores, delta, visible)
             aw = weights.astype(np.float64)
             ax = np.abs(x.astype(np.float64))
-            e_z = up(gamma(T, bounds.u) * (aw @ ax) + e_w @ ax + aw @ e_x + e_w @ e_x, T + 4)
-            err += bounds.product(z, e_z, VO, None, E_VO[h])
+            e_z = up(gamma(T, b.u) * (aw @ ax) + e_w @ ax + aw @ e_in + e_w @ e_in, T + 4)
+            err += b.product(z, e_z, VO, None, E_VO[h])
             abs_terms += np.abs(term.astype(np.float64))
     if track:
-        err = up(err + gamma(att.heads, bounds.u) * abs_terms, att.heads)
-    return out, weights_all, err
+        err = up(err + gamma(att.heads, b.u) * abs_terms, att.heads)
+    return out, weights_all, err if track else None
 
 
 def embed(model: Model, tokens: np.ndarray, dtype=None) -> np.ndarray:

@@ -425,7 +425,7 @@ def float_bounds(plan: AdditivePlan, token_columns: Sequence[np.ndarray]) -> dic
     T, d, cols = plan.T, model.d, plan.columns
     N = model.n_entities
     P = model.position_embedding
-    colmax = {}
+    colmax: dict[str, np.ndarray] = {}
     X = []
     for t in range(T):
         column = np.asarray(token_columns[t])

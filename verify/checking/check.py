@@ -321,10 +321,10 @@ def check_queries(
                                     integer=integer, errors=True)
             outs = [(out, err)] if positions is None else [(out[:, p], err[:, p]) for p in read_at]
             for i, (o, e) in enumerate(outs):
-                take = slice(None) if wanted is None else np.isin(rows, wanted[i])
-                q = rows if isinstance(rows, slice) else rows[take]
-                if not isinstance(rows, slice):
-                    o, e = o[take], e[take]
+                q: slice | np.ndarray = rows
+                if wanted is not None and not isinstance(rows, slice):
+                    take = np.isin(rows, wanted[i])
+                    q, o, e = rows[take], o[take], e[take]
                 expected = column_answers[q, i]
                 e_or_none = None if integer else e
                 cert = (hypercube_certify(cube, o, e_or_none, expected, u, eta) if cube is not None

@@ -136,6 +136,7 @@ class _Tally:
         self.fail_flat: list[np.ndarray] = []
         self.fail_pred: list[np.ndarray] = []
         self.fail_margin: list[np.ndarray] = []
+        self.fail_open: list[np.ndarray] = []  # undecided within rounding (not certainly wrong)
         self.predictions = np.empty(shape, dtype=np.int64) if keep else None
         self.margins = np.empty(shape, dtype=np.float64) if keep else None
 
@@ -169,6 +170,8 @@ class _Tally:
             self.fail_flat.append(q[wrong] * self.per + position)
             self.fail_pred.append(np.asarray(predictions)[wrong])
             self.fail_margin.append(np.asarray(margins, dtype=np.float64)[wrong])
+            self.fail_open.append(np.zeros(wrong.size, dtype=bool) if hi is None
+                                  else np.asarray(hi)[wrong] > 0)
 
     def result(self, tokens: np.ndarray, answers: np.ndarray, **kwargs) -> CheckResult:
         failures = []
@@ -176,11 +179,12 @@ class _Tally:
             flat = np.concatenate(self.fail_flat)
             pick = np.argsort(flat, kind="stable")[: self.max_failures]
             pred, marg = np.concatenate(self.fail_pred)[pick], np.concatenate(self.fail_margin)[pick]
-            for f, p, mg in zip(flat[pick].tolist(), pred.tolist(), marg.tolist()):
+            status = np.where(np.concatenate(self.fail_open)[pick], "undecided", "wrong").tolist()
+            for f, p, mg, st in zip(flat[pick].tolist(), pred.tolist(), marg.tolist(), status):
                 q, pos = divmod(f, self.per)
                 failures.append({"query": q, **({"position": pos} if answers.ndim == 2 else {}),
                                  "tokens": tokens[q].tolist(), "expected": int(answers.reshape(-1)[f]),
-                                 "predicted": int(p), "margin": float(mg)})
+                                 "predicted": int(p), "margin": float(mg), "status": st})
         total = self.n * self.per
         return CheckResult(
             n_queries=total, n_correct=int(self.correct.sum()),

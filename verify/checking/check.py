@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from georecall.constructions.model import (
+    DEFAULT_CHUNK_BYTES,
     Model,
     chunk_size,
     flatten,
@@ -69,6 +70,9 @@ __all__ = [
 DECODERS = ("auto", "dense", "hypercube")
 forward_pass = forward  # THE forward pass, under a name that the ``forward=`` option does not shadow
 FORWARDS = ("auto", "dense", "tables")
+# THE forward pass with its error bounds holds about four float64 arrays per intermediate (values, bounds and
+# two temporaries): a quarter of the plain pass's chunk budget keeps the peak where it was.
+BOUNDED_CHUNK_BYTES = DEFAULT_CHUNK_BYTES // 4
 
 
 @dataclass
@@ -280,7 +284,8 @@ def check_queries(
     the model for THE forward pass, ``verify.additive.integer_bounds`` for the tables; both bound the margins
     too), then runs it in float64; margins are then exact integers. ``keep=True`` returns the per-query
     predictions and margins. ``decoder`` and ``forward`` choose the implementations (module docstring); the
-    result records which ran. Memory is bounded by the chunk size (default: ``chunk_size(model, T)``) or, for
+    result records which ran. Memory is bounded by the chunk size (default: ``chunk_size(model, T)`` at a
+    quarter of its byte budget, since the bounded pass holds about four arrays per intermediate) or, for
     the tables, by their block size; nothing of size Q × d or Q × n_out is formed.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
@@ -313,7 +318,7 @@ def check_queries(
     if integer:  # THE forward pass must be exact (on the tables path too: else they certify another function)
         integer_bounds(model, tokens.shape[1])
     run = _readout_model(model, columns) if cube is not None else model
-    chunk = chunk or chunk_size(model, tokens.shape[1])
+    chunk = chunk or chunk_size(model, tokens.shape[1], BOUNDED_CHUNK_BYTES)
 
     def dense(selected: np.ndarray | None, wanted: list[np.ndarray] | None) -> None:
         """THE forward pass with its a-posteriori bound on the queries ``selected`` (all when None), recording
@@ -439,7 +444,7 @@ def check_decoding(
         run_additive(plan, token_columns, consume, progress=progress)
     if not used_tables:
         run = _readout_model(model, columns) if cube is not None else model
-        chunk = chunk or chunk_size(model, T0 + k)
+        chunk = chunk or chunk_size(model, T0 + k, BOUNDED_CHUNK_BYTES)
         for i, part in enumerate(iter_chunks(n, chunk)):
             seq = prompts[part]
             for t in range(k):

@@ -421,3 +421,30 @@ def test_the_readout_clamp_is_bounded_and_documented_as_inexact():
     bound = np.exp(-60) * np.abs(U[None, :, :] - U[answers][:, None, :]).sum(axis=1) / n
     assert np.all(np.abs(dy - exact) <= bound * (1 + 1e-6))
     assert np.max(np.abs(dy)) > 1e6 * np.max(np.abs(exact))  # not equal: the clamp floor dominates
+
+
+@settings(max_examples=60)
+@given(D=st.integers(1, 3), lam=st.sampled_from([1.0, 0.5, 3.0, 1 / 3]), data=st.data())
+def test_hypercube_certified_interval_contains_every_exact_margin_in_the_box(D, lam, data):
+    from itertools import product
+
+    from georecall.verify.checking.decoders import detect_hypercube, hypercube_certify
+
+    signs = np.array(list(product([-1.0, 1.0], repeat=D)))
+    cube, _ = detect_hypercube(lam * signs)
+    assert cube is not None
+    n = data.draw(st.integers(1, 4))
+    vals = st.one_of(st.floats(-3, 3, width=32), st.sampled_from([0.0, 1e-30, 2.0**53, 1.0, -1.0]))
+    v = np.array(data.draw(st.lists(st.lists(vals, min_size=D, max_size=D), min_size=n, max_size=n)))
+    e = np.array(data.draw(st.lists(st.sampled_from([0.0, 1e-12, 0.5, 1.0]), min_size=D, max_size=D)))
+    answers = np.array(data.draw(st.lists(st.integers(0, 2**D - 1), min_size=n, max_size=n)))
+    cert = hypercube_certify(cube, v, e, answers, 2.0**-53, 2.0**-1074)
+    S = [[Fraction(float(x)) for x in row] for row in lam * signs]
+    for q in range(n):
+        a = answers[q]
+        for corner in product([-1, 0, 1], repeat=D):  # the box's corners, faces and centre
+            vt = [Fraction(float(v[q, i])) + c * Fraction(float(e[i])) for i, c in enumerate(corner)]
+            logits = [sum((s * x for s, x in zip(row, vt)), Fraction(0)) for row in S]
+            m = logits[a] - max(x for j, x in enumerate(logits) if j != a)
+            assert cert.lo[q] == -np.inf or Fraction(float(cert.lo[q])) <= m, (q, corner)
+            assert cert.hi[q] == np.inf or m <= Fraction(float(cert.hi[q])), (q, corner)

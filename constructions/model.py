@@ -178,30 +178,39 @@ class Attention:
         """``W_V[h] @ W_O[h]`` for every head, shape ``(H, d, d)``, computed once (one product per query, not
         two), in float64 whatever the weights' dtype (float32 weights are cast first, exactly): with integer
         weights whose ``Σ_j |W_V[h]_ij|·|W_O[h]_jk|`` stays below 2^53 (``integer_bounds`` checks it) every
-        entry is exact; otherwise its rounding is at most :attr:`value_output_errors`. A cached property of an
-        immutable object: the arrays are read-only."""
+        entry is exact; otherwise its rounding is bounded in :meth:`value_output_error`. A cached property of
+        an immutable object: the arrays are read-only."""
         product = np.einsum("hij,hjk->hik", self.W_V.astype(np.float64), self.W_O.astype(np.float64))
         product.setflags(write=False)
         return product
 
-    @cached_property
-    def value_output_magnitudes(self) -> np.ndarray:
-        """``|W_V[h]|·|W_O[h]|`` (an upper bound, float64), shape ``(H, d, d)``: the magnitude of every
-        product that :attr:`value_outputs` sums."""
-        product = up(np.einsum("hij,hjk->hik", np.abs(self.W_V.astype(np.float64)),
-                               np.abs(self.W_O.astype(np.float64))), self.W_V.shape[2])
-        product.setflags(write=False)
-        return product
+    def value_output_partial_sum_max(self) -> float:
+        """``max_{h,j,k} Σ_l |W_V[h]_jl|·|W_O[h]_lk|`` (rounded up): a bound on every partial sum of every
+        entry of :attr:`value_outputs`; computed in row blocks, never holding another ``(H, d, d)`` array."""
+        top = 0.0
+        for h in range(self.heads):
+            aV, aO = np.abs(self.W_V[h].astype(np.float64)), np.abs(self.W_O[h].astype(np.float64))
+            for start in range(0, aV.shape[0], 256):
+                top = max(top, float(absmm(aV[start : start + 256], aO).max(initial=0.0)))
+        return top
 
-    @cached_property
-    def value_output_errors(self) -> np.ndarray:
-        """A bound on ``|value_outputs − W_V·W_O|`` (exact product), entrywise: ``γ_{d_v}·|W_V|·|W_O|`` in
-        float64 (``d_v·η`` for underflow)."""
-        d_v = self.W_V.shape[2]
-        tiny = float(np.finfo(np.float64).smallest_subnormal)
-        err = self.value_output_magnitudes * gamma(d_v, U64) + d_v * tiny
-        err.setflags(write=False)
-        return err
+    def value_output_error(self, x_abs: np.ndarray, e_x: np.ndarray, h: int, gamma_d: float,
+                           cast: float) -> np.ndarray:
+        """A bound on ``|fl(x̂ @ V̂O_h) − x @ W_V[h]·W_O[h]|`` for the product THE forward pass forms with the
+        float64 ``V̂O_h`` (:attr:`value_outputs`, cast once more with relative rounding ``cast`` to the
+        working dtype), given ``|x̂|`` and ``|x̂ − x| <= e_x``; through ``d_v`` (no ``d × d`` array): with
+        ``|V̂O| <= |W_V||W_O|(1 + g)(1 + cast)`` and ``|V̂O − VO| <= (g + cast·(1 + g))·|W_V||W_O|``, ``g =
+        γ_{d_v}`` in float64, it is ``(γ_d·|x̂| + e_x)·|V̂O| + (|x̂| + e_x)·|V̂O − VO|`` (without the
+        product's ``d·η``)."""
+        aV, aO = np.abs(self.W_V[h].astype(np.float64)), np.abs(self.W_O[h].astype(np.float64))
+        g = gamma(self.W_V.shape[2], U64)
+        left = x_abs * gamma_d
+        left += e_x
+        out = absmm(absmm(left, aV), aO)
+        out *= (1 + g) * (1 + cast)
+        whole = x_abs + e_x
+        out += absmm(absmm(whole, aV), aO) * (g + cast * (1 + g))
+        return up(out, 2, out=out)
 
     def value_output(self, h: int) -> np.ndarray:
         """``W_V[h] @ W_O[h]`` (d × d)."""
@@ -589,7 +598,7 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
                 )
             # W_V·W_O itself (formed once, in float64 from the cast weights): every partial sum of entry
             # (j, k) is at most Σ_l |W_V_jl|·|W_O_lk|
-            bounds[f"layers.{i}.attention W_V·W_O"] = float(att.value_output_magnitudes.max(initial=0.0))
+            bounds[f"layers.{i}.attention W_V·W_O"] = att.value_output_partial_sum_max()
             # (Σ_u x_u) @ W_V @ W_O before the division by the count: at most T·|x|.
             pre = T * bound * sum(col(att.W_V[h]) * col(att.W_O[h]) for h in range(att.heads))
             bounds[f"layers.{i}.attention (before division)"] = pre
@@ -679,11 +688,8 @@ def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, lay
     err = np.zeros(out.shape if track else 0)
     abs_terms = np.zeros(out.shape if track else 0)
     VO_all = att.value_outputs
-    E_VO = np.zeros(0)
-    if track:
-        # the cast of the float64 product to the working dtype rounds once more
-        cast = 0.0 if x.dtype == np.float64 else b.u
-        E_VO = att.value_output_errors + cast * np.abs(VO_all)
+    # the cast of the float64 product W_V·W_O to the working dtype rounds once more
+    cast = 0.0 if x.dtype == np.float64 else b.u
     if att.kind == "uniform":
         if positions.size == 1:  # Σ_{u<=t} x_u for the one position asked
             sums = x[:, : positions[0] + 1].sum(axis=1, keepdims=True)
@@ -703,7 +709,8 @@ def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, lay
             term = matmul_rows(sums, VO)
             out += term
             if track:
-                err += b.product(sums, e_sums, VO, None, E_VO[h])
+                err += att.value_output_error(np.absolute(sums, dtype=np.float64), e_sums, h,
+                                              gamma(sums.shape[-1], b.u), cast) + sums.shape[-1] * b.eta
                 abs_terms += np.abs(term.astype(np.float64))
         if track:  # the heads' sum (H − 1 additions), then one division by the (exact integer) count
             err = up(err + gamma(att.heads, b.u) * abs_terms, att.heads)
@@ -752,7 +759,8 @@ def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, lay
             aw = weights.astype(np.float64)
             ax = np.abs(x.astype(np.float64))
             e_z = up(gamma(T, b.u) * (aw @ ax) + e_w @ ax + aw @ e_in + e_w @ e_in, T + 4)
-            err += b.product(z, e_z, VO, None, E_VO[h])
+            err += att.value_output_error(np.absolute(z, dtype=np.float64), e_z, h, gamma(z.shape[-1], b.u),
+                                          cast) + z.shape[-1] * b.eta
             abs_terms += np.abs(term.astype(np.float64))
     if track:
         err = up(err + gamma(att.heads, b.u) * abs_terms, att.heads)

@@ -477,10 +477,10 @@ def float_bounds(plan: AdditivePlan, token_columns: Sequence[np.ndarray]) -> dic
                 err = hard_weight_error(scores, delta, visible)
             e_w = up(2.0 * err, 1)  # |ŵ_tables − w| and |ŵ_forward − w| are both within 2·err
             w_bar = np.minimum(up(w + err, 1), 1.0)
-        VOabs = att.value_output_magnitudes
-        for h in range(H):
-            A = A + absmm(absmm(w_bar[h][None, :], X_all)[0][None, :], VOabs[h])[0]
-            A_w = A_w + absmm(absmm(e_w[h][None, :], X_all)[0][None, :], VOabs[h])[0]
+        for h in range(H):  # through d_v: |W_V·W_O| <= |W_V|·|W_O| without a d × d array
+            aV, aO = np.abs(att.W_V[h].astype(np.float64)), np.abs(att.W_O[h].astype(np.float64))
+            A = A + absmm(absmm(absmm(w_bar[h][None, :], X_all), aV), aO)[0]
+            A_w = A_w + absmm(absmm(absmm(e_w[h][None, :], X_all), aV), aO)[0]
         A_w = up(A_w * (1 + gK), 2)
     y = up(X_all[T - 1] + A, 1)
     if mlp is not None:

@@ -40,6 +40,15 @@ from typing import Literal
 
 import numpy as np
 
+from georecall.constructions.rounding import (
+    U64,
+    absmm,
+    format_of,
+    gamma,
+    hard_weight_error,
+    softmax_weight_error,
+    up,
+)
 from georecall.errors import InputError
 
 __all__ = [
@@ -167,10 +176,41 @@ class Attention:
     @cached_property
     def value_outputs(self) -> np.ndarray:
         """``W_V[h] @ W_O[h]`` for every head, shape ``(H, d, d)``, computed once (one product per query, not
-        two). A cached property of an immutable object: the arrays are read-only."""
-        product = np.einsum("hij,hjk->hik", self.W_V, self.W_O)
+        two), in float64 whatever the weights' dtype (float32 weights are cast first, exactly): with integer
+        weights whose ``Σ_j |W_V[h]_ij|·|W_O[h]_jk|`` stays below 2^53 (``integer_bounds`` checks it) every
+        entry is exact; otherwise its rounding is bounded in :meth:`value_output_error`. A cached property of
+        an immutable object: the arrays are read-only."""
+        product = np.einsum("hij,hjk->hik", self.W_V.astype(np.float64), self.W_O.astype(np.float64))
         product.setflags(write=False)
         return product
+
+    def value_output_partial_sum_max(self) -> float:
+        """``max_{h,j,k} Σ_l |W_V[h]_jl|·|W_O[h]_lk|`` (rounded up): a bound on every partial sum of every
+        entry of :attr:`value_outputs`; computed in row blocks, never holding another ``(H, d, d)`` array."""
+        top = 0.0
+        for h in range(self.heads):
+            aV, aO = np.abs(self.W_V[h].astype(np.float64)), np.abs(self.W_O[h].astype(np.float64))
+            for start in range(0, aV.shape[0], 256):
+                top = max(top, float(absmm(aV[start : start + 256], aO).max(initial=0.0)))
+        return top
+
+    def value_output_error(self, x_abs: np.ndarray, e_x: np.ndarray, h: int, gamma_d: float,
+                           cast: float) -> np.ndarray:
+        """A bound on ``|fl(x̂ @ V̂O_h) − x @ W_V[h]·W_O[h]|`` for the product THE forward pass forms with the
+        float64 ``V̂O_h`` (:attr:`value_outputs`, cast once more with relative rounding ``cast`` to the
+        working dtype), given ``|x̂|`` and ``|x̂ − x| <= e_x``; through ``d_v`` (no ``d × d`` array): with
+        ``|V̂O| <= |W_V||W_O|(1 + g)(1 + cast)`` and ``|V̂O − VO| <= (g + cast·(1 + g))·|W_V||W_O|``, ``g =
+        γ_{d_v}`` in float64, it is ``(γ_d·|x̂| + e_x)·|V̂O| + (|x̂| + e_x)·|V̂O − VO|`` (without the
+        product's ``d·η``)."""
+        aV, aO = np.abs(self.W_V[h].astype(np.float64)), np.abs(self.W_O[h].astype(np.float64))
+        g = gamma(self.W_V.shape[2], U64)
+        left = x_abs * gamma_d
+        left += e_x
+        out = absmm(absmm(left, aV), aO)
+        out *= (1 + g) * (1 + cast)
+        whole = x_abs + e_x
+        out += absmm(absmm(whole, aV), aO) * (g + cast * (1 + g))
+        return up(out, 2, out=out)
 
     def value_output(self, h: int) -> np.ndarray:
         """``W_V[h] @ W_O[h]`` (d × d)."""
@@ -529,8 +569,11 @@ def _require_integral(name: str, array: np.ndarray) -> None:
 def integer_bounds(model: Model, T: int) -> dict[str, float]:
     """A-priori bounds on ``max |·|`` of every intermediate of a length-T forward pass; each must be < 2^53.
 
-    Uses ``|x @ W|_∞ <= |x|_∞ · max_j Σ_i |W_ij|`` stage by stage; the last entry bounds the margins (a
-    difference of two logits, so twice the logits' bound), which are then exact integers too. Raises
+    The pass computes in float64 whatever the storage dtype (float32 weights are cast, exactly; no product is
+    formed in float32), so the limit is 2^53 for every dtype. Bounds every product the pass forms: the heads'
+    ``W_V·W_O`` (formed once), then ``|x @ W|_∞ <= |x|_∞ · max_j Σ_i |W_ij|`` stage by stage; the last entry
+    bounds the margins (a difference of two logits, so twice the logits' bound), which are then exact
+    integers too. Raises
     :class:`IntegerModeError` naming the first weight that is not an integer or the first stage whose bound
     reaches 2^53.
     """
@@ -553,6 +596,9 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
                 raise IntegerModeError(
                     f"integer mode supports uniform attention only (layer {i} is {att.kind})"
                 )
+            # W_V·W_O itself (formed once, in float64 from the cast weights): every partial sum of entry
+            # (j, k) is at most Σ_l |W_V_jl|·|W_O_lk|
+            bounds[f"layers.{i}.attention W_V·W_O"] = att.value_output_partial_sum_max()
             # (Σ_u x_u) @ W_V @ W_O before the division by the count: at most T·|x|.
             pre = T * bound * sum(col(att.W_V[h]) * col(att.W_O[h]) for h in range(att.heads))
             bounds[f"layers.{i}.attention (before division)"] = pre
@@ -587,30 +633,101 @@ def _softmax_lastaxis(scores: np.ndarray) -> np.ndarray:
     return scores
 
 
-def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, layer: int):
-    """Attention output at positions ``queries`` (a slice of T positions) given all states ``x (B, T, d)``."""
+class _Bounds:
+    """Running rounding-error bookkeeping of one forward pass in float mode (docs/theory.md, "Sound float
+    mode"): ``u``, ``η`` of the least precise format in play and helpers for the standard bounds."""
+
+    def __init__(self, u: float, eta: float) -> None:
+        self.u, self.eta = u, eta
+
+    def add(self, value: np.ndarray, *errors: np.ndarray | None) -> np.ndarray:
+        """Error of ``value = fl(a + b)`` given the errors of a and b: ``e_a + e_b + u·|value|``. (A
+        non-finite value or bound stays non-finite through every later step; the decoders then certify
+        nothing for it.)"""
+        total = np.absolute(value, dtype=np.float64)
+        total *= self.u
+        for e in errors:
+            if e is not None:
+                total += e
+        return up(total, len(errors) + 1, out=total)
+
+    def product(self, x: np.ndarray, e_x: np.ndarray | None, W: np.ndarray, abs_W: np.ndarray | None = None,
+                e_W: np.ndarray | None = None) -> np.ndarray:
+        """Error of ``fl(x̂ @ Ŵ)`` against ``x @ W`` (exact), with ``|x̂ − x| <= e_x`` and ``|Ŵ − W| <= e_W``:
+        ``γ_n·|x̂|·|Ŵ| + e_x·|Ŵ| + (|x̂| + e_x)·e_W + n·η`` (any summation order; 0 for n = 0)."""
+        n = x.shape[-1]
+        if n == 0:
+            return np.zeros(x.shape[:-1] + (W.shape[-1],))
+        ax = np.absolute(x, dtype=np.float64)
+        aW = np.absolute(W, dtype=np.float64) if abs_W is None else abs_W
+        with np.errstate(invalid="ignore", over="ignore"):
+            left = ax * gamma(n, self.u)
+            if e_x is not None:
+                left += e_x
+            out = absmm(left, aW, extra=2)
+            out += n * self.eta
+            if e_W is not None:
+                if e_x is not None:
+                    ax += e_x
+                out += absmm(ax, e_W, extra=2)
+        return out
+
+
+def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, layer: int,
+               e_x: np.ndarray | None = None, bounds: _Bounds | None = None):
+    """Attention output at positions ``queries`` (a slice of T positions) given all states ``x (B, T, d)``.
+
+    With ``bounds`` (float mode, error bookkeeping): also a bound on the output's distance from the exact
+    attention output of the exact inputs, given the inputs' bound ``e_x``; else None."""
     B, T, _ = x.shape
     positions = np.arange(T)[queries]
     out = np.zeros((B, positions.size, x.shape[2]), dtype=x.dtype)
+    track = bounds is not None and e_x is not None
+    b = bounds if bounds is not None else _Bounds(0.0, 0.0)  # (unused unless track)
+    e_in: np.ndarray = e_x if e_x is not None else np.zeros(0)
+    err = np.zeros(out.shape if track else 0)
+    abs_terms = np.zeros(out.shape if track else 0)
+    VO_all = att.value_outputs
+    # the cast of the float64 product W_V·W_O to the working dtype rounds once more
+    cast = 0.0 if x.dtype == np.float64 else b.u
     if att.kind == "uniform":
         if positions.size == 1:  # Σ_{u<=t} x_u for the one position asked
             sums = x[:, : positions[0] + 1].sum(axis=1, keepdims=True)
         else:
             sums = np.cumsum(x, axis=1)[:, queries]
         counts = (positions + 1).astype(x.dtype)[None, :, None]
+        if track:
+            ax = np.abs(x.astype(np.float64))
+            if positions.size == 1:
+                abs_sums, e_sums = ax[:, : positions[0] + 1].sum(axis=1, keepdims=True), \
+                    e_in[:, : positions[0] + 1].sum(axis=1, keepdims=True)
+            else:
+                abs_sums, e_sums = np.cumsum(ax, axis=1)[:, queries], np.cumsum(e_in, axis=1)[:, queries]
+            e_sums = up(gamma(T, b.u) * abs_sums + e_sums, T)
         for h in range(att.heads):
-            out += matmul_rows(sums, att.value_output(h).astype(x.dtype, copy=False))
+            VO = VO_all[h].astype(x.dtype, copy=False)
+            term = matmul_rows(sums, VO)
+            out += term
+            if track:
+                err += att.value_output_error(np.absolute(sums, dtype=np.float64), e_sums, h,
+                                              gamma(sums.shape[-1], b.u), cast) + sums.shape[-1] * b.eta
+                abs_terms += np.abs(term.astype(np.float64))
+        if track:  # the heads' sum (H − 1 additions), then one division by the (exact integer) count
+            err = up(err + gamma(att.heads, b.u) * abs_terms, att.heads)
         out /= counts
+        if track:
+            err = b.add(out, err / (positions + 1)[None, :, None]) + b.eta
         if integer:
             _require_integral(f"layer {layer} uniform attention output", out)
-        return out, None
+        return out, None, err if track else None
     causal = positions[:, None] >= np.arange(T)[None, :]  # (Tq, T)
     weights_all = np.empty((att.heads, B, positions.size, T), dtype=x.dtype)
     assert att.W_Q is not None and att.W_K is not None  # checked in Attention.__post_init__
     for h in range(att.heads):
         q = matmul_rows(x[:, queries], att.W_Q[h])
         k = matmul_rows(x, att.W_K[h])
-        scores = att.inverse_temperature * (q @ k.transpose(0, 2, 1))
+        dots = q @ k.transpose(0, 2, 1)
+        scores = att.inverse_temperature * dots
         scores = np.where(causal, scores, -np.inf)
         if att.kind == "softmax":
             weights = _softmax_lastaxis(scores)
@@ -618,8 +735,36 @@ def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, lay
             weights = (scores == scores.max(axis=-1, keepdims=True)).astype(x.dtype)
             weights /= weights.sum(axis=-1, keepdims=True)
         weights_all[h] = weights
-        out += matmul_rows(weights @ x, att.value_output(h).astype(x.dtype, copy=False))
-    return out, weights_all
+        z = weights @ x
+        VO = VO_all[h].astype(x.dtype, copy=False)
+        term = matmul_rows(z, VO)
+        out += term
+        if track:
+            e_q = b.product(x[:, queries], e_in[:, queries], att.W_Q[h])
+            e_k = b.product(x, e_in, att.W_K[h])
+            aq, ak = np.abs(q.astype(np.float64)), np.abs(k.astype(np.float64))
+            d_k = q.shape[-1]
+            kt = ak.transpose(0, 2, 1)
+            e_dot = up(gamma(d_k, b.u) * (aq @ kt) + e_q @ kt + aq @ e_k.transpose(0, 2, 1)
+                       + e_q @ e_k.transpose(0, 2, 1) + d_k * b.eta, d_k + 4)
+            beta = abs(float(att.inverse_temperature))
+            # scores = fl(fl(β)·dot): β's own rounding to the working dtype, the product's, the dot's error
+            delta = up(beta * (1 + b.u) * e_dot + b.u * beta * np.abs(dots.astype(np.float64))
+                       + b.u * np.abs(np.where(causal, scores, 0.0).astype(np.float64)) + b.eta, 6)
+            visible = np.broadcast_to(causal, scores.shape)
+            if att.kind == "softmax":
+                e_w = softmax_weight_error(scores, delta, weights, visible, rel=gamma(T + 8, b.u))
+            else:
+                e_w = hard_weight_error(scores, delta, visible)
+            aw = weights.astype(np.float64)
+            ax = np.abs(x.astype(np.float64))
+            e_z = up(gamma(T, b.u) * (aw @ ax) + e_w @ ax + aw @ e_in + e_w @ e_in, T + 4)
+            err += att.value_output_error(np.absolute(z, dtype=np.float64), e_z, h, gamma(z.shape[-1], b.u),
+                                          cast) + z.shape[-1] * b.eta
+            abs_terms += np.abs(term.astype(np.float64))
+    if track:
+        err = up(err + gamma(att.heads, b.u) * abs_terms, att.heads)
+    return out, weights_all, err if track else None
 
 
 def embed(model: Model, tokens: np.ndarray, dtype=None) -> np.ndarray:
@@ -652,6 +797,7 @@ def forward(
     at: Literal["last", "all"] = "last",
     integer: bool = False,
     trace: bool = False,
+    errors: bool = False,
 ):
     """THE forward pass. ``tokens (B, T)`` -> logits ``(B, n_out)`` (``at="last"``) or ``(B, T, n_out)``.
 
@@ -659,11 +805,23 @@ def forward(
     bounds with :func:`integer_bounds` (the checker does); the pass then also checks each attention division.
     The unembedding product reads only the residual coordinates that ``U`` reads (``Model.readout``): the
     same sums without their exact-zero terms, whatever the storage.
+
+    ``errors=True`` (float mode) also returns, after the logits, a float64 array of their shape bounding
+    ``|computed − exact|`` entrywise, where *exact* is this pass in exact real arithmetic of the stored
+    weights: the standard forward-error bounds propagated through every operation that the pass performs
+    (``constructions.rounding``; docs/theory.md, "Sound float mode"). The computed logits are the same as
+    without it. In integer mode the bound is 0 (the caller proved exactness).
     """
     if at not in ("last", "all"):
         raise InputError(f"at must be 'last' or 'all', got {at!r}")
     work_dtype = np.float64 if integer else model.entity_embedding.dtype
     x = embed(model, tokens, work_dtype)
+    bounds = None
+    e_x = None
+    if errors and not integer:
+        bounds = _Bounds(*format_of(work_dtype, *(a.dtype for a in model.arrays().values())))
+        e_x = (bounds.u * np.abs(x.astype(np.float64)) if model.position_embedding is not None
+               else np.zeros(x.shape))
     T = x.shape[1]
     record = Trace() if trace else None
     if record is not None:
@@ -673,14 +831,16 @@ def forward(
         # In the last layer only the read-out positions matter; earlier positions are finished.
         if i == last and at == "last" and T > 1:
             queries = slice(T - 1, T)
-            x_out = x[:, queries]
         else:
             queries = slice(0, T)
-            x_out = x
+        x_out = x[:, queries]
+        e_out = None if e_x is None else e_x[:, queries]
         weights = None
         if layer.attention is not None:
-            att_out, weights = _attention(layer.attention, x, queries, integer, i)
+            att_out, weights, e_att = _attention(layer.attention, x, queries, integer, i, e_x, bounds)
             x_out = x_out + att_out
+            if bounds is not None:
+                e_out = bounds.add(x_out, e_out, e_att)
         if record is not None:
             record.residual.append(x_out)
             record.attention_weights.append(weights)
@@ -688,20 +848,52 @@ def forward(
         if layer.mlp is not None:
             mlp = layer.mlp
             hidden = matmul_rows(x_out, mlp.W1)
+            e_h = None if bounds is None else bounds.product(x_out, e_out, mlp.W1)
             hidden += mlp.b1
+            if bounds is not None:
+                e_h = bounds.add(hidden, e_h)
+                # ReLU is 1-Lipschitz; a unit computed <= 0 whose exact value may be positive by at most
+                # (computed + error) keeps only that much of the error
+                # (min(e, max(0, p̂ + e)) is e where p̂ > 0 and max(0, p̂ + e) elsewhere; the sum rounded up)
+                room = hidden.astype(np.float64)
+                room += e_h
+                np.maximum(room, 0.0, out=room)
+                room *= 1.0 + 2.0**-51
+                e_h = np.minimum(room, e_h, out=room)
             np.maximum(hidden, 0, out=hidden)
-            x_out = x_out + matmul_rows(hidden, mlp.W2)
+            mlp_out = matmul_rows(hidden, mlp.W2)
+            if bounds is not None:
+                e_mlp = bounds.product(hidden, e_h, mlp.W2)
+            x_out = x_out + mlp_out
+            if bounds is not None:
+                e_out = bounds.add(x_out, e_out, e_mlp)
             x_out += mlp.b2
+            if bounds is not None:
+                e_out = bounds.add(x_out, e_out)
         if record is not None:
             record.residual.append(x_out)
             record.hidden.append(hidden)
         x = x_out
+        e_x = e_out
     if at == "last":
         x = x[:, -1]
+        if e_x is not None:
+            e_x = e_x[:, -1]
     readout = model.readout
     read = x if readout.full else x[..., readout.columns]
-    logits = matmul_rows(read, readout.matrix.T.astype(x.dtype, copy=False))
-    return (logits, record) if trace else logits
+    Ut = readout.matrix.T.astype(x.dtype, copy=False)
+    logits = matmul_rows(read, Ut)
+    out: tuple = (logits,)
+    if errors:
+        if bounds is None or e_x is None:
+            e_logits = np.zeros(logits.shape)
+        else:
+            e_read = e_x if readout.full else e_x[..., readout.columns]
+            e_logits = bounds.product(read, e_read, readout.matrix.T)
+        out += (e_logits,)
+    if trace:
+        out += (record,)
+    return out if len(out) > 1 else logits
 
 
 def chunk_size(model: Model, T: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:

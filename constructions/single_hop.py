@@ -31,7 +31,10 @@ from georecall.theory.statements import Promise, a1_promise, attention_constants
 from georecall.theory.tasks import Task
 from georecall.theory.tokens import single_hop_queries  # noqa: F401  (re-exported for old imports)
 
-__all__ = ["Construction", "build_a1", "build_g1", "resolve_codes"]
+__all__ = ["GATE_RANGE", "Construction", "build_a1", "build_g1", "resolve_codes"]
+
+# The largest gate G1 accepts, as a multiple of the bound c1·max|a| that c2·G must exceed (docs/theory.md).
+GATE_RANGE = 2.0**26
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,15 +105,16 @@ def build_g1(
     task : Task
     codes : "binary", "sign", "gaussian" or a Codes
     D : code length (default: ``⌈log2 N⌉`` binary, the high-probability length otherwise)
-    gate : the gate constant G (default ``2·c1·A/c2``: twice the bound; 4 for ±1 codes)
+    gate : the gate constant G (default ``2·c1·A/c2``: twice the bound; 4 for ±1 codes), at most
+        ``GATE_RANGE·c1·A/c2``
     lam, gain : read-out scale λ and attention gain g
     integer : ±1 codes at integer scale, so that every weight is an integer
 
     Raises
     ------
     ConditionError
-        outside the conditions (codes not distinct, ``c2·G <= c1·A``, integer mode with non-integer
-        constants).
+        outside the conditions (codes not distinct, ``c2·G <= c1·A``, ``c2·G > 2^26·c1·A`` (the gate range:
+        beyond it float64 rounding of the gate swamps the codes), integer mode with non-integer constants).
     """
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, integer)
@@ -118,6 +122,11 @@ def build_g1(
     c1, c2 = attention_constants(gain)
     if gate is None:
         gate = 2.0 * c1 * codes.max_abs / c2 if gain > 0 else 0.0
+    if gain > 0 and not c2 * abs(gate) <= GATE_RANGE * c1 * codes.max_abs:
+        raise ConditionError(
+            f"gate range: c2·G <= 2^26·c1·max|a| is needed so that THE forward pass (float64) computes "
+            f"the gated pre-activation σ·c1·a_i + c2·G − c2·G without absorbing a_i (rounding u·c2·G <= "
+            f"2^-27·c1·max|a|); got c2·G = {c2 * gate:.4g} > {GATE_RANGE * c1 * codes.max_abs:.4g}")
     promise = g1_promise(N, R, D, gap=codes.gap, distinct=(codes.distinct_lhs, codes.distinct_rhs),
                          max_abs=codes.max_abs, gate=gate, lam=lam, gain=gain, n_out=task.n_answers,
                          norm_sq=codes.norm_sq).require()

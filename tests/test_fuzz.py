@@ -304,3 +304,93 @@ def test_damaged_files(fuzz_dir, model_bytes, data):
     argv = command + data.draw(st.sampled_from([[], ["--json"], ["--max-gib", "0.25"]]))
     code, out, err, peak = _run(argv)
     _check(argv, code, out, err, peak, fuzz_dir)
+
+
+# ------------------------------------------------------------------------------------------- soundness
+# Random small models against an exact rational forward pass (tests/test_soundness.py's reference): no PASS
+# that exact arithmetic refutes, on every forward x decoder path, in float mode (float32 and float64 storage)
+# and in integer mode. GEORECALL_FUZZ=long: many random models; the counts are printed at the end (-s).
+
+SOUND_COUNTS = {"models": 0, "runs": 0, "certified": 0, "undecided": 0, "refuted": 0}
+
+
+@pytest.fixture(scope="module")
+def sound_counts():
+    yield SOUND_COUNTS
+    if LONG:
+        print(f"\nsoundness fuzz: {SOUND_COUNTS}")
+
+
+@st.composite
+def fuzz_models(draw):
+    from georecall.constructions.model import MLP, Attention, Layer, Model
+
+    d, n_out, layers = draw(st.integers(1, 4)), draw(st.integers(2, 4)), draw(st.integers(1, 2))
+    integer = draw(st.booleans())
+    if integer:
+        values = st.integers(-(2**13), 2**13).map(float) | st.sampled_from([0.0, 1.0, -1.0, 4097.0])
+    else:
+        values = st.floats(-4, 4, width=32) | st.sampled_from(
+            [0.0, 1.0, -1.0, 2.0**53, -(2.0**53), 2.0**24 + 1, 3.0, 1e-30, 0.1, 1 / 3])
+
+    def arr(*shape):
+        n = int(np.prod(shape))
+        return np.array(draw(st.lists(values, min_size=n, max_size=n)), dtype=np.float64).reshape(shape)
+
+    stack = []
+    for _ in range(layers):
+        kind = draw(st.sampled_from(["none", "uniform"] + ([] if integer else ["hard"])))
+        att = None
+        if kind == "uniform":
+            att = Attention("uniform", W_V=arr(1, d, d), W_O=arr(1, d, d))
+        elif kind == "hard":
+            att = Attention("hard", W_V=arr(1, d, d), W_O=arr(1, d, d), W_Q=arr(1, d, 1), W_K=arr(1, d, 1))
+        m = draw(st.integers(0, 3))
+        stack.append(Layer(att, MLP(arr(d, m), arr(m), arr(m, d), arr(d)) if m else None))
+    U = arr(n_out, d)
+    if draw(st.booleans()):
+        U[1] = U[0]  # a constructed tie
+    P = arr(3, d) if draw(st.booleans()) else None
+    model = Model(arr(3, d), arr(2, d), U, tuple(stack), position_embedding=P)
+    return model.astype(draw(st.sampled_from([np.float32, np.float64]))), integer
+
+
+@FUZZ
+@given(data=st.data())
+def test_no_pass_that_exact_arithmetic_refutes(sound_counts, data):
+    from fractions import Fraction
+
+    from test_soundness import exact_margins
+
+    from georecall.constructions.model import IntegerModeError
+    from georecall.errors import InputError
+    from georecall.verify.checking.check import check_queries
+
+    model, integer = data.draw(fuzz_models())
+    T = data.draw(st.integers(1, 3))
+    tokens = np.array(data.draw(st.lists(st.lists(st.integers(0, 4), min_size=T, max_size=T), min_size=1,
+                                         max_size=4)))
+    answers = np.array(data.draw(st.lists(st.integers(0, model.n_out - 1), min_size=len(tokens),
+                                          max_size=len(tokens))))
+    exact = exact_margins(model, tokens, answers)
+    sound_counts["models"] += 1
+    for forward_ in ("auto", "dense", "tables"):
+        for decoder in ("auto", "dense"):
+            try:
+                result = check_queries(model, tokens, answers, integer=integer, forward=forward_,
+                                       decoder=decoder, keep=True)
+            except (InputError, IntegerModeError):
+                continue  # the path or the mode refused, with its reason
+            sound_counts["runs"] += 1
+            sound_counts["certified"] += result.n_correct
+            sound_counts["undecided"] += result.n_undecided
+            lo = result.margins
+            refuted = [q for q, m in enumerate(exact) if (lo[q] > 0 and m <= 0)
+                       or (np.isfinite(lo[q]) and Fraction(float(lo[q])) > m)]
+            wrong_claims = result.n_queries - result.n_correct - result.n_undecided
+            if refuted or wrong_claims > sum(m <= 0 for m in exact):
+                sound_counts["refuted"] += 1
+            assert not refuted, (forward_, decoder, integer, refuted, lo.tolist(), [str(m) for m in exact])
+            assert wrong_claims <= sum(m <= 0 for m in exact)
+            if integer:
+                assert [Fraction(float(v)) for v in lo] == exact

@@ -31,7 +31,7 @@ def assert_exact_no_cot(built, task, k):
     tokens, answers = multi_hop_queries(task, k)
     result = check_queries(built.model, tokens, answers)
     assert result.exact, result.failures
-    assert result.min_margin >= built.promise.margin - tol(built.promise.margin)
+    assert result.min_margin >= built.promise.margin - result.rounding_bound - tol(built.promise.margin)
     assert (built.model.d, built.model.mlp_width) == (built.promise.d, built.promise.m)
     assert built.model.parameter_count() == built.promise.params
 
@@ -42,7 +42,7 @@ def assert_exact_cot(built, task, k):
     greedy = check_decoding(built.model, tokens, targets, keep=True)
     assert greedy.exact and greedy.final_accuracy == 1.0
     assert np.array_equal(greedy.predictions, targets)  # the decoded chain is the composition, step by step
-    assert greedy.min_margin >= built.promise.margin - tol(built.promise.margin)
+    assert greedy.min_margin >= built.promise.margin - greedy.rounding_bound - tol(built.promise.margin)
     forced = check_queries(built.model, np.concatenate([tokens, targets[:, :-1]], axis=1), targets,
                            positions=np.arange(k, 2 * k))
     assert forced.exact and forced.per_position == [1.0] * k

@@ -39,9 +39,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from georecall.constructions.model import EXACT_INTEGER_LIMIT, IntegerModeError, Model
+from georecall.constructions.rounding import (
+    absmm,
+    format_of,
+    gamma,
+    hard_weight_error,
+    softmax_weight_error,
+    up,
+)
 
-__all__ = ["AdditivePlan", "NotAdditive", "TableFacts", "integer_bounds", "plan_additive", "run_additive",
-           "support", "table_facts"]
+__all__ = ["AdditivePlan", "NotAdditive", "TableFacts", "float_bounds", "integer_bounds", "plan_additive",
+           "run_additive", "support", "table_facts"]
 
 # Bytes of one block's pre-activation table (m × block tokens); the block size follows from it.
 BLOCK_BYTES = 16 * 2**20
@@ -332,6 +340,8 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
                  "supp_E": supp_E, "supp_Q": supp_Q}
     if integer:
         plan.info["integer_bounds"] = integer_bounds(plan)
+    else:
+        plan.info["float_bounds"] = float_bounds(plan, token_columns)
     return plan
 
 
@@ -384,6 +394,113 @@ def integer_bounds(plan: AdditivePlan) -> dict[str, float]:
         if not value < EXACT_INTEGER_LIMIT:
             raise IntegerModeError(f"integer mode: bound on {name} is {value:.3g} >= 2^53")
     return bounds
+
+
+def _column_max_abs(model: Model, name: str) -> np.ndarray:
+    """``max_t |table[t, i]|`` per column i of an embedding table (scanned in row blocks), float64."""
+    table = model.arrays()[name]
+    return _scan(table, lambda acc, b: np.maximum(acc, np.abs(b).max(axis=0).astype(np.float64)),
+                 np.zeros(table.shape[1]))
+
+
+def float_bounds(plan: AdditivePlan, token_columns: Sequence[np.ndarray]) -> dict:
+    """An a-priori bound, the same for every query, on the rounding of the read residual ``v`` and of the
+    margins, valid for the tables' own computation AND for THE forward pass of the same queries in the
+    model's working precision (any summation order; docs/theory.md, "Sound float mode", the fast paths).
+
+    With ``X_u`` the largest ``|emb| + |P_u|`` per coordinate over the tokens at position u, attention weights
+    known to within ``e_w`` (exactly 1/T for uniform attention; an interval softmax or a certified argmax
+    around the scores, whose rounding in the working precision is bounded a priori), magnitudes
+    ``A = Σ_{h,u} w̄_{hu}·X_u·|W_V||W_O|``, ``y = X_q + A``, ``p = y·|W1| + |b1|``, ``v = y + (p + e_p)·|W2| +
+    |b2|`` on the read columns bound every term; every term passes through at most ``K = 2T + d_v + 2d + H +
+    m + 16`` roundings, so ``e_p = γ_K·p + A_w·|W1|`` and ``e_v = γ_K·v + A_w + e_p·|W2|`` (``A_w`` the weight
+    uncertainty's share). The logits then differ from exact by at most ``γ_n·(v + e_v)·|U_j| + e_v·|U_j|``
+    and a margin by twice the largest of those (``forward_margin``).
+
+    Returns ``{"e_v": (D,), "forward_margin": float, "u": u, "eta": η}``."""
+    model = plan.model
+    layer = model.layers[0]
+    att, mlp = layer.attention, layer.mlp
+    u, eta = format_of(plan.dtype, *(a.dtype for a in model.arrays().values()))
+    T, d, cols = plan.T, model.d, plan.columns
+    N = model.n_entities
+    P = model.position_embedding
+    colmax: dict[str, np.ndarray] = {}
+    X = []
+    for t in range(T):
+        column = np.asarray(token_columns[t])
+        Xu = np.zeros(d)
+        if column.size and column.min() < N:
+            colmax.setdefault("E", _column_max_abs(model, "entity_embedding"))
+            Xu = np.maximum(Xu, colmax["E"])
+        if column.size and column.max() >= N:
+            colmax.setdefault("Q", _column_max_abs(model, "relation_embedding"))
+            Xu = np.maximum(Xu, colmax["Q"])
+        if P is not None:
+            Xu = up(Xu + np.abs(P[t].astype(np.float64)), 1)
+        X.append(Xu)
+    X_all = np.array(X)  # (T, d)
+    H = 0 if att is None else att.heads
+    d_v = 0 if att is None else att.W_V.shape[2]
+    m = 0 if mlp is None else mlp.width
+    K = 2 * T + d_v + 2 * d + H + m + 16
+    gK = gamma(K, u)
+    A = np.zeros(d)
+    A_w = np.zeros(d)
+    if att is not None:
+        w = np.asarray(plan.weights, dtype=np.float64)  # (H, T)
+        if att.kind == "uniform":
+            e_w = np.zeros_like(w)
+            w_bar = np.full_like(w, 1.0 / T)
+        else:
+            assert att.W_Q is not None and att.W_K is not None
+            delta = np.zeros((H, T))
+            scores = np.zeros((H, T))
+            if P is not None:
+                aP = np.abs(P[:T].astype(np.float64))
+                beta = abs(float(att.inverse_temperature))
+                for h in range(H):
+                    aq = absmm(aP[T - 1], np.abs(att.W_Q[h].astype(np.float64)))
+                    ak = absmm(aP, np.abs(att.W_K[h].astype(np.float64)))
+                    dot_abs = absmm(ak, aq[:, None])[:, 0]
+                    n = 2 * d + att.W_Q.shape[2] + 4
+                    # THE forward's scores in the working precision (and the tables' in float64, a smaller u)
+                    delta[h] = up(2.0 * (beta * (1 + u) * (gamma(n, u) * dot_abs + n * eta)
+                                         + 2 * u * beta * dot_abs + eta), 8)
+                    q = P[T - 1].astype(np.float64) @ att.W_Q[h]
+                    k = P[:T].astype(np.float64) @ att.W_K[h]
+                    scores[h] = att.inverse_temperature * (k @ q)
+            visible = np.ones((H, T), dtype=bool)
+            if att.kind == "softmax":
+                err = softmax_weight_error(scores, delta, w, visible, rel=gamma(T + 8, u))
+            else:
+                err = hard_weight_error(scores, delta, visible)
+            e_w = up(2.0 * err, 1)  # |ŵ_tables − w| and |ŵ_forward − w| are both within 2·err
+            w_bar = np.minimum(up(w + err, 1), 1.0)
+        for h in range(H):  # through d_v: |W_V·W_O| <= |W_V|·|W_O| without a d × d array
+            aV, aO = np.abs(att.W_V[h].astype(np.float64)), np.abs(att.W_O[h].astype(np.float64))
+            A = A + absmm(absmm(absmm(w_bar[h][None, :], X_all), aV), aO)[0]
+            A_w = A_w + absmm(absmm(absmm(e_w[h][None, :], X_all), aV), aO)[0]
+        A_w = up(A_w * (1 + gK), 2)
+    y = up(X_all[T - 1] + A, 1)
+    if mlp is not None:
+        absW1 = np.abs(mlp.W1.astype(np.float64))
+        absW2 = np.abs(mlp.W2[:, cols].astype(np.float64))
+        p = up(absmm(y[None, :], absW1)[0] + np.abs(mlp.b1.astype(np.float64)), 1)
+        e_p = up(gK * p + absmm(A_w[None, :], absW1)[0], 2)
+        v = up(y[cols] + absmm((p + e_p)[None, :], absW2)[0] + np.abs(mlp.b2[cols].astype(np.float64)), 2)
+        e_v = up(gK * v + A_w[cols] + absmm(e_p[None, :], absW2)[0], 3)
+    else:
+        v = y[cols]
+        e_v = up(gK * v + A_w[cols], 2)
+    n = cols.size
+    g_n = gamma(n, u)
+    weight = up(g_n * (v + e_v) + e_v, 2)
+    U_read = model.unembedding_on(cols)
+    top = float(_scan(U_read, lambda acc, b: max(acc, float((np.abs(b.astype(np.float64)) @ weight).max(
+        initial=0.0))), 0.0))
+    forward_margin = float(up(2.0 * (up(top, n) + n * eta), 2))
+    return {"e_v": e_v, "forward_margin": forward_margin, "u": u, "eta": eta, "K": K}
 
 
 def _group_keys(plan: AdditivePlan, token_columns: Sequence[np.ndarray], lo: int, block: int, n_blocks: int,

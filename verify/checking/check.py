@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from georecall.constructions.model import (
+    DEFAULT_CHUNK_BYTES,
     Model,
     chunk_size,
     flatten,
@@ -37,15 +38,18 @@ from georecall.constructions.model import (
     iter_chunks,
     unflatten,
 )
+from georecall.constructions.rounding import format_of
 from georecall.errors import InputError
 from georecall.theory import __version__
 from georecall.theory.statements import Promise
 from georecall.verify.checking.additive import NotAdditive, plan_additive, run_additive
 from georecall.verify.checking.decoders import (
+    Certified,
     Hypercube,
-    dense_decode,
+    certify_logits,
+    dense_certify,
     detect_hypercube,
-    hypercube_decode,
+    hypercube_certify,
     margins_of,
 )
 
@@ -66,6 +70,9 @@ __all__ = [
 DECODERS = ("auto", "dense", "hypercube")
 forward_pass = forward  # THE forward pass, under a name that the ``forward=`` option does not shadow
 FORWARDS = ("auto", "dense", "tables")
+# THE forward pass with its error bounds holds about four float64 arrays per intermediate (values, bounds and
+# two temporaries): a quarter of the plain pass's chunk budget keeps the peak where it was.
+BOUNDED_CHUNK_BYTES = DEFAULT_CHUNK_BYTES // 4
 
 
 @dataclass
@@ -87,6 +94,8 @@ class CheckResult:
     decoder: str = "dense"  # which decoder ran: "dense" (logits) or "hypercube"
     forward: str = "dense"  # which forward ran: "dense" (THE forward pass) or "tables" (token-additive)
     fallback: str = ""  # why a fast path asked for ("auto") was not taken
+    n_undecided: int = 0  # float mode: neither certainly right nor certainly wrong within rounding
+    rounding_bound: float = 0.0  # float mode: the largest certified margin's distance from the computed one
 
     @property
     def accuracy(self) -> float:
@@ -96,9 +105,22 @@ class CheckResult:
     def exact(self) -> bool:
         return self.n_correct == self.n_queries
 
+    @property
+    def n_wrong(self) -> int:
+        """Queries whose margin in exact arithmetic is certainly <= 0."""
+        return self.n_queries - self.n_correct - self.n_undecided
+
+    @property
+    def mode(self) -> str:
+        """What the verdict certifies: ``"integer exact"`` (every number computed exactly) or ``"float with
+        bound"`` (margins in exact arithmetic certified from the computed ones and a rounding bound)."""
+        return "integer exact" if self.integer else "float with bound"
+
     def as_dict(self) -> dict:
         return {"n_queries": self.n_queries, "n_correct": self.n_correct, "accuracy": self.accuracy,
-                "exact": self.exact, "min_margin": self.min_margin, "argmin_query": self.argmin_query,
+                "exact": self.exact, "n_undecided": self.n_undecided, "n_wrong": self.n_wrong,
+                "mode": self.mode, "rounding_bound": self.rounding_bound,
+                "min_margin": self.min_margin, "argmin_query": self.argmin_query,
                 "failures": self.failures, "integer": self.integer, "dtype": self.dtype,
                 "seconds": round(self.seconds, 4), "decoder": self.decoder, "forward": self.forward,
                 **({"fallback": self.fallback} if self.fallback else {}),
@@ -114,15 +136,19 @@ class _Tally:
         self.n, self.per, self.max_failures = n, per, max_failures
         self.correct = np.zeros(per, dtype=np.int64)
         self.min_margin, self.argmin = np.inf, -1
+        self.undecided, self.bound = 0, 0.0
         self.fail_flat: list[np.ndarray] = []
         self.fail_pred: list[np.ndarray] = []
         self.fail_margin: list[np.ndarray] = []
+        self.fail_open: list[np.ndarray] = []  # undecided within rounding (not certainly wrong)
         self.predictions = np.empty(shape, dtype=np.int64) if keep else None
         self.margins = np.empty(shape, dtype=np.float64) if keep else None
 
-    def add(self, queries, position: int, predictions: np.ndarray, margins: np.ndarray) -> None:
+    def add(self, queries, position: int, predictions: np.ndarray, margins: np.ndarray,
+            hi: np.ndarray | None = None, computed: np.ndarray | None = None) -> None:
         """Record one block: ``queries`` a slice or an ascending index array, at read position index
-        ``position``."""
+        ``position``; ``margins`` certified lower bounds (exact: > 0), ``hi`` upper bounds (wrong: <= 0; None:
+        the margins are exact), ``computed`` the computed margins (for the rounding-bound summary)."""
         q = np.arange(queries.start, queries.stop) if isinstance(queries, slice) else np.asarray(queries)
         if self.predictions is not None and self.margins is not None:
             target = (q, position) if self.predictions.ndim == 2 else q
@@ -130,6 +156,14 @@ class _Tally:
         if q.size == 0:
             return
         ok = margins > 0
+        if hi is not None:
+            self.undecided += int(np.count_nonzero(~ok & (hi > 0)))
+        if computed is not None:
+            with np.errstate(invalid="ignore"):
+                gap = np.asarray(computed, dtype=np.float64) - margins
+            gap = gap[np.isfinite(gap)]
+            if gap.size:
+                self.bound = max(self.bound, float(gap.max()))
         self.correct[position] += int(np.count_nonzero(ok))
         i = int(np.argmin(margins))
         value, flat = float(margins[i]), int(q[i]) * self.per + position
@@ -140,6 +174,8 @@ class _Tally:
             self.fail_flat.append(q[wrong] * self.per + position)
             self.fail_pred.append(np.asarray(predictions)[wrong])
             self.fail_margin.append(np.asarray(margins, dtype=np.float64)[wrong])
+            self.fail_open.append(np.zeros(wrong.size, dtype=bool) if hi is None
+                                  else np.asarray(hi)[wrong] > 0)
 
     def result(self, tokens: np.ndarray, answers: np.ndarray, **kwargs) -> CheckResult:
         failures = []
@@ -147,17 +183,19 @@ class _Tally:
             flat = np.concatenate(self.fail_flat)
             pick = np.argsort(flat, kind="stable")[: self.max_failures]
             pred, marg = np.concatenate(self.fail_pred)[pick], np.concatenate(self.fail_margin)[pick]
-            for f, p, mg in zip(flat[pick].tolist(), pred.tolist(), marg.tolist()):
+            status = np.where(np.concatenate(self.fail_open)[pick], "undecided", "wrong").tolist()
+            for f, p, mg, st in zip(flat[pick].tolist(), pred.tolist(), marg.tolist(), status):
                 q, pos = divmod(f, self.per)
                 failures.append({"query": q, **({"position": pos} if answers.ndim == 2 else {}),
                                  "tokens": tokens[q].tolist(), "expected": int(answers.reshape(-1)[f]),
-                                 "predicted": int(p), "margin": float(mg)})
+                                 "predicted": int(p), "margin": float(mg), "status": st})
         total = self.n * self.per
         return CheckResult(
             n_queries=total, n_correct=int(self.correct.sum()),
             min_margin=float(self.min_margin) if total else float("inf"),
             argmin_query=self.argmin // self.per if total else -1, failures=failures,
-            predictions=self.predictions, margins=self.margins,
+            predictions=self.predictions, margins=self.margins, n_undecided=self.undecided,
+            rounding_bound=self.bound,
             per_position=(self.correct / max(self.n, 1)).tolist() if answers.ndim == 2 else None, **kwargs)
 
 
@@ -198,12 +236,28 @@ def _readout_model(model: Model, columns: np.ndarray) -> Model:
                      readout_columns=columns if columns.size < model.d else None)
 
 
-def _decode(cube: Hypercube | None, v: np.ndarray, answers: np.ndarray,
-            U_read: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def _certify(cube: Hypercube | None, v: np.ndarray, e_v: np.ndarray | None, answers: np.ndarray,
+             U_read: np.ndarray | None, u: float, eta: float) -> Certified:
+    """Predictions and certified margin intervals from the read residual ``v`` (error bound ``e_v``; None:
+    exact)."""
     if cube is not None:
-        return hypercube_decode(cube, v, answers)
+        return hypercube_certify(cube, v, e_v, answers, u, eta)
     assert U_read is not None  # callers build U_read exactly when there is no hypercube decoder
-    return dense_decode(v, answers, U_read)
+    return dense_certify(v, e_v, answers, U_read, u, eta)
+
+
+def _working_format(model: Model, integer: bool) -> tuple[float, float]:
+    """``(u, η)`` of THE forward pass on ``model``: its working dtype and every stored array's."""
+    work = np.float64 if integer else model.entity_embedding.dtype
+    return format_of(work, *(a.dtype for a in model.arrays().values()))
+
+
+def _lowered(cert: Certified, slack: float) -> np.ndarray:
+    """Certified lower bounds lowered by ``slack`` (THE forward pass's a-priori margin error), rounded
+    down."""
+    if slack == 0:
+        return cert.lo
+    return np.where(cert.lo == np.inf, np.inf, np.nextafter(cert.lo - slack, -np.inf))
 
 
 def check_queries(
@@ -230,7 +284,8 @@ def check_queries(
     the model for THE forward pass, ``verify.additive.integer_bounds`` for the tables; both bound the margins
     too), then runs it in float64; margins are then exact integers. ``keep=True`` returns the per-query
     predictions and margins. ``decoder`` and ``forward`` choose the implementations (module docstring); the
-    result records which ran. Memory is bounded by the chunk size (default: ``chunk_size(model, T)``) or, for
+    result records which ran. Memory is bounded by the chunk size (default: ``chunk_size(model, T)`` at a
+    quarter of its byte budget, since the bounded pass holds about four arrays per intermediate) or, for
     the tables, by their block size; nothing of size Q × d or Q × n_out is formed.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
@@ -259,35 +314,73 @@ def check_queries(
         plans.append(plan)
     kind = {"decoder": "hypercube" if cube is not None else "dense", "integer": integer,
             "dtype": "float64" if integer else str(model.entity_embedding.dtype)}
-    if len(plans) == len(read_at):  # the token-additive pass at every read position
-        for i, (p, plan) in enumerate(zip(read_at, plans)):
-            def consume(queries, v, i=i):
-                expected = column_answers[queries, i]
-                tally.add(queries, i, *_decode(cube, v, expected, U_read))
-            run_additive(plan, [tokens[:, u] for u in range(p + 1)], consume, progress=progress)
-        return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="tables",
-                            fallback=why_decoder, **kind)
-    if integer:
+    u, eta = _working_format(model, integer)
+    if integer:  # THE forward pass must be exact (on the tables path too: else they certify another function)
         integer_bounds(model, tokens.shape[1])
     run = _readout_model(model, columns) if cube is not None else model
-    chunk = chunk or chunk_size(model, tokens.shape[1])
-    for c, part in enumerate(iter_chunks(n, chunk)):
-        if positions is None:
-            out = forward_pass(run, tokens[part], integer=integer)
-            outs = [out]
-        else:
-            full = forward_pass(run, tokens[part], at="all", integer=integer)
-            outs = [full[:, p] for p in read_at]
-        for i, out in enumerate(outs):
-            expected = column_answers[part, i]
-            if cube is not None:
-                tally.add(part, i, *hypercube_decode(cube, out, expected))
-            else:
-                tally.add(part, i, *margins_of(out, expected))
-        if progress and c % 8 == 0:
-            print(f"\r  checked {part.stop:,}/{n:,} queries", end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+    chunk = chunk or chunk_size(model, tokens.shape[1], BOUNDED_CHUNK_BYTES)
+
+    def dense(selected: np.ndarray | None, wanted: list[np.ndarray] | None) -> None:
+        """THE forward pass with its a-posteriori bound on the queries ``selected`` (all when None), recording
+        at read position i only the queries in ``wanted[i]`` (all when None)."""
+        total = n if selected is None else selected.size
+        for c, part in enumerate(iter_chunks(total, chunk)):
+            rows = part if selected is None else selected[part]
+            out, err = forward_pass(run, tokens[rows], at="last" if positions is None else "all",
+                                    integer=integer, errors=True)
+            outs = [(out, err)] if positions is None else [(out[:, p], err[:, p]) for p in read_at]
+            for i, (o, e) in enumerate(outs):
+                q: slice | np.ndarray = rows
+                if wanted is not None and not isinstance(rows, slice):
+                    take = np.isin(rows, wanted[i])
+                    q, o, e = rows[take], o[take], e[take]
+                expected = column_answers[q, i]
+                e_or_none = None if integer else e
+                cert = (hypercube_certify(cube, o, e_or_none, expected, u, eta) if cube is not None
+                        else certify_logits(o, e_or_none, expected))
+                tally.add(q, i, cert.predictions, cert.lo, None if integer else cert.hi, cert.margins)
+            if progress and c % 8 == 0:
+                print(f"\r  checked {part.stop:,}/{total:,} queries", end="", file=sys.stderr, flush=True)
+        if progress:
+            print(file=sys.stderr)
+
+    if len(plans) == len(read_at):  # the token-additive pass at every read position
+        # "auto" in float mode: a query the tables' a-priori bound leaves undecided is decided again by THE
+        # forward pass with its own (a-posteriori, usually much smaller) bound; both bound the same margins
+        retry = forward == "auto" and not integer
+        pending: list[list[np.ndarray]] = [[] for _ in read_at]
+        for i, (p, plan) in enumerate(zip(read_at, plans)):
+            bounds = plan.info.get("float_bounds")
+            e_v = None if bounds is None else bounds["e_v"]
+            slack = 0.0 if bounds is None else bounds["forward_margin"]
+
+            def consume(queries, v, i=i, e_v=e_v, slack=slack):
+                expected = column_answers[queries, i]
+                cert = _certify(cube, v, e_v, expected, U_read, u, eta)
+                lo = _lowered(cert, slack)
+                pred, hi, computed = cert.predictions, cert.hi, cert.margins
+                if retry:
+                    open_ = ~(lo > 0) & (hi > 0)
+                    if open_.any():
+                        q = (np.arange(queries.start, queries.stop) if isinstance(queries, slice)
+                             else np.asarray(queries))
+                        pending[i].append(q[open_])
+                        keep = ~open_
+                        queries, pred, lo = q[keep], pred[keep], lo[keep]
+                        hi, computed = hi[keep], computed[keep]
+                tally.add(queries, i, pred, lo, None if integer else hi, computed)
+            run_additive(plan, [tokens[:, u] for u in range(p + 1)], consume, progress=progress)
+        note = why_decoder
+        if any(pending):
+            wanted = [np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+                      for parts in pending]
+            selected = np.unique(np.concatenate(wanted))
+            dense(selected, wanted)
+            note = "; ".join(r for r in (why_decoder, f"{selected.size:,} queries left undecided by the "
+                                         "tables' a-priori bound were decided by THE forward pass") if r)
+        return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="tables",
+                            fallback=note, **kind)
+    dense(None, None)
     reasons = "; ".join(r for r in (why_decoder, why_forward) if r)
     return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="dense",
                         fallback=reasons, **kind)
@@ -325,38 +418,54 @@ def check_decoding(
     columns = model.readout.columns  # the residual coordinates the read-out reads (the cube's too)
     U_read = None if cube is not None else model.readout.matrix
     predictions = np.empty(chains.shape, dtype=np.int64)
-    margins = np.empty(chains.shape, dtype=np.float64)
+    margins = np.empty(chains.shape, dtype=np.float64)  # certified lower bounds
+    highs = np.empty(chains.shape, dtype=np.float64)  # upper bounds on the exact margins
+    computed = np.empty(chains.shape, dtype=np.float64)
+    u, eta = _working_format(model, False)
     T0 = prompts.shape[1]
     used_tables = True
     why_forward = ""
+
+    def record(queries, t, cert: Certified, slack: float = 0.0) -> None:
+        predictions[queries, t], margins[queries, t] = cert.predictions, _lowered(cert, slack)
+        highs[queries, t], computed[queries, t] = cert.hi, cert.margins
+
     for t in range(k):
         token_columns = [prompts[:, u] for u in range(T0)] + [predictions[:, j] for j in range(t)]
         plan, why_forward = _choose_forward(model, forward, columns, token_columns, False)
         if plan is None:
             used_tables = False
             break
+        bounds = plan.info["float_bounds"]
 
-        def consume(queries, v, t=t):
-            predictions[queries, t], margins[queries, t] = _decode(cube, v, chains[queries, t], U_read)
+        def consume(queries, v, t=t, bounds=bounds):
+            record(queries, t, _certify(cube, v, bounds["e_v"], chains[queries, t], U_read, u, eta),
+                   bounds["forward_margin"])
         run_additive(plan, token_columns, consume, progress=progress)
     if not used_tables:
         run = _readout_model(model, columns) if cube is not None else model
-        chunk = chunk or chunk_size(model, T0 + k)
+        chunk = chunk or chunk_size(model, T0 + k, BOUNDED_CHUNK_BYTES)
         for i, part in enumerate(iter_chunks(n, chunk)):
             seq = prompts[part]
             for t in range(k):
-                out = forward_pass(run, seq)
+                out, err = forward_pass(run, seq, errors=True)
                 expected = chains[part, t]
-                predictions[part, t], margins[part, t] = (hypercube_decode(cube, out, expected)
-                                                          if cube is not None else margins_of(out, expected))
+                record(part, t, hypercube_certify(cube, out, err, expected, u, eta) if cube is not None
+                       else certify_logits(out, err, expected))
                 seq = np.concatenate([seq, predictions[part, t : t + 1]], axis=1)
             if progress and i % 8 == 0:
                 print(f"\r  decoded {part.stop:,}/{n:,} chains", end="", file=sys.stderr, flush=True)
         if progress:
             print(file=sys.stderr)
-    per_query = margins.min(axis=1)
+    # A chain is exact when every step is certified; certainly wrong when its first uncertified step is
+    # certainly wrong (the steps before it fed exactly the true tokens back); undecided otherwise.
+    per_query = margins.min(axis=1) if k else np.full(n, np.inf)
+    open_step = margins <= 0
+    first = open_step.argmax(axis=1) if k else np.zeros(n, dtype=np.int64)
+    rows = np.arange(n)
+    per_query_hi = np.where(open_step.any(axis=1), highs[rows, first], np.inf) if k else per_query
     tally = _Tally(n, 1, False, max_failures, (n,))
-    tally.add(slice(0, n), 0, predictions[:, -1], per_query)
+    tally.add(slice(0, n), 0, predictions[:, -1], per_query, per_query_hi, computed.min(axis=1))
     result = tally.result(prompts, chains[:, -1], seconds=time.perf_counter() - start,
                           decoder="hypercube" if cube is not None else "dense",
                           forward="tables" if used_tables else "dense",
@@ -370,22 +479,24 @@ def check_decoding(
 
 
 def margin_reaches(achieved: float, promised: float, dtype: str = "float64", integer: bool = False,
-                   scale: float = 0.0) -> bool:
+                   scale: float = 0.0, bound: float = 0.0) -> bool:
     """Does an achieved minimum margin reach the promised lower bound?
 
-    A margin that is not strictly positive never passes (a tie is ambiguous), whatever was promised. In
-    integer mode the comparison is exact. Otherwise the allowance is 1000 rounding units of the working
-    precision relative to ``max(|promised|, scale)``, where ``scale`` is the magnitude of the logits whose
-    difference the margin is (``Promise.logit_scale``): a margin of 1e-4 between logits of size 2 carries the
-    rounding of numbers of size 2. A promise of 1e-16 is never met by 0. An infinite promise (a single
-    possible answer: no wrong answer to beat) must be met exactly.
+    ``achieved`` is a certified lower bound on the exact margin (``CheckResult.min_margin``). A margin that
+    is not strictly positive never passes (a tie is ambiguous), whatever was promised: that decides
+    exactness, with no allowance. The comparison with the promise (a theorem about exact arithmetic, whose
+    value is itself computed in floating point) is exact in integer mode; otherwise it allows ``bound`` (the
+    certified margin's distance from the computed one, ``CheckResult.rounding_bound``) plus 1000 rounding
+    units of the working precision relative to ``max(|promised|, scale)``, where ``scale`` is the magnitude of
+    the logits whose difference the margin is (``Promise.logit_scale``). A promise of 1e-16 is never met by
+    0. An infinite promise (a single possible answer: no wrong answer to beat) must be met exactly.
     """
     if not achieved > 0:
         return False
     if integer or not np.isfinite(promised):
         return achieved >= promised
     eps = float(np.finfo(np.dtype(dtype)).eps)
-    return achieved >= promised - 1e3 * eps * max(abs(promised), abs(scale))
+    return achieved >= promised - bound - 1e3 * eps * max(abs(promised), abs(scale))
 
 
 @dataclass
@@ -408,7 +519,7 @@ class Report:
             return True
         return (self.achieved["d"] == self.promise.d and self.achieved["m"] == self.promise.m
                 and margin_reaches(self.result.min_margin, self.promise.margin, self.result.dtype,
-                                   self.result.integer, self.promise.logit_scale))
+                                   self.result.integer, self.promise.logit_scale, self.result.rounding_bound))
 
     def as_dict(self) -> dict:
         return {"name": self.name, "passed": self.passed, "params": self.params,

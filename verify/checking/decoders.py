@@ -30,8 +30,10 @@ from functools import cached_property
 import numpy as np
 
 from georecall.constructions.model import nonzero_columns
+from georecall.constructions.rounding import absmm, gamma, up
 
-__all__ = ["Hypercube", "dense_decode", "detect_hypercube", "hypercube_decode", "margins_of"]
+__all__ = ["Certified", "Hypercube", "certify_logits", "dense_certify", "dense_decode", "detect_hypercube",
+           "hypercube_certify", "hypercube_decode", "margins_of"]
 
 # Elements of one block of logits in the dense decoder (float64: 64 MiB).
 DENSE_BLOCK_ELEMENTS = 8 * 2**20
@@ -153,3 +155,160 @@ def hypercube_decode(cube: Hypercube, v: np.ndarray, answers: np.ndarray) -> tup
         if ties.size:  # several maximal patterns: the first row among them, as np.argmax
             predictions[ties] = dense_decode(v[ties], answers[ties], cube.readout)[0]
     return predictions, margins
+
+
+# ------------------------------------------------------------------------------------ certified decoding
+
+
+@dataclass(frozen=True, eq=False)
+class Certified:
+    """Per query: the prediction (argmax of the computed logits), the computed margin, and an interval
+    ``[lo, hi]`` that contains the margin in exact real arithmetic (``lo = hi =`` the margin when the
+    computation is exact). ``lo`` is also a lower bound on the margin THE forward pass computes."""
+
+    predictions: np.ndarray
+    margins: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def _down(x):
+    """A lower bound on the exact result of the one rounded operation that gave ``x``."""
+    return np.nextafter(x, -np.inf)
+
+
+def _up(x):
+    """An upper bound on the exact result of the one rounded operation that gave ``x``."""
+    return np.nextafter(x, np.inf)
+
+
+def _down_sum(x):
+    """:func:`_down` for a sum or difference: a computed 0 is exact (``fl(a ± b) = 0`` iff ``a ± b = 0``)."""
+    return np.where(x == 0, 0.0, np.nextafter(x, -np.inf))
+
+
+def _up_sum(x):
+    """:func:`_up` for a sum or difference (a computed 0 is exact)."""
+    return np.where(x == 0, 0.0, np.nextafter(x, np.inf))
+
+
+def certify_logits(logits: np.ndarray, e_logits: np.ndarray | None, answers: np.ndarray) -> Certified:
+    """Interval margins from computed logits ``(B, n_out)`` and a bound ``e_logits`` on their distance from
+    the exact logits (None: exact). ``lo = (L_a − e_a) − max_{j≠a}(L_j + e_j)`` and ``hi = (L_a + e_a) −
+    max_{j≠a}(L_j − e_j)``, each rounded outward."""
+    rows = np.arange(logits.shape[0])
+    predictions = logits.argmax(axis=1)
+    L = logits.astype(np.float64)
+    correct = L[rows, answers].copy()
+    if e_logits is None:
+        work = L.copy()
+        work[rows, answers] = -np.inf
+        runner = work.max(axis=1) if L.shape[1] > 1 else np.full(len(rows), -np.inf)
+        margins = correct - runner
+        return Certified(predictions, margins, margins, margins)
+    with np.errstate(invalid="ignore"):
+        e = np.where(np.isfinite(L) & np.isfinite(e_logits), np.asarray(e_logits, dtype=np.float64), np.inf)
+    e_a = e[rows, answers]
+    high = _up_sum(L + e)
+    high[rows, answers] = -np.inf
+    low = _down_sum(L - e)
+    low[rows, answers] = -np.inf
+    work = L.copy()
+    work[rows, answers] = -np.inf
+    if L.shape[1] > 1:
+        runner, runner_hi, runner_lo = work.max(axis=1), high.max(axis=1), low.max(axis=1)
+    else:
+        runner = runner_hi = runner_lo = np.full(len(rows), -np.inf)
+    with np.errstate(invalid="ignore"):
+        margins = correct - runner
+        lo = _down_sum(_down_sum(correct - e_a) - runner_hi)
+        hi = _up_sum(_up_sum(correct + e_a) - runner_lo)
+    lo = np.where(runner_hi == -np.inf, np.inf, np.where(np.isnan(lo), -np.inf, lo))  # one answer: nothing
+    hi = np.where(runner_lo == -np.inf, np.inf, np.where(np.isnan(hi), np.inf, hi))  # to beat; NaN: unknown
+    return Certified(predictions, margins, lo, hi)
+
+
+def dense_certify(v: np.ndarray, e_v: np.ndarray | None, answers: np.ndarray, U_read: np.ndarray,
+                  u: float, eta: float) -> Certified:
+    """:func:`certify_logits` of the logits ``v @ U_read.T`` that THE forward pass forms (in ``v``'s dtype),
+    their error bound ``γ_n·|v|·|U| + e_v·|U| + n·η`` added to the error ``e_v`` of ``v`` (``(n, D)`` or
+    ``(D,)``; None: exact, no bound), in row blocks of bounded size."""
+    n = v.shape[0]
+    out = [np.empty(n, dtype=np.int64), np.empty(n), np.empty(n), np.empty(n)]
+    step = max(1, DENSE_BLOCK_ELEMENTS // max(1, U_read.shape[0]))
+    Ut = U_read.T.astype(v.dtype, copy=False)
+    absU = None if e_v is None else np.abs(U_read.T.astype(np.float64))
+    D = U_read.shape[1]
+    for start in range(0, n, step):
+        part = slice(start, min(n, start + step))
+        logits = v[part] @ Ut
+        e_L = None
+        if e_v is not None and absU is not None:
+            ev = e_v if e_v.ndim == 1 else e_v[part]
+            e_L = up(absmm(gamma(D, u) * np.abs(v[part].astype(np.float64)) + ev, absU) + D * eta, 2)
+        c = certify_logits(logits, e_L, answers[part])
+        for array, value in zip(out, (c.predictions, c.margins, c.lo, c.hi)):
+            array[part] = value
+    return Certified(*out)
+
+
+def _cube_margin(z: np.ndarray, lam: float, upper: bool) -> np.ndarray:
+    """A lower (``upper=False``) or upper bound, rounding included, on the exact margin ``2λ·min_i z_i`` (all
+    ``z_i >= 0``) or ``−2λ·Σ_i max(0, −z_i)`` of the answer's pattern ``a`` for agreements ``z_i = a_i·v_i``
+    (module docstring); the margin is increasing in every ``z_i``."""
+    low = z.min(axis=1)
+    D = z.shape[1]
+    deficit = np.maximum(-z, 0.0).sum(axis=1)
+    if upper:
+        return np.where(low >= 0, _up(2.0 * lam * low),
+                        -_down(2.0 * lam * _down(deficit * (1 - gamma(D + 1, 2.0**-53)))))
+    return np.where(low >= 0, _down(2.0 * lam * low), -up(2.0 * lam * up(deficit, D), 1))
+
+
+def hypercube_certify(cube: Hypercube, v: np.ndarray, e_v: np.ndarray | None, answers: np.ndarray,
+                      u: float, eta: float) -> Certified:
+    """:func:`hypercube_decode` with an interval margin. With ``|v − v_exact| <= e_v`` entrywise, the answer
+    pattern's agreements ``z = a·v`` lie in ``[z − e, z + e]`` and the margin (:func:`_cube_margin`) is
+    increasing in each, so ``lo = margin(z − e)``, ``hi = margin(z + e)`` (rounded outward). ``lo`` is also
+    lowered to a bound on the margin THE forward pass computes when it forms the logits ``λ·S·v`` itself: the
+    exact margin of ``v`` minus twice that product's rounding ``λ·(γ_D·|v|_1 + D·η)``."""
+    predictions, margins = hypercube_decode(cube, v, answers)
+    if e_v is None:
+        return Certified(predictions, margins, margins, margins)
+    lam = float(cube.lam)
+    D = cube.D
+    n = predictions.size
+    # Rows predicted right (the answer's pattern is sign(v), so z_i = |v_i|) are bounded coordinate by
+    # coordinate without any gather: lo = 2λ·min_i(|v_i| − e_i) and the forward's 2λ·min|v_i| − 2·read.
+    vT = np.asarray(v).T
+    e_arr = np.asarray(e_v, dtype=np.float64)
+    per_row = e_arr.ndim == 2
+    eT = e_arr.T if per_row else e_arr
+    slack = np.full(n, np.inf)
+    total = np.zeros(n)
+    with np.errstate(invalid="ignore"):
+        for i in range(D):
+            a = np.absolute(vT[i], dtype=np.float64)
+            total += a
+            a -= eT[i]
+            np.minimum(slack, a, out=slack)
+    good = (predictions == answers) & (slack > 0) & np.isfinite(total)
+    read = up(2.0 * lam * up(gamma(D, u) * total + D * eta, D + 2), 1)  # THE forward's own read-out
+    # one subtraction per coordinate: a positive computed |v_i| − e_i is within a factor (1 ± u) of exact
+    lo_exact = _down(2.0 * lam * (slack * (1 - 4 * 2.0**-53)))
+    lo_forward = _down(np.where(np.isfinite(margins), margins, 0.0) * (1 - 4 * 2.0**-53) - read)
+    lo = np.where(good, np.minimum(lo_exact, lo_forward), -np.inf)
+    hi = np.full(n, np.inf)
+    bad = np.flatnonzero(~good)
+    if bad.size:
+        vb = np.asarray(v[bad], dtype=np.float64)
+        z = cube.signs[answers[bad]].astype(np.float64) * vb
+        with np.errstate(invalid="ignore"):
+            e = np.where(np.isfinite(z) & np.isfinite(e_arr[bad] if per_row else e_arr),
+                         np.broadcast_to(e_arr[bad] if per_row else e_arr, z.shape), np.inf)
+            lo_b = np.minimum(_cube_margin(_down_sum(z - e), lam, upper=False),
+                              _down_sum(_cube_margin(z, lam, upper=False) - read[bad]))
+            hi_b = _cube_margin(_up_sum(z + e), lam, upper=True)
+        lo[bad] = np.where(np.isnan(lo_b), -np.inf, lo_b)
+        hi[bad] = np.where(np.isnan(hi_b), np.inf, hi_b)
+    return Certified(predictions, margins, lo, hi)

@@ -113,7 +113,8 @@ def _failures(rep: dict) -> list[str]:
             continue
         margin = failure.get("margin")
         out.append(f"  {rep['name']}: query {failure['query']} tokens {failure['tokens']} expected "
-                   f"{failure['expected']} predicted {failure['predicted']} margin {_fmt(margin)}")
+                   f"{failure['expected']} predicted {failure['predicted']} margin {_fmt(margin)}"
+                   + (" (undecided within rounding)" if failure.get("status") == "undecided" else ""))
     for name, ok in rep.get("extra_checks", {}).items():
         if not ok:
             out.append(f"  {rep['name']}: failed: {name}")

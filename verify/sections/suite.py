@@ -172,7 +172,8 @@ def run_check(
             options={k_: v for k_, v in options.items() if k_ != "max_bytes"},
         )
     attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
-    name = f"{spec.id} {built.codes.kind}{' int' if integer else ''}" + (
+    # the row says what its verdict certifies: exact integers, or float margins net of a rounding bound
+    name = f"{spec.id} {built.codes.kind}{' int (exact)' if integer else ' (float, bound)'}" + (
         " (hard attn, idealized)" if attention == "hard" else ""
     )
     params = {
@@ -242,8 +243,8 @@ def run_check(
     )
     report.extra_checks["teacher forcing: every step exact"] = forced.exact
     report.extra_checks["teacher forcing: margin >= promise"] = margin_reaches(
-        forced.min_margin, built.promise.margin, forced.dtype, scale=built.promise.logit_scale
-    )
+        forced.min_margin, built.promise.margin, forced.dtype, scale=built.promise.logit_scale,
+        bound=forced.rounding_bound)
     if compare_storage and model.compact:
         dense_result = check_decoding(model.with_dense_readout(), tokens, targets, keep=True)
         _storage_agreement(report, dense_result, integer)

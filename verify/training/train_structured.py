@@ -154,8 +154,12 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
     turned into ``P' = P − Σ·onehot(answer)`` by one write per row, and ``∂y = c·(P' U)``,
     ``∂U += P'^T (c·y)``: two products, no scatter. Shifted logits below ``−60`` (so ``P < 1e-26``, far
     below the resolution of a row sum ``Σ ≥ 1``) are clamped there before ``exp``, which keeps ``P`` out of
-    the subnormal range where products run several times slower; the result differs from the unclamped one by
-    less than rounding. Returns ``(loss, predictions, dy, dU or None)``.
+    the subnormal range where products run several times slower. The clamp changes each wrong-class entry
+    of ``dz`` by less than ``c·e^−60`` (absolute): the loss, predictions and every gradient whose size is
+    above that are unchanged up to rounding, but in a batch where every wrong-class probability is below
+    ``e^−60`` the gradients are themselves of that order and the clamped ones (≈ ``e^−60``·|U|/n) are
+    larger than the exact ones (1e-35 … 1e-71), not equal to them. Such gradients are far below Adam's ε,
+    so training is unaffected. Returns ``(loss, predictions, dy, dU or None)``.
     """
     n = y.shape[0]
     dtype = y.dtype

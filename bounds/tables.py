@@ -401,6 +401,8 @@ def render(rows: list[dict], fmt: str = "md", *, columns=None, caption: str | No
     str
         The table.
     """
+    if fmt == "csv":  # a machine format: every field unless columns are chosen
+        return render_table(rows, fmt, columns=columns)
     gaps = bool(rows) and "b_needed" in rows[0]
     constants: dict = {}
     groups = list(GAP_GROUPS) if gaps else []

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -53,6 +54,7 @@ __all__ = [
     "Certificate",
     "DeclarationError",
     "certify",
+    "certify_built",
     "certify_model",
     "check_declaration",
     "declaration_tasks",
@@ -762,6 +764,11 @@ def _enumerate(N: int, n_live: int, c_pre: np.ndarray, c_read: np.ndarray, G_raw
         answers = values[0] + offset
         if cube is not None:
             _, margins = hypercube_decode(cube, v_read, answers)
+        elif n_live > 1:  # most points repeat a (residual, answer) pair: decode each distinct pair once
+            rows, inverse = np.unique(np.column_stack([v_read, answers.astype(np.float64)]), axis=0,
+                                      return_inverse=True)
+            _, distinct = dense_decode(np.ascontiguousarray(rows[:, :-1]), rows[:, -1].astype(np.int64), U_read)
+            margins = distinct[inverse.reshape(-1)]
         else:
             _, margins = dense_decode(v_read, answers, U_read)
         margins = margins / S if S != 1 else margins
@@ -826,12 +833,14 @@ def _reason(qt: _QueryType, live, active, zmax, piece, S, P) -> dict:
 
 
 def _witness_for(failing, types: list[_QueryType], N: int, R: int, k: int, attributes: str,
-                 symmetric: bool) -> tuple[Task, int, _QueryType, float, list[int]] | None:
+                 symmetric: bool, slots: str) -> tuple[Task, int, _QueryType, float, list[int]] | None:
+    rows = paths(R, k) if slots == "paths" else None
     for margin, qi, values, live in failing:
         qt = types[qi]
         constraints = []
         for (u, b), j in zip(live, values):
-            constraints.append((qt.prefix[u] + [b], int(j)))
+            hops = [int(r) for r in rows[b][::-1]] if rows is not None else [b]  # slot b's relations, applied
+            constraints.append((qt.prefix[u] + hops, int(j)))
         found = realize(N, R, constraints, symmetric=symmetric, attributes=attributes)
         if found is not None:
             task, s = found
@@ -905,14 +914,59 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
     built, record = check_declaration(spec, N, R, k, codes=codes, D=D, options=options, seed=seed,
                                       attributes=attributes, symmetric=symmetric)
     encoding = spec.task_encoding
-    layout = built.layout
-    blocks = np.asarray(layout[encoding.blocks])
-    promise = built.promise
+    blocks = np.asarray(built.layout[encoding.blocks])
     params["D"] = built.codes.D
     params.update({key: built.constants[key] for key in ("gate", "beta") if key in built.constants})
-    out = certify_model(built.model, encoding, blocks, built.codes.vectors, N, R, k, promise, integer=integer,
+
+    def confirm_with_check(task: Task) -> dict:
+        report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**options},
+                           attributes=attributes, symmetric=symmetric, task=task)  # type: ignore[arg-type]
+        return {"check_passed": report.passed, "min_margin": report.result.min_margin,
+                "accuracy": report.result.accuracy}
+
+    cert = certify_built(built.model, encoding, blocks, built.codes.vectors, N, R, k, built.promise,
+                         integer=integer, attributes=attributes, symmetric=symmetric, max_points=max_points,
+                         progress=progress, confirm=confirm_with_check if confirm else None, name=name,
+                         params=params)
+    cert.declaration = record
+    cert.seconds = time.perf_counter() - start
+    return cert
+
+
+def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int, R: int,
+                  k: int, promise: Promise | None, *, integer: bool = False, attributes: str = "shared",
+                  symmetric: bool = False, max_points: int = MAX_POINTS, progress: bool = False,
+                  confirm: Callable[[Task], dict] | None = None, name: str = "", params: dict | None = None,
+                  ) -> Certificate:
+    """The verdict for a model whose entity table is the declared superposition (its own table unread).
+
+    Parameters
+    ----------
+    model : Model
+        The construction's model (any entity table: only the declared encoding is used).
+    encoding, blocks, vectors
+        The declared encoding, its ``(P, D)`` coordinates and the codebook.
+    N, R, k : int
+        Sizes.
+    promise : Promise or None
+        The margin and sizes to certify (None: margin > 0, sizes unchecked).
+    integer, attributes, symmetric, max_points, progress
+        As in :func:`certify`.
+    confirm : callable, optional
+        ``confirm(task) -> dict`` with ``check_passed``: the ordinary checker on a witness task; REFUTED only
+        when it fails there (without ``confirm``, a realizable failing point is REFUTED directly).
+    name, params
+        For the report.
+
+    Returns
+    -------
+    Certificate
+    """
+    start = time.perf_counter()
+    params = dict(params or {})
+    out = certify_model(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
                         attributes=attributes, symmetric=symmetric, max_points=max_points, progress=progress)
-    cert = Certificate("UNKNOWN", name, params, promise, integer, declaration=record)
+    cert = Certificate("UNKNOWN", name, params, promise, integer)
     if "unsupported" in out:
         cert.reasons.append({"why": out["unsupported"]})
         cert.seconds = time.perf_counter() - start
@@ -933,46 +987,43 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
     cert.reasons += out["reasons"]
     lower = None if cert.min_margin is None else cert.min_margin - cert.allowance
     complete = not out["reasons"]
-    if lower is None or promise is None:
+    threshold = 0.0 if promise is None else promise.margin
+    if lower is None or cert.min_margin is None:
         meets = False
     elif integer:
-        meets = cert.min_margin > 0 and cert.min_margin >= promise.margin  # type: ignore[operator]
+        meets = cert.min_margin > 0 and cert.min_margin >= threshold
     else:
-        meets = lower > 0 and cert.min_margin >= promise.margin - _tolerance(promise) - cert.allowance
-    sizes_ok = built.model.d == promise.d and built.model.mlp_width == promise.m
+        meets = lower > 0 and cert.min_margin >= threshold - _tolerance(promise) - cert.allowance
+    sizes_ok = promise is None or (model.d == promise.d and model.mlp_width == promise.m)
     if complete and meets and sizes_ok:
         cert.verdict = "CERTIFIED"
     elif out["failing"]:
-        definite = out["failing"]
-        found = _witness_for(definite, types, N, R, k, attributes, symmetric)
+        found = _witness_for(out["failing"], types, N, R, k, attributes, symmetric, encoding.slots)
         if found is None:
             cert.reasons.append({"why": f"{len(out['failing'])} point(s) of the product set fall below the "
-                                        "promise, but no task realizing one was found (or float rounding leaves "
-                                        "them undecided)",
+                                        "promise, but the search found no task realizing one",
                                  "lowest_margin": out["failing"][0][0]})
         else:
             task, s, qt, margin, values = found
             tokens = [s if t < 0 else t for t in qt.tokens[: len(qt.tokens) - len(qt.entity_positions) + 1]]
-            cert.witness = {"subject": s, "query_type": qt.label, "prompt_tokens": tokens,
-                            "margin": margin, "promised": None if promise is None else promise.margin}
+            cert.witness = {"subject": s, "query_type": qt.label, "prompt_tokens": tokens, "margin": margin,
+                            "promised": threshold}
             cert.witness_table = task.table
-            if confirm:
-                report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D,
-                                   options={**options}, attributes=attributes, symmetric=symmetric, task=task)
-                cert.confirmation = {"check_passed": report.passed, "min_margin": report.result.min_margin,
-                                     "accuracy": report.result.accuracy}
-                if not report.passed:
+            if confirm is not None:
+                cert.confirmation = confirm(task)
+                if not cert.confirmation["check_passed"]:
                     cert.verdict = "REFUTED"
                 else:
                     cert.reasons.append({"why": "the witness task passed the ordinary checker: not confirmed"})
             else:
                 cert.verdict = "REFUTED"
     elif complete and not sizes_ok:
-        cert.reasons.append({"why": f"sizes d = {built.model.d}, m = {built.model.mlp_width} differ from the "
-                                    f"promise's d = {promise.d}, m = {promise.m}"})
+        assert promise is not None
+        cert.reasons.append({"why": f"sizes d = {model.d}, m = {model.mlp_width} differ from the promise's "
+                                    f"d = {promise.d}, m = {promise.m}"})
     elif complete and lower is not None:
-        cert.reasons.append({"why": f"float mode: the certified margin {lower:.6g} (minimum {cert.min_margin:.6g}"
-                                    f" minus the allowance {cert.allowance:.3g}) does not reach the promise "
-                                    f"{promise.margin:.6g}, and no point is definitely below it"})
+        cert.reasons.append({"why": f"float mode: the certified margin {lower:.6g} (minimum "
+                                    f"{cert.min_margin:.6g} minus the allowance {cert.allowance:.3g}) does not "
+                                    f"reach the promise {threshold:.6g}, and no point is definitely below it"})
     cert.seconds = time.perf_counter() - start
     return cert

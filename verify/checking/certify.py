@@ -765,10 +765,7 @@ def _enumerate(N: int, n_live: int, c_pre: np.ndarray, c_read: np.ndarray, G_raw
         if cube is not None:
             _, margins = hypercube_decode(cube, v_read, answers)
         elif n_live > 1:  # most points repeat a (residual, answer) pair: decode each distinct pair once
-            rows, inverse = np.unique(np.column_stack([v_read, answers.astype(np.float64)]), axis=0,
-                                      return_inverse=True)
-            _, distinct = dense_decode(np.ascontiguousarray(rows[:, :-1]), rows[:, -1].astype(np.int64), U_read)
-            margins = distinct[inverse.reshape(-1)]
+            margins = _decode_distinct(v_read, answers, U_read)
         else:
             _, margins = dense_decode(v_read, answers, U_read)
         margins = margins / S if S != 1 else margins
@@ -782,6 +779,22 @@ def _enumerate(N: int, n_live: int, c_pre: np.ndarray, c_read: np.ndarray, G_raw
             failing.sort(key=lambda f: f[0])
             del failing[KEEP_FAILING:]
     return low, low_values, failing, n_points
+
+
+def _decode_distinct(v: np.ndarray, answers: np.ndarray, U_read: np.ndarray) -> np.ndarray:
+    """Dense margins of rows ``v`` with their answers, decoding each distinct (row, answer) once: rows are
+    grouped by a 64-bit hash of their bytes, and the grouping is then checked exactly (every row equal to its
+    group's representative, bit for bit); on any collision every row is decoded."""
+    bits = np.ascontiguousarray(v).view(np.uint64)
+    key = answers.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        for c in range(bits.shape[1]):
+            key = (key ^ bits[:, c]) * np.uint64(0x100000001B3)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    rep = first[inverse.reshape(-1)]
+    if not (np.array_equal(bits, bits[rep]) and np.array_equal(answers, answers[rep])):
+        return dense_decode(v, answers, U_read)[1]
+    return dense_decode(np.ascontiguousarray(v[first]), answers[first], U_read)[1][inverse.reshape(-1)]
 
 
 def _tolerance(promise: Promise | None) -> float:

@@ -897,6 +897,7 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
         Bad parameters (as ``check``).
     """
     from georecall.constructions import registry
+    from georecall.verify.checking.check import check_decoding, check_queries
     from georecall.verify.sections.suite import run_check
 
     start = time.perf_counter()
@@ -931,11 +932,28 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
     params["D"] = built.codes.D
     params.update({key: built.constants[key] for key in ("gate", "beta") if key in built.constants})
 
-    def confirm_with_check(task: Task) -> dict:
+    def confirm_with_check(task: Task, prompt: list[int]) -> dict:
+        """``check`` on the witness task (as ``georecall check --task`` runs it), and THE forward pass with
+        dense logits on the witness query itself."""
         report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**options},
                            attributes=attributes, symmetric=symmetric, task=task)  # type: ignore[arg-type]
+        rebuilt = spec.build(task, k, codes=codes, D=D, rng=seeds.rng(seed, "codes"), **options)
+        tokens = np.asarray([prompt], dtype=np.int64)
+        if spec.decoding == "greedy":
+            target = task.table[prompt[k - 1] - N, prompt[k]]  # step 1's answer; later steps by teacher forcing
+            chain = [int(target)]
+            for t in range(2, k + 1):
+                chain.append(int(task.table[prompt[k - t] - N, chain[-1]]))
+            single = check_decoding(rebuilt.model, tokens, np.asarray([chain]), forward="dense", decoder="dense")
+        else:
+            s_, path = prompt[-1], [t - N for t in prompt[:-1]][::-1]
+            answer = int(task.compose(path)[s_]) + (path[0] * N if attributes == "disjoint" else 0)
+            single = check_queries(rebuilt.model, tokens, np.asarray([answer]), integer=integer, forward="dense",
+                                   decoder="dense")
         return {"check_passed": report.passed, "min_margin": report.result.min_margin,
-                "accuracy": report.result.accuracy}
+                "accuracy": report.result.accuracy,
+                "forward_pass": {"forward": single.forward, "decoder": single.decoder,
+                                 "margin": single.min_margin, "correct": single.exact}}
 
     cert = certify_built(built.model, encoding, blocks, built.codes.vectors, N, R, k, built.promise,
                          integer=integer, attributes=attributes, symmetric=symmetric, max_points=max_points,
@@ -949,7 +967,7 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
 def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int, R: int,
                   k: int, promise: Promise | None, *, integer: bool = False, attributes: str = "shared",
                   symmetric: bool = False, max_points: int = MAX_POINTS, progress: bool = False,
-                  confirm: Callable[[Task], dict] | None = None, name: str = "", params: dict | None = None,
+                  confirm: Callable[[Task, list[int]], dict] | None = None, name: str = "", params: dict | None = None,
                   ) -> Certificate:
     """The verdict for a model whose entity table is the declared superposition (its own table unread).
 
@@ -966,8 +984,8 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     integer, attributes, symmetric, max_points, progress
         As in :func:`certify`.
     confirm : callable, optional
-        ``confirm(task) -> dict`` with ``check_passed``: the ordinary checker on a witness task; REFUTED only
-        when it fails there (without ``confirm``, a realizable failing point is REFUTED directly).
+        ``confirm(task, prompt) -> dict`` with ``check_passed``: the ordinary checker on a witness task;
+        REFUTED only when it fails there (without ``confirm``, a realizable failing point is REFUTED directly).
     name, params
         For the report.
 
@@ -1023,7 +1041,7 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
                             "promised": threshold}
             cert.witness_table = task.table
             if confirm is not None:
-                cert.confirmation = confirm(task)
+                cert.confirmation = confirm(task, tokens)
                 if not cert.confirmation["check_passed"]:
                     cert.verdict = "REFUTED"
                 else:

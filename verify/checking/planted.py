@@ -47,7 +47,7 @@ def plant_pair_detector(built: Construction, *, blocks_name: str, slot_a: int, s
     slot_a, slot_b : int
         The asked slot and the other slot the detector reads.
     code_a, code_b : int
-        The codes that make it fire.
+        The codes that make it fire (the builders below take them modulo N).
     gates : array of int
         Residual coordinates that hold ``gate_value`` (times at least ``1 − eps``) exactly when ``slot_a`` is
         asked, and at most ``gate_value·eps`` otherwise.
@@ -99,8 +99,8 @@ def _g1_planted(slot_a: int, slot_b: int, code_a: int, code_b: int):
     def build(task: Task, k: int = 1, **options) -> Construction:
         built = registry.get("G1").build(task, k, **options)
         c = built.constants
-        return plant_pair_detector(built, blocks_name="blocks", slot_a=slot_a, slot_b=slot_b, code_a=code_a,
-                                   code_b=code_b, gates=built.layout["gates"][[slot_a]],  # type: ignore[index]
+        return plant_pair_detector(built, blocks_name="blocks", slot_a=slot_a, slot_b=slot_b, code_a=code_a % task.N,
+                                   code_b=code_b % task.N, gates=built.layout["gates"][[slot_a]],  # type: ignore[index]
                                    gate_value=c["c2"] * c["gate"], c1=c["c1"], eps=0.0,
                                    integer=bool(options.get("integer")))
     return build
@@ -117,7 +117,7 @@ def _g2_planted(path_a: int, path_b: int, code_a: int, code_b: int):
         c = built.constants
         eps = c["leakage"] if c.get("beta") is not None else 0.0
         return plant_pair_detector(built, blocks_name="path_blocks", slot_a=path_a, slot_b=path_b,
-                                   code_a=code_a, code_b=code_b, gates=gates, gate_value=c["gate"], c1=1.0,
+                                   code_a=code_a % task.N, code_b=code_b % task.N, gates=gates, gate_value=c["gate"], c1=1.0,
                                    eps=eps, integer=False)
     return build
 
@@ -127,8 +127,8 @@ def _c1_planted(slot_a: int, slot_b: int, code_a: int, code_b: int):
         built = registry.get("C1").build(task, k, **options)
         c = built.constants
         eps = c["leakage"] if c.get("beta") is not None else 0.0
-        return plant_pair_detector(built, blocks_name="blocks", slot_a=slot_a, slot_b=slot_b, code_a=code_a,
-                                   code_b=code_b, gates=built.layout["gates"][[slot_a]],  # type: ignore[index]
+        return plant_pair_detector(built, blocks_name="blocks", slot_a=slot_a, slot_b=slot_b, code_a=code_a % task.N,
+                                   code_b=code_b % task.N, gates=built.layout["gates"][[slot_a]],  # type: ignore[index]
                                    gate_value=c["gate"], c1=1.0, eps=eps, integer=False)
     return build
 

@@ -6,11 +6,11 @@ A construction whose facts live in its entity table declares a :class:`TaskEncod
 
     E[s, blocks[b]] = a_{answers[b, s]}  (b = 0..P−1),   E[s, c] = 0 on every other coordinate c,
 
-where ``answers`` is the task's table (one slot per relation: G1, C1) or its k-hop table (one slot per relation
-path: G2), ``blocks (P, D)`` a named block of the construction's residual layout and ``a_j`` row j of the
-construction's codebook; every other array of the model is task-independent. The declaration also says which
-slot answers a query (``queries``): the asked relation's (``"single"``), the asked path's (``"paths"``), or,
-for chain-of-thought, the slot of the relation of step t at the current entity (``"cot"``).
+where ``answers`` is the task's table (one slot per relation: G1, C1) or its k-hop table (one slot per
+relation path: G2), ``blocks (P, D)`` a named block of the construction's residual layout and ``a_j`` row j
+of the construction's codebook; every other array of the model is task-independent. The declaration also
+says which slot answers a query (``queries``): the asked relation's (``"single"``), the asked path's
+(``"paths"``), or, for chain-of-thought, the slot of the relation of step t at the current entity (``"cot"``).
 
 The certifier never trusts a declaration: it builds the construction on several tasks and checks that every
 other array is identical and that the entity table is the declared superposition (refusing otherwise).

@@ -3,7 +3,8 @@
 - the declaration: truthful ones accepted without forming the N × d table, lying ones refused;
 - the verdicts at the verify sizes, and against the ordinary checker on the seeded task;
 - soundness by brute force over ALL tasks at tiny sizes on hypothesis-drawn perturbed constructions
-  (CERTIFIED => every task passes, with the same minimum margin in integer mode; REFUTED => the witness fails);
+  (CERTIFIED => every task passes, with the same minimum margin in integer mode; REFUTED => the witness
+  fails);
 - planted counterexamples (sampled tasks pass, some task fails): all REFUTED, witnesses fail check;
 - the command line, and the verify row with its negative control.
 """
@@ -26,11 +27,11 @@ from georecall.constructions import registry
 from georecall.constructions.encoding import TaskEncoding
 from georecall.constructions.model import MLP, Layer, Model
 from georecall.constructions.registry import ConstructionSpec
-from georecall.constructions.single_hop import Construction, build_g1
+from georecall.constructions.single_hop import Construction
 from georecall.theory.tasks import Task, random_task
 from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.checking import certify as cert
-from georecall.verify.checking.check import check_decoding, check_queries
+from georecall.verify.checking.check import check_queries
 from georecall.verify.checking.planted import PLANTED
 from georecall.verify.cli import main
 from georecall.verify.sections import certified
@@ -369,7 +370,8 @@ def test_brute_force_census_reports_how_often_unknown_meets_all_pass(key, N, R, 
 
 def _case(spec):
     case = dict(spec.verify_cases[0])
-    args = {"N": case.pop("N"), "R": case.pop("R"), "k": case.pop("k", 1), "codes": case.pop("codes", "binary"),
+    args = {"N": case.pop("N"), "R": case.pop("R"), "k": case.pop("k", 1),
+            "codes": case.pop("codes", "binary"),
             "D": case.pop("D", None), "attributes": case.pop("attributes", "shared"),
             "symmetric": case.pop("symmetric", False)}
     return args, case
@@ -431,8 +433,8 @@ def test_certify_prints_certified_with_margin_4_in_integer_mode(capsys):
 
 
 def test_certify_json_is_one_strict_document(capsys):
-    code, out, err = run(["certify", "multi-hop", "--construction", "cot", "--N", "64", "--R", "2", "--k", "2",
-                          "--json"], capsys)
+    code, out, err = run(["certify", "multi-hop", "--construction", "cot", "--N", "64", "--R", "2",
+                          "--k", "2", "--json"], capsys)
     doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
     assert code == 0 and err == "" and doc["verdict"] == "CERTIFIED" and doc["status"] == 0
     assert doc["command"] == "certify multi-hop" and doc["memory"]["total_gib"] > 0

@@ -11,18 +11,18 @@ Method (the construction's declared :class:`~georecall.constructions.encoding.Ta
 1. *Relaxation.* An entity's row is ``Σ_b J_{B_b} a_{j_b}`` with ``j_b`` its slot-b answer. Let every slot of
    every entity position range over the whole codebook independently: a product set containing every input
    that any task can produce at the read position.
-2. *Separable bounds.* The model has one layer whose attention weights do not read token contents (uniform, or
-   softmax / hard heads whose W_Q and W_K read no coordinate a token uses: checked exactly), so the residual at
-   the read position is ``Σ_u x_u·C_u`` with fixed matrices ``C_u``. Each MLP unit's pre-activation for a query
-   type (everything but the entities' slot values) is ``c_u + Σ_slot <a_{j_slot}, w_{u,slot}>``: its maximum
-   over the product set is ``c_u + Σ_slot max_j <a_j, w_{u,slot}>``, exact. A unit whose maximum is <= 0 is off
-   for every task.
+2. *Separable bounds.* The model has one layer whose attention weights do not read token contents (uniform,
+   or softmax / hard heads whose W_Q and W_K read no coordinate a token uses: checked exactly), so the
+   residual at the read position is ``Σ_u x_u·C_u`` with fixed matrices ``C_u``. Each MLP unit's
+   pre-activation for a query type (everything but the entities' slot values) is
+   ``c_u + Σ_slot <a_{j_slot}, w_{u,slot}>``: its maximum over the product set is
+   ``c_u + Σ_slot max_j <a_j, w_{u,slot}>``, exact. A unit whose maximum is <= 0 is off for every task.
 3. *Exact enumeration.* The slots read by the remaining units or by the read-out directly, and the answer
    slot, are enumerated jointly over the codebook (N^L points for L such slots); logits and margins are
    computed at each point (integer mode: exact integers, scaled by the attention's common denominator).
-4. *Verdict.* Minimum margin over the product set >= promise: CERTIFIED (sound: the product set contains every
-   task). A point below the promise: REFUTED when a task realizes it (a witness task is built, and confirmed by
-   the ordinary checker on its THE forward pass), UNKNOWN otherwise. Too many slots to enumerate: UNKNOWN,
+4. *Verdict.* Minimum margin over the product set >= promise: CERTIFIED (sound: the product set contains
+   every task). A point below the promise: REFUTED when a task realizes it (a witness task is built, and
+   confirmed by the ordinary checker), UNKNOWN otherwise. Too many slots to enumerate: UNKNOWN,
    naming the units and their bounds.
 
 Float mode computes in float64 and widens every comparison by a forward-error allowance (``float_allowance``):
@@ -42,6 +42,7 @@ import numpy as np
 
 from georecall.constructions.encoding import TaskEncoding, recording
 from georecall.constructions.model import EXACT_INTEGER_LIMIT, Model
+from georecall.constructions.single_hop import Construction
 from georecall.errors import ConditionError, InputError
 from georecall.theory import seeds
 from georecall.theory.statements import Promise
@@ -116,7 +117,7 @@ def _declared_entity_check(model: Model, encoding: TaskEncoding, answers: np.nda
 
 def check_declaration(spec, N: int, R: int, k: int, *, codes: str = "binary", D: int | None = None,
                       options: dict | None = None, seed: int = 0, attributes: str = "shared",
-                      symmetric: bool = False) -> tuple[object, dict]:
+                      symmetric: bool = False) -> tuple[Construction, dict]:
     """Build ``spec`` on :func:`declaration_tasks` and check its declared task encoding exactly.
 
     Inside ``constructions.encoding.recording()`` the shared part ``block_superposition`` records its
@@ -147,14 +148,23 @@ def check_declaration(spec, N: int, R: int, k: int, *, codes: str = "binary", D:
     if encoding is None:
         raise InputError(f"{spec.label} declares no task encoding")
     options = dict(options or {})
-    built_first = None
+    built_first: Construction | None = None
     reference: dict[str, np.ndarray] = {}
     tasks = declaration_tasks(N, R, seed, attributes=attributes, symmetric=symmetric)
     distinct = len({t.table.tobytes() for t in tasks})
     how = set()
     for i, task in enumerate(tasks):
         with recording() as calls:
-            built = spec.build(task, k, codes=codes, D=D, rng=seeds.rng(seed, "codes"), **options)
+            # After the first build its codebook is passed on (builders take a Codes; a random codebook is a
+            # function of the seed, not of the task): drawn once; the comparison below still checks it.
+            given = codes if built_first is None else built_first.codes
+            try:
+                built = spec.build(task, k, codes=given, D=None if given is not codes else D,
+                                   rng=seeds.rng(seed, "codes"), **options)
+            except (TypeError, InputError):
+                if given is codes:
+                    raise
+                built = spec.build(task, k, codes=codes, D=D, rng=seeds.rng(seed, "codes"), **options)
         layout = built.layout
         if layout is None or encoding.blocks not in layout:
             raise DeclarationError(f"{spec.label}: its layout has no block {encoding.blocks!r} (declared)")
@@ -162,8 +172,8 @@ def check_declaration(spec, N: int, R: int, k: int, *, codes: str = "binary", D:
         answers = np.asarray(encoding.answers(task, k))
         vectors = built.codes.vectors
         if blocks.ndim != 2 or blocks.shape[0] != answers.shape[0]:
-            raise DeclarationError(f"{spec.label}: declared block {encoding.blocks!r} has shape {blocks.shape},"
-                                   f" but the declared slots number {answers.shape[0]}")
+            raise DeclarationError(f"{spec.label}: declared block {encoding.blocks!r} has shape "
+                                   f"{blocks.shape}, but the declared slots number {answers.shape[0]}")
         if np.unique(blocks).size != blocks.size:
             raise DeclarationError(f"{spec.label}: declared blocks overlap")
         model = built.model
@@ -203,6 +213,7 @@ def check_declaration(spec, N: int, R: int, k: int, *, codes: str = "binary", D:
             raise DeclarationError(f"{spec.label}: its promise depends on the task")
     record = {"encoding": encoding.as_dict(), "tasks_built": len(tasks), "distinct_tasks": distinct,
               "arrays_compared": sorted(reference), "how": sorted(how)}
+    assert built_first is not None  # declaration_tasks returns at least one task
     return built_first, record
 
 
@@ -321,8 +332,8 @@ class _Pieces:
         for h in range(att.heads):
             for name, W in (("W_Q", att.W_Q[h]), ("W_K", att.W_K[h])):
                 if np.any(W[self.token_support] != 0):
-                    raise _Unsupported(f"{att.kind} attention: {name}[{h}] reads coordinates that tokens use, "
-                                       "so its weights depend on the task")
+                    raise _Unsupported(f"{att.kind} attention: {name}[{h}] reads coordinates that tokens "
+                                       "use, so its weights depend on the task")
             scores = np.zeros(T) if P is None else att.inverse_temperature * (
                 (P[:T].astype(np.float64) @ att.W_K[h]) @ (P[T - 1].astype(np.float64) @ att.W_Q[h]))
             if att.kind == "softmax":
@@ -374,8 +385,8 @@ class _Pieces:
         return out
 
     def _extremes(self, G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``max_j <a_j, G[b, :, u]>`` and the min, for every slot b and unit u: per coordinate for columns with
-        one nonzero (exact), by products with the codebook in row blocks otherwise."""
+        """``max_j <a_j, G[b, :, u]>`` and the min, for every slot b and unit u: per coordinate for columns
+        with one nonzero (exact), by products with the codebook in row blocks otherwise."""
         P, D, m = G.shape
         hi, lo = np.zeros((P, m)), np.zeros((P, m))
         nnz = np.count_nonzero(G, axis=1)  # (P, m)
@@ -535,7 +546,7 @@ def _fix(r: int, x: int, y: int, fwd, bwd, symmetric: bool) -> list[tuple[int, i
     if symmetric and x == y:
         return None
     want = [(x, y), (y, x)] if symmetric else [(x, y)]
-    added = []
+    added: list[tuple[int, int]] = []
     for a, b in want:
         if a in fwd[r]:
             if fwd[r][a] != b:
@@ -615,9 +626,10 @@ def _bound_check(*values: float) -> None:
             raise InputError(f"integer mode: an intermediate of the certificate may reach {v:.3g} >= 2^53")
 
 
-def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int, R: int,
-                  k: int, promise: Promise | None, *, integer: bool = False, attributes: str = "shared",
-                  symmetric: bool = False, max_points: int = MAX_POINTS, progress: bool = False) -> dict:
+def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int,
+                  R: int, k: int, promise: Promise | None, *, integer: bool = False,
+                  attributes: str = "shared", symmetric: bool = False, max_points: int = MAX_POINTS,
+                  progress: bool = False) -> dict:
     """The product-set computation behind :func:`certify` for a model whose entity rows are declared.
 
     Returns a dict with the minimum margin (scaled back by the attention's common denominator; in integer mode
@@ -693,8 +705,8 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
                 result["reasons"].append(_reason(qt, live, active, zmax, piece, S, blocks.shape[0]))
                 continue
             if integer:
-                bound = (float(np.abs(c_pre).max(initial=0)) + len(live) * amax * max(
-                    float(np.abs(piece["u"][u]["G"][b]).sum(axis=0).max(initial=0)) for u, b in live)) if live else 0
+                g_col = max(float(np.abs(piece["u"][u]["G"][b]).sum(axis=0).max(initial=0)) for u, b in live)
+                bound = float(np.abs(c_pre).max(initial=0)) + len(live) * amax * g_col
                 vb = float(np.abs(c_read).max(initial=0)) + bound * float(np.abs(W2_read).sum(axis=0).max(
                     initial=0)) + len(live) * amax * max(float(np.abs(piece["u"][u]["H"][b]).sum(axis=0).max(
                         initial=0)) for u, b in live)
@@ -840,9 +852,9 @@ def _reason(qt: _QueryType, live, active, zmax, piece, S, P) -> dict:
             culprits.append({"read_out_reads_slot": {"position": u, "slot": b}})
     return {"query_type": qt.label, "live_slots": [{"position": u, "slot": b} for u, b in live],
             "points_needed": f"N^{len(live)}", "units": culprits[:16],
-            "why": f"{len(others)} slot(s) besides the answer's stay live: units not proved off for every task "
-                   "(per-slot maxima add up above 0) or a read-out reading them; enumerating their joint codes "
-                   "exceeds the limit"}
+            "why": f"{len(others)} slot(s) besides the answer's stay live: units not proved off for every "
+                   "task (per-slot maxima add up above 0) or a read-out reading them; enumerating their "
+                   "joint codes exceeds the limit"}
 
 
 def _witness_for(failing, types: list[_QueryType], N: int, R: int, k: int, attributes: str,
@@ -928,6 +940,7 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
     built, record = check_declaration(spec, N, R, k, codes=codes, D=D, options=options, seed=seed,
                                       attributes=attributes, symmetric=symmetric)
     encoding = spec.task_encoding
+    assert built.layout is not None  # check_declaration refuses a construction without one
     blocks = np.asarray(built.layout[encoding.blocks])
     params["D"] = built.codes.D
     params.update({key: built.constants[key] for key in ("gate", "beta") if key in built.constants})
@@ -940,16 +953,17 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
         rebuilt = spec.build(task, k, codes=codes, D=D, rng=seeds.rng(seed, "codes"), **options)
         tokens = np.asarray([prompt], dtype=np.int64)
         if spec.decoding == "greedy":
-            target = task.table[prompt[k - 1] - N, prompt[k]]  # step 1's answer; later steps by teacher forcing
+            target = task.table[prompt[k - 1] - N, prompt[k]]  # step 1's answer; then the true chain
             chain = [int(target)]
             for t in range(2, k + 1):
                 chain.append(int(task.table[prompt[k - t] - N, chain[-1]]))
-            single = check_decoding(rebuilt.model, tokens, np.asarray([chain]), forward="dense", decoder="dense")
+            single = check_decoding(rebuilt.model, tokens, np.asarray([chain]), forward="dense",
+                                    decoder="dense")
         else:
             s_, path = prompt[-1], [t - N for t in prompt[:-1]][::-1]
             answer = int(task.compose(path)[s_]) + (path[0] * N if attributes == "disjoint" else 0)
-            single = check_queries(rebuilt.model, tokens, np.asarray([answer]), integer=integer, forward="dense",
-                                   decoder="dense")
+            single = check_queries(rebuilt.model, tokens, np.asarray([answer]), integer=integer,
+                                   forward="dense", decoder="dense")
         return {"check_passed": report.passed, "min_margin": report.result.min_margin,
                 "accuracy": report.result.accuracy,
                 "forward_pass": {"forward": single.forward, "decoder": single.decoder,
@@ -964,11 +978,11 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
     return cert
 
 
-def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int, R: int,
-                  k: int, promise: Promise | None, *, integer: bool = False, attributes: str = "shared",
-                  symmetric: bool = False, max_points: int = MAX_POINTS, progress: bool = False,
-                  confirm: Callable[[Task, list[int]], dict] | None = None, name: str = "", params: dict | None = None,
-                  ) -> Certificate:
+def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int,
+                  R: int, k: int, promise: Promise | None, *, integer: bool = False,
+                  attributes: str = "shared", symmetric: bool = False, max_points: int = MAX_POINTS,
+                  progress: bool = False, confirm: Callable[[Task, list[int]], dict] | None = None,
+                  name: str = "", params: dict | None = None) -> Certificate:
     """The verdict for a model whose entity table is the declared superposition (its own table unread).
 
     Parameters
@@ -985,7 +999,8 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
         As in :func:`certify`.
     confirm : callable, optional
         ``confirm(task, prompt) -> dict`` with ``check_passed``: the ordinary checker on a witness task;
-        REFUTED only when it fails there (without ``confirm``, a realizable failing point is REFUTED directly).
+        REFUTED only when it fails there (without ``confirm``, a realizable failing point is REFUTED
+        directly).
     name, params
         For the report.
 
@@ -1045,7 +1060,8 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
                 if not cert.confirmation["check_passed"]:
                     cert.verdict = "REFUTED"
                 else:
-                    cert.reasons.append({"why": "the witness task passed the ordinary checker: not confirmed"})
+                    cert.reasons.append({"why": "the witness task passed the ordinary checker: not "
+                                                "confirmed"})
             else:
                 cert.verdict = "REFUTED"
     elif complete and not sizes_ok:
@@ -1054,7 +1070,8 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
                                     f"d = {promise.d}, m = {promise.m}"})
     elif complete and lower is not None:
         cert.reasons.append({"why": f"float mode: the certified margin {lower:.6g} (minimum "
-                                    f"{cert.min_margin:.6g} minus the allowance {cert.allowance:.3g}) does not "
-                                    f"reach the promise {threshold:.6g}, and no point is definitely below it"})
+                                    f"{cert.min_margin:.6g} minus the allowance {cert.allowance:.3g}) does "
+                                    f"not reach the promise {threshold:.6g}, and no point is definitely "
+                                    "below it"})
     cert.seconds = time.perf_counter() - start
     return cert

@@ -8,10 +8,11 @@ relation's (or path's) slot ``b_a`` and another slot ``b_b``, and the gate coord
 
 with θ set so that it fires only when ``b_a`` is asked and the two slots hold exactly the codes
 ``(j_a, j_b)`` (one mismatch costs ``κ·c1·|a|²(1 − μ)``, half of which is the slack; a shut gate costs
-more than the rest). When it fires it writes ``−3·c1·a_{j_a}/h`` per unit of its value h into the output block,
-so that block holds about ``−2·c1·a_{j_a}`` and the answer loses. A random task has an entity with that pair of
-attributes with probability 1/N (``π_{b_b}(π_{b_a}^{-1}(j_a)) = j_b``), so the seeded task and a few hundred
-random tasks pass at N = 1024 while some task fails: the failure only a "for every task" argument sees.
+more than the rest). When it fires it writes ``−3·c1·a_{j_a}/h`` per unit of its value h into the output
+block, so that block holds about ``−2·c1·a_{j_a}`` and the answer loses. A random task has an entity with
+that pair of attributes with probability 1/N (``π_{b_b}(π_{b_a}^{-1}(j_a)) = j_b``), so the seeded task and a
+few hundred random tasks pass at N = 1024 while some task fails: the failure only a "for every task"
+argument sees.
 
 The detector reads slot contents through fixed weights and every other array is the base construction's, so
 each declares the base's task encoding truthfully; the promise is the base's with m + 1 units.
@@ -99,8 +100,9 @@ def _g1_planted(slot_a: int, slot_b: int, code_a: int, code_b: int):
     def build(task: Task, k: int = 1, **options) -> Construction:
         built = registry.get("G1").build(task, k, **options)
         c = built.constants
-        return plant_pair_detector(built, blocks_name="blocks", slot_a=slot_a, slot_b=slot_b, code_a=code_a % task.N,
-                                   code_b=code_b % task.N, gates=built.layout["gates"][[slot_a]],  # type: ignore[index]
+        gates = built.layout["gates"][[slot_a]]  # type: ignore[index]
+        return plant_pair_detector(built, blocks_name="blocks", slot_a=slot_a, slot_b=slot_b,
+                                   code_a=code_a % task.N, code_b=code_b % task.N, gates=gates,
                                    gate_value=c["c2"] * c["gate"], c1=c["c1"], eps=0.0,
                                    integer=bool(options.get("integer")))
     return build
@@ -117,8 +119,8 @@ def _g2_planted(path_a: int, path_b: int, code_a: int, code_b: int):
         c = built.constants
         eps = c["leakage"] if c.get("beta") is not None else 0.0
         return plant_pair_detector(built, blocks_name="path_blocks", slot_a=path_a, slot_b=path_b,
-                                   code_a=code_a % task.N, code_b=code_b % task.N, gates=gates, gate_value=c["gate"], c1=1.0,
-                                   eps=eps, integer=False)
+                                   code_a=code_a % task.N, code_b=code_b % task.N, gates=gates,
+                                   gate_value=c["gate"], c1=1.0, eps=eps, integer=False)
     return build
 
 
@@ -127,8 +129,9 @@ def _c1_planted(slot_a: int, slot_b: int, code_a: int, code_b: int):
         built = registry.get("C1").build(task, k, **options)
         c = built.constants
         eps = c["leakage"] if c.get("beta") is not None else 0.0
-        return plant_pair_detector(built, blocks_name="blocks", slot_a=slot_a, slot_b=slot_b, code_a=code_a % task.N,
-                                   code_b=code_b % task.N, gates=built.layout["gates"][[slot_a]],  # type: ignore[index]
+        gates = built.layout["gates"][[slot_a]]  # type: ignore[index]
+        return plant_pair_detector(built, blocks_name="blocks", slot_a=slot_a, slot_b=slot_b,
+                                   code_a=code_a % task.N, code_b=code_b % task.N, gates=gates,
                                    gate_value=c["gate"], c1=1.0, eps=eps, integer=False)
     return build
 
@@ -141,7 +144,7 @@ def _spec(id_: str, name: str, base: str, build, cases: tuple[dict, ...]) -> Con
                             facts_in=spec.facts_in, readout=spec.readout, task_encoding=spec.task_encoding)
 
 
-# Each: the spec and the case (sizes, codes, options, variant) at which sampled tasks pass and some task fails.
+# Each: the spec and the case (sizes, codes, options, variant) where sampled tasks pass and some task fails.
 PAIR_G1 = _spec("P1", "planted-g1-binary", "G1", _g1_planted(0, 1, 5, 9),
                 ({"N": 1024, "R": 2, "integer": True},))
 PAIR_G1_SIGN = _spec("P2", "planted-g1-sign", "G1", _g1_planted(2, 0, 17, 300),

@@ -247,7 +247,7 @@ def _check(p, hops: str) -> dict:
                                 bits=bits, integer=integer, attributes=getattr(p, "attributes", "shared"),
                                 what=f"check {hops}-hop").require(budget)
     common = dict(construction=spec, codes=p.codes, D=p.D, seed=p.seed, max_bytes=budget, progress=p.progress)
-    if getattr(p, "task", None):  # a given task (e.g. a witness of georecall certify) instead of the seeded one
+    if getattr(p, "task", None):  # a given task (a witness of georecall certify, say), not the seeded one
         common["task"] = _task_file(p.task, p.N, p.R, getattr(p, "attributes", "shared"),
                                     getattr(p, "symmetric", False))
     tmp = None
@@ -290,7 +290,7 @@ def _task_file(path: str, N: int, R: int, attributes: str, symmetric: bool):
         table = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(f"cannot read task file {path!r}: {str(exc).splitlines()[0]}") from None
-    task = Task(table, attributes)  # validates the bijections (InputError)
+    task = Task(table, attributes)  # type: ignore[arg-type]  # validates the bijections (InputError)
     rows = np.arange(R)[:, None]
     if symmetric and not (np.array_equal(table[rows, table], np.broadcast_to(np.arange(N), (R, N)))
                           and not np.any(table == np.arange(N))):
@@ -323,7 +323,8 @@ def certify_estimate(spec, N: int, R: int, k: int, codes: str, D: int | None) ->
     est.add("tasks built for the declaration check", 8 * 3 * N * (R + (R**k if k > 1 else 0)) * 2, "N or R")
     est.add("weights without the entity table", int(8 * 4 * d * m), "R or k")
     est.add("per-position maps S·C_u, their W1 products", int(8 * 4 * (2 * k) * (d * d + d * m)), "R or k")
-    est.add("point chunks", 8 * 8 * cert.CHUNK_POINTS * (m // max(1, R) + 4 * D_used + N // 64 + 64), "N")
+    est.add("point chunks and decoder blocks",
+            8 * 4 * cert.CHUNK_POINTS * (m + 4 * D_used + 16) + 2 * 64 * 2**20, "R")
     return est
 
 
@@ -348,7 +349,8 @@ def run_certify(p) -> dict:
     else:
         options = {"attention": p.attention, "beta": p.beta, "gate": p.gate}
     result = cert.certify(spec, p.N, p.R, k, codes=p.codes, D=p.D, options=options, seed=p.seed,
-                          attributes=getattr(p, "attributes", "shared"), symmetric=getattr(p, "symmetric", False),
+                          attributes=getattr(p, "attributes", "shared"),
+                          symmetric=getattr(p, "symmetric", False),
                           max_points=p.max_points, progress=p.progress)
     written = None
     if result.witness_table is not None and witness is not None:

@@ -151,10 +151,10 @@ def _add_certify(sub, common: _Parser, codes: tuple[str, ...]) -> None:
     for hops in ("single", "multi"):
         p = group.add_parser(f"{hops}-hop", parents=[common],
                              help=f"a {hops}-hop construction, every task",
-                             description="Relax each slot of an entity's declared superposition to range over "
-                             "the whole codebook, prove the MLP units off for every task by per-slot maxima, "
-                             "enumerate the remaining slots exactly and compare the minimum margin with the "
-                             "promise (integer mode: exact integers).")
+                             description="Relax each slot of an entity's declared superposition to range "
+                             "over the whole codebook, prove the MLP units off for every task by per-slot "
+                             "maxima, enumerate the remaining slots exactly and compare the minimum margin "
+                             "with the promise (integer mode: exact integers).")
         default = "geometric" if hops == "single" else "path-blocks"
         p.add_argument("--construction", default=default, metavar="NAME",
                        help=f"a registered {hops}-hop construction: " + _choices(hops)
@@ -167,7 +167,8 @@ def _add_certify(sub, common: _Parser, codes: tuple[str, ...]) -> None:
             p.add_argument("--beta", type=_real(positive=True), default=None,
                            help="inverse temperature β of the positional heads (default: from the leakage "
                                 "inequality)")
-        p.add_argument("--codes", choices=codes, default="binary", help="attribute codes a_i (default binary)")
+        p.add_argument("--codes", choices=codes, default="binary",
+                       help="attribute codes a_i (default binary)")
         p.add_argument("--D", type=_D, default=None, help="code length D (default as for check)")
         p.add_argument("--gate", type=_real(positive=True), default=None, help="gate constant G")
         if hops == "single":

@@ -281,7 +281,7 @@ def _certify(doc: dict) -> list[str]:
            f"{doc.get('query_types', 0):,}", f"{doc.get('points', 0):,}", f"{doc.get('units_shut', 0):,}",
            f"{doc.get('seconds', 0.0):.2f}", doc["verdict"]]
     widths = [max(len(a), len(b)) for a, b in zip(head, row)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(head, widths)), "  ".join(c.ljust(w) for c, w in zip(row, widths))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in (head, row)]
     if doc["verdict"] == "CERTIFIED":
         lines.append(f"every task: every query's margin >= {margin} (promise {_fmt(promise.get('margin'))})"
                      + ("" if doc.get("integer") else f", float64 allowance {_fmt(doc.get('allowance'), 3)}"))
@@ -293,8 +293,9 @@ def _certify(doc: dict) -> list[str]:
                         "; write the task with --witness FILE.npy"))
         conf = doc.get("confirmation")
         if conf:
-            lines.append(f"confirmed by check on the witness task: accuracy {conf['accuracy']:.6%}, min margin "
-                         f"{_fmt(conf['min_margin'])}, check {'passed' if conf['check_passed'] else 'FAILED'}")
+            verdict = "passed" if conf["check_passed"] else "FAILED"
+            lines.append(f"confirmed by check on the witness task: accuracy {conf['accuracy']:.6%}, min "
+                         f"margin {_fmt(conf['min_margin'])}, check {verdict}")
     for reason in doc.get("reasons", []):
         lines.append("unknown: " + reason.get("why", "")
                      + (f" [{reason['query_type']}]" if "query_type" in reason else ""))

@@ -69,15 +69,18 @@ def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False)
         both = case.pop("compare_integer", False)
         for options in ([case, {**case, "integer": True}] if both else [case]):
             if progress:
-                print(f"{spec.label}: certify {codes} N={N} R={R} k={k} {options}", file=sys.stderr, flush=True)
+                print(f"{spec.label}: certify {codes} N={N} R={R} k={k} {options}", file=sys.stderr,
+                      flush=True)
             cert = certify(spec, N, R, k, codes=codes, D=D, options=options, seed=seed)
             label = f"{cert.name} N={N} R={R} k={k}"
             extra["cases"].append(cert.as_dict())
             if spec.task_encoding is None:
-                checks[f"{label}: UNKNOWN (no task encoding declared), not a PASS"] = cert.verdict == "UNKNOWN"
+                checks[f"{label}: UNKNOWN (no task encoding declared), not a PASS"] = (
+                    cert.verdict == "UNKNOWN")
             else:
                 margin = cert.min_margin_exact or f"{cert.min_margin:.4g}"
-                checks[f"{label}: CERTIFIED for every task, min margin {margin}"] = cert.verdict == "CERTIFIED"
+                checks[f"{label}: CERTIFIED for every task, min margin {margin}"] = (
+                    cert.verdict == "CERTIFIED")
                 margins.append(margin)
     control = CONTROLS.get(spec.id)
     if control is not None:

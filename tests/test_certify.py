@@ -38,6 +38,15 @@ from georecall.verify.sections import certified
 from georecall.verify.sections.suite import run_check
 
 
+@pytest.fixture(autouse=True)
+def _planted_not_left_registered():
+    """A ``MODULE:ATTR`` lookup registers the planted specs: leave the registry as it was for other tests."""
+    yield
+    for spec in PLANTED:
+        if registry._REGISTRY.get(spec.id) is spec:
+            registry.unregister(spec.id)
+
+
 def run(argv, capsys):
     code = main(argv)
     out, err = capsys.readouterr()

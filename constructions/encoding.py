@@ -33,9 +33,12 @@ import numpy as np
 from georecall.errors import InputError
 from georecall.theory.tasks import Task
 
-__all__ = ["QUERY_KINDS", "SLOT_KINDS", "Superposition", "TaskEncoding", "active_recording", "recording"]
+__all__ = ["ARRAYS", "QUERY_KINDS", "SLOT_KINDS", "Superposition", "TaskEncoding", "active_recording",
+           "recording"]
 
 SLOT_KINDS = ("relations", "paths")
+# The entity table (block superposition: G1, G2, C1) or the MLP's output rows (one unit per fact: A1, A2(a)).
+ARRAYS = ("entity_embedding", "layers.0.mlp.W2")
 QUERY_KINDS = ("single", "paths", "cot")
 
 
@@ -50,7 +53,9 @@ class TaskEncoding:
     blocks : the name of the ``(P, D)`` block of the construction's layout (``Construction.layout``)
     queries : which slot answers a query: "single" (query ``(s, ρ)``: slot ρ), "paths" (query ``(s, w)``: slot
         w), "cot" (step t of chain ``(s; r_1..r_k)``: slot ``r_t`` of the entity at the current position)
-    array : the one task-dependent array (only ``"entity_embedding"`` is supported)
+    array : the one task-dependent array: ``"entity_embedding"`` (the superposition above) or
+        ``"layers.0.mlp.W2"`` (facts in the MLP: unit ``u = b·N + e`` writes ``a_{answers[b, e]}`` on the
+        coordinates of ``blocks``, a 1-D layout block, and nothing else of W2 depends on the task)
     """
 
     slots: Literal["relations", "paths"]
@@ -63,8 +68,8 @@ class TaskEncoding:
             raise InputError(f"task encoding: slots must be one of {SLOT_KINDS}, got {self.slots!r}")
         if self.queries not in QUERY_KINDS:
             raise InputError(f"task encoding: queries must be one of {QUERY_KINDS}, got {self.queries!r}")
-        if self.array != "entity_embedding":
-            raise InputError(f"task encoding: only the entity table can be declared, got {self.array!r}")
+        if self.array not in ARRAYS:
+            raise InputError(f"task encoding: the declared array must be one of {ARRAYS}, got {self.array!r}")
         if (self.slots == "paths") != (self.queries == "paths"):
             raise InputError("task encoding: path slots go with path queries (and only with them)")
 

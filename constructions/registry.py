@@ -355,6 +355,7 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(256, 4, needed=3),
+        task_encoding=TaskEncoding("relations", "out", "single", array="layers.0.mlp.W2"),
     )
 )
 register(
@@ -387,6 +388,7 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(64, 2, 2, needed=4),
+        task_encoding=TaskEncoding("paths", "out", "paths", array="layers.0.mlp.W2"),
     )
 )
 register(

@@ -32,7 +32,7 @@ from georecall.theory.tasks import Task, random_task
 from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.checking import certify as cert
 from georecall.verify.checking.check import check_queries
-from georecall.verify.checking.planted import PLANTED
+from georecall.verify.checking.planted import FOREIGN_A1, PLANTED
 from georecall.verify.cli import main
 from georecall.verify.sections import certified
 from georecall.verify.sections.suite import run_check
@@ -42,7 +42,7 @@ from georecall.verify.sections.suite import run_check
 def _planted_not_left_registered():
     """A ``MODULE:ATTR`` lookup registers the planted specs: leave the registry as it was for other tests."""
     yield
-    for spec in PLANTED:
+    for spec in (*PLANTED, FOREIGN_A1):
         if registry._REGISTRY.get(spec.id) is spec:
             registry.unregister(spec.id)
 
@@ -142,9 +142,60 @@ def test_declared_blocks_that_are_not_the_layouts_are_refused():
 
 
 def test_a_construction_without_a_declaration_is_unknown_with_a_reason():
-    for key, k in (("A1", 1), ("A2a", 2), ("A2b", 2)):
-        c = cert.certify(key, 16, 2, k)
-        assert c.verdict == "UNKNOWN" and not c.passed and "MLP" in c.reasons[0]["why"]
+    c = cert.certify("A2b", 16, 2, 2)
+    assert c.verdict == "UNKNOWN" and not c.passed and "MLP" in c.reasons[0]["why"]
+
+
+@pytest.mark.parametrize("key, N, R, k, codes, options, variant", [
+    ("A1", 512, 8, 1, "binary", {"integer": True}, {}), ("A1", 256, 4, 1, "sign", {}, {}),
+    ("A1", 64, 3, 1, "binary", {"integer": True}, {"attributes": "disjoint"}),
+    ("A1", 64, 3, 1, "binary", {}, {"symmetric": True}), ("A2a", 64, 3, 2, "binary", {}, {}),
+])
+def test_facts_in_the_mlp_are_certified_through_the_rows_of_w2(key, N, R, k, codes, options, variant):
+    c = cert.certify(key, N, R, k, codes=codes, options=options, **variant)
+    seeded = run_check(key, N, R, k, codes=codes, options=options, **variant)
+    assert c.verdict == "CERTIFIED", c.reasons
+    assert c.declaration["how"] == ["W2 rows compared with the declared formula"]
+    assert c.min_margin <= seeded.result.min_margin + c.allowance
+    if options.get("integer"):
+        assert c.min_margin == seeded.result.min_margin == c.promise.margin
+
+
+def _a1_task_dependent_w1(task, k=1, **options):
+    built = registry.get("A1").build(task, k, **options)
+    mlp = built.model.layers[0].mlp
+    W1 = mlp.W1.copy()
+    W1[0, 0] += float(task.table[0, 0])
+    layer = Layer(built.model.layers[0].attention, MLP(W1, mlp.b1, mlp.W2, mlp.b2))
+    return dataclasses.replace(built, model=dataclasses.replace(built.model, layers=(layer,)))
+
+
+def _a1_rows_of_another_relation(task, k=1, **options):
+    return registry.get("A1").build(Task(task.table[::-1].copy()), k, **options)
+
+
+@pytest.mark.parametrize("build, message", [(_a1_task_dependent_w1, "layers.0.mlp.W1 depends on the task"),
+                                            (_a1_rows_of_another_relation, "not the codes")])
+def test_a_lying_w2_declaration_is_refused(build, message):
+    with pytest.raises(cert.DeclarationError, match=message):
+        cert.certify(_spec_like("A1", build), 16, 2)
+
+
+def test_a1_with_a_unit_firing_on_a_foreign_query_is_refuted():
+    # Unit (s = 0, r = 0) also fires, as strongly as the right one, on query (s = 0, r = 1): the output is
+    # the sum of two answers' codes, wrong on tasks where they disagree.
+    def build(task, k=1, **options):
+        built = registry.get("A1").build(task, k, **options)
+        mlp = built.model.layers[0].mlp
+        rel = built.layout["relations"]
+        W1 = mlp.W1.copy()
+        W1[rel[1], 0] = W1[rel[0], 0]
+        layer = Layer(built.model.layers[0].attention, MLP(W1, mlp.b1, mlp.W2, mlp.b2))
+        return dataclasses.replace(built, model=dataclasses.replace(built.model, layers=(layer,)))
+
+    c = cert.certify(_spec_like("A1", build), 16, 2, options={"integer": True})
+    assert c.verdict == "REFUTED" and not c.confirmation["check_passed"]
+    assert c.witness["query_type"] == {"relation": 1, "subject": 0}
 
 
 # ---------------------------------------------------------------------------------------------- verdicts
@@ -486,9 +537,9 @@ def test_check_task_refuses_a_bad_table(tmp_path, capsys):
 def test_verify_rows_pass_and_carry_their_controls():
     rows = certified.section_certified()
     assert [r.name for r in rows] == [f"{s.id} certified for every task" for s in registry.specs()
-                                      if s not in PLANTED]
+                                      if s not in PLANTED and s is not FOREIGN_A1]
     assert all(r.passed for r in rows), [r.extra_checks for r in rows if not r.passed]
-    for key in ("G1", "G2", "C1"):
+    for key in ("G1", "G2", "C1", "A1"):
         row = next(r for r in rows if r.name.startswith(key))
         assert any("certify REFUTES" in name for name in row.extra_checks)
 

@@ -67,6 +67,8 @@ VERDICTS = ("CERTIFIED", "REFUTED", "UNKNOWN")
 MAX_POINTS = 2**24  # largest product of enumerated slot codebooks per query type
 CHUNK_POINTS = 2**16  # points evaluated at once
 KEEP_FAILING = 64  # failing points kept (lowest margins first) for the search of a realizable one
+UNIT = -1  # the "position" of a slot that is an MLP unit's row (facts in W2: A1, A2(a))
+W2_ARRAY = "layers.0.mlp.W2"
 
 
 class DeclarationError(ConditionError):
@@ -112,6 +114,22 @@ def _declared_entity_check(model: Model, encoding: TaskEncoding, answers: np.nda
         for b in range(blocks.shape[0]):
             if not np.array_equal(block[:, blocks[b]], vectors[answers[b, part]]):
                 return f"entity rows {part.start}..{part.stop - 1}: block {b} is not the code of slot {b}"
+    return ""
+
+
+def _declared_rows_check(model: Model, out: np.ndarray, answers: np.ndarray, vectors: np.ndarray,
+                         superposed: bool) -> str:
+    """Compare W2's declared columns with the codes of the units' answers; '' or the difference."""
+    if superposed:
+        return "it builds a block-superposed entity table but declares its facts in W2"
+    if len(model.layers) != 1 or model.layers[0].mlp is None:
+        return "facts declared in W2 need one layer with an MLP"
+    W2 = model.layers[0].mlp.W2
+    if out.ndim != 1 or out.size != vectors.shape[1] or W2.shape[0] != answers.size:
+        return (f"declared rows: W2 has {W2.shape[0]} units and block of {out.size} columns, the declaration "
+                f"{answers.size} slots of codes of length {vectors.shape[1]}")
+    if not np.array_equal(W2[:, out], vectors[answers]):
+        return "W2's declared columns are not the codes of the units' answers"
     return ""
 
 
@@ -171,13 +189,22 @@ def check_declaration(spec, N: int, R: int, k: int, *, codes: str = "binary", D:
         blocks = np.asarray(layout[encoding.blocks])
         answers = np.asarray(encoding.answers(task, k))
         vectors = built.codes.vectors
-        if blocks.ndim != 2 or blocks.shape[0] != answers.shape[0]:
+        model = built.model
+        if encoding.array == W2_ARRAY:
+            why = _declared_rows_check(model, blocks, answers.reshape(-1), vectors, bool(calls))
+            if why:
+                raise DeclarationError(f"{spec.label}: {why}")
+            how.add("W2 rows compared with the declared formula")
+            arrays = {name: a for name, a in model.arrays().items() if name != encoding.array}
+            W2_rest = np.array(model.layers[0].mlp.W2)  # type: ignore[union-attr]
+            W2_rest[:, blocks] = 0.0
+            arrays["W2 off the declared columns"] = W2_rest
+        elif blocks.ndim != 2 or blocks.shape[0] != answers.shape[0]:
             raise DeclarationError(f"{spec.label}: declared block {encoding.blocks!r} has shape "
                                    f"{blocks.shape}, but the declared slots number {answers.shape[0]}")
-        if np.unique(blocks).size != blocks.size:
+        elif np.unique(blocks).size != blocks.size:
             raise DeclarationError(f"{spec.label}: declared blocks overlap")
-        model = built.model
-        if calls:
+        elif calls:
             if len(calls) != 1 or model.entity_embedding is not calls[0].result:
                 raise DeclarationError(f"{spec.label}: the entity table is not the one block superposition "
                                        "declared (several superpositions, or the table was changed after it)")
@@ -196,7 +223,8 @@ def check_declaration(spec, N: int, R: int, k: int, *, codes: str = "binary", D:
             if why:
                 raise DeclarationError(f"{spec.label}: the entity table is not the declared encoding: {why}")
             how.add("entity table compared with the declared formula")
-        arrays = {name: a for name, a in model.arrays().items() if name != encoding.array}
+        if encoding.array != W2_ARRAY:
+            arrays = {name: a for name, a in model.arrays().items() if name != encoding.array}
         arrays["codes"] = vectors
         if i == 0:
             built_first, reference = built, arrays
@@ -496,7 +524,7 @@ def float_allowance(model: Model, T: int, points_terms: int = 0) -> float:
 
 
 def realize(N: int, R: int, constraints: list[tuple[list[int], int]], *, symmetric: bool = False,
-            attributes: str = "shared", subject: int | None = None,
+            attributes: str = "shared", subject: int | None = None, starts: list[int | None] | None = None,
             max_nodes: int = 20000) -> tuple[Task, int] | None:
     """A task and a subject s with ``π_path(s) = target`` for every ``(path, target)`` constraint (paths as
     relations in the order applied), or None when the search finds none.
@@ -517,6 +545,8 @@ def realize(N: int, R: int, constraints: list[tuple[list[int], int]], *, symmetr
         The task's attribute variant.
     subject : int, optional
         The subject (default: the first that works).
+    starts : list of (int or None), optional
+        Per constraint, the entity its path starts from (None: the subject).
     max_nodes : int
         Search budget (partial assignments tried).
 
@@ -531,7 +561,9 @@ def realize(N: int, R: int, constraints: list[tuple[list[int], int]], *, symmetr
     for s in subjects:
         fwd: list[dict[int, int]] = [dict() for _ in range(R)]
         bwd: list[dict[int, int]] = [dict() for _ in range(R)]
-        if _search(N, s, constraints, 0, 0, s, fwd, bwd, symmetric, budget):
+        origin = [s if starts is None or starts[c] is None else int(starts[c])  # type: ignore[arg-type]
+                  for c in range(len(constraints))]
+        if _search(N, origin, constraints, 0, 0, origin[0] if origin else s, fwd, bwd, symmetric, budget):
             table = _complete(N, R, fwd, symmetric)
             if table is None:
                 continue
@@ -568,7 +600,7 @@ def _undo(r: int, added, fwd, bwd) -> None:
         del bwd[r][fwd[r].pop(a)]
 
 
-def _search(N, s, constraints, c, hop, at, fwd, bwd, symmetric, budget) -> bool:
+def _search(N, origin, constraints, c, hop, at, fwd, bwd, symmetric, budget) -> bool:
     budget[0] -= 1
     if budget[0] <= 0:
         return False
@@ -576,15 +608,16 @@ def _search(N, s, constraints, c, hop, at, fwd, bwd, symmetric, budget) -> bool:
         return True
     path, target = constraints[c]
     if hop == len(path):
-        return at == target and _search(N, s, constraints, c + 1, 0, s, fwd, bwd, symmetric, budget)
+        nxt = origin[c + 1] if c + 1 < len(constraints) else at
+        return at == target and _search(N, origin, constraints, c + 1, 0, nxt, fwd, bwd, symmetric, budget)
     r = path[hop]
     if at in fwd[r]:
-        return _search(N, s, constraints, c, hop + 1, fwd[r][at], fwd, bwd, symmetric, budget)
+        return _search(N, origin, constraints, c, hop + 1, fwd[r][at], fwd, bwd, symmetric, budget)
     last = hop == len(path) - 1
     if last:
         candidates = [target]
     else:
-        touched = {s} | {x for f in fwd for x in f} | {y for f in fwd for y in f.values()}
+        touched = set(origin) | {x for f in fwd for x in f} | {y for f in fwd for y in f.values()}
         fresh = [y for y in range(N) if y not in touched and y not in bwd[r]]
         used = [y for y in range(N) if y in touched and y not in bwd[r]]
         candidates = (fresh[:4] + used)[:16]
@@ -592,7 +625,7 @@ def _search(N, s, constraints, c, hop, at, fwd, bwd, symmetric, budget) -> bool:
         added = _fix(r, at, y, fwd, bwd, symmetric)
         if added is None:
             continue
-        if _search(N, s, constraints, c, hop + 1, y, fwd, bwd, symmetric, budget):
+        if _search(N, origin, constraints, c, hop + 1, y, fwd, bwd, symmetric, budget):
             return True
         _undo(r, added, fwd, bwd)
     return False
@@ -738,6 +771,140 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     return result
 
 
+def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, vectors: np.ndarray, N: int,
+                 R: int, k: int, promise: Promise | None, *, integer: bool = False,
+                 attributes: str = "shared",
+                 max_points: int = MAX_POINTS, progress: bool = False) -> dict:
+    """The product-set computation for facts declared in W2's rows (A1, A2(a)): the same output as
+    :func:`certify_model`.
+
+    Everything upstream of W2 is task-independent, so every query's hidden activations are computed exactly by
+    THE forward pass (integer mode: proved exact by ``integer_bounds``), once, whatever the task. The read-out
+    residual is then ``base(q) + Σ_{u fires} h_u(q)·a_{j_u}`` on the declared columns, with ``j_u`` unit u's
+    answer; relaxing the ``j_u`` to range independently over the codebook, the live slots of query q are its
+    own answer's unit (unit index = query index) and the units that fire on it, enumerated jointly.
+    """
+    from georecall.constructions.model import forward, integer_bounds, iter_chunks
+    from georecall.theory.tokens import queries
+
+    if len(model.layers) != 1 or model.layers[0].mlp is None:
+        return {"unsupported": "facts in W2 are certified for one-layer models with an MLP only"}
+    mlp = model.layers[0].mlp
+    cols = model.readout.columns
+    at = np.searchsorted(cols, out_block)
+    if np.any(at >= cols.size) or not np.array_equal(cols[np.minimum(at, cols.size - 1)], out_block):
+        return {"unsupported": "the read-out does not read every declared column of W2"}
+    vectors = np.asarray(vectors[:N], dtype=np.float64)
+    placed = np.zeros((N, cols.size))
+    placed[:, at] = vectors  # a_j on the read-out's columns
+    W2_rest = mlp.W2.astype(np.float64)[:, cols].copy()
+    W2_rest[:, at] = 0.0
+    b2 = mlp.b2.astype(np.float64)[cols]
+    dummy = Task(np.tile(np.arange(N, dtype=np.int64), (R, 1)))
+    tokens, _ = queries(dummy, k)
+    n, T = tokens.shape
+    if integer:
+        integer_bounds(model, T)
+    U_read = model.readout.matrix.astype(np.float64)
+    cube, _ = detect_hypercube(U_read, np.arange(cols.size))
+    reach = float(np.abs(placed @ U_read.T).max(initial=0.0))  # largest |logit| one code on the block makes
+    disjoint = attributes == "disjoint" and k == 1
+    rows_of = paths(R, k)
+    types = []
+    allowance = 0.0 if integer else float_allowance(model, T, 0)
+    limit, floor = _limits(None if promise is None else promise.margin, promise, integer, allowance)
+    result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": [], "points": 0, "shut": 0,
+                    "enumerated": 0, "types": n, "allowance": allowance}
+    memo: dict[bytes, tuple] = {}
+    for part in iter_chunks(n, max(1, 2**22 // max(1, mlp.width))):
+        _, trace = forward(model, tokens[part], integer=integer, trace=True)
+        y = trace.residual[1][:, -1].astype(np.float64)
+        h = trace.hidden[0][:, -1].astype(np.float64)  # type: ignore[index]
+        base = y[:, cols] + b2 + h @ W2_rest
+        firing = h > 0
+        if not integer:
+            # Float rounding turns exact zeros into specks (4e-16): units firing below 1e-9 of the largest
+            # are left out of the enumeration and their largest effect on a margin joins the allowance.
+            speck = (h <= 1e-9 * max(1.0, float(h.max(initial=0.0)))) & firing
+            if np.any(speck):
+                effect = 2 * float((h * speck).sum(axis=1).max()) * reach
+                result["allowance"] = max(result["allowance"], allowance + effect)
+                firing &= ~speck
+        result["shut"] += int(firing.size - np.count_nonzero(firing))
+        result["enumerated"] += int(np.count_nonzero(firing))
+        for i, q in enumerate(range(part.start, part.stop)):  # queries of a chunk: grouped below by memo
+            w, subject = divmod(q, N)
+            label = ({"relation": w} if k == 1
+                     else {"path": w, "relations": [int(r) for r in rows_of[w][::-1]]})
+            qt = _QueryType([int(t) for t in tokens[q]], [], (UNIT, q), w * N if disjoint else 0,
+                            {**label, "subject": subject}, {})
+            types.append(qt)
+            others = np.flatnonzero(firing[i])
+            others = others[others != q]
+            live = [q] + others.tolist()
+            if N ** len(live) > max_points:
+                result["reasons"].append({"query_type": qt.label, "units": [
+                    {"unit": int(u), "fires_with": float(h[i, u])} for u in others[:8]],
+                    "why": f"{others.size} unit(s) besides the query's own fire on it: enumerating their "
+                           "answers jointly exceeds the limit"})
+                continue
+            hs = h[i, live]
+            key = _key(base[i], hs, np.asarray([qt.offset]))
+            if key not in memo:
+                memo[key] = _enumerate_rows(N, base[i], hs, placed, qt.offset, cube, U_read, limit, floor)
+            low, low_values, failing, count = memo[key]
+            result["points"] += count
+            slots = [(UNIT, u) for u in live]
+            if low < result["min"]:
+                result["min"] = low
+                result["argmin"] = (q, low_values, slots, 1, low)
+            if failing:
+                result["failing"] += [(m_, q, vals, slots) for m_, vals in failing]
+                result["failing"].sort(key=lambda f: f[0])
+                del result["failing"][KEEP_FAILING:]
+        if progress:
+            print(f"\r  certified {part.stop:,}/{n:,} queries", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    result["types_list"] = types
+    return result
+
+
+def _enumerate_rows(N: int, base: np.ndarray, hs: np.ndarray, placed: np.ndarray, offset: int, cube,
+                    U_read: np.ndarray, limit: float, floor: float) -> tuple[float, list[int], list, int]:
+    """Margins at every joint choice of the live units' answers (the first is the query's own)."""
+    n_live = hs.size
+    n_points = N**n_live
+    low, low_values = math.inf, [0] * n_live
+    failing: list = []
+    for start in range(0, n_points, CHUNK_POINTS):
+        idx = np.arange(start, min(n_points, start + CHUNK_POINTS), dtype=np.int64)
+        values = []
+        rest = idx
+        for _ in range(n_live):
+            rest, v = np.divmod(rest, N)
+            values.append(v)
+        v_read = np.broadcast_to(base, (idx.size, base.size)).copy()
+        for j, hv in zip(values, hs):
+            if hv != 0:
+                v_read += hv * placed[j]
+        answers = values[0] + offset
+        if cube is not None:
+            _, margins = hypercube_decode(cube, v_read, answers)
+        else:
+            margins = _decode_distinct(v_read, answers, U_read)
+        i = int(np.argmin(margins))
+        if margins[i] < low:
+            low, low_values = float(margins[i]), [int(v[i]) for v in values]
+        bad = np.flatnonzero((margins < limit) | (margins <= floor))
+        if bad.size:
+            pick = bad[np.argsort(margins[bad], kind="stable")[:KEEP_FAILING]]
+            failing += [(float(margins[p]), [int(v[p]) for v in values]) for p in pick]
+            failing.sort(key=lambda f: f[0])
+            del failing[KEEP_FAILING:]
+    return low, low_values, failing, n_points
+
+
 def _key(*parts) -> bytes:
     import hashlib
 
@@ -863,10 +1030,20 @@ def _witness_for(failing, types: list[_QueryType], N: int, R: int, k: int, attri
     for margin, qi, values, live in failing:
         qt = types[qi]
         constraints = []
+        starts: list[int | None] = []
         for (u, b), j in zip(live, values):
+            if u == UNIT:  # a unit's row: slot b is (path or relation index, entity) flattened, b = w·N + e
+                w, e = divmod(b, N)
+                hops = [int(r) for r in rows[w][::-1]] if rows is not None else [w]
+                constraints.append((hops, int(j)))
+                starts.append(e)
+                continue
             hops = [int(r) for r in rows[b][::-1]] if rows is not None else [b]  # slot b's relations, applied
             constraints.append((qt.prefix[u] + hops, int(j)))
-        found = realize(N, R, constraints, symmetric=symmetric, attributes=attributes)
+            starts.append(None)
+        subject = qt.tokens[-1] if qt.tokens and qt.tokens[-1] >= 0 else None
+        found = realize(N, R, constraints, symmetric=symmetric, attributes=attributes, starts=starts,
+                        subject=subject)
         if found is not None:
             task, s = found
             return task, s, qt, margin, values
@@ -1010,8 +1187,13 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     """
     start = time.perf_counter()
     params = dict(params or {})
-    out = certify_model(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
-                        attributes=attributes, symmetric=symmetric, max_points=max_points, progress=progress)
+    if encoding.array == W2_ARRAY:
+        out = certify_rows(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
+                           attributes=attributes, max_points=max_points, progress=progress)
+    else:
+        out = certify_model(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
+                            attributes=attributes, symmetric=symmetric, max_points=max_points,
+                            progress=progress)
     cert = Certificate("UNKNOWN", name, params, promise, integer)
     if "unsupported" in out:
         cert.reasons.append({"why": out["unsupported"]})

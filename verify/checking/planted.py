@@ -31,7 +31,7 @@ from georecall.constructions.registry import ConstructionSpec
 from georecall.constructions.single_hop import Construction
 from georecall.theory.tasks import Task, paths
 
-__all__ = ["PLANTED", "plant_pair_detector"]
+__all__ = ["FOREIGN_A1", "PLANTED", "plant_pair_detector"]
 
 
 def plant_pair_detector(built: Construction, *, blocks_name: str, slot_a: int, slot_b: int, code_a: int,
@@ -136,6 +136,26 @@ def _c1_planted(slot_a: int, slot_b: int, code_a: int, code_b: int):
     return build
 
 
+def _a1_foreign(task: Task, k: int = 1, **options) -> Construction:
+    """A1 whose unit (s = 0, r = 0) also fires, as strongly as the right unit, on the query (s = 0, r = 1):
+    that query's output is the sum of two answers' codes, wrong on every task where they differ in some way
+    that flips the argmax (most tasks: this one is not a rare-task counterexample, the seeded check sees it
+    too). Facts in the MLP fire task-independently, so a planted failure there is linear in the written codes
+    and cannot be made rare the way the pair detectors are."""
+    built = registry.get("A1").build(task, k, **options)
+    assert built.layout is not None
+    mlp = built.model.layers[0].mlp
+    assert mlp is not None
+    rel = built.layout["relations"]
+    W1 = np.array(mlp.W1)
+    W1[rel[1], 0] = W1[rel[0], 0]
+    layer = Layer(built.model.layers[0].attention, MLP(W1, mlp.b1, mlp.W2, mlp.b2))
+    model = Model(built.model.entity_embedding, built.model.relation_embedding, built.model.unembedding,
+                  (layer,), built.model.position_embedding, meta=built.model.meta,
+                  readout_columns=built.model.readout_columns)
+    return Construction(model, built.promise, built.codes, built.constants, built.layout)
+
+
 def _spec(id_: str, name: str, base: str, build, cases: tuple[dict, ...]) -> ConstructionSpec:
     spec = registry.get(base)
     return ConstructionSpec(id_, name, f"planted counterexample on {spec.id}: one pair-detector unit", build,
@@ -157,4 +177,5 @@ PAIR_G2 = _spec("P5", "planted-g2-paths", "G2", _g2_planted(1, 2, 12, 345),
                 ({"N": 1024, "R": 2, "k": 2},))
 PAIR_C1 = _spec("P6", "planted-c1-cot", "C1", _c1_planted(1, 0, 77, 501),
                 ({"N": 1024, "R": 2, "k": 2},))
+FOREIGN_A1 = _spec("P7", "planted-a1-foreign-unit", "A1", _a1_foreign, ({"N": 64, "R": 2, "integer": True},))
 PLANTED = (PAIR_G1, PAIR_G1_SIGN, PAIR_G1_SYMMETRIC, PAIR_G1_DISJOINT, PAIR_G2, PAIR_C1)

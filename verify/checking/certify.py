@@ -82,8 +82,8 @@ def declaration_tasks(N: int, R: int, seed: int, *, attributes: str = "shared",
                       symmetric: bool = False) -> list[Task]:
     """The tasks a declaration is checked on: THE seeded task and two structured ones (cyclic shifts
     ``π_r(s) = s + r + 1`` and mirrors ``π_r(s) = r − s (mod N)``; for symmetric relations, the pairings
-    ``s ↔ s xor 1`` and ``s ↔ s + N/2``); above N·R = 2^22 the seeded task and the shifts only (each build
-    costs seconds there). Distinct tasks whenever more than one task exists."""
+    ``s ↔ s xor 1`` and ``s ↔ s + N/2``); above N·R = 2^22 the two structured ones only (drawing the seeded
+    task costs seconds there). Distinct tasks whenever more than one task exists."""
     s = np.arange(N, dtype=np.int64)
     r = np.arange(R, dtype=np.int64)[:, None]
     if symmetric:
@@ -92,9 +92,11 @@ def declaration_tasks(N: int, R: int, seed: int, *, attributes: str = "shared",
     else:
         first = (s[None, :] + r + 1) % N
         second = (r - s[None, :]) % N
-    tasks = [task_for_seed(N, R, seed, attributes=attributes, symmetric=symmetric)]  # type: ignore[arg-type]
-    tasks += [Task(np.array(t), attributes) for t in (first, second)[: 2 if N * R <= 2**22 else 1]]  # type: ignore[arg-type]
-    return tasks
+    structured = [Task(np.array(t), attributes) for t in (first, second)]  # type: ignore[arg-type]
+    if N * R > 2**22:  # drawing the seeded task costs more than the two builds together there
+        return structured
+    return [task_for_seed(N, R, seed, attributes=attributes, symmetric=symmetric),  # type: ignore[arg-type]
+            *structured]
 
 
 def _declared_entity_check(model: Model, encoding: TaskEncoding, answers: np.ndarray, blocks: np.ndarray,

@@ -323,8 +323,8 @@ def certify_estimate(spec, N: int, R: int, k: int, codes: str, D: int | None) ->
     est.add("tasks built for the declaration check", 8 * 3 * N * (R + (R**k if k > 1 else 0)) * 2, "N or R")
     est.add("weights without the entity table", int(8 * 4 * d * m), "R or k")
     est.add("per-position maps S·C_u, their W1 products", int(8 * 4 * (2 * k) * (d * d + d * m)), "R or k")
-    est.add("point chunks and decoder blocks",
-            8 * 4 * cert.CHUNK_POINTS * (m + 4 * D_used + 16) + 2 * 64 * 2**20, "R")
+    est.add("point chunks, decoder blocks, hidden activations (facts in W2)",
+            8 * 4 * cert.CHUNK_POINTS * (8 * D_used + 64) + 8 * 8 * 2**22 + 2 * 64 * 2**20, "R")
     return est
 
 

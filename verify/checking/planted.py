@@ -165,15 +165,17 @@ def _spec(id_: str, name: str, base: str, build, cases: tuple[dict, ...]) -> Con
 
 
 # Each: the spec and the case (sizes, codes, options, variant) where sampled tasks pass and some task fails.
-PAIR_G1 = _spec("P1", "planted-g1-binary", "G1", _g1_planted(0, 1, 5, 9),
+# The code pairs were chosen (once, by enumerating the pairs those tasks hold) so that THE seeded task and the
+# 300 random tasks of the tests (seeds 1000..1299) hold none: a planted counterexample is a designed object.
+PAIR_G1 = _spec("P1", "planted-g1-binary", "G1", _g1_planted(0, 1, 5, 100),
                 ({"N": 1024, "R": 2, "integer": True},))
 PAIR_G1_SIGN = _spec("P2", "planted-g1-sign", "G1", _g1_planted(2, 0, 17, 300),
                      ({"N": 1024, "R": 3, "codes": "sign", "D": 40},))
-PAIR_G1_SYMMETRIC = _spec("P3", "planted-g1-symmetric", "G1", _g1_planted(1, 0, 2, 700),
+PAIR_G1_SYMMETRIC = _spec("P3", "planted-g1-symmetric", "G1", _g1_planted(1, 0, 2, 100),
                           ({"N": 1024, "R": 2, "integer": True, "symmetric": True},))
 PAIR_G1_DISJOINT = _spec("P4", "planted-g1-disjoint", "G1", _g1_planted(0, 1, 33, 44),
                          ({"N": 1024, "R": 2, "integer": True, "attributes": "disjoint"},))
-PAIR_G2 = _spec("P5", "planted-g2-paths", "G2", _g2_planted(1, 2, 12, 345),
+PAIR_G2 = _spec("P5", "planted-g2-paths", "G2", _g2_planted(1, 2, 12, 100),
                 ({"N": 1024, "R": 2, "k": 2},))
 PAIR_C1 = _spec("P6", "planted-c1-cot", "C1", _c1_planted(1, 0, 77, 501),
                 ({"N": 1024, "R": 2, "k": 2},))

@@ -119,6 +119,12 @@ def _declared_entity_check(model: Model, encoding: TaskEncoding, answers: np.nda
     return ""
 
 
+def _build(spec, task: Task, k: int, codes, D: int | None, seed: int, options: dict) -> Construction:
+    """``spec.build`` as ``check`` calls it: the code options only when given, the codes stream of the seed."""
+    code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
+    return spec.build(task, k, rng=seeds.rng(seed, "codes"), **code_options, **options)
+
+
 def _declared_rows_check(model: Model, out: np.ndarray, answers: np.ndarray, vectors: np.ndarray,
                          superposed: bool) -> str:
     """Compare W2's declared columns with the codes of the units' answers; '' or the difference."""
@@ -179,12 +185,11 @@ def check_declaration(spec, N: int, R: int, k: int, *, codes: str = "binary", D:
             # function of the seed, not of the task): drawn once; the comparison below still checks it.
             given = codes if built_first is None else built_first.codes
             try:
-                built = spec.build(task, k, codes=given, D=None if given is not codes else D,
-                                   rng=seeds.rng(seed, "codes"), **options)
+                built = _build(spec, task, k, given, None if given is not codes else D, seed, options)
             except (TypeError, InputError):
                 if given is codes:
                     raise
-                built = spec.build(task, k, codes=codes, D=D, rng=seeds.rng(seed, "codes"), **options)
+                built = _build(spec, task, k, codes, D, seed, options)
         layout = built.layout
         if layout is None or encoding.blocks not in layout:
             raise DeclarationError(f"{spec.label}: its layout has no block {encoding.blocks!r} (declared)")
@@ -1129,7 +1134,7 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
         dense logits on the witness query itself."""
         report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**options},
                            attributes=attributes, symmetric=symmetric, task=task)  # type: ignore[arg-type]
-        rebuilt = spec.build(task, k, codes=codes, D=D, rng=seeds.rng(seed, "codes"), **options)
+        rebuilt = _build(spec, task, k, codes, D, seed, options)
         tokens = np.asarray([prompt], dtype=np.int64)
         if spec.decoding == "greedy":
             target = task.table[prompt[k - 1] - N, prompt[k]]  # step 1's answer; then the true chain

@@ -268,6 +268,9 @@ def _eval(doc: dict) -> list[str]:
              f"{'relation':>8}  {'queries':>9}  {'accuracy':>8}  {'min margin':>10}  {'mean margin':>11}"]
     lines += [f"{r['relation']:>8}  {r['queries']:>9,}  {100 * (r['accuracy'] or 0):7.2f}%  "
               f"{_fmt(r['min_margin']):>10}  {_fmt(r['mean_margin']):>11}" for r in doc["per_relation"]]
+    return lines
+
+
 def _certify(doc: dict) -> list[str]:
     """``certify``: one row (sizes, margin promised vs certified, counts, verdict), then the witness or the
     reasons."""

@@ -120,7 +120,7 @@ def _declared_entity_check(model: Model, encoding: TaskEncoding, answers: np.nda
 
 
 def _build(spec, task: Task, k: int, codes, D: int | None, seed: int, options: dict) -> Construction:
-    """``spec.build`` as ``check`` calls it: the code options only when given, the codes stream of the seed."""
+    """``spec.build`` as ``check`` calls it: code options only when given, the codes stream of the seed."""
     code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
     return spec.build(task, k, rng=seeds.rng(seed, "codes"), **code_options, **options)
 

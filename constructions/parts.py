@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from georecall.constructions.codes import Codes
+from georecall.constructions.encoding import Superposition, active_recording
 from georecall.constructions.model import MLP, Attention
 
 __all__ = ["block_superposition", "code_readout", "gated_selector", "one_hot_positions", "positional_heads",
@@ -31,9 +32,16 @@ def block_superposition(codes: Codes, answers: np.ndarray, blocks: np.ndarray, d
     """Entity embeddings ``E (N, d)`` with ``E[s, blocks[b]] = a_{answers[b, s]}`` and zeros elsewhere.
 
     ``answers`` has shape ``(P, N)`` (one row per block: a relation for G1 and C1, a relation path for G2) and
-    ``blocks`` shape ``(P, D)``: ``e_s = Σ_b J_{B_b} a_{answers[b, s]}``, the block superposition.
+    ``blocks`` shape ``(P, D)``: ``e_s = Σ_b J_{B_b} a_{answers[b, s]}``, the block superposition. Inside
+    ``constructions.encoding.recording()`` it records its arguments and returns zeros (``georecall certify``).
     """
     P, N = answers.shape
+    calls = active_recording()
+    if calls is not None:  # georecall certify checks a declared encoding: record, never form the table
+        placeholder = np.zeros((N, d))  # zero pages, never written: not committed to memory
+        placeholder.setflags(write=False)
+        calls.append(Superposition(codes.vectors, np.asarray(answers), np.asarray(blocks), d, placeholder))
+        return placeholder
     E = np.zeros((N, d))
     for b in range(P):  # one block at a time (no (P, N, D) temporary); a column slice when the block is
         # contiguous: fancy-index assignment is about 4x slower at N = 2^20 (measured; row chunks were slower)

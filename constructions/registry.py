@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from georecall.constructions.codes import binary_length
+from georecall.constructions.encoding import TaskEncoding
 from georecall.constructions.multi_hop import build_a2_depth, build_a2_width, build_c1, build_g2
 from georecall.constructions.single_hop import Construction, build_a1, build_g1
 from georecall.errors import InputError
@@ -113,6 +114,8 @@ class ConstructionSpec:
         construction is listed as "not covered" by the bits and bounds rows (never silently dropped)
     common : which of the common options (``COMMON_OPTIONS``: ``codes``, ``D``, ``lam``) its builder takes
         (default all three); one it does not take is refused when given, and never passed when not given
+    task_encoding : how the task enters the built model (``constructions.encoding.TaskEncoding``), for
+        ``georecall certify``; None: not declared (certify then answers UNKNOWN and says why)
     """
 
     id: str
@@ -130,6 +133,7 @@ class ConstructionSpec:
     readout: Literal["code", "dense"] = "dense"
     bits: BitsClaim | None = None
     common: frozenset[str] = COMMON_OPTIONS
+    task_encoding: TaskEncoding | None = None
 
     def __post_init__(self) -> None:
         if self.hops not in ("single", "multi"):
@@ -140,6 +144,8 @@ class ConstructionSpec:
             raise InputError(f"spec {self.id}: facts_in must be 'embeddings' or 'mlp', got {self.facts_in!r}")
         if self.readout not in ("code", "dense"):
             raise InputError(f"spec {self.id}: readout must be 'code' or 'dense', got {self.readout!r}")
+        if self.task_encoding is not None and not isinstance(self.task_encoding, TaskEncoding):
+            raise InputError(f"spec {self.id}: task_encoding must be a TaskEncoding or None")
         if self.bound not in BOUNDS:
             raise InputError(f"spec {self.id}: bound must be one of {BOUNDS}, got {self.bound!r}")
         if self.bits is not None and not isinstance(self.bits, BitsClaim):
@@ -333,6 +339,7 @@ register(
         ),
         readout="code",
         bits=BitsClaim(1024, 8, needed=2, table=2, per_parameter=1),
+        task_encoding=TaskEncoding("relations", "blocks", "single"),
     )
 )
 register(
@@ -348,6 +355,7 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(256, 4, needed=3),
+        task_encoding=TaskEncoding("relations", "out", "single", array="layers.0.mlp.W2"),
     )
 )
 register(
@@ -363,6 +371,7 @@ register(
         verify_cases=({"N": 1024, "R": 3, "k": 3}, {"N": 256, "R": 3, "k": 2, "attention": "hard"}),
         readout="code",
         bits=BitsClaim(256, 3, 2, needed=2, table=2, per_parameter=1),
+        task_encoding=TaskEncoding("paths", "path_blocks", "paths"),
     )
 )
 register(
@@ -379,6 +388,7 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(64, 2, 2, needed=4),
+        task_encoding=TaskEncoding("paths", "out", "paths", array="layers.0.mlp.W2"),
     )
 )
 register(
@@ -411,5 +421,6 @@ register(
         verify_cases=({"N": 1024, "R": 4, "k": 3},),
         readout="code",
         bits=BitsClaim(256, 3, 3, needed=2, table=2, per_parameter=1),
+        task_encoding=TaskEncoding("relations", "blocks", "cot"),
     )
 )

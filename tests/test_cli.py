@@ -539,6 +539,8 @@ def _small_argv(tmp_path) -> dict[str, list[str]]:
         "verify": ["verify"],
         "check single-hop": ["check", "single-hop", "--N", "16", "--R", "2"],
         "check multi-hop": ["check", "multi-hop", "--N", "8", "--R", "2", "--k", "2"],
+        "certify single-hop": ["certify", "single-hop", "--N", "16", "--R", "2"],
+        "certify multi-hop": ["certify", "multi-hop", "--N", "8", "--R", "2", "--k", "2"],
         "tradeoff": ["tradeoff", "--N", "64", "--R", "2", "--k-max", "2"],
         "bounds": ["bounds", "--N", "64", "--R", "2", "--k", "1"],
         "count": ["count", "--N", "3", "--R", "2", "--k", "1"],

@@ -31,6 +31,7 @@ __all__ = [
     "output_dir",
     "output_path",
     "run_bounds",
+    "run_certify",
     "run_check_multi_hop",
     "run_check_single_hop",
     "run_count",
@@ -249,6 +250,9 @@ def _check(p, hops: str) -> dict:
                                 bits=bits, integer=integer, attributes=getattr(p, "attributes", "shared"),
                                 what=f"check {hops}-hop").require(budget)
     common = dict(construction=spec, codes=p.codes, D=p.D, seed=p.seed, max_bytes=budget, progress=p.progress)
+    if getattr(p, "task", None):  # a given task (a witness of georecall certify, say), not the seeded one
+        common["task"] = _task_file(p.task, p.N, p.R, getattr(p, "attributes", "shared"),
+                                    getattr(p, "symmetric", False))
     tmp = None
     if save is not None:
         directory, base = os.path.split(os.path.abspath(save))
@@ -268,11 +272,33 @@ def _check(p, hops: str) -> dict:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
     report = rep.as_dict()
-    params = {**report["params"], "save": save}
+    params = {**report["params"], "save": save, **({"task": p.task} if getattr(p, "task", None) else {})}
     report["params"] = params
     rest = {key: value for key, value in report.items() if key not in ("passed", "version", "params")}
     return _doc(f"check {hops}-hop", p, params, est, budget, status=0 if rep.passed else 1,
                 passed=rep.passed, reports=[report], **rest)
+
+
+def _task_file(path: str, N: int, R: int, attributes: str, symmetric: bool):
+    """The task in an ``(R, N)`` ``.npy`` table (``check --task``), validated: shape, integer ids, bijections
+    (perfect matchings with ``--symmetric``)."""
+    from georecall.theory.tasks import Task
+    member = memory.npy_member(_input_file(path, "task file"))
+    if member.shape != (R, N):
+        raise InputError(f"task file {path!r} holds a table of shape {member.shape}, expected (R, N) = "
+                         f"({R}, {N})")
+    if member.dtype.kind not in "iu":
+        raise InputError(f"task file {path!r} holds {member.dtype} values, not integer entity ids")
+    try:
+        table = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"cannot read task file {path!r}: {str(exc).splitlines()[0]}") from None
+    task = Task(table, attributes)  # type: ignore[arg-type]  # validates the bijections (InputError)
+    rows = np.arange(R)[:, None]
+    if symmetric and not (np.array_equal(table[rows, table], np.broadcast_to(np.arange(N), (R, N)))
+                          and not np.any(table == np.arange(N))):
+        raise InputError(f"task file {path!r}: --symmetric needs every relation to be a perfect matching")
+    return task
 
 
 def run_check_single_hop(p) -> dict:
@@ -283,6 +309,61 @@ def run_check_single_hop(p) -> dict:
 def run_check_multi_hop(p) -> dict:
     """``check multi-hop``: one k-hop construction, every N·R^k query."""
     return _check(p, "multi")
+
+
+# ---------------------------------------------------------------------------------------------- certify
+
+
+def certify_estimate(spec, N: int, R: int, k: int, codes: str, D: int | None) -> Estimate:
+    """Peak bytes of ``certify``: codes, the declaration's tasks (and k-hop tables), the weights without the
+    entity table (never formed for a recorded superposition), the per-position maps and the point chunks."""
+    from georecall.verify.checking import certify as cert
+    est = Estimate(f"certify {spec.hops}-hop")
+    D_used = memory.code_length(codes, N, D)
+    promise = spec.nominal_promise(N, R, k)
+    d, m = promise.d * max(1.0, D_used / max(1, (N - 1).bit_length())), promise.m
+    est.add("codes (and the compact read-out)", 2 * 8 * N * D_used, "N")
+    est.add("tasks built for the declaration check", 8 * 3 * N * (R + (R**k if k > 1 else 0)) * 2, "N or R")
+    est.add("weights without the entity table", int(8 * 4 * d * m), "R or k")
+    est.add("per-position maps S·C_u, their W1 products", int(8 * 4 * (2 * k) * (d * d + d * m)), "R or k")
+    est.add("point chunks, decoder blocks, hidden activations (facts in W2)",
+            8 * 4 * cert.CHUNK_POINTS * (8 * D_used + 64) + 8 * 8 * 2**22 + 2 * 64 * 2**20, "R")
+    return est
+
+
+def run_certify(p) -> dict:
+    """``certify single-hop|multi-hop``: every task at once (verify/checking/certify.py)."""
+    from georecall.verify.checking import certify as cert
+    hops = "single" if p.command == "certify single-hop" else "multi"
+    spec = _spec(p.construction, hops)
+    k = getattr(p, "k", 1)
+    integer = bool(getattr(p, "integer", False))
+    if integer and p.codes == "gaussian":
+        raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
+    if getattr(p, "symmetric", False) and p.N % 2:
+        raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
+    if p.codes == "binary" and p.D is not None and p.D < 63 and 2**p.D < p.N:
+        raise InputError(f"binary codes need 2^D >= N; got 2^{p.D} = {2**p.D} < N = {p.N}")
+    witness = output_path(p.witness, suffix=".npy", what="witness file") if p.witness else None
+    budget = _budget(p)
+    est = certify_estimate(spec, p.N, p.R, k, p.codes, p.D).require(budget)
+    if hops == "single":
+        options = {"gate": p.gate, "lam": p.lam, **({"integer": True} if integer else {})}
+    else:
+        options = {"attention": p.attention, "beta": p.beta, "gate": p.gate}
+    result = cert.certify(spec, p.N, p.R, k, codes=p.codes, D=p.D, options=options, seed=p.seed,
+                          attributes=getattr(p, "attributes", "shared"),
+                          symmetric=getattr(p, "symmetric", False),
+                          max_points=p.max_points, progress=p.progress)
+    written = None
+    if result.witness_table is not None and witness is not None:
+        from georecall.io import atomic_write
+        table = result.witness_table
+        written = atomic_write(witness, lambda f: np.save(f, table, allow_pickle=False))
+    doc = result.as_dict()
+    doc["witness_file"] = written
+    params = {**doc.pop("params"), "witness": witness, "max_points": p.max_points}
+    return _doc(p.command, p, params, est, budget, status=0 if result.passed else 1, **doc)
 
 
 # ------------------------------------------------------------------------------------- tables and counts
@@ -925,6 +1006,8 @@ COMMANDS = {
     "verify": run_verify,
     "check single-hop": run_check_single_hop,
     "check multi-hop": run_check_multi_hop,
+    "certify single-hop": run_certify,
+    "certify multi-hop": run_certify,
     "tradeoff": run_tradeoff,
     "bounds": run_bounds,
     "count": run_count,

@@ -136,6 +136,8 @@ SHARED: dict[str, tuple[str, ...]] = {
     "verify": ("seed", "json", "quiet", "max-gib"),
     "check single-hop": ("seed", "json", "quiet", "max-gib"),
     "check multi-hop": ("seed", "json", "quiet", "max-gib"),
+    "certify single-hop": ("seed", "json", "quiet", "max-gib"),
+    "certify multi-hop": ("seed", "json", "quiet", "max-gib"),
     "tradeoff": ("json",),
     "bounds": ("json", "quiet", "max-gib"),
     "count": ("json", "quiet", "max-gib"),
@@ -279,6 +281,54 @@ def _group(sub, name: str, help_: str, description: str):
     return group.add_subparsers(dest="target", required=True, parser_class=_Parser, metavar="KIND")
 
 
+def _add_certify(sub, codes: tuple[str, ...]) -> None:
+    """``certify single-hop|multi-hop``: one verdict for every task (verify/checking/certify.py)."""
+    from georecall.verify.checking.certify import MAX_POINTS
+    group = _group(sub, "certify", "certify a construction for every task at once",
+                   "Prove that a construction answers every query of EVERY task ((N!)^R of them) with its "
+                   "promised margin (CERTIFIED), or find a task where it fails (REFUTED, with a witness that "
+                   "'check --task' confirms), or say which bound was not tight enough (UNKNOWN). Exit 0 only "
+                   "for CERTIFIED.")
+    for hops in ("single", "multi"):
+        p = group.add_parser(f"{hops}-hop", parents=_shared(f"certify {hops}-hop"),
+                             help=f"a {hops}-hop construction, every task",
+                             description="Relax each slot of an entity's declared superposition to range "
+                             "over the whole codebook, prove the MLP units off for every task by per-slot "
+                             "maxima, enumerate the remaining slots exactly and compare the minimum margin "
+                             "with the promise (integer mode: exact integers).")
+        default = "geometric" if hops == "single" else "path-blocks"
+        p.add_argument("--construction", default=default, metavar="NAME",
+                       help=f"a registered {hops}-hop construction: " + _choices(hops)
+                       + "; or MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec")
+        _add_sizes(p, N=4096 if hops == "single" else 256, R=16 if hops == "single" else 3)
+        if hops == "multi":
+            p.add_argument("--k", type=_k, default=2, help="number of hops k (default 2)")
+            p.add_argument("--attention", choices=("softmax", "hard"), default="softmax",
+                           help="softmax (default) or hard (an idealization: β -> ∞)")
+            p.add_argument("--beta", type=_real(positive=True), default=None,
+                           help="inverse temperature β of the positional heads (default: from the leakage "
+                                "inequality)")
+        p.add_argument("--codes", choices=codes, default="binary",
+                       help="attribute codes a_i (default binary)")
+        p.add_argument("--D", type=_D, default=None, help="code length D (default as for check)")
+        p.add_argument("--gate", type=_real(positive=True), default=None, help="gate constant G")
+        if hops == "single":
+            p.add_argument("--integer", action="store_true",
+                           help="±1 codes and integer constants: certify in exact integer arithmetic")
+            p.add_argument("--lam", type=_real(positive=True, maximum=1e12), default=1.0,
+                           help="read-out scale λ (default 1)")
+            p.add_argument("--attributes", choices=("shared", "disjoint"), default="shared",
+                           help="shared or disjoint attribute sets (as for check)")
+            p.add_argument("--symmetric", action="store_true",
+                           help="every task's relations are perfect matchings (N even)")
+        p.add_argument("--max-points", type=_whole(1, 2**40), default=MAX_POINTS,
+                       help=f"largest joint enumeration of live slots per query type before UNKNOWN "
+                            f"(default {MAX_POINTS:,})")
+        p.add_argument("--witness", default=None, metavar="WITNESS.npy",
+                       help="when REFUTED, write the witness task here as an (R, N) table (atomically)")
+        p.set_defaults(command=f"certify {hops}-hop")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     """The ``georecall`` argument parser (construction choices from the registry).
 
@@ -344,6 +394,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         "(answer vocabulary N·R)")
     p.add_argument("--symmetric", action="store_true",
                    help="relations are random perfect matchings (involutions; N must be even)")
+    p.add_argument("--task", default=None, metavar="TABLE.npy",
+                   help="check this task, an (R, N) table of bijections (e.g. a witness of certify), instead "
+                        "of THE seeded one")
     p.set_defaults(command="check single-hop")
 
     p = check_sub.add_parser("multi-hop", parents=_shared("check multi-hop"),
@@ -367,7 +420,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=_real(positive=True), default=None, metavar="β",
                    help="inverse temperature β of the positional heads (default: the smallest β whose "
                         "leakage ε = n/(e^β + n) leaves half the margin)")
+    p.add_argument("--task", default=None, metavar="TABLE.npy",
+                   help="check this task, an (R, N) table of bijections (e.g. a witness of certify), instead "
+                        "of THE seeded one")
     p.set_defaults(command="check multi-hop")
+
+    _add_certify(sub, codes)
 
     p = sub.add_parser("tradeoff", parents=_shared("tradeoff"),
                        help="the capacity-depth tradeoff as a table",

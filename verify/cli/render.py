@@ -272,10 +272,48 @@ def _eval(doc: dict) -> list[str]:
     return lines
 
 
+def _certify(doc: dict) -> list[str]:
+    """``certify``: one row (sizes, margin promised vs certified, counts, verdict), then the witness or the
+    reasons."""
+    promise = doc.get("promise") or {}
+    params = doc["params"]
+    margin = doc.get("min_margin_exact") or _fmt(doc.get("min_margin"))
+    head = ["certify", "N", "R", "k", "margin prom/min", "allowance", "query types", "points", "units shut",
+            "time s", "verdict"]
+    row = [doc["name"], f"{params['N']:,}", str(params["R"]), str(params["k"]),
+           f"{_fmt(promise.get('margin'))}/{margin}", _fmt(doc.get("allowance"), 3),
+           f"{doc.get('query_types', 0):,}", f"{doc.get('points', 0):,}", f"{doc.get('units_shut', 0):,}",
+           f"{doc.get('seconds', 0.0):.2f}", doc["verdict"]]
+    widths = [max(len(a), len(b)) for a, b in zip(head, row)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in (head, row)]
+    if doc["verdict"] == "CERTIFIED":
+        lines.append(f"every task: every query's margin >= {margin} (promise {_fmt(promise.get('margin'))})"
+                     + ("" if doc.get("integer") else f", float64 allowance {_fmt(doc.get('allowance'), 3)}"))
+    witness = doc.get("witness")
+    if witness:
+        lines.append(f"witness: subject {witness['subject']}, query {witness['query_type']}, margin "
+                     f"{_fmt(witness['margin'])} (promised {_fmt(witness['promised'])})"
+                     + (f"; task written to {doc['witness_file']}" if doc.get("witness_file") else
+                        "; write the task with --witness FILE.npy"))
+        conf = doc.get("confirmation")
+        if conf:
+            verdict = "passed" if conf["check_passed"] else "FAILED"
+            lines.append(f"confirmed by check on the witness task: accuracy {conf['accuracy']:.6%}, min "
+                         f"margin {_fmt(conf['min_margin'])}, check {verdict}")
+    for reason in doc.get("reasons", []):
+        lines.append("unknown: " + reason.get("why", "")
+                     + (f" [{reason['query_type']}]" if "query_type" in reason else ""))
+        for unit in reason.get("units", [])[:4]:
+            lines.append(f"  {unit}")
+    return lines
+
+
 _TEXT = {
     "verify": _verify,
     "check single-hop": _reports,
     "check multi-hop": _reports,
+    "certify single-hop": _certify,
+    "certify multi-hop": _certify,
     "tradeoff": _tradeoff,
     "count": _count,
     "precision": _precision,

@@ -578,9 +578,17 @@ def _section_mechanism(seed: int = 0, progress: bool = False) -> list[Report]:
     return section_mechanism(seed, progress)
 
 
+def _section_certified(seed: int = 0, progress: bool = False) -> list[Report]:
+    """The "certified for every task" rows (verify/sections/certified.py), each with a negative control."""
+    from georecall.verify.sections.certified import section_certified
+
+    return section_certified(seed, progress)
+
+
 SECTIONS: list[tuple[str, Callable[..., list[Report]]]] = [
     ("single hop", section_single_hop),
     ("multi hop", section_multi_hop),
+    ("certified for every task", _section_certified),
     ("lower bounds and counting", section_bounds),
     ("gradient descent", section_training),
     ("mechanism probes", section_probes),

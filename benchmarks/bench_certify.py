@@ -1,0 +1,70 @@
+"""Benchmark: ``georecall certify`` (every task at once) beside ``georecall check`` (the seeded task).
+
+Runs each command line in a child process (so that each has its own peak resident memory, ``ru_maxrss`` from
+``os.wait4``) and reports wall time, peak memory and the verdict / margin it printed. Default cases: G1 at
+N = 4096, R = 16 and at N = 2^20, R = 16 (integer mode), G2 and C1 at their verify sizes. Targets for G1 at
+N = 2^20, R = 16: ≤ 30 s and ≤ 2 GiB (issue 20). Prints the machine's load average before and after: on a
+shared machine the times move with it.
+
+Run by hand (nice it on a shared machine):
+    nice -n 10 python benchmarks/bench_certify.py
+    nice -n 10 python benchmarks/bench_certify.py --only big
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+CASES = {
+    "g1-4096": ["single-hop", "--construction", "geometric", "--N", "4096", "--R", "16", "--integer"],
+    "big": ["single-hop", "--construction", "geometric", "--N", str(2**20), "--R", "16", "--integer"],
+    "big-float": ["single-hop", "--construction", "geometric", "--N", str(2**20), "--R", "16"],
+    "g2": ["multi-hop", "--construction", "path-blocks", "--N", "1024", "--R", "3", "--k", "3"],
+    "c1": ["multi-hop", "--construction", "cot", "--N", "1024", "--R", "4", "--k", "3"],
+}
+
+
+def _peak_of_child(argv: list[str]) -> tuple[float, float, dict]:
+    """Wall seconds, peak RSS (GiB, the child's own ``ru_maxrss`` from ``os.wait4``) and the JSON document of
+    ``georecall ARGV --json`` run in a child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "georecall.verify.cli", *argv, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = proc.stdout.read() if proc.stdout is not None else b""
+    err = proc.stderr.read() if proc.stderr is not None else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} failed ({code}): {err.decode()[-400:]}")
+    return seconds, usage.ru_maxrss / 2**20, json.loads(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=sorted(CASES), default=None)
+    parser.add_argument("--no-check", action="store_true", help="certify only (skip check beside it)")
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()}")
+    for name in args.only or list(CASES):
+        argv = CASES[name]
+        seconds, peak, doc = _peak_of_child(["certify", *argv])
+        margin = doc.get("min_margin_exact") or doc.get("min_margin")
+        print(f"certify {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  {doc['verdict']}  min margin {margin}"
+              f"  (promise {doc['promise']['margin']:.6g}; {doc['points']:,} points, "
+              f"{doc['query_types']:,} query types)")
+        if not args.no_check:
+            seconds, peak, doc = _peak_of_child(["check", *argv])
+            verdict = "PASS" if doc["passed"] else "FAIL"
+            print(f"check   {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  {verdict}"
+                  f"  min margin {doc['check']['min_margin']:.6g} (the seeded task only)")
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

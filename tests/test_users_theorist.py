@@ -321,7 +321,7 @@ def test_csv_prints_only_the_chosen_columns(capsys):
     code, text, _ = run(["bounds", "--N", "64", "--R", "2", "--k", "1", "--format", "csv", "--columns",
                          "construction,d", "--quiet"], capsys)
     lines = [line for line in text.splitlines() if line]
-    assert code == 0 and lines[0] == "construction,d" and len(lines) == 7
+    assert code == 0 and lines[0] == "construction,d" and {"G1,20", "A1,14"} <= set(lines[1:])
     assert all(line.count(",") == 1 for line in lines)
 
 

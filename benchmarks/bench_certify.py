@@ -23,7 +23,7 @@ import time
 CASES = {
     "g1-4096": ["single-hop", "--construction", "geometric", "--N", "4096", "--R", "16", "--integer"],
     "big": ["single-hop", "--construction", "geometric", "--N", str(2**20), "--R", "16", "--integer"],
-    "big-float": ["single-hop", "--construction", "geometric", "--N", str(2**20), "--R", "16"],
+    "big-float": ["single-hop", "--construction", "geometric", "--N", str(2**20), "--R", "16", "--float"],
     "g2": ["multi-hop", "--construction", "path-blocks", "--N", "1024", "--R", "3", "--k", "3"],
     "c1": ["multi-hop", "--construction", "cot", "--N", "1024", "--R", "4", "--k", "3"],
 }

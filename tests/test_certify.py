@@ -583,3 +583,19 @@ def test_certify_never_forms_the_entity_table_at_scale():
     table = 2**20 * (4 * 20 + 4 + 20) * 8
     assert peak < table, f"peak {peak / 2**30:.2f} GiB, entity table {table / 2**30:.2f} GiB"
     assert math.isfinite(peak)
+
+
+def test_certify_is_exact_by_default_where_the_construction_allows_it(capsys):
+    """The issue's command, without flags, certifies G1 in exact integer arithmetic (margin 4); --float and
+    real constants certify in floating point; --integer beside --float is refused."""
+    code, out, _ = run(["certify", "single-hop", "--construction", "geometric", "--N", "4096", "--R", "16",
+                        "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["verdict"] == "CERTIFIED" and doc["params"]["integer"] is True
+    assert doc["min_margin_exact"] == "4"
+    code, out, _ = run(["certify", "single-hop", "--N", "64", "--R", "2", "--float", "--json"], capsys)
+    assert code == 0 and json.loads(out)["params"]["integer"] is False
+    code, out, _ = run(["certify", "single-hop", "--N", "64", "--R", "2", "--lam", "0.5", "--json"], capsys)
+    assert code == 0 and json.loads(out)["params"]["integer"] is False
+    code, _, err = run(["certify", "single-hop", "--N", "64", "--R", "2", "--float", "--integer"], capsys)
+    assert code == 2 and "exclude each other" in err

@@ -338,6 +338,12 @@ def run_certify(p) -> dict:
     spec = _spec(p.construction, hops)
     k = getattr(p, "k", 1)
     integer = bool(getattr(p, "integer", False))
+    if integer and getattr(p, "float", False):
+        raise InputError("--integer and --float exclude each other")
+    if hops == "single" and not integer and not getattr(p, "float", False):
+        # exact arithmetic where the construction has an integer scale and no real constant was asked for
+        integer = ("integer" in spec.accepts() and p.codes in ("binary", "sign") and p.lam == 1.0
+                   and p.gate is None)
     if integer and p.codes == "gaussian":
         raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
     if getattr(p, "symmetric", False) and p.N % 2:

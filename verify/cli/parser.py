@@ -314,7 +314,11 @@ def _add_certify(sub, codes: tuple[str, ...]) -> None:
         p.add_argument("--gate", type=_real(positive=True), default=None, help="gate constant G")
         if hops == "single":
             p.add_argument("--integer", action="store_true",
-                           help="±1 codes and integer constants: certify in exact integer arithmetic")
+                           help="±1 codes and integer constants: certify in exact integer arithmetic (the "
+                                "default where the construction allows it: binary or sign codes, no --lam "
+                                "or --gate given)")
+            p.add_argument("--float", action="store_true",
+                           help="certify in floating point with a stated rounding allowance instead")
             p.add_argument("--lam", type=_real(positive=True, maximum=1e12), default=1.0,
                            help="read-out scale λ (default 1)")
             p.add_argument("--attributes", choices=("shared", "disjoint"), default="shared",

@@ -41,6 +41,7 @@ __all__ = [
     "run_precision",
     "run_probe",
     "run_probe_hidden",
+    "run_probe_lm",
     "run_sweep_threshold",
     "run_tradeoff",
     "run_train",
@@ -923,6 +924,46 @@ def _require_matplotlib() -> None:
         raise InputError(PLOT_HINT)
 
 
+def run_probe_lm(p) -> dict:
+    """``probe-lm``: a real LM's hidden states on real facts (the only user of :mod:`georecall.verify.lm`)."""
+    from georecall.verify.lm import facts as lmfacts
+    from georecall.verify.lm import loader
+    loader.require_extra()
+    facts_path = p.facts or lmfacts.bundled_facts_path()
+    facts = lmfacts.load_facts(facts_path)
+    figures_dir = output_dir(p.figures) if p.figures is not None else None
+    if figures_dir is not None:
+        _require_matplotlib()
+    budget = _budget(p)
+    est = Estimate("probe-lm")
+    est.add("model weights as float32 (twice with the random control) and one loading copy",
+            loader.weight_bytes_bound(p.model) * (2 if p.no_random_control else 3), "--no-random-control")
+    est.add("torch and transformers", memory.GIB // 2, "—")
+    est.require(budget)
+    from georecall.verify.lm import run as lmrun
+    if not p.progress:
+        loader.quiet()
+    loader.set_threads(p.threads)
+    loaded = loader.load_model(p.model)
+    L, width = int(loaded.model.config.num_hidden_layers), int(loaded.model.config.hidden_size)
+    n_seq = len(facts.subjects) + 2 * len(facts.facts())
+    est.add("states (subjects, prompts, attributes; every layer) and the superposition fits",
+            4 * n_seq * (L + 1) * width * 2 + 8 * 16 * len(facts.relations) * width * width, "--layers")
+    est.require(budget)
+    doc = lmrun.probe_lm(loaded, facts, layers=p.layers, intervene_layers=p.intervene_layers,
+                         template=p.template, seed=p.seed, random_control=not p.no_random_control,
+                         batch_size=p.batch_size, progress=lmrun.stderr_progress if p.progress else None)
+    files: list[str] = []
+    if figures_dir is not None:
+        from georecall.verify.lm.figure import figure
+        files = figure(doc, figures_dir)
+    params = {"model": p.model, "facts": facts_path, "layers": p.layers,
+              "intervene_layers": p.intervene_layers,
+              "template": p.template, "random_control": not p.no_random_control, "batch_size": p.batch_size,
+              "threads": p.threads, "figures": figures_dir, "seed": p.seed}
+    return _doc("probe-lm", p, params, est, budget, **doc, text=lmrun.render_text(doc), figures=files)
+
+
 def run_figures(p) -> dict:
     """``figures``: the figures of a results file and the computed ones, at ``--dpi`` in each ``--format``."""
     from georecall.verify.experiments.figures import make_figures
@@ -1025,6 +1066,7 @@ COMMANDS = {
     "eval": run_eval,
     "transfer": run_transfer,
     "probe-hidden": run_probe_hidden,
+    "probe-lm": run_probe_lm,
     "figures": run_figures,
     "demo": run_demo,
 }

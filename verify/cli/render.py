@@ -324,6 +324,7 @@ _TEXT = {
     "eval": _eval,
     "transfer": _probe,
     "probe-hidden": _probe_hidden,
+    "probe-lm": lambda doc: list(doc["text"]) + list(doc["figures"]),
     "figures": lambda doc: list(doc["files"]),
     "demo": lambda doc: list(doc["lines"]),
     "bounds": lambda doc: [doc["text"]],

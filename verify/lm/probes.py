@@ -1,0 +1,143 @@
+"""The per-layer probes on hidden states of real facts (NumPy only; the arrays come from :mod:`.extract`).
+
+Every fit is a ridge map (:mod:`.ridge`: strength by 5-fold cross-validation on the fit rows only) evaluated
+by
+**cross-fitting over subjects**: the subjects are split into ``folds`` groups; each group is held out once,
+the
+map is fitted on the others, and every subject is scored exactly once, by a map that never saw it.
+
+- :func:`decode_relation`: map a subject's state ``h`` (width p) to the vector of its attribute (the
+unembedding
+  row of the attribute's first token); the prediction's nearest candidate (cosine after subtracting the fit
+  targets' mean) among the relation's candidates, grouped by first token (two candidates that share a first
+  token
+  are one class), must be the attribute's class. Baselines: chance 1 / classes and the fit rows' majority
+  class.
+- :func:`superposition_fit`: the subject's state on the concatenation of its attributes' vectors, one block
+per
+  relation (zeros and a 0/1 presence column where the subject has no fact in that relation); held-out R².
+- :func:`shuffled` permutes the attributes among the subjects of each relation: the shuffled-facts control.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from georecall.verify.lm.ridge import cross_fit, r2_score
+
+__all__ = ["decode_relation", "folds_of", "shuffled", "superposition_fit"]
+
+
+def folds_of(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``k`` (at most n) disjoint held-out groups covering ``range(n)``, from one seeded permutation."""
+    return [np.sort(p) for p in np.array_split(rng.permutation(n), int(min(k, n)))]
+
+
+def decode_relation(H: np.ndarray, labels: np.ndarray, V: np.ndarray, *, folds: int, rng: np.random.Generator
+                    ) -> dict:
+    """Cross-fitted linear decoding of one relation's attribute class from states.
+
+    Parameters
+    ----------
+    H : (n, p) array
+        One state per subject of the relation.
+    labels : (n,) int array
+        Each subject's attribute class (an index into ``V``).
+    V : (C, q) array
+        One target vector per candidate class.
+    folds : int
+        Cross-fitting groups over the subjects.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    dict
+        ``accuracy``, ``majority`` (the fit rows' most frequent class, scored the same way), ``chance``
+        (1 / C), ``n``, ``classes``, ``alphas`` (the chosen strengths, relative to the grid).
+    """
+    n = H.shape[0]
+    groups = folds_of(n, folds, rng)
+    fitted = cross_fit(H, V[labels], groups, rng=rng)
+    correct = np.zeros(n, dtype=bool)
+    majority = np.zeros(n, dtype=bool)
+    alphas = fitted["alphas"]
+    for test in groups:
+        fit = np.setdiff1d(np.arange(n), test)
+        mu = V[labels[fit]].mean(axis=0)
+        P = fitted["predictions"][test] - mu
+        C = V - mu
+        P /= np.maximum(np.linalg.norm(P, axis=1, keepdims=True), 1e-30)
+        C = C / np.maximum(np.linalg.norm(C, axis=1, keepdims=True), 1e-30)
+        correct[test] = (P @ C.T).argmax(axis=1) == labels[test]
+        counts = np.bincount(labels[fit], minlength=V.shape[0])
+        majority[test] = labels[test] == int(counts.argmax())
+    return {"accuracy": float(correct.mean()), "majority": float(majority.mean()), "chance": 1.0 / V.shape[0],
+            "n": int(n), "classes": int(V.shape[0]), "alphas": alphas}
+
+
+def _design(blocks: list[np.ndarray], present: np.ndarray) -> np.ndarray:
+    """Concatenated per-relation attribute vectors (zeros where absent) and the 0/1 presence columns."""
+    parts = [np.where(present[:, r : r + 1], B, 0.0) for r, B in enumerate(blocks)]
+    return np.concatenate(parts + [present.astype(np.float64)], axis=1)
+
+
+def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarray, *, folds: int,
+                      rng: np.random.Generator, keep_maps: bool = True) -> dict:
+    """Cross-fitted ridge fit of each subject's state on its attributes' vectors; held-out R².
+
+    Parameters
+    ----------
+    H : (n, p) array
+        One state per subject.
+    blocks : list of (n, q) arrays
+        For each relation, the vector of each subject's attribute (any value where absent).
+    present : (n, R) bool array
+        Whether the subject has a fact in each relation.
+    folds : int
+    rng : numpy.random.Generator
+    keep_maps : bool
+        Return the fitted blocks (R·q·p floats per group; only where interventions need them).
+
+    Returns
+    -------
+    dict
+        ``r2`` (pooled over held-out subjects and state coordinates), ``presence_r2`` (the same fit on the
+        presence columns alone: how much the relation pattern explains), ``alphas``, and ``maps``: per
+        held-out
+        group ``(test indices, A)`` with ``A[r]`` the (q, p) block that maps relation r's vector into the
+        state.
+    """
+    X = _design(blocks, present)
+    q = blocks[0].shape[1]
+    groups = folds_of(H.shape[0], folds, rng)
+    fitted = cross_fit(X, H, groups, rng=rng, keep_W=keep_maps)
+    P = fitted["predictions"]
+    P0 = cross_fit(present.astype(np.float64), H, groups, rng=rng)["predictions"]
+    alphas = fitted["alphas"]
+    maps = [(test, [W[r * q : (r + 1) * q] for r in range(len(blocks))])
+            for test, W in zip(groups, fitted.get("W", []))]
+    return {"r2": r2_score(H, P), "presence_r2": r2_score(H, P0), "alphas": alphas, "maps": maps}
+
+
+def shuffled(labels_by_relation: list[np.ndarray], present: np.ndarray, rng: np.random.Generator
+             ) -> list[np.ndarray]:
+    """Attributes permuted among the subjects that have each relation (the shuffled-facts control).
+
+    Parameters
+    ----------
+    labels_by_relation : list of (n,) int arrays
+        Each relation's attribute index per subject (any value where absent).
+    present : (n, R) bool array
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    list of (n,) int arrays
+    """
+    out = []
+    for r, lab in enumerate(labels_by_relation):
+        lab = lab.copy()
+        idx = np.flatnonzero(present[:, r])
+        lab[idx] = lab[rng.permutation(idx)]
+        out.append(lab)
+    return out

@@ -391,3 +391,26 @@ def test_verdict_follows_the_declared_thresholds():
     broken["interventions"][0]["stay"] = 0.5
     v = run.verdict(broken)
     assert v["encoding_layers"] == [] and v["superposition_layers"] == [] and v["selective_layers"] == []
+
+
+def test_probe_lm_command_on_a_tiny_model_folder(tiny, tmp_path, capsys):
+    from georecall.verify.cli import main
+    folder = tmp_path / "m"
+    tiny.model.save_pretrained(folder)
+    tiny.tokenizer.save_pretrained(folder)
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps(_tiny_facts().to_json()))
+    argv = ["probe-lm", "--model", str(folder), "--facts", str(facts), "--layers", "0", "1", "2",
+            "--intervene-layers", "1", "--seed", "3"]
+    capsys.readouterr()
+    assert main(argv + ["--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert err == "" and doc["seed"] == 3 and doc["status"] == 0 and len(doc["layers"]) == 3
+    assert "memory" in doc and doc["memory"]["total_gib"] > 0
+    assert main(argv + ["--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and sum(line.startswith("verdict: ") for line in out.splitlines()) == 4
+    assert main(argv) == 0 and "probe-lm:" in capsys.readouterr().err  # progress on stderr
+    assert main(argv + ["--max-gib", "0.001"]) == 2  # over the budget: refused before loading
+    assert main(["probe-lm", "--model", str(tmp_path / "none"), "--quiet"]) == 2

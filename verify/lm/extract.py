@@ -1,18 +1,15 @@
 """Hidden states at chosen token positions, batched, and forward-hook interventions (torch).
 
 Layer ``ℓ`` of an ``L``-layer decoder is the residual stream after block ``ℓ`` (``ℓ = 0``: the token
-embeddings;
-``ℓ = L``: the last block's output *before* the final norm; Hugging Face's ``output_hidden_states`` gives
-the same
-tensors for ``ℓ < L`` and the normed one at ``L``). States are read by forward hooks on the embedding and on
-every block; an intervention is a forward hook, registered first, that adds a given vector to the output of
-the
-module of layer ``ℓ`` at one position per sequence, so every later hook and block sees the edited stream.
+embeddings; ``ℓ = L``: the last block's output *before* the final norm; Hugging Face's
+``output_hidden_states`` gives the same tensors for ``ℓ < L`` and the normed one at ``L``). States are read by
+forward hooks on the embedding and on every block; an intervention is a forward hook, registered first, that
+adds a given vector to the output of the module of layer ``ℓ`` at one position per sequence, so every later
+hook and block sees the edited stream.
 
 Positions: :func:`last_subject_token` is the last token whose character span starts before the subject's end
 (the tokenizer's offsets; special tokens, whose spans are empty, are never chosen), as in the relations code.
-Sequences are right-padded, so positions and the last real token are those of the unpadded sequence.
-"""
+Sequences are right-padded, so positions and the last real token are those of the unpadded sequence."""
 
 from __future__ import annotations
 

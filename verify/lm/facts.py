@@ -12,17 +12,16 @@ Format (JSON, UTF-8; ``docs/lm.md`` documents it with an example)::
 
 Every template holds ``{}`` exactly once (the subject's place); a relation's candidates are distinct and hold
 every attribute a subject has in it (``candidates`` may be omitted: then it is the distinct attributes, in
-order
-of first appearance); subject names are distinct; every relation has at least one subject. :func:`load_facts`
-refuses anything else with one line naming the place (:class:`~georecall.errors.InputError`).
+order of first appearance); subject names are distinct; every relation has at least one subject.
+:func:`load_facts` refuses anything else with one line naming the place
+(:class:`~georecall.errors.InputError`).
 
 :func:`build_from_relations` builds the bundled file from the factual relations of evandez/relations (MIT;
 Hernandez et al. 2023, "Linearity of Relation Decoding in Transformer Language Models"). Rule: an exact
 duplicate (subject, object) is kept once; a subject with two different objects in one relation loses that
 fact; relations keep at least ``min_subjects`` subjects and subjects at least ``min_relations`` relations
 (applied alternately until nothing changes); a relation's candidates are all distinct objects of its source
-file. Sorted by name, so the build is deterministic.
-"""
+file. Sorted by name, so the build is deterministic."""
 
 from __future__ import annotations
 

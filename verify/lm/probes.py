@@ -1,23 +1,17 @@
 """The per-layer probes on hidden states of real facts (NumPy only; the arrays come from :mod:`.extract`).
 
 Every fit is a ridge map (:mod:`.ridge`: strength by 5-fold cross-validation on the fit rows only) evaluated
-by
-**cross-fitting over subjects**: the subjects are split into ``folds`` groups; each group is held out once,
-the
-map is fitted on the others, and every subject is scored exactly once, by a map that never saw it.
+by **cross-fitting over subjects**: the subjects are split into ``folds`` groups; each group is held out once,
+the map is fitted on the others, and every subject is scored exactly once, by a map that never saw it.
 
 - :func:`decode_relation`: map a subject's state ``h`` (width p) to the vector of its attribute (the
-unembedding
-  row of the attribute's first token); the prediction's nearest candidate (cosine after subtracting the fit
-  targets' mean) among the relation's candidates, grouped by first token (two candidates that share a first
-  token
-  are one class), must be the attribute's class. Baselines: chance 1 / classes and the fit rows' majority
-  class.
+  unembedding row of the attribute's first token); the prediction's nearest candidate (cosine after
+  subtracting the fit targets' mean) among the relation's candidates, grouped by first token (two candidates
+  that share a first token are one class), must be the attribute's class. Baselines: chance 1 / classes and
+  the fit rows' majority class.
 - :func:`superposition_fit`: the subject's state on the concatenation of its attributes' vectors, one block
-per
-  relation (zeros and a 0/1 presence column where the subject has no fact in that relation); held-out R².
-- :func:`shuffled` permutes the attributes among the subjects of each relation: the shuffled-facts control.
-"""
+  per relation (zeros and a 0/1 presence column where the subject has no fact in that relation); held-out R².
+- :func:`shuffled` permutes the attributes among the subjects of each relation: the shuffled-facts control."""
 
 from __future__ import annotations
 
@@ -103,9 +97,8 @@ def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarr
     dict
         ``r2`` (pooled over held-out subjects and state coordinates), ``presence_r2`` (the same fit on the
         presence columns alone: how much the relation pattern explains), ``alphas``, and ``maps``: per
-        held-out
-        group ``(test indices, A)`` with ``A[r]`` the (q, p) block that maps relation r's vector into the
-        state.
+        held-out group ``(test indices, A)`` with ``A[r]`` the (q, p) block that maps relation r's vector
+        into the state.
     """
     X = _design(blocks, present)
     q = blocks[0].shape[1]

@@ -1,12 +1,11 @@
 """Ridge regression with its strength chosen by k-fold cross-validation on the fit rows only (NumPy).
 
 Model: ``Y ≈ 1·b + X·W`` with ``W = argmin |Yc − Xc·W|² + α|W|²`` on centred rows (the intercept is not
-penalised). Closed form through one SVD of the centred fit rows, ``Xc = U S Vᵀ``:
-``W(α) = V diag(s / (s² + α)) Uᵀ Yc``, so every α of the grid costs one small product. Rule for α: the
-grid ``ALPHAS`` (log-spaced, scaled by the mean squared singular value of the fit rows, so the grid follows
-the data's scale), K folds of the fit rows (contiguous after one seeded permutation), the α with the
-smallest mean held-in-fold squared error; ties go to the larger α. Rows outside the fit rows are never seen.
-"""
+penalised). Closed form through one SVD of the centred fit rows, ``Xc = U S Vᵀ``: ``W(α) = V diag(s / (s² +
+α)) Uᵀ Yc``, so every α of the grid costs one small product. Rule for α: the grid ``ALPHAS`` (log-spaced,
+scaled by the mean squared singular value of the fit rows, so the grid follows the data's scale), K folds of
+the fit rows (contiguous after one seeded permutation), the α with the smallest mean held-in-fold squared
+error; ties go to the larger α. Rows outside the fit rows are never seen."""
 
 from __future__ import annotations
 

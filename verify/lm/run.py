@@ -1,24 +1,18 @@
-"""The ``probe-lm`` study: hidden states of a real LM on real facts, per-layer probes, interventions,
-controls,
+"""The ``probe-lm`` study: a real LM's hidden states on real facts, per-layer probes, interventions, controls,
 and a verdict against thresholds declared before the run (``docs/lm.md``; the constants below are those).
 
 States (one per layer ``ℓ = 0..L``, see :mod:`.extract`; every text is read after the one-token context
 :data:`PREFIX`): the *subject state* ``h_s`` is the state at the last token of the subject's name read alone
-(the same tensor as in every prompt that starts with the subject: the
-model is causal), the *prompt state* is the state at the last subject token of the relation-r prompt.
-Attribute vectors: ``U`` the unembedding row of the attribute's first token (``" " + attribute``), and
-``Hv`` the
-attribute's own state (last token of ``" " + attribute`` read alone) at the same layer.
+(the same tensor as in every prompt that starts with the subject: the model is causal), the *prompt state* is
+the state at the last subject token of the relation-r prompt. Attribute vectors: ``U`` the unembedding row of
+the attribute's first token (``" " + attribute``), and ``Hv`` the attribute's own state (last token of ``" " +
+attribute`` read alone) at the same layer.
 
-Interventions at layer ℓ: ``A_r`` is relation r's block of the cross-fitted superposition map (``U``
-vectors; the
-map from the group in which the subject was held out), ``Δ = A_r(U_j − U_{a_r(s)})`` with ``j`` a uniformly
-drawn
-other attribute class of r; ``Δ`` is added at the subject position of the relation-r prompt (success: the
-greedy
-next token becomes ``j``'s first token) and, the same ``Δ``, at the subject position of each of the subject's
-other prompts (stay: their greedy answer does not change).
-"""
+Interventions at layer ℓ: ``A_r`` is relation r's block of the cross-fitted superposition map (``U`` vectors;
+the map from the group in which the subject was held out), ``Δ = A_r(U_j − U_{a_r(s)})`` with ``j`` a
+uniformly drawn other attribute class of r; ``Δ`` is added at the subject position of the relation-r prompt
+(success: the greedy next token becomes ``j``'s first token) and, the same ``Δ``, at the subject position of
+each of the subject's other prompts (stay: their greedy answer does not change)."""
 
 from __future__ import annotations
 

@@ -48,7 +48,8 @@ def figure(doc: dict, out: str) -> list[str]:
     ax.set_xlabel("layer")
     ax.set_ylabel("held-out accuracy (mean over relations)")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7)
+    # between the accuracy lines (about 0.3) and the "others stay" markers (about 1)
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.01, 0.42))
     ax.set_title("linear decoding of attributes", fontsize=10)
     ax = axes[1]
     ax.plot(layers, [r["r2_u"] for r in doc["layers"]], "o-", label="R², unembedding vectors")

@@ -15,8 +15,8 @@ The rule (declared; :data:`RELATIVE_ALPHAS`):
 3. the fit rows are cut into ``folds`` random folds (``rng``); for every ρ the held-out squared error of every
    fold, summed over folds and over all targets (one strength for all targets), is computed from one SVD of
    each fold's training rows;
-4. the chosen ρ minimises that sum (ties go to the larger ρ, the simpler fit); the coefficients are refitted on
-   all fit rows at that ρ.
+4. the chosen ρ minimises that sum (ties go to the larger ρ, the simpler fit); the coefficients are refitted
+   on all fit rows at that ρ.
 
 ``alphas=(0.0,)`` is ordinary least squares (the minimum-norm solution when X is rank-deficient, singular
 values below ``max(n, p)·ε·s_max`` treated as zero): the baseline the tests compare against.
@@ -64,6 +64,8 @@ class RidgeFit:
         Fit rows and features (without the intercept).
     folds : int
         Folds of the cross-validation (0: a single strength, no cross-validation).
+    rank : int
+        Numerical rank of the centred fit rows (singular values above ``max(n, p)·ε·s_max``).
     cv_error : dict
         ρ -> summed held-out squared error over folds and targets.
     """
@@ -76,6 +78,7 @@ class RidgeFit:
     n: int
     p: int
     folds: int
+    rank: int = 0
     cv_error: dict = field(default_factory=dict)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
@@ -87,16 +90,17 @@ class RidgeFit:
 
     @property
     def underdetermined(self) -> bool:
-        """p ≥ n: without the penalty the fit would interpolate its rows."""
-        return self.p >= self.n
+        """The centred fit rows have full row rank (``rank ≥ n − 1``): without the penalty the fit would
+        interpolate them, whatever the targets."""
+        return self.rank >= self.n - 1
 
     def maps(self) -> np.ndarray:
-        """``[coef; intercept]``, shape (p + 1, targets): the row form the probes apply as ``X @ W[:-1] + W[-1]``."""
+        """``[coef; intercept]``, shape (p + 1, targets): the row form ``X @ W[:-1] + W[-1]``."""
         return np.vstack([self.coef, self.intercept[None, :]])
 
     def describe(self) -> dict:
         """p, n, the chosen strength, for reports (JSON-ready)."""
-        return {"p": int(self.p), "n": int(self.n), "alpha": float(self.alpha),
+        return {"p": int(self.p), "n": int(self.n), "rank": int(self.rank), "alpha": float(self.alpha),
                 "relative_alpha": float(self.relative_alpha), "folds": int(self.folds),
                 "underdetermined_without_penalty": bool(self.underdetermined)}
 
@@ -104,6 +108,12 @@ class RidgeFit:
 def _svd(Xc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     U, s, Vt = np.linalg.svd(Xc, full_matrices=False)
     return U, s, Vt
+
+
+def _rank(s: np.ndarray, shape: tuple[int, int]) -> int:
+    if not s.size or s[0] == 0:
+        return 0
+    return int(np.sum(s > s[0] * max(shape) * np.finfo(np.float64).eps))
 
 
 def _shrink(s: np.ndarray, alpha: float) -> np.ndarray:
@@ -199,12 +209,14 @@ def fit_ridge_cv_many(X: np.ndarray, Ys: list, *, rng: np.random.Generator,
             cv_errors[t] = dict(zip(grid, errors[t].tolist()))
             chosen[t] = min(range(len(grid)), key=lambda i, t=t: (errors[t, i], -grid[i]))
     U, s, Vt = _svd(Xc)
+    rank = _rank(s, Xc.shape)
     out = []
     for t, Y in enumerate(targets):
         rho = grid[chosen[t]]
         y_mean = Y.mean(axis=0)
         coef = Vt.T @ (_shrink(s, rho * scale)[:, None] * (U.T @ (Y - y_mean)))
         intercept = y_mean - x_mean @ coef
-        out.append(RidgeFit(coef=coef, intercept=intercept, alpha=rho * scale, relative_alpha=rho, scale=scale,
-                            n=n, p=p, folds=folds if len(grid) > 1 else 0, cv_error=cv_errors[t]))
+        out.append(RidgeFit(coef=coef, intercept=intercept, alpha=rho * scale, relative_alpha=rho,
+                            scale=scale, n=n, p=p, folds=folds if len(grid) > 1 else 0, rank=rank,
+                            cv_error=cv_errors[t]))
     return out

@@ -53,12 +53,15 @@ from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.tasks import Task, _as_rng, random_task
 from georecall.verify.checking.check import check_queries
+from georecall.verify.experiments.fits import RidgeFit, fit_ridge_cv, fit_ridge_cv_many, r_squared
 
 __all__ = [
     "SELECTIVITY_THRESHOLD",
     "SUMMARY_FIELDS",
     "attribute_fits",
     "causal_intervention",
+    "check_model_shapes",
+    "embed_wider",
     "freeze_and_swap",
     "functional_transfer",
     "inverse_table",
@@ -70,18 +73,66 @@ __all__ = [
     "reference_models",
     "require_fit",
     "superposition_readout",
+    "task_accuracy",
     "unit_selectivity",
 ]
 
 SELECTIVITY_THRESHOLD = 0.9  # relation-selective unit: >= 90% of its mean activation on one relation
 
 
+def check_model_shapes(model: Model, task: Task) -> None:
+    """Refuse a model the probes would misread, naming the shapes (:class:`InputError`).
+
+    The probes read token ids as the model does (entity s is id s, relation r is id ``n_entities + r``) and
+    attributes as entity ids (shared attributes). An entity table with more rows than the task has entities
+    (e.g. a model exported with one token table) would put relation tokens on entity rows; a read-out of
+    another size would score answers that are not the task's.
+    """
+    E = model.entity_embedding
+    problems = []
+    if model.n_entities != task.N:
+        problems.append(f"the entity table has {model.n_entities} rows (E: {E.shape[0]} × {E.shape[1]}) but "
+                        f"the task has N = {task.N} entities")
+    if model.n_relations != task.R:
+        problems.append(f"the relation table has {model.n_relations} rows but the task has R = {task.R} "
+                        f"relations")
+    if model.n_out != task.N:
+        problems.append(f"the read-out has {model.n_out} rows (U: {model.n_out} × {model.d}) but the task's "
+                        f"answers are its N = {task.N} entities")
+    if problems:
+        raise InputError(f"model does not fit the task: {'; '.join(problems)} (the probes need shared "
+                         f"attributes, E: N × d, U: N × d)")
+
+
 def require_fit(model: Model, task: Task) -> None:
-    """The probes read attributes as entity ids (shared attributes): refuse a model that does not match."""
-    if model.n_entities < task.N or model.n_relations != task.R or model.n_out != task.N:
-        raise InputError(f"model (N={model.n_entities}, R={model.n_relations}, n_out={model.n_out}) does not "
-                         f"fit the task (N={task.N}, R={task.R}); the probes need shared attributes "
-                         f"(n_out = N)")
+    """:func:`check_model_shapes` (kept under its old name)."""
+    check_model_shapes(model, task)
+
+
+def task_accuracy(model: Model, task: Task) -> dict:
+    """The model's own accuracy on every query of its task, with the chance level 1/N, first in every probe
+    report: probes of a model that does not answer its task describe something else."""
+    check_model_shapes(model, task)
+    tokens, answers = single_hop_queries(task)
+    result = check_queries(model, tokens, answers)
+    return {"accuracy": float(result.accuracy), "correct": int(round(result.accuracy * answers.size)),
+            "queries": int(answers.size), "chance": 1.0 / task.N}
+
+
+def _warnings(accuracy: dict, fits: dict[str, dict]) -> list[str]:
+    """One line per reason to distrust a probe report: accuracy below 100%, and fits with p ≥ n."""
+    out = []
+    if accuracy["accuracy"] < 1.0:
+        out.append(f"the model answers {accuracy['accuracy']:.2%} of its {accuracy['queries']:,} facts "
+                   f"(chance 1/N = {accuracy['chance']:.2%}): the probes describe a model that does not "
+                   f"know its task")
+    for name, fit in fits.items():
+        if fit and fit.get("underdetermined_without_penalty"):
+            out.append(f"{name} fit is underdetermined: p = {fit['p']} features of rank {fit['rank']} "
+                       f"for n = {fit['n']} fit rows; without the ridge penalty (chosen ρ = "
+                       f"{fit['relative_alpha']:g}) it would interpolate, and its held-out R² is bounded by "
+                       f"what n rows identify, not only by the model")
+    return out
 
 
 def _split(n: int, holdout: float, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -96,23 +147,13 @@ def _split(n: int, holdout: float, rng) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _lstsq(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """Least squares with an intercept column: returns W of shape (features + 1, targets)."""
+    """Least squares with an intercept column (``probe-hidden`` only): W of shape (features + 1, targets)."""
     X1 = np.hstack([X, np.ones((X.shape[0], 1))])
     return np.linalg.lstsq(X1, Y, rcond=None)[0]
 
 
 def _apply(W: np.ndarray, X: np.ndarray) -> np.ndarray:
     return X @ W[:-1] + W[-1]
-
-
-def r_squared(Y: np.ndarray, Y_hat: np.ndarray) -> float:
-    """``1 − SS_res / SS_tot`` over all entries (SS_tot about the column means); 1.0 when Y is constant and
-    predicted exactly."""
-    ss_res = float(np.sum((Y - Y_hat) ** 2))
-    ss_tot = float(np.sum((Y - Y.mean(axis=0)) ** 2))
-    if ss_tot == 0:
-        return 1.0 if ss_res == 0 else 0.0
-    return 1.0 - ss_res / ss_tot
 
 
 def _encoding_design(model: Model, table: np.ndarray) -> np.ndarray:
@@ -122,30 +163,40 @@ def _encoding_design(model: Model, table: np.ndarray) -> np.ndarray:
 
 
 def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
-                          rng: np.random.Generator | int | None = None) -> dict:
-    """Encoding R² (overall) and per-relation decoding R² and probe accuracy, on held-out subjects."""
+                          rng: np.random.Generator | int | None = None,
+                          split: tuple[np.ndarray, np.ndarray] | None = None,
+                          forward: RidgeFit | None = None) -> dict:
+    """Encoding R² (overall) and per-relation decoding R² and probe accuracy, on held-out subjects.
+
+    Every fit is ridge with its strength chosen by 5-fold cross-validation on the fit subjects only
+    (:func:`.fits.fit_ridge_cv`); the R² and accuracies are on the held-out subjects (on the fit subjects when
+    ``holdout == 0``). ``split`` and ``forward`` reuse a split and an encoding fit already made on it
+    (:func:`mechanism_probes`). ``encoding_maps`` (``(R·d + 1) × d``, fitted on the fit subjects) are what the
+    interventions and the closed-form transfer apply.
+    """
     rng = _as_rng(rng)
+    check_model_shapes(model, task)
     E = np.asarray(model.entity_embedding[: task.N], dtype=np.float64)
     U = np.asarray(model.full_unembedding(), dtype=np.float64)
-    fit, test = _split(task.N, holdout, rng)
+    fit, test = _split(task.N, holdout, rng) if split is None else split
     X = _encoding_design(model, task.table)
-    W = _lstsq(X[fit], E[fit])
-    encoding_r2 = r_squared(E[test], _apply(W, X[test]))
+    if forward is None:
+        forward = fit_ridge_cv(X[fit], E[fit], rng=rng)
+    encoding_r2 = r_squared(E[test], forward.predict(X[test]))
     per_relation = []
     for r in range(task.R):
         target = U[task.table[r]]
-        B = _lstsq(E[fit], target[fit])
-        decoded = _apply(B, E[test])
+        B = fit_ridge_cv(E[fit], target[fit], rng=rng)
+        decoded = B.predict(E[test])
         accuracy = float(np.mean((decoded @ U.T).argmax(axis=1) == task.table[r, test]))
         per_relation.append({"relation": r, "r2": r_squared(target[test], decoded),
-                             "probe_accuracy": accuracy})
-    # the fitted maps could interpolate any embeddings: the held-out R² is then the only honest one
-    underdetermined = bool(np.linalg.matrix_rank(np.hstack([X[fit], np.ones((fit.size, 1))])) >= fit.size)
-    return {"encoding_r2": encoding_r2, "underdetermined": underdetermined,
+                             "probe_accuracy": accuracy, "fit": B.describe()})
+    return {"encoding_r2": encoding_r2, "underdetermined": forward.underdetermined,
+            "encoding_fit": forward.describe(),
             "decoding_r2_mean": float(np.mean([p["r2"] for p in per_relation])),
             "probe_accuracy_mean": float(np.mean([p["probe_accuracy"] for p in per_relation])),
             "per_relation": per_relation, "fit_subjects": int(fit.size), "test_subjects": int(test.size),
-            "holdout": holdout, "encoding_maps": W}
+            "holdout": holdout, "encoding_maps": forward.maps(), "test_index": test}
 
 
 def _with_entities(model: Model, E: np.ndarray) -> Model:
@@ -154,16 +205,22 @@ def _with_entities(model: Model, E: np.ndarray) -> Model:
 
 
 def causal_intervention(model: Model, task: Task, encoding_maps: np.ndarray, *, subjects: int | None = 256,
-                        rng: np.random.Generator | int | None = None) -> dict:
+                        rng: np.random.Generator | int | None = None,
+                        candidates: np.ndarray | None = None) -> dict:
     """Swap relation r's component of ``e_s`` for another attribute's and watch every relation's answer.
 
-    ``subjects`` caps how many subjects are intervened on (all if None); each gets one intervention per
-    relation. The intervened embeddings are extra rows of the entity table, run through THE forward pass.
+    ``subjects`` caps how many subjects are intervened on (all if None), drawn from ``candidates`` (default:
+    every subject; :func:`mechanism_probes` passes the subjects held out of the maps' fit); each gets one
+    intervention per relation. The intervened embeddings are extra rows of the entity table, run through THE
+    forward pass.
     """
     rng = _as_rng(rng)
     N, R = task.N, task.R
     d = model.d
-    chosen = np.sort(rng.choice(N, size=min(subjects or N, N), replace=False))
+    pool = np.arange(N) if candidates is None else np.asarray(candidates)
+    if pool.size == 0:
+        raise InputError("no subjects to intervene on")
+    chosen = np.sort(rng.choice(pool, size=min(subjects or pool.size, pool.size), replace=False))
     A = encoding_maps[:-1].reshape(R, d, d)  # A[r]: attribute vector -> its contribution to e_s (row form)
     U = np.asarray(model.full_unembedding(), dtype=np.float64)
     E = np.asarray(model.entity_embedding, dtype=np.float64)
@@ -293,27 +350,85 @@ def inverse_table(table: np.ndarray) -> np.ndarray:
     return inv
 
 
-def _held_out_r2(X: np.ndarray, Y: np.ndarray, fit: np.ndarray, test: np.ndarray) -> float:
-    """Held-out R² of the least-squares fit (with intercept) of Y on X, fitted on rows ``fit``, scored on
-    rows ``test``."""
-    return r_squared(Y[test], _apply(_lstsq(X[fit], Y[fit]), X[test]))
+def _displacement(final: np.ndarray, start: np.ndarray | None, what: str, tolerance: float,
+                  retained: float = 1.0):
+    """``final − retained·start``, or ``(None, reason)`` when there is no start or training did not move it.
 
-
-def _displacement(final: np.ndarray, start: np.ndarray | None, what: str, tolerance: float):
-    """``final − start``, or ``(None, reason)`` when there is no start or training did not move it."""
+    ``retained`` is the share of the initialisation that decoupled weight decay leaves after training:
+    ``Π_t (1 − lr·λ)`` over the updates applied (AdamW and the trainer's SGD shrink θ by ``1 − lr·λ`` before
+    every step, so ``θ_T = keep^T·θ_0 + (decayed updates)`` exactly, in exact arithmetic).
+    """
     if start is None:
         return None, "no initial model given"
     start = np.asarray(start, dtype=np.float64)
     if start.shape != final.shape:
         raise InputError(f"initial {what} has shape {start.shape}, the model's has {final.shape}")
-    moved = final - start
-    if np.linalg.norm(moved) <= tolerance * max(np.linalg.norm(start), np.finfo(float).tiny):
+    if not (np.isfinite(retained) and 0 <= retained <= 1):
+        raise InputError(f"the retained share of the initial {what} must be in [0, 1], got {retained}")
+    moved = final - retained * start
+    if np.linalg.norm(final - start) <= tolerance * max(np.linalg.norm(start), np.finfo(float).tiny):
         return None, f"{what} did not move (|Δ| <= {tolerance:g}·|initial|)"
+    if retained < 1:
+        return moved, f"{what} − {retained:.3g}·{what}⁰ (the initialisation's share left by weight decay)"
     return moved, ""
 
 
+def _attribute_fits(model: Model, task: Task, *, initial: Model | None, holdout: float, rng,
+                    tolerance: float, retained: dict | None) -> tuple[dict, dict]:
+    """:func:`attribute_fits`, with the forward fit and the subject split (for reuse) on the side."""
+    rng = _as_rng(rng)
+    check_model_shapes(model, task)
+    retained = {"E": 1.0, "U": 1.0, **(retained or {})}
+    N, R = task.N, task.R
+    E = np.asarray(model.entity_embedding[:N], dtype=np.float64)
+    U = np.asarray(model.full_unembedding()[:N], dtype=np.float64)
+    subjects_fit, subjects_test = _split(N, holdout, rng)
+    attributes_fit, attributes_test = _split(N, holdout, rng)
+    forward_design = U[task.table.T].reshape(N, -1)  # row s: [u_{π_1(s)}, ..., u_{π_R(s)}]
+    reverse_design = E[inverse_table(task.table).T].reshape(N, -1)  # row j: [e_{π_1^{-1}(j)}, ...]
+    if initial is not None:
+        check_model_shapes(initial, task)
+    dE, why_E = _displacement(E, None if initial is None else initial.entity_embedding[:N], "E", tolerance,
+                              retained["E"])
+    dU, why_U = _displacement(U, None if initial is None else initial.full_unembedding()[:N], "U", tolerance,
+                              retained["U"])
+    # the ceiling: an exact superposition c + X·A* with i.i.d. Gaussian maps on the model's own attribute
+    # vectors, through the same estimator, rows and folds: what this fit can score at this (n, p)
+    planted = forward_design @ rng.standard_normal((forward_design.shape[1], model.d))
+    sf, st = subjects_fit, subjects_test
+    targets = [E[sf], planted[sf]] + ([] if dE is None else [dE[sf]])
+    fits = fit_ridge_cv_many(forward_design[sf], targets, rng=rng)
+    forward, ceiling = fits[0], fits[1]
+    af, at = attributes_fit, attributes_test
+    rfits = fit_ridge_cv_many(reverse_design[af], [U[af]] + ([] if dU is None else [dU[af]]), rng=rng)
+    null = random_task(N, R, rng)
+    null_design = U[null.table.T].reshape(N, -1)
+    null_fit = fit_ridge_cv(null_design[sf], E[sf], rng=rng)
+    out: dict = {"forward_r2": r_squared(E[st], forward.predict(forward_design[st])),
+                 "reverse_r2": r_squared(U[at], rfits[0].predict(reverse_design[at]))}
+    out["forward_minus_reverse"] = out["forward_r2"] - out["reverse_r2"]
+    out["displacement_forward_r2"] = (None if dE is None else
+                                      r_squared(dE[st], fits[2].predict(forward_design[st])))
+    out["displacement_reverse_r2"] = (None if dU is None else
+                                      r_squared(dU[at], rfits[1].predict(reverse_design[at])))
+    out["displacement_notes"] = [why for why in (why_E, why_U) if why]
+    out["null_forward_r2"] = r_squared(E[st], null_fit.predict(null_design[st]))
+    out["forward_ceiling"] = r_squared(planted[st], ceiling.predict(forward_design[st]))
+    candidates = [v for v in (out["forward_r2"], out["displacement_forward_r2"]) if v is not None]
+    out["superposition_r2"] = max(candidates)
+    out["fits"] = {"forward": forward.describe(), "reverse": rfits[0].describe(),
+                   "displacement_forward": None if dE is None else fits[2].describe(),
+                   "displacement_reverse": None if dU is None else rfits[1].describe(),
+                   "null_forward": null_fit.describe(), "ceiling": ceiling.describe()}
+    out["underdetermined"] = bool(forward.underdetermined)
+    out.update(holdout=holdout, fit_rows=int(sf.size), test_rows=int(st.size),
+               features=int(forward_design.shape[1] + 1))
+    return out, {"forward": forward, "split": (sf, st)}
+
+
 def attribute_fits(model: Model, task: Task, *, initial: Model | None = None, holdout: float = 0.25,
-                   rng: np.random.Generator | int | None = None, tolerance: float = 1e-6) -> dict:
+                   rng: np.random.Generator | int | None = None, tolerance: float = 1e-6,
+                   retained: dict | None = None) -> dict:
     """Forward, reverse, displacement and null fits of embeddings against attribute read-out rows.
 
     With ``E`` (N × d) the entity embeddings, ``U`` (N × d) the read-out rows (attribute vectors) and
@@ -321,14 +436,17 @@ def attribute_fits(model: Model, task: Task, *, initial: Model | None = None, ho
 
     - forward: ``e_s ≈ c + Σ_r u_{π_r(s)} A_r``, held-out over subjects s;
     - reverse: ``u_j ≈ c' + Σ_r e_{π_r^{-1}(j)} B_r``, held-out over attributes j;
-    - displacement forward / reverse: the same fits of ``E − E⁰`` and ``U − U⁰`` (``initial`` holds
-      ``E⁰, U⁰``; ``None`` with a reason when there is no initial model or the table did not move, e.g. a
-      frozen read-out);
-    - null forward: the forward fit with the table of an independent random task (what fitting alone gives).
+    - displacement forward / reverse: the same fits of ``E − ρ_E·E⁰`` and ``U − ρ_U·U⁰`` (``initial`` holds
+      ``E⁰, U⁰``; ``ρ`` the share of the initialisation weight decay left, ``retained``; ``None`` with a
+      reason when there is no initial model or the table did not move, e.g. a frozen read-out);
+    - null forward: the forward fit with the table of an independent random task (what fitting alone gives);
+    - ceiling: the forward fit of an exact superposition with random Gaussian maps on the model's own
+      attribute vectors: the R² this estimator reaches at this (n, p) when the claim is exactly true.
 
-    Each R² is ``1 − SS_res/SS_tot`` over every entry of the held-out rows (:func:`r_squared`). The
-    ``superposition_r2`` is ``max(forward, displacement forward)``: the embeddings, or what training wrote
-    into them, as a superposition of the attribute vectors.
+    Every fit is ridge regression, its strength chosen by 5-fold cross-validation on the fit rows only
+    (:func:`.fits.fit_ridge_cv`); ``fits`` records p, n and the chosen strength of each. Each R² is
+    ``1 − SS_res/SS_tot`` over every entry of the held-out rows (:func:`.fits.r_squared`). The
+    ``superposition_r2`` is ``max(forward, displacement forward)``.
 
     Parameters
     ----------
@@ -337,36 +455,19 @@ def attribute_fits(model: Model, task: Task, *, initial: Model | None = None, ho
     holdout : float
         Share of rows held out (in [0, 1); 0 scores on the fit rows).
     rng
-        Splits and the null table.
+        Splits, folds, the planted maps and the null table.
     tolerance : float
         A table counts as unmoved when ``|Δ|_F <= tolerance·|initial|_F``.
+    retained : dict, optional
+        ``{"E": ρ_E, "U": ρ_U}`` in [0, 1] (default 1): the initialisation's share left by weight decay.
+
+    Raises
+    ------
+    InputError
+        A model or initial model whose shapes do not fit the task; a bad holdout or retained share.
     """
-    rng = _as_rng(rng)
-    require_fit(model, task)
-    N = task.N
-    E = np.asarray(model.entity_embedding[:N], dtype=np.float64)
-    U = np.asarray(model.full_unembedding()[:N], dtype=np.float64)
-    subjects_fit, subjects_test = _split(N, holdout, rng)
-    attributes_fit, attributes_test = _split(N, holdout, rng)
-    forward_design = U[task.table.T].reshape(N, -1)  # row s: [u_{π_1(s)}, ..., u_{π_R(s)}]
-    reverse_design = E[inverse_table(task.table).T].reshape(N, -1)  # row j: [e_{π_1^{-1}(j)}, ...]
-    out: dict = {"forward_r2": _held_out_r2(forward_design, E, subjects_fit, subjects_test),
-                 "reverse_r2": _held_out_r2(reverse_design, U, attributes_fit, attributes_test)}
-    out["forward_minus_reverse"] = out["forward_r2"] - out["reverse_r2"]
-    dE, why_E = _displacement(E, None if initial is None else initial.entity_embedding[:N], "E", tolerance)
-    dU, why_U = _displacement(U, None if initial is None else initial.full_unembedding()[:N], "U", tolerance)
-    out["displacement_forward_r2"] = (None if dE is None else
-                                      _held_out_r2(forward_design, dE, subjects_fit, subjects_test))
-    out["displacement_reverse_r2"] = (None if dU is None else
-                                      _held_out_r2(reverse_design, dU, attributes_fit, attributes_test))
-    out["displacement_notes"] = [why for why in (why_E, why_U) if why]
-    null = random_task(N, task.R, rng)
-    out["null_forward_r2"] = _held_out_r2(U[null.table.T].reshape(N, -1), E, subjects_fit, subjects_test)
-    candidates = [v for v in (out["forward_r2"], out["displacement_forward_r2"]) if v is not None]
-    out["superposition_r2"] = max(candidates)
-    out.update(holdout=holdout, fit_rows=int(subjects_fit.size), test_rows=int(subjects_test.size),
-               features=int(forward_design.shape[1] + 1))
-    return out
+    return _attribute_fits(model, task, initial=initial, holdout=holdout, rng=rng, tolerance=tolerance,
+                           retained=retained)[0]
 
 
 def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps: np.ndarray, *,
@@ -444,8 +545,9 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
 
 
 SUMMARY_FIELDS = (
-    "forward_r2", "reverse_r2", "forward_minus_reverse", "displacement_forward_r2", "displacement_reverse_r2",
-    "null_forward_r2", "superposition_r2", "probe_accuracy", "follows", "others_unchanged",
+    "accuracy", "forward_r2", "reverse_r2", "forward_minus_reverse", "displacement_forward_r2",
+    "displacement_reverse_r2", "null_forward_r2", "forward_ceiling", "superposition_r2", "forward_alpha",
+    "probe_accuracy", "follows", "others_unchanged",
     "selective_fraction", "gated_mass", "breadth_median", "active_fraction", "closed_form_transfer",
     "encoder_accuracy_A", "functional_zero_shot", "fitted_transfer", "chance",
 )
@@ -454,10 +556,14 @@ SUMMARY_FIELDS = (
 def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, seed: int = 0,
                      holdout: float = 0.25, subjects: int | None = 256, transfer_steps: int | None = 200,
                      encoder_steps: int | None = 300, lr: float = 1e-2,
-                     threshold: float = SELECTIVITY_THRESHOLD) -> dict:
+                     threshold: float = SELECTIVITY_THRESHOLD, retained: dict | None = None) -> dict:
     """Every probe of the mechanism study on one model, with a flat ``summary`` of :data:`SUMMARY_FIELDS`.
 
-    Randomness follows the seed contract: splits, the null table and the intervened subjects come from
+    The encoding maps (forward fit, ridge with cross-validated strength) are fitted on the fit subjects only;
+    the interventions are made on held-out subjects; the closed-form and functional transfer apply the same
+    maps to a new task.
+
+    Randomness follows the seed contract: splits, folds, the null table and the intervened subjects come from
     ``rng(seed, "probes")``; the new task B and the fitted transfer's start from ``rng(seed, "transfer")``.
     So every model probed with the same ``(N, R, seed)`` sees the same splits and the same task B.
 
@@ -468,23 +574,30 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
     transfer_steps, encoder_steps : int or None
         Step budgets of the fitted transfer (E trained on B, the rest frozen) and of the functional encoder;
         ``None`` skips that probe (its summary fields are then ``None``).
+    retained : dict, optional
+        The initialisation's share left by weight decay (:func:`attribute_fits`).
 
     Returns
     -------
     dict
-        ``summary`` (flat numbers), and the detailed ``fits``, ``readout``, ``intervention``, ``selectivity``,
-        ``transfer`` and ``functional`` results.
+        ``summary`` (flat numbers), ``accuracy`` (the model's own, on its task), ``warnings``, and the
+        detailed ``fits``, ``readout``, ``intervention``, ``selectivity``, ``transfer`` and ``functional``
+        results.
     """
     from georecall.theory.seeds import rng as seed_rng
 
-    require_fit(model, task)
+    check_model_shapes(model, task)
+    accuracy = task_accuracy(model, task)
     probes_rng = seed_rng(seed, "probes")
     transfer_rng = seed_rng(seed, "transfer")
-    fits = attribute_fits(model, task, initial=initial, holdout=holdout, rng=probes_rng)
-    readout = superposition_readout(model, task, holdout=holdout, rng=probes_rng)
-    readout.pop("encoding_maps")
-    maps = superposition_readout(model, task, holdout=0.0, rng=probes_rng)["encoding_maps"]
-    intervention = causal_intervention(model, task, maps, subjects=subjects, rng=probes_rng)
+    fits, extra = _attribute_fits(model, task, initial=initial, holdout=holdout, rng=probes_rng,
+                                  tolerance=1e-6, retained=retained)
+    readout = superposition_readout(model, task, holdout=holdout, rng=probes_rng, split=extra["split"],
+                                    forward=extra["forward"])
+    maps = readout.pop("encoding_maps")
+    held_out = readout.pop("test_index")
+    intervention = causal_intervention(model, task, maps, subjects=subjects, rng=probes_rng,
+                                       candidates=held_out if holdout > 0 else None)
     selectivity = unit_selectivity(model, task, threshold=threshold)
     new_task = random_task(task.N, task.R, transfer_rng)
     transfer = freeze_and_swap(model, task, maps, steps=transfer_steps, lr=lr, rng=transfer_rng,
@@ -497,9 +610,11 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
     functional = (functional_transfer(model, task, new_task, maps, steps=encoder_steps, lr=lr)
                   if encoder_steps is not None else None)
     summary = {
+        "accuracy": accuracy["accuracy"],
         **{k: fits[k] for k in ("forward_r2", "reverse_r2", "forward_minus_reverse",
                                 "displacement_forward_r2", "displacement_reverse_r2", "null_forward_r2",
-                                "superposition_r2")},
+                                "forward_ceiling", "superposition_r2")},
+        "forward_alpha": fits["fits"]["forward"]["relative_alpha"],
         "probe_accuracy": readout["probe_accuracy_mean"],
         "follows": intervention["follows"], "others_unchanged": intervention["others_unchanged"],
         "selective_fraction": selectivity["selective_fraction"], "gated_mass": selectivity["gated_mass"],
@@ -510,8 +625,61 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
         "functional_zero_shot": None if functional is None else functional["zero_shot_B"],
         "fitted_transfer": transfer["fitted_accuracy"], "chance": 1.0 / task.N,
     }
-    return {"summary": summary, "fits": fits, "readout": readout, "intervention": intervention,
-            "selectivity": selectivity, "transfer": transfer, "functional": functional}
+    warnings = _warnings(accuracy, {"forward": fits["fits"]["forward"], "reverse": fits["fits"]["reverse"]})
+    return {"summary": summary, "accuracy": accuracy, "warnings": warnings, "fits": fits, "readout": readout,
+            "intervention": intervention, "selectivity": selectivity, "transfer": transfer,
+            "functional": functional}
+
+
+def embed_wider(model: Model, d: int, rng: np.random.Generator | int | None = None) -> Model:
+    """The same function in a wider residual: pad every residual vector with ``d − model.d`` zeros and rotate
+    by a random orthogonal ``d × d`` matrix Q (Haar, from ``rng``).
+
+    With ``x' = [x, 0]·Q`` for every residual state, a map that reads the residual, ``x·W``, becomes
+    ``x'·Qᵀ[W; 0]`` and a write ``V`` becomes ``[V, 0]·Q``; embeddings, attention (W_Q, W_K, W_V read, W_O
+    writes), the MLP (W1 reads, W2 and b2 write) and the read-out U (``x'·U'ᵀ = x·Uᵀ``) are transformed so:
+    the logits are those of ``model`` up to rounding, but no coordinate means anything on its own, and every
+    table has full width d. The positive control of the probes at any width (G1 padded to the study's d).
+
+    Raises
+    ------
+    InputError
+        ``d`` smaller than the model's width.
+    """
+    from georecall.constructions.model import MLP, Attention, Layer
+
+    rng = _as_rng(rng)
+    d0 = model.d
+    if not isinstance(d, (int, np.integer)) or d < d0:
+        raise InputError(f"the wider residual must have d >= the model's d = {d0}, got {d!r}")
+    Q, upper = np.linalg.qr(rng.standard_normal((d, d)))
+    Q = Q * np.sign(np.diag(upper))[None, :]  # Haar: fix the signs of the QR factor
+    rot = Q.T  # x' = [x, 0] @ rot (rows of rot: the new coordinates of each old one)
+
+    def write(V):  # (..., d0) -> (..., d)
+        V = np.asarray(V, dtype=np.float64)
+        return V @ rot[:d0]
+
+    def read(W):  # (d0, k) -> (d, k), or (H, d0, k) -> (H, d, k)
+        W = np.asarray(W, dtype=np.float64)
+        return np.einsum("ij,...jk->...ik", rot[:d0].T, W)
+
+    layers = []
+    for layer in model.layers:
+        att = layer.attention
+        new_att = None
+        if att is not None:
+            new_att = Attention(att.kind, read(att.W_V), write(att.W_O),
+                                None if att.W_Q is None else read(att.W_Q),
+                                None if att.W_K is None else read(att.W_K), att.inverse_temperature)
+        mlp = layer.mlp
+        new_mlp = None if mlp is None else MLP(read(mlp.W1), np.asarray(mlp.b1, dtype=np.float64),
+                                               write(mlp.W2), write(mlp.b2))
+        layers.append(Layer(new_att, new_mlp))
+    meta = {**model.meta, "embedded_wider": {"from_d": int(d0), "d": int(d), "rotation": "Haar"}}
+    return Model(write(model.entity_embedding), write(model.relation_embedding),
+                 write(model.full_unembedding()), tuple(layers),
+                 None if model.position_embedding is None else write(model.position_embedding), meta=meta)
 
 
 def reference_models(task: Task, names: tuple[str, ...] = ("G1", "A1")) -> dict[str, Model]:
@@ -524,18 +692,23 @@ def reference_models(task: Task, names: tuple[str, ...] = ("G1", "A1")) -> dict[
 
 def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int | None = 256,
               transfer_steps: int | None = 200, rng: np.random.Generator | int | None = None) -> dict:
-    """Every probe, with one rng: readout, intervention, selectivity and (unless ``transfer_steps`` is None)
-    freeze-and-swap."""
+    """The model's own accuracy, then every probe with one rng: readout, intervention (on subjects held out
+    of the maps' fit), selectivity and (unless ``transfer_steps`` is None) freeze-and-swap; ``warnings``
+    lists an accuracy below 100% and fits with p ≥ n (``probe`` prints them first)."""
     rng = _as_rng(rng)
-    require_fit(model, task)
+    check_model_shapes(model, task)
+    accuracy = task_accuracy(model, task)
     readout = superposition_readout(model, task, holdout=holdout, rng=rng)
-    readout.pop("encoding_maps")  # fit on the training split only; intervention and transfer use all subjects
-    full_maps = superposition_readout(model, task, holdout=0.0, rng=rng)["encoding_maps"]
-    out = {"readout": readout,
-           "intervention": causal_intervention(model, task, full_maps, subjects=subjects, rng=rng),
+    maps = readout.pop("encoding_maps")
+    held_out = readout.pop("test_index")
+    out = {"accuracy": accuracy,
+           "warnings": _warnings(accuracy, {"encoding": readout["encoding_fit"]}),
+           "readout": readout,
+           "intervention": causal_intervention(model, task, maps, subjects=subjects, rng=rng,
+                                               candidates=held_out if holdout > 0 else None),
            "selectivity": unit_selectivity(model, task)}
     if transfer_steps is not None:
-        out["transfer"] = freeze_and_swap(model, task, full_maps, steps=transfer_steps, rng=rng)
+        out["transfer"] = freeze_and_swap(model, task, maps, steps=transfer_steps, rng=rng)
     return out
 
 

@@ -9,7 +9,8 @@
   from the transfer records of ``--from`` (``georecall transfer --append``).
 - ``construction``: G1 itself (E's blocks, W1's gates, one query's hidden units and logits); computed.
 - ``mechanism``, ``forward_reverse``: the mechanism study's criterion quantities, and forward vs reverse fit
-  (``georecall study mechanism --summary FILE --figures DIR``).
+  (``georecall study mechanism --summary FILE --figures DIR``); ``mechanism_d``: every criterion quantity
+  against d/d_G1, when the records hold the d axis (issue 21).
 
 Every figure is drawn for a slide: text of at least :data:`MIN_FONT_PT` points on a figure at most 11 inches
 wide, and no two labels overlapping (:func:`text_overlaps` measures the drawn text's bounding boxes; the tests
@@ -33,6 +34,7 @@ __all__ = [
     "MIN_FONT_PT",
     "PLOT_HINT",
     "construction_figure",
+    "d_axis_figure",
     "forward_reverse_figure",
     "have_matplotlib",
     "make_figures",
@@ -702,3 +704,72 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
         if log is not None:
             log(f"figure {name}")
     return written
+
+
+def d_axis_figure(axis: dict, thresholds: dict, fields: tuple):
+    """The mechanism study across widths: one panel per criterion quantity against d/d_G1 (log2 axis), one
+    line per (N, family) of trained models (mean ± sd over seeds), the untrained weights of the base runs at
+    N = 1024 (grey, dotted), G1 native and embedded wider (black stars), and the declared threshold (red,
+    dashed).
+
+    Parameters
+    ----------
+    axis : dict
+        ``study.summarize(...)["d_axis"]``.
+    thresholds : dict
+        ``study.THRESHOLDS``.
+    fields : tuple
+        ``(title, summary key, threshold key)`` per panel (``study.D_AXIS_FIELDS``).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (save it with :func:`save_figure`, as ``mechanism_d``).
+
+    Raises
+    ------
+    ValueError
+        An axis without series (nothing to draw).
+    """
+    plt = _pyplot()
+    if not axis or not axis.get("series"):
+        raise ValueError("the summary has no d axis to draw")
+    columns = 3
+    rows = math.ceil(len(fields) / columns)
+    markers = "osD^v<>ph"
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(rows, columns, figsize=(11, 8.5), squeeze=False, sharex=True)
+        for ax, (title, key, threshold_key) in zip(axes.ravel(), fields):
+            for i, item in enumerate(axis["series"]):
+                points = [q for q in item["points"] if q["trained"].get(key, {}).get("mean") is not None]
+                if not points:
+                    continue
+                ax.errorbar([q["factor"] for q in points], [q["trained"][key]["mean"] for q in points],
+                            yerr=[q["trained"][key]["sd"] or 0.0 for q in points],
+                            marker=markers[i % len(markers)], ms=4, lw=1, capsize=2,
+                            ls="-" if item["N"] == 1024 else "--", label=f"{item['family']} (N={item['N']})")
+            base = [q for q in axis["series"][0]["points"]
+                    if q["initial"].get(key, {}).get("mean") is not None]
+            if base:
+                ax.plot([q["factor"] for q in base], [q["initial"][key]["mean"] for q in base], color="gray",
+                        ls=":", marker=".", label="untrained")
+            g1 = [g for g in axis.get("g1", [])
+                  if g["factor"] and g["trained"].get(key, {}).get("mean") is not None]
+            if g1:
+                ax.scatter([g["factor"] for g in g1], [g["trained"][key]["mean"] for g in g1], marker="*",
+                           s=60, color="black", zorder=5, label="G1 (native / embedded wider)")
+            ax.axhline(thresholds[threshold_key], color="tab:red", lw=1, ls="--", label="threshold")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([0.5, 1, 2, 4], ["0.5", "1", "2", "4"])
+            ax.minorticks_off()
+            low = ax.get_ylim()[0]
+            ax.set_ylim(min(low, 0.0) if key != "forward_ceiling" else low, 1.05)
+            ax.set_title(title)
+        for ax in axes.ravel()[len(fields):]:
+            ax.axis("off")
+        for ax in axes[-1]:
+            ax.set_xlabel("d / d_G1")
+        handles, labels = axes.ravel()[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False, fontsize=9)
+        fig.tight_layout(rect=(0, 0.12, 1, 1), h_pad=0.6, w_pad=0.8)
+    return fig

@@ -75,7 +75,8 @@ __all__ = [
     "summarize",
 ]
 
-STUDY_VERSION = 1  # bump when a trial's meaning changes: records of another version are never reused
+# bump when a trial's meaning changes: records of another version are never reused (2: ridge probes, issue 21)
+STUDY_VERSION = 2
 STREAM_KEY = 12  # the study's key in the init / batches / noise streams (issue 12)
 SEED_CONTRACT = 1
 
@@ -151,9 +152,12 @@ class Regime:
     description: str
     changes: dict = field(default_factory=dict)
     control: bool = False
+    family: str | None = None  # the d axis: the regime this one is a width of (None: its own name)
+    seeds: tuple[int, ...] | None = None  # the declared seeds of this regime (None: every seed asked for)
 
 
-# The base regime. ``d = d_factor · d*`` unless ``d`` is given; ``m = width_factor · d``. ``stop``: "100%"
+# The base regime. ``d = d_factor · d*`` unless ``d`` is given (or ``d = round(d_g1_factor · d_G1)``, d_G1
+# the d of G1 at (N, R) with binary codes: the d axis of issue 21); ``m = width_factor · d``. ``stop``: "100%"
 # (stop when every query is answered, at most ``steps``) or "none" (exactly ``steps`` steps). ``readout``:
 # "untied", "tied" (U = E) or "frozen" (U stays at its random init). ``decay``: AdamW λ; ``decay_groups``:
 # "all", "mlp" or "embeddings" (entity and relation tables; not U). ``init``: "fan-in" (init_model),
@@ -161,9 +165,10 @@ class Regime:
 # attention, relation embeddings and U, frozen; entity embeddings from the fan-in init, the only trained
 # group). ``lam``: G1's read-out scale λ in the G1-initialised regimes (at λ = 1 G1's own cross-entropy is 5.1
 # on N = 1024, R = 4, although it answers every query; at λ = 16 it is 0.017).
-BASE: dict = {"N": 1024, "R": 4, "d": None, "d_factor": 2, "width_factor": 4, "attention": "uniform",
-              "init": "fan-in", "init_scale": 1.0, "readout": "untied", "decay": 0.0, "decay_groups": "all",
-              "lr": 1e-2, "steps": 3000, "stop": "100%", "batch_size": None, "noise": 0.0, "lam": 1.0}
+BASE: dict = {"N": 1024, "R": 4, "d": None, "d_factor": 2, "d_g1_factor": None, "width_factor": 4,
+              "attention": "uniform", "init": "fan-in", "init_scale": 1.0, "readout": "untied", "decay": 0.0,
+              "decay_groups": "all", "lr": 1e-2, "steps": 3000, "stop": "100%", "batch_size": None,
+              "noise": 0.0, "lam": 1.0}
 LONG = {"steps": 1000, "stop": "none"}  # loss ≈ 1e-4 at step ~800 on the base regime: "train to low loss"
 
 REGIMES: tuple[Regime, ...] = (
@@ -223,6 +228,53 @@ PROBE_SETTINGS: dict = {"holdout": 0.25, "subjects": 256, "transfer_steps": 100,
 QUICK_PROBE_SETTINGS: dict = {**PROBE_SETTINGS, "transfer_steps": 50, "encoder_steps": 50}
 
 
+# ------------------------------------------------------------ the d axis (issue 21), declared before its run
+#
+# Widths relative to G1's: d = round(f·d_G1) with d_G1 = 54 at N = 1024, R = 4 and 64 at N = 4096, R = 4
+# (m = 4d throughout). At f ≥ 1 the predicted structure is representable; at f = 0.5 it is not (G1 needs
+# d_G1).
+D_AXIS_FACTORS: dict[tuple[int, int], tuple[float, ...]] = {(1024, 4): (0.5, 1.0, 2.0, 4.0),
+                                                             (4096, 4): (0.5, 1.0)}
+D_AXIS_FAMILIES: tuple[Regime, ...] = (
+    Regime("base", "stop at 100% (at most 3000 steps), Adam 1e-2, full batch"),
+    Regime("long", "1000 steps, no stop at 100%", LONG),
+    Regime("wd-all", "long, AdamW λ=1 on every group", {**LONG, "decay": 1.0}),
+    Regime("small-init+wd", "long, 0.1× init, AdamW λ=1 on every group", {**LONG, "init_scale": 0.1,
+                                                                          "decay": 1.0}),
+    Regime("frozen-U+wd-emb", "long, U frozen at init, AdamW λ=1 on E and Q",
+           {**LONG, "readout": "frozen", "decay": 1.0, "decay_groups": "embeddings"}),
+)
+# the families run at N = 4096 (the smaller set)
+D_AXIS_FAMILIES_4096 = ("base", "wd-all")
+
+
+def d_axis_regimes(factors: dict[tuple[int, int], tuple[float, ...]] = D_AXIS_FACTORS,
+                   families: tuple[Regime, ...] = D_AXIS_FAMILIES,
+                   families_4096: tuple[str, ...] = D_AXIS_FAMILIES_4096,
+                   seeds: dict | None = None) -> tuple[Regime, ...]:
+    """The d axis as regimes ``"{family} N={N} d={f}×d_G1"``; ``seeds`` maps ``(family, N, f)`` to declared
+    seeds (missing: every seed asked for)."""
+    out = []
+    for (N, R), fs in factors.items():
+        for family in families:
+            if N != 1024 and family.name not in families_4096:
+                continue
+            for f in fs:
+                name = f"{family.name} N={N} d={f:g}×d_G1"
+                out.append(Regime(name, f"{family.description}; N={N}, R={R}, d = {f:g}·d_G1, m = 4d",
+                                  {**family.changes, "N": N, "R": R, "d_g1_factor": f}, family=family.name,
+                                  seeds=None if seeds is None else seeds.get((family.name, N, f), ())))
+    return tuple(out)
+
+
+# Probe budgets of the d axis: no fitted transfer (not a criterion); the functional encoder gets 100 steps
+D_AXIS_PROBE_SETTINGS: dict = {**PROBE_SETTINGS, "transfer_steps": None, "encoder_steps": 100}
+# G1 embedded in a wider residual (probes.embed_wider: padded, randomly rotated; the same logits): the
+# positive control at every width of the axis, and at the issue's d = 128, 256
+D_AXIS_PADDED: tuple[tuple[int, int, int], ...] = ((1024, 4, 108), (1024, 4, 128), (1024, 4, 216),
+                                                   (1024, 4, 256))
+
+
 @dataclass(frozen=True)
 class Grid:
     """A study grid: the base regime, its variations, probe budgets and the constructions probed as controls
@@ -235,6 +287,7 @@ class Grid:
     probe: dict
     controls: dict = field(default_factory=lambda: {"G1": None, "A1": ((1024, 4),)})
     control_probe: dict = field(default_factory=dict)  # per construction: probe settings overriding ``probe``
+    padded: tuple[tuple[int, int, int], ...] = ()  # (N, R, d): G1 embedded wider (probes.embed_wider)
 
 
 GRIDS: dict[str, Grid] = {
@@ -244,12 +297,22 @@ GRIDS: dict[str, Grid] = {
                     control_probe={"A1": {"transfer_steps": 50, "encoder_steps": 50}}),
     "quick": Grid("quick", QUICK_BASE, QUICK_REGIMES, QUICK_PROBE_SETTINGS,
                   controls={"G1": None, "A1": ((256, 4),)}),
+    # the d axis as the issue asks for it: 5 families × 4 widths at N = 1024 and 2 × 2 at N = 4096, 3 seeds
+    "d-axis": Grid("d-axis", BASE, d_axis_regimes(), D_AXIS_PROBE_SETTINGS,
+                   control_probe={"A1": {"encoder_steps": 50}}, padded=D_AXIS_PADDED),
 }
 
 _PARAMS = tuple(BASE)
 _CHOICES = {"attention": ("uniform", "softmax"), "init": ("fan-in", "g1+noise", "g1-selector"),
             "readout": ("untied", "tied", "frozen"), "decay_groups": ("all", "mlp", "embeddings"),
             "stop": ("100%", "none")}
+
+
+def g1_d(N: int, R: int) -> int:
+    """G1's residual width at (N, R) (binary codes): ``R·D + R + D``, D = ⌈log2 N⌉."""
+    from georecall.constructions import registry
+
+    return int(registry.get("G1").nominal_promise(N, R, 1).d)
 
 
 def resolve(base: dict, regime: Regime) -> dict:
@@ -267,6 +330,12 @@ def resolve(base: dict, regime: Regime) -> dict:
     if p["init"] == "fan-in":
         if p["d"] is not None:
             d = check_positive_int("d", p["d"])
+        elif p["d_g1_factor"] is not None:
+            factor = p["d_g1_factor"]
+            if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+                raise InputError(f"regime {regime.name!r}: d_g1_factor must be a positive number, got "
+                                 f"{factor!r}")
+            d = max(1, int(round(factor * g1_d(N, R))))
         elif (N, R) in D_STAR:
             d = int(math.ceil(p["d_factor"] * D_STAR[(N, R)]["d_star"]))
         else:
@@ -332,17 +401,32 @@ def _rounded(value):
     return value
 
 
-def _probe(model, task, seed: int, settings: dict, initial=None) -> dict:
+def _retained(p: dict, frozen: tuple, steps: int) -> dict:
+    """The share of E⁰ and U⁰ that decoupled weight decay leaves after ``steps`` updates: ``(1 − lr·λ)^steps``
+    for a decayed, trained group (the trainer shrinks before every update), 1 otherwise."""
+    decay = _decay(p)
+    out = {}
+    for key, group in (("E", "entity_embedding"), ("U", "unembedding")):
+        lam = decay.get(group, 0.0) if isinstance(decay, dict) else decay
+        if group in frozen or (group == "unembedding" and p["readout"] == "tied"):
+            lam = 0.0
+        out[key] = float((1.0 - p["lr"] * lam) ** steps) if lam else 1.0
+    return out
+
+
+def _probe(model, task, seed: int, settings: dict, initial=None, retained: dict | None = None) -> dict:
     from georecall.verify.experiments.probes import mechanism_probes
 
     out = mechanism_probes(model, task, initial=initial, seed=seed, holdout=settings["holdout"],
                            subjects=settings["subjects"], transfer_steps=settings["transfer_steps"],
-                           encoder_steps=settings["encoder_steps"], lr=settings["lr"])
+                           encoder_steps=settings["encoder_steps"], lr=settings["lr"], retained=retained)
     details = {"selectivity": {k: out["selectivity"][k] for k in ("units", "active_units", "mean_selectivity",
                                                                    "breadth_mean", "units_per_relation")},
                "functional": None if out["functional"] is None else
                {k: out["functional"][k] for k in ("start_accuracy_A", "steps")},
-               "fits": {k: out["fits"][k] for k in ("displacement_notes", "features", "fit_rows")}}
+               "fits": {**{k: out["fits"][k] for k in ("displacement_notes", "features", "fit_rows")},
+                        **out["fits"]["fits"], "retained": retained},
+               "warnings": out["warnings"]}
     summary = _rounded(out["summary"])
     return {"summary": summary, "claims": claims_met(summary), "details": _rounded(details)}
 
@@ -357,6 +441,10 @@ def run_job(job: dict) -> dict:
 
         task = task_for_seed(job["N"], job["R"], seed)
         model = reference_models(task, (job["construction"],))[job["construction"]]
+        if job.get("pad_d"):
+            from georecall.verify.experiments.probes import embed_wider
+
+            model = embed_wider(model, job["pad_d"], rng(seed, "noise", STREAM_KEY, 21, job["pad_d"]))
         probed = _probe(model, task, seed, job["probe"])
         return {**job, **probed, "d": model.d, "m": model.mlp_width,
                 "seconds": round(time.perf_counter() - start, 3)}
@@ -377,7 +465,8 @@ def run_job(job: dict) -> dict:
     training = {"steps": result.steps, "reached": bool(result.reached), "accuracy": final.accuracy,
                 "initial_accuracy": before, "final_loss": float(result.losses[-1]) if result.losses else None,
                 "path": result.path, "seconds": trained_seconds}
-    trained = _probe(result.model, task, seed, job["probe"], initial=initial)
+    trained = _probe(result.model, task, seed, job["probe"], initial=initial,
+                     retained=_retained(p, frozen, result.steps))
     untrained = _probe(initial, task, seed, job["probe"])
     return {**job, "training": _rounded(training), **trained, "initial": untrained,
             "seconds": round(time.perf_counter() - start, 3)}
@@ -396,8 +485,8 @@ def _grid(grid) -> Grid:
 
 def _identity(job: dict) -> str:
     """A job's key: every field its result depends on, as canonical JSON."""
-    fields = ("kind", "grid", "regime", "construction", "N", "R", "seed", "params", "probe", "study_version",
-              "version", "seed_contract")
+    fields = ("kind", "grid", "regime", "construction", "N", "R", "pad_d", "seed", "params", "probe",
+              "study_version", "version", "seed_contract")
     return json.dumps({k: job.get(k) for k in fields}, sort_keys=True)
 
 
@@ -426,18 +515,27 @@ def jobs_of(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2)) -> l
         params = resolve(g.base, regime)
         pairs.append((params["N"], params["R"]))
         for seed in seeds:
+            if regime.seeds is not None and seed not in regime.seeds:
+                continue
             jobs.append({"kind": "mechanism", "regime": regime.name, "control": regime.control,
                          "description": regime.description, "seed": seed, "params": params,
                          "probe": dict(g.probe), **common})
+            if regime.family is not None:
+                jobs[-1]["family"] = regime.family
     for construction, where in g.controls.items():
         for N, R in (dict.fromkeys(pairs) if where is None else where):
             for seed in seeds:
                 jobs.append({"kind": "control", "construction": construction, "N": N, "R": R, "seed": seed,
                              "probe": {**g.probe, **g.control_probe.get(construction, {})}, **common})
+    for N, R, d in g.padded:
+        for seed in seeds:
+            jobs.append({"kind": "control", "construction": "G1", "N": N, "R": R, "pad_d": int(d),
+                         "seed": seed, "probe": {**g.probe, **g.control_probe.get("G1", {})}, **common})
 
     def cost(job: dict) -> float:
         if job["kind"] == "control":
-            return job["N"] * job["R"] * (10 if job["construction"] == "A1" else 1)
+            scale = 10 if job["construction"] == "A1" else 1
+            return job["N"] * job["R"] * scale * (1 + job.get("pad_d", 0))
         p = job["params"]
         return p["N"] * p["R"] * (p["d"] + p["m"]) * (3 + (p["steps"] if p["stop"] == "none" else 150) / 200)
 
@@ -672,7 +770,7 @@ def _fields() -> tuple[str, ...]:
 
 
 def _group_key(record: dict) -> str:
-    fields = ("kind", "grid", "regime", "construction", "N", "R", "params", "probe", "study_version",
+    fields = ("kind", "grid", "regime", "construction", "N", "R", "pad_d", "params", "probe", "study_version",
               "version")
     return json.dumps({k: record.get(k) for k in fields}, sort_keys=True)
 
@@ -707,16 +805,17 @@ def summarize(path: str) -> dict:
                  "seconds": float(sum(r.get("seconds", 0.0) for r in records))}
         if first["kind"] == "control":
             constructions.append({"construction": first["construction"], "N": first["N"], "R": first["R"],
-                                  "d": first.get("d"), "m": first.get("m"), **entry})
+                                  "d": first.get("d"), "m": first.get("m"), "pad_d": first.get("pad_d"),
+                                  "grid": first.get("grid"), "version": first.get("version"), **entry})
             continue
         p = first["params"]
         training = [r["training"] for r in records]
         entry.update(
-            regime=first["regime"], description=first.get("description", ""),
+            regime=first["regime"], description=first.get("description", ""), family=first.get("family"),
             control=bool(first.get("control")), grid=first.get("grid"), version=first.get("version"),
             params={k: p.get(k) for k in ("N", "R", "d", "m", "attention", "init", "init_scale", "readout",
                                           "decay", "decay_groups", "steps", "stop", "batch_size", "noise",
-                                          "lr", "lam")},
+                                          "lr", "lam", "d_g1_factor")},
             training={"reached": sum(bool(t["reached"]) for t in training),
                       "steps": _stats([t["steps"] for t in training]),
                       "accuracy": _stats([t["accuracy"] for t in training]),
@@ -726,7 +825,7 @@ def summarize(path: str) -> dict:
             initial_verdicts=regime_verdicts([r["initial"]["claims"] for r in records]))
         regimes.append(entry)
     regimes.sort(key=lambda e: (e["grid"] or "", e["control"], order.get(e["regime"], len(order))))
-    constructions.sort(key=lambda e: (e["construction"], e["N"], e["R"]))
+    constructions.sort(key=lambda e: (e["construction"], e["N"], e["R"], e.get("pad_d") or 0))
     names = [e["regime"] for e in regimes]
     for e in regimes:  # the same regime name under two versions or grids: say which
         e["label"] = (e["regime"] if names.count(e["regime"]) == 1
@@ -738,8 +837,7 @@ def summarize(path: str) -> dict:
         partly = [f"{e['label']} ({e['verdicts'][claim]['met']}/{e['verdicts'][claim]['n']})" for e in gd
                   if e["verdicts"][claim]["verdict"] == "partly"]
         controls = [f"{e['label']}: {e['verdicts'][claim]['verdict']}" for e in regimes if e["control"]]
-        refs = [f"{e['construction']} (N={e['N']}, R={e['R']}): {e['verdicts'][claim]['verdict']}"
-                for e in constructions]
+        refs = [f"{_construction_label(e)}: {e['verdicts'][claim]['verdict']}" for e in constructions]
         where = (f"holds in {len(holds)} of {len(gd)} gradient-descent regimes ({', '.join(holds)})" if holds
                  else f"holds in none of the {len(gd)} gradient-descent regimes")
         if partly:
@@ -762,7 +860,78 @@ def summarize(path: str) -> dict:
     return {"file": path, "problems": contents.problems(), "thresholds": dict(THRESHOLDS),
             "claims": dict(CLAIMS), "regimes": regimes, "constructions": constructions, "verdicts": verdicts,
             "calibration": calibration, "seconds": float(sum(e["seconds"] for e in regimes + constructions)),
-            "d_star": {f"N={N}, R={R}": v for (N, R), v in D_STAR.items()}}
+            "d_star": {f"N={N}, R={R}": v for (N, R), v in D_STAR.items()},
+            "d_axis": d_axis(regimes, constructions)}
+
+
+def _construction_label(e: dict) -> str:
+    wider = f", embedded in d={e['pad_d']}" if e.get("pad_d") else ""
+    return f"{e['construction']} (N={e['N']}, R={e['R']}{wider})"
+
+
+# the criterion quantities drawn and tabulated against d/d_G1
+D_AXIS_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("superposition R²", "superposition_r2", "superposition_r2"),
+    ("forward-fit ceiling", "forward_ceiling", "superposition_r2"),
+    ("interventions followed", "follows", "follows"),
+    ("others unchanged", "others_unchanged", "others_unchanged"),
+    ("selective units", "selective_fraction", "selective_fraction"),
+    ("gated mass", "gated_mass", "gated_mass"),
+    ("median breadth", "breadth_median", "breadth_median"),
+    ("closed-form zero-shot", "closed_form_transfer", "zero_shot"),
+    ("functional zero-shot", "functional_zero_shot", "zero_shot"),
+)
+
+
+def d_axis(regimes: list[dict], constructions: list[dict]) -> dict:
+    """The d axis of a summary: per (N, R, family), the entries at each width d/d_G1, the verdict of every
+    claim at every width, and G1 (native and embedded wider) at its widths.
+
+    Returns
+    -------
+    dict
+        ``series``: list of ``{"N", "R", "family", "points": [{"factor", "d", "label", "n", "trained",
+        "initial", "verdicts", "reachable"}]}`` (``reachable``: the mean forward-fit ceiling meets the
+        superposition threshold, i.e. an exact superposition would pass the fit at this width);
+        ``g1``: ``[{"N", "R", "d", "factor", "label", "trained", "verdicts"}]``; ``verdicts``: per claim, one
+        line per (N, family) listing the widths where it holds, partly holds and fails.
+    """
+    series: dict[tuple, dict] = {}
+    for e in regimes:
+        factor = e["params"].get("d_g1_factor")
+        if e.get("family") is None or factor is None:
+            continue
+        N, R = e["params"]["N"], e["params"]["R"]
+        item = series.setdefault((N, R, e["family"]), {"N": N, "R": R, "family": e["family"], "points": []})
+        ceiling = e["trained"].get("forward_ceiling", {}).get("mean")
+        item["points"].append({"factor": factor, "d": e["params"]["d"], "label": e["label"], "n": e["n"],
+                               "trained": e["trained"], "initial": e["initial"], "verdicts": e["verdicts"],
+                               "initial_verdicts": e["initial_verdicts"],
+                               "reachable": None if ceiling is None
+                               else bool(ceiling >= THRESHOLDS["superposition_r2"])})
+    for item in series.values():
+        item["points"].sort(key=lambda q: q["factor"])
+    g1 = []
+    for e in constructions:
+        if e["construction"] != "G1":
+            continue
+        d = e.get("pad_d") or e.get("d")
+        g1.append({"N": e["N"], "R": e["R"], "d": d, "factor": d / g1_d(e["N"], e["R"]) if d else None,
+                   "label": _construction_label(e), "trained": e["trained"], "verdicts": e["verdicts"]})
+    verdicts: dict[str, list[str]] = {}
+    for claim in CLAIMS:
+        lines = []
+        for item in series.values():
+            by = {"holds": [], "partly": [], "fails": []}
+            for q in item["points"]:
+                v = q["verdicts"][claim]
+                by[v["verdict"]].append(f"{q['factor']:g}" + ("" if v["verdict"] != "partly"
+                                                                else f" ({v['met']}/{v['n']})"))
+            lines.append(f"{item['family']} (N={item['N']}, R={item['R']}): holds at d/d_G1 ∈ "
+                         f"{{{', '.join(by['holds'])}}}, partly at {{{', '.join(by['partly'])}}}, fails at "
+                         f"{{{', '.join(by['fails'])}}}")
+        verdicts[claim] = lines
+    return {"series": list(series.values()), "g1": g1, "verdicts": verdicts}
 
 
 def _criterion(claim: str) -> str:
@@ -795,6 +964,38 @@ _COLUMNS = (("fwd R²", "forward_r2", 2), ("rev R²", "reverse_r2", 2),
 
 def _claims_cell(verdicts: dict) -> str:
     return " · ".join(f"{v['met']}/{v['n']}" for v in verdicts.values())
+
+
+def _render_d_axis(axis: dict | None) -> list[str]:
+    """The d-axis tables (one per (N, R, family)) and the verdict per claim across d, as Markdown lines."""
+    if not axis or not axis["series"]:
+        return []
+    keys = [(title, key) for title, key, _ in D_AXIS_FIELDS]
+    head = "| " + " | ".join(["d/d_G1", "d", "seeds", "accuracy"] + [t for t, _ in keys]
+                             + ["claims S·M·Z"]) + " |"
+    rule = "|" + "---|" * (len(keys) + 5)
+    lines = ["", "## Across d (d/d_G1; mean ± sd over seeds; ceiling: the forward fit's R² on an exact "
+             "superposition with the model's own attribute vectors)", ""]
+    for item in axis["series"]:
+        lines += [f"### {item['family']} (N={item['N']}, R={item['R']})", "", head, rule]
+        for q in item["points"]:
+            lines.append("| " + " | ".join(
+                [f"{q['factor']:g}", str(q["d"]), str(q["n"]), _cell(q["trained"].get("accuracy"), 3)]
+                + [_cell(q["trained"].get(key)) for _, key in keys] + [_claims_cell(q["verdicts"])]) + " |")
+        lines.append("")
+    if axis["g1"]:
+        lines += ["### G1, native and embedded in a wider residual (random rotation, the same logits)", "",
+                  head, rule]
+        for g in axis["g1"]:
+            lines.append("| " + " | ".join(
+                [f"{g['factor']:.2f}" if g["factor"] else "—", str(g["d"]),
+                 str(g["trained"]["accuracy"]["n"]), _cell(g["trained"].get("accuracy"), 3)]
+                + [_cell(g["trained"].get(key)) for _, key in keys] + [_claims_cell(g["verdicts"])]) + " |")
+        lines.append("")
+    lines += ["Verdict per claim across d:", ""]
+    for claim, entries in axis["verdicts"].items():
+        lines += [f"- {claim}: " + "; ".join(entries)]
+    return lines
 
 
 def render_summary(doc: dict) -> str:
@@ -831,6 +1032,7 @@ def render_summary(doc: dict) -> str:
     lines += ["", "## Verdicts (thresholds declared before the run)", ""]
     lines += [f"- {v['line']}" for v in doc["verdicts"].values()]
     said = {True: "yes", False: "NO", None: "not run"}
+    lines += _render_d_axis(doc.get("d_axis"))
     lines += ["", "Calibration: " + "; ".join(f"{k}: {said[v]}" for k, v in doc["calibration"].items()) + "."]
     lines.append(f"Job time (sum over jobs): {doc['seconds'] / 60:.1f} min.")
     return "\n".join(lines) + "\n"
@@ -854,6 +1056,10 @@ def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None
     os.makedirs(out_dir, exist_ok=True)
     written = drawing.save_figure(drawing.mechanism_figure(doc, THRESHOLDS), out_dir, "mechanism", **options)
     written += drawing.save_figure(drawing.forward_reverse_figure(doc), out_dir, "forward_reverse", **options)
+    axis = doc.get("d_axis")
+    if axis and axis.get("series"):
+        written += drawing.save_figure(drawing.d_axis_figure(axis, THRESHOLDS, D_AXIS_FIELDS), out_dir,
+                                       "mechanism_d", **options)
     return written
 
 
@@ -862,10 +1068,12 @@ def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None
 
 def section_mechanism(seed: int = 0, progress: bool = False) -> list:
     """``georecall verify`` row: on a small regime (N = 256, R = 4, d = 2d* = 20, m = 4d, Adam 1e-2, stop at
-    100%), G1 scores every probe exactly and meets every claim's criterion; the trained model's initial
-    weights and A1 meet none. The trained model's values are reported, not judged."""
+    100%), with the ridge probes: G1 scores every probe exactly and meets every claim's criterion, and so does
+    G1 embedded in a residual 3× wider (randomly rotated, the same logits: the positive control at a width
+    where an unregularized fit would be underdetermined); the trained model's initial weights and A1 meet
+    none (the negative controls). The trained model's values are reported, not judged."""
     from georecall.verify.checking.check import claim_report
-    from georecall.verify.experiments.probes import mechanism_probes, reference_models
+    from georecall.verify.experiments.probes import embed_wider, mechanism_probes, reference_models
 
     if progress:
         print("mechanism: probes on G1, A1, a trained model and its initial weights (N=256, R=4)",
@@ -881,7 +1089,10 @@ def section_mechanism(seed: int = 0, progress: bool = False) -> list:
     trained = train(initial, tokens, answers, steps=params["steps"], lr=params["lr"], frozen=frozen,
                     rng=rng(seed, "batches", STREAM_KEY, params["d"], params["m"]))
     budgets: dict[str, Any] = {"holdout": 0.25, "subjects": 128, "transfer_steps": None, "encoder_steps": 50}
-    models = {**reference_models(task), "trained": trained.model, "untrained": initial}
+    references = reference_models(task)
+    wide = 3 * references["G1"].d  # R·wide + 1 > 192 fit subjects: OLS would interpolate
+    references["G1 wider"] = embed_wider(references["G1"], wide, rng(seed, "noise", STREAM_KEY, 21, wide))
+    models = {**references, "trained": trained.model, "untrained": initial}
     summaries = {name: mechanism_probes(model, task, initial=initial if name == "trained" else None,
                                         seed=seed, **budgets)["summary"] for name, model in models.items()}
     met = {name: claims_met(s) for name, s in summaries.items()}
@@ -893,7 +1104,10 @@ def section_mechanism(seed: int = 0, progress: bool = False) -> list:
         "G1: fits R² = 1, probes, interventions, selectivity, closed-form and functional transfer = 100%":
             all(abs(g1[k] - 1.0) < 1e-9 for k in exact),
         "G1 meets every claim's criterion": all(met["G1"].values()),
+        f"G1 embedded in d = {wide} (rotated) meets every claim's criterion": all(met["G1 wider"].values()),
         "untrained weights meet no claim's criterion": not any(met["untrained"].values()),
+        "untrained weights answer about 1/N of their facts (< 5/N)":
+            summaries["untrained"]["accuracy"] < 5 / N,
         "A1 meets no claim's criterion (per-fact units: breadth 1/N)": not any(met["A1"].values()),
     }
     return [claim_report("mechanism probes vs controls", {"N": N, "R": R, "d": params["d"], "seed": seed},

@@ -774,13 +774,12 @@ def run_probe(p) -> dict:
     from georecall.verify.experiments import probes
     budget = _budget(p)
     model, task, est = _load_model_and_task(p.model, p.task, budget, "probe")
-    probes.require_fit(model, task)
+    probes.check_model_shapes(model, task)
     _holdout(p.holdout, task.N, "subjects")
     memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out,
                           p.subjects).require(budget)
     result = probes.probe_all(model, task, holdout=p.holdout, subjects=p.subjects, transfer_steps=None,
                               rng=seeds.rng(p.seed, "probes"))
-    result.get("readout", {}).pop("encoding_maps", None)
     params = {"model": p.model, "task": p.task, "holdout": p.holdout, "subjects": p.subjects, "seed": p.seed}
     return _doc("probe", p, params, est, budget, model=p.model, N=task.N, R=task.R, **result)
 
@@ -865,15 +864,18 @@ def run_transfer(p) -> dict:
     append = output_path(p.append, what="results file") if p.append else None
     budget = _budget(p)
     model, task, est = _load_model_and_task(p.model, p.task, budget, "transfer")
-    probes.require_fit(model, task)
+    probes.check_model_shapes(model, task)
     memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out, 0).require(budget)
+    accuracy = probes.task_accuracy(model, task)
     rng = seeds.rng(p.seed, "transfer")
-    maps = probes.superposition_readout(model, task, holdout=0.0, rng=rng)["encoding_maps"]
-    result = probes.freeze_and_swap(model, task, maps, steps=p.steps, lr=p.lr, rng=rng)
+    readout = probes.superposition_readout(model, task, holdout=0.0, rng=rng)
+    result = probes.freeze_and_swap(model, task, readout["encoding_maps"], steps=p.steps, lr=p.lr, rng=rng)
+    result["maps_fit"] = readout["encoding_fit"]
+    warnings = probes.warnings_for(accuracy, {"encoding": readout["encoding_fit"]})
     params = {"model": p.model, "task": p.task, "steps": p.steps, "lr": p.lr, "seed": p.seed,
               "append": append, "label": p.label}
-    doc = _doc("transfer", p, params, est, budget, model=p.model, N=task.N, R=task.R, steps=p.steps, lr=p.lr,
-               transfer=result, appended=append)
+    doc = _doc("transfer", p, params, est, budget, model=p.model, N=task.N, R=task.R, accuracy=accuracy,
+               warnings=warnings, steps=p.steps, lr=p.lr, transfer=result, appended=append)
     if append:
         kind = str(model.meta.get("construction", "model")) if isinstance(model.meta, dict) else "model"
         description = f"trained, d = {model.d}" if kind == "trained" else f"{kind} (built), d = {model.d}"
@@ -1025,13 +1027,19 @@ def run_study_mechanism(p) -> dict:
         figures_dir = output_dir(p.figures, what="--figures folder")
         _require_matplotlib()
     notes: list[str] = []
+    grid_name = getattr(p, "grid", None)
+    if grid_name is not None and p.quick:
+        raise InputError("--quick and --grid do not combine (--quick is --grid quick)")
+    grid_name = grid_name or ("quick" if p.quick else "default")
+    if grid_name not in study.GRIDS:
+        raise InputError(f"--grid must be one of {sorted(study.GRIDS)}, got {grid_name!r}")
     if p.summary is not None:
         if not os.path.isfile(p.summary):
             raise InputError(f"no results file {p.summary!r}")
         path = p.summary
     else:
         path = output_path(p.out, what="results file")
-        study.run_study(path, "quick" if p.quick else "default", seeds=p.seeds, workers=workers,
+        study.run_study(path, grid_name, seeds=p.seeds, workers=workers,
                         scheduler=scheduler, progress=p.progress, connect_timeout=p.connect_timeout,
                         log=None if p.progress else notes.append)
     summary = study.summarize(path)
@@ -1043,7 +1051,7 @@ def run_study_mechanism(p) -> dict:
                               formats=formats)
         if not files:  # matplotlib vanished between the check and now: say so, do not pass silently
             raise InputError("no figures were written (matplotlib could not be imported)")
-    params = {"grid": "quick" if p.quick else "default", "seeds": p.seeds, "workers": workers,
+    params = {"grid": grid_name, "seeds": p.seeds, "workers": workers,
               "scheduler": scheduler, "out": path, "summary_only": p.summary is not None}
     return _doc("study mechanism", p, params, None, None, out=path, summary=summary,
                 text=study.render_summary(summary), figures=files, notes=notes)

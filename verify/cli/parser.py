@@ -591,6 +591,9 @@ def _build_parser() -> argparse.ArgumentParser:
                              "file is printed.")
     p.add_argument("--quick", action="store_true",
                    help="the small grid (N = 256, R = 4, a few regimes) instead of the default one")
+    p.add_argument("--grid", default=None, metavar="NAME",
+                   help="a declared grid by name: default, quick, d-axis (the width axis), d-axis-run (the "
+                        "part of it run on 2 cores; docs/study.md)")
     p.add_argument("--seeds", type=_seed, nargs="+", default=[0, 1, 2], metavar="S",
                    help="run seeds S: the task is a function of (N, R, S)")
     p.add_argument("--workers", type=_whole(1, 1024), default=1, metavar="W",

@@ -222,12 +222,21 @@ def _sweep(doc: dict) -> list[str]:
 
 def _probe(doc: dict) -> list[str]:
     lines = []
+    if "accuracy" in doc:
+        a = doc["accuracy"]
+        lines.append(f"the model answers {a['correct']:,} of its {a['queries']:,} facts "
+                     f"({100 * a['accuracy']:.2f}%; chance 1/N = {100 * a['chance']:.2f}%)")
+    for warning in doc.get("warnings", []):
+        lines.append(f"WARNING: {warning}")
     if "readout" in doc:
         r = doc["readout"]
+        f = r.get("encoding_fit", {})
+        fit = (f" [ridge, p = {f['p']}, rank {f['rank']}, n = {f['n']}, ρ = {f['relative_alpha']:g} by "
+               f"{f['folds']}-fold CV on the fit subjects]") if f else ""
         lines.append(f"superposition readout (held-out {r['test_subjects']} subjects): encoding R² "
-                     f"{_fmt(r['encoding_r2'])}, decoding R² {_fmt(r['decoding_r2_mean'])}, per-relation "
-                     f"probe "
-                     f"accuracy {_fmt(r['probe_accuracy_mean'])}")
+                     f"{_fmt(r['encoding_r2'])}{fit}, decoding R² {_fmt(r['decoding_r2_mean'])}, "
+                     f"per-relation probe accuracy {_fmt(r['probe_accuracy_mean'])}"
+                     + (" (underdetermined without the penalty)" if r.get("underdetermined") else ""))
     if "intervention" in doc:
         r = doc["intervention"]
         lines.append(f"causal intervention ({r['interventions']:,}): follows {_fmt(r['follows'])}, other "

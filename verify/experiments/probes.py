@@ -74,6 +74,7 @@ __all__ = [
     "require_fit",
     "superposition_readout",
     "task_accuracy",
+    "warnings_for",
     "unit_selectivity",
 ]
 
@@ -119,8 +120,10 @@ def task_accuracy(model: Model, task: Task) -> dict:
             "queries": int(answers.size), "chance": 1.0 / task.N}
 
 
-def _warnings(accuracy: dict, fits: dict[str, dict]) -> list[str]:
-    """One line per reason to distrust a probe report: accuracy below 100%, and fits with p ≥ n."""
+def warnings_for(accuracy: dict, fits: dict[str, dict]) -> list[str]:
+    """One line per reason to distrust a probe report: the model's accuracy on its task below 100%
+    (``accuracy``: :func:`task_accuracy`), and fits (``name -> RidgeFit.describe()``) that would interpolate
+    without their penalty."""
     out = []
     if accuracy["accuracy"] < 1.0:
         out.append(f"the model answers {accuracy['accuracy']:.2%} of its {accuracy['queries']:,} facts "
@@ -625,7 +628,8 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
         "functional_zero_shot": None if functional is None else functional["zero_shot_B"],
         "fitted_transfer": transfer["fitted_accuracy"], "chance": 1.0 / task.N,
     }
-    warnings = _warnings(accuracy, {"forward": fits["fits"]["forward"], "reverse": fits["fits"]["reverse"]})
+    warnings = warnings_for(accuracy, {"forward": fits["fits"]["forward"],
+                                       "reverse": fits["fits"]["reverse"]})
     return {"summary": summary, "accuracy": accuracy, "warnings": warnings, "fits": fits, "readout": readout,
             "intervention": intervention, "selectivity": selectivity, "transfer": transfer,
             "functional": functional}
@@ -702,7 +706,7 @@ def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int 
     maps = readout.pop("encoding_maps")
     held_out = readout.pop("test_index")
     out = {"accuracy": accuracy,
-           "warnings": _warnings(accuracy, {"encoding": readout["encoding_fit"]}),
+           "warnings": warnings_for(accuracy, {"encoding": readout["encoding_fit"]}),
            "readout": readout,
            "intervention": causal_intervention(model, task, maps, subjects=subjects, rng=rng,
                                                candidates=held_out if holdout > 0 else None),

@@ -38,7 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -288,6 +288,8 @@ class Grid:
     controls: dict = field(default_factory=lambda: {"G1": None, "A1": ((1024, 4),)})
     control_probe: dict = field(default_factory=dict)  # per construction: probe settings overriding ``probe``
     padded: tuple[tuple[int, int, int], ...] = ()  # (N, R, d): G1 embedded wider (probes.embed_wider)
+    ordered: bool = False  # True: run controls first, then regimes in declared order (a priority list)
+    control_seeds: tuple[int, ...] | None = None  # the seeds controls are probed at (None: every seed)
 
 
 GRIDS: dict[str, Grid] = {
@@ -300,7 +302,44 @@ GRIDS: dict[str, Grid] = {
     # the d axis as the issue asks for it: 5 families × 4 widths at N = 1024 and 2 × 2 at N = 4096, 3 seeds
     "d-axis": Grid("d-axis", BASE, d_axis_regimes(), D_AXIS_PROBE_SETTINGS,
                    control_probe={"A1": {"encoder_steps": 50}}, padded=D_AXIS_PADDED),
+    # what was run of it on this shared 2-core machine (one worker under nice, to end by 15:30 UTC): see
+    # D_AXIS_RUN_ORDER
+    "d-axis-run": Grid("d-axis-run", BASE, (), D_AXIS_PROBE_SETTINGS,
+                       controls={"G1": ((1024, 4), (4096, 4)), "A1": ((1024, 4),)},
+                       control_probe={"A1": {"encoder_steps": 50}}, padded=D_AXIS_PADDED, ordered=True,
+                       control_seeds=(0,)),
 }
+
+# The cut, declared after timing one job (wd-all at d = d_G1, N = 1024, seed 0: 130 s wall, 116 s of it
+# training, at ~26% of a core under the machine's load; the cost of a 1000-step job scales with
+# d·m + d·N per query: ≈ 55 s at d = 27, 340 s at 108, 1000 s at 216; N = 4096 costs ≈ 4–8× more per step)
+# and before any probe value of the run was seen. Jobs run in this order (controls first); the run is
+# stopped at 15:30 UTC and whatever did not finish is reported as not run.
+D_AXIS_RUN_ORDER: tuple[tuple[str, int, float, int], ...] = (
+    *(("base", 1024, f, 0) for f in (0.5, 1.0, 2.0, 4.0)),
+    *(("wd-all", 1024, f, 0) for f in (0.5, 1.0, 2.0, 4.0)),
+    *(("small-init+wd", 1024, f, 0) for f in (0.5, 1.0, 2.0)),
+    *(("frozen-U+wd-emb", 1024, f, 0) for f in (0.5, 1.0, 2.0)),
+    *(("long", 1024, f, 0) for f in (0.5, 1.0, 2.0)),
+    ("base", 4096, 0.5, 0),
+    # only if time allows
+    *(("base", 1024, f, 1) for f in (0.5, 1.0, 2.0)),
+    *(("wd-all", 1024, f, 1) for f in (0.5, 1.0, 2.0)),
+    ("small-init+wd", 1024, 4.0, 0), ("frozen-U+wd-emb", 1024, 4.0, 0), ("long", 1024, 4.0, 0),
+    ("wd-all", 4096, 0.5, 0), ("base", 4096, 1.0, 0),
+)
+
+
+def _run_regimes() -> tuple[Regime, ...]:
+    by_name = {r.name: r for r in d_axis_regimes()}
+    out = []
+    for family, N, f, seed in D_AXIS_RUN_ORDER:
+        r = by_name[f"{family} N={N} d={f:g}×d_G1"]
+        out.append(Regime(r.name, r.description, r.changes, family=r.family, seeds=(seed,)))
+    return tuple(out)
+
+
+GRIDS["d-axis-run"] = replace(GRIDS["d-axis-run"], regimes=_run_regimes())
 
 _PARAMS = tuple(BASE)
 _CHOICES = {"attention": ("uniform", "softmax"), "init": ("fan-in", "g1+noise", "g1-selector"),
@@ -506,7 +545,12 @@ def jobs_of(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2)) -> l
     seeds = list(dict.fromkeys(int(s) for s in seeds))
     names = [r.name for r in g.regimes]
     if len(set(names)) != len(names):
-        raise InputError(f"grid {g.name!r}: regime names repeat")
+        # a priority list may name a regime again for other seeds (never the same seed twice)
+        taken: dict[str, set] = {}
+        for r in g.regimes:
+            if not g.ordered or r.seeds is None or taken.setdefault(r.name, set()) & set(r.seeds):
+                raise InputError(f"grid {g.name!r}: regime names repeat")
+            taken[r.name] |= set(r.seeds)
     common = {"grid": g.name, "study_version": STUDY_VERSION, "version": __version__,
               "seed_contract": SEED_CONTRACT}
     jobs = []
@@ -522,13 +566,14 @@ def jobs_of(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2)) -> l
                          "probe": dict(g.probe), **common})
             if regime.family is not None:
                 jobs[-1]["family"] = regime.family
+    control_seeds = [s for s in seeds if g.control_seeds is None or s in g.control_seeds]
     for construction, where in g.controls.items():
         for N, R in (dict.fromkeys(pairs) if where is None else where):
-            for seed in seeds:
+            for seed in control_seeds:
                 jobs.append({"kind": "control", "construction": construction, "N": N, "R": R, "seed": seed,
                              "probe": {**g.probe, **g.control_probe.get(construction, {})}, **common})
     for N, R, d in g.padded:
-        for seed in seeds:
+        for seed in control_seeds:
             jobs.append({"kind": "control", "construction": "G1", "N": N, "R": R, "pad_d": int(d),
                          "seed": seed, "probe": {**g.probe, **g.control_probe.get("G1", {})}, **common})
 
@@ -539,7 +584,10 @@ def jobs_of(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2)) -> l
         p = job["params"]
         return p["N"] * p["R"] * (p["d"] + p["m"]) * (3 + (p["steps"] if p["stop"] == "none" else 150) / 200)
 
-    jobs.sort(key=cost, reverse=True)
+    if g.ordered:  # a priority list: controls first (cheap, they calibrate), then the declared order
+        jobs.sort(key=lambda job: job["kind"] != "control")
+    else:
+        jobs.sort(key=cost, reverse=True)
     for job in jobs:
         job["key"] = _identity(job)
     return jobs

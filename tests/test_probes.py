@@ -25,7 +25,11 @@ def test_every_probe_is_exact_on_g1(codes):
     model = build_g1(task, codes, D=None if codes == "binary" else 24, rng=0).model
     result = probes.probe_all(model, task, rng=0, transfer_steps=5)
     readout = result["readout"]
-    assert readout["encoding_r2"] == pytest.approx(1.0, abs=1e-9) and not readout["underdetermined"]
+    assert readout["encoding_r2"] == pytest.approx(1.0, abs=1e-9)
+    fit = readout["encoding_fit"]  # sign codes, D = 24: p = 3·99 = 297 features for 192 fit subjects
+    assert fit["p"] == 3 * model.d and fit["n"] == 192
+    assert readout["underdetermined"] == (fit["rank"] >= fit["n"] - 1)
+    assert result["accuracy"]["accuracy"] == 1.0 and result["warnings"] == []
     assert all(p["r2"] == pytest.approx(1.0, abs=1e-9) for p in readout["per_relation"])
     assert readout["probe_accuracy_mean"] == 1.0
     assert result["intervention"]["follows"] == 1.0 and result["intervention"]["others_unchanged"] == 1.0
@@ -52,16 +56,40 @@ def test_intervention_moves_only_the_asked_relation(g1_case):
     assert result["interventions"] == task.N * task.R and result["follows"] == 1.0
 
 
-def test_readout_flags_an_underdetermined_fit():
+def test_readout_flags_an_underdetermined_fit_and_warns():
     task = random_task(64, 4, 0)
     model = init_model(64, 4, 32, 8, rng=0)
     assert probes.superposition_readout(model, task, rng=0)["underdetermined"]
+    result = probes.probe_all(model, task, rng=0, transfer_steps=None)
+    assert any("underdetermined" in w for w in result["warnings"])
+    assert any("of its 256 facts" in w for w in result["warnings"])  # an untrained model: near chance
 
 
 def test_model_task_mismatch_is_refused(g1_case):
     model, _ = g1_case
     with pytest.raises(ValueError, match="does not fit the task"):
         probes.probe_all(model, random_task(256, 2, 0))
+
+
+def test_two_extra_entity_rows_are_refused_naming_the_shapes(g1_case):
+    """A model exported with one token table (entities, then relations) has more E rows than the task's N:
+    relation tokens would land on entity rows. Refused, never misread."""
+    model, task = g1_case
+    E = np.asarray(model.entity_embedding)
+    wider = model.replace(entity_embedding=np.vstack([E, E[:2]]))
+    message = r"entity table has 258 rows \(E: 258 × \d+\) but the task has N = 256"
+    with pytest.raises(ValueError, match=message):
+        probes.probe_all(wider, task)
+    with pytest.raises(ValueError, match="read-out has 255 rows"):
+        probes.check_model_shapes(model.with_dense_readout().replace(
+            unembedding=np.asarray(model.full_unembedding())[:-1]), task)
+
+
+def test_a_random_model_is_reported_near_chance():
+    task = random_task(512, 3, 2)
+    accuracy = probes.task_accuracy(init_model(512, 3, 16, 64, rng=3), task)
+    assert accuracy["queries"] == 1536 and accuracy["chance"] == 1 / 512
+    assert accuracy["accuracy"] < 5 / 512  # about 1/N of its facts
 
 
 # ----------------------------------------------------------------------------------- hidden states of LMs
@@ -249,3 +277,70 @@ def test_a_planted_superposition_is_recovered_exactly_held_out(seed, R, d):
     E = rng.standard_normal(d) + sum(U[task.table[r]] @ rng.standard_normal((d, d)) for r in range(R))
     model = Model(E, rng.standard_normal((R, d)), U)
     assert probes.attribute_fits(model, task, rng=rng)["forward_r2"] == pytest.approx(1.0, abs=1e-8)
+
+
+# ------------------------------------------------------------------ issue 21: honest at any width
+
+
+@pytest.mark.parametrize("d", [128, 256])
+def test_g1_embedded_wider_has_the_same_logits_and_meets_every_claim(d):
+    """G1 padded to d and rotated by a random orthogonal matrix: the same function, no meaningful
+    coordinate, p = R·d features far above the 192 fit subjects — and every criterion is still met."""
+    from georecall.constructions.model import forward
+    from georecall.constructions.single_hop import single_hop_queries
+    from georecall.verify.experiments.study import claims_met
+
+    task = random_task(256, 4, 3)
+    g1 = build_g1(task, "binary").model
+    wide = probes.embed_wider(g1, d, rng=5)
+    tokens, _ = single_hop_queries(task)
+    np.testing.assert_allclose(forward(wide, tokens), forward(g1, tokens), atol=1e-9)
+    assert wide.d == d and np.linalg.matrix_rank(wide.entity_embedding) == np.linalg.matrix_rank(
+        g1.entity_embedding)
+    assert np.count_nonzero(np.abs(wide.entity_embedding) > 1e-12) > 0.9 * wide.entity_embedding.size
+    out = probes.mechanism_probes(wide, task, seed=0, transfer_steps=None, encoder_steps=20)
+    assert out["fits"]["fits"]["forward"]["p"] == 4 * d
+    assert all(claims_met(out["summary"]).values()), out["summary"]
+    assert out["summary"]["forward_ceiling"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_embed_wider_refuses_a_narrower_residual(g1_case):
+    model, _ = g1_case
+    with pytest.raises(ValueError, match="d >= the model's d"):
+        probes.embed_wider(model, model.d - 1)
+
+
+def test_interventions_use_only_subjects_held_out_of_the_maps_fit(g1_case):
+    model, task = g1_case
+    readout = probes.superposition_readout(model, task, rng=0)
+    held_out = readout["test_index"]
+    result = probes.causal_intervention(model, task, readout["encoding_maps"], subjects=None, rng=1,
+                                        candidates=held_out)
+    assert result["interventions"] == held_out.size * task.R and result["follows"] == 1.0
+    with pytest.raises(ValueError, match="no subjects"):
+        probes.causal_intervention(model, task, readout["encoding_maps"], rng=1, candidates=np.array([], int))
+
+
+def test_displacement_removes_the_share_of_the_init_that_weight_decay_left(g1_case):
+    """E = keep·E⁰ + (a superposition): the decay-aware displacement (retained = keep) is exact; the plain
+    E − E⁰ (retained = 1) adds (1 − keep)·E⁰ of noise back and fails."""
+    model, task = g1_case
+    E0 = np.random.default_rng(1).standard_normal(model.entity_embedding.shape)
+    keep = 0.01
+    trained = model.replace(entity_embedding=keep * E0 + 0.1 * np.asarray(model.entity_embedding))
+    start = model.replace(entity_embedding=E0)
+    aware = probes.attribute_fits(trained, task, initial=start, rng=0, retained={"E": keep})
+    naive = probes.attribute_fits(trained, task, initial=start, rng=0)
+    assert aware["displacement_forward_r2"] == pytest.approx(1.0, abs=1e-8)
+    assert naive["displacement_forward_r2"] < 0.5
+    assert any("weight decay" in note for note in aware["displacement_notes"])
+    with pytest.raises(ValueError, match="retained share"):
+        probes.attribute_fits(trained, task, initial=start, rng=0, retained={"E": 1.5})
+
+
+def test_every_fit_reports_p_n_and_its_chosen_strength(g1_case):
+    model, task = g1_case
+    fits = probes.attribute_fits(model, task, rng=0)["fits"]
+    for name in ("forward", "reverse", "null_forward", "ceiling"):
+        assert {"p", "n", "rank", "alpha", "relative_alpha", "folds"} <= set(fits[name]), name
+        assert fits[name]["n"] == 192 and fits[name]["folds"] == 5

@@ -344,3 +344,50 @@ def test_every_fit_reports_p_n_and_its_chosen_strength(g1_case):
     for name in ("forward", "reverse", "null_forward", "ceiling"):
         assert {"p", "n", "rank", "alpha", "relative_alpha", "folds"} <= set(fits[name]), name
         assert fits[name]["n"] == 192 and fits[name]["folds"] == 5
+
+
+# ------------------------------------------------------------------------- the probe / transfer commands
+
+
+def _trained_file(tmp_path, steps="3"):
+    from georecall.verify.cli import main
+
+    path = str(tmp_path / "m.npz")
+    assert main(["train", "--N", "32", "--R", "2", "--d", "8", "--steps", steps, "--out", path,
+                 "--quiet"]) in (0, 1)
+    return path
+
+
+@pytest.mark.parametrize("command", [["probe"], ["transfer", "--steps", "2"]])
+def test_the_reproducer_with_two_extra_entity_rows_exits_2(command, tmp_path, capsys):
+    from georecall.constructions.model import load_model, save_model
+    from georecall.verify.cli import main
+
+    model, header = load_model(_trained_file(tmp_path))
+    E = np.asarray(model.entity_embedding)
+    wider = model.replace(entity_embedding=np.vstack([E, E[:2]]))
+    path = save_model(wider, str(tmp_path / "wider.npz"),
+                      extra_arrays={"task_table": np.asarray(header["extra_arrays"]["task_table"])})
+    capsys.readouterr()
+    code = main(command[:1] + [path] + command[1:])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "entity table has 34 rows (E: 34 × 8) but the task has N = 32" in err
+
+
+def test_a_random_models_probe_report_says_it_answers_about_1_over_n(tmp_path, capsys):
+    import json
+
+    from georecall.verify.cli import main
+
+    path = _trained_file(tmp_path, steps="1")
+    capsys.readouterr()
+    assert main(["probe", path, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["accuracy"]["queries"] == 64 and doc["accuracy"]["accuracy"] < 0.2  # chance 1/32
+    assert doc["warnings"] and "of its 64 facts" in doc["warnings"][0]
+    assert main(["probe", path]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].startswith("the model answers") and "of its 64 facts" in text[0]
+    assert text[1].startswith("WARNING: the model answers")
+    assert "ridge, p = 16" in "\n".join(text)  # the fit's p, n and strength are printed

@@ -628,7 +628,17 @@ def run_train(p) -> dict:
     if out:
         atomic_write(out, lambda f: save_model(result.model, f, extra_arrays={"task_table": task.table},
                                                **params))
-    return _doc("train", p, params, est, budget, reached=result.reached, steps_run=result.steps,
+    from georecall.verify.experiments.sweep import BITS_REFERENCES, knowledge_bits
+    bits = knowledge_bits(p.N, p.R, p.k)
+    n_params = result.model.parameter_count()
+    arrays = result.model.arrays()
+    n_trained = n_params - sum(int(arrays[g].size) for g in frozen if g in arrays)
+    knowledge = {**bits, "parameters": n_params, "trained_parameters": n_trained,
+                 "bits_per_parameter": bits["bits"] / n_params,
+                 "bits_per_trained_parameter": bits["bits"] / n_trained if n_trained else None,
+                 "stored": bool(result.reached), "references": dict(BITS_REFERENCES)}
+    return _doc("train", p, params, est, budget, knowledge=knowledge, reached=result.reached,
+                steps_run=result.steps,
                 epochs=result.epochs, path=result.path,
                 answers=int(answers.size), final_loss=result.losses[-1],
                 final_batch_accuracy=result.accuracies[-1], seconds=round(result.seconds, 3), out=out)
@@ -652,7 +662,14 @@ def _scheduler(text: str | None) -> str | None:
 
 def run_sweep_threshold(p) -> dict:
     """``sweep threshold``: the smallest d reaching 100% per (N, R, mode, seed), resumable JSONL, fits."""
-    from georecall.verify.experiments.sweep import TrialSettings, fit_thresholds, summary_table, sweep
+    from georecall.verify.experiments.sweep import (
+        TrialSettings,
+        bits_per_parameter,
+        fit_thresholds,
+        knowledge_table,
+        summary_table,
+        sweep,
+    )
     if p.d_min > p.d_max:
         raise InputError(f"--d-min ({p.d_min}) must not exceed --d-max ({p.d_max})")
     if min(p.N) < 2:
@@ -690,8 +707,10 @@ def run_sweep_threshold(p) -> dict:
     params = {"N": p.N, "R": p.R, "modes": p.modes, "seeds": p.seeds, "d_min": p.d_min, "d_max": p.d_max,
               "resolution": p.resolution, "workers": p.workers, "scheduler": scheduler,
               "settings": settings.__dict__}
+    knowledge = bits_per_parameter(records)
+    summary = summary_table(records) + ("\n" + knowledge_table(knowledge) if knowledge else "")
     return _doc("sweep threshold", p, params, est, budget, out=out, settings=settings.__dict__,
-                thresholds=records, fits=fits, summary=summary_table(records), notes=notes)
+                thresholds=records, fits=fits, summary=summary, bits_per_parameter=knowledge, notes=notes)
 
 
 # ------------------------------------------------------------------------------------- saved models, files

@@ -202,7 +202,18 @@ def _train(doc: dict) -> list[str]:
     return [f"{'reached 100%' if doc['reached'] else 'did not reach 100%'} on all {doc['answers']:,} {what} "
             f"after {doc['steps_run']} steps ({doc['seconds']:.1f} s, {doc.get('path', 'dense')} gradients), "
             f"final loss {_fmt(doc['final_loss'])}"
-            + (f"; model written to {doc['out']}" if doc["out"] else "")]
+            + (f"; model written to {doc['out']}" if doc["out"] else "")] + _knowledge(doc.get("knowledge"))
+
+
+def _knowledge(k: dict | None) -> list[str]:
+    """Bits of knowledge per parameter of a trained model (``train``)."""
+    if not k:
+        return []
+    refs = "; ".join(f"≈{v:g}, {name.split(' (')[0]}" for name, v in k["references"].items())
+    held = "it answers every query, so it holds them" if k["stored"] else "it does not answer every query"
+    return [f"{k['bits']:,.0f} bits of knowledge{'' if k['exact'] else ' (at least)'} ({k['count']}) over "
+            f"{k['parameters']:,} parameters = {k['bits_per_parameter']:.3f} bits/parameter ({held}); "
+            f"references: {refs}"]
 
 
 def _sweep(doc: dict) -> list[str]:

@@ -59,6 +59,7 @@ from georecall.verify.experiments.executors import open_executor
 from georecall.verify.training.train import init_model, train, training_data
 
 __all__ = [
+    "BITS_REFERENCES",
     "FROZEN_GROUPS",
     "MODES",
     "SEED_CONTRACT",
@@ -69,8 +70,12 @@ __all__ = [
     "SweepFile",
     "ThresholdSearch",
     "TrialSettings",
+    "bits_per_parameter",
     "find_threshold",
     "fit_thresholds",
+    "knowledge_bits",
+    "knowledge_table",
+    "model_parameters",
     "read_records",
     "read_sweep",
     "run_trial",
@@ -763,4 +768,97 @@ def summary_table(records: list[dict]) -> str:
         reached = [v for v in values if v is not None]
         mean = f"{np.mean(reached):7.1f}" if reached else "      —"
         lines.append(f"{N:>6} {R:>3} {mode:>8}  {values!s:<20} {mean} {R * math.log(N):7.1f}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------- bits of knowledge per parameter
+
+# Published capacities of trained language models, in bits of knowledge per parameter (approximate)
+BITS_REFERENCES: dict[str, float] = {
+    "Allen-Zhu & Li 2024 (Physics of Language Models 3.3: knowledge capacity)": 2.0,
+    "Morris et al. 2025 (How much do language models memorize?)": 3.6,
+}
+
+
+def knowledge_bits(N: int, R: int, k: int = 1) -> dict:
+    """The bits a model must hold to answer every query of an unknown task: ``log2`` of the number of tasks
+    it must tell apart. k = 1: ``R·log2 N!`` (``(N!)^R`` tasks, exact). k >= 2: ``log2 |F_k|`` from the proved
+    lower bound ``(L − 1)!·(N!)^{R−1}`` (``bounds.counting.F_lower``): at least that many bits."""
+    from georecall.bounds.counting import F_lower, log2_product
+
+    N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
+    return {"bits": float(log2_product(F_lower(N, R, k))), "exact": k == 1,
+            "count": "(N!)^R tasks" if k == 1 else "|F_k| >= (L-1)!·(N!)^(R-1) k-hop answer tables"}
+
+
+def model_parameters(N: int, R: int, d: int, settings: TrialSettings) -> dict:
+    """Parameters of the model a trial of ``settings`` trains at width d (all of them, and those not frozen
+    in each mode), counted from the model itself (``Model.parameter_count``)."""
+    T = None
+    if settings.k > 1 or settings.cot:  # positions: the sequence length of the trial's queries
+        T = training_data(task_for_seed(N, R, 0), settings.k, settings.cot)[3]
+    model = init_model(N, R, d, settings.width_factor * d, attention=settings.attention, heads=settings.heads,
+                       positions=T, rng=0, dtype=np.dtype(np.float32))
+    total = model.parameter_count()
+    arrays = model.arrays()
+    out = {"all": total}
+    for mode, groups in FROZEN_GROUPS.items():
+        out[mode] = total - sum(int(arrays[g].size) for g in groups if g in arrays)
+    return out
+
+
+def bits_per_parameter(records: list[dict]) -> list[dict]:
+    """Bits of knowledge per parameter at the capacity threshold, per (N, R, k, mode) of threshold records.
+
+    For every seed with a d*: ``knowledge_bits(N, R, k)`` over the parameter count of the model trained at
+    d* (all parameters; ``per_trained_parameter``: over the parameters not frozen in that mode). Beside them:
+    the same ratio for the constructions at (N, R, k) (their nominal sizes: G1 and A1 for one hop, G2 and C1
+    for k hops) and :data:`BITS_REFERENCES`.
+    """
+    from georecall.constructions import registry
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r.get("kind", "threshold") == "threshold" and r.get("d_star") is not None:
+            groups.setdefault((r["N"], r["R"], r.get("k", 1), bool(r.get("cot")), r["mode"]), []).append(r)
+    rows = []
+    for (N, R, k, cot, mode), group in sorted(groups.items()):
+        group.sort(key=lambda r: r["seed"])
+        bits = knowledge_bits(N, R, k)
+        seeds = []
+        for r in group:
+            settings = TrialSettings(steps=r["steps"], lr=r["lr"], width_factor=r["width_factor"],
+                                     attention=r["attention"], dtype=r["dtype"], k=r.get("k", 1),
+                                     cot=bool(r.get("cot")), heads=r.get("heads", 1))
+            counts = model_parameters(N, R, r["d_star"], settings)
+            seeds.append({"seed": r["seed"], "d_star": r["d_star"], "parameters": counts["all"],
+                          "bits_per_parameter": bits["bits"] / counts["all"],
+                          "per_trained_parameter": bits["bits"] / counts[mode]})
+        constructions = {}
+        for name in (("G1", "A1") if k == 1 else (("C1",) if cot else ("G2",))):
+            promise = registry.get(name).nominal_promise(N, R, k)
+            constructions[name] = {"d": int(promise.d), "parameters": int(promise.params),
+                                   "bits_per_parameter": bits["bits"] / promise.params}
+        values = [s["bits_per_parameter"] for s in seeds]
+        rows.append({"N": N, "R": R, "k": k, "cot": cot, "mode": mode, **bits, "seeds": seeds,
+                     "mean": float(np.mean(values)), "constructions": constructions,
+                     "references": dict(BITS_REFERENCES)})
+    return rows
+
+
+def knowledge_table(rows: list[dict]) -> str:
+    """:func:`bits_per_parameter` as text lines (empty when no search reached 100%)."""
+    if not rows:
+        return ""
+    lines = ["bits of knowledge per parameter at d* (log2 of the tasks told apart / the trained model's "
+             "parameters):"]
+    for row in rows:
+        per_seed = ", ".join(f"{s['bits_per_parameter']:.2f} (seed {s['seed']}, d* = {s['d_star']}, "
+                             f"{s['parameters']:,} params)" for s in row["seeds"])
+        built = ", ".join(f"{name} {c['bits_per_parameter']:.3f} (d = {c['d']})"
+                          for name, c in row["constructions"].items())
+        bound = "" if row["exact"] else " (at least)"
+        lines.append(f"  N={row['N']} R={row['R']} k={row['k']}{' CoT' if row['cot'] else ''} {row['mode']}: "
+                     f"{row['bits']:,.0f} bits{bound}; {per_seed}; constructions: {built}")
+    lines.append("  references: " + "; ".join(f"≈{v:g} bits/param, {k}" for k, v in BITS_REFERENCES.items()))
     return "\n".join(lines)

@@ -304,10 +304,12 @@ def test_verify_row_passes_and_checks_the_controls():
     start = time.perf_counter()
     (report,) = study.section_mechanism(seed=0)
     assert report.passed, report.extra_checks
-    assert len(report.extra_checks) == 4
+    assert len(report.extra_checks) == 6
     summaries = report.extra["summaries"]
-    assert set(summaries) == {"G1", "A1", "trained", "untrained"}
+    assert set(summaries) == {"G1", "G1 wider", "A1", "trained", "untrained"}
     assert report.extra["claims"]["G1"] == {"superposition": True, "selective_mlp": True, "zero_shot": True}
+    assert report.extra["claims"]["G1 wider"] == report.extra["claims"]["G1"]
+    assert summaries["untrained"]["accuracy"] < 5 / 256
     print(f"verify row: {time.perf_counter() - start:.1f} s")  # timing reported, not asserted
 
 
@@ -331,3 +333,186 @@ def test_quick_grid_runs_within_five_minutes_and_summarizes(tmp_path):
     text = study.render_summary(doc)
     assert all(f"| {r.name} |" in text for r in study.QUICK_REGIMES)
     print(f"the quick grid took {elapsed:.0f} s")  # its budget (5 min) is a benchmark figure, not asserted
+
+
+def test_the_verify_row_fails_when_the_wider_control_is_broken(monkeypatch):
+    """The positive control can fail: a 'wider G1' whose relation embeddings open every gate meets no
+    selectivity criterion, and the row says so."""
+    from georecall.verify.experiments import probes
+
+    real = probes.embed_wider
+
+    def broken(model, d, rng=None):
+        wide = real(model, d, rng)
+        Q = np.asarray(wide.relation_embedding)
+        return wide.replace(relation_embedding=np.tile(Q.sum(axis=0), (Q.shape[0], 1)))
+
+    monkeypatch.setattr(probes, "embed_wider", broken)
+    (report,) = study.section_mechanism(seed=0)
+    assert not report.passed
+    failed = [name for name, ok in report.extra_checks.items() if not ok]
+    assert failed == [name for name in report.extra_checks if "embedded" in name]
+
+
+# ------------------------------------------------------------------------------- the d axis (issue 21)
+
+
+def test_the_d_axis_grid_is_the_declared_one():
+    jobs = study.jobs_of("d-axis")
+    trials = [j for j in jobs if j["kind"] == "mechanism"]
+    widths = {}
+    for job in trials:
+        widths.setdefault((job["params"]["N"], job["family"]), set()).add(job["params"]["d"])
+    families = {"base", "long", "wd-all", "small-init+wd", "frozen-U+wd-emb"}
+    assert {f for (N, f) in widths if N == 1024} == families
+    assert all(widths[(1024, f)] == {27, 54, 108, 216} for f in families)
+    assert widths[(4096, "base")] == widths[(4096, "wd-all")] == {32, 64}
+    assert {f for (N, f) in widths if N == 4096} == {"base", "wd-all"}
+    assert all(j["params"]["m"] == 4 * j["params"]["d"] for j in trials)
+    assert {j["seed"] for j in trials} == {0, 1, 2} and len(trials) == 3 * (5 * 4 + 2 * 2)
+    padded = sorted(j["pad_d"] for j in jobs if j.get("pad_d") and j["seed"] == 0)
+    assert padded == [108, 128, 216, 256]
+    assert study.THRESHOLDS["superposition_r2"] == 0.95  # unchanged from issue 12
+
+
+def test_the_run_is_a_priority_list_controls_first():
+    jobs = study.jobs_of("d-axis-run", (0, 1))
+    kinds = [j["kind"] for j in jobs]
+    assert kinds == sorted(kinds, key=lambda k: k != "control")  # every control before every trial
+    assert {j["seed"] for j in jobs if j["kind"] == "control"} == {0}
+    trials = [(j["family"], j["params"]["N"], j["params"]["d_g1_factor"], j["seed"])
+              for j in jobs if j["kind"] == "mechanism"]
+    assert trials == list(study.D_AXIS_RUN_ORDER)
+    assert len({j["key"] for j in jobs}) == len(jobs)
+
+
+def test_a_regime_named_twice_for_the_same_seed_is_refused():
+    twice = study.Grid("twice", study.BASE, (study.Regime("base", "", seeds=(0,)),
+                                            study.Regime("base", "", seeds=(0,))),
+                       study.PROBE_SETTINGS, ordered=True)
+    with pytest.raises(InputError, match="names repeat"):
+        study.jobs_of(twice, (0,))
+    unordered = study.Grid("u", study.BASE, (study.Regime("base", "", seeds=(0,)),
+                                             study.Regime("base", "", seeds=(1,))), study.PROBE_SETTINGS)
+    with pytest.raises(InputError, match="names repeat"):
+        study.jobs_of(unordered, (0, 1))
+
+
+@pytest.mark.parametrize("family, E, U", [
+    ("wd-all", 0.99 ** 1000, 0.99 ** 1000),
+    ("frozen-U+wd-emb", 0.99 ** 1000, 1.0),  # U is frozen: never decayed
+    ("long", 1.0, 1.0),
+])
+def test_the_share_of_the_init_left_by_decay_follows_the_trainer(family, E, U):
+    regime = {r.name: r for r in study.D_AXIS_FAMILIES}[family]
+    p = study.resolve(study.BASE, regime)
+    frozen = ("unembedding",) if p["readout"] == "frozen" else ()
+    assert study._retained(p, frozen, 1000) == pytest.approx({"E": E, "U": U})
+
+
+def test_the_retained_share_matches_the_trainers_decay():
+    """With a zero gradient, AdamW only decays: after T updates θ = (1 − lr·λ)^T·θ⁰, the share _retained
+    removes; and a trained run of T steps reports T updates applied."""
+    from georecall.theory.tasks import random_task
+    from georecall.verify.training.train import adam, init_model, train, training_data
+
+    theta = np.random.default_rng(0).standard_normal((5, 3))
+    out = adam(lambda params, step: {"E": np.zeros_like(params["E"])}, {"E": theta}, 40, lr=1e-2,
+               weight_decay=1.0)
+    p = {**study.BASE, "decay": 1.0, "decay_groups": "all", "lr": 1e-2}
+    np.testing.assert_allclose(out["E"], study._retained(p, (), 40)["E"] * theta, rtol=1e-12)
+    task = random_task(32, 2, 0)
+    tokens, answers, _, _ = training_data(task)
+    result = train(init_model(32, 2, 8, 16, rng=1), tokens, answers, steps=30, lr=1e-2, weight_decay=1.0,
+                   rng=2)
+    assert result.steps == 30
+
+
+def d_axis_records(tmp_path):
+    """Trials of two families at three widths (values rising with d), the untrained weights at 0, G1
+    native and embedded wider at 1; all of one seed."""
+    records = []
+    for family in ("base", "wd-all"):
+        for f, value in ((0.5, 0.2), (1.0, 0.5), (2.0, 1.0)):
+            regime = {r.name: r for r in study.d_axis_regimes()}[f"{family} N=1024 d={f:g}×d_G1"]
+            summary = {**fake_summary(value), "forward_ceiling": 0.9 if f == 2.0 else 1.0}
+            records.append({"kind": "mechanism", "grid": "d-axis-run", "regime": regime.name,
+                            "family": family, "control": False, "description": "", "seed": 0,
+                            "params": study.resolve(study.BASE, regime), "probe": {}, "study_version": 2,
+                            "version": "x", "seed_contract": 1, "summary": summary,
+                            "claims": study.claims_met(summary),
+                            "initial": {"summary": fake_summary(0.0),
+                                        "claims": study.claims_met(fake_summary(0.0))},
+                            "training": {"steps": 10, "reached": True, "accuracy": 1.0, "final_loss": 0.1,
+                                         "seconds": 1.0}, "seconds": 1.0})
+    for pad in (None, 108, 216):
+        records.append({"kind": "control", "grid": "d-axis-run", "construction": "G1", "N": 1024, "R": 4,
+                        "seed": 0, "probe": {}, "study_version": 2, "version": "x", "seed_contract": 1,
+                        "summary": fake_summary(1.0), "claims": study.claims_met(fake_summary(1.0)),
+                        "d": pad or 54, "m": 80, "seconds": 1.0, **({"pad_d": pad} if pad else {})})
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def test_the_summary_across_d_gives_a_verdict_per_width(tmp_path):
+    doc = study.summarize(d_axis_records(tmp_path))
+    axis = doc["d_axis"]
+    assert [(s["family"], [q["factor"] for q in s["points"]]) for s in axis["series"]] == [
+        ("base", [0.5, 1.0, 2.0]), ("wd-all", [0.5, 1.0, 2.0])]
+    assert [q["reachable"] for q in axis["series"][0]["points"]] == [True, True, False]
+    assert [(g["d"], g["factor"]) for g in axis["g1"]] == [(54, 1.0), (108, 2.0), (216, 4.0)]
+    # value 1.0 (f = 2) meets every criterion; 0.2 and 0.5 meet none but breadth
+    assert axis["verdicts"]["superposition"][0] == (
+        "base (N=1024, R=4): holds at d/d_G1 ∈ {2}, partly at {}, fails at {0.5, 1}")
+    text = study.render_summary(doc)
+    assert "## Across d" in text and "### base (N=1024, R=4)" in text and "| 2 | 108 | 1 |" in text
+    assert "embedded in d=216" in text
+
+
+def test_the_figure_across_d_is_drawn(tmp_path):
+    pytest.importorskip("matplotlib")
+    doc = study.summarize(d_axis_records(tmp_path))
+    written = study.figures(doc, str(tmp_path / "figs"), log=lambda text: None)
+    names = sorted(os.path.basename(p) for p in written)
+    assert "mechanism_d.png" in names and "mechanism_d.svg" in names
+    assert all(os.path.getsize(p) > 1000 for p in written)
+
+
+# ------------------------------------------------------------------- bits of knowledge per parameter
+
+
+def test_knowledge_bits_are_r_log2_n_factorial_and_the_k_hop_count():
+    import math
+
+    from georecall.verify.experiments.sweep import knowledge_bits
+
+    for N, R in ((2, 1), (10, 3), (4096, 4)):
+        assert knowledge_bits(N, R)["bits"] == pytest.approx(R * math.lgamma(N + 1) / math.log(2), rel=1e-12)
+    two_hop = knowledge_bits(10, 3, 2)  # (L − 1)!·(N!)^(R−1), L = 9 (coprime to 2)
+    assert two_hop["bits"] == pytest.approx((math.lgamma(9) + 2 * math.lgamma(11)) / math.log(2))
+    assert not two_hop["exact"]
+
+
+def test_model_parameters_match_the_hand_count():
+    from georecall.verify.experiments.sweep import TrialSettings, model_parameters
+
+    N, R, d = 4096, 4, 16
+    m = 4 * d
+    hand = 2 * N * d + R * d + 2 * d * d + 2 * d * m + m + d  # E, U, Q, W_V·W_O, W1, W2, b1, b2
+    counts = model_parameters(N, R, d, TrialSettings())
+    assert counts["all"] == hand and counts["frozen"] == hand - N * d - R * d
+
+
+def test_the_committed_n4096_records_give_about_1_3_to_1_5_bits_per_parameter():
+    from georecall.verify.experiments.sweep import BITS_REFERENCES, bits_per_parameter, knowledge_table
+
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", "thresholds_N4096.jsonl")
+    records = [json.loads(line) for line in open(path)]
+    rows = {(r["R"], r["mode"]): r for r in bits_per_parameter(records)}
+    for R in (2, 4):
+        learned = [s["bits_per_parameter"] for s in rows[(R, "learned")]["seeds"]]
+        assert all(1.25 <= v <= 1.5 for v in learned), learned
+        assert rows[(R, "learned")]["constructions"]["G1"]["bits_per_parameter"] < min(learned)
+    assert set(BITS_REFERENCES.values()) == {2.0, 3.6}
+    assert "bits of knowledge per parameter" in knowledge_table(list(rows.values()))

@@ -1068,7 +1068,9 @@ def render_summary(doc: dict) -> str:
               head.replace("| reached | accuracy | steps", "| m | — | —"), rule]
     for e in doc["constructions"]:
         lines.append("| " + " | ".join(
-            [f"{e['construction']} N={e['N']} R={e['R']}", str(e["d"]), str(e["m"]), "—", "—"]
+            [f"{e['construction']} N={e['N']} R={e['R']}"
+             + (f" (embedded in d={e['pad_d']})" if e.get("pad_d") else ""), str(e["d"]), str(e["m"]), "—",
+             "—"]
             + [_cell(e["trained"][key], digits) for _, key, digits in _COLUMNS]
             + [_claims_cell(e["verdicts"])]) + " |")
     lines += ["", "## The same probes on each regime's initial (untrained) weights", "", head, rule]

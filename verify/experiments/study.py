@@ -327,6 +327,14 @@ D_AXIS_RUN_ORDER: tuple[tuple[str, int, float, int], ...] = (
     *(("wd-all", 1024, f, 1) for f in (0.5, 1.0, 2.0)),
     ("small-init+wd", 1024, 4.0, 0), ("frozen-U+wd-emb", 1024, 4.0, 0), ("long", 1024, 4.0, 0),
     ("wd-all", 4096, 0.5, 0), ("base", 4096, 1.0, 0),
+    # item 5, declared at 13:59 UTC while the run was at its 10th job, before any probe value was looked at:
+    # more seeds if the list above ends before 15:30 (the same command, rerun, resumes with these)
+    *((family, 1024, f, 1) for family in ("small-init+wd", "frozen-U+wd-emb", "long")
+      for f in (0.5, 1.0, 2.0)),
+    ("base", 1024, 4.0, 1), ("wd-all", 1024, 4.0, 1),
+    *((family, 1024, f, 2) for family in ("base", "wd-all", "small-init+wd", "frozen-U+wd-emb", "long")
+      for f in (0.5, 1.0, 2.0)),
+    ("base", 4096, 0.5, 1),
 )
 
 

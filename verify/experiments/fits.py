@@ -207,7 +207,8 @@ def fit_ridge_cv_many(X: np.ndarray, Ys: list, *, rng: np.random.Generator,
                     errors[t, i] += float(np.sum((Yv - pred) ** 2))
         for t in range(len(targets)):
             cv_errors[t] = dict(zip(grid, errors[t].tolist()))
-            chosen[t] = min(range(len(grid)), key=lambda i, t=t: (errors[t, i], -grid[i]))
+            order = sorted(range(len(grid)), key=lambda i: (float(errors[t, i]), -grid[i]))
+            chosen[t] = order[0]
     U, s, Vt = _svd(Xc)
     rank = _rank(s, Xc.shape)
     out = []

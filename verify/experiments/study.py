@@ -978,7 +978,7 @@ def d_axis(regimes: list[dict], constructions: list[dict]) -> dict:
     for claim in CLAIMS:
         lines = []
         for item in series.values():
-            by = {"holds": [], "partly": [], "fails": []}
+            by: dict[str, list[str]] = {"holds": [], "partly": [], "fails": []}
             for q in item["points"]:
                 v = q["verdicts"][claim]
                 by[v["verdict"]].append(f"{q['factor']:g}" + ("" if v["verdict"] != "partly"

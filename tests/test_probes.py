@@ -391,3 +391,25 @@ def test_a_random_models_probe_report_says_it_answers_about_1_over_n(tmp_path, c
     assert text[0].startswith("the model answers") and "of its 64 facts" in text[0]
     assert text[1].startswith("WARNING: the model answers")
     assert "ridge, p = 16" in "\n".join(text)  # the fit's p, n and strength are printed
+
+
+def test_the_forward_probe_meets_the_threshold_at_d_256_where_ols_would_fail(monkeypatch):
+    """The study's (N, R, d) = (1024, 4, 256): a model whose embeddings are an exact superposition of its
+    attribute vectors (spanning d_G1 = 54 directions, +1% bulk) plus 2% other variance. The probe's forward
+    R² meets 0.95; the same probe with plain least squares (the issue-12 estimator) does not."""
+    from georecall.verify.experiments import fits
+
+    rng = np.random.default_rng(0)
+    N, R, d = 1024, 4, 256
+    task = random_task(N, R, 0)
+    basis = np.linalg.qr(rng.standard_normal((d, d)))[0][:54]
+    U = rng.standard_normal((N, 54)) @ basis + 0.01 * rng.standard_normal((N, d))
+    signal = U[task.table.T].reshape(N, -1) @ (rng.standard_normal((R * d, d)) / np.sqrt(R * d))
+    noise = rng.standard_normal(signal.shape)
+    noise *= np.sqrt(0.02 / 0.98 * np.sum(signal.var(0)) / np.sum(noise.var(0)))
+    model = Model(signal + noise, rng.standard_normal((R, d)), U)
+    assert probes.attribute_fits(model, task, rng=0)["forward_r2"] >= 0.95
+    real = fits.fit_ridge_cv_many
+    monkeypatch.setattr(probes, "fit_ridge_cv_many",
+                        lambda X, Ys, *, rng, alphas=None, folds=5: real(X, Ys, rng=rng, alphas=(0.0,)))
+    assert probes.attribute_fits(model, task, rng=0)["forward_r2"] < 0.95

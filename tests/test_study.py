@@ -376,7 +376,7 @@ def test_the_d_axis_grid_is_the_declared_one():
 
 
 def test_the_run_is_a_priority_list_controls_first():
-    jobs = study.jobs_of("d-axis-run", (0, 1))
+    jobs = study.jobs_of("d-axis-run", (0, 1, 2))
     kinds = [j["kind"] for j in jobs]
     assert kinds == sorted(kinds, key=lambda k: k != "control")  # every control before every trial
     assert {j["seed"] for j in jobs if j["kind"] == "control"} == {0}
@@ -467,7 +467,7 @@ def test_the_summary_across_d_gives_a_verdict_per_width(tmp_path):
         "base (N=1024, R=4): holds at d/d_G1 ∈ {2}, partly at {}, fails at {0.5, 1}")
     text = study.render_summary(doc)
     assert "## Across d" in text and "### base (N=1024, R=4)" in text and "| 2 | 108 | 1 |" in text
-    assert "embedded in d=216" in text
+    assert "embedded in d=216" in text and "| 4.00 (N=1024) | 216 |" in text
 
 
 def test_the_figure_across_d_is_drawn(tmp_path):

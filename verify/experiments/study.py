@@ -1044,7 +1044,7 @@ def _render_d_axis(axis: dict | None) -> list[str]:
                   head, rule]
         for g in axis["g1"]:
             lines.append("| " + " | ".join(
-                [f"{g['factor']:.2f}" if g["factor"] else "—", str(g["d"]),
+                [(f"{g['factor']:.2f}" if g["factor"] else "—") + f" (N={g['N']})", str(g["d"]),
                  str(g["trained"]["accuracy"]["n"]), _cell(g["trained"].get("accuracy"), 3)]
                 + [_cell(g["trained"].get(key)) for _, key in keys] + [_claims_cell(g["verdicts"])]) + " |")
         lines.append("")

@@ -464,7 +464,7 @@ def test_the_summary_across_d_gives_a_verdict_per_width(tmp_path):
     assert [(g["d"], g["factor"]) for g in axis["g1"]] == [(54, 1.0), (108, 2.0), (216, 4.0)]
     # value 1.0 (f = 2) meets every criterion; 0.2 and 0.5 meet none but breadth
     assert axis["verdicts"]["superposition"][0] == (
-        "base (N=1024, R=4): holds at d/d_G1 ∈ {2}, partly at {}, fails at {0.5, 1}")
+        "base (N=1024, R=4): holds at d/d_G1 ∈ {2}; fails at d/d_G1 ∈ {0.5, 1}")
     text = study.render_summary(doc)
     assert "## Across d" in text and "### base (N=1024, R=4)" in text and "| 2 | 108 | 1 |" in text
     assert "embedded in d=216" in text and "| 4.00 (N=1024) | 216 |" in text

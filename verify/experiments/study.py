@@ -983,9 +983,8 @@ def d_axis(regimes: list[dict], constructions: list[dict]) -> dict:
                 v = q["verdicts"][claim]
                 by[v["verdict"]].append(f"{q['factor']:g}" + ("" if v["verdict"] != "partly"
                                                                 else f" ({v['met']}/{v['n']})"))
-            lines.append(f"{item['family']} (N={item['N']}, R={item['R']}): holds at d/d_G1 ∈ "
-                         f"{{{', '.join(by['holds'])}}}, partly at {{{', '.join(by['partly'])}}}, fails at "
-                         f"{{{', '.join(by['fails'])}}}")
+            said = [f"{verdict} at d/d_G1 ∈ {{{', '.join(widths)}}}" for verdict, widths in by.items() if widths]
+            lines.append(f"{item['family']} (N={item['N']}, R={item['R']}): {'; '.join(said)}")
         verdicts[claim] = lines
     return {"series": list(series.values()), "g1": g1, "verdicts": verdicts}
 

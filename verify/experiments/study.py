@@ -983,7 +983,8 @@ def d_axis(regimes: list[dict], constructions: list[dict]) -> dict:
                 v = q["verdicts"][claim]
                 by[v["verdict"]].append(f"{q['factor']:g}" + ("" if v["verdict"] != "partly"
                                                                 else f" ({v['met']}/{v['n']})"))
-            said = [f"{verdict} at d/d_G1 ∈ {{{', '.join(widths)}}}" for verdict, widths in by.items() if widths]
+            said = [f"{verdict} at d/d_G1 ∈ {{{', '.join(widths)}}}"
+                    for verdict, widths in by.items() if widths]
             lines.append(f"{item['family']} (N={item['N']}, R={item['R']}): {'; '.join(said)}")
         verdicts[claim] = lines
     return {"series": list(series.values()), "g1": g1, "verdicts": verdicts}

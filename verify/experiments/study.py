@@ -967,6 +967,9 @@ def d_axis(regimes: list[dict], constructions: list[dict]) -> dict:
                                else bool(ceiling >= THRESHOLDS["superposition_r2"])})
     for item in series.values():
         item["points"].sort(key=lambda q: q["factor"])
+    rank = {r.name: i for i, r in enumerate(D_AXIS_FAMILIES)}
+    series = dict(sorted(series.items(), key=lambda kv: (kv[0][0], kv[0][1], rank.get(kv[0][2], len(rank)),
+                                                         kv[0][2])))
     g1 = []
     for e in constructions:
         if e["construction"] != "G1":

@@ -81,7 +81,7 @@ def test_many_targets_get_their_own_strength_and_equal_separate_fits():
     ({"X": np.ones((1, 2)), "Y": np.ones((1, 1))}, "two rows"),
     ({"X": np.full((5, 2), np.nan), "Y": np.ones((5, 1))}, "finite"),
     ({"X": np.ones((5, 2)), "Y": np.ones((5, 1)), "alphas": (-1.0,)}, ">= 0"),
-    ({"X": np.ones((5, 2)), "Y": np.ones((5, 1)), "folds": 9}, "folds"),
+    ({"X": np.ones((5, 2)), "Y": np.ones((5, 1)), "folds": 1}, "folds"),
 ])
 def test_bad_inputs_are_refused(kwargs, message):
     with pytest.raises(InputError, match=message):
@@ -155,3 +155,9 @@ def test_no_estimator_identifies_a_generic_superposition_past_n_over_R():
     assert ridge == pytest.approx(768 / 1024, abs=0.03)
     X, E, fit_rows, test_rows = superposition_case(108, 0.0)
     assert held_out(X, E, fit_rows, test_rows)[0] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_fewer_rows_than_folds_is_leave_one_out():
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((4, 2)), rng.standard_normal((4, 1))
+    assert fit_ridge_cv(X, Y, rng=rng, folds=5).folds == 4

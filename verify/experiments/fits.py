@@ -142,7 +142,7 @@ def fit_ridge_cv(X: np.ndarray, Y: np.ndarray, *, rng: np.random.Generator,
         Relative strengths ρ (``α = ρ·s̄²``); default :data:`RELATIVE_ALPHAS`. One value: no cross-validation
         (``(0.0,)`` is ordinary least squares).
     folds : int
-        Folds (2 ≤ folds ≤ n).
+        Folds (at least 2; with fewer fit rows than folds, one fold per row: leave-one-out).
 
     Returns
     -------
@@ -189,8 +189,9 @@ def fit_ridge_cv_many(X: np.ndarray, Ys: list, *, rng: np.random.Generator,
     chosen = [0] * len(targets)
     cv_errors: list[dict] = [{} for _ in targets]
     if len(grid) > 1:
-        if not isinstance(folds, (int, np.integer)) or not 2 <= folds <= n:
-            raise InputError(f"folds must be an integer in [2, n = {n}], got {folds!r}")
+        if not isinstance(folds, (int, np.integer)) or folds < 2:
+            raise InputError(f"folds must be an integer >= 2, got {folds!r}")
+        folds = min(int(folds), n)  # fewer rows than folds: leave-one-out
         assignment = rng.permutation(n) % folds
         errors = np.zeros((len(targets), len(grid)))
         for k in range(folds):

@@ -842,10 +842,10 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("default")
             caught = caught_now
             args = build_parser().parse_args(argv)
-            refuse_conflicts(args, given_options(argv))
             state["command"], state["json"] = args.command, bool(getattr(args, "json", False))
             state["params"] = {key: value for key, value in vars(args).items() if key not in ("group",
                                                                                             "target")}
+            refuse_conflicts(args, given_options(argv))
             args.progress = hasattr(args, "quiet") and not (args.quiet or getattr(args, "json", False))
             with contextlib.redirect_stdout(printed):
                 doc = commands.COMMANDS[args.command](args)

@@ -251,7 +251,8 @@ def _user_error(what: str, exc: BaseException) -> UserCodeError:
 def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
     """A user's spec whose builder and promise are watched: their exceptions become :class:`UserCodeError`
     (``InputError``, and so ``ConditionError``, pass through: a refusal is a refusal), and what they return is
-    checked (a :class:`Construction` holding a Model and a Promise; a Promise with whole sizes)."""
+    checked (a :class:`Construction` holding a Model and a Promise; a Promise with whole sizes). The copy
+    keeps the user's spec as ``user_spec``."""
     from georecall.constructions.model import Model
 
     build, nominal = spec.build, spec.nominal_promise
@@ -296,7 +297,9 @@ def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
             raise _user_error(f"{spec.label}'s nominal_promise", exc) from exc
         return promise_ok(promise, "nominal_promise")
 
-    return dataclasses.replace(spec, build=guarded_build, nominal_promise=guarded_nominal)
+    guarded = dataclasses.replace(spec, build=guarded_build, nominal_promise=guarded_nominal)
+    object.__setattr__(guarded, "user_spec", spec)  # the spec as the user's module defines it
+    return guarded
 
 
 _GUARDED: dict[int, tuple[ConstructionSpec, ConstructionSpec]] = {}  # id(user spec) -> (it, its guarded form)

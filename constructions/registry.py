@@ -16,25 +16,31 @@ checks every query against the promise the spec's builder returns (see ``example
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from georecall.constructions.codes import binary_length
 from georecall.constructions.encoding import TaskEncoding
 from georecall.constructions.multi_hop import build_a2_depth, build_a2_width, build_c1, build_g2
 from georecall.constructions.single_hop import Construction, build_a1, build_g1
-from georecall.errors import InputError
+from georecall.errors import InputError, UserCodeError
 from georecall.theory import statements
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
 
 __all__ = [
     "BOUNDS",
+    "BUILTIN_IDS",
     "COMMON_OPTIONS",
     "BitsClaim",
     "ConstructionSpec",
@@ -171,16 +177,43 @@ class ConstructionSpec:
 
 
 _REGISTRY: dict[str, ConstructionSpec] = {}
+_BUILTIN: frozenset[str] = frozenset()  # ids of the six built-in constructions (set after they register)
 
 
 def register(spec: ConstructionSpec, *, replace: bool = False) -> ConstructionSpec:
     """Add a spec. Its id and name must be new (unless ``replace``) and must not collide with another
-    spec's."""
+    spec's; a built-in construction's id or name is never taken over, even with ``replace``.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+        The spec.
+    replace : bool
+        Allow replacing a registered (not built-in) spec of the same id.
+
+    Returns
+    -------
+    ConstructionSpec
+        ``spec``.
+
+    Raises
+    ------
+    InputError
+        Not a spec, an id or name that is not a non-empty string, or a collision.
+    """
     if not isinstance(spec, ConstructionSpec):
         raise InputError(f"register() takes a ConstructionSpec, got {type(spec).__name__}")
+    for what, value in (("id", spec.id), ("name", spec.name)):
+        if not isinstance(value, str) or not value.strip() or ":" in value:
+            raise InputError(f"a construction's {what} must be a non-empty string without ':', got {value!r}")
     for other in _REGISTRY.values():
         same = {spec.id.lower(), spec.name.lower()} & {other.id.lower(), other.name.lower()}
-        if same and not (replace and other.id == spec.id):
+        if not same or other is spec:
+            continue
+        if other.id in _BUILTIN:
+            raise InputError(f"construction {spec.label} collides with the built-in {other.label} on "
+                             f"{sorted(same)}: a built-in is never shadowed; give yours its own id and name")
+        if not (replace and other.id == spec.id):
             raise InputError(
                 f"construction {spec.label} collides with registered {other.label} on {sorted(same)}"
             )
@@ -207,34 +240,153 @@ def get(key: str) -> ConstructionSpec:
     raise InputError(f"no construction {key!r}; registered: {choices} (or MODULE:ATTR for your own)")
 
 
+def _user_error(what: str, exc: BaseException) -> UserCodeError:
+    text = " ".join(str(exc).split())[:300]
+    error = UserCodeError(f"your construction {what} raised {type(exc).__name__}"
+                          + (f": {text}" if text else ""))
+    error.__cause__ = exc
+    return error
+
+
+def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
+    """A user's spec whose builder and promise are watched: their exceptions become :class:`UserCodeError`
+    (``InputError``, and so ``ConditionError``, pass through: a refusal is a refusal), and what they return is
+    checked (a :class:`Construction` holding a Model and a Promise; a Promise with whole sizes). The copy
+    keeps the user's spec as ``user_spec``."""
+    from georecall.constructions.model import Model
+
+    build, nominal = spec.build, spec.nominal_promise
+    if not callable(build) or not callable(nominal):
+        raise InputError(f"construction {spec.label}: build and nominal_promise must be callables")
+
+    def promise_ok(promise, where: str) -> Promise:
+        if not isinstance(promise, Promise):
+            raise UserCodeError(f"your construction {spec.label}'s {where} is a {type(promise).__name__}, "
+                                "not a Promise")
+        for name in ("d", "m", "params"):
+            value = getattr(promise, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise UserCodeError(f"your construction {spec.label}'s {where} has {name} = {value!r}, not a "
+                                    "whole number >= 0")
+        return promise
+
+    @functools.wraps(build)  # the user's function stays reachable: inspect.unwrap(spec.build)
+    def guarded_build(*args, **kwargs) -> Construction:
+        try:
+            result = build(*args, **kwargs)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's code: reported as theirs
+            raise _user_error(f"{spec.label}'s builder", exc) from exc
+        if not isinstance(result, Construction):
+            raise UserCodeError(f"your construction {spec.label}'s builder returned a "
+                                f"{type(result).__name__}, not a Construction")
+        if not isinstance(result.model, Model):
+            raise UserCodeError(f"your construction {spec.label}'s builder returned a Construction whose "
+                                f"model is a {type(result.model).__name__}, not a Model")
+        promise_ok(result.promise, "builder's promise")
+        return result
+
+    @functools.wraps(nominal)
+    def guarded_nominal(*args, **kwargs) -> Promise:
+        try:
+            promise = nominal(*args, **kwargs)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's code
+            raise _user_error(f"{spec.label}'s nominal_promise", exc) from exc
+        return promise_ok(promise, "nominal_promise")
+
+    guarded = dataclasses.replace(spec, build=guarded_build, nominal_promise=guarded_nominal)
+    object.__setattr__(guarded, "user_spec", spec)  # the spec as the user's module defines it
+    return guarded
+
+
+_GUARDED: dict[int, tuple[ConstructionSpec, ConstructionSpec]] = {}  # id(user spec) -> (it, its guarded form)
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _load_file(where: str, key: str):
+    if not os.path.isfile(where):
+        raise InputError(f"no such file {where!r} for construction {key!r}")
+    name = "georecall_user_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(where))[0])
+    module_spec = importlib.util.spec_from_file_location(name, where)
+    if module_spec is None or module_spec.loader is None:
+        raise InputError(f"cannot load {where!r} as a Python module for construction {key!r}")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
 def resolve(key: str) -> ConstructionSpec:
     """A registered id/name, or ``module:ATTR`` / ``path/to/file.py:ATTR`` naming a ConstructionSpec to import
-    (the current directory is importable, as with ``python -m``); an imported spec is registered."""
+    (the current directory is importable, as with ``python -m``); an imported spec is registered, with its
+    builder and promise guarded (:class:`~georecall.errors.UserCodeError` when they raise or return something
+    else than a Construction / Promise). A user's spec may not take a built-in id or name.
+
+    Parameters
+    ----------
+    key : str
+        ``NAME``, ``ID``, ``MODULE:ATTR`` or ``FILE.py:ATTR``.
+
+    Returns
+    -------
+    ConstructionSpec
+        The registered spec (for a user's spec: its guarded form).
+
+    Raises
+    ------
+    InputError
+        Unknown name, a malformed or relative module path, a missing file, a syntax error, a missing
+        attribute, not a ConstructionSpec, or a collision with another construction.
+    UserCodeError
+        The user's module raised while being imported.
+    """
+    if not isinstance(key, str) or not key.strip():
+        raise InputError(f"--construction needs a name or MODULE:ATTR, got {key!r}")
     if ":" not in key:
         return get(key)
     where, _, attr = key.rpartition(":")
+    if not attr.isidentifier():
+        raise InputError(f"construction {key!r}: after ':' give the name of a ConstructionSpec (an "
+                         f"identifier), got {attr!r}")
+    is_file = where.endswith(".py")
+    if not is_file and not _MODULE.match(where):
+        raise InputError(f"construction {key!r}: {where!r} is neither a FILE.py nor an absolute module name "
+                         "(a.b.c; relative names like .x are not accepted)")
     try:
-        if where.endswith(".py"):
-            if not os.path.isfile(where):
-                raise InputError(f"no such file {where!r}")
-            name = "georecall_user_" + os.path.splitext(os.path.basename(where))[0]
-            module_spec = importlib.util.spec_from_file_location(name, where)
-            assert module_spec is not None and module_spec.loader is not None
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
+        if is_file:
+            module = _load_file(where, key)
         else:
             if os.getcwd() not in sys.path and "" not in sys.path:
                 sys.path.insert(0, os.getcwd())
             module = importlib.import_module(where)
+    except SyntaxError as exc:
+        raise InputError(f"construction {key!r}: syntax error in {exc.filename or where!r} line "
+                         f"{exc.lineno}: {exc.msg}") from None
     except ImportError as exc:
-        raise InputError(f"cannot import {where!r} for construction {key!r}: {exc}") from None
-    spec = getattr(module, attr, None)
+        raise InputError(f"cannot import {where!r} for construction {key!r}: {' '.join(str(exc).split())}") \
+            from None
+    except InputError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module ran and raised
+        raise _user_error(f"module {where!r}", exc) from exc
+    if not hasattr(module, attr):
+        raise InputError(f"construction {key!r}: module {where!r} has no attribute {attr!r}")
+    spec = getattr(module, attr)
     if not isinstance(spec, ConstructionSpec):
         raise InputError(f"{key!r} is not a ConstructionSpec (got {type(spec).__name__})")
+    if any(spec is builtin for builtin in _REGISTRY.values() if builtin.id in _BUILTIN):
+        return spec
+    known = _GUARDED.get(id(spec))
+    if known is not None and known[0] is spec and _REGISTRY.get(known[1].id) is known[1]:
+        return known[1]
+    guarded = _guarded(spec)
     existing = _REGISTRY.get(spec.id)
-    if existing is not spec:
-        register(spec, replace=existing is not None and existing.name == spec.name)
-    return spec
+    register(guarded, replace=existing is not None and existing.id not in _BUILTIN
+             and existing.name == spec.name)
+    _GUARDED[id(spec)] = (spec, guarded)
+    return guarded
 
 
 # ------------------------------------------------------------------------------------------ the six built in
@@ -424,3 +576,5 @@ register(
         task_encoding=TaskEncoding("relations", "blocks", "cot"),
     )
 )
+_BUILTIN = frozenset(_REGISTRY)
+BUILTIN_IDS = _BUILTIN  # the built-in constructions' ids: a user's spec never takes one, nor their names

@@ -43,7 +43,8 @@ def _planted_not_left_registered():
     """A ``MODULE:ATTR`` lookup registers the planted specs: leave the registry as it was for other tests."""
     yield
     for spec in (*PLANTED, FOREIGN_A1):
-        if registry._REGISTRY.get(spec.id) is spec:
+        registered = registry._REGISTRY.get(spec.id)  # a spec loaded by MODULE:ATTR is registered guarded
+        if registered is spec or getattr(registered, "user_spec", None) is spec:
             registry.unregister(spec.id)
 
 

@@ -323,7 +323,11 @@ def test_guards_exit_2_with_one_plain_line(argv, message, capsys):
     code, out, err = run(argv, capsys)
     assert code == 2, err
     assert message in err, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    if "--json" in argv:  # the failure's document, and nothing else, on stdout
+        assert json.loads(out)["status"] == 2
+    else:
+        assert out == ""
 
 
 @pytest.mark.parametrize("holdout", ["0", "0.999", "1", "nan"])
@@ -637,7 +641,8 @@ def test_options_that_do_nothing_are_not_offered(argv, capsys):
 )
 def test_conflicting_options_are_refused_in_one_line(argv, message, capsys):
     code, out, err = run(argv, capsys)
-    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert json.loads(out)["status"] == 2 if "--json" in argv else out == ""  # --json: the failure document
 
 
 def test_agreeing_options_are_not_conflicts(capsys):

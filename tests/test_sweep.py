@@ -143,17 +143,22 @@ def test_reading_skips_and_counts_torn_alien_and_duplicate_lines(tmp_path):
              "[1, 2]", "null", "17", '{"no": "kind"}',  # alien: not records
              json.dumps({k: v for k, v in trial.items() if k != "reached"}),  # alien: a field missing
              json.dumps({**trial, "N": True}),  # alien: a boolean size
-             json.dumps({"kind": "transfer", "label": "x"}),  # another kind of record: kept
+             json.dumps({"kind": "transfer", "label": "x", "closed_form_accuracy": 0.5,
+                         "fitted_accuracy": 1.0}),  # another kind of record: kept
+             json.dumps({"kind": "transfer", "label": "x"}),  # alien: the figures read its accuracies
+             json.dumps({**trial, "lr": [1]}),  # alien: a list where a number is read (and hashed)
+             json.dumps({**threshold, "trials": "yes"}),  # alien: trials not a list of widths
+             json.dumps({"kind": "other", "anything": [1]}),  # a kind nobody reads: kept
              ""]
     path.write_bytes("\n".join(lines).encode() + b"\n\xff\xfe not UTF-8\n")  # the second torn line
     contents = read_sweep(str(path))
-    assert (contents.torn, contents.alien, contents.duplicates) == (2, 6, 2)
-    assert [r["kind"] for r in contents.records] == ["trial", "threshold", "transfer"]
-    assert "2 torn, 6 alien, 2 duplicate" in contents.problems()
+    assert (contents.torn, contents.alien, contents.duplicates) == (2, 9, 2)
+    assert [r["kind"] for r in contents.records] == ["trial", "threshold", "transfer", "other"]
+    assert "2 torn, 9 alien, 2 duplicate" in contents.problems()
     messages = []
     records = sweep(str(path), **GRID, settings=SETTINGS, d_min=4, d_max=4, progress=False,
                     log=messages.append)
-    assert len(records) == 1 and any("2 torn, 6 alien, 2 duplicate" in m for m in messages)
+    assert len(records) == 1 and any("2 torn, 9 alien, 2 duplicate" in m for m in messages)
 
 
 def test_duplicates_do_not_reach_summaries_or_fits(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import inspect
 import io
 import json
 import os
@@ -179,11 +180,12 @@ def test_cli_passes_codes_only_when_given_and_records_what_was_built(capsys, reg
     """))
     code, out, _ = run(["check", "single-hop", "--construction", f"{path}:SPEC", "--N", "16", "--R", "2",
                         "--json"], capsys)
-    seen = registry.get("SPY").build.__globals__["SEEN"]  # (each resolve imports the file anew)
+    # (each resolve imports the file anew; a user's builder is guarded: unwrap reaches the function itself)
+    seen = inspect.unwrap(registry.get("SPY").build).__globals__["SEEN"]
     assert code == 0 and "codes" not in seen[-1] and "D" not in seen[-1]
     code, out, _ = run(["check", "single-hop", "--construction", f"{path}:SPEC", "--N", "16", "--R", "2",
                         "--codes", "sign", "--D", "12", "--json"], capsys)
-    seen = registry.get("SPY").build.__globals__["SEEN"]
+    seen = inspect.unwrap(registry.get("SPY").build).__globals__["SEEN"]
     assert code == 0 and "codes" in seen[-1] and "D" in seen[-1]
     assert json.loads(out)["params"]["codes"] == "sign"
     code, out, _ = run(["check", "single-hop", "--construction", f"{EXAMPLE}:SPEC", "--N", "16", "--R", "2",

@@ -14,6 +14,12 @@
   (an ``InputError``: one line, exit 2 on the command line). The lock dies with its holder, even by
   SIGKILL.
 - :func:`append_jsonl` appends one JSON line, closing a line an interrupted writer left unfinished.
+- :func:`read_jsonl` reads a results file defensively: a line longer than :data:`MAX_LINE_BYTES` is skipped
+  without being held in memory, a line nested too deeply or holding an integer too long for Python is
+  counted as torn, and, given a budget, the whole file is counted against it (:func:`results_file_estimate`)
+  before a byte is parsed.
+- Output paths that are devices, pipes or sockets (``/dev/null``, ``/dev/stdout``) are refused: an atomic
+  write replaces a regular file, and a suffix added to ``/dev/null`` would create ``/dev/null.npz``.
 """
 
 from __future__ import annotations
@@ -31,8 +37,12 @@ from typing import IO
 from georecall.errors import InputError
 from georecall.state_dict import from_state_dict, to_state_dict  # noqa: F401  (re-exported: docs/model_format.md)
 
-__all__ = ["FileLock", "LockTimeout", "append_jsonl", "atomic_write", "lock_path", "read_jsonl",
-           "validate_output_path"]
+__all__ = ["MAX_LINE_BYTES", "FileLock", "LockTimeout", "append_jsonl", "atomic_write", "lock_path",
+           "read_jsonl", "validate_output_path"]
+
+# The longest results line read (the longest record georecall writes, a study record, is a few tens of kB);
+# a longer line is skipped and counted as alien, read in pieces of this size so it never sits in memory.
+MAX_LINE_BYTES = 1 << 20
 
 
 def validate_output_path(path: str, *, suffix: str | None = None, what: str = "output file") -> str:
@@ -57,11 +67,23 @@ def validate_output_path(path: str, *, suffix: str | None = None, what: str = "o
     ------
     InputError
         One line naming the path and what is wrong: empty path, missing directory, a directory where a file
-        is asked for, an unwritable directory or target.
+        is asked for, a device, pipe or socket (``/dev/null``), an unwritable directory or target.
     """
+    import stat
+
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise InputError(f"{what}: an output path is required, got {path!r}")
     path = os.fspath(path)
+    if "\0" in path:
+        raise InputError(f"{what}: the path {path!r} contains a NUL character")
+    for candidate in (path, path + suffix if suffix and not path.endswith(suffix) else path):
+        try:
+            mode = os.stat(candidate).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise InputError(f"{what} {candidate!r} is a device, pipe or socket, not a regular file: give a "
+                             "file name")
     if suffix and not path.endswith(suffix):
         path += suffix
     if os.path.isdir(path):
@@ -305,28 +327,79 @@ class FileLock:
         self.release()
 
 
-def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[dict], object]):
+def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[dict], object], *,
+               max_bytes: int | None = None, what: str = "reading the results file"):
     """Read a results file into ``out`` (an object with ``records``, ``lines``, ``torn``, ``alien`` and
-    ``duplicates``): torn lines (a writer killed mid-line), alien lines (``usable`` says no) and duplicates
-    (``key`` seen before; ``key`` returning None means "never a duplicate") are counted and skipped. A missing
-    file gives ``out`` unchanged; a directory or an unreadable file raises ``InputError``."""
+    ``duplicates``).
+
+    Torn lines (a writer killed mid-line; not JSON, not UTF-8, nested too deeply or holding an integer too
+    long for Python), alien lines (``usable`` says no, a line longer than :data:`MAX_LINE_BYTES`, or a key
+    that is not hashable) and duplicates (``key`` seen before; ``key`` returning None means "never a
+    duplicate") are counted and skipped.
+
+    Parameters
+    ----------
+    path : str
+        The JSONL file; a missing file gives ``out`` unchanged.
+    out : object
+        Receives the records and the counts.
+    usable, key : callable
+        Whether a parsed line is a record of ours (it must check every field's type before anything reads
+        it), and its identity.
+    max_bytes : int, optional
+        The memory budget: the file is counted against it (:func:`georecall.memory.results_file_estimate`)
+        before it is parsed.
+    what : str
+        How a refusal names the job.
+
+    Returns
+    -------
+    object
+        ``out``.
+
+    Raises
+    ------
+    InputError
+        ``path`` is a directory, a device, unreadable, or (with ``max_bytes``) too large for the budget.
+    """
+    import stat
+
     from georecall.errors import InputError
 
     if not os.path.exists(path):
         return out
     if os.path.isdir(path):
         raise InputError(f"results file {path!r} is a directory")
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"cannot read results file {path!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"results file {path!r} is a device, pipe or socket, not a regular file")
+    if max_bytes is not None:
+        from georecall.memory import results_file_estimate
+
+        results_file_estimate(what, path, info.st_size).require(max_bytes)
     seen: set = set()
     try:
         with open(path, "rb") as handle:
-            for raw in handle:
+            while True:
+                raw = handle.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    break
+                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):  # skip the rest of the line
+                    while raw and not raw.endswith(b"\n"):
+                        raw = handle.readline(MAX_LINE_BYTES)
+                    out.lines += 1
+                    out.alien += 1
+                    continue
                 raw = raw.strip()
                 if not raw:
                     continue
                 out.lines += 1
                 try:
                     value = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, json.JSONDecodeError):
+                except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: JSON, long integers
                     out.torn += 1
                     continue
                 if not usable(value):
@@ -334,6 +407,11 @@ def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[
                     continue
                 identity = key(value)
                 if identity is not None:
+                    try:
+                        hash(identity)
+                    except TypeError:
+                        out.alien += 1
+                        continue
                     if identity in seen:
                         out.duplicates += 1
                         continue

@@ -44,7 +44,10 @@ __all__ = [
     "npz_members",
     "npy_member",
     "probe_estimate",
+    "results_file_estimate",
     "train_estimate",
+    "worker_limit",
+    "workers_estimate",
 ]
 
 GIB = 2**30
@@ -54,6 +57,12 @@ CHUNK_BYTES = 64 * 2**20  # the checker's chunk (constructions.model.DEFAULT_CHU
 # intermediates alive at once per chunk in THE forward pass (x, attention, hidden, logits, ...)
 CHUNK_COPIES = 6
 PYTHON_BASE = 64 * 2**20  # interpreter, NumPy, small tables
+# A spawned worker process: interpreter, NumPy, SciPy and georecall imported (measured RSS ~ 90 MiB).
+WORKER_BASE = 128 * 2**20
+# Parsed JSON per byte of text: measured 5.6 for sweep records and up to 19 for the densest hostile form
+# ([[0],[0],...] or [{},{},...]: a container per 3 bytes), so 24 bounds any line.
+JSON_EXPANSION = 24
+WORKERS_PER_CPU = 4  # local worker processes beyond this many per CPU only queue for the cores
 
 
 def available_bytes() -> int:
@@ -296,6 +305,87 @@ def train_estimate(N: int, R: int, d: int, m: int, *, k: int = 1, cot: bool = Fa
     return est
 
 
+def results_file_estimate(what: str, path: str, nbytes: int) -> Estimate:
+    """An estimate holding the records of a JSONL results file of ``nbytes`` bytes once parsed.
+
+    Parameters
+    ----------
+    what : str
+        The job.
+    path : str
+        The file (for the message).
+    nbytes : int
+        Its size in bytes.
+
+    Returns
+    -------
+    Estimate
+        One part: :data:`JSON_EXPANSION` bytes per byte of the file, plus the longest line read
+        (``georecall.io.MAX_LINE_BYTES``) as text and parsed.
+    """
+    est = Estimate(what)
+    line = 1 << 20
+    est.add(f"records of {os.path.basename(path)} ({nbytes:,} bytes of JSON)",
+            JSON_EXPANSION * max(0, int(nbytes)) + (JSON_EXPANSION + 2) * line,
+            f"the size of {os.path.basename(path)} (a smaller results file)")
+    return est
+
+
+def worker_limit() -> int:
+    """The most local worker processes a job may start: :data:`WORKERS_PER_CPU` per CPU of this machine.
+
+    Returns
+    -------
+    int
+        At least :data:`WORKERS_PER_CPU`.
+    """
+    return WORKERS_PER_CPU * max(1, os.cpu_count() or 1)
+
+
+def workers_estimate(what: str, per_worker: Estimate, workers: int, *, local: bool = True,
+                     option: str = "--workers") -> Estimate:
+    """The peak of ``workers`` processes each running the job ``per_worker`` estimates, plus the driver.
+
+    Parameters
+    ----------
+    what : str
+        The job, as messages name it.
+    per_worker : Estimate
+        One worker's job (its largest).
+    workers : int
+        Worker processes on this machine (``local``), each holding ``per_worker`` and an interpreter
+        (:data:`WORKER_BASE`); with ``local=False`` (a remote scheduler) only the driver's copy counts.
+    local : bool
+        Whether the workers run on this machine.
+    option : str
+        The option that sets the number of workers (named in messages).
+
+    Returns
+    -------
+    Estimate
+        Per part of ``per_worker``: its bytes times the workers.
+
+    Raises
+    ------
+    InputError
+        More local workers than :func:`worker_limit` (refused before any estimate).
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(f"{option} must be a positive whole number, got {workers!r}")
+    if local and workers > worker_limit():
+        raise InputError(f"{option} {workers} is more worker processes than this machine can run at once "
+                         f"(at most {worker_limit()}: {WORKERS_PER_CPU} per CPU, {os.cpu_count() or 1} "
+                         f"CPU(s)): lower {option}")
+    copies = workers if local else 1
+    est = Estimate(what)
+    for label, nbytes, lower in per_worker.parts:
+        est.add(f"{label} ({copies} x)" if copies > 1 else label, nbytes * copies,
+                f"{lower} or {option}" if copies > 1 else lower)
+    if local and workers > 1:
+        est.add(f"{workers} worker interpreters", workers * WORKER_BASE, option)
+    return est
+
+
 def count_tasks_log2(N: int, R: int) -> float:
     """``log2 (N!)^R``, from ``lgamma`` (no factorial is computed)."""
     return R * math.lgamma(N + 1) / math.log(2)
@@ -385,6 +475,10 @@ def _read_header(stream, path: str, name: str) -> tuple[tuple[int, ...], np.dtyp
     if dtype.hasobject:
         raise InputError(f"{path!r}: array {name!r} holds Python objects (pickled data); georecall reads "
                          "numbers only")
+    if not isinstance(shape, tuple) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                               for s in shape):
+        raise InputError(f"{path!r}: array {name!r} has a damaged header (shape {shape!r} is not a tuple of "
+                         "sizes >= 0)")
     return tuple(int(s) for s in shape), dtype
 
 

@@ -449,12 +449,15 @@ def run_tradeoff(p) -> dict:
     if p.R ** p.k_max > 2**40:
         raise InputError(f"R^k_max = {p.R}^{p.k_max} relation paths is too many to tabulate (limit 2^40): "
                          "lower --k-max or --R")
+    budget = _budget(p)
+    est = Estimate("tradeoff").add("the table (promises only: nothing is built)", 64 * p.k_max * 2**10,
+                                   "--k-max").require(budget)
     chosen = _user_constructions(p, "multi")
     rows = tradeoff_rows(p.N, p.R, p.k_max, constructions=chosen)
     specs = registry.specs("multi") if chosen is None else [registry.get(c) for c in chosen]
     legend = [f"{s.id}: {s.result}" for s in specs]
     return _doc("tradeoff", p, {"N": p.N, "R": p.R, "k_max": p.k_max, "constructions": chosen, "format": fmt},
-                None, None, rows=rows, constructions=[s.id for s in specs], legend=legend, format=fmt,
+                est, budget, rows=rows, constructions=[s.id for s in specs], legend=legend, format=fmt,
                 text=_table_text(p, fmt, rows, TRADEOFF_COLUMNS, TRADEOFF_HEADERS))
 
 
@@ -660,6 +663,13 @@ def _scheduler(text: str | None) -> str | None:
     return text
 
 
+def _results_file(est: Estimate, path: str) -> None:
+    """Count an existing results file (read before the work) in ``est``."""
+    if os.path.isfile(path):
+        part = memory.results_file_estimate(est.what, path, os.path.getsize(path)).parts[0]
+        est.add(*part)
+
+
 def run_sweep_threshold(p) -> dict:
     """``sweep threshold``: the smallest d reaching 100% per (N, R, mode, seed), resumable JSONL, fits."""
     from georecall.verify.experiments.sweep import (
@@ -691,10 +701,11 @@ def run_sweep_threshold(p) -> dict:
     worst = max((memory.train_estimate(N, R, p.d_max, p.width_factor * p.d_max, k=p.k, cot=p.cot,
                                        heads=p.heads, what="sweep threshold (one trial at --d-max)")
                  for N in p.N for R in p.R), key=lambda e: e.total)
-    est = Estimate("sweep threshold")
     local = scheduler is None or scheduler.startswith("local:")
-    est.parts = [(f"{label} per worker", nbytes * (workers if local else 1), "N, R, --d-max or --workers")
-                 for label, nbytes, _ in worst.parts]
+    worst.parts = [(label, nbytes, "N, R or --d-max") for label, nbytes, _ in worst.parts]
+    est = memory.workers_estimate("sweep threshold", worst, workers, local=local,
+                                  option="--scheduler local:W" if scheduler else "--workers")
+    _results_file(est, out)
     est.require(budget)
     settings = TrialSettings(steps=p.steps, lr=p.lr, width_factor=p.width_factor, k=p.k, cot=p.cot,
                              attention=p.attention, heads=p.heads)
@@ -702,7 +713,8 @@ def run_sweep_threshold(p) -> dict:
     log = None if p.progress else notes.append
     records = sweep(out, p.N, p.R, p.modes, p.seeds, settings=settings, d_min=p.d_min, d_max=p.d_max,
                     resolution=p.resolution, workers=p.workers, progress=p.progress, scheduler=scheduler,
-                    lock_timeout=p.lock_timeout, connect_timeout=p.connect_timeout, log=log)
+                    lock_timeout=p.lock_timeout, connect_timeout=p.connect_timeout, log=log,
+                    worker_timeout=getattr(p, "worker_timeout", 120.0), max_bytes=budget)
     fits = fit_thresholds(records)
     params = {"N": p.N, "R": p.R, "modes": p.modes, "seeds": p.seeds, "d_min": p.d_min, "d_max": p.d_max,
               "resolution": p.resolution, "workers": p.workers, "scheduler": scheduler,
@@ -736,12 +748,36 @@ def _check_model_file(path: str, budget: int, what: str) -> tuple[Estimate, list
         raise InputError(f"{path!r}: the model header is not valid JSON") from None
     if not isinstance(header, dict) or header.get("format") != "georecall-model-1":
         raise InputError(f"{path!r} is not a georecall model (its header is not a georecall-model-1 object)")
-    if not isinstance(header.get("structure"), (dict, list)):
-        raise InputError(f"{path!r}: the model header has no layer structure")
+    _check_structure(path, header.get("structure"))
     for m in members:
         if m.name != "__header__" and m.dtype.kind not in "fiub":
             raise InputError(f"{path!r}: array {m.name!r} has dtype {m.dtype}, not numbers")
     return est, members
+
+
+def _check_structure(path: str, structure) -> None:
+    """A model header's layer structure, field by field (what ``unflatten`` reads, with the types it
+    needs)."""
+    from georecall.constructions.model import ATTENTION_KINDS
+    if not isinstance(structure, list) or not structure or len(structure) > 1024:
+        raise InputError(f"{path!r}: the model header's structure is not a list of layers")
+    for i, layer in enumerate(structure):
+        if not isinstance(layer, dict):
+            raise InputError(f"{path!r}: layer {i} of the model header is a {type(layer).__name__}, not an "
+                             "object")
+        attention = layer.get("attention")
+        if attention is not None:
+            if not isinstance(attention, dict):
+                raise InputError(f"{path!r}: layer {i}'s attention is a {type(attention).__name__}, not an "
+                                 "object (kind, inverse_temperature) or null")
+            if attention.get("kind") not in ATTENTION_KINDS:
+                raise InputError(f"{path!r}: layer {i}'s attention kind {attention.get('kind')!r} is not one "
+                                 f"of {', '.join(ATTENTION_KINDS)}")
+            beta = attention.get("inverse_temperature", 1.0)
+            if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta):
+                raise InputError(f"{path!r}: layer {i}'s inverse_temperature {beta!r} is not a finite number")
+        if not isinstance(layer.get("mlp", False), (bool, type(None))):
+            raise InputError(f"{path!r}: layer {i}'s mlp is {layer.get('mlp')!r}, not true or false")
 
 
 def _load_model_and_task(path: str, task_path: str | None, budget: int, what: str):
@@ -921,6 +957,14 @@ def run_probe_hidden(p) -> dict:
         raise InputError(f"'states' must be a 2-D float array (n × width); got shape {states.shape}, dtype "
                          f"{states.dtype}")
     n = states.shape[0]
+    attributes_member = members["attributes"]
+    shape = attributes_member.shape
+    if len(shape) not in (1, 2) or shape[0] != n or (len(shape) == 2 and shape[1] < 1) \
+            or attributes_member.dtype.kind not in "iu":
+        raise InputError(f"'attributes' must be an integer array of n × R ids (n = {n} states, R >= 1); got "
+                         f"shape {shape}, dtype {attributes_member.dtype}")
+    if n < 1 or states.shape[1] < 1:
+        raise InputError(f"'states' must hold at least one state of width >= 1; got shape {states.shape}")
     _holdout(p.holdout, n, "states")
     data = probes.load_hidden_states(p.states)
     attributes = data["attributes"]
@@ -1000,7 +1044,7 @@ def run_figures(p) -> dict:
     out = output_dir(p.out)
     dpi, formats = _figure_options(p)
     _require_matplotlib()
-    records = read_records(p.source) if p.source else []
+    records = read_records(p.source, max_bytes=budget) if p.source else []
     paths = make_figures(records, out, seed=p.seed, dpi=dpi, formats=formats)
     return _doc("figures", p, {"source": p.source, "out": out, "seed": p.seed, "dpi": dpi,
                                "formats": list(formats)}, est, budget, files=paths)
@@ -1046,6 +1090,7 @@ def run_study_mechanism(p) -> dict:
         figures_dir = output_dir(p.figures, what="--figures folder")
         _require_matplotlib()
     notes: list[str] = []
+    budget = _budget(p)
     grid_name = getattr(p, "grid", None)
     if grid_name is not None and p.quick:
         raise InputError("--quick and --grid do not combine (--quick is --grid quick)")
@@ -1053,15 +1098,21 @@ def run_study_mechanism(p) -> dict:
     if grid_name not in study.GRIDS:
         raise InputError(f"--grid must be one of {sorted(study.GRIDS)}, got {grid_name!r}")
     if p.summary is not None:
-        if not os.path.isfile(p.summary):
-            raise InputError(f"no results file {p.summary!r}")
-        path = p.summary
+        path = _input_file(p.summary, "results file")
+        est = Estimate("study mechanism --summary")
     else:
         path = output_path(p.out, what="results file")
-        study.run_study(path, grid_name, seeds=p.seeds, workers=workers,
+        local = scheduler is None or scheduler.startswith("local:")
+        workers = int(scheduler.split(":")[1]) if scheduler and scheduler.startswith("local:") else p.workers
+        est = study.estimate(grid_name, p.seeds, workers=workers, local=local)
+    _results_file(est, path)
+    est.require(budget)
+    if p.summary is None:
+        study.run_study(path, grid_name, seeds=p.seeds, workers=p.workers,
                         scheduler=scheduler, progress=p.progress, connect_timeout=p.connect_timeout,
-                        log=None if p.progress else notes.append)
-    summary = study.summarize(path)
+                        log=None if p.progress else notes.append,
+                        worker_timeout=getattr(p, "worker_timeout", None), max_bytes=budget)
+    summary = study.summarize(path, max_bytes=budget)
     files: list[str] = []
     if figures_dir is not None:
         os.makedirs(figures_dir, exist_ok=True)
@@ -1072,7 +1123,7 @@ def run_study_mechanism(p) -> dict:
             raise InputError("no figures were written (matplotlib could not be imported)")
     params = {"grid": grid_name, "seeds": p.seeds, "workers": workers,
               "scheduler": scheduler, "out": path, "summary_only": p.summary is not None}
-    return _doc("study mechanism", p, params, None, None, out=path, summary=summary,
+    return _doc("study mechanism", p, params, est, budget, out=path, summary=summary,
                 text=study.render_summary(summary), figures=files, notes=notes)
 
 

@@ -1,9 +1,11 @@
 """The ``georecall`` command line: parser → command (:mod:`~georecall.verify.cli.commands`) → renderer
 (:mod:`~georecall.verify.cli.render`).
 
-Exit codes: 0 every check passed; 1 a check failed; 2 bad input, parameters outside a theorem's conditions, or
-a job over the memory budget (one plain line on stderr); 3 an internal error (a bug: its traceback is shown);
-130 interrupted (Ctrl-C). ``--json`` prints exactly one strict JSON document on stdout and nothing on stderr
+Exit codes: 0 every check passed; 1 a check failed (or training diverged); 2 bad input, parameters outside a
+theorem's conditions, a job over the memory budget, or an exception raised by your own construction (one plain
+line on stderr; ``--debug`` or ``GEORECALL_DEBUG=1`` adds your code's traceback); 3 an internal error (a bug:
+its traceback is shown); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM). ``--json`` prints exactly one
+strict JSON document on stdout, failures included (then with ``status`` and ``error``), and nothing on stderr
 unless there is an error; ``demo`` is narrated text and has no ``--json``. Each command is offered only the
 shared options it uses (:data:`SHARED`), and contradictory options are refused in one place
 (:data:`CONFLICTS`)."""
@@ -11,15 +13,26 @@ shared options it uses (:data:`SHARED`), and contradictory options are refused i
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import math
+import os
+import signal
 import sys
+import threading
+import traceback
+import warnings
 from typing import Any
 
 from georecall import __version__
-from georecall.errors import InputError
+from georecall.errors import InputError, UserCodeError
 from georecall.verify.cli import commands, render
 
-__all__ = ["CONFLICTS", "SHARED", "UsageError", "build_parser", "given_options", "main", "refuse_conflicts"]
+__all__ = ["CONFLICTS", "DEBUG_VARIABLE", "SHARED", "UsageError", "build_parser", "given_options", "main",
+           "refuse_conflicts"]
+
+DEBUG_VARIABLE = "GEORECALL_DEBUG"  # set to 1: a user construction's exception is shown with its traceback
+_WARNINGS_SHOWN = 5  # text mode: at most this many distinct warnings on stderr after a run
 
 
 class UsageError(Exception):
@@ -144,7 +157,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "precision": ("seed", "json", "max-gib"),
     "train": ("seed", "json", "quiet", "max-gib"),
     "sweep threshold": ("json", "quiet", "max-gib"),
-    "study mechanism": ("json", "quiet"),
+    "study mechanism": ("json", "quiet", "max-gib"),
     "probe": ("seed", "json", "max-gib"),
     "eval": ("json", "quiet", "max-gib"),
     "transfer": ("seed", "json", "max-gib"),
@@ -190,6 +203,9 @@ def _shared(command: str) -> list[_Parser]:
                             help="memory budget in GiB: refuse (exit 2, naming the estimate and what to "
                                  "lower) a job whose estimated peak exceeds it (default: half the machine's "
                                  "available memory)")
+    parent.add_argument("--debug", action="store_true",  # every command: any may run your construction
+                        help=f"show the traceback of an exception raised by your own construction (also: "
+                             f"{DEBUG_VARIABLE}=1)")
     return [parent]
 
 
@@ -575,6 +591,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         "default: wait)")
     p.add_argument("--connect-timeout", type=_real(positive=True, maximum=3600.0), default=10.0,
                    metavar="SECONDS", help="seconds to wait for a Dask scheduler")
+    p.add_argument("--worker-timeout", type=_real(positive=True, maximum=86400.0), default=120.0,
+                   metavar="SECONDS", help="with a Dask scheduler: give up when no worker has been connected "
+                   "for this long (a line on stderr says so while waiting, even with --quiet)")
     p.add_argument("--out", default="thresholds.jsonl", metavar="RESULTS.jsonl", help="JSONL results file")
     p.set_defaults(command="sweep threshold")
 
@@ -602,6 +621,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="run jobs on Dask (needs the distributed extra; not with --workers)")
     p.add_argument("--connect-timeout", type=_real(positive=True, maximum=3600.0), default=10.0,
                    metavar="SECONDS", help="seconds to wait for a Dask scheduler")
+    p.add_argument("--worker-timeout", type=_real(positive=True, maximum=86400.0), default=120.0,
+                   metavar="SECONDS", help="with a Dask scheduler: give up when no worker has been connected "
+                   "for this long (a line on stderr says so while waiting, even with --quiet)")
     p.add_argument("--out", default="mechanism.jsonl", metavar="RESULTS.jsonl", help="JSONL results file")
     p.add_argument("--summary", default=None, metavar="RESULTS.jsonl",
                    help="only summarize this results file (no training)")
@@ -725,8 +747,52 @@ build_parser = _build_parser  # the public name (main looks it up at call time; 
 
 
 def _say(message: str) -> None:
-    print(f"georecall: error: {message.splitlines()[0] if message else 'bad input'}", file=sys.stderr,
-          flush=True)
+    print(f"georecall: error: {_first_line(message) or 'bad input'}", file=sys.stderr, flush=True)
+
+
+def _first_line(message: str) -> str:
+    lines = str(message).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, delivered as an interruption so every cleanup that Ctrl-C runs (temporary files, workers)
+    runs too."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While the command runs in the main thread: SIGTERM raises :class:`_Terminated`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # pragma: no cover - not the main thread of the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _debugging(argv: list[str]) -> bool:
+    return "--debug" in argv or os.environ.get(DEBUG_VARIABLE, "").strip() not in ("", "0")
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command named in ``argv`` ("check single-hop"), for a failure document when parsing failed."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words:
+        return None
+    if words[0] in ("check", "sweep", "study") and len(words) > 1:
+        return f"{words[0]} {words[1]}"
+    return words[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -740,36 +806,128 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        0 pass, 1 a check failed, 2 bad input / parameters outside a theorem / over the memory budget
-        (one line on stderr), 3 an internal error (a bug: its traceback is shown), 130 interrupted.
+        0 pass, 1 a check failed (also: training diverged), 2 bad input / parameters outside a theorem /
+        over the memory budget / an exception raised by your own construction (one line on stderr; its
+        traceback with ``--debug`` or ``GEORECALL_DEBUG=1``), 3 an internal error (a bug: its traceback is
+        shown), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM; temporary files removed as for Ctrl-C).
+
+    Notes
+    -----
+    With ``--json`` exactly one strict JSON document is printed on stdout, whatever happens: on a failure it
+    carries ``status`` (the exit code) and ``error`` (the one line also printed on stderr). Warnings raised
+    during the run become the document's ``warnings`` (text mode: at most five distinct ones on stderr after
+    the output, none before a refusal); what the command's code (yours included) prints on stdout is kept
+    off stdout (``--json``: the document's ``printed``; text mode: stderr).
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    wants_json = "--json" in argv
+    debug = _debugging(argv)
+    caught: list = []
+    printed = io.StringIO()
+    state: dict[str, Any] = {"command": _command_of(argv), "json": wants_json}
+
+    def fail(code: int, line: str) -> int:
+        if debug and printed.getvalue() and not state["json"]:
+            sys.stderr.write(printed.getvalue())
+        print(line, file=sys.stderr, flush=True)
+        if state["json"]:
+            params = state.get("params")
+            doc = {"command": state["command"], "version": __version__,
+                   "seed": params.get("seed") if params else None, "params": params, "status": code,
+                   "error": _first_line(line)}
+            if caught:
+                doc["warnings"] = _warning_lines(caught)
+            _emit(render.to_json(doc))
+        return code
+
     try:
-        args = build_parser().parse_args(argv)
-        refuse_conflicts(args, given_options(sys.argv[1:] if argv is None else argv))
-        args.progress = hasattr(args, "quiet") and not (args.quiet or getattr(args, "json", False))
-        doc = commands.COMMANDS[args.command](args)
-        wants_json = getattr(args, "json", False) or getattr(args, "format", None) == "json"
-        text = render.to_json(doc) if wants_json else render.to_text(doc)
-        print(text, flush=True)
+        with _sigterm_as_interrupt(), warnings.catch_warnings(record=True) as caught_now:
+            warnings.simplefilter("default")
+            caught = caught_now
+            args = build_parser().parse_args(argv)
+            state["command"], state["json"] = args.command, bool(getattr(args, "json", False))
+            state["params"] = {key: value for key, value in vars(args).items() if key not in ("group",
+                                                                                            "target")}
+            refuse_conflicts(args, given_options(argv))
+            args.progress = hasattr(args, "quiet") and not (args.quiet or getattr(args, "json", False))
+            with contextlib.redirect_stdout(printed):
+                doc = commands.COMMANDS[args.command](args)
+            lines = _warning_lines(caught)
+        if state["json"]:
+            if lines:
+                doc["warnings"] = lines
+            if printed.getvalue():
+                doc["printed"] = printed.getvalue()[-10_000:]
+        elif printed.getvalue():
+            sys.stderr.write(printed.getvalue())
+        as_json = state["json"] or getattr(args, "format", None) == "json"
+        text = render.to_json(doc) if as_json else render.to_text(doc)
+        _emit(text)
+        if not state["json"]:
+            for line in lines[:_WARNINGS_SHOWN]:
+                print(f"georecall: warning: {line}", file=sys.stderr)
         if doc["command"] == "bounds" and args.progress and args.format in ("md", "latex"):
             print(f"{len(doc['rows'])} rows in {doc['seconds']:.2f} s; gap = d / d_min; a bound with d_min = "
                   f"0 is vacuous for that construction (its facts sit in P0, the MLP).", file=sys.stderr)
         return int(doc["status"])
     except UsageError as exc:
-        print(f"{exc}".splitlines()[0], file=sys.stderr)
-        return 2
+        return fail(2, _first_line(str(exc)))
+    except UserCodeError as exc:  # before InputError: it is one
+        if debug and exc.__cause__ is not None:
+            traceback.print_exception(type(exc.__cause__), exc.__cause__, exc.__cause__.__traceback__)
+        hint = "" if debug else f" (traceback: --debug or {DEBUG_VARIABLE}=1)"
+        return fail(2, f"georecall: error: {_first_line(str(exc))}{hint}")
     except InputError as exc:  # includes ConditionError and the memory estimate's refusals
-        _say(str(exc))
-        return 2
+        return fail(2, f"georecall: error: {_first_line(str(exc)) or 'bad input'}")
     except FloatingPointError as exc:
-        print(f"georecall: training diverged: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 1
+        return fail(1, f"georecall: training diverged: {_first_line(str(exc))}")
+    except MemoryError as exc:
+        return _out_of_memory(exc, debug, fail, (state.get("params") or {}).get("construction"))
+    except _Terminated:
+        return fail(143, "\ngeorecall: terminated (temporary files removed)")
     except KeyboardInterrupt:
-        print("\ngeorecall: interrupted", file=sys.stderr, flush=True)
-        return 130
+        return fail(130, "\ngeorecall: interrupted")
     except Exception:  # a bug, never disguised as bad input
-        import traceback
         traceback.print_exc()
-        print(f"georecall {__version__}: internal error (a bug; please report it with the traceback above)",
-              file=sys.stderr)
-        return 3
+        return fail(3, f"georecall {__version__}: internal error (a bug; please report it with the traceback "
+                       "above)")
+
+
+def _emit(text: str) -> None:
+    """Print the document; a reader that closed stdout (``| head``) ends the output quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush stays quiet
+
+
+def _warning_lines(caught) -> list[str]:
+    """Distinct warnings, one line each (``category: message``), in the order first raised."""
+    lines = []
+    for w in caught:
+        line = f"{w.category.__name__}: {_first_line(str(w.message))}"
+        if line not in lines:
+            lines.append(line)
+    return lines
+
+
+def _out_of_memory(exc: MemoryError, debug: bool, fail, construction: str | None) -> int:
+    """Out of memory under the estimate: the user's construction's promise sized it when the command named
+    one (exit 2); otherwise the estimate is wrong (a bug, exit 3)."""
+    from georecall.constructions import registry
+
+    spec = None
+    if isinstance(construction, str):
+        with contextlib.suppress(InputError):
+            spec = registry.resolve(construction)
+    if spec is not None and spec.id not in registry.BUILTIN_IDS:
+        if debug:
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
+        return fail(2, "georecall: error: out of memory although the estimate fit the budget: your "
+                       f"construction {spec.label} builds more than its promise states (d, m, params); fix "
+                       "its promise, or lower N or R")
+    traceback.print_exception(type(exc), exc, exc.__traceback__)
+    return fail(3, f"georecall {__version__}: internal error: out of memory although the estimate fit the "
+                   "budget (a bug in the estimate; please report it with the traceback above)")

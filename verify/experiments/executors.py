@@ -8,10 +8,23 @@
   each. Workers ignore SIGINT (the driver handles Ctrl-C and kills them), and die with their parent even when
   it is killed with SIGKILL: on Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, everywhere a watchdog thread that
   polls the parent's pid;
-- ``scheduler="local:W"``: a Dask ``LocalCluster`` on 127.0.0.1 with W single-threaded worker processes (and
-  the dashboard on 127.0.0.1), through ``Client.get_executor()``;
+- ``scheduler="local:W"``: a Dask ``LocalCluster`` on 127.0.0.1 with W single-threaded worker processes,
+  through ``Client.get_executor()``. Its HTTP server (Dask starts one even without a dashboard, on 8787 by
+  default, warning when that port is taken) listens on a port the system picks, unless ``dashboard`` names
+  an address; only then is the dashboard's link reported;
 - ``scheduler="tcp://HOST:PORT"`` (any Dask address): a ``distributed.Client`` connected to a running
-  scheduler. An unreachable scheduler gives one ``InputError`` line after ``connect_timeout`` seconds.
+  scheduler. Before Dask connects, a handshake probe (:func:`probe_scheduler`) reads what the peer sends
+  first, under a hard deadline of ``connect_timeout`` seconds: an unreachable port, a peer that accepts and
+  stays silent (an HTTP server waits for a request), or one that sends anything but a Dask handshake (garbage,
+  an endless stream) is one ``InputError`` line within that time. Dask's own log messages (tracebacks of
+  lost connections) are silenced while the handle is open.
+
+Waiting for workers. A scheduler without workers, or one whose workers all went away, would leave the driver
+waiting without a word: :meth:`ExecutorHandle.watch` (called by the drivers between results) prints one line
+on stderr, even under ``--quiet``, when nothing has finished for :data:`QUIET_NOTE` seconds, and gives up
+(``InputError``) when no worker has been connected for ``worker_timeout`` seconds (default
+:data:`WORKER_TIMEOUT`). A worker that Dask gave up on (``KilledWorker``: killed, e.g. for memory, on every
+attempt) is reported in one line by :meth:`ExecutorHandle.failure`.
 
 Dask is imported only for the last two (the optional extra ``georecall[distributed]``). The driver alone
 writes results: executors only return them. A worker lost mid-trial is handled by the engine: Dask
@@ -34,9 +47,14 @@ from concurrent.futures.process import BrokenProcessPool
 
 from georecall.errors import InputError
 
-__all__ = ["DISTRIBUTED_HINT", "ExecutorHandle", "InlineExecutor", "open_executor", "parse_scheduler"]
+__all__ = ["DISTRIBUTED_HINT", "QUIET_NOTE", "WORKER_TIMEOUT", "ExecutorHandle", "InlineExecutor",
+           "open_executor", "parse_scheduler", "probe_scheduler"]
 
 DISTRIBUTED_HINT = "pip install 'georecall[distributed]'"
+WORKER_TIMEOUT = 120.0  # seconds without any Dask worker before a run gives up
+QUIET_NOTE = 60.0  # seconds without a finished result before one line says what the driver waits for
+_HANDSHAKE_LIMIT = 1 << 16  # bytes: a Dask handshake is about 60
+_WORKER_POLL = 2.0  # seconds between looks at the scheduler's worker count
 _THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _PR_SET_PDEATHSIG = 1
 
@@ -134,7 +152,8 @@ class ExecutorHandle:
     """
 
     def __init__(self, kind: str, executor: Executor, description: str, *, client=None, cluster=None,
-                 factory: Callable[[], Executor] | None = None):
+                 factory: Callable[[], Executor] | None = None, worker_timeout: float = WORKER_TIMEOUT,
+                 say: Callable[[str], None] | None = None, quiet_logs: Callable[[], None] | None = None):
         self.kind = kind
         self.executor = executor
         self.description = description
@@ -142,6 +161,82 @@ class ExecutorHandle:
         self.cluster = cluster
         self._factory = factory
         self.restarts = 0
+        self.worker_timeout = worker_timeout
+        self._say = say or _stderr
+        self._restore_logs = quiet_logs
+        now = time.monotonic()
+        self._last_result = self._last_note = self._last_poll = self._workers_seen = now
+        self._workers = -1
+
+    def _worker_count(self) -> int:
+        try:
+            return len(self.client.scheduler_info().get("workers", {}))
+        except Exception:  # noqa: BLE001 - a lost scheduler: the futures say so (cancelled)
+            return self._workers if self._workers >= 0 else 0
+
+    def watch(self, progressed: bool) -> None:
+        """Between results (the drivers call it after each wait): with Dask, say once in a while what the run
+        waits for when nothing finishes, and give up when no worker has been connected for
+        ``worker_timeout`` seconds.
+
+        Parameters
+        ----------
+        progressed : bool
+            Whether a result arrived since the last call.
+
+        Raises
+        ------
+        InputError
+            No Dask worker for ``worker_timeout`` seconds (the records so far are kept).
+        """
+        now = time.monotonic()
+        if progressed:
+            self._last_result = self._last_note = now
+        if self.client is None:
+            return
+        if now - self._last_poll >= _WORKER_POLL or self._workers < 0:
+            self._last_poll = now
+            self._workers = self._worker_count()
+            if self._workers > 0:
+                self._workers_seen = now
+        if self._workers == 0 and now - self._workers_seen >= self.worker_timeout:
+            raise InputError(f"no Dask worker connected to {self.description} for {self.worker_timeout:g} s: "
+                             "start workers (dask worker ADDRESS) and rerun to resume")
+        if now - self._last_note >= QUIET_NOTE:
+            self._last_note = now
+            if self._workers == 0:
+                left = self.worker_timeout - (now - self._workers_seen)
+                self._say(f"waiting for Dask workers: none connected to {self.description} (giving up in "
+                          f"{max(0.0, left):.0f} s)")
+            else:
+                self._say(f"no result for {now - self._last_result:.0f} s; {self._workers} Dask worker(s) "
+                          f"connected to {self.description}")
+
+    def failure(self, exc: BaseException) -> BaseException:
+        """What to raise for a job's exception: one ``InputError`` line for a worker Dask gave up on
+        (``KilledWorker``) or a lost connection to the scheduler; otherwise ``exc`` itself.
+
+        Parameters
+        ----------
+        exc : BaseException
+            The exception a job's future holds.
+
+        Returns
+        -------
+        BaseException
+            The exception to raise.
+        """
+        if self.client is None:
+            return exc
+        name = type(exc).__name__
+        if name == "KilledWorker":
+            return InputError(f"Dask workers of {self.description} died running a job, on every attempt "
+                              "(killed for memory?): lower the sizes, or give the workers more memory")
+        if name in ("CommClosedError", "FutureCancelledError", "CancelledError") or isinstance(
+                exc, (OSError, TimeoutError)):
+            return InputError(f"lost {self.description} ({name}): the records so far are kept; rerun to "
+                              "resume")
+        return exc
 
     def is_lost_worker(self, exc: BaseException) -> bool:
         """Whether ``exc`` means a local worker process died (restart the pool and rerun the trial)."""
@@ -190,6 +285,9 @@ class ExecutorHandle:
             with contextlib.suppress(Exception):
                 self.cluster.close(timeout=5)
             self.cluster = None
+        if self._restore_logs is not None:
+            restore, self._restore_logs = self._restore_logs, None
+            restore()
 
     def __enter__(self):
         return self
@@ -222,6 +320,10 @@ def _process_pool(workers: int) -> ProcessPoolExecutor:
     return pool
 
 
+def _stderr(text: str) -> None:
+    print(f"georecall: {text}", file=sys.stderr, flush=True)
+
+
 def _import_distributed():
     try:
         import distributed
@@ -231,8 +333,110 @@ def _import_distributed():
     return distributed
 
 
+def _quiet_dask_logs() -> Callable[[], None]:
+    """Silence Dask's loggers (their tracebacks of lost connections); return what restores them."""
+    import logging
+
+    prefixes = ("distributed", "tornado", "asyncio", "bokeh")
+    names = [name for name in list(logging.root.manager.loggerDict) if name.split(".")[0] in prefixes]
+    loggers = [logging.getLogger(name) for name in dict.fromkeys([*prefixes, *names])]
+    # Dask's config gives some child loggers levels of their own (distributed.client: warning) and the
+    # parent a stderr handler: silence every level and every handler, and put them back afterwards.
+    saved = [(logger, logger.level, [(h, h.level) for h in logger.handlers]) for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+        for handler in logger.handlers:
+            handler.setLevel(logging.CRITICAL + 1)
+
+    def restore() -> None:
+        for logger, level, handlers in saved:
+            logger.setLevel(level)
+            for handler, handler_level in handlers:
+                handler.setLevel(handler_level)
+    return restore
+
+
+def _recv_exactly(sock, n: int, deadline: float, address: str, timeout: float) -> bytes:
+    import socket
+
+    data = bytearray()
+    while len(data) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise InputError(f"the peer at {address} did not complete a Dask handshake within {timeout:g} s "
+                             "(not a Dask scheduler?)")
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(min(65536, n - len(data)))
+        except socket.timeout:
+            continue
+        except OSError as exc:
+            raise InputError(f"cannot reach the Dask scheduler at {address}: {exc.strerror or exc}") from None
+        if not chunk:
+            raise InputError(f"the peer at {address} closed the connection before a Dask handshake (not a "
+                             "Dask scheduler?)")
+        data += chunk
+    return bytes(data)
+
+
+def probe_scheduler(address: str, timeout: float) -> None:
+    """Check, within ``timeout`` seconds in all, that ``address`` (``tcp://HOST:PORT``) is a Dask scheduler:
+    connect and read the handshake a Dask server sends first (an 8-byte length, then msgpack frames holding
+    an object with ``python`` and ``pickle-protocol``), refusing lengths beyond 64 KiB before reading them.
+
+    Parameters
+    ----------
+    address : str
+        ``tcp://HOST:PORT``.
+    timeout : float
+        Seconds for connecting and reading the handshake, together.
+
+    Raises
+    ------
+    InputError
+        Unreachable, silent, closed, or not speaking Dask's protocol (one line naming the address).
+    """
+    import socket
+    import struct
+
+    if not address.startswith("tcp://"):
+        return  # other Dask protocols (tls://, ucx://): Dask's own timeout applies
+    host, _, port = address[len("tcp://"):].rpartition(":")
+    host = host.strip("[]")
+    deadline = time.monotonic() + timeout
+    while True:  # a refused connection is retried until the deadline (a scheduler may be starting)
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=max(0.01, deadline - time.monotonic()))
+            break
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, ConnectionRefusedError) and time.monotonic() + 0.2 < deadline:
+                time.sleep(0.2)
+                continue
+            reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+            raise InputError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
+                             f"({str(reason)[:160]})") from None
+    with sock:
+        (length,) = struct.unpack("<Q", _recv_exactly(sock, 8, deadline, address, timeout))
+        if not 8 <= length <= _HANDSHAKE_LIMIT:
+            raise InputError(f"the peer at {address} is not a Dask scheduler (its first message declares "
+                             f"{length:,} bytes, not a handshake)")
+        payload = _recv_exactly(sock, length, deadline, address, timeout)
+    try:
+        import msgpack
+        from distributed.protocol.utils import unpack_frames
+
+        frames = unpack_frames(payload)
+        info = msgpack.loads(bytes(frames[0]), raw=False) if frames else None
+    except Exception:  # noqa: BLE001 - whatever the bytes were, they are not a handshake
+        info = None
+    if not (isinstance(info, dict) and "python" in info and "pickle-protocol" in info):
+        raise InputError(f"the peer at {address} is not a Dask scheduler (it answered with {length:,} bytes "
+                         "that are not a Dask handshake)")
+
+
 def open_executor(scheduler: str | None = None, workers: int = 1, *, connect_timeout: float = 10.0,
-                  message: Callable[[str], None] | None = None) -> ExecutorHandle:
+                  message: Callable[[str], None] | None = None, worker_timeout: float = WORKER_TIMEOUT,
+                  dashboard: str | None = None) -> ExecutorHandle:
     """Open the executor for ``scheduler`` / ``workers`` (see the module docstring).
 
     Parameters
@@ -242,9 +446,13 @@ def open_executor(scheduler: str | None = None, workers: int = 1, *, connect_tim
     workers : int
         Local processes when ``scheduler`` is ``None`` (1: run in this process).
     connect_timeout : float
-        Seconds to wait for a remote scheduler.
+        Seconds to wait for a remote scheduler (the handshake probe and Dask's connection, each).
     message : callable or None
         Receives one-line notes (the Dask dashboard address); default: ignore.
+    worker_timeout : float
+        Seconds without any Dask worker before the run gives up (:meth:`ExecutorHandle.watch`).
+    dashboard : str or None
+        The ``LocalCluster`` dashboard's address (``"127.0.0.1:8787"``); default: a free port, not reported.
 
     Returns
     -------
@@ -254,7 +462,7 @@ def open_executor(scheduler: str | None = None, workers: int = 1, *, connect_tim
     Raises
     ------
     InputError
-        Malformed scheduler, Dask not installed, or no scheduler reached within ``connect_timeout``.
+        Malformed scheduler, Dask not installed, or no Dask scheduler reached within ``connect_timeout``.
     """
     kind, value = parse_scheduler(scheduler)
     note = message or (lambda text: None)
@@ -265,27 +473,42 @@ def open_executor(scheduler: str | None = None, workers: int = 1, *, connect_tim
                               factory=lambda: _process_pool(workers))
     if not (connect_timeout > 0):
         raise InputError(f"connect timeout must be positive, got {connect_timeout!r}")
+    if not (worker_timeout > 0):
+        raise InputError(f"worker timeout must be positive, got {worker_timeout!r}")
     distributed = _import_distributed()
-    if kind == "local":
-        cluster = distributed.LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
-                                           host="127.0.0.1", dashboard_address="127.0.0.1:8787")
-        try:
-            client = distributed.Client(cluster, timeout=connect_timeout)
-        except BaseException:
-            cluster.close()
-            raise
-        if client.dashboard_link:
-            note(f"Dask dashboard: {client.dashboard_link}")
-        return ExecutorHandle("local", client.get_executor(pure=False),
-                              f"Dask LocalCluster ({value} workers at {cluster.scheduler_address})",
-                              client=client, cluster=cluster)
+    restore = _quiet_dask_logs()
     try:
-        client = distributed.Client(value, timeout=connect_timeout)
-    except (OSError, TimeoutError) as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise InputError(f"cannot reach the Dask scheduler at {value} within {connect_timeout:g} s "
-                         f"({reason[:160]})") from None
-    note(f"connected to the Dask scheduler at {value} ({len(client.scheduler_info().get('workers', {}))} "
-         f"workers now)")
-    return ExecutorHandle("address", client.get_executor(pure=False), f"Dask scheduler {value}",
-                          client=client)
+        if kind == "local":
+            cluster = distributed.LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
+                                               host="127.0.0.1",
+                                               dashboard_address=dashboard or "127.0.0.1:0",
+                                               silence_logs=False)
+            try:
+                client = distributed.Client(cluster, timeout=connect_timeout)
+            except BaseException:
+                cluster.close()
+                raise
+            if dashboard and client.dashboard_link:
+                note(f"Dask dashboard: {client.dashboard_link}")
+            return ExecutorHandle("local", client.get_executor(pure=False),
+                                  f"Dask LocalCluster ({value} workers at {cluster.scheduler_address})",
+                                  client=client, cluster=cluster, worker_timeout=worker_timeout,
+                                  quiet_logs=restore)
+        assert isinstance(value, str)
+        probe_scheduler(value, connect_timeout)
+        try:
+            client = distributed.Client(value, timeout=connect_timeout)
+        except (OSError, TimeoutError) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise InputError(f"cannot reach the Dask scheduler at {value} within {connect_timeout:g} s "
+                             f"({reason[:160]})") from None
+        count = len(client.scheduler_info().get("workers", {}))
+        note(f"connected to the Dask scheduler at {value} ({count} workers now)")
+        if count == 0:
+            _stderr(f"the Dask scheduler at {value} has no workers yet: waiting at most {worker_timeout:g} s "
+                    "for one")
+        return ExecutorHandle("address", client.get_executor(pure=False), f"Dask scheduler {value}",
+                              client=client, worker_timeout=worker_timeout, quiet_logs=restore)
+    except BaseException:
+        restore()
+        raise

@@ -63,6 +63,7 @@ __all__ = [
     "Regime",
     "StudyFile",
     "claims_met",
+    "estimate",
     "figures",
     "jobs_of",
     "read_study",
@@ -601,6 +602,80 @@ def jobs_of(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2)) -> l
     return jobs
 
 
+def job_estimate(job: dict):
+    """Peak bytes of one job in its worker (:func:`run_job`): training (a mechanism job), the probes'
+    design matrices, and the probes' own fits (the transfer and functional-encoder trainings, of the same
+    sizes).
+
+    Parameters
+    ----------
+    job : dict
+        A job of :func:`jobs_of`.
+
+    Returns
+    -------
+    georecall.memory.Estimate
+    """
+    from georecall import memory
+
+    if job["kind"] == "control":
+        from georecall.constructions import registry
+
+        N, R = job["N"], job["R"]
+        promise = registry.get(job["construction"]).nominal_promise(N, R, 1)
+        d, m = int(promise.d), int(promise.m)
+        est = memory.Estimate("study mechanism")
+        est.add(f"control {job['construction']} N={N} R={R} (d = {d}, m = {m})", 8 * 2 * int(promise.params),
+                "the grid's N or R")
+    else:
+        p = job["params"]
+        N, R, d, m = p["N"], p["R"], p["d"], p["m"]
+        est = memory.train_estimate(N, R, d, m, batch_size=p["batch_size"], what="study mechanism")
+        est.parts = [(f"{label} ({job['regime']})", nbytes, "the grid's N, R or d")
+                     for label, nbytes, _ in est.parts]
+        est.add("initial weights kept for the probes", 4 * ((2 * N + R + 2) * d + 2 * d * m + 4 * d * d),
+                "the grid's N, R or d")
+    fits = memory.train_estimate(N, R, d, m, what="study mechanism")  # its final check is the trainer's
+    est.add("the probes' transfer and encoder fits",
+            sum(nbytes for label, nbytes, _ in fits.parts if not label.startswith("final")),
+            "the grid's N, R or d")
+    memory.probe_estimate(est, N, R, d, m, N, job["probe"]["subjects"])
+    return est
+
+
+def estimate(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2), *, workers: int = 1,
+             local: bool = True):
+    """Peak bytes of the study: its largest job (:func:`job_estimate`) in each of ``workers`` processes.
+
+    Parameters
+    ----------
+    grid, seeds
+        As in :func:`jobs_of`.
+    workers : int
+        Jobs running at once on this machine.
+    local : bool
+        Whether the workers are on this machine (``False``: a remote Dask scheduler's; only the driver
+        counts).
+
+    Returns
+    -------
+    georecall.memory.Estimate
+
+    Raises
+    ------
+    InputError
+        More workers than this machine runs at once (:func:`georecall.memory.worker_limit`).
+    """
+    from georecall import memory
+
+    worst = max((job_estimate(job) for job in jobs_of(grid, seeds)), key=lambda e: e.total)
+    if not local:
+        driver = memory.Estimate("study mechanism")
+        driver.add("the driver (records only; the jobs run on the scheduler's workers)", 16 * 2**20, "—")
+        return driver
+    return memory.workers_estimate("study mechanism", worst, workers)
+
+
 # ------------------------------------------------------------------------------------------- the file
 
 
@@ -625,20 +700,83 @@ _REQUIRED = {"mechanism": ("regime", "seed", "params", "probe", "summary", "clai
              "control": ("construction", "N", "R", "seed", "probe", "summary", "claims")}
 
 
+def _whole(v, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 2**63
+
+
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _scalar(v) -> bool:
+    """What a flat parameter object may hold: a short string, a finite number, a flag or nothing."""
+    return v is None or isinstance(v, bool) or _real(v) or (isinstance(v, str) and len(v) <= 1000)
+
+
+def _flat(v, size: int = 200) -> bool:
+    return isinstance(v, dict) and len(v) <= size and all(
+        isinstance(k, str) and (_scalar(x) or isinstance(x, list) and len(x) <= 64 and all(map(_scalar, x)))
+        for k, x in v.items())
+
+
+def _numbers(v) -> bool:
+    """A probe summary: names to finite numbers or nothing (``_stats`` averages them)."""
+    return isinstance(v, dict) and len(v) <= 1000 and all(
+        isinstance(k, str) and (x is None or _real(x)) for k, x in v.items())
+
+
+def _flags(v) -> bool:
+    """Claims met: names to true/false (a missing claim counts as not met)."""
+    return isinstance(v, dict) and len(v) <= 100 and all(
+        isinstance(k, str) and isinstance(x, bool) for k, x in v.items())
+
+
+def _training(v) -> bool:
+    return isinstance(v, dict) and isinstance(v.get("reached"), bool) and all(
+        name in v and (v[name] is None or _real(v[name])) for name in ("steps", "accuracy", "final_loss",
+                                                                       "seconds"))
+
+
+def _initial(v) -> bool:
+    return isinstance(v, dict) and _numbers(v.get("summary")) and _flags(v.get("claims"))
+
+
+def _text(v) -> bool:
+    return isinstance(v, str) and len(v) <= 1000
+
+
+# What :func:`summarize` reads of each kind of record, with the type it needs; any other field is kept as is.
+_FIELDS = {
+    "mechanism": {"regime": _text, "seed": _whole, "params": lambda v: _flat(v) and _whole(v.get("d"), 1)
+                  and isinstance(v.get("init"), str), "probe": _flat, "summary": _numbers, "claims": _flags,
+                  "initial": _initial, "training": _training},
+    "control": {"construction": _text, "N": lambda v: _whole(v, 1), "R": lambda v: _whole(v, 1),
+                "seed": _whole, "probe": _flat, "summary": _numbers, "claims": _flags},
+}
+_OPTIONAL = {"seconds": _real, "description": _text, "control": lambda v: isinstance(v, bool),
+             "grid": lambda v: v is None or _text(v), "version": _scalar, "study_version": _scalar,
+             "seed_contract": _scalar, "d": lambda v: v is None or _whole(v),
+             "m": lambda v: v is None or _whole(v)}
+
+
 def _usable(value) -> bool:
-    if not isinstance(value, dict) or value.get("kind") not in _REQUIRED:
+    """Whether a parsed line is a study record whose every field :func:`summarize` reads has the type it
+    needs (a record of another shape is alien: counted and skipped, never a traceback)."""
+    if not isinstance(value, dict) or value.get("kind") not in _FIELDS:
         return False
-    if any(name not in value for name in _REQUIRED[value["kind"]]):
+    fields = _FIELDS[value["kind"]]
+    if not all(name in value and check(value[name]) for name, check in fields.items()):
         return False
-    return isinstance(value["summary"], dict) and isinstance(value["seed"], int)
+    return all(check(value[name]) for name, check in _OPTIONAL.items() if name in value)
 
 
-def read_study(path: str) -> StudyFile:
-    """Read a study file: torn lines (a writer killed mid-line), alien lines (not a study record) and
-    duplicates (a key seen before) are counted and skipped. A missing file is empty."""
+def read_study(path: str, *, max_bytes: int | None = None) -> StudyFile:
+    """Read a study file: torn lines (a writer killed mid-line), alien lines (not a study record, or one with
+    a field of the wrong type) and duplicates (a key seen before) are counted and skipped. A missing file is
+    empty. With ``max_bytes`` (a memory budget) the file is counted against it before it is parsed."""
     from georecall.io import read_jsonl
 
-    return read_jsonl(path, StudyFile(), _usable, _identity)
+    return read_jsonl(path, StudyFile(), _usable, _identity, max_bytes=max_bytes, what="study mechanism")
 
 
 # ------------------------------------------------------------------------------------------- the driver
@@ -660,7 +798,8 @@ def _describe(record: dict) -> str:
 def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2), workers: int = 1,
               scheduler: str | None = None, progress: bool | Callable[[dict], None] = True, *,
               lock_timeout: float | None = None, connect_timeout: float = 10.0, max_jobs: int | None = None,
-              log: Callable[[str], None] | None = None) -> list[dict]:
+              log: Callable[[str], None] | None = None, worker_timeout: float | None = None,
+              max_bytes: int | None = None) -> list[dict]:
     """Run (or resume) the mechanism study; return the grid's records (trials and controls).
 
     Parameters
@@ -684,6 +823,11 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
         Stop after that many new records (the file stays consistent; for tests of resumption).
     log : callable, optional
         One-line notes (skipped lines, lock waits, interruption); default stderr.
+    worker_timeout : float, optional
+        Seconds without any Dask worker before the study gives up (default
+        :data:`~georecall.verify.experiments.executors.WORKER_TIMEOUT`).
+    max_bytes : int, optional
+        Memory budget the existing results file is counted against before it is read.
 
     Raises
     ------
@@ -703,7 +847,7 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
     log = log if log is not None else (lambda text: print(f"georecall: {text}", file=sys.stderr, flush=True))
     wanted = {job["key"] for job in jobs}
     with FileLock(out, timeout=lock_timeout, message=log):
-        contents = read_study(out)
+        contents = read_study(out, max_bytes=max_bytes)
         if contents.problems():
             log(f"{out}: {contents.problems()}")
         have = {_identity(r) for r in contents.records}
@@ -711,8 +855,8 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
         if todo:
             _drive(out, todo, len(jobs), workers=workers, scheduler=scheduler, progress=progress,
                    max_jobs=max_jobs, connect_timeout=connect_timeout, log=log, append=append_jsonl,
-                   open_executor=open_executor)
-        return [r for r in read_study(out).records if _identity(r) in wanted]
+                   open_executor=open_executor, worker_timeout=worker_timeout)
+        return [r for r in read_study(out, max_bytes=max_bytes).records if _identity(r) in wanted]
 
 
 class _Stop(Exception):
@@ -720,7 +864,7 @@ class _Stop(Exception):
 
 
 def _drive(path, todo, total, *, workers, scheduler, progress, max_jobs, connect_timeout, log, append,
-           open_executor) -> None:
+           open_executor, worker_timeout=None) -> None:
     start = time.perf_counter()
     counts = {"done": total - len(todo), "new": 0, "ready": start}
 
@@ -740,7 +884,9 @@ def _drive(path, todo, total, *, workers, scheduler, progress, max_jobs, connect
 
     waiting = list(todo)
     in_flight: dict = {}
-    with open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log) as handle:
+    timeouts = {} if worker_timeout is None else {"worker_timeout": worker_timeout}
+    with open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log,
+                       **timeouts) as handle:
         counts["ready"] = time.perf_counter()
         capacity = 1 if handle.kind == "inline" else (workers if handle.kind == "pool" else len(todo))
 
@@ -763,6 +909,7 @@ def _drive(path, todo, total, *, workers, scheduler, progress, max_jobs, connect
                     if handle.kind == "inline":
                         break
                 done, _ = wait(list(in_flight), timeout=0.25, return_when=FIRST_COMPLETED)
+                handle.watch(bool(done))
                 lost = []
                 for future in done:
                     job, attempts = in_flight.pop(future)
@@ -775,7 +922,7 @@ def _drive(path, todo, total, *, workers, scheduler, progress, max_jobs, connect
                     elif handle.is_lost_worker(error) and attempts < 3:
                         lost.append((job, attempts))
                     else:
-                        raise error
+                        raise handle.failure(error)
                 if lost:
                     for future in list(in_flight):
                         job, attempts = in_flight.pop(future)
@@ -831,7 +978,7 @@ def _group_key(record: dict) -> str:
     return json.dumps({k: record.get(k) for k in fields}, sort_keys=True)
 
 
-def summarize(path: str) -> dict:
+def summarize(path: str, *, max_bytes: int | None = None) -> dict:
     """The study's document: per regime and per control, mean ± sd over seeds of every probe, the verdicts by
     the declared thresholds, and one line per claim.
 
@@ -844,7 +991,7 @@ def summarize(path: str) -> dict:
         partly holds, fails; and its one-line statement), ``calibration`` (G1 meets every claim, A1 and every
         untrained model none), ``seconds`` (sum of job times).
     """
-    contents = read_study(path)
+    contents = read_study(path, max_bytes=max_bytes)
     groups: dict[str, list[dict]] = {}
     for record in contents.records:
         groups.setdefault(_group_key(record), []).append(record)

@@ -47,6 +47,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ from georecall.io import FileLock, append_jsonl, read_jsonl, validate_output_pat
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
-from georecall.verify.experiments.executors import open_executor
+from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
 from georecall.verify.training.train import init_model, train, training_data
 
 __all__ = [
@@ -362,25 +363,72 @@ class SweepFile:
         return f"skipped {', '.join(parts)} line(s) of {self.lines}" if parts else None
 
 
+def _whole(low: int = 0):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v < 2**63
+
+
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _text(v) -> bool:
+    return isinstance(v, str) and len(v) <= 1000
+
+
+def _flag(v) -> bool:
+    return isinstance(v, bool)
+
+
+def _maybe(check):
+    return lambda v: v is None or check(v)
+
+
+# What the code reads of each kind of record, with the type it needs: a line that breaks any is alien.
+_FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
+    "trial": {"N": _whole(2), "R": _whole(1), "mode": lambda v: v in MODES, "seed": _whole(0), "d": _whole(1),
+              "reached": _flag, "steps": _whole(0), "lr": lambda v: _real(v) and v > 0,
+              "width_factor": _whole(1), "attention": _text, "dtype": _text, "version": _text},
+    "threshold": {"N": _whole(2), "R": _whole(1), "mode": lambda v: v in MODES, "seed": _whole(0),
+                  "d_star": _maybe(_whole(1)), "monotone": _flag,
+                  "trials": lambda v: isinstance(v, list) and len(v) <= 10_000 and all(map(_whole(1), v)),
+                  "steps": _whole(0), "lr": lambda v: _real(v) and v > 0, "width_factor": _whole(1),
+                  "attention": _text, "dtype": _text, "version": _text},
+    "transfer": {"closed_form_accuracy": lambda v: _real(v) and 0 <= v <= 1,
+                 "fitted_accuracy": lambda v: _real(v) and 0 <= v <= 1},
+}
+# Fields that older records may lack (their defaults are _DEFAULTS), checked when present.
+_OPTIONAL: dict[str, Callable[[Any], bool]] = {
+    "k": _whole(1), "cot": _flag, "heads": _whole(1), "seed_contract": _maybe(_whole(0)),
+    "d_min": _whole(1), "d_max": _whole(1), "resolution": _whole(1), "seconds": _maybe(_real),
+    "label": _maybe(_text),
+}
+
+
 def _is_sweep_record(value) -> bool:
+    """Whether a parsed line is a record this module reads, with every field it reads of the type it needs
+    (trial and threshold records; transfer records for the figures); lines of other kinds are kept as they
+    are (nothing reads them)."""
     if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
         return False
-    required = _REQUIRED.get(value["kind"])
-    if required is None:
-        return True  # another kind of record (transfer results share the file): kept, not ours to judge
-    if any(name not in value for name in required):
+    fields = _FIELDS.get(value["kind"])
+    if fields is None:
+        return True  # another kind of record: kept, never read here
+    if value["kind"] in _REQUIRED and any(name not in value for name in _REQUIRED[value["kind"]]):
         return False
-    return all(isinstance(value[name], int) and not isinstance(value[name], bool)
-               for name in ("N", "R", "seed", *(("d",) if value["kind"] == "trial" else ())))
+    if not all(name in value and check(value[name]) for name, check in fields.items()):
+        return False
+    return all(check(value[name]) for name, check in _OPTIONAL.items() if name in value)
 
 
-def read_sweep(path: str) -> SweepFile:
+def read_sweep(path: str, *, max_bytes: int | None = None) -> SweepFile:
     """Read a results file: records de-duplicated by key, torn and alien lines counted and skipped.
 
     Parameters
     ----------
     path : str
         The JSONL file (missing: an empty result).
+    max_bytes : int, optional
+        A memory budget: the file is counted against it before it is parsed.
 
     Returns
     -------
@@ -389,19 +437,19 @@ def read_sweep(path: str) -> SweepFile:
     Raises
     ------
     InputError
-        ``path`` is a directory or cannot be read.
+        ``path`` is a directory, a device, cannot be read, or (with ``max_bytes``) is too large.
     """
     def key(value: dict):
         if value["kind"] not in _REQUIRED:
             return None
         return (value["kind"], *(trial_key(value) if value["kind"] == "trial" else threshold_key(value)))
 
-    return read_jsonl(path, SweepFile(), _is_sweep_record, key)
+    return read_jsonl(path, SweepFile(), _is_sweep_record, key, max_bytes=max_bytes, what="sweep")
 
 
-def read_records(path: str) -> list[dict]:
+def read_records(path: str, *, max_bytes: int | None = None) -> list[dict]:
     """The usable records of a results file (see :func:`read_sweep`; skipped lines are not reported)."""
-    return read_sweep(path).records
+    return read_sweep(path, max_bytes=max_bytes).records
 
 
 def _append(path: str, record: dict) -> None:
@@ -515,7 +563,8 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
           d_min: int = 4, d_max: int = 1024, resolution: int = 2, workers: int = 1,
           progress: bool | Callable[[ProgressInfo], None] = True, max_trials: int | None = None,
           scheduler: str | None = None, lock_timeout: float | None = None, connect_timeout: float = 10.0,
-          log: Callable[[str], None] | None = None) -> list[dict]:
+          log: Callable[[str], None] | None = None, worker_timeout: float = WORKER_TIMEOUT,
+          max_bytes: int | None = None) -> list[dict]:
     """Run (or resume) the threshold search for every configuration; return its threshold records.
 
     Parameters
@@ -545,6 +594,10 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         Seconds to wait for a Dask scheduler.
     log : callable, optional
         Receives one-line notes (skipped lines, lock waits, the dashboard, interruption); default: stderr.
+    worker_timeout : float
+        Seconds without any Dask worker before the sweep gives up (the records so far are kept).
+    max_bytes : int, optional
+        Memory budget the existing results file is counted against before it is read.
 
     Returns
     -------
@@ -578,7 +631,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
 
     wanted = {threshold_key({**config_record(c), **range_}) for c in configs}
     with FileLock(path, timeout=lock_timeout, message=log):
-        contents = read_sweep(path)
+        contents = read_sweep(path, max_bytes=max_bytes)
         if contents.problems():
             log(f"{path}: {contents.problems()}")
         finished = {threshold_key(r) for r in contents.records if r["kind"] == "threshold"}
@@ -590,9 +643,9 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         if todo:
             _drive(path, todo, len(configs), settings, range_, known, workers=workers, scheduler=scheduler,
                    progress=progress, max_trials=max_trials, connect_timeout=connect_timeout, log=log,
-                   config_key=lambda c: _config_key(config_record(c)),
+                   worker_timeout=worker_timeout, config_key=lambda c: _config_key(config_record(c)),
                    per_search=[len(r["trials"]) for r in contents.records if r["kind"] == "threshold"])
-        records = read_sweep(path).records
+        records = read_sweep(path, max_bytes=max_bytes).records
         return [r for r in records if r["kind"] == "threshold" and threshold_key(r) in wanted]
 
 
@@ -601,7 +654,7 @@ class _Stop(Exception):
 
 
 def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, progress, max_trials,
-           connect_timeout, log, config_key, per_search) -> None:
+           connect_timeout, log, config_key, per_search, worker_timeout=WORKER_TIMEOUT) -> None:
     """Run the searches of ``todo`` on an executor; append every record as it arrives (the lock is held)."""
     start = time.perf_counter()
     reporter = _StderrProgress() if progress is True else (progress if callable(progress) else None)
@@ -622,7 +675,8 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
         reporter(ProgressInfo(counts["done"], total, counts["new"], counts["reused"], left, elapsed,
                               0.0 if left == 0 else eta, message))
 
-    with open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log) as handle:
+    with open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log,
+                       worker_timeout=worker_timeout) as handle:
         counts["ready"] = time.perf_counter()  # the ETA leaves out the executor's start-up
         capacity = workers if handle.kind in ("inline", "pool") else len(todo)
         if handle.kind == "inline":
@@ -679,6 +733,7 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
                 if not in_flight:
                     continue
                 done, _ = wait(list(in_flight), timeout=0.25, return_when=FIRST_COMPLETED)
+                handle.watch(bool(done))
                 for future in done:
                     config, d, attempts = in_flight.pop(future)
                     if future.cancelled():  # not by us: the cluster dropped it (a Dask scheduler went away)
@@ -695,7 +750,7 @@ def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, pr
                                              f"the sizes or the number of workers") from None
                         rerun.append((config, d, attempts))
                     else:
-                        raise error
+                        raise handle.failure(error)
                 if rerun:  # a local worker died: the whole pool is broken, rerun what it held
                     for future in list(in_flight):
                         config, d, attempts = in_flight.pop(future)

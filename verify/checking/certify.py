@@ -826,7 +826,7 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     for part in iter_chunks(n, max(1, 2**22 // max(1, mlp.width))):
         _, trace = forward(model, tokens[part], integer=integer, trace=True)
         y = trace.residual[1][:, -1].astype(np.float64)
-        h = trace.hidden[0][:, -1].astype(np.float64)  # type: ignore[index]
+        h = trace.hidden[0][:, -1].astype(np.float64)
         base = y[:, cols] + b2 + h @ W2_rest
         firing = h > 0
         if not integer:

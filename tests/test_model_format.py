@@ -117,12 +117,22 @@ def test_entity_and_relation_tables_may_come_apart():
     (lambda sd: sd.pop("layers.0.attn.k_proj.weight"), "come together"),
     (lambda sd: sd.update({"layers.0.attn.q_proj.weight": np.ones((15, 32))}), "H·d_k"),
     (lambda sd: sd.pop("unembed.weight"), "no 'unembed.weight'"),
+    # a bias of attention projections that the layer does not have is refused, not dropped (review)
+    (lambda sd: [sd.pop(f"layers.0.attn.{x}_proj.weight") for x in "qkvo"]
+     and sd.update({"layers.0.attn.q_proj.bias": np.ones(16)}), "attention bias"),
 ])
 def test_unrepresentable_state_dicts_are_refused_naming_the_key(change, message):
     sd = EXAMPLE["numpy_state_dict"](np.random.default_rng(4))
     change(sd)
     with pytest.raises(InputError, match=message):
         unflatten(*from_state_dict(sd, N=16, heads=2))
+
+
+def test_a_bad_attention_scale_is_an_input_error():
+    sd = EXAMPLE["numpy_state_dict"](np.random.default_rng(4))
+    for scale in ("foo", None, -1.0):
+        with pytest.raises(InputError, match="attention_scale"):
+            from_state_dict(sd, N=16, heads=2, attention_scale=scale)
 
 
 def test_zero_biases_are_accepted_and_a_token_table_needs_n():
@@ -199,6 +209,14 @@ def test_eval_decodes_a_chain_of_thought_model(tmp_path, capsys):
     code, out, _ = run(["eval", path, "--json"], capsys)
     doc = strict_json(out)
     assert code == 0 and doc["cot"] and doc["k"] == 2 and doc["queries"] == 16 * 4 and doc["accuracy"] == 1.0
+
+
+def test_eval_refuses_a_cot_flag_that_is_not_a_boolean(tmp_path, capsys):
+    task = task_for_seed(16, 2, 0)
+    model = registry.get("geometric").build(task).model
+    path = save_model(model, str(tmp_path / "g1.npz"), extra_arrays={"task_table": task.table}, cot="false")
+    code, _, err = run(["eval", path], capsys)
+    assert code == 2 and "cot = 'false'" in err
 
 
 def test_eval_refuses_in_one_line(tmp_path, capsys):

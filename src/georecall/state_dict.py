@@ -160,9 +160,9 @@ def from_state_dict(state: Mapping, *, heads: int = 1, attention_scale: str | fl
     for i in indices:
         p, a = f"layers.{i}.", f"layers.{i}.attention."
         layer: dict = {"attention": None, "mlp": False}
+        for x in "qkvo":  # with or without the layer's attention weights: a nonzero bias is never dropped
+            _zero_or_refuse(state, f"{p}attn.{x}_proj.bias", "attention bias")
         if any(f"{p}attn.{x}_proj.weight" in state for x in "qkvo"):
-            for x in "qkvo":
-                _zero_or_refuse(state, f"{p}attn.{x}_proj.bias", "attention bias")
             v, o = get(f"{p}attn.v_proj.weight", 2), get(f"{p}attn.o_proj.weight", 2)
             if v.shape[1] != d or v.shape[0] % heads or o.shape != (d, v.shape[0]):
                 raise InputError(f"layer {i}: v_proj.weight {v.shape} and o_proj.weight {o.shape} must be "
@@ -179,7 +179,10 @@ def from_state_dict(state: Mapping, *, heads: int = 1, attention_scale: str | fl
                     raise InputError(f"layer {i}: q_proj.weight {q.shape} and k_proj.weight {k.shape} must "
                                      f"both be (H·d_k, d) with H = {heads}, d = {d}")
                 d_k = q.shape[0] // heads
-                beta = 1 / math.sqrt(d_k) if attention_scale == "sqrt_dk" else float(attention_scale)
+                try:
+                    beta = 1 / math.sqrt(d_k) if attention_scale == "sqrt_dk" else float(attention_scale)
+                except (TypeError, ValueError):
+                    beta = math.nan
                 if not (math.isfinite(beta) and beta > 0):
                     raise InputError(f"attention_scale must be 'sqrt_dk' or a positive number, got "
                                      f"{attention_scale!r}")

@@ -873,7 +873,10 @@ def run_eval(p) -> dict:
     model, task, est = _load_model_and_task(p.model, p.task, budget, "eval")
     header_record = _model_record(p.model)
     k = p.k if p.k is not None else header_record.get("k", 1)
-    cot = bool(p.cot or header_record.get("cot", False))
+    recorded_cot = header_record.get("cot", False)
+    if not isinstance(recorded_cot, bool):  # "false" would be true: refuse what would be misread
+        raise InputError(f"the model file records cot = {recorded_cot!r}; expected true or false")
+    cot = p.cot or recorded_cot
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= _limit("k"):
         raise InputError(f"the model file records k = {k!r}; pass --k (1..{LIMITS['k']})")
     if model.n_entities != task.N or model.n_relations != task.R:

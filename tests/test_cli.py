@@ -1,4 +1,5 @@
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -678,3 +679,15 @@ def test_given_options_are_the_typed_ones_whatever_the_defaults():
     assert given_options(["bounds", "--format", "md", "--N", "64"]) == {"format", "N"}
     assert given_options(["sweep", "threshold", "--workers", "1"]) == {"workers"}
     assert given_options(["probe", "m.npz", "--json"]) == {"json", "model"}
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full (always full)")
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_an_unwritable_stdout_is_one_line_not_a_bug(extra):
+    """A full disk under stdout is exit 2 with one line, not an internal error (review finding)."""
+    with open("/dev/full", "w") as full:
+        argv = ["tradeoff", "--N", "64", "--R", "2", "--k-max", "2", *extra]
+        proc = subprocess.run([sys.executable, "-m", "georecall.verify.cli", *argv], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "georecall: error: cannot write the output: No space left on device"]

@@ -893,14 +893,23 @@ def main(argv: list[str] | None = None) -> int:
                        "above)")
 
 
+def _silence_stdout() -> None:
+    """Point stdout at the null device, so that the interpreter's final flush stays quiet."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def _emit(text: str) -> None:
-    """Print the document; a reader that closed stdout (``| head``) ends the output quietly."""
+    """Print the document; a reader that closed stdout (``| head``) ends the output quietly; a stdout that
+    cannot be written (a full disk, say) is bad input, one line (exit 2), not a bug."""
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush stays quiet
+        _silence_stdout()
+    except OSError as exc:
+        _silence_stdout()
+        raise InputError(f"cannot write the output: {exc.strerror or exc}") from None
 
 
 def _warning_lines(caught) -> list[str]:

@@ -32,13 +32,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import IO
 
 from georecall.errors import InputError
 from georecall.state_dict import from_state_dict, to_state_dict  # noqa: F401  (re-exported: docs/model_format.md)
 
-__all__ = ["MAX_LINE_BYTES", "FileLock", "LockTimeout", "append_jsonl", "atomic_write", "lock_path",
-           "read_jsonl", "validate_output_path"]
+__all__ = ["MAX_LINE_BYTES", "FileLock", "LockTimeout", "ResultsFile", "append_jsonl", "atomic_write",
+           "lock_path", "read_jsonl", "validate_output_path"]
 
 # The longest results line read (the longest record georecall writes, a study record, is a few tens of kB);
 # a longer line is skipped and counted as alien, read in pieces of this size so it never sits in memory.
@@ -325,6 +326,37 @@ class FileLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+@dataclass
+class ResultsFile:
+    """What :func:`read_jsonl` found in a results file (sweeps and studies alike).
+
+    Attributes
+    ----------
+    records : list of dict
+        Every usable record in file order, duplicates removed (by the reader's key).
+    lines : int
+        Non-empty lines read.
+    torn : int
+        Lines that are not JSON (cut short by an interrupted writer, or garbage).
+    alien : int
+        JSON lines that are not usable records (not an object, or a record lacking a field or of wrong type).
+    duplicates : int
+        Records whose key appeared earlier (skipped; the first one wins).
+    """
+
+    records: list[dict] = field(default_factory=list)
+    lines: int = 0
+    torn: int = 0
+    alien: int = 0
+    duplicates: int = 0
+
+    def problems(self) -> str | None:
+        """One line counting what was skipped, or ``None`` if nothing was."""
+        parts = [f"{count} {name}" for count, name in ((self.torn, "torn"), (self.alien, "alien"),
+                                                       (self.duplicates, "duplicate")) if count]
+        return f"skipped {', '.join(parts)} line(s) of {self.lines}" if parts else None
 
 
 def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[dict], object], *,

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from georecall.errors import InputError
+from georecall.io import ResultsFile
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
@@ -679,21 +680,9 @@ def estimate(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2), *, 
 # ------------------------------------------------------------------------------------------- the file
 
 
-@dataclass
-class StudyFile:
-    """What :func:`read_study` found: usable records (first of each key), and the lines it skipped."""
-
-    records: list[dict] = field(default_factory=list)
-    lines: int = 0
-    torn: int = 0
-    alien: int = 0
-    duplicates: int = 0
-
-    def problems(self) -> str | None:
-        """One line counting what was skipped, or ``None``."""
-        parts = [f"{count} {name}" for count, name in ((self.torn, "torn"), (self.alien, "alien"),
-                                                       (self.duplicates, "duplicate")) if count]
-        return f"skipped {', '.join(parts)} line(s) of {self.lines}" if parts else None
+class StudyFile(ResultsFile):
+    """What :func:`read_study` found: usable records (the first of each key) and the lines it skipped
+    (:class:`georecall.io.ResultsFile`)."""
 
 
 _REQUIRED = {"mechanism": ("regime", "seed", "params", "probe", "summary", "claims", "initial", "training"),

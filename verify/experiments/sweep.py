@@ -46,13 +46,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from georecall.errors import InputError
-from georecall.io import FileLock, append_jsonl, read_jsonl, validate_output_path
+from georecall.io import FileLock, ResultsFile, append_jsonl, read_jsonl, validate_output_path
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
@@ -331,36 +331,9 @@ def _config_key(record: dict) -> tuple:
     return _key(record, _CONFIG_KEY)
 
 
-@dataclass
-class SweepFile:
-    """What :func:`read_sweep` found in a results file.
-
-    Attributes
-    ----------
-    records : list of dict
-        Every usable record in file order, duplicates removed (sweep records by key; other kinds, e.g.
-        ``"transfer"``, are kept as they are).
-    lines : int
-        Non-empty lines read.
-    torn : int
-        Lines that are not JSON (cut short by an interrupted writer, or garbage).
-    alien : int
-        JSON lines that are not records: not an object, no ``kind``, or a sweep record lacking a field.
-    duplicates : int
-        Sweep records whose key appeared earlier (skipped; the first one wins).
-    """
-
-    records: list[dict] = field(default_factory=list)
-    lines: int = 0
-    torn: int = 0
-    alien: int = 0
-    duplicates: int = 0
-
-    def problems(self) -> str | None:
-        """One line counting what was skipped, or ``None`` if nothing was."""
-        parts = [f"{count} {name}" for count, name in ((self.torn, "torn"), (self.alien, "alien"),
-                                                       (self.duplicates, "duplicate")) if count]
-        return f"skipped {', '.join(parts)} line(s) of {self.lines}" if parts else None
+class SweepFile(ResultsFile):
+    """What :func:`read_sweep` found: sweep records deduplicated by key, other kinds (e.g. ``"transfer"``)
+    kept as they are, and the lines it skipped (:class:`georecall.io.ResultsFile`)."""
 
 
 def _whole(low: int = 0):

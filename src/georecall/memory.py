@@ -40,6 +40,7 @@ __all__ = [
     "count_estimate",
     "count_tasks_log2",
     "file_estimate",
+    "query_bytes",
     "hidden_states_estimate",
     "npz_members",
     "npy_member",
@@ -184,7 +185,21 @@ def code_length(kind: str, N: int, D: int | None) -> int:
     return max(1, math.ceil(2.0 * math.log(N * (N - 1) / (2.0 * 1e-3)) / 0.25))
 
 
-def _query_bytes(N: int, R: int, k: int, cot: bool) -> int:
+def query_bytes(N: int, R: int, k: int, cot: bool = False) -> int:
+    """Bytes the checker holds for all N·R^k queries: tokens, answers, predictions and margins.
+
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, hops.
+    cot : bool
+        Chain-of-thought queries (2k tokens, k answers each).
+
+    Returns
+    -------
+    int
+        ``8·N·R^k·(T + 3·answers)`` with T the sequence length.
+    """
     T = 2 * k if cot else k + 1
     return 8 * N * R**k * (T + 3 * (k if cot else 1))
 
@@ -248,7 +263,7 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
     heads, width = (k if spec.hops == "multi" else 1), int(promise.d * scale)
     est.add(f"attention value outputs W_V·W_O and the tables' maps (6 x {heads} x d²)",
             6 * 8 * heads * width * width, lower)
-    est.add(f"all {N * R**k:,} queries", _query_bytes(N, R, k, spec.decoding == "greedy"),
+    est.add(f"all {N * R**k:,} queries", query_bytes(N, R, k, spec.decoding == "greedy"),
             "N, R" + (" or k" if spec.hops == "multi" else ""))
     widest = max(int(promise.d * scale), int(promise.m * scale), n_out) * T * 8
     per_chunk = min(CHUNK_BYTES, max(widest, 1) * N * R**k)

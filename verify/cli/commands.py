@@ -866,9 +866,9 @@ def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
 def run_eval(p) -> dict:
     """``eval``: accuracy and logit margins of a model file on every query of its task, overall and per
     relation (greedy decoding of every chain for a chain-of-thought model)."""
+    from georecall.memory import query_bytes
     from georecall.theory.tokens import queries, teacher_forcing
     from georecall.verify.checking.check import check_decoding, check_queries
-    from georecall.verify.sections.suite import query_bytes
     budget = _budget(p)
     model, task, est = _load_model_and_task(p.model, p.task, budget, "eval")
     header_record = _model_record(p.model)

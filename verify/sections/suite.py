@@ -15,6 +15,7 @@ from georecall.constructions import registry
 from georecall.constructions.codes import binary_length
 from georecall.constructions.registry import ConstructionSpec
 from georecall.errors import InputError
+from georecall.memory import query_bytes
 from georecall.theory import seeds
 from georecall.theory.tasks import Attributes, Task, check_positive_int, task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
@@ -37,7 +38,6 @@ __all__ = [
     "check_single_hop",
     "construction_reports",
     "precision_scan",
-    "query_bytes",
     "run_check",
     "section_constructions",
     "section_multi_hop",
@@ -63,12 +63,6 @@ OPTION_FLAGS = {
 def _log(progress: bool, message: str) -> None:
     if progress:
         print(message, file=sys.stderr, flush=True)
-
-
-def query_bytes(N: int, R: int, k: int, cot: bool = False) -> int:
-    """Bytes the checker holds for all N·R^k queries: tokens, answers, predictions and margins."""
-    T = 2 * k if cot else k + 1
-    return 8 * N * R**k * (T + 3 * (k if cot else 1))
 
 
 def _spec(construction: str | ConstructionSpec) -> ConstructionSpec:

@@ -877,13 +877,10 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     return result
 
 
-def _enumerate_rows(N: int, base: np.ndarray, hs: np.ndarray, placed: np.ndarray, offset: int, cube,
-                    U_read: np.ndarray, limit: float, floor: float) -> tuple[float, list[int], list, int]:
-    """Margins at every joint choice of the live units' answers (the first is the query's own)."""
-    n_live = hs.size
+def _point_chunks(N: int, n_live: int):
+    """The N^n_live joint points in chunks of ``CHUNK_POINTS``: ``(idx, values)``, where ``values[j]`` is the
+    j-th live slot's code index at each point (the mixed-radix digits of ``idx``, least significant first)."""
     n_points = N**n_live
-    low, low_values = math.inf, [0] * n_live
-    failing: list = []
     for start in range(0, n_points, CHUNK_POINTS):
         idx = np.arange(start, min(n_points, start + CHUNK_POINTS), dtype=np.int64)
         values = []
@@ -891,6 +888,17 @@ def _enumerate_rows(N: int, base: np.ndarray, hs: np.ndarray, placed: np.ndarray
         for _ in range(n_live):
             rest, v = np.divmod(rest, N)
             values.append(v)
+        yield idx, values
+
+
+def _enumerate_rows(N: int, base: np.ndarray, hs: np.ndarray, placed: np.ndarray, offset: int, cube,
+                    U_read: np.ndarray, limit: float, floor: float) -> tuple[float, list[int], list, int]:
+    """Margins at every joint choice of the live units' answers (the first is the query's own)."""
+    n_live = hs.size
+    n_points = N**n_live
+    low, low_values = math.inf, [0] * n_live
+    failing: list = []
+    for idx, values in _point_chunks(N, n_live):
         v_read = np.broadcast_to(base, (idx.size, base.size)).copy()
         for j, hv in zip(values, hs):
             if hv != 0:
@@ -932,13 +940,7 @@ def _enumerate(N: int, n_live: int, c_pre: np.ndarray, c_read: np.ndarray, G_raw
     G_live, H_live, W2a = [_Right(G) for G in G_raw], [_Right(H) for H in H_raw], _Right(W2a_raw)
     low, low_values = math.inf, [0] * n_live
     failing: list = []
-    for start in range(0, n_points, CHUNK_POINTS):
-        idx = np.arange(start, min(n_points, start + CHUNK_POINTS), dtype=np.int64)
-        values = []
-        rest = idx
-        for _ in range(n_live):
-            rest, v = np.divmod(rest, N)
-            values.append(v)
+    for idx, values in _point_chunks(N, n_live):
         z = np.broadcast_to(c_pre, (idx.size, c_pre.size)).copy()
         v_read = np.broadcast_to(c_read, (idx.size, c_read.size)).copy()
         for j, G, H in zip(values, G_live, H_live):

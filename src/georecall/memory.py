@@ -30,6 +30,7 @@ from georecall.errors import InputError
 __all__ = [
     "DEFAULT_FRACTION",
     "GIB",
+    "Budget",
     "Estimate",
     "Member",
     "available_bytes",
@@ -104,6 +105,68 @@ def budget_bytes(max_gib: float | None) -> int:
     return max(1, int(max_gib * GIB))
 
 
+@dataclass(frozen=True)
+class Budget:
+    """The one memory budget of a run, created once from ``--max-gib`` and passed to every part of the job.
+
+    Attributes
+    ----------
+    max_bytes : int
+        The budget in bytes (at least 1).
+
+    Notes
+    -----
+    Estimates are compared with it by :meth:`Estimate.require`; the checker sizes its chunks from it
+    (:meth:`chunk_bytes`), so a small budget also bounds the checker's working set.
+    """
+
+    max_bytes: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.max_bytes, int) and self.max_bytes >= 1):
+            raise InputError(f"a memory budget must be a positive number of bytes, got {self.max_bytes!r}")
+
+    @classmethod
+    def from_gib(cls, max_gib: float | None) -> Budget:
+        """The budget of ``--max-gib`` (``None``: :data:`DEFAULT_FRACTION` of the available memory).
+
+        Parameters
+        ----------
+        max_gib : float or None
+            GiB, positive and finite, or ``None`` for the default.
+
+        Returns
+        -------
+        Budget
+
+        Raises
+        ------
+        InputError
+            ``max_gib`` is not a positive finite number.
+        """
+        return cls(budget_bytes(max_gib))
+
+    @property
+    def gib(self) -> float:
+        """The budget in GiB."""
+        return self.max_bytes / GIB
+
+    def chunk_bytes(self, copies: int = CHUNK_COPIES) -> int:
+        """Bytes one checker chunk's intermediate may take: :data:`CHUNK_BYTES`, or less when ``copies`` such
+        intermediates would not fit in a tenth of the budget (at least 1 MiB).
+
+        Parameters
+        ----------
+        copies : int
+            Intermediates alive at once per chunk.
+
+        Returns
+        -------
+        int
+        """
+        return max(2**20, min(CHUNK_BYTES, self.max_bytes // (10 * max(1, copies))))
+
+
 def _gib(nbytes: int) -> str:
     if nbytes >= 1024 * GIB:
         return f"{nbytes / GIB:.3g} GiB"
@@ -140,19 +203,25 @@ class Estimate:
         return {"total_gib": round(self.total / GIB, 6),
                 "parts": {label: round(nbytes / GIB, 6) for label, nbytes, _ in self.parts}}
 
-    def require(self, budget: int) -> Estimate:
-        """Refuse (``InputError``: estimate, budget, what to lower) when the total exceeds ``budget`` bytes.
+    def require(self, budget: Budget | int) -> Estimate:
+        """Refuse (``InputError``: estimate, budget, what to lower) when the total exceeds the budget.
 
         Parameters
         ----------
-        budget : int
-            The budget in bytes.
+        budget : Budget or int
+            The budget (an ``int``: bytes).
 
         Returns
         -------
         Estimate
             ``self`` when it fits.
+
+        Raises
+        ------
+        InputError
+            The estimate exceeds the budget (the message names the largest part and what to lower).
         """
+        budget = budget.max_bytes if isinstance(budget, Budget) else int(budget)
         if self.total <= budget:
             return self
         label, nbytes, lower = max(self.parts, key=lambda p: p[1]) if self.parts else ("", 0, "the sizes")

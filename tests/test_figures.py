@@ -18,6 +18,7 @@ from georecall.verify.experiments import study  # noqa: E402
 
 ROOT = pathlib.Path(__file__).parent.parent
 STUDY = str(ROOT / "docs" / "study_results.jsonl")
+D_AXIS_STUDY = str(ROOT / "docs" / "study_d_axis.jsonl")
 
 
 def _records() -> list[dict]:
@@ -38,6 +39,7 @@ def _records() -> list[dict]:
 
 def _figures():
     doc = study.summarize(STUDY)
+    d_doc = study.summarize(D_AXIS_STUDY)
     return {
         "thresholds": lambda: F.thresholds_figure(_records()),
         "tradeoff": lambda: F.tradeoff_figure(),
@@ -47,6 +49,8 @@ def _figures():
         "construction N=64 R=8": lambda: F.construction_figure(64, 8, 3),
         "mechanism": lambda: F.mechanism_figure(doc, study.THRESHOLDS),
         "forward_reverse": lambda: F.forward_reverse_figure(doc),
+        "mechanism d-axis": lambda: F.mechanism_figure(d_doc, study.THRESHOLDS),
+        "d_axis": lambda: F.d_axis_figure(d_doc["d_axis"], study.THRESHOLDS, study.D_AXIS_FIELDS),
     }
 
 
@@ -247,3 +251,13 @@ def test_margins_panels_fill_their_axes():
         xs = [x for p in ax.patches for x in (p.get_x(), p.get_x() + p.get_width())]
         assert (max(xs) - min(xs)) / (right - left) > 0.6, ax.get_title()
     plt.close(fig)
+
+
+def test_g1_embedded_wider_is_labelled_apart_from_native_g1():
+    """The d-axis summary holds native G1 and G1 padded to d = 108..256: each row says which it is."""
+    doc = study.summarize(D_AXIS_STUDY)
+    labels = [F._construction_label(e) for e in doc["constructions"]]
+    assert len(set(labels)) == len(labels), labels
+    padded = [lab for e, lab in zip(doc["constructions"], labels) if e.get("pad_d")]
+    assert padded and all("(padded)" in lab for lab in padded)
+    assert not any("(padded)" in lab for e, lab in zip(doc["constructions"], labels) if not e.get("pad_d"))

@@ -547,9 +547,16 @@ def _thin(labels: list[str], *, width_cols: list[int], total: int, inches: float
 
 def _study_rows(doc: dict) -> list[tuple[str, str, dict]]:
     rows = [(e["label"], "control" if e.get("control") else "trained", e["trained"]) for e in doc["regimes"]]
-    rows += [(f"{e['construction']} N={e['N']} R={e['R']}", "construction", e["trained"])
-             for e in doc["constructions"]]
+    rows += [(_construction_label(e), "construction", e["trained"]) for e in doc["constructions"]]
     return rows
+
+
+def _construction_label(entry: dict) -> str:
+    """A construction's row name; G1 embedded in a wider residual (``pad_d``) says so, with its native d."""
+    name = f"{entry['construction']} N={entry['N']} R={entry['R']}"
+    if entry.get("pad_d"):
+        return f"{name} d={entry['pad_d']} (padded)"
+    return name
 
 
 def _category_legend(ax, present: Iterable[str], *, bars: bool, **kwargs) -> None:

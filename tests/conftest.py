@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
+from georecall.constructions import registry
+
 # The strategies the tests use are public: georecall.testing (users property-test their own constructions).
 # Importing it registers the hypothesis profiles and loads $GEORECALL_HYPOTHESIS_PROFILE (default:
 # deterministic).
@@ -24,3 +28,13 @@ from georecall.testing import codebooks, models, tables, tasks  # noqa: F401
 def pytest_report_header(config):
     import georecall
     return f"georecall {georecall.__version__} imported from {os.path.dirname(georecall.__file__)}"
+
+
+@pytest.fixture(autouse=True)
+def _registry_restored():
+    """Each test sees the registry as it was before it ran: a construction a test registers (an example's
+    OH1, a throwaway spec) is gone for the next test, and a built-in a test replaces comes back."""
+    before = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)

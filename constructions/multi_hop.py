@@ -8,8 +8,9 @@ k. All four fetch relation tokens with *positional* heads: the position embeddin
 that keeps it exact, and its promise (``theory/statements.py``) carries it; the default β meets it with room.
 ``attention="hard"`` builds the ε = 0 idealization, and is labelled as such wherever it is reported.
 
-Before allocating, every builder estimates the bytes its weights need and refuses (``ValueError`` with the
-estimate) above ``max_bytes``.
+The builders allocate what they are asked for: the memory a build and its check need is estimated once,
+before the build, by ``georecall.memory.check_estimate`` from the registry's spec, and refused over the
+run's :class:`~georecall.memory.Budget` (``verify.sections.suite.run_check`` and every command do so).
 """
 
 from __future__ import annotations
@@ -39,26 +40,7 @@ from georecall.theory.statements import (
 from georecall.theory.tasks import Task, check_positive_int, paths
 from georecall.theory.tokens import chains, multi_hop_queries  # noqa: F401  (re-exported for old imports)
 
-__all__ = ["DEFAULT_MAX_BYTES", "build_a2_depth", "build_a2_width", "build_c1", "build_g2", "estimate_bytes"]
-
-DEFAULT_MAX_BYTES = 4 * 2**30
-
-
-def estimate_bytes(N: int, d: int, m: int, layers: int = 1, T: int = 1, n_out: int | None = None,
-                   readout_width: int | None = None) -> int:
-    """Float64 bytes of a model's weights: embeddings, the unembedding as stored (``readout_width`` columns
-    when compact, d by default), per layer W1, W2 and attention."""
-    n_out = N if n_out is None else n_out
-    width = d if readout_width is None else readout_width
-    return 8 * ((N + T) * d + n_out * width + layers * (2 * d * m + 4 * d * T))
-
-
-def _refuse_if_too_big(name: str, N: int, d: int, m: int, layers: int, T: int, max_bytes: int,
-                       readout_width: int) -> None:
-    need = estimate_bytes(N, d, m, layers, T, readout_width=readout_width)
-    if need > max_bytes:
-        raise InputError(f"{name} needs about {need / 2**30:.2f} GiB of weights (d = {d}, m = {m}, "
-                         f"{layers} layer(s)), more than the {max_bytes / 2**30:.2f} GiB allowed (max_bytes)")
+__all__ = ["build_a2_depth", "build_a2_width", "build_c1", "build_g2"]
 
 
 def _check_attention(attention: str) -> None:
@@ -117,7 +99,6 @@ def build_g2(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Construction:
     """G2: k hops without CoT in one layer, by one block per relation path (exponential in k).
 
@@ -134,13 +115,46 @@ def build_g2(
     every unit of a wrong path, and ``|a|²(1 − μ) > 2·k·G·ε·|a|_1`` keeps the right answer on top despite the
     shrinkage ``δ <= k·G·ε`` of the right path's units. Defaults: ``G = 2A`` and the β with
     ``2·k·G·ε·|a|_1 = |a|²(1 − μ)/2`` (half the margin survives).
+
+    Parameters
+    ----------
+    task : Task
+        The bijections (``task.k_hop(k)`` composes them).
+    k : int
+        Hops, >= 1.
+    codes : Codes or str
+        A codebook, or its kind ("binary", "sign", "gaussian").
+    D : int, optional
+        Code length (default: the kind's).
+    gate : float, optional
+        Gate constant G (default: the one in the leakage inequality above).
+    beta : float, optional
+        Softmax inverse temperature (default: the one meeting the leakage target); ignored for hard
+        attention.
+    attention : str
+        "softmax", or "hard" (the ε = 0 idealization, labelled as such).
+    lam : float
+        Read-out scale λ.
+    rng : numpy.random.Generator, int or None
+        Random codes' stream.
+
+    Returns
+    -------
+    Construction
+        The model, its promise (checked: ``Promise.require``), codes, constants and layout.
+
+    Raises
+    ------
+    InputError
+        ``k`` is not a whole number >= 1, an unknown attention kind, bad codes.
+    ConditionError
+        The constants violate the construction's conditions (the promise's ``require``).
     """
     k = check_positive_int("k", k)
     _check_attention(attention)
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, False)
     D, n_paths, T = codes.D, R**k, k + 1
-    _refuse_if_too_big("G2", N, n_paths * D + k * R + D + T, 2 * n_paths * D, 1, T, max_bytes, D)
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
     l1, gap = codes.l1, codes.gap
     beta = _default_beta(attention, beta, gap / (4 * k * gate * l1) if gap > 0 else 0.25, k)
@@ -178,7 +192,6 @@ def build_a2_width(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Construction:
     """A2(a): k hops without CoT in one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
@@ -189,13 +202,46 @@ def build_a2_width(
 
     Leakage inequality. With ``ε = k/(e^β + k)``: ``G(1 − ε) >= h*`` (wrong paths stay off) and ``h* > k·G·ε``
     (the right unit fires with ``h* − δ > 0``). Defaults ``G = 2h*`` and ``ε = 1/(4k)``.
+
+    Parameters
+    ----------
+    task : Task
+        The bijections (``task.k_hop(k)`` composes them).
+    k : int
+        Hops, >= 1.
+    codes : Codes or str
+        A codebook, or its kind ("binary", "sign", "gaussian").
+    D : int, optional
+        Code length (default: the kind's).
+    gate : float, optional
+        Gate constant G (default: the one in the leakage inequality above).
+    beta : float, optional
+        Softmax inverse temperature (default: the one meeting the leakage target); ignored for hard
+        attention.
+    attention : str
+        "softmax", or "hard" (the ε = 0 idealization, labelled as such).
+    lam : float
+        Read-out scale λ.
+    rng : numpy.random.Generator, int or None
+        Random codes' stream.
+
+    Returns
+    -------
+    Construction
+        The model, its promise (checked: ``Promise.require``), codes, constants and layout.
+
+    Raises
+    ------
+    InputError
+        ``k`` is not a whole number >= 1, an unknown attention kind, bad codes.
+    ConditionError
+        The constants violate the construction's conditions (the promise's ``require``).
     """
     k = check_positive_int("k", k)
     _check_attention(attention)
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, False)
     D, T, n_paths = codes.D, k + 1, R**k
-    _refuse_if_too_big("A2(a)", N, 2 * D + k * R + T, N * n_paths, 1, T, max_bytes, D)
     gap = codes.gap
     gate = 2.0 * gap if gate is None else float(gate)
     beta = _default_beta(attention, beta, 1 / (4 * k), k)
@@ -236,7 +282,6 @@ def build_a2_depth(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Construction:
     """A2(b): k hops without CoT in k layers, each an associative MLP of width ``2·N·R`` (the depth side of
     the tradeoff: ``d = D + 2R + k + 1 = O(log N + R + k)``).
@@ -254,13 +299,44 @@ def build_a2_depth(
     Leakage inequality. ``ε = k/(e^β + k) <= 3/16``: then z >= h on the current fact (the pair outputs exactly
     h) and z <= 0 for every other (v, r), so S moves from ``a_{v_{j−1}}`` to exactly ``a_{v_j}`` and, after k
     layers, ``U_j = λ·J_S a_j`` reads the answer with margin ``λ·|a|²(1 − μ)``. Default ``ε = 1/16``.
+
+    Parameters
+    ----------
+    task : Task
+        The bijections (``task.k_hop(k)`` composes them).
+    k : int
+        Hops, >= 1.
+    codes : Codes or str
+        A codebook, or its kind ("binary", "sign", "gaussian").
+    D : int, optional
+        Code length (default: the kind's).
+    beta : float, optional
+        Softmax inverse temperature (default: the one meeting the leakage target); ignored for hard
+        attention.
+    attention : str
+        "softmax", or "hard" (the ε = 0 idealization, labelled as such).
+    lam : float
+        Read-out scale λ.
+    rng : numpy.random.Generator, int or None
+        Random codes' stream.
+
+    Returns
+    -------
+    Construction
+        The model, its promise (checked: ``Promise.require``), codes, constants and layout.
+
+    Raises
+    ------
+    InputError
+        ``k`` is not a whole number >= 1, an unknown attention kind, bad codes.
+    ConditionError
+        The constants violate the construction's conditions (the promise's ``require``).
     """
     k = check_positive_int("k", k)
     _check_attention(attention)
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, k + 1
-    _refuse_if_too_big("A2(b)", N, D + 2 * R + T, 2 * N * R, k, T, max_bytes, D)
     beta = _default_beta(attention, beta, 1 / 16, k)
     promise = a2_depth_promise(N, R, k, D, **_geometry(codes), beta=beta, lam=lam).require()
     layout = Layout()
@@ -312,7 +388,6 @@ def build_c1(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Construction:
     """C1: k hops with chain-of-thought in one layer: the G1 selector applied at every generated token.
 
@@ -328,13 +403,46 @@ def build_c1(
     Leakage inequality. At most ``2k − 1`` other positions are visible, ``ε = (2k−1)/(e^β + 2k − 1)``:
     ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·G·ε·|a|_1``. Defaults ``G = 2A`` and
     ``2·G·ε·|a|_1 = |a|²(1 − μ)/2``.
+
+    Parameters
+    ----------
+    task : Task
+        The bijections (``task.k_hop(k)`` composes them).
+    k : int
+        Hops, >= 1.
+    codes : Codes or str
+        A codebook, or its kind ("binary", "sign", "gaussian").
+    D : int, optional
+        Code length (default: the kind's).
+    gate : float, optional
+        Gate constant G (default: the one in the leakage inequality above).
+    beta : float, optional
+        Softmax inverse temperature (default: the one meeting the leakage target); ignored for hard
+        attention.
+    attention : str
+        "softmax", or "hard" (the ε = 0 idealization, labelled as such).
+    lam : float
+        Read-out scale λ.
+    rng : numpy.random.Generator, int or None
+        Random codes' stream.
+
+    Returns
+    -------
+    Construction
+        The model, its promise (checked: ``Promise.require``), codes, constants and layout.
+
+    Raises
+    ------
+    InputError
+        ``k`` is not a whole number >= 1, an unknown attention kind, bad codes.
+    ConditionError
+        The constants violate the construction's conditions (the promise's ``require``).
     """
     k = check_positive_int("k", k)
     _check_attention(attention)
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, 2 * k
-    _refuse_if_too_big("C1", N, R * D + R + D + T, 2 * R * D, 1, T, max_bytes, D)
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
     l1, gap = codes.l1, codes.gap
     beta = _default_beta(attention, beta, gap / (4 * gate * l1) if gap > 0 else 0.25, T - 1)

@@ -31,6 +31,7 @@ import numpy as np
 
 from georecall.constructions.codes import binary_length
 from georecall.constructions.encoding import TaskEncoding
+from georecall.constructions.model import Model
 from georecall.constructions.multi_hop import build_a2_depth, build_a2_width, build_c1, build_g2
 from georecall.constructions.single_hop import Construction, build_a1, build_g1
 from georecall.errors import InputError, UserCodeError
@@ -253,8 +254,6 @@ def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
     (``InputError``, and so ``ConditionError``, pass through: a refusal is a refusal), and what they return is
     checked (a :class:`Construction` holding a Model and a Promise; a Promise with whole sizes). The copy
     keeps the user's spec as ``user_spec``."""
-    from georecall.constructions.model import Model
-
     build, nominal = spec.build, spec.nominal_promise
     if not callable(build) or not callable(nominal):
         raise InputError(f"construction {spec.label}: build and nominal_promise must be callables")
@@ -474,7 +473,7 @@ def _c1_nominal(N: int, R: int, k: int) -> Promise:
     )
 
 
-_MULTI = frozenset({"gate", "beta", "attention", "max_bytes"})
+_MULTI = frozenset({"gate", "beta", "attention"})
 register(
     ConstructionSpec(
         "G1",

@@ -1,20 +1,24 @@
 """G2, A2(a), A2(b) and C1 answer every k-hop query of arbitrary bijections, with their promised margins."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import tables
 from hypothesis import given
 from hypothesis import strategies as st
 
+from georecall import memory
+from georecall.constructions import registry
 from georecall.constructions.multi_hop import (
     build_a2_depth,
     build_a2_width,
     build_c1,
     build_g2,
     chains,
-    estimate_bytes,
     multi_hop_queries,
 )
+from georecall.memory import Budget
 from georecall.theory.statements import softmax_leakage
 from georecall.theory.tasks import Task, random_task
 from georecall.verify.checking.check import check_decoding, check_queries
@@ -111,18 +115,27 @@ def test_gate_below_the_code_bound_is_refused():
 
 
 def test_memory_estimate_refuses_before_allocating():
-    task = random_task(4096, 16, 0)
+    g2 = registry.get("G2")
     # G2 at k = 3: d = R^k·D + k·R + D + T, m = 2·R^k·D; float64 E (N + T positions) x d, the compact read-out
-    # N x D, W1 and W2 (2·d·m) and the attention (4·d·T), written out here independently of the builder
+    # N x D, W1 and W2 (2·d·m) and the attention (4·d·T), written out here independently of the estimator
     N, R, k, D = 4096, 16, 3, 12
     T = k + 1
     d, m = R**k * D + k * R + D + T, 2 * R**k * D
-    expected = 8 * ((N + T) * d + N * D + 2 * d * m + 4 * d * T) / 2**30
-    with pytest.raises(ValueError, match=rf"G2 needs about {expected:.2f} GiB"):
-        build_g2(task, 3)
-    assert estimate_bytes(4096, 49216, 98304) > 75 * 2**30  # the dense read-out, by default
-    with pytest.raises(ValueError, match=r"needs about .* GiB, more than the 0.01 GiB"):
-        check_multi_hop(4096, 16, 2, max_bytes=2**30 // 100)
+    expected = 8 * ((N + T) * d + N * D + 2 * d * m + 4 * d * T)
+    est = memory.check_estimate(g2, N, R, k)
+    (weights,) = [b for label, b, _ in est.parts if label.startswith("weights")]
+    assert expected <= weights <= 1.01 * expected  # the one estimator counts them (and the biases)
+    dense = memory.check_estimate(dataclasses.replace(g2, readout="dense"), N, R, k)
+    assert max(b for label, b, _ in dense.parts if label.startswith("weights")) > 75 * 2**30  # dense read-out
+    calls = []
+    watched = dataclasses.replace(g2, build=lambda *a, **kw: calls.append(a) or g2.build(*a, **kw))
+    with pytest.raises(ValueError, match=r"needs about .* GiB of memory .* 4.00 GiB: lower N, R, k or D"):
+        check_multi_hop(N, R, k, construction=watched, budget=Budget.from_gib(4))
+    with pytest.raises(ValueError, match=r"needs about .* GiB of memory .*, more than the budget of 0.01"):
+        check_multi_hop(4096, 16, 2, construction=watched, budget=Budget(2**30 // 100))
+    assert calls == []  # refused before the builder allocated anything
+    assert check_multi_hop(16, 2, 2, construction=watched, budget=Budget.from_gib(1)).passed
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize("k", [0, -1, 2.5])

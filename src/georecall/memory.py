@@ -28,14 +28,19 @@ import numpy as np
 from georecall.errors import InputError
 
 __all__ = [
+    "BOUNDED_ARRAYS",
+    "CHUNK_BYTES",
+    "CHUNK_COPIES",
     "DEFAULT_FRACTION",
     "GIB",
     "Budget",
     "Estimate",
     "Member",
+    "as_budget",
     "available_bytes",
     "bounds_estimate",
     "budget_bytes",
+    "certify_estimate",
     "check_estimate",
     "code_length",
     "count_estimate",
@@ -55,9 +60,13 @@ __all__ = [
 GIB = 2**30
 DEFAULT_FRACTION = 0.5
 FALLBACK_AVAILABLE = 8 * GIB  # when /proc/meminfo cannot be read: budget 4 GiB
-CHUNK_BYTES = 64 * 2**20  # the checker's chunk (constructions.model.DEFAULT_CHUNK_BYTES)
+CHUNK_BYTES = 64 * 2**20  # the checker's largest chunk (constructions.model.DEFAULT_CHUNK_BYTES)
 # intermediates alive at once per chunk in THE forward pass (x, attention, hidden, logits, ...)
 CHUNK_COPIES = 6
+# arrays per intermediate of THE forward pass with its error bounds (values, bounds, two temporaries): each
+# array of a checker chunk takes 1/BOUNDED_ARRAYS of Budget.chunk_bytes()
+BOUNDED_ARRAYS = 4
+CODES_CHUNK_BYTES = 64 * 2**20  # the row chunk of the codes' coherence scan (constructions.codes)
 PYTHON_BASE = 64 * 2**20  # interpreter, NumPy, small tables
 # A spawned worker process: interpreter, NumPy, SciPy and georecall imported (measured RSS ~ 90 MiB).
 WORKER_BASE = 128 * 2**20
@@ -91,16 +100,22 @@ def budget_bytes(max_gib: float | None) -> int:
     Parameters
     ----------
     max_gib : float or None
-        The ``--max-gib`` value (already validated positive and finite), or ``None`` for the default.
+        The ``--max-gib`` value, or ``None`` for the default.
 
     Returns
     -------
     int
         The budget in bytes (at least 1).
+
+    Raises
+    ------
+    InputError
+        ``max_gib`` is not a positive finite number (zero, negative, NaN, infinite, a bool, a string).
     """
     if max_gib is None:
         return max(1, int(DEFAULT_FRACTION * available_bytes()))
-    if not (isinstance(max_gib, (int, float)) and math.isfinite(max_gib) and max_gib > 0):
+    if isinstance(max_gib, bool) or not (isinstance(max_gib, (int, float)) and math.isfinite(max_gib)
+                                         and max_gib > 0):
         raise InputError(f"--max-gib must be a positive finite number of GiB, got {max_gib!r}")
     return max(1, int(max_gib * GIB))
 
@@ -123,7 +138,7 @@ class Budget:
     max_bytes: int
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.max_bytes, int) and self.max_bytes >= 1):
+        if isinstance(self.max_bytes, bool) or not (isinstance(self.max_bytes, int) and self.max_bytes >= 1):
             raise InputError(f"a memory budget must be a positive number of bytes, got {self.max_bytes!r}")
 
     @classmethod
@@ -155,6 +170,9 @@ class Budget:
         """Bytes one checker chunk's intermediate may take: :data:`CHUNK_BYTES`, or less when ``copies`` such
         intermediates would not fit in a tenth of the budget (at least 1 MiB).
 
+        The checker (``verify.checking.check``) sizes its query chunks and its tables' token blocks from it
+        (:data:`BOUNDED_ARRAYS` arrays per intermediate), and :func:`check_estimate` counts the same bytes.
+
         Parameters
         ----------
         copies : int
@@ -163,8 +181,46 @@ class Budget:
         Returns
         -------
         int
+            Between 1 MiB and :data:`CHUNK_BYTES`.
         """
         return max(2**20, min(CHUNK_BYTES, self.max_bytes // (10 * max(1, copies))))
+
+    @classmethod
+    def default(cls) -> Budget:
+        """The budget without ``--max-gib``: :data:`DEFAULT_FRACTION` of the available memory.
+
+        Returns
+        -------
+        Budget
+        """
+        return cls.from_gib(None)
+
+
+def as_budget(budget: Budget | int | None) -> Budget:
+    """The :class:`Budget` a library function was given: itself, a number of bytes, or ``None`` (the default
+    budget, :meth:`Budget.default`).
+
+    Parameters
+    ----------
+    budget : Budget, int or None
+        The budget; an ``int`` is bytes.
+
+    Returns
+    -------
+    Budget
+
+    Raises
+    ------
+    InputError
+        Anything else, or a number of bytes below 1.
+    """
+    if budget is None:
+        return Budget.default()
+    if isinstance(budget, Budget):
+        return budget
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+        raise InputError(f"a memory budget is a Budget or a number of bytes, got {type(budget).__name__}")
+    return Budget(int(budget))
 
 
 def _gib(nbytes: int) -> str:
@@ -221,12 +277,12 @@ class Estimate:
         InputError
             The estimate exceeds the budget (the message names the largest part and what to lower).
         """
-        budget = budget.max_bytes if isinstance(budget, Budget) else int(budget)
-        if self.total <= budget:
+        limit = as_budget(budget).max_bytes
+        if self.total <= limit:
             return self
         label, nbytes, lower = max(self.parts, key=lambda p: p[1]) if self.parts else ("", 0, "the sizes")
         raise InputError(f"{self.what} needs about {_gib(self.total)} of memory (largest part: {label}, "
-                         f"{_gib(nbytes)}), more than the budget of {_gib(budget)}: lower {lower}, or raise "
+                         f"{_gib(nbytes)}), more than the budget of {_gib(limit)}: lower {lower}, or raise "
                          f"--max-gib")
 
 
@@ -275,7 +331,8 @@ def query_bytes(N: int, R: int, k: int, cot: bool = False) -> int:
 
 def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int | None = None,
                    dtype: str = "float64", bits: int | None = None, integer: bool = False,
-                   attributes: str = "shared", what: str = "check") -> Estimate:
+                   attributes: str = "shared", what: str = "check", budget: Budget | int | None = None
+                   ) -> Estimate:
     """Peak bytes of building a registered construction and checking every query.
 
     Parameters
@@ -291,6 +348,9 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
         Working precision, quantization, integer mode, attribute vocabulary ("disjoint": N·R answers).
     what : str
         How the message names the job.
+    budget : Budget, int or None
+        The budget the job runs under (``None``: the default budget): the checker's chunks are the ones
+        it sizes from the budget (:meth:`Budget.chunk_bytes`), so a small budget counts small chunks.
 
     Returns
     -------
@@ -312,7 +372,7 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
     rest = (N + T) * int(promise.d) * scale + layers * scale * scale
     weights = 8 * int(rest + stored_readout)
     lower = "N, R" + (", k" if spec.hops == "multi" else "") + " or D"
-    est.add("codes", 8 * N * D_used + CHUNK_BYTES, "N or D")
+    est.add("codes", 8 * N * D_used + CODES_CHUNK_BYTES, "N or D")
     est.add("task", 8 * 4 * R * N, "N or R")
     sizes = f"d = {int(promise.d * scale):,}, m = {int(promise.m * scale):,}"
     est.add(f"weights ({sizes}, as stored)", weights, lower)
@@ -335,8 +395,42 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
     est.add(f"all {N * R**k:,} queries", query_bytes(N, R, k, spec.decoding == "greedy"),
             "N, R" + (" or k" if spec.hops == "multi" else ""))
     widest = max(int(promise.d * scale), int(promise.m * scale), n_out) * T * 8
-    per_chunk = min(CHUNK_BYTES, max(widest, 1) * N * R**k)
+    per_chunk = min(as_budget(budget).chunk_bytes(), max(widest, 1) * N * R**k)
     est.add("checker chunks", CHUNK_COPIES * max(per_chunk, widest), "N or R")
+    return est
+
+
+def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str = "binary", D: int | None = None, *,
+                     chunk_points: int = 2**16) -> Estimate:
+    """Peak bytes of ``certify`` (``verify.checking.certify``): codes, the declaration's tasks (and k-hop
+    tables), the weights without the entity table (never formed for a recorded superposition), the
+    per-position maps and the point chunks.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+        The construction (its ``nominal_promise`` gives d and m at binary codes).
+    N, R, k : int
+        Entities, relations, hops.
+    codes, D : str, int or None
+        Codebook kind and length.
+    chunk_points : int
+        Joint points the certifier evaluates at once (``certify.CHUNK_POINTS``).
+
+    Returns
+    -------
+    Estimate
+    """
+    est = Estimate(f"certify {spec.hops}-hop")
+    D_used = code_length(codes, N, D)
+    promise = spec.nominal_promise(N, R, k)
+    d, m = promise.d * max(1.0, D_used / max(1, (N - 1).bit_length())), promise.m
+    est.add("codes (and the compact read-out)", 2 * 8 * N * D_used, "N")
+    est.add("tasks built for the declaration check", 8 * 3 * N * (R + (R**k if k > 1 else 0)) * 2, "N or R")
+    est.add("weights without the entity table", int(8 * 4 * d * m), "R or k")
+    est.add("per-position maps S·C_u, their W1 products", int(8 * 4 * (2 * k) * (d * d + d * m)), "R or k")
+    est.add("point chunks, decoder blocks, hidden activations (facts in W2)",
+            8 * 4 * chunk_points * (8 * D_used + 64) + 8 * 8 * 2**22 + 2 * 64 * 2**20, "R")
     return est
 
 

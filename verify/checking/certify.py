@@ -31,6 +31,7 @@ a certified float margin is ``min − allowance``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 import time
@@ -40,13 +41,18 @@ from fractions import Fraction
 
 import numpy as np
 
+from georecall import memory
+from georecall.constructions import registry
 from georecall.constructions.encoding import TaskEncoding, recording
-from georecall.constructions.model import EXACT_INTEGER_LIMIT, Model
+from georecall.constructions.model import EXACT_INTEGER_LIMIT, Model, forward, integer_bounds, iter_chunks
 from georecall.constructions.single_hop import Construction
 from georecall.errors import ConditionError, InputError
+from georecall.memory import Budget, as_budget
 from georecall.theory import seeds
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task, paths, task_for_seed
+from georecall.theory.tokens import queries
+from georecall.verify.checking.check import check_decoding, check_queries
 from georecall.verify.checking.decoders import dense_decode, detect_hypercube, hypercube_decode
 
 __all__ = [
@@ -791,9 +797,6 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     answer; relaxing the ``j_u`` to range independently over the codebook, the live slots of query q are its
     own answer's unit (unit index = query index) and the units that fire on it, enumerated jointly.
     """
-    from georecall.constructions.model import forward, integer_bounds, iter_chunks
-    from georecall.theory.tokens import queries
-
     if len(model.layers) != 1 or model.layers[0].mlp is None:
         return {"unsupported": "facts in W2 are certified for one-layer models with an MLP only"}
     mlp = model.layers[0].mlp
@@ -921,8 +924,6 @@ def _enumerate_rows(N: int, base: np.ndarray, hs: np.ndarray, placed: np.ndarray
 
 
 def _key(*parts) -> bytes:
-    import hashlib
-
     digest = hashlib.sha256()
     for part in parts:
         array = np.ascontiguousarray(part)
@@ -1061,7 +1062,8 @@ def _witness_for(failing, types: list[_QueryType], N: int, R: int, k: int, attri
 
 def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int | None = None,
             options: dict | None = None, seed: int = 0, attributes: str = "shared", symmetric: bool = False,
-            max_points: int = MAX_POINTS, confirm: bool = True, progress: bool = False) -> Certificate:
+            max_points: int = MAX_POINTS, confirm: bool = True, progress: bool = False,
+            budget: Budget | int | None = None) -> Certificate:
     """Certify a construction for every task (module docstring), or refute it with a confirmed witness.
 
     Parameters
@@ -1082,6 +1084,12 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
         Largest enumeration per query type before UNKNOWN.
     confirm : bool
         Confirm a witness with the ordinary checker (``run_check`` on the witness task).
+    progress : bool
+        Progress on stderr.
+    budget : Budget, int or None
+        The run's memory budget (``None``: the default budget): the certifier's estimate
+        (:func:`georecall.memory.certify_estimate`) is required against it before anything is built, and
+        the confirming check runs under it.
 
     Returns
     -------
@@ -1092,12 +1100,12 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
     DeclarationError
         The declared task encoding is not what the builder does.
     InputError
-        Bad parameters (as ``check``).
+        Bad parameters (as ``check``), or an estimate over the budget.
     """
-    from georecall.constructions import registry
-    from georecall.verify.checking.check import check_decoding, check_queries
+    # the sections build on the checker: its one call into them (the confirming check) is imported here
     from georecall.verify.sections.suite import run_check
 
+    budget = as_budget(budget)
     start = time.perf_counter()
     spec = spec if not isinstance(spec, str) else registry.resolve(spec)
     options = {key: value for key, value in (options or {}).items() if value is not None}
@@ -1116,13 +1124,14 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
         " (hard attn, idealized)" if attention == "hard" else "")
     params = {"construction": spec.id, "N": N, "R": R, "k": k, "codes": codes, "D": D, "seed": seed,
               "attributes": attributes, "symmetric": symmetric, "integer": integer,
-              **{key: v for key, v in options.items() if key not in ("integer", "max_bytes")}}
+              **{key: v for key, v in options.items() if key != "integer"}}
     if spec.task_encoding is None:
         where = "its MLP" if spec.facts_in == "mlp" else "arrays it does not declare"
         return Certificate("UNKNOWN", name, params, None, integer, reasons=[{
             "why": f"{spec.label} declares no task encoding: its facts live in {where}, and the certifier's "
                    "argument (a block-superposed entity table, every other array task-independent) does not "
                    "apply; no verdict for every task is given"}], seconds=time.perf_counter() - start)
+    memory.certify_estimate(spec, N, R, k, codes, D, chunk_points=CHUNK_POINTS).require(budget)
     built, record = check_declaration(spec, N, R, k, codes=codes, D=D, options=options, seed=seed,
                                       attributes=attributes, symmetric=symmetric)
     encoding = spec.task_encoding
@@ -1135,7 +1144,8 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
         """``check`` on the witness task (as ``georecall check --task`` runs it), and THE forward pass with
         dense logits on the witness query itself."""
         report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**options},
-                           attributes=attributes, symmetric=symmetric, task=task)  # type: ignore[arg-type]
+                           attributes=attributes, symmetric=symmetric, task=task,  # type: ignore[arg-type]
+                           budget=budget)
         rebuilt = _build(spec, task, k, codes, D, seed, options)
         tokens = np.asarray([prompt], dtype=np.int64)
         if spec.decoding == "greedy":

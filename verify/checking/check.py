@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from georecall.constructions.model import (
-    DEFAULT_CHUNK_BYTES,
     Model,
     chunk_size,
     flatten,
@@ -40,6 +39,7 @@ from georecall.constructions.model import (
 )
 from georecall.constructions.rounding import format_of
 from georecall.errors import InputError
+from georecall.memory import BOUNDED_ARRAYS, Budget, as_budget
 from georecall.theory import __version__
 from georecall.theory.statements import Promise
 from georecall.verify.checking.additive import NotAdditive, plan_additive, run_additive
@@ -62,6 +62,7 @@ __all__ = [
     "check_construction",
     "check_decoding",
     "check_queries",
+    "chunk_bytes",
     "claim_report",
     "margin_reaches",
     "margins_of",
@@ -70,9 +71,30 @@ __all__ = [
 DECODERS = ("auto", "dense", "hypercube")
 forward_pass = forward  # THE forward pass, under a name that the ``forward=`` option does not shadow
 FORWARDS = ("auto", "dense", "tables")
-# THE forward pass with its error bounds holds about four float64 arrays per intermediate (values, bounds and
-# two temporaries): a quarter of the plain pass's chunk budget keeps the peak where it was.
-BOUNDED_CHUNK_BYTES = DEFAULT_CHUNK_BYTES // 4
+
+
+def chunk_bytes(budget: Budget | int | None = None) -> int:
+    """Bytes of one array of a checker chunk under ``budget``: THE forward pass with its error bounds holds
+    about :data:`~georecall.memory.BOUNDED_ARRAYS` float64 arrays per intermediate (values, bounds and two
+    temporaries), so each gets that fraction of the budget's chunk bytes
+    (:meth:`~georecall.memory.Budget.chunk_bytes`, which :func:`~georecall.memory.check_estimate` counts).
+
+    Parameters
+    ----------
+    budget : Budget, int or None
+        The run's budget (an ``int``: bytes; ``None``: the default budget).
+
+    Returns
+    -------
+    int
+        Bytes per array: 16 MiB under any budget of 3.75 GiB or more, less under a smaller one.
+
+    Raises
+    ------
+    InputError
+        ``budget`` is not a Budget, a positive number of bytes or None.
+    """
+    return max(1, as_budget(budget).chunk_bytes() // BOUNDED_ARRAYS)
 
 
 @dataclass
@@ -273,6 +295,7 @@ def check_queries(
     progress: bool = False,
     decoder: str = "auto",
     forward: str = "auto",
+    budget: Budget | int | None = None,
 ) -> CheckResult:
     """Run every query ``tokens[q]`` (shape ``(Q, T)``) and compare the argmax with ``answers[q]``.
 
@@ -284,9 +307,48 @@ def check_queries(
     the model for THE forward pass, ``verify.additive.integer_bounds`` for the tables; both bound the margins
     too), then runs it in float64; margins are then exact integers. ``keep=True`` returns the per-query
     predictions and margins. ``decoder`` and ``forward`` choose the implementations (module docstring); the
-    result records which ran. Memory is bounded by the chunk size (default: ``chunk_size(model, T)`` at a
-    quarter of its byte budget, since the bounded pass holds about four arrays per intermediate) or, for
-    the tables, by their block size; nothing of size Q × d or Q × n_out is formed.
+    result records which ran. Memory is bounded by the chunk size (default: ``chunk_size(model, T,
+    chunk_bytes(budget))``, a quarter of the budget's chunk bytes since the bounded pass holds about four
+    arrays per intermediate) or, for the tables, by their block size (the same bytes); nothing of size
+    Q × d or Q × n_out is formed. The chunking changes neither the predictions nor the margins.
+
+    Parameters
+    ----------
+    model : Model
+        The model (THE forward pass, ``constructions.model.forward``).
+    tokens : numpy.ndarray
+        ``(Q, T)`` token ids.
+    answers : numpy.ndarray
+        ``(Q,)`` expected ids, or ``(Q, P)`` with ``positions``.
+    positions : numpy.ndarray, optional
+        Read positions (default: the last).
+    integer : bool
+        Prove exact integer arithmetic first, then compute exact integer margins.
+    chunk : int, optional
+        Queries per chunk of THE forward pass (default: from ``budget``).
+    keep : bool
+        Return the per-query predictions and certified margins.
+    max_failures : int
+        Failures listed in the result.
+    progress : bool
+        Progress on stderr.
+    decoder, forward : str
+        Implementations (``DECODERS``, ``FORWARDS``).
+    budget : Budget, int or None
+        The memory budget the chunks and the tables' blocks are sized from (``None``: the default budget).
+
+    Returns
+    -------
+    CheckResult
+
+    Raises
+    ------
+    ValueError
+        Shapes of ``tokens`` and ``answers`` disagree, or answers outside the read-out.
+    InputError
+        An unknown or inapplicable ``decoder``/``forward``, or a bad ``budget``.
+    IntegerModeError
+        ``integer=True`` on a model whose pass is not exact in float64.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
     answers = np.asarray(answers, dtype=np.int64)
@@ -318,7 +380,8 @@ def check_queries(
     if integer:  # THE forward pass must be exact (on the tables path too: else they certify another function)
         integer_bounds(model, tokens.shape[1])
     run = _readout_model(model, columns) if cube is not None else model
-    chunk = chunk or chunk_size(model, tokens.shape[1], BOUNDED_CHUNK_BYTES)
+    array_bytes = chunk_bytes(budget)
+    chunk = chunk or chunk_size(model, tokens.shape[1], array_bytes)
 
     def dense(selected: np.ndarray | None, wanted: list[np.ndarray] | None) -> None:
         """THE forward pass with its a-posteriori bound on the queries ``selected`` (all when None), recording
@@ -369,7 +432,8 @@ def check_queries(
                         queries, pred, lo = q[keep], pred[keep], lo[keep]
                         hi, computed = hi[keep], computed[keep]
                 tally.add(queries, i, pred, lo, None if integer else hi, computed)
-            run_additive(plan, [tokens[:, u] for u in range(p + 1)], consume, progress=progress)
+            run_additive(plan, [tokens[:, u] for u in range(p + 1)], consume, block_bytes=array_bytes,
+                         progress=progress)
         note = why_decoder
         if any(pending):
             wanted = [np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
@@ -397,6 +461,7 @@ def check_decoding(
     progress: bool = False,
     decoder: str = "auto",
     forward: str = "auto",
+    budget: Budget | int | None = None,
 ) -> CheckResult:
     """Greedy chain-of-thought decoding of every prompt, scored against the true chain ``(Q, k)``.
 
@@ -405,6 +470,38 @@ def check_decoding(
     is (then its final answer is right too); ``per_position`` is the accuracy of each step and
     ``final_accuracy`` that of the last token alone. ``decoder`` and ``forward`` as in :func:`check_queries`
     (the token-additive pass applies step by step, with the generated tokens as further positions).
+
+    Parameters
+    ----------
+    model : Model
+        The model; its read-out vocabulary must be its entities (predictions are fed back).
+    prompts : numpy.ndarray
+        ``(Q, T)`` prompt token ids.
+    chains : numpy.ndarray
+        ``(Q, k)`` the true chain ``v_1..v_k`` of each prompt.
+    chunk : int, optional
+        Prompts per chunk of THE forward pass (default: from ``budget``).
+    keep : bool
+        Return the per-step predictions and certified margins.
+    max_failures : int
+        Failures listed in the result.
+    progress : bool
+        Progress on stderr.
+    decoder, forward : str
+        Implementations, as in :func:`check_queries`.
+    budget : Budget, int or None
+        The memory budget the chunks and the tables' blocks are sized from (``None``: the default budget).
+
+    Returns
+    -------
+    CheckResult
+
+    Raises
+    ------
+    ValueError
+        Shapes disagree, or the read-out vocabulary is not the entities.
+    InputError
+        An unknown or inapplicable ``decoder``/``forward``, or a bad ``budget``.
     """
     prompts = np.asarray(prompts, dtype=np.int64)
     chains = np.asarray(chains, dtype=np.int64)
@@ -423,6 +520,7 @@ def check_decoding(
     computed = np.empty(chains.shape, dtype=np.float64)
     u, eta = _working_format(model, False)
     T0 = prompts.shape[1]
+    array_bytes = chunk_bytes(budget)
     used_tables = True
     why_forward = ""
 
@@ -441,10 +539,10 @@ def check_decoding(
         def consume(queries, v, t=t, bounds=bounds):
             record(queries, t, _certify(cube, v, bounds["e_v"], chains[queries, t], U_read, u, eta),
                    bounds["forward_margin"])
-        run_additive(plan, token_columns, consume, progress=progress)
+        run_additive(plan, token_columns, consume, block_bytes=array_bytes, progress=progress)
     if not used_tables:
         run = _readout_model(model, columns) if cube is not None else model
-        chunk = chunk or chunk_size(model, T0 + k, BOUNDED_CHUNK_BYTES)
+        chunk = chunk or chunk_size(model, T0 + k, array_bytes)
         for i, part in enumerate(iter_chunks(n, chunk)):
             seq = prompts[part]
             for t in range(k):

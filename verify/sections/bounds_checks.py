@@ -29,10 +29,12 @@ import time
 
 import numpy as np
 
+from georecall import memory
 from georecall.bounds import counting, graphs
 from georecall.bounds.tables import governing_bound
 from georecall.constructions import registry
 from georecall.constructions.registry import BitsClaim, ConstructionSpec
+from georecall.memory import Budget, as_budget
 from georecall.theory.seeds import rng
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
@@ -94,16 +96,21 @@ def per_parameter_bits() -> dict[str, int]:
             if claim.per_parameter is not None}
 
 
-def _build(spec: ConstructionSpec, N: int, R: int, hops: int, seed: int, task_seed: int | None = None):
+def _build(spec: ConstructionSpec, N: int, R: int, hops: int, seed: int, task_seed: int | None = None,
+           budget: Budget | int | None = None):
     """``spec``'s construction on the task of ``task_seed`` (default ``seed``), with its exhaustive check
-    (greedy decoding for chain-of-thought constructions)."""
+    (greedy decoding for chain-of-thought constructions) under ``budget``: the estimate of a quantized build
+    and check is required against it first."""
+    budget = as_budget(budget)
+    memory.check_estimate(spec, N, R, hops, bits=1, what=f"verify: bits needed by {spec.id}",
+                          budget=budget).require(budget)
     task = task_for_seed(N, R, seed if task_seed is None else task_seed)
     built = spec.build(task, hops, codes="binary", rng=rng(seed, "codes"))
     tokens, answers = queries(task, hops)
     if spec.decoding == "greedy":
         targets = teacher_forcing(task, hops)[1]
-        return built, lambda m: check_decoding(m, tokens, targets)
-    return built, lambda m: check_queries(m, tokens, answers)
+        return built, lambda m: check_decoding(m, tokens, targets, budget=budget)
+    return built, lambda m: check_queries(m, tokens, answers, budget=budget)
 
 
 def count_checks() -> dict[str, bool]:
@@ -163,15 +170,36 @@ def _per_coordinate_bits(embeddings: list[np.ndarray]) -> int:
     return (largest - 1).bit_length()
 
 
-def precision_checks(seed: int, progress: bool = False) -> tuple[dict[str, bool], dict, dict]:
+def precision_checks(seed: int, progress: bool = False, budget: Budget | int | None = None
+                     ) -> tuple[dict[str, bool], dict, dict]:
     """Row 4: per construction, smallest exact b (= the claim's ``needed``), b − 1 fails; the built
-    instances for row 5."""
+    instances for row 5.
+
+    Parameters
+    ----------
+    seed : int
+        The run seed.
+    progress : bool
+        Progress on stderr.
+    budget : Budget, int or None
+        The memory budget each build's estimate is required against, and the checker's chunks sized from.
+
+    Returns
+    -------
+    (checks, records, instances)
+        Named checks, the scan per construction, and ``id -> (built, bits, N, R, k, per_parameter)``.
+
+    Raises
+    ------
+    InputError
+        An instance's estimate exceeds the budget.
+    """
     checks, records, instances = {}, {}, {}
     changed_any = False
     for spec, claim in precision_cases():
         name, N, R, k = spec.id, claim.N, claim.R, claim.k
         _log(progress, f"bounds: smallest bits per parameter keeping {name} exact (N={N}, R={R}, k={k})")
-        built, check = _build(spec, N, R, k, seed)
+        built, check = _build(spec, N, R, k, seed, budget=budget)
         bits, scan = smallest_exact_bits(built.model, check, max_bits=16)
         tag = f"{name} N={N} R={R} k={k}"
         below = None if bits is None else check(quantize(built.model, bits - 1))
@@ -181,7 +209,7 @@ def precision_checks(seed: int, progress: bool = False) -> tuple[dict[str, bool]
         checks[f"{tag}: b - 1 = {None if bits is None else bits - 1} fails"] = (
             below is not None and not below.exact)
         if claim.per_parameter is not None:
-            other, _ = _build(spec, N, R, k, seed, task_seed=seed + 1)
+            other, _ = _build(spec, N, R, k, seed, task_seed=seed + 1, budget=budget)
             b1 = _per_coordinate_bits([built.model.entity_embedding, other.model.entity_embedding])
             checks[f"{tag}: embeddings fit {claim.per_parameter}-bit per-coordinate codebooks"] = (
                 b1 <= claim.per_parameter)
@@ -216,8 +244,25 @@ def gap_checks(instances: dict) -> tuple[dict[str, bool], list[dict]]:
     return checks, table
 
 
-def section_bounds(seed: int = 0, progress: bool = False) -> list[Report]:
-    """The five rows of the module docstring."""
+def section_bounds(seed: int = 0, progress: bool = False, budget: Budget | int | None = None
+                   ) -> list[Report]:
+    """The five rows of the module docstring.
+
+    Parameters
+    ----------
+    seed : int
+        The run seed.
+    progress : bool
+        Progress on stderr.
+    budget : Budget, int or None
+        The run's memory budget (the "bits needed" row builds and checks constructions under it; the counts
+        and gadgets are fixed small sizes).
+
+    Returns
+    -------
+    list of Report
+    """
+    budget = as_budget(budget)
     reports = []
     start = time.perf_counter()
     _log(progress, "bounds: enumerating all (N!)^R tasks and searching trees, against golden counts")
@@ -237,7 +282,7 @@ def section_bounds(seed: int = 0, progress: bool = False) -> list[Report]:
                                 time.perf_counter() - start, {"d": "", "m": ""}))
 
     start = time.perf_counter()
-    checks, records, instances = precision_checks(seed, progress)
+    checks, records, instances = precision_checks(seed, progress, budget)
     summary = " ".join(f"{n}:{r['smallest_exact_bits']}" for n, r in records.items())
     uncovered = not_covered()
     reports.append(claim_report("bits needed: smallest exact b, b-1 fails", {"seed": seed, "codes": "binary"},

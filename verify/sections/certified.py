@@ -15,6 +15,7 @@ import time
 
 from georecall.constructions import registry
 from georecall.constructions.registry import ConstructionSpec
+from georecall.memory import Budget, as_budget
 from georecall.verify.checking.certify import certify
 from georecall.verify.checking.check import Report, claim_report
 from georecall.verify.checking.planted import FOREIGN_A1, PAIR_C1, PAIR_G1, PAIR_G2, PLANTED
@@ -29,7 +30,8 @@ CONTROLS = {"G1": (PAIR_G1, 256, 2, 1, {"integer": True}), "G2": (PAIR_G2, 256, 
             "C1": (PAIR_C1, 256, 2, 2, {}), "A1": (FOREIGN_A1, 64, 2, 1, {"integer": True})}
 
 
-def control_checks(spec: ConstructionSpec, N: int, R: int, k: int, options: dict, seed: int = 0) -> dict:
+def control_checks(spec: ConstructionSpec, N: int, R: int, k: int, options: dict, seed: int = 0,
+                   budget: Budget | int | None = None) -> dict:
     """The negative control's named checks: the seeded task passes ``check``; ``certify`` REFUTES, and the
     witness task fails ``check``.
 
@@ -43,26 +45,57 @@ def control_checks(spec: ConstructionSpec, N: int, R: int, k: int, options: dict
         Builder options.
     seed : int
         The run seed.
+    budget : Budget, int or None
+        The run's memory budget, passed to ``certify`` and ``run_check``.
 
     Returns
     -------
     dict
         Check name -> bool.
+
+    Raises
+    ------
+    InputError
+        An estimate over the budget.
     """
-    cert = certify(spec, N, R, k, options=options, seed=seed)
+    budget = as_budget(budget)
+    cert = certify(spec, N, R, k, options=options, seed=seed, budget=budget)
     confirmed = cert.confirmation is not None and not cert.confirmation["check_passed"]
     checks = {f"control {spec.id}: certify REFUTES it": cert.verdict == "REFUTED",
               f"control {spec.id}: its witness task fails check": confirmed}
     if spec is not FOREIGN_A1:
-        seeded = run_check(spec, N, R, k, seed=seed, options=options)
+        seeded = run_check(spec, N, R, k, seed=seed, options=options, budget=budget)
         checks = {f"control {spec.id} ({spec.name}, N={N}): seeded task passes check": seeded.passed,
                   **checks}
     return checks
 
 
-def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False) -> Report:
+def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False,
+                  budget: Budget | int | None = None) -> Report:
     """One construction's row: CERTIFIED at every verify case (and its negative control caught), or, without a
-    declared task encoding, UNKNOWN with a reason."""
+    declared task encoding, UNKNOWN with a reason.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+        The construction.
+    seed : int
+        The run seed.
+    progress : bool
+        Progress on stderr.
+    budget : Budget, int or None
+        The run's memory budget, passed to every ``certify`` and check.
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    InputError
+        A case over the budget.
+    """
+    budget = as_budget(budget)
     start = time.perf_counter()
     checks: dict[str, bool] = {}
     margins = []
@@ -76,7 +109,7 @@ def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False)
             if progress:
                 print(f"{spec.label}: certify {codes} N={N} R={R} k={k} {options}", file=sys.stderr,
                       flush=True)
-            cert = certify(spec, N, R, k, codes=codes, D=D, options=options, seed=seed)
+            cert = certify(spec, N, R, k, codes=codes, D=D, options=options, seed=seed, budget=budget)
             label = f"{cert.name} N={N} R={R} k={k}"
             extra["cases"].append(cert.as_dict())
             if spec.task_encoding is None:
@@ -89,7 +122,7 @@ def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False)
                 margins.append(margin)
     control = CONTROLS.get(spec.id)
     if control is not None:
-        checks.update(control_checks(*control, seed=seed))
+        checks.update(control_checks(*control, seed=seed, budget=budget))
     params = {"construction": spec.id, "seed": seed}
     # a construction without a declared encoding is not certified: its row says what it does check
     title = (f"{spec.id} certified for every task" if spec.task_encoding is not None
@@ -104,8 +137,24 @@ def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False)
     return report
 
 
-def section_certified(seed: int = 0, progress: bool = False) -> list[Report]:
+def section_certified(seed: int = 0, progress: bool = False, budget: Budget | int | None = None
+                      ) -> list[Report]:
     """A "certified for every task" row per registered construction (module docstring; the planted
-    counterexamples are controls, not rows, even when a ``MODULE:ATTR`` lookup has registered them)."""
+    counterexamples are controls, not rows, even when a ``MODULE:ATTR`` lookup has registered them).
+
+    Parameters
+    ----------
+    seed : int
+        The run seed.
+    progress : bool
+        Progress on stderr.
+    budget : Budget, int or None
+        The run's memory budget, passed to every row.
+
+    Returns
+    -------
+    list of Report
+    """
+    budget = as_budget(budget)
     controls = (*PLANTED, FOREIGN_A1)
-    return [certified_row(spec, seed, progress) for spec in registry.specs() if spec not in controls]
+    return [certified_row(spec, seed, progress, budget) for spec in registry.specs() if spec not in controls]

@@ -394,9 +394,12 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
             6 * 8 * heads * width * width, lower)
     est.add(f"all {N * R**k:,} queries", query_bytes(N, R, k, spec.decoding == "greedy"),
             "N, R" + (" or k" if spec.hops == "multi" else ""))
-    widest = max(int(promise.d * scale), int(promise.m * scale), n_out) * T * 8
-    per_chunk = min(as_budget(budget).chunk_bytes(), max(widest, 1) * N * R**k)
-    est.add("checker chunks", CHUNK_COPIES * max(per_chunk, widest), "N or R")
+    # The checker's chunk as it sizes it (verify.checking.check.chunk_bytes): each array of the widest
+    # intermediate takes 1/BOUNDED_ARRAYS of the budget's chunk bytes (at least one query, at most all);
+    # CHUNK_COPIES intermediates of BOUNDED_ARRAYS arrays each are alive at once.
+    widest = max(int(promise.d * scale), int(promise.m * scale), n_out, 1) * T * 8
+    array = min(as_budget(budget).chunk_bytes() // BOUNDED_ARRAYS // widest, N * R**k) * widest
+    est.add("checker chunks", CHUNK_COPIES * BOUNDED_ARRAYS * max(array, widest), "N or R")
     return est
 
 

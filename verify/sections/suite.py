@@ -16,9 +16,9 @@ from collections.abc import Callable
 import numpy as np
 
 from georecall import memory
+from georecall.constructions import model as models  # the module: tests replace save_model there
 from georecall.constructions import registry
 from georecall.constructions.codes import binary_length
-from georecall.constructions.model import save_model
 from georecall.constructions.registry import ConstructionSpec
 from georecall.errors import InputError
 from georecall.memory import Budget, as_budget
@@ -205,7 +205,7 @@ def run_check(
     code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
     built = spec.build(task, k, rng=seeds.rng(seed, "codes"), **code_options, **options)
     if save is not None:
-        save_model(
+        models.save_model(
             built.model,
             save,
             extra_arrays={"task_table": task.table},

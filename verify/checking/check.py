@@ -18,6 +18,10 @@ reference on random models):
   tables built once, on the residual columns the read-out reads only. ``auto`` takes it when it applies.
 
 ``CheckResult.decoder`` and ``CheckResult.forward`` record what ran, and ``fallback`` why a fast path did not.
+
+Memory: THE forward pass runs in chunks of queries and the tables in blocks of tokens, both sized from the
+run's :class:`~georecall.memory.Budget` (``budget=``; :func:`chunk_bytes`), the same bytes that
+:func:`georecall.memory.check_estimate` counts. The chunking changes no prediction and no margin.
 """
 
 from __future__ import annotations
@@ -635,7 +639,29 @@ def achieved_sizes(model: Model) -> dict:
 def check_construction(name: str, params: dict, construction, tokens, answers, *, integer: bool = False,
                        dtype=None, **kwargs) -> Report:
     """Exhaustive check of a built construction against its promise (cast to ``dtype`` only when some array
-    has another dtype: a cast copies every array, 6 GiB for G1 at N = 2^20)."""
+    has another dtype: a cast copies every array, 6 GiB for G1 at N = 2^20).
+
+    Parameters
+    ----------
+    name : str
+        The report's name.
+    params : dict
+        The parameters it records.
+    construction : Construction
+        The built construction (model, promise, codes, constants).
+    tokens, answers : numpy.ndarray
+        Every query and its answer.
+    integer : bool
+        Integer mode.
+    dtype : numpy.dtype, optional
+        Working precision (``None``: the model's own).
+    **kwargs
+        Passed to :func:`check_queries` (``budget``, ``keep``, ``progress``, ``decoder``, ``forward``, ...).
+
+    Returns
+    -------
+    Report
+    """
     model = construction.model
     if dtype is not None and any(a.dtype != np.dtype(dtype) for a in model.arrays().values()):
         model = model.astype(dtype)

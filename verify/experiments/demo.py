@@ -1,5 +1,4 @@
-"""``georecall demo``: G1 on R bijections of N symbols in the terminal, then a trained model on the same
-facts.
+"""``georecall demo``: G1 on R bijections of N symbols, then a model trained on the same facts.
 
 Everything printed is computed by the library (the same builder, forward pass, checker and probes the checks
 use); nothing here is a hard-coded illustration. The relations are named ``cipher0``, ``cipher1``, …: a
@@ -29,6 +28,13 @@ LIMITS = {"N": 64, "R": 8}  # every code and every subject embedding is printed,
 def check_size(N: int, R: int) -> None:
     """Refuse sizes outside :data:`LIMITS`.
 
+    Parameters
+    ----------
+    N : int
+        Number of symbols (entities): 2 <= N <= ``LIMITS["N"]`` (64).
+    R : int
+        Number of relations: 1 <= R <= ``LIMITS["R"]`` (8).
+
     Raises
     ------
     InputError
@@ -40,7 +46,18 @@ def check_size(N: int, R: int) -> None:
 
 
 def relation_names(R: int) -> list[str]:
-    """The demo's names of the R relations: ``cipher0`` … (labels for bijections of the symbols)."""
+    """The demo's names of the R relations: ``cipher0`` … (labels for bijections of the symbols).
+
+    Parameters
+    ----------
+    R : int
+        Number of relations.
+
+    Returns
+    -------
+    list of str
+        ``["cipher0", …, f"cipher{R - 1}"]`` (empty for R <= 0).
+    """
     return [f"cipher{r}" for r in range(R)]
 
 

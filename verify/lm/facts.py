@@ -90,7 +90,13 @@ class Facts:
 
 
 def bundled_facts_path() -> str:
-    """Path of the bundled facts file (built from evandez/relations, MIT; licence beside it)."""
+    """Path of the bundled facts file (built from evandez/relations, MIT; licence beside it).
+
+    Returns
+    -------
+    str
+        ``.../verify/lm/data/relations_facts.json`` inside the installed package.
+    """
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "relations_facts.json")
 
 
@@ -117,10 +123,10 @@ def parse_facts(doc, where: str = "facts") -> Facts:
     Raises
     ------
     InputError
-        One line naming the first problem: wrong format tag, missing or mistyped fields, a template without
-        exactly one ``{}``, duplicate relation names, subjects or candidates, an unknown relation, an
-        attribute outside its relation's candidates, a subject without attributes, a relation without
-        subjects.
+        One line naming the first problem: not an object, wrong format tag, missing or mistyped fields, an
+        empty string, a template without exactly one ``{}`` or with other braces, duplicate relation names,
+        subjects or candidates, an unknown relation, an attribute outside its relation's candidates, a
+        subject without attributes, a relation without subjects.
     """
     if not isinstance(doc, dict):
         raise InputError(f"{where}: the top level must be a JSON object")
@@ -262,7 +268,9 @@ def build_from_relations(relations: list[dict], *, min_relations: int = 3, min_s
     Raises
     ------
     InputError
-        When nothing survives the rule.
+        When nothing survives the rule, or the result fails :func:`parse_facts` (e.g. a source template
+        with braces other than one ``{}``). A relation file without ``name``, ``prompt_templates`` or
+        ``samples`` is a KeyError (these files are the maintainer's input, not the user's).
     """
     table: dict[str, dict[str, str]] = {}
     templates: dict[str, list[str]] = {}

@@ -54,7 +54,7 @@ def find_smollm2(name: str = "smollm2") -> str:
     Parameters
     ----------
     name : str
-        A key of ``NAMES``.
+        A key of ``NAMES`` (another name is a KeyError).
 
     Returns
     -------
@@ -88,6 +88,7 @@ def weight_bytes_bound(spec: str) -> int:
     Parameters
     ----------
     spec : str
+        A ``--model`` value: a name of ``NAMES``, a file, or a folder.
 
     Returns
     -------
@@ -115,6 +116,7 @@ def set_threads(n: int) -> None:
     Parameters
     ----------
     n : int
+        Threads (``torch.set_num_threads``).
     """
     import torch
     torch.set_num_threads(int(n))
@@ -137,6 +139,8 @@ def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
     Parameters
     ----------
     spec : str
+        A local Hugging Face folder (with ``config.json``), a ``.gguf`` file, or a name of ``NAMES``; loaded
+        with ``local_files_only=True`` in float32.
     seed : int, optional
         Unused for loading (kept for symmetry with :func:`random_like`).
 
@@ -147,7 +151,9 @@ def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
     Raises
     ------
     InputError
-        The extra is missing, the path does not exist, or transformers cannot read it (its first line).
+        The extra (or ``gguf`` for a GGUF file) is missing, a named model is not installed, the path is not
+        a folder with ``config.json``, a ``.gguf`` file or a known name, or transformers cannot read it (its
+        first line).
     """
     require_extra()
     import torch
@@ -190,6 +196,7 @@ def random_like(loaded: LoadedModel, seed: int) -> LoadedModel:
     Parameters
     ----------
     loaded : LoadedModel
+        The model whose configuration (and tokenizer) is reused.
     seed : int
         The run seed: torch's generator is seeded from its "init" stream (key 1000) for the initialisation
         and restored afterwards.

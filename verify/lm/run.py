@@ -48,7 +48,18 @@ PREFIX = "\n"
 
 
 def default_intervene_layers(L: int) -> list[int]:
-    """The declared intervention layers: a quarter, half and three quarters of the depth."""
+    """The declared intervention layers: a quarter, half and three quarters of the depth.
+
+    Parameters
+    ----------
+    L : int
+        The model's number of blocks (layers are ``0..L``).
+
+    Returns
+    -------
+    list of int
+        ``round(L/4)``, ``round(L/2)``, ``round(3L/4)`` (halves rounded up), distinct and sorted.
+    """
     return sorted({int(L * f + 0.5) for f in (0.25, 0.5, 0.75)})
 
 
@@ -237,10 +248,17 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
              progress: Callable[[str], None] | None = None) -> dict:
     """Run every probe of the module docstring on ``loaded`` (a :class:`~.loader.LoadedModel`) and ``facts``.
 
+    The probes per layer are :func:`.probes.decode_relation` and :func:`.probes.superposition_fit`
+    (cross-fitted ridge, :data:`FOLDS` groups over subjects, each fit's strength by 5-fold cross-validation
+    on its fit rows), the interventions those of the module docstring; the random-initialisation twin is
+    probed the same way (without the shuffled control).
+
     Parameters
     ----------
     loaded : LoadedModel
+        The model and tokenizer (:func:`.loader.load_model`).
     facts : Facts
+        The facts (:func:`.facts.load_facts`).
     layers : sequence of int, optional
         Layers to probe (default every layer ``0..L``).
     intervene_layers : sequence of int, optional
@@ -248,9 +266,12 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     template : int
         Which prompt template of each relation (the last one when a relation has fewer).
     seed : int
+        The run seed: every random choice draws from its ``"probes"`` stream under a key of its own, the
+        random twin from its ``"init"`` stream.
     random_control : bool
         Also probe a randomly initialised model of the same configuration.
     batch_size : int
+        Sequences per forward pass.
     progress : callable, optional
         Receives progress lines.
 
@@ -263,7 +284,8 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     Raises
     ------
     InputError
-        A layer outside ``0..L``, an intervention layer not probed, a relation with fewer subjects than folds.
+        A layer outside ``0..L``, an intervention layer not probed, a relation with fewer subjects than
+        :data:`FOLDS`, or an attribute that tokenizes to nothing.
     """
     say = progress or (lambda _m: None)
     model = loaded.model
@@ -400,7 +422,18 @@ def _f(x, nd=2) -> str:
 
 
 def render_text(doc: dict) -> list[str]:
-    """The result as terminal lines: the per-layer table, the relations, the interventions, the verdict."""
+    """The result as terminal lines: the per-layer table, the relations, the interventions, the verdict.
+
+    Parameters
+    ----------
+    doc : dict
+        A :func:`probe_lm` document (with its ``verdict``).
+
+    Returns
+    -------
+    list of str
+        The lines, without newlines.
+    """
     rnd = {row["layer"]: row for row in doc.get("random_layers", [])}
     lines = [f"{doc['model']}: {doc['L']} layers, width {doc['width']}; {doc['subjects']} subjects, "
              f"{doc['relations_n']} relations, {doc['facts']} facts; {doc['folds']}-fold cross-fitting over "

@@ -78,7 +78,19 @@ def last_subject_token(offsets: Sequence[tuple[int, int]], end: int) -> int:
 
 
 class Batch:
-    """Encoded sequences: ids (right-padded), mask, one chosen position each, and the last real token."""
+    """Encoded sequences: ids (right-padded), mask, one chosen position each, and the last real token.
+
+    Parameters
+    ----------
+    input_ids : (n, T) long tensor
+        Token ids, right-padded.
+    attention_mask : (n, T) tensor
+        1 on real tokens, 0 on padding.
+    positions : (n,) array of int
+        The position whose state is read in each sequence (stored as a long tensor).
+
+    The last real token of each sequence, ``last``, is ``attention_mask.sum(dim=1) − 1``.
+    """
 
     def __init__(self, input_ids, attention_mask, positions):
         import torch

@@ -60,6 +60,9 @@ class Facts:
         ``attributes[r][subject]`` is the subject's attribute in relation index ``r`` (only subjects that have
         one).
     source : str
+        Free-text provenance.
+    meta : dict
+        The file's ``license``, ``attribution`` and ``rule`` fields, when present (kept by :meth:`to_json`).
     """
 
     relations: tuple[Relation, ...]

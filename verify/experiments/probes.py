@@ -468,8 +468,8 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
     The new task is ``new_task`` or, if None, ``random_task(N, R, rng)``. Subject embeddings for it are
     (a) the closed form ``e'_s = c + Σ_r u_{π'_r(s)} A_r`` from ``encoding_maps`` (fitted on the old task),
     (b) trained from ``N(0, std(closed form)²)`` (one std over every entry) with every other group frozen,
-    full batch, for at most ``steps`` Adam steps (:func:`.train.train`; it stops at 100%). Both are checked
-    on every query of the new task through THE forward pass.
+    full batch, for at most ``steps`` Adam steps (:func:`~georecall.verify.training.train.train`; it stops at
+    100%). Both are checked on every query of the new task through THE forward pass.
 
     Parameters
     ----------
@@ -484,7 +484,8 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
     lr : float
         Adam's learning rate for (b).
     rng : numpy.random.Generator or int or None
-        The new task (when ``new_task`` is None), the start of (b) and the trainer's randomness.
+        The new task (when ``new_task`` is None) and the start of (b) (the trainer takes it too; at full
+        batch it draws nothing).
     new_task : Task, optional
         The new bijections (same N and R; not checked here).
 

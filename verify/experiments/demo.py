@@ -1,5 +1,4 @@
-"""``georecall demo``: G1 on R bijections of N symbols in the terminal, then a trained model on the same
-facts.
+"""``georecall demo``: G1 on R bijections of N symbols, then a model trained on the same facts.
 
 Everything printed is computed by the library (the same builder, forward pass, checker and probes the checks
 use); nothing here is a hard-coded illustration. The relations are named ``cipher0``, ``cipher1``, …: a
@@ -29,6 +28,13 @@ LIMITS = {"N": 64, "R": 8}  # every code and every subject embedding is printed,
 def check_size(N: int, R: int) -> None:
     """Refuse sizes outside :data:`LIMITS`.
 
+    Parameters
+    ----------
+    N : int
+        Number of symbols (entities): 2 <= N <= ``LIMITS["N"]`` (64).
+    R : int
+        Number of relations: 1 <= R <= ``LIMITS["R"]`` (8).
+
     Raises
     ------
     InputError
@@ -40,7 +46,18 @@ def check_size(N: int, R: int) -> None:
 
 
 def relation_names(R: int) -> list[str]:
-    """The demo's names of the R relations: ``cipher0`` … (labels for bijections of the symbols)."""
+    """The demo's names of the R relations: ``cipher0`` … (labels for bijections of the symbols).
+
+    Parameters
+    ----------
+    R : int
+        Number of relations.
+
+    Returns
+    -------
+    list of str
+        ``["cipher0", …, f"cipher{R - 1}"]`` (empty for R <= 0).
+    """
     return [f"cipher{r}" for r in range(R)]
 
 
@@ -112,8 +129,8 @@ def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None
         f"relations once c2·G > c1·max|a| = {c1 * codes.max_abs:g}")
     out("  σ = ±1: the sign of a hidden unit. Unit (r, i, σ) computes ReLU(σ·y_(B_r, i) + y_(g_r) − c2·G); "
         "the pair σ = ±1 copies y_(B_r, i), because ReLU(t) − ReLU(−t) = t")
-    out(f"  λ = {lam:g}: read-out scale. Row j of the read-out is λ·a_j on block O, so logit_j = λ·<a_j, "
-        f"output>")
+    out(f"  λ = {lam:g}: read-out scale. Row j of the read-out is λ·a_j on block O, so "
+        f"logit_j = λ·<a_j, output>")
     mu = 1 - 2 / D if D > 1 else -1.0
     out(f"  μ = max_(i≠j) <a_i, a_j>/|a|² = {mu:.4g}: the codes' coherence (binary codes: 1 − 2/D); "
         f"|a|² = {norm2}")
@@ -133,8 +150,8 @@ def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None
     for rr in range(R):
         state = "open" if gates[rr] > 0 else "shut"
         detail = ("  -> pass σ·c1·a, ReLU(t) − ReLU(−t) = t" if gates[rr] > 0
-                  else f"  -> every pre-activation <= c1·max|a| − c2·G = {c1 * codes.max_abs - c2 * gate:g} "
-                       f"< 0")
+                  else f"  -> every pre-activation <= c1·max|a| − c2·G = "
+                       f"{c1 * codes.max_abs - c2 * gate:g} < 0")
         out(f"  units of {names[rr]:>{width}} (gate {state}): max activation {hidden[rr].max():g}{detail}")
     out(f"  logits λ·c1·<a_j, a_answer>: {logits[0].astype(int).tolist()}")
     top = np.sort(logits[0])
@@ -149,8 +166,8 @@ def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None
     unit_result = check_queries(unit.model, all_tokens, answers)
     out("\n== Two scales of one construction")
     out(f"  integer scale (above; `georecall check single-hop --integer`): code entries ±1, |a|² = D = {D}, "
-        f"margin λ·c1·|a|²(1 − μ) = 2·λ·c1 = {built.promise.margin:g}; every weight, activation and logit is "
-        f"an integer")
+        f"margin λ·c1·|a|²(1 − μ) = 2·λ·c1 = {built.promise.margin:g}; every weight, activation and "
+        f"logit is an integer")
     out(f"  unit scale (`georecall check single-hop`, the default): entries ±1/√D, |a|² = 1, margin "
         f"λ·c1·(1 − μ) = 4/D = {unit.promise.margin:.4g} (measured: {unit_result.n_correct}/"
         f"{unit_result.n_queries} right, min margin {unit_result.min_margin:.4g}); the same argmax on every "

@@ -112,10 +112,17 @@ def save_figure(fig, out_dir: str, name: str, *, dpi: int = DEFAULT_DPI,
     formats : sequence of str
         A non-empty subset of :data:`FORMATS`.
 
+    Returns
+    -------
+    list of str
+        The paths written, one per format.
+
     Raises
     ------
     ValueError
         On a bad ``dpi`` or format.
+    InputError
+        A target that cannot be written (:func:`georecall.io.validate_output_path`).
     """
     from georecall.io import atomic_write, validate_output_path
     dpi, formats = _check_output(dpi, formats)
@@ -205,7 +212,20 @@ def text_overlaps(fig, *, pad: float = 0.0) -> list[tuple[str, str]]:
 
 
 def small_texts(fig, minimum: float = MIN_FONT_PT) -> list[tuple[str, float]]:
-    """Drawn texts smaller than ``minimum`` points: ``(text, size)``; empty when every text is legible."""
+    """Drawn texts smaller than ``minimum`` points; empty when every text is legible.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure (drawn first, so that tick labels exist).
+    minimum : float
+        The smallest legible font size in points (default :data:`MIN_FONT_PT`).
+
+    Returns
+    -------
+    list of (str, float)
+        ``(text, size in points)`` of every visible text below ``minimum``.
+    """
     return [(t.get_text(), float(t.get_fontsize())) for t in _texts(fig) if t.get_fontsize() < minimum - 1e-9]
 
 
@@ -264,8 +284,27 @@ def _place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[st
 
 
 def thresholds_figure(records: list[dict]):
-    """Capacity threshold d* against R·ln N per mode, with the fitted line d* ≈ c·R·ln N (``None``: no
-    threshold records)."""
+    """Capacity threshold d* against R·ln N per mode, with the fitted line d* ≈ c·R·ln N.
+
+    The line is :func:`.sweep.fit_thresholds`' c per mode (learned, frozen): least squares through the origin
+    over every threshold record of that mode (all seeds pooled).
+
+    Parameters
+    ----------
+    records : list of dict
+        Sweep records; those of ``kind == "threshold"`` with a ``d_star`` are drawn (``mode``, ``N``, ``R``,
+        ``d_star``, ``seed``), the others ignored.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` when there is no threshold record with a ``d_star``.
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib (the message says how to install it).
+    """
     from georecall.verify.experiments.sweep import fit_thresholds
     plt = _pyplot()
     thresholds = [r for r in records if r.get("kind") == "threshold" and r.get("d_star") is not None]
@@ -291,7 +330,29 @@ def thresholds_figure(records: list[dict]):
 
 
 def tradeoff_figure(N: int = 4096, R: int = 4, k_max: int = 4):
-    """d against k for G2 (no CoT) and C1 (CoT), each beside its lower bound at b = 1."""
+    """d against k for G2 (no CoT) and C1 (CoT), each beside its lower bound at b = 1.
+
+    Computed from :func:`georecall.bounds.tables.bound_rows` (no records); the bounds are drawn at
+    ``max(d_min, 1)`` on the log axis.
+
+    Parameters
+    ----------
+    N, R : int
+        Entities and relations.
+    k_max : int
+        The largest number of hops (k = 1 … k_max).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib.
+    InputError
+        N or R not a positive integer.
+    """
     from georecall.bounds.tables import bound_rows
     plt = _pyplot()
     rows = bound_rows([N], [R], list(range(1, k_max + 1)), [1])
@@ -346,8 +407,27 @@ def _locator(n: int, integer: bool = True):
 
 
 def margins_figure(seed: int = 0):
-    """Per-query margin histograms: G1 with sign codes (N = 1024, R = 8) and C1's decoding steps (N = 256,
-    R = 3, k = 3), each against its promised lower bound."""
+    """Per-query margin histograms: G1 with sign codes and C1's decoding steps, each against its promise.
+
+    Computed by exhaustive checks: G1 with sign codes (N = 1024, R = 8, D = 48, every query) and C1 (N = 256,
+    R = 3, k = 3, every decoding step of every chain), each beside its promised lower bound.
+
+    Parameters
+    ----------
+    seed : int
+        Run seed of both tasks.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib.
+    RuntimeError
+        A check kept no margins (a bug).
+    """
     from georecall.constructions.multi_hop import build_c1, chains, multi_hop_queries
     from georecall.theory.tasks import random_task
     from georecall.verify.checking.check import check_decoding
@@ -379,8 +459,24 @@ def _transfer_name(record: dict, index: int) -> str:
 
 
 def transfer_figure(records: list[dict]):
-    """Freeze-and-swap accuracies per transfer record, labelled by model and (N, R), with chance 1/N
-    (``None``: no transfer records)."""
+    """Freeze-and-swap accuracies per transfer record, labelled by model and (N, R), with chance 1/N.
+
+    Parameters
+    ----------
+    records : list of dict
+        Records; those of ``kind == "transfer"`` are drawn (``closed_form_accuracy``, ``fitted_accuracy``,
+        and optionally ``N``, ``R``, ``chance``, ``label``, ``model``, ``description``), the others ignored.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` when there is no transfer record.
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib.
+    """
     plt = _pyplot()
     transfers = [r for r in records if r.get("kind") == "transfer"]
     if not transfers:
@@ -433,6 +529,13 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
     Returns
     -------
     matplotlib.figure.Figure
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib.
+    InputError
+        N or R not a positive integer, or sizes G1 refuses.
     """
     from georecall.constructions.layout import Layout
     from georecall.constructions.model import forward
@@ -525,8 +628,8 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
         ax_l.set_xlabel(f"attribute j (green: π_{names[r]}({s}) = {answer})")
         ax_l.set_ylabel("logit")
         ax_l.xaxis.set_major_locator(_locator(min(N, 8)))
-        fig.suptitle(f"G1 (Theorem 4.1), binary codes at integer scale: N = {N}, R = {R}, D = {D}, seed "
-                     f"{seed}")
+        fig.suptitle(f"G1 (Theorem 4.1), binary codes at integer scale: N = {N}, R = {R}, D = {D}, "
+                     f"seed {seed}")
     return fig
 
 
@@ -571,8 +674,30 @@ def _category_legend(ax, present: Iterable[str], *, bars: bool, **kwargs) -> Non
 
 
 def mechanism_figure(doc: dict, thresholds: dict):
-    """The mechanism study's criterion quantities per regime (mean ± sd over seeds), coloured by category
-    (trained, control, construction), with the declared thresholds and the untrained weights' mean."""
+    """The mechanism study's criterion quantities per regime (mean ± sd over seeds), coloured by category.
+
+    One panel per quantity (superposition R², interventions followed, selective units, gated mass,
+    closed-form transfer, functional zero-shot), one bar per trained regime, control and construction, with
+    the declared threshold (red, dashed) and the mean of the untrained fan-in weights (black, dotted).
+
+    Parameters
+    ----------
+    doc : dict
+        The study summary (``study.summarize``): ``regimes`` (``label``, ``control``, ``params``,
+        ``trained``, ``initial``) and ``constructions``, each quantity as ``{"mean", "sd"}``.
+    thresholds : dict
+        The declared thresholds (``study.THRESHOLDS``: ``superposition_r2``, ``follows``,
+        ``selective_fraction``, ``gated_mass``, ``zero_shot``).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib.
+    """
     plt = _pyplot()
     rows = _study_rows(doc)
     untrained = [e["initial"] for e in doc["regimes"] if e["params"]["init"] == "fan-in"]
@@ -613,8 +738,26 @@ def mechanism_figure(doc: dict, thresholds: dict):
 
 
 def forward_reverse_figure(doc: dict):
-    """Forward against reverse fit R² per regime and construction, coloured by category; labels placed
-    where they touch nothing else (the rest are named in mechanism.png)."""
+    """Forward against reverse fit R² per regime and construction, coloured by category.
+
+    Points at the same (rounded) place share one label; labels are placed where they touch nothing else, and
+    those that find no place are counted on the figure (they are named in mechanism.png). Rows without both
+    means are left out.
+
+    Parameters
+    ----------
+    doc : dict
+        The study summary (as :func:`mechanism_figure`), with ``forward_r2`` and ``reverse_r2``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib.
+    """
     plt = _pyplot()
     merged: dict[tuple[float, float], list[tuple[str, str, Any]]] = {}
     for name, category, s in _study_rows(doc):
@@ -690,6 +833,8 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
         Without matplotlib (the message says how to install it).
     ValueError
         On a bad ``dpi`` or format.
+    InputError
+        A figure file that cannot be written (:func:`georecall.io.validate_output_path`).
     """
     from georecall.verify.experiments.demo import relation_names
     _pyplot()
@@ -735,6 +880,8 @@ def d_axis_figure(axis: dict, thresholds: dict, fields: tuple):
 
     Raises
     ------
+    ImportError
+        Without matplotlib.
     ValueError
         An axis without series (nothing to draw).
     """

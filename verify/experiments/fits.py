@@ -10,16 +10,18 @@ The rule (declared; :data:`RELATIVE_ALPHAS`):
 
 1. centre X and Y on the fit rows (the intercept is never penalized);
 2. the strengths are ``α = ρ·s̄²`` for ρ in the log grid :data:`RELATIVE_ALPHAS` (10⁻⁸ … 10², one point per
-   decade), with ``s̄² = |X_c|_F² / p`` the mean eigenvalue of ``X_cᵀX_c``: the grid is invariant to the scale
-   of X;
-3. the fit rows are cut into ``folds`` random folds (``rng``); for every ρ the held-out squared error of every
-   fold, summed over folds and over all targets (one strength for all targets), is computed from one SVD of
-   each fold's training rows;
+   decade), with ``s̄² = |X_c|_F² / p`` the mean eigenvalue of ``X_cᵀX_c`` (1 when X is constant): the grid is
+   invariant to the scale of X;
+3. the fit rows are cut into ``folds`` random folds (``rng``: one permutation, fold sizes differing by at most
+   one; with fewer fit rows than folds, one row per fold); for every ρ the held-out squared error of every
+   fold, summed over folds and over all columns of Y (one strength for all columns of one Y), is computed from
+   one SVD of each fold's training rows, centred on their own means;
 4. the chosen ρ minimises that sum (ties go to the larger ρ, the simpler fit); the coefficients are refitted
    on all fit rows at that ρ.
 
-``alphas=(0.0,)`` is ordinary least squares (the minimum-norm solution when X is rank-deficient, singular
-values below ``max(n, p)·ε·s_max`` treated as zero): the baseline the tests compare against.
+A grid of one value skips steps 3 and 4 (no folds, ``rng`` unused). ``alphas=(0.0,)`` is ordinary least
+squares (the minimum-norm solution when X is rank-deficient: singular values at or below
+``10·min(n, p)·ε·s_max`` are treated as zero): the baseline the tests compare against.
 """
 
 from __future__ import annotations
@@ -36,8 +38,24 @@ RELATIVE_ALPHAS: tuple[float, ...] = tuple(10.0 ** k for k in range(-8, 3))
 
 
 def r_squared(Y: np.ndarray, Y_hat: np.ndarray) -> float:
-    """``1 − SS_res / SS_tot`` over all entries (SS_tot about the column means); 1.0 when Y is constant and
-    predicted exactly, 0.0 when it is constant and not."""
+    """Coefficient of determination pooled over every entry of Y.
+
+    ``1 − SS_res / SS_tot`` with ``SS_res = Σ (Y − Ŷ)²`` and ``SS_tot = Σ (Y − column mean of Y)²``, both
+    summed over all rows and columns (not a mean of per-column R²).
+
+    Parameters
+    ----------
+    Y : ndarray (n,) or (n, targets)
+        The observed values (held-out rows, for a held-out R²).
+    Y_hat : ndarray, same shape as Y
+        The predictions.
+
+    Returns
+    -------
+    float
+        At most 1, negative when the predictions are worse than the column means. When Y is constant
+        (``SS_tot = 0``): 1.0 if it is predicted exactly, else 0.0.
+    """
     Y = np.asarray(Y, dtype=np.float64)
     ss_res = float(np.sum((Y - Y_hat) ** 2))
     ss_tot = float(np.sum((Y - Y.mean(axis=0)) ** 2))
@@ -82,7 +100,22 @@ class RidgeFit:
     cv_error: dict = field(default_factory=dict)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """``X @ coef + intercept`` for rows X (·, p)."""
+        """Predictions ``X @ coef + intercept``.
+
+        Parameters
+        ----------
+        X : ndarray (rows, p)
+            Rows with the fit's p features.
+
+        Returns
+        -------
+        ndarray (rows, targets)
+
+        Raises
+        ------
+        InputError
+            X is not 2-D or does not have p columns.
+        """
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.p:
             raise InputError(f"X must have {self.p} columns, got shape {X.shape}")
@@ -99,7 +132,14 @@ class RidgeFit:
         return np.vstack([self.coef, self.intercept[None, :]])
 
     def describe(self) -> dict:
-        """p, n, the chosen strength, for reports (JSON-ready)."""
+        """p, n, rank, the chosen strength and the fold count, for reports (JSON-ready).
+
+        Returns
+        -------
+        dict
+            ``p``, ``n``, ``rank``, ``alpha``, ``relative_alpha``, ``folds`` and
+            ``underdetermined_without_penalty`` (:attr:`underdetermined`).
+        """
         return {"p": int(self.p), "n": int(self.n), "rank": int(self.rank), "alpha": float(self.alpha),
                 "relative_alpha": float(self.relative_alpha), "folds": int(self.folds),
                 "underdetermined_without_penalty": bool(self.underdetermined)}
@@ -131,35 +171,72 @@ def fit_ridge_cv(X: np.ndarray, Y: np.ndarray, *, rng: np.random.Generator,
                  alphas: tuple[float, ...] | None = None, folds: int = 5) -> RidgeFit:
     """Ridge regression of Y on X with an unpenalized intercept, strength by k-fold cross-validation.
 
+    The estimator of the module docstring: n fit rows, p features plus an unpenalized intercept, penalty
+    ``α·|coef|_F²`` with ``α = ρ·s̄²`` and ρ chosen from ``alphas`` by ``folds``-fold cross-validation on these
+    rows only (one ρ for all columns of Y), then refitted on all of them. Nothing outside X and Y is seen, so
+    rows scored afterwards are held out only if the caller kept them out of X.
+
     Parameters
     ----------
     X : ndarray (n, p)
         Fit rows only: held-out rows must not be passed here.
     Y : ndarray (n, targets) or (n,)
+        The targets of the same rows (a 1-D Y is one target column).
     rng : numpy.random.Generator
-        The fold assignment.
+        The fold assignment (one permutation; not drawn from when ``alphas`` has one value).
     alphas : tuple of float, optional
         Relative strengths ρ (``α = ρ·s̄²``); default :data:`RELATIVE_ALPHAS`. One value: no cross-validation
         (``(0.0,)`` is ordinary least squares).
     folds : int
-        Folds (at least 2; with fewer fit rows than folds, one fold per row: leave-one-out).
+        Folds (at least 2; with fewer fit rows than folds, one fold per row: leave-one-out). Ignored, and not
+        checked, when ``alphas`` has one value.
 
     Returns
     -------
     RidgeFit
+        Coefficients (p, targets), intercept, the chosen strength, n, p, rank and the cross-validation errors.
 
     Raises
     ------
     InputError
-        Shapes that disagree, non-finite entries, fewer than two rows, a bad fold count or negative strengths.
+        X not 2-D, Y not 1-D or 2-D, X and Y with different row counts, non-finite entries, fewer than two
+        rows, an empty grid or a negative or non-finite strength, or (with more than one strength) ``folds``
+        not an integer >= 2.
     """
     return fit_ridge_cv_many(X, [Y], rng=rng, alphas=alphas, folds=folds)[0]
 
 
 def fit_ridge_cv_many(X: np.ndarray, Ys: list, *, rng: np.random.Generator,
                       alphas: tuple[float, ...] | None = None, folds: int = 5) -> list[RidgeFit]:
-    """:func:`fit_ridge_cv` of several targets on the same X and folds, each with its own strength (one SVD
-    per fold for all of them). Parameters and errors as :func:`fit_ridge_cv`."""
+    """:func:`fit_ridge_cv` of several targets on the same X and folds, each with its own strength.
+
+    Every Y of ``Ys`` is fitted as :func:`fit_ridge_cv` would fit it alone with the same fold assignment (one
+    permutation drawn from ``rng`` for all of them), its ρ chosen by its own summed held-out error; the SVD of
+    each fold's training rows and of all fit rows is computed once and shared.
+
+    Parameters
+    ----------
+    X : ndarray (n, p)
+        Fit rows only: held-out rows must not be passed here.
+    Ys : list of ndarray
+        Targets, each (n, targets_i) or (n,) on the rows of X.
+    rng : numpy.random.Generator
+        The fold assignment, shared by every target (not drawn from when ``alphas`` has one value).
+    alphas : tuple of float, optional
+        Relative strengths ρ; default :data:`RELATIVE_ALPHAS`. One value: no cross-validation.
+    folds : int
+        Folds, as :func:`fit_ridge_cv`.
+
+    Returns
+    -------
+    list of RidgeFit
+        One per element of ``Ys``, in order (empty for an empty ``Ys``).
+
+    Raises
+    ------
+    InputError
+        As :func:`fit_ridge_cv`, for X and for every Y.
+    """
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
         raise InputError(f"X must be 2-D (n, p), got shape {X.shape}")

@@ -4,11 +4,11 @@ trained ones, where they report what they measure.
 
 Notation: ``e_s`` entity embedding, ``u_j = U[j]`` the unembedding (attribute) vector of answer j.
 
-- **Superposition readout.** Encoding fit: ``e_s ≈ c + Σ_r A_r u_{π_r(s)}`` (one d×d map per relation, least
-  squares over subjects) and its R² on held-out subjects. Decoding fit per relation:
-  ``u_{π_r(s)} ≈ e_s B_r + c_r`` and its held-out R²; the probe's accuracy is that of
-  ``argmax_j <u_j, ê>``.
-- **Causal intervention.** ``e'_s = e_s + A_r (u_j − u_{π_r(s)})`` for a random ``j ≠ π_r(s)``: how often the
+- **Superposition readout.** Encoding fit: ``e_s ≈ c + Σ_r u_{π_r(s)} A_r`` (one d×d map per relation,
+  ridge over the fit subjects) and its R² on held-out subjects. Decoding fit per relation:
+  ``u_{π_r(s)} ≈ e_s B_r + c_r`` and its held-out R²; the probe's accuracy is that of ``argmax_j <u_j, ê>``
+  for the decoded vector ê.
+- **Causal intervention.** ``e'_s = e_s + (u_j − u_{π_r(s)}) A_r`` for a random ``j ≠ π_r(s)``: how often the
   query (s, r) now answers j ("follows") and how often every other relation's answer stays what the model
   answered before the intervention.
 - **Unit selectivity.** Mean activation of every hidden unit by queried relation; a unit's selectivity is
@@ -30,7 +30,8 @@ Probes that discriminate (issue 12; :func:`mechanism_probes` runs them all and r
   training), and the reverse fit of ``u_j − u⁰_j``. An initialisation that training never removes caps the
   forward R² of ``e_s`` at ``1 − |E⁰|²/|E|²`` even when the displacement is an exact superposition.
 - **Null fit.** The forward fit with the table of an independent random task: the held-out R² that fitting
-  alone produces (≈ −p/(n − p) for p features and n fit rows, slightly below 0).
+  alone produces (about −p/(n − p) for ordinary least squares with p features and n fit rows; the
+  cross-validated ridge can shrink towards the mean, nearer 0).
 - **Relation selectivity** (:func:`unit_selectivity`): per unit u, ``M[r, u]`` = mean activation over the
   queries of relation r; selectivity ``max_r M[r, u] / Σ_r M[r, u]``, selective at ``>= threshold`` (0.9,
   chance 1/R); the gated mass ``Σ_u max_r M[r, u] / Σ_{r,u} M[r, u]`` (the share of all hidden activation
@@ -38,7 +39,11 @@ Probes that discriminate (issue 12; :func:`mechanism_probes` runs them all and r
   relation's queries on which it is active (G1: about 1/2, a per-fact unit of A1: 1/N).
 - **Functional zero-shot** (:func:`functional_transfer`): a per-relation linear encoder
   ``E(π) = c + Σ_r U[π_r] A_r`` trained by gradient descent *through the frozen network* on task A (start:
-  the least-squares maps), then applied unchanged to a new task B: accuracy on A and, zero-shot, on B.
+  the forward fit's maps), then applied unchanged to a new task B: accuracy on A and, zero-shot, on B.
+
+Every fit above is ridge regression with its strength chosen by 5-fold cross-validation on the fit rows only
+(:mod:`.fits`), except :func:`linear_relational_encoding` (hidden states of real LMs), which is ordinary least
+squares.
 """
 
 from __future__ import annotations
@@ -88,6 +93,19 @@ def check_model_shapes(model: Model, task: Task) -> None:
     attributes as entity ids (shared attributes). An entity table with more rows than the task has entities
     (e.g. a model exported with one token table) would put relation tokens on entity rows; a read-out of
     another size would score answers that are not the task's.
+
+    Parameters
+    ----------
+    model : Model
+        The model to probe.
+    task : Task
+        Its task (N entities, R relations).
+
+    Raises
+    ------
+    InputError
+        The entity table does not have N rows, the relation table R rows, or the read-out N rows (every
+        mismatch named in one message).
     """
     E = model.entity_embedding
     problems = []
@@ -95,8 +113,8 @@ def check_model_shapes(model: Model, task: Task) -> None:
         problems.append(f"the entity table has {model.n_entities} rows (E: {E.shape[0]} × {E.shape[1]}) but "
                         f"the task has N = {task.N} entities")
     if model.n_relations != task.R:
-        problems.append(f"the relation table has {model.n_relations} rows but the task has R = {task.R} "
-                        f"relations")
+        problems.append(f"the relation table has {model.n_relations} rows but the task has "
+                        f"R = {task.R} relations")
     if model.n_out != task.N:
         problems.append(f"the read-out has {model.n_out} rows (U: {model.n_out} × {model.d}) but the task's "
                         f"answers are its N = {task.N} entities")
@@ -106,13 +124,47 @@ def check_model_shapes(model: Model, task: Task) -> None:
 
 
 def require_fit(model: Model, task: Task) -> None:
-    """:func:`check_model_shapes` (kept under its old name)."""
+    """:func:`check_model_shapes` (kept under its old name).
+
+    Parameters
+    ----------
+    model : Model
+        The model to probe.
+    task : Task
+        Its task.
+
+    Raises
+    ------
+    InputError
+        As :func:`check_model_shapes`.
+    """
     check_model_shapes(model, task)
 
 
 def task_accuracy(model: Model, task: Task) -> dict:
-    """The model's own accuracy on every query of its task, with the chance level 1/N, first in every probe
-    report: probes of a model that does not answer its task describe something else."""
+    """The model's own accuracy on every query of its task, with the chance level 1/N.
+
+    First in every probe report: probes of a model that does not answer its task describe something else.
+    Every one of the N·R single-hop queries is run through THE forward pass
+    (:func:`~georecall.verify.checking.check.check_queries`).
+
+    Parameters
+    ----------
+    model : Model
+        The model.
+    task : Task
+        Its task.
+
+    Returns
+    -------
+    dict
+        ``accuracy`` (share of queries answered), ``correct``, ``queries`` (N·R) and ``chance`` (1/N).
+
+    Raises
+    ------
+    InputError
+        A model whose shapes do not fit the task (:func:`check_model_shapes`).
+    """
     check_model_shapes(model, task)
     tokens, answers = single_hop_queries(task)
     result = check_queries(model, tokens, answers)
@@ -121,14 +173,27 @@ def task_accuracy(model: Model, task: Task) -> dict:
 
 
 def warnings_for(accuracy: dict, fits: dict[str, dict]) -> list[str]:
-    """One line per reason to distrust a probe report: the model's accuracy on its task below 100%
-    (``accuracy``: :func:`task_accuracy`), and fits (``name -> RidgeFit.describe()``) that would interpolate
-    without their penalty."""
+    """One line per reason to distrust a probe report.
+
+    Parameters
+    ----------
+    accuracy : dict
+        :func:`task_accuracy`'s result: a line when its ``accuracy`` is below 1.
+    fits : dict of str to dict
+        ``name -> RidgeFit.describe()`` (empty or ``None`` entries are skipped): a line for each fit whose
+        centred fit rows have full row rank (``underdetermined_without_penalty``), i.e. that would interpolate
+        its fit rows without the ridge penalty.
+
+    Returns
+    -------
+    list of str
+        The warnings, accuracy first (empty when there is nothing to distrust).
+    """
     out = []
     if accuracy["accuracy"] < 1.0:
         out.append(f"the model answers {accuracy['accuracy']:.2%} of its {accuracy['queries']:,} facts "
-                   f"(chance 1/N = {accuracy['chance']:.2%}): the probes describe a model that does not "
-                   f"know its task")
+                   f"(chance 1/N = {accuracy['chance']:.2%}): the probes describe a model that "
+                   f"does not know its task")
     for name, fit in fits.items():
         if fit and fit.get("underdetermined_without_penalty"):
             out.append(f"{name} fit is underdetermined: p = {fit['p']} features of rank {fit['rank']} "
@@ -171,11 +236,48 @@ def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
                           forward: RidgeFit | None = None) -> dict:
     """Encoding R² (overall) and per-relation decoding R² and probe accuracy, on held-out subjects.
 
+    - Encoding: ridge of ``e_s`` (d targets) on ``[u_{π_1(s)}, …, u_{π_R(s)}]`` (p = R·d features plus an
+      intercept), n = the fit subjects, one strength for all d targets.
+    - Decoding, per relation r: ridge of ``u_{π_r(s)}`` (d targets) on ``e_s`` (p = d), n = the fit subjects;
+      the probe's answer for a held-out subject is ``argmax_j <u_j, ê>`` over all N read-out rows.
+
     Every fit is ridge with its strength chosen by 5-fold cross-validation on the fit subjects only
-    (:func:`.fits.fit_ridge_cv`); the R² and accuracies are on the held-out subjects (on the fit subjects when
-    ``holdout == 0``). ``split`` and ``forward`` reuse a split and an encoding fit already made on it
-    (:func:`mechanism_probes`). ``encoding_maps`` (``(R·d + 1) × d``, fitted on the fit subjects) are what the
-    interventions and the closed-form transfer apply.
+    (:func:`.fits.fit_ridge_cv`, grid :data:`.fits.RELATIVE_ALPHAS`); the R² (:func:`.fits.r_squared`) and
+    accuracies are on the held-out subjects (on the fit subjects when ``holdout == 0``). ``split`` and
+    ``forward`` reuse a split and an encoding fit already made on it (:func:`mechanism_probes`).
+    ``encoding_maps`` (``(R·d + 1) × d``, fitted on the fit subjects) are what the interventions and the
+    closed-form transfer apply.
+
+    Parameters
+    ----------
+    model : Model
+        The model (E: N × d, U: N × d).
+    task : Task
+        Its task.
+    holdout : float
+        Share of the N subjects held out, in [0, 1) (rounded to whole subjects; 0, or a share that rounds to
+        no subject, scores on the fit subjects). Unused for splitting when ``split`` is given.
+    rng : numpy.random.Generator or int or None
+        The subject split (unless ``split`` is given) and every fit's folds.
+    split : (ndarray, ndarray), optional
+        ``(fit subjects, held-out subjects)`` to use instead of drawing one.
+    forward : RidgeFit, optional
+        An encoding fit already made on ``split``'s fit subjects.
+
+    Returns
+    -------
+    dict
+        ``encoding_r2``, ``underdetermined`` and ``encoding_fit`` (p, n, strength) of the encoding fit;
+        ``decoding_r2_mean`` and ``probe_accuracy_mean`` over relations; ``per_relation`` (``relation``,
+        ``r2``, ``probe_accuracy``, ``fit``); ``fit_subjects``, ``test_subjects``, ``holdout``;
+        ``encoding_maps`` ((R·d + 1) × d, row form ``X @ W[:-1] + W[-1]``) and ``test_index`` (the held-out
+        subjects).
+
+    Raises
+    ------
+    InputError
+        A model whose shapes do not fit the task, a holdout outside [0, 1), fewer than two fit subjects, or
+        non-finite embeddings (:func:`.fits.fit_ridge_cv`).
     """
     rng = _as_rng(rng)
     check_model_shapes(model, task)
@@ -214,8 +316,37 @@ def causal_intervention(model: Model, task: Task, encoding_maps: np.ndarray, *, 
 
     ``subjects`` caps how many subjects are intervened on (all if None), drawn from ``candidates`` (default:
     every subject; :func:`mechanism_probes` passes the subjects held out of the maps' fit); each gets one
-    intervention per relation. The intervened embeddings are extra rows of the entity table, run through THE
-    forward pass.
+    intervention per relation: ``e'_s = e_s + (u_j − u_{π_r(s)}) A_r`` with j uniform over the N − 1 answers
+    other than π_r(s). The intervened embeddings are extra rows of the entity table, run through THE forward
+    pass, and each is asked every relation.
+
+    Parameters
+    ----------
+    model : Model
+        The model (its shapes are not re-checked here: :func:`check_model_shapes`).
+    task : Task
+        Its task.
+    encoding_maps : ndarray ((R·d + 1), d)
+        Row-form maps ``[A_1; …; A_R; c]``, as ``superposition_readout(...)["encoding_maps"]`` (the shape is
+        not validated).
+    subjects : int or None
+        At most this many subjects, drawn without replacement (None or 0: every candidate).
+    rng : numpy.random.Generator or int or None
+        The subjects drawn and the new answers j.
+    candidates : ndarray of int, optional
+        The subjects to draw from (default: all N).
+
+    Returns
+    -------
+    dict
+        ``interventions`` (subjects × R), ``follows`` (share of interventions whose query (s, r) now answers
+        j) and ``others_unchanged`` (over the R − 1 other relations of every intervened row, the share
+        answered as the model answered for the original ``e_s``; 1.0 when R = 1).
+
+    Raises
+    ------
+    InputError
+        No candidate subjects.
     """
     rng = _as_rng(rng)
     N, R = task.N, task.R
@@ -267,12 +398,31 @@ def unit_selectivity(model: Model, task: Task, *, layer: int = -1,
     - breadth ``b_u = |{s : h_u(s, p_u) > 0}| / N``: on how many of its relation's queries u fires (G1's
       selector: about 1/2; a per-fact unit of A1: 1/N). ``breadth_median`` is over active units.
 
+    Every one of the N·R single-hop queries is run through THE forward pass (in batches of 4096 queries).
+
+    Parameters
+    ----------
+    model : Model
+        The model; its read-out position is the last token.
+    task : Task
+        Its task (the queries asked).
+    layer : int
+        Index into ``model.layers`` of the MLP whose hidden units are measured (taken modulo the number of
+        layers, so -1 is the last).
+    threshold : float
+        Selectivity at or above which a unit counts as relation-selective, in (0, 1].
+
     Returns
     -------
     dict
         ``units``, ``active_units``, ``selective_fraction``, ``mean_selectivity``, ``gated_mass``,
         ``breadth_median``, ``breadth_mean``, ``chance_selectivity`` (1/R), ``threshold``,
-        ``units_per_relation`` (active units by preferred relation).
+        ``units_per_relation`` (active units by preferred relation). With no active unit the shares are 0.0.
+
+    Raises
+    ------
+    InputError
+        A threshold outside (0, 1], or a layer without an MLP.
     """
     if not 0 < threshold <= 1:
         raise InputError(f"the selectivity threshold must be in (0, 1], got {threshold}")
@@ -317,8 +467,40 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
 
     The new task is ``new_task`` or, if None, ``random_task(N, R, rng)``. Subject embeddings for it are
     (a) the closed form ``e'_s = c + Σ_r u_{π'_r(s)} A_r`` from ``encoding_maps`` (fitted on the old task),
-    (b) trained from ``N(0, std(closed form)²)`` with every other group frozen, for at most ``steps`` Adam
-    steps (stop at 100%). Returns both accuracies on every new query.
+    (b) trained from ``N(0, std(closed form)²)`` (one std over every entry) with every other group frozen,
+    full batch, for at most ``steps`` Adam steps (:func:`~georecall.verify.training.train.train`; it stops at
+    100%). Both are checked on every query of the new task through THE forward pass.
+
+    Parameters
+    ----------
+    model : Model
+        The model (entity rows beyond N, if any, are kept unchanged).
+    task : Task
+        Its task (for N, R and the chance level).
+    encoding_maps : ndarray ((R·d + 1), d)
+        Row-form maps ``[A_1; …; A_R; c]`` (``superposition_readout(...)["encoding_maps"]``).
+    steps : int
+        Step budget of (b), a positive integer.
+    lr : float
+        Adam's learning rate for (b).
+    rng : numpy.random.Generator or int or None
+        The new task (when ``new_task`` is None) and the start of (b) (the trainer takes it too; at full
+        batch it draws nothing).
+    new_task : Task, optional
+        The new bijections (same N and R; not checked here).
+
+    Returns
+    -------
+    dict
+        ``closed_form_accuracy``, ``closed_form_min_margin``, ``fitted_accuracy``, ``fitted_steps`` (updates
+        applied in (b)) and ``chance`` (1/N).
+
+    Raises
+    ------
+    InputError
+        ``steps`` not a positive integer (from the trainer).
+    FloatingPointError
+        Training (b) diverged (a non-finite loss).
     """
     from georecall.verify.training.train import GROUPS, train
 
@@ -345,7 +527,19 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
 
 
 def inverse_table(table: np.ndarray) -> np.ndarray:
-    """``inv[r, j] = π_r^{-1}(j)`` for a task table ``table[r, s] = π_r(s)`` of bijections (R × N)."""
+    """The inverse bijections: ``inv[r, j] = π_r^{-1}(j)`` for ``table[r, s] = π_r(s)``.
+
+    Parameters
+    ----------
+    table : ndarray of int (R, N)
+        A task table whose rows are permutations of ``0..N-1`` (not validated: other rows give a meaningless
+        result, or an IndexError for values outside ``0..N-1``).
+
+    Returns
+    -------
+    ndarray of int (R, N)
+        ``inv`` with ``inv[r, table[r, s]] = s``.
+    """
     table = np.asarray(table)
     inv = np.empty_like(table)
     rows = np.arange(table.shape[0])[:, None]
@@ -447,12 +641,20 @@ def attribute_fits(model: Model, task: Task, *, initial: Model | None = None, ho
       attribute vectors: the R² this estimator reaches at this (n, p) when the claim is exactly true.
 
     Every fit is ridge regression, its strength chosen by 5-fold cross-validation on the fit rows only
-    (:func:`.fits.fit_ridge_cv`); ``fits`` records p, n and the chosen strength of each. Each R² is
+    (:func:`.fits.fit_ridge_cv`, grid :data:`.fits.RELATIVE_ALPHAS`; one strength per fit for all d target
+    columns); ``fits`` records p, n and the chosen strength of each. Forward, displacement forward, null and
+    ceiling fits have p = R·d features (plus an intercept) and n = the fit subjects, and are scored on the
+    held-out subjects; reverse and displacement reverse fits have p = R·d and n = the fit attributes, from a
+    second, independent split of the N attributes, and are scored on the held-out attributes. Each R² is
     ``1 − SS_res/SS_tot`` over every entry of the held-out rows (:func:`.fits.r_squared`). The
     ``superposition_r2`` is ``max(forward, displacement forward)``.
 
     Parameters
     ----------
+    model : Model
+        The model (E: N × d, U: N × d).
+    task : Task
+        Its task.
     initial : Model, optional
         The same model before training (same shapes).
     holdout : float
@@ -462,12 +664,23 @@ def attribute_fits(model: Model, task: Task, *, initial: Model | None = None, ho
     tolerance : float
         A table counts as unmoved when ``|Δ|_F <= tolerance·|initial|_F``.
     retained : dict, optional
-        ``{"E": ρ_E, "U": ρ_U}`` in [0, 1] (default 1): the initialisation's share left by weight decay.
+        ``{"E": ρ_E, "U": ρ_U}`` in [0, 1] (default 1): the initialisation's share left by weight decay (used,
+        and checked, only with ``initial``).
+
+    Returns
+    -------
+    dict
+        ``forward_r2``, ``reverse_r2``, ``forward_minus_reverse``, ``displacement_forward_r2`` and
+        ``displacement_reverse_r2`` (``None`` without a displacement), ``displacement_notes`` (why not, or
+        the retained share used), ``null_forward_r2``, ``forward_ceiling``, ``superposition_r2``, ``fits``
+        (each fit's :meth:`.fits.RidgeFit.describe`), ``underdetermined`` (the forward fit's), ``holdout``,
+        ``fit_rows``, ``test_rows`` and ``features`` (R·d + 1, the intercept included).
 
     Raises
     ------
     InputError
-        A model or initial model whose shapes do not fit the task; a bad holdout or retained share.
+        A model or initial model whose shapes do not fit the task or each other; a holdout outside [0, 1); a
+        retained share outside [0, 1] (with ``initial``); fewer than two fit rows.
     """
     return _attribute_fits(model, task, initial=initial, holdout=holdout, rng=rng, tolerance=tolerance,
                            retained=retained)[0]
@@ -479,18 +692,43 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
 
     The encoder maps a table π to subject embeddings ``E(π) = c + Σ_r U[π_r] A_r`` (row s:
     ``e_s = c + Σ_r u_{π_r(s)} A_r``), with the model's own read-out rows ``U`` as attribute vectors and
-    parameters ``A_r`` (d × d) and ``c`` (d). Starting from ``encoding_maps`` (the least-squares forward fit,
-    ``(R·d + 1) × d``), Adam minimises the cross-entropy of task A's N·R queries with every weight of the
-    network frozen; the gradients are ``∂L/∂A_r = U[π_r]ᵀ ∂L/∂E`` and ``∂L/∂c = Σ_s ∂L/∂e_s``, with ``∂L/∂E``
-    from the trainer's backward pass. It stops at 100% on A or after ``steps`` steps. Then
+    parameters ``A_r`` (d × d) and ``c`` (d). Starting from ``encoding_maps`` (the ridge forward fit,
+    ``(R·d + 1) × d``), Adam minimises the cross-entropy of task A's N·R queries (full batch) with every
+    weight of the network frozen; the gradients are ``∂L/∂A_r = U[π_r]ᵀ ∂L/∂E`` and ``∂L/∂c = Σ_s ∂L/∂e_s``,
+    with ``∂L/∂E`` from the trainer's backward pass. It stops at 100% on A or after ``steps`` steps. Then
     ``E(π')`` for B's table π' is checked on every query of B: if the network decodes *any* superposition of
-    attribute vectors (as G1's selector does), the accuracy on B is that on A.
+    attribute vectors (as G1's selector does), the accuracy on B is that on A. No randomness.
+
+    Parameters
+    ----------
+    model : Model
+        The frozen network (E: N × d, U: N × d); entity rows beyond N, if any, are kept unchanged.
+    task : Task
+        Task A, trained on.
+    new_task : Task
+        Task B, applied zero-shot (same N and R).
+    encoding_maps : ndarray ((R·d + 1), d)
+        The encoder's start, row form ``[A_1; …; A_R; c]``.
+    steps : int
+        Adam's step budget (0: no training).
+    lr : float
+        Adam's learning rate.
 
     Returns
     -------
     dict
-        ``start_accuracy_A`` (the least-squares encoder on A), ``accuracy_A`` (trained), ``zero_shot_B``,
-        ``steps``, ``chance`` (1/N).
+        ``start_accuracy_A`` (the starting encoder on A), ``accuracy_A`` (trained), ``zero_shot_B``,
+        ``steps`` (the index of the step at which training stopped: the updates applied when it stopped at
+        100% on A, one less than those applied when the budget ran out; 0 when the start is already at 100%),
+        ``chance`` (1/N).
+
+    Raises
+    ------
+    InputError
+        A model whose shapes do not fit task A, a task B of other sizes, or maps not of shape
+        ``(R·d + 1, d)``.
+    FloatingPointError
+        The encoder's training diverged (a non-finite loss).
     """
     from georecall.verify.training.train import GROUPS, adam, loss_and_grads
 
@@ -566,17 +804,33 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
     the interventions are made on held-out subjects; the closed-form and functional transfer apply the same
     maps to a new task.
 
-    Randomness follows the seed contract: splits, folds, the null table and the intervened subjects come from
-    ``rng(seed, "probes")``; the new task B and the fitted transfer's start from ``rng(seed, "transfer")``.
-    So every model probed with the same ``(N, R, seed)`` sees the same splits and the same task B.
+    Randomness follows the seed contract: splits, folds, the planted ceiling maps, the null table, the
+    intervened subjects and their new answers come from ``rng(seed, "probes")``; the new task B and the fitted
+    transfer's start from ``rng(seed, "transfer")``. So every model probed with the same ``(N, R, seed)`` sees
+    the same splits and the same task B.
 
     Parameters
     ----------
+    model : Model
+        The model (E: N × d, U: N × d).
+    task : Task
+        Its task.
     initial : Model, optional
         The model before training, for the displacement fits.
+    seed : int
+        The run seed of the seed contract.
+    holdout : float
+        Share of subjects (and, for the reverse fits, of attributes) held out, in [0, 1).
+    subjects : int or None
+        At most this many held-out subjects intervened on (:func:`causal_intervention`).
     transfer_steps, encoder_steps : int or None
         Step budgets of the fitted transfer (E trained on B, the rest frozen) and of the functional encoder;
-        ``None`` skips that probe (its summary fields are then ``None``).
+        ``None`` skips that probe (its summary fields are then ``None``; the closed-form transfer is always
+        computed).
+    lr : float
+        Adam's learning rate for both.
+    threshold : float
+        The selectivity threshold (:func:`unit_selectivity`).
     retained : dict, optional
         The initialisation's share left by weight decay (:func:`attribute_fits`).
 
@@ -586,6 +840,14 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
         ``summary`` (flat numbers), ``accuracy`` (the model's own, on its task), ``warnings``, and the
         detailed ``fits``, ``readout``, ``intervention``, ``selectivity``, ``transfer`` and ``functional``
         results.
+
+    Raises
+    ------
+    InputError
+        From the probes it runs: shapes that do not fit the task, a bad holdout, retained share, threshold or
+        step budget, too few subjects for a fit.
+    FloatingPointError
+        A transfer's training diverged.
     """
     from georecall.theory.seeds import rng as seed_rng
 
@@ -645,10 +907,24 @@ def embed_wider(model: Model, d: int, rng: np.random.Generator | int | None = No
     the logits are those of ``model`` up to rounding, but no coordinate means anything on its own, and every
     table has full width d. The positive control of the probes at any width (G1 padded to the study's d).
 
+    Parameters
+    ----------
+    model : Model
+        The model to embed (a compact read-out is written out in full).
+    d : int
+        The new residual width, at least ``model.d`` (``d == model.d``: a rotation only).
+    rng : numpy.random.Generator or int or None
+        Draws Q.
+
+    Returns
+    -------
+    Model
+        The embedded model, in float64, with ``meta["embedded_wider"] = {"from_d", "d", "rotation"}``.
+
     Raises
     ------
     InputError
-        ``d`` smaller than the model's width.
+        ``d`` not an integer, or smaller than the model's width.
     """
     from georecall.constructions.model import MLP, Attention, Layer
 
@@ -687,8 +963,29 @@ def embed_wider(model: Model, d: int, rng: np.random.Generator | int | None = No
 
 
 def reference_models(task: Task, names: tuple[str, ...] = ("G1", "A1")) -> dict[str, Model]:
-    """The constructions whose probe values bracket a trained model's: G1 (the geometry, every probe exact)
-    and A1 (facts in per-fact MLP units), built through the registry on ``task`` (binary codes)."""
+    """The constructions whose probe values bracket a trained model's, built on ``task``.
+
+    G1 (the geometry, every probe exact) and A1 (facts in per-fact MLP units), each built through the registry
+    with its default options (``registry.get(name).build(task)``).
+
+    Parameters
+    ----------
+    task : Task
+        The task to build them on.
+    names : tuple of str
+        Registry ids or names (case-insensitive).
+
+    Returns
+    -------
+    dict of str to Model
+        ``name -> model``.
+
+    Raises
+    ------
+    InputError
+        A name the registry does not know, or a task its builder refuses (including
+        :class:`~georecall.errors.ConditionError`, a subclass: a task outside the construction's conditions).
+    """
     from georecall.constructions import registry
 
     return {name: registry.get(name).build(task).model for name in names}
@@ -696,9 +993,42 @@ def reference_models(task: Task, names: tuple[str, ...] = ("G1", "A1")) -> dict[
 
 def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int | None = 256,
               transfer_steps: int | None = 200, rng: np.random.Generator | int | None = None) -> dict:
-    """The model's own accuracy, then every probe with one rng: readout, intervention (on subjects held out
-    of the maps' fit), selectivity and (unless ``transfer_steps`` is None) freeze-and-swap; ``warnings``
-    lists an accuracy below 100% and fits with p ≥ n (``probe`` prints them first)."""
+    """The model's own accuracy, then every probe with one rng (``georecall probe``).
+
+    In order: :func:`task_accuracy`, :func:`superposition_readout`, :func:`causal_intervention` (on subjects
+    held out of the maps' fit; on every subject when ``holdout == 0``), :func:`unit_selectivity` and, unless
+    ``transfer_steps`` is None, :func:`freeze_and_swap`. ``warnings`` lists an accuracy below 100% and an
+    encoding fit that would interpolate without its penalty (:func:`warnings_for`; ``probe`` prints them
+    first).
+
+    Parameters
+    ----------
+    model : Model
+        The model (E: N × d, U: N × d).
+    task : Task
+        Its task.
+    holdout : float
+        Share of subjects held out of the fits, in [0, 1).
+    subjects : int or None
+        At most this many subjects intervened on.
+    transfer_steps : int or None
+        Step budget of freeze-and-swap's fitted embeddings; None skips freeze-and-swap.
+    rng : numpy.random.Generator or int or None
+        Every probe's randomness, drawn in the order above.
+
+    Returns
+    -------
+    dict
+        ``accuracy``, ``warnings``, ``readout``, ``intervention``, ``selectivity`` and (with
+        ``transfer_steps``) ``transfer``.
+
+    Raises
+    ------
+    InputError
+        From the probes: shapes that do not fit the task, a bad holdout or step budget, too few subjects.
+    FloatingPointError
+        Freeze-and-swap's training diverged.
+    """
     rng = _as_rng(rng)
     check_model_shapes(model, task)
     accuracy = task_accuracy(model, task)
@@ -720,8 +1050,26 @@ def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int 
 
 
 def load_hidden_states(path: str) -> dict[str, np.ndarray]:
-    """Read ``states`` (n × width, float) and ``attributes`` (n × R, integer ids) from an ``.npz`` the user
-    supplies (``allow_pickle=False``), validating names, shapes and dtypes with clear messages."""
+    """Read ``states`` and ``attributes`` from an ``.npz`` the user supplies, validated.
+
+    Parameters
+    ----------
+    path : str
+        An ``.npz`` with arrays ``states`` (n × width, float) and ``attributes`` (n × R or n, integer ids);
+        read with ``allow_pickle=False``.
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``states`` (n × width, float64) and ``attributes`` (n × R, int64; a 1-D array becomes one column).
+
+    Raises
+    ------
+    InputError
+        An unreadable file or one that needs pickled objects, a missing array, ``states`` not a 2-D float
+        array or with non-finite entries, ``attributes`` not a 1-D or 2-D integer array, different row
+        counts, or a negative id.
+    """
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
@@ -754,9 +1102,40 @@ def load_hidden_states(path: str) -> dict[str, np.ndarray]:
 
 def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, holdout: float = 0.25,
                                rng: np.random.Generator | int | None = None) -> dict:
-    """Per relation: a least-squares linear probe from hidden state to the one-hot attribute, scored by
-    held-out accuracy (argmax), beside the majority-class baseline; and the R² of reconstructing the states
-    linearly from the R one-hot attributes (a superposition of per-relation attribute vectors)."""
+    """Linear probes of hidden states for their attributes, and the superposition R², on held-out rows.
+
+    - Per relation r: ordinary least squares (``numpy.linalg.lstsq``, minimum-norm when underdetermined; no
+      regularization) from the state (p = width + 1 with the intercept) to the one-hot of the row's attribute
+      (one class per distinct value of column r), n = the fit rows; scored by the held-out accuracy of the
+      argmax, beside the majority-class baseline (the fit rows' most frequent class, scored on the held-out
+      rows).
+    - Superposition: ordinary least squares of the states (width targets) on the R concatenated one-hots
+      (p = total classes + 1), n = the fit rows; its R² (:func:`.fits.r_squared`) on the held-out rows.
+
+    One random split of the n rows serves every fit.
+
+    Parameters
+    ----------
+    states : ndarray (n, width)
+        Hidden states, as :func:`load_hidden_states` returns them.
+    attributes : ndarray of int (n, R)
+        Each row's attribute id per relation.
+    holdout : float
+        Share of rows held out, in [0, 1) (0, or a share that rounds to no row, scores on the fit rows).
+    rng : numpy.random.Generator or int or None
+        The split.
+
+    Returns
+    -------
+    dict
+        ``n``, ``width``, ``relations``, ``holdout``, ``superposition_r2``, ``probe_accuracy_mean`` and
+        ``per_relation`` (``relation``, ``attributes`` (classes), ``probe_accuracy``, ``majority_baseline``).
+
+    Raises
+    ------
+    InputError
+        A holdout outside [0, 1).
+    """
     rng = _as_rng(rng)
     n, R = attributes.shape
     fit, test = _split(n, holdout, rng)

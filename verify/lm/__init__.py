@@ -7,7 +7,8 @@ NumPy only), :mod:`.loader` (a local Hugging Face folder, a GGUF file, or ``smol
 interventions), :mod:`.probes` (per-layer probes and controls), :mod:`.run` (the ``probe-lm`` study, its
 declared thresholds and verdict) and :mod:`.figure`.
 
-Only :mod:`.loader`, :mod:`.extract` and :mod:`.run` import torch and transformers (inside functions); nothing
-outside this subpackage imports it, and the command line imports it only when ``probe-lm`` runs."""
+Only :mod:`.loader` (torch and transformers) and :mod:`.extract` (torch) import them, inside functions;
+:mod:`.run` reaches them through those two. Nothing outside this subpackage imports them, and the command line
+imports them only when ``probe-lm`` runs."""
 
 __all__: list[str] = []

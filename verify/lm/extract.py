@@ -24,12 +24,28 @@ __all__ = ["Batch", "decoder_parts", "encode", "first_token_ids", "hooks", "last
 
 
 def decoder_parts(model):
-    """``(embedding module, list of blocks)`` of a decoder-only Hugging Face model (Llama-style layout)."""
+    """``(embedding module, list of blocks)`` of a decoder-only Hugging Face model (Llama-style layout).
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A causal LM whose decoder (``get_decoder()``, else ``.model``) has a ``layers`` list.
+
+    Returns
+    -------
+    (torch.nn.Module, list of torch.nn.Module)
+        The input embedding (layer 0) and the blocks (layers 1..L).
+
+    Raises
+    ------
+    InputError
+        The decoder has no ``layers``.
+    """
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     layers = getattr(base, "layers", None)
     if layers is None:
-        raise InputError(f"model {type(model).__name__}: no decoder blocks found (a Llama-style model is "
-                         f"needed)")
+        raise InputError(f"model {type(model).__name__}: no decoder blocks found "
+                         f"(a Llama-style model is needed)")
     return base.get_input_embeddings(), list(layers)
 
 
@@ -62,7 +78,19 @@ def last_subject_token(offsets: Sequence[tuple[int, int]], end: int) -> int:
 
 
 class Batch:
-    """Encoded sequences: ids (right-padded), mask, one chosen position each, and the last real token."""
+    """Encoded sequences: ids (right-padded), mask, one chosen position each, and the last real token.
+
+    Parameters
+    ----------
+    input_ids : (n, T) long tensor
+        Token ids, right-padded.
+    attention_mask : (n, T) tensor
+        1 on real tokens, 0 on padding.
+    positions : (n,) array of int
+        The position whose state is read in each sequence (stored as a long tensor).
+
+    The last real token of each sequence, ``last``, is ``attention_mask.sum(dim=1) − 1``.
+    """
 
     def __init__(self, input_ids, attention_mask, positions):
         import torch
@@ -77,14 +105,23 @@ def encode(tokenizer, texts: Sequence[str], spans: Sequence[tuple[int, int]] | N
 
     Parameters
     ----------
-    tokenizer : a Hugging Face fast tokenizer (offsets needed when ``spans`` is given)
+    tokenizer : transformers.PreTrainedTokenizerFast
+        A fast tokenizer (offsets are needed when ``spans`` is given); its padding side is set to right and,
+        when it has none, its pad token to the end-of-sequence token.
     texts : sequence of str
+        The sequences.
     spans : sequence of (start, end), optional
         The subject's characters in each text.
 
     Returns
     -------
     Batch
+        Ids, mask, the chosen position of each sequence and its last real token.
+
+    Raises
+    ------
+    InputError
+        A span that no token covers (:func:`last_subject_token`).
     """
     tokenizer.padding_side = "right"
     if tokenizer.pad_token_id is None:
@@ -101,7 +138,24 @@ def encode(tokenizer, texts: Sequence[str], spans: Sequence[tuple[int, int]] | N
 
 
 def first_token_ids(tokenizer, texts: Sequence[str]) -> np.ndarray:
-    """The first token id of each text (no special tokens)."""
+    """The first token id of each text (no special tokens).
+
+    Parameters
+    ----------
+    tokenizer : transformers.PreTrainedTokenizer
+        The model's tokenizer.
+    texts : sequence of str
+        The texts (attributes, with their leading space).
+
+    Returns
+    -------
+    ndarray of int64 (len(texts),)
+
+    Raises
+    ------
+    InputError
+        A text that tokenizes to no token.
+    """
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     if any(len(x) == 0 for x in ids):
         raise InputError("an attribute tokenizes to nothing")
@@ -115,7 +169,8 @@ def hooks(model, layers: Sequence[int], store: dict, positions, edits: dict | No
 
     Parameters
     ----------
-    model : a Hugging Face decoder-only model
+    model : transformers.PreTrainedModel
+        A decoder-only model (:func:`decoder_parts`).
     layers : sequence of int
         Layers whose state at ``positions`` is stored in ``store[layer]`` (a tensor, one row per sequence).
     store : dict
@@ -125,6 +180,11 @@ def hooks(model, layers: Sequence[int], store: dict, positions, edits: dict | No
     edits : dict, optional
         ``{layer: (n, width) tensor}`` added to the output of layer ``layer`` at ``positions`` before anything
         else (Hugging Face's own output capture included) sees it.
+
+    Raises
+    ------
+    InputError
+        A model without decoder blocks (:func:`decoder_parts`).
     """
     emb, blocks = decoder_parts(model)
     modules = [emb] + blocks
@@ -167,8 +227,10 @@ def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None
 
     Parameters
     ----------
-    model : a Hugging Face causal LM in eval mode
+    model : transformers.PreTrainedModel
+        A causal LM in eval mode (run without gradients).
     batch : Batch
+        The encoded sequences (:func:`encode`).
     layers : sequence of int
         Layer indices in ``0..L``.
     edits : dict, optional
@@ -183,6 +245,11 @@ def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None
     states : (n, len(layers), width) float32 array
     answers : (n,) int64 array
         The greedy next token after each sequence.
+
+    Raises
+    ------
+    InputError
+        A model without decoder blocks (:func:`decoder_parts`).
     """
     import torch
     n = batch.input_ids.shape[0]

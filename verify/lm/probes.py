@@ -23,13 +23,35 @@ __all__ = ["decode_relation", "folds_of", "shuffled", "superposition_fit"]
 
 
 def folds_of(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """``k`` (at most n) disjoint held-out groups covering ``range(n)``, from one seeded permutation."""
+    """``k`` (at most n) disjoint held-out groups covering ``range(n)``, from one seeded permutation.
+
+    Parameters
+    ----------
+    n : int
+        Rows (subjects).
+    k : int
+        Groups wanted, at least 1; more than n gives n groups of one row.
+    rng : numpy.random.Generator
+        Draws the permutation.
+
+    Returns
+    -------
+    list of ndarray of int
+        ``min(k, n)`` sorted index arrays whose sizes differ by at most one.
+    """
     return [np.sort(p) for p in np.array_split(rng.permutation(n), int(min(k, n)))]
 
 
 def decode_relation(H: np.ndarray, labels: np.ndarray, V: np.ndarray, *, folds: int, rng: np.random.Generator
                     ) -> dict:
     """Cross-fitted linear decoding of one relation's attribute class from states.
+
+    The estimator: ridge (:func:`.ridge.cross_fit`) from the state (p = width of H, plus an unpenalized
+    intercept) to the class's target vector (q = width of V), for each of ``folds`` held-out groups of
+    subjects fitted on the other n − n/folds subjects; its strength chosen on those fit rows only, by 5-fold
+    cross-validation over the grid :data:`.ridge.ALPHAS` (relative to the fit rows' mean squared singular
+    value). A held-out subject is decoded correctly when its prediction's nearest class vector by cosine,
+    both centred on the fit rows' mean target, is its own class; every subject is scored once.
 
     Parameters
     ----------
@@ -40,14 +62,21 @@ def decode_relation(H: np.ndarray, labels: np.ndarray, V: np.ndarray, *, folds: 
     V : (C, q) array
         One target vector per candidate class.
     folds : int
-        Cross-fitting groups over the subjects.
+        Cross-fitting groups over the subjects (at most n are made).
     rng : numpy.random.Generator
+        The groups and every fit's inner folds.
 
     Returns
     -------
     dict
-        ``accuracy``, ``majority`` (the fit rows' most frequent class, scored the same way), ``chance``
-        (1 / C), ``n``, ``classes``, ``alphas`` (the chosen strengths, relative to the grid).
+        ``accuracy``, ``majority`` (per held-out group, the most frequent class of its fit rows, scored on the
+        group), ``chance`` (1 / C), ``n``, ``classes``, ``alphas`` (the chosen strength of each group's fit,
+        as a grid value relative to the scale).
+
+    Raises
+    ------
+    InputError
+        A held-out group that leaves fewer than two fit rows (fewer than three subjects, or ``folds`` = 1).
     """
     n = H.shape[0]
     groups = folds_of(n, folds, rng)
@@ -79,6 +108,12 @@ def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarr
                       rng: np.random.Generator, keep_maps: bool = True) -> dict:
     """Cross-fitted ridge fit of each subject's state on its attributes' vectors; held-out R².
 
+    The estimator: ridge (:func:`.ridge.cross_fit`) of the state (width targets) on the design
+    ``[v_1 · present_1, …, v_R · present_R, present]`` (p = R·q + R, plus an unpenalized intercept), for each
+    of ``folds`` held-out groups of subjects fitted on the others, its strength chosen on those fit rows only
+    by 5-fold cross-validation over :data:`.ridge.ALPHAS`. The presence-only control is the same cross-fit on
+    the R presence columns alone (p = R).
+
     Parameters
     ----------
     H : (n, p) array
@@ -88,7 +123,9 @@ def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarr
     present : (n, R) bool array
         Whether the subject has a fact in each relation.
     folds : int
+        Cross-fitting groups over the subjects.
     rng : numpy.random.Generator
+        The groups and every fit's inner folds.
     keep_maps : bool
         Return the fitted blocks (R·q·p floats per group; only where interventions need them).
 
@@ -98,7 +135,12 @@ def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarr
         ``r2`` (pooled over held-out subjects and state coordinates), ``presence_r2`` (the same fit on the
         presence columns alone: how much the relation pattern explains), ``alphas``, and ``maps``: per
         held-out group ``(test indices, A)`` with ``A[r]`` the (q, p) block that maps relation r's vector
-        into the state.
+        into the state (empty without ``keep_maps``). An R² is ``nan`` when H has no variance.
+
+    Raises
+    ------
+    InputError
+        A held-out group that leaves fewer than two fit rows.
     """
     X = _design(blocks, present)
     q = blocks[0].shape[1]
@@ -121,11 +163,14 @@ def shuffled(labels_by_relation: list[np.ndarray], present: np.ndarray, rng: np.
     labels_by_relation : list of (n,) int arrays
         Each relation's attribute index per subject (any value where absent).
     present : (n, R) bool array
+        Whether the subject has a fact in each relation.
     rng : numpy.random.Generator
+        One permutation per relation.
 
     Returns
     -------
     list of (n,) int arrays
+        The permuted labels (unchanged where absent); the inputs are not modified.
     """
     out = []
     for r, lab in enumerate(labels_by_relation):

@@ -1,11 +1,13 @@
 """Ridge regression with its strength chosen by k-fold cross-validation on the fit rows only (NumPy).
 
 Model: ``Y ≈ 1·b + X·W`` with ``W = argmin |Yc − Xc·W|² + α|W|²`` on centred rows (the intercept is not
-penalised). Closed form through one SVD of the centred fit rows, ``Xc = U S Vᵀ``: ``W(α) = V diag(s / (s² +
-α)) Uᵀ Yc``, so every α of the grid costs one small product. Rule for α: the grid ``ALPHAS`` (log-spaced,
-scaled by the mean squared singular value of the fit rows, so the grid follows the data's scale), K folds of
-the fit rows (contiguous after one seeded permutation), the α with the smallest mean held-in-fold squared
-error; ties go to the larger α. Rows outside the fit rows are never seen."""
+penalised). Closed form through one SVD of the centred fit rows, ``Xc = U S Vᵀ``:
+``W(α) = V diag(s / (s² + α)) Uᵀ Yc``, so every α of the grid costs one small product. Rule for α: the grid
+``ALPHAS`` (17 points, 10⁻⁴ … 10⁴, log-spaced, scaled by the mean squared singular value of the centred fit
+rows, so the grid follows the data's scale), K folds of the fit rows (contiguous after one seeded
+permutation), the α with the smallest held-out squared error, summed over the K held-out folds and all
+target columns and divided by n (one α for all columns); ties (within a relative 1e-12) go to the later grid
+point, the larger α for an ascending grid. Rows outside the fit rows are never seen."""
 
 from __future__ import annotations
 
@@ -49,7 +51,17 @@ class RidgeFit:
         return self.my - self.mx @ self.W
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Predictions ``b + X @ W`` for the rows of ``X`` (through the singular basis: no p × q product)."""
+        """Predictions ``b + X @ W`` for the rows of ``X`` (through the singular basis: no p × q product).
+
+        Parameters
+        ----------
+        X : (m, p) array
+            Rows with the fit's p features (not validated: a wrong width is NumPy's ValueError).
+
+        Returns
+        -------
+        (m, q) float64 array
+        """
         return self.my + ((np.asarray(X, dtype=np.float64) - self.mx) @ self.Vt.T) @ self.C
 
 
@@ -76,22 +88,26 @@ def fit_ridge_cv(X, Y, *, folds: int = 5, alphas=ALPHAS, rng: np.random.Generato
     Parameters
     ----------
     X : (n, p) array
-    Y : (n, q) array
+        The fit rows' features.
+    Y : (n, q) or (n,) array
+        Their targets.
     folds : int
-        K of the K-fold split (at most n; at least 2).
+        K of the K-fold split (values below 2 are taken as 2, above n as n).
     alphas : array
-        The grid, in multiples of the mean squared singular value of the centred ``X``.
+        The grid, in multiples of the mean squared singular value of the centred ``X`` (default
+        :data:`ALPHAS`).
     rng : numpy.random.Generator
         Draws the fold permutation.
 
     Returns
     -------
     RidgeFit
+        Refitted on all n rows at the chosen α; ``cv_error`` is that α's mean held-out squared error.
 
     Raises
     ------
     InputError
-        Fewer than 2 rows, or shapes that do not match.
+        Fewer than 2 rows, X not 2-D, or X and Y with different row counts.
     """
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
@@ -131,6 +147,7 @@ def r2_score(Y, P) -> float:
     Parameters
     ----------
     Y, P : (n, q) arrays
+        Observed values and predictions.
 
     Returns
     -------
@@ -170,11 +187,16 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=ALPHAS, 
     Parameters
     ----------
     X : (n, p) array
-    Y : (n, q) array
+        Features of all rows.
+    Y : (n, q) or (n,) array
+        Targets of all rows.
     groups : list of int arrays
-        Disjoint held-out groups.
+        Disjoint held-out groups; each is predicted by a fit on every row outside it.
     folds : int
+        K of each fit's inner K-fold split (values below 2 are taken as 2, above the fit rows as their
+        number).
     alphas : array
+        The relative grid (default :data:`ALPHAS`).
     rng : numpy.random.Generator
         Draws each fit's inner fold permutation.
     keep_W : bool
@@ -183,8 +205,13 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=ALPHAS, 
     Returns
     -------
     dict
-        ``predictions`` (n, q) (rows outside every group stay 0), ``alphas`` (grid values chosen), ``W``
-        (list, when ``keep_W``).
+        ``predictions`` (n, q) (rows outside every group stay 0), ``alphas`` (the grid value chosen for each
+        group), ``W`` (list, when ``keep_W``).
+
+    Raises
+    ------
+    InputError
+        A group that leaves fewer than two fit rows.
     """
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)

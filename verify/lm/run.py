@@ -42,14 +42,24 @@ FOLDS = 5
 # Every text read (prompts, subjects alone, attributes alone) starts with this one-token context, so that no
 # state is read at position 0: there decoder LMs keep an "attention sink" with massive activations (SmolLM2:
 # |h| ≈ 24,000 against ≈ 200 elsewhere at layer 15, 99% of the states' variance in 3 coordinates), which
-# made a
-# single-token subject's or attribute's state a sink state, not its own (found in the first full run, kept in
-# docs/lm_smollm2_run1_sink.txt).
+# made a single-token subject's or attribute's state a sink state, not its own (found in the first full run,
+# kept in docs/lm_smollm2_run1_sink.txt).
 PREFIX = "\n"
 
 
 def default_intervene_layers(L: int) -> list[int]:
-    """The declared intervention layers: a quarter, half and three quarters of the depth."""
+    """The declared intervention layers: a quarter, half and three quarters of the depth.
+
+    Parameters
+    ----------
+    L : int
+        The model's number of blocks (layers are ``0..L``).
+
+    Returns
+    -------
+    list of int
+        ``round(L/4)``, ``round(L/2)``, ``round(3L/4)`` (halves rounded up), distinct and sorted.
+    """
     return sorted({int(L * f + 0.5) for f in (0.25, 0.5, 0.75)})
 
 
@@ -238,10 +248,17 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
              progress: Callable[[str], None] | None = None) -> dict:
     """Run every probe of the module docstring on ``loaded`` (a :class:`~.loader.LoadedModel`) and ``facts``.
 
+    The probes per layer are :func:`.probes.decode_relation` and :func:`.probes.superposition_fit`
+    (cross-fitted ridge, :data:`FOLDS` groups over subjects, each fit's strength by 5-fold cross-validation
+    on its fit rows), the interventions those of the module docstring; the random-initialisation twin is
+    probed the same way (without the shuffled control).
+
     Parameters
     ----------
     loaded : LoadedModel
+        The model and tokenizer (:func:`.loader.load_model`).
     facts : Facts
+        The facts (:func:`.facts.load_facts`).
     layers : sequence of int, optional
         Layers to probe (default every layer ``0..L``).
     intervene_layers : sequence of int, optional
@@ -249,9 +266,12 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     template : int
         Which prompt template of each relation (the last one when a relation has fewer).
     seed : int
+        The run seed: every random choice draws from its ``"probes"`` stream under a key of its own, the
+        random twin from its ``"init"`` stream.
     random_control : bool
         Also probe a randomly initialised model of the same configuration.
     batch_size : int
+        Sequences per forward pass.
     progress : callable, optional
         Receives progress lines.
 
@@ -264,7 +284,8 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     Raises
     ------
     InputError
-        A layer outside ``0..L``, an intervention layer not probed, a relation with fewer subjects than folds.
+        A layer outside ``0..L``, an intervention layer not probed, a relation with fewer subjects than
+        :data:`FOLDS`, or an attribute that tokenizes to nothing.
     """
     say = progress or (lambda _m: None)
     model = loaded.model
@@ -280,9 +301,8 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
         raise InputError(f"--intervene-layers {missing} are not among the probed --layers")
     for k, rel in enumerate(facts.relations):
         if len(facts.attributes[k]) < FOLDS:
-            raise InputError(f"relation {rel.name!r} has {len(facts.attributes[k])} subjects; the held-out "
-                             f"fits "
-                             f"need at least {FOLDS}")
+            raise InputError(f"relation {rel.name!r} has {len(facts.attributes[k])} subjects; "
+                             f"the held-out fits need at least {FOLDS}")
     t0 = time.perf_counter()
     prep = _Prepared(loaded.tokenizer, facts, template)
     say(f"probe-lm: {loaded.description}, {L} layers, width {model.config.hidden_size}; "
@@ -347,9 +367,8 @@ def verdict(doc: dict) -> dict:
     Returns
     -------
     dict
-        ``encoding_layers``, ``superposition_layers``, ``selective_layers``, per layer the decodable
-        relations,
-        and ``lines`` (the verdict sentences).
+        ``encoding_layers``, ``superposition_layers``, ``selective_layers``, ``decodable`` (per layer, as a
+        string key, the decodable relations) and ``lines`` (the verdict sentences).
     """
     T = doc.get("thresholds", THRESHOLDS)
     rnd = {row["layer"]: row for row in doc.get("random_layers", [])}
@@ -386,9 +405,9 @@ def verdict(doc: dict) -> dict:
         f"model's own recall (greedy first token): mean {np.mean(list(accs.values())):.2f} over "
         f"{len(accs)} relations; >= 0.5 in {len(known)} ({few(known)})",
         f"linear relational encoding (>= {T['encoding_share']:.0%} of relations decodable by "
-        f"{T['decode_margin']:.2f} above every baseline): layers {few(encoding)}; most relations decodable "
-        f"at "
-        f"layer {most[0]} ({len(most[1])} of {len(doc['relations'])}: {few(most[1])})",
+        f"{T['decode_margin']:.2f} above every baseline): layers {few(encoding)}; "
+        f"most relations decodable at layer {most[0]} ({len(most[1])} of {len(doc['relations'])}: "
+        f"{few(most[1])})",
         f"superposition (held-out R² >= {T['superposition_r2']} and >= {T['superposition_margin']} above the "
         f"controls): layers {few(superposition)}",
         f"selective interventions (success >= {T['intervention_success']}, gain >= {T['intervention_gain']}, "
@@ -403,16 +422,25 @@ def _f(x, nd=2) -> str:
 
 
 def render_text(doc: dict) -> list[str]:
-    """The result as terminal lines: the per-layer table, the relations, the interventions, the verdict."""
+    """The result as terminal lines: the per-layer table, the relations, the interventions, the verdict.
+
+    Parameters
+    ----------
+    doc : dict
+        A :func:`probe_lm` document (with its ``verdict``).
+
+    Returns
+    -------
+    list of str
+        The lines, without newlines.
+    """
     rnd = {row["layer"]: row for row in doc.get("random_layers", [])}
     lines = [f"{doc['model']}: {doc['L']} layers, width {doc['width']}; {doc['subjects']} subjects, "
              f"{doc['relations_n']} relations, {doc['facts']} facts; {doc['folds']}-fold cross-fitting over "
              f"subjects, ridge strength by 5-fold CV on the fit rows",
-             "decoding = mean over relations of held-out nearest-candidate accuracy (subject state alone / "
-             "in the "
-             "prompt); base = mean max(chance, majority); R² = held-out superposition fit on U "
-             "(unembedding) or Hv "
-             "(attribute state) vectors",
+             "decoding = mean over relations of held-out nearest-candidate accuracy "
+             "(subject state alone / in the prompt); base = mean max(chance, majority); "
+             "R² = held-out superposition fit on U (unembedding) or Hv (attribute state) vectors",
              f"{'layer':>5} {'dec':>5} {'prompt':>6} {'shuf':>5} {'base':>5} {'rand':>5} "
              f"{'R²U':>6} {'R²Hv':>6} {'R²shuf':>6} {'R²pres':>6} {'R²rand':>6} {'decodable':>9}"]
     dec = doc["verdict"]["decodable"]
@@ -425,23 +453,23 @@ def render_text(doc: dict) -> list[str]:
                      f"{_f(row['presence_r2']):>6} {_f(r.get('r2_u')):>6} "
                      f"{len(dec[str(row['layer'])]):>4}/{len(row['per_relation'])}")
     best = max(doc["layers"], key=lambda row: row["decode_alone"])
-    lines.append(f"per relation (model's greedy first token; decoding at layer {best['layer']}, the best "
-                 f"mean):")
+    lines.append(f"per relation (model's greedy first token; decoding at layer {best['layer']}, "
+                 f"the best mean):")
     for own, x in zip(doc["relations"], best["per_relation"]):
         lines.append(f"  {own['relation']:<26} facts {own['facts']:>4}  classes {own['classes']:>4}  model "
                      f"{_f(own['model_accuracy'])}  decode {_f(x['alone'])} (prompt {_f(x['prompt'])}, "
-                     f"chance "
-                     f"{_f(x['chance'], 3)}, majority {_f(x['majority'])}, shuffled {_f(x.get('shuffled'))})")
+                     f"chance {_f(x['chance'], 3)}, majority {_f(x['majority'])}, "
+                     f"shuffled {_f(x.get('shuffled'))})")
     if "random_relations_accuracy" in doc:
         lines.append(f"random-init model's own recall: {_f(doc['random_relations_accuracy'])}")
     for name, rows in (("interventions", doc["interventions"]), ("random-init interventions",
                                                                   doc.get("random_interventions", []))):
         for x in rows:
             if x.get("edits"):
-                lines.append(f"{name} at layer {x['layer']}: {x['edits']} edits, answer -> j "
-                             f"{_f(x['success'])} "
-                             f"(already j {_f(x['already'])}), other relations unchanged {_f(x['stay'])} of "
-                             f"{x['others']}; |Δ|/|h| median {_f(x['delta_ratio_median'], 3)}")
+                lines.append(f"{name} at layer {x['layer']}: {x['edits']} edits, "
+                             f"answer -> j {_f(x['success'])} (already j {_f(x['already'])}), "
+                             f"other relations unchanged {_f(x['stay'])} of {x['others']}; "
+                             f"|Δ|/|h| median {_f(x['delta_ratio_median'], 3)}")
     lines.extend("verdict: " + v for v in doc["verdict"]["lines"])
     return lines
 

@@ -67,6 +67,20 @@ def structure_reason(model: Model, tokens: np.ndarray, positions=None) -> str | 
 
     It applies to one-layer models with an MLP and uniform (or no) attention, trained on two-token single-hop
     queries ``⟨N + r, s⟩`` read at the last position (``positions=None``).
+
+    Parameters
+    ----------
+    model : Model
+        The model to be trained.
+    tokens : ndarray of int (B, 2)
+        The queries, ``[N + r, s]`` per row.
+    positions : ndarray, optional
+        Teacher-forcing read positions (:func:`.train.train`); anything but None: the step does not apply.
+
+    Returns
+    -------
+    str or None
+        The first reason it does not apply, in words, or None when it does.
     """
     if positions is not None:
         return "answers are read at several positions (teacher forcing)"
@@ -97,8 +111,23 @@ _POOL: list = []
 
 
 def run_parallel(fn, tasks: list) -> list:
-    """``[fn(task) for task in tasks]``, on a small thread pool when there are several tasks (each task must
-    touch only its own data, so the results are those of the loop, bit for bit)."""
+    """``[fn(task) for task in tasks]``, on a small thread pool when there are several tasks.
+
+    Each task must touch only its own data, so the results are those of the loop, bit for bit. The pool (at
+    most four threads, at most the CPU count) is created on first use and kept for the process.
+
+    Parameters
+    ----------
+    fn : callable
+        Applied to each task.
+    tasks : list
+        The arguments, one call each.
+
+    Returns
+    -------
+    list
+        ``fn(task)`` for each task, in order.
+    """
     if len(tasks) < 2:
         return [fn(task) for task in tasks]
     if not _POOL:
@@ -143,10 +172,12 @@ def _softmax_rows(task):
 
 def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, want_U: bool,
                           chunk_rows: int | None = None):
-    """Fused read-out, mean cross-entropy and its backward, in row chunks (``chunk_rows``; default: a block of
-    ``READOUT_CHUNK_BYTES``: one block for a 4096-query batch at ``n_out = 4096``, since fewer and larger
-    matrix products run faster), the element-wise part of each chunk split over two threads and walked through
-    in cache-sized sub-blocks.
+    """Fused read-out, mean cross-entropy and its backward, in row chunks.
+
+    The chunks have ``chunk_rows`` rows (default: a block of ``READOUT_CHUNK_BYTES``, at least 256 rows: one
+    block for a 4096-query batch at ``n_out = 4096`` in float32, since fewer and larger matrix products run
+    faster); the element-wise part of each chunk is split over two threads (chunks of 128 rows or more) and
+    walked through in cache-sized sub-blocks.
 
     For each chunk of rows: ``z = y U^T``; the argmax (prediction) and its value ``z*``; ``P = exp(z − z*)``
     (in place); ``Σ = Σ_j P_j``; the loss terms ``log Σ − (z_answer − z*)``. The gradient w.r.t. the logits is
@@ -159,7 +190,31 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
     above that are unchanged up to rounding, but in a batch where every wrong-class probability is below
     ``e^−60`` the gradients are themselves of that order and the clamped ones (≈ ``e^−60``·|U|/n) are
     larger than the exact ones (1e-35 … 1e-71), not equal to them. Such gradients are far below Adam's ε,
-    so training is unaffected. Returns ``(loss, predictions, dy, dU or None)``.
+    so training is unaffected.
+
+    Parameters
+    ----------
+    y : ndarray (n, d)
+        The final residual at the read-out position, one row per query; its dtype is the computation's.
+    U : ndarray (n_out, d)
+        The dense read-out (cast to y's dtype).
+    answers : ndarray of int (n,)
+        The correct answer of each row.
+    want_U : bool
+        Whether to compute ``∂L/∂U``.
+    chunk_rows : int, optional
+        Rows per chunk (default from :data:`READOUT_CHUNK_BYTES`).
+
+    Returns
+    -------
+    loss : float
+        The mean cross-entropy over the n rows (the log-sums added in float64).
+    predictions : ndarray of int64 (n,)
+        The argmax of each row's logits.
+    dy : ndarray (n, d)
+        ``∂L/∂y``.
+    dU : ndarray (n_out, d) or None
+        ``∂L/∂U`` when ``want_U``, else None.
     """
     n = y.shape[0]
     dtype = y.dtype
@@ -207,6 +262,33 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     ``(loss, grads, predictions)``, predictions in the order of ``tokens``, one gradient per parameter whose
     group is not in ``frozen``. The caller must have checked :func:`structure_reason` (it is not re-checked
     here, so that a training loop pays for it once). Computes in the model's dtype.
+
+    Parameters
+    ----------
+    model : Model
+        A one-layer model with a dense read-out for which :func:`structure_reason` is None.
+    tokens : ndarray of int (B, 2)
+        The batch's queries ``[N + r, s]``.
+    answers : ndarray of int (B,)
+        Their answers.
+    frozen : frozenset of str
+        Parameter groups (``train.GROUPS``) that get no gradient.
+    chunk_rows : int, optional
+        Rows per chunk of the read-out (:func:`readout_cross_entropy`).
+
+    Returns
+    -------
+    loss : float
+        The batch's mean cross-entropy.
+    grads : dict of str to ndarray
+        ``parameter key -> gradient`` (e.g. ``"layers.0.mlp.W1"``), for every parameter not frozen.
+    predictions : ndarray of int64 (B,)
+        The argmax answers, in the order of ``tokens``.
+
+    Raises
+    ------
+    InputError
+        A model with a compact read-out (``model.with_dense_readout()`` first).
     """
     if model.compact:
         raise InputError("the structured step trains a dense read-out: use model.with_dense_readout() "

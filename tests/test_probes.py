@@ -112,6 +112,26 @@ def test_linear_relational_encoding_finds_a_planted_structure():
     assert null["probe_accuracy_mean"] < 0.3 and null["superposition_r2"] < 0.2
 
 
+def test_hidden_state_probes_state_p_n_and_strength_and_flag_a_wide_state():
+    """A real LM's state is wider than the rows: every fit says p, n, its chosen strength, and that plain
+    least squares would interpolate; the planted structure is still found on held-out rows."""
+    rng = np.random.default_rng(3)
+    n, width = 120, 600
+    labels = rng.integers(0, 4, (n, 3))
+    vectors = rng.standard_normal((3, 4, width))
+    states = sum(vectors[r][labels[:, r]] for r in range(3)) + 2.0 * rng.standard_normal((n, width))
+    result = probes.linear_relational_encoding(states, labels, rng=1)
+    for entry in result["per_relation"]:
+        fit = entry["fit"]
+        assert (fit["p"], fit["n"]) == (width, 90) and fit["folds"] == 5 and fit["alpha"] > 0
+        assert fit["underdetermined_without_penalty"] is True
+    assert result["superposition_fit"]["p"] == 12 and not result["superposition_fit"][
+        "underdetermined_without_penalty"]
+    assert result["probe_accuracy_mean"] > 0.9
+    with pytest.raises(ValueError, match="at least two fit rows"):
+        probes.linear_relational_encoding(states[:2], labels[:2], holdout=0.5, rng=1)
+
+
 @pytest.mark.parametrize(
     "arrays, message",
     [
@@ -121,6 +141,7 @@ def test_linear_relational_encoding_finds_a_planted_structure():
         ({"states": np.zeros((4, 3)), "attributes": np.zeros((5, 1), int)}, "4 rows but 'attributes' has 5"),
         ({"states": np.full((4, 3), np.nan), "attributes": np.zeros((4, 1), int)}, "non-finite"),
         ({"states": np.zeros((4, 3)), "attributes": -np.ones((4, 1), int)}, "non-negative"),
+        ({"states": np.zeros((0, 3)), "attributes": np.zeros((0, 1), int)}, "at least two"),
     ],
 )
 def test_hidden_state_files_are_validated(tmp_path, arrays, message):

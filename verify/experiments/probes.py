@@ -42,8 +42,7 @@ Probes that discriminate (issue 12; :func:`mechanism_probes` runs them all and r
   the forward fit's maps), then applied unchanged to a new task B: accuracy on A and, zero-shot, on B.
 
 Every fit above is ridge regression with its strength chosen by 5-fold cross-validation on the fit rows only
-(:mod:`.fits`), except :func:`linear_relational_encoding` (hidden states of real LMs), which is ordinary least
-squares.
+(:mod:`.fits`), also :func:`linear_relational_encoding` (hidden states of real LMs).
 """
 
 from __future__ import annotations
@@ -1095,6 +1094,8 @@ def load_hidden_states(path: str) -> dict[str, np.ndarray]:
         raise InputError(f"'states' has {states.shape[0]} rows but 'attributes' has {attributes.shape[0]}")
     if not np.all(np.isfinite(states)):
         raise InputError("'states' has non-finite entries")
+    if states.shape[0] < 2:
+        raise InputError(f"'states' has {states.shape[0]} row(s): the probes need at least two")
     if attributes.min() < 0:
         raise InputError("'attributes' must be non-negative ids")
     return {"states": states.astype(np.float64), "attributes": attributes.astype(np.int64)}
@@ -1104,15 +1105,17 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
                                rng: np.random.Generator | int | None = None) -> dict:
     """Linear probes of hidden states for their attributes, and the superposition R², on held-out rows.
 
-    - Per relation r: ordinary least squares (``numpy.linalg.lstsq``, minimum-norm when underdetermined; no
-      regularization) from the state (p = width + 1 with the intercept) to the one-hot of the row's attribute
-      (one class per distinct value of column r), n = the fit rows; scored by the held-out accuracy of the
-      argmax, beside the majority-class baseline (the fit rows' most frequent class, scored on the held-out
-      rows).
-    - Superposition: ordinary least squares of the states (width targets) on the R concatenated one-hots
-      (p = total classes + 1), n = the fit rows; its R² (:func:`.fits.r_squared`) on the held-out rows.
+    - Per relation r: ridge regression (:func:`.fits.fit_ridge_cv`: unpenalized intercept, strength chosen by
+      5-fold cross-validation on the fit rows only) from the state (p = width features) to the one-hot of the
+      row's attribute (one class per distinct value of column r), n = the fit rows; scored by the held-out
+      accuracy of the argmax, beside the majority-class baseline (the fit rows' most frequent class, scored
+      on the held-out rows).
+    - Superposition: the same ridge rule for the states (width targets) on the R concatenated one-hots
+      (p = total classes), n = the fit rows; its R² (:func:`.fits.r_squared`) on the held-out rows.
 
-    One random split of the n rows serves every fit.
+    One random split of the n rows serves every fit; each fit's p, n, rank and chosen strength are reported
+    (``fit``), with ``underdetermined_without_penalty`` when plain least squares would interpolate (a wide
+    state, p ≥ n − 1, the usual case for a real LM's hidden states).
 
     Parameters
     ----------
@@ -1128,17 +1131,21 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
     Returns
     -------
     dict
-        ``n``, ``width``, ``relations``, ``holdout``, ``superposition_r2``, ``probe_accuracy_mean`` and
-        ``per_relation`` (``relation``, ``attributes`` (classes), ``probe_accuracy``, ``majority_baseline``).
+        ``n``, ``width``, ``relations``, ``holdout``, ``superposition_r2``, ``superposition_fit``,
+        ``probe_accuracy_mean`` and ``per_relation`` (``relation``, ``attributes`` (classes),
+        ``probe_accuracy``, ``majority_baseline``, ``fit``).
 
     Raises
     ------
     InputError
-        A holdout outside [0, 1).
+        A holdout outside [0, 1), or fewer than two fit rows.
     """
     rng = _as_rng(rng)
     n, R = attributes.shape
     fit, test = _split(n, holdout, rng)
+    if len(fit) < 2:
+        raise InputError(f"the probes need at least two fit rows; {n} row(s) with holdout {holdout} leave "
+                         f"{len(fit)}")
     per_relation = []
     onehots = []
     for r in range(R):
@@ -1146,14 +1153,15 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
         values, index = np.unique(labels, return_inverse=True)
         onehot = np.eye(values.size)[index]
         onehots.append(onehot)
-        W = _lstsq(states[fit], onehot[fit])
-        accuracy = float(np.mean(_apply(W, states[test]).argmax(axis=1) == index[test]))
+        probe = fit_ridge_cv(states[fit], onehot[fit], rng=rng)
+        accuracy = float(np.mean(probe.predict(states[test]).argmax(axis=1) == index[test]))
         majority = float(np.mean(index[test] == np.bincount(index[fit], minlength=values.size).argmax()))
         per_relation.append({"relation": r, "attributes": int(values.size), "probe_accuracy": accuracy,
-                             "majority_baseline": majority})
+                             "majority_baseline": majority, "fit": probe.describe()})
     X = np.hstack(onehots)
-    W = _lstsq(X[fit], states[fit])
+    superposition = fit_ridge_cv(X[fit], states[fit], rng=rng)
     return {"n": int(n), "width": int(states.shape[1]), "relations": int(R), "holdout": holdout,
-            "superposition_r2": r_squared(states[test], _apply(W, X[test])),
+            "superposition_r2": r_squared(states[test], superposition.predict(X[test])),
+            "superposition_fit": superposition.describe(),
             "probe_accuracy_mean": float(np.mean([p["probe_accuracy"] for p in per_relation])),
             "per_relation": per_relation}

@@ -1,0 +1,486 @@
+"""THE forward pass (``constructions.model.forward``) against an independent reference and against its own
+outputs captured before it was rewritten to read like the math (issue 19, item 6).
+
+Two oracles:
+
+- **An exact reference written here**: one sequence at a time, one position at a time, the embedding as a
+  one-hot row times the table ``[E; Q]``, every attention weight and every product in exact rationals
+  (``fractions.Fraction``) of the stored weights; softmax weights from ``mpmath`` at 60 digits, converted
+  to exact rationals (their error, below 1e-55, is far under any rounding bound of float32 or float64). No
+  ``W_V·W_O`` precomputed, no cumulative sums, no last-position shortcut, no compact read-out. In integer
+  mode THE forward pass must equal it exactly; in float mode with ``errors=True`` every computed logit must
+  lie within its certified bound of it (the bound's promise, checked on every registry construction).
+- **Captured values** (``tests/data/forward_golden.npz``): logits, bounds, traces and greedy decodes of the
+  forward pass as it was at the commit recorded in the file, on every registry construction at small sizes
+  (float64, float32 and integer storage, every attention kind a construction offers) and on random models
+  (every attention kind, positions, compact and sparse read-outs, mixed dtypes). Integer-mode values are
+  exact and compared bitwise everywhere; float values are compared bitwise on the platform that captured
+  them (same NumPy, BLAS and CPU) and elsewhere within the sum of the two certified bounds (both contain
+  the exact value), since another BLAS may sum in another order.
+
+Regenerate the captured values only from a commit whose forward pass is trusted:
+``python tests/test_forward_reference.py capture`` (writes the file; the commit is recorded in it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from georecall.constructions import registry
+from georecall.constructions.model import (
+    MLP,
+    Attention,
+    IntegerModeError,
+    Layer,
+    Model,
+    forward,
+    greedy_decode,
+    integer_bounds,
+)
+from georecall.theory.tasks import task_for_seed
+from georecall.theory.tokens import queries, teacher_forcing
+
+GOLDEN = Path(__file__).parent / "data" / "forward_golden.npz"
+
+# ------------------------------------------------------------------------------------ the exact reference
+
+
+def _rational(array) -> list:
+    """A float array as nested lists of exact rationals (every float is a dyadic rational)."""
+    a = np.asarray(array, dtype=np.float64)
+    if a.ndim == 0:
+        return Fraction(float(a))  # type: ignore[return-value]
+    return [_rational(row) for row in a]
+
+
+def _row_times(x: list, W: list) -> list:
+    """The row vector ``x`` times the matrix ``W`` (lists of rationals), by the definition of the product."""
+    cols = len(W[0]) if W else 0
+    return [sum((x[i] * W[i][j] for i in range(len(x))), Fraction(0)) for j in range(cols)]
+
+
+def _softmax(scores: list) -> list:
+    """Softmax of exact scores, each weight to 60 digits (mpmath), returned as an exact rational."""
+    with mpmath.workdps(60):
+        top = max(scores)
+        ex = [mpmath.exp(mpmath.mpf((s - top).numerator) / (s - top).denominator) for s in scores]
+        total = mpmath.fsum(ex)
+        weights = []
+        for w in ex:
+            man, exp = (w / total).man_exp  # w / total = man · 2^exp exactly
+            weights.append(Fraction(int(man)) * Fraction(2) ** int(exp))
+        return weights
+
+
+def exact_logits(model: Model, tokens) -> np.ndarray:
+    """Logits at every position of every sequence, in exact arithmetic of the stored weights, as an object
+    array of Fractions ``(B, T, n_out)``: the model's equations (docs/theory.md, "Model") evaluated as
+    written.
+
+    ``x_t = onehot(token_t) @ [E; Q] + P[t]``; per layer ``x_t += Σ_h Σ_{u<=t} a_h(t, u) · x_u @ W_V[h] @
+    W_O[h]`` (uniform: ``a = 1/(t+1)``; softmax: ``softmax_u(β·<x_t W_Q, x_u W_K>)``; hard: uniform over the
+    maximal scores), then ``x_t += ReLU(x_t @ W1 + b1) @ W2 + b2``; logits ``x_t @ U.T`` with the dense U.
+    """
+    table = _rational(np.concatenate([model.entity_embedding.astype(np.float64),
+                                      model.relation_embedding.astype(np.float64)]))
+    P = None if model.position_embedding is None else _rational(model.position_embedding)
+    U_t = _rational(model.full_unembedding().T)
+    vocab = len(table)
+    layers = []
+    for layer in model.layers:
+        att, mlp = layer.attention, layer.mlp
+        layers.append((
+            None if att is None else (att.kind, Fraction(float(att.inverse_temperature)),
+                                      [(_rational(att.W_V[h]), _rational(att.W_O[h]),
+                                        None if att.W_Q is None else _rational(att.W_Q[h]),
+                                        None if att.W_K is None else _rational(att.W_K[h]))
+                                       for h in range(att.heads)]),
+            None if mlp is None else tuple(_rational(a) for a in (mlp.W1, mlp.b1, mlp.W2, mlp.b2)),
+        ))
+    out = []
+    for seq in np.asarray(tokens).tolist():
+        xs = []
+        for t, token in enumerate(seq):
+            onehot = [Fraction(int(v == token)) for v in range(vocab)]
+            x = _row_times(onehot, table)
+            if P is not None:
+                x = [a + b for a, b in zip(x, P[t])]
+            xs.append(x)
+        for att, mlp in layers:
+            if att is not None:
+                kind, beta, heads = att
+                new = []
+                for t in range(len(xs)):
+                    y = list(xs[t])
+                    for W_V, W_O, W_Q, W_K in heads:
+                        if kind == "uniform":
+                            weights = [Fraction(1, t + 1)] * (t + 1)
+                        else:
+                            q = _row_times(xs[t], W_Q)
+                            keys = [_row_times(xs[u], W_K) for u in range(t + 1)]
+                            scores = [beta * sum((a * b for a, b in zip(q, key)), Fraction(0))
+                                      for key in keys]
+                            if kind == "softmax":
+                                weights = _softmax(scores)
+                            else:
+                                hits = [s == max(scores) for s in scores]
+                                weights = [Fraction(int(h), sum(hits)) for h in hits]
+                        for u in range(t + 1):
+                            value = _row_times(_row_times(xs[u], W_V), W_O)
+                            y = [a + weights[u] * v for a, v in zip(y, value)]
+                    new.append(y)
+                xs = new
+            if mlp is not None:
+                W1, b1, W2, b2 = mlp
+                for t in range(len(xs)):
+                    hidden = [max(Fraction(0), a + b) for a, b in zip(_row_times(xs[t], W1), b1)]
+                    xs[t] = [a + b + c for a, b, c in zip(xs[t], _row_times(hidden, W2), b2)]
+        out.append([_row_times(x, U_t) for x in xs])
+    return np.array(out, dtype=object)
+
+
+def assert_within(logits: np.ndarray, bound: np.ndarray, exact: np.ndarray, what: str) -> None:
+    """``|logits − exact| <= bound`` entrywise, decided in exact arithmetic (an infinite bound holds)."""
+    assert logits.shape == bound.shape == exact.shape, (what, logits.shape, bound.shape, exact.shape)
+    for index in np.ndindex(logits.shape):
+        computed, allowed, true = float(logits[index]), float(bound[index]), exact[index]
+        if np.isinf(allowed):
+            continue
+        assert np.isfinite(computed), (what, index, computed)
+        assert abs(Fraction(computed) - true) <= Fraction(allowed), (
+            what, index, computed, float(true), allowed)
+
+
+# ------------------------------------------------------------------------------------------ the cases
+
+SINGLE = {"N": 8, "R": 2}
+MULTI = {"N": 5, "R": 2, "k": 2}
+
+
+def _builtin_specs() -> list:
+    return [s for s in registry.specs() if s.id in registry.BUILTIN_IDS]
+
+
+def construction_variants(spec) -> list[tuple[str, dict, dict]]:
+    """``(label, sizes, options)`` of the small builds of a registry construction that the golden values
+    cover: every attention kind it offers, integer weights where it takes ``integer``, a second codebook."""
+    if spec.hops == "single":
+        out = [("binary", SINGLE, {}), ("gaussian", SINGLE, {"codes": "gaussian", "D": 6})]
+        if "integer" in spec.accepts():
+            out.append(("integer", SINGLE, {"integer": True}))
+        return [(label, sizes, opts) for label, sizes, opts in out
+                if "codes" in spec.accepts() or "codes" not in opts]
+    kinds = ["softmax", "hard"] if "attention" in spec.accepts() else [None]
+    return [(f"{kind or 'default'}", MULTI, {} if kind is None else {"attention": kind}) for kind in kinds]
+
+
+def build(spec, sizes: dict, options: dict):
+    task = task_for_seed(sizes["N"], sizes["R"], 0)
+    k = sizes.get("k", 1)
+    built = spec.build(task, k, rng=np.random.default_rng(0), **options)
+    return task, k, built.model
+
+
+def construction_cases():
+    """Every (case name, model, tokens, greedy steps) the golden file covers for the registry's built-ins."""
+    for spec in _builtin_specs():
+        for label, sizes, options in construction_variants(spec):
+            task, k, model = build(spec, sizes, options)
+            tokens, _ = queries(task, k)
+            runs = [("q", tokens)]
+            if spec.decoding == "greedy":
+                runs.append(("tf", teacher_forcing(task, k)[0]))
+            for dtype in (np.float64, np.float32):
+                typed = model.astype(dtype)
+                for run, toks in runs:
+                    yield (f"{spec.id}/{label}/{np.dtype(dtype).name}/{run}", typed, toks,
+                           k if spec.decoding == "greedy" and run == "q" else 0)
+
+
+def random_model(seed: int, kind: str, *, heads: int = 2, positions: bool = True, layers: int = 2,
+                 readout: str = "dense", dtype=np.float64, integer: bool = False) -> Model:
+    """A small random model; ``integer``: small integer weights (integer mode applies to uniform ones)."""
+    rng = np.random.default_rng(seed)
+    N, R, d, m, T = 5, 2, 6, 7, 4
+
+    def w(*shape):
+        return (rng.integers(-2, 3, size=shape).astype(np.float64) if integer else rng.normal(size=shape))
+
+    def att():
+        if kind == "uniform":  # integer: W_O a multiple of 12 makes every division by t + 1 <= 4 exact
+            return Attention("uniform", W_V=w(heads, d, 3), W_O=w(heads, 3, d) * (12 if integer else 1))
+        return Attention(kind, W_V=w(heads, d, 3), W_O=w(heads, 3, d), W_Q=w(heads, d, 3), W_K=w(heads, d, 3),
+                         inverse_temperature=1.0 if integer else float(rng.uniform(0.2, 1.5)))
+
+    stack = []
+    for i in range(layers):
+        mlp = MLP(w(d, m), w(m), w(m, d), w(d))
+        stack.append(Layer(att(), mlp) if i % 2 == 0 else Layer(att() if layers == 1 else None, mlp))
+    U = w(N, d)
+    columns = None
+    if readout == "sparse":
+        U[:, :3] = 0.0
+    elif readout == "compact":
+        columns = np.array([1, 4])
+        U = U[:, columns]
+    model = Model(w(N, d), w(R, d), U, tuple(stack), w(T, d) if positions else None, readout_columns=columns)
+    if dtype == "mixed":
+        return model.replace(entity_embedding=model.entity_embedding.astype(np.float32),
+                             **{"layers.0.mlp.W1": model.layers[0].mlp.W1.astype(np.float32)})
+    return model.astype(dtype)
+
+
+def random_cases():
+    """Random models: every attention kind, with and without positions, dense / sparse / compact read-out,
+    float64 / float32 / mixed storage, and integer-weight ones."""
+    rng = np.random.default_rng(19)
+    tokens = rng.integers(0, 7, size=(6, 4))
+    seed = 0
+    for kind in ("uniform", "softmax", "hard"):
+        for positions in (True, False):
+            for readout in ("dense", "sparse", "compact"):
+                for dtype in (np.float64, np.float32, "mixed"):
+                    seed += 1
+                    storage = "mixed" if dtype == "mixed" else np.dtype(dtype).name
+                    name = f"random/{kind}/{'P' if positions else 'noP'}/{readout}/{storage}"
+                    model = random_model(seed, kind, positions=positions, readout=readout, dtype=dtype)
+                    yield name, model, tokens, 0
+        seed += 1
+        yield f"random/{kind}/integer", random_model(seed, kind, integer=True), tokens, 0
+        yield (f"random/{kind}/one-layer-one-head", random_model(seed, kind, heads=1, layers=1),
+               tokens[:, :3], 0)
+
+
+def all_cases():
+    yield from construction_cases()
+    yield from random_cases()
+
+
+def outputs(model: Model, tokens: np.ndarray, greedy_steps: int) -> dict[str, np.ndarray]:
+    """Everything the golden file records of one case, from the public API only."""
+    out: dict[str, np.ndarray] = {}
+    for at in ("last", "all"):
+        out[f"logits_{at}"] = forward(model, tokens, at=at)
+        logits, out[f"bound_{at}"] = forward(model, tokens, at=at, errors=True)
+        np.testing.assert_array_equal(logits, out[f"logits_{at}"])  # errors=True computes the same logits
+    try:
+        integer_bounds(model, tokens.shape[1])
+    except IntegerModeError:
+        pass
+    else:  # integral weights within 2^53: the logits, or the refusal of an attention division
+        for at in ("last", "all"):
+            try:
+                out[f"integer_{at}"] = forward(model, tokens, at=at, integer=True)
+            except IntegerModeError as exc:
+                out[f"integer_{at}_refused"] = np.array(str(exc))
+    for at in ("last", "all"):  # traces as digests (dtype, shape, bytes): compared bitwise only
+        logits, trace = forward(model, tokens, at=at, trace=True)
+        np.testing.assert_array_equal(logits, out[f"logits_{at}"])
+        parts = [("residual", x) for x in trace.residual] + [("hidden", h) for h in trace.hidden] + [
+            ("weights", a) for a in trace.attention_weights]
+        out[f"trace_{at}"] = np.array([f"{kind}:None" if a is None else
+                                       f"{kind}:{a.dtype}:{a.shape}:{hashlib.sha256(a.tobytes()).hexdigest()}"
+                                       for kind, a in parts])
+    if greedy_steps:
+        generated, margins = greedy_decode(model, tokens, greedy_steps)
+        out["greedy_generated"], out["greedy_margins"] = generated, margins
+    return out
+
+
+def platform_key() -> str:
+    """What decides float results bit for bit: NumPy, its BLAS (with the kernels it chose) and the CPU."""
+    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor()
+    return json.dumps([np.__version__, blas.get("name"), blas.get("version"), platform.machine(), cpu])
+
+
+def capture(path: Path = GOLDEN) -> None:
+    """Write the golden file from the forward pass as it is now (the commit is recorded in it)."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip()
+    arrays: dict[str, np.ndarray] = {}
+    for name, model, tokens, steps in all_cases():
+        for key, value in outputs(model, tokens, steps).items():
+            arrays[f"{name}|{key}"] = value
+    arrays["__meta__"] = np.array(json.dumps({"commit": commit, "platform": platform_key()}))
+    path.parent.mkdir(exist_ok=True)
+    np.savez_compressed(path, **arrays)
+    print(f"wrote {len(arrays) - 1} arrays to {path} (commit {commit})")
+
+
+# ------------------------------------------------------------------------------------------- the tests
+
+CASES = list(all_cases())
+CASE_IDS = [name for name, *_ in CASES]
+
+
+@pytest.fixture(scope="module")
+def golden():
+    with np.load(GOLDEN, allow_pickle=False) as data:
+        arrays = {key: data[key] for key in data.files}
+    meta = json.loads(str(arrays.pop("__meta__")))
+    return meta, arrays
+
+
+def test_golden_file_covers_every_builtin_construction(golden):
+    """Each built-in construction, each of its variants and both dtypes has captured values (a construction
+    the golden file misses would be compared against nothing)."""
+    _, arrays = golden
+    names = {key.split("|")[0] for key in arrays}
+    for spec in _builtin_specs():
+        for label, _, _ in construction_variants(spec):
+            for dtype in ("float64", "float32"):
+                assert f"{spec.id}/{label}/{dtype}/q" in names, (spec.id, label, dtype)
+    assert set(CASE_IDS) == names, sorted(set(CASE_IDS) ^ names)
+
+
+def compare_with_captured(name: str, now: dict, then: dict, same_platform: bool) -> None:
+    """``now`` equals the captured ``then``: bitwise in integer mode and for greedy decodes; in float mode
+    bitwise on the capturing platform, elsewhere within the sum of the two certified bounds."""
+    assert set(now) == set(then), sorted(set(now) ^ set(then))
+    for key, value in now.items():
+        assert value.dtype == then[key].dtype and value.shape == then[key].shape, (
+            name, key, value.dtype, then[key].dtype, value.shape, then[key].shape)
+        if same_platform or key.startswith(("integer", "greedy_generated")):
+            np.testing.assert_array_equal(value, then[key], err_msg=f"{name}: {key}")
+    if not same_platform:  # another BLAS: both computed logits lie within their bounds of the exact ones
+        for at in ("last", "all"):
+            gap = np.abs(now[f"logits_{at}"].astype(np.float64) - then[f"logits_{at}"])
+            assert np.all(gap <= now[f"bound_{at}"] + then[f"bound_{at}"]), (name, at)
+
+
+def _captured(arrays: dict, name: str) -> dict:
+    return {key.split("|", 1)[1]: value for key, value in arrays.items() if key.split("|")[0] == name}
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=CASE_IDS)
+def test_forward_equals_captured_values(golden, case):
+    """The rewritten forward pass computes what the old one did (logits, bounds, traces, greedy decodes)."""
+    meta, arrays = golden
+    name, model, tokens, steps = CASES[case]
+    compare_with_captured(name, outputs(model, tokens, steps), _captured(arrays, name),
+                          meta["platform"] == platform_key())
+
+
+def test_captured_comparison_catches_one_ulp(golden):
+    """The golden comparison has teeth: one logit one ulp away, or one bound a little smaller, fails it on
+    the capturing platform; an integer logit off by one fails it anywhere."""
+    _, arrays = golden
+    for name in ("random/softmax/P/dense/float32", "G1/integer/float64/q"):
+        then = _captured(arrays, name)
+        for key in ("logits_all", "bound_last", "integer_last"):
+            if key not in then:
+                continue
+            changed = {k: v.copy() for k, v in then.items()}
+            changed[key].flat[0] = (changed[key].flat[0] + 1 if key.startswith("integer")
+                                    else np.nextafter(changed[key].flat[0], -np.inf))
+            with pytest.raises(AssertionError):
+                compare_with_captured(name, changed, then, same_platform=True)
+            if key.startswith("integer"):
+                with pytest.raises(AssertionError):
+                    compare_with_captured(name, changed, then, same_platform=False)
+
+
+@pytest.mark.parametrize("spec_id", [s.id for s in _builtin_specs()])
+def test_registry_constructions_against_the_exact_reference(spec_id):
+    """Every registry construction, float64 and float32 storage, every attention kind it offers: the
+    certified bound contains the exact logit, at the last position and at every position; integer-weight
+    builds equal the exact logits in integer mode."""
+    spec = registry.get(spec_id)
+    for label, sizes, options in construction_variants(spec):
+        task, k, model = build(spec, sizes, options)
+        tokens = queries(task, k)[0]
+        if spec.decoding == "greedy":
+            tokens = teacher_forcing(task, k)[0]
+        tokens = tokens[:: max(1, len(tokens) // 12)]  # a spread of queries keeps the exact reference quick
+        exact = exact_logits(model, tokens)
+        for dtype in (np.float64, np.float32):
+            typed = model.astype(dtype)
+            for at, want in (("last", exact[:, -1]), ("all", exact)):
+                logits, bound = forward(typed, tokens, at=at, errors=True)
+                np.testing.assert_array_equal(logits, forward(typed, tokens, at=at))
+                assert_within(logits, bound, want, f"{spec_id}/{label}/{np.dtype(dtype).name}/{at}")
+            if options.get("integer"):
+                integer_bounds(typed, tokens.shape[1])
+                got = forward(typed, tokens, at="all", integer=True)
+                assert got.dtype == np.float64
+                assert [[[Fraction(float(v)) for v in row] for row in seq] for seq in got] == exact.tolist()
+
+
+@pytest.mark.parametrize("case", [i for i, name in enumerate(CASE_IDS) if name.startswith("random/")],
+                         ids=[name for name in CASE_IDS if name.startswith("random/")])
+def test_random_models_against_the_exact_reference(case):
+    """Random models, every attention kind and storage: the bound contains the exact logit; integer ones
+    equal it in integer mode (uniform) or are refused (softmax, hard)."""
+    name, model, tokens, _ = CASES[case]
+    exact = exact_logits(model, tokens)
+    for at, want in (("last", exact[:, -1]), ("all", exact)):
+        logits, bound = forward(model, tokens, at=at, errors=True)
+        assert_within(logits, bound, want, f"{name}/{at}")
+    if name.endswith("/integer"):
+        if "uniform" in name:
+            integer_bounds(model, tokens.shape[1])
+            got = forward(model, tokens, at="all", integer=True)
+            assert [[[Fraction(float(v)) for v in row] for row in seq] for seq in got] == exact.tolist()
+        else:
+            with pytest.raises(IntegerModeError, match="uniform attention only"):
+                integer_bounds(model, tokens.shape[1])
+
+
+@settings(max_examples=25)
+@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(["uniform", "softmax", "hard"]),
+       heads=st.integers(1, 2), positions=st.booleans(), layers=st.integers(0, 2),
+       readout=st.sampled_from(["dense", "sparse", "compact"]), integer=st.booleans(),
+       dtype=st.sampled_from(["float64", "float32"]), T=st.integers(1, 4))
+def test_forward_against_the_exact_reference_property(seed, kind, heads, positions, layers, readout, integer,
+                                                      dtype, T):
+    """Drawn structure: the same two promises (integer mode exact; every float logit within its bound)."""
+    model = random_model(seed, kind, heads=heads, positions=positions, layers=layers, readout=readout,
+                         dtype=np.dtype(dtype), integer=integer)
+    tokens = np.random.default_rng(seed).integers(0, 7, size=(3, T))
+    exact = exact_logits(model, tokens)
+    logits, bound = forward(model, tokens, at="all", errors=True)
+    assert_within(logits, bound, exact, "drawn")
+    if integer and kind == "uniform":
+        integer_bounds(model, T)
+        got = forward(model, tokens, at="all", integer=True)
+        assert [[[Fraction(float(v)) for v in row] for row in seq] for seq in got] == exact.tolist()
+
+
+def test_the_exact_reference_catches_a_wrong_forward():
+    """The oracle has teeth: a logit moved by one unit in the last place falls outside its bound, and an
+    integer logit moved by one is unequal."""
+    model = random_model(3, "softmax")
+    tokens = np.random.default_rng(3).integers(0, 7, size=(2, 4))
+    exact = exact_logits(model, tokens)
+    logits, bound = forward(model, tokens, errors=True)
+    broken = logits.copy()
+    broken[0, 0] = exact[0, -1, 0] + 2 * bound[0, 0] + abs(float(exact[0, -1, 0])) * 1e-15
+    with pytest.raises(AssertionError):
+        assert_within(broken, bound, exact[:, -1], "broken")
+    integer_model = random_model(4, "uniform", integer=True)
+    got = forward(integer_model, tokens, at="all", integer=True)
+    got[1, 2, 3] += 1
+    assert [[[Fraction(float(v)) for v in row] for row in seq] for seq in got] != \
+        exact_logits(integer_model, tokens).tolist()
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["capture"]:
+    capture()

@@ -33,7 +33,8 @@ of integers are exact in any order), and every attention output is checked to be
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Literal
@@ -619,23 +620,445 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
     return bounds
 
 
-def matmul_rows(x: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """``x @ W`` for ``x`` of shape ``(..., a)`` and a 2-D ``W``, as ONE matrix product over all leading
-    dimensions. (NumPy runs ``(B, T, a) @ (a, b)`` as B separate small products, several times slower.)"""
-    out = np.reshape(x, (int(np.prod(x.shape[:-1])), x.shape[-1])) @ W
-    return out.reshape(x.shape[:-1] + (W.shape[1],))
+def embed(model: Model, tokens: np.ndarray, dtype=None) -> np.ndarray:
+    """Input embeddings ``(B, T, d)`` of token ids ``(B, T)``: ``[E; Q][token] + P[t]``, gathered from E and Q
+    separately (no concatenated copy of E: 2.8 GiB for G1 at N = 2^20) and cast after the gather."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2:
+        raise InputError(f"tokens must have shape (batch, T), got {tokens.shape}")
+    vocab = model.n_entities + model.n_relations
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
+        raise InputError(f"token ids must lie in [0, {vocab}); got range [{tokens.min()}, {tokens.max()}]")
+    N = model.n_entities
+    x = np.empty(tokens.shape + (model.d,), dtype=model.entity_embedding.dtype if dtype is None else dtype)
+    entity = tokens < N
+    x[entity] = model.entity_embedding[tokens[entity]]
+    relation = ~entity
+    x[relation] = model.relation_embedding[tokens[relation] - N]
+    if model.position_embedding is not None:
+        T = tokens.shape[1]
+        if T > model.max_positions:
+            raise InputError(f"sequence length {T} exceeds the model's {model.max_positions} positions")
+        x = x + model.position_embedding[:T].astype(x.dtype, copy=False)
+    return x
+
+
+def forward(
+    model: Model,
+    tokens: np.ndarray,
+    *,
+    at: Literal["last", "all"] = "last",
+    integer: bool = False,
+    trace: bool = False,
+    errors: bool = False,
+):
+    """THE forward pass: the model's equations (docs/theory.md, "Model"), in order.
+
+    With row vectors and causal attention, for every sequence of ``tokens``::
+
+        x_t    = [E; Q][token_t] + P[t]                                  (embedding)
+        y_t    = x_t + Σ_h Σ_{u<=t} a_h(t, u) · x_u W_V[h] W_O[h]        (attention, per layer)
+        x_t    = y_t + ReLU(y_t W1 + b1) W2 + b2                         (MLP, per layer)
+        logits = x_t U^T                                                 (read-out)
+
+    with ``a_h(t, u) = 1/(t + 1)`` (uniform), ``softmax_u(β·<x_t W_Q[h], x_u W_K[h]>)`` (softmax) or uniform
+    over the maximal scores (hard, the β → ∞ idealization). A layer's attention or MLP may be absent. The
+    body below is these lines; each speed trick sits in a named helper whose docstring says why it computes
+    the plain formula: the embedding gathers rows instead of multiplying one-hot vectors (:func:`embed`),
+    the last layer computes only the positions read out (:func:`_rows_read_later`), uniform attention sums
+    prefixes once for every head (:func:`_prefix_sums`), ``W_V·W_O`` is formed once per head
+    (:attr:`Attention.value_outputs`), every product is one matrix product over the batch
+    (:func:`matmul_rows`), the read-out reads only the coordinates ``U`` reads (:attr:`Model.readout`), and
+    the working dtype is chosen once (:func:`_arithmetic`).
+
+    Parameters
+    ----------
+    model : Model
+        The weights.
+    tokens : numpy.ndarray
+        Token ids ``(B, T)``: entity ``s`` is ``s``, relation ``r`` is ``N + r``.
+    at : {"last", "all"}
+        Logits at the last position ``(B, n_out)`` or at every position ``(B, T, n_out)``.
+    integer : bool
+        Integer mode: compute in float64 and check every attention division is exact. The caller must have
+        proved the a-priori bounds with :func:`integer_bounds` (the checker does); the pass is then exact
+        integer arithmetic whatever the weights' storage dtype.
+    trace : bool
+        Also return a :class:`Trace` of the intermediates (for probes and the trainer).
+    errors : bool
+        Float mode: also return a float64 array of the logits' shape bounding ``|computed − exact|``
+        entrywise, where *exact* is this pass in exact real arithmetic of the stored weights: the standard
+        forward-error bounds propagated through every operation the pass performs (``constructions.rounding``;
+        docs/theory.md, "Sound float mode"). The computed logits are the same as without it. In integer mode
+        the bound is 0 (the caller proved exactness).
+
+    Returns
+    -------
+    numpy.ndarray or tuple
+        The logits; with ``errors`` and/or ``trace``, the tuple ``(logits[, bound][, trace])``.
+
+    Raises
+    ------
+    InputError
+        ``at`` not "last" or "all"; token ids outside the vocabulary; a sequence longer than the model's
+        positions.
+    IntegerModeError
+        Integer mode, when an attention division is not exact.
+    """
+    if at not in ("last", "all"):
+        raise InputError(f"at must be 'last' or 'all', got {at!r}")
+    op = _arithmetic(model, integer=integer, errors=errors)
+    x = _embedding(model, tokens, op)                                   # x_t = [E; Q][token_t] + P[t]
+    T = x.value.shape[1]
+    record = Trace(residual=[x.value]) if trace else None
+    for i, layer in enumerate(model.layers):
+        rows = _rows_read_later(i, len(model.layers), at, T)
+        attended, weights = _attention(layer.attention, x, rows, op, i)  # Σ_h Σ_u a_h(t,u)·x_u W_V[h] W_O[h]
+        y = op.plus(x[:, rows], attended)                                # y_t = x_t + Attn(x)_t
+        h = None
+        if layer.mlp is not None:
+            W1, b1, W2, b2 = layer.mlp.W1, layer.mlp.b1, layer.mlp.W2, layer.mlp.b2
+            h = op.relu(op.plus_bias(op.times(y, W1), b1))               # h_t = ReLU(y_t W1 + b1)
+            x = op.plus_bias(op.plus(y, op.times(h, W2)), b2)            # x_t = y_t + h_t W2 + b2
+        else:
+            x = y
+        if record is not None:
+            _record_layer(record, y, weights, h, x)
+    if at == "last":
+        x = x[:, -1]
+    logits = _readout(model, x, op)                                     # logits_t = x_t U^T
+    return _returned(logits, errors, record)
+
+
+# The helpers of THE forward pass, in the order it calls them. Each computes one line of the equations; its
+# docstring says what it computes and why it equals the plain formula.
+
+
+@dataclass(frozen=True)
+class _Tracked:
+    """An array computed by the pass and, in float mode with ``errors=True``, a float64 bound on its
+    distance from the same quantity in exact real arithmetic (``None`` when not tracked)."""
+
+    value: np.ndarray
+    error: np.ndarray | None = None
+
+    def __getitem__(self, index) -> _Tracked:
+        return _Tracked(self.value[index], None if self.error is None else self.error[index])
+
+
+class _Arithmetic:
+    """How one pass computes: its working dtype, integer mode, and (float mode with ``errors=True``) the
+    rounding bookkeeping (:class:`_Rounding`) that carries a bound beside every array.
+
+    Each operation computes the value exactly as the plain formula says (``a + b``, ``a @ W``, ``ReLU``) and,
+    when tracking, the standard bound on the rounding of the value it just computed, given the inputs'
+    bounds."""
+
+    def __init__(self, dtype: np.dtype, integer: bool, rounding: _Rounding | None) -> None:
+        self.dtype, self.integer, self.rounding = dtype, integer, rounding
+
+    def plus(self, a: _Tracked, b: _Tracked | None) -> _Tracked:
+        """``a + b`` (a new array; ``a`` itself when ``b`` is absent: a missing sublayer adds nothing)."""
+        if b is None:
+            return a
+        value = a.value + b.value
+        return _Tracked(value, None if self.rounding is None else self.rounding.add(value, a.error, b.error))
+
+    def plus_bias(self, a: _Tracked, bias: np.ndarray) -> _Tracked:
+        """``a + bias``, in place: ``a`` is a fresh array (the result of :meth:`plus` or :meth:`times`)."""
+        np.add(a.value, bias, out=a.value)
+        return _Tracked(a.value, None if self.rounding is None else self.rounding.add(a.value, a.error))
+
+    def times(self, a: _Tracked, W: np.ndarray) -> _Tracked:
+        """``a @ W`` (:func:`matmul_rows`: one matrix product over every leading dimension)."""
+        value = matmul_rows(a.value, W)
+        return _Tracked(value, None if self.rounding is None else self.rounding.product(a.value, a.error, W))
+
+    def relu(self, a: _Tracked) -> _Tracked:
+        """``ReLU(a)``, in place. ReLU is 1-Lipschitz, so the bound carries over, except that a unit computed
+        <= 0 whose exact value may be positive by at most (computed + bound) keeps only that much of it:
+        ``min(e, max(0, â + e))``, which is ``e`` where ``â > 0`` (the sum rounded up)."""
+        error = a.error
+        if self.rounding is not None:
+            assert error is not None
+            room = a.value.astype(np.float64)
+            room += error
+            np.maximum(room, 0.0, out=room)
+            room *= 1.0 + 2.0**-51
+            error = np.minimum(room, error, out=room)
+        np.maximum(a.value, 0, out=a.value)
+        return _Tracked(a.value, error)
+
+
+def _arithmetic(model: Model, *, integer: bool, errors: bool) -> _Arithmetic:
+    """The pass's arithmetic. The working dtype is float64 in integer mode (casting integer weights of any
+    float dtype to float64 is exact, so every product is formed in float64, where :func:`integer_bounds`
+    proves it exact) and the entity table's dtype otherwise (products with a wider weight array promote,
+    as NumPy does). With ``errors`` in float mode, the rounding bookkeeping uses the unit roundoff and the
+    underflow bound of the least precise format in play."""
+    dtype = np.dtype(np.float64) if integer else model.entity_embedding.dtype
+    rounding = None
+    if errors and not integer:
+        rounding = _Rounding(*format_of(dtype, *(a.dtype for a in model.arrays().values())))
+    return _Arithmetic(dtype, integer, rounding)
+
+
+def _embedding(model: Model, tokens: np.ndarray, arithmetic: _Arithmetic) -> _Tracked:
+    """``x_t = [E; Q][token_t] + P[t]`` (:func:`embed`); the gather is exact, the position sum rounds once
+    (``u·|x|``)."""
+    x = embed(model, tokens, arithmetic.dtype)
+    error = None
+    if arithmetic.rounding is not None:
+        error = (arithmetic.rounding.u * np.abs(x.astype(np.float64)) if model.position_embedding is not None
+                 else np.zeros(x.shape))
+    return _Tracked(x, error)
+
+
+def _rows_read_later(layer: int, n_layers: int, at: str, T: int) -> slice:
+    """The positions whose output of ``layer`` is read later: all of them, except in the last layer with
+    ``at="last"``, where only position T − 1 is. Nothing attends to a state after the last layer, so the
+    other positions' final states would be computed and dropped: skipping them changes no logit."""
+    if layer == n_layers - 1 and at == "last" and T > 1:
+        return slice(T - 1, T)
+    return slice(0, T)
+
+
+def _attention(att: Attention | None, x: _Tracked, rows: slice, arithmetic: _Arithmetic,
+               layer: int) -> tuple[_Tracked | None, np.ndarray | None]:
+    """``Attn(x)_t = Σ_h Σ_{u<=t} a_h(t, u) · x_u W_V[h] W_O[h]`` at the positions ``rows`` given every
+    state ``x (B, T, d)``, and the weights ``a_h`` ``(H, B, |rows|, T)`` (None for uniform attention, whose
+    weights are ``1/(t + 1)``; both None without attention)."""
+    if att is None:
+        return None, None
+    if att.kind == "uniform":
+        return _uniform_attention(att, x, rows, arithmetic, layer), None
+    return _scored_attention(att, x, rows, arithmetic)
+
+
+def _uniform_attention(att: Attention, x: _Tracked, rows: slice, arithmetic: _Arithmetic,
+                       layer: int) -> _Tracked:
+    """Uniform attention, ``a_h(t, u) = 1/(t + 1)``, computed as ``(Σ_h S_t · (W_V W_O)_h) / (t + 1)`` with
+    ``S_t = Σ_{u<=t} x_u``: the plain formula with the mean's linearity used twice (sum the states, then
+    multiply; divide once, after the heads' sum), so that with integer weights the only non-integer step is
+    one division, checked to be exact in integer mode."""
+    positions = np.arange(x.value.shape[1])[rows]
+    sums = _prefix_sums(x, rows, arithmetic)                                  # S_t = Σ_{u<=t} x_u
+    heads = itertools.repeat(sums, att.heads)
+    total = _through_heads(att, heads, x.value.dtype, arithmetic)             # Σ_h S_t (W_V W_O)_h
+    out = _divided_by_count(total, positions + 1, arithmetic)                  # / (t + 1)
+    if arithmetic.integer:
+        _require_integral(f"layer {layer} uniform attention output", out.value)
+    return out
+
+
+def _prefix_sums(x: _Tracked, rows: slice, arithmetic: _Arithmetic) -> _Tracked:
+    """``S_t = Σ_{u<=t} x_u`` for ``t`` in ``rows``: one cumulative sum over the positions (one plain sum
+    when a single position is asked), shared by every head. Bound: a sum of at most T terms in any order,
+    ``γ_T·Σ|x_u| + Σ e_u``."""
+    T = x.value.shape[1]
+    positions = np.arange(T)[rows]
+
+    def prefix(a: np.ndarray) -> np.ndarray:
+        if positions.size == 1:  # Σ_{u<=t} x_u for the one position asked
+            return a[:, : positions[0] + 1].sum(axis=1, keepdims=True)
+        return np.cumsum(a, axis=1)[:, rows]
+
+    sums = prefix(x.value)
+    error = None
+    if arithmetic.rounding is not None:
+        assert x.error is not None
+        error = up(gamma(T, arithmetic.rounding.u) * prefix(np.abs(x.value.astype(np.float64)))
+                   + prefix(x.error), T)
+    return _Tracked(sums, error)
+
+
+def _through_heads(att: Attention, inputs: Iterable[_Tracked], dtype: np.dtype,
+                   arithmetic: _Arithmetic) -> _Tracked:
+    """``Σ_h z_h · (W_V W_O)_h`` for the per-head inputs ``z_h`` (``(B, P, d)``, taken one head at a time),
+    accumulated in the residual's ``dtype``, with the product ``W_V[h]·W_O[h]`` formed once per head
+    (:attr:`Attention.value_outputs`, float64, cast to ``dtype``): by associativity ``(z W_V) W_O = z (W_V
+    W_O)``, one product per query instead of two. Its rounding is bounded by
+    :meth:`Attention.value_output_error`; then the heads' sum (H additions into a zero array)."""
+    rounding = arithmetic.rounding
+    out: np.ndarray | None = None
+    err = abs_terms = None
+    for h, z in enumerate(inputs):
+        if out is None:
+            out = np.zeros(z.value.shape, dtype=dtype)
+            if rounding is not None:
+                err, abs_terms = np.zeros(out.shape), np.zeros(out.shape)
+        term = matmul_rows(z.value, att.value_outputs[h].astype(dtype, copy=False))
+        out += term
+        if rounding is not None:
+            assert z.error is not None and err is not None and abs_terms is not None
+            # the cast of the float64 product W_V·W_O to the working dtype rounds once more
+            cast = 0.0 if dtype == np.float64 else rounding.u
+            n = z.value.shape[-1]
+            err += att.value_output_error(np.absolute(z.value, dtype=np.float64), z.error, h,
+                                          gamma(n, rounding.u), cast) + n * rounding.eta
+            abs_terms += np.abs(term.astype(np.float64))
+    assert out is not None  # every Attention has at least one head
+    if rounding is None:
+        return _Tracked(out)
+    return _Tracked(out, up(err + gamma(att.heads, rounding.u) * abs_terms, att.heads))
+
+
+def _divided_by_count(total: _Tracked, counts: np.ndarray, arithmetic: _Arithmetic) -> _Tracked:
+    """``total_t / count_t`` (in place) for the positions' counts ``t + 1``, exact integers in any format."""
+    out = total.value
+    out /= counts.astype(out.dtype)[None, :, None]
+    if arithmetic.rounding is None:
+        return _Tracked(out)
+    assert total.error is not None
+    rounding = arithmetic.rounding
+    return _Tracked(out, rounding.add(out, total.error / counts[None, :, None]) + rounding.eta)
+
+
+def _scored_attention(att: Attention, x: _Tracked, rows: slice,
+                      arithmetic: _Arithmetic) -> tuple[_Tracked, np.ndarray]:
+    """Softmax or hard attention: per head, the weights ``a_h(t, u)`` from the scores, the mixture ``z_{h,t}
+    = Σ_{u<=t} a_h(t, u)·x_u``, then ``Σ_h z_h (W_V W_O)_h`` (:func:`_through_heads`); one head at a time (a
+    generator), so at most one head's mixture is held. Returns the output and every head's weights."""
+    B, T, _ = x.value.shape
+    weights = np.empty((att.heads, B, np.arange(T)[rows].size, T), dtype=x.value.dtype)
+
+    causal = _causal(rows, T)
+
+    def mixtures() -> Iterator[_Tracked]:
+        for h in range(att.heads):
+            scores = _scores(att, h, x, rows, causal, arithmetic)     # β·<x_t W_Q[h], x_u W_K[h]>, u <= t
+            a = _attention_weights(att.kind, scores, causal, x.value.dtype, arithmetic)  # a_h(t, u)
+            weights[h] = a.value
+            yield _mixture(a, x, arithmetic)                         # z_{h,t} = Σ_u a_h(t, u)·x_u
+
+    return _through_heads(att, mixtures(), x.value.dtype, arithmetic), weights
+
+
+def _causal(rows: slice, T: int) -> np.ndarray:
+    """``(|rows|, T)``: whether position ``u`` is visible from position ``t`` (``u <= t``)."""
+    return np.arange(T)[rows][:, None] >= np.arange(T)[None, :]
+
+
+def _scores(att: Attention, h: int, x: _Tracked, rows: slice, causal: np.ndarray,
+            arithmetic: _Arithmetic) -> _Tracked:
+    """Head h's scores ``β·<x_t W_Q[h], x_u W_K[h]>`` ``(B, |rows|, T)``, ``−∞`` where ``u > t``. Bound: the
+    two products', the dot product's (length d_k), β's own rounding to the working dtype and the product by
+    it (:meth:`_Rounding.score`)."""
+    assert att.W_Q is not None and att.W_K is not None  # checked in Attention.__post_init__
+    q = arithmetic.times(x[:, rows], att.W_Q[h])
+    k = arithmetic.times(x, att.W_K[h])
+    dots = q.value @ k.value.transpose(0, 2, 1)
+    scores = att.inverse_temperature * dots
+    scores = np.where(causal, scores, -np.inf)
+    if arithmetic.rounding is None:
+        return _Tracked(scores)
+    return _Tracked(scores, arithmetic.rounding.score(q, k, dots, scores, causal, att.inverse_temperature))
+
+
+def _attention_weights(kind: str, scores: _Tracked, causal: np.ndarray, dtype: np.dtype,
+                       arithmetic: _Arithmetic) -> _Tracked:
+    """``softmax_u`` of the scores (:func:`_softmax_lastaxis`, in the scores' dtype), or, for hard
+    attention, uniform over the positions attaining the maximal score (in the residual's ``dtype``). Bound:
+    the interval softmax (``rounding.softmax_weight_error``) or every position whose score may tie the
+    maximum within the scores' bounds (``rounding.hard_weight_error``)."""
+    s = scores.value
+    if kind == "softmax":
+        w = _softmax_lastaxis(s)
+    else:  # hard: uniform over the positions attaining the maximum score
+        w = (s == s.max(axis=-1, keepdims=True)).astype(dtype)
+        w /= w.sum(axis=-1, keepdims=True)
+    rounding = arithmetic.rounding
+    if rounding is None:
+        return _Tracked(w)
+    assert scores.error is not None
+    visible = np.broadcast_to(causal, s.shape)
+    if kind == "softmax":
+        return _Tracked(w, softmax_weight_error(s, scores.error, w, visible,
+                                                rel=gamma(s.shape[-1] + 8, rounding.u)))
+    return _Tracked(w, hard_weight_error(s, scores.error, visible))
 
 
 def _softmax_lastaxis(scores: np.ndarray) -> np.ndarray:
+    """``softmax`` along the last axis, computed as ``exp(s − max s) / Σ exp(s − max s)`` (the same quotient:
+    the shift cancels; it keeps ``exp`` from overflowing). A new array; ``scores`` is not changed."""
     scores = scores - scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
     return scores
 
 
-class _Bounds:
+def _mixture(a: _Tracked, x: _Tracked, arithmetic: _Arithmetic) -> _Tracked:
+    """``z_t = Σ_{u<=t} a(t, u)·x_u`` for the weights ``a (B, |rows|, T)`` (zero where ``u > t``), one batched
+    matrix product ``a @ x``. Bound: a dot product of length T with both factors inexact."""
+    z = a.value @ x.value
+    rounding = arithmetic.rounding
+    if rounding is None:
+        return _Tracked(z)
+    assert a.error is not None and x.error is not None
+    T = x.value.shape[1]
+    aw, ax = a.value.astype(np.float64), np.abs(x.value.astype(np.float64))
+    e_w, e_x = a.error, x.error
+    return _Tracked(z, up(gamma(T, rounding.u) * (aw @ ax) + e_w @ ax + aw @ e_x + e_w @ e_x, T + 4))
+
+
+def _readout(model: Model, x: _Tracked, arithmetic: _Arithmetic) -> _Tracked:
+    """``logits = x U^T``, reading only the residual coordinates ``U`` reads (:attr:`Model.readout`): a zero
+    column of ``U`` contributes exact zeros to every logit, so ``x[:, columns] @ U[:, columns]^T`` is the
+    same sum without its zero terms, whatever the storage (dense, or compact ``readout_columns``). ``U`` is
+    cast to the residual's dtype first (a float32 residual is read out in float32)."""
+    readout = model.readout
+    read = x if readout.full else x[..., readout.columns]
+    logits = matmul_rows(read.value, readout.matrix.T.astype(read.value.dtype, copy=False))
+    rounding = arithmetic.rounding
+    return _Tracked(logits, None if rounding is None else rounding.product(read.value, read.error,
+                                                                            readout.matrix.T))
+
+
+def _record_layer(record: Trace, y: _Tracked, weights: np.ndarray | None, h: _Tracked | None,
+                  x: _Tracked) -> None:
+    """Append one layer's intermediates to the trace: the residual after attention and after the MLP, the
+    attention weights and the post-ReLU hidden activation (None where the layer has no such part)."""
+    record.residual.append(y.value)
+    record.attention_weights.append(weights)
+    record.residual.append(x.value)
+    record.hidden.append(None if h is None else h.value)
+
+
+def _returned(logits: _Tracked, errors: bool, record: Trace | None):
+    """What :func:`forward` returns: the logits, then their bound (``errors``; zeros in integer mode, whose
+    exactness the caller proved), then the trace (``trace``)."""
+    out: tuple = (logits.value,)
+    if errors:
+        out += (np.zeros(logits.value.shape) if logits.error is None else logits.error,)
+    if record is not None:
+        out += (record,)
+    return out if len(out) > 1 else logits.value
+
+
+def matmul_rows(x: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """``x @ W`` for ``x`` of shape ``(..., a)`` and a 2-D ``W``, as ONE matrix product over all leading
+    dimensions: the same dot products as ``x @ W`` (NumPy runs ``(B, T, a) @ (a, b)`` as B separate small
+    products, several times slower).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        ``(..., a)``.
+    W : numpy.ndarray
+        ``(a, b)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(..., b)``, in NumPy's result dtype of ``x`` and ``W``.
+    """
+    out = np.reshape(x, (int(np.prod(x.shape[:-1])), x.shape[-1])) @ W
+    return out.reshape(x.shape[:-1] + (W.shape[1],))
+
+
+class _Rounding:
     """Running rounding-error bookkeeping of one forward pass in float mode (docs/theory.md, "Sound float
-    mode"): ``u``, ``η`` of the least precise format in play and helpers for the standard bounds."""
+    mode"): ``u``, ``η`` of the least precise format in play and the standard bounds."""
 
     def __init__(self, u: float, eta: float) -> None:
         self.u, self.eta = u, eta
@@ -672,228 +1095,20 @@ class _Bounds:
                 out += absmm(ax, e_W, extra=2)
         return out
 
-
-def _attention(att: Attention, x: np.ndarray, queries: slice, integer: bool, layer: int,
-               e_x: np.ndarray | None = None, bounds: _Bounds | None = None):
-    """Attention output at positions ``queries`` (a slice of T positions) given all states ``x (B, T, d)``.
-
-    With ``bounds`` (float mode, error bookkeeping): also a bound on the output's distance from the exact
-    attention output of the exact inputs, given the inputs' bound ``e_x``; else None."""
-    B, T, _ = x.shape
-    positions = np.arange(T)[queries]
-    out = np.zeros((B, positions.size, x.shape[2]), dtype=x.dtype)
-    track = bounds is not None and e_x is not None
-    b = bounds if bounds is not None else _Bounds(0.0, 0.0)  # (unused unless track)
-    e_in: np.ndarray = e_x if e_x is not None else np.zeros(0)
-    err = np.zeros(out.shape if track else 0)
-    abs_terms = np.zeros(out.shape if track else 0)
-    VO_all = att.value_outputs
-    # the cast of the float64 product W_V·W_O to the working dtype rounds once more
-    cast = 0.0 if x.dtype == np.float64 else b.u
-    if att.kind == "uniform":
-        if positions.size == 1:  # Σ_{u<=t} x_u for the one position asked
-            sums = x[:, : positions[0] + 1].sum(axis=1, keepdims=True)
-        else:
-            sums = np.cumsum(x, axis=1)[:, queries]
-        counts = (positions + 1).astype(x.dtype)[None, :, None]
-        if track:
-            ax = np.abs(x.astype(np.float64))
-            if positions.size == 1:
-                abs_sums, e_sums = ax[:, : positions[0] + 1].sum(axis=1, keepdims=True), \
-                    e_in[:, : positions[0] + 1].sum(axis=1, keepdims=True)
-            else:
-                abs_sums, e_sums = np.cumsum(ax, axis=1)[:, queries], np.cumsum(e_in, axis=1)[:, queries]
-            e_sums = up(gamma(T, b.u) * abs_sums + e_sums, T)
-        for h in range(att.heads):
-            VO = VO_all[h].astype(x.dtype, copy=False)
-            term = matmul_rows(sums, VO)
-            out += term
-            if track:
-                err += att.value_output_error(np.absolute(sums, dtype=np.float64), e_sums, h,
-                                              gamma(sums.shape[-1], b.u), cast) + sums.shape[-1] * b.eta
-                abs_terms += np.abs(term.astype(np.float64))
-        if track:  # the heads' sum (H − 1 additions), then one division by the (exact integer) count
-            err = up(err + gamma(att.heads, b.u) * abs_terms, att.heads)
-        out /= counts
-        if track:
-            err = b.add(out, err / (positions + 1)[None, :, None]) + b.eta
-        if integer:
-            _require_integral(f"layer {layer} uniform attention output", out)
-        return out, None, err if track else None
-    causal = positions[:, None] >= np.arange(T)[None, :]  # (Tq, T)
-    weights_all = np.empty((att.heads, B, positions.size, T), dtype=x.dtype)
-    assert att.W_Q is not None and att.W_K is not None  # checked in Attention.__post_init__
-    for h in range(att.heads):
-        q = matmul_rows(x[:, queries], att.W_Q[h])
-        k = matmul_rows(x, att.W_K[h])
-        dots = q @ k.transpose(0, 2, 1)
-        scores = att.inverse_temperature * dots
-        scores = np.where(causal, scores, -np.inf)
-        if att.kind == "softmax":
-            weights = _softmax_lastaxis(scores)
-        else:  # hard: uniform over the positions attaining the maximum score
-            weights = (scores == scores.max(axis=-1, keepdims=True)).astype(x.dtype)
-            weights /= weights.sum(axis=-1, keepdims=True)
-        weights_all[h] = weights
-        z = weights @ x
-        VO = VO_all[h].astype(x.dtype, copy=False)
-        term = matmul_rows(z, VO)
-        out += term
-        if track:
-            e_q = b.product(x[:, queries], e_in[:, queries], att.W_Q[h])
-            e_k = b.product(x, e_in, att.W_K[h])
-            aq, ak = np.abs(q.astype(np.float64)), np.abs(k.astype(np.float64))
-            d_k = q.shape[-1]
-            kt = ak.transpose(0, 2, 1)
-            e_dot = up(gamma(d_k, b.u) * (aq @ kt) + e_q @ kt + aq @ e_k.transpose(0, 2, 1)
-                       + e_q @ e_k.transpose(0, 2, 1) + d_k * b.eta, d_k + 4)
-            beta = abs(float(att.inverse_temperature))
-            # scores = fl(fl(β)·dot): β's own rounding to the working dtype, the product's, the dot's error
-            delta = up(beta * (1 + b.u) * e_dot + b.u * beta * np.abs(dots.astype(np.float64))
-                       + b.u * np.abs(np.where(causal, scores, 0.0).astype(np.float64)) + b.eta, 6)
-            visible = np.broadcast_to(causal, scores.shape)
-            if att.kind == "softmax":
-                e_w = softmax_weight_error(scores, delta, weights, visible, rel=gamma(T + 8, b.u))
-            else:
-                e_w = hard_weight_error(scores, delta, visible)
-            aw = weights.astype(np.float64)
-            ax = np.abs(x.astype(np.float64))
-            e_z = up(gamma(T, b.u) * (aw @ ax) + e_w @ ax + aw @ e_in + e_w @ e_in, T + 4)
-            err += att.value_output_error(np.absolute(z, dtype=np.float64), e_z, h, gamma(z.shape[-1], b.u),
-                                          cast) + z.shape[-1] * b.eta
-            abs_terms += np.abs(term.astype(np.float64))
-    if track:
-        err = up(err + gamma(att.heads, b.u) * abs_terms, att.heads)
-    return out, weights_all, err if track else None
-
-
-def embed(model: Model, tokens: np.ndarray, dtype=None) -> np.ndarray:
-    """Input embeddings ``(B, T, d)`` of token ids ``(B, T)``: ``[E; Q][token] + P[t]``, gathered from E and Q
-    separately (no concatenated copy of E: 2.8 GiB for G1 at N = 2^20) and cast after the gather."""
-    tokens = np.asarray(tokens)
-    if tokens.ndim != 2:
-        raise InputError(f"tokens must have shape (batch, T), got {tokens.shape}")
-    vocab = model.n_entities + model.n_relations
-    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
-        raise InputError(f"token ids must lie in [0, {vocab}); got range [{tokens.min()}, {tokens.max()}]")
-    N = model.n_entities
-    x = np.empty(tokens.shape + (model.d,), dtype=model.entity_embedding.dtype if dtype is None else dtype)
-    entity = tokens < N
-    x[entity] = model.entity_embedding[tokens[entity]]
-    relation = ~entity
-    x[relation] = model.relation_embedding[tokens[relation] - N]
-    if model.position_embedding is not None:
-        T = tokens.shape[1]
-        if T > model.max_positions:
-            raise InputError(f"sequence length {T} exceeds the model's {model.max_positions} positions")
-        x = x + model.position_embedding[:T].astype(x.dtype, copy=False)
-    return x
-
-
-def forward(
-    model: Model,
-    tokens: np.ndarray,
-    *,
-    at: Literal["last", "all"] = "last",
-    integer: bool = False,
-    trace: bool = False,
-    errors: bool = False,
-):
-    """THE forward pass. ``tokens (B, T)`` -> logits ``(B, n_out)`` (``at="last"``) or ``(B, T, n_out)``.
-
-    With ``trace=True`` returns ``(logits, Trace)``. With ``integer=True`` the caller must have proved the
-    bounds with :func:`integer_bounds` (the checker does); the pass then also checks each attention division.
-    The unembedding product reads only the residual coordinates that ``U`` reads (``Model.readout``): the
-    same sums without their exact-zero terms, whatever the storage.
-
-    ``errors=True`` (float mode) also returns, after the logits, a float64 array of their shape bounding
-    ``|computed − exact|`` entrywise, where *exact* is this pass in exact real arithmetic of the stored
-    weights: the standard forward-error bounds propagated through every operation that the pass performs
-    (``constructions.rounding``; docs/theory.md, "Sound float mode"). The computed logits are the same as
-    without it. In integer mode the bound is 0 (the caller proved exactness).
-    """
-    if at not in ("last", "all"):
-        raise InputError(f"at must be 'last' or 'all', got {at!r}")
-    work_dtype = np.float64 if integer else model.entity_embedding.dtype
-    x = embed(model, tokens, work_dtype)
-    bounds = None
-    e_x = None
-    if errors and not integer:
-        bounds = _Bounds(*format_of(work_dtype, *(a.dtype for a in model.arrays().values())))
-        e_x = (bounds.u * np.abs(x.astype(np.float64)) if model.position_embedding is not None
-               else np.zeros(x.shape))
-    T = x.shape[1]
-    record = Trace() if trace else None
-    if record is not None:
-        record.residual.append(x)
-    last = len(model.layers) - 1
-    for i, layer in enumerate(model.layers):
-        # In the last layer only the read-out positions matter; earlier positions are finished.
-        if i == last and at == "last" and T > 1:
-            queries = slice(T - 1, T)
-        else:
-            queries = slice(0, T)
-        x_out = x[:, queries]
-        e_out = None if e_x is None else e_x[:, queries]
-        weights = None
-        if layer.attention is not None:
-            att_out, weights, e_att = _attention(layer.attention, x, queries, integer, i, e_x, bounds)
-            x_out = x_out + att_out
-            if bounds is not None:
-                e_out = bounds.add(x_out, e_out, e_att)
-        if record is not None:
-            record.residual.append(x_out)
-            record.attention_weights.append(weights)
-        hidden = None
-        if layer.mlp is not None:
-            mlp = layer.mlp
-            hidden = matmul_rows(x_out, mlp.W1)
-            e_h = None if bounds is None else bounds.product(x_out, e_out, mlp.W1)
-            hidden += mlp.b1
-            if bounds is not None:
-                e_h = bounds.add(hidden, e_h)
-                # ReLU is 1-Lipschitz; a unit computed <= 0 whose exact value may be positive by at most
-                # (computed + error) keeps only that much of the error
-                # (min(e, max(0, p̂ + e)) is e where p̂ > 0 and max(0, p̂ + e) elsewhere; the sum rounded up)
-                room = hidden.astype(np.float64)
-                room += e_h
-                np.maximum(room, 0.0, out=room)
-                room *= 1.0 + 2.0**-51
-                e_h = np.minimum(room, e_h, out=room)
-            np.maximum(hidden, 0, out=hidden)
-            mlp_out = matmul_rows(hidden, mlp.W2)
-            if bounds is not None:
-                e_mlp = bounds.product(hidden, e_h, mlp.W2)
-            x_out = x_out + mlp_out
-            if bounds is not None:
-                e_out = bounds.add(x_out, e_out, e_mlp)
-            x_out += mlp.b2
-            if bounds is not None:
-                e_out = bounds.add(x_out, e_out)
-        if record is not None:
-            record.residual.append(x_out)
-            record.hidden.append(hidden)
-        x = x_out
-        e_x = e_out
-    if at == "last":
-        x = x[:, -1]
-        if e_x is not None:
-            e_x = e_x[:, -1]
-    readout = model.readout
-    read = x if readout.full else x[..., readout.columns]
-    Ut = readout.matrix.T.astype(x.dtype, copy=False)
-    logits = matmul_rows(read, Ut)
-    out: tuple = (logits,)
-    if errors:
-        if bounds is None or e_x is None:
-            e_logits = np.zeros(logits.shape)
-        else:
-            e_read = e_x if readout.full else e_x[..., readout.columns]
-            e_logits = bounds.product(read, e_read, readout.matrix.T)
-        out += (e_logits,)
-    if trace:
-        out += (record,)
-    return out if len(out) > 1 else logits
+    def score(self, q: _Tracked, k: _Tracked, dots: np.ndarray, scores: np.ndarray, causal: np.ndarray,
+              beta: float) -> np.ndarray:
+        """Error of the scores ``fl(fl(β)·fl(q·k))`` given the bounds of ``q`` and ``k``: the dot product's
+        (length d_k, both factors inexact), β's own rounding to the working dtype, the product's."""
+        assert q.error is not None and k.error is not None
+        aq, ak = np.abs(q.value.astype(np.float64)), np.abs(k.value.astype(np.float64))
+        e_q, e_k = q.error, k.error
+        d_k = q.value.shape[-1]
+        kt = ak.transpose(0, 2, 1)
+        e_dot = up(gamma(d_k, self.u) * (aq @ kt) + e_q @ kt + aq @ e_k.transpose(0, 2, 1)
+                   + e_q @ e_k.transpose(0, 2, 1) + d_k * self.eta, d_k + 4)
+        beta = abs(float(beta))
+        return up(beta * (1 + self.u) * e_dot + self.u * beta * np.abs(dots.astype(np.float64))
+                  + self.u * np.abs(np.where(causal, scores, 0.0).astype(np.float64)) + self.eta, 6)
 
 
 def chunk_size(model: Model, T: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:

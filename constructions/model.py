@@ -1,7 +1,17 @@
 """The one Model and THE forward pass (docs/theory.md, "Model").
 
 Every weight source in georecall (hand-built constructions, the trainer, transplanted weights) produces a
-:class:`Model`, and every evaluation goes through :func:`forward`. There is no other evaluation path.
+:class:`Model`, and :func:`forward` defines what it computes: its body is the model's equations in order, and
+each speed trick is a named helper whose docstring says why it equals the plain formula.
+
+Alternative evaluation paths. Four faster paths compute (parts of) the same function where a structure
+allows it, each checked against :func:`forward` by the tests (docs/theory.md, "Evaluation paths"): the
+token-additive tables forward (``verify/checking/additive.py``; ``tests/test_additive.py``), the hypercube
+decoder (``verify/checking/decoders.py``; ``tests/test_decoders.py``), the trainer's structure-aware step
+(``verify/training/train_structured.py``; ``tests/test_train_structured.py``) and certify's product-set
+evaluation (``verify/checking/certify.py``; the brute-force tests of ``tests/test_certify.py``);
+``tests/test_soundness.py`` compares every path's verdicts with exact rational arithmetic. :func:`forward`
+itself is tested against an exact reference and its captured outputs (``tests/test_forward_reference.py``).
 
 Conventions
 -----------

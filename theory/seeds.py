@@ -35,14 +35,50 @@ STREAMS: dict[str, int] = {"task": 0, "codes": 1, "init": 2, "batches": 3, "prob
 
 
 def check_seed(seed) -> int:
-    """Validate a run seed: a non-negative integer (``ValueError`` otherwise)."""
+    """Validate a run seed.
+
+    Parameters
+    ----------
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    int
+        ``seed`` as a Python int.
+
+    Raises
+    ------
+    InputError
+        Not a non-negative integer (a bool is refused).
+    """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InputError(f"a seed must be a non-negative integer, got {seed!r}")
     return int(seed)
 
 
 def stream(seed: int, name: str, *key: int) -> np.random.SeedSequence:
-    """The ``SeedSequence`` of stream ``name`` (and optional integer ``key``) of run seed ``seed``."""
+    """The ``SeedSequence`` of stream ``name`` (and optional integer ``key``) of run seed ``seed``.
+
+    Parameters
+    ----------
+    seed : int
+        The run seed (>= 0).
+    name : str
+        A stream of ``STREAMS``.
+    *key : int
+        Non-negative integers separating draws within the stream.
+
+    Returns
+    -------
+    numpy.random.SeedSequence
+        ``SeedSequence(seed, spawn_key=(STREAMS[name], *key))``.
+
+    Raises
+    ------
+    InputError
+        An unknown stream, a bad key or a bad seed.
+    """
     if name not in STREAMS:
         raise InputError(f"unknown random stream {name!r}; streams: {sorted(STREAMS)}")
     for part in key:
@@ -52,5 +88,20 @@ def stream(seed: int, name: str, *key: int) -> np.random.SeedSequence:
 
 
 def rng(seed: int, name: str, *key: int) -> np.random.Generator:
-    """A ``Generator`` on stream ``name`` of run seed ``seed``: ``rng(seed, "task")`` draws the task."""
+    """A ``Generator`` on stream ``name`` of run seed ``seed``: ``rng(seed, "task")`` draws the task.
+
+    Parameters
+    ----------
+    seed, name, *key
+        As in :func:`stream`.
+
+    Returns
+    -------
+    numpy.random.Generator
+
+    Raises
+    ------
+    InputError
+        As :func:`stream`.
+    """
     return np.random.default_rng(stream(seed, name, *key))

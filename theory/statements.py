@@ -3,16 +3,17 @@ theorems — never read off a built model. The checker compares what a construct
 promises; tables print both.
 
 Every promise carries the inequalities the result needs, evaluated at the given constants;
-:meth:`Promise.require` raises ``ValueError`` naming the first violated one. Builders call it before they
-build, so no construction is ever returned outside its theorem's conditions.
+:meth:`Promise.require` raises :class:`ConditionError` (a ``ValueError``) naming the first violated one.
+Builders call it before they build, so no construction is ever returned outside its theorem's conditions.
 
 Common constants (see ``constructions/single_hop.py`` for where they come from):
 
 - ``c1, c2``: after uniform attention over ``⟨r, s⟩`` with value/output gain ``g`` (``W_V = I``,
-``W_O = g I``)
-  the last residual is ``y = c1·e_s + c2·q_r`` with ``c1 = 1 + g/2`` and ``c2 = g/2`` (g = 2: c1 = 2, c2 = 1);
+  ``W_O = g·I``) the last residual is ``y = c1·e_s + c2·q_r`` with ``c1 = 1 + g/2`` and ``c2 = g/2``
+  (g = 2: c1 = 2, c2 = 1);
 - ``|a|², μ, A``: the codes' squared norm, coherence and largest absolute entry (``constructions/codes.py``);
-- ``β``: the gate constant (relation embedding ``β·1_{g_r}``); ``λ``: the read-out scale (``U_j = λ·a_j``).
+- ``G``: the gate constant (relation embedding ``G·1_{g_r}``); ``β``: a softmax head's inverse temperature;
+  ``λ``: the read-out scale (``U_j = λ·a_j``).
 """
 
 from __future__ import annotations
@@ -95,14 +96,39 @@ class Promise:
 
 
 def attention_constants(gain: float, T: int = 2) -> tuple[float, float]:
-    """``(c1, c2)`` for uniform attention over ``⟨r, s⟩`` (T = 2) with ``W_V W_O = gain·I``."""
+    """``(c1, c2)`` for uniform attention over T positions with ``W_V W_O = gain·I``: at the last of T = 2
+    positions ``y = c1·e_s + c2·q_r`` with ``c1 = 1 + gain/T`` and ``c2 = gain/T``.
+
+    Parameters
+    ----------
+    gain : float
+        The value/output gain g.
+    T : int
+        The number of positions averaged (2 for ``⟨r, s⟩``).
+
+    Returns
+    -------
+    (float, float)
+        ``(c1, c2)``.
+    """
     return 1.0 + gain / T, gain / T
 
 
 def distinct_codes(lhs: float, rhs: float) -> Condition:
-    """The codes are distinct: ``|a|² > max_{i≠j} <a_i, a_j>``, given as two numbers whose comparison decides
-    it exactly (``Codes.distinct_lhs/rhs``: integers for ±1 codes, a certified gap against 0 for Gaussian
-    ones)."""
+    """The condition that the codes are distinct: ``|a|² > max_{i≠j} <a_i, a_j>``, given as two numbers whose
+    comparison decides it exactly (``Codes.distinct_lhs/rhs``: integers for ±1 codes, a certified gap against
+    0 for Gaussian ones).
+
+    Parameters
+    ----------
+    lhs, rhs : float
+        The two sides.
+
+    Returns
+    -------
+    Condition
+        The strict inequality ``lhs > rhs``.
+    """
     return Condition("distinct codes: |a|² > max_{i≠j}<a_i, a_j> (decided exactly)", lhs, rhs)
 
 
@@ -112,7 +138,20 @@ def _exact(x: float) -> float | int:
 
 
 def one_layer_params(N: int, R: int, d: int, m: int, n_out: int | None = None) -> int:
-    """Parameters of the one-layer model: E, Q, uniform attention W_V and W_O (d×d each), MLP, U."""
+    """Parameters of the one-layer model: E, Q, uniform attention W_V and W_O (d×d each), MLP, U.
+
+    Parameters
+    ----------
+    N, R, d, m : int
+        Entities, relations, residual width, MLP width.
+    n_out : int, optional
+        Read-out rows (default N).
+
+    Returns
+    -------
+    int
+        ``N·d + R·d + 2·d² + (2·d·m + m + d) + n_out·d``.
+    """
     n_out = N if n_out is None else n_out
     return N * d + R * d + 2 * d * d + (2 * d * m + m + d) + n_out * d
 
@@ -131,12 +170,43 @@ def g1_promise(
     n_out: int | None = None,
     norm_sq: float = 1.0,
 ) -> Promise:
-    """G1, geometric single hop (the paper's Theorem 4.1).
+    """G1, geometric single hop (the paper's Theorem 4.1; docs/theory.md, "G1").
 
     Sizes ``d = R·D + R + D``, ``m = 2·R·D``. Exact with margin ``λ·c1·gap`` (``gap = |a|²(1 − μ)``) provided
-    ``c2·G > c1·A`` (every gate of a relation not asked is shut; G the gate constant), the codes are distinct
-    and ``λ > 0``. Fact-specific parameters: the ``N·R·D`` block entries of the subject table. ``n_out``:
-    answer vocabulary (N shared, N·R disjoint attributes; the margin is the same, see ``build_g1``).
+    ``c2·G > c1·A`` (every gate of a relation not asked is shut; G the gate constant, A the codes' largest
+    absolute entry), the codes are distinct and ``λ > 0``. Fact-specific parameters: the ``N·R·D`` block
+    entries of the subject table.
+
+    Parameters
+    ----------
+    N, R, D : int
+        Entities, relations, code length.
+    gap : float
+        ``|a|²(1 − μ)``, the codes' squared norm times one minus their coherence.
+    distinct : (float, float)
+        The pair whose strict comparison decides that the codes are distinct (:func:`distinct_codes`).
+    max_abs : float
+        A, the codes' largest absolute entry.
+    gate : float
+        G, the gate constant.
+    lam : float
+        λ, the read-out scale.
+    gain : float
+        g, the attention's value/output gain (``c1, c2`` from :func:`attention_constants`).
+    n_out : int, optional
+        Answer vocabulary (N shared, N·R disjoint attributes; the margin is the same, see ``build_g1``).
+    norm_sq : float
+        ``|a|²``, for the logits' scale.
+
+    Returns
+    -------
+    Promise
+        With the conditions evaluated (not yet required: :meth:`Promise.require`).
+
+    Raises
+    ------
+    InputError
+        N, R or D not a positive integer.
     """
     N, R, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("D", D)))
     c1, c2 = attention_constants(gain)
@@ -174,14 +244,33 @@ def a1_promise(
 ) -> Promise:
     """A1, associative memory (the baseline): one MLP unit per fact, frozen fact-independent embeddings.
 
-    Sizes ``d = 2·D + R`` (subject code, one-hot relation, output block), ``m = N·R``.
-    Unit ``(s, r)`` computes ``ReLU(<a_s, y_S> + κ·y_{rel_r} − θ)`` with ``θ = c1|a|²`` and
-    ``κ·c2 = c1|a|²(1 − μ)``. Firing condition: on query ``(s', ρ)`` its pre-activation is
-    ``c1<a_s, a_s'> + c1|a|²(1−μ)[r = ρ] − c1|a|²``, which is ``h* = c1|a|²(1 − μ) > 0`` iff
-    ``(s', ρ) = (s, r)`` and ``<= 0`` otherwise (``<a_s, a_s'> <= μ|a|²`` for ``s' ≠ s``): exactly one unit
-    fires, given ``μ < 1``. It writes ``h*·a_{π_r(s)}``, so the margin is ``λ·h*·|a|²(1 − μ)``. Fact-specific
-    parameters: the ``N·R·D`` answer-code entries of ``W2`` (``W1`` only says which query each unit listens
-    to).
+    Sizes ``d = 2·D + R`` (subject code, one-hot relation, output block), ``m = N·R``. Unit ``(s, r)``
+    computes ``ReLU(<a_s, y_S> + κ·y_{rel_r} − θ)`` with ``θ = c1|a|²`` and ``κ·c2 = c1|a|²(1 − μ)``. Firing
+    condition: on query ``(s', ρ)`` its pre-activation is ``c1<a_s, a_s'> + c1|a|²(1−μ)[r = ρ] − c1|a|²``,
+    which is ``h* = c1|a|²(1 − μ) > 0`` iff ``(s', ρ) = (s, r)`` and ``<= 0`` otherwise (``<a_s, a_s'> <=
+    μ|a|²`` for ``s' ≠ s``): exactly one unit fires, given ``μ < 1``. It writes ``h*·a_{π_r(s)}``, so the
+    margin is ``λ·h*·|a|²(1 − μ)``. Fact-specific parameters: the ``N·R·D`` answer-code entries of ``W2``
+    (``W1`` only says which query each unit listens to).
+
+    Parameters
+    ----------
+    N, R, D : int
+        Entities, relations, code length.
+    gap : float
+        ``|a|²(1 − μ)``, the codes' squared norm times one minus their coherence.
+    distinct : (float, float)
+        The pair whose strict comparison decides that the codes are distinct (:func:`distinct_codes`).
+    lam, gain, n_out, norm_sq
+        As in :func:`g1_promise`.
+
+    Returns
+    -------
+    Promise
+
+    Raises
+    ------
+    InputError
+        N, R or D not a positive integer.
     """
     N, R, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("D", D)))
     c1, _ = attention_constants(gain)
@@ -206,7 +295,22 @@ def a1_promise(
 
 
 def binary_coherence(D: int) -> float:
-    """Coherence of binary codes of length D for N >= 2 (two indices differing in one bit): ``1 − 2/D``."""
+    """Coherence of binary codes of length D for N >= 2 (two indices differing in one bit): ``1 − 2/D``.
+
+    Parameters
+    ----------
+    D : int
+        The code length (>= 1).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    InputError
+        D not a positive integer.
+    """
     return 1.0 - 2.0 / check_positive_int("D", D)
 
 
@@ -248,7 +352,20 @@ def evaluate(expr: sp.Expr, **values) -> int:
 
 
 def softmax_leakage(beta: float | None, others: int) -> float:
-    """Weight a positional head puts off its target: ``ε = n/(e^β + n)`` (``β=None``: hard attention, 0)."""
+    """Weight a positional head puts off its target: ``ε = n/(e^β + n)`` for n other visible positions.
+
+    Parameters
+    ----------
+    beta : float or None
+        The inverse temperature β; None for hard attention (ε = 0).
+    others : int
+        n, the visible positions other than the target.
+
+    Returns
+    -------
+    float
+        ε (0 for hard attention, no other position, or β > 700, where it underflows).
+    """
     if beta is None or others == 0:
         return 0.0
     if beta > 700:
@@ -257,7 +374,24 @@ def softmax_leakage(beta: float | None, others: int) -> float:
 
 
 def beta_for_leakage(eps: float, others: int) -> float:
-    """The smallest β with ``n/(e^β + n) <= ε``: ``β = ln(n(1 − ε)/ε)``."""
+    """The smallest β with ``n/(e^β + n) <= ε``: ``β = ln(n(1 − ε)/ε)``.
+
+    Parameters
+    ----------
+    eps : float
+        The leakage target, ``0 < ε < 1``.
+    others : int
+        n, the visible positions other than the target (at least 1 is assumed).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    InputError
+        ε outside (0, 1).
+    """
     if not 0 < eps < 1:
         raise InputError(f"leakage target must satisfy 0 < ε < 1, got {eps}")
     return math.log(max(others, 1) * (1 - eps) / eps)
@@ -265,8 +399,22 @@ def beta_for_leakage(eps: float, others: int) -> float:
 
 def model_params(N: int, R: int, d: int, T: int, layers, n_out: int | None = None) -> int:
     """Parameters of a Model with the given shapes: E, Q, P (T rows, 0 for none), U and, per layer,
-    ``(kind, heads, d_k, d_v, m)``: softmax heads store W_Q, W_K (H·d·d_k each), every head W_V, W_O
-    (H·d·d_v each), an MLP 2·d·m + m + d."""
+    ``(kind, heads, d_k, d_v, m)``: softmax heads store W_Q, W_K (H·d·d_k each), every head W_V, W_O (H·d·d_v
+    each), an MLP 2·d·m + m + d.
+
+    Parameters
+    ----------
+    N, R, d, T : int
+        Entities, relations, residual width, position rows.
+    layers : iterable of (str, int, int, int, int)
+        Per layer ``(kind, heads, d_k, d_v, m)``; 0 heads or ``m = 0`` for an absent part.
+    n_out : int, optional
+        Read-out rows (default N).
+
+    Returns
+    -------
+    int
+    """
     n_out = N if n_out is None else n_out
     total = (N + R + T + n_out) * d
     for kind, heads, d_k, d_v, m in layers:
@@ -292,15 +440,43 @@ def g2_promise(
     lam: float = 1.0,
     norm_sq: float = 1.0,
 ) -> Promise:
-    """G2, k hops without CoT, one layer, path blocks.
+    """G2, k hops without CoT in one layer, by path blocks (docs/theory.md, "G2").
 
     Sizes ``d = R^k·D + k·R + D + (k + 1)`` (path blocks, k gate groups, output, positions), ``m = 2·R^k·D``.
-    Head j puts weight ``>= 1 − ε`` on ``r_j`` (``ε = k/(e^β + k)``), so gate ``G_j[w_j]`` is in
-    ``[G(1 − ε), G]`` when ``w_j = r_j`` and in ``[0, G·ε]`` otherwise. The AND unit ``(w, i, σ)`` with bias
-    ``−k·G`` is then ``σ·a_i − δ`` (``0 <= δ <= k·G·ε``) for the asked path and ``<= A − G(1 − ε) < 0`` for
-    every other path. The output o satisfies ``|o − a_ans|_∞ <= δ``, so the margin is at least
-    ``λ·(|a|²(1 − μ) − 2·k·G·ε·L1)`` with ``L1 = max_j |a_j|_1``.
-    Leakage inequalities: ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·k·G·ε·L1``.
+    Head j puts weight ``>= 1 − ε`` on ``r_j`` (``ε = k/(e^β + k)``), so gate ``G_j[w_j]`` is in ``[G(1 − ε),
+    G]`` when ``w_j = r_j`` and in ``[0, G·ε]`` otherwise. The AND unit ``(w, i, σ)`` with bias ``−k·G`` is
+    then ``σ·a_i − δ`` (``0 <= δ <= k·G·ε``) for the asked path and ``<= A − G(1 − ε) < 0`` for every other
+    path. The output o satisfies ``|o − a_ans|_∞ <= δ``, so the margin is at least ``λ·(|a|²(1 − μ) −
+    2·k·G·ε·L1)`` with ``L1 = max_j |a_j|_1``. Leakage inequalities: ``G(1 − ε) > A`` and ``|a|²(1 − μ) >
+    2·k·G·ε·L1``.
+
+    Parameters
+    ----------
+    N, R, k, D : int
+        Entities, relations, hops, code length.
+    gap : float
+        ``|a|²(1 − μ)``, the codes' squared norm times one minus their coherence.
+    distinct : (float, float)
+        The pair whose strict comparison decides that the codes are distinct (:func:`distinct_codes`).
+    max_abs : float
+        A, the codes' largest absolute entry.
+    max_l1 : float
+        L1, the codes' largest l1 norm.
+    gate : float
+        G, the gate constant.
+    beta : float or None
+        The heads' inverse temperature (None: hard attention, ε = 0).
+    lam, norm_sq
+        As in :func:`g1_promise`.
+
+    Returns
+    -------
+    Promise
+
+    Raises
+    ------
+    InputError
+        N, R, k or D not a positive integer.
     """
     N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
     eps = softmax_leakage(beta, k)
@@ -340,13 +516,33 @@ def a2_width_promise(
     lam: float = 1.0,
     norm_sq: float = 1.0,
 ) -> Promise:
-    """A2(a), k hops without CoT, one layer, one MLP unit per k-hop fact (``m = N·R^k``).
+    """A2(a), k hops without CoT in one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
     Sizes ``d = D + k·R + D + (k + 1)`` (subject code, gate groups, output, positions). Gates as in G2. Unit
-    ``(s, w)``: ``ReLU(<a_s, x_S> + Σ_j y_{G_j, w_j} − θ)`` with ``θ = |a|² + k·G − h*``,
-    ``h* = |a|²(1 − μ)``: ``h* − δ`` (``δ <= k·G·ε``) on its own query, ``<= h* − G(1 − ε)`` on another path,
-    ``<= 0`` on another subject. It writes ``a_{π_w(s)}``, so the margin is at least ``λ·(h* − k·G·ε)·h*``.
-    Leakage inequalities: ``G(1 − ε) >= h*`` and ``h* > k·G·ε``.
+    ``(s, w)``: ``ReLU(<a_s, x_S> + Σ_j y_{G_j, w_j} − θ)`` with ``θ = |a|² + k·G − h*``, ``h* = |a|²(1 −
+    μ)``: ``h* − δ`` (``δ <= k·G·ε``) on its own query, ``<= h* − G(1 − ε)`` on another path, ``<= 0`` on
+    another subject. It writes ``a_{π_w(s)}``, so the margin is at least ``λ·(h* − k·G·ε)·h*``. Leakage
+    inequalities: ``G(1 − ε) >= h*`` and ``h* > k·G·ε``.
+
+    Parameters
+    ----------
+    N, R, k, D : int
+        Entities, relations, hops, code length.
+    gap : float
+        ``|a|²(1 − μ)``, the codes' squared norm times one minus their coherence.
+    distinct : (float, float)
+        The pair whose strict comparison decides that the codes are distinct (:func:`distinct_codes`).
+    gate, beta, lam, norm_sq
+        As in :func:`g2_promise`.
+
+    Returns
+    -------
+    Promise
+
+    Raises
+    ------
+    InputError
+        N, R, k or D not a positive integer.
     """
     N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
     eps = softmax_leakage(beta, k)
@@ -383,17 +579,37 @@ def a2_depth_promise(
     lam: float = 1.0,
     norm_sq: float = 1.0,
 ) -> Promise:
-    """A2(b), k hops without CoT, k layers, each an associative MLP of width ``2·N·R`` (one clipped unit pair
-    per single-hop fact) that maps (current entity, relation of this hop) to the next entity.
+    """A2(b), k hops without CoT in k layers, each an associative MLP of width ``2·N·R`` (one clipped unit
+    pair per single-hop fact) that maps (current entity, relation of this hop) to the next entity.
 
     Sizes ``d = D + 2·R + (k + 1)`` (current-entity block S, relation-token block, one shared gate group,
     positions): ``O(log N + R + k)``; ``m = 2·N·R`` per layer. Layer j's attention has a head fetching ``r_j``
     (+1) and, for j >= 2, a head with the same scores fetching ``r_{j−1}`` (−1); both put the same weights on
-    the same positions, so the gate group holds exactly layer j's fetch: ``g[r_j] ∈ [1 − ε, 1]``, others
-    ``[0, ε]``. Unit pair ``(v, r)``: ``clip(z, 0, h)`` with ``z = <a_v, x_S> + 2·gap·g[r] − θ``,
-    ``θ = μ|a|² + 2·gap + gap/8``, ``h = gap/2`` (gap = ``|a|²(1 − μ)``): ``z >= gap(7/8 − 2ε) >= h`` on the
-    current fact, ``z <= 0`` otherwise (needs ``ε <= 3/16``). The pair writes ``(a_{π_r(v)} − a_v)`` exactly,
-    so S holds the exact code of each hop's entity and the final margin is ``λ·|a|²(1 − μ)``.
+    the same positions, so the gate group holds exactly layer j's fetch: ``g[r_j] ∈ [1 − ε, 1]``, others ``[0,
+    ε]``. Unit pair ``(v, r)``: ``clip(z, 0, h)`` with ``z = <a_v, x_S> + 2·gap·g[r] − θ``, ``θ = μ|a|² +
+    2·gap + gap/8``, ``h = gap/2`` (gap = ``|a|²(1 − μ)``): ``z >= gap(7/8 − 2ε) >= h`` on the current fact,
+    ``z <= 0`` otherwise (needs ``ε <= 3/16``). The pair writes ``(a_{π_r(v)} − a_v)`` exactly, so S holds the
+    exact code of each hop's entity and the final margin is ``λ·|a|²(1 − μ)``.
+
+    Parameters
+    ----------
+    N, R, k, D : int
+        Entities, relations, hops, code length.
+    gap : float
+        ``|a|²(1 − μ)``, the codes' squared norm times one minus their coherence.
+    distinct : (float, float)
+        The pair whose strict comparison decides that the codes are distinct (:func:`distinct_codes`).
+    beta, lam, norm_sq
+        As in :func:`g2_promise`.
+
+    Returns
+    -------
+    Promise
+
+    Raises
+    ------
+    InputError
+        N, R, k or D not a positive integer.
     """
     N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
     eps = softmax_leakage(beta, k)
@@ -435,13 +651,33 @@ def c1_promise(
     lam: float = 1.0,
     norm_sq: float = 1.0,
 ) -> Promise:
-    """C1, k hops with chain-of-thought, one layer: the G1 selector applied once per generated token.
+    """C1, k hops with chain-of-thought in one layer: the G1 selector applied once per generated token.
 
-    Sizes ``d = R·D + R + D + 2k`` (blocks, gates, output, positions of the 2k tokens fed), ``m = 2·R·D``.
-    At the position of ``v_{t−1}`` one positional head fetches ``r_t`` into the gates (at most ``2k − 1``
-    other visible positions: ``ε = (2k−1)/(e^β + 2k − 1)``); the entity's own embedding is the superposition
-    of its R attributes. As in G2 with one hop: margin at least ``λ·(|a|²(1 − μ) − 2·G·ε·L1)`` at every step.
-    Leakage inequalities: ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·G·ε·L1``.
+    Sizes ``d = R·D + R + D + 2k`` (blocks, gates, output, positions of the 2k tokens fed), ``m = 2·R·D``. At
+    the position of ``v_{t−1}`` one positional head fetches ``r_t`` into the gates (at most ``2k − 1`` other
+    visible positions: ``ε = (2k−1)/(e^β + 2k − 1)``); the entity's own embedding is the superposition of its
+    R attributes. As in G2 with one hop: margin at least ``λ·(|a|²(1 − μ) − 2·G·ε·L1)`` at every step. Leakage
+    inequalities: ``G(1 − ε) > A`` and ``|a|²(1 − μ) > 2·G·ε·L1``.
+
+    Parameters
+    ----------
+    N, R, k, D : int
+        Entities, relations, hops, code length.
+    gap : float
+        ``|a|²(1 − μ)``, the codes' squared norm times one minus their coherence.
+    distinct : (float, float)
+        The pair whose strict comparison decides that the codes are distinct (:func:`distinct_codes`).
+    max_abs, max_l1, gate, beta, lam, norm_sq
+        As in :func:`g2_promise`.
+
+    Returns
+    -------
+    Promise
+
+    Raises
+    ------
+    InputError
+        N, R, k or D not a positive integer.
     """
     N, R, k, D = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("D", D)))
     eps = softmax_leakage(beta, 2 * k - 1)
@@ -467,7 +703,13 @@ def c1_promise(
 
 
 def multi_hop_sizes_expr() -> dict[str, dict[str, sp.Expr]]:
-    """Sympy forms of d and m for G2, A2(a), A2(b), C1 with binary D = ⌈log2 N⌉."""
+    """Sympy forms of d and m for G2, A2(a), A2(b), C1 with binary ``D = ⌈log2 N⌉``.
+
+    Returns
+    -------
+    dict
+        ``{id: {"d": expr, "m": expr}}`` in the symbols N, R, k.
+    """
     D = binary_D_expr()
     return {
         "G2": {"d": R_**k_ * D + k_ * R_ + D + k_ + 1, "m": 2 * R_**k_ * D},

@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 
 from georecall.errors import InputError
+from georecall.theory import seeds
 
 __all__ = [
     "Attributes",
@@ -46,7 +47,27 @@ def _as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
 
 
 def check_positive_int(name: str, value: int, minimum: int = 1) -> int:
-    """Validate an integer size parameter; ``ValueError`` naming it otherwise."""
+    """Validate an integer size parameter.
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name, for the message.
+    value : int
+        The value (a Python or NumPy integer; not a bool).
+    minimum : int
+        The smallest value allowed.
+
+    Returns
+    -------
+    int
+        ``value`` as a Python int.
+
+    Raises
+    ------
+    InputError
+        ``value`` is not an integer, or is below ``minimum`` (the message names ``name``).
+    """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InputError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
@@ -134,10 +155,18 @@ class Task:
 
 
 def validate_table(table: np.ndarray) -> None:
-    """Raise ``ValueError`` unless ``table`` is an ``(R, N)`` integer table whose rows are permutations of
-    [N].
+    """Check that ``table`` is an ``(R, N)`` integer table whose rows are permutations of [N].
 
-    The message names the first bad relation and its offending entries.
+    Parameters
+    ----------
+    table : numpy.ndarray
+        The candidate table, ``table[r, s] = π_r(s)``.
+
+    Raises
+    ------
+    InputError
+        Not two-dimensional, empty, an entry outside [0, N), or a row that is not a bijection; the message
+        names the first bad relation and its offending entries.
     """
     if table.ndim != 2:
         raise InputError(f"a task table must have shape (R, N); got an array with shape {table.shape}")
@@ -177,8 +206,26 @@ def random_task(
 ) -> Task:
     """R independent uniformly random bijections of [N].
 
-    ``symmetric=True`` draws each relation as a uniformly random perfect matching (an involution without fixed
-    points, so ``π_r = π_r^{-1}``); it needs N even.
+    Parameters
+    ----------
+    N, R : int
+        Entities and relations (>= 1).
+    rng : numpy.random.Generator or int or None
+        The random source (a seed makes a fresh Generator; global state is never used).
+    attributes : {"shared", "disjoint"}
+        The answer vocabulary (:class:`Task`).
+    symmetric : bool
+        Draw each relation as a uniformly random perfect matching (an involution without fixed points, so
+        ``π_r = π_r^{-1}``); needs N even.
+
+    Returns
+    -------
+    Task
+
+    Raises
+    ------
+    InputError
+        N or R not a positive integer; ``symmetric`` with N odd.
     """
     N = check_positive_int("N", N)
     R = check_positive_int("R", R)
@@ -202,14 +249,46 @@ def task_for_seed(
     """THE task of a run: :func:`random_task` on the ``task`` stream of ``seed`` (``theory.seeds``).
 
     A function of ``(N, R, seed)`` (and the variant flags) alone, the same in every command.
-    """
-    from georecall.theory.seeds import rng
 
-    return random_task(N, R, rng(seed, "task"), attributes=attributes, symmetric=symmetric)
+    Parameters
+    ----------
+    N, R : int
+        Entities and relations.
+    seed : int
+        The run seed (>= 0).
+    attributes, symmetric
+        As in :func:`random_task`.
+
+    Returns
+    -------
+    Task
+
+    Raises
+    ------
+    InputError
+        As :func:`random_task`, or a seed that is not a non-negative integer.
+    """
+    return random_task(N, R, seeds.rng(seed, "task"), attributes=attributes, symmetric=symmetric)
 
 
 def paths(R: int, k: int) -> np.ndarray:
-    """All R^k relation paths as rows ``(r_k, ..., r_1)`` (token order), row i = flat path index i."""
+    """All R^k relation paths as rows ``(r_k, ..., r_1)`` (token order); row i is flat path index i.
+
+    Parameters
+    ----------
+    R, k : int
+        Relations and hops (>= 1).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(R^k, k)`` int64.
+
+    Raises
+    ------
+    InputError
+        R or k not a positive integer.
+    """
     R = check_positive_int("R", R)
     k = check_positive_int("k", k)
     return np.stack(np.unravel_index(np.arange(R**k), (R,) * k), axis=1).astype(np.int64)

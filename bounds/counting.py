@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+import time
 from dataclasses import dataclass
 
 import mpmath
@@ -65,7 +66,23 @@ _EXACT_PERM_TERMS = 4096
 
 
 def exact_log2(n: int) -> float:
-    """``log2 n`` for a positive Python integer of any size, to double precision."""
+    """``log2 n`` for a positive Python integer of any size, to double precision (from its bit length and its
+    top 64 bits: error below 1e-15).
+
+    Parameters
+    ----------
+    n : int
+        A positive integer.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    InputError
+        ``n <= 0``.
+    """
     if n <= 0:
         raise InputError(f"log2 needs a positive integer, got {n}")
     shift = max(0, n.bit_length() - 64)
@@ -73,7 +90,24 @@ def exact_log2(n: int) -> float:
 
 
 def log2_falling(n: int, m: int) -> float:
-    """``log2 (n)_m = log2 n(n−1)…(n−m+1)``, exactly rounded to double (−inf when m > n)."""
+    """``log2 (n)_m = log2 n(n−1)…(n−m+1)``: from the exact integer ``math.perm(n, m)`` when m is small, else
+    from mpmath's log-gamma at 50 significant digits (no double-precision cancellation).
+
+    Parameters
+    ----------
+    n, m : int
+        Non-negative integers.
+
+    Returns
+    -------
+    float
+        ``−inf`` when ``m > n``.
+
+    Raises
+    ------
+    InputError
+        n or m negative.
+    """
     if m < 0 or n < 0:
         raise InputError(f"falling factorial needs n, m >= 0; got n = {n}, m = {m}")
     if m > n:
@@ -86,7 +120,22 @@ def log2_falling(n: int, m: int) -> float:
 
 
 def log2_factorial(n: int) -> float:
-    """``log2 n!`` (``log2_falling(n, n)``)."""
+    """``log2 n!`` (``log2_falling(n, n)``).
+
+    Parameters
+    ----------
+    n : int
+        A non-negative integer.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    InputError
+        n negative.
+    """
     return log2_falling(n, n)
 
 
@@ -96,7 +145,23 @@ EXACT_BITS = 200_000
 
 
 def log2_product(factors: Factors) -> float:
-    """``log2 Π ((n)_m)^e`` to double precision (−inf if a factor is 0)."""
+    """``log2 Π ((n)_m)^e`` to double precision.
+
+    Parameters
+    ----------
+    factors : Factors
+        ``((n, m, e), ...)``.
+
+    Returns
+    -------
+    float
+        ``−inf`` if a factor is 0.
+
+    Raises
+    ------
+    InputError
+        A negative n or m.
+    """
     total = 0.0
     for n, m, e in factors:
         if e:
@@ -105,7 +170,17 @@ def log2_product(factors: Factors) -> float:
 
 
 def product_value(factors: Factors) -> int:
-    """The exact integer ``Π ((n)_m)^e`` (only for counts of reasonable size)."""
+    """The exact integer ``Π ((n)_m)^e`` (only for counts of reasonable size).
+
+    Parameters
+    ----------
+    factors : Factors
+        ``((n, m, e), ...)``.
+
+    Returns
+    -------
+    int
+    """
     value = 1
     for n, m, e in factors:
         value *= math.perm(n, m) ** e
@@ -117,11 +192,25 @@ def ceil_log2_product(factors: Factors) -> int:
 
     Small C (at most ``EXACT_BITS`` bits): ``(C − 1).bit_length()`` of the exact integer. Large C that is a
     power of two (every factor is: ``(n)_1`` with n a power of two, ``(2)_2``, or 1): its exponent, summed in
-    integers. Any other large C has an irrational ``log2 C`` (never an integer), so the sum of
-    ``e·(lnΓ(n + 1) − lnΓ(n − m + 1))/ln 2`` is evaluated with 50 more significant digits than its largest
-    term has, and rounded up once it is farther than ``10^(digits − 40)`` (far above the evaluation's error)
-    from an integer; the margin doubles until it is. C itself is never formed: its size can be astronomical
-    (``bounds --bits 0.0837`` multiplies every exponent by the denominator of b, about 10^17).
+    integers. Any other large C has an irrational ``log2 C`` (never an integer), so the sum of ``e·(lnΓ(n + 1)
+    − lnΓ(n − m + 1))/ln 2`` is evaluated with 50 more significant digits than its largest term has, and
+    rounded up once it is farther than ``10^(digits − 40)`` (far above the evaluation's error) from an
+    integer; the margin doubles until it is. C itself is never formed: its size can be astronomical (``bounds
+    --bits 0.0837`` multiplies every exponent by the denominator of b, about 10^17).
+
+    Parameters
+    ----------
+    factors : Factors
+        ``((n, m, e), ...)`` with ``0 <= m <= n`` and ``e >= 0``.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InputError
+        A factor with ``m > n``, ``m < 0`` or ``e < 0``.
     """
     if any(m > n or m < 0 or e < 0 for n, m, e in factors):
         raise InputError(f"need 0 <= m <= n and e >= 0 in every factor (a count >= 1), got {factors}")
@@ -165,7 +254,22 @@ def _power_of_two_exponent(factors: Factors) -> int | None:
 
 def coprime_cycle_length(N: int, k: int) -> int:
     """The largest ``L <= N`` with ``gcd(L, k) = 1`` (``L >= N − k + 1``: one of k consecutive integers is
-    ``≡ 1 mod k``)."""
+    ``≡ 1 mod k``).
+
+    Parameters
+    ----------
+    N, k : int
+        Positive integers.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InputError
+        N or k not a positive integer.
+    """
     N, k = (check_positive_int(n, v) for n, v in (("N", N), ("k", k)))
     return next(L for L in range(N, 0, -1) if math.gcd(L, k) == 1)
 
@@ -177,12 +281,26 @@ def F_lower(N: int, R: int, k: int) -> Factors:
     Proof. Let A be the ``(L − 1)!`` permutations that are one L-cycle on ``{0..L−1}`` and fix the rest. On A,
     ``τ ↦ τ^k`` is injective: ``τ^k`` is again an L-cycle (``gcd(L, k) = 1``) and ``τ = (τ^k)^{k'}`` with
     ``k·k' ≡ 1 (mod L)``. Take the tasks with ``π_0 ∈ A`` and ``π_1..π_{R−1}`` arbitrary. Their k-hop table
-    contains ``π_{0…0} = π_0^k``, which determines ``π_0``, and for each r the path ``(r, 0, …, 0)``
-    (``r_1 = … = r_{k−1} = 0``, ``r_k = r``) gives ``π_r∘π_0^{k−1}``, which then determines ``π_r``. So the
-    ``(L − 1)!·(N!)^{R−1}`` tasks have pairwise different tables. At k = 1 it is the exact ``(N!)^R`` only
-    when L = N = 1; use ``(N!)^R`` there. For R >= 2 it is within ``(N − L + 1)·log2 N`` bits of the upper
-    bound ``(N!)^R`` (enumeration: ``|F_2| ≈ 0.9·(N!)^R``), and at R = 1 it bounds the number of k-th powers
-    in S_N.
+    contains ``π_{0…0} = π_0^k``, which determines ``π_0``, and for each r the path ``(r, 0, …, 0)`` (``r_1 =
+    … = r_{k−1} = 0``, ``r_k = r``) gives ``π_r∘π_0^{k−1}``, which then determines ``π_r``. So the ``(L −
+    1)!·(N!)^{R−1}`` tasks have pairwise different tables. At k = 1 the bound is the exact ``(N!)^R`` (the
+    single-hop table is the task), returned as such. For R >= 2 it is within ``(N − L + 1)·log2 N`` bits of
+    the upper bound ``(N!)^R`` (enumeration: ``|F_2| ≈ 0.9·(N!)^R``), and at R = 1 it bounds the number of
+    k-th powers in S_N.
+
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, hops.
+
+    Returns
+    -------
+    Factors
+
+    Raises
+    ------
+    InputError
+        A size not a positive integer.
     """
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
     if k == 1:
@@ -192,12 +310,34 @@ def F_lower(N: int, R: int, k: int) -> Factors:
 
 
 def all_permutations(N: int) -> np.ndarray:
-    """The N! permutations of [N] in lexicographic order, shape ``(N!, N)``."""
+    """The N! permutations of [N] in lexicographic order.
+
+    Parameters
+    ----------
+    N : int
+        A small non-negative integer (N! rows are formed).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(N!, N)`` int64.
+    """
     return np.array(list(itertools.permutations(range(N))), dtype=np.int64).reshape(-1, N)
 
 
 def composition_table(perms: np.ndarray) -> np.ndarray:
-    """``comp[a, b]`` = index of ``perms[a] ∘ perms[b]`` (apply b first, then a)."""
+    """``comp[a, b]`` = index of ``perms[a] ∘ perms[b]`` (apply b first, then a).
+
+    Parameters
+    ----------
+    perms : numpy.ndarray
+        ``(N!, N)``, every permutation of [N] in lexicographic order (:func:`all_permutations`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(N!, N!)`` int32.
+    """
     N = perms.shape[1]
     weights = N ** np.arange(N - 1, -1, -1, dtype=np.int64)
     codes = perms @ weights  # lexicographic order = increasing code
@@ -226,12 +366,30 @@ def _distinct_rows(rows: np.ndarray) -> int:
 
 def enumerate_counts(N: int, R: int, k_max: int = 3, *, progress: bool = False,
                      max_tasks: int = MAX_TASKS) -> Counts:
-    """Count ``|F_k|`` and ``|Trees_k|`` for k = 1..k_max by enumerating all ``(N!)^R`` tasks.
+    """Count ``|F_k|`` and ``|Trees_k|`` for k = 1..k_max by enumerating all ``(N!)^R`` tasks, vectorized over
+    tasks (composition is one lookup in the ``N! × N!`` table; distinct rows by ``np.unique`` on a byte view).
 
-    Refuses (``ValueError`` with the count) above ``max_tasks`` tasks. ``progress`` prints a bar on stderr.
+    Parameters
+    ----------
+    N, R : int
+        Entities and relations.
+    k_max : int
+        The largest k counted.
+    progress : bool
+        Print a bar on stderr.
+    max_tasks : int
+        The enumeration limit.
+
+    Returns
+    -------
+    Counts
+
+    Raises
+    ------
+    InputError
+        A size not a positive integer, or more than ``max_tasks`` tasks (decided before any factorial is
+        formed; the message names the count).
     """
-    import time
-
     N, R, k_max = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k_max", k_max)))
     # Decide the size before computing any factorial: R·log(N!) from lgamma, with room for its rounding.
     if R * math.lgamma(N + 1) > math.log(max_tasks) + 1e-6 * max(1.0, R * math.lgamma(N + 1)):
@@ -273,8 +431,23 @@ def count_trees(N: int, R: int, k: int, *, max_nodes: int = 5_000_000) -> int:
     the image of ``π_r``. A labelling reached this way is a set of constraints that is a partial injection of
     every colour, which extends to a permutation (so every labelling is realized by a task, and every task's
     tree is reached). The leaves, in path order ``(r_k, ..., r_1)``, are collected in a set. Cost: about
-    ``N^{R + R² + … + R^k}`` search nodes in the worst case; refuses (``ValueError``) when the estimate
-    exceeds ``max_nodes``.
+    ``N^{R + R² + … + R^k}`` search nodes in the worst case.
+
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, depth.
+    max_nodes : int
+        The largest search estimate allowed.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InputError
+        A size not a positive integer, or an estimate above ``max_nodes``.
     """
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
     # the r-child of BFS vertex `parent` is R·parent + 1 + r
@@ -282,8 +455,7 @@ def count_trees(N: int, R: int, k: int, *, max_nodes: int = 5_000_000) -> int:
     estimate = N ** len(edges)
     if estimate > max_nodes:
         raise InputError(f"count_trees would visit up to N^(R + ... + R^k) = {estimate:,} labellings, "
-                         f"more than "
-                         f"max_nodes = {max_nodes:,}")
+                         f"more than max_nodes = {max_nodes:,}")
     n_internal = tree_size(R, k - 1)
     digits = list(itertools.product(range(R), repeat=k))  # BFS leaf order: (r_1, ..., r_k)
     bfs_to_path = [sum(d * R**i for i, d in enumerate(path)) for path in digits]  # path index of (r_k..r_1)
@@ -330,7 +502,22 @@ class ClosedForms:
 
 
 def closed_forms(N: int, R: int, k: int) -> ClosedForms:
-    """Closed forms and sandwiches, as exact integers (only for sizes where the integers are reasonable)."""
+    """Closed forms and sandwiches, as exact integers (only for sizes where the integers are reasonable).
+
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, hops.
+
+    Returns
+    -------
+    ClosedForms
+
+    Raises
+    ------
+    InputError
+        A size not a positive integer.
+    """
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
     tasks = math.factorial(N) ** R
     lower = math.perm(N - 1, R**k) if N >= tree_size(R, k) else None

@@ -67,9 +67,29 @@ def d_min_exact(factors: Factors, per_d: int, P0: int, b) -> int:
     """The smallest integer ``d >= 0`` with ``(per_d·d + P0)·b >= log2 C``, ``C = Π ((n)_m)^e``, decided in
     integers.
 
-    With ``b = p/q`` in lowest terms and ``t = per_d·d + P0`` (an integer), ``t·b >= log2 C`` iff
-    ``2^{t·p} >= C^q`` iff ``t·p >= ⌈log2 C^q⌉``, so ``t >= t_min = ⌈⌈log2 C^q⌉ / p⌉`` and
-    ``d_min = max(0, ⌈(t_min − P0)/per_d⌉)``. No floating-point tolerance is involved.
+    With ``b = p/q`` in lowest terms and ``t = per_d·d + P0`` (an integer), ``t·b >= log2 C`` iff ``2^{t·p} >=
+    C^q`` iff ``t·p >= ⌈log2 C^q⌉``, so ``t >= t_min = ⌈⌈log2 C^q⌉ / p⌉`` and ``d_min = max(0, ⌈(t_min −
+    P0)/per_d⌉)``. No floating-point tolerance is involved.
+
+    Parameters
+    ----------
+    factors : Factors
+        C as ``((n, m, e), ...)`` (empty: C = 1).
+    per_d : int
+        Parameters per unit of d (>= 1).
+    P0 : int
+        Other fact-specific parameters (>= 0).
+    b : int, float or Fraction
+        Bits per parameter (> 0).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InputError
+        b not positive and finite, ``per_d < 1``, ``P0 < 0`` or a bad factor.
     """
     b = _check_bits(b)
     if per_d < 1 or P0 < 0:
@@ -88,8 +108,22 @@ def _bound(id_, formula, params, factors, exact, counted, per_d, P0, b, assumpti
 
 
 def gadget_factors(N: int, R: int, k: int, M: int) -> Factors:
-    """``(N − M·S_{k−1})_{M·R^k}`` as factors: the distinct leaf assignments of M gadget roots (needs
-    ``N >= M·S_k``)."""
+    """``(N − M·S_{k−1})_{M·R^k}`` as factors: the distinct leaf assignments of M gadget roots.
+
+    Parameters
+    ----------
+    N, R, k, M : int
+        Entities, relations, depth, roots; ``N >= M·S_k`` with ``S_k = 1 + R + … + R^k``.
+
+    Returns
+    -------
+    Factors
+
+    Raises
+    ------
+    InputError
+        The family does not fit (``N < M·S_k``).
+    """
     if N < M * tree_size(R, k):
         raise InputError(f"the gadget family needs N >= M·S_k = {M * tree_size(R, k)}; got N = {N}")
     return ((N - M * tree_size(R, k - 1), M * R**k, 1),)
@@ -97,17 +131,46 @@ def gadget_factors(N: int, R: int, k: int, M: int) -> Factors:
 
 def gadget_log2(N: int, R: int, k: int, M: int) -> float:
     """``log2 (N − M·S_{k−1})_{M·R^k}`` with ``S_{k−1} = 1 + R + … + R^{k−1}``: the distinct leaf assignments
-    of M gadget roots (−inf when the family does not fit, ``N < M·S_k``)."""
+    of M gadget roots.
+
+    Parameters
+    ----------
+    N, R, k, M : int
+        Entities, relations, depth, roots.
+
+    Returns
+    -------
+    float
+        ``−inf`` when the family does not fit (``N < M·S_k``).
+    """
     return log2_product(gadget_factors(N, R, k, M)) if N >= M * tree_size(R, k) else -math.inf
 
 
 def total_information(N: int, R: int, k: int = 1, b: float = 1, P0: int = 0) -> Bound:
     """``(N·d + P0)·b >= log2|F_k|``: the fact-specific bits must tell apart every k-hop answer table.
 
-    k = 1: ``|F_1| = (N!)^R`` exactly, so ``d >= (R·log2 N! − P0·b)/(N·b) ≈ R·log2(N/e)/b``.
-    k >= 2: ``|F_k| >= (L − 1)!·(N!)^{R−1}``, L the largest integer ``<= N`` coprime to k
-    (``counting.F_lower``, proof there): for R >= 2 the bound is within ``k·log2 N / N`` of the k = 1 bound.
-    (The gadget family of ``tradeoff`` counts at most ``(N − k)!`` tables, never more than this.)
+    k = 1: ``|F_1| = (N!)^R`` exactly, so ``d >= (R·log2 N! − P0·b)/(N·b) ≈ R·log2(N/e)/b``. k >= 2: ``|F_k|
+    >= (L − 1)!·(N!)^{R−1}``, L the largest integer ``<= N`` coprime to k (``counting.F_lower``, proof there):
+    for R >= 2 the bound is within ``k·log2 N / N`` of the k = 1 bound. (The gadget family of ``tradeoff``
+    counts at most ``(N − k)!`` tables, never more than this.)
+
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, hops.
+    b : float
+        Bits per parameter (> 0; a float is taken at its exact binary value).
+    P0 : int
+        Fact-specific parameters besides the entity embeddings.
+
+    Returns
+    -------
+    Bound
+
+    Raises
+    ------
+    InputError
+        A size not a positive integer, or b not positive and finite.
     """
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
     _check_bits(b)
@@ -127,6 +190,24 @@ def per_entity(N: int, R: int, k: int = 1, b: float = 1, P0: int = 0) -> Bound:
 
     k = 1: ``|Trees_1| = N^R``. k >= 2: ``|Trees_k| >= (N − 1)_{R^k}`` when ``N >= 1 + R + … + R^k``
     (otherwise no bound: ``C = 1``).
+
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, hops.
+    b : float
+        Bits per parameter (> 0; a float is taken at its exact binary value).
+    P0 : int
+        Fact-specific parameters besides the entity embeddings.
+
+    Returns
+    -------
+    Bound
+
+    Raises
+    ------
+    InputError
+        A size not a positive integer, or b not positive and finite.
     """
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
     _check_bits(b)
@@ -142,12 +223,30 @@ def per_entity(N: int, R: int, k: int = 1, b: float = 1, P0: int = 0) -> Bound:
 
 
 def tradeoff(N: int, R: int, k: int, b: float = 1, P0: int = 0) -> Bound:
-    """Capacity–depth tradeoff without CoT: for every M with ``N >= M·S_k``,
-    ``(P0 + M·d)·b >= log2 (N − M·S_{k−1})_{M·R^k}``, so ``d >= max_M (log2(…)/b − P0)/M``.
+    """Capacity–depth tradeoff without CoT: for every M with ``N >= M·S_k``, ``(P0 + M·d)·b >= log2 (N −
+    M·S_{k−1})_{M·R^k}``, so ``d >= max_M (log2(…)/b − P0)/M``.
 
     A vectorized double-precision scan over all admissible M locates the best M; the exact ``d_min`` is the
     largest over the best M and its two neighbours (every M gives a valid bound). With ``M = Θ(N/R^k)`` this
     reads: ``d = Ω(R^k log N / b)`` unless ``P0·b = Ω(N log N)``.
+
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, hops.
+    b : float
+        Bits per parameter (> 0; a float is taken at its exact binary value).
+    P0 : int
+        Fact-specific parameters besides the entity embeddings.
+
+    Returns
+    -------
+    Bound
+
+    Raises
+    ------
+    InputError
+        A size not a positive integer, or b not positive and finite.
     """
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
     fb = float(_check_bits(b))
@@ -175,7 +274,26 @@ def chain_of_thought(N: int, R: int, k: int = 1, b: float = 1, P0: int = 0) -> B
     token alone**: ``v_1 = π_{r_1}(s)`` is predicted at the position of s from the prompt ``⟨r_k, …, r_1,
     s⟩``, whose only fact-specific parameters are ``e_s`` (and P0); as ``r_1`` ranges over [R] the first-step
     answers ``(π_1(s), …, π_R(s))`` take all ``N^R`` values. Later steps attend to several entities'
-    embeddings and are not used. C1 matches it up to constants."""
+    embeddings and are not used. C1 matches it up to constants.
+
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, hops.
+    b : float
+        Bits per parameter (> 0; a float is taken at its exact binary value).
+    P0 : int
+        Fact-specific parameters besides the entity embeddings.
+
+    Returns
+    -------
+    Bound
+
+    Raises
+    ------
+    InputError
+        A size not a positive integer, or b not positive and finite.
+    """
     bound = per_entity(N, R, 1, b, P0)
     return Bound("chain-of-thought", "(d + P0)·b >= R·log2 N", {**bound.params, "k": k},
                  bound.log2_count_lower,
@@ -189,7 +307,13 @@ N_, R_, k_, b_, P0_ = sp.symbols("N R k b P_0", positive=True)
 
 
 def leading_terms() -> dict[str, sp.Expr]:
-    """Sympy forms of the bounds' leading terms (d as a function of N, R, k, b, with P0 = 0)."""
+    """Sympy forms of the bounds' leading terms (d as a function of N, R, k, b, with P0 = 0).
+
+    Returns
+    -------
+    dict
+        ``{bound: expr}``.
+    """
     return {
         "total-information (k=1)": R_ * sp.log(N_ / sp.E, 2) / b_,
         "per-entity": R_**k_ * sp.log(N_, 2) / b_,

@@ -22,7 +22,9 @@ import math
 from collections.abc import Mapping
 
 from georecall.bounds import lower
+from georecall.constructions import registry
 from georecall.constructions.codes import binary_length
+from georecall.errors import InputError
 from georecall.theory import __version__, statements
 from georecall.theory.tasks import check_positive_int
 
@@ -36,8 +38,6 @@ def _promises(N: int, R: int, k: int, constructions=None) -> dict[str, statement
     """Promised sizes at binary codes and nominal constants for every registered construction answering k
     hops (``constructions.registry``: the one list of constructions; sizes do not depend on the attention
     constants), or only for the ids in ``constructions``."""
-    from georecall.constructions import registry
-
     chosen = registry.specs() if constructions is None else [registry.get(c) for c in constructions]
     return {spec.id: spec.nominal_promise(N, R, k) for spec in chosen if spec.hops == "multi" or k == 1}
 
@@ -64,8 +64,6 @@ def governing_bound(name: str, promise: statements.Promise):
     tuple
         ``(fn, P0)`` with ``fn(N, R, k, b, P0) -> lower.Bound``.
     """
-    from georecall.constructions import registry
-
     spec = registry.get(name)
 
     def strongest(N: int, R: int, k: int, b, P0: int) -> lower.Bound:
@@ -94,11 +92,31 @@ def _bound_cells(bound: lower.Bound, d: int, prefix: str = "") -> dict:
 
 def bound_rows(Ns, Rs, ks, bits=(1,), constructions=None) -> list[dict]:
     """Rows for every combination of the given N, R, k and b (b in the per-parameter codebook notion), for
-    every registered construction (or those whose ids or names ``constructions`` lists).
+    every registered construction (or those whose ids or names ``constructions`` lists), each with the bound
+    that governs it (:func:`governing_bound`).
 
     ``log2_count_lower`` is log2 of a lower bound on the counted set (``count_exact`` says when it is the
     exact size). G1 rows also carry its fact-carrying bits per subject (``R·⌈log2 N⌉``) against the
     per-subject share of ``log2|F_1|`` and their ratio (``1 + O(1/log N)``).
+
+    Parameters
+    ----------
+    Ns, Rs, ks : iterable of int
+        The sizes.
+    bits : iterable of float
+        The b values.
+    constructions : iterable of str, optional
+        Construction ids or names (default: every registered one answering k hops).
+
+    Returns
+    -------
+    list of dict
+        One row per (N, R, k, b, construction).
+
+    Raises
+    ------
+    InputError
+        A size not a positive integer, a bad b, or an unknown construction.
     """
     rows = []
     for N in Ns:
@@ -131,12 +149,30 @@ def gap_rows(Ns, Rs, ks, needed: Mapping[str, int | None],
              per_parameter: Mapping[str, int] | None = None, constructions=None) -> list[dict]:
     """One row per (construction, N, R, k): the gap at the b the construction needs, and at a per-parameter b.
 
-    ``needed[name]``: the smallest b at which the construction's per-tensor quantization stays exact (measured
-    by the precision scan; ``None``: not measured or size-dependent, no bound evaluated).
-    ``per_parameter[name]``: a b at which its fact-specific parameters fit per-parameter codebooks (e.g. 1 for
-    G1: every embedding entry is ``±|a_i|`` or a task-independent 0). Columns ``b_needed``, ``d_min_needed``,
-    ``gap_needed`` and ``b_per_parameter``, ``d_min_per_parameter``, ``gap_per_parameter``; a vacuous bound
-    has gap ``None``.
+    Columns ``b_needed``, ``needed_d_min``, ``needed_gap`` and ``b_per_parameter``, ``per_parameter_d_min``,
+    ``per_parameter_gap``; a vacuous bound has gap ``None``.
+
+    Parameters
+    ----------
+    Ns, Rs, ks : iterable of int
+        The sizes.
+    needed : mapping of str to int or None
+        ``needed[name]``: the smallest b at which the construction's per-tensor quantization stays exact
+        (measured by the precision scan; None or absent: not measured or size-dependent, no bound evaluated).
+    per_parameter : mapping of str to int, optional
+        ``per_parameter[name]``: a b at which its fact-specific parameters fit per-parameter codebooks (e.g. 1
+        for G1: every embedding entry is ``±|a_i|`` or a task-independent 0).
+    constructions : iterable of str, optional
+        Construction ids or names (default: every registered one answering k hops).
+
+    Returns
+    -------
+    list of dict
+
+    Raises
+    ------
+    InputError
+        A size not a positive integer, a bad b, or an unknown construction.
     """
     per_parameter = per_parameter or {}
     rows = []
@@ -160,8 +196,6 @@ def gap_rows(Ns, Rs, ks, needed: Mapping[str, int | None],
                     row["version"] = __version__
                     rows.append(row)
     return rows
-
-
 
 
 # ----------------------------------------------------------------------------------------------- rendering
@@ -310,8 +344,6 @@ def render_table(rows: list[dict], fmt: str = "md", *, columns=None, headers: Ma
     InputError
         For an unknown format or a column that no row has.
     """
-    from georecall.errors import InputError
-
     if fmt not in FORMATS:
         raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "json":

@@ -83,14 +83,48 @@ class Codes:
 
 
 def binary_length(N: int) -> int:
-    """The shortest binary code length for N codes: ``ceil(log2 N)`` (at least 1)."""
+    """The shortest binary code length for N codes: ``⌈log2 N⌉`` (at least 1).
+
+    Parameters
+    ----------
+    N : int
+        Number of codes (>= 1).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InputError
+        N not a positive integer.
+    """
     N = check_positive_int("N", N)
     return max(1, (N - 1).bit_length())
 
 
 def sign_length(N: int, t: float = 0.5, delta: float = 1e-3) -> int:
     """Smallest D with ``N(N−1)/2 · exp(−D t²/2) <= δ``: random sign codes then have ``μ <= t`` with
-    probability at least ``1 − δ``."""
+    probability at least ``1 − δ`` (Hoeffding and a union bound over pairs).
+
+    Parameters
+    ----------
+    N : int
+        Number of codes (>= 1).
+    t : float
+        Coherence target, ``0 < t < 1``.
+    delta : float
+        Failure probability, ``0 < δ < 1``.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InputError
+        N not a positive integer, or t or δ outside (0, 1).
+    """
     N = check_positive_int("N", N)
     if not 0 < t < 1:
         raise InputError(f"coherence target must satisfy 0 < t < 1, got t = {t}")
@@ -102,10 +136,22 @@ def sign_length(N: int, t: float = 0.5, delta: float = 1e-3) -> int:
 
 
 def max_inner_product(vectors: np.ndarray, chunk_bytes: int = 64 * 2**20) -> float:
-    """``max_{i≠j} <a_i, a_j>`` in row chunks (memory ``chunk_bytes``, not O(N²)); ``-inf`` for one code.
+    """``max_{i≠j} <a_i, a_j>`` in row chunks (memory ``chunk_bytes``, not O(N²)).
 
     For integer-valued vectors with ``D·max|a|² < 2^53`` every float64 product and sum is an exact integer, so
     the result is exact.
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        ``(N, D)``.
+    chunk_bytes : int
+        Bytes of one block of inner products.
+
+    Returns
+    -------
+    float
+        ``−inf`` for a single code.
     """
     vectors = np.asarray(vectors, dtype=np.float64)
     N = vectors.shape[0]
@@ -122,9 +168,25 @@ def max_inner_product(vectors: np.ndarray, chunk_bytes: int = 64 * 2**20) -> flo
 def coherence(vectors: np.ndarray, chunk_bytes: int = 64 * 2**20) -> float:
     """``μ = max_{i≠j} <a_i, a_j> / |a|²``, in row chunks of bounded memory.
 
-    The codes must have equal norms (within 1e-9 relative): the margin argument ``|a|²(1 − μ)`` needs it.
-    A single code has no pair; it gets ``μ = −1``, the smallest coherence any pair of equal-norm codes can
-    have, so that margins and the constants built from ``|a|²(1 − μ)`` stay finite.
+    The codes must have equal norms (within 1e-9 relative): the margin argument ``|a|²(1 − μ)`` needs it. A
+    single code has no pair; it gets ``μ = −1``, the smallest coherence any pair of equal-norm codes can have,
+    so that margins and the constants built from ``|a|²(1 − μ)`` stay finite.
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        ``(N, D)`` codes of equal norm.
+    chunk_bytes : int
+        Bytes of one block of inner products.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    InputError
+        A zero code, or codes of unequal norms.
     """
     vectors = np.asarray(vectors, dtype=np.float64)
     norms = np.einsum("ij,ij->i", vectors, vectors)
@@ -154,11 +216,34 @@ def make_codes(
     *,
     scale: Literal["unit", "integer"] = "unit",
 ) -> Codes:
-    """Draw (or build) N codes of length D.
+    """Draw (or build) N codes of length D, with their geometry decided exactly (:class:`Codes`).
 
-    ``D=None`` picks the default: ``binary_length(N)`` for binary codes, ``sign_length(N)`` otherwise.
-    Raises ``ValueError`` when the codes cannot be distinct (``2^D < N`` for binary codes) or when an integer
-    scale is asked of Gaussian codes.
+    Parameters
+    ----------
+    kind : {"binary", "sign", "gaussian"}
+        ``binary``: the bits of i as ±1, deterministic, ``μ = 1 − 2/D``; ``sign``: i.i.d. uniform ±1;
+        ``gaussian``: i.i.d. normal vectors normalised to unit length.
+    N : int
+        Number of codes.
+    D : int, optional
+        Code length; default ``binary_length(N)`` for binary codes, ``sign_length(N)`` otherwise.
+    rng : numpy.random.Generator or int or None
+        The random source (sign and Gaussian codes).
+    scale : {"unit", "integer"}
+        ``unit``: ``|a| = 1``; ``integer``: ±1 entries (``|a|² = D``), so that constructions built on them
+        have integer weights.
+
+    Returns
+    -------
+    Codes
+
+    Raises
+    ------
+    ConditionError
+        Binary codes with ``2^D < N`` (they cannot be distinct).
+    InputError
+        An unknown kind or scale, N or D not a positive integer, ``D > 2^20``, or an integer scale asked of
+        Gaussian codes.
     """
     N = check_positive_int("N", N)
     if kind not in CODE_KINDS:

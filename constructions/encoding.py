@@ -14,10 +14,10 @@ says which slot answers a query (``queries``): the asked relation's (``"single"`
 
 The certifier never trusts a declaration: it builds the construction on several tasks and checks that every
 other array is identical and that the entity table is the declared superposition (refusing otherwise).
-:func:`recording` makes that check cheap at any N: inside it, :func:`georecall.constructions.parts.
-block_superposition` records its arguments and returns a read-only table of zeros (whose pages the operating
-system never commits), so the N × d table is never formed; the certifier then compares the recorded
-arguments with the declaration, exactly.
+:func:`recording` makes that check cheap at any N: inside it,
+:func:`georecall.constructions.parts.block_superposition` records its arguments and returns a read-only table
+of zeros (whose pages the operating system never commits), so the N × d table is never formed; the certifier
+then compares the recorded arguments with the declaration, exactly.
 """
 
 from __future__ import annotations
@@ -102,8 +102,14 @@ _RECORDING: contextvars.ContextVar[list[Superposition] | None] = contextvars.Con
 
 @contextmanager
 def recording() -> Iterator[list[Superposition]]:
-    """Within the block, ``block_superposition`` records its arguments (the list yielded) and returns a
-    read-only zero table instead of the superposition (never written, so never committed to memory)."""
+    """Within the block, ``block_superposition`` records its arguments and returns a read-only zero table
+    instead of the superposition (never written, so never committed to memory).
+
+    Yields
+    ------
+    list of Superposition
+        The calls recorded, in order (the list grows while the block runs).
+    """
     calls: list[Superposition] = []
     token = _RECORDING.set(calls)
     try:
@@ -113,5 +119,11 @@ def recording() -> Iterator[list[Superposition]]:
 
 
 def active_recording() -> list[Superposition] | None:
-    """The list the current :func:`recording` block appends to, or None outside one."""
+    """The list the current :func:`recording` block appends to.
+
+    Returns
+    -------
+    list of Superposition or None
+        None outside a :func:`recording` block.
+    """
     return _RECORDING.get()

@@ -15,6 +15,7 @@ import numpy as np
 from georecall.constructions.codes import Codes
 from georecall.constructions.encoding import Superposition, active_recording
 from georecall.constructions.model import MLP, Attention
+from georecall.errors import InputError
 
 __all__ = ["block_superposition", "code_readout", "gated_selector", "one_hot_positions", "positional_heads",
            "relation_tagged_readout", "uniform_gain_attention"]
@@ -24,16 +25,44 @@ SIGMA = np.array([1.0, -1.0])
 
 def uniform_gain_attention(d: int, gain: float) -> Attention:
     """One uniform head with ``W_V = I_d`` and ``W_O = gain·I_d``: at the last of T positions it adds
-    ``gain·mean_u x_u`` to the residual."""
+    ``gain·mean_u x_u`` to the residual (the single-hop mixer: ``y = c1·e_s + c2·q_r`` over ``⟨r, s⟩``).
+
+    Parameters
+    ----------
+    d : int
+        Residual width.
+    gain : float
+        g.
+
+    Returns
+    -------
+    Attention
+    """
     return Attention("uniform", W_V=np.eye(d)[None], W_O=gain * np.eye(d)[None])
 
 
 def block_superposition(codes: Codes, answers: np.ndarray, blocks: np.ndarray, d: int) -> np.ndarray:
-    """Entity embeddings ``E (N, d)`` with ``E[s, blocks[b]] = a_{answers[b, s]}`` and zeros elsewhere.
+    """Entity embeddings ``E (N, d)`` with ``E[s, blocks[b]] = a_{answers[b, s]}`` and zeros elsewhere: ``e_s
+    = Σ_b J_{B_b} a_{answers[b, s]}``, the block superposition.
 
-    ``answers`` has shape ``(P, N)`` (one row per block: a relation for G1 and C1, a relation path for G2) and
-    ``blocks`` shape ``(P, D)``: ``e_s = Σ_b J_{B_b} a_{answers[b, s]}``, the block superposition. Inside
-    ``constructions.encoding.recording()`` it records its arguments and returns zeros (``georecall certify``).
+    Inside ``constructions.encoding.recording()`` it records its arguments and returns zeros (``georecall
+    certify`` checks a declared encoding without forming the table).
+
+    Parameters
+    ----------
+    codes : Codes
+        The codebook.
+    answers : numpy.ndarray
+        ``(P, N)``: one row per block (a relation for G1 and C1, a relation path for G2).
+    blocks : numpy.ndarray
+        ``(P, D)`` residual coordinates.
+    d : int
+        Residual width.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(N, d)`` float64, read-only (the Model takes it without a copy).
     """
     P, N = answers.shape
     calls = active_recording()
@@ -68,6 +97,23 @@ def gated_selector(
     the pair ``(b, i, ±)`` outputs ``ReLU(t) − ReLU(−t) = t = y[blocks[b, i]]``: the MLP copies block b into
     O. When some gate of b is shut by more than ``max |y[blocks[b, ·]]|``, the pair outputs 0 (the ReLU is the
     gate). Each builder states the inequality that makes "shut" hold for its gate values.
+
+    Parameters
+    ----------
+    d : int
+        Residual width.
+    blocks : numpy.ndarray
+        ``(P, D)`` coordinates of the blocks.
+    gates : list of numpy.ndarray
+        Per gate group, ``(P,)``: the gate coordinate of each block.
+    out : numpy.ndarray
+        ``(D,)`` coordinates of the output block O.
+    threshold : float
+        The sum of a block's open gates (the units' bias is ``−threshold``).
+
+    Returns
+    -------
+    MLP
     """
     P, D = blocks.shape
     m = 2 * P * D
@@ -95,7 +141,31 @@ def positional_heads(
 
     Head h at query position q scores ``β·[u = targets[h][q]]`` through one-hot positions ``pos`` (positions q
     absent from ``targets[h]`` score 0 everywhere); its value reads ``read`` and writes ``gains[h]·`` that
-    code into ``writes[h]``. With n other visible positions it puts weight ``ε = n/(e^β + n)`` off target.
+    code into ``writes[h]``. With n other visible positions it puts weight ``ε = n/(e^β + n)`` off target
+    (``theory.statements.softmax_leakage``).
+
+    Parameters
+    ----------
+    d : int
+        Residual width.
+    pos : numpy.ndarray
+        ``(T,)`` coordinates of the one-hot positions.
+    targets : list of dict
+        Per head, ``{query position: target position}``.
+    read : numpy.ndarray
+        The coordinates copied.
+    writes : list of numpy.ndarray
+        Per head, the coordinates written (as many as ``read``).
+    gains : list of float
+        Per head, the factor written.
+    kind : {"softmax", "hard"}
+        The attention kind.
+    beta : float or None
+        The inverse temperature (None for hard attention).
+
+    Returns
+    -------
+    Attention
     """
     H, T, width = len(targets), pos.size, read.size
     W_Q, W_K = np.zeros((H, d, T)), np.zeros((H, d, T))
@@ -112,7 +182,19 @@ def positional_heads(
 
 
 def one_hot_positions(pos: np.ndarray, d: int) -> np.ndarray:
-    """Position embeddings ``P (T, d)`` with ``P[t] = 1_{pos[t]}``."""
+    """Position embeddings ``P (T, d)`` with ``P[t] = 1_{pos[t]}``.
+
+    Parameters
+    ----------
+    pos : numpy.ndarray
+        ``(T,)`` residual coordinates.
+    d : int
+        Residual width.
+
+    Returns
+    -------
+    numpy.ndarray
+    """
     P = np.zeros((pos.size, d))
     P[np.arange(pos.size), pos] = 1.0
     return P
@@ -125,7 +207,7 @@ def _compact(U_cols: np.ndarray, columns: np.ndarray, d: int) -> dict:
     if np.any(order != np.arange(order.size)):  # (no copy of U when the columns are already in order)
         columns, U_cols = np.asarray(columns)[order], U_cols[:, order]
     if np.unique(columns).size != columns.size:
-        raise ValueError("a read-out's columns must be distinct")
+        raise InputError("a read-out's columns must be distinct")
     if columns.size < d:
         if U_cols.flags.writeable or not U_cols.flags.c_contiguous:
             U_cols = np.ascontiguousarray(U_cols)  # (a copy only when it is not contiguous)
@@ -140,7 +222,31 @@ def _compact(U_cols: np.ndarray, columns: np.ndarray, d: int) -> dict:
 def code_readout(codes: Codes, n_out: int, d: int, out: np.ndarray, lam: float) -> dict:
     """The read-out ``U (n_out, d)`` with ``U_j = λ·a_j`` on the coordinates ``out`` and zero elsewhere, as
     Model keyword arguments (``Model(E, Q, layers=..., **code_readout(...))``): stored compactly, the
-    ``(n_out, |out|)`` block and its columns (0.16 GiB instead of 2.8 for G1 at N = 2^20)."""
+    ``(n_out, |out|)`` block and its columns (0.16 GiB instead of 2.8 for G1 at N = 2^20).
+
+    Parameters
+    ----------
+    codes : Codes
+        The codebook (its first ``n_out`` codes are read).
+    n_out : int
+        Read-out rows.
+    d : int
+        Residual width.
+    out : numpy.ndarray
+        The D coordinates read.
+    lam : float
+        λ.
+
+    Returns
+    -------
+    dict
+        ``unembedding`` (and ``readout_columns`` when fewer than d coordinates are read).
+
+    Raises
+    ------
+    InputError
+        ``out`` has repeated coordinates.
+    """
     U = codes.vectors[:n_out]  # read-only; λ = 1 shares the codebook's array (0.16 GiB at N = 2^20)
     return _compact(U if lam == 1 else lam * U, np.asarray(out), d)
 
@@ -148,14 +254,37 @@ def code_readout(codes: Codes, n_out: int, d: int, out: np.ndarray, lam: float) 
 def relation_tagged_readout(
     codes: Codes, N: int, R: int, d: int, out: np.ndarray, tags: np.ndarray, lam: float, gamma: float
 ) -> dict:
-    """Read-out for *disjoint* attributes (answer id ``r·N + j``):
-    ``U_{(r,j)} = λ·(J_O a_j + γ·1_{tags[r]})``, as Model keyword arguments (compact storage on ``out`` and
-    ``tags``, like :func:`code_readout`).
+    """Read-out for *disjoint* attributes (answer id ``r·N + j``): ``U_{(r,j)} = λ·(J_O a_j +
+    γ·1_{tags[r]})``, as Model keyword arguments (compact storage on ``out`` and ``tags``, like
+    :func:`code_readout`).
 
     ``tags[r]`` is a residual coordinate that holds a positive value ``t`` exactly when relation r is asked
     (G1's gate, A1's relation coordinate) and 0 otherwise. Against an answer of the wrong relation the right
     one gains ``λ·γ·t`` and loses at most ``λ·c·|a|²(1 − μ)`` on the code part when ``γ·t >= c·|a|²(1 − μ)``
     (c the scale of the code written in O): the single-hop margin is unchanged.
+
+    Parameters
+    ----------
+    codes : Codes
+        The codebook.
+    N, R, d : int
+        Entities, relations, residual width.
+    out : numpy.ndarray
+        The D coordinates of the output block.
+    tags : numpy.ndarray
+        ``(R,)`` relation-tag coordinates.
+    lam, gamma : float
+        λ and γ.
+
+    Returns
+    -------
+    dict
+        Model keyword arguments.
+
+    Raises
+    ------
+    InputError
+        Repeated coordinates among ``out`` and ``tags``.
     """
     out, tags = np.asarray(out), np.asarray(tags)
     U = np.zeros((N * R, out.size + R))

@@ -44,6 +44,7 @@ of integers are exact in any order), and every attention output is checked to be
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -51,6 +52,7 @@ from typing import Literal
 
 import numpy as np
 
+from georecall import __version__
 from georecall.constructions.rounding import (
     U64,
     absmm,
@@ -61,6 +63,7 @@ from georecall.constructions.rounding import (
     up,
 )
 from georecall.errors import InputError
+from georecall.io import atomic_write
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -110,7 +113,20 @@ def _read_only_throughout(array: np.ndarray) -> bool:
 
 def freeze_if_new(array: np.ndarray, source: np.ndarray) -> np.ndarray:
     """``array`` made read-only when it is a new array (not ``source`` itself, and owning its data), so that a
-    Model takes it without a second copy."""
+    Model takes it without a second copy.
+
+    Parameters
+    ----------
+    array : numpy.ndarray
+        The result of an operation on ``source`` (e.g. ``source.astype(dtype, copy=False)``).
+    source : numpy.ndarray
+        The array it came from (never frozen here).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``array``.
+    """
     if array is not source and array.base is None:
         array.setflags(write=False)
     return array
@@ -260,7 +276,18 @@ class Layer:
 
 def nonzero_columns(array: np.ndarray) -> np.ndarray:
     """Indices of the columns of a 2-D ``array`` with a nonzero entry, scanned in row blocks of about 2 MiB
-    (no full-size temporary at N = 2^20)."""
+    (no full-size temporary at N = 2^20).
+
+    Parameters
+    ----------
+    array : numpy.ndarray
+        ``(n, d)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Increasing int64 column indices.
+    """
     used = np.zeros(array.shape[1], dtype=bool)
     rows = max(1, 2**21 // (8 * max(1, array.shape[1])))
     for start in range(0, array.shape[0], rows):
@@ -460,14 +487,33 @@ class Model:
 
 
 def flatten(model: Model) -> dict[str, np.ndarray]:
-    """Every weight array of ``model`` under its flat name (``layers.0.mlp.W1``, ...): ``model.arrays()``."""
+    """Every weight array of ``model`` under its flat name (``layers.0.mlp.W1``, ...): ``model.arrays()``.
+
+    Parameters
+    ----------
+    model : Model
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+    """
     return model.arrays()
 
 
 def structure_of(model: Model) -> list[dict]:
     """The JSON-able structure of a model that its arrays do not carry: per layer, the attention kind and
-    inverse temperature (or None) and whether it has an MLP. ``unflatten`` needs it; ``save_model`` stores
-    it."""
+    inverse temperature (or None) and whether it has an MLP. :func:`unflatten` needs it; :func:`save_model`
+    stores it.
+
+    Parameters
+    ----------
+    model : Model
+
+    Returns
+    -------
+    list of dict
+        ``[{"attention": {"kind": ..., "inverse_temperature": ...} or None, "mlp": bool}, ...]``.
+    """
     return [
         {
             "attention": None
@@ -488,12 +534,28 @@ def unflatten(
 ) -> Model:
     """THE way to rebuild a Model from flat arrays (trainer, quantizer, I/O, probes all use it).
 
-    ``template`` is a Model (its structure and meta are kept) or a structure list from :func:`structure_of`.
-    ``readout_columns``: the compact read-out's columns, or None for a dense one; by default a Model
-    template's, kept when ``arrays["unembedding"]`` has the compact width and the entity embedding the
-    template's d (a dense ``(n_out, d)`` array, or a model of another width, makes a dense read-out), and None
-    for a structure list.
-    Raises ``ValueError`` naming a missing or unexpected array.
+    Parameters
+    ----------
+    template : Model or list of dict
+        A Model (its structure and meta are kept) or a structure list from :func:`structure_of`.
+    arrays : mapping of str to numpy.ndarray
+        Every array of the structure under its ``Model.arrays()`` name, and no other.
+    meta : dict, optional
+        The new model's meta (default: a Model template's, else empty).
+    readout_columns : numpy.ndarray or None, optional
+        The compact read-out's columns, or None for a dense one. By default a Model template's, kept when
+        ``arrays["unembedding"]`` has the compact width and the entity embedding the template's d (a dense
+        ``(n_out, d)`` array, or a model of another width, makes a dense read-out); None for a structure list.
+
+    Returns
+    -------
+    Model
+
+    Raises
+    ------
+    InputError
+        A structure that is not a list of per-layer objects, a missing or unexpected array (named), or arrays
+        whose shapes disagree (from the Model's own checks).
     """
     structure = structure_of(template) if isinstance(template, Model) else template
     if meta is None:
@@ -583,10 +645,26 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
     The pass computes in float64 whatever the storage dtype (float32 weights are cast, exactly; no product is
     formed in float32), so the limit is 2^53 for every dtype. Bounds every product the pass forms: the heads'
     ``W_V·W_O`` (formed once), then ``|x @ W|_∞ <= |x|_∞ · max_j Σ_i |W_ij|`` stage by stage; the last entry
-    bounds the margins (a difference of two logits, so twice the logits' bound), which are then exact
-    integers too. Raises
-    :class:`IntegerModeError` naming the first weight that is not an integer or the first stage whose bound
-    reaches 2^53.
+    bounds the margins (a difference of two logits, so twice the logits' bound), which are then exact integers
+    too (docs/theory.md, "Integer mode").
+
+    Parameters
+    ----------
+    model : Model
+        The weights (every one must be an integer).
+    T : int
+        The sequence length.
+
+    Returns
+    -------
+    dict of str to float
+        The bound of every stage, by name.
+
+    Raises
+    ------
+    IntegerModeError
+        Naming the first weight that is not an integer, an attention that is not uniform, or the first stage
+        whose bound reaches 2^53.
     """
     for name, array in model.arrays().items():
         if not np.array_equal(array, np.rint(array)):
@@ -631,8 +709,34 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
 
 
 def embed(model: Model, tokens: np.ndarray, dtype=None) -> np.ndarray:
-    """Input embeddings ``(B, T, d)`` of token ids ``(B, T)``: ``[E; Q][token] + P[t]``, gathered from E and Q
-    separately (no concatenated copy of E: 2.8 GiB for G1 at N = 2^20) and cast after the gather."""
+    """Input embeddings ``x_t = [E; Q][token_t] + P[t]``, shape ``(B, T, d)``.
+
+    ``[E; Q][token]`` is the one-hot row of ``token`` times the table ``[E; Q]``; every other term of that
+    product is an exact zero, so it equals the row itself in any arithmetic, and the rows are gathered from E
+    and Q separately (no one-hot matrix, and no concatenated copy of E: 2.8 GiB for G1 at N = 2^20). The rows
+    are cast to ``dtype`` after the gather (exact when widening, as in integer mode); ``P[t]`` is then added
+    in ``dtype``.
+
+    Parameters
+    ----------
+    model : Model
+        The weights.
+    tokens : numpy.ndarray
+        ``(B, T)`` token ids in ``[0, N + R)``.
+    dtype : numpy.dtype, optional
+        The working dtype (default: the entity table's).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(B, T, d)``.
+
+    Raises
+    ------
+    InputError
+        ``tokens`` not two-dimensional, an id outside the vocabulary, or a sequence longer than the model's
+        positions.
+    """
     tokens = np.asarray(tokens)
     if tokens.ndim != 2:
         raise InputError(f"tokens must have shape (batch, T), got {tokens.shape}")
@@ -1122,18 +1226,64 @@ class _Rounding:
 
 
 def chunk_size(model: Model, T: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
-    """Queries per chunk so that the largest per-query intermediate stays within ``chunk_bytes``."""
+    """Queries per chunk so that the largest per-query intermediate stays within ``chunk_bytes``.
+
+    Parameters
+    ----------
+    model : Model
+    T : int
+        The sequence length.
+    chunk_bytes : int
+        The budget of one intermediate.
+
+    Returns
+    -------
+    int
+        At least 1.
+    """
     widest = max(model.d, model.mlp_width, model.n_out) * max(T, 1)
     return max(1, chunk_bytes // (8 * widest))
 
 
 def iter_chunks(n: int, size: int) -> Iterator[slice]:
+    """Consecutive slices covering ``range(n)``, each of at most ``size`` items.
+
+    Parameters
+    ----------
+    n : int
+        Items.
+    size : int
+        Items per slice (>= 1).
+
+    Yields
+    ------
+    slice
+    """
     for start in range(0, n, size):
         yield slice(start, min(n, start + size))
 
 
 def predict(model: Model, tokens: np.ndarray, *, chunk: int | None = None) -> np.ndarray:
-    """Argmax predictions at the last position, in bounded-memory chunks."""
+    """Argmax predictions at the last position, by THE forward pass in bounded-memory chunks.
+
+    Parameters
+    ----------
+    model : Model
+    tokens : numpy.ndarray
+        ``(B, T)`` token ids.
+    chunk : int, optional
+        Queries per chunk (default :func:`chunk_size`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(B,)`` int64.
+
+    Raises
+    ------
+    InputError
+        As :func:`forward`.
+    """
     tokens = np.asarray(tokens)
     chunk = chunk or chunk_size(model, tokens.shape[1])
     out = np.empty(tokens.shape[0], dtype=np.int64)
@@ -1146,8 +1296,28 @@ def greedy_decode(model: Model, prompts: np.ndarray, steps: int, *, integer: boo
     """Greedy chain-of-thought decoding: ``steps`` times, predict at the last position and append the
     predicted entity as a new input token (re-embedded by the input table ``E``).
 
-    Returns ``(generated (B, steps), margins (B, steps))``, where a margin is top logit minus runner-up.
-    The model's outputs must be entities (``n_out == N``) for the prediction to be fed back.
+    Parameters
+    ----------
+    model : Model
+        Its outputs must be entities (``n_out == N``) for the prediction to be fed back.
+    prompts : numpy.ndarray
+        ``(B, T)`` token ids.
+    steps : int
+        Tokens generated.
+    integer : bool
+        Run THE forward pass in integer mode (the caller proved :func:`integer_bounds` for every length).
+
+    Returns
+    -------
+    generated : numpy.ndarray
+        ``(B, steps)`` int64.
+    margins : numpy.ndarray
+        ``(B, steps)``: top logit minus runner-up (``inf`` with one output).
+
+    Raises
+    ------
+    InputError
+        ``n_out != N``, or as :func:`forward`.
     """
     if model.n_out != model.n_entities:
         raise InputError(
@@ -1171,13 +1341,26 @@ def greedy_decode(model: Model, prompts: np.ndarray, steps: int, *, integer: boo
 
 def save_model(model: Model, path, extra_arrays: dict[str, np.ndarray] | None = None, **record) -> str:
     """Write a Model to ``.npz`` without pickle: every array under its ``Model.arrays()`` name, plus a JSON
-    header (layer structure, attention kinds and temperatures, ``meta``, the package version and ``record``,
-    e.g. parameters and seed). ``extra_arrays`` (e.g. the task table) are stored beside the weights. The file
-    is written atomically; a path without ".npz" gets the suffix; returns the path written."""
-    import json
+    header (layer structure, attention kinds and temperatures, the compact read-out's columns, ``meta``, the
+    package version and ``record``).
 
-    from georecall import __version__
+    Parameters
+    ----------
+    model : Model
+    path : str or path-like or binary file
+        The file; a path without ".npz" gets the suffix, and is written atomically (a temporary file in the
+        same folder, renamed when complete). A file object is written as it is (e.g. inside the caller's own
+        atomic write).
+    extra_arrays : dict of str to numpy.ndarray, optional
+        Arrays stored beside the weights (e.g. the task table).
+    **record
+        JSON-able facts for the header (parameters, seed, ...).
 
+    Returns
+    -------
+    str or file
+        The path written (or the file object given).
+    """
     structure = structure_of(model)
     header = {
         "format": "georecall-model-1",
@@ -1190,8 +1373,6 @@ def save_model(model: Model, path, extra_arrays: dict[str, np.ndarray] | None = 
     arrays = {key.replace(".", "__"): value for key, value in model.arrays().items()}
     arrays.update({f"extra____{key}": np.asarray(value) for key, value in (extra_arrays or {}).items()})
     arrays["__header__"] = np.array(json.dumps(header, default=str))
-    from georecall.io import atomic_write
-
     if hasattr(path, "write"):  # a binary file object (e.g. inside the caller's own atomic write)
         np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
         return path
@@ -1204,11 +1385,25 @@ def save_model(model: Model, path, extra_arrays: dict[str, np.ndarray] | None = 
 
 
 def load_model(path: str) -> tuple[Model, dict]:
-    """Read a Model written by :func:`save_model` (``allow_pickle=False``); returns ``(model, header)``, the
-    header's ``extra_arrays`` holding the stored extra arrays.
-    Raises ``ValueError`` for a file that is not a georecall model."""
-    import json
+    """Read a Model written by :func:`save_model` (``allow_pickle=False``).
 
+    Parameters
+    ----------
+    path : str or path-like
+        The ``.npz`` file.
+
+    Returns
+    -------
+    model : Model
+    header : dict
+        The JSON header; its ``extra_arrays`` hold the stored extra arrays.
+
+    Raises
+    ------
+    InputError
+        A file that cannot be read as ``.npz``, is not a georecall model (no or a bad header, an unknown
+        format, bad ``readout_columns``), or whose arrays do not make a Model (:func:`unflatten`).
+    """
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:

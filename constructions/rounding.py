@@ -38,7 +38,23 @@ _EXP_REL = 256 * U64  # the interval softmax's allowance for exp's own error (as
 
 def format_of(*dtypes) -> tuple[float, float]:
     """``(u, η)`` of the least precise of the given floating-point dtypes: the unit roundoff ``eps/2`` and a
-    bound on the absolute error of an underflowing product (the smallest subnormal)."""
+    bound on the absolute error of an underflowing product (the smallest subnormal).
+
+    Parameters
+    ----------
+    *dtypes : numpy.dtype or type
+        Floating-point dtypes.
+
+    Returns
+    -------
+    (float, float)
+        ``(u, η)``; ``(0, 0)`` for no dtype.
+
+    Raises
+    ------
+    ValueError
+        A dtype that is not floating-point (``numpy.finfo`` refuses it).
+    """
     u, eta = 0.0, 0.0
     for dtype in dtypes:
         info = np.finfo(np.dtype(dtype))
@@ -48,7 +64,20 @@ def format_of(*dtypes) -> tuple[float, float]:
 
 
 def gamma(n: int | float, u: float) -> float:
-    """``γ_n = n·u/(1 − n·u)`` (infinite when ``n·u >= 1``), rounded up."""
+    """``γ_n = n·u/(1 − n·u)`` (infinite when ``n·u >= 1/2``), rounded up: the relative error bound of a dot
+    product of length n in any summation order.
+
+    Parameters
+    ----------
+    n : int or float
+        The number of operations.
+    u : float
+        The unit roundoff.
+
+    Returns
+    -------
+    float
+    """
     nu = float(n) * u
     if nu >= 0.5:
         return np.inf
@@ -57,8 +86,21 @@ def gamma(n: int | float, u: float) -> float:
 
 def up(x, n: int = 4, out: np.ndarray | None = None):
     """``x`` (nonnegative, float64) inflated to cover the rounding of the at most ``n`` float64 operations
-    that computed it from exact nonnegative terms: ``x·(1 + 2γ_{n+2}) + (n + 2)·tiny`` (in place into
-    ``out`` when given)."""
+    that computed it from exact nonnegative terms: ``x·(1 + 2γ_{n+2}) + (n + 2)·tiny``.
+
+    Parameters
+    ----------
+    x : array_like
+        Nonnegative bounds.
+    n : int
+        The float64 operations that computed them.
+    out : numpy.ndarray, optional
+        Write the result here (in place).
+
+    Returns
+    -------
+    numpy.ndarray
+    """
     x = np.asarray(x, dtype=np.float64)
     result = np.multiply(x, 1.0 + 2.0 * gamma(n + 2, U64), out=out)
     result += (n + 2) * _TINY64
@@ -66,9 +108,24 @@ def up(x, n: int = 4, out: np.ndarray | None = None):
 
 
 def absmm(a: np.ndarray, b: np.ndarray, extra: int = 0) -> np.ndarray:
-    """An upper bound on the exact product ``a @ b`` of nonnegative arrays (float64 GEMM, then inflated by
-    the GEMM's own ``γ_n`` and ``extra`` further operations): ``a (..., n)``, ``b (n, k)``. Exactly 0 for an
-    empty product (n = 0); otherwise every entry gets ``n·tiny`` in case a product underflowed."""
+    """An upper bound on the exact product ``a @ b`` of nonnegative arrays (float64 GEMM, then inflated by the
+    GEMM's own ``γ_n`` and ``extra`` further operations). Exactly 0 for an empty product (n = 0); otherwise
+    every entry gets ``n·tiny`` in case a product underflowed.
+
+    Parameters
+    ----------
+    a : numpy.ndarray
+        ``(..., n)``, nonnegative.
+    b : numpy.ndarray
+        ``(n, k)``, nonnegative.
+    extra : int
+        Further float64 operations to cover.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(..., k)`` float64.
+    """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     n = a.shape[-1]
@@ -96,11 +153,28 @@ def softmax_weight_error(scores: np.ndarray, delta: np.ndarray, weights: np.ndar
     """Bound ``|weights − softmax(s)|`` entrywise for every exact score row ``s`` with ``|s − scores| <=
     delta`` (over the ``visible`` positions of the last axis; others have weight 0 in both).
 
-    Interval arithmetic with outward rounding: with ``c = max(scores)`` (softmax is shift invariant),
-    ``e_i ∈ [exp(ŝ_i − c − δ_i), exp(ŝ_i − c + δ_i)]`` and ``w_i = e_i/(e_i + Σ_{j≠i} e_j)`` is increasing in
-    ``e_i`` and decreasing in the others, so ``lo_i = e⁻_i/(e⁻_i + Σ_{j≠i} e⁺_j)`` and ``hi_i = e⁺_i/(e⁺_i +
-    Σ_{j≠i} e⁻_j)``. ``rel`` widens the interval by a relative ``rel`` (a computed softmax's own rounding).
-    Returns float64 bounds, at most 1.
+    Interval arithmetic with outward rounding: with ``c = max(scores)`` (softmax is shift invariant), ``e_i ∈
+    [exp(ŝ_i − c − δ_i), exp(ŝ_i − c + δ_i)]`` and ``w_i = e_i/(e_i + Σ_{j≠i} e_j)`` is increasing in ``e_i``
+    and decreasing in the others, so ``lo_i = e⁻_i/(e⁻_i + Σ_{j≠i} e⁺_j)`` and ``hi_i = e⁺_i/(e⁺_i + Σ_{j≠i}
+    e⁻_j)`` (docs/theory.md, "Sound float mode").
+
+    Parameters
+    ----------
+    scores : numpy.ndarray
+        The computed scores ŝ (any float dtype).
+    delta : numpy.ndarray
+        Bounds on ``|s − ŝ|``, broadcastable to ``scores``.
+    weights : numpy.ndarray
+        The computed weights ŵ.
+    visible : numpy.ndarray
+        Boolean mask of the positions attended to.
+    rel : float
+        Widen the interval by this relative amount (a computed softmax's own rounding).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 bounds, at most 1, 0 off the visible positions.
     """
     s = np.where(visible, np.asarray(scores, dtype=np.float64), -np.inf)
     c = np.max(s, axis=-1, keepdims=True)
@@ -133,7 +207,22 @@ def softmax_weight_error(scores: np.ndarray, delta: np.ndarray, weights: np.ndar
 def hard_weight_error(scores: np.ndarray, delta: np.ndarray, visible: np.ndarray) -> np.ndarray:
     """Bound ``|ŵ − w|`` for hard attention (uniform over the maximal positions): 0 on a row whose computed
     maximal set is certainly the exact one (every other position is certainly lower, and the maximal set is
-    one position or has exact scores, ``δ = 0``), else 1 on every position that may be maximal."""
+    one position or has exact scores, ``δ = 0``), else 1 on every position that may be maximal.
+
+    Parameters
+    ----------
+    scores : numpy.ndarray
+        The computed scores.
+    delta : numpy.ndarray
+        Bounds on their errors.
+    visible : numpy.ndarray
+        Boolean mask of the positions attended to.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, each entry 0 or 1.
+    """
     s = np.where(visible, np.asarray(scores, dtype=np.float64), -np.inf)
     d = np.where(visible, np.asarray(delta, dtype=np.float64), 0.0)
     top = np.max(s, axis=-1, keepdims=True)

@@ -50,7 +50,33 @@ class Construction:
 
 def resolve_codes(N: int, codes: Codes | str, D: int | None, rng, integer: bool) -> Codes:
     """The codebook a builder uses: a given :class:`Codes` (which must have N codes, and D must then be None
-    or agree), or ``make_codes(kind, N, D, rng)`` at integer scale when ``integer``."""
+    or agree), or ``make_codes(kind, N, D, rng)`` at integer scale when ``integer``.
+
+    Parameters
+    ----------
+    N : int
+        Codes needed.
+    codes : Codes or str
+        A codebook, or a kind for :func:`~georecall.constructions.codes.make_codes`.
+    D : int or None
+        Code length.
+    rng : numpy.random.Generator or int or None
+        The random source of drawn codes.
+    integer : bool
+        Integer scale (±1 entries).
+
+    Returns
+    -------
+    Codes
+
+    Raises
+    ------
+    InputError
+        A codebook with fewer than N codes, a D that contradicts it, or non-integer codes in integer mode
+        (and whatever :func:`~georecall.constructions.codes.make_codes` raises).
+    ConditionError
+        Binary codes too short for N.
+    """
     if isinstance(codes, Codes):
         if codes.N < N:
             raise InputError(f"codebook has {codes.N} codes, fewer than N = {N}")
@@ -103,18 +129,36 @@ def build_g1(
     Parameters
     ----------
     task : Task
-    codes : "binary", "sign", "gaussian" or a Codes
-    D : code length (default: ``⌈log2 N⌉`` binary, the high-probability length otherwise)
-    gate : the gate constant G (default ``2·c1·A/c2``: twice the bound; 4 for ±1 codes), at most
-        ``GATE_RANGE·c1·A/c2``
-    lam, gain : read-out scale λ and attention gain g
-    integer : ±1 codes at integer scale, so that every weight is an integer
+        The facts (shared or disjoint attributes).
+    codes : {"binary", "sign", "gaussian"} or Codes
+        The codebook, or its kind.
+    D : int, optional
+        Code length (default: ``⌈log2 N⌉`` binary, the high-probability length otherwise).
+    gate : float, optional
+        The gate constant G (default ``2·c1·A/c2``: twice the bound; 4 for ±1 codes), at most
+        ``GATE_RANGE·c1·A/c2``.
+    lam : float
+        The read-out scale λ.
+    gain : float
+        The attention gain g (``c1 = 1 + g/2``, ``c2 = g/2``).
+    integer : bool
+        ±1 codes at integer scale, so that every weight is an integer (integer mode).
+    rng : numpy.random.Generator or int or None
+        The random source of sign and Gaussian codes.
+
+    Returns
+    -------
+    Construction
+        The model, its promise (:func:`~georecall.theory.statements.g1_promise`), codes, constants and
+        layout.
 
     Raises
     ------
     ConditionError
-        outside the conditions (codes not distinct, ``c2·G <= c1·A``, ``c2·G > 2^26·c1·A`` (the gate range:
-        beyond it float64 rounding of the gate swamps the codes), integer mode with non-integer constants).
+        Outside the conditions: codes not distinct, ``c2·G <= c1·A``, ``c2·G > 2^26·c1·A`` (the gate range:
+        beyond it float64 rounding of the gate swamps the codes), integer mode with non-integer constants.
+    InputError
+        A codebook with fewer than N codes, or one that contradicts D or integer mode.
     """
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, integer)
@@ -181,10 +225,35 @@ def build_a1(
     when the codes are distinct. With ±1 codes and g = 2, ``h* = 2(|a|² − max_{i≠j}<a_i, a_j>)`` is an
     integer.
 
+    Parameters
+    ----------
+    task : Task
+        The facts (shared or disjoint attributes).
+    codes : {"binary", "sign", "gaussian"} or Codes
+        The codebook, or its kind.
+    D : int, optional
+        Code length (default as in :func:`build_g1`).
+    lam : float
+        The read-out scale λ.
+    gain : float
+        The attention gain g.
+    integer : bool
+        ±1 codes at integer scale, so that every weight is an integer (integer mode).
+    rng : numpy.random.Generator or int or None
+        The random source of sign and Gaussian codes.
+
+    Returns
+    -------
+    Construction
+        The model, its promise (:func:`~georecall.theory.statements.a1_promise`), codes, constants and
+        layout.
+
     Raises
     ------
     ConditionError
-        outside the conditions (codes not distinct; integer mode with non-integer constants).
+        Outside the conditions: codes not distinct; integer mode with non-integer constants.
+    InputError
+        A codebook with fewer than N codes, or one that contradicts D or integer mode.
     """
     N, R = task.N, task.R
     codes = resolve_codes(N, codes, D, rng, integer)

@@ -1,10 +1,9 @@
-"""The two kinds of error a user can cause, and nothing else.
+"""The errors a user can cause, and nothing else.
 
 - :class:`InputError`: bad input (a size out of range, a table that is not a bijection, a damaged file,
   options that contradict each other). The command line reports it in one line and exits with code 2.
 - :class:`ConditionError`: parameters outside a theorem's conditions (codes too short, a gate too small, a β
   whose leakage breaks the margin); the message names the violated inequality and its values. Exit code 2.
-
 - :class:`UserCodeError`: the user's own code (a construction loaded with ``--construction MODULE:ATTR``)
   raised, or broke the spec's contract. The command line names the exception ("your construction raised
   ValueError: ...") and exits with code 2; its traceback is shown with ``--debug`` (or ``GEORECALL_DEBUG=1``).

@@ -28,6 +28,7 @@ import errno
 import json
 import math
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from georecall.errors import InputError
+from georecall.memory import results_file_estimate
 from georecall.state_dict import from_state_dict, to_state_dict  # noqa: F401  (re-exported: docs/model_format.md)
 
 __all__ = ["MAX_LINE_BYTES", "FileLock", "LockTimeout", "ResultsFile", "append_jsonl", "atomic_write",
@@ -70,8 +72,6 @@ def validate_output_path(path: str, *, suffix: str | None = None, what: str = "o
         One line naming the path and what is wrong: empty path, missing directory, a directory where a file
         is asked for, a device, pipe or socket (``/dev/null``), an unwritable directory or target.
     """
-    import stat
-
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise InputError(f"{what}: an output path is required, got {path!r}")
     path = os.fspath(path)
@@ -191,6 +191,20 @@ def append_jsonl(path: str, record: dict) -> None:
     on a line of its own (the torn line is then skipped, and counted, by the reader). Non-finite floats are
     written as ``null`` (strict JSON). Does not lock: hold a :class:`FileLock` around appends when other
     processes may write the same file.
+
+    Parameters
+    ----------
+    path : str
+        The results file (created if absent).
+    record : dict
+        A JSON-able record.
+
+    Raises
+    ------
+    OSError
+        The file cannot be opened or written.
+    TypeError
+        A value that JSON cannot encode.
     """
     line = json.dumps(_strict(record), sort_keys=True, allow_nan=False) + "\n"
     with open(path, "a+b") as handle:
@@ -215,7 +229,16 @@ def _strict(value):
 
 
 def lock_path(path: str) -> str:
-    """The lock file of ``path``: ``<path>.lock``."""
+    """The lock file of ``path``: ``<path>.lock``.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    str
+    """
     return os.fspath(path) + ".lock"
 
 
@@ -394,10 +417,6 @@ def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[
     InputError
         ``path`` is a directory, a device, unreadable, or (with ``max_bytes``) too large for the budget.
     """
-    import stat
-
-    from georecall.errors import InputError
-
     if not os.path.exists(path):
         return out
     if os.path.isdir(path):
@@ -409,8 +428,6 @@ def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[
     if not stat.S_ISREG(info.st_mode):
         raise InputError(f"results file {path!r} is a device, pipe or socket, not a regular file")
     if max_bytes is not None:
-        from georecall.memory import results_file_estimate
-
         results_file_estimate(what, path, info.st_size).require(max_bytes)
     seen: set = set()
     try:

@@ -12,7 +12,7 @@ Importing it registers two hypothesis profiles and loads one of them (``GEORECAL
 
 - :func:`tables`: ``(R, N)`` tables of arbitrary bijections (shrinking toward small N, R and the identity);
 - :func:`tasks`: :class:`~georecall.theory.tasks.Task` objects built from them (shared or disjoint
-attributes);
+  attributes);
 - :func:`codebooks`: binary, sign or Gaussian :class:`~georecall.constructions.codes.Codes` of small length;
 - :func:`models`: random :class:`~georecall.constructions.model.Model` objects (uniform or softmax attention,
   heads, layers, positions) for gradient and forward-pass properties.
@@ -44,12 +44,16 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from georecall.constructions.codes import Codes, make_codes
 from georecall.constructions.model import Model
+from georecall.constructions.registry import ConstructionSpec, resolve
+from georecall.errors import ConditionError
 from georecall.theory.tasks import Task
+from georecall.verify.sections.suite import run_check
+from georecall.verify.training.train import init_model
 
 __all__ = ["PROFILES", "check_spec", "codebooks", "load_profile", "models", "tables", "tasks"]
 
@@ -90,7 +94,19 @@ load_profile()
 
 @st.composite
 def tables(draw, min_N: int = 1, max_N: int = 64, min_R: int = 1, max_R: int = 6) -> np.ndarray:
-    """An ``(R, N)`` table of arbitrary bijections; shrinks toward small N, R and identity permutations."""
+    """A strategy: an ``(R, N)`` table of arbitrary bijections; shrinks toward small N, R and identity
+    permutations.
+
+    Parameters
+    ----------
+    min_N, max_N, min_R, max_R : int
+        Ranges of the drawn sizes.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of ``(R, N)`` int64 arrays.
+    """
     N = draw(st.integers(min_N, max_N))
     R = draw(st.integers(min_R, max_R))
     rows = [draw(st.permutations(range(N))) for _ in range(R)]
@@ -100,7 +116,20 @@ def tables(draw, min_N: int = 1, max_N: int = 64, min_R: int = 1, max_R: int = 6
 @st.composite
 def tasks(draw, min_N: int = 1, max_N: int = 64, min_R: int = 1, max_R: int = 6,
           attributes: tuple[str, ...] = ("shared",)) -> Task:
-    """A :class:`Task` on a drawn table; ``attributes`` lists the variants to draw from."""
+    """A strategy: a :class:`~georecall.theory.tasks.Task` on a drawn :func:`tables` table.
+
+    Parameters
+    ----------
+    min_N, max_N, min_R, max_R : int
+        Ranges of the drawn sizes.
+    attributes : tuple of str
+        The variants to draw from (``"shared"``, ``"disjoint"``).
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of Task.
+    """
     table = draw(tables(min_N, max_N, min_R, max_R))
     return Task(table, draw(st.sampled_from(attributes)))
 
@@ -108,8 +137,25 @@ def tasks(draw, min_N: int = 1, max_N: int = 64, min_R: int = 1, max_R: int = 6,
 @st.composite
 def codebooks(draw, N: int, kinds: tuple[str, ...] = ("binary", "sign", "gaussian"), min_D: int = 1,
               max_D: int = 12, scale: str = "unit") -> Codes:
-    """N codes of a drawn kind and length (short lengths included, so that duplicates and near-duplicates
-    occur and guards are exercised); the draw of random codes is seeded by hypothesis."""
+    """A strategy: N codes of a drawn kind and length (short lengths included, so that duplicates and
+    near-duplicates occur and guards are exercised); the draw of random codes is seeded by hypothesis.
+
+    Parameters
+    ----------
+    N : int
+        Number of codes.
+    kinds : tuple of str
+        Kinds to draw from (``"binary"``, ``"sign"``, ``"gaussian"``).
+    min_D, max_D : int
+        Range of the code length (binary codes are at least ``⌈log2 N⌉`` long).
+    scale : {"unit", "integer"}
+        Integer scale gives ±1 entries (Gaussian codes are always unit).
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of Codes.
+    """
     kind = draw(st.sampled_from(kinds))
     if kind == "binary":
         D = draw(st.integers(max(min_D, max(1, (N - 1).bit_length())), max(max_D, (N - 1).bit_length(), 1)))
@@ -123,9 +169,21 @@ def codebooks(draw, N: int, kinds: tuple[str, ...] = ("binary", "sign", "gaussia
 @st.composite
 def models(draw, max_N: int = 8, max_R: int = 3, max_d: int = 8, max_m: int = 8, max_layers: int = 2,
            dtype=np.float64) -> Model:
-    """A randomly initialised Model (``verify.train.init_model``) of drawn shape, attention kind and heads."""
-    from georecall.verify.training.train import init_model
+    """A strategy: a randomly initialised Model (``verify.training.train.init_model``) of drawn shape,
+    attention kind (uniform or softmax), heads, layers and positions.
 
+    Parameters
+    ----------
+    max_N, max_R, max_d, max_m, max_layers : int
+        Upper ends of the drawn sizes.
+    dtype : numpy.dtype
+        The weights' dtype.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of Model.
+    """
     N, R = draw(st.integers(2, max_N)), draw(st.integers(1, max_R))
     d, m = draw(st.integers(2, max_d)), draw(st.integers(1, max_m))
     attention = draw(st.sampled_from(["uniform", "softmax"]))
@@ -174,12 +232,6 @@ def check_spec(spec, *, min_N: int = 1, max_N: int = 32, min_R: int = 1, max_R: 
     AssertionError
         The first (shrunk) task on which the check fails, with the failing report's name and numbers.
     """
-    from hypothesis import assume
-
-    from georecall.constructions.registry import ConstructionSpec, resolve
-    from georecall.errors import ConditionError
-    from georecall.verify.sections.suite import run_check
-
     spec = spec if isinstance(spec, ConstructionSpec) else resolve(spec)
     if attributes is None:
         attributes = ("shared", "disjoint") if "disjoint" in spec.variants else ("shared",)

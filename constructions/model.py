@@ -989,13 +989,16 @@ def _prefix_sums(x: _Tracked, rows: slice, arithmetic: _Arithmetic) -> _Tracked:
 def _through_heads(att: Attention, inputs: Iterable[_Tracked], dtype: np.dtype,
                    arithmetic: _Arithmetic) -> _Tracked:
     """``Σ_h z_h · (W_V W_O)_h`` for the per-head inputs ``z_h`` (``(B, P, d)``, taken one head at a time),
-    accumulated in the residual's ``dtype``, with the product ``W_V[h]·W_O[h]`` formed once per head
-    (:attr:`Attention.value_outputs`, float64, cast to ``dtype``): by associativity ``(z W_V) W_O = z (W_V
-    W_O)``, one product per query instead of two. Its rounding is bounded by
-    :meth:`Attention.value_output_error`; then the heads' sum (H additions into a zero array)."""
+    accumulated in the residual's ``dtype``.
+
+    The product ``W_V[h]·W_O[h]`` is formed once per head (:attr:`Attention.value_outputs`, in float64, cast
+    to ``dtype``): by associativity ``(z W_V) W_O = z (W_V W_O)``, one product per query instead of two. Its
+    rounding is bounded by :meth:`Attention.value_output_error`; then the heads' sum (H additions into a zero
+    array, ``γ_H``)."""
     rounding = arithmetic.rounding
     out: np.ndarray | None = None
-    err = abs_terms = None
+    err: np.ndarray | None = None
+    abs_terms: np.ndarray | None = None
     for h, z in enumerate(inputs):
         if out is None:
             out = np.zeros(z.value.shape, dtype=dtype)
@@ -1014,6 +1017,7 @@ def _through_heads(att: Attention, inputs: Iterable[_Tracked], dtype: np.dtype,
     assert out is not None  # every Attention has at least one head
     if rounding is None:
         return _Tracked(out)
+    assert err is not None and abs_terms is not None
     return _Tracked(out, up(err + gamma(att.heads, rounding.u) * abs_terms, att.heads))
 
 

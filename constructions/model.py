@@ -908,23 +908,49 @@ def _arithmetic(model: Model, *, integer: bool, errors: bool) -> _Arithmetic:
     """The pass's arithmetic. The working dtype is float64 in integer mode (casting integer weights of any
     float dtype to float64 is exact, so every product is formed in float64, where :func:`integer_bounds`
     proves it exact) and the entity table's dtype otherwise (products with a wider weight array promote,
-    as NumPy does). With ``errors`` in float mode, the rounding bookkeeping uses the unit roundoff and the
-    underflow bound of the least precise format in play."""
+    as NumPy does). With ``errors`` in float mode, the rounding bookkeeping uses the unit roundoff ``u`` and
+    the underflow bound of the least precise format in play. When the model mixes formats, an operation may
+    round twice (in the wider format, then when stored in the narrower one: ``|fl_c(fl_f(s)) − s| <= (u_c +
+    u_f + u_c·u_f)·|result|``), so ``u`` is then ``u_c + 2·u_f``."""
     dtype = np.dtype(np.float64) if integer else model.entity_embedding.dtype
     rounding = None
     if errors and not integer:
-        rounding = _Rounding(*format_of(dtype, *(a.dtype for a in model.arrays().values())))
+        dtypes = {dtype, *(a.dtype for a in model.arrays().values())}
+        u, eta = format_of(*dtypes)
+        if len(dtypes) > 1:  # a double rounding: coarse after fine
+            u += 2 * min(float(np.finfo(t).eps) / 2 for t in dtypes)
+        rounding = _Rounding(u, eta)
     return _Arithmetic(dtype, integer, rounding)
 
 
+def _cast_error(stored: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """``|stored − stored.astype(dtype)|`` entrywise (float64, rounded up), or None when every value of
+    ``stored``'s dtype is exact in ``dtype`` (a safe cast)."""
+    if np.can_cast(stored.dtype, dtype, casting="safe"):
+        return None
+    wide = stored.astype(np.float64)
+    return up(np.abs(wide - stored.astype(dtype).astype(np.float64)), 1)
+
+
 def _embedding(model: Model, tokens: np.ndarray, arithmetic: _Arithmetic) -> _Tracked:
-    """``x_t = [E; Q][token_t] + P[t]`` (:func:`embed`); the gather is exact, the position sum rounds once
-    (``u·|x|``)."""
+    """``x_t = [E; Q][token_t] + P[t]`` (:func:`embed`). Bound: the gather is exact, the position sum rounds
+    once (``u·|x|``), and a table stored in a wider format than the working dtype (Q or P; E defines the
+    working dtype) adds its rows' exact cast errors."""
     x = embed(model, tokens, arithmetic.dtype)
     error = None
     if arithmetic.rounding is not None:
-        error = (arithmetic.rounding.u * np.abs(x.astype(np.float64)) if model.position_embedding is not None
-                 else np.zeros(x.shape))
+        P = model.position_embedding
+        error = arithmetic.rounding.u * np.abs(x.astype(np.float64)) if P is not None else np.zeros(x.shape)
+        e_Q = _cast_error(model.relation_embedding, x.dtype)
+        e_P = None if P is None else _cast_error(P[: x.shape[1]], x.dtype)
+        if e_Q is not None or e_P is not None:
+            tokens = np.asarray(tokens)
+            if e_Q is not None:
+                relation = tokens >= model.n_entities
+                error[relation] += e_Q[tokens[relation] - model.n_entities]
+            if e_P is not None:
+                error += e_P[None]
+            error = up(error, 3)
     return _Tracked(x, error)
 
 
@@ -1123,13 +1149,19 @@ def _readout(model: Model, x: _Tracked, arithmetic: _Arithmetic) -> _Tracked:
     """``logits = x U^T``, reading only the residual coordinates ``U`` reads (:attr:`Model.readout`): a zero
     column of ``U`` contributes exact zeros to every logit, so ``x[:, columns] @ U[:, columns]^T`` is the
     same sum without its zero terms, whatever the storage (dense, or compact ``readout_columns``). ``U`` is
-    cast to the residual's dtype first (a float32 residual is read out in float32)."""
+    cast to the residual's dtype first (a float32 residual is read out in float32); a ``U`` stored wider adds
+    its exact cast error to the bound."""
     readout = model.readout
     read = x if readout.full else x[..., readout.columns]
-    logits = matmul_rows(read.value, readout.matrix.T.astype(read.value.dtype, copy=False))
+    U_t = readout.matrix.T.astype(read.value.dtype, copy=False)
+    logits = matmul_rows(read.value, U_t)
     rounding = arithmetic.rounding
-    return _Tracked(logits, None if rounding is None else rounding.product(read.value, read.error,
-                                                                            readout.matrix.T))
+    if rounding is None:
+        return _Tracked(logits)
+    e_U = _cast_error(readout.matrix.T, read.value.dtype)  # U stored wider than the residual: its cast
+    if e_U is None:
+        return _Tracked(logits, rounding.product(read.value, read.error, readout.matrix.T))
+    return _Tracked(logits, rounding.product(read.value, read.error, U_t, e_W=e_U))
 
 
 def _record_layer(record: Trace, y: _Tracked, weights: np.ndarray | None, h: _Tracked | None,

@@ -353,12 +353,19 @@ def test_golden_file_covers_every_builtin_construction(golden):
 
 def compare_with_captured(name: str, now: dict, then: dict, same_platform: bool) -> None:
     """``now`` equals the captured ``then``: bitwise in integer mode and for greedy decodes; in float mode
-    bitwise on the capturing platform, elsewhere within the sum of the two certified bounds."""
+    bitwise on the capturing platform, elsewhere within the sum of the two certified bounds.
+
+    One deliberate change since the capture: for a model that mixes storage formats (the ``mixed`` cases),
+    the bound now also covers the casts of tables stored wider than the working dtype and double roundings
+    (:func:`test_a_table_stored_wider_than_the_working_dtype_is_counted`); there the bounds may only have
+    grown, and everything else is still compared bitwise."""
     assert set(now) == set(then), sorted(set(now) ^ set(then))
     for key, value in now.items():
         assert value.dtype == then[key].dtype and value.shape == then[key].shape, (
             name, key, value.dtype, then[key].dtype, value.shape, then[key].shape)
-        if same_platform or key.startswith(("integer", "greedy_generated")):
+        if name.endswith("/mixed") and key.startswith("bound_"):
+            assert np.all(value >= then[key]), (name, key)
+        elif same_platform or key.startswith(("integer", "greedy_generated")):
             np.testing.assert_array_equal(value, then[key], err_msg=f"{name}: {key}")
     if not same_platform:  # another BLAS: both computed logits lie within their bounds of the exact ones
         for at in ("last", "all"):
@@ -462,6 +469,41 @@ def test_forward_against_the_exact_reference_property(seed, kind, heads, positio
         integer_bounds(model, T)
         got = forward(model, tokens, at="all", integer=True)
         assert [[[Fraction(float(v)) for v in row] for row in seq] for seq in got] == exact.tolist()
+
+
+def _tie_above(scale: float, ulp: float) -> float:
+    """A float64 just above the float32 rounding tie ``scale + ulp/2``: it rounds up, by almost half an
+    ulp."""
+    return scale + ulp / 2 + 2.0**-45
+
+
+@pytest.mark.parametrize("where", ["relation table", "positions", "read-out"])
+def test_a_table_stored_wider_than_the_working_dtype_is_counted(where):
+    """A float64 table in a float32 model is cast to float32 before use; the cast rounds, and the bound must
+    say so. Each model makes the cast round up by almost half an ulp and the product after it round up by
+    half an ulp, so the error is about twice the one rounding of a length-1 dot product. Before the casts
+    were counted, the relation-table and read-out cases failed (bounds 1.8e-7 against errors of 3.0e-7 and
+    2.4e-7); the positions case was covered by the position sum's own charge, and is kept as a control."""
+    f32 = np.float32
+    one = np.array([[1.0]], f32)
+    q = _tie_above(1.0, 2.0**-23)  # cast(q) = 1 + 2^-23, and 3·(1 + 2^-23) is a tie that rounds up
+    if where == "relation table":
+        model = Model(np.zeros((1, 1), f32), np.array([[q]]), np.array([[3.0]], f32))
+        tokens = np.array([[1]])
+    elif where == "positions":
+        model = Model(np.zeros((1, 1), f32), np.zeros((1, 1), f32), np.array([[3.0]], f32),
+                      position_embedding=np.array([[q]]))
+        tokens = np.array([[0]])
+    else:  # U = cast(w) rounds up, then x·U rounds up
+        model = Model(np.array([[1 + 2.0**-23]], f32), one, np.array([[_tie_above(3.0, 2.0**-22)]]))
+        tokens = np.array([[0]])
+    assert model.arrays()["entity_embedding"].dtype == f32
+    exact = exact_logits(model, tokens)[:, -1]
+    logits, bound = forward(model, tokens, errors=True)
+    assert logits.dtype == np.float32
+    error = abs(Fraction(float(logits[0, 0])) - exact[0, 0])
+    assert error > Fraction(2.0**-24 * 3)  # more than one rounding of the logit: the cast mattered
+    assert_within(logits, bound, exact, where)
 
 
 def test_the_exact_reference_catches_a_wrong_forward():

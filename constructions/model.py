@@ -90,6 +90,7 @@ __all__ = [
     "save_model",
     "structure_of",
     "unflatten",
+    "working_format",
 ]
 
 AttentionKind = Literal["uniform", "softmax", "hard"]
@@ -913,14 +914,30 @@ def _arithmetic(model: Model, *, integer: bool, errors: bool) -> _Arithmetic:
     round twice (in the wider format, then when stored in the narrower one: ``|fl_c(fl_f(s)) − s| <= (u_c +
     u_f + u_c·u_f)·|result|``), so ``u`` is then ``u_c + 2·u_f``."""
     dtype = np.dtype(np.float64) if integer else model.entity_embedding.dtype
-    rounding = None
-    if errors and not integer:
-        dtypes = {dtype, *(a.dtype for a in model.arrays().values())}
-        u, eta = format_of(*dtypes)
-        if len(dtypes) > 1:  # a double rounding: coarse after fine
-            u += 2 * min(float(np.finfo(t).eps) / 2 for t in dtypes)
-        rounding = _Rounding(u, eta)
+    rounding = _Rounding(*working_format(model)) if errors and not integer else None
     return _Arithmetic(dtype, integer, rounding)
+
+
+def working_format(model: Model) -> tuple[float, float]:
+    """``(u, η)`` that THE forward pass's float-mode bounds use on ``model`` (:func:`forward` with
+    ``errors=True``): the unit roundoff and underflow bound of the least precise format among the working
+    dtype (the entity table's) and every stored array's, with ``u = u_c + 2·u_f`` when the formats differ
+    (an operation may round in the wider format, then again when stored in the narrower).
+
+    Parameters
+    ----------
+    model : Model
+
+    Returns
+    -------
+    (float, float)
+        ``(u, η)``.
+    """
+    dtypes = {model.entity_embedding.dtype, *(a.dtype for a in model.arrays().values())}
+    u, eta = format_of(*dtypes)
+    if len(dtypes) > 1:  # a double rounding: coarse after fine
+        u += 2 * min(float(np.finfo(t).eps) / 2 for t in dtypes)
+    return u, eta
 
 
 def _cast_error(stored: np.ndarray, dtype: np.dtype) -> np.ndarray | None:

@@ -40,6 +40,7 @@ from georecall.constructions.model import (
     integer_bounds,
     iter_chunks,
     unflatten,
+    working_format,
 )
 from georecall.constructions.rounding import format_of
 from georecall.errors import InputError
@@ -273,9 +274,11 @@ def _certify(cube: Hypercube | None, v: np.ndarray, e_v: np.ndarray | None, answ
 
 
 def _working_format(model: Model, integer: bool) -> tuple[float, float]:
-    """``(u, η)`` of THE forward pass on ``model``: its working dtype and every stored array's."""
-    work = np.float64 if integer else model.entity_embedding.dtype
-    return format_of(work, *(a.dtype for a in model.arrays().values()))
+    """``(u, η)`` of THE forward pass on ``model`` (``constructions.model.working_format``, which counts the
+    double rounding of mixed storage formats); in integer mode the work is in float64."""
+    if integer:
+        return format_of(np.float64, *(a.dtype for a in model.arrays().values()))
+    return working_format(model)
 
 
 def _lowered(cert: Certified, slack: float) -> np.ndarray:

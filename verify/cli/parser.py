@@ -25,8 +25,13 @@ import warnings
 from typing import Any
 
 from georecall import __version__
+from georecall.constructions import registry
+from georecall.constructions.codes import CODE_KINDS
 from georecall.errors import InputError, UserCodeError
+from georecall.verify.checking.certify import MAX_POINTS
 from georecall.verify.cli import commands, render
+from georecall.verify.cli import params as cli_params
+from georecall.verify.experiments.demo import LIMITS as DEMO_LIMITS
 
 __all__ = ["CONFLICTS", "DEBUG_VARIABLE", "SHARED", "UsageError", "build_parser", "given_options", "main",
            "refuse_conflicts"]
@@ -65,6 +70,9 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # one line, exit 2 (argparse prints usage + message by default)
         raise UsageError(f"{self.prog}: {message}")
+
+
+_Subparsers = argparse._SubParsersAction  # what add_subparsers returns; each command's parser is added to it
 
 
 def _whole(minimum: int, maximum: int | None = None):
@@ -131,12 +139,10 @@ def _add_figure_options(p: argparse.ArgumentParser) -> None:
 
 
 def _choices(hops: str) -> str:
-    from georecall.constructions import registry
     return ", ".join(f"{spec.name} ({spec.id})" for spec in registry.specs(hops))
 
 
 def _code_kinds() -> tuple[str, ...]:
-    from georecall.constructions.codes import CODE_KINDS
     return tuple(CODE_KINDS)
 
 
@@ -293,16 +299,17 @@ def _add_user_constructions(p: argparse.ArgumentParser, which: str) -> None:
                         "registered one)")
 
 
-def _group(sub, name: str, help_: str, description: str):
+def _group(sub: _Subparsers, name: str, help_: str, description: str) -> _Subparsers:
     """A command with sub-commands of its own (``check KIND``, ``sweep KIND``, ``study KIND``): their parsers'
     container."""
     group = sub.add_parser(name, help=help_, description=description)
     return group.add_subparsers(dest="target", required=True, parser_class=_Parser, metavar="KIND")
 
 
-def _add_certify(sub, codes: tuple[str, ...]) -> None:
-    """``certify single-hop|multi-hop``: one verdict for every task (verify/checking/certify.py)."""
-    from georecall.verify.checking.certify import MAX_POINTS
+def _add_certify(sub: _Subparsers) -> None:
+    """``certify single-hop|multi-hop``: one verdict for every task (verify/checking/certify.py;
+    :class:`~.params.CertifySingleHopParams`, :class:`~.params.CertifyMultiHopParams`)."""
+    codes = _code_kinds()
     group = _group(sub, "certify", "certify a construction for every task at once",
                    "Prove that a construction answers every query of EVERY task ((N!)^R of them) with its "
                    "promised margin (CERTIFIED), or find a task where it fails (REFUTED, with a witness that "
@@ -352,21 +359,8 @@ def _add_certify(sub, codes: tuple[str, ...]) -> None:
         p.set_defaults(command=f"certify {hops}-hop")
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    """The ``georecall`` argument parser (construction choices from the registry).
-
-    Returns
-    -------
-    argparse.ArgumentParser
-        The parser; each sub-command sets ``command`` (a key of ``commands.COMMANDS``).
-    """
-    parser = _Parser(prog="georecall", description="Executable, exactly checked statements of 'Geometric "
-                     "Factual Recall in Transformers' (arXiv 2605.12426). Exit codes: 0 pass, 1 a check "
-                     "failed, 2 bad input or over the memory budget, 3 internal error, 130 interrupted.")
-    parser.add_argument("--version", action="version", version=f"georecall {__version__}")
-    sub = parser.add_subparsers(dest="group", required=True, parser_class=_Parser, metavar="COMMAND")
-    codes = _code_kinds()
-
+def _add_verify(sub: _Subparsers) -> None:
+    """``verify``: every check at its default size (:class:`~.params.VerifyParams`)."""
     p = sub.add_parser("verify", parents=_shared("verify"),
                        help="check every claim at default sizes (the main job)",
                        description="Run every construction check at its default size, the bound and counting "
@@ -375,9 +369,19 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_user_constructions(p, "any; only its rows, at the sizes its spec's verify_cases list")
     p.set_defaults(command="verify")
 
-    check_sub = _group(sub, "check", "check one construction exhaustively",
-                       "Build one construction on the seeded task and check every query.")
-    p = check_sub.add_parser("single-hop", parents=_shared("check single-hop"),
+
+def _add_check(sub: _Subparsers) -> None:
+    """``check single-hop|multi-hop``: one construction, every query."""
+    group = _group(sub, "check", "check one construction exhaustively",
+                   "Build one construction on the seeded task and check every query.")
+    _add_check_single_hop(group)
+    _add_check_multi_hop(group)
+
+
+def _add_check_single_hop(sub: _Subparsers) -> None:
+    """``check single-hop`` (:class:`~.params.CheckSingleHopParams`)."""
+    codes = _code_kinds()
+    p = sub.add_parser("single-hop", parents=_shared("check single-hop"),
                              help="a single-hop construction on R random bijections of [N]: all N·R queries",
                              description="Build a single-hop construction on R random bijections π_r of [N] "
                              "and check all N·R queries (s, r) -> π_r(s): argmax and logit margin of each.")
@@ -422,7 +426,11 @@ def _build_parser() -> argparse.ArgumentParser:
                         "of THE seeded one")
     p.set_defaults(command="check single-hop")
 
-    p = check_sub.add_parser("multi-hop", parents=_shared("check multi-hop"),
+
+def _add_check_multi_hop(sub: _Subparsers) -> None:
+    """``check multi-hop`` (:class:`~.params.CheckMultiHopParams`)."""
+    codes = _code_kinds()
+    p = sub.add_parser("multi-hop", parents=_shared("check multi-hop"),
                              help="G2, A2(a), A2(b) or C1 on k-hop queries: all N·R^k of them",
                              description="Build a k-hop construction and check all N·R^k queries "
                              "⟨r_k, …, r_1, s⟩ -> π_{r_k}(…π_{r_1}(s)). For cot: greedy decoding of every "
@@ -448,8 +456,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         "of THE seeded one")
     p.set_defaults(command="check multi-hop")
 
-    _add_certify(sub, codes)
 
+def _add_tradeoff(sub: _Subparsers) -> None:
+    """``tradeoff`` (:class:`~.params.TradeoffParams`)."""
     p = sub.add_parser("tradeoff", parents=_shared("tradeoff"),
                        help="the capacity-depth tradeoff as a table",
                        description="For k = 1..k_max, the d, m and parameter counts that every registered "
@@ -461,6 +470,9 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_table_options(p, "text")
     p.set_defaults(command="tradeoff")
 
+
+def _add_bounds(sub: _Subparsers) -> None:
+    """``bounds`` (:class:`~.params.BoundsParams`)."""
     p = sub.add_parser("bounds", parents=_shared("bounds"),
                        help="lower bounds beside the constructions' sizes",
                        description="Information-theoretic lower bounds on d (total information, per entity, "
@@ -484,6 +496,9 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_table_options(p, "md")
     p.set_defaults(command="bounds")
 
+
+def _add_count(sub: _Subparsers) -> None:
+    """``count`` (:class:`~.params.CountParams`)."""
     p = sub.add_parser("count", parents=_shared("count"),
                        help="enumerate all (N!)^R tasks and count |F_k|, |Trees_k|",
                        description="Exact enumeration over all (N!)^R tasks (small N): distinct k-hop answer "
@@ -495,6 +510,10 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_table_options(p, "text")
     p.set_defaults(command="count")
 
+
+def _add_precision(sub: _Subparsers) -> None:
+    """``precision`` (:class:`~.params.PrecisionParams`)."""
+    codes = _code_kinds()
     p = sub.add_parser("precision", parents=_shared("precision"),
                        help="smallest bits per parameter keeping a check exact",
                        description="Quantize every weight tensor to a b-bit uniform symmetric grid (step "
@@ -513,6 +532,9 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_table_options(p, "text")
     p.set_defaults(command="precision")
 
+
+def _add_train(sub: _Subparsers) -> None:
+    """``train`` (:class:`~.params.TrainParams`)."""
     p = sub.add_parser("train", parents=_shared("train"),
                        help="train a one-layer model on R random bijections",
                        description="Train the shared Model with the NumPy trainer (hand-written gradients, "
@@ -555,9 +577,12 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="write the trained model to this .npz file (atomically; .npz added when missing)")
     p.set_defaults(command="train")
 
-    sweep_sub = _group(sub, "sweep", "capacity-threshold sweeps",
+
+def _add_sweep(sub: _Subparsers) -> None:
+    """``sweep threshold`` (:class:`~.params.SweepThresholdParams`)."""
+    group = _group(sub, "sweep", "capacity-threshold sweeps",
                        "Capacity-threshold sweeps over (N, R, mode, seed).")
-    p = sweep_sub.add_parser("threshold", parents=_shared("sweep threshold"),
+    p = group.add_parser("threshold", parents=_shared("sweep threshold"),
                              help="smallest d reaching 100%% (learned vs frozen embeddings), resumable JSONL",
                              description="For each (N, R, mode, seed): the smallest residual width d (MLP "
                              "width m = width_factor·d) at which training reaches 100% within the step "
@@ -597,10 +622,13 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="thresholds.jsonl", metavar="RESULTS.jsonl", help="JSONL results file")
     p.set_defaults(command="sweep threshold")
 
-    study_sub = _group(sub, "study", "studies of trained models",
+
+def _add_study(sub: _Subparsers) -> None:
+    """``study mechanism`` (:class:`~.params.StudyMechanismParams`)."""
+    group = _group(sub, "study", "studies of trained models",
                        "Declared grids of training regimes × seeds, every probe on every model, resumable "
                        "JSONL, a summary with pre-declared verdicts.")
-    p = study_sub.add_parser("mechanism", parents=_shared("study mechanism"),
+    p = group.add_parser("mechanism", parents=_shared("study mechanism"),
                              help="does gradient descent find the geometry? (docs/study.md)",
                              description="Train every regime of the declared grid (docs/study.md) for each "
                              "seed, run every probe, append one record per (regime, seed) to --out; then "
@@ -633,6 +661,9 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_figure_options(p)
     p.set_defaults(command="study mechanism")
 
+
+def _add_probe(sub: _Subparsers) -> None:
+    """``probe`` (:class:`~.params.ProbeParams`)."""
     p = sub.add_parser("probe", parents=_shared("probe"),
                        help="mechanism probes of a saved model",
                        description="Superposition readout (held-out R²), per-relation linear probes, causal "
@@ -645,6 +676,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subjects", type=_whole(1, L["N"]), default=256, help="number of subjects intervened on")
     p.set_defaults(command="probe")
 
+
+def _add_eval(sub: _Subparsers) -> None:
+    """``eval`` (:class:`~.params.EvalParams`)."""
     p = sub.add_parser("eval", parents=_shared("eval"),
                        help="accuracy and margins of a model file, per relation",
                        description="Evaluate a model file (written by train --out, check --save, or from a "
@@ -661,6 +695,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="greedy chain-of-thought decoding of k steps (default: as the file records)")
     p.set_defaults(command="eval")
 
+
+def _add_transfer(sub: _Subparsers) -> None:
+    """``transfer`` (:class:`~.params.TransferParams`)."""
     p = sub.add_parser("transfer", parents=_shared("transfer"),
                        help="freeze-and-swap transfer to new bijections",
                        description="Keep the MLP, attention, relation embeddings and U; build subject "
@@ -676,6 +713,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="label of the record in the transfer figure (default: the model file's name)")
     p.set_defaults(command="transfer")
 
+
+def _add_probe_hidden(sub: _Subparsers) -> None:
+    """``probe-hidden`` (:class:`~.params.ProbeHiddenParams`)."""
     p = sub.add_parser("probe-hidden", parents=_shared("probe-hidden"),
                        help="linear relational encoding of supplied states",
                        description="Hidden states of a real LM, supplied as STATES.npz with arrays 'states' "
@@ -687,6 +727,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="share h of states held out, 0 < h < 1, at least one on each side")
     p.set_defaults(command="probe-hidden")
 
+
+def _add_probe_lm(sub: _Subparsers) -> None:
+    """``probe-lm`` (:class:`~.params.ProbeLmParams`)."""
     p = sub.add_parser("probe-lm", parents=_shared("probe-lm"),
                        help="a real LM's states on real facts (lm extra)",
                        description="Hidden states of a causal LM at the last subject token of real "
@@ -713,6 +756,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="write lm_layers.{png,svg} here (plot extra)")
     p.set_defaults(command="probe-lm")
 
+
+def _add_figures(sub: _Subparsers) -> None:
+    """``figures`` (:class:`~.params.FiguresParams`)."""
     p = sub.add_parser("figures", parents=_shared("figures"),
                        help="draw the figures (needs the plot extra)",
                        description="Capacity thresholds, the construction-vs-bound tradeoff, margin "
@@ -724,7 +770,9 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_figure_options(p)
     p.set_defaults(command="figures")
 
-    from georecall.verify.experiments.demo import LIMITS as DEMO_LIMITS
+
+def _add_demo(sub: _Subparsers) -> None:
+    """``demo`` (:class:`~.params.DemoParams`)."""
     p = sub.add_parser("demo", parents=_shared("demo"),
                        help="a walk through G1 at N = 8, R = 2, then a trained model",
                        description="A narrated walk through G1: the codes a_j, the residual blocks, the "
@@ -740,7 +788,32 @@ def _build_parser() -> argparse.ArgumentParser:
                         "created when missing (needs the plot extra)")
     _add_figure_options(p)
     p.set_defaults(command="demo")
+
+
+# The commands in the order of ``georecall --help``: each function declares one command (or one group).
+_DECLARATIONS = (_add_verify, _add_check, _add_certify, _add_tradeoff, _add_bounds, _add_count, _add_precision,
+                 _add_train, _add_sweep, _add_study, _add_probe, _add_eval, _add_transfer, _add_probe_hidden,
+                 _add_probe_lm, _add_figures, _add_demo)
+
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    """The ``georecall`` argument parser (construction choices from the registry).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The parser; each sub-command sets ``command`` (a key of ``commands.COMMANDS``).
+    """
+    parser = _Parser(prog="georecall", description="Executable, exactly checked statements of 'Geometric "
+                     "Factual Recall in Transformers' (arXiv 2605.12426). Exit codes: 0 pass, 1 a check "
+                     "failed, 2 bad input or over the memory budget, 3 internal error, 130 interrupted.")
+    parser.add_argument("--version", action="version", version=f"georecall {__version__}")
+    sub = parser.add_subparsers(dest="group", required=True, parser_class=_Parser, metavar="COMMAND")
+    for declare in _DECLARATIONS:
+        declare(sub)
     return parser
+
 
 
 build_parser = _build_parser  # the public name (main looks it up at call time; tests may replace it)
@@ -846,12 +919,12 @@ def main(argv: list[str] | None = None) -> int:
             caught = caught_now
             args = build_parser().parse_args(argv)
             state["command"], state["json"] = args.command, bool(getattr(args, "json", False))
-            state["params"] = {key: value for key, value in vars(args).items() if key not in ("group",
-                                                                                            "target")}
+            state["params"] = {key: value for key, value in vars(args).items()
+                               if key not in cli_params.STRUCTURE}
             refuse_conflicts(args, given_options(argv))
-            args.progress = hasattr(args, "quiet") and not (args.quiet or getattr(args, "json", False))
+            params = cli_params.build(args)  # typed, once; the budget is created here
             with contextlib.redirect_stdout(printed):
-                doc = commands.COMMANDS[args.command](args)
+                doc = commands.COMMANDS[args.command](params)
             lines = _warning_lines(caught)
         if state["json"]:
             if lines:
@@ -866,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
         if not state["json"]:
             for line in lines[:_WARNINGS_SHOWN]:
                 print(f"georecall: warning: {line}", file=sys.stderr)
-        if doc["command"] == "bounds" and args.progress and args.format in ("md", "latex"):
+        if doc["command"] == "bounds" and params.progress and args.format in ("md", "latex"):
             print(f"{len(doc['rows'])} rows in {doc['seconds']:.2f} s; gap = d / d_min; a bound with d_min = "
                   f"0 is vacuous for that construction (its facts sit in P0, the MLP).", file=sys.stderr)
         return int(doc["status"])
@@ -925,8 +998,6 @@ def _warning_lines(caught) -> list[str]:
 def _out_of_memory(exc: MemoryError, debug: bool, fail, construction: str | None) -> int:
     """Out of memory under the estimate: the user's construction's promise sized it when the command named
     one (exit 2); otherwise the estimate is wrong (a bug, exit 3)."""
-    from georecall.constructions import registry
-
     spec = None
     if isinstance(construction, str):
         with contextlib.suppress(InputError):

@@ -521,21 +521,27 @@ def test_every_command_has_its_row_of_shared_options():
         assert _offered(sub) == set(SHARED[command]), command
 
 
-class _Recorder:
-    """The parsed arguments, recording which attributes a command reads (reads by ``_doc``, which copies the
-    seed into every document, do not count: they are not a use)."""
+class _Reads:
+    """Which attributes of the typed parameters (``georecall.verify.cli.params``) a command reads, while
+    installed on :class:`Params` (reads by ``_doc``, which copies the seed and the budget into every document,
+    and by the parameters' own methods do not count: they are not a use)."""
 
-    def __init__(self, args):
-        object.__setattr__(self, "_args", args)
-        object.__setattr__(self, "read", set())
+    def __init__(self):
+        self.read: set[str] = set()
 
-    def __getattr__(self, name):
-        if sys._getframe(1).f_code.co_name != "_doc":
-            self.read.add(name)
-        return getattr(self._args, name)
+    def install(self, monkeypatch):
+        from georecall.verify.cli.params import Params
 
-    def __setattr__(self, name, value):
-        setattr(self._args, name, value)
+        real = object.__getattribute__
+        reads = self.read
+
+        def recording(obj, name):
+            caller = sys._getframe(1).f_code
+            if caller.co_name != "_doc" and not caller.co_filename.endswith("params.py"):
+                reads.add(name)
+            return real(obj, name)
+
+        monkeypatch.setattr(Params, "__getattribute__", recording)
 
 
 def _small_argv(tmp_path) -> dict[str, list[str]]:
@@ -571,8 +577,7 @@ def test_every_shared_option_offered_is_read_by_its_command(tmp_path, capsys, mo
 
     import numpy as np
 
-    from georecall.verify.cli import parser as parser_module
-    from georecall.verify.cli.parser import SHARED, build_parser
+    from georecall.verify.cli.parser import SHARED
     from georecall.verify.experiments import study
     from georecall.verify.sections import suite
 
@@ -589,21 +594,15 @@ def test_every_shared_option_offered_is_read_by_its_command(tmp_path, capsys, mo
 
     monkeypatch.setattr(study, "run_study", fake_study)
     capsys.readouterr()
-    real = build_parser
-    seen: list[_Recorder] = []
-
-    class Parser:  # main's parser, handing main and the command a recorder of the parsed arguments
-        def parse_args(self, argv):
-            seen.append(_Recorder(real().parse_args(argv)))
-            return seen[-1]
-
-    monkeypatch.setattr(parser_module, "build_parser", Parser)
-    field = {"seed": "seed", "quiet": "progress", "max-gib": "max_gib"}
+    field = {"seed": "seed", "quiet": "progress", "max-gib": "budget"}
     # probe-lm needs the lm extra and a model: tests/test_lm.py runs it on a tiny model
     assert set(_small_argv(tmp_path)) == set(SHARED) - {"probe-lm"}
     for command, argv in _small_argv(tmp_path).items():
-        assert main(argv) in (0, 1), command
-        unused = {name for name in SHARED[command] if name in field and field[name] not in seen[-1].read}
+        reads = _Reads()
+        with monkeypatch.context() as patch:
+            reads.install(patch)
+            assert main(argv) in (0, 1), command
+        unused = {name for name in SHARED[command] if name in field and field[name] not in reads.read}
         assert not unused, f"{command} offers {sorted(unused)} but never reads them"
     capsys.readouterr()
 

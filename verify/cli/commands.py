@@ -1,29 +1,80 @@
 """Commands: one function per ``georecall`` command, returning a result document (no printing).
 
-Each ``run_<command>(p)`` takes the parsed parameters (an ``argparse.Namespace`` or any object with the same
-attributes), validates everything the library would otherwise trip over (ranges, contradictory options, output
-paths, damaged input files, the memory estimate against the budget) *before* any work, runs the library, and
-returns a document: a dict with ``command``, ``version``, ``seed``, ``params``, ``status`` (the exit code: 0
-pass, 1 a check failed), ``memory`` (the estimate and the budget) and the command's results. Bad input raises
+Each ``run_<command>(p)`` takes that command's typed parameters (:mod:`georecall.verify.cli.params`, built
+once from the parsed arguments, the memory budget included), validates what depends on several options or on
+files (contradictory combinations the parser cannot see, output paths, damaged input files, the memory
+estimate against ``p.budget``) *before* any work, runs the library, and returns a document: a dict with
+``command``, ``version``, ``seed``, ``params``, ``status`` (the exit code: 0 pass, 1 a check failed),
+``memory`` (the estimate and the budget) and the command's results. Bad input raises
 :class:`~georecall.errors.InputError` (exit 2). Progress lines on stderr are the library's, and only when
 ``p.progress`` is true; rendering is :mod:`georecall.verify.cli.render`'s job.
+
+Imports: the library modules are imported here at module level, except those that pull in scipy or networkx
+(the ``verify`` sections, the bound tables and counts, the trainer and the sweep: measured to slow
+``georecall --help`` by about 0.4 s) and the ``lm`` extra's package (only ``probe-lm`` imports it); those
+are imported by the command that needs them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import os
-import re
+import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from georecall import __version__, memory
+from georecall.constructions import registry
+from georecall.constructions.model import ATTENTION_KINDS, load_model, save_model
 from georecall.errors import InputError
-from georecall.memory import Estimate
+from georecall.io import append_jsonl, atomic_write, validate_output_path
+from georecall.memory import Estimate, query_bytes
+from georecall.theory import seeds
+from georecall.theory.tasks import Attributes, Task, task_for_seed
+from georecall.theory.tokens import queries, teacher_forcing
+from georecall.verify.checking import certify as cert
+from georecall.verify.checking.check import check_decoding, check_queries
+from georecall.verify.cli.params import (
+    BoundsParams,
+    CertifyMultiHopParams,
+    CertifySingleHopParams,
+    CheckMultiHopParams,
+    CheckSingleHopParams,
+    CountParams,
+    DemoParams,
+    EvalParams,
+    FigureFiles,
+    FiguresParams,
+    Params,
+    PrecisionParams,
+    ProbeHiddenParams,
+    ProbeLmParams,
+    ProbeParams,
+    Seeded,
+    StudyMechanismParams,
+    SweepThresholdParams,
+    Table,
+    TradeoffParams,
+    TrainParams,
+    TransferParams,
+    VerifyParams,
+)
+from georecall.verify.experiments import demo, probes, study
+from georecall.verify.experiments.figures import (
+    DEFAULT_DPI,
+    DEFAULT_FORMATS,
+    PLOT_HINT,
+    construction_figure,
+    have_matplotlib,
+    make_figures,
+    save_figure,
+)
 
 __all__ = [
     "LIMITS",
@@ -74,17 +125,16 @@ def _limit(name: str) -> int:
     return value
 
 
-def _doc(command: str, p, params: dict, est: Estimate | None, budget: int | None, **results) -> dict:
-    doc = {"command": command, "version": __version__, "seed": getattr(p, "seed", None), "params": params,
-           "status": 0}
-    if est is not None and budget is not None:
-        doc["memory"] = {**est.as_dict(), "budget_gib": round(budget / memory.GIB, 6)}
+def _doc(p: Params, params: dict, est: Estimate | None, **results) -> dict:
+    """The result document of command ``p.command``: ``command``, ``version``, ``seed``, ``params``,
+    ``status`` (0 unless ``results`` says otherwise), ``memory`` (``est`` against ``p.budget``, when ``est``
+    is given) and ``results``."""
+    doc = {"command": p.command, "version": __version__, "seed": p.seed if isinstance(p, Seeded) else None,
+           "params": params, "status": 0}
+    if est is not None:
+        doc["memory"] = {**est.as_dict(), "budget_gib": round(p.budget.max_bytes / memory.GIB, 6)}
     doc.update(results)
     return doc
-
-
-def _budget(p) -> int:
-    return memory.budget_bytes(getattr(p, "max_gib", None))
 
 
 def _queries(N: int, R: int, k: int) -> None:
@@ -94,11 +144,10 @@ def _queries(N: int, R: int, k: int) -> None:
                          "or k")
 
 
-def _positive_finite(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            math.isfinite(value) and value > 0):
-        raise InputError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
+def _binary_codes_fit(codes: str | None, D: int | None, N: int) -> None:
+    """Refuse binary codes (the default ones: ``codes`` None) too short to tell N entities apart."""
+    if codes in ("binary", None) and D is not None and D < 63 and 2**D < N:
+        raise InputError(f"binary codes need 2^D >= N; got 2^{D} = {2**D} < N = {N}")
 
 
 def output_path(path: str, *, suffix: str | None = None, what: str = "output file") -> str:
@@ -120,8 +169,12 @@ def output_path(path: str, *, suffix: str | None = None, what: str = "output fil
     -------
     str
         The path that will be written.
+
+    Raises
+    ------
+    InputError
+        ``path`` is a directory, its folder is missing or not writable, or it names a device.
     """
-    from georecall.io import validate_output_path
     if path and os.path.isdir(path):  # before a suffix turns DIR into DIR.npz
         raise InputError(f"{what} {path!r} is a directory; give a file name")
     try:
@@ -171,8 +224,7 @@ def _input_file(path: str, what: str) -> str:
     return path
 
 
-def _spec(name: str, hops: str | None):
-    from georecall.constructions import registry
+def _spec(name: str, hops: str | None) -> registry.ConstructionSpec:
     spec = registry.resolve(name)
     if hops is not None and spec.hops != hops:
         other = "multi-hop" if spec.hops == "multi" else "single-hop"
@@ -183,10 +235,19 @@ def _spec(name: str, hops: str | None):
 # ----------------------------------------------------------------------------------------------- verify
 
 
-def verify_estimate(specs=None) -> Estimate:
-    """The largest ``verify`` case's estimate (every registered construction's ``verify_cases``, or those of
-    ``specs``)."""
-    from georecall.constructions import registry
+def verify_estimate(specs: list[registry.ConstructionSpec] | None = None) -> Estimate:
+    """The largest ``verify`` case's estimate.
+
+    Parameters
+    ----------
+    specs : list of ConstructionSpec, optional
+        Only these constructions' ``verify_cases`` (default: every registered construction's).
+
+    Returns
+    -------
+    Estimate
+        The estimate of the case with the largest total.
+    """
     worst = Estimate("verify")
     for spec in registry.specs() if specs is None else specs:
         for case in spec.verify_cases:
@@ -199,91 +260,78 @@ def verify_estimate(specs=None) -> Estimate:
     return worst
 
 
-def run_verify(p) -> dict:
-    """Every section of ``georecall verify`` (``suite.SECTIONS``)."""
-    from georecall.constructions import registry
-    from georecall.verify.sections import suite
-    chosen = _user_constructions(p)
+def run_verify(p: VerifyParams) -> dict:
+    """``verify``: every section of ``georecall verify`` (``suite.SECTIONS``), or with ``--construction``
+    only those constructions' rows.
+
+    Parameters
+    ----------
+    p : VerifyParams
+
+    Returns
+    -------
+    dict
+        The document; ``status`` 1 when any row failed.
+
+    Raises
+    ------
+    InputError
+        An unknown construction, or the largest case over the budget.
+    """
+    from georecall.verify.sections import suite  # networkx, scipy: kept off georecall --help
+    chosen = _user_constructions(p.construction)
     specs = None if chosen is None else [registry.get(c) for c in chosen]
-    budget = _budget(p)
-    est = verify_estimate(specs).require(budget)
+    est = verify_estimate(specs).require(p.budget)
     start = time.perf_counter()
     reports = []
     if specs is not None:  # --construction: only those constructions, at the sizes their specs list
         for spec in specs:
             reports += [rep.as_dict() for rep in suite.construction_reports(spec, p.seed, p.progress)]
         ok = all(rep["passed"] for rep in reports)
-        return _doc("verify", p, {"seed": p.seed, "constructions": chosen}, est, budget,
-                    status=0 if ok else 1, passed=ok, seconds=round(time.perf_counter() - start, 3),
-                    reports=reports)
+        return _doc(p, {"seed": p.seed, "constructions": chosen}, est, status=0 if ok else 1, passed=ok,
+                    seconds=round(time.perf_counter() - start, 3), reports=reports)
     for title, section in suite.SECTIONS:
         if p.progress:
-            import sys
             print(f"== {title}", file=sys.stderr, flush=True)
         reports += [rep.as_dict() for rep in section(seed=p.seed, progress=p.progress)]
     ok = all(rep["passed"] for rep in reports)
-    return _doc("verify", p, {"seed": p.seed}, est, budget, status=0 if ok else 1, passed=ok,
+    return _doc(p, {"seed": p.seed}, est, status=0 if ok else 1, passed=ok,
                 seconds=round(time.perf_counter() - start, 3), reports=reports)
 
 
 # ------------------------------------------------------------------------------------------------ check
 
 
-def _check(p, hops: str) -> dict:
-    from georecall.verify.sections import suite
-    spec = _spec(p.construction, hops)
-    k = getattr(p, "k", 1)
-    _queries(p.N, p.R, k)
-    integer = bool(getattr(p, "integer", False))
-    bits = getattr(p, "bits", None)
-    if bits is not None and integer:
-        raise InputError("--bits and --integer do not combine: quantized weights are not integers")
-    if integer and p.codes == "gaussian":
-        raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
-    if getattr(p, "symmetric", False) and p.N % 2:
-        raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
-    if p.codes in ("binary", None) and p.D is not None and p.D < 63 and 2**p.D < p.N:
-        raise InputError(f"binary codes need 2^D >= N; got 2^{p.D} = {2**p.D} < N = {p.N}")
-    save = output_path(p.save, suffix=".npz", what="model file") if getattr(p, "save", None) else None
-    budget = _budget(p)
-    est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes or "binary", D=p.D,
-                                dtype=getattr(p, "dtype", "float64"),
-                                bits=bits, integer=integer, attributes=getattr(p, "attributes", "shared"),
-                                what=f"check {hops}-hop").require(budget)
-    common = dict(construction=spec, codes=p.codes, D=p.D, seed=p.seed, max_bytes=budget, progress=p.progress)
-    if getattr(p, "task", None):  # a given task (a witness of georecall certify, say), not the seeded one
-        common["task"] = _task_file(p.task, p.N, p.R, getattr(p, "attributes", "shared"),
-                                    getattr(p, "symmetric", False))
-    tmp = None
-    if save is not None:
-        directory, base = os.path.split(os.path.abspath(save))
-        tmp = os.path.join(directory, f".{base}.tmp-{os.getpid()}.npz")
-        common["save"] = tmp
+@contextlib.contextmanager
+def _saved_atomically(save: str | None) -> Iterator[str | None]:
+    """A temporary path beside ``save`` for the library to write, renamed to ``save`` when the block
+    completes and removed whatever happens (``None`` when nothing is saved)."""
+    if save is None:
+        yield None
+        return
+    directory, base = os.path.split(os.path.abspath(save))
+    tmp = os.path.join(directory, f".{base}.tmp-{os.getpid()}.npz")
     try:
-        if hops == "single":
-            rep = suite.check_single_hop(p.N, p.R, integer=integer, gate=p.gate, beta=p.beta, lam=p.lam,
-                                         dtype=p.dtype, bits=bits, attributes=p.attributes,
-                                         symmetric=p.symmetric, **common)
-        else:
-            rep = suite.check_multi_hop(p.N, p.R, k, attention=p.attention, beta=p.beta, gate=p.gate,
-                                        **common)
-        if tmp is not None and save is not None:
-            os.replace(tmp, save)
+        yield tmp
+        os.replace(tmp, save)
     finally:
-        if tmp is not None and os.path.exists(tmp):
+        if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _check_document(p: CheckSingleHopParams | CheckMultiHopParams, rep, est: Estimate,
+                    save: str | None) -> dict:
+    """The document of a check: its report, with ``save`` and ``task`` in its parameters."""
     report = rep.as_dict()
-    params = {**report["params"], "save": save, **({"task": p.task} if getattr(p, "task", None) else {})}
+    params = {**report["params"], "save": save, **({"task": p.task} if p.task else {})}
     report["params"] = params
     rest = {key: value for key, value in report.items() if key not in ("passed", "version", "params")}
-    return _doc(f"check {hops}-hop", p, params, est, budget, status=0 if rep.passed else 1,
-                passed=rep.passed, reports=[report], **rest)
+    return _doc(p, params, est, status=0 if rep.passed else 1, passed=rep.passed, reports=[report], **rest)
 
 
-def _task_file(path: str, N: int, R: int, attributes: str, symmetric: bool):
+def _task_file(path: str, N: int, R: int, attributes: Attributes, symmetric: bool) -> Task:
     """The task in an ``(R, N)`` ``.npy`` table (``check --task``), validated: shape, integer ids, bijections
     (perfect matchings with ``--symmetric``)."""
-    from georecall.theory.tasks import Task
     member = memory.npy_member(_input_file(path, "task file"))
     if member.shape != (R, N):
         raise InputError(f"task file {path!r} holds a table of shape {member.shape}, expected (R, N) = "
@@ -294,7 +342,7 @@ def _task_file(path: str, N: int, R: int, attributes: str, symmetric: bool):
         table = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(f"cannot read task file {path!r}: {str(exc).splitlines()[0]}") from None
-    task = Task(table, attributes)  # type: ignore[arg-type]  # validates the bijections (InputError)
+    task = Task(table, attributes)  # validates the bijections (InputError)
     rows = np.arange(R)[:, None]
     if symmetric and not (np.array_equal(table[rows, table], np.broadcast_to(np.arange(N), (R, N)))
                           and not np.any(table == np.arange(N))):
@@ -302,23 +350,100 @@ def _task_file(path: str, N: int, R: int, attributes: str, symmetric: bool):
     return task
 
 
-def run_check_single_hop(p) -> dict:
-    """``check single-hop``: one single-hop construction, every N·R query."""
-    return _check(p, "single")
+def run_check_single_hop(p: CheckSingleHopParams) -> dict:
+    """``check single-hop``: one single-hop construction, every N·R query.
+
+    Parameters
+    ----------
+    p : CheckSingleHopParams
+
+    Returns
+    -------
+    dict
+        The document; ``status`` 1 when a query fails.
+
+    Raises
+    ------
+    InputError
+        A k-hop construction, gaussian codes with ``--integer``, ``--symmetric`` with N odd, binary codes
+        with 2^D < N, an unwritable ``--save``, a bad ``--task`` file, or the estimate over the budget.
+    """
+    from georecall.verify.sections import suite  # networkx, scipy: kept off georecall --help
+    spec = _spec(p.construction, "single")
+    _queries(p.N, p.R, 1)
+    # --bits with --integer: refused by the parser (parser.CONFLICTS)
+    if p.integer and p.codes == "gaussian":
+        raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
+    if p.symmetric and p.N % 2:
+        raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
+    _binary_codes_fit(p.codes, p.D, p.N)
+    save = output_path(p.save, suffix=".npz", what="model file") if p.save else None
+    est = memory.check_estimate(spec, p.N, p.R, 1, codes=p.codes or "binary", D=p.D, dtype=p.dtype,
+                                bits=p.bits, integer=p.integer, attributes=p.attributes,
+                                what="check single-hop").require(p.budget)
+    task = _task_file(p.task, p.N, p.R, p.attributes, p.symmetric) if p.task else None
+    with _saved_atomically(save) as tmp:
+        rep = suite.check_single_hop(p.N, p.R, construction=spec,  # type: ignore[arg-type]  # a spec works
+                                     codes=p.codes, D=p.D, seed=p.seed, integer=p.integer, gate=p.gate,
+                                     beta=p.beta, lam=p.lam, dtype=p.dtype, bits=p.bits,
+                                     attributes=p.attributes, symmetric=p.symmetric, task=task, save=tmp,
+                                     max_bytes=p.budget.max_bytes, progress=p.progress)
+    return _check_document(p, rep, est, save)
 
 
-def run_check_multi_hop(p) -> dict:
-    """``check multi-hop``: one k-hop construction, every N·R^k query."""
-    return _check(p, "multi")
+def run_check_multi_hop(p: CheckMultiHopParams) -> dict:
+    """``check multi-hop``: one k-hop construction, every N·R^k query.
+
+    Parameters
+    ----------
+    p : CheckMultiHopParams
+
+    Returns
+    -------
+    dict
+        The document; ``status`` 1 when a query fails.
+
+    Raises
+    ------
+    InputError
+        A single-hop construction, binary codes with 2^D < N, a bad ``--task`` file, or the estimate over the
+        budget.
+    """
+    from georecall.verify.sections import suite  # networkx, scipy: kept off georecall --help
+    spec = _spec(p.construction, "multi")
+    _queries(p.N, p.R, p.k)
+    _binary_codes_fit(p.codes, p.D, p.N)
+    est = memory.check_estimate(spec, p.N, p.R, p.k, codes=p.codes or "binary", D=p.D,
+                                what="check multi-hop").require(p.budget)
+    task = _task_file(p.task, p.N, p.R, "shared", False) if p.task else None
+    rep = suite.check_multi_hop(p.N, p.R, p.k, construction=spec,  # type: ignore[arg-type]  # a spec works
+                                codes=p.codes, D=p.D, attention=p.attention, beta=p.beta, gate=p.gate,
+                                seed=p.seed, task=task, max_bytes=p.budget.max_bytes, progress=p.progress)
+    return _check_document(p, rep, est, None)
 
 
 # ---------------------------------------------------------------------------------------------- certify
 
 
-def certify_estimate(spec, N: int, R: int, k: int, codes: str, D: int | None) -> Estimate:
+def certify_estimate(spec: registry.ConstructionSpec, N: int, R: int, k: int, codes: str,
+                     D: int | None) -> Estimate:
     """Peak bytes of ``certify``: codes, the declaration's tasks (and k-hop tables), the weights without the
-    entity table (never formed for a recorded superposition), the per-position maps and the point chunks."""
-    from georecall.verify.checking import certify as cert
+    entity table (never formed for a recorded superposition), the per-position maps and the point chunks.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+    N, R, k : int
+        Entities, relations, hops.
+    codes : str
+        The code kind.
+    D : int or None
+        The code length (``None``: the default for ``codes``).
+
+    Returns
+    -------
+    Estimate
+    """
     est = Estimate(f"certify {spec.hops}-hop")
     D_used = memory.code_length(codes, N, D)
     promise = spec.nominal_promise(N, R, k)
@@ -332,45 +457,56 @@ def certify_estimate(spec, N: int, R: int, k: int, codes: str, D: int | None) ->
     return est
 
 
-def run_certify(p) -> dict:
-    """``certify single-hop|multi-hop``: every task at once (verify/checking/certify.py)."""
-    from georecall.verify.checking import certify as cert
-    hops = "single" if p.command == "certify single-hop" else "multi"
-    spec = _spec(p.construction, hops)
-    k = getattr(p, "k", 1)
-    integer = bool(getattr(p, "integer", False))
-    if integer and getattr(p, "float", False):
-        raise InputError("--integer and --float exclude each other")
-    if hops == "single" and not integer and not getattr(p, "float", False):
+def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
+    """``certify single-hop|multi-hop``: every task at once (verify/checking/certify.py).
+
+    Parameters
+    ----------
+    p : CertifySingleHopParams or CertifyMultiHopParams
+
+    Returns
+    -------
+    dict
+        The document; ``status`` 0 only for CERTIFIED.
+
+    Raises
+    ------
+    InputError
+        ``--integer`` with ``--float`` or with gaussian codes, ``--symmetric`` with N odd, binary codes with
+        2^D < N, an unwritable ``--witness``, or the estimate over the budget.
+    """
+    spec = _spec(p.construction, "single" if isinstance(p, CertifySingleHopParams) else "multi")
+    k, integer, symmetric = 1, False, False
+    attributes: Attributes = "shared"
+    options: dict[str, Any]
+    if isinstance(p, CertifySingleHopParams):
+        if p.integer and p.float:
+            raise InputError("--integer and --float exclude each other")
         # exact arithmetic where the construction has an integer scale and no real constant was asked for
-        integer = ("integer" in spec.accepts() and p.codes in ("binary", "sign") and p.lam == 1.0
-                   and p.gate is None)
-    if integer and p.codes == "gaussian":
-        raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
-    if getattr(p, "symmetric", False) and p.N % 2:
-        raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
-    if p.codes == "binary" and p.D is not None and p.D < 63 and 2**p.D < p.N:
-        raise InputError(f"binary codes need 2^D >= N; got 2^{p.D} = {2**p.D} < N = {p.N}")
-    witness = output_path(p.witness, suffix=".npy", what="witness file") if p.witness else None
-    budget = _budget(p)
-    est = certify_estimate(spec, p.N, p.R, k, p.codes, p.D).require(budget)
-    if hops == "single":
+        integer = p.integer or (not p.float and "integer" in spec.accepts() and p.codes in ("binary", "sign")
+                                and p.lam == 1.0 and p.gate is None)
+        attributes, symmetric = p.attributes, p.symmetric
         options = {"gate": p.gate, "lam": p.lam, **({"integer": True} if integer else {})}
     else:
-        options = {"attention": p.attention, "beta": p.beta, "gate": p.gate}
+        k, options = p.k, {"attention": p.attention, "beta": p.beta, "gate": p.gate}
+    if integer and p.codes == "gaussian":
+        raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
+    if symmetric and p.N % 2:
+        raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
+    _binary_codes_fit(p.codes, p.D, p.N)
+    witness = output_path(p.witness, suffix=".npy", what="witness file") if p.witness else None
+    est = certify_estimate(spec, p.N, p.R, k, p.codes, p.D).require(p.budget)
     result = cert.certify(spec, p.N, p.R, k, codes=p.codes, D=p.D, options=options, seed=p.seed,
-                          attributes=getattr(p, "attributes", "shared"),
-                          symmetric=getattr(p, "symmetric", False),
-                          max_points=p.max_points, progress=p.progress)
+                          attributes=attributes, symmetric=symmetric, max_points=p.max_points,
+                          progress=p.progress)
     written = None
     if result.witness_table is not None and witness is not None:
-        from georecall.io import atomic_write
         table = result.witness_table
         written = atomic_write(witness, lambda f: np.save(f, table, allow_pickle=False))
     doc = result.as_dict()
     doc["witness_file"] = written
     params = {**doc.pop("params"), "witness": witness, "max_points": p.max_points}
-    return _doc(p.command, p, params, est, budget, status=0 if result.passed else 1, **doc)
+    return _doc(p, params, est, status=0 if result.passed else 1, **doc)
 
 
 # ------------------------------------------------------------------------------------- tables and counts
@@ -388,44 +524,39 @@ PRECISION_HEADERS = {"bits": ("b", "$b$"), "exact": ("exact", "exact"), "accurac
 PRECISION_COLUMNS = ("bits", "exact", "accuracy", "min_margin")
 
 
-def _table_format(p, default: str = "text") -> str:
+def _table_format(p: Table, json_flag: bool, default: str = "text") -> str:
     """The table format of a table command: ``--format`` (json also by ``--json``, which the parser refuses
     beside another ``--format``: ``parser.CONFLICTS``); ``--columns``/``--caption``/``--label`` are refused
     where they do nothing."""
-    fmt = getattr(p, "format", None) or default
-    if getattr(p, "json", False):
-        fmt = "json"
-    if getattr(p, "columns", None) is not None and fmt not in ("md", "csv", "latex"):
+    fmt = "json" if json_flag else p.format or default
+    if p.columns is not None and fmt not in ("md", "csv", "latex"):
         raise InputError(f"--columns chooses the columns of an md, csv or latex table, not of {fmt}")
-    for flag in ("caption", "label"):
-        if getattr(p, flag, None) is not None and fmt != "latex":
+    for flag, value in (("caption", p.caption), ("label", p.label)):
+        if value is not None and fmt != "latex":
             raise InputError(f"--{flag} is for --format latex")
     return fmt
 
 
-def _columns(p) -> list[str] | None:
-    text = getattr(p, "columns", None)
-    if text is None:
+def _columns(p: Table) -> list[str] | None:
+    if p.columns is None:
         return None
-    columns = [c.strip() for c in text.split(",") if c.strip()]
+    columns = [c.strip() for c in p.columns.split(",") if c.strip()]
     if not columns:
         raise InputError("--columns needs at least one column name (comma-separated)")
     return columns
 
 
-def _table_text(p, fmt: str, rows: list[dict], columns, headers) -> str:
-    from georecall.bounds.tables import render_table
+def _table_text(p: Table, fmt: str, rows: list[dict], columns, headers) -> str:
+    from georecall.bounds.tables import render_table  # networkx, scipy: kept off georecall --help
     if fmt in ("text", "json"):
         return ""
-    return render_table(rows, fmt, columns=_columns(p) or columns, headers=headers,
-                        caption=getattr(p, "caption", None), label=getattr(p, "label", None))
+    return render_table(rows, fmt, columns=_columns(p) or columns, headers=headers, caption=p.caption,
+                        label=p.label)
 
 
-def _user_constructions(p, hops: str | None = None) -> list[str] | None:
+def _user_constructions(names: list[str] | None, hops: str | None = None) -> list[str] | None:
     """The ids of ``--construction`` (registered names, ``MODULE:ATTR`` or ``FILE.py:ATTR``; a user's
     construction is imported and registered), or None for every registered one."""
-    from georecall.constructions import registry
-    names = getattr(p, "construction", None)
     if not names:
         return None
     ids = []
@@ -438,31 +569,41 @@ def _user_constructions(p, hops: str | None = None) -> list[str] | None:
     return list(dict.fromkeys(ids))
 
 
-def run_tradeoff(p) -> dict:
+def run_tradeoff(p: TradeoffParams) -> dict:
     """``tradeoff``: d, m and parameters of every k-hop construction (or those of ``--construction``) for
-    k = 1..k_max."""
-    from georecall.constructions import registry
-    from georecall.verify.sections.suite import tradeoff_rows
-    fmt = _table_format(p)
-    if p.k_max > LIMITS["k"]:
-        raise InputError(f"--k-max is at most {LIMITS['k']}, got {p.k_max}")
+    k = 1..k_max.
+
+    Parameters
+    ----------
+    p : TradeoffParams
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    InputError
+        R^k_max over 2^40, a table option that does not apply, or a single-hop ``--construction``.
+    """
+    from georecall.verify.sections.suite import tradeoff_rows  # networkx, scipy: kept off --help
+    fmt = _table_format(p, p.json)
+    # --k-max <= LIMITS["k"]: the parser's type
     if p.R ** p.k_max > 2**40:
         raise InputError(f"R^k_max = {p.R}^{p.k_max} relation paths is too many to tabulate (limit 2^40): "
                          "lower --k-max or --R")
-    budget = _budget(p)
     est = Estimate("tradeoff").add("the table (promises only: nothing is built)", 64 * p.k_max * 2**10,
-                                   "--k-max").require(budget)
-    chosen = _user_constructions(p, "multi")
+                                   "--k-max").require(p.budget)
+    chosen = _user_constructions(p.construction, "multi")
     rows = tradeoff_rows(p.N, p.R, p.k_max, constructions=chosen)
     specs = registry.specs("multi") if chosen is None else [registry.get(c) for c in chosen]
     legend = [f"{s.id}: {s.result}" for s in specs]
-    return _doc("tradeoff", p, {"N": p.N, "R": p.R, "k_max": p.k_max, "constructions": chosen, "format": fmt},
-                est, budget, rows=rows, constructions=[s.id for s in specs], legend=legend, format=fmt,
+    return _doc(p, {"N": p.N, "R": p.R, "k_max": p.k_max, "constructions": chosen, "format": fmt}, est,
+                rows=rows, constructions=[s.id for s in specs], legend=legend, format=fmt,
                 text=_table_text(p, fmt, rows, TRADEOFF_COLUMNS, TRADEOFF_HEADERS))
 
 
-def _needed_bits(items) -> dict[str, int]:
-    from georecall.constructions import registry
+def _needed_bits(items: list[str] | None) -> dict[str, int]:
     needed = {}
     for item in items or []:
         name, sep, value = item.rpartition("=")
@@ -478,51 +619,71 @@ def _needed_bits(items) -> dict[str, int]:
     return needed
 
 
-def run_bounds(p) -> dict:
+def run_bounds(p: BoundsParams) -> dict:
     """``bounds``: lower bounds on d beside every construction's d (or those of ``--construction``); with
     ``--gaps`` the gap table (``tables.gap_rows``) at the b each construction needs and at a per-parameter
-    b."""
-    from georecall.bounds.tables import bound_rows, gap_rows, render
+    b.
+
+    Parameters
+    ----------
+    p : BoundsParams
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    InputError
+        ``--bits`` with ``--gaps``, ``--needed`` without it, a bad ``--needed`` item, a table option that does
+        not apply, or the estimate over the budget.
+    """
+    from georecall.bounds.tables import bound_rows, gap_rows, render  # networkx, scipy: kept off --help
     from georecall.verify.sections.bounds_checks import per_parameter_bits, table_bits
-    fmt = _table_format(p, default="md")
-    for N in p.N:
-        if N > LIMITS["bounds_N"]:
-            raise InputError("--N is at most 2^53 for the bound tables (the gadget scan is float64), got "
-                             f"{N}")
-    gaps = bool(getattr(p, "gaps", False))
-    if gaps and p.bits is not None:
+    fmt = _table_format(p, p.json, default="md")
+    # N <= 2^53 and 1/64 <= b <= 64: the parser's types
+    if p.gaps and p.bits is not None:
         raise InputError("--gaps evaluates each construction at the b it needs (and per parameter): "
                          "--bits does not apply (use --needed NAME=B to set one)")
-    if not gaps and getattr(p, "needed", None):
+    if not p.gaps and p.needed:
         raise InputError("--needed is for the gap table: add --gaps")
     bits = p.bits if p.bits is not None else [1.0]
-    for b in bits:
-        if not (1 / 64 <= b <= _limit("bits")):
-            raise InputError(f"bits per parameter b must lie in [1/64, 64], got {b}")
-    chosen = _user_constructions(p)
+    chosen = _user_constructions(p.construction)
     # the b of each spec's bits claim (``ConstructionSpec.bits``), overridden or added by --needed
-    needed = {**table_bits(), **_needed_bits(getattr(p, "needed", None))} if gaps else {}
-    budget = _budget(p)
-    est = memory.bounds_estimate(p.N, p.R, p.k).require(budget)
+    needed = {**table_bits(), **_needed_bits(p.needed)} if p.gaps else {}
+    est = memory.bounds_estimate(p.N, p.R, p.k).require(p.budget)
     start = time.perf_counter()
-    if gaps:
+    if p.gaps:
         rows = gap_rows(p.N, p.R, p.k, needed, per_parameter_bits(), constructions=chosen)
     else:
         rows = bound_rows(p.N, p.R, p.k, bits, constructions=chosen)
-    text = render(rows, fmt, columns=_columns(p), caption=getattr(p, "caption", None),
-                  label=getattr(p, "label", None)) if fmt != "json" else ""
-    params = {"N": p.N, "R": p.R, "k": p.k, "bits": None if gaps else bits, "format": fmt, "gaps": gaps,
+    text = render(rows, fmt, columns=_columns(p), caption=p.caption, label=p.label) if fmt != "json" else ""
+    params = {"N": p.N, "R": p.R, "k": p.k, "bits": None if p.gaps else bits, "format": fmt, "gaps": p.gaps,
               "needed": needed or None, "constructions": chosen}
-    return _doc("bounds", p, params, est, budget, rows=rows, text=text, format=fmt,
+    return _doc(p, params, est, rows=rows, text=text, format=fmt,
                 seconds=round(time.perf_counter() - start, 3))
 
 
-def run_count(p) -> dict:
-    """``count``: enumerate every (N!)^R task and count |F_k| and |Trees_k|."""
-    from georecall.bounds.counting import MAX_TASKS, closed_forms, enumerate_counts
-    fmt = _table_format(p)
-    if p.k > LIMITS["k"]:
-        raise InputError(f"--k is at most {LIMITS['k']} for count, got {p.k}")
+def run_count(p: CountParams) -> dict:
+    """``count``: enumerate every (N!)^R task and count |F_k| and |Trees_k|.
+
+    Parameters
+    ----------
+    p : CountParams
+
+    Returns
+    -------
+    dict
+        The document; ``status`` 1 when a count contradicts its closed form or the sandwich.
+
+    Raises
+    ------
+    InputError
+        More tasks than the enumeration limit, R^k over 2^20, or the estimate over the budget.
+    """
+    from georecall.bounds.counting import MAX_TASKS, closed_forms, enumerate_counts  # networkx: not --help
+    fmt = _table_format(p, p.json)
+    # k <= LIMITS["k"]: the parser's type
     log2_tasks = memory.count_tasks_log2(p.N, p.R)  # lgamma: no factorial is computed before this check
     if log2_tasks > math.log2(MAX_TASKS) + 1e-9:
         raise InputError(f"the enumeration covers (N!)^R ≈ 2^{log2_tasks:.4g} tasks, more than the limit of "
@@ -530,8 +691,7 @@ def run_count(p) -> dict:
     if p.R ** p.k > LIMITS["count_paths"]:
         raise InputError(f"R^k = {p.R}^{p.k} paths per task is more than count handles (limit 2^20): lower k")
     n_tasks = math.factorial(p.N) ** p.R
-    budget = _budget(p)
-    est = memory.count_estimate(p.N, p.R, p.k, n_tasks).require(budget)
+    est = memory.count_estimate(p.N, p.R, p.k, n_tasks).require(p.budget)
     counts = enumerate_counts(p.N, p.R, p.k, progress=p.progress)
     rows = []
     for k in range(1, p.k + 1):
@@ -544,31 +704,45 @@ def run_count(p) -> dict:
                      and counts.trees[k] <= closed.trees_upper})
     ok = all(r["sandwich_holds"] for r in rows) and counts.F[1] == rows[0]["F_1_closed"] \
         and counts.trees[1] == rows[0]["trees_1_closed"]
-    return _doc("count", p, {"N": p.N, "R": p.R, "k": p.k, "format": fmt}, est, budget, status=0 if ok else 1,
+    return _doc(p, {"N": p.N, "R": p.R, "k": p.k, "format": fmt}, est, status=0 if ok else 1,
                 tasks=counts.tasks, seconds=round(counts.seconds, 3), consistent=ok, rows=rows, format=fmt,
                 text=_table_text(p, fmt, rows, COUNT_COLUMNS, COUNT_HEADERS))
 
 
-def run_precision(p) -> dict:
-    """``precision``: the smallest bits per parameter keeping every query exact."""
-    from georecall.verify.sections.suite import precision_scan
-    fmt = _table_format(p)
+def run_precision(p: PrecisionParams) -> dict:
+    """``precision``: the smallest bits per parameter keeping every query exact.
+
+    Parameters
+    ----------
+    p : PrecisionParams
+
+    Returns
+    -------
+    dict
+        The document; ``status`` 1 when no b up to ``--max-bits`` is exact.
+
+    Raises
+    ------
+    InputError
+        ``--k`` given for a single-hop construction or missing for a k-hop one, binary codes with 2^D < N, a
+        table option that does not apply, or the estimate over the budget.
+    """
+    from georecall.verify.sections.suite import precision_scan  # networkx, scipy: kept off --help
+    fmt = _table_format(p, p.json)
     spec = _spec(p.construction, None)
     if (p.k is None) != (spec.hops == "single"):
         raise InputError(f"{spec.label} is a {spec.hops}-hop construction: "
                          f"{'omit --k' if spec.hops == 'single' else 'give --k'}")
     k = 1 if p.k is None else p.k
     _queries(p.N, p.R, k)
-    if p.codes in ("binary", None) and p.D is not None and p.D < 63 and 2**p.D < p.N:
-        raise InputError(f"binary codes need 2^D >= N; got 2^{p.D} = {2**p.D} < N = {p.N}")
-    budget = _budget(p)
+    _binary_codes_fit(p.codes, p.D, p.N)
     est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes or "binary", D=p.D, bits=1,
-                                what="precision").require(budget)
+                                what="precision").require(p.budget)
     doc = precision_scan(spec, p.N, p.R, p.k, codes=p.codes, D=p.D, seed=p.seed, max_bits=p.max_bits)
     bits = doc["smallest_exact_bits"]
     params = {"construction": spec.id, "N": p.N, "R": p.R, "k": p.k, "codes": doc["codes"], "D": p.D,
               "max_bits": p.max_bits, "seed": p.seed, "format": fmt}
-    return _doc("precision", p, params, est, budget, status=0 if bits is not None else 1, format=fmt,
+    return _doc(p, params, est, status=0 if bits is not None else 1, format=fmt,
                 text=_table_text(p, fmt, doc["records"], PRECISION_COLUMNS, PRECISION_HEADERS),
                 **{key: value for key, value in doc.items() if key not in ("seed",)})
 
@@ -576,32 +750,23 @@ def run_precision(p) -> dict:
 # ---------------------------------------------------------------------------------------------- training
 
 
-def _train_options(p) -> None:
+def _train_options(p: TrainParams) -> None:
     if (p.k > 1 or p.cot) and p.attention != "softmax":
         raise InputError(f"k-hop{' and chain-of-thought' if p.cot else ''} queries need softmax attention to "
                          "pick a hop: add --attention softmax")
     if p.attention == "uniform" and p.heads > 1:
         raise InputError("--heads applies to softmax attention; uniform attention has one head")
-    _positive_finite("--lr", p.lr)
+    # --lr positive and finite: the parser's type
 
 
-def run_train(p) -> dict:
-    """``train``: the NumPy trainer on every fact (or k-hop query, or CoT step) of THE seeded task."""
-    from georecall.constructions.model import save_model
-    from georecall.io import atomic_write
-    from georecall.theory import seeds
-    from georecall.theory.tasks import task_for_seed
-    from georecall.verify.experiments.sweep import FROZEN_GROUPS
-    from georecall.verify.training.train import init_model, train, training_data
-    _train_options(p)
-    _queries(p.N, p.R, p.k)
-    out = output_path(p.out, suffix=".npz", what="model file") if p.out else None
-    m = p.m if p.m is not None else 4 * p.d
-    budget = _budget(p)
-    shape = dict(k=p.k, cot=p.cot, heads=p.heads, batch_size=p.batch_size, dtype=p.dtype)
+def _train_estimate(p: TrainParams, m: int) -> tuple[Estimate, int | None]:
+    """The trainer's estimate against the budget, and the rows per gradient chunk (``None``: no chunking)
+    that make it fit when the whole batch does not (the same gradient, to rounding)."""
+    shape: dict[str, Any] = dict(k=p.k, cot=p.cot, heads=p.heads, batch_size=p.batch_size, dtype=p.dtype)
+    budget = p.budget.max_bytes
     est = memory.train_estimate(p.N, p.R, p.d, m, **shape)
     max_rows = None
-    if est.total > budget:  # chunk the batch's gradient (the same gradient, to rounding) before refusing
+    if est.total > budget:  # chunk the batch's gradient before refusing
         one = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=1).total
         per_row = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=2).total - one
         if per_row > 0 and one <= budget:
@@ -609,17 +774,57 @@ def run_train(p) -> dict:
             est = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=max_rows)
         else:  # not even one query at a time fits: name what does not shrink with pieces
             est = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=1)
-    est.require(budget)
+    return est.require(p.budget), max_rows
+
+
+def _knowledge(p: TrainParams, model, frozen: tuple[str, ...], reached: bool) -> dict:
+    """Bits of knowledge the task holds, per parameter of the trained model (all, and the trained ones)."""
+    from georecall.verify.experiments.sweep import BITS_REFERENCES, knowledge_bits  # scipy: not --help
+    bits = knowledge_bits(p.N, p.R, p.k)
+    n_params = model.parameter_count()
+    arrays = model.arrays()
+    n_trained = n_params - sum(int(arrays[g].size) for g in frozen if g in arrays)
+    return {**bits, "parameters": n_params, "trained_parameters": n_trained,
+            "bits_per_parameter": bits["bits"] / n_params,
+            "bits_per_trained_parameter": bits["bits"] / n_trained if n_trained else None,
+            "stored": bool(reached), "references": dict(BITS_REFERENCES)}
+
+
+def run_train(p: TrainParams) -> dict:
+    """``train``: the NumPy trainer on every fact (or k-hop query, or CoT step) of THE seeded task.
+
+    Parameters
+    ----------
+    p : TrainParams
+
+    Returns
+    -------
+    dict
+        The document (``reached``: 100% within the step budget).
+
+    Raises
+    ------
+    InputError
+        k hops or CoT without softmax attention, ``--heads`` with uniform attention, an unwritable ``--out``,
+        or the estimate over the budget even with the gradient chunked.
+    FloatingPointError
+        Training diverged (exit 1).
+    """
+    from georecall.verify.experiments.sweep import FROZEN_GROUPS  # scipy: kept off georecall --help
+    from georecall.verify.training.train import init_model, train, training_data
+    _train_options(p)
+    _queries(p.N, p.R, p.k)
+    out = output_path(p.out, suffix=".npz", what="model file") if p.out else None
+    m = p.m if p.m is not None else 4 * p.d
+    est, max_rows = _train_estimate(p, m)
     task = task_for_seed(p.N, p.R, p.seed)
     tokens, answers, positions, T = training_data(task, p.k, p.cot)
-    tie = bool(getattr(p, "tie_readout", False))
     model = init_model(p.N, p.R, p.d, m, attention=p.attention, heads=p.heads,
                        positions=T if p.k > 1 or p.cot else None, rng=seeds.rng(p.seed, "init"),
-                       dtype=np.dtype(p.dtype), init_scale=getattr(p, "init_scale", 1.0), tied_readout=tie)
+                       dtype=np.dtype(p.dtype), init_scale=p.init_scale, tied_readout=p.tie_readout)
     frozen = tuple(FROZEN_GROUPS[p.mode]) + tuple(g for g in p.freeze if g not in FROZEN_GROUPS[p.mode])
-    options: dict[str, Any] = {"weight_decay": getattr(p, "weight_decay", 0.0), "tie_readout": tie,
-                               "eps_form": getattr(p, "eps_form", "standard"),
-                               "path": getattr(p, "path", "auto"), "max_rows": max_rows}
+    options: dict[str, Any] = {"weight_decay": p.weight_decay, "tie_readout": p.tie_readout,
+                               "eps_form": p.eps_form, "path": p.path, "max_rows": max_rows}
     result = train(model, tokens, answers, steps=p.steps, lr=p.lr, optimizer=p.optimizer,
                    batch_size=p.batch_size, frozen=frozen, dtype=np.dtype(p.dtype), positions=positions,
                    rng=seeds.rng(p.seed, "batches"), log_every=p.log_every if p.progress else 0, **options)
@@ -627,40 +832,14 @@ def run_train(p) -> dict:
     params = {"N": p.N, "R": p.R, "k": p.k, "cot": p.cot, "d": p.d, "m": m, "attention": p.attention,
               "heads": p.heads, "mode": p.mode, "frozen": list(frozen), "steps": p.steps, "lr": p.lr,
               "optimizer": p.optimizer, "batch_size": p.batch_size, "dtype": p.dtype, "seed": p.seed,
-              "init_scale": getattr(p, "init_scale", 1.0), **options}
+              "init_scale": p.init_scale, **options}
     if out:
         atomic_write(out, lambda f: save_model(result.model, f, extra_arrays={"task_table": task.table},
                                                **params))
-    from georecall.verify.experiments.sweep import BITS_REFERENCES, knowledge_bits
-    bits = knowledge_bits(p.N, p.R, p.k)
-    n_params = result.model.parameter_count()
-    arrays = result.model.arrays()
-    n_trained = n_params - sum(int(arrays[g].size) for g in frozen if g in arrays)
-    knowledge = {**bits, "parameters": n_params, "trained_parameters": n_trained,
-                 "bits_per_parameter": bits["bits"] / n_params,
-                 "bits_per_trained_parameter": bits["bits"] / n_trained if n_trained else None,
-                 "stored": bool(result.reached), "references": dict(BITS_REFERENCES)}
-    return _doc("train", p, params, est, budget, knowledge=knowledge, reached=result.reached,
-                steps_run=result.steps,
-                epochs=result.epochs, path=result.path,
+    return _doc(p, params, est, knowledge=_knowledge(p, result.model, frozen, result.reached),
+                reached=result.reached, steps_run=result.steps, epochs=result.epochs, path=result.path,
                 answers=int(answers.size), final_loss=result.losses[-1],
                 final_batch_accuracy=result.accuracies[-1], seconds=round(result.seconds, 3), out=out)
-
-
-_SCHEDULER = re.compile(r"^(local:(?P<workers>[0-9]+)|tcp://(?P<host>[^\s:/]+):(?P<port>[0-9]+))$")
-
-
-def _scheduler(text: str | None) -> str | None:
-    if text is None:
-        return None
-    match = _SCHEDULER.match(text)
-    if not match:
-        raise InputError(f"--scheduler must be local:W (W workers) or tcp://HOST:PORT, got {text!r}")
-    if match["workers"] is not None and not 1 <= int(match["workers"]) <= 1024:
-        raise InputError(f"--scheduler local:W needs 1 <= W <= 1024, got {match['workers']}")
-    if match["port"] is not None and not 1 <= int(match["port"]) <= 65535:
-        raise InputError(f"--scheduler port must be 1..65535, got {match['port']}")
-    return text
 
 
 def _results_file(est: Estimate, path: str) -> None:
@@ -670,9 +849,38 @@ def _results_file(est: Estimate, path: str) -> None:
         est.add(*part)
 
 
-def run_sweep_threshold(p) -> dict:
-    """``sweep threshold``: the smallest d reaching 100% per (N, R, mode, seed), resumable JSONL, fits."""
-    from georecall.verify.experiments.sweep import (
+def _sweep_estimate(p: SweepThresholdParams, out: str) -> Estimate:
+    """The sweep's estimate: the largest trial at ``--d-max`` in each worker, and the results file read
+    first."""
+    worst = max((memory.train_estimate(N, R, p.d_max, p.width_factor * p.d_max, k=p.k, cot=p.cot,
+                                       heads=p.heads, what="sweep threshold (one trial at --d-max)")
+                 for N in p.N for R in p.R), key=lambda e: e.total)
+    worst.parts = [(label, nbytes, "N, R or --d-max") for label, nbytes, _ in worst.parts]
+    est = memory.workers_estimate("sweep threshold", worst, p.local_workers, local=p.local,
+                                  option="--scheduler local:W" if p.scheduler else "--workers")
+    _results_file(est, out)
+    return est.require(p.budget)
+
+
+def run_sweep_threshold(p: SweepThresholdParams) -> dict:
+    """``sweep threshold``: the smallest d reaching 100% per (N, R, mode, seed), resumable JSONL, fits.
+
+    Parameters
+    ----------
+    p : SweepThresholdParams
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    InputError
+        ``--d-min`` above ``--d-max``, k hops or CoT without softmax, more queries than can be enumerated, an
+        unwritable ``--out``, the estimate over the budget, or what the sweep refuses (a damaged results
+        file, a lock held, no Dask scheduler).
+    """
+    from georecall.verify.experiments.sweep import (  # scipy: kept off georecall --help
         TrialSettings,
         bits_per_parameter,
         fit_thresholds,
@@ -682,55 +890,37 @@ def run_sweep_threshold(p) -> dict:
     )
     if p.d_min > p.d_max:
         raise InputError(f"--d-min ({p.d_min}) must not exceed --d-max ({p.d_max})")
-    if min(p.N) < 2:
-        raise InputError("sweep needs N >= 2 for every N: the fit d* ≈ c·R·ln N has R·ln N = 0 at N = 1")
+    # N >= 2, --lr, --lock-timeout and --connect-timeout in range: the parser's types; --scheduler: its params
     if (p.k > 1 or p.cot) and p.attention != "softmax":
         raise InputError("k-hop and chain-of-thought queries need softmax attention: add --attention softmax")
-    _positive_finite("--lr", p.lr)
-    scheduler = _scheduler(p.scheduler)
-    if p.lock_timeout is not None:
-        if not (math.isfinite(p.lock_timeout) and p.lock_timeout >= 0):
-            raise InputError(f"--lock-timeout must be a finite number of seconds >= 0, got {p.lock_timeout}")
-    _positive_finite("--connect-timeout", p.connect_timeout)
     for N in p.N:
         for R in p.R:
             _queries(N, R, p.k)
     out = output_path(p.out, what="results file")
-    budget = _budget(p)
-    workers = int(scheduler.split(":")[1]) if scheduler and scheduler.startswith("local:") else p.workers
-    worst = max((memory.train_estimate(N, R, p.d_max, p.width_factor * p.d_max, k=p.k, cot=p.cot,
-                                       heads=p.heads, what="sweep threshold (one trial at --d-max)")
-                 for N in p.N for R in p.R), key=lambda e: e.total)
-    local = scheduler is None or scheduler.startswith("local:")
-    worst.parts = [(label, nbytes, "N, R or --d-max") for label, nbytes, _ in worst.parts]
-    est = memory.workers_estimate("sweep threshold", worst, workers, local=local,
-                                  option="--scheduler local:W" if scheduler else "--workers")
-    _results_file(est, out)
-    est.require(budget)
+    est = _sweep_estimate(p, out)
     settings = TrialSettings(steps=p.steps, lr=p.lr, width_factor=p.width_factor, k=p.k, cot=p.cot,
                              attention=p.attention, heads=p.heads)
     notes: list[str] = []
-    log = None if p.progress else notes.append
     records = sweep(out, p.N, p.R, p.modes, p.seeds, settings=settings, d_min=p.d_min, d_max=p.d_max,
-                    resolution=p.resolution, workers=p.workers, progress=p.progress, scheduler=scheduler,
-                    lock_timeout=p.lock_timeout, connect_timeout=p.connect_timeout, log=log,
-                    worker_timeout=getattr(p, "worker_timeout", 120.0), max_bytes=budget)
+                    resolution=p.resolution, workers=p.workers, progress=p.progress, scheduler=p.scheduler,
+                    lock_timeout=p.lock_timeout, connect_timeout=p.connect_timeout,
+                    log=None if p.progress else notes.append, worker_timeout=p.worker_timeout,
+                    max_bytes=p.budget.max_bytes)
     fits = fit_thresholds(records)
     params = {"N": p.N, "R": p.R, "modes": p.modes, "seeds": p.seeds, "d_min": p.d_min, "d_max": p.d_max,
-              "resolution": p.resolution, "workers": p.workers, "scheduler": scheduler,
+              "resolution": p.resolution, "workers": p.workers, "scheduler": p.scheduler,
               "settings": settings.__dict__}
     knowledge = bits_per_parameter(records)
     summary = summary_table(records) + ("\n" + knowledge_table(knowledge) if knowledge else "")
-    return _doc("sweep threshold", p, params, est, budget, out=out, settings=settings.__dict__,
-                thresholds=records, fits=fits, summary=summary, bits_per_parameter=knowledge, notes=notes)
+    return _doc(p, params, est, out=out, settings=settings.__dict__, thresholds=records, fits=fits,
+                summary=summary, bits_per_parameter=knowledge, notes=notes)
 
 
 # ------------------------------------------------------------------------------------- saved models, files
 
 
-def _check_model_file(path: str, budget: int, what: str) -> tuple[Estimate, list]:
+def _check_model_file(path: str, budget: memory.Budget, what: str) -> tuple[Estimate, list]:
     """Measure a model file from its headers, parse its JSON header, before the library loads it."""
-    import json
     _input_file(path, "model file")
     members = memory.npz_members(path)
     est = memory.file_estimate(what, path, members, copies=3).require(budget)
@@ -758,7 +948,6 @@ def _check_model_file(path: str, budget: int, what: str) -> tuple[Estimate, list
 def _check_structure(path: str, structure) -> None:
     """A model header's layer structure, field by field (what ``unflatten`` reads, with the types it
     needs)."""
-    from georecall.constructions.model import ATTENTION_KINDS
     if not isinstance(structure, list) or not structure or len(structure) > 1024:
         raise InputError(f"{path!r}: the model header's structure is not a list of layers")
     for i, layer in enumerate(structure):
@@ -780,9 +969,10 @@ def _check_structure(path: str, structure) -> None:
             raise InputError(f"{path!r}: layer {i}'s mlp is {layer.get('mlp')!r}, not true or false")
 
 
-def _load_model_and_task(path: str, task_path: str | None, budget: int, what: str):
-    from georecall.constructions.model import load_model
-    from georecall.theory.tasks import Task
+def _load_model_and_task(path: str, task_path: str | None, budget: memory.Budget,
+                         what: str) -> tuple[Any, Task, Estimate]:
+    """The model of a model file and its task (stored inside, or ``--task``), each measured against the
+    budget before it is read."""
     est, _ = _check_model_file(path, budget, what)
     model, header = load_model(path)
     if task_path is not None:
@@ -823,20 +1013,32 @@ def _holdout(h: float, n: int, what: str) -> float:
     return h
 
 
-def run_probe(p) -> dict:
-    """``probe``: superposition readout, linear probes, interventions, unit selectivity of a saved model."""
-    from georecall.theory import seeds
-    from georecall.verify.experiments import probes
-    budget = _budget(p)
-    model, task, est = _load_model_and_task(p.model, p.task, budget, "probe")
+def run_probe(p: ProbeParams) -> dict:
+    """``probe``: superposition readout, linear probes, interventions, unit selectivity of a saved model.
+
+    Parameters
+    ----------
+    p : ProbeParams
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    InputError
+        A missing or damaged model or task file, shapes that do not match the task, a ``--holdout`` leaving a
+        side empty, or the estimate over the budget.
+    """
+    model, task, est = _load_model_and_task(p.model, p.task, p.budget, "probe")
     probes.check_model_shapes(model, task)
     _holdout(p.holdout, task.N, "subjects")
     memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out,
-                          p.subjects).require(budget)
+                          p.subjects).require(p.budget)
     result = probes.probe_all(model, task, holdout=p.holdout, subjects=p.subjects, transfer_steps=None,
                               rng=seeds.rng(p.seed, "probes"))
     params = {"model": p.model, "task": p.task, "holdout": p.holdout, "subjects": p.subjects, "seed": p.seed}
-    return _doc("probe", p, params, est, budget, model=p.model, N=task.N, R=task.R, **result)
+    return _doc(p, params, est, model=p.model, N=task.N, R=task.R, **result)
 
 
 def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
@@ -863,14 +1065,26 @@ def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
             "decoder": result.decoder, "dtype": result.dtype}
 
 
-def run_eval(p) -> dict:
+def run_eval(p: EvalParams) -> dict:
     """``eval``: accuracy and logit margins of a model file on every query of its task, overall and per
-    relation (greedy decoding of every chain for a chain-of-thought model)."""
-    from georecall.memory import query_bytes
-    from georecall.theory.tokens import queries, teacher_forcing
-    from georecall.verify.checking.check import check_decoding, check_queries
-    budget = _budget(p)
-    model, task, est = _load_model_and_task(p.model, p.task, budget, "eval")
+    relation (greedy decoding of every chain for a chain-of-thought model).
+
+    Parameters
+    ----------
+    p : EvalParams
+
+    Returns
+    -------
+    dict
+        The document (``status`` 0 whatever the accuracy: a check is ``georecall check``).
+
+    Raises
+    ------
+    InputError
+        A missing or damaged model or task file, a recorded k or cot that cannot be read, a model whose
+        sizes or positions do not fit its task's queries, or the estimate over the budget.
+    """
+    model, task, est = _load_model_and_task(p.model, p.task, p.budget, "eval")
     header_record = _model_record(p.model)
     k = p.k if p.k is not None else header_record.get("k", 1)
     recorded_cot = header_record.get("cot", False)
@@ -891,14 +1105,14 @@ def run_eval(p) -> dict:
     _queries(task.N, task.R, k)
     est.add("queries, predictions, margins", query_bytes(task.N, task.R, k, cot) + 16 * task.N * task.R**k,
             "the model's N or R, or --k")
-    est.require(budget)
+    est.require(p.budget)
     tokens, answers = queries(task, k)
     if cot:
         result = check_decoding(model, tokens, teacher_forcing(task, k)[1], keep=True, progress=p.progress)
     else:
         result = check_queries(model, tokens, answers, keep=True, progress=p.progress)
     params = {"model": p.model, "task": p.task, "k": k, "cot": cot}
-    return _doc("eval", p, params, est, budget, N=task.N, R=task.R, k=k, cot=cot,
+    return _doc(p, params, est, N=task.N, R=task.R, k=k, cot=cot,
                 mode="greedy chain-of-thought decoding" if cot else "argmax at the last position",
                 source={key: header_record.get(key) for key in ("construction", "mode", "d", "steps")
                         if key in header_record}, **_evaluation(result, tokens, task.N, task.R, k))
@@ -906,24 +1120,34 @@ def run_eval(p) -> dict:
 
 def _model_record(path: str) -> dict:
     """The ``record`` of a model file's JSON header (parameters it was written with), or {}."""
-    import json
     with np.load(path, allow_pickle=False) as data:
         header = json.loads(str(data["__header__"]))
     record = header.get("record")
     return record if isinstance(record, dict) else {}
 
 
-def run_transfer(p) -> dict:
-    """``transfer``: freeze-and-swap onto new bijections."""
-    from georecall.io import append_jsonl
-    from georecall.theory import seeds
-    from georecall.verify.experiments import probes
-    _positive_finite("--lr", p.lr)
+def run_transfer(p: TransferParams) -> dict:
+    """``transfer``: freeze-and-swap onto new bijections.
+
+    Parameters
+    ----------
+    p : TransferParams
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    InputError
+        An unwritable ``--append``, a missing or damaged model or task file, shapes that do not match the
+        task, or the estimate over the budget.
+    """
+    # --lr positive and finite: the parser's type
     append = output_path(p.append, what="results file") if p.append else None
-    budget = _budget(p)
-    model, task, est = _load_model_and_task(p.model, p.task, budget, "transfer")
+    model, task, est = _load_model_and_task(p.model, p.task, p.budget, "transfer")
     probes.check_model_shapes(model, task)
-    memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out, 0).require(budget)
+    memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out, 0).require(p.budget)
     accuracy = probes.task_accuracy(model, task)
     rng = seeds.rng(p.seed, "transfer")
     readout = probes.superposition_readout(model, task, holdout=0.0, rng=rng)
@@ -932,7 +1156,7 @@ def run_transfer(p) -> dict:
     warnings = probes.warnings_for(accuracy, {"encoding": readout["encoding_fit"]})
     params = {"model": p.model, "task": p.task, "steps": p.steps, "lr": p.lr, "seed": p.seed,
               "append": append, "label": p.label}
-    doc = _doc("transfer", p, params, est, budget, model=p.model, N=task.N, R=task.R, accuracy=accuracy,
+    doc = _doc(p, params, est, model=p.model, N=task.N, R=task.R, accuracy=accuracy,
                warnings=warnings, steps=p.steps, lr=p.lr, transfer=result, appended=append)
     if append:
         kind = str(model.meta.get("construction", "model")) if isinstance(model.meta, dict) else "model"
@@ -943,14 +1167,26 @@ def run_transfer(p) -> dict:
     return doc
 
 
-def run_probe_hidden(p) -> dict:
-    """``probe-hidden``: linear relational encoding of hidden states the user supplies."""
-    from georecall.theory import seeds
-    from georecall.verify.experiments import probes
+def run_probe_hidden(p: ProbeHiddenParams) -> dict:
+    """``probe-hidden``: linear relational encoding of hidden states the user supplies.
+
+    Parameters
+    ----------
+    p : ProbeHiddenParams
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    InputError
+        A missing or damaged states file, arrays of the wrong shape or dtype, a ``--holdout`` leaving a side
+        empty, or the estimate over the budget.
+    """
     _input_file(p.states, "states file")
     members = {m.name: m for m in memory.npz_members(p.states)}
-    budget = _budget(p)
-    est = memory.file_estimate("probe-hidden", p.states, list(members.values()), copies=3).require(budget)
+    est = memory.file_estimate("probe-hidden", p.states, list(members.values()), copies=3).require(p.budget)
     missing = {"states", "attributes"} - set(members)
     if missing:
         raise InputError(f"{p.states!r} needs arrays 'states' (n × width) and 'attributes' (n × R); missing "
@@ -972,29 +1208,47 @@ def run_probe_hidden(p) -> dict:
     data = probes.load_hidden_states(p.states)
     attributes = data["attributes"]
     distinct = [int(np.unique(attributes[:, r]).size) for r in range(attributes.shape[1])]
-    memory.hidden_states_estimate(est, n, states.shape[1], distinct).require(budget)
+    memory.hidden_states_estimate(est, n, states.shape[1], distinct).require(p.budget)
     result = probes.linear_relational_encoding(data["states"], attributes, holdout=p.holdout,
                                                rng=seeds.rng(p.seed, "probes"))
-    return _doc("probe-hidden", p, {"states": p.states, "holdout": p.holdout, "seed": p.seed}, est, budget,
-                **result)
+    return _doc(p, {"states": p.states, "holdout": p.holdout, "seed": p.seed}, est, **result)
 
 
-def _figure_options(p) -> tuple[int, tuple[str, ...]]:
-    from georecall.verify.experiments.figures import DEFAULT_DPI, DEFAULT_FORMATS
-    dpi = DEFAULT_DPI if getattr(p, "dpi", None) is None else p.dpi
-    formats = tuple(dict.fromkeys(getattr(p, "formats", None) or DEFAULT_FORMATS))
+def _figure_options(p: FigureFiles) -> tuple[int, tuple[str, ...]]:
+    dpi = DEFAULT_DPI if p.dpi is None else p.dpi
+    formats = tuple(dict.fromkeys(p.formats or DEFAULT_FORMATS))
     return dpi, formats
 
 
+def _figure_files_need_a_folder(p: FigureFiles, figures: str | None) -> None:
+    """Refuse ``--dpi`` / ``--format`` without ``--figures DIR`` (the commands where figures are optional)."""
+    if figures is None and (p.dpi is not None or p.formats):
+        raise InputError("--dpi and --format apply to --figures DIR: add it, or leave them out")
+
+
 def _require_matplotlib() -> None:
-    from georecall.verify.experiments.figures import PLOT_HINT, have_matplotlib
     if not have_matplotlib():
         raise InputError(PLOT_HINT)
 
 
-def run_probe_lm(p) -> dict:
-    """``probe-lm``: a real LM's hidden states on real facts (the only user of :mod:`georecall.verify.lm`)."""
-    from georecall.verify.lm import facts as lmfacts
+def run_probe_lm(p: ProbeLmParams) -> dict:
+    """``probe-lm``: a real LM's hidden states on real facts (the only user of :mod:`georecall.verify.lm`).
+
+    Parameters
+    ----------
+    p : ProbeLmParams
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    InputError
+        The lm extra missing, a bad facts file or model, an unusable ``--figures`` folder, or the estimate
+        over the budget.
+    """
+    from georecall.verify.lm import facts as lmfacts  # the lm extra's package: only probe-lm imports it
     from georecall.verify.lm import loader
     loader.require_extra()
     facts_path = p.facts or lmfacts.bundled_facts_path()
@@ -1002,12 +1256,11 @@ def run_probe_lm(p) -> dict:
     figures_dir = output_dir(p.figures) if p.figures is not None else None
     if figures_dir is not None:
         _require_matplotlib()
-    budget = _budget(p)
     est = Estimate("probe-lm")
     est.add("model weights as float32 (twice with the random control) and one loading copy",
             loader.weight_bytes_bound(p.model) * (2 if p.no_random_control else 3), "--no-random-control")
     est.add("torch and transformers", memory.GIB // 2, "—")
-    est.require(budget)
+    est.require(p.budget)
     from georecall.verify.lm import run as lmrun
     if not p.progress:
         loader.quiet()
@@ -1017,7 +1270,7 @@ def run_probe_lm(p) -> dict:
     n_seq = len(facts.subjects) + 2 * len(facts.facts())
     est.add("states (subjects, prompts, attributes; every layer) and the superposition fits",
             4 * n_seq * (L + 1) * width * 2 + 8 * 16 * len(facts.relations) * width * width, "--layers")
-    est.require(budget)
+    est.require(p.budget)
     doc = lmrun.probe_lm(loaded, facts, layers=p.layers, intervene_layers=p.intervene_layers,
                          template=p.template, seed=p.seed, random_control=not p.no_random_control,
                          batch_size=p.batch_size, progress=lmrun.stderr_progress if p.progress else None)
@@ -1029,93 +1282,126 @@ def run_probe_lm(p) -> dict:
               "intervene_layers": p.intervene_layers,
               "template": p.template, "random_control": not p.no_random_control, "batch_size": p.batch_size,
               "threads": p.threads, "figures": figures_dir, "seed": p.seed}
-    return _doc("probe-lm", p, params, est, budget, **doc, text=lmrun.render_text(doc), figures=files)
+    return _doc(p, params, est, **doc, text=lmrun.render_text(doc), figures=files)
 
 
-def run_figures(p) -> dict:
-    """``figures``: the figures of a results file and the computed ones, at ``--dpi`` in each ``--format``."""
-    from georecall.verify.experiments.figures import make_figures
-    from georecall.verify.experiments.sweep import read_records
-    budget = _budget(p)
+def run_figures(p: FiguresParams) -> dict:
+    """``figures``: the figures of a results file and the computed ones, at ``--dpi`` in each ``--format``.
+
+    Parameters
+    ----------
+    p : FiguresParams
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    InputError
+        A missing ``--from`` file, an unusable ``--out`` folder, no matplotlib, or the estimate over the
+        budget.
+    """
+    from georecall.verify.experiments.sweep import read_records  # scipy: kept off georecall --help
     est = Estimate("figures")
     if p.source:
         _input_file(p.source, "results file")
         est.add(f"records of {os.path.basename(p.source)}", 20 * os.path.getsize(p.source), "the results "
                                                                                             "file")
     est.add("computed figures (N = 4096)", 2 * memory.GIB // 4, "—")
-    est.require(budget)
+    est.require(p.budget)
     out = output_dir(p.out)
     dpi, formats = _figure_options(p)
     _require_matplotlib()
-    records = read_records(p.source, max_bytes=budget) if p.source else []
+    records = read_records(p.source, max_bytes=p.budget.max_bytes) if p.source else []
     paths = make_figures(records, out, seed=p.seed, dpi=dpi, formats=formats)
-    return _doc("figures", p, {"source": p.source, "out": out, "seed": p.seed, "dpi": dpi,
-                               "formats": list(formats)}, est, budget, files=paths)
+    params = {"source": p.source, "out": out, "seed": p.seed, "dpi": dpi, "formats": list(formats)}
+    return _doc(p, params, est, files=paths)
 
 
-def run_demo(p) -> dict:
-    """``demo``: the G1 walk-through (text), and with ``--figures DIR`` the construction drawn."""
-    from georecall.verify.experiments.demo import check_size
-    from georecall.verify.experiments.demo import run_demo as demo
-    from georecall.verify.experiments.figures import construction_figure, save_figure
-    N, R = getattr(p, "N", 8), getattr(p, "R", 2)
-    check_size(N, R)
-    figures_dir = getattr(p, "figures", None)
-    if figures_dir is None and (getattr(p, "dpi", None) is not None or getattr(p, "formats", None)):
-        raise InputError("--dpi and --format apply to --figures DIR: add it, or leave them out")
+def run_demo(p: DemoParams) -> dict:
+    """``demo``: the G1 walk-through (text), and with ``--figures DIR`` the construction drawn.
+
+    Parameters
+    ----------
+    p : DemoParams
+
+    Returns
+    -------
+    dict
+        The document (its ``lines`` are the narration; no memory estimate: the sizes are capped).
+
+    Raises
+    ------
+    InputError
+        N or R over the demo's limits, ``--dpi`` / ``--format`` without ``--figures``, an unusable
+        ``--figures`` folder, or no matplotlib for it.
+    """
+    demo.check_size(p.N, p.R)
+    _figure_files_need_a_folder(p, p.figures)
     files: list[str] = []
-    if figures_dir is not None:
-        output_dir(figures_dir, what="--figures folder")
+    if p.figures is not None:
+        output_dir(p.figures, what="--figures folder")
         _require_matplotlib()
     lines: list[str] = []
     with contextlib.redirect_stdout(io.StringIO()):
-        numbers = demo(N, R, seed=p.seed, out=lines.append)
-    if figures_dir is not None:
+        numbers = demo.run_demo(p.N, p.R, seed=p.seed, out=lines.append)
+    if p.figures is not None:
         dpi, formats = _figure_options(p)
-        os.makedirs(figures_dir, exist_ok=True)
-        fig = construction_figure(N, R, p.seed, query=numbers["query"], relation_names=numbers["relations"])
-        files = save_figure(fig, figures_dir, "construction", dpi=dpi, formats=formats)
+        os.makedirs(p.figures, exist_ok=True)
+        fig = construction_figure(p.N, p.R, p.seed, query=numbers["query"],
+                                  relation_names=numbers["relations"])
+        files = save_figure(fig, p.figures, "construction", dpi=dpi, formats=formats)
         lines.append(f"\nThe construction drawn: {', '.join(files)}")
-    return _doc("demo", p, {"N": N, "R": R, "seed": p.seed, "figures": figures_dir}, None, None, lines=lines,
-                files=files)
+    return _doc(p, {"N": p.N, "R": p.R, "seed": p.seed, "figures": p.figures}, None, lines=lines, files=files)
 
 
-def run_study_mechanism(p) -> dict:
-    """``study mechanism``: run (or resume) the declared grid, then summarize; or only summarize a file."""
-    from georecall.verify.experiments import study
-    scheduler = _scheduler(p.scheduler)
-    workers = p.workers  # with --scheduler too: refused by the parser (parser.CONFLICTS)
-    _positive_finite("--connect-timeout", p.connect_timeout)
+def run_study_mechanism(p: StudyMechanismParams) -> dict:
+    """``study mechanism``: run (or resume) the declared grid, then summarize; or only summarize a file.
+
+    Parameters
+    ----------
+    p : StudyMechanismParams
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    InputError
+        ``--dpi`` / ``--format`` without ``--figures``, an unusable ``--figures`` folder or no matplotlib,
+        ``--quick`` with ``--grid``, an unknown grid, a missing ``--summary`` file or unwritable ``--out``,
+        the estimate over the budget, or what the study refuses.
+    """
+    # --workers with --scheduler: refused by the parser (parser.CONFLICTS); --scheduler's syntax: its params
     figures_dir = None
-    if p.figures is None and (getattr(p, "dpi", None) is not None or getattr(p, "formats", None)):
-        raise InputError("--dpi and --format apply to --figures DIR: add it, or leave them out")
+    _figure_files_need_a_folder(p, p.figures)
     if p.figures is not None:  # refused before any training: no folder, or no matplotlib to draw with
         figures_dir = output_dir(p.figures, what="--figures folder")
         _require_matplotlib()
     notes: list[str] = []
-    budget = _budget(p)
-    grid_name = getattr(p, "grid", None)
-    if grid_name is not None and p.quick:
+    if p.grid is not None and p.quick:
         raise InputError("--quick and --grid do not combine (--quick is --grid quick)")
-    grid_name = grid_name or ("quick" if p.quick else "default")
+    grid_name = p.grid or ("quick" if p.quick else "default")
     if grid_name not in study.GRIDS:
         raise InputError(f"--grid must be one of {sorted(study.GRIDS)}, got {grid_name!r}")
+    workers = p.workers
     if p.summary is not None:
         path = _input_file(p.summary, "results file")
         est = Estimate("study mechanism --summary")
     else:
         path = output_path(p.out, what="results file")
-        local = scheduler is None or scheduler.startswith("local:")
-        workers = int(scheduler.split(":")[1]) if scheduler and scheduler.startswith("local:") else p.workers
-        est = study.estimate(grid_name, p.seeds, workers=workers, local=local)
+        workers = p.local_workers
+        est = study.estimate(grid_name, p.seeds, workers=workers, local=p.local)
     _results_file(est, path)
-    est.require(budget)
+    est.require(p.budget)
     if p.summary is None:
-        study.run_study(path, grid_name, seeds=p.seeds, workers=p.workers,
-                        scheduler=scheduler, progress=p.progress, connect_timeout=p.connect_timeout,
-                        log=None if p.progress else notes.append,
-                        worker_timeout=getattr(p, "worker_timeout", None), max_bytes=budget)
-    summary = study.summarize(path, max_bytes=budget)
+        study.run_study(path, grid_name, seeds=p.seeds, workers=p.workers, scheduler=p.scheduler,
+                        progress=p.progress, connect_timeout=p.connect_timeout,
+                        log=None if p.progress else notes.append, worker_timeout=p.worker_timeout,
+                        max_bytes=p.budget.max_bytes)
+    summary = study.summarize(path, max_bytes=p.budget.max_bytes)
     files: list[str] = []
     if figures_dir is not None:
         os.makedirs(figures_dir, exist_ok=True)
@@ -1124,13 +1410,14 @@ def run_study_mechanism(p) -> dict:
                               formats=formats)
         if not files:  # matplotlib vanished between the check and now: say so, do not pass silently
             raise InputError("no figures were written (matplotlib could not be imported)")
-    params = {"grid": grid_name, "seeds": p.seeds, "workers": workers,
-              "scheduler": scheduler, "out": path, "summary_only": p.summary is not None}
-    return _doc("study mechanism", p, params, est, budget, out=path, summary=summary,
-                text=study.render_summary(summary), figures=files, notes=notes)
+    params = {"grid": grid_name, "seeds": p.seeds, "workers": workers, "scheduler": p.scheduler, "out": path,
+              "summary_only": p.summary is not None}
+    return _doc(p, params, est, out=path, summary=summary, text=study.render_summary(summary), figures=files,
+                notes=notes)
 
 
-COMMANDS = {
+# Each command's function; it takes the parameters ``params.PARAMS[command]`` (tests/test_cli_params.py).
+COMMANDS: dict[str, Callable[..., dict]] = {
     "verify": run_verify,
     "check single-hop": run_check_single_hop,
     "check multi-hop": run_check_multi_hop,

@@ -87,8 +87,8 @@ class Params:
     debug : bool
         ``--debug``: show the traceback of an exception raised by the user's own construction.
     budget : Budget
-        The memory budget, derived once from ``--max-gib`` (:class:`Budgeted`), or the default budget (half the
-        machine's available memory) for a command that does not offer it.
+        The memory budget, derived once from ``--max-gib`` (:class:`Budgeted`), or the default budget (half
+        the machine's available memory) for a command that does not offer it.
     """
 
     command: str
@@ -157,8 +157,8 @@ _SCHEDULER = re.compile(r"^(local:(?P<workers>[0-9]+)|tcp://(?P<host>[^\s:/]+):(
 
 
 def check_scheduler(text: str | None) -> None:
-    """Refuse a malformed ``--scheduler`` value (the command line's syntax: ``local:W`` with 1 <= W <= 1024, or
-    ``tcp://HOST:PORT`` with 1 <= PORT <= 65535).
+    """Refuse a malformed ``--scheduler`` value (the command line's syntax: ``local:W`` with 1 <= W <= 1024,
+    or ``tcp://HOST:PORT`` with 1 <= PORT <= 65535).
 
     Parameters
     ----------

@@ -791,9 +791,9 @@ def _add_demo(sub: _Subparsers) -> None:
 
 
 # The commands in the order of ``georecall --help``: each function declares one command (or one group).
-_DECLARATIONS = (_add_verify, _add_check, _add_certify, _add_tradeoff, _add_bounds, _add_count, _add_precision,
-                 _add_train, _add_sweep, _add_study, _add_probe, _add_eval, _add_transfer, _add_probe_hidden,
-                 _add_probe_lm, _add_figures, _add_demo)
+_DECLARATIONS = (_add_verify, _add_check, _add_certify, _add_tradeoff, _add_bounds, _add_count,
+                 _add_precision, _add_train, _add_sweep, _add_study, _add_probe, _add_eval, _add_transfer,
+                 _add_probe_hidden, _add_probe_lm, _add_figures, _add_demo)
 
 
 

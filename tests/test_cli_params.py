@@ -112,8 +112,10 @@ def test_progress_follows_quiet_and_json(argv, progress):
 
 
 @pytest.mark.parametrize("value, message", [
-    ("zzz", "--scheduler must be local:W"), ("local:0", "1 <= W <= 1024"), ("local:2000", "1 <= W <= 1024"),
-    ("tcp://h:0", "port must be 1..65535"), ("tcp://h:99999", "port must be 1..65535"), ("tcp://h", "must be"),
+    ("zzz", "--scheduler must be local:W"), ("local:0", "1 <= W <= 1024"),
+    ("local:2000", "1 <= W <= 1024"),
+    ("tcp://h:0", "port must be 1..65535"), ("tcp://h:99999", "port must be 1..65535"),
+    ("tcp://h", "must be"),
 ])
 def test_the_scheduler_is_validated_once_when_the_parameters_are_built(value, message):
     for argv in (["sweep", "threshold"], ["study", "mechanism"]):
@@ -135,5 +137,5 @@ def test_the_commands_no_longer_validate_what_the_parser_and_the_parameters_did(
 def test_bits_with_integer_is_refused_by_the_parser_in_one_line(capsys):
     code = main(["check", "single-hop", "--N", "16", "--R", "2", "--bits", "4", "--integer"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err == ["georecall check single-hop: --bits 4 and --integer do not combine: give one "
-                                 "of them"]
+    assert code == 2 and err == [
+        "georecall check single-hop: --bits 4 and --integer do not combine: give one of them"]

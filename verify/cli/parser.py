@@ -892,78 +892,91 @@ def main(argv: list[str] | None = None) -> int:
     the output, none before a refusal); what the command's code (yours included) prints on stdout is kept
     off stdout (``--json``: the document's ``printed``; text mode: stderr).
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    wants_json = "--json" in argv
-    debug = _debugging(argv)
-    caught: list = []
-    printed = io.StringIO()
-    state: dict[str, Any] = {"command": _command_of(argv), "json": wants_json}
-
-    def fail(code: int, line: str) -> int:
-        if debug and printed.getvalue() and not state["json"]:
-            sys.stderr.write(printed.getvalue())
-        print(line, file=sys.stderr, flush=True)
-        if state["json"]:
-            params = state.get("params")
-            doc = {"command": state["command"], "version": __version__,
-                   "seed": params.get("seed") if params else None, "params": params, "status": code,
-                   "error": _first_line(line)}
-            if caught:
-                doc["warnings"] = _warning_lines(caught)
-            _emit(render.to_json(doc))
-        return code
-
+    session = _Session(list(sys.argv[1:] if argv is None else argv))
     try:
-        with _sigterm_as_interrupt(), warnings.catch_warnings(record=True) as caught_now:
+        return session.run()
+    except UsageError as exc:
+        return session.fail(2, _first_line(str(exc)))
+    except UserCodeError as exc:  # before InputError: it is one
+        if session.debug and exc.__cause__ is not None:
+            traceback.print_exception(type(exc.__cause__), exc.__cause__, exc.__cause__.__traceback__)
+        hint = "" if session.debug else f" (traceback: --debug or {DEBUG_VARIABLE}=1)"
+        return session.fail(2, f"georecall: error: {_first_line(str(exc))}{hint}")
+    except InputError as exc:  # includes ConditionError and the memory estimate's refusals
+        return session.fail(2, f"georecall: error: {_first_line(str(exc)) or 'bad input'}")
+    except FloatingPointError as exc:
+        return session.fail(1, f"georecall: training diverged: {_first_line(str(exc))}")
+    except MemoryError as exc:
+        return _out_of_memory(exc, session.debug, session.fail, (session.params or {}).get("construction"))
+    except _Terminated:
+        return session.fail(143, "\ngeorecall: terminated (temporary files removed)")
+    except KeyboardInterrupt:
+        return session.fail(130, "\ngeorecall: interrupted")
+    except Exception:  # a bug, never disguised as bad input
+        traceback.print_exc()
+        return session.fail(3, f"georecall {__version__}: internal error (a bug; please report it with the "
+                               "traceback above)")
+
+
+class _Session:
+    """One run of :func:`main`: what it knows so far (the command, ``--json``, the parsed parameters, the
+    warnings caught, what the command printed), for the output and for the failure document."""
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv
+        self.debug = _debugging(argv)
+        self.command = _command_of(argv)
+        self.json = "--json" in argv
+        self.params: dict[str, Any] | None = None  # the parsed arguments, as the failure document shows them
+        self.caught: list = []
+        self.printed = io.StringIO()
+
+    def run(self) -> int:
+        """Parse, refuse conflicts, build the typed parameters, run the command, print its document."""
+        with _sigterm_as_interrupt(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("default")
-            caught = caught_now
-            args = build_parser().parse_args(argv)
-            state["command"], state["json"] = args.command, bool(getattr(args, "json", False))
-            state["params"] = {key: value for key, value in vars(args).items()
-                               if key not in cli_params.STRUCTURE}
-            refuse_conflicts(args, given_options(argv))
+            self.caught = caught
+            args = build_parser().parse_args(self.argv)
+            self.command, self.json = args.command, bool(getattr(args, "json", False))
+            self.params = {key: value for key, value in vars(args).items()
+                           if key not in cli_params.STRUCTURE}
+            refuse_conflicts(args, given_options(self.argv))
             params = cli_params.build(args)  # typed, once; the budget is created here
-            with contextlib.redirect_stdout(printed):
+            with contextlib.redirect_stdout(self.printed):
                 doc = commands.COMMANDS[args.command](params)
             lines = _warning_lines(caught)
-        if state["json"]:
+        printed = self.printed.getvalue()
+        if self.json:
             if lines:
                 doc["warnings"] = lines
-            if printed.getvalue():
-                doc["printed"] = printed.getvalue()[-10_000:]
-        elif printed.getvalue():
-            sys.stderr.write(printed.getvalue())
-        as_json = state["json"] or getattr(args, "format", None) == "json"
-        text = render.to_json(doc) if as_json else render.to_text(doc)
-        _emit(text)
-        if not state["json"]:
+            if printed:
+                doc["printed"] = printed[-10_000:]
+        elif printed:
+            sys.stderr.write(printed)
+        as_json = self.json or getattr(args, "format", None) == "json"
+        _emit(render.to_json(doc) if as_json else render.to_text(doc))
+        if not self.json:
             for line in lines[:_WARNINGS_SHOWN]:
                 print(f"georecall: warning: {line}", file=sys.stderr)
         if doc["command"] == "bounds" and params.progress and args.format in ("md", "latex"):
             print(f"{len(doc['rows'])} rows in {doc['seconds']:.2f} s; gap = d / d_min; a bound with d_min = "
                   f"0 is vacuous for that construction (its facts sit in P0, the MLP).", file=sys.stderr)
         return int(doc["status"])
-    except UsageError as exc:
-        return fail(2, _first_line(str(exc)))
-    except UserCodeError as exc:  # before InputError: it is one
-        if debug and exc.__cause__ is not None:
-            traceback.print_exception(type(exc.__cause__), exc.__cause__, exc.__cause__.__traceback__)
-        hint = "" if debug else f" (traceback: --debug or {DEBUG_VARIABLE}=1)"
-        return fail(2, f"georecall: error: {_first_line(str(exc))}{hint}")
-    except InputError as exc:  # includes ConditionError and the memory estimate's refusals
-        return fail(2, f"georecall: error: {_first_line(str(exc)) or 'bad input'}")
-    except FloatingPointError as exc:
-        return fail(1, f"georecall: training diverged: {_first_line(str(exc))}")
-    except MemoryError as exc:
-        return _out_of_memory(exc, debug, fail, (state.get("params") or {}).get("construction"))
-    except _Terminated:
-        return fail(143, "\ngeorecall: terminated (temporary files removed)")
-    except KeyboardInterrupt:
-        return fail(130, "\ngeorecall: interrupted")
-    except Exception:  # a bug, never disguised as bad input
-        traceback.print_exc()
-        return fail(3, f"georecall {__version__}: internal error (a bug; please report it with the traceback "
-                       "above)")
+
+    def fail(self, code: int, line: str) -> int:
+        """Report a failure: ``line`` on stderr, and with ``--json`` the failure document; return ``code``."""
+        if self.debug and self.printed.getvalue() and not self.json:
+            sys.stderr.write(self.printed.getvalue())
+        print(line, file=sys.stderr, flush=True)
+        if self.json:
+            params = self.params
+            doc = {"command": self.command, "version": __version__,
+                   "seed": params.get("seed") if params else None, "params": params, "status": code,
+                   "error": _first_line(line)}
+            if self.caught:
+                doc["warnings"] = _warning_lines(self.caught)
+            _emit(render.to_json(doc))
+        return code
 
 
 def _silence_stdout() -> None:

@@ -79,6 +79,7 @@ from georecall.verify.experiments.figures import (
 __all__ = [
     "LIMITS",
     "COMMANDS",
+    "certify_estimate",
     "output_dir",
     "output_path",
     "run_bounds",
@@ -93,11 +94,13 @@ __all__ = [
     "run_probe",
     "run_probe_hidden",
     "run_probe_lm",
+    "run_study_mechanism",
     "run_sweep_threshold",
     "run_tradeoff",
     "run_train",
     "run_transfer",
     "run_verify",
+    "verify_estimate",
 ]
 
 # Hard limits checked before any estimate or allocation (the memory estimate refuses far below most of them).
@@ -200,6 +203,12 @@ def output_dir(path: str, what: str = "output folder") -> str:
     -------
     str
         ``path``.
+
+    Raises
+    ------
+    InputError
+        No folder given, ``path`` exists and is not a folder, an ancestor is a file, or the nearest existing
+        ancestor is not writable.
     """
     if not path:
         raise InputError(f"{what}: a folder is required")

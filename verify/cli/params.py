@@ -7,12 +7,14 @@ parser's ``_add_<command>`` function names its class). :func:`from_namespace` co
 not set or a parser option the dataclass does not declare, so the two cannot drift apart unnoticed
 (``tests/test_cli_params.py`` checks every command); mypy then checks what the commands read.
 
-Shared options (:data:`~georecall.verify.cli.parser.SHARED`) are mixins: :class:`Seeded` (``--seed``),
-:class:`Json` (``--json``), :class:`Quiet` (``--quiet``), :class:`Budgeted` (``--max-gib``). Every command
-has ``command`` and ``debug`` (:class:`Params`), and two values derived once when the parameters are built:
-``budget`` (the :class:`~georecall.memory.Budget` of ``--max-gib``, the machine's default without it) and
-``progress`` (progress lines on stderr: the command offers ``--quiet``, and neither it nor ``--json`` was
-given).
+Each dataclass's fields are its command's options, named by their dests (``--max-gib`` is ``max_gib``,
+``--from`` is ``source``), with the types the parser produces; their meaning is the option's help
+(``georecall COMMAND --help``). Shared options (:data:`~georecall.verify.cli.parser.SHARED`) are mixins:
+:class:`Seeded` (``--seed``), :class:`Json` (``--json``), :class:`Quiet` (``--quiet``), :class:`Budgeted`
+(``--max-gib``). Every command has ``command`` and ``debug`` (:class:`Params`), ``budget`` (the
+:class:`~georecall.memory.Budget` of ``--max-gib``, or the machine's default without it, created once when
+the parameters are built) and ``progress`` (a property: progress lines on stderr, when the command offers
+``--quiet`` and neither it nor ``--json`` was given).
 
 Each option is validated once: ranges and choices by the parser's ``type=`` and ``choices=``, contradictory
 pairs by ``parser.CONFLICTS``, and the few checks argparse cannot express (the ``--scheduler`` syntax) by the
@@ -501,7 +503,18 @@ P = TypeVar("P", bound=Params)
 
 
 def option_names(cls: type[Params]) -> set[str]:
-    """The names a parser must set for ``cls``: its fields given to ``__init__`` (not the derived ones)."""
+    """The names a parser must set for ``cls``.
+
+    Parameters
+    ----------
+    cls : type
+        A :class:`Params` dataclass.
+
+    Returns
+    -------
+    set of str
+        Its fields given to ``__init__`` (not the derived ``budget``).
+    """
     return {f.name for f in dataclasses.fields(cls) if f.init}
 
 

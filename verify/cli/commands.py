@@ -104,7 +104,7 @@ __all__ = [
 ]
 
 # Hard limits checked before any estimate or allocation (the memory estimate refuses far below most of them).
-LIMITS = {
+LIMITS: dict[str, int] = {
     "N": 2**40,  # entities
     "R": 2**20,  # relations
     "k": 32,  # hops (Task.k_hop indexes with k + 1 NumPy dimensions; NumPy allows 64)
@@ -115,17 +115,9 @@ LIMITS = {
     "steps": 10**9,
     "queries": 2**62,  # N·R^k: every query is enumerated
     "bounds_N": 2**53,  # the tradeoff bound scans M in float64: exact below 2^53
-    "count_tasks_log2": None,  # set from bounds.counting.MAX_TASKS at first use
     "count_paths": 2**20,  # R^k: closed forms N^(R^k) are exact integers
     "bits": 64,
 }
-
-
-def _limit(name: str) -> int:
-    """``LIMITS[name]``, one that is set (``count_tasks_log2`` is filled in at first use)."""
-    value = LIMITS[name]
-    assert value is not None, name
-    return value
 
 
 def _doc(p: Params, params: dict, est: Estimate | None, **results) -> dict:
@@ -622,7 +614,7 @@ def _needed_bits(items: list[str] | None) -> dict[str, int]:
             b = int(value)
         except ValueError:
             raise InputError(f"--needed {item!r}: B must be a whole number of bits") from None
-        if not 1 <= b <= _limit("bits"):
+        if not 1 <= b <= LIMITS["bits"]:
             raise InputError(f"--needed {item!r}: B must lie in [1, {LIMITS['bits']}]")
         needed[registry.resolve(name).id] = b
     return needed
@@ -1100,7 +1092,7 @@ def run_eval(p: EvalParams) -> dict:
     if not isinstance(recorded_cot, bool):  # "false" would be true: refuse what would be misread
         raise InputError(f"the model file records cot = {recorded_cot!r}; expected true or false")
     cot = p.cot or recorded_cot
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= _limit("k"):
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= LIMITS["k"]:
         raise InputError(f"the model file records k = {k!r}; pass --k (1..{LIMITS['k']})")
     if model.n_entities != task.N or model.n_relations != task.R:
         raise InputError(f"the model has N = {model.n_entities} entities and R = {model.n_relations} "

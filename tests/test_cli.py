@@ -84,7 +84,7 @@ def test_a_failing_check_exits_1(monkeypatch, capsys):
         ),
         {"d": 1, "m": 0},
     )
-    monkeypatch.setattr(suite, "SECTIONS", [("broken", lambda seed, progress: [failing])])
+    monkeypatch.setattr(suite, "SECTIONS", [("broken", lambda seed, progress, budget=None: [failing])])
     code, out, _ = run(["verify", "--quiet"], capsys)
     assert code == 1 and "FAIL" in out and "expected 1 predicted 0" in out
 
@@ -585,7 +585,7 @@ def test_every_shared_option_offered_is_read_by_its_command(tmp_path, capsys, mo
     assert main(["check", "single-hop", "--N", "16", "--R", "2", "--save", str(tmp_path / "m.npz")]) == 0
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "s.npz", states=rng.standard_normal((40, 6)), attributes=rng.integers(0, 3, (40, 2)))
-    monkeypatch.setattr(suite, "SECTIONS", [("none", lambda seed, progress: [])])
+    monkeypatch.setattr(suite, "SECTIONS", [("none", lambda seed, progress, budget=None: [])])
 
     def fake_study(path, grid, **kwargs):  # the quick grid's training replaced by the committed records
         assert "progress" in kwargs

@@ -42,6 +42,7 @@ __all__ = [
     "budget_bytes",
     "certify_estimate",
     "check_estimate",
+    "checker_chunk_bytes",
     "code_length",
     "count_estimate",
     "count_tasks_log2",
@@ -397,10 +398,35 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
     # The checker's chunk as it sizes it (verify.checking.check.chunk_bytes): each array of the widest
     # intermediate takes 1/BOUNDED_ARRAYS of the budget's chunk bytes (at least one query, at most all);
     # CHUNK_COPIES intermediates of BOUNDED_ARRAYS arrays each are alive at once.
-    widest = max(int(promise.d * scale), int(promise.m * scale), n_out, 1) * T * 8
-    array = min(as_budget(budget).chunk_bytes() // BOUNDED_ARRAYS // widest, N * R**k) * widest
-    est.add("checker chunks", CHUNK_COPIES * BOUNDED_ARRAYS * max(array, widest), "N or R")
+    width = max(int(promise.d * scale), int(promise.m * scale), n_out, 1)
+    est.add("checker chunks", checker_chunk_bytes(width, T, N * R**k, budget), "N or R")
     return est
+
+
+def checker_chunk_bytes(width: int, T: int, n_queries: int, budget: Budget | int | None = None) -> int:
+    """Peak bytes of the checker's chunks as it sizes them (``verify.checking.check.chunk_bytes``): each array
+    of the widest intermediate takes 1/:data:`BOUNDED_ARRAYS` of the budget's chunk bytes (at least one
+    query, at most all); :data:`CHUNK_COPIES` intermediates of :data:`BOUNDED_ARRAYS` arrays are alive
+    at once.
+
+    Parameters
+    ----------
+    width : int
+        The widest per-position intermediate (max of d, m and the read-out's rows).
+    T : int
+        Positions per query.
+    n_queries : int
+        Queries checked.
+    budget : Budget, int or None
+        The run's budget (``None``: the default budget).
+
+    Returns
+    -------
+    int
+    """
+    widest = max(1, int(width)) * T * 8
+    array = min(as_budget(budget).chunk_bytes() // BOUNDED_ARRAYS // widest, max(1, n_queries)) * widest
+    return CHUNK_COPIES * BOUNDED_ARRAYS * max(array, widest)
 
 
 def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str = "binary", D: int | None = None, *,

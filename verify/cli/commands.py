@@ -79,7 +79,6 @@ from georecall.verify.experiments.figures import (
 __all__ = [
     "LIMITS",
     "COMMANDS",
-    "certify_estimate",
     "output_dir",
     "output_path",
     "run_bounds",
@@ -236,13 +235,16 @@ def _spec(name: str, hops: str | None) -> registry.ConstructionSpec:
 # ----------------------------------------------------------------------------------------------- verify
 
 
-def verify_estimate(specs: list[registry.ConstructionSpec] | None = None) -> Estimate:
+def verify_estimate(specs: list[registry.ConstructionSpec] | None = None,
+                    budget: memory.Budget | None = None) -> Estimate:
     """The largest ``verify`` case's estimate.
 
     Parameters
     ----------
     specs : list of ConstructionSpec, optional
         Only these constructions' ``verify_cases`` (default: every registered construction's).
+    budget : Budget, optional
+        The budget whose chunk size the checker will use (default: the default budget).
 
     Returns
     -------
@@ -255,7 +257,7 @@ def verify_estimate(specs: list[registry.ConstructionSpec] | None = None) -> Est
             est = memory.check_estimate(spec, case["N"], case["R"], case.get("k", 1),
                                         codes=case.get("codes", "binary"), D=case.get("D"),
                                         integer=bool(case.get("compare_integer") or case.get("integer")),
-                                        what="verify")
+                                        what="verify", budget=budget)
             if est.total > worst.total:
                 worst = est
     return worst
@@ -282,19 +284,20 @@ def run_verify(p: VerifyParams) -> dict:
     from georecall.verify.sections import suite  # networkx, scipy: kept off georecall --help
     chosen = _user_constructions(p.construction)
     specs = None if chosen is None else [registry.get(c) for c in chosen]
-    est = verify_estimate(specs).require(p.budget)
+    est = verify_estimate(specs, p.budget).require(p.budget)
     start = time.perf_counter()
     reports = []
     if specs is not None:  # --construction: only those constructions, at the sizes their specs list
         for spec in specs:
-            reports += [rep.as_dict() for rep in suite.construction_reports(spec, p.seed, p.progress)]
+            reports += [rep.as_dict() for rep in suite.construction_reports(spec, p.seed, p.progress,
+                                                                                     budget=p.budget)]
         ok = all(rep["passed"] for rep in reports)
         return _doc(p, {"seed": p.seed, "constructions": chosen}, est, status=0 if ok else 1, passed=ok,
                     seconds=round(time.perf_counter() - start, 3), reports=reports)
     for title, section in suite.SECTIONS:
         if p.progress:
             print(f"== {title}", file=sys.stderr, flush=True)
-        reports += [rep.as_dict() for rep in section(seed=p.seed, progress=p.progress)]
+        reports += [rep.as_dict() for rep in section(seed=p.seed, progress=p.progress, budget=p.budget)]
     ok = all(rep["passed"] for rep in reports)
     return _doc(p, {"seed": p.seed}, est, status=0 if ok else 1, passed=ok,
                 seconds=round(time.perf_counter() - start, 3), reports=reports)
@@ -381,14 +384,14 @@ def run_check_single_hop(p: CheckSingleHopParams) -> dict:
     save = output_path(p.save, suffix=".npz", what="model file") if p.save else None
     est = memory.check_estimate(spec, p.N, p.R, 1, codes=p.codes or "binary", D=p.D, dtype=p.dtype,
                                 bits=p.bits, integer=p.integer, attributes=p.attributes,
-                                what="check single-hop").require(p.budget)
+                                what="check single-hop", budget=p.budget).require(p.budget)
     task = _task_file(p.task, p.N, p.R, p.attributes, p.symmetric) if p.task else None
     with _saved_atomically(save) as tmp:
         rep = suite.check_single_hop(p.N, p.R, construction=spec,  # type: ignore[arg-type]  # a spec works
                                      codes=p.codes, D=p.D, seed=p.seed, integer=p.integer, gate=p.gate,
                                      beta=p.beta, lam=p.lam, dtype=p.dtype, bits=p.bits,
                                      attributes=p.attributes, symmetric=p.symmetric, task=task, save=tmp,
-                                     max_bytes=p.budget.max_bytes, progress=p.progress)
+                                     budget=p.budget, progress=p.progress)
     return _check_document(p, rep, est, save)
 
 
@@ -415,47 +418,15 @@ def run_check_multi_hop(p: CheckMultiHopParams) -> dict:
     _queries(p.N, p.R, p.k)
     _binary_codes_fit(p.codes, p.D, p.N)
     est = memory.check_estimate(spec, p.N, p.R, p.k, codes=p.codes or "binary", D=p.D,
-                                what="check multi-hop").require(p.budget)
+                                what="check multi-hop", budget=p.budget).require(p.budget)
     task = _task_file(p.task, p.N, p.R, "shared", False) if p.task else None
     rep = suite.check_multi_hop(p.N, p.R, p.k, construction=spec,  # type: ignore[arg-type]  # a spec works
                                 codes=p.codes, D=p.D, attention=p.attention, beta=p.beta, gate=p.gate,
-                                seed=p.seed, task=task, max_bytes=p.budget.max_bytes, progress=p.progress)
+                                seed=p.seed, task=task, budget=p.budget, progress=p.progress)
     return _check_document(p, rep, est, None)
 
 
 # ---------------------------------------------------------------------------------------------- certify
-
-
-def certify_estimate(spec: registry.ConstructionSpec, N: int, R: int, k: int, codes: str,
-                     D: int | None) -> Estimate:
-    """Peak bytes of ``certify``: codes, the declaration's tasks (and k-hop tables), the weights without the
-    entity table (never formed for a recorded superposition), the per-position maps and the point chunks.
-
-    Parameters
-    ----------
-    spec : ConstructionSpec
-    N, R, k : int
-        Entities, relations, hops.
-    codes : str
-        The code kind.
-    D : int or None
-        The code length (``None``: the default for ``codes``).
-
-    Returns
-    -------
-    Estimate
-    """
-    est = Estimate(f"certify {spec.hops}-hop")
-    D_used = memory.code_length(codes, N, D)
-    promise = spec.nominal_promise(N, R, k)
-    d, m = promise.d * max(1.0, D_used / max(1, (N - 1).bit_length())), promise.m
-    est.add("codes (and the compact read-out)", 2 * 8 * N * D_used, "N")
-    est.add("tasks built for the declaration check", 8 * 3 * N * (R + (R**k if k > 1 else 0)) * 2, "N or R")
-    est.add("weights without the entity table", int(8 * 4 * d * m), "R or k")
-    est.add("per-position maps S·C_u, their W1 products", int(8 * 4 * (2 * k) * (d * d + d * m)), "R or k")
-    est.add("point chunks, decoder blocks, hidden activations (facts in W2)",
-            8 * 4 * cert.CHUNK_POINTS * (8 * D_used + 64) + 8 * 8 * 2**22 + 2 * 64 * 2**20, "R")
-    return est
 
 
 def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
@@ -496,10 +467,11 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
         raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
     _binary_codes_fit(p.codes, p.D, p.N)
     witness = output_path(p.witness, suffix=".npy", what="witness file") if p.witness else None
-    est = certify_estimate(spec, p.N, p.R, k, p.codes, p.D).require(p.budget)
+    est = memory.certify_estimate(spec, p.N, p.R, k, p.codes, p.D,
+                                  chunk_points=cert.CHUNK_POINTS).require(p.budget)
     result = cert.certify(spec, p.N, p.R, k, codes=p.codes, D=p.D, options=options, seed=p.seed,
                           attributes=attributes, symmetric=symmetric, max_points=p.max_points,
-                          progress=p.progress)
+                          progress=p.progress, budget=p.budget)
     written = None
     if result.witness_table is not None and witness is not None:
         table = result.witness_table
@@ -738,8 +710,9 @@ def run_precision(p: PrecisionParams) -> dict:
     _queries(p.N, p.R, k)
     _binary_codes_fit(p.codes, p.D, p.N)
     est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes or "binary", D=p.D, bits=1,
-                                what="precision").require(p.budget)
-    doc = precision_scan(spec, p.N, p.R, p.k, codes=p.codes, D=p.D, seed=p.seed, max_bits=p.max_bits)
+                                what="precision", budget=p.budget).require(p.budget)
+    doc = precision_scan(spec, p.N, p.R, p.k, codes=p.codes, D=p.D, seed=p.seed, max_bits=p.max_bits,
+                         budget=p.budget)
     bits = doc["smallest_exact_bits"]
     params = {"construction": spec.id, "N": p.N, "R": p.R, "k": p.k, "codes": doc["codes"], "D": p.D,
               "max_bits": p.max_bits, "seed": p.seed, "format": fmt}
@@ -1106,12 +1079,17 @@ def run_eval(p: EvalParams) -> dict:
     _queries(task.N, task.R, k)
     est.add("queries, predictions, margins", query_bytes(task.N, task.R, k, cot) + 16 * task.N * task.R**k,
             "the model's N or R, or --k")
+    width = max(model.d, model.readout.matrix.shape[0], model.mlp_width)
+    T = 2 * k if cot else k + 1
+    est.add("checker chunks", memory.checker_chunk_bytes(width, T, task.N * task.R**k, p.budget),
+            "the model's d or m")
     est.require(p.budget)
     tokens, answers = queries(task, k)
     if cot:
-        result = check_decoding(model, tokens, teacher_forcing(task, k)[1], keep=True, progress=p.progress)
+        result = check_decoding(model, tokens, teacher_forcing(task, k)[1], keep=True, progress=p.progress,
+                                budget=p.budget)
     else:
-        result = check_queries(model, tokens, answers, keep=True, progress=p.progress)
+        result = check_queries(model, tokens, answers, keep=True, progress=p.progress, budget=p.budget)
     params = {"model": p.model, "task": p.task, "k": k, "cot": cot}
     return _doc(p, params, est, N=task.N, R=task.R, k=k, cot=cot,
                 mode="greedy chain-of-thought decoding" if cot else "argmax at the last position",

@@ -94,7 +94,6 @@ def run_check(
     budget: Budget | int | None = None,
     progress: bool = False,
     compare_storage: bool = False,
-    max_bytes: int | None = None,
 ) -> Report:
     """Build a registered construction on THE seeded task (``task_for_seed(N, R, seed)``) and check every
     query.
@@ -145,9 +144,6 @@ def run_check(
         Progress on stderr.
     compare_storage : bool
         Also check the dense storage of a compact read-out.
-    max_bytes : int, optional
-        Transitional: bytes, the command line's spelling of ``budget`` until it passes ``budget=``; giving
-        both is refused.
 
     Returns
     -------
@@ -159,10 +155,6 @@ def run_check(
         Bad sizes or options, a task that does not fit, an unsupported variant, or an estimate over the
         budget (raised before anything is built).
     """
-    if max_bytes is not None:  # TRANSITIONAL (issue 19): verify/cli/commands.py still passes max_bytes=
-        if budget is not None:
-            raise InputError("give the memory budget once: budget= (max_bytes= is its old spelling)")
-        budget = max_bytes
     budget = as_budget(budget)
     spec = _spec(construction)
     options = {key: value for key, value in (options or {}).items() if value is not None}

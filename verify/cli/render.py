@@ -271,10 +271,21 @@ def _probe(doc: dict) -> list[str]:
 def _probe_hidden(doc: dict) -> list[str]:
     lines = [f"{doc['n']} states of width {doc['width']}, {doc['relations']} relations; held-out "
              f"{doc['params']['holdout']:.0%}"]
+    fits = [p["fit"] for p in doc["per_relation"]]
+    if fits:
+        low, high = min(f["relative_alpha"] for f in fits), max(f["relative_alpha"] for f in fits)
+        strength = _fmt(low, 2) if low == high else f"{_fmt(low, 2)}–{_fmt(high, 2)}"
+        lines.append(f"  per-relation probes: ridge, p = {fits[0]['p']} features, n = {fits[0]['n']} fit "
+                     f"rows, relative strength ρ = {strength} (5-fold CV on the fit rows)")
+        if any(f["underdetermined_without_penalty"] for f in fits):
+            lines.append("  warning: p >= n - 1: without the penalty these fits would interpolate their "
+                         "rows; only the held-out accuracies below speak for the states")
     for p in doc["per_relation"]:
         lines.append(f"  relation {p['relation']}: {p['attributes']} attributes, linear probe accuracy "
                      f"{_fmt(p['probe_accuracy'], 3)} (majority baseline {_fmt(p['majority_baseline'], 3)})")
-    lines.append(f"superposition R² (states from the R one-hot attributes): {_fmt(doc['superposition_r2'])}")
+    s = doc["superposition_fit"]
+    lines.append(f"superposition R² (states from the R one-hot attributes; ridge, p = {s['p']}, "
+                 f"n = {s['n']}, ρ {_fmt(s['relative_alpha'], 2)}): {_fmt(doc['superposition_r2'])}")
     return lines
 
 

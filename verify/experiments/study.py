@@ -37,17 +37,24 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from georecall import memory
+from georecall.constructions import registry
 from georecall.errors import InputError
-from georecall.io import ResultsFile
+from georecall.io import ResultsFile, append_jsonl, read_jsonl, validate_output_path
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
+from georecall.verify.checking.check import check_queries, claim_report
+from georecall.verify.experiments import figures as drawing
+from georecall.verify.experiments import probes
+from georecall.verify.experiments.driver import JobList, Stop, Task, clock, drive, open_results, stderr_note
+from georecall.verify.experiments.executors import open_executor
+from georecall.verify.training.train import GROUPS, init_model, train, training_data
 
 __all__ = [
     "BASE",
@@ -359,8 +366,6 @@ _CHOICES = {"attention": ("uniform", "softmax"), "init": ("fan-in", "g1+noise", 
 
 def g1_d(N: int, R: int) -> int:
     """G1's residual width at (N, R) (binary codes): ``R·D + R + D``, D = ⌈log2 N⌉."""
-    from georecall.constructions import registry
-
     return int(registry.get("G1").nominal_promise(N, R, 1).d)
 
 
@@ -391,8 +396,6 @@ def resolve(base: dict, regime: Regime) -> dict:
             raise InputError(f"regime {regime.name!r}: no declared d* for N={N}, R={R} (D_STAR); give d")
         m = p["width_factor"] * d
     else:
-        from georecall.constructions import registry
-
         promise = registry.get("G1").nominal_promise(N, R, 1)
         d, m = promise.d, promise.m
     check_positive_int("steps", p["steps"])
@@ -417,9 +420,6 @@ def _decay(p: dict):
 
 def _initial_model(p: dict, task, seed: int):
     """The untrained model of a regime and the groups training leaves frozen."""
-    from georecall.constructions import registry
-    from georecall.verify.training.train import GROUPS, init_model
-
     N, R, d, m = p["N"], p["R"], p["d"], p["m"]
     if p["init"] == "fan-in":
         model = init_model(N, R, d, m, attention=p["attention"],
@@ -464,9 +464,7 @@ def _retained(p: dict, frozen: tuple, steps: int) -> dict:
 
 
 def _probe(model, task, seed: int, settings: dict, initial=None, retained: dict | None = None) -> dict:
-    from georecall.verify.experiments.probes import mechanism_probes
-
-    out = mechanism_probes(model, task, initial=initial, seed=seed, holdout=settings["holdout"],
+    out = probes.mechanism_probes(model, task, initial=initial, seed=seed, holdout=settings["holdout"],
                            subjects=settings["subjects"], transfer_steps=settings["transfer_steps"],
                            encoder_steps=settings["encoder_steps"], lr=settings["lr"], retained=retained)
     details = {"selectivity": {k: out["selectivity"][k] for k in ("units", "active_units", "mean_selectivity",
@@ -486,20 +484,13 @@ def run_job(job: dict) -> dict:
     start = time.perf_counter()
     seed = job["seed"]
     if job["kind"] == "control":
-        from georecall.verify.experiments.probes import reference_models
-
         task = task_for_seed(job["N"], job["R"], seed)
-        model = reference_models(task, (job["construction"],))[job["construction"]]
+        model = probes.reference_models(task, (job["construction"],))[job["construction"]]
         if job.get("pad_d"):
-            from georecall.verify.experiments.probes import embed_wider
-
-            model = embed_wider(model, job["pad_d"], rng(seed, "noise", STREAM_KEY, 21, job["pad_d"]))
+            model = probes.embed_wider(model, job["pad_d"], rng(seed, "noise", STREAM_KEY, 21, job["pad_d"]))
         probed = _probe(model, task, seed, job["probe"])
         return {**job, **probed, "d": model.d, "m": model.mlp_width,
                 "seconds": round(time.perf_counter() - start, 3)}
-    from georecall.verify.checking.check import check_queries
-    from georecall.verify.training.train import train, training_data
-
     p = job["params"]
     task = task_for_seed(p["N"], p["R"], seed)
     tokens, answers, positions, _ = training_data(task)
@@ -617,11 +608,7 @@ def job_estimate(job: dict):
     -------
     georecall.memory.Estimate
     """
-    from georecall import memory
-
     if job["kind"] == "control":
-        from georecall.constructions import registry
-
         N, R = job["N"], job["R"]
         promise = registry.get(job["construction"]).nominal_promise(N, R, 1)
         d, m = int(promise.d), int(promise.m)
@@ -667,8 +654,6 @@ def estimate(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2), *, 
     InputError
         More workers than this machine runs at once (:func:`georecall.memory.worker_limit`).
     """
-    from georecall import memory
-
     worst = max((job_estimate(job) for job in jobs_of(grid, seeds)), key=lambda e: e.total)
     if not local:
         driver = memory.Estimate("study mechanism")
@@ -680,9 +665,7 @@ def estimate(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2), *, 
 # ------------------------------------------------------------------------------------------- the file
 
 
-class StudyFile(ResultsFile):
-    """What :func:`read_study` found: usable records (the first of each key) and the lines it skipped
-    (:class:`georecall.io.ResultsFile`)."""
+StudyFile = ResultsFile  # the old name of what read_study returns (one results-file class)
 
 
 _REQUIRED = {"mechanism": ("regime", "seed", "params", "probe", "summary", "claims", "initial", "training"),
@@ -759,23 +742,14 @@ def _usable(value) -> bool:
     return all(check(value[name]) for name, check in _OPTIONAL.items() if name in value)
 
 
-def read_study(path: str, *, max_bytes: int | None = None) -> StudyFile:
+def read_study(path: str, *, max_bytes: int | None = None) -> ResultsFile:
     """Read a study file: torn lines (a writer killed mid-line), alien lines (not a study record, or one with
     a field of the wrong type) and duplicates (a key seen before) are counted and skipped. A missing file is
     empty. With ``max_bytes`` (a memory budget) the file is counted against it before it is parsed."""
-    from georecall.io import read_jsonl
-
-    return read_jsonl(path, StudyFile(), _usable, _identity, max_bytes=max_bytes, what="study mechanism")
+    return read_jsonl(path, ResultsFile(), _usable, _identity, max_bytes=max_bytes, what="study mechanism")
 
 
 # ------------------------------------------------------------------------------------------- the driver
-
-
-def _clock(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    seconds = round(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 def _describe(record: dict) -> str:
@@ -825,110 +799,61 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
     KeyboardInterrupt
         Re-raised after the workers are stopped and a note is logged; rerun the same call to resume.
     """
-    from georecall.io import FileLock, append_jsonl, validate_output_path
-    from georecall.verify.experiments.executors import open_executor
-
     jobs = jobs_of(grid, seeds)
     workers = check_positive_int("workers", workers)
     if max_jobs is not None:
         max_jobs = check_positive_int("max_jobs", max_jobs)
     out = validate_output_path(out, what="results file")
-    log = log if log is not None else (lambda text: print(f"georecall: {text}", file=sys.stderr, flush=True))
+    log = log if log is not None else stderr_note
     wanted = {job["key"] for job in jobs}
-    with FileLock(out, timeout=lock_timeout, message=log):
-        contents = read_study(out, max_bytes=max_bytes)
-        if contents.problems():
-            log(f"{out}: {contents.problems()}")
+    with open_results(out, read_study, lock_timeout=lock_timeout, log=log, max_bytes=max_bytes) as contents:
         have = {_identity(r) for r in contents.records}
         todo = [job for job in jobs if job["key"] not in have]
         if todo:
-            _drive(out, todo, len(jobs), workers=workers, scheduler=scheduler, progress=progress,
-                   max_jobs=max_jobs, connect_timeout=connect_timeout, log=log, append=append_jsonl,
-                   open_executor=open_executor, worker_timeout=worker_timeout)
+            timeouts = {} if worker_timeout is None else {"worker_timeout": worker_timeout}
+            drive(_Jobs(out, len(jobs), len(todo), progress, max_jobs), todo,
+                  lambda: open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log,
+                                        **timeouts), workers=workers, path=out, log=log)
         return [r for r in read_study(out, max_bytes=max_bytes).records if _identity(r) in wanted]
 
 
-class _Stop(Exception):
-    pass
+class _Jobs(JobList):
+    """The study's jobs as a job list of :func:`.driver.drive`: a unit is one job, its one task
+    :func:`run_job`; each record is appended as it arrives."""
 
+    noun = "job"
 
-def _drive(path, todo, total, *, workers, scheduler, progress, max_jobs, connect_timeout, log, append,
-           open_executor, worker_timeout=None) -> None:
-    start = time.perf_counter()
-    counts = {"done": total - len(todo), "new": 0, "ready": start}
+    def __init__(self, path: str, total: int, todo: int, progress, max_jobs: int | None):
+        super().__init__()
+        self.path, self.total, self.progress, self.max_jobs = path, total, progress, max_jobs
+        self.done = total - todo
 
-    def report(message: str) -> None:
-        if progress is False or progress is None:
+    def report(self, message: str) -> None:
+        """One line on stderr, or ``{"done", "total", "new", "elapsed", "eta", "message"}`` to a callback."""
+        if self.progress is False or self.progress is None:
             return
-        now = time.perf_counter()
-        left = total - counts["done"]
-        eta = (now - counts["ready"]) / counts["new"] * left if counts["new"] else None
-        info = {"done": counts["done"], "total": total, "new": counts["new"], "elapsed": now - start,
-                "eta": 0.0 if left == 0 else eta, "message": message}
-        if callable(progress):
-            progress(info)
+        tally = self.tally
+        info = {"done": self.done, "total": self.total, "new": tally.new, "elapsed": tally.elapsed(),
+                "eta": tally.eta(self.total - self.done), "message": message}
+        if callable(self.progress):
+            self.progress(info)
         else:
-            print(f"study: {info['done']}/{total} done, elapsed {_clock(info['elapsed'])}, "
-                  f"ETA {_clock(info['eta'])} | {message}", file=sys.stderr, flush=True)
+            print(f"study: {info['done']}/{self.total} done, elapsed {clock(info['elapsed'])}, "
+                  f"ETA {clock(info['eta'])} | {message}", file=sys.stderr, flush=True)
 
-    waiting = list(todo)
-    in_flight: dict = {}
-    timeouts = {} if worker_timeout is None else {"worker_timeout": worker_timeout}
-    with open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log,
-                       **timeouts) as handle:
-        counts["ready"] = time.perf_counter()
-        capacity = 1 if handle.kind == "inline" else (workers if handle.kind == "pool" else len(todo))
+    def opened(self, handle, units: int) -> None:
+        self.report(f"{units} job(s) to run on {handle.description}")
 
-        def submit(job: dict, attempts: int = 0) -> None:
-            in_flight[handle.executor.submit(run_job, job)] = (job, attempts)
+    def start(self, job: dict) -> list[Task]:
+        return [Task(run_job, (job,), job, f"the job {_describe(job)}")]
 
-        def accept(record: dict) -> None:
-            append(path, record)
-            counts["done"] += 1
-            counts["new"] += 1
-            report(f"{_describe(record)} ({record['seconds']:.1f} s)")
-            if max_jobs is not None and counts["new"] >= max_jobs:
-                raise _Stop
-
-        try:
-            report(f"{len(todo)} job(s) to run on {handle.description}")
-            while waiting or in_flight:
-                while waiting and len(in_flight) < capacity:
-                    submit(waiting.pop(0))
-                    if handle.kind == "inline":
-                        break
-                done, _ = wait(list(in_flight), timeout=0.25, return_when=FIRST_COMPLETED)
-                handle.watch(bool(done))
-                lost = []
-                for future in done:
-                    job, attempts = in_flight.pop(future)
-                    if future.cancelled():
-                        raise InputError(f"jobs were cancelled by {handle.description} (scheduler lost?); "
-                                         f"{counts['new']} new record(s) are in {path}: rerun to resume")
-                    error = future.exception()
-                    if error is None:
-                        accept(future.result())
-                    elif handle.is_lost_worker(error) and attempts < 3:
-                        lost.append((job, attempts))
-                    else:
-                        raise handle.failure(error)
-                if lost:
-                    for future in list(in_flight):
-                        job, attempts = in_flight.pop(future)
-                        if future.done() and future.exception() is None:
-                            accept(future.result())
-                        else:
-                            lost.append((job, attempts))
-                    log(f"a worker process died; restarting the pool and rerunning {len(lost)} job(s)")
-                    handle.restart()
-                    for job, attempts in lost:
-                        submit(job, attempts + 1)
-        except _Stop:
-            handle.kill()
-        except KeyboardInterrupt:
-            handle.kill()
-            log(f"interrupted: {counts['new']} new record(s) are in {path}; rerun the same command to resume")
-            raise
+    def accept(self, task: Task, record: dict) -> list[Task]:
+        append_jsonl(self.path, record)
+        self.done += 1
+        self.report(f"{_describe(record)} ({record['seconds']:.1f} s)")
+        if self.max_jobs is not None and self.tally.new >= self.max_jobs:
+            raise Stop
+        return []
 
 
 # ------------------------------------------------------------------------------------------- the summary
@@ -956,9 +881,7 @@ def regime_verdicts(claims_per_seed: list[dict]) -> dict[str, dict]:
 
 
 def _fields() -> tuple[str, ...]:
-    from georecall.verify.experiments.probes import SUMMARY_FIELDS
-
-    return SUMMARY_FIELDS
+    return probes.SUMMARY_FIELDS
 
 
 def _group_key(record: dict) -> str:
@@ -1242,8 +1165,6 @@ def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None
     ``out_dir`` (created when missing), drawn by :mod:`.figures`. matplotlib is imported there; without it
     nothing is written and ``log`` says so (the command line refuses ``--figures`` before any work instead).
     Returns the paths written."""
-    from georecall.verify.experiments import figures as drawing
-
     log = log or (lambda text: print(f"georecall: {text}", file=sys.stderr, flush=True))
     if not drawing.have_matplotlib():
         log("matplotlib is not installed: no figures (pip install 'georecall[plot]')")
@@ -1269,9 +1190,6 @@ def section_mechanism(seed: int = 0, progress: bool = False) -> list:
     G1 embedded in a residual 3× wider (randomly rotated, the same logits: the positive control at a width
     where an unregularized fit would be underdetermined); the trained model's initial weights and A1 meet
     none (the negative controls). The trained model's values are reported, not judged."""
-    from georecall.verify.checking.check import claim_report
-    from georecall.verify.experiments.probes import embed_wider, mechanism_probes, reference_models
-
     if progress:
         print("mechanism: probes on G1, A1, a trained model and its initial weights (N=256, R=4)",
               file=sys.stderr, flush=True)
@@ -1279,18 +1197,17 @@ def section_mechanism(seed: int = 0, progress: bool = False) -> list:
     N, R = 256, 4
     params = resolve({**QUICK_BASE, "N": N, "R": R}, Regime("verify", "verify row"))
     task = task_for_seed(N, R, seed)
-    from georecall.verify.training.train import train, training_data
-
     tokens, answers, _, _ = training_data(task)
     initial, frozen = _initial_model(params, task, seed)
     trained = train(initial, tokens, answers, steps=params["steps"], lr=params["lr"], frozen=frozen,
                     rng=rng(seed, "batches", STREAM_KEY, params["d"], params["m"]))
     budgets: dict[str, Any] = {"holdout": 0.25, "subjects": 128, "transfer_steps": None, "encoder_steps": 50}
-    references = reference_models(task)
+    references = probes.reference_models(task)
     wide = 3 * references["G1"].d  # R·wide + 1 > 192 fit subjects: OLS would interpolate
-    references["G1 wider"] = embed_wider(references["G1"], wide, rng(seed, "noise", STREAM_KEY, 21, wide))
+    references["G1 wider"] = probes.embed_wider(references["G1"], wide,
+                                                rng(seed, "noise", STREAM_KEY, 21, wide))
     models = {**references, "trained": trained.model, "untrained": initial}
-    summaries = {name: mechanism_probes(model, task, initial=initial if name == "trained" else None,
+    summaries = {name: probes.mechanism_probes(model, task, initial=initial if name == "trained" else None,
                                         seed=seed, **budgets)["summary"] for name, model in models.items()}
     met = {name: claims_met(s) for name, s in summaries.items()}
     g1 = summaries["G1"]

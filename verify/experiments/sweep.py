@@ -45,17 +45,17 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from georecall.errors import InputError
-from georecall.io import FileLock, ResultsFile, append_jsonl, read_jsonl, validate_output_path
+from georecall.io import ResultsFile, append_jsonl, read_jsonl, validate_output_path
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
+from georecall.verify.experiments.driver import JobList, Stop, Task, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
 from georecall.verify.training.train import init_model, train, training_data
 
@@ -331,9 +331,7 @@ def _config_key(record: dict) -> tuple:
     return _key(record, _CONFIG_KEY)
 
 
-class SweepFile(ResultsFile):
-    """What :func:`read_sweep` found: sweep records deduplicated by key, other kinds (e.g. ``"transfer"``)
-    kept as they are, and the lines it skipped (:class:`georecall.io.ResultsFile`)."""
+SweepFile = ResultsFile  # the old name of what read_sweep returns (one results-file class)
 
 
 def _whole(low: int = 0):
@@ -393,7 +391,7 @@ def _is_sweep_record(value) -> bool:
     return all(check(value[name]) for name, check in _OPTIONAL.items() if name in value)
 
 
-def read_sweep(path: str, *, max_bytes: int | None = None) -> SweepFile:
+def read_sweep(path: str, *, max_bytes: int | None = None) -> ResultsFile:
     """Read a results file: records de-duplicated by key, torn and alien lines counted and skipped.
 
     Parameters
@@ -405,7 +403,7 @@ def read_sweep(path: str, *, max_bytes: int | None = None) -> SweepFile:
 
     Returns
     -------
-    SweepFile
+    georecall.io.ResultsFile
 
     Raises
     ------
@@ -417,17 +415,12 @@ def read_sweep(path: str, *, max_bytes: int | None = None) -> SweepFile:
             return None
         return (value["kind"], *(trial_key(value) if value["kind"] == "trial" else threshold_key(value)))
 
-    return read_jsonl(path, SweepFile(), _is_sweep_record, key, max_bytes=max_bytes, what="sweep")
+    return read_jsonl(path, ResultsFile(), _is_sweep_record, key, max_bytes=max_bytes, what="sweep")
 
 
 def read_records(path: str, *, max_bytes: int | None = None) -> list[dict]:
     """The usable records of a results file (see :func:`read_sweep`; skipped lines are not reported)."""
     return read_sweep(path, max_bytes=max_bytes).records
-
-
-def _append(path: str, record: dict) -> None:
-    """Append one JSON line (the old name; see :func:`georecall.io.append_jsonl`)."""
-    append_jsonl(path, record)
 
 
 # ---------------------------------------------------------------------------------------------- progress
@@ -464,14 +457,6 @@ class ProgressInfo:
     message: str
 
 
-def _clock(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
-
-
 class _StderrProgress:
     """Progress on stderr: one rewritten line on a terminal, else plain lines (at most one per second)."""
 
@@ -488,7 +473,7 @@ class _StderrProgress:
             return
         self.last = now
         text = (f"sweep: {info.configs_done}/{info.configs_total} searches, {info.trials_done} trials run"
-                f" (~{info.trials_left} left), elapsed {_clock(info.elapsed)}, ETA {_clock(info.eta)}"
+                f" (~{info.trials_left} left), elapsed {clock(info.elapsed)}, ETA {clock(info.eta)}"
                 f" | {info.message}")
         if self.tty:
             width = 150
@@ -594,7 +579,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         max_trials = check_positive_int("max_trials", max_trials)
     configs = _configs(Ns, Rs, modes, seeds)
     path = validate_output_path(path, what="results file")
-    log = log if log is not None else (lambda text: print(f"georecall: {text}", file=sys.stderr, flush=True))
+    log = log if log is not None else stderr_note
     version = {"seed_contract": SEED_CONTRACT, "version": __version__, **asdict(settings)}
     range_ = {"d_min": d_min, "d_max": d_max, "resolution": resolution}
 
@@ -603,10 +588,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         return {"N": N, "R": R, "mode": mode, "seed": seed, **version}
 
     wanted = {threshold_key({**config_record(c), **range_}) for c in configs}
-    with FileLock(path, timeout=lock_timeout, message=log):
-        contents = read_sweep(path, max_bytes=max_bytes)
-        if contents.problems():
-            log(f"{path}: {contents.problems()}")
+    with open_results(path, read_sweep, lock_timeout=lock_timeout, log=log, max_bytes=max_bytes) as contents:
         finished = {threshold_key(r) for r in contents.records if r["kind"] == "threshold"}
         known: dict[tuple, dict[int, dict]] = {}
         for r in contents.records:
@@ -614,139 +596,94 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
                 known.setdefault(_config_key(r), {})[r["d"]] = r
         todo = [c for c in configs if threshold_key({**config_record(c), **range_}) not in finished]
         if todo:
-            _drive(path, todo, len(configs), settings, range_, known, workers=workers, scheduler=scheduler,
-                   progress=progress, max_trials=max_trials, connect_timeout=connect_timeout, log=log,
-                   worker_timeout=worker_timeout, config_key=lambda c: _config_key(config_record(c)),
-                   per_search=[len(r["trials"]) for r in contents.records if r["kind"] == "threshold"])
+            reporter = _StderrProgress() if progress is True else (progress if callable(progress) else None)
+            close = getattr(reporter, "close", None)
+
+            def note(text: str) -> None:  # a note starts a line of its own after a line rewritten in place
+                if close is not None:
+                    close()
+                log(text)
+
+            searches = _Searches(path, settings, range_, known, len(configs), todo,
+                                 config_key=lambda c: _config_key(config_record(c)),
+                                 per_search=[len(r["trials"]) for r in contents.records
+                                             if r["kind"] == "threshold"],
+                                 reporter=reporter, max_trials=max_trials)
+            try:
+                drive(searches, todo, lambda: open_executor(
+                    scheduler, workers, connect_timeout=connect_timeout, message=note,
+                    worker_timeout=worker_timeout), workers=workers, path=path, log=note)
+            finally:
+                if close is not None:
+                    close()
         records = read_sweep(path, max_bytes=max_bytes).records
         return [r for r in records if r["kind"] == "threshold" and threshold_key(r) in wanted]
 
 
-class _Stop(Exception):
-    pass
+class _Searches(JobList):
+    """The threshold searches of one sweep as a job list of :func:`.driver.drive`: a unit is a configuration
+    (N, R, mode, seed), its tasks are the trials its search asks for one at a time; a search's trials found in
+    the file are reused, and a finished search appends its threshold record."""
 
+    noun = "trial"
 
-def _drive(path, todo, total, settings, range_, known, *, workers, scheduler, progress, max_trials,
-           connect_timeout, log, config_key, per_search, worker_timeout=WORKER_TIMEOUT) -> None:
-    """Run the searches of ``todo`` on an executor; append every record as it arrives (the lock is held)."""
-    start = time.perf_counter()
-    reporter = _StderrProgress() if progress is True else (progress if callable(progress) else None)
-    searches = {c: ThresholdSearch(range_["d_min"], range_["d_max"], range_["resolution"]) for c in todo}
-    waiting = list(todo)  # searches not started yet
-    in_flight: dict = {}  # future -> (config, d, attempts)
-    counts = {"done": total - len(todo), "new": 0, "reused": 0, "ready": start}
-    visited_trials = per_search[:]  # trials per finished search, for the estimate of what is left
+    def __init__(self, path: str, settings: TrialSettings, range_: dict, known: dict, total: int, todo: list,
+                 *, config_key: Callable[[tuple], tuple], per_search: list[int],
+                 reporter: Callable[[ProgressInfo], None] | None, max_trials: int | None):
+        super().__init__()
+        self.path, self.settings, self.range_, self.known = path, settings, range_, known
+        self.config_key, self.reporter, self.max_trials = config_key, reporter, max_trials
+        self.total = total
+        self.searches = {c: ThresholdSearch(range_["d_min"], range_["d_max"], range_["resolution"])
+                         for c in todo}
+        self.done = total - len(todo)  # finished searches, those found finished in the file included
+        self.reused = 0
+        self.visited_trials = per_search[:]  # trials per finished search, for the estimate of what is left
 
-    def report(message: str) -> None:
-        if reporter is None:
+    def report(self, message: str) -> None:
+        """Give the progress callback a :class:`ProgressInfo` (trials left: the mean per finished search)."""
+        if self.reporter is None:
             return
-        mean = float(np.mean(visited_trials)) if visited_trials else 6.0
-        left = sum(max(round(mean) - len(s.visited), 1) for s in searches.values() if not s.done)
-        now = time.perf_counter()
-        elapsed = now - start
-        eta = (now - counts["ready"]) / counts["new"] * left if counts["new"] else None  # from the throughput
-        reporter(ProgressInfo(counts["done"], total, counts["new"], counts["reused"], left, elapsed,
-                              0.0 if left == 0 else eta, message))
+        mean = float(np.mean(self.visited_trials)) if self.visited_trials else 6.0
+        left = sum(max(round(mean) - len(s.visited), 1) for s in self.searches.values() if not s.done)
+        tally = self.tally
+        self.reporter(ProgressInfo(self.done, self.total, tally.new, self.reused, left, tally.elapsed(),
+                                   tally.eta(left), message))
 
-    with open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log,
-                       worker_timeout=worker_timeout) as handle:
-        counts["ready"] = time.perf_counter()  # the ETA leaves out the executor's start-up
-        capacity = workers if handle.kind in ("inline", "pool") else len(todo)
-        if handle.kind == "inline":
-            capacity = 1
+    def opened(self, handle, units: int) -> None:
+        self.report(f"{units} searches on {handle.description}")
 
-        rerun: list[tuple] = []  # trials a dead local worker took with it (or that met a broken pool)
+    def start(self, config: tuple) -> list[Task]:
+        """Feed the search the trials the file already has; return its next trial, or finish it."""
+        search, have = self.searches[config], self.known.get(self.config_key(config), {})
+        while not search.done and search.next_d in have:
+            search.feed(have[search.next_d]["reached"])
+            self.reused += 1
+        N, R, mode, seed = config
+        if not search.done:
+            d = search.next_d
+            assert d is not None  # a search that is not done has a next d
+            return [Task(run_trial, (*config, d, self.settings), (config, d),
+                         f"the trial N={N} R={R} {mode} seed {seed} d={d}")]
+        record = _threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
+                                   **self.range_)
+        append_jsonl(self.path, record)
+        self.visited_trials.append(len(search.visited))
+        self.done += 1
+        self.report(f"N={N} R={R} {mode} seed {seed}: d* = {record['d_star']}")
+        return []
 
-        def submit(config: tuple, d: int, attempts: int = 0) -> None:
-            try:
-                future = handle.executor.submit(run_trial, *config, d, settings)
-            except Exception as exc:
-                if not handle.is_lost_worker(exc):
-                    raise
-                rerun.append((config, d, attempts))
-                return
-            in_flight[future] = (config, d, attempts)
-
-        def advance(config: tuple) -> None:
-            """Feed the search the trials the file already has; submit its next trial or finish it."""
-            search, have = searches[config], known.get(config_key(config), {})
-            while not search.done and search.next_d in have:
-                search.feed(have[search.next_d]["reached"])
-                counts["reused"] += 1
-            if not search.done:
-                assert search.next_d is not None  # a search that is not done has a next d
-                submit(config, search.next_d)
-                return
-            N, R, mode, seed = config
-            record = _threshold_record(N, R, mode, seed, settings, dict(search.visited), search.lo, **range_)
-            append_jsonl(path, record)
-            visited_trials.append(len(search.visited))
-            counts["done"] += 1
-            report(f"N={N} R={R} {mode} seed {seed}: d* = {record['d_star']}")
-
-        def accept(config: tuple, d: int, record: dict) -> None:
-            append_jsonl(path, record)
-            known.setdefault(config_key(config), {})[d] = record
-            searches[config].feed(record["reached"])
-            counts["new"] += 1
-            N, R, mode, seed = config
-            report(f"N={N} R={R} {mode} seed {seed}: d={d} {'reached' if record['reached'] else 'failed'}"
-                   f" ({record['seconds']:.1f} s)")
-            if max_trials is not None and counts["new"] >= max_trials:
-                raise _Stop
-            advance(config)
-
-        try:
-            report(f"{len(todo)} searches on {handle.description}")
-            while waiting or in_flight:
-                while waiting and len(in_flight) < capacity:
-                    advance(waiting.pop(0))
-                    if handle.kind == "inline":
-                        break  # run what was just submitted before starting another search
-                if not in_flight:
-                    continue
-                done, _ = wait(list(in_flight), timeout=0.25, return_when=FIRST_COMPLETED)
-                handle.watch(bool(done))
-                for future in done:
-                    config, d, attempts = in_flight.pop(future)
-                    if future.cancelled():  # not by us: the cluster dropped it (a Dask scheduler went away)
-                        raise InputError(f"trials were cancelled by {handle.description} (scheduler lost?); "
-                                         f"{counts['new']} new trial(s) are in {path}: rerun to resume")
-                    error = future.exception()
-                    if error is None:
-                        accept(config, d, future.result())
-                    elif handle.is_lost_worker(error):
-                        if attempts >= 3:
-                            N, R, mode, seed = config
-                            raise InputError(f"a worker process died in each of 4 attempts at the trial "
-                                             f"N={N} R={R} {mode} seed {seed} d={d} (out of memory?); lower "
-                                             f"the sizes or the number of workers") from None
-                        rerun.append((config, d, attempts))
-                    else:
-                        raise handle.failure(error)
-                if rerun:  # a local worker died: the whole pool is broken, rerun what it held
-                    for future in list(in_flight):
-                        config, d, attempts = in_flight.pop(future)
-                        if future.done() and future.exception() is None:
-                            accept(config, d, future.result())
-                        else:
-                            rerun.append((config, d, attempts))
-                    log(f"a worker process died; restarting the pool and rerunning {len(rerun)} trial(s)")
-                    handle.restart()
-                    again, rerun[:] = rerun[:], []
-                    for config, d, attempts in again:
-                        submit(config, d, attempts + 1)
-        except _Stop:
-            handle.kill()
-        except KeyboardInterrupt:
-            if reporter is not None and hasattr(reporter, "close"):
-                reporter.close()
-            handle.kill()
-            log(f"interrupted: {counts['new']} new trial(s) are in {path}; rerun the same command to resume")
-            raise
-        finally:
-            if reporter is not None and hasattr(reporter, "close"):
-                reporter.close()
+    def accept(self, task: Task, record: dict) -> list[Task]:
+        config, d = task.tag
+        append_jsonl(self.path, record)
+        self.known.setdefault(self.config_key(config), {})[d] = record
+        self.searches[config].feed(record["reached"])
+        N, R, mode, seed = config
+        self.report(f"N={N} R={R} {mode} seed {seed}: d={d} {'reached' if record['reached'] else 'failed'}"
+                    f" ({record['seconds']:.1f} s)")
+        if self.max_trials is not None and self.tally.new >= self.max_trials:
+            raise Stop
+        return self.start(config)
 
 
 def fit_thresholds(records: list[dict]) -> dict[str, dict]:

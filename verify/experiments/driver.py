@@ -251,9 +251,17 @@ class _Run:
         except Exception as exc:
             if not self.handle.is_lost_worker(exc):
                 raise
-            self.rerun.append((task, attempts))
+            self.lost(task, attempts)
             return
         self.in_flight[future] = (task, attempts)
+
+    def lost(self, task: Task, attempts: int) -> None:
+        """A local worker died running ``task`` (or the pool was broken when it came): rerun it, at most
+        :data:`ATTEMPTS` times in all."""
+        if attempts + 1 >= ATTEMPTS:
+            raise InputError(f"a worker process died in each of {ATTEMPTS} attempts at {task.label} (out of "
+                             "memory?); lower the sizes or the number of workers") from None
+        self.rerun.append((task, attempts))
 
     def accept(self, task: Task, record: dict) -> None:
         self.jobs.tally.new += 1
@@ -271,13 +279,10 @@ class _Run:
             error = future.exception()
             if error is None:
                 self.accept(task, future.result())
-            elif not self.handle.is_lost_worker(error):
-                raise self.handle.failure(error)
-            elif attempts + 1 >= ATTEMPTS:
-                raise InputError(f"a worker process died in each of {ATTEMPTS} attempts at {task.label} (out "
-                                 "of memory?); lower the sizes or the number of workers") from None
+            elif self.handle.is_lost_worker(error):
+                self.lost(task, attempts)
             else:
-                self.rerun.append((task, attempts))
+                raise self.handle.failure(error)
 
     def restart(self) -> None:
         """A local worker died, so the pool is broken: keep what finished, rerun the rest on a new pool."""
@@ -338,18 +343,17 @@ def drive(jobs: JobList, units: list, open_handle: Callable[[], ExecutorHandle],
         run = _Run(jobs, handle, path, log)
         try:
             jobs.opened(handle, len(waiting))
-            while waiting or run.in_flight:
+            while waiting or run.in_flight or run.rerun:
                 while waiting and len(run.in_flight) < capacity:
                     for task in jobs.start(waiting.pop(0)):
                         run.submit(task)
                     if handle.kind == "inline":
                         break  # run what was just submitted before starting another unit
-                if not run.in_flight:
-                    continue
-                done, _ = wait(list(run.in_flight), timeout=0.25, return_when=FIRST_COMPLETED)
-                handle.watch(bool(done))
-                run.settle(done)
-                if run.rerun:
+                if run.in_flight:
+                    done, _ = wait(list(run.in_flight), timeout=0.25, return_when=FIRST_COMPLETED)
+                    handle.watch(bool(done))
+                    run.settle(done)
+                if run.rerun:  # also a task that met a broken pool when it was submitted
                     run.restart()
         except Stop:
             handle.kill()

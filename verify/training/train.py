@@ -53,7 +53,15 @@ __all__ = [
     "GROUPS",
     "OPTIMIZERS",
     "PATHS",
+    "SGD",
+    "Adam",
+    "CallFunction",
+    "Callback",
     "EpochBatches",
+    "PrintEvery",
+    "StepState",
+    "StopAtBatchAccuracy",
+    "StopAtCheckedAccuracy",
     "TrainResult",
     "adam",
     "check_grads",
@@ -411,27 +419,50 @@ def _decay(params: dict, grads: dict, lr: float, weight_decay) -> None:
             params[k] *= params[k].dtype.type(1.0 - lr * lam)
 
 
-def sgd(grad_fn: Callable, params: dict, steps: int, *, lr: float = 0.1, momentum: float = 0.0,
-        weight_decay: float | Mapping[str, float] = 0.0, callback: Callable | None = None) -> dict:
-    """Gradient descent with optional heavy-ball momentum: ``v ← μ·v + g``, ``θ ← θ − lr·v``.
+@dataclass
+class SGD:
+    """Gradient descent with heavy-ball momentum: ``v ← μ·v + g``, ``θ ← θ − lr·v``, after decoupled weight
+    decay ``θ ← (1 − lr·λ)·θ``. Its state is the velocity.
 
-    ``grad_fn(params, step) -> grads`` (a dict over a subset of the keys: the others stay fixed).
-    ``callback(params, step, grads)`` returning True stops before the update. ``weight_decay``: decoupled
-    decay (one λ or ``{key: λ}``), ``θ ← (1 − lr·λ)·θ`` before the step. The input dict is not modified; the
-    returned one is.
+    Attributes
+    ----------
+    lr, momentum : float
+        Step size and μ.
+    weight_decay : float or mapping
+        One λ, or ``{key: λ}`` (missing keys: 0).
+    velocity : dict
+        ``v`` per parameter key (set by :meth:`start`).
     """
-    params = {k: np.array(v) for k, v in params.items()}
-    velocity = {k: np.zeros_like(v) for k, v in params.items()}
-    for step in range(steps):
-        grads = grad_fn(params, step)
-        if callback is not None and callback(params, step, grads):
-            break
-        _decay(params, grads, lr, weight_decay)
+
+    lr: float = 0.1
+    momentum: float = 0.0
+    weight_decay: float | Mapping[str, float] = 0.0
+    velocity: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def start(self, params: dict) -> dict:
+        """Fresh state for ``params``.
+
+        Parameters
+        ----------
+        params : dict
+            Initial parameters (not modified).
+
+        Returns
+        -------
+        dict
+            Copies of them, which :meth:`update` changes in place.
+        """
+        params = {k: np.array(v) for k, v in params.items()}
+        self.velocity = {k: np.zeros_like(v) for k, v in params.items()}
+        return params
+
+    def update(self, params: dict, grads: dict) -> None:
+        """One step, in place, on the keys of ``grads`` (the other parameters stay fixed)."""
+        _decay(params, grads, self.lr, self.weight_decay)
         for k, g in grads.items():
-            velocity[k] *= momentum
-            velocity[k] += g
-            params[k] -= lr * velocity[k]
-    return params
+            self.velocity[k] *= self.momentum
+            self.velocity[k] += g
+            params[k] -= self.lr * self.velocity[k]
 
 
 EPS_FORMS = ("standard", "hat")
@@ -465,12 +496,12 @@ def _adam_block(p, g, m, v, tmp, keep, b1, b2, eps_t, alpha) -> None:
     p -= tmp
 
 
-def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999,
-         eps: float = 1e-8, eps_form: str = "standard", weight_decay: float | Mapping[str, float] = 0.0,
-         callback: Callable | None = None) -> dict:
+@dataclass
+class Adam:
     """Adam (Kingma & Ba 2015), with decoupled weight decay (AdamW) when ``weight_decay`` is non-zero.
 
-    At step ``t = 1, 2, ...`` with gradient ``g``: ``m ← β1·m + (1 − β1)·g``, ``v ← β2·v + (1 − β2)·g²``, then
+    At update ``t = 1, 2, ...`` with gradient ``g``: ``m ← β1·m + (1 − β1)·g``, ``v ← β2·v + (1 − β2)·g²``,
+    then
 
     - ``eps_form="standard"`` (PyTorch, Optax; the default): ``θ ← θ − lr·m̂/(√v̂ + ε)`` with
       ``m̂ = m/(1 − β1^t)``, ``v̂ = v/(1 − β2^t)``;
@@ -479,33 +510,130 @@ def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: f
 
     The two agree exactly when ``ε̂ = ε·√(1 − β2^t)``, which is how the standard form is computed here (one
     code path). Decoupled decay ``θ ← (1 − lr·λ)·θ`` comes first (PyTorch ``AdamW``). The update runs in
-    cache-sized blocks on a few threads; each entry's arithmetic is the same as in one pass. Same contract as
-    :func:`sgd`.
+    cache-sized blocks on a few threads; each entry's arithmetic is the same as in one pass.
+
+    Attributes
+    ----------
+    lr, b1, b2, eps : float
+        Step size, β1, β2 and ε.
+    eps_form : str
+        ``"standard"`` or ``"hat"`` (:data:`EPS_FORMS`).
+    weight_decay : float or mapping
+        One λ, or ``{key: λ}`` (missing keys: 0).
+    t : int
+        Updates applied since :meth:`start`.
+    m1, m2 : dict
+        The first and second moments per parameter key.
+
+    Raises
+    ------
+    InputError
+        An unknown ``eps_form``.
     """
-    if eps_form not in EPS_FORMS:
-        raise InputError(f"eps_form must be one of {EPS_FORMS}, got {eps_form!r}")
-    params = {k: np.array(v, order="C") for k, v in params.items()}
-    m1 = {k: np.zeros_like(v) for k, v in params.items()}
-    m2 = {k: np.zeros_like(v) for k, v in params.items()}
-    scratch = {k: np.empty_like(v) for k, v in params.items()}
+
+    lr: float = 1e-3
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    eps_form: str = "standard"
+    weight_decay: float | Mapping[str, float] = 0.0
+    t: int = 0
+    m1: dict[str, np.ndarray] = field(default_factory=dict)
+    m2: dict[str, np.ndarray] = field(default_factory=dict)
+    scratch: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.eps_form not in EPS_FORMS:
+            raise InputError(f"eps_form must be one of {EPS_FORMS}, got {self.eps_form!r}")
+
+    def start(self, params: dict) -> dict:
+        """Fresh state for ``params`` (see :meth:`SGD.start`); the copies are C-contiguous."""
+        params = {k: np.array(v, order="C") for k, v in params.items()}
+        self.t = 0
+        self.m1 = {k: np.zeros_like(v) for k, v in params.items()}
+        self.m2 = {k: np.zeros_like(v) for k, v in params.items()}
+        self.scratch = {k: np.empty_like(v) for k, v in params.items()}
+        return params
+
+    def update(self, params: dict, grads: dict) -> None:
+        """One step, in place, on the keys of ``grads`` (the other parameters stay fixed)."""
+        self.t += 1
+        correction2 = math.sqrt(1 - self.b2**self.t)
+        alpha = self.lr * correction2 / (1 - self.b1**self.t)
+        eps_t = self.eps * correction2 if self.eps_form == "standard" else self.eps
+        tasks = []
+        for k, g in grads.items():
+            decay = self.weight_decay
+            lam = decay.get(k, 0.0) if isinstance(decay, Mapping) else decay
+            views = [a.reshape(-1) for a in (params[k], np.asarray(g, dtype=params[k].dtype), self.m1[k],
+                                             self.m2[k], self.scratch[k])]
+            scalars = [1.0 - self.lr * lam, self.b1, self.b2, eps_t, alpha]
+            for start in range(0, views[0].size, ADAM_BLOCK):
+                block = slice(start, start + ADAM_BLOCK)
+                tasks.append([v[block] for v in views] + scalars)
+        run_parallel(_adam_task, tasks)
+
+
+def _descend(optimizer: SGD | Adam, grad_fn: Callable, params: dict, steps: int,
+             callback: Callable | None) -> dict:
+    params = optimizer.start(params)
     for step in range(steps):
         grads = grad_fn(params, step)
         if callback is not None and callback(params, step, grads):
             break
-        t = step + 1
-        correction2 = math.sqrt(1 - b2**t)
-        alpha = lr * correction2 / (1 - b1**t)
-        eps_t = eps * correction2 if eps_form == "standard" else eps
-        tasks = []
-        for k, g in grads.items():
-            lam = weight_decay.get(k, 0.0) if isinstance(weight_decay, Mapping) else weight_decay
-            views = [a.reshape(-1) for a in (params[k], np.asarray(g, dtype=params[k].dtype), m1[k], m2[k],
-                                             scratch[k])]
-            for start in range(0, views[0].size, ADAM_BLOCK):
-                block = slice(start, start + ADAM_BLOCK)
-                tasks.append([v[block] for v in views] + [1.0 - lr * lam, b1, b2, eps_t, alpha])
-        run_parallel(_adam_task, tasks)
+        optimizer.update(params, grads)
     return params
+
+
+def sgd(grad_fn: Callable, params: dict, steps: int, *, lr: float = 0.1, momentum: float = 0.0,
+        weight_decay: float | Mapping[str, float] = 0.0, callback: Callable | None = None) -> dict:
+    """Run :class:`SGD` for at most ``steps`` steps on the gradients ``grad_fn`` gives.
+
+    Parameters
+    ----------
+    grad_fn : callable
+        ``grad_fn(params, step) -> grads``, a dict over a subset of the keys (the others stay fixed).
+    params : dict
+        Initial parameters (not modified).
+    steps : int
+        Steps at most.
+    lr, momentum, weight_decay
+        As in :class:`SGD`.
+    callback : callable, optional
+        ``callback(params, step, grads)``; True stops before that step's update.
+
+    Returns
+    -------
+    dict
+        The final parameters.
+    """
+    return _descend(SGD(lr, momentum, weight_decay), grad_fn, params, steps, callback)
+
+
+def adam(grad_fn: Callable, params: dict, steps: int, *, lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999,
+         eps: float = 1e-8, eps_form: str = "standard", weight_decay: float | Mapping[str, float] = 0.0,
+         callback: Callable | None = None) -> dict:
+    """Run :class:`Adam` for at most ``steps`` steps on the gradients ``grad_fn`` gives (the contract of
+    :func:`sgd`).
+
+    Parameters
+    ----------
+    grad_fn, params, steps, callback
+        As in :func:`sgd`.
+    lr, b1, b2, eps, eps_form, weight_decay
+        As in :class:`Adam`.
+
+    Returns
+    -------
+    dict
+        The final parameters.
+
+    Raises
+    ------
+    InputError
+        An unknown ``eps_form``.
+    """
+    return _descend(Adam(lr, b1, b2, eps, eps_form, weight_decay), grad_fn, params, steps, callback)
 
 
 OPTIMIZERS: dict[str, Callable[..., dict]] = {"adam": adam, "sgd": sgd}
@@ -574,6 +702,170 @@ class EpochBatches:
         return idx, self.cursor == 0
 
 
+@dataclass
+class StepState:
+    """What a :class:`Callback` sees at a step of :func:`train`.
+
+    Attributes
+    ----------
+    params : dict
+        The optimizer's parameters (updated in place by each step; with a tied read-out, ``unembedding`` is
+        stale and ``entity_embedding`` is the shared matrix).
+    grads : dict
+        This step's gradient (the keys being trained).
+    loss, accuracy : float
+        The batch's mean cross-entropy and the share of its answers predicted, before the update.
+    """
+
+    params: dict[str, np.ndarray]
+    grads: dict[str, np.ndarray]
+    loss: float
+    accuracy: float
+
+
+class Callback:
+    """A hook of :func:`train`'s loop. Each method returns True to stop training.
+
+    ``on_step(step, state)`` runs after the step's loss and gradient, before its update (a stop skips the
+    update); ``on_epoch_end(step, state)`` runs after the update that ended an epoch, when a step follows.
+    """
+
+    def on_step(self, step: int, state: StepState) -> bool:
+        """Whether to stop before the update of ``step``."""
+        return False
+
+    def on_epoch_end(self, step: int, state: StepState) -> bool:
+        """Whether to stop after the update of ``step``, which ended an epoch."""
+        return False
+
+
+class StopAtBatchAccuracy(Callback):
+    """Full batch: stop before the update of a step whose own predictions reach ``threshold``."""
+
+    def __init__(self, threshold: float):
+        self.threshold = threshold
+
+    def on_step(self, step: int, state: StepState) -> bool:
+        return state.accuracy >= self.threshold
+
+
+class StopAtCheckedAccuracy(Callback):
+    """Minibatch: at each epoch end, stop when ``accuracy(params, steps_done)`` (an exhaustive check of the
+    current weights) reaches ``threshold``."""
+
+    def __init__(self, threshold: float, accuracy: Callable[[dict, int], float]):
+        self.threshold, self.accuracy = threshold, accuracy
+
+    def on_epoch_end(self, step: int, state: StepState) -> bool:
+        return self.accuracy(state.params, step + 1) >= self.threshold
+
+
+class CallFunction(Callback):
+    """``train(callback=f)``: ``f(params, step, grads)`` before each update, a true value stops."""
+
+    def __init__(self, function: Callable):
+        self.function = function
+
+    def on_step(self, step: int, state: StepState) -> bool:
+        return bool(self.function(state.params, step, state.grads))
+
+
+class PrintEvery(Callback):
+    """``train(log_every=k)``: one line on stderr every k steps (loss, batch accuracy, seconds since
+    ``start``)."""
+
+    def __init__(self, every: int, start: float):
+        self.every, self.start = every, start
+
+    def on_step(self, step: int, state: StepState) -> bool:
+        if step % self.every == 0:
+            print(f"step {step:6d}  loss {state.loss:.5f}  accuracy {100 * state.accuracy:6.2f}%  "
+                  f"({time.perf_counter() - self.start:.1f} s)", file=sys.stderr, flush=True)
+        return False
+
+
+def _loss_and_grads_in_pieces(model: Model, tokens, answers, positions, frozen: frozenset, path: str,
+                              max_rows: int | None):
+    """The batch's mean loss, its gradient and the predictions, from pieces of at most ``max_rows`` queries
+    weighted by their size (the loss is a mean over queries)."""
+    def piece(piece_tokens, piece_answers):
+        if path == "structured":
+            return loss_and_grads_structured(model, piece_tokens, piece_answers, frozen)
+        return loss_and_grads(model, piece_tokens, piece_answers, positions, frozen)
+
+    B = len(tokens)
+    if max_rows is None or B <= max_rows:
+        return piece(tokens, answers)
+    loss = 0.0
+    grads: dict[str, np.ndarray] = {}
+    predictions: list[np.ndarray] = []
+    for start in range(0, B, max_rows):
+        part = slice(start, min(B, start + max_rows))
+        weight = (part.stop - part.start) / B
+        piece_loss, piece_grads, piece_predictions = piece(tokens[part], answers[part])
+        loss += weight * piece_loss
+        for key, g in piece_grads.items():
+            grads[key] = grads[key] + weight * g if key in grads else weight * g
+        predictions.append(np.asarray(piece_predictions).reshape(part.stop - part.start, -1))
+    return loss, grads, np.concatenate(predictions).reshape(-1)
+
+
+class _Objective:
+    """The loss :func:`train` descends: a batch's mean cross-entropy and its gradient at the optimizer's
+    parameters, with the tied read-out ``U = E`` applied (its two gradients summed into E's)."""
+
+    def __init__(self, template: Model, tokens, answers, positions, frozen: frozenset, path: str,
+                 max_rows: int | None, tie_readout: bool, lr: float):
+        self.template, self.tokens, self.answers, self.positions = template, tokens, answers, positions
+        self.frozen, self.path, self.max_rows = frozen, path, max_rows
+        self.tie_readout, self.lr = tie_readout, lr
+
+    def model(self, params: dict, step: int) -> Model:
+        """The Model of ``params`` (``FloatingPointError`` naming ``step`` when a weight is not finite)."""
+        if self.tie_readout:
+            params = {**params, "unembedding": params["entity_embedding"]}
+        try:
+            return with_params(self.template, params)
+        except ValueError as exc:  # the Model refuses non-finite weights
+            raise FloatingPointError(f"parameters became non-finite at step {step} ({exc}): lower the "
+                                     f"learning rate (lr = {self.lr})") from None
+
+    def __call__(self, params: dict, batch, step: int) -> tuple[float, dict, float]:
+        """``(loss, grads, accuracy)`` of the queries ``batch`` (indices or a slice)."""
+        answers = self.answers[batch]
+        model = self.model(params, step)
+        with np.errstate(over="ignore", invalid="ignore"):
+            loss, grads, predictions = _loss_and_grads_in_pieces(model, self.tokens[batch], answers,
+                                                                 self.positions, self.frozen, self.path,
+                                                                 self.max_rows)
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"loss became {loss} at step {step}: lower the learning rate "
+                                     f"(lr = {self.lr})")
+        if self.tie_readout and "unembedding" in grads:
+            grads["entity_embedding"] = grads["entity_embedding"] + grads.pop("unembedding")
+        return loss, grads, float(np.mean(predictions == answers.reshape(-1)))
+
+    def accuracy(self, params: dict, step: int) -> float:
+        """The share of every query answered by ``params`` (the exhaustive checker, in float64)."""
+        return check_queries(self.model(params, step).astype(np.float64), self.tokens, self.answers,
+                             positions=self.positions).accuracy
+
+
+def _template(model: Model, dtype, frozen: frozenset, tie_readout: bool) -> tuple[Model, frozenset]:
+    """The model to train (dense read-out, ``dtype``; ``U = E`` when tied) and the groups left frozen."""
+    template = model.with_dense_readout().astype(dtype)  # training may make any read-out column nonzero
+    if not tie_readout:
+        return template, frozen
+    if template.n_out != template.n_entities:
+        raise InputError(f"a tied read-out U = E needs n_out == N, got n_out = {template.n_out}, "
+                         f"N = {template.n_entities}")
+    if "unembedding" in frozen and "entity_embedding" not in frozen:
+        raise InputError("with a tied read-out U = E, freeze 'entity_embedding' (the shared matrix), "
+                         "not 'unembedding' alone")
+    template = template.replace(unembedding=template.entity_embedding)
+    return template, frozen | {"unembedding"} if "entity_embedding" in frozen else frozen
+
+
 def train(
     model: Model,
     tokens: np.ndarray,
@@ -589,7 +881,7 @@ def train(
     rng: np.random.Generator | int | None = None,
     stop_at_accuracy: float | None = 1.0,
     log_every: int = 0,
-    callback: Callable | None = None,
+    callback: Callable | Callback | None = None,
     seed: int | None = None,
     weight_decay: float | Mapping[str, float] = 0.0,
     eps: float = 1e-8,
@@ -602,49 +894,79 @@ def train(
 ) -> TrainResult:
     """Train ``model`` on (tokens, answers) with cross-entropy.
 
+    The loop: for each step, the batch's loss and gradient; the callbacks (:class:`Callback`: early
+    stopping, ``log_every``, ``callback``), any of which may stop before the update; the optimizer's update
+    (:class:`Adam` or :class:`SGD`); at an epoch's end, the callbacks again.
+
     Parameters
     ----------
-    batch_size
+    model : Model
+        The initial weights (:func:`init_model`); not modified.
+    tokens, answers : ndarray
+        The queries ``(n, T)`` and their answers (``(n,)``, or ``(n, P)`` read at ``positions``).
+    steps : int
+        Optimizer updates at most.
+    lr, optimizer
+        Learning rate; ``"adam"`` or ``"sgd"`` (:data:`OPTIMIZERS`).
+    batch_size : int or None
         ``None``: full batch. Otherwise epochs of a fresh random permutation cut into ``ceil(n / batch_size)``
         batches (the last one shorter): every query exactly once per epoch (:class:`EpochBatches`).
-    max_rows
-        Compute each batch's loss and gradient in pieces of at most this many queries and combine them,
-        weighted by piece size (the loss is a mean over queries, so the combination is the batch's gradient,
-        to rounding): bounded memory for large (e.g. full) batches. ``None``: one piece.
+    frozen
+        Groups (see ``GROUPS``) that receive no update: e.g. ``("unembedding",)`` for a frozen read-out,
+        ``("entity_embedding", "relation_embedding")`` for frozen embeddings.
+    positions : ndarray or None
+        Where answers are read (teacher forcing); ``None``: at the last position.
+    dtype
+        The training dtype (the weights are cast to it).
     rng, seed
         The batch order's randomness, and only it: a Generator (or integer), or the run seed of the seed
         contract, drawing from its ``"batches"`` stream. Give at most one. The initialization is
         :func:`init_model`'s own (its ``seed`` uses the ``"init"`` stream); do not pass one Generator to both.
-    frozen
-        Groups (see ``GROUPS``) that receive no update: e.g. ``("unembedding",)`` for a frozen read-out,
-        ``("entity_embedding", "relation_embedding")`` for frozen embeddings.
+    stop_at_accuracy : float or None
+        Stop when this share of the queries is answered. Full batch: a step whose own predictions reach it
+        stops before its update. Minibatch: at each epoch end (after the update of an epoch's last batch) an
+        exhaustive check of the current weights. ``None``: train all ``steps``.
+    log_every : int
+        One line on stderr every that many steps (0: none).
+    callback : callable or Callback, optional
+        ``callback(params, step, grads)`` before each update, a true value stops; or a :class:`Callback`
+        (its ``on_step`` and ``on_epoch_end``).
     weight_decay
         Decoupled weight decay (AdamW; for SGD the same ``θ ← (1 − lr·λ)·θ``): one λ for every trained group,
         or ``{group: λ}`` (missing groups: 0).
     eps, eps_form, betas, momentum
         Adam's ε and its form (``"standard"``: ``m̂/(√v̂ + ε)`` as in PyTorch and Optax; ``"hat"``: Kingma &
-        Ba's ``ε̂``), Adam's (β1, β2); SGD's momentum. See :func:`adam`.
-    tie_readout
+        Ba's ``ε̂``), Adam's (β1, β2); SGD's momentum. See :class:`Adam`.
+    tie_readout : bool
         Train with ``U = E`` (needs ``n_out == N``): the read-out is set to the entity embedding at the start,
         the two gradients are summed into one update, and the returned model has ``U = E``. The shared matrix
         is frozen with ``"entity_embedding"``; freezing ``"unembedding"`` alone is refused.
-    path
+    path : str
         ``"auto"`` (structure-aware step when it applies, see :mod:`.train_structured`),
-        ``"dense"`` (the reference) or ``"structured"`` (``ValueError`` when it does not apply). The path that
-        ran is ``TrainResult.path``.
+        ``"dense"`` (the reference) or ``"structured"``. The path that ran is ``TrainResult.path``.
+    max_rows : int or None
+        Compute each batch's loss and gradient in pieces of at most this many queries and combine them,
+        weighted by piece size (the loss is a mean over queries, so the combination is the batch's gradient,
+        to rounding): bounded memory for large (e.g. full) batches. ``None``: one piece.
 
-    Stops when every query is answered or after ``steps`` updates. Full batch: a step whose own predictions
-    are all correct stops before its update. Minibatch: at each epoch end (after the update of an epoch's last
-    batch) an exhaustive check of the current weights. The final model is confirmed by the exhaustive checker.
-    A non-finite loss raises ``FloatingPointError`` naming the step. ``callback(params, step, grads)`` is
-    called before each applied update (True stops).
+    Returns
+    -------
+    TrainResult
+        The final model, confirmed by the exhaustive checker (``reached``), and the run's history.
+
+    Raises
+    ------
+    InputError
+        An unknown optimizer, path or group, a structured path that does not apply, bad sizes, or a tied
+        read-out that cannot be.
+    FloatingPointError
+        A non-finite loss or weight, naming the step.
     """
     if optimizer not in OPTIMIZERS:
         raise InputError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
     if path not in PATHS:
         raise InputError(f"path must be one of {PATHS}, got {path!r}")
-    frozen = frozenset(frozen)
-    unknown = frozen - set(GROUPS)
+    unknown = frozenset(frozen) - set(GROUPS)
     if unknown:
         raise InputError(f"unknown parameter groups {sorted(unknown)}; groups are {GROUPS}")
     steps = check_positive_int("steps", steps)
@@ -653,117 +975,49 @@ def train(
             raise InputError("give rng or seed, not both")
         rng = seed_rng(seed, "batches")
     rng = _as_rng(rng)
-    tokens = np.asarray(tokens, dtype=np.int64)
-    answers = np.asarray(answers, dtype=np.int64)
+    tokens, answers = np.asarray(tokens, dtype=np.int64), np.asarray(answers, dtype=np.int64)
     n = tokens.shape[0]
     batch = n if batch_size is None else min(check_positive_int("batch_size", batch_size), n)
     if max_rows is not None:
         check_positive_int("max_rows", max_rows)
-    template = model.with_dense_readout().astype(dtype)  # training may make any read-out column nonzero
-    if tie_readout:
-        if template.n_out != template.n_entities:
-            raise InputError(f"a tied read-out U = E needs n_out == N, got n_out = {template.n_out}, "
-                             f"N = {template.n_entities}")
-        if "unembedding" in frozen and "entity_embedding" not in frozen:
-            raise InputError("with a tied read-out U = E, freeze 'entity_embedding' (the shared matrix), "
-                             "not 'unembedding' alone")
-        template = template.replace(unembedding=template.entity_embedding)
-        if "entity_embedding" in frozen:
-            frozen = frozen | {"unembedding"}
+    template, frozen = _template(model, dtype, frozenset(frozen), tie_readout)
     decay = _group_values("weight_decay", weight_decay, 0.0)
-    params = params_of(template)
-    decay_by_key = {key: decay[group_of(key)] for key in params if decay[group_of(key)]}
+    decay_by_key = {key: decay[group_of(key)] for key in template.arrays() if decay[group_of(key)]}
     reason = structure_reason(template, tokens, positions)
     if path == "structured" and reason is not None:
         raise InputError(f"the structured step does not apply: {reason}")
     step_path = "structured" if path != "dense" and reason is None else "dense"
-    history = TrainResult(template, 0, False, path=step_path)
+
+    objective = _Objective(template, tokens, answers, positions, frozen, step_path, max_rows, tie_readout, lr)
+    descent = (Adam(lr, betas[0], betas[1], eps, eps_form, decay_by_key) if optimizer == "adam" else
+               SGD(lr, momentum, decay_by_key))
     batches = EpochBatches(n, batch, rng) if batch < n else None
     start = time.perf_counter()
-    state = {"done": False}
+    callbacks: list[Callback] = [PrintEvery(log_every, start)] if log_every else []
+    if stop_at_accuracy is not None:
+        callbacks.append(StopAtBatchAccuracy(stop_at_accuracy) if batches is None else
+                         StopAtCheckedAccuracy(stop_at_accuracy, objective.accuracy))
+    if callback is not None:
+        callbacks.append(callback if isinstance(callback, Callback) else CallFunction(callback))
 
-    def _piece(current_model: Model, piece_tokens, piece_answers):
-        if step_path == "structured":
-            return loss_and_grads_structured(current_model, piece_tokens, piece_answers, frozen)
-        return loss_and_grads(current_model, piece_tokens, piece_answers, positions, frozen)
-
-    def _pieces(current_model: Model, batch_tokens, batch_answers):
-        """The batch's mean loss and its gradient, from pieces of at most ``max_rows`` queries."""
-        B = len(batch_tokens)
-        if max_rows is None or B <= max_rows:
-            return _piece(current_model, batch_tokens, batch_answers)
-        loss = 0.0
-        grads: dict[str, np.ndarray] = {}
-        predictions: list[np.ndarray] = []
-        for start in range(0, B, max_rows):
-            part = slice(start, min(B, start + max_rows))
-            weight = (part.stop - part.start) / B
-            piece_loss, piece_grads, piece_predictions = _piece(current_model, batch_tokens[part],
-                                                                batch_answers[part])
-            loss += weight * piece_loss
-            for key, g in piece_grads.items():
-                grads[key] = grads[key] + weight * g if key in grads else weight * g
-            predictions.append(np.asarray(piece_predictions).reshape(part.stop - part.start, -1))
-        return loss, grads, np.concatenate(predictions).reshape(-1)
-
-    def model_of(current: dict) -> Model:
-        if tie_readout:
-            current = {**current, "unembedding": current["entity_embedding"]}
-        try:
-            return with_params(template, current)
-        except ValueError as exc:  # the Model refuses non-finite weights
-            raise FloatingPointError(f"parameters became non-finite at step {len(history.losses)} ({exc}): "
-                                     f"lower the learning rate (lr = {lr})") from None
-
-    def grad_fn(current, step):
-        if state.pop("check_now", False):  # the previous update ended an epoch: check every query
-            accuracy = check_queries(model_of(current).astype(np.float64), tokens, answers,
-                                     positions=positions).accuracy
-            if accuracy >= stop_at_accuracy:
-                state["done"] = True
-                return {}
-        if batches is not None:
-            idx, epoch_ends = batches.next()
-            state["check_now"] = epoch_ends and stop_at_accuracy is not None
-        else:
-            idx = slice(None)
-        batch_answers = answers[idx]
-        current_model = model_of(current)
-        batch_tokens = tokens[idx]
-        with np.errstate(over="ignore", invalid="ignore"):
-            loss, grads, predictions = _pieces(current_model, batch_tokens, batch_answers)
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"loss became {loss} at step {step}: lower the learning rate "
-                                     f"(lr = {lr})")
-        if tie_readout and "unembedding" in grads:
-            grads["entity_embedding"] = grads["entity_embedding"] + grads.pop("unembedding")
-        accuracy = float(np.mean(predictions == batch_answers.reshape(-1)))
+    history = TrainResult(template, 0, False, path=step_path)
+    params = descent.start(params_of(template))
+    for step in range(steps):
+        batch_of_step, epoch_ends = batches.next() if batches is not None else (slice(None), True)
+        loss, grads, accuracy = objective(params, batch_of_step, step)
         history.losses.append(loss)
         history.accuracies.append(accuracy)
-        if log_every and step % log_every == 0:
-            print(f"step {step:6d}  loss {loss:.5f}  accuracy {100 * accuracy:6.2f}%  "
-                  f"({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
-        if batches is None and stop_at_accuracy is not None and accuracy >= stop_at_accuracy:
-            state["done"] = True
-        return grads
+        state = StepState(params, grads, loss, accuracy)
+        if any(c.on_step(step, state) for c in callbacks):
+            break
+        descent.update(params, grads)
+        history.steps = step + 1
+        if epoch_ends and step + 1 < steps and any(c.on_epoch_end(step, state) for c in callbacks):
+            break
 
-    def stop(current, step, grads):
-        history.steps = step  # updates applied so far
-        if state["done"] or (callback is not None and callback(current, step, grads)):
-            return True
-        history.steps = step + 1  # this one is about to be applied
-        return False
-
-    options = {"lr": lr, "weight_decay": decay_by_key, "callback": stop}
-    if optimizer == "adam":
-        options.update(b1=betas[0], b2=betas[1], eps=eps, eps_form=eps_form)
-    else:
-        options.update(momentum=momentum)
-    final = OPTIMIZERS[optimizer](grad_fn, params, steps, **options)
     history.epochs = batches.epochs if batches is not None else history.steps
-    if tie_readout:
-        final = {**final, "unembedding": final["entity_embedding"]}
-    history.model = with_params(template, final)
+    history.model = with_params(template, {**params, "unembedding": params["entity_embedding"]}
+                                if tie_readout else params)
     # reached: every fact certified in exact arithmetic of the trained weights (checked in float64: the cast
     # is exact, and the float64 rounding bound is far tighter than the float32 one)
     verdict = check_queries(history.model.astype(np.float64), tokens, answers, positions=positions)

@@ -365,3 +365,70 @@ def test_divergence_is_the_same_error():
             _run(trainer, {}, dict(options))
         messages.append(str(caught.value))
     assert messages[0] == messages[1] and "at step" in messages[0]
+
+
+# ------------------------------------------------------------------------------------ the callbacks
+
+
+def test_a_callback_object_stops_at_an_epoch_end():
+    """A Callback passed as ``callback``: its on_epoch_end runs after the update that ends each epoch."""
+    from georecall.verify.training.train import Callback
+
+    class AfterEpochs(Callback):
+        def __init__(self, epochs):
+            self.epochs, self.seen = epochs, []
+
+        def on_epoch_end(self, step, state):
+            self.seen.append(step)
+            return len(self.seen) >= self.epochs
+
+    stop = AfterEpochs(2)
+    result = train(init_model(24, 3, 8, 16, rng=1), TOKENS, ANSWERS, steps=100, batch_size=20, rng=0,
+                   stop_at_accuracy=None, callback=stop)
+    per_epoch = math.ceil(len(TOKENS) / 20)
+    assert stop.seen == [per_epoch - 1, 2 * per_epoch - 1]
+    assert result.steps == 2 * per_epoch == len(result.losses) and result.epochs == 2
+    never = AfterEpochs(10**6)
+    result = train(init_model(24, 3, 8, 16, rng=1), TOKENS, ANSWERS, steps=3 * per_epoch, batch_size=20,
+                   rng=0, stop_at_accuracy=None, callback=never)
+    assert result.steps == 3 * per_epoch and len(never.seen) == 2  # not after the last step: none follows
+
+
+def test_the_epoch_end_check_stops_only_when_the_check_says_so():
+    from georecall.verify.training.train import StepState, StopAtCheckedAccuracy
+
+    state = StepState({}, {}, 0.0, 0.0)
+    calls = []
+    stop = StopAtCheckedAccuracy(1.0, lambda params, steps: calls.append(steps) or 1.0)
+    assert stop.on_epoch_end(4, state) and calls == [5] and not stop.on_step(4, state)
+    assert not StopAtCheckedAccuracy(1.0, lambda params, steps: 0.99).on_epoch_end(4, state)
+
+
+def test_the_batch_accuracy_stop_needs_the_threshold():
+    from georecall.verify.training.train import StepState, StopAtBatchAccuracy
+
+    assert StopAtBatchAccuracy(1.0).on_step(0, StepState({}, {}, 0.1, 1.0))
+    assert not StopAtBatchAccuracy(1.0).on_step(0, StepState({}, {}, 0.1, 0.99))
+    unreachable = train(init_model(24, 3, 8, 16, rng=1), TOKENS, ANSWERS, steps=200, lr=3e-2,
+                        stop_at_accuracy=1.01)
+    assert unreachable.steps == 200 and unreachable.reached  # it reached 100%, and went on
+
+
+def test_optimizer_state_is_a_small_object_that_counts_its_updates():
+    from georecall.verify.training.train import SGD, Adam
+
+    adam = Adam(lr=0.1)
+    params = adam.start({"w": np.ones(3), "still": np.ones(2)})
+    for _ in range(3):
+        adam.update(params, {"w": np.full(3, 2.0)})
+    assert adam.t == 3 and np.all(params["w"] < 1) and np.array_equal(params["still"], np.ones(2))
+    assert np.allclose(adam.m1["w"], 2 * (1 - 0.9**3))  # m = (1 − β1^t)·g for a constant gradient
+    adam.start(params)
+    assert adam.t == 0 and not adam.m1["w"].any()
+    sgd = SGD(lr=0.5, momentum=0.5)
+    params = sgd.start({"w": np.zeros(2)})
+    sgd.update(params, {"w": np.ones(2)})
+    sgd.update(params, {"w": np.ones(2)})
+    assert np.array_equal(sgd.velocity["w"], [1.5, 1.5]) and np.array_equal(params["w"], [-1.25, -1.25])
+    with pytest.raises(InputError, match="eps_form"):
+        Adam(eps_form="kingma")

@@ -199,7 +199,15 @@ class JobList:
         self.tally = Tally()
 
     def opened(self, handle: ExecutorHandle, units: int) -> None:
-        """The executor is up and ``units`` units are about to start (a job list reports it, or not)."""
+        """The executor is up and ``units`` units are about to start (a job list reports it, or not).
+
+        Parameters
+        ----------
+        handle : ExecutorHandle
+            The open executor (its ``description`` names it).
+        units : int
+            Units to run.
+        """
 
     def start(self, unit) -> list[Task]:
         """Start one unit of work: the tasks to submit now (none when the file already holds its results).

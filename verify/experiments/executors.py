@@ -116,6 +116,16 @@ def _ready() -> int:
 def parse_scheduler(scheduler: str | None) -> tuple[str, int | str | None]:
     """Classify a ``--scheduler`` value: ``("pool", None)``, ``("local", W)`` or ``("address", address)``.
 
+    Parameters
+    ----------
+    scheduler : str or None
+        ``None``, ``"local"``, ``"local:W"`` or a Dask address ``"tcp://HOST:PORT"``.
+
+    Returns
+    -------
+    tuple
+        ``(kind, value)``.
+
     Raises
     ------
     InputError
@@ -239,7 +249,17 @@ class ExecutorHandle:
         return exc
 
     def is_lost_worker(self, exc: BaseException) -> bool:
-        """Whether ``exc`` means a local worker process died (restart the pool and rerun the trial)."""
+        """Whether ``exc`` means a local worker process died (restart the pool and rerun the trial).
+
+        Parameters
+        ----------
+        exc : BaseException
+            The exception a task's future holds, or that ``submit`` raised.
+
+        Returns
+        -------
+        bool
+        """
         return self.kind == "pool" and isinstance(exc, BrokenProcessPool)
 
     def restart(self) -> None:

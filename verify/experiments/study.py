@@ -124,6 +124,17 @@ def claims_met(summary: dict) -> dict[str, bool]:
     - ``zero_shot``: ``max(closed_form_transfer, functional_zero_shot) >= 0.90``.
 
     A missing (``None``) value fails its criterion.
+
+    Parameters
+    ----------
+    summary : dict
+        A probe summary (:func:`.probes.mechanism_probes`' ``summary``); a missing or ``None`` value fails its
+        criterion.
+
+    Returns
+    -------
+    dict
+        ``{claim: met}`` over :data:`CLAIMS`.
     """
     def at_least(name: str, key: str | None = None) -> bool:
         value = summary.get(name)
@@ -262,7 +273,21 @@ def d_axis_regimes(factors: dict[tuple[int, int], tuple[float, ...]] = D_AXIS_FA
                    families_4096: tuple[str, ...] = D_AXIS_FAMILIES_4096,
                    seeds: dict | None = None) -> tuple[Regime, ...]:
     """The d axis as regimes ``"{family} N={N} d={f}×d_G1"``; ``seeds`` maps ``(family, N, f)`` to declared
-    seeds (missing: every seed asked for)."""
+    seeds (missing: every seed asked for).
+
+    Parameters
+    ----------
+    factors : dict
+        ``{(N, R): widths}``, the widths as multiples of G1's d.
+    families, families_4096 : tuple
+        The training families at N = 1024 and at N = 4096.
+    seeds : dict, optional
+        Declared seeds per ``(family, N, factor)``.
+
+    Returns
+    -------
+    tuple of Regime
+    """
     out = []
     for (N, R), fs in factors.items():
         for family in families:
@@ -365,14 +390,42 @@ _CHOICES = {"attention": ("uniform", "softmax"), "init": ("fan-in", "g1+noise", 
 
 
 def g1_d(N: int, R: int) -> int:
-    """G1's residual width at (N, R) (binary codes): ``R·D + R + D``, D = ⌈log2 N⌉."""
+    """G1's residual width at (N, R) (binary codes): ``R·D + R + D``, D = ⌈log2 N⌉.
+
+    Parameters
+    ----------
+    N, R : int
+        Entities and relations.
+
+    Returns
+    -------
+    int
+    """
     return int(registry.get("G1").nominal_promise(N, R, 1).d)
 
 
 def resolve(base: dict, regime: Regime) -> dict:
     """The concrete parameters of a regime: base + changes, with ``d`` and ``m`` computed (``InputError`` on
     an unknown field, a bad choice, or an (N, R) without a declared d*). G1-initialised regimes take G1's d
-    and m."""
+    and m.
+
+    Parameters
+    ----------
+    base : dict
+        A grid's base parameters (:data:`BASE`, :data:`QUICK_BASE`).
+    regime : Regime
+        Its changes.
+
+    Returns
+    -------
+    dict
+        Every parameter of :data:`BASE`, with ``d`` and ``m`` concrete.
+
+    Raises
+    ------
+    InputError
+        An unknown field, a value outside its choices, or an (N, R) without a declared d* and no ``d``.
+    """
     unknown = set(regime.changes) - set(_PARAMS)
     if unknown:
         raise InputError(f"regime {regime.name!r}: unknown fields {sorted(unknown)}; fields: {list(_PARAMS)}")
@@ -480,7 +533,19 @@ def _probe(model, task, seed: int, settings: dict, initial=None, retained: dict 
 
 def run_job(job: dict) -> dict:
     """Run one job (in a worker): a ``"mechanism"`` trial (train, probe trained and initial weights) or a
-    ``"control"`` (probe a construction). Returns its record."""
+    ``"control"`` (probe a construction). Returns its record.
+
+    Parameters
+    ----------
+    job : dict
+        One job of :func:`jobs_of`.
+
+    Returns
+    -------
+    dict
+        The record: the job's fields, the probes' ``summary``, ``claims`` and ``details`` (a mechanism trial:
+        also ``training`` and the untrained weights' ``initial``), and the timing field ``seconds``.
+    """
     start = time.perf_counter()
     seed = job["seed"]
     if job["kind"] == "control":
@@ -531,7 +596,25 @@ def _identity(job: dict) -> str:
 
 
 def jobs_of(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2)) -> list[dict]:
-    """Every job of a grid and seeds, most expensive first (a long tail on two workers costs wall time)."""
+    """Every job of a grid and seeds, most expensive first (a long tail on two workers costs wall time).
+
+    Parameters
+    ----------
+    grid : str or Grid
+        A name of :data:`GRIDS`, or a grid.
+    seeds : list of int
+        Seeds per regime (regimes that declare their own seeds keep only those).
+
+    Returns
+    -------
+    list of dict
+        The jobs, each with its ``key`` (every field its record depends on, as canonical JSON).
+
+    Raises
+    ------
+    InputError
+        An unknown grid, no seeds, a bad seed, or regime names that repeat.
+    """
     g = _grid(grid)
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
         raise TypeError(f"seeds must be a list, got {seeds!r}")
@@ -745,7 +828,25 @@ def _usable(value) -> bool:
 def read_study(path: str, *, max_bytes: int | None = None) -> ResultsFile:
     """Read a study file: torn lines (a writer killed mid-line), alien lines (not a study record, or one with
     a field of the wrong type) and duplicates (a key seen before) are counted and skipped. A missing file is
-    empty. With ``max_bytes`` (a memory budget) the file is counted against it before it is parsed."""
+    empty. With ``max_bytes`` (a memory budget) the file is counted against it before it is parsed.
+
+    Parameters
+    ----------
+    path : str
+        The JSONL file (missing: empty).
+    max_bytes : int, optional
+        Memory budget.
+
+    Returns
+    -------
+    georecall.io.ResultsFile
+        The usable records (the first of each key) and the counts of skipped lines.
+
+    Raises
+    ------
+    InputError
+        ``path`` cannot be read, or is larger than ``max_bytes`` allows.
+    """
     return read_jsonl(path, ResultsFile(), _usable, _identity, max_bytes=max_bytes, what="study mechanism")
 
 
@@ -870,7 +971,18 @@ def _stats(values: list) -> dict:
 
 def regime_verdicts(claims_per_seed: list[dict]) -> dict[str, dict]:
     """Per claim: seeds meeting it, seeds in all, and the verdict — ``holds`` (every seed), ``partly`` (some)
-    or ``fails`` (none)."""
+    or ``fails`` (none).
+
+    Parameters
+    ----------
+    claims_per_seed : list of dict
+        ``{claim: met}`` per seed (:func:`claims_met`).
+
+    Returns
+    -------
+    dict
+        ``{claim: {"met", "n", "verdict"}}`` over :data:`CLAIMS`.
+    """
     out = {}
     for claim in CLAIMS:
         met = sum(bool(c.get(claim)) for c in claims_per_seed)
@@ -894,6 +1006,13 @@ def summarize(path: str, *, max_bytes: int | None = None) -> dict:
     """The study's document: per regime and per control, mean ± sd over seeds of every probe, the verdicts by
     the declared thresholds, and one line per claim.
 
+    Parameters
+    ----------
+    path : str
+        The study's results file.
+    max_bytes : int, optional
+        Memory budget the file is counted against before it is parsed.
+
     Returns
     -------
     dict
@@ -902,6 +1021,11 @@ def summarize(path: str, *, max_bytes: int | None = None) -> dict:
         ``verdicts``), ``constructions`` (G1, A1 per (N, R)), ``verdicts`` (per claim: regimes where it holds,
         partly holds, fails; and its one-line statement), ``calibration`` (G1 meets every claim, A1 and every
         untrained model none), ``seconds`` (sum of job times).
+
+    Raises
+    ------
+    InputError
+        The file cannot be read, or is larger than ``max_bytes`` allows.
     """
     contents = read_study(path, max_bytes=max_bytes)
     groups: dict[str, list[dict]] = {}
@@ -1001,6 +1125,11 @@ D_AXIS_FIELDS: tuple[tuple[str, str, str], ...] = (
 def d_axis(regimes: list[dict], constructions: list[dict]) -> dict:
     """The d axis of a summary: per (N, R, family), the entries at each width d/d_G1, the verdict of every
     claim at every width, and G1 (native and embedded wider) at its widths.
+
+    Parameters
+    ----------
+    regimes, constructions : list of dict
+        The summary's ``regimes`` and ``constructions`` entries.
 
     Returns
     -------
@@ -1117,7 +1246,17 @@ def _render_d_axis(axis: dict | None) -> list[str]:
 
 
 def render_summary(doc: dict) -> str:
-    """The document as Markdown: the trained table, the controls, the untrained table, the verdicts."""
+    """The document as Markdown: the trained table, the controls, the untrained table, the verdicts.
+
+    Parameters
+    ----------
+    doc : dict
+        What :func:`summarize` returns.
+
+    Returns
+    -------
+    str
+    """
     head = "| " + " | ".join(["regime", "d", "reached", "accuracy", "steps"] + [c[0] for c in _COLUMNS]
                              + ["claims S·M·Z"]) + " |"
     rule = "|" + "---|" * (len(_COLUMNS) + 6)
@@ -1164,7 +1303,26 @@ def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None
     with thresholds and the untrained weights) and ``forward_reverse`` (forward vs reverse fit) into
     ``out_dir`` (created when missing), drawn by :mod:`.figures`. matplotlib is imported there; without it
     nothing is written and ``log`` says so (the command line refuses ``--figures`` before any work instead).
-    Returns the paths written."""
+    Returns the paths written.
+
+    Parameters
+    ----------
+    doc : dict
+        What :func:`summarize` returns.
+    out_dir : str
+        The folder (created when missing).
+    log : callable, optional
+        Receives the note that matplotlib is missing; default stderr.
+    dpi : int, optional
+        Raster resolution (default :data:`.figures.DEFAULT_DPI`).
+    formats : list of str, optional
+        File formats (default :data:`.figures.DEFAULT_FORMATS`).
+
+    Returns
+    -------
+    list of str
+        The paths written (none without matplotlib).
+    """
     log = log or (lambda text: print(f"georecall: {text}", file=sys.stderr, flush=True))
     if not drawing.have_matplotlib():
         log("matplotlib is not installed: no figures (pip install 'georecall[plot]')")
@@ -1189,7 +1347,20 @@ def section_mechanism(seed: int = 0, progress: bool = False) -> list:
     100%), with the ridge probes: G1 scores every probe exactly and meets every claim's criterion, and so does
     G1 embedded in a residual 3× wider (randomly rotated, the same logits: the positive control at a width
     where an unregularized fit would be underdetermined); the trained model's initial weights and A1 meet
-    none (the negative controls). The trained model's values are reported, not judged."""
+    none (the negative controls). The trained model's values are reported, not judged.
+
+    Parameters
+    ----------
+    seed : int
+        The run seed (task, initial weights, probes).
+    progress : bool
+        One line on stderr before the work.
+
+    Returns
+    -------
+    list
+        One ``ClaimReport``.
+    """
     if progress:
         print("mechanism: probes on G1, A1, a trained model and its initial weights (N=256, R=4)",
               file=sys.stderr, flush=True)

@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from georecall.bounds.counting import F_lower, log2_product
+from georecall.constructions import registry
 from georecall.errors import InputError
 from georecall.io import ResultsFile, append_jsonl, read_jsonl, validate_output_path
 from georecall.theory import __version__
@@ -226,7 +228,18 @@ class ThresholdSearch:
         self._doubling = True
 
     def feed(self, reached: bool) -> None:
-        """Record the outcome of the trial at ``next_d`` and move to the next width (or finish)."""
+        """Record the outcome of the trial at ``next_d`` and move to the next width (or finish).
+
+        Parameters
+        ----------
+        reached : bool
+            Whether the trial at ``next_d`` reached 100%.
+
+        Raises
+        ------
+        RuntimeError
+            The search is over.
+        """
         d = self.next_d
         if d is None:
             raise RuntimeError("the search is over")
@@ -318,12 +331,34 @@ def _key(record: dict, fields: tuple) -> tuple:
 
 
 def trial_key(record: dict) -> tuple:
-    """A trial record's identity: its :data:`TRIAL_KEY` values (missing old fields take their defaults)."""
+    """A trial record's identity.
+
+    Parameters
+    ----------
+    record : dict
+        A trial record (or any dict with its fields).
+
+    Returns
+    -------
+    tuple
+        Its :data:`TRIAL_KEY` values, in that order (fields older records lack take their defaults).
+    """
     return _key(record, TRIAL_KEY)
 
 
 def threshold_key(record: dict) -> tuple:
-    """A threshold record's identity: its :data:`THRESHOLD_KEY` values."""
+    """A threshold record's identity.
+
+    Parameters
+    ----------
+    record : dict
+        A threshold record.
+
+    Returns
+    -------
+    tuple
+        Its :data:`THRESHOLD_KEY` values, in that order (fields older records lack take their defaults).
+    """
     return _key(record, THRESHOLD_KEY)
 
 
@@ -419,7 +454,23 @@ def read_sweep(path: str, *, max_bytes: int | None = None) -> ResultsFile:
 
 
 def read_records(path: str, *, max_bytes: int | None = None) -> list[dict]:
-    """The usable records of a results file (see :func:`read_sweep`; skipped lines are not reported)."""
+    """The usable records of a results file (skipped lines are not reported).
+
+    Parameters
+    ----------
+    path, max_bytes
+        As in :func:`read_sweep`.
+
+    Returns
+    -------
+    list of dict
+        Every usable record in file order, duplicates removed.
+
+    Raises
+    ------
+    InputError
+        As in :func:`read_sweep`.
+    """
     return read_sweep(path, max_bytes=max_bytes).records
 
 
@@ -688,7 +739,21 @@ class _Searches(JobList):
 
 def fit_thresholds(records: list[dict]) -> dict[str, dict]:
     """Per mode: least-squares fit of ``d* = c·R·ln N`` (scipy), c per seed and its spread over seeds; and a
-    power law ``d* = a·N^p·R^q`` (exponents fitted where the records vary N, resp. R)."""
+    power law ``d* = a·N^p·R^q`` (exponents fitted where the records vary N, resp. R).
+
+    Parameters
+    ----------
+    records : list of dict
+        Threshold records (``mode``, ``N``, ``R``, ``seed``, ``d_star``, ``monotone``); searches that never
+        reached 100% (``d_star`` None) are counted as ``unreached``, not fitted.
+
+    Returns
+    -------
+    dict
+        Per mode with at least one d*: ``c``, ``c_stderr`` (None when the fit is exact), ``c_per_seed``,
+        ``c_seed_mean``, ``c_seed_std`` (ddof 1), ``power_law`` (``log_a`` and ``p_N`` / ``q_R`` where
+        fitted), ``points``, ``non_monotone``, ``unreached``.
+    """
     from scipy.optimize import curve_fit
 
     out = {}
@@ -724,7 +789,18 @@ def fit_thresholds(records: list[dict]) -> dict[str, dict]:
 
 
 def summary_table(records: list[dict]) -> str:
-    """d* per (N, R, mode) over seeds: mean, min, max."""
+    """d* per (N, R, mode) over seeds, as text.
+
+    Parameters
+    ----------
+    records : list of dict
+        Threshold records.
+
+    Returns
+    -------
+    str
+        One line per (N, R, mode): d* per seed, their mean (over the searches that reached 100%) and R·ln N.
+    """
     groups: dict[tuple, list] = {}
     for r in records:
         groups.setdefault((r["N"], r["R"], r["mode"]), []).append(r["d_star"])
@@ -748,17 +824,44 @@ BITS_REFERENCES: dict[str, float] = {
 def knowledge_bits(N: int, R: int, k: int = 1) -> dict:
     """The bits a model must hold to answer every query of an unknown task: ``log2`` of the number of tasks
     it must tell apart. k = 1: ``R·log2 N!`` (``(N!)^R`` tasks, exact). k >= 2: ``log2 |F_k|`` from the proved
-    lower bound ``(L − 1)!·(N!)^{R−1}`` (``bounds.counting.F_lower``): at least that many bits."""
-    from georecall.bounds.counting import F_lower, log2_product
+    lower bound ``(L − 1)!·(N!)^{R−1}`` (``bounds.counting.F_lower``): at least that many bits.
 
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, hops (positive).
+
+    Returns
+    -------
+    dict
+        ``bits`` (float), ``exact`` (k = 1) and ``count`` (what was counted, in words).
+
+    Raises
+    ------
+    InputError
+        A size that is not a positive integer.
+    """
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
     return {"bits": float(log2_product(F_lower(N, R, k))), "exact": k == 1,
             "count": "(N!)^R tasks" if k == 1 else "|F_k| >= (L-1)!·(N!)^(R-1) k-hop answer tables"}
 
 
 def model_parameters(N: int, R: int, d: int, settings: TrialSettings) -> dict:
-    """Parameters of the model a trial of ``settings`` trains at width d (all of them, and those not frozen
-    in each mode), counted from the model itself (``Model.parameter_count``)."""
+    """Parameters of the model a trial of ``settings`` trains at width d, counted from the model itself
+    (``Model.parameter_count``).
+
+    Parameters
+    ----------
+    N, R, d : int
+        The task's sizes and the model's width.
+    settings : TrialSettings
+        The trial's MLP width factor, attention, heads, hops and CoT.
+
+    Returns
+    -------
+    dict
+        ``all`` (every parameter) and, per mode of :data:`FROZEN_GROUPS`, the parameters it trains.
+    """
     T = None
     if settings.k > 1 or settings.cot:  # positions: the sequence length of the trial's queries
         T = training_data(task_for_seed(N, R, 0), settings.k, settings.cot)[3]
@@ -779,9 +882,18 @@ def bits_per_parameter(records: list[dict]) -> list[dict]:
     d* (all parameters; ``per_trained_parameter``: over the parameters not frozen in that mode). Beside them:
     the same ratio for the constructions at (N, R, k) (their nominal sizes: G1 and A1 for one hop, G2 and C1
     for k hops) and :data:`BITS_REFERENCES`.
-    """
-    from georecall.constructions import registry
 
+    Parameters
+    ----------
+    records : list of dict
+        Sweep records (threshold records are used; others are skipped).
+
+    Returns
+    -------
+    list of dict
+        One row per (N, R, k, CoT, mode): ``bits`` (:func:`knowledge_bits`), ``seeds`` (per seed: d*, the
+        parameter count, the two ratios), their ``mean``, ``constructions`` and ``references``.
+    """
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         if r.get("kind", "threshold") == "threshold" and r.get("d_star") is not None:
@@ -812,7 +924,18 @@ def bits_per_parameter(records: list[dict]) -> list[dict]:
 
 
 def knowledge_table(rows: list[dict]) -> str:
-    """:func:`bits_per_parameter` as text lines (empty when no search reached 100%)."""
+    """:func:`bits_per_parameter` as text.
+
+    Parameters
+    ----------
+    rows : list of dict
+        What :func:`bits_per_parameter` returns.
+
+    Returns
+    -------
+    str
+        One line per row and one of references; empty when no search reached 100%.
+    """
     if not rows:
         return ""
     lines = ["bits of knowledge per parameter at d* (log2 of the tasks told apart / the trained model's "

@@ -176,12 +176,38 @@ def _group_values(name: str, value, default: float) -> dict[str, float]:
 
 
 def params_of(model: Model) -> dict[str, np.ndarray]:
-    """Writable copies of every weight, keyed like ``Model.arrays()``."""
+    """Writable copies of every weight, keyed like ``Model.arrays()``.
+
+    Parameters
+    ----------
+    model : Model
+
+    Returns
+    -------
+    dict
+    """
     return {key: np.array(value) for key, value in model.arrays().items()}
 
 
 def with_params(template: Model, params: dict[str, np.ndarray]) -> Model:
-    """A Model with ``template``'s structure (kinds, temperatures) and the given weights (``unflatten``)."""
+    """A Model with ``template``'s structure (kinds, temperatures) and the given weights (``unflatten``).
+
+    Parameters
+    ----------
+    template : Model
+        The structure.
+    params : dict
+        Every weight, keyed like ``template.arrays()``.
+
+    Returns
+    -------
+    Model
+
+    Raises
+    ------
+    ValueError
+        A missing key, a wrong shape, or a non-finite weight (the Model refuses it).
+    """
     return unflatten(template, params)
 
 
@@ -204,6 +230,18 @@ def softmax_cross_entropy(logits: np.ndarray, answers: np.ndarray):
     clamped there before ``exp``, as in the structured step (``train_structured._softmax_rows``): otherwise a
     trained model's confident rows put ``P`` in float32's subnormal range, where ``exp`` and the two read-out
     products run several times slower. The loss uses the unclamped answer logit.
+
+    Parameters
+    ----------
+    logits : ndarray
+        ``(n, n_out)``, overwritten.
+    answers : ndarray
+        ``(n,)`` answer indices.
+
+    Returns
+    -------
+    tuple
+        ``(loss, P, scale, predictions)``.
     """
     n = logits.shape[0]
     rows = np.arange(n)
@@ -220,7 +258,24 @@ def softmax_cross_entropy(logits: np.ndarray, answers: np.ndarray):
 def readout_backward(P, scale, answers, U, x_read, want_U: bool):
     """``dx = dz @ U`` and ``dU = dz^T @ x`` for ``dz = scale·P − onehot/n`` without forming dz:
     ``dz @ U = scale·(P @ U) − U[answers]/n`` and
-    ``dz^T @ x = P^T @ (scale·x) − Σ_{rows with answer j} x/n``."""
+    ``dz^T @ x = P^T @ (scale·x) − Σ_{rows with answer j} x/n``.
+
+    Parameters
+    ----------
+    P, scale, answers
+        What :func:`softmax_cross_entropy` returns (``P``, ``scale``) and the answers it was given.
+    U : ndarray
+        The read-out ``(n_out, d)``.
+    x_read : ndarray
+        The residual rows read ``(n, d)``.
+    want_U : bool
+        Whether to compute ``dU`` (``None`` otherwise: a frozen read-out).
+
+    Returns
+    -------
+    tuple
+        ``(dx, dU)``.
+    """
     n = P.shape[0]
     dx = matmul_rows(P, U)
     dx *= scale[:, None]
@@ -247,6 +302,30 @@ def loss_and_grads(model: Model, tokens: np.ndarray, answers: np.ndarray,
     ``path="dense"`` (the default, the reference): the generic backward pass below. ``"structured"``: the
     structure-aware step of :mod:`.train_structured` (one-layer, uniform or no attention,
     ``⟨r, s⟩`` queries; ``ValueError`` saying why otherwise). ``"auto"``: structured when it applies.
+
+    Parameters
+    ----------
+    model : Model
+    tokens : ndarray
+        ``(B, T)`` token ids.
+    answers : ndarray
+        ``(B,)``, or ``(B, P)`` with ``positions``.
+    positions : ndarray, optional
+        Where answers are read (teacher forcing).
+    frozen : frozenset of str
+        Groups that get no gradient.
+    path : str
+        ``"dense"``, ``"structured"`` or ``"auto"`` (:data:`PATHS`).
+
+    Returns
+    -------
+    tuple
+        ``(loss, grads, predictions)``.
+
+    Raises
+    ------
+    InputError
+        An unknown path, the structured path where it does not apply, or a compact read-out to be trained.
     """
     if path not in PATHS:
         raise InputError(f"path must be one of {PATHS}, got {path!r}")
@@ -457,7 +536,15 @@ class SGD:
         return params
 
     def update(self, params: dict, grads: dict) -> None:
-        """One step, in place, on the keys of ``grads`` (the other parameters stay fixed)."""
+        """One step, in place, on the keys of ``grads`` (the other parameters stay fixed).
+
+        Parameters
+        ----------
+        params : dict
+            What :meth:`start` returned, updated in place.
+        grads : dict
+            The step's gradient.
+        """
         _decay(params, grads, self.lr, self.weight_decay)
         for k, g in grads.items():
             self.velocity[k] *= self.momentum
@@ -556,7 +643,13 @@ class Adam:
         return params
 
     def update(self, params: dict, grads: dict) -> None:
-        """One step, in place, on the keys of ``grads`` (the other parameters stay fixed)."""
+        """One step, in place, on the keys of ``grads`` (the other parameters stay fixed).
+
+        Parameters
+        ----------
+        params, grads
+            As in :meth:`SGD.update`.
+        """
         self.t += 1
         correction2 = math.sqrt(1 - self.b2**self.t)
         alpha = self.lr * correction2 / (1 - self.b1**self.t)
@@ -649,6 +742,20 @@ def training_data(task, k: int = 1, cot: bool = False):
     k > 1, no CoT: the N·R^k queries ``⟨r_k, ..., r_1, s⟩`` and their final answers.
     CoT: the queries followed by the true chain ``v_1..v_{k−1}`` (teacher forcing), answers ``v_1..v_k`` read
     at positions ``k..2k−1``. ``T`` is the sequence length (the position embedding needs T rows).
+
+    Parameters
+    ----------
+    task : Task
+        The facts.
+    k : int
+        Hops per query.
+    cot : bool
+        Chain of thought under teacher forcing.
+
+    Returns
+    -------
+    tuple
+        ``(tokens, answers, positions, T)``.
     """
     k = check_positive_int("k", k)
     if k == 1 and not cot:
@@ -692,6 +799,13 @@ class EpochBatches:
         self.epochs = 0
 
     def next(self) -> tuple[np.ndarray, bool]:
+        """The next batch.
+
+        Returns
+        -------
+        tuple
+            ``(indices, epoch_ends)``: the batch's query indices, and whether it ends an epoch.
+        """
         if self.cursor == 0:
             self.order = self.rng.permutation(self.n)
         stop = min(self.n, self.cursor + self.batch)
@@ -731,11 +845,33 @@ class Callback:
     """
 
     def on_step(self, step: int, state: StepState) -> bool:
-        """Whether to stop before the update of ``step``."""
+        """Whether to stop before the update of ``step``.
+
+        Parameters
+        ----------
+        step : int
+            The step (from 0).
+        state : StepState
+            Its parameters, gradient, loss and batch accuracy.
+
+        Returns
+        -------
+        bool
+        """
         return False
 
     def on_epoch_end(self, step: int, state: StepState) -> bool:
-        """Whether to stop after the update of ``step``, which ended an epoch."""
+        """Whether to stop after the update of ``step``, which ended an epoch.
+
+        Parameters
+        ----------
+        step, state
+            As in :meth:`on_step` (``params`` now updated).
+
+        Returns
+        -------
+        bool
+        """
         return False
 
 
@@ -1039,6 +1175,31 @@ def check_grads(model: Model, tokens, answers, *, positions=None, frozen=(), rng
     1e-8).
     ``path`` selects the analytic gradient (see :func:`loss_and_grads`): ``"structured"`` checks the
     structure-aware step directly against the finite differences of THE forward pass.
+
+    Parameters
+    ----------
+    model : Model
+        Cast to float64.
+    tokens, answers, positions
+        As in :func:`loss_and_grads`.
+    frozen
+        Groups left out.
+    rng
+        The directions' randomness (a Generator or an integer).
+    h, rtol : float
+        The step of the differences and the tolerance.
+    path : str
+        The analytic gradient's path.
+
+    Returns
+    -------
+    dict
+        ``{key: (analytic, numeric)}``.
+
+    Raises
+    ------
+    AssertionError
+        The first parameter whose two values differ.
     """
     rng = _as_rng(rng)
     model = model.astype(np.float64)

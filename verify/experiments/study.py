@@ -53,7 +53,7 @@ from georecall.verify.checking.check import check_queries, claim_report
 from georecall.verify.experiments import figures as drawing
 from georecall.verify.experiments import probes
 from georecall.verify.experiments.driver import JobList, Stop, Task, clock, drive, open_results, stderr_note
-from georecall.verify.experiments.executors import open_executor
+from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
 from georecall.verify.training.train import GROUPS, init_model, train, training_data
 
 __all__ = [
@@ -911,10 +911,10 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
         have = {_identity(r) for r in contents.records}
         todo = [job for job in jobs if job["key"] not in have]
         if todo:
-            timeouts = {} if worker_timeout is None else {"worker_timeout": worker_timeout}
+            patience = WORKER_TIMEOUT if worker_timeout is None else worker_timeout
             drive(_Jobs(out, len(jobs), len(todo), progress, max_jobs), todo,
                   lambda: open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log,
-                                        **timeouts), workers=workers, path=out, log=log)
+                                        worker_timeout=patience), workers=workers, path=out, log=log)
         return [r for r in read_study(out, max_bytes=max_bytes).records if _identity(r) in wanted]
 
 
@@ -933,14 +933,13 @@ class _Jobs(JobList):
         """One line on stderr, or ``{"done", "total", "new", "elapsed", "eta", "message"}`` to a callback."""
         if self.progress is False or self.progress is None:
             return
-        tally = self.tally
-        info = {"done": self.done, "total": self.total, "new": tally.new, "elapsed": tally.elapsed(),
-                "eta": tally.eta(self.total - self.done), "message": message}
+        elapsed, eta = self.tally.elapsed(), self.tally.eta(self.total - self.done)
         if callable(self.progress):
-            self.progress(info)
+            self.progress({"done": self.done, "total": self.total, "new": self.tally.new, "elapsed": elapsed,
+                           "eta": eta, "message": message})
         else:
-            print(f"study: {info['done']}/{self.total} done, elapsed {clock(info['elapsed'])}, "
-                  f"ETA {clock(info['eta'])} | {message}", file=sys.stderr, flush=True)
+            print(f"study: {self.done}/{self.total} done, elapsed {clock(elapsed)}, ETA {clock(eta)} | "
+                  f"{message}", file=sys.stderr, flush=True)
 
     def opened(self, handle, units: int) -> None:
         self.report(f"{units} job(s) to run on {handle.description}")

@@ -21,13 +21,13 @@ from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import _as_rng, check_positive_int, random_task
 from georecall.verify.checking.check import check_queries
 from georecall.verify.training.groups import group_of
+from georecall.verify.training.optimizers import _adam_task
 from georecall.verify.training.train import (
     GROUPS,
     OPTIMIZERS,
     PATHS,
     EpochBatches,
     TrainResult,
-    _adam_task,
     _group_values,
     init_model,
     loss_and_grads,

@@ -1,4 +1,4 @@
-"""Optimizers of the NumPy trainer (docs/training.md, "Optimizers"): Adam(W) and SGD with momentum.
+"""The NumPy trainer's optimizers: Adam(W) and SGD with momentum (docs/training.md, the paragraph on them).
 
 Each is a small state object: ``start(params)`` returns the working copies of the parameters and sets fresh
 state (moments, velocity), ``update(params, grads)`` applies one step in place to the keys of ``grads`` (the

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from georecall.errors import InputError
-from georecall.memory import results_file_estimate
+from georecall.memory import Budget, results_file_estimate
 from georecall.state_dict import from_state_dict, to_state_dict  # noqa: F401  (re-exported: docs/model_format.md)
 
 __all__ = ["MAX_LINE_BYTES", "FileLock", "LockTimeout", "ResultsFile", "append_jsonl", "atomic_write",
@@ -383,7 +383,7 @@ class ResultsFile:
 
 
 def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[dict], object], *,
-               max_bytes: int | None = None, what: str = "reading the results file"):
+               budget: Budget | int | None = None, what: str = "reading the results file"):
     """Read a results file into ``out`` (an object with ``records``, ``lines``, ``torn``, ``alien`` and
     ``duplicates``).
 
@@ -401,7 +401,7 @@ def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[
     usable, key : callable
         Whether a parsed line is a record of ours (it must check every field's type before anything reads
         it), and its identity.
-    max_bytes : int, optional
+    budget : Budget, int or None
         The memory budget: the file is counted against it (:func:`georecall.memory.results_file_estimate`)
         before it is parsed.
     what : str
@@ -415,7 +415,7 @@ def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[
     Raises
     ------
     InputError
-        ``path`` is a directory, a device, unreadable, or (with ``max_bytes``) too large for the budget.
+        ``path`` is a directory, a device, unreadable, or (with ``budget``) too large for the budget.
     """
     if not os.path.exists(path):
         return out
@@ -427,8 +427,8 @@ def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[
         raise InputError(f"cannot read results file {path!r}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(info.st_mode):
         raise InputError(f"results file {path!r} is a device, pipe or socket, not a regular file")
-    if max_bytes is not None:
-        results_file_estimate(what, path, info.st_size).require(max_bytes)
+    if budget is not None:
+        results_file_estimate(what, path, info.st_size).require(budget)
     seen: set = set()
     try:
         with open(path, "rb") as handle:

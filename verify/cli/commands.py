@@ -879,7 +879,7 @@ def run_sweep_threshold(p: SweepThresholdParams) -> dict:
                     resolution=p.resolution, workers=p.workers, progress=p.progress, scheduler=p.scheduler,
                     lock_timeout=p.lock_timeout, connect_timeout=p.connect_timeout,
                     log=None if p.progress else notes.append, worker_timeout=p.worker_timeout,
-                    max_bytes=p.budget.max_bytes)
+                    budget=p.budget)
     fits = fit_thresholds(records)
     params = {"N": p.N, "R": p.R, "modes": p.modes, "seeds": p.seeds, "d_min": p.d_min, "d_max": p.d_max,
               "resolution": p.resolution, "workers": p.workers, "scheduler": p.scheduler,
@@ -1292,7 +1292,7 @@ def run_figures(p: FiguresParams) -> dict:
     out = output_dir(p.out)
     dpi, formats = _figure_options(p)
     _require_matplotlib()
-    records = read_records(p.source, max_bytes=p.budget.max_bytes) if p.source else []
+    records = read_records(p.source, budget=p.budget) if p.source else []
     paths = make_figures(records, out, seed=p.seed, dpi=dpi, formats=formats)
     params = {"source": p.source, "out": out, "seed": p.seed, "dpi": dpi, "formats": list(formats)}
     return _doc(p, params, est, files=paths)
@@ -1379,8 +1379,8 @@ def run_study_mechanism(p: StudyMechanismParams) -> dict:
         study.run_study(path, grid_name, seeds=p.seeds, workers=p.workers, scheduler=p.scheduler,
                         progress=p.progress, connect_timeout=p.connect_timeout,
                         log=None if p.progress else notes.append, worker_timeout=p.worker_timeout,
-                        max_bytes=p.budget.max_bytes)
-    summary = study.summarize(path, max_bytes=p.budget.max_bytes)
+                        budget=p.budget)
+    summary = study.summarize(path, budget=p.budget)
     files: list[str] = []
     if figures_dir is not None:
         os.makedirs(figures_dir, exist_ok=True)

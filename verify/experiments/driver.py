@@ -35,6 +35,7 @@ from typing import Any
 
 from georecall.errors import InputError
 from georecall.io import FileLock, ResultsFile
+from georecall.memory import Budget
 from georecall.verify.experiments.executors import ExecutorHandle
 
 __all__ = ["ATTEMPTS", "JobList", "Stop", "Tally", "Task", "clock", "drive", "stderr_note", "open_results"]
@@ -74,7 +75,7 @@ def stderr_note(text: str) -> None:
 
 @contextlib.contextmanager
 def open_results(path: str, read: Callable[..., ResultsFile], *, lock_timeout: float | None,
-                 log: Callable[[str], None], max_bytes: int | None) -> Iterator[ResultsFile]:
+                 log: Callable[[str], None], budget: Budget | int | None) -> Iterator[ResultsFile]:
     """Hold the results file's lock and yield what is in it (the driver appends while the lock is held).
 
     Parameters
@@ -82,13 +83,13 @@ def open_results(path: str, read: Callable[..., ResultsFile], *, lock_timeout: f
     path : str
         The results file, already checked by :func:`georecall.io.validate_output_path`.
     read : callable
-        ``read(path, max_bytes=...)``: the module's reader (:func:`.sweep.read_sweep`,
+        ``read(path, budget=...)``: the module's reader (:func:`.sweep.read_sweep`,
         :func:`.study.read_study`).
     lock_timeout : float or None
         Seconds to wait for the lock (``None``: wait, saying so once; ``0``: refuse at once).
     log : callable
         Receives the line counting skipped lines, and the lock's waiting note.
-    max_bytes : int or None
+    budget : Budget, int or None
         Memory budget the file is counted against before it is parsed.
 
     Yields
@@ -101,10 +102,10 @@ def open_results(path: str, read: Callable[..., ResultsFile], *, lock_timeout: f
     georecall.io.LockTimeout
         Another process holds the lock beyond ``lock_timeout``.
     InputError
-        The file cannot be read, or is larger than ``max_bytes`` allows.
+        The file cannot be read, or is larger than ``budget`` allows.
     """
     with FileLock(path, timeout=lock_timeout, message=log):
-        contents = read(path, max_bytes=max_bytes)
+        contents = read(path, budget=budget)
         if contents.problems():
             log(f"{path}: {contents.problems()}")
         yield contents

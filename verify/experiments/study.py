@@ -46,6 +46,7 @@ from georecall import memory
 from georecall.constructions import registry
 from georecall.errors import InputError
 from georecall.io import ResultsFile, append_jsonl, read_jsonl, validate_output_path
+from georecall.memory import Budget
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
@@ -825,16 +826,16 @@ def _usable(value) -> bool:
     return all(check(value[name]) for name, check in _OPTIONAL.items() if name in value)
 
 
-def read_study(path: str, *, max_bytes: int | None = None) -> ResultsFile:
+def read_study(path: str, *, budget: Budget | int | None = None) -> ResultsFile:
     """Read a study file: torn lines (a writer killed mid-line), alien lines (not a study record, or one with
     a field of the wrong type) and duplicates (a key seen before) are counted and skipped. A missing file is
-    empty. With ``max_bytes`` (a memory budget) the file is counted against it before it is parsed.
+    empty. With ``budget`` (a memory budget) the file is counted against it before it is parsed.
 
     Parameters
     ----------
     path : str
         The JSONL file (missing: empty).
-    max_bytes : int, optional
+    budget : Budget, int or None
         Memory budget.
 
     Returns
@@ -845,9 +846,9 @@ def read_study(path: str, *, max_bytes: int | None = None) -> ResultsFile:
     Raises
     ------
     InputError
-        ``path`` cannot be read, or is larger than ``max_bytes`` allows.
+        ``path`` cannot be read, or is larger than ``budget`` allows.
     """
-    return read_jsonl(path, ResultsFile(), _usable, _identity, max_bytes=max_bytes, what="study mechanism")
+    return read_jsonl(path, ResultsFile(), _usable, _identity, budget=budget, what="study mechanism")
 
 
 # ------------------------------------------------------------------------------------------- the driver
@@ -863,7 +864,7 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
               scheduler: str | None = None, progress: bool | Callable[[dict], None] = True, *,
               lock_timeout: float | None = None, connect_timeout: float = 10.0, max_jobs: int | None = None,
               log: Callable[[str], None] | None = None, worker_timeout: float | None = None,
-              max_bytes: int | None = None) -> list[dict]:
+              budget: Budget | int | None = None) -> list[dict]:
     """Run (or resume) the mechanism study; return the grid's records (trials and controls).
 
     Parameters
@@ -890,7 +891,7 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
     worker_timeout : float, optional
         Seconds without any Dask worker before the study gives up (default
         :data:`~georecall.verify.experiments.executors.WORKER_TIMEOUT`).
-    max_bytes : int, optional
+    budget : Budget, int or None
         Memory budget the existing results file is counted against before it is read.
 
     Raises
@@ -907,7 +908,7 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
     out = validate_output_path(out, what="results file")
     log = log if log is not None else stderr_note
     wanted = {job["key"] for job in jobs}
-    with open_results(out, read_study, lock_timeout=lock_timeout, log=log, max_bytes=max_bytes) as contents:
+    with open_results(out, read_study, lock_timeout=lock_timeout, log=log, budget=budget) as contents:
         have = {_identity(r) for r in contents.records}
         todo = [job for job in jobs if job["key"] not in have]
         if todo:
@@ -915,7 +916,7 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
             drive(_Jobs(out, len(jobs), len(todo), progress, max_jobs), todo,
                   lambda: open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log,
                                         worker_timeout=patience), workers=workers, path=out, log=log)
-        return [r for r in read_study(out, max_bytes=max_bytes).records if _identity(r) in wanted]
+        return [r for r in read_study(out, budget=budget).records if _identity(r) in wanted]
 
 
 class _Jobs(JobList):
@@ -1001,7 +1002,7 @@ def _group_key(record: dict) -> str:
     return json.dumps({k: record.get(k) for k in fields}, sort_keys=True)
 
 
-def summarize(path: str, *, max_bytes: int | None = None) -> dict:
+def summarize(path: str, *, budget: Budget | int | None = None) -> dict:
     """The study's document: per regime and per control, mean ± sd over seeds of every probe, the verdicts by
     the declared thresholds, and one line per claim.
 
@@ -1009,7 +1010,7 @@ def summarize(path: str, *, max_bytes: int | None = None) -> dict:
     ----------
     path : str
         The study's results file.
-    max_bytes : int, optional
+    budget : Budget, int or None
         Memory budget the file is counted against before it is parsed.
 
     Returns
@@ -1024,9 +1025,9 @@ def summarize(path: str, *, max_bytes: int | None = None) -> dict:
     Raises
     ------
     InputError
-        The file cannot be read, or is larger than ``max_bytes`` allows.
+        The file cannot be read, or is larger than ``budget`` allows.
     """
-    contents = read_study(path, max_bytes=max_bytes)
+    contents = read_study(path, budget=budget)
     groups: dict[str, list[dict]] = {}
     for record in contents.records:
         groups.setdefault(_group_key(record), []).append(record)

@@ -54,6 +54,7 @@ from georecall.bounds.counting import F_lower, log2_product
 from georecall.constructions import registry
 from georecall.errors import InputError
 from georecall.io import ResultsFile, append_jsonl, read_jsonl, validate_output_path
+from georecall.memory import Budget
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
@@ -426,14 +427,14 @@ def _is_sweep_record(value) -> bool:
     return all(check(value[name]) for name, check in _OPTIONAL.items() if name in value)
 
 
-def read_sweep(path: str, *, max_bytes: int | None = None) -> ResultsFile:
+def read_sweep(path: str, *, budget: Budget | int | None = None) -> ResultsFile:
     """Read a results file: records de-duplicated by key, torn and alien lines counted and skipped.
 
     Parameters
     ----------
     path : str
         The JSONL file (missing: an empty result).
-    max_bytes : int, optional
+    budget : Budget, int or None
         A memory budget: the file is counted against it before it is parsed.
 
     Returns
@@ -443,22 +444,22 @@ def read_sweep(path: str, *, max_bytes: int | None = None) -> ResultsFile:
     Raises
     ------
     InputError
-        ``path`` is a directory, a device, cannot be read, or (with ``max_bytes``) is too large.
+        ``path`` is a directory, a device, cannot be read, or (with ``budget``) is too large.
     """
     def key(value: dict):
         if value["kind"] not in _REQUIRED:
             return None
         return (value["kind"], *(trial_key(value) if value["kind"] == "trial" else threshold_key(value)))
 
-    return read_jsonl(path, ResultsFile(), _is_sweep_record, key, max_bytes=max_bytes, what="sweep")
+    return read_jsonl(path, ResultsFile(), _is_sweep_record, key, budget=budget, what="sweep")
 
 
-def read_records(path: str, *, max_bytes: int | None = None) -> list[dict]:
+def read_records(path: str, *, budget: Budget | int | None = None) -> list[dict]:
     """The usable records of a results file (skipped lines are not reported).
 
     Parameters
     ----------
-    path, max_bytes
+    path, budget
         As in :func:`read_sweep`.
 
     Returns
@@ -471,7 +472,7 @@ def read_records(path: str, *, max_bytes: int | None = None) -> list[dict]:
     InputError
         As in :func:`read_sweep`.
     """
-    return read_sweep(path, max_bytes=max_bytes).records
+    return read_sweep(path, budget=budget).records
 
 
 # ---------------------------------------------------------------------------------------------- progress
@@ -573,7 +574,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
           progress: bool | Callable[[ProgressInfo], None] = True, max_trials: int | None = None,
           scheduler: str | None = None, lock_timeout: float | None = None, connect_timeout: float = 10.0,
           log: Callable[[str], None] | None = None, worker_timeout: float = WORKER_TIMEOUT,
-          max_bytes: int | None = None) -> list[dict]:
+          budget: Budget | int | None = None) -> list[dict]:
     """Run (or resume) the threshold search for every configuration; return its threshold records.
 
     Parameters
@@ -605,7 +606,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         Receives one-line notes (skipped lines, lock waits, the dashboard, interruption); default: stderr.
     worker_timeout : float
         Seconds without any Dask worker before the sweep gives up (the records so far are kept).
-    max_bytes : int, optional
+    budget : Budget, int or None
         Memory budget the existing results file is counted against before it is read.
 
     Returns
@@ -639,7 +640,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         return {"N": N, "R": R, "mode": mode, "seed": seed, **version}
 
     wanted = {threshold_key({**config_record(c), **range_}) for c in configs}
-    with open_results(path, read_sweep, lock_timeout=lock_timeout, log=log, max_bytes=max_bytes) as contents:
+    with open_results(path, read_sweep, lock_timeout=lock_timeout, log=log, budget=budget) as contents:
         finished = {threshold_key(r) for r in contents.records if r["kind"] == "threshold"}
         known: dict[tuple, dict[int, dict]] = {}
         for r in contents.records:
@@ -667,7 +668,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
             finally:
                 if close is not None:
                     close()
-        records = read_sweep(path, max_bytes=max_bytes).records
+        records = read_sweep(path, budget=budget).records
         return [r for r in records if r["kind"] == "threshold" and threshold_key(r) in wanted]
 
 

@@ -23,10 +23,7 @@ from georecall.verify.experiments.sweep import TrialSettings, read_sweep, sweep
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds processes through /proc")
 
 SETTINGS = TrialSettings(steps=200)
-# N = 16 searches end long before the N = 64 ones, so the tests' signal (sent once the first records exist)
-# always finds work left to interrupt; with N = 64 alone the four searches could end within one poll of each
-# other and the driver exit 0 before the signal (seen once in a full run on a loaded machine)
-KILL_GRID = {"Ns": [16, 64], "Rs": [2, 3], "modes": ["learned", "frozen"], "seeds": [0]}  # ~20 trials
+KILL_GRID = {"Ns": [64], "Rs": [2, 3], "modes": ["learned", "frozen"], "seeds": [0]}  # ~10 trials
 SMALL_GRID = {"Ns": [32], "Rs": [2], "modes": ["learned", "frozen"], "seeds": [0, 1]}
 
 SCRIPT = textwrap.dedent("""

@@ -26,8 +26,12 @@ SETTINGS = TrialSettings(steps=200)
 KILL_GRID = {"Ns": [64], "Rs": [2, 3], "modes": ["learned", "frozen"], "seeds": [0]}  # ~10 trials
 SMALL_GRID = {"Ns": [32], "Rs": [2], "modes": ["learned", "frozen"], "seeds": [0, 1]}
 
+# The driver starts with Python's own SIGINT handler even when the test run inherited SIGINT ignored (a shell
+# runs a background job, `pytest &`, with SIGINT set to SIG_IGN, and children inherit it): without this line
+# the Ctrl-C test fails under such a run, not because of the driver.
 SCRIPT = textwrap.dedent("""
-    import json, sys
+    import json, signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from georecall.verify.experiments.sweep import TrialSettings, sweep
     if __name__ == "__main__":
         args = json.loads(sys.argv[1])

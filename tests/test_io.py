@@ -77,7 +77,8 @@ def test_a_writer_killed_mid_write_leaves_the_old_file_intact(tmp_path, sig):
     target.write_bytes(b"old")
     started = tmp_path / "started"
     script = textwrap.dedent(f"""
-        import time
+        import signal, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # even when the run inherited SIGINT ignored
         from georecall.io import atomic_write
         def slow(handle):
             handle.write(b"x" * 100000)

@@ -606,8 +606,8 @@ def count_tasks_log2(N: int, R: int) -> float:
     Returns
     -------
     float
-        ``R · ln Γ(N + 1) / ln 2``: the base-2 logarithm of the number of tasks, a float rounded as
-        ``math.lgamma`` rounds (exact to a few ulps, not an integer count).
+        ``R · ln Γ(N + 1) / ln 2``: the base-2 logarithm of the number of tasks, in floating point (with
+        ``math.lgamma``'s rounding; not an exact count).
 
     Raises
     ------

@@ -223,17 +223,60 @@ def register(spec: ConstructionSpec, *, replace: bool = False) -> ConstructionSp
 
 
 def unregister(spec_id: str) -> None:
-    """Remove a registered spec (tests and notebooks)."""
+    """Remove a registered spec (tests and notebooks).
+
+    Nothing guards the built-in constructions: ``unregister("G1")`` removes G1 for the rest of the process.
+
+    Parameters
+    ----------
+    spec_id : str
+        The spec's id, exactly as registered (case-sensitive; a command-line name is not looked up).
+
+    Returns
+    -------
+    None
+        An id that is not registered is ignored (no error).
+    """
     _REGISTRY.pop(spec_id, None)
 
 
 def specs(hops: str | None = None) -> list[ConstructionSpec]:
-    """Registered specs in registration order, optionally only single- or multi-hop ones."""
+    """Registered specs in registration order, optionally only single- or multi-hop ones.
+
+    Parameters
+    ----------
+    hops : {"single", "multi"} or None
+        Keep only specs whose ``hops`` equals this; None keeps all. Any other value is not refused: it
+        matches no spec (an empty list).
+
+    Returns
+    -------
+    list of ConstructionSpec
+        A new list, in registration order (the six built-ins register when this module is imported).
+    """
     return [s for s in _REGISTRY.values() if hops is None or s.hops == hops]
 
 
 def get(key: str) -> ConstructionSpec:
-    """The spec whose id or name is ``key`` (case-insensitive); else ``InputError`` listing the choices."""
+    """The spec whose id or name is ``key`` (case-insensitive); else ``InputError`` listing the choices.
+
+    Registered specs only: ``MODULE:ATTR`` is :func:`resolve`'s, not this function's.
+
+    Parameters
+    ----------
+    key : str
+        An id ("G1") or command-line name ("geometric"), in any case.
+
+    Returns
+    -------
+    ConstructionSpec
+        The first registered spec (in registration order) whose id or name matches.
+
+    Raises
+    ------
+    InputError
+        No registered spec has that id or name (the message lists the registered ones).
+    """
     for spec in _REGISTRY.values():
         if key.lower() in (spec.id.lower(), spec.name.lower()):
             return spec
@@ -411,12 +454,25 @@ def nominal_geometry(N: int) -> tuple[int, dict]:
 
 def single_hop_build(builder: Callable[..., Construction]) -> Callable[..., Construction]:
     """Adapt a single-hop builder ``builder(task, codes, **options)`` to the one spec signature
-    ``build(task, k=1, *, codes="binary", **options)``.
+    ``build(task, k=1, **options)``, where ``codes`` (default ``"binary"``) is taken out of the keyword
+    options and passed to ``builder`` positionally; every other option (``rng``, ``D``, ...) is passed on
+    unchanged.
+
+    Parameters
+    ----------
+    builder : callable
+        ``builder(task, codes, **options) -> Construction``.
+
+    Returns
+    -------
+    callable
+        ``build(task, k=1, **options) -> Construction``, carrying ``builder``'s docstring (not its name).
 
     Raises
     ------
     InputError
-        From the adapted function, when asked for ``k != 1``.
+        Not raised here; the returned function raises it when called with ``k != 1`` (before calling
+        ``builder``), and passes on whatever ``builder`` raises.
     """
     def build(task: Task, k: int = 1, **options) -> Construction:
         if k != 1:
@@ -430,7 +486,21 @@ def single_hop_build(builder: Callable[..., Construction]) -> Callable[..., Cons
 
 def multi_hop_build(builder: Callable[..., Construction]) -> Callable[..., Construction]:
     """Adapt a k-hop builder ``builder(task, k, codes, **options)`` to the one spec signature
-    ``build(task, k=1, *, codes="binary", **options)``."""
+    ``build(task, k=1, **options)``, where ``codes`` (default ``"binary"``) is taken out of the keyword
+    options and passed to ``builder`` positionally; every other option is passed on unchanged.
+
+    Parameters
+    ----------
+    builder : callable
+        ``builder(task, k, codes, **options) -> Construction``.
+
+    Returns
+    -------
+    callable
+        ``build(task, k=1, **options) -> Construction``, carrying ``builder``'s docstring (not its name).
+        It does not check ``k`` itself: whatever ``builder`` raises for a bad ``k`` (or anything else)
+        passes through.
+    """
     def build(task: Task, k: int = 1, **options) -> Construction:
         codes = options.pop("codes", "binary")
         return builder(task, k, codes, **options)

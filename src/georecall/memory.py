@@ -594,7 +594,28 @@ def workers_estimate(what: str, per_worker: Estimate, workers: int, *, local: bo
 
 
 def count_tasks_log2(N: int, R: int) -> float:
-    """``log2 (N!)^R``, from ``lgamma`` (no factorial is computed)."""
+    """``log2 (N!)^R``, from ``lgamma`` (no factorial is computed).
+
+    Parameters
+    ----------
+    N : int
+        Entities (the size of each relation's permutation); ``N >= 0``.
+    R : int
+        Relations (the exponent ``R``).
+
+    Returns
+    -------
+    float
+        ``R · ln Γ(N + 1) / ln 2``: the base-2 logarithm of the number of tasks, in floating point (with
+        ``math.lgamma``'s rounding; not an exact count).
+
+    Raises
+    ------
+    ValueError
+        From ``math.lgamma`` when ``N <= -1`` (a pole of Γ); this function does not validate its arguments.
+    OverflowError
+        From ``math.lgamma`` when ``N + 1`` is an integer too large for a float.
+    """
     return R * math.lgamma(N + 1) / math.log(2)
 
 

@@ -99,7 +99,27 @@ _FACTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def table_facts(model: Model, name: str) -> TableFacts:
-    """:class:`TableFacts` of ``model.arrays()[name]``, computed once per (immutable) model and name."""
+    """:class:`TableFacts` of ``model.arrays()[name]``, computed once per (immutable) model and name.
+
+    Parameters
+    ----------
+    model : Model
+        The model (a weak key of the cache: the facts go with it).
+    name : str
+        A name of ``model.arrays()`` ("entity_embedding", "layers.0.mlp.W1", ...).
+
+    Returns
+    -------
+    TableFacts
+        ``support``: for a 2-D array, the indices of its columns with a nonzero entry; an array of another
+        rank is first reshaped to ``(shape[0], -1)`` (a 1-D array is one column: support ``[0]`` or empty).
+        ``max_abs`` and ``integral`` are over all its entries.
+
+    Raises
+    ------
+    KeyError
+        ``name`` is not one of ``model.arrays()``.
+    """
     cache = _FACTS.setdefault(model, {})
     if name not in cache:
         cache[name] = _facts_of(model.arrays()[name])
@@ -107,7 +127,19 @@ def table_facts(model: Model, name: str) -> TableFacts:
 
 
 def support(table: np.ndarray) -> np.ndarray:
-    """Columns of ``table`` with a nonzero entry (scanned in row blocks)."""
+    """Columns of ``table`` with a nonzero entry (scanned in row blocks).
+
+    Parameters
+    ----------
+    table : numpy.ndarray
+        A 2-D array ``(rows, columns)``; an array of another rank (at least 1-D) is read as
+        ``table.reshape(table.shape[0], -1)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The indices of those columns, ascending (integer array).
+    """
     return _facts_of(table).support
 
 
@@ -253,7 +285,38 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
                   integer: bool = False) -> AdditivePlan:
     """Check the structure and build the tables for queries given as T token columns (each ``(Q,)``).
 
-    Raises :class:`NotAdditive` (with the reason) when the pass does not apply; then use THE forward pass.
+    Also computes the a-priori bounds the pass needs: :func:`integer_bounds` in integer mode, else
+    :func:`float_bounds` (stored in ``plan.info``).
+
+    Parameters
+    ----------
+    model : Model
+        A one-layer model.
+    token_columns : sequence of numpy.ndarray
+        The queries' tokens, one integer array ``(Q,)`` per position ``0 … T−1``: ids in ``[0, N + R)``
+        (entities first, then relations). Not validated here (:func:`run_additive` checks the ids); every
+        column before the last must hold at least one token.
+    columns : numpy.ndarray
+        The residual coordinates the read-out reads (integer array ``(D,)``, increasing).
+    integer : bool
+        Integer mode: requires uniform attention whose ``Σ_h W_V·W_O`` is divisible by T, and integral
+        weights bounded below 2^53 (:func:`integer_bounds`).
+
+    Returns
+    -------
+    AdditivePlan
+        The tables; ``plan.info`` holds T, the number of groups, the group positions, the embeddings'
+        supports and ``"integer_bounds"`` or ``"float_bounds"``.
+
+    Raises
+    ------
+    NotAdditive
+        The pass does not apply (then use THE forward pass), with the reason: not one layer, no tokens, more
+        positions than the model has, attention weights that depend on the tokens (or integer mode without
+        uniform attention, or ``Σ_h W_V·W_O`` not divisible by T), or too many distinct tokens or
+        combinations of tokens at the positions before the last.
+    IntegerModeError
+        Integer mode: from :func:`integer_bounds` (a weight not integral, or a bound at or over 2^53).
     """
     T = len(token_columns)
     if len(model.layers) != 1:
@@ -350,11 +413,28 @@ def integer_bounds(plan: AdditivePlan) -> dict[str, float]:
 
     Checks that every array the pass reads is integral (E, Q, P, W_V, W_O, W1, b1, W2, b2 and U, scanned in
     row blocks). With ``X`` the largest ``|emb| + |P|``, ``|A|`` entrywise absolute values and column sums
-    ``colsum``: table entries and their partial sums are at most ``X·colsum(|C_u|·|W1|)``, pre-activations
-    at most ``Σ_u`` of those ``+ |b1|``, read residuals at most
-    ``Σ_u X·colsum(|C_u[:, c]|) + |b2| + H·|W2[:, c]|``, logits at most ``max_j Σ_i |U_ji|·v_i`` and margins
-    (differences of two logits) at most twice that.
-    Raises :class:`IntegerModeError` naming the first failing condition.
+    ``colsum``: the partial sums of ``C_u·W1`` are at most ``max |C_u|·|W1|``, and those of ``W_V·W_O`` at
+    most ``max Σ_h |W_V[h]|·|W_O[h]|``; a table entry and its partial sums are at most
+    ``X·colsum(|C_u|·|W1|)``, so pre-activations are at most ``p = Σ_u X·colsum(|C_u|·|W1|) + |b1|``;
+    read residuals at most ``v = Σ_u X·colsum(|C_u[:, c]|) + |b2[c]| + p·|W2[:, c]|``, logits at most
+    ``max_j Σ_i |U_ji|·v_i`` and margins (differences of two logits) at most twice that.
+
+    Parameters
+    ----------
+    plan : AdditivePlan
+        An integer-mode plan (:func:`plan_additive` calls this itself with ``integer=True``).
+
+    Returns
+    -------
+    dict of str to float
+        Each bound by name ("embedding", "W_V·W_O partial sums", "position u: C_u·W1 partial sums",
+        "pre-activations (sums of table rows)", "read residual v", "logits", "margins (differences of two
+        logits)"); the attention and MLP entries only when the layer has them. All are < 2^53.
+
+    Raises
+    ------
+    IntegerModeError
+        A weight that is not integral, or a bound at or over 2^53 (naming the first failing one).
     """
     model = plan.model
     layer = model.layers[0]
@@ -408,16 +488,38 @@ def float_bounds(plan: AdditivePlan, token_columns: Sequence[np.ndarray]) -> dic
     margins, valid for the tables' own computation AND for THE forward pass of the same queries in the
     model's working precision (any summation order; docs/theory.md, "Sound float mode", the fast paths).
 
-    With ``X_u`` the largest ``|emb| + |P_u|`` per coordinate over the tokens at position u, attention weights
+    With ``X_u`` the largest ``|emb| + |P_u|`` per coordinate over the whole embedding table(s) of the kinds
+    of token (entity, relation) present at position u, attention weights
     known to within ``e_w`` (exactly 1/T for uniform attention; an interval softmax or a certified argmax
     around the scores, whose rounding in the working precision is bounded a priori), magnitudes
     ``A = Σ_{h,u} w̄_{hu}·X_u·|W_V||W_O|``, ``y = X_q + A``, ``p = y·|W1| + |b1|``, ``v = y + (p + e_p)·|W2| +
     |b2|`` on the read columns bound every term; every term passes through at most ``K = 2T + d_v + 2d + H +
     m + 16`` roundings, so ``e_p = γ_K·p + A_w·|W1|`` and ``e_v = γ_K·v + A_w + e_p·|W2|`` (``A_w`` the weight
     uncertainty's share). The logits then differ from exact by at most ``γ_n·(v + e_v)·|U_j| + e_v·|U_j|``
-    and a margin by twice the largest of those (``forward_margin``).
+    (``n = D`` read columns) and a margin by twice the largest of those plus ``2n·η`` for underflow
+    (``forward_margin``).
 
-    Returns ``{"e_v": (D,), "forward_margin": float, "u": u, "eta": η}``."""
+    Parameters
+    ----------
+    plan : AdditivePlan
+        A float-mode plan (:func:`plan_additive` calls this itself with ``integer=False``).
+    token_columns : sequence of numpy.ndarray
+        The T token columns the plan was built for (each ``(Q,)``); only which kinds of token (entity,
+        relation) occur at each position matters.
+
+    Returns
+    -------
+    dict
+        ``"e_v"``: numpy.ndarray ``(D,)``, the bound on the rounding of each read coordinate of ``v``;
+        ``"forward_margin"``: float, the bound on a margin's rounding; ``"u"``, ``"eta"``: the unit roundoff
+        and underflow bound of the least precise format involved (``rounding.format_of``); ``"K"``: the
+        roundings counted per term.
+
+    Raises
+    ------
+    ValueError
+        From ``rounding.format_of``, when the plan's dtype or a model array is not floating-point.
+    """
     model = plan.model
     layer = model.layers[0]
     att, mlp = layer.attention, layer.mlp
@@ -536,7 +638,35 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
     """Compute ``v`` (the read residual) of every query and hand it over as ``consume(queries, v)``.
 
     ``queries`` is a slice or an ascending index array into the Q queries; ``v`` has shape ``(len, D)``.
-    Every query is handed over exactly once. Returns statistics (groups, blocks, live units).
+    Every query is handed over exactly once.
+
+    Parameters
+    ----------
+    plan : AdditivePlan
+        From :func:`plan_additive` on the same token columns.
+    token_columns : sequence of numpy.ndarray
+        The T token columns, each an integer array ``(Q,)`` of ids in ``[0, N + R)``.
+    consume : callable
+        ``consume(queries, v)``, called once per (group, block) of queries: ``v`` is ``(len(queries), D)``
+        in ``plan.dtype`` (a transposed view; ``D = plan.columns.size``), the read residual on
+        ``plan.columns``.
+    block_bytes : int
+        Bytes of one block's pre-activation table; a block holds ``block_bytes // (8·max(m, D, 1))``
+        consecutive token ids at the last position (at least one).
+    progress : bool
+        Print the block count on stderr.
+
+    Returns
+    -------
+    dict of str to int
+        ``"groups"``: (group, block) pairs handed over; ``"blocks"``: blocks of last tokens; ``"units"``:
+        MLP units examined (m per pair, with an MLP); ``"live_units"``: those not skipped (some
+        pre-activation over the pair may be > 0). All 0 when ``Q == 0``.
+
+    Raises
+    ------
+    ValueError
+        Not ``plan.T`` columns, a column not of shape ``(Q,)``, or a token id outside ``[0, N + R)``.
     """
     model = plan.model
     V = model.n_entities + model.n_relations

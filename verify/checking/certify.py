@@ -89,7 +89,35 @@ def declaration_tasks(N: int, R: int, seed: int, *, attributes: str = "shared",
     """The tasks a declaration is checked on: THE seeded task and two structured ones (cyclic shifts
     ``π_r(s) = s + r + 1`` and mirrors ``π_r(s) = r − s (mod N)``; for symmetric relations, the pairings
     ``s ↔ s xor 1`` and ``s ↔ s + N/2``); above N·R = 2^22 the two structured ones only (drawing the seeded
-    task costs seconds there). Distinct tasks whenever more than one task exists."""
+    task costs seconds there). The two structured tasks differ whenever more than one task exists; the
+    seeded one may coincide with one of them (small N: N = 2, R = 1 has only two tasks).
+
+    Parameters
+    ----------
+    N : int
+        Entities (even for symmetric relations).
+    R : int
+        Relations.
+    seed : int
+        The run seed (THE seeded task, ``theory.tasks.task_for_seed``).
+    attributes : {"shared", "disjoint"}
+        The tasks' attribute variant.
+    symmetric : bool
+        Symmetric relations (perfect matchings) instead of arbitrary bijections.
+
+    Returns
+    -------
+    list of Task
+        ``[seeded, shifts, mirrors]`` (or ``[pairings xor 1, pairings + N/2]`` when symmetric); without the
+        seeded task above N·R = 2^22.
+
+    Raises
+    ------
+    InputError
+        From :class:`~georecall.theory.tasks.Task`: N or R below 1, ``attributes`` not "shared" or
+        "disjoint", or ``symmetric`` with N odd (the pairing ``s xor 1`` then leaves [N]: the message names
+        an out-of-range entry).
+    """
     s = np.arange(N, dtype=np.int64)
     r = np.arange(R, dtype=np.int64)[:, None]
     if symmetric:
@@ -168,13 +196,16 @@ def check_declaration(spec, N: int, R: int, k: int, *, codes: str = "binary", D:
     Returns
     -------
     (Construction, dict)
-        The construction built on THE seeded task (its entity table zeros when recorded) and a record of what
-        was compared.
+        The construction built on the first of :func:`declaration_tasks` (THE seeded task, or above
+        N·R = 2^22 the cyclic shifts; its entity table zeros when recorded) and a record of what was
+        compared.
 
     Raises
     ------
     DeclarationError
         The entity table is not the declared superposition, or some other array differs between tasks.
+    InputError
+        The spec declares no task encoding, or the builder refuses the options (as for ``check``).
     """
     encoding: TaskEncoding | None = spec.task_encoding
     if encoding is None:
@@ -491,12 +522,33 @@ def float_allowance(model: Model, T: int, points_terms: int = 0) -> float:
     """A forward-error allowance for float64 margins: twice a bound on ``max_j |fl(logit_j) − logit_j|``
     for THE forward pass and for the certifier's own evaluation (docs/theory.md).
 
-    Stage by stage with ∞-norm magnitude bounds ``B`` (as ``integer_bounds``) and ``γ_n = n·u/(1 − n·u)``
-    (u = 2^-53): embeddings exact; attention output (T·H products of length d, weights computed with relative
-    error <= γ_{T+8}) ``e_y <= γ_{n_y}·B_y``; pre-activations ``e_z <= |W1|·e_y + γ_{d+1}·B_z``; ReLU is
-    1-Lipschitz; MLP output ``e_v <= e_y + |W2|·e_z + γ_{m+2}·B_v``; logits ``e_l <= |U|·e_v + γ_c·B_l``.
-    ``points_terms`` adds the certifier's extra summation length (slot terms). The allowance is
-    ``4·e_l`` (two logits, two evaluations), doubled again for safety.
+    Stage by stage, layer by layer, with ∞-norm magnitude bounds ``B`` (as ``integer_bounds``; ``|W|`` the
+    largest column sum of absolute values) and ``γ_n = n·u/(1 − n·u)`` (u = 2^-53): embeddings exact;
+    attention output (T·H products of length d, weights computed with relative error <= γ_{T+8})
+    ``e_y <= γ_{n_y}·B_y`` with ``n_y = T·H·(2d + 2) + T + 8``; pre-activations
+    ``e_z <= |W1|·e_y + γ_{d+2}·B_z``; ReLU is 1-Lipschitz; MLP output ``e_v <= e_y + |W2|·e_z +
+    γ_{m+3}·B_v``; logits ``e_l <= |U|·e_v + γ_{c+2}·B_l`` (c read coordinates). ``points_terms`` adds the
+    certifier's extra summation length (slot terms) to ``n_y`` and to the pre-activations' ``d + 2``. The
+    allowance is ``4·e_l`` (two logits, two evaluations), doubled again for safety: ``8·e_l``.
+
+    The unit roundoff is float64's: the allowance covers arithmetic in float64, not a forward pass in a
+    lower precision.
+
+    Parameters
+    ----------
+    model : Model
+        The model (any number of layers); its entity table's magnitude enters ``B`` (the certifier passes a
+        stand-in table holding the codebook's largest magnitude).
+    T : int
+        Sequence length of the queries.
+    points_terms : int
+        Extra terms per summation of the certifier's own evaluation (0 for THE forward pass alone).
+
+    Returns
+    -------
+    float
+        The allowance (>= 0; the ``γ_n`` assume ``n·u < 1``, i.e. fewer than 2^53 terms, which holds at every
+        size that fits in memory).
     """
     u = 2.0**-53
     d = model.d
@@ -678,14 +730,58 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
                   progress: bool = False) -> dict:
     """The product-set computation behind :func:`certify` for a model whose entity rows are declared.
 
-    Returns a dict with the minimum margin (scaled back by the attention's common denominator; in integer mode
-    as an exact Fraction), the arg-min point, failing points (lowest margins first), per-type reasons for
-    UNKNOWN, counts and the float allowance. The model's own entity table is never read.
+    The model's own entity table is never read.
+
+    Parameters
+    ----------
+    model : Model
+        The construction's model; one layer with an MLP (otherwise the answer is ``{"unsupported": ...}``).
+    encoding : TaskEncoding
+        The declared task encoding (its ``slots`` and ``queries`` give the query types).
+    blocks : numpy.ndarray
+        The declared ``(P, D)`` residual coordinates of each slot's block (integer).
+    vectors : numpy.ndarray
+        The codebook ``(>= N, D)``; its first N rows are the codes an entity slot ranges over.
+    N, R, k : int
+        Sizes (k hops; 1 for single-hop encodings).
+    promise : Promise or None
+        Its ``margin`` sets which points count as failing (None: margin > 0 only).
+    integer : bool
+        Integer mode: every weight but the entity table must be integral, and so must the codebook;
+        attention must be uniform and every intermediate below 2^53; margins are then exact integers scaled
+        by S (T with attention, else 1).
+    attributes : {"shared", "disjoint"}
+        Disjoint attributes offset each relation's answer ids by ``ρ·N``.
+    symmetric : bool
+        Accepted for the common signature; not used (the product set contains symmetric tasks too).
+    max_points : int
+        Largest joint enumeration ``N^L`` per query type; a query type above it gets a reason (UNKNOWN).
+    progress : bool
+        Progress on stderr.
+
+    Returns
+    -------
+    dict
+        ``{"unsupported": reason}`` when the model is outside the certifier (not one layer, no MLP,
+        attention weights that read token coordinates). Otherwise:
+
+        - ``"min"``: float, the minimum margin over the enumerated points, divided by the scale S (T in
+          integer mode with attention, else 1); ``inf`` when nothing was enumerated;
+        - ``"argmin"``: ``(query type index, code indices, live slots, S, margin·S)``, the last an integer
+          in integer mode, from which :func:`certify_built` forms the exact Fraction; None when nothing was
+          enumerated;
+        - ``"failing"``: up to 64 ``(margin, query type index, code indices, live slots)``, lowest first;
+        - ``"reasons"``: one per UNKNOWN query type (too many points);
+        - counts ``"points"``, ``"shut"`` (units off for every task, summed over query types),
+          ``"enumerated"``, ``"types"``; ``"scale_max"`` (always 1);
+        - ``"allowance"``: float mode's largest :func:`float_allowance` (0 in integer mode);
+        - ``"types_list"``: the query types.
 
     Raises
     ------
     InputError
-        Integer mode on non-integral weights or intermediates that may reach 2^53.
+        Integer mode on non-integral weights or codebook, attention that is not uniform, or intermediates
+        that may reach 2^53.
     """
     if len(model.layers) != 1:
         return {"unsupported": f"the model has {len(model.layers)} layers; the certifier handles one"}

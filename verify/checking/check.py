@@ -595,6 +595,35 @@ def margin_reaches(achieved: float, promised: float, dtype: str = "float64", int
     units of the working precision relative to ``max(|promised|, scale)``, where ``scale`` is the magnitude of
     the logits whose difference the margin is (``Promise.logit_scale``). A promise of 1e-16 is never met by
     0. An infinite promise (a single possible answer: no wrong answer to beat) must be met exactly.
+
+    Parameters
+    ----------
+    achieved : float
+        The certified minimum margin (NaN never passes).
+    promised : float
+        The promised margin (``Promise.margin``); ``inf`` when there is no wrong answer.
+    dtype : str or numpy.dtype
+        The working precision whose ``eps`` sets the float-mode tolerance (ignored in integer mode and for an
+        infinite promise).
+    integer : bool
+        Integer mode: compare exactly, no tolerance.
+    scale : float
+        The logits' magnitude (``Promise.logit_scale``), for the relative tolerance.
+    bound : float
+        ``CheckResult.rounding_bound``, allowed on top of the tolerance (float mode).
+
+    Returns
+    -------
+    bool
+        ``achieved > 0`` and ``achieved >= promised`` (integer mode, or a promise that is not finite), else
+        ``achieved >= promised − bound − 1000·eps·max(|promised|, |scale|)``.
+
+    Raises
+    ------
+    TypeError
+        From NumPy, a ``dtype`` it does not understand (float mode with a finite promise only).
+    ValueError
+        From ``numpy.finfo``, a ``dtype`` that is not floating-point (likewise).
     """
     if not achieved > 0:
         return False
@@ -635,6 +664,19 @@ class Report:
 
 
 def achieved_sizes(model: Model) -> dict:
+    """The sizes a report records as achieved, to compare with the promise's.
+
+    Parameters
+    ----------
+    model : Model
+        The built model.
+
+    Returns
+    -------
+    dict
+        ``{"d": model width, "m": largest MLP width (0 without an MLP), "params": Model.parameter_count()
+        (the unembedding counted dense), "layers": number of layers}``.
+    """
     return {"d": model.d, "m": model.mlp_width, "params": model.parameter_count(),
             "layers": len(model.layers)}
 
@@ -676,7 +718,30 @@ def check_construction(name: str, params: dict, construction, tokens, answers, *
 
 def claim_report(name: str, params: dict, checks: dict[str, bool], seconds: float, achieved: dict,
                  extra: dict | None = None) -> Report:
-    """A report for claims that are not query checks (counts, bounds): each named check is one 'query'."""
+    """A report for claims that are not query checks (counts, bounds): each named check is one 'query'.
+
+    Parameters
+    ----------
+    name : str
+        The report's name.
+    params : dict
+        The parameters it records.
+    checks : dict of str to bool
+        Each named claim and whether it holds (values are read as ``bool``).
+    seconds : float
+        Time taken, recorded in the result.
+    achieved : dict
+        What was achieved (recorded as is).
+    extra : dict, optional
+        Further fields for the report.
+
+    Returns
+    -------
+    Report
+        No promise; its result counts ``len(checks)`` queries, the true claims correct (min margin NaN), one
+        failure record per false claim (``"claim"`` its name); ``extra_checks`` holds every claim, so the
+        report passes exactly when all claims hold (also when ``checks`` is empty).
+    """
     ok = sum(bool(v) for v in checks.values())
     failures = [{"query": i, "tokens": [], "expected": 1, "predicted": 0, "margin": 0.0, "claim": name}
                 for i, (name, v) in enumerate(checks.items()) if not v]

@@ -2,7 +2,7 @@
 
 The read-out of a :class:`~georecall.constructions.model.Model` is ``logits = x @ U.T``; the prediction is the
 argmax (the first index among equal maxima, as ``np.argmax``) and a query's margin is
-``logit[answer] − max_{j ≠ answer} logit[j]`` (``verify.check.margins_of``). Two decoders compute them from
+``logit[answer] − max_{j ≠ answer} logit[j]`` (:func:`margins_of`). Two decoders compute them from
 ``v = x[:, columns]``, the coordinates that ``U`` reads:
 
 - :func:`dense_decode`: the logits themselves, ``v @ U[:, columns].T``, in row chunks (the reference);
@@ -44,7 +44,22 @@ SCAN_ROWS = 2**16
 def margins_of(logits: np.ndarray, answers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(predictions, margins)`` for a block of logits ``(B, n_out)``; overwrites ``logits`` (scratch).
 
-    ``margin = logit[answer] − max_{j ≠ answer} logit[j]`` (``+inf`` when ``n_out == 1``)."""
+    ``margin = logit[answer] − max_{j ≠ answer} logit[j]`` (``+inf`` when ``n_out == 1``).
+
+    Parameters
+    ----------
+    logits : numpy.ndarray
+        ``(B, n_out)`` floating-point logits; each row's answer entry is overwritten with ``-inf``.
+    answers : numpy.ndarray
+        ``(B,)`` integer output indices in ``[0, n_out)`` (not checked: NumPy indexing wraps a negative one
+        and raises IndexError for one too large).
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        ``predictions (B,)``: ``argmax`` of each row (the first among equal maxima), taken before the
+        overwrite; ``margins (B,)``: in the logits' dtype, one rounded subtraction of computed logits.
+    """
     rows = np.arange(logits.shape[0])
     predictions = logits.argmax(axis=1)
     correct = logits[rows, answers].copy()
@@ -80,9 +95,24 @@ class Hypercube:
 def detect_hypercube(U: np.ndarray, columns: np.ndarray | None = None) -> tuple[Hypercube | None, str]:
     """Is ``U`` exactly ``λ·S`` on some columns (``S``: every ±1 pattern once, ``n_out = 2^D``), 0 elsewhere?
 
-    Returns ``(Hypercube, "")`` or ``(None, reason)``. Every test is an exact comparison of the stored
-    floats: one common absolute value ``λ > 0`` on the read columns, zero elsewhere, and the ``2^D`` sign
-    patterns are a permutation of the rows. ``columns``: the read columns when already known.
+    Every test is an exact comparison of the stored floats: one common absolute value ``λ > 0`` on the read
+    columns and the ``2^D`` sign patterns a permutation of the rows. "0 elsewhere" holds by construction
+    when ``columns`` is None (they are then every column with a nonzero entry); given ``columns`` are taken
+    as the read columns and the other columns of ``U`` are NOT examined (the callers pass every column of a
+    compact read-out).
+
+    Parameters
+    ----------
+    U : numpy.ndarray
+        The read-out ``(n_out, d)`` (or its compact ``(n_out, D)`` columns).
+    columns : numpy.ndarray, optional
+        The read columns when already known (integer indices into ``U``'s columns).
+
+    Returns
+    -------
+    (Hypercube or None, str)
+        ``(Hypercube, "")``, or ``(None, reason)``: ``n_out`` is not ``2^D`` (also for ``D = 0`` or
+        ``D > 40``), an entry on the read columns is not ``±λ``, or two rows share a sign pattern.
     """
     n_out = U.shape[0]
     columns = nonzero_columns(U) if columns is None else np.asarray(columns)
@@ -112,6 +142,22 @@ def dense_decode(v: np.ndarray, answers: np.ndarray, U_read: np.ndarray) -> tupl
     """Predictions and margins from the logits ``v @ U_read.T``, in row blocks of bounded size.
 
     ``v (n, D)`` are the residual coordinates the read-out reads and ``U_read (n_out, D)`` its columns there.
+
+    Parameters
+    ----------
+    v : numpy.ndarray
+        ``(n, D)`` floating-point read residuals; the logits are computed in ``v``'s dtype (``U_read`` is
+        cast to it).
+    answers : numpy.ndarray
+        ``(n,)`` integer output indices in ``[0, n_out)``.
+    U_read : numpy.ndarray
+        ``(n_out, D)``: the read-out on the read coordinates.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        ``predictions (n,)`` int64 (argmax of the computed logits, the first among equal maxima) and
+        ``margins (n,)`` float64 (:func:`margins_of` of the computed logits).
     """
     n = v.shape[0]
     predictions = np.empty(n, dtype=np.int64)
@@ -128,7 +174,26 @@ def hypercube_decode(cube: Hypercube, v: np.ndarray, answers: np.ndarray) -> tup
     """Exact argmax and margin of ``logits = λ·v @ S.T`` without forming them (see the module docstring).
 
     ``v (n, D)``: the residual on ``cube.columns`` (any memory layout); ``answers (n,)``. Returns
-    ``(predictions int64, margins float64)``, equal to :func:`dense_decode`'s on the exact logits.
+    ``(predictions int64, margins float64)``, equal to :func:`dense_decode`'s on the exact logits when every
+    quantity is exact (integer ``v`` and ``λ``, ``2·λ·|v|_1 < 2^53``); with float ``v`` the margins are the
+    closed forms above evaluated in float64 (``2λ·min_i |v_i|``: one rounding; ``−2λ·δ``: a rounded sum).
+
+    Parameters
+    ----------
+    cube : Hypercube
+        The read-out (:func:`detect_hypercube`).
+    v : numpy.ndarray
+        ``(n, D)`` read residuals on ``cube.columns``.
+    answers : numpy.ndarray
+        ``(n,)`` integer output rows in ``[0, 2^D)``.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        ``predictions (n,)``: the row of ``sign(v)``'s pattern (``v_i = 0`` read as −1), replaced on rows
+        with a zero coordinate by :func:`dense_decode`'s on ``cube.readout`` (the first maximal row, as
+        ``np.argmax``); ``margins (n,)``: ``2λ·min_i |v_i|`` when the answer's pattern agrees with ``v``
+        (0 at a tie), else ``−2λ·δ``.
     """
     D = cube.D
     v = np.asarray(v)
@@ -195,7 +260,24 @@ def _up_sum(x):
 def certify_logits(logits: np.ndarray, e_logits: np.ndarray | None, answers: np.ndarray) -> Certified:
     """Interval margins from computed logits ``(B, n_out)`` and a bound ``e_logits`` on their distance from
     the exact logits (None: exact). ``lo = (L_a − e_a) − max_{j≠a}(L_j + e_j)`` and ``hi = (L_a + e_a) −
-    max_{j≠a}(L_j − e_j)``, each rounded outward."""
+    max_{j≠a}(L_j − e_j)``, each rounded outward.
+
+    Parameters
+    ----------
+    logits : numpy.ndarray
+        ``(B, n_out)`` computed logits (any floating dtype; the arithmetic is in float64). Not modified.
+    e_logits : numpy.ndarray or None
+        Entrywise bound on ``|computed − exact|``, broadcastable to ``(B, n_out)``; a non-finite logit or
+        bound counts as an infinite bound. None: the logits are exact (``lo = hi = margins``).
+    answers : numpy.ndarray
+        ``(B,)`` integer output indices in ``[0, n_out)``.
+
+    Returns
+    -------
+    Certified
+        ``predictions``: argmax of the computed logits; ``margins``: computed margins (float64); ``lo``,
+        ``hi``: the interval (``+inf`` both with a single output; a NaN bound becomes ``−inf`` / ``+inf``).
+    """
     rows = np.arange(logits.shape[0])
     predictions = logits.argmax(axis=1)
     L = logits.astype(np.float64)
@@ -231,8 +313,29 @@ def certify_logits(logits: np.ndarray, e_logits: np.ndarray | None, answers: np.
 def dense_certify(v: np.ndarray, e_v: np.ndarray | None, answers: np.ndarray, U_read: np.ndarray,
                   u: float, eta: float) -> Certified:
     """:func:`certify_logits` of the logits ``v @ U_read.T`` that THE forward pass forms (in ``v``'s dtype),
-    their error bound ``γ_n·|v|·|U| + e_v·|U| + n·η`` added to the error ``e_v`` of ``v`` (``(n, D)`` or
-    ``(D,)``; None: exact, no bound), in row blocks of bounded size."""
+    with the bound ``(γ_D·|v| + e_v)·|U_read|ᵀ + D·η`` on their error (D read coordinates: the product's own
+    rounding plus the propagated error ``e_v`` of ``v``), in row blocks of bounded size.
+
+    Parameters
+    ----------
+    v : numpy.ndarray
+        ``(n, D)`` computed read residuals.
+    e_v : numpy.ndarray or None
+        Bound on ``|v − v_exact|``: ``(n, D)`` per row or ``(D,)`` for every row. None: ``v`` and the
+        logits are taken as exact (integer mode), so no bound at all is added.
+    answers : numpy.ndarray
+        ``(n,)`` integer output indices in ``[0, n_out)``.
+    U_read : numpy.ndarray
+        ``(n_out, D)``: the read-out on the read coordinates.
+    u, eta : float
+        Unit roundoff and underflow bound of the working format (``rounding.format_of``); unused when
+        ``e_v`` is None.
+
+    Returns
+    -------
+    Certified
+        As :func:`certify_logits`, row by row.
+    """
     n = v.shape[0]
     out = [np.empty(n, dtype=np.int64), np.empty(n), np.empty(n), np.empty(n)]
     step = max(1, DENSE_BLOCK_ELEMENTS // max(1, U_read.shape[0]))
@@ -271,7 +374,29 @@ def hypercube_certify(cube: Hypercube, v: np.ndarray, e_v: np.ndarray | None, an
     pattern's agreements ``z = a·v`` lie in ``[z − e, z + e]`` and the margin (:func:`_cube_margin`) is
     increasing in each, so ``lo = margin(z − e)``, ``hi = margin(z + e)`` (rounded outward). ``lo`` is also
     lowered to a bound on the margin THE forward pass computes when it forms the logits ``λ·S·v`` itself: the
-    exact margin of ``v`` minus twice that product's rounding ``λ·(γ_D·|v|_1 + D·η)``."""
+    exact margin of ``v`` minus twice that product's rounding ``λ·(γ_D·|v|_1 + D·η)``.
+
+    Parameters
+    ----------
+    cube : Hypercube
+        The read-out (:func:`detect_hypercube`).
+    v : numpy.ndarray
+        ``(n, D)`` computed read residuals on ``cube.columns``.
+    e_v : numpy.ndarray or None
+        Bound on ``|v − v_exact|``: ``(n, D)`` or ``(D,)``; a non-finite entry counts as an infinite bound.
+        None: exact (``lo = hi = margins``, no allowance for the forward's read-out either).
+    answers : numpy.ndarray
+        ``(n,)`` integer output rows in ``[0, 2^D)``.
+    u, eta : float
+        Unit roundoff and underflow bound of the working format, for the forward's own read-out rounding.
+
+    Returns
+    -------
+    Certified
+        :func:`hypercube_decode`'s predictions and margins, with ``lo`` (``−inf`` where unbounded) and
+        ``hi`` (``+inf`` where unbounded; always ``+inf`` on rows predicted right with every
+        ``|v_i| > e_i``, where only ``lo`` is computed).
+    """
     predictions, margins = hypercube_decode(cube, v, answers)
     if e_v is None:
         return Certified(predictions, margins, margins, margins)

@@ -39,6 +39,26 @@ def _check_bits(bits) -> int:
 def quantize_array(array: np.ndarray | None, bits: int) -> np.ndarray | None:
     """One tensor on its b-bit codebook (module docstring): at most ``2^b`` distinct values.
 
+    Parameters
+    ----------
+    array : numpy.ndarray or None
+        The tensor (any shape). None passes through.
+    bits : int
+        b >= 0 (a bool is refused).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        A new array of ``array``'s shape; an all-zero ``array`` is returned itself (no copy). dtype: the
+        input's at b = 0 and b = 1 (so an integer tensor's mean is truncated at b = 0), at b >= 2 NumPy's
+        result of ``round(array / step) * step`` (a float input keeps its dtype, an integer one becomes
+        float64). Rounding is half to even (``np.round``).
+
+    Raises
+    ------
+    ValueError
+        ``bits`` is not a whole number >= 0 (checked before ``array``, also when it is None).
+
     Examples
     --------
     >>> quantize_array(np.array([0.0, 0.3, -1.0]), 1).tolist()
@@ -65,6 +85,25 @@ def quantize(model: Model, bits: int) -> Model:
     """Every weight tensor of ``model`` on its own b-bit codebook (``quantize_array``); ``b >= 0``.
 
     The model's ``meta`` records the bits.
+
+    Parameters
+    ----------
+    model : Model
+        The model; a compact read-out is first made dense (``Model.with_dense_readout``), so the codebook
+        of ``U`` is the dense matrix's, its zeros included.
+    bits : int
+        b >= 0.
+
+    Returns
+    -------
+    Model
+        A new model: every array of ``model.arrays()`` quantized (a softmax head's inverse temperature is
+        not an array and is kept), a dense read-out, and ``meta["quantized_bits"] = bits``.
+
+    Raises
+    ------
+    ValueError
+        ``bits`` is not a whole number >= 0.
     """
     bits = _check_bits(bits)
     model = model.with_dense_readout()  # the codebook of the dense U (its zeros included), however stored
@@ -83,6 +122,23 @@ def changed_arrays(model: Model, bits: int) -> list[str]:
 
     An empty list means ``quantize(model, bits)`` computes exactly what ``model`` computes: a check of it
     would only re-run the unquantized check.
+
+    Parameters
+    ----------
+    model : Model
+        The model (its read-out compared as the dense ``U``, as :func:`quantize` quantizes it).
+    bits : int
+        b >= 0.
+
+    Returns
+    -------
+    list of str
+        Flat array names (``"unembedding"``, ``"layers.0.mlp.W1"``, ...) in ``model.arrays()`` order.
+
+    Raises
+    ------
+    ValueError
+        ``bits`` is not a whole number >= 0 (raised on the first array; a model has at least its embeddings).
     """
     return [key for key, value in flatten(model.with_dense_readout()).items()
             if not np.array_equal(_quantized(value, bits), value)]
@@ -92,9 +148,33 @@ def smallest_exact_bits(model: Model, check, *, max_bits: int = 24,
                         min_bits: int = 1) -> tuple[int | None, list[dict]]:
     """Scan ``b = min_bits..max_bits`` and return the smallest b at which the quantized model still passes
     ``check(model) -> CheckResult`` (e.g. ``lambda m: check_queries(m, tokens, answers)``, or greedy
-    decoding), with one record (b, exact, accuracy, min margin, arrays changed) per b tried; ``None`` if no b
-    up to ``max_bits`` works. The scan stops at the first exact b: it does not claim that larger b stay
-    exact."""
+    decoding), with one record per b tried; ``None`` if no b up to ``max_bits`` works. The scan stops at the
+    first exact b: it does not claim that larger b stay exact.
+
+    Parameters
+    ----------
+    model : Model
+        The unquantized model.
+    check : callable
+        ``check(quantized_model)`` returning an object with ``exact``, ``accuracy`` and ``min_margin``
+        (a ``CheckResult``); what it raises passes through.
+    max_bits : int
+        Largest b tried (>= 0).
+    min_bits : int
+        Smallest b tried (>= 0; the default 1 leaves out b = 0). ``min_bits > max_bits`` tries nothing.
+
+    Returns
+    -------
+    (int or None, list of dict)
+        The smallest exact b (None: none in the range), and per b tried ``{"bits", "exact", "accuracy",
+        "min_margin", "changed"}``, where ``"changed"`` is the NUMBER of arrays that quantization changes
+        (:func:`changed_arrays`).
+
+    Raises
+    ------
+    ValueError
+        ``min_bits`` or ``max_bits`` is not a whole number >= 0 (before any check runs).
+    """
     records = []
     for bits in range(_check_bits(min_bits), _check_bits(max_bits) + 1):
         result = check(quantize(model, bits))

@@ -592,22 +592,91 @@ def construction_reports(spec: ConstructionSpec, seed: int = 0, progress: bool =
 
 def section_single_hop(seed: int = 0, progress: bool = False, budget: Budget | int | None = None
                        ) -> list[Report]:
-    """Single-hop constructions (G1 at full default size in float and integer mode, which must agree; G1 with
-    random codes; A1): :func:`section_constructions` ``("single", ...)``."""
+    """Single-hop constructions: :func:`section_constructions` ``("single", ...)``, i.e. every registered
+    single-hop spec at its ``verify_cases``. For the built-ins: G1 at N = 4096, R = 16 (``check single-hop``'s
+    default size) in float64 and in integer mode (whose predictions must agree), G1 with sign and with
+    Gaussian codes (N = 512, R = 8, D = 48); A1 at N = 512, R = 8 in integer mode and with sign codes at
+    N = 256, R = 4.
+
+    Parameters
+    ----------
+    seed : int
+        The run seed.
+    progress : bool
+        Progress on stderr.
+    budget : Budget, int or None
+        The run's memory budget (None: the default budget), passed to every :func:`run_check`.
+
+    Returns
+    -------
+    list of Report
+        One per case (two for a case compared in float and integer mode), in registration order.
+
+    Raises
+    ------
+    InputError
+        A case over the budget (from :func:`run_check`), or a case a spec's builder refuses.
+    """
     return section_constructions("single", seed, progress, budget)
 
 
 def section_multi_hop(seed: int = 0, progress: bool = False, budget: Budget | int | None = None
                       ) -> list[Report]:
     """k-hop constructions at sizes that run in seconds, softmax attention (and hard, labelled):
-    :func:`section_constructions` ``("multi", ...)``."""
+    :func:`section_constructions` ``("multi", ...)``, i.e. every registered multi-hop spec at its
+    ``verify_cases`` (for the built-ins: G2, also with hard attention; A2a; A2b; C1).
+
+    Parameters
+    ----------
+    seed : int
+        The run seed.
+    progress : bool
+        Progress on stderr.
+    budget : Budget, int or None
+        The run's memory budget (None: the default budget), passed to every :func:`run_check`.
+
+    Returns
+    -------
+    list of Report
+        One per case, in registration order.
+
+    Raises
+    ------
+    InputError
+        A case over the budget (from :func:`run_check`), or a case a spec's builder refuses.
+    """
     return section_constructions("multi", seed, progress, budget)
 
 
 def tradeoff_rows(N: int, R: int, k_max: int, constructions: list[str] | None = None) -> list[dict]:
     """d, m and parameters every registered k-hop construction (or those whose ids or names
     ``constructions`` lists) promises for k = 1..k_max (binary codes, nominal constants: sizes do not depend
-    on the attention constants)."""
+    on the attention constants).
+
+    Parameters
+    ----------
+    N, R, k_max : int
+        Entities, relations and the largest k (each a whole number >= 1).
+    constructions : list of str, optional
+        Ids or names (case-insensitive, as :func:`georecall.constructions.registry.get`); None: every
+        registered multi-hop spec. A listed single-hop spec is not refused: its nominal promise does not
+        depend on k, so its row repeats for every k.
+
+    Returns
+    -------
+    list of dict
+        One row per (k, construction), k ascending, then in the order chosen: ``k``, ``construction`` (the
+        id), ``d``, ``m``, ``params``, ``fact_params`` (the nominal promise's), ``N``, ``R`` and
+        ``D = max(1, ⌈log2 N⌉)`` (binary codes).
+
+    Raises
+    ------
+    InputError
+        N, R or k_max not a whole number >= 1, ``R^k_max`` over 2^40, or an unknown construction.
+    UserCodeError
+        A user's spec's ``nominal_promise`` raised or returned something else than a Promise (a subclass of
+        InputError).
+    """
     N, R, k_max = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k_max", k_max)))
     if R**k_max > 2**40:
         raise InputError(f"R^k_max = {R}^{k_max} is too large to tabulate (over 2^40 relation paths)")

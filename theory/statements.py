@@ -18,13 +18,16 @@ Common constants (see ``constructions/single_hop.py`` for where they come from):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
-
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from georecall.errors import ConditionError, InputError
 from georecall.theory.tasks import check_positive_int
+
+if TYPE_CHECKING:
+    import sympy as sp
 
 __all__ = ["Condition", "ConditionError", "Promise", "a1_promise", "a2_depth_promise", "a2_width_promise",
            "attention_constants", "beta_for_leakage", "binary_coherence", "c1_promise", "distinct_codes",
@@ -316,27 +319,37 @@ def binary_coherence(D: int) -> float:
 
 # ------------------------------------------------------------------------------------------ symbolic forms
 
-N_, R_, D_, k_ = sp.symbols("N R D k", positive=True, integer=True)
+@functools.cache
+def _sympy():
+    """sympy and the symbols N, R, D, k. Imported on first use: sympy takes about 0.17 s to import, and only
+    the symbolic size forms need it (every command that reads the registry imports this module)."""
+    import sympy
+
+    return sympy, sympy.symbols("N R D k", positive=True, integer=True)
 
 
 def binary_D_expr():
     """``D = ⌈log2 N⌉``: the binary code length."""
+    sp, (N_, _, _, _) = _sympy()
     return sp.ceiling(sp.log(N_, 2))
 
 
 def g1_sizes_expr(D=None) -> dict[str, sp.Expr]:
     """Sympy forms of G1's sizes; ``D`` defaults to the binary length ``⌈log2 N⌉``."""
+    _, (_, R_, _, _) = _sympy()
     D = binary_D_expr() if D is None else D
     return {"d": R_ * D + R_ + D, "m": 2 * R_ * D}
 
 
 def a1_sizes_expr(D=None) -> dict[str, sp.Expr]:
+    _, (N_, R_, _, _) = _sympy()
     D = binary_D_expr() if D is None else D
     return {"d": 2 * D + R_, "m": N_ * R_}
 
 
 def evaluate(expr: sp.Expr, **values) -> int:
     """Evaluate a size expression exactly at integer values (``N=4096, R=16``)."""
+    sp, _ = _sympy()
     subs = {sp.Symbol(k, positive=True, integer=True): v for k, v in values.items()}
     out = sp.nsimplify(expr.subs(subs))
     if not out.is_Integer:
@@ -710,6 +723,7 @@ def multi_hop_sizes_expr() -> dict[str, dict[str, sp.Expr]]:
     dict
         ``{id: {"d": expr, "m": expr}}`` in the symbols N, R, k.
     """
+    _, (N_, R_, _, k_) = _sympy()
     D = binary_D_expr()
     return {
         "G2": {"d": R_**k_ * D + k_ * R_ + D + k_ + 1, "m": 2 * R_**k_ * D},

@@ -52,8 +52,6 @@ from georecall.constructions.model import Model
 from georecall.constructions.registry import ConstructionSpec, resolve
 from georecall.errors import ConditionError
 from georecall.theory.tasks import Task
-from georecall.verify.sections.suite import run_check
-from georecall.verify.training.train import init_model
 
 __all__ = ["PROFILES", "check_spec", "codebooks", "load_profile", "models", "tables", "tasks"]
 
@@ -191,6 +189,10 @@ def models(draw, max_N: int = 8, max_R: int = 3, max_d: int = 8, max_m: int = 8,
     layers = draw(st.integers(1, max_layers))
     positions = draw(st.one_of(st.none(), st.integers(3, 4))) if attention == "softmax" else None
     seed = draw(st.integers(0, 2**32 - 1))
+    # the trainer and the checker's sections (scipy, networkx: about 0.5 s) are imported when a strategy or a
+    # check first runs, not when a user's test module imports georecall.testing
+    from georecall.verify.training.train import init_model
+
     return init_model(N, R, d, m, attention=attention, heads=heads, layers=layers, positions=positions,
                       rng=np.random.default_rng(seed), dtype=dtype)
 
@@ -232,6 +234,8 @@ def check_spec(spec, *, min_N: int = 1, max_N: int = 32, min_R: int = 1, max_R: 
     AssertionError
         The first (shrunk) task on which the check fails, with the failing report's name and numbers.
     """
+    from georecall.verify.sections.suite import run_check  # see models(): imported when a check runs
+
     spec = spec if isinstance(spec, ConstructionSpec) else resolve(spec)
     if attributes is None:
         attributes = ("shared", "disjoint") if "disjoint" in spec.variants else ("shared",)

@@ -976,6 +976,28 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     return result
 
 
+class _Lowest:
+    """The enumeration's running minimum over chunks of points: the lowest margin and its point, and the
+    :data:`KEEP_FAILING` lowest failing points (margin < ``limit`` or <= ``floor``), lowest first."""
+
+    def __init__(self, n_live: int, limit: float, floor: float) -> None:
+        self.low, self.low_values = math.inf, [0] * n_live
+        self.failing: list = []
+        self.limit, self.floor = limit, floor
+
+    def add(self, margins: np.ndarray, values: list[np.ndarray]) -> None:
+        """Fold in one chunk: ``margins[p]`` at the point whose j-th live slot is ``values[j][p]``."""
+        i = int(np.argmin(margins))
+        if margins[i] < self.low:
+            self.low, self.low_values = float(margins[i]), [int(v[i]) for v in values]
+        bad = np.flatnonzero((margins < self.limit) | (margins <= self.floor))
+        if bad.size:
+            pick = bad[np.argsort(margins[bad], kind="stable")[:KEEP_FAILING]]
+            self.failing += [(float(margins[p]), [int(v[p]) for v in values]) for p in pick]
+            self.failing.sort(key=lambda f: f[0])
+            del self.failing[KEEP_FAILING:]
+
+
 def _point_chunks(N: int, n_live: int):
     """The N^n_live joint points in chunks of ``CHUNK_POINTS``: ``(idx, values)``, where ``values[j]`` is the
     j-th live slot's code index at each point (the mixed-radix digits of ``idx``, least significant first)."""
@@ -995,8 +1017,7 @@ def _enumerate_rows(N: int, base: np.ndarray, hs: np.ndarray, placed: np.ndarray
     """Margins at every joint choice of the live units' answers (the first is the query's own)."""
     n_live = hs.size
     n_points = N**n_live
-    low, low_values = math.inf, [0] * n_live
-    failing: list = []
+    lowest = _Lowest(n_live, limit, floor)
     for idx, values in _point_chunks(N, n_live):
         v_read = np.broadcast_to(base, (idx.size, base.size)).copy()
         for j, hv in zip(values, hs):
@@ -1007,16 +1028,8 @@ def _enumerate_rows(N: int, base: np.ndarray, hs: np.ndarray, placed: np.ndarray
             _, margins = hypercube_decode(cube, v_read, answers)
         else:
             margins = _decode_distinct(v_read, answers, U_read)
-        i = int(np.argmin(margins))
-        if margins[i] < low:
-            low, low_values = float(margins[i]), [int(v[i]) for v in values]
-        bad = np.flatnonzero((margins < limit) | (margins <= floor))
-        if bad.size:
-            pick = bad[np.argsort(margins[bad], kind="stable")[:KEEP_FAILING]]
-            failing += [(float(margins[p]), [int(v[p]) for v in values]) for p in pick]
-            failing.sort(key=lambda f: f[0])
-            del failing[KEEP_FAILING:]
-    return low, low_values, failing, n_points
+        lowest.add(margins, values)
+    return lowest.low, lowest.low_values, lowest.failing, n_points
 
 
 def _key(*parts) -> bytes:
@@ -1035,8 +1048,7 @@ def _enumerate(N: int, n_live: int, c_pre: np.ndarray, c_read: np.ndarray, G_raw
     point, the lowest failing points (margin < ``limit`` or <= ``floor``) and the number of points."""
     n_points = N**n_live
     G_live, H_live, W2a = [_Right(G) for G in G_raw], [_Right(H) for H in H_raw], _Right(W2a_raw)
-    low, low_values = math.inf, [0] * n_live
-    failing: list = []
+    lowest = _Lowest(n_live, limit, floor)
     for idx, values in _point_chunks(N, n_live):
         z = np.broadcast_to(c_pre, (idx.size, c_pre.size)).copy()
         v_read = np.broadcast_to(c_read, (idx.size, c_read.size)).copy()
@@ -1054,16 +1066,8 @@ def _enumerate(N: int, n_live: int, c_pre: np.ndarray, c_read: np.ndarray, G_raw
         else:
             _, margins = dense_decode(v_read, answers, U_read)
         margins = margins / S if S != 1 else margins
-        i = int(np.argmin(margins))
-        if margins[i] < low:
-            low, low_values = float(margins[i]), [int(v[i]) for v in values]
-        bad = np.flatnonzero((margins < limit) | (margins <= floor))
-        if bad.size:
-            pick = bad[np.argsort(margins[bad], kind="stable")[:KEEP_FAILING]]
-            failing += [(float(margins[p]), [int(v[p]) for v in values]) for p in pick]
-            failing.sort(key=lambda f: f[0])
-            del failing[KEEP_FAILING:]
-    return low, low_values, failing, n_points
+        lowest.add(margins, values)
+    return lowest.low, lowest.low_values, lowest.failing, n_points
 
 
 def _decode_distinct(v: np.ndarray, answers: np.ndarray, U_read: np.ndarray) -> np.ndarray:

@@ -351,6 +351,23 @@ def test_probe_hidden_with_one_state_is_refused(tmp_path, capsys):
     assert code == 2 and "at least one" in err
 
 
+@pytest.mark.parametrize("width, warned", [(200, True), (8, False)])
+def test_probe_hidden_text_states_its_fits_and_warns_when_one_is_underdetermined(tmp_path, capsys, width,
+                                                                                  warned):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, (80, 2))
+    vectors = rng.standard_normal((2, 3, width))
+    states = sum(vectors[r][labels[:, r]] for r in range(2)) + rng.standard_normal((80, width))
+    path = tmp_path / "states.npz"
+    np.savez(path, states=states, attributes=labels)
+    code, out, _ = run(["probe-hidden", str(path)], capsys)
+    assert code == 0
+    assert f"p = {width} features, n = 60 fit rows" in out and "superposition R² (" in out and "p = 6" in out
+    assert ("would interpolate" in out) is warned
+
+
 def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch):
     import georecall.verify.training.train as train_module
 

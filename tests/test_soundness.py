@@ -448,3 +448,20 @@ def test_hypercube_certified_interval_contains_every_exact_margin_in_the_box(D, 
             m = logits[a] - max(x for j, x in enumerate(logits) if j != a)
             assert cert.lo[q] == -np.inf or Fraction(float(cert.lo[q])) <= m, (q, corner)
             assert cert.hi[q] == np.inf or m <= Fraction(float(cert.hi[q])), (q, corner)
+
+
+def test_the_checker_counts_the_double_rounding_of_mixed_storage_formats():
+    """A float32 model with a float64 read-out: the checker's unit roundoff is the forward pass's
+    u_f32 + 2·u_f64 (a value rounded in float64, then again in float32), written out here by hand, not the
+    float32 roundoff alone (what the checker used before it took the forward pass's working_format)."""
+    import numpy as np
+
+    from georecall.constructions.model import Model
+    from georecall.verify.checking import check
+
+    f32 = np.float32
+    mixed = Model(np.ones((2, 2), f32), np.ones((1, 2), f32), np.ones((2, 2), np.float64))
+    u, _ = check._working_format(mixed, False)
+    assert u == 2.0**-24 + 2 * 2.0**-53
+    single = Model(np.ones((2, 2), f32), np.ones((1, 2), f32), np.ones((2, 2), f32))
+    assert check._working_format(single, False)[0] == 2.0**-24

@@ -9,7 +9,7 @@ import time
 
 from georecall.bounds.counting import count_trees, enumerate_counts
 from georecall.bounds.tables import bound_rows, gap_rows
-from georecall.verify.sections.bounds_checks import per_parameter_bits, table_bits
+from georecall.verify.checking.run import per_parameter_bits, table_bits
 
 __all__: list[str] = []
 

@@ -3,7 +3,7 @@ greedy decoding of all chains at N = 2^16, R = 4, k = 3 in <= 60 s).
 
 - ``path-blocks`` (G2) at N=1024, R=3, k=3: all 27,648 queries; ``cot`` (C1) at N=1024, R=4, k=3: greedy
   decoding of all 65,536 chains plus teacher forcing; ``associative-depth`` (A2(b)) and ``associative-width``
-  (A2(a)) for reference. These go through ``verify.suite.check_multi_hop`` (build + both checks).
+  (A2(a)) for reference. These go through ``verify.checking.run.check_multi_hop`` (build + both checks).
 - ``cot-large``: C1 at N = 2^16, R = 4, k = 3 (4.2 M chains), timed on the checker alone: greedy decoding and
   teacher forcing with the default fast paths (token-additive tables + hypercube decoder), and, on the first
   ``--subset`` chains, every forward/decoder pair interleaved over ``--repeats`` rounds (minima), as ratios to
@@ -27,7 +27,7 @@ PATHS = (("dense", "dense"), ("dense", "hypercube"), ("tables", "hypercube"))
 
 
 def suite_case(construction: str, seed: int) -> None:
-    from georecall.verify.sections.suite import check_multi_hop
+    from georecall.verify.checking.run import check_multi_hop
     N, R, k = CASES[construction]
     start = time.perf_counter()
     report = check_multi_hop(N, R, k, construction=construction, seed=seed)

@@ -10,7 +10,7 @@ that keeps it exact, and its promise (``theory/statements.py``) carries it; the 
 
 The builders allocate what they are asked for: the memory a build and its check need is estimated once,
 before the build, by ``georecall.memory.check_estimate`` from the registry's spec, and refused over the
-run's :class:`~georecall.memory.Budget` (``verify.sections.suite.run_check`` and every command do so).
+run's :class:`~georecall.memory.Budget` (``verify.checking.run.run_check`` and every command do so).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ both checked on every query, next to their lower bounds.
 """
 
 from georecall.bounds import lower
-from georecall.verify.sections.suite import check_multi_hop
+from georecall.verify.checking.run import check_multi_hop
 
 N, R, k = 512, 3, 2
 for construction in ("path-blocks", "cot"):

@@ -15,7 +15,7 @@ Check it from the command line (the current directory must contain ``examples/``
     georecall check single-hop --construction examples/my_construction.py:SPEC --N 64 --R 3
     georecall check single-hop --construction examples.my_construction:SPEC --N 64 --R 3 --json
 
-or in Python: ``run_check(SPEC, N, R)`` (``georecall.verify.sections.suite``), as ``__main__`` below does.
+or in Python: ``run_check(SPEC, N, R)`` (``georecall.verify.checking.run``), as ``__main__`` below does.
 """
 
 import numpy as np
@@ -108,7 +108,7 @@ SPEC = ConstructionSpec(
 
 
 if __name__ == "__main__":
-    from georecall.verify.sections.suite import run_check
+    from georecall.verify.checking.run import run_check
 
     report = run_check(SPEC, 64, 3, seed=0)
     print(

@@ -26,8 +26,8 @@ from georecall.testing import tasks
 from georecall.theory import seeds
 from georecall.theory import tasks as tasks_module
 from georecall.theory.tasks import random_task, task_for_seed
+from georecall.verify.checking.run import run_check
 from georecall.verify.cli import main
-from georecall.verify.sections.suite import run_check
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -222,12 +222,12 @@ def test_streams_are_distinct_and_keyed():
 
 
 def test_an_internal_error_is_not_reported_as_bad_input(monkeypatch, capsys):
-    from georecall.verify.sections import suite
+    from georecall.verify.checking import run
 
     def shape_bug(*args, **kwargs):
         return np.zeros((2, 3)) @ np.zeros((4, 5))  # a NumPy ValueError: a bug, not the user's fault
 
-    monkeypatch.setattr(suite, "check_construction", shape_bug)
+    monkeypatch.setattr(run, "check_construction", shape_bug)
     code = main(["check", "single-hop", "--N", "16", "--R", "2"])
     err = capsys.readouterr().err
     assert code == 3 and "Traceback" in err and "internal error" in err

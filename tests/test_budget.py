@@ -18,7 +18,7 @@ from georecall.errors import InputError
 from georecall.memory import Budget, as_budget
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
-from georecall.verify.checking import check
+from georecall.verify.checking import check, run
 from georecall.verify.sections import suite
 
 MIB = 2**20
@@ -199,11 +199,11 @@ def test_the_estimate_counts_the_chunks_the_checker_uses():
 
 def test_run_check_refuses_over_budget_before_building():
     with pytest.raises(InputError, match=r"checking G1 \(geometric\) needs about .* of 0.01 GiB: lower"):
-        suite.run_check("G1", 4096, 16, budget=Budget(2**30 // 100))
+        run.run_check("G1", 4096, 16, budget=Budget(2**30 // 100))
     with pytest.raises(TypeError):
-        suite.run_check("G1", 16, 2, max_bytes=2**30)  # one spelling of the budget
-    assert suite.run_check("G1", 16, 2, budget=Budget.from_gib(1)).passed
-    assert suite.run_check("G1", 16, 2, budget=2**30).passed  # an int is bytes
+        run.run_check("G1", 16, 2, max_bytes=2**30)  # one spelling of the budget
+    assert run.run_check("G1", 16, 2, budget=Budget.from_gib(1)).passed
+    assert run.run_check("G1", 16, 2, budget=2**30).passed  # an int is bytes
 
 
 def test_sections_and_precision_refuse_under_a_budget_too_small_for_them():
@@ -211,7 +211,7 @@ def test_sections_and_precision_refuse_under_a_budget_too_small_for_them():
     with pytest.raises(InputError, match="budget of 0.00 GiB"):
         suite.section_single_hop(budget=tiny)
     with pytest.raises(InputError, match="precision needs about"):
-        suite.precision_scan("G1", 1024, 8, budget=tiny)
+        run.precision_scan("G1", 1024, 8, budget=tiny)
     with pytest.raises(InputError, match="bits needed by"):
         suite.section_bounds(budget=tiny)
     with pytest.raises(InputError, match="certify single-hop needs about"):

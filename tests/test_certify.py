@@ -33,9 +33,9 @@ from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.checking import certify as cert
 from georecall.verify.checking.check import check_queries
 from georecall.verify.checking.planted import FOREIGN_A1, PLANTED
+from georecall.verify.checking.run import run_check
 from georecall.verify.cli import main
 from georecall.verify.sections import certified
-from georecall.verify.sections.suite import run_check
 
 
 @pytest.fixture(autouse=True)

@@ -114,7 +114,7 @@ class _Doubles(driver.JobList):
         self.opened_with = (handle.description, units)
 
     def start(self, unit):
-        return [driver.Task(_double, (unit,), unit, f"the double of {unit}")]
+        return [driver.Call(_double, (unit,), unit, f"the double of {unit}")]
 
     def accept(self, task, record):
         self.records.append(record)

@@ -761,10 +761,10 @@ def test_sigterm_during_a_save_removes_the_temporary_file(tmp_path):
     import time
 
     script = ("import sys\nfrom georecall.verify.cli import main\n"
-              "from georecall.verify.sections import suite\nreal = suite.check_single_hop\n"
+              "from georecall.verify.checking import run\nreal = run.check_single_hop\n"
               "def slow(*a, **k):\n    import time\n    with open(k['save'], 'wb') as f: f.write(b'x')\n"
               "    open(sys.argv[2], 'w').close()\n    time.sleep(120)\n"
-              "suite.check_single_hop = slow\n"
+              "run.check_single_hop = slow\n"
               "sys.exit(main(['check', 'single-hop', '--N', '16', '--R', '2', '--save', sys.argv[1]]))\n")
     started = tmp_path / "started"
     process = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "m"), str(started)],

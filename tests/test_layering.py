@@ -1,10 +1,22 @@
-"""Import direction: theory ← constructions ← verify, bounds beside constructions; the shared
-infrastructure (``georecall.errors``, ``georecall.io``, ``georecall.memory``) imports none of the four
-packages. Read from the installed package's sources with ``ast`` (module-level and function-level imports)."""
+"""Import direction, between the packages and inside ``verify/``, read from the installed package's sources
+with ``ast`` (module-level and function-level imports, relative ones, and ``importlib.import_module("...")``
+/ ``__import__("...")`` with a literal name).
+
+Between the packages: theory ← constructions ← verify, bounds beside constructions; the shared infrastructure
+(``georecall.errors``, ``georecall.io``, ``georecall.memory``) imports none of the four packages.
+
+Inside ``verify/``: checking ← training ← experiments ← {sections, cli}. ``sections`` (the rows of ``georecall
+verify``) and ``cli`` (the command line) sit side by side and neither imports the other: the command line
+finds the rows through their entry point (``georecall.verify_rows`` in pyproject.toml). ``lm`` (the ``lm``
+extra) imports nothing else of ``verify`` and only the command line imports it.
+
+A function-level import of a georecall module is kept only for an optional dependency or for startup cost, and
+says which in a comment on its line or just above its block of imports."""
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import pathlib
 
 import pytest
@@ -23,6 +35,19 @@ ALLOWED = {
 }
 INFRASTRUCTURE = {"georecall", "georecall.errors", "georecall.io", "georecall.memory"}
 
+# Inside verify/: what each subpackage may import from verify (beyond itself); ``georecall.verify`` itself (a
+# docstring) may be imported by any of them.
+VERIFY_ALLOWED = {
+    "checking": {"checking"},
+    "training": {"checking", "training"},
+    "experiments": {"checking", "training", "experiments"},
+    "sections": {"checking", "training", "experiments", "sections"},
+    "cli": {"checking", "training", "experiments", "lm", "cli"},
+    "lm": {"lm"},
+    "root": set(),
+}
+ROWS_ENTRY_POINT = "georecall.verify_rows"
+
 
 def layer_of(module: str) -> str:
     """The layer of a georecall module name (``georecall.verify.checking.check`` → ``verify``)."""
@@ -32,32 +57,91 @@ def layer_of(module: str) -> str:
     return part if part in ALLOWED else "infrastructure"
 
 
-def georecall_imports(source: str, module: str) -> list[str]:
-    """Every georecall module that ``source`` (the text of ``module``) imports, at any depth."""
-    found = []
+def verify_layer_of(module: str) -> str:
+    """The subpackage of a module inside verify/ (``georecall.verify.checking.check`` → ``checking``;
+    ``georecall.verify`` → ``root``)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else "root"
+
+
+def _literal_import(node: ast.Call) -> str | None:
+    """The module named by ``importlib.import_module("...")`` or ``__import__("...")``, if a literal."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+        value = node.args[0].value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def georecall_imports(source: str, module: str, known: set[str] = frozenset()
+                      ) -> list[tuple[str, int, bool]]:
+    """Every georecall module that ``source`` (the text of ``module``) imports, at any depth: ``(imported,
+    line, inside a function)``. ``from package import name`` counts as importing ``package.name`` when that
+    is one of the ``known`` modules."""
+    found: list[tuple[str, int, bool]] = []
     package = module if module.endswith("__init__") else module.rsplit(".", 1)[0]
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names if alias.name.startswith("georecall")]
-        elif isinstance(node, ast.ImportFrom):
-            name = node.module or ""
-            if node.level:  # relative import: resolve against the importing package
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                name = ".".join(base + ([name] if name else []))
-            if name.startswith("georecall"):
-                found.append(name)
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                found.extend((alias.name, child.lineno, in_function) for alias in child.names
+                             if alias.name.startswith("georecall"))
+            elif isinstance(child, ast.ImportFrom):
+                name = child.module or ""
+                if child.level:  # relative import: resolve against the importing package
+                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    name = ".".join(base + ([name] if name else []))
+                if name.startswith("georecall"):
+                    for alias in child.names:
+                        sub = f"{name}.{alias.name}"
+                        found.append((sub if sub in known else name, child.lineno, in_function))
+            elif isinstance(child, ast.Call):
+                named = _literal_import(child)
+                if named is not None and named.startswith("georecall"):
+                    found.append((named, child.lineno, in_function))
+            visit(child, inner)
+
+    visit(ast.parse(source), False)
     return found
 
 
 def back_edges(modules: dict[str, str]) -> list[str]:
-    """``importer -> imported`` for every import that goes against the layering."""
+    """``importer -> imported`` for every import that goes against the layering (between the packages, or
+    between the subpackages of verify/)."""
     bad = []
+    known = set(modules)
     for module, source in modules.items():
         mine = layer_of(module)
-        for imported in georecall_imports(source, module):
-            if layer_of(imported) not in ALLOWED[mine]:
+        for imported, _, _ in georecall_imports(source, module, known):
+            theirs = layer_of(imported)
+            if theirs not in ALLOWED[mine]:
                 bad.append(f"{module} -> {imported}")
+            elif mine == theirs == "verify":
+                inner, target = verify_layer_of(module), verify_layer_of(imported)
+                if target != "root" and target != inner and target not in VERIFY_ALLOWED[inner]:
+                    bad.append(f"{module} -> {imported}")
     return bad
+
+
+def unexplained_function_imports(modules: dict[str, str]) -> list[str]:
+    """``module:line`` of every function-level import of a georecall module without a reason: a comment on
+    its line, or on the line just above the block of import statements it belongs to."""
+    missing = []
+    for module, source in modules.items():
+        lines = source.splitlines()
+        statements = sorted({line for _, line, inside in georecall_imports(source, module, set(modules))
+                             if inside})
+        for line in statements:
+            first = line
+            while first > 1 and lines[first - 2].lstrip().startswith(("import ", "from ")):
+                first -= 1  # the top of this block of imports
+            block = lines[first - 1:line]
+            if not any("#" in text for text in block) and not (
+                    first > 1 and lines[first - 2].lstrip().startswith("#")):
+                missing.append(f"{module}:{line}")
+    return missing
 
 
 def installed_modules() -> dict[str, str]:
@@ -76,10 +160,20 @@ def installed_modules() -> dict[str, str]:
     return modules
 
 
+MODULES = installed_modules()
+
+
 def test_no_import_goes_against_the_layering():
-    modules = installed_modules()
-    assert len(modules) > 30 and "georecall.verify.checking.check" in modules
-    assert back_edges(modules) == []
+    assert len(MODULES) > 30 and "georecall.verify.checking.run" in MODULES
+    assert back_edges(MODULES) == []
+
+
+def test_a_back_edge_planted_in_the_real_tree_is_caught():
+    """The real sources plus one temporary checking module that reaches up into the rows of verify."""
+    planted = {**MODULES, "georecall.verify.checking.planted_edge": "def f():\n"
+               "    from georecall.verify.sections import suite  # a startup reason does not excuse it\n"}
+    assert back_edges(planted) == [
+        "georecall.verify.checking.planted_edge -> georecall.verify.sections.suite"]
 
 
 @pytest.mark.parametrize("importer, line, imported", [
@@ -88,6 +182,24 @@ def test_no_import_goes_against_the_layering():
     ("georecall.theory.tasks", "import georecall.constructions.codes", "georecall.constructions.codes"),
     ("georecall.io", "from georecall.theory.tasks import Task", "georecall.theory.tasks"),
     ("georecall.memory", "def f():\n    from georecall.verify.cli import main\n", "georecall.verify.cli"),
+    # inside verify/: module level, function level, relative, by name, and the two tops of the stack
+    ("georecall.verify.checking.certify", "from georecall.verify.sections.suite import run_check",
+     "georecall.verify.sections.suite"),
+    ("georecall.verify.checking.check", "def f():\n    from ..training.train import train\n",
+     "georecall.verify.training.train"),
+    ("georecall.verify.training.train", "class A:\n    def f(self):\n"
+     "        from georecall.verify.experiments.probes import probe_all\n",
+     "georecall.verify.experiments.probes"),
+    ("georecall.verify.experiments.figures", "import georecall.verify.sections.suite",
+     "georecall.verify.sections.suite"),
+    ("georecall.verify.cli.commands",
+     "import importlib\nimportlib.import_module('georecall.verify.sections')", "georecall.verify.sections"),
+    ("georecall.verify.sections.suite", "from georecall.verify.cli.commands import COMMANDS",
+     "georecall.verify.cli.commands"),
+    ("georecall.verify.experiments.sweep", "from georecall.verify.lm.ridge import cross_fit",
+     "georecall.verify.lm.ridge"),
+    ("georecall.verify.lm.run", "from georecall.verify.checking.check import check_queries",
+     "georecall.verify.checking.check"),
 ])
 def test_a_planted_back_edge_is_caught(importer, line, imported):
     assert back_edges({importer: line}) == [f"{importer} -> {imported}"]
@@ -96,4 +208,41 @@ def test_a_planted_back_edge_is_caught(importer, line, imported):
 def test_allowed_edges_pass():
     assert back_edges({"georecall.verify.cli.parser": "from georecall.constructions import registry",
                        "georecall.bounds.tables": "from georecall.constructions.codes import make_codes",
-                       "georecall.constructions.model": "from georecall.io import atomic_write"}) == []
+                       "georecall.constructions.model": "from georecall.io import atomic_write",
+                       "georecall.verify.sections.suite":
+                           "from georecall.verify.checking.run import run_check",
+                       "georecall.verify.cli.commands": "def f():\n    from georecall.verify.lm import run\n",
+                       "georecall.verify.experiments.figures": "from ..checking import run",
+                       "georecall.verify.checking.run": "from georecall.verify import checking"}) == []
+
+
+def test_from_a_package_import_a_module_names_the_module():
+    known = {"georecall.verify.checking.run"}
+    source = "from georecall.verify.checking import run, Report"
+    assert [name for name, _, _ in georecall_imports(source, "georecall.verify.cli.commands", known)] == [
+        "georecall.verify.checking.run", "georecall.verify.checking"]
+
+
+def test_the_command_line_reaches_the_verify_rows_only_through_their_entry_point():
+    (entry,) = importlib.metadata.entry_points(group=ROWS_ENTRY_POINT)
+    assert entry.value.startswith("georecall.verify.sections.")
+    cli = {name: source for name, source in MODULES.items() if name.startswith("georecall.verify.cli")}
+    assert cli and not [name for source_name, source in cli.items()
+                        for name, _, _ in georecall_imports(source, source_name, set(MODULES))
+                        if name.startswith("georecall.verify.sections")]
+    from georecall.verify.cli.commands import verify_rows  # the test's own subject, imported where used
+    from georecall.verify.sections.suite import verify_reports
+    assert verify_rows() is verify_reports
+
+
+def test_every_function_level_import_of_georecall_says_why():
+    assert unexplained_function_imports(MODULES) == []
+
+
+def test_a_function_level_import_without_a_reason_is_caught():
+    source = ("def f():\n    x = 1\n    from georecall.theory import seeds\n    return seeds\n\n"
+              "def g():\n    # startup: scipy\n    from georecall.verify.training import train\n"
+              "    from georecall.theory import tasks\n    return train, tasks\n\n"
+              "def h():\n    from georecall.verify.lm import extract  # torch\n")
+    assert unexplained_function_imports({"georecall.verify.cli.commands": source}) == [
+        "georecall.verify.cli.commands:3"]

@@ -56,14 +56,14 @@ def test_g1_binary_needs_two_bits_and_a1_more():
 
 @pytest.mark.parametrize("construction", ["path-blocks", "associative-width", "associative-depth", "cot"])
 def test_multi_hop_precision_scan(construction):
-    from georecall.verify.sections.suite import precision_scan
+    from georecall.verify.checking.run import precision_scan
     doc = precision_scan(construction, 64, 2, 2, max_bits=16)
     assert doc["smallest_exact_bits"] is not None and doc["records"][-1]["exact"]
     assert all(not r["exact"] for r in doc["records"][:-1])
 
 
 def test_precision_scan_refuses_unknown_names():
-    from georecall.verify.sections.suite import precision_scan
+    from georecall.verify.checking.run import precision_scan
     with pytest.raises(ValueError, match="give --k"):
         precision_scan("cot", 16, 2)
     with pytest.raises(ValueError, match="single-hop construction"):

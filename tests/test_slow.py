@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from georecall.bounds.counting import closed_forms, enumerate_counts
-from georecall.verify.sections.suite import check_multi_hop, check_single_hop, precision_scan
+from georecall.verify.checking.run import check_multi_hop, check_single_hop, precision_scan
 
 pytestmark = pytest.mark.slow
 

@@ -30,9 +30,9 @@ from georecall.bounds.tables import bound_rows, gap_rows, latex_escape, render, 
 from georecall.constructions import registry
 from georecall.errors import ConditionError, InputError
 from georecall.theory.tasks import Task, task_for_seed
+from georecall.verify.checking.run import OPTION_FLAGS, run_check
 from georecall.verify.cli import main
 from georecall.verify.cli.parser import build_parser
-from georecall.verify.sections.suite import OPTION_FLAGS, run_check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "my_construction.py")
@@ -264,7 +264,7 @@ def test_tradeoff_takes_a_users_k_hop_construction(capsys, registered, tmp_path)
 
 
 def test_gaps_table_command(capsys):
-    from georecall.verify.sections.bounds_checks import per_parameter_bits, table_bits
+    from georecall.verify.checking.run import per_parameter_bits, table_bits
     code, out, _ = run(["bounds", "--gaps", "--N", "4096", "--R", "16", "--k", "1", "--json"], capsys)
     rows = {r["construction"]: r for r in json.loads(out)["rows"]}
     assert code == 0 and rows["G1"]["b_needed"] == table_bits()["G1"] == 2

@@ -334,29 +334,6 @@ def binary_D_expr():
     return sp.ceiling(sp.log(N_, 2))
 
 
-def g1_sizes_expr(D=None) -> dict[str, sp.Expr]:
-    """Sympy forms of G1's sizes; ``D`` defaults to the binary length ``⌈log2 N⌉``."""
-    _, (_, R_, _, _) = _sympy()
-    D = binary_D_expr() if D is None else D
-    return {"d": R_ * D + R_ + D, "m": 2 * R_ * D}
-
-
-def a1_sizes_expr(D=None) -> dict[str, sp.Expr]:
-    _, (N_, R_, _, _) = _sympy()
-    D = binary_D_expr() if D is None else D
-    return {"d": 2 * D + R_, "m": N_ * R_}
-
-
-def evaluate(expr: sp.Expr, **values) -> int:
-    """Evaluate a size expression exactly at integer values (``N=4096, R=16``)."""
-    sp, _ = _sympy()
-    subs = {sp.Symbol(k, positive=True, integer=True): v for k, v in values.items()}
-    out = sp.nsimplify(expr.subs(subs))
-    if not out.is_Integer:
-        raise InputError(f"{expr} did not evaluate to an integer at {values}: {out}")
-    return int(out)
-
-
 # ------------------------------------------------------------------------------------------ multi-hop (§3)
 #
 # The k-hop constructions fetch relation tokens with *positional* softmax heads: a head's score is β at its

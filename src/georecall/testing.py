@@ -25,7 +25,7 @@ from the repository's folder)::
 
     from georecall.constructions.registry import resolve
     from georecall.testing import check_spec, tasks
-    from georecall.verify.sections.suite import run_check
+    from georecall.verify.checking.run import run_check
 
     SPEC = resolve("examples/my_construction.py:SPEC")
 
@@ -234,7 +234,7 @@ def check_spec(spec, *, min_N: int = 1, max_N: int = 32, min_R: int = 1, max_R: 
     AssertionError
         The first (shrunk) task on which the check fails, with the failing report's name and numbers.
     """
-    from georecall.verify.sections.suite import run_check  # see models(): imported when a check runs
+    from georecall.verify.checking.run import run_check  # see models(): imported when a check runs
 
     spec = spec if isinstance(spec, ConstructionSpec) else resolve(spec)
     if attributes is None:

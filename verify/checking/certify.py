@@ -54,6 +54,7 @@ from georecall.theory.tasks import Task, paths, task_for_seed
 from georecall.theory.tokens import queries
 from georecall.verify.checking.check import check_decoding, check_queries
 from georecall.verify.checking.decoders import dense_decode, detect_hypercube, hypercube_decode
+from georecall.verify.checking.run import run_check
 
 __all__ = [
     "MAX_POINTS",
@@ -1202,9 +1203,6 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
     InputError
         Bad parameters (as ``check``), or an estimate over the budget.
     """
-    # the sections build on the checker: its one call into them (the confirming check) is imported here
-    from georecall.verify.sections.suite import run_check
-
     budget = as_budget(budget)
     start = time.perf_counter()
     spec = spec if not isinstance(spec, str) else registry.resolve(spec)

@@ -10,9 +10,10 @@ estimate against ``p.budget``) *before* any work, runs the library, and returns 
 ``p.progress`` is true; rendering is :mod:`georecall.verify.cli.render`'s job.
 
 Imports: the library modules are imported here at module level, except those that pull in scipy or networkx
-(the ``verify`` sections, the bound tables and counts, the trainer and the sweep: measured to slow
-``georecall --help`` by about 0.4 s) and the ``lm`` extra's package (only ``probe-lm`` imports it); those
-are imported by the command that needs them.
+(the bound tables and counts, the trainer and the sweep: measured to slow ``georecall --help`` by about
+0.4 s) and the ``lm`` extra's package (only ``probe-lm`` imports it); those are imported by the command that
+needs them. The rows of ``verify`` are not imported at all: :func:`verify_rows` finds them by their entry
+point.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import io
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,6 +39,7 @@ from georecall.theory import seeds
 from georecall.theory.tasks import Attributes, Task, task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.checking import certify as cert
+from georecall.verify.checking import run as checking  # the module: tests replace its functions
 from georecall.verify.checking.check import check_decoding, check_queries
 from georecall.verify.cli.params import (
     BoundsParams,
@@ -75,6 +76,7 @@ from georecall.verify.experiments.figures import (
     make_figures,
     save_figure,
 )
+from georecall.verify.experiments.tradeoff import tradeoff_rows
 
 __all__ = [
     "LIMITS",
@@ -281,26 +283,42 @@ def run_verify(p: VerifyParams) -> dict:
     InputError
         An unknown construction, or the largest case over the budget.
     """
-    from georecall.verify.sections import suite  # networkx, scipy: kept off georecall --help
     chosen = _user_constructions(p.construction)
     specs = None if chosen is None else [registry.get(c) for c in chosen]
     est = verify_estimate(specs, p.budget).require(p.budget)
     start = time.perf_counter()
-    reports = []
-    if specs is not None:  # --construction: only those constructions, at the sizes their specs list
-        for spec in specs:
-            reports += [rep.as_dict() for rep in suite.construction_reports(spec, p.seed, p.progress,
-                                                                                     budget=p.budget)]
-        ok = all(rep["passed"] for rep in reports)
-        return _doc(p, {"seed": p.seed, "constructions": chosen}, est, status=0 if ok else 1, passed=ok,
-                    seconds=round(time.perf_counter() - start, 3), reports=reports)
-    for title, section in suite.SECTIONS:
-        if p.progress:
-            print(f"== {title}", file=sys.stderr, flush=True)
-        reports += [rep.as_dict() for rep in section(seed=p.seed, progress=p.progress, budget=p.budget)]
-    ok = all(rep["passed"] for rep in reports)
-    return _doc(p, {"seed": p.seed}, est, status=0 if ok else 1, passed=ok,
+    reports = [rep.as_dict() for rep in verify_rows()(specs, p.seed, p.progress, p.budget)]
+    passed = all(rep["passed"] for rep in reports)
+    params = {"seed": p.seed} if specs is None else {"seed": p.seed, "constructions": chosen}
+    return _doc(p, params, est, status=0 if passed else 1, passed=passed,
                 seconds=round(time.perf_counter() - start, 3), reports=reports)
+
+
+VERIFY_ROWS = "georecall.verify_rows"  # the entry-point group (pyproject.toml) that gives verify its rows
+
+
+def verify_rows() -> Callable[..., list]:
+    """The function that runs the rows of ``georecall verify``
+    (:func:`georecall.verify.sections.suite.verify_reports`), found by its entry point: the rows live beside
+    the command line (CONTRIBUTING.md, "Layers"), which imports no module of theirs.
+
+    Returns
+    -------
+    callable
+        ``(specs, seed, progress, budget) -> list[Report]``.
+
+    Raises
+    ------
+    RuntimeError
+        Not exactly one entry point in the group (an install without georecall's metadata: a bug).
+    """
+    from importlib.metadata import entry_points  # startup cost: only verify reads the installed metadata
+
+    found = list(entry_points(group=VERIFY_ROWS))
+    if len(found) != 1:
+        raise RuntimeError(f"expected one {VERIFY_ROWS!r} entry point, found {len(found)}: reinstall "
+                           "georecall (pip install -e .)")
+    return found[0].load()
 
 
 # ------------------------------------------------------------------------------------------------ check
@@ -372,7 +390,6 @@ def run_check_single_hop(p: CheckSingleHopParams) -> dict:
         A k-hop construction, gaussian codes with ``--integer``, ``--symmetric`` with N odd, binary codes
         with 2^D < N, an unwritable ``--save``, a bad ``--task`` file, or the estimate over the budget.
     """
-    from georecall.verify.sections import suite  # networkx, scipy: kept off georecall --help
     spec = _spec(p.construction, "single")
     _queries(p.N, p.R, 1)
     # --bits with --integer: refused by the parser (parser.CONFLICTS)
@@ -382,16 +399,16 @@ def run_check_single_hop(p: CheckSingleHopParams) -> dict:
         raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
     _binary_codes_fit(p.codes, p.D, p.N)
     save = output_path(p.save, suffix=".npz", what="model file") if p.save else None
-    est = memory.check_estimate(spec, p.N, p.R, 1, codes=p.codes or "binary", D=p.D, dtype=p.dtype,
-                                bits=p.bits, integer=p.integer, attributes=p.attributes,
-                                what="check single-hop", budget=p.budget).require(p.budget)
+    est = checking.check_estimate(spec, p.N, p.R, 1, p.codes, D=p.D, dtype=p.dtype, bits=p.bits,
+                                  integer=p.integer, attributes=p.attributes, what="check single-hop",
+                                  budget=p.budget).require(p.budget)
     task = _task_file(p.task, p.N, p.R, p.attributes, p.symmetric) if p.task else None
     with _saved_atomically(save) as tmp:
-        rep = suite.check_single_hop(p.N, p.R, construction=spec,  # type: ignore[arg-type]  # a spec works
-                                     codes=p.codes, D=p.D, seed=p.seed, integer=p.integer, gate=p.gate,
-                                     beta=p.beta, lam=p.lam, dtype=p.dtype, bits=p.bits,
-                                     attributes=p.attributes, symmetric=p.symmetric, task=task, save=tmp,
-                                     budget=p.budget, progress=p.progress)
+        rep = checking.check_single_hop(p.N, p.R, construction=spec,  # type: ignore[arg-type]  # a spec works
+                                        codes=p.codes, D=p.D, seed=p.seed, integer=p.integer, gate=p.gate,
+                                        beta=p.beta, lam=p.lam, dtype=p.dtype, bits=p.bits,
+                                        attributes=p.attributes, symmetric=p.symmetric, task=task, save=tmp,
+                                        budget=p.budget, estimate=est, progress=p.progress)
     return _check_document(p, rep, est, save)
 
 
@@ -413,16 +430,15 @@ def run_check_multi_hop(p: CheckMultiHopParams) -> dict:
         A single-hop construction, binary codes with 2^D < N, a bad ``--task`` file, or the estimate over the
         budget.
     """
-    from georecall.verify.sections import suite  # networkx, scipy: kept off georecall --help
     spec = _spec(p.construction, "multi")
     _queries(p.N, p.R, p.k)
     _binary_codes_fit(p.codes, p.D, p.N)
-    est = memory.check_estimate(spec, p.N, p.R, p.k, codes=p.codes or "binary", D=p.D,
-                                what="check multi-hop", budget=p.budget).require(p.budget)
+    est = checking.check_estimate(spec, p.N, p.R, p.k, p.codes, D=p.D, what="check multi-hop",
+                                  budget=p.budget).require(p.budget)
     task = _task_file(p.task, p.N, p.R, "shared", False) if p.task else None
-    rep = suite.check_multi_hop(p.N, p.R, p.k, construction=spec,  # type: ignore[arg-type]  # a spec works
-                                codes=p.codes, D=p.D, attention=p.attention, beta=p.beta, gate=p.gate,
-                                seed=p.seed, task=task, budget=p.budget, progress=p.progress)
+    rep = checking.check_multi_hop(p.N, p.R, p.k, construction=spec,  # type: ignore[arg-type]  # a spec works
+                                   codes=p.codes, D=p.D, attention=p.attention, beta=p.beta, gate=p.gate,
+                                   seed=p.seed, task=task, budget=p.budget, estimate=est, progress=p.progress)
     return _check_document(p, rep, est, None)
 
 
@@ -559,7 +575,6 @@ def run_tradeoff(p: TradeoffParams) -> dict:
     InputError
         R^k_max over 2^40, a table option that does not apply, or a single-hop ``--construction``.
     """
-    from georecall.verify.sections.suite import tradeoff_rows  # networkx, scipy: kept off --help
     fmt = _table_format(p, p.json)
     # --k-max <= LIMITS["k"]: the parser's type
     if p.R ** p.k_max > 2**40:
@@ -612,7 +627,6 @@ def run_bounds(p: BoundsParams) -> dict:
         not apply, or the estimate over the budget.
     """
     from georecall.bounds.tables import bound_rows, gap_rows, render  # networkx, scipy: kept off --help
-    from georecall.verify.sections.bounds_checks import per_parameter_bits, table_bits
     fmt = _table_format(p, p.json, default="md")
     # N <= 2^53 and 1/64 <= b <= 64: the parser's types
     if p.gaps and p.bits is not None:
@@ -623,11 +637,11 @@ def run_bounds(p: BoundsParams) -> dict:
     bits = p.bits if p.bits is not None else [1.0]
     chosen = _user_constructions(p.construction)
     # the b of each spec's bits claim (``ConstructionSpec.bits``), overridden or added by --needed
-    needed = {**table_bits(), **_needed_bits(p.needed)} if p.gaps else {}
+    needed = {**checking.table_bits(), **_needed_bits(p.needed)} if p.gaps else {}
     est = memory.bounds_estimate(p.N, p.R, p.k).require(p.budget)
     start = time.perf_counter()
     if p.gaps:
-        rows = gap_rows(p.N, p.R, p.k, needed, per_parameter_bits(), constructions=chosen)
+        rows = gap_rows(p.N, p.R, p.k, needed, checking.per_parameter_bits(), constructions=chosen)
     else:
         rows = bound_rows(p.N, p.R, p.k, bits, constructions=chosen)
     text = render(rows, fmt, columns=_columns(p), caption=p.caption, label=p.label) if fmt != "json" else ""
@@ -700,7 +714,6 @@ def run_precision(p: PrecisionParams) -> dict:
         ``--k`` given for a single-hop construction or missing for a k-hop one, binary codes with 2^D < N, a
         table option that does not apply, or the estimate over the budget.
     """
-    from georecall.verify.sections.suite import precision_scan  # networkx, scipy: kept off --help
     fmt = _table_format(p, p.json)
     spec = _spec(p.construction, None)
     if (p.k is None) != (spec.hops == "single"):
@@ -709,10 +722,10 @@ def run_precision(p: PrecisionParams) -> dict:
     k = 1 if p.k is None else p.k
     _queries(p.N, p.R, k)
     _binary_codes_fit(p.codes, p.D, p.N)
-    est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes or "binary", D=p.D, bits=1,
-                                what="precision", budget=p.budget).require(p.budget)
-    doc = precision_scan(spec, p.N, p.R, p.k, codes=p.codes, D=p.D, seed=p.seed, max_bits=p.max_bits,
-                         budget=p.budget)
+    est = checking.check_estimate(spec, p.N, p.R, k, p.codes, D=p.D, bits=1, what="precision",
+                                  budget=p.budget).require(p.budget)
+    doc = checking.precision_scan(spec, p.N, p.R, p.k, codes=p.codes, D=p.D, seed=p.seed,
+                                  max_bits=p.max_bits, budget=p.budget, estimate=est)
     bits = doc["smallest_exact_bits"]
     params = {"construction": spec.id, "N": p.N, "R": p.R, "k": p.k, "codes": doc["codes"], "D": p.D,
               "max_bits": p.max_bits, "seed": p.seed, "format": fmt}
@@ -1240,7 +1253,7 @@ def run_probe_lm(p: ProbeLmParams) -> dict:
             loader.weight_bytes_bound(p.model) * (2 if p.no_random_control else 3), "--no-random-control")
     est.add("torch and transformers", memory.GIB // 2, "—")
     est.require(p.budget)
-    from georecall.verify.lm import run as lmrun
+    from georecall.verify.lm import run as lmrun  # the lm extra's package, as above
     if not p.progress:
         loader.quiet()
     loader.set_threads(p.threads)
@@ -1255,7 +1268,7 @@ def run_probe_lm(p: ProbeLmParams) -> dict:
                          batch_size=p.batch_size, progress=lmrun.stderr_progress if p.progress else None)
     files: list[str] = []
     if figures_dir is not None:
-        from georecall.verify.lm.figure import figure
+        from georecall.verify.lm.figure import figure  # the lm extra's package, as above
         files = figure(doc, figures_dir)
     params = {"model": p.model, "facts": facts_path, "layers": p.layers,
               "intervene_layers": p.intervene_layers,

@@ -937,11 +937,12 @@ class _Session:
             warnings.simplefilter("default")
             self.caught = caught
             args = build_parser().parse_args(self.argv)
-            self.command, self.json = args.command, bool(getattr(args, "json", False))
+            self.command = args.command
             self.params = {key: value for key, value in vars(args).items()
                            if key not in cli_params.STRUCTURE}
             refuse_conflicts(args, given_options(self.argv))
             params = cli_params.build(args)  # typed, once; the budget is created here
+            self.json = isinstance(params, cli_params.Json) and params.json
             with contextlib.redirect_stdout(self.printed):
                 doc = commands.COMMANDS[args.command](params)
             lines = _warning_lines(caught)
@@ -953,7 +954,7 @@ class _Session:
                 doc["printed"] = printed[-10_000:]
         elif printed:
             sys.stderr.write(printed)
-        as_json = self.json or getattr(args, "format", None) == "json"
+        as_json = self.json or (isinstance(params, cli_params.Table) and params.format == "json")
         _emit(render.to_json(doc) if as_json else render.to_text(doc))
         if not self.json:
             for line in lines[:_WARNINGS_SHOWN]:

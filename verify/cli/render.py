@@ -115,8 +115,8 @@ def _failures(rep: dict) -> list[str]:
         out.append(f"  {rep['name']}: query {failure['query']} tokens {failure['tokens']} expected "
                    f"{failure['expected']} predicted {failure['predicted']} margin {_fmt(margin)}"
                    + (" (undecided within rounding)" if failure.get("status") == "undecided" else ""))
-    for name, ok in rep.get("extra_checks", {}).items():
-        if not ok:
+    for name, passed in rep.get("extra_checks", {}).items():
+        if not passed:
             out.append(f"  {rep['name']}: failed: {name}")
     if failures and "claim" in failures[0]:
         return out
@@ -328,9 +328,9 @@ def _certify(doc: dict) -> list[str]:
                         "; write the task with --witness FILE.npy"))
         conf = doc.get("confirmation")
         if conf:
-            verdict = "passed" if conf["check_passed"] else "FAILED"
+            shown = "passed" if conf["check_passed"] else "FAILED"  # certify's name for the check's `passed`
             lines.append(f"confirmed by check on the witness task: accuracy {conf['accuracy']:.6%}, min "
-                         f"margin {_fmt(conf['min_margin'])}, check {verdict}")
+                         f"margin {_fmt(conf['min_margin'])}, check {shown}")
     for reason in doc.get("reasons", []):
         lines.append("unknown: " + reason.get("why", "")
                      + (f" [{reason['query_type']}]" if "query_type" in reason else ""))

@@ -19,6 +19,7 @@ from georecall.errors import InputError
 from georecall.theory import seeds
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.checking.check import check_queries
+from georecall.verify.experiments.probes import superposition_readout, unit_selectivity
 
 __all__ = ["LIMITS", "check_size", "relation_names", "run_demo"]
 
@@ -173,8 +174,7 @@ def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None
         f"{unit_result.n_queries} right, min margin {unit_result.min_margin:.4g}); the same argmax on every "
         "query, the margin divided by D (0.3333 at N = 4096, D = 12)")
 
-    from georecall.verify.experiments.probes import superposition_readout, unit_selectivity
-    from georecall.verify.training.train import init_model, train
+    from georecall.verify.training.train import init_model, train  # the trainer's scipy: off georecall --help
 
     d = model.d
     out(f"\n== A trained model on the same facts: d = {d}, m = {4 * d}, uniform attention, Adam, full batch")

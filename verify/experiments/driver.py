@@ -1,14 +1,14 @@
-"""The one job driver of sweeps and studies: units of work, tasks on an executor, records into one file.
+"""The one job driver of sweeps and studies: units of work, calls on an executor, records into one file.
 
 A run (:func:`georecall.verify.experiments.sweep.sweep`, :func:`georecall.verify.experiments.study.run_study`)
 
 1. checks its output path (:func:`georecall.io.validate_output_path`), then opens the results file under its
    advisory lock and reads it (:func:`open_results`: skipped lines are counted and said in one line);
 2. keeps the units whose records the file lacks (threshold searches; study jobs), and hands them to
-   :func:`drive` with a :class:`JobList`, which says what a unit submits and what a finished task records;
+   :func:`drive` with a :class:`JobList`, which says what a unit submits and what a finished call records;
 3. :func:`drive` opens the executor (:mod:`.executors`: this process, local processes or Dask), keeps at most
-   one task per worker in flight, appends nothing itself (the job list appends, through
-   :func:`georecall.io.append_jsonl`, so the driver process alone writes the file), reruns the tasks a dead
+   one call per worker in flight, appends nothing itself (the job list appends, through
+   :func:`georecall.io.append_jsonl`, so the driver process alone writes the file), reruns the calls a dead
    local worker took with it (at most four attempts each), and turns what Dask reports (a lost scheduler, a
    worker killed on every attempt, no worker for ``worker_timeout`` seconds) into one line;
 4. rereads the file and returns the records of its grid.
@@ -38,9 +38,9 @@ from georecall.io import FileLock, ResultsFile
 from georecall.memory import Budget
 from georecall.verify.experiments.executors import ExecutorHandle
 
-__all__ = ["ATTEMPTS", "JobList", "Stop", "Tally", "Task", "clock", "drive", "stderr_note", "open_results"]
+__all__ = ["ATTEMPTS", "Call", "JobList", "Stop", "Tally", "clock", "drive", "stderr_note", "open_results"]
 
-ATTEMPTS = 4  # tries of one task whose local worker process dies, before the run gives up
+ATTEMPTS = 4  # tries of one call whose local worker process dies, before the run gives up
 
 
 def clock(seconds: float | None) -> str:
@@ -75,7 +75,7 @@ def stderr_note(text: str) -> None:
 
 @contextlib.contextmanager
 def open_results(path: str, read: Callable[..., ResultsFile], *, lock_timeout: float | None,
-                 log: Callable[[str], None], budget: Budget | int | None) -> Iterator[ResultsFile]:
+                 log: Callable[[str], None], budget: Budget | None) -> Iterator[ResultsFile]:
     """Hold the results file's lock and yield what is in it (the driver appends while the lock is held).
 
     Parameters
@@ -89,7 +89,7 @@ def open_results(path: str, read: Callable[..., ResultsFile], *, lock_timeout: f
         Seconds to wait for the lock (``None``: wait, saying so once; ``0``: refuse at once).
     log : callable
         Receives the line counting skipped lines, and the lock's waiting note.
-    budget : Budget, int or None
+    budget : Budget or None
         Memory budget the file is counted against before it is parsed.
 
     Yields
@@ -112,7 +112,7 @@ def open_results(path: str, read: Callable[..., ResultsFile], *, lock_timeout: f
 
 
 @dataclass(frozen=True)
-class Task:
+class Call:
     """One call for an executor: ``fn(*args)`` returns a record; ``tag`` tells the job list where it goes.
 
     Attributes
@@ -124,18 +124,18 @@ class Task:
     tag : object
         What the job list needs to file the result (a search's configuration and width; a study job).
     label : str
-        The task in one phrase, for the line that ends a run whose worker dies on every attempt
+        The call in one phrase, for the line that ends a run whose worker dies on every attempt
         (``"the trial N=32 R=2 learned seed 0 d=4"``).
     """
 
     fn: Callable[..., dict]
     args: tuple
     tag: Any = None
-    label: str = "a task"
+    label: str = "a call"
 
 
 class Stop(Exception):
-    """Raised by a job list to end the run now (its in-flight tasks are cancelled, the file stays whole)."""
+    """Raised by a job list to end the run now (its in-flight calls are cancelled, the file stays whole)."""
 
 
 @dataclass
@@ -189,12 +189,12 @@ class JobList:
     Attributes
     ----------
     noun : str
-        What one task is called in the driver's lines (``"trial"``, ``"job"``).
+        The driver's word for one call in its lines (``"trial"``, ``"job"``).
     tally : Tally
         The run's counts and clocks (the driver sets ``ready`` and counts ``new``).
     """
 
-    noun = "task"
+    noun = "call"
 
     def __init__(self) -> None:
         self.tally = Tally()
@@ -210,8 +210,8 @@ class JobList:
             Units to run.
         """
 
-    def start(self, unit) -> list[Task]:
-        """Start one unit of work: the tasks to submit now (none when the file already holds its results).
+    def start(self, unit) -> list[Call]:
+        """Start one unit of work: the calls to submit now (none when the file already holds its results).
 
         Parameters
         ----------
@@ -220,23 +220,23 @@ class JobList:
 
         Returns
         -------
-        list of Task
+        list of Call
         """
         raise NotImplementedError
 
-    def accept(self, task: Task, record: dict) -> list[Task]:
-        """File the record a task returned (append it, report); return the tasks it leads to.
+    def accept(self, call: Call, record: dict) -> list[Call]:
+        """File the record a call returned (append it, report); return the calls it leads to.
 
         Parameters
         ----------
-        task : Task
-            The task that ran.
+        call : Call
+            The call that ran.
         record : dict
-            What ``task.fn`` returned.
+            What ``call.fn`` returned.
 
         Returns
         -------
-        list of Task
+        list of Call
 
         Raises
         ------
@@ -247,70 +247,70 @@ class JobList:
 
 
 class _Run:
-    """One call of :func:`drive`: the tasks in flight on an open executor, and what to do with each result."""
+    """One run of :func:`drive`: the calls in flight on an open executor, and what to do with each result."""
 
     def __init__(self, jobs: JobList, handle: ExecutorHandle, path: str, log: Callable[[str], None]):
         self.jobs, self.handle, self.path, self.log = jobs, handle, path, log
-        self.in_flight: dict[Future, tuple[Task, int]] = {}  # future -> (task, attempts before this one)
-        self.rerun: list[tuple[Task, int]] = []  # what a dead local worker took with it, or a broken pool met
+        self.in_flight: dict[Future, tuple[Call, int]] = {}  # future -> (call, attempts before this one)
+        self.rerun: list[tuple[Call, int]] = []  # what a dead local worker took with it, or a broken pool met
 
-    def submit(self, task: Task, attempts: int = 0) -> None:
+    def submit(self, call: Call, attempts: int = 0) -> None:
         try:
-            future = self.handle.executor.submit(task.fn, *task.args)
+            future = self.handle.executor.submit(call.fn, *call.args)
         except Exception as exc:
             if not self.handle.is_lost_worker(exc):
                 raise
-            self.lost(task, attempts)
+            self.lost(call, attempts)
             return
-        self.in_flight[future] = (task, attempts)
+        self.in_flight[future] = (call, attempts)
 
-    def lost(self, task: Task, attempts: int) -> None:
-        """A local worker died running ``task`` (or the pool was broken when it came): rerun it, at most
+    def lost(self, call: Call, attempts: int) -> None:
+        """A local worker died running ``call`` (or the pool was broken when it came): rerun it, at most
         :data:`ATTEMPTS` times in all."""
         if attempts + 1 >= ATTEMPTS:
-            raise InputError(f"a worker process died in each of {ATTEMPTS} attempts at {task.label} (out of "
+            raise InputError(f"a worker process died in each of {ATTEMPTS} attempts at {call.label} (out of "
                              "memory?); lower the sizes or the number of workers") from None
-        self.rerun.append((task, attempts))
+        self.rerun.append((call, attempts))
 
-    def accept(self, task: Task, record: dict) -> None:
+    def accept(self, call: Call, record: dict) -> None:
         self.jobs.tally.new += 1
-        for follow in self.jobs.accept(task, record):
+        for follow in self.jobs.accept(call, record):
             self.submit(follow)
 
     def settle(self, done) -> None:
-        """File the finished futures: accept a result, set a lost worker's task aside, raise a failure."""
+        """File the finished futures: accept a result, set a lost worker's call aside, raise a failure."""
         noun = self.jobs.noun
         for future in done:
-            task, attempts = self.in_flight.pop(future)
+            call, attempts = self.in_flight.pop(future)
             if future.cancelled():  # not by us: the cluster dropped it (a Dask scheduler went away)
                 raise InputError(f"{noun}s were cancelled by {self.handle.description} (scheduler lost?); "
                                  f"{self.jobs.tally.new} new {noun}(s) are in {self.path}: rerun to resume")
             error = future.exception()
             if error is None:
-                self.accept(task, future.result())
+                self.accept(call, future.result())
             elif self.handle.is_lost_worker(error):
-                self.lost(task, attempts)
+                self.lost(call, attempts)
             else:
                 raise self.handle.failure(error)
 
     def restart(self) -> None:
         """A local worker died, so the pool is broken: keep what finished, rerun the rest on a new pool."""
         for future in list(self.in_flight):
-            task, attempts = self.in_flight.pop(future)
+            call, attempts = self.in_flight.pop(future)
             if future.done() and future.exception() is None:
-                self.accept(task, future.result())
+                self.accept(call, future.result())
             else:
-                self.rerun.append((task, attempts))
+                self.rerun.append((call, attempts))
         self.log(f"a worker process died; restarting the pool and rerunning {len(self.rerun)} "
                  f"{self.jobs.noun}(s)")
         self.handle.restart()
         again, self.rerun[:] = self.rerun[:], []
-        for task, attempts in again:
-            self.submit(task, attempts + 1)
+        for call, attempts in again:
+            self.submit(call, attempts + 1)
 
 
 def _capacity(handle: ExecutorHandle, workers: int, units: int) -> int:
-    """Tasks in flight at once: one in this process, one per local process, every unit on Dask (its
+    """Calls in flight at once: one in this process, one per local process, every unit on Dask (its
     scheduler queues them)."""
     if handle.kind == "inline":
         return 1
@@ -326,8 +326,8 @@ def drive(jobs: JobList, units: list, open_handle: Callable[[], ExecutorHandle],
     jobs : JobList
         What a unit submits and what a result records (:meth:`JobList.start`, :meth:`JobList.accept`).
     units : list
-        The units to run, in order (searches, jobs); started while fewer tasks than the capacity are in
-        flight (in this process: one unit at a time, each task run when it is submitted).
+        The units to run, in order (searches, jobs); started while fewer calls than the capacity are in
+        flight (in this process: one unit at a time, each call run when it is submitted).
     open_handle : callable
         Opens the executor (:func:`.executors.open_executor` with the run's options).
     workers : int
@@ -340,8 +340,8 @@ def drive(jobs: JobList, units: list, open_handle: Callable[[], ExecutorHandle],
     Raises
     ------
     InputError
-        Tasks cancelled by Dask (scheduler lost), a local worker dead in each of :data:`ATTEMPTS` attempts at
-        one task, or what :meth:`.executors.ExecutorHandle.failure` makes of a Dask failure.
+        Calls cancelled by Dask (scheduler lost), a local worker dead in each of :data:`ATTEMPTS` attempts at
+        one call, or what :meth:`.executors.ExecutorHandle.failure` makes of a Dask failure.
     KeyboardInterrupt
         Re-raised after the workers are killed and a note is logged.
     """
@@ -354,15 +354,15 @@ def drive(jobs: JobList, units: list, open_handle: Callable[[], ExecutorHandle],
             jobs.opened(handle, len(waiting))
             while waiting or run.in_flight or run.rerun:
                 while waiting and len(run.in_flight) < capacity:
-                    for task in jobs.start(waiting.pop(0)):
-                        run.submit(task)
+                    for call in jobs.start(waiting.pop(0)):
+                        run.submit(call)
                     if handle.kind == "inline":
                         break  # run what was just submitted before starting another unit
                 if run.in_flight:
                     done, _ = wait(list(run.in_flight), timeout=0.25, return_when=FIRST_COMPLETED)
                     handle.watch(bool(done))
                     run.settle(done)
-                if run.rerun:  # also a task that met a broken pool when it was submitted
+                if run.rerun:  # also a call that met a broken pool when it was submitted
                     run.restart()
         except Stop:
             handle.kill()

@@ -254,7 +254,7 @@ class ExecutorHandle:
         Parameters
         ----------
         exc : BaseException
-            The exception a task's future holds, or that ``submit`` raised.
+            The exception a call's future holds, or that ``submit`` raised.
 
         Returns
         -------

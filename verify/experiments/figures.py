@@ -27,6 +27,16 @@ from typing import Any
 
 import numpy as np
 
+from georecall.constructions.layout import Layout
+from georecall.constructions.model import forward
+from georecall.constructions.multi_hop import build_c1, chains, multi_hop_queries
+from georecall.constructions.single_hop import build_g1
+from georecall.io import atomic_write, validate_output_path
+from georecall.theory.tasks import random_task, task_for_seed
+from georecall.verify.checking.check import check_decoding
+from georecall.verify.checking.run import check_single_hop
+from georecall.verify.experiments.demo import relation_names
+
 __all__ = [
     "DEFAULT_DPI",
     "DEFAULT_FORMATS",
@@ -124,7 +134,6 @@ def save_figure(fig, out_dir: str, name: str, *, dpi: int = DEFAULT_DPI,
     InputError
         A target that cannot be written (:func:`georecall.io.validate_output_path`).
     """
-    from georecall.io import atomic_write, validate_output_path
     dpi, formats = _check_output(dpi, formats)
     paths = []
     try:
@@ -305,7 +314,7 @@ def thresholds_figure(records: list[dict]):
     ImportError
         Without matplotlib (the message says how to install it).
     """
-    from georecall.verify.experiments.sweep import fit_thresholds
+    from georecall.verify.experiments.sweep import fit_thresholds  # the trainer's scipy: off georecall --help
     plt = _pyplot()
     thresholds = [r for r in records if r.get("kind") == "threshold" and r.get("d_star") is not None]
     if not thresholds:
@@ -353,7 +362,7 @@ def tradeoff_figure(N: int = 4096, R: int = 4, k_max: int = 4):
     InputError
         N or R not a positive integer.
     """
-    from georecall.bounds.tables import bound_rows
+    from georecall.bounds.tables import bound_rows  # networkx: kept off georecall --help
     plt = _pyplot()
     rows = bound_rows([N], [R], list(range(1, k_max + 1)), [1])
     with plt.rc_context(STYLE):
@@ -428,10 +437,6 @@ def margins_figure(seed: int = 0):
     RuntimeError
         A check kept no margins (a bug).
     """
-    from georecall.constructions.multi_hop import build_c1, chains, multi_hop_queries
-    from georecall.theory.tasks import random_task
-    from georecall.verify.checking.check import check_decoding
-    from georecall.verify.sections.suite import check_single_hop
     plt = _pyplot()
     g1 = check_single_hop(1024, 8, codes="sign", D=48, seed=seed, keep=True)
     task = random_task(256, 3, np.random.default_rng(seed))
@@ -537,10 +542,6 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
     InputError
         N or R not a positive integer, or sizes G1 refuses.
     """
-    from georecall.constructions.layout import Layout
-    from georecall.constructions.model import forward
-    from georecall.constructions.single_hop import build_g1
-    from georecall.theory.tasks import task_for_seed
     plt = _pyplot()
     names = list(relation_names) if relation_names is not None else [f"r{r}" for r in range(R)]
     task = task_for_seed(N, R, seed)
@@ -836,7 +837,6 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
     InputError
         A figure file that cannot be written (:func:`georecall.io.validate_output_path`).
     """
-    from georecall.verify.experiments.demo import relation_names
     _pyplot()
     dpi, formats = _check_output(dpi, formats)
     os.makedirs(out_dir, exist_ok=True)

@@ -52,9 +52,11 @@ from typing import Any
 
 import numpy as np
 
-from georecall.constructions.model import Model, forward, predict
+from georecall.constructions import registry
+from georecall.constructions.model import MLP, Attention, Layer, Model, forward, predict
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
+from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import Task, _as_rng, random_task
 from georecall.verify.checking.check import check_queries
 from georecall.verify.experiments.fits import RidgeFit, fit_ridge_cv, fit_ridge_cv_many, r_squared
@@ -501,7 +503,7 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
     FloatingPointError
         Training (b) diverged (a non-finite loss).
     """
-    from georecall.verify.training.train import GROUPS, train
+    from georecall.verify.training.train import GROUPS, train  # the trainer's scipy: off georecall --help
 
     rng = _as_rng(rng)
     if new_task is None:
@@ -729,7 +731,7 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
     FloatingPointError
         The encoder's training diverged (a non-finite loss).
     """
-    from georecall.verify.training.train import GROUPS, adam, loss_and_grads
+    from georecall.verify.training.train import GROUPS, adam, loss_and_grads  # scipy: off georecall --help
 
     require_fit(model, task)
     if new_task.N != task.N or new_task.R != task.R:
@@ -848,7 +850,6 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
     FloatingPointError
         A transfer's training diverged.
     """
-    from georecall.theory.seeds import rng as seed_rng
 
     check_model_shapes(model, task)
     accuracy = task_accuracy(model, task)
@@ -925,7 +926,6 @@ def embed_wider(model: Model, d: int, rng: np.random.Generator | int | None = No
     InputError
         ``d`` not an integer, or smaller than the model's width.
     """
-    from georecall.constructions.model import MLP, Attention, Layer
 
     rng = _as_rng(rng)
     d0 = model.d
@@ -985,7 +985,6 @@ def reference_models(task: Task, names: tuple[str, ...] = ("G1", "A1")) -> dict[
         A name the registry does not know, or a task its builder refuses (including
         :class:`~georecall.errors.ConditionError`, a subclass: a task outside the construction's conditions).
     """
-    from georecall.constructions import registry
 
     return {name: registry.get(name).build(task).model for name in names}
 

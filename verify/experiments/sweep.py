@@ -58,7 +58,8 @@ from georecall.memory import Budget
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
-from georecall.verify.experiments.driver import JobList, Stop, Task, clock, drive, open_results, stderr_note
+from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
+from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
 from georecall.verify.training.train import init_model, train, training_data
 

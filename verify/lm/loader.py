@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from georecall.errors import InputError
+from georecall.theory import seeds
 
 __all__ = ["LM_HINT", "SMOLLM2_HINT", "LoadedModel", "find_smollm2", "load_model", "quiet", "random_like",
            "require_extra", "set_threads", "weight_bytes_bound"]
@@ -208,7 +209,6 @@ def random_like(loaded: LoadedModel, seed: int) -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from georecall.theory import seeds
     torch_seed = int(seeds.stream(seed, "init", 1000).generate_state(1)[0])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed)

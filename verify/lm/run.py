@@ -23,8 +23,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from georecall.errors import InputError
-from georecall.verify.lm import probes
+from georecall.theory import seeds
+from georecall.verify.lm import extract, probes
 from georecall.verify.lm.facts import Facts
+from georecall.verify.lm.loader import random_like
 
 __all__ = ["THRESHOLDS", "default_intervene_layers", "probe_lm", "render_text", "verdict"]
 
@@ -68,7 +70,6 @@ _KEYS = {"lm-shuffle": 1000, "lm-decode": 1001, "lm-sup": 1002, "lm-intervene": 
 
 
 def _rng(seed: int, name: str, *key: int) -> np.random.Generator:
-    from georecall.theory import seeds
     return seeds.rng(seed, "probes", _KEYS[name], *key)
 
 
@@ -77,7 +78,6 @@ class _Prepared:
     random twin)."""
 
     def __init__(self, tokenizer, facts: Facts, template: int):
-        from georecall.verify.lm import extract
         self.facts = facts
         self.fact_list = facts.facts()
         R = len(facts.relations)
@@ -116,7 +116,6 @@ class _Prepared:
 
 
 def _extract(model, prep: _Prepared, layers: list[int], batch_size: int, say) -> dict:
-    from georecall.verify.lm import extract
     out: dict = {}
     t = time.perf_counter()
     out["alone"], _ = extract.run(model, prep.alone, layers, batch_size=batch_size)
@@ -167,7 +166,6 @@ def _layer_probes(prep: _Prepared, st: dict, j: int, seed: int, shuffle_too: boo
 def _interventions(model, prep: _Prepared, st: dict, j: int, layer: int, maps, seed: int, batch_size: int
                    ) -> dict:
     """Edit at ``layer`` (index ``j`` into the extracted layers), as the module docstring says."""
-    from georecall.verify.lm import extract
     rng = _rng(seed, "lm-intervene", layer)
     held = {}
     for test, A in maps:
@@ -333,7 +331,6 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
            "interventions": inter,
            "thresholds": dict(THRESHOLDS), "intervene_layers": list(intervene_layers)}
     if random_control:
-        from georecall.verify.lm.loader import random_like
         say("random-init control: same configuration")
         twin = random_like(loaded, seed)
         st_r = _extract(twin.model, prep, layers, batch_size, say)

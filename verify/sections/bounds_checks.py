@@ -32,17 +32,16 @@ import numpy as np
 from georecall import memory
 from georecall.bounds import counting, graphs
 from georecall.bounds.tables import governing_bound
-from georecall.constructions import registry
-from georecall.constructions.registry import BitsClaim, ConstructionSpec
+from georecall.constructions.registry import ConstructionSpec
 from georecall.memory import Budget, as_budget
 from georecall.theory.seeds import rng
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.checking.check import Report, check_decoding, check_queries, claim_report
 from georecall.verify.checking.precision import changed_arrays, quantize, smallest_exact_bits
+from georecall.verify.checking.run import not_covered, precision_cases
 
-__all__ = ["COUNT_CASES", "GOLDEN_COUNTS", "GOLDEN_TREES", "not_covered", "per_parameter_bits",
-           "precision_cases", "section_bounds", "table_bits"]
+__all__ = ["COUNT_CASES", "GOLDEN_COUNTS", "GOLDEN_TREES", "section_bounds"]
 
 
 def _log(progress: bool, message: str) -> None:
@@ -74,30 +73,8 @@ GOLDEN_TREES = {7: 1813, 8: 3200, 9: 5265}
 # G1, G2, C1 is ±|a_i| in its block or a task-independent 0: 1 bit per fact-specific parameter.
 
 
-def precision_cases() -> list[tuple[ConstructionSpec, BitsClaim]]:
-    """Every registered construction that makes a bits claim, with its claim (registration order)."""
-    return [(spec, spec.bits) for spec in registry.specs() if spec.bits is not None]
-
-
-def not_covered() -> list[str]:
-    """Ids of registered constructions without a bits claim: the bits and bounds rows name them."""
-    return [spec.id for spec in registry.specs() if spec.bits is None]
-
-
-def table_bits() -> dict[str, int]:
-    """The b each construction sits at in the gap tables (``bounds.tables.gap_rows``): claims whose need
-    does not grow with N."""
-    return {spec.id: claim.table for spec, claim in precision_cases() if claim.table is not None}
-
-
-def per_parameter_bits() -> dict[str, int]:
-    """Bits per fact-specific parameter (per-coordinate codebooks) each construction claims."""
-    return {spec.id: claim.per_parameter for spec, claim in precision_cases()
-            if claim.per_parameter is not None}
-
-
 def _build(spec: ConstructionSpec, N: int, R: int, hops: int, seed: int, task_seed: int | None = None,
-           budget: Budget | int | None = None):
+           budget: Budget | None = None):
     """``spec``'s construction on the task of ``task_seed`` (default ``seed``), with its exhaustive check
     (greedy decoding for chain-of-thought constructions) under ``budget``: the estimate of a quantized build
     and check is required against it first."""
@@ -170,7 +147,7 @@ def _per_coordinate_bits(embeddings: list[np.ndarray]) -> int:
     return (largest - 1).bit_length()
 
 
-def precision_checks(seed: int, progress: bool = False, budget: Budget | int | None = None
+def precision_checks(seed: int, progress: bool = False, budget: Budget | None = None
                      ) -> tuple[dict[str, bool], dict, dict]:
     """Row 4: per construction, smallest exact b (= the claim's ``needed``), b − 1 fails; the built
     instances for row 5.
@@ -181,7 +158,7 @@ def precision_checks(seed: int, progress: bool = False, budget: Budget | int | N
         The run seed.
     progress : bool
         Progress on stderr.
-    budget : Budget, int or None
+    budget : Budget or None
         The memory budget each build's estimate is required against, and the checker's chunks sized from.
 
     Returns
@@ -244,7 +221,7 @@ def gap_checks(instances: dict) -> tuple[dict[str, bool], list[dict]]:
     return checks, table
 
 
-def section_bounds(seed: int = 0, progress: bool = False, budget: Budget | int | None = None
+def section_bounds(seed: int = 0, progress: bool = False, budget: Budget | None = None
                    ) -> list[Report]:
     """The five rows of the module docstring.
 
@@ -254,7 +231,7 @@ def section_bounds(seed: int = 0, progress: bool = False, budget: Budget | int |
         The run seed.
     progress : bool
         Progress on stderr.
-    budget : Budget, int or None
+    budget : Budget or None
         The run's memory budget (the "bits needed" row builds and checks constructions under it; the counts
         and gadgets are fixed small sizes).
 

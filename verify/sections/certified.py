@@ -19,7 +19,7 @@ from georecall.memory import Budget, as_budget
 from georecall.verify.checking.certify import certify
 from georecall.verify.checking.check import Report, claim_report
 from georecall.verify.checking.planted import FOREIGN_A1, PAIR_C1, PAIR_G1, PAIR_G2, PLANTED
-from georecall.verify.sections.suite import run_check
+from georecall.verify.checking.run import run_check
 
 __all__ = ["CONTROLS", "certified_row", "control_checks", "section_certified"]
 
@@ -31,7 +31,7 @@ CONTROLS = {"G1": (PAIR_G1, 256, 2, 1, {"integer": True}), "G2": (PAIR_G2, 256, 
 
 
 def control_checks(spec: ConstructionSpec, N: int, R: int, k: int, options: dict, seed: int = 0,
-                   budget: Budget | int | None = None) -> dict:
+                   budget: Budget | None = None) -> dict:
     """The negative control's named checks: the seeded task passes ``check``; ``certify`` REFUTES, and the
     witness task fails ``check``.
 
@@ -45,7 +45,7 @@ def control_checks(spec: ConstructionSpec, N: int, R: int, k: int, options: dict
         Builder options.
     seed : int
         The run seed.
-    budget : Budget, int or None
+    budget : Budget or None
         The run's memory budget, passed to ``certify`` and ``run_check``.
 
     Returns
@@ -71,7 +71,7 @@ def control_checks(spec: ConstructionSpec, N: int, R: int, k: int, options: dict
 
 
 def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False,
-                  budget: Budget | int | None = None) -> Report:
+                  budget: Budget | None = None) -> Report:
     """One construction's row: CERTIFIED at every verify case (and its negative control caught), or, without a
     declared task encoding, UNKNOWN with a reason.
 
@@ -83,7 +83,7 @@ def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False,
         The run seed.
     progress : bool
         Progress on stderr.
-    budget : Budget, int or None
+    budget : Budget or None
         The run's memory budget, passed to every ``certify`` and check.
 
     Returns
@@ -137,7 +137,7 @@ def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False,
     return report
 
 
-def section_certified(seed: int = 0, progress: bool = False, budget: Budget | int | None = None
+def section_certified(seed: int = 0, progress: bool = False, budget: Budget | None = None
                       ) -> list[Report]:
     """A "certified for every task" row per registered construction (module docstring; the planted
     counterexamples are controls, not rows, even when a ``MODULE:ATTR`` lookup has registered them).
@@ -148,7 +148,7 @@ def section_certified(seed: int = 0, progress: bool = False, budget: Budget | in
         The run seed.
     progress : bool
         Progress on stderr.
-    budget : Budget, int or None
+    budget : Budget or None
         The run's memory budget, passed to every row.
 
     Returns

@@ -1,0 +1,544 @@
+"""Build a registered construction on a task and check every query: the one home of "check a model".
+
+:func:`run_check` validates the options against the spec, requires the one memory estimate against the budget,
+builds the construction on THE seeded task (or the task given), and checks every query with the checker
+(:mod:`.check`): the last position's argmax, or greedy decoding of every chain plus teacher forcing for a
+chain-of-thought construction. :func:`check_single_hop` and :func:`check_multi_hop` are its two command-line
+shapes; :func:`precision_scan` quantizes the built model at each b and checks it again
+(:mod:`.precision`). The bits claims the registry carries (:func:`precision_cases`, :func:`table_bits`,
+:func:`per_parameter_bits`, :func:`not_covered`) are read here too.
+
+Everything above the checker imports this module downward: the certifier's confirming check
+(:mod:`.certify`), the rows of ``georecall verify`` (:mod:`georecall.verify.sections`), the figures and the
+command line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from georecall import memory
+from georecall.constructions import model as models  # the module: tests replace save_model there
+from georecall.constructions import registry
+from georecall.constructions.registry import BitsClaim, ConstructionSpec
+from georecall.errors import InputError
+from georecall.memory import Budget, Estimate, as_budget
+from georecall.theory import seeds
+from georecall.theory.tasks import Attributes, Task, check_positive_int, task_for_seed
+from georecall.theory.tokens import queries, teacher_forcing
+from georecall.verify.checking.check import (
+    Report,
+    achieved_sizes,
+    check_construction,
+    check_decoding,
+    check_queries,
+    margin_reaches,
+)
+from georecall.verify.checking.precision import CODEBOOK, quantize, smallest_exact_bits
+
+__all__ = [
+    "OPTION_FLAGS",
+    "check_estimate",
+    "check_multi_hop",
+    "check_single_hop",
+    "not_covered",
+    "per_parameter_bits",
+    "precision_cases",
+    "precision_scan",
+    "run_check",
+    "table_bits",
+]
+
+# What each option is called on the command line (for messages naming a refused option).
+OPTION_FLAGS = {
+    "gate": "gate constant G (--gate)",
+    "beta": "softmax inverse temperature β (--beta)",
+    "attention": "attention kind (--attention)",
+    "gain": "attention gain g (Python only: options={'gain': g})",
+    "integer": "integer mode (--integer)",
+    "lam": "read-out scale λ (--lam)",
+    "D": "code length D (--D)",
+    "codes": "code kind (--codes)",
+}
+
+
+def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | None, **sizes) -> Estimate:
+    """The memory estimate of :func:`run_check` (or, with ``bits=1``, of :func:`precision_scan`): the one a
+    caller requires before reading its own input and then passes on as ``estimate=``.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+        The construction.
+    N, R, k : int
+        Entities, relations, hops.
+    codes : str or None
+        Codebook kind; ``None`` (the builder's default) is left to the estimate's own default (the nominal
+        sizes, ``D = ⌈log2 N⌉``), never named here.
+    **sizes
+        The rest of :func:`georecall.memory.check_estimate`'s keywords (``D``, ``dtype``, ``bits``,
+        ``integer``, ``attributes``, ``what``, ``budget``).
+
+    Returns
+    -------
+    Estimate
+    """
+    return memory.check_estimate(spec, N, R, k, **({} if codes is None else {"codes": codes}), **sizes)
+
+
+def _spec(construction: str | ConstructionSpec) -> ConstructionSpec:
+    return construction if isinstance(construction, ConstructionSpec) else registry.resolve(construction)
+
+
+def run_check(
+    construction: str | ConstructionSpec,
+    N: int,
+    R: int,
+    k: int = 1,
+    *,
+    seed: int = 0,
+    codes: str | None = None,
+    D: int | None = None,
+    options: dict | None = None,
+    dtype: str = "float64",
+    bits: int | None = None,
+    attributes: Attributes = "shared",
+    symmetric: bool = False,
+    task: Task | None = None,
+    save: str | None = None,
+    keep: bool = False,
+    budget: Budget | None = None,
+    estimate: Estimate | None = None,
+    progress: bool = False,
+    compare_storage: bool = False,
+) -> Report:
+    """Build a registered construction on THE seeded task (``task_for_seed(N, R, seed)``) and check every
+    query.
+
+    Before anything is built, the one memory estimate (:func:`georecall.memory.check_estimate`: weights,
+    codes, every query, the checker's chunks) is required against ``budget``; over it, the check is refused
+    naming the estimate, its largest part and the sizes to lower. A caller that required that estimate
+    already, before reading its own input (the command line), passes it as ``estimate``: the guard runs once
+    per check.
+
+    ``task``: check on this task instead; its N and R must equal ``N`` and ``R`` (``InputError`` otherwise)
+    and its attributes variant must be one the construction supports. ``codes`` and ``D`` are passed to the
+    builder only when given (a construction that does not declare them among its common options refuses
+    them); ``None`` means the builder's own default (binary codes of length ⌈log2 N⌉ for the built-in ones).
+    ``options`` are the builder's own options (``gate``, ``beta``, ``attention``, ``gain``, ``integer``, ...);
+    one the construction does not take raises ``InputError`` naming it (never dropped). Decoding follows the
+    spec: argmax at the last position, or, for chain-of-thought, greedy decoding of every chain (the report's
+    result) plus every step under teacher forcing (``extra_checks``). ``bits`` quantizes every weight tensor
+    first (the margin promise, stated for exact weights, then no longer applies; only exactness is required).
+    ``compare_storage``: when the built read-out is stored compactly, check the same model stored densely too
+    and add the extra check that both give the same predictions and margins (``georecall verify`` does).
+
+    Parameters
+    ----------
+    construction : str or ConstructionSpec
+        A registered id or name, ``MODULE:ATTR``, or a spec.
+    N, R, k : int
+        Entities, relations, hops (1 for a single-hop construction).
+    seed : int
+        The run seed (task and codes streams).
+    codes, D : str, int or None
+        Codebook kind and length (``None``: the builder's default).
+    options : dict, optional
+        The builder's own options; ``None`` values are dropped.
+    dtype : str
+        Working precision, "float32" or "float64".
+    bits : int, optional
+        Quantize every weight tensor to ``2^bits`` values first.
+    attributes, symmetric
+        Task variant.
+    task : Task, optional
+        Check on this task instead of the seeded one.
+    save : str, optional
+        Save the built model there (``constructions.model.save_model``).
+    keep : bool
+        Keep per-query predictions and margins in the result.
+    budget : Budget, optional
+        The run's memory budget (``None``: ``Budget.default()``).
+    estimate : Estimate, optional
+        This check's estimate (:func:`georecall.memory.check_estimate` with the same arguments), already
+        required against ``budget`` by the caller; ``None``: made and required here.
+    progress : bool
+        Progress on stderr.
+    compare_storage : bool
+        Also check the dense storage of a compact read-out.
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    InputError
+        Bad sizes or options, a task that does not fit, an unsupported variant, or an estimate over the
+        budget (raised before anything is built).
+    """
+    budget = as_budget(budget)
+    spec = _spec(construction)
+    options = {key: value for key, value in (options or {}).items() if value is not None}
+    if "lam" in spec.accepts():
+        options.setdefault("lam", 1.0)
+    asked = set(options) | {name for name, value in (("codes", codes), ("D", D)) if value is not None}
+    refused = sorted(asked - spec.accepts())
+    if refused:
+        names = ", ".join(OPTION_FLAGS.get(o, o) for o in refused)
+        raise InputError(
+            f"{spec.label} does not take {names}; it takes: "
+            f"{', '.join(sorted(OPTION_FLAGS.get(o, o) for o in spec.accepts()))}"
+        )
+    N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
+    if spec.hops == "single" and k != 1:
+        raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
+    if dtype not in ("float32", "float64"):
+        raise InputError(f"dtype must be float32 or float64, got {dtype!r}")
+    integer = bool(options.get("integer", False))
+    if bits is not None and integer:
+        raise InputError("--bits and --integer do not combine: quantized weights are not integers")
+    if task is not None:
+        if not isinstance(task, Task):
+            raise InputError(f"task must be a Task, got {type(task).__name__}")
+        if (task.N, task.R) != (N, R):
+            raise InputError(f"the task has N = {task.N}, R = {task.R}, but N = {N}, R = {R} were asked: "
+                             "pass the task's own sizes (run_check(spec, task.N, task.R, task=task))")
+        if attributes != "shared" and attributes != task.attributes:
+            raise InputError(f"attributes={attributes!r} disagrees with the task's {task.attributes!r}")
+        attributes = task.attributes
+    for variant, wanted in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
+        if wanted and variant not in spec.variants:
+            raise InputError(f"{spec.label} does not support {variant} relations/attributes")
+    greedy = spec.decoding == "greedy"
+    if estimate is None:  # the one guard of this check (a caller that made it passes it on)
+        check_estimate(spec, N, R, k, codes, D=D, dtype=dtype, bits=bits, integer=integer,
+                       attributes=attributes, what=f"checking {spec.label}", budget=budget).require(budget)
+    if task is None:
+        task = task_for_seed(N, R, seed, attributes=attributes, symmetric=symmetric)
+    code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
+    built = spec.build(task, k, rng=seeds.rng(seed, "codes"), **code_options, **options)
+    if save is not None:
+        models.save_model(
+            built.model,
+            save,
+            extra_arrays={"task_table": task.table},
+            N=task.N,
+            R=task.R,
+            k=k,
+            construction=spec.id,
+            codes=built.codes.kind,
+            seed=seed,
+            options=options,
+        )
+    attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
+    # the row says what its verdict certifies: exact integers, or float margins net of a rounding bound
+    name = f"{spec.id} {built.codes.kind}{' int (exact)' if integer else ' (float, bound)'}" + (
+        " (hard attn, idealized)" if attention == "hard" else ""
+    )
+    params = {
+        "N": task.N,
+        "R": task.R,
+        "k": k,
+        "D": built.codes.D,
+        "construction": spec.id,
+        "codes": built.codes.kind,
+        "seed": seed,
+        "dtype": "float64" if integer else dtype,
+        "bits": bits,
+        "attributes": task.attributes,
+        "symmetric": symmetric,
+        **options,
+        **{key: built.constants[key] for key in ("gate", "beta") if key in built.constants},
+    }
+    tokens, answers = queries(task, k)
+    if bits is not None:
+        model = quantize(built.model, bits).astype(np.dtype(dtype))
+        if greedy:
+            result = check_decoding(model, tokens, teacher_forcing(task, k)[1], keep=keep, progress=progress,
+                                    budget=budget)
+        else:
+            result = check_queries(model, tokens, answers, keep=keep, progress=progress, budget=budget)
+        return Report(
+            f"{name} @{bits} bits",
+            params,
+            None,
+            result,
+            achieved_sizes(model),
+            {"promise (exact weights)": built.promise.as_dict()},
+        )
+    if not greedy:
+        report = check_construction(
+            name,
+            params,
+            built,
+            tokens,
+            answers,
+            integer=integer,
+            dtype=None if integer else np.dtype(dtype),
+            keep=keep or compare_storage,
+            progress=progress,
+            budget=budget,
+        )
+        if compare_storage and built.model.compact:
+            dense_model = built.model.with_dense_readout()
+            dense_result = check_queries(dense_model, tokens, answers, integer=integer, keep=True,
+                                         budget=budget)
+            _storage_agreement(report, dense_result, integer)
+        return report
+    same = integer or built.model.entity_embedding.dtype == np.dtype(dtype)
+    model = built.model if same else built.model.astype(np.dtype(dtype))  # astype copies every array
+    forced_tokens, targets, positions = teacher_forcing(task, k)
+    greedy_result = check_decoding(model, tokens, targets, keep=keep or compare_storage, progress=progress,
+                                   budget=budget)
+    forced = check_queries(model, forced_tokens, targets, positions=positions, budget=budget)
+    report = Report(
+        name,
+        params,
+        built.promise,
+        greedy_result,
+        achieved_sizes(built.model),
+        {
+            "constants": built.constants,
+            "codes": built.codes.kind,
+            "mu": built.codes.mu,
+            "teacher_forcing": forced.as_dict(),
+        },
+    )
+    report.extra_checks["teacher forcing: every step exact"] = forced.exact
+    report.extra_checks["teacher forcing: margin >= promise"] = margin_reaches(
+        forced.min_margin, built.promise.margin, forced.dtype, scale=built.promise.logit_scale,
+        bound=forced.rounding_bound)
+    if compare_storage and model.compact:
+        dense_result = check_decoding(model.with_dense_readout(), tokens, targets, keep=True, budget=budget)
+        _storage_agreement(report, dense_result, integer)
+    return report
+
+
+def _storage_agreement(report: Report, dense, integer: bool) -> None:
+    """Add the extra check that the dense storage of a compact read-out gives the same predictions and margins
+    (identical in integer mode; in float mode to 1e-9 relative, since BLAS may sum the read-out's nonzero
+    terms in another order when the zero columns are present)."""
+    compact = report.result
+    assert compact.predictions is not None and dense.predictions is not None  # both checked with keep=True
+    assert compact.margins is not None and dense.margins is not None
+    same = bool(np.array_equal(compact.predictions, dense.predictions))
+    if integer:
+        same = same and bool(np.array_equal(compact.margins, dense.margins))
+    else:
+        same = same and bool(np.allclose(compact.margins, dense.margins, rtol=1e-9, atol=0.0))
+    report.extra["dense_storage"] = {"forward": dense.forward, "decoder": dense.decoder,
+                                     "min_margin": dense.min_margin}
+    report.extra_checks["compact and dense read-out storage agree"] = same
+
+
+def check_single_hop(
+    N: int,
+    R: int,
+    *,
+    construction: str = "geometric",
+    codes: str | None = None,
+    D: int | None = None,
+    seed: int = 0,
+    integer: bool = False,
+    gate: float | None = None,
+    beta: float | None = None,
+    lam: float = 1.0,
+    **kwargs,
+) -> Report:
+    """:func:`run_check` for a single-hop construction (G1 by default).
+
+    Parameters
+    ----------
+    N, R : int
+        Entities and relations.
+    construction : str
+        A single-hop construction's id or name.
+    codes, D, seed
+        As for :func:`run_check`.
+    integer : bool
+        Integer mode (exact margins).
+    gate, beta, lam : float or None
+        Builder constants (``None``: the builder's defaults).
+    **kwargs
+        The rest of :func:`run_check`'s keywords (``budget``, ``dtype``, ``bits``, ``attributes``, ...).
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    InputError
+        A k-hop construction, or anything :func:`run_check` refuses.
+    """
+    spec = _spec(construction)
+    if spec.hops != "single":
+        raise InputError(f"{spec.label} is a k-hop construction: use check multi-hop")
+    options = {"gate": gate, "beta": beta, "lam": lam, **({"integer": True} if integer else {})}
+    return run_check(spec, N, R, 1, seed=seed, codes=codes, D=D, options=options, **kwargs)
+
+
+def check_multi_hop(
+    N: int,
+    R: int,
+    k: int,
+    *,
+    construction: str = "path-blocks",
+    codes: str | None = None,
+    D: int | None = None,
+    attention: str = "softmax",
+    beta: float | None = None,
+    gate: float | None = None,
+    seed: int = 0,
+    **kwargs,
+) -> Report:
+    """:func:`run_check` for a k-hop construction (G2 by default), softmax or (idealized) hard attention.
+
+    Parameters
+    ----------
+    N, R, k : int
+        Entities, relations, hops.
+    construction : str
+        A k-hop construction's id or name.
+    codes, D, seed
+        As for :func:`run_check`.
+    attention : str
+        "softmax" or "hard" (the idealization, labelled).
+    beta, gate : float or None
+        Builder constants (``None``: the builder's defaults).
+    **kwargs
+        The rest of :func:`run_check`'s keywords (``budget``, ``keep``, ``progress``, ...).
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    InputError
+        A single-hop construction, or anything :func:`run_check` refuses.
+    """
+    spec = _spec(construction)
+    if spec.hops != "multi":
+        raise InputError(f"{spec.label} is a single-hop construction: use check single-hop")
+    return run_check(
+        spec,
+        N,
+        R,
+        k,
+        seed=seed,
+        codes=codes,
+        D=D,
+        options={"attention": attention, "beta": beta, "gate": gate},
+        **kwargs,
+    )
+
+
+def precision_scan(
+    construction: str | ConstructionSpec,
+    N: int,
+    R: int,
+    k: int | None = None,
+    *,
+    codes: str | None = None,
+    D: int | None = None,
+    seed: int = 0,
+    max_bits: int = 24,
+    budget: Budget | None = None,
+    estimate: Estimate | None = None,
+) -> dict:
+    """Smallest bits per parameter at which a construction stays exact on every query of THE seeded task
+    (greedy decoding for chain-of-thought). ``k=None``: a single-hop construction; otherwise a k-hop one.
+
+    Parameters
+    ----------
+    construction : str or ConstructionSpec
+        The construction.
+    N, R : int
+        Entities and relations.
+    k : int or None
+        Hops of a k-hop construction; ``None`` for a single-hop one.
+    codes, D : str, int or None
+        Codebook kind and length (``None``: the builder's default).
+    seed : int
+        The run seed.
+    max_bits : int
+        Largest bits per parameter tried.
+    budget : Budget, optional
+        The memory budget: the estimate of a quantized build and check
+        (:func:`georecall.memory.check_estimate` with ``bits``) is required against it before the build,
+        and the checker's chunks are sized from it.
+    estimate : Estimate, optional
+        That estimate, already required by the caller (``None``: made and required here).
+
+    Returns
+    -------
+    dict
+        The smallest exact bits (``None`` when none up to ``max_bits``) and one record per bits tried.
+
+    Raises
+    ------
+    InputError
+        ``k`` given for a single-hop construction (or missing for a k-hop one), options the construction does
+        not take, or an estimate over the budget.
+    """
+    budget = as_budget(budget)
+    spec = _spec(construction)
+    if (k is None) != (spec.hops == "single"):
+        raise InputError(
+            f"{spec.label} is a {spec.hops}-hop construction: "
+            f"{'omit --k' if spec.hops == 'single' else 'give --k'}"
+        )
+    hops = 1 if k is None else k
+    code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
+    refused = sorted(set(code_options) - spec.accepts())
+    if refused:
+        raise InputError(f"{spec.label} does not take {', '.join(OPTION_FLAGS[o] for o in refused)}")
+    if estimate is None:
+        check_estimate(spec, N, R, hops, codes, D=D, bits=1, what="precision",
+                       budget=budget).require(budget)
+    task = task_for_seed(N, R, seed)
+    built = spec.build(task, hops, rng=seeds.rng(seed, "codes"), **code_options)
+    tokens, answers = queries(task, hops)
+    if spec.decoding == "greedy":
+        targets = teacher_forcing(task, hops)[1]
+        check = lambda m: check_decoding(m, tokens, targets, budget=budget)  # noqa: E731
+    else:
+        check = lambda m: check_queries(m, tokens, answers, budget=budget)  # noqa: E731
+    bits, records = smallest_exact_bits(built.model, check, max_bits=max_bits)
+    return {
+        "construction": spec.id,
+        "N": N,
+        "R": R,
+        "k": hops,
+        "codes": built.codes.kind,
+        "D": built.codes.D,
+        "seed": seed,
+        "queries": int(tokens.shape[0]),
+        "smallest_exact_bits": bits,
+        "records": records,
+        "quantization": CODEBOOK,
+    }
+
+
+def precision_cases() -> list[tuple[ConstructionSpec, BitsClaim]]:
+    """Every registered construction that makes a bits claim, with its claim (registration order)."""
+    return [(spec, spec.bits) for spec in registry.specs() if spec.bits is not None]
+
+
+def not_covered() -> list[str]:
+    """Ids of registered constructions without a bits claim: the bits and bounds rows name them."""
+    return [spec.id for spec in registry.specs() if spec.bits is None]
+
+
+def table_bits() -> dict[str, int]:
+    """The b each construction sits at in the gap tables (``bounds.tables.gap_rows``): claims whose need
+    does not grow with N."""
+    return {spec.id: claim.table for spec, claim in precision_cases() if claim.table is not None}
+
+
+def per_parameter_bits() -> dict[str, int]:
+    """Bits per fact-specific parameter (per-coordinate codebooks) each construction claims."""
+    return {spec.id: claim.per_parameter for spec, claim in precision_cases()
+            if claim.per_parameter is not None}

@@ -256,10 +256,10 @@ def verify_estimate(specs: list[registry.ConstructionSpec] | None = None,
     worst = Estimate("verify")
     for spec in registry.specs() if specs is None else specs:
         for case in spec.verify_cases:
-            est = memory.check_estimate(spec, case["N"], case["R"], case.get("k", 1),
-                                        codes=case.get("codes", "binary"), D=case.get("D"),
-                                        integer=bool(case.get("compare_integer") or case.get("integer")),
-                                        what="verify", budget=budget)
+            est = checking.check_estimate(spec, case["N"], case["R"], case.get("k", 1), case.get("codes"),
+                                          D=case.get("D"),
+                                          integer=bool(case.get("compare_integer") or case.get("integer")),
+                                          what="verify", budget=budget)
             if est.total > worst.total:
                 worst = est
     return worst

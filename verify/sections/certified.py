@@ -103,13 +103,14 @@ def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False,
     for case in spec.verify_cases:
         case = dict(case)
         N, R, k = case.pop("N"), case.pop("R"), case.pop("k", 1)
-        codes, D = case.pop("codes", "binary"), case.pop("D", None)
+        codes, D = case.pop("codes", None), case.pop("D", None)  # None: the builder's own codes
         both = case.pop("compare_integer", False)
         for options in ([case, {**case, "integer": True}] if both else [case]):
             if progress:
-                print(f"{spec.label}: certify {codes} N={N} R={R} k={k} {options}", file=sys.stderr,
-                      flush=True)
-            cert = certify(spec, N, R, k, codes=codes, D=D, options=options, seed=seed, budget=budget)
+                print(f"{spec.label}: certify {codes or 'default'} codes N={N} R={R} k={k} {options}",
+                      file=sys.stderr, flush=True)
+            named = {} if codes is None else {"codes": codes}
+            cert = certify(spec, N, R, k, **named, D=D, options=options, seed=seed, budget=budget)
             label = f"{cert.name} N={N} R={R} k={k}"
             extra["cases"].append(cert.as_dict())
             if spec.task_encoding is None:

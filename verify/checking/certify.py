@@ -1553,7 +1553,12 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     lower = None if cert.min_margin is None else cert.min_margin - cert.allowance
     complete = not out["reasons"]
     threshold = 0.0 if promise is None else promise.margin
-    if lower is None or cert.min_margin is None:
+    # one answer only (N = 1, shared attributes): no competitor, every point answered; no margin exists,
+    # as for check (its minimum margin is then None)
+    unopposed = out["argmin"] is None and out["points"] > 0 and out["min"] == math.inf
+    if unopposed:
+        meets = True
+    elif lower is None or cert.min_margin is None:
         meets = False
     elif integer:
         meets = cert.min_margin > 0 and cert.min_margin >= threshold

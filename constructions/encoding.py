@@ -180,7 +180,8 @@ def validate_family(family: Family) -> None:
     vectors = family.codes.vectors
     D = vectors.shape[1] if vectors.ndim == 2 else -1
     if vectors.ndim != 2 or vectors.shape[0] < N or not np.isfinite(vectors).all():
-        raise FamilyError(f"F3: the codebook must hold at least N = {N} finite codes, got shape {vectors.shape}")
+        raise FamilyError(f"F3: the codebook must hold at least N = {N} finite codes, got shape "
+                          f"{vectors.shape}")
     if blocks.size and (blocks.min() < 0 or blocks.max() >= d):
         raise FamilyError(f"F2: declared coordinates outside [0, d = {d})")
     if np.unique(blocks).size != blocks.size:
@@ -195,8 +196,8 @@ def validate_family(family: Family) -> None:
             raise FamilyError(f"F2: declared block {enc.blocks!r} has shape {blocks.shape}, the declaration "
                               f"({P} slots of codes of length {D}) needs {(P, D)}")
         if model.entity_embedding.shape[0] != 0:
-            raise FamilyError(f"F1: the family's entity table has {model.entity_embedding.shape[0]} rows; the "
-                              "declared table must be left out (zero rows): the task alone fills it")
+            raise FamilyError(f"F1: the family's entity table has {model.entity_embedding.shape[0]} rows; "
+                              "the declared table must be left out (zero rows): the task alone fills it")
         return
     if len(model.layers) != 1 or model.layers[0].mlp is None:
         raise FamilyError("F4: facts declared in W2 need one layer with an MLP")
@@ -204,8 +205,8 @@ def validate_family(family: Family) -> None:
         raise FamilyError(f"F4: {model.entity_embedding.shape[0]} entity rows, N = {N}")
     W2 = model.layers[0].mlp.W2
     if blocks.shape != (D,) or W2.shape[0] != P * N:
-        raise FamilyError(f"F2: declared rows: W2 has {W2.shape[0]} units and a block of shape {blocks.shape}; "
-                          f"the declaration needs {P * N} units and {D} columns")
+        raise FamilyError(f"F2: declared rows: W2 has {W2.shape[0]} units and a block of shape "
+                          f"{blocks.shape}; the declaration needs {P * N} units and {D} columns")
     if np.any(W2[:, blocks] != 0):
         raise FamilyError("F1: W2 is nonzero on the declared columns: the task alone fills them")
 

@@ -40,8 +40,8 @@ from georecall.theory.statements import (
 from georecall.theory.tasks import Task, check_positive_int, paths
 from georecall.theory.tokens import chains, multi_hop_queries  # noqa: F401  (re-exported for old imports)
 
-__all__ = ["A2A_ENCODING", "C1_ENCODING", "G2_ENCODING", "a2_width_family", "build_a2_depth", "build_a2_width",
-           "build_c1", "build_g2", "c1_family", "g2_family"]
+__all__ = ["A2A_ENCODING", "C1_ENCODING", "G2_ENCODING", "a2_width_family", "build_a2_depth",
+           "build_a2_width", "build_c1", "build_g2", "c1_family", "g2_family"]
 
 G2_ENCODING = TaskEncoding("paths", "path_blocks", "paths")
 A2A_ENCODING = TaskEncoding("paths", "out", "paths", array="layers.0.mlp.W2")

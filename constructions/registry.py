@@ -154,8 +154,8 @@ class ConstructionSpec:
     def __post_init__(self) -> None:
         if self.family is not None:
             if self.build is not None:
-                raise InputError(f"spec {self.id}: give build or family, not both (with a family, build is the "
-                                 "family assembled on the task)")
+                raise InputError(f"spec {self.id}: give build or family, not both (with a family, build is "
+                                 "the family assembled on the task)")
             if not callable(self.family):
                 raise InputError(f"spec {self.id}: family must be a callable")
             if self.task_encoding is None:
@@ -376,7 +376,8 @@ def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
             promise_ok(result.promise, "family's promise")
             return result
 
-        guarded = dataclasses.replace(spec, build=None, family=guarded_family, nominal_promise=guarded_nominal)
+        guarded = dataclasses.replace(spec, build=None, family=guarded_family,
+                                      nominal_promise=guarded_nominal)
     else:
         guarded = dataclasses.replace(spec, build=guarded_build, nominal_promise=guarded_nominal)
     object.__setattr__(guarded, "user_spec", spec)  # the spec as the user's module defines it

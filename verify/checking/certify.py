@@ -190,8 +190,8 @@ def _family(spec, N: int, R: int, k: int, codes, D: int | None, seed: int, optio
             attributes: str) -> Family:
     """``spec.family`` as ``check`` reaches it (through ``spec.build = family_build(spec.family)``): the same
     options and codes stream, and no task."""
-    return spec.family(N, R, k, attributes=attributes, rng=seeds.rng(seed, "codes"), **_code_options(codes, D),
-                       **options)
+    return spec.family(N, R, k, attributes=attributes, rng=seeds.rng(seed, "codes"),
+                       **_code_options(codes, D), **options)
 
 
 def _declared_rows_check(model: Model, out: np.ndarray, answers: np.ndarray, vectors: np.ndarray) -> str:
@@ -863,8 +863,8 @@ def _complete(N: int, R: int, fwd, symmetric: bool) -> np.ndarray | None:
 def _bound_check(*values: float) -> None:
     for v in values:
         if not v < EXACT_INTEGER_LIMIT:
-            raise InputError(f"integer mode: an intermediate of the certificate may reach {v:.3g} >= 2^53 (use "
-                             "--float)")
+            raise InputError(f"integer mode: an intermediate of the certificate may reach {v:.3g} >= 2^53 "
+                             "(use --float)")
 
 
 def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int,
@@ -1481,11 +1481,11 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     elif not structural and cert.verdict == "CERTIFIED":
         cert.verdict = "UNKNOWN"
         margin = cert.min_margin_exact or f"{cert.min_margin:.6g}"
-        cert.reasons.append({"why": f"the family F ⊕ enc(π) that georecall assembled from {spec.label}'s build "
-                                    f"on one task is CERTIFIED (every task: margin >= {margin}); the builder "
-                                    f"itself takes the task, and it {record['builder']}. It is not certified: "
-                                    "give the spec a task-free family (ConstructionSpec(family=...)) to "
-                                    "certify the construction"})
+        cert.reasons.append({"why": f"the family F ⊕ enc(π) that georecall assembled from {spec.label}'s "
+                                    f"build on one task is CERTIFIED (every task: margin >= {margin}); the "
+                                    f"builder itself takes the task, and it {record['builder']}. It is not "
+                                    "certified: give the spec a task-free family (ConstructionSpec(family="
+                                    "...)) to certify the construction"})
     if cert.verdict == "REFUTED" and cert.confirmation is not None and not structural:
         cert.reasons.append({"why": "REFUTED: the ordinary checker fails the builder on the witness task"})
     cert.seconds = time.perf_counter() - start

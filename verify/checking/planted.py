@@ -42,8 +42,8 @@ from georecall.constructions.single_hop import Construction
 from georecall.errors import ConditionError
 from georecall.theory.tasks import Task, paths
 
-__all__ = ["ADVERSARIAL", "DERIVED_FROM_TABLE", "FOREIGN_A1", "HARD_TIE", "HUGE_SCALE", "PLANTED", "RARE_TASK",
-           "READOUT_COLUMNS", "TEMPERATURE", "plant_pair_detector", "rare_task"]
+__all__ = ["ADVERSARIAL", "DERIVED_FROM_TABLE", "FOREIGN_A1", "HARD_TIE", "HUGE_SCALE", "PLANTED",
+           "RARE_TASK", "READOUT_COLUMNS", "TEMPERATURE", "plant_pair_detector", "rare_task"]
 
 
 def plant_pair_detector(built: Construction, *, blocks_name: str, slot_a: int, slot_b: int, code_a: int,

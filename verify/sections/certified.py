@@ -18,7 +18,7 @@ from georecall.constructions.registry import ConstructionSpec
 from georecall.memory import Budget, as_budget
 from georecall.verify.checking.certify import certify
 from georecall.verify.checking.check import Report, claim_report
-from georecall.verify.checking.planted import FOREIGN_A1, PAIR_C1, PAIR_G1, PAIR_G2, PLANTED
+from georecall.verify.checking.planted import ADVERSARIAL, FOREIGN_A1, PAIR_C1, PAIR_G1, PAIR_G2, PLANTED
 from georecall.verify.sections.suite import run_check
 
 __all__ = ["CONTROLS", "certified_row", "control_checks", "section_certified"]
@@ -156,5 +156,5 @@ def section_certified(seed: int = 0, progress: bool = False, budget: Budget | in
     list of Report
     """
     budget = as_budget(budget)
-    controls = (*PLANTED, FOREIGN_A1)
+    controls = (*PLANTED, FOREIGN_A1, *ADVERSARIAL)
     return [certified_row(spec, seed, progress, budget) for spec in registry.specs() if spec not in controls]

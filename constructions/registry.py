@@ -108,7 +108,8 @@ class ConstructionSpec:
     result : the paper result (or baseline) it implements
     build : ``build(task, k, *, rng, **options) -> Construction``; options are ``codes``, ``D``, ``lam`` and
         those in ``options``. None when ``family`` is given: it is then ``family_build(family)``, the family
-        assembled on the task (``assemble(family(N, R, k, ...), task)``), and nothing else
+        assembled on the task (``assemble(family(N, R, k, ...), task)``), and nothing else (a build given
+        beside a family is not trusted to be it: certify then treats the spec as a builder of tasks)
     family : ``family(N, R, k, *, attributes, rng, **options) -> Family``: the construction's task-free part
         (``constructions.encoding.Family``), built without a task. With it, ``check`` builds and ``certify``
         proves the same object ``F ⊕ enc(π)`` and certify can say CERTIFIED; a spec with only a ``build``
@@ -153,14 +154,13 @@ class ConstructionSpec:
 
     def __post_init__(self) -> None:
         if self.family is not None:
-            if self.build is not None:
-                raise InputError(f"spec {self.id}: give build or family, not both (with a family, build is "
-                                 "the family assembled on the task)")
             if not callable(self.family):
                 raise InputError(f"spec {self.id}: family must be a callable")
             if self.task_encoding is None:
                 raise InputError(f"spec {self.id}: a family declares its task_encoding")
-            object.__setattr__(self, "build", family_build(self.family))
+            if self.build is None:  # (a build given beside it, e.g. a wrapped one, is not the family's:
+                # certify then treats the spec as a builder of tasks: ``assembles_family``)
+                object.__setattr__(self, "build", family_build(self.family))
         elif self.build is None:
             raise InputError(f"spec {self.id}: give a build (taking the task) or a family (never seeing it)")
         if self.hops not in ("single", "multi"):
@@ -191,6 +191,12 @@ class ConstructionSpec:
     @property
     def label(self) -> str:
         return f"{self.id} ({self.name})"
+
+    @property
+    def assembles_family(self) -> bool:
+        """Whether ``build`` is exactly ``family_build(family)``: then ``check`` builds the family certify
+        proves, and certify may say CERTIFIED."""
+        return self.family is not None and getattr(self.build, "assembles", None) is self.family
 
     def accepts(self) -> frozenset[str]:
         """Every builder option this construction takes: the common ones it declares, and its own."""
@@ -567,6 +573,7 @@ def family_build(family: Callable[..., Family]) -> Callable[..., Construction]:
         return assemble(family(task.N, task.R, k, attributes=task.attributes, **options), task)
 
     build.__doc__ = family.__doc__
+    build.assembles = family  # type: ignore[attr-defined]  (ConstructionSpec.assembles_family)
     return build
 
 

@@ -365,7 +365,7 @@ def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
             raise _user_error(f"{spec.label}'s nominal_promise", exc) from exc
         return promise_ok(promise, "nominal_promise")
 
-    if spec.family is not None:
+    if spec.assembles_family:
         family = spec.family
 
         @functools.wraps(family)

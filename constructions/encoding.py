@@ -43,7 +43,7 @@ __all__ = ["ARRAYS", "QUERY_KINDS", "SLOT_KINDS", "Family", "FamilyError", "Task
 
 SLOT_KINDS = ("relations", "paths")
 # The entity table (block superposition: G1, G2, C1) or the MLP's output rows (one unit per fact: A1, A2(a)).
-ARRAYS = ("entity_embedding", "layers.0.mlp.W2")
+ARRAYS = ("entity_embedding", "layers.0.mlp.W2", "steps")
 QUERY_KINDS = ("single", "paths", "cot")
 
 
@@ -58,9 +58,12 @@ class TaskEncoding:
     blocks : the name of the ``(P, D)`` block of the construction's layout (``Construction.layout``)
     queries : which slot answers a query: "single" (query ``(s, ρ)``: slot ρ), "paths" (query ``(s, w)``: slot
         w), "cot" (step t of chain ``(s; r_1..r_k)``: slot ``r_t`` of the entity at the current position)
-    array : the one task-dependent array: ``"entity_embedding"`` (the superposition above) or
+    array : the one task-dependent array: ``"entity_embedding"`` (the superposition above),
         ``"layers.0.mlp.W2"`` (facts in the MLP: unit ``u = b·N + e`` writes ``a_{answers[b, e]}`` on the
-        coordinates of ``blocks``, a 1-D layout block, and nothing else of W2 depends on the task)
+        coordinates of ``blocks``, a 1-D layout block, and nothing else of W2 depends on the task) or
+        ``"steps"`` (A2(b): one MLP shared by every layer; the task adds ``+κ·a_{answers[b, v]}`` to unit
+        ``2p``'s row and ``−κ·a_{answers[b, v]}`` to unit ``2p + 1``'s, ``p = b·N + v``, on the 1-D block,
+        κ = ``constants["step_scale"]``; slots are relations, queries paths)
     """
 
     slots: Literal["relations", "paths"]
@@ -75,7 +78,10 @@ class TaskEncoding:
             raise InputError(f"task encoding: queries must be one of {QUERY_KINDS}, got {self.queries!r}")
         if self.array not in ARRAYS:
             raise InputError(f"task encoding: the declared array must be one of {ARRAYS}, got {self.array!r}")
-        if (self.slots == "paths") != (self.queries == "paths"):
+        if self.array == "steps":
+            if (self.slots, self.queries) != ("relations", "paths"):
+                raise InputError("task encoding: steps are relation slots read along path queries")
+        elif (self.slots == "paths") != (self.queries == "paths"):
             raise InputError("task encoding: path slots go with path queries (and only with them)")
 
     def answers(self, task: Task, k: int) -> np.ndarray:
@@ -199,6 +205,19 @@ def validate_family(family: Family) -> None:
             raise FamilyError(f"F1: the family's entity table has {model.entity_embedding.shape[0]} rows; "
                               "the declared table must be left out (zero rows): the task alone fills it")
         return
+    if enc.array == "steps":
+        mlps = [layer.mlp for layer in model.layers]
+        if not mlps or mlps[0] is None or any(m is not mlps[0] for m in mlps):
+            raise FamilyError("F4: steps need one MLP object shared by every layer")
+        scale = family.constants.get("step_scale")
+        if not (isinstance(scale, float) and np.isfinite(scale) and scale > 0):
+            raise FamilyError(f"F4: steps need a positive finite constants['step_scale'], got {scale!r}")
+        if blocks.shape != (D,) or mlps[0].W2.shape[0] != 2 * R * N:
+            raise FamilyError(f"F2: steps: W2 has {mlps[0].W2.shape[0]} units and a block of shape "
+                              f"{blocks.shape}; the declaration needs {2 * R * N} units and {D} columns")
+        if model.entity_embedding.shape[0] != N:
+            raise FamilyError(f"F4: {model.entity_embedding.shape[0]} entity rows, N = {N}")
+        return
     if len(model.layers) != 1 or model.layers[0].mlp is None:
         raise FamilyError("F4: facts declared in W2 need one layer with an MLP")
     if model.entity_embedding.shape[0] != N:
@@ -243,6 +262,14 @@ def assemble_model(family: Family, task: Task) -> Model:
     mlp = model.layers[0].mlp
     assert mlp is not None  # validate_family
     W2 = np.array(mlp.W2)
+    if enc.array == "steps":
+        added = family.constants["step_scale"] * family.codes.vectors[answers.reshape(-1)]
+        W2[0::2, blocks] += added
+        W2[1::2, blocks] -= added
+        W2.setflags(write=False)
+        shared = MLP(mlp.W1, mlp.b1, W2, mlp.b2)  # ONE MLP object, shared by every layer as in F
+        layers = tuple(Layer(layer.attention, shared) for layer in model.layers)
+        return dataclasses.replace(model, layers=layers)
     W2[:, blocks] = family.codes.vectors[answers.reshape(-1)]
     W2.setflags(write=False)
     layer = Layer(model.layers[0].attention, MLP(mlp.W1, mlp.b1, W2, mlp.b2))

@@ -40,12 +40,13 @@ from georecall.theory.statements import (
 from georecall.theory.tasks import Task, check_positive_int, paths
 from georecall.theory.tokens import chains, multi_hop_queries  # noqa: F401  (re-exported for old imports)
 
-__all__ = ["A2A_ENCODING", "C1_ENCODING", "G2_ENCODING", "a2_width_family", "build_a2_depth",
-           "build_a2_width", "build_c1", "build_g2", "c1_family", "g2_family"]
+__all__ = ["A2A_ENCODING", "A2B_ENCODING", "C1_ENCODING", "G2_ENCODING", "a2_depth_family", "a2_width_family",
+           "build_a2_depth", "build_a2_width", "build_c1", "build_g2", "c1_family", "g2_family"]
 
 G2_ENCODING = TaskEncoding("paths", "path_blocks", "paths")
 A2A_ENCODING = TaskEncoding("paths", "out", "paths", array="layers.0.mlp.W2")
 C1_ENCODING = TaskEncoding("relations", "blocks", "cot")
+A2B_ENCODING = TaskEncoding("relations", "current_entity", "paths", array="steps")
 
 
 def _check_attention(attention: str) -> None:
@@ -312,11 +313,24 @@ def a2_width_family(
                   A2A_ENCODING, N, R, k)
 
 
-def build_a2_depth(
-    task: Task,
+def build_a2_depth(task: Task, k: int, codes: Codes | str = "binary", **options) -> Construction:
+    """A2(b) on ``task``: ``assemble(a2_depth_family(task.N, task.R, k, codes, ...), task)``
+    (:func:`a2_depth_family` states the construction; options as there).
+
+    Returns
+    -------
+    Construction
+    """
+    return assemble(a2_depth_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)
+
+
+def a2_depth_family(
+    N: int,
+    R: int,
     k: int,
     codes: Codes | str = "binary",
     *,
+    attributes: str = "shared",
     D: int | None = None,
     beta: float | None = None,
     attention: str = "softmax",
@@ -342,8 +356,9 @@ def build_a2_depth(
 
     Parameters
     ----------
-    task : Task
-        The bijections (``task.k_hop(k)`` composes them).
+    N, R : int
+        Entities and relations (the family is built without a task: :func:`~georecall.constructions.
+        single_hop.assemble` adds the task's part of each pair's step, ``a_{π_r(v)}/h``).
     k : int
         Hops, >= 1.
     codes : Codes or str
@@ -362,8 +377,9 @@ def build_a2_depth(
 
     Returns
     -------
-    Construction
-        The model, its promise (checked: ``Promise.require``), codes, constants and layout.
+    Family
+        The model with the task-independent part of W2, its promise (checked: ``Promise.require``), codes,
+        constants (``step_scale`` = 1/h) and layout, and :data:`A2B_ENCODING`.
 
     Raises
     ------
@@ -374,7 +390,7 @@ def build_a2_depth(
     """
     k = check_positive_int("k", k)
     _check_attention(attention)
-    N, R = task.N, task.R
+    _shared(attributes)
     codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, k + 1
     beta = _default_beta(attention, beta, 1 / 16, k)
@@ -401,7 +417,9 @@ def build_a2_depth(
     W1 = np.repeat(W1_pair, 2, axis=1)
     b1 = np.empty(m)
     b1[0::2], b1[1::2] = -theta, -theta - h
-    step = (codes.vectors[task.table[r_of, v_of]] - codes.vectors[v_of]) / h
+    # pair p writes (a_{π_r(v)} − a_v)/h: its task-independent part −a_v/h here, the task adds a_{π_r(v)}/h
+    # (A2B_ENCODING, step_scale 1/h)
+    step = -codes.vectors[v_of] * (1.0 / h)
     W2 = np.zeros((m, d))
     W2[0::2, layout.span("current_entity")], W2[1::2, layout.span("current_entity")] = step, -step
     mlp = MLP(W1, b1, W2, np.zeros(d))  # ONE MLP object, shared by the k layers
@@ -414,8 +432,8 @@ def build_a2_depth(
             gains.append(-1.0)
         layers.append(Layer(positional_heads(d, pos, targets, rel, writes, gains, attention, beta), mlp))
     model = _model("A2b", N, k, codes, layout, E, Q, S, tuple(layers), pos, attention, lam)
-    return Construction(model, promise, codes, _constants(k, attention, lam, k, beta=beta, theta=theta, h=h),
-                        layout)
+    constants = _constants(k, attention, lam, k, beta=beta, theta=theta, h=h, step_scale=1.0 / h)
+    return Family(model, promise, codes, constants, layout, A2B_ENCODING, N, R, k)
 
 
 def build_c1(task: Task, k: int, codes: Codes | str = "binary", **options) -> Construction:

@@ -32,7 +32,7 @@ import numpy as np
 from georecall.constructions.codes import binary_length
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.model import Model
-from georecall.constructions.multi_hop import a2_width_family, build_a2_depth, c1_family, g2_family
+from georecall.constructions.multi_hop import a2_depth_family, a2_width_family, c1_family, g2_family
 from georecall.constructions.single_hop import Construction, a1_family, assemble, g1_family
 from georecall.errors import InputError, UserCodeError
 from georecall.theory import statements
@@ -731,7 +731,7 @@ register(
         "A2b",
         "associative-depth",
         "k hops without CoT in k layers: one associative MLP of width 2·N·R, shared",
-        multi_hop_build(build_a2_depth),
+        None,
         _a2b_nominal,
         hops="multi",
         bound="tradeoff",
@@ -740,6 +740,8 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(64, 2, 2, needed=7),
+        task_encoding=TaskEncoding("relations", "current_entity", "paths", array="steps"),
+        family=multi_hop_family(a2_depth_family),
     )
 )
 register(

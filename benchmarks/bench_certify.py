@@ -30,6 +30,7 @@ CASES = {
     "big-float": ["single-hop", "--construction", "geometric", "--N", str(2**20), "--R", "16", "--float"],
     "g2": ["multi-hop", "--construction", "path-blocks", "--N", "1024", "--R", "3", "--k", "3"],
     "c1": ["multi-hop", "--construction", "cot", "--N", "1024", "--R", "4", "--k", "3"],
+    "a2b": ["multi-hop", "--construction", "associative-depth", "--N", "256", "--R", "3", "--k", "3"],
 }
 
 

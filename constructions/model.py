@@ -77,8 +77,12 @@ __all__ = [
     "Trace",
     "chunk_size",
     "embed",
+    "FORWARD_FIELDS",
+    "NOT_READ_BY_FORWARD",
     "flatten",
     "forward",
+    "forward_fields",
+    "forward_fingerprint",
     "freeze_if_new",
     "greedy_decode",
     "integer_bounds",
@@ -526,6 +530,84 @@ def structure_of(model: Model) -> list[dict]:
     ]
 
 
+# ------------------------------------------------------------------------------ what the forward pass reads
+
+# Every field of the model dataclasses that THE forward pass reads, per class, in one place: certify compares
+# and fingerprints exactly these (``forward_fields``), save_model stores every one, and a test fails when a
+# dataclass gains a field that is neither here nor in NOT_READ_BY_FORWARD. Arrays carry their shape and dtype.
+FORWARD_FIELDS: dict[str, tuple[str, ...]] = {
+    "Model": ("entity_embedding", "relation_embedding", "unembedding", "layers", "position_embedding",
+              "readout_columns"),
+    "Layer": ("attention", "mlp"),
+    "Attention": ("kind", "W_V", "W_O", "W_Q", "W_K", "inverse_temperature"),
+    "MLP": ("W1", "b1", "W2", "b2"),
+}
+NOT_READ_BY_FORWARD: dict[str, tuple[str, ...]] = {"Model": ("meta",)}  # origin facts: never computed with
+
+
+def forward_fields(model: Model) -> dict[str, object]:
+    """Every value THE forward pass reads, under flat names (``Model.arrays()`` names for arrays;
+    ``readout_columns``, ``layers.i.attention.kind``, ``layers.i.attention.inverse_temperature``,
+    ``layers.i.attention`` / ``layers.i.mlp`` as None when absent, ``n_layers``), enumerated from
+    :data:`FORWARD_FIELDS`.
+
+    Parameters
+    ----------
+    model : Model
+
+    Returns
+    -------
+    dict of str to object
+        Arrays (numpy.ndarray, their shape and dtype part of the value), strings, floats and None.
+    """
+    out: dict[str, object] = {"n_layers": len(model.layers)}
+    for name in FORWARD_FIELDS["Model"]:
+        if name != "layers":
+            out[name] = getattr(model, name)
+    for i, layer in enumerate(model.layers):
+        for part_name in FORWARD_FIELDS["Layer"]:
+            part = getattr(layer, part_name)
+            prefix = f"layers.{i}.{part_name}"
+            if part is None:
+                out[prefix] = None
+                continue
+            for name in FORWARD_FIELDS[type(part).__name__]:
+                out[f"{prefix}.{name}"] = getattr(part, name)
+    return out
+
+
+def forward_fingerprint(model: Model, skip: Iterable[str] = ()) -> str:
+    """A SHA-256 over :func:`forward_fields` (names, shapes, dtypes, bytes, scalars), leaving out ``skip``:
+    two models with the same fingerprint compute the same function (up to a hash collision).
+
+    Parameters
+    ----------
+    model : Model
+    skip : iterable of str
+        Flat names left out (a construction's declared task table).
+
+    Returns
+    -------
+    str
+        Hex digest.
+    """
+    import hashlib
+
+    skipped = set(skip)
+    digest = hashlib.sha256()
+    for name, value in forward_fields(model).items():
+        if name in skipped:
+            continue
+        digest.update(name.encode() + b"\0")
+        if isinstance(value, np.ndarray):
+            array = np.ascontiguousarray(value)
+            digest.update(repr((array.shape, array.dtype.str)).encode())
+            digest.update(array.tobytes())
+        else:
+            digest.update(repr(value).encode())
+    return digest.hexdigest()
+
+
 _TEMPLATE = object()
 
 
@@ -631,8 +713,9 @@ class Trace:
     attention_weights: list[np.ndarray | None] = field(default_factory=list)
 
 
-class IntegerModeError(ArithmeticError):
-    """Integer mode could not prove that the forward pass computed in exact integer arithmetic."""
+class IntegerModeError(InputError, ArithmeticError):
+    """Integer mode could not prove that the forward pass computed in exact integer arithmetic: the model
+    is not integer-scaled (bad input for integer mode: exit 2; float mode checks it)."""
 
 
 def _require_integral(name: str, array: np.ndarray) -> None:
@@ -1424,6 +1507,13 @@ def save_model(model: Model, path, extra_arrays: dict[str, np.ndarray] | None = 
         "record": record,
     }
     arrays = {key.replace(".", "__"): value for key, value in model.arrays().items()}
+    scalars = {f"layers.{i}.attention.{name}" for i, s in enumerate(structure) if s["attention"] is not None
+               for name in ("kind", "inverse_temperature")}
+    unstored = [name for name, value in forward_fields(model).items() if value is not None and not (
+        name in model.arrays() or name in scalars or name in ("n_layers", "readout_columns")
+        or name.rsplit(".", 1)[-1] in ("attention", "mlp"))]
+    if unstored:  # a field FORWARD_FIELDS lists that this format does not store yet
+        raise InputError(f"save_model stores no {unstored}: extend the format before saving such a model")
     arrays.update({f"extra____{key}": np.asarray(value) for key, value in (extra_arrays or {}).items()})
     arrays["__header__"] = np.array(json.dumps(header, default=str))
     if hasattr(path, "write"):  # a binary file object (e.g. inside the caller's own atomic write)

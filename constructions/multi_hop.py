@@ -18,16 +18,16 @@ from __future__ import annotations
 import numpy as np
 
 from georecall.constructions.codes import Codes
+from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import MLP, Layer, Model
 from georecall.constructions.parts import (
-    block_superposition,
     code_readout,
     gated_selector,
     one_hot_positions,
     positional_heads,
 )
-from georecall.constructions.single_hop import Construction, resolve_codes
+from georecall.constructions.single_hop import Construction, assemble, resolve_codes
 from georecall.errors import InputError
 from georecall.theory.statements import (
     a2_depth_promise,
@@ -40,12 +40,23 @@ from georecall.theory.statements import (
 from georecall.theory.tasks import Task, check_positive_int, paths
 from georecall.theory.tokens import chains, multi_hop_queries  # noqa: F401  (re-exported for old imports)
 
-__all__ = ["build_a2_depth", "build_a2_width", "build_c1", "build_g2"]
+__all__ = ["A2A_ENCODING", "A2B_ENCODING", "C1_ENCODING", "G2_ENCODING", "a2_depth_family", "a2_width_family",
+           "build_a2_depth", "build_a2_width", "build_c1", "build_g2", "c1_family", "g2_family"]
+
+G2_ENCODING = TaskEncoding("paths", "path_blocks", "paths")
+A2A_ENCODING = TaskEncoding("paths", "out", "paths", array="layers.0.mlp.W2")
+C1_ENCODING = TaskEncoding("relations", "blocks", "cot")
+A2B_ENCODING = TaskEncoding("relations", "current_entity", "paths", array="steps")
 
 
 def _check_attention(attention: str) -> None:
     if attention not in ("softmax", "hard"):
         raise InputError(f"attention must be 'softmax' or 'hard' (an idealization), got {attention!r}")
+
+
+def _shared(attributes: str) -> None:
+    if attributes != "shared":
+        raise InputError(f"the multi-hop constructions answer shared attributes only, got {attributes!r}")
 
 
 def _geometry(codes: Codes) -> dict:
@@ -66,18 +77,17 @@ def _hop_heads(d: int, pos: np.ndarray, groups: np.ndarray, k: int, gate: float,
                             [groups[j] for j in range(k)], [gate] * k, attention, beta)
 
 
-def _assemble(name: str, k: int, codes: Codes, layout: Layout, promise, E: np.ndarray, Q: np.ndarray,
-              U_out: np.ndarray, layers: tuple, pos: np.ndarray, attention: str, lam: float,
-              leakage_others: int, **constants) -> Construction:
-    """The Model (one-hot positions, code read-out on ``U_out``) and its Construction record."""
+def _model(name: str, N: int, k: int, codes: Codes, layout: Layout, E: np.ndarray, Q: np.ndarray,
+           U_out: np.ndarray, layers: tuple, pos: np.ndarray, attention: str, lam: float) -> Model:
+    """The Model (one-hot positions, code read-out of N answers on ``U_out``)."""
     d = layout.d
-    model = Model(E, Q, layers=layers, position_embedding=one_hot_positions(pos, d),
-                  meta=_meta(name, k, codes, layout, attention),
-                  **code_readout(codes, E.shape[0], d, U_out, lam))
-    beta = constants.get("beta")
-    return Construction(model, promise, codes, {"k": k, **constants, "attention": attention,
-                                                "leakage": softmax_leakage(beta, leakage_others),
-                                                "lambda": lam}, layout)
+    return Model(E, Q, layers=layers, position_embedding=one_hot_positions(pos, d),
+                 meta=_meta(name, k, codes, layout, attention), **code_readout(codes, N, d, U_out, lam))
+
+
+def _constants(k: int, attention: str, lam: float, leakage_others: int, **constants) -> dict:
+    return {"k": k, **constants, "attention": attention,
+            "leakage": softmax_leakage(constants.get("beta"), leakage_others), "lambda": lam}
 
 
 def _default_beta(attention: str, beta: float | None, eps: float, others: int) -> float | None:
@@ -88,11 +98,24 @@ def _default_beta(attention: str, beta: float | None, eps: float, others: int) -
     return beta_for_leakage(eps, others) if beta is None else float(beta)
 
 
-def build_g2(
-    task: Task,
+def build_g2(task: Task, k: int, codes: Codes | str = "binary", **options) -> Construction:
+    """G2 on ``task``: ``assemble(g2_family(task.N, task.R, k, codes, ...), task)`` (:func:`g2_family` states
+    the construction; options as there).
+
+    Returns
+    -------
+    Construction
+    """
+    return assemble(g2_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)
+
+
+def g2_family(
+    N: int,
+    R: int,
     k: int,
     codes: Codes | str = "binary",
     *,
+    attributes: str = "shared",
     D: int | None = None,
     gate: float | None = None,
     beta: float | None = None,
@@ -118,8 +141,9 @@ def build_g2(
 
     Parameters
     ----------
-    task : Task
-        The bijections (``task.k_hop(k)`` composes them).
+    N, R : int
+        Entities and relations (the family is built without a task: :func:`~georecall.constructions.
+        single_hop.assemble` adds the declared entity table or W2 rows).
     k : int
         Hops, >= 1.
     codes : Codes or str
@@ -140,8 +164,9 @@ def build_g2(
 
     Returns
     -------
-    Construction
-        The model, its promise (checked: ``Promise.require``), codes, constants and layout.
+    Family
+        The model without the declared table, its promise (checked: ``Promise.require``), codes, constants,
+        layout and encoding.
 
     Raises
     ------
@@ -152,7 +177,7 @@ def build_g2(
     """
     k = check_positive_int("k", k)
     _check_attention(attention)
-    N, R = task.N, task.R
+    _shared(attributes)
     codes = resolve_codes(N, codes, D, rng, False)
     D, n_paths, T = codes.D, R**k, k + 1
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
@@ -169,7 +194,7 @@ def build_g2(
     pos = layout.add("positions", T)
     d = layout.d
 
-    E = block_superposition(codes, task.k_hop(k).reshape(n_paths, N), blocks, d)
+    E = np.zeros((0, d))  # the declared table, left out: the task adds e_s = Σ_w J_{B_w} a_{π_w(s)}
     Q = np.zeros((R, d))
     Q[np.arange(R), groups[0]] = 1.0
     heads = _hop_heads(d, pos, groups, k, gate, attention, beta)
@@ -177,15 +202,29 @@ def build_g2(
     mlp = gated_selector(
         d, blocks, [groups[j - 1][path_rows[:, k - j]] for j in range(1, k + 1)], out, k * gate
     )
-    return _assemble("G2", k, codes, layout, promise, E, Q, out, (Layer(heads, mlp),), pos, attention, lam,
-                     k, gate=gate, beta=beta)
+    model = _model("G2", N, k, codes, layout, E, Q, out, (Layer(heads, mlp),), pos, attention, lam)
+    return Family(model, promise, codes, _constants(k, attention, lam, k, gate=gate, beta=beta), layout,
+                  G2_ENCODING, N, R, k)
 
 
-def build_a2_width(
-    task: Task,
+def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", **options) -> Construction:
+    """A2(a) on ``task``: ``assemble(a2_width_family(task.N, task.R, k, codes, ...), task)``
+    (:func:`a2_width_family` states the construction; options as there).
+
+    Returns
+    -------
+    Construction
+    """
+    return assemble(a2_width_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)
+
+
+def a2_width_family(
+    N: int,
+    R: int,
     k: int,
     codes: Codes | str = "binary",
     *,
+    attributes: str = "shared",
     D: int | None = None,
     gate: float | None = None,
     beta: float | None = None,
@@ -205,8 +244,9 @@ def build_a2_width(
 
     Parameters
     ----------
-    task : Task
-        The bijections (``task.k_hop(k)`` composes them).
+    N, R : int
+        Entities and relations (the family is built without a task: :func:`~georecall.constructions.
+        single_hop.assemble` adds the declared entity table or W2 rows).
     k : int
         Hops, >= 1.
     codes : Codes or str
@@ -227,8 +267,9 @@ def build_a2_width(
 
     Returns
     -------
-    Construction
-        The model, its promise (checked: ``Promise.require``), codes, constants and layout.
+    Family
+        The model without the declared table, its promise (checked: ``Promise.require``), codes, constants,
+        layout and encoding.
 
     Raises
     ------
@@ -239,7 +280,7 @@ def build_a2_width(
     """
     k = check_positive_int("k", k)
     _check_attention(attention)
-    N, R = task.N, task.R
+    _shared(attributes)
     codes = resolve_codes(N, codes, D, rng, False)
     D, T, n_paths = codes.D, k + 1, R**k
     gap = codes.gap
@@ -264,19 +305,32 @@ def build_a2_width(
     unit = np.arange(m).reshape(n_paths, N)
     for j in range(1, k + 1):
         W1[groups[j - 1][path_rows[:, k - j]][:, None], unit] = 1.0
-    W2 = np.zeros((m, d))
-    W2[:, out] = codes.vectors[task.k_hop(k).reshape(-1)]
+    W2 = np.zeros((m, d))  # the declared rows (unit w·N + s writes a_{π_w(s)} on O) are left to the task
     b1 = np.full(m, -(codes.norm_sq + k * gate - gap))
     layers = (Layer(heads, MLP(W1, b1, W2, np.zeros(d))),)
-    return _assemble("A2a", k, codes, layout, promise, E, Q, out, layers, pos, attention, lam,
-                     k, gate=gate, beta=beta)
+    model = _model("A2a", N, k, codes, layout, E, Q, out, layers, pos, attention, lam)
+    return Family(model, promise, codes, _constants(k, attention, lam, k, gate=gate, beta=beta), layout,
+                  A2A_ENCODING, N, R, k)
 
 
-def build_a2_depth(
-    task: Task,
+def build_a2_depth(task: Task, k: int, codes: Codes | str = "binary", **options) -> Construction:
+    """A2(b) on ``task``: ``assemble(a2_depth_family(task.N, task.R, k, codes, ...), task)``
+    (:func:`a2_depth_family` states the construction; options as there).
+
+    Returns
+    -------
+    Construction
+    """
+    return assemble(a2_depth_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)
+
+
+def a2_depth_family(
+    N: int,
+    R: int,
     k: int,
     codes: Codes | str = "binary",
     *,
+    attributes: str = "shared",
     D: int | None = None,
     beta: float | None = None,
     attention: str = "softmax",
@@ -302,8 +356,9 @@ def build_a2_depth(
 
     Parameters
     ----------
-    task : Task
-        The bijections (``task.k_hop(k)`` composes them).
+    N, R : int
+        Entities and relations (the family is built without a task: :func:`~georecall.constructions.
+        single_hop.assemble` adds the task's part of each pair's step, ``a_{π_r(v)}/h``).
     k : int
         Hops, >= 1.
     codes : Codes or str
@@ -322,8 +377,9 @@ def build_a2_depth(
 
     Returns
     -------
-    Construction
-        The model, its promise (checked: ``Promise.require``), codes, constants and layout.
+    Family
+        The model with the task-independent part of W2, its promise (checked: ``Promise.require``), codes,
+        constants (``step_scale`` = 1/h) and layout, and :data:`A2B_ENCODING`.
 
     Raises
     ------
@@ -334,7 +390,7 @@ def build_a2_depth(
     """
     k = check_positive_int("k", k)
     _check_attention(attention)
-    N, R = task.N, task.R
+    _shared(attributes)
     codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, k + 1
     beta = _default_beta(attention, beta, 1 / 16, k)
@@ -361,7 +417,9 @@ def build_a2_depth(
     W1 = np.repeat(W1_pair, 2, axis=1)
     b1 = np.empty(m)
     b1[0::2], b1[1::2] = -theta, -theta - h
-    step = (codes.vectors[task.table[r_of, v_of]] - codes.vectors[v_of]) / h
+    # pair p writes (a_{π_r(v)} − a_v)/h: its task-independent part −a_v/h here, the task adds a_{π_r(v)}/h
+    # (A2B_ENCODING, step_scale 1/h)
+    step = -codes.vectors[v_of] * (1.0 / h)
     W2 = np.zeros((m, d))
     W2[0::2, layout.span("current_entity")], W2[1::2, layout.span("current_entity")] = step, -step
     mlp = MLP(W1, b1, W2, np.zeros(d))  # ONE MLP object, shared by the k layers
@@ -373,15 +431,29 @@ def build_a2_depth(
             writes.append(g)
             gains.append(-1.0)
         layers.append(Layer(positional_heads(d, pos, targets, rel, writes, gains, attention, beta), mlp))
-    return _assemble("A2b", k, codes, layout, promise, E, Q, S, tuple(layers), pos, attention, lam,
-                     k, beta=beta, theta=theta, h=h)
+    model = _model("A2b", N, k, codes, layout, E, Q, S, tuple(layers), pos, attention, lam)
+    constants = _constants(k, attention, lam, k, beta=beta, theta=theta, h=h, step_scale=1.0 / h)
+    return Family(model, promise, codes, constants, layout, A2B_ENCODING, N, R, k)
 
 
-def build_c1(
-    task: Task,
+def build_c1(task: Task, k: int, codes: Codes | str = "binary", **options) -> Construction:
+    """C1 on ``task``: ``assemble(c1_family(task.N, task.R, k, codes, ...), task)`` (:func:`c1_family`
+    states the construction; options as there).
+
+    Returns
+    -------
+    Construction
+    """
+    return assemble(c1_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)
+
+
+def c1_family(
+    N: int,
+    R: int,
     k: int,
     codes: Codes | str = "binary",
     *,
+    attributes: str = "shared",
     D: int | None = None,
     gate: float | None = None,
     beta: float | None = None,
@@ -406,8 +478,9 @@ def build_c1(
 
     Parameters
     ----------
-    task : Task
-        The bijections (``task.k_hop(k)`` composes them).
+    N, R : int
+        Entities and relations (the family is built without a task: :func:`~georecall.constructions.
+        single_hop.assemble` adds the declared entity table or W2 rows).
     k : int
         Hops, >= 1.
     codes : Codes or str
@@ -428,8 +501,9 @@ def build_c1(
 
     Returns
     -------
-    Construction
-        The model, its promise (checked: ``Promise.require``), codes, constants and layout.
+    Family
+        The model without the declared table, its promise (checked: ``Promise.require``), codes, constants,
+        layout and encoding.
 
     Raises
     ------
@@ -440,7 +514,7 @@ def build_c1(
     """
     k = check_positive_int("k", k)
     _check_attention(attention)
-    N, R = task.N, task.R
+    _shared(attributes)
     codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, 2 * k
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
@@ -455,12 +529,13 @@ def build_c1(
     out = layout.add("out", D)
     pos = layout.add("positions", T)
     d = layout.d
-    E = block_superposition(codes, task.table, blocks, d)
+    E = np.zeros((0, d))  # the declared table, left out: the task adds e_v = Σ_r J_{B_r} a_{π_r(v)}
     Q = np.zeros((R, d))
     Q[np.arange(R), gates] = 1.0
     head = positional_heads(
         d, pos, [{q: 2 * k - 1 - q for q in range(T)}], gates, [gates], [gate], attention, beta
     )
     mlp = gated_selector(d, blocks, [gates], out, gate)
-    return _assemble("C1", k, codes, layout, promise, E, Q, out, (Layer(head, mlp),), pos, attention, lam,
-                     T - 1, gate=gate, beta=beta)
+    model = _model("C1", N, k, codes, layout, E, Q, out, (Layer(head, mlp),), pos, attention, lam)
+    return Family(model, promise, codes, _constants(k, attention, lam, T - 1, gate=gate, beta=beta), layout,
+                  C1_ENCODING, N, R, k)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from georecall.constructions.codes import Codes
-from georecall.constructions.encoding import Superposition, active_recording
 from georecall.constructions.model import MLP, Attention
 from georecall.errors import InputError
 
@@ -45,9 +44,6 @@ def block_superposition(codes: Codes, answers: np.ndarray, blocks: np.ndarray, d
     """Entity embeddings ``E (N, d)`` with ``E[s, blocks[b]] = a_{answers[b, s]}`` and zeros elsewhere: ``e_s
     = Σ_b J_{B_b} a_{answers[b, s]}``, the block superposition.
 
-    Inside ``constructions.encoding.recording()`` it records its arguments and returns zeros (``georecall
-    certify`` checks a declared encoding without forming the table).
-
     Parameters
     ----------
     codes : Codes
@@ -65,12 +61,6 @@ def block_superposition(codes: Codes, answers: np.ndarray, blocks: np.ndarray, d
         ``(N, d)`` float64, read-only (the Model takes it without a copy).
     """
     P, N = answers.shape
-    calls = active_recording()
-    if calls is not None:  # georecall certify checks a declared encoding: record, never form the table
-        placeholder = np.zeros((N, d))  # zero pages, never written: not committed to memory
-        placeholder.setflags(write=False)
-        calls.append(Superposition(codes.vectors, np.asarray(answers), np.asarray(blocks), d, placeholder))
-        return placeholder
     E = np.zeros((N, d))
     for b in range(P):  # one block at a time (no (P, N, D) temporary); a column slice when the block is
         # contiguous: fancy-index assignment is about 4x slower at N = 2^20 (measured; row chunks were slower)

@@ -30,10 +30,10 @@ from typing import Literal
 import numpy as np
 
 from georecall.constructions.codes import binary_length
-from georecall.constructions.encoding import TaskEncoding
+from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.model import Model
-from georecall.constructions.multi_hop import build_a2_depth, build_a2_width, build_c1, build_g2
-from georecall.constructions.single_hop import Construction, build_a1, build_g1
+from georecall.constructions.multi_hop import a2_depth_family, a2_width_family, c1_family, g2_family
+from georecall.constructions.single_hop import Construction, a1_family, assemble, g1_family
 from georecall.errors import InputError, UserCodeError
 from georecall.theory import statements
 from georecall.theory.statements import Promise
@@ -45,12 +45,15 @@ __all__ = [
     "COMMON_OPTIONS",
     "BitsClaim",
     "ConstructionSpec",
+    "family_build",
     "get",
     "multi_hop_build",
+    "multi_hop_family",
     "nominal_geometry",
     "register",
     "resolve",
     "single_hop_build",
+    "single_hop_family",
     "specs",
     "unregister",
 ]
@@ -104,7 +107,13 @@ class ConstructionSpec:
     name : command-line name ("geometric", "associative-width", ...)
     result : the paper result (or baseline) it implements
     build : ``build(task, k, *, rng, **options) -> Construction``; options are ``codes``, ``D``, ``lam`` and
-        those in ``options``
+        those in ``options``. None when ``family`` is given: it is then ``family_build(family)``, the family
+        assembled on the task (``assemble(family(N, R, k, ...), task)``), and nothing else (a build given
+        beside a family is not trusted to be it: certify then treats the spec as a builder of tasks)
+    family : ``family(N, R, k, *, attributes, rng, **options) -> Family``: the construction's task-free part
+        (``constructions.encoding.Family``), built without a task. With it, ``check`` builds and ``certify``
+        proves the same object ``F ⊕ enc(π)`` and certify can say CERTIFIED; a spec with only a ``build``
+        (which takes the task) is never CERTIFIED, only its family as built on one task
     nominal_promise : ``(N, R, k) -> Promise`` at binary codes and default constants (sizes for tables)
     hops : "single" (k = 1 only) or "multi" (any k >= 1)
     decoding : "last" (argmax at the last position) or "greedy" (chain-of-thought decoding of k tokens)
@@ -128,7 +137,7 @@ class ConstructionSpec:
     id: str
     name: str
     result: str
-    build: Callable[..., Construction]
+    build: Callable[..., Construction] | None
     nominal_promise: Callable[[int, int, int], Promise]
     hops: Literal["single", "multi"] = "single"
     decoding: Literal["last", "greedy"] = "last"
@@ -141,8 +150,19 @@ class ConstructionSpec:
     bits: BitsClaim | None = None
     common: frozenset[str] = COMMON_OPTIONS
     task_encoding: TaskEncoding | None = None
+    family: Callable[..., Family] | None = None
 
     def __post_init__(self) -> None:
+        if self.family is not None:
+            if not callable(self.family):
+                raise InputError(f"spec {self.id}: family must be a callable")
+            if self.task_encoding is None:
+                raise InputError(f"spec {self.id}: a family declares its task_encoding")
+            if self.build is None:  # (a build given beside it, e.g. a wrapped one, is not the family's:
+                # certify then treats the spec as a builder of tasks: ``assembles_family``)
+                object.__setattr__(self, "build", family_build(self.family))
+        elif self.build is None:
+            raise InputError(f"spec {self.id}: give a build (taking the task) or a family (never seeing it)")
         if self.hops not in ("single", "multi"):
             raise InputError(f"spec {self.id}: hops must be 'single' or 'multi', got {self.hops!r}")
         if self.decoding not in ("last", "greedy"):
@@ -171,6 +191,12 @@ class ConstructionSpec:
     @property
     def label(self) -> str:
         return f"{self.id} ({self.name})"
+
+    @property
+    def assembles_family(self) -> bool:
+        """Whether ``build`` is exactly ``family_build(family)``: then ``check`` builds the family certify
+        proves, and certify may say CERTIFIED."""
+        return self.family is not None and getattr(self.build, "assembles", None) is self.family
 
     def accepts(self) -> frozenset[str]:
         """Every builder option this construction takes: the common ones it declares, and its own."""
@@ -339,7 +365,27 @@ def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
             raise _user_error(f"{spec.label}'s nominal_promise", exc) from exc
         return promise_ok(promise, "nominal_promise")
 
-    guarded = dataclasses.replace(spec, build=guarded_build, nominal_promise=guarded_nominal)
+    if spec.assembles_family:
+        family = spec.family
+
+        @functools.wraps(family)
+        def guarded_family(*args, **kwargs) -> Family:
+            try:
+                result = family(*args, **kwargs)
+            except InputError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the user's code
+                raise _user_error(f"{spec.label}'s family", exc) from exc
+            if not isinstance(result, Family):
+                raise UserCodeError(f"your construction {spec.label}'s family returned a "
+                                    f"{type(result).__name__}, not a Family")
+            promise_ok(result.promise, "family's promise")
+            return result
+
+        guarded = dataclasses.replace(spec, build=None, family=guarded_family,
+                                      nominal_promise=guarded_nominal)
+    else:
+        guarded = dataclasses.replace(spec, build=guarded_build, nominal_promise=guarded_nominal)
     object.__setattr__(guarded, "user_spec", spec)  # the spec as the user's module defines it
     return guarded
 
@@ -509,6 +555,70 @@ def multi_hop_build(builder: Callable[..., Construction]) -> Callable[..., Const
     return build
 
 
+def family_build(family: Callable[..., Family]) -> Callable[..., Construction]:
+    """The one spec signature ``build(task, k=1, **options)`` for a family: ``assemble(family(task.N, task.R,
+    k, attributes=task.attributes, **options), task)``, i.e. ``F ⊕ enc(π)`` (``single_hop.assemble``).
+
+    Parameters
+    ----------
+    family : callable
+        ``family(N, R, k, *, attributes, **options) -> Family``.
+
+    Returns
+    -------
+    callable
+        ``build(task, k=1, **options) -> Construction``.
+    """
+    def build(task: Task, k: int = 1, **options) -> Construction:
+        return assemble(family(task.N, task.R, k, attributes=task.attributes, **options), task)
+
+    build.__doc__ = family.__doc__
+    build.assembles = family  # type: ignore[attr-defined]  (ConstructionSpec.assembles_family)
+    return build
+
+
+def single_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
+    """Adapt ``fn(N, R, codes, **options)`` to the family signature ``family(N, R, k=1, **options)``
+    (``codes``, default ``"binary"``, passed positionally; ``k`` must be 1).
+
+    Parameters
+    ----------
+    fn : callable
+
+    Returns
+    -------
+    callable
+    """
+    def family(N: int, R: int, k: int = 1, **options) -> Family:
+        if k != 1:
+            raise InputError(f"{fn.__name__} answers single-hop queries only (k = 1), got k = {k}")
+        codes = options.pop("codes", "binary")
+        return fn(N, R, codes, **options)
+
+    family.__doc__ = fn.__doc__
+    return family
+
+
+def multi_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
+    """Adapt ``fn(N, R, k, codes, **options)`` to the family signature ``family(N, R, k=1, **options)``
+    (``codes``, default ``"binary"``, passed positionally).
+
+    Parameters
+    ----------
+    fn : callable
+
+    Returns
+    -------
+    callable
+    """
+    def family(N: int, R: int, k: int = 1, **options) -> Family:
+        codes = options.pop("codes", "binary")
+        return fn(N, R, k, codes, **options)
+
+    family.__doc__ = fn.__doc__
+    return family
+
+
 def _g1_nominal(N: int, R: int, k: int = 1) -> Promise:
     D, geometry = nominal_geometry(N)
     return statements.g1_promise(N, R, D, **geometry, max_abs=D**-0.5, gate=4 * D**-0.5)
@@ -549,7 +659,7 @@ register(
         "G1",
         "geometric",
         "Theorem 4.1: block superposition + ReLU-gated relation selector",
-        single_hop_build(build_g1),
+        None,
         _g1_nominal,
         options=frozenset({"gate", "gain", "integer"}),
         variants=frozenset({"disjoint", "symmetric"}),
@@ -561,6 +671,7 @@ register(
         readout="code",
         bits=BitsClaim(1024, 8, needed=2, table=2, per_parameter=1),
         task_encoding=TaskEncoding("relations", "blocks", "single"),
+        family=single_hop_family(g1_family),
     )
 )
 register(
@@ -568,7 +679,7 @@ register(
         "A1",
         "associative",
         "associative-memory baseline: one MLP unit per fact",
-        single_hop_build(build_a1),
+        None,
         _a1_nominal,
         options=frozenset({"gain", "integer"}),
         variants=frozenset({"disjoint", "symmetric"}),
@@ -577,6 +688,7 @@ register(
         readout="code",
         bits=BitsClaim(256, 4, needed=3),
         task_encoding=TaskEncoding("relations", "out", "single", array="layers.0.mlp.W2"),
+        family=single_hop_family(a1_family),
     )
 )
 register(
@@ -584,7 +696,7 @@ register(
         "G2",
         "path-blocks",
         "k hops without CoT in one layer: one block per relation path",
-        multi_hop_build(build_g2),
+        None,
         _g2_nominal,
         hops="multi",
         bound="tradeoff",
@@ -593,6 +705,7 @@ register(
         readout="code",
         bits=BitsClaim(256, 3, 2, needed=2, table=2, per_parameter=1),
         task_encoding=TaskEncoding("paths", "path_blocks", "paths"),
+        family=multi_hop_family(g2_family),
     )
 )
 register(
@@ -600,7 +713,7 @@ register(
         "A2a",
         "associative-width",
         "k hops without CoT in one layer: one MLP unit per k-hop fact",
-        multi_hop_build(build_a2_width),
+        None,
         _a2a_nominal,
         hops="multi",
         bound="tradeoff",
@@ -610,6 +723,7 @@ register(
         readout="code",
         bits=BitsClaim(64, 2, 2, needed=4),
         task_encoding=TaskEncoding("paths", "out", "paths", array="layers.0.mlp.W2"),
+        family=multi_hop_family(a2_width_family),
     )
 )
 register(
@@ -617,7 +731,7 @@ register(
         "A2b",
         "associative-depth",
         "k hops without CoT in k layers: one associative MLP of width 2·N·R, shared",
-        multi_hop_build(build_a2_depth),
+        None,
         _a2b_nominal,
         hops="multi",
         bound="tradeoff",
@@ -626,6 +740,8 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(64, 2, 2, needed=7),
+        task_encoding=TaskEncoding("relations", "current_entity", "paths", array="steps"),
+        family=multi_hop_family(a2_depth_family),
     )
 )
 register(
@@ -633,7 +749,7 @@ register(
         "C1",
         "cot",
         "k hops with chain-of-thought in one layer: the G1 selector at every generated token",
-        multi_hop_build(build_c1),
+        None,
         _c1_nominal,
         hops="multi",
         decoding="greedy",
@@ -643,6 +759,7 @@ register(
         readout="code",
         bits=BitsClaim(256, 3, 3, needed=2, table=2, per_parameter=1),
         task_encoding=TaskEncoding("relations", "blocks", "cot"),
+        family=multi_hop_family(c1_family),
     )
 )
 _BUILTIN = frozenset(_REGISTRY)

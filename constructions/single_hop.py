@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from georecall.constructions.codes import Codes, make_codes
+from georecall.constructions.encoding import Family, TaskEncoding, assemble_model
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import MLP, Layer, Model
 from georecall.constructions.parts import (
-    block_superposition,
     code_readout,
     gated_selector,
     relation_tagged_readout,
@@ -31,7 +31,11 @@ from georecall.theory.statements import Promise, a1_promise, attention_constants
 from georecall.theory.tasks import Task
 from georecall.theory.tokens import single_hop_queries  # noqa: F401  (re-exported for old imports)
 
-__all__ = ["GATE_RANGE", "Construction", "build_a1", "build_g1", "resolve_codes"]
+__all__ = ["A1_ENCODING", "G1_ENCODING", "GATE_RANGE", "Construction", "a1_family", "assemble", "build_a1",
+           "build_g1", "g1_family", "resolve_codes"]
+
+G1_ENCODING = TaskEncoding("relations", "blocks", "single")
+A1_ENCODING = TaskEncoding("relations", "out", "single", array="layers.0.mlp.W2")
 
 # The largest gate G1 accepts, as a multiple of the bound c1·max|a| that c2·G must exceed (docs/theory.md).
 GATE_RANGE = 2.0**26
@@ -46,6 +50,28 @@ class Construction:
     codes: Codes
     constants: dict
     layout: Layout | None = None
+
+
+def assemble(family: Family, task: Task) -> Construction:
+    """The construction on ``task``: ``M(π) = F ⊕ enc(π)`` (``encoding.assemble_model``) with the family's
+    promise, codes, constants and layout.
+
+    Parameters
+    ----------
+    family : Family
+    task : Task
+
+    Returns
+    -------
+    Construction
+
+    Raises
+    ------
+    FamilyError, InputError
+        From :func:`~georecall.constructions.encoding.assemble_model`.
+    """
+    return Construction(assemble_model(family, task), family.promise, family.codes, family.constants,
+                        family.layout)
 
 
 def resolve_codes(N: int, codes: Codes | str, D: int | None, rng, integer: bool) -> Codes:
@@ -88,15 +114,34 @@ def resolve_codes(N: int, codes: Codes | str, D: int | None, rng, integer: bool)
     return make_codes(codes, N, D, rng, scale="integer" if integer else "unit")
 
 
-def _meta(construction: str, task: Task, codes: Codes, layout: Layout, **constants) -> dict:
-    return {"construction": construction, "attributes": task.attributes, "codes": codes.kind, "D": codes.D,
+def _meta(construction: str, attributes: str, codes: Codes, layout: Layout, **constants) -> dict:
+    return {"construction": construction, "attributes": attributes, "codes": codes.kind, "D": codes.D,
             "layout": layout.as_dict(), **constants}
 
 
-def build_g1(
-    task: Task,
+def _n_answers(N: int, R: int, attributes: str) -> int:
+    if attributes not in ("shared", "disjoint"):
+        raise InputError(f"attributes must be 'shared' or 'disjoint', got {attributes!r}")
+    return N * R if attributes == "disjoint" else N
+
+
+def build_g1(task: Task, codes: Codes | str = "binary", **options) -> Construction:
+    """G1 on ``task``: ``assemble(g1_family(task.N, task.R, codes, attributes=task.attributes, ...), task)``
+    (:func:`g1_family` states the construction; options as there).
+
+    Returns
+    -------
+    Construction
+    """
+    return assemble(g1_family(task.N, task.R, codes, attributes=task.attributes, **options), task)
+
+
+def g1_family(
+    N: int,
+    R: int,
     codes: Codes | str = "binary",
     *,
+    attributes: str = "shared",
     D: int | None = None,
     gate: float | None = None,
     lam: float = 1.0,
@@ -126,12 +171,17 @@ def build_g1(
     ``γ = c1|a|²(1 − μ)/(c2·G)``; the open gate adds ``λ·γ·c2·G`` to the asked relation's answers only, so the
     margin is the same (``relation_tagged_readout``).
 
+    The family is built without a task: the entity table is left out (:class:`~georecall.constructions.
+    encoding.Family`); :func:`build_g1` / :func:`assemble` add ``E[s] = Σ_r J_{B_r} a_{π_r(s)}``.
+
     Parameters
     ----------
-    task : Task
-        The facts (shared or disjoint attributes).
+    N, R : int
+        Entities and relations.
     codes : {"binary", "sign", "gaussian"} or Codes
         The codebook, or its kind.
+    attributes : {"shared", "disjoint"}
+        The answer ids' variant.
     D : int, optional
         Code length (default: ``⌈log2 N⌉`` binary, the high-probability length otherwise).
     gate : float, optional
@@ -148,9 +198,9 @@ def build_g1(
 
     Returns
     -------
-    Construction
-        The model, its promise (:func:`~georecall.theory.statements.g1_promise`), codes, constants and
-        layout.
+    Family
+        The model without its entity table, its promise (:func:`~georecall.theory.statements.g1_promise`),
+        codes, constants, layout and encoding (:data:`G1_ENCODING`).
 
     Raises
     ------
@@ -160,7 +210,7 @@ def build_g1(
     InputError
         A codebook with fewer than N codes, or one that contradicts D or integer mode.
     """
-    N, R = task.N, task.R
+    n_answers = _n_answers(N, R, attributes)
     codes = resolve_codes(N, codes, D, rng, integer)
     D = codes.D
     c1, c2 = attention_constants(gain)
@@ -172,7 +222,7 @@ def build_g1(
             f"the gated pre-activation σ·c1·a_i + c2·G − c2·G without absorbing a_i (rounding u·c2·G <= "
             f"2^-27·c1·max|a|); got c2·G = {c2 * gate:.4g} > {GATE_RANGE * c1 * codes.max_abs:.4g}")
     promise = g1_promise(N, R, D, gap=codes.gap, distinct=(codes.distinct_lhs, codes.distinct_rhs),
-                         max_abs=codes.max_abs, gate=gate, lam=lam, gain=gain, n_out=task.n_answers,
+                         max_abs=codes.max_abs, gate=gate, lam=lam, gain=gain, n_out=n_answers,
                          norm_sq=codes.norm_sq).require()
     if integer and not (codes.integer and float(gate).is_integer() and float(lam).is_integer()
                         and float(gain).is_integer() and gain % 2 == 0):
@@ -184,11 +234,11 @@ def build_g1(
     out = layout.add("out", D)
     d = layout.d
 
-    E = block_superposition(codes, task.table, blocks, d)  # e_s = Σ_r J_{B_r} a_{π_r(s)}
+    E = np.zeros((0, d))  # the declared table, left out: the task adds e_s = Σ_r J_{B_r} a_{π_r(s)}
     Q = np.zeros((R, d))
     Q[np.arange(R), gates] = gate
     mlp = gated_selector(d, blocks, [gates], out, c2 * gate)
-    if task.attributes == "disjoint":  # the open gate (value c2·G) tags the asked relation
+    if attributes == "disjoint":  # the open gate (value c2·G) tags the asked relation
         gamma = c1 * codes.gap / (c2 * gate)
         readout = relation_tagged_readout(codes, N, R, d, out, gates, lam,
                                           math.ceil(gamma) if integer else gamma)
@@ -197,14 +247,27 @@ def build_g1(
     constants = {"gate": gate, "lambda": lam, "gain": gain, "c1": c1, "c2": c2}
     model = Model(entity_embedding=E, relation_embedding=Q, **readout,
                   layers=(Layer(uniform_gain_attention(d, gain), mlp),),
-                  meta=_meta("G1", task, codes, layout, integer=integer, **constants))
-    return Construction(model, promise, codes, constants, layout)
+                  meta=_meta("G1", attributes, codes, layout, integer=integer, **constants))
+    return Family(model, promise, codes, constants, layout, G1_ENCODING, N, R, 1, attributes)
 
 
-def build_a1(
-    task: Task,
+def build_a1(task: Task, codes: Codes | str = "binary", **options) -> Construction:
+    """A1 on ``task``: ``assemble(a1_family(task.N, task.R, codes, attributes=task.attributes, ...), task)``
+    (:func:`a1_family` states the construction; options as there).
+
+    Returns
+    -------
+    Construction
+    """
+    return assemble(a1_family(task.N, task.R, codes, attributes=task.attributes, **options), task)
+
+
+def a1_family(
+    N: int,
+    R: int,
     codes: Codes | str = "binary",
     *,
+    attributes: str = "shared",
     D: int | None = None,
     lam: float = 1.0,
     gain: float = 2.0,
@@ -225,14 +288,19 @@ def build_a1(
     when the codes are distinct. With ±1 codes and g = 2, ``h* = 2(|a|² − max_{i≠j}<a_i, a_j>)`` is an
     integer.
 
+    The family is built without a task: W2 is zero on O (:class:`~georecall.constructions.encoding.Family`);
+    :func:`build_a1` / :func:`assemble` write ``a_{π_r(s)}`` into unit ``(s, r)``'s row there.
+
     Parameters
     ----------
-    task : Task
-        The facts (shared or disjoint attributes).
+    N, R : int
+        Entities and relations.
     codes : {"binary", "sign", "gaussian"} or Codes
         The codebook, or its kind.
+    attributes : {"shared", "disjoint"}
+        The answer ids' variant.
     D : int, optional
-        Code length (default as in :func:`build_g1`).
+        Code length (default as in :func:`g1_family`).
     lam : float
         The read-out scale λ.
     gain : float
@@ -244,9 +312,9 @@ def build_a1(
 
     Returns
     -------
-    Construction
-        The model, its promise (:func:`~georecall.theory.statements.a1_promise`), codes, constants and
-        layout.
+    Family
+        The model with W2 zero on O, its promise (:func:`~georecall.theory.statements.a1_promise`), codes,
+        constants, layout and encoding (:data:`A1_ENCODING`).
 
     Raises
     ------
@@ -255,12 +323,12 @@ def build_a1(
     InputError
         A codebook with fewer than N codes, or one that contradicts D or integer mode.
     """
-    N, R = task.N, task.R
+    n_answers = _n_answers(N, R, attributes)
     codes = resolve_codes(N, codes, D, rng, integer)
     D = codes.D
     c1, c2 = attention_constants(gain)
     promise = a1_promise(N, R, D, gap=codes.gap, distinct=(codes.distinct_lhs, codes.distinct_rhs), lam=lam,
-                         gain=gain, n_out=task.n_answers, norm_sq=codes.norm_sq).require()
+                         gain=gain, n_out=n_answers, norm_sq=codes.norm_sq).require()
     integral = float(lam).is_integer() and float(gain).is_integer() and gain % 2 == 0
     if integer and not (codes.integer and integral):
         raise ConditionError("integer mode needs ±1 codes, integer λ and an even gain g")
@@ -280,9 +348,8 @@ def build_a1(
     W1 = np.zeros((d, m))
     W1[S, :] = np.tile(codes.vectors[:N].T, (1, R))
     W1[rel[:, None], np.arange(m).reshape(R, N)] = kappa
-    W2 = np.zeros((m, d))
-    W2[:, out] = codes.vectors[task.table.reshape(-1)]
-    if task.attributes == "disjoint":  # the relation coordinate (value c2) tags the asked relation
+    W2 = np.zeros((m, d))  # the declared rows (unit r·N + s writes a_{π_r(s)} on O) are left to the task
+    if attributes == "disjoint":  # the relation coordinate (value c2) tags the asked relation
         readout = relation_tagged_readout(codes, N, R, d, out, rel, lam, c1 * gap * gap / c2)
     else:
         readout = code_readout(codes, N, d, out, lam)
@@ -300,6 +367,6 @@ def build_a1(
         relation_embedding=Q,
         **readout,
         layers=(Layer(uniform_gain_attention(d, gain), MLP(W1, np.full(m, -theta), W2, np.zeros(d))),),
-        meta=_meta("A1", task, codes, layout, integer=integer, **constants),
+        meta=_meta("A1", attributes, codes, layout, integer=integer, **constants),
     )
-    return Construction(model, promise, codes, constants, layout)
+    return Family(model, promise, codes, constants, layout, A1_ENCODING, N, R, 1, attributes)

@@ -10,27 +10,29 @@ attention with gain g = 2 the MLP sees ``y = 2·e_s + q_r``; a unit of an unaske
 provided G > 2 and λ > 0. It is the "lookup table" end of the design space: d linear in N, where G1 with
 binary codes needs ⌈log2 N⌉.
 
-Check it from the command line (the current directory must contain ``examples/``):
+The spec gives a *family*: everything but the entity table, built without ever seeing a task, and declares
+how the task enters (``task_encoding``: ``E[s, B_r] = a_{π_r(s)}``). georecall assembles ``F ⊕ enc(π)``
+itself, so ``check`` (one task) and ``certify`` (every task) speak of the same object.
+
+Check it on one task, or certify it for every task, from the command line (the current directory must
+contain ``examples/``):
 
     georecall check single-hop --construction examples/my_construction.py:SPEC --N 64 --R 3
+    georecall certify single-hop --construction examples/my_construction.py:SPEC --N 64 --R 3
     georecall check single-hop --construction examples.my_construction:SPEC --N 64 --R 3 --json
 
-or in Python: ``run_check(SPEC, N, R)`` (``georecall.verify.checking.run``), as ``__main__`` below does.
+or in Python: ``run_check(SPEC, N, R)`` (``georecall.verify.checking.run``) and ``certify(SPEC, N, R)``
+(``georecall.verify.checking.certify``), as ``__main__`` below does.
 """
 
 import numpy as np
 
 from georecall.constructions.codes import Codes
+from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import Layer, Model
-from georecall.constructions.parts import (
-    block_superposition,
-    code_readout,
-    gated_selector,
-    uniform_gain_attention,
-)
+from georecall.constructions.parts import code_readout, gated_selector, uniform_gain_attention
 from georecall.constructions.registry import ConstructionSpec
-from georecall.constructions.single_hop import Construction
 from georecall.errors import ConditionError
 from georecall.theory.statements import Condition, Promise, one_layer_params
 
@@ -54,18 +56,23 @@ def one_hot_promise(N: int, R: int, *, gate: float = 4.0, lam: float = 1.0) -> P
     )
 
 
-def build_one_hot(task, k: int = 1, *, lam: float = 1.0, gate: float = 4.0, rng=None) -> Construction:
-    """OH1 on ``task`` (single hop). Takes no code kind or length: its codes are one-hot by definition, so its
+ENCODING = TaskEncoding("relations", "blocks", "single")  # E[s, B_r] = a_{π_r(s)}: G1's superposition
+
+
+def one_hot_family(N: int, R: int, k: int = 1, *, attributes: str = "shared", lam: float = 1.0,
+                   gate: float = 4.0, rng=None) -> Family:
+    """OH1 without a task (single hop): every field but the entity table, which georecall adds from the
+    task as ``ENCODING`` declares. Takes no code kind or length: its codes are one-hot by definition, so its
     spec declares only ``lam`` among the common options (``--codes`` and ``--D`` are refused, exit 2).
 
     Raises
     ------
     ConditionError
-        Outside its conditions (k != 1, G <= 2, λ <= 0): the command line reports it in one line, exit 2.
+        Outside its conditions (k != 1, G <= 2, λ <= 0, disjoint attributes): the command line reports it
+        in one line, exit 2.
     """
-    if k != 1:
-        raise ConditionError(f"OH1 is single-hop: k = 1 required, got k = {k}")
-    N, R = task.N, task.R
+    if k != 1 or attributes != "shared":
+        raise ConditionError(f"OH1 is single-hop with shared attributes: got k = {k}, {attributes}")
     promise = one_hot_promise(N, R, gate=gate, lam=lam).require()
     one_hot = Codes(
         "one-hot",
@@ -81,33 +88,35 @@ def build_one_hot(task, k: int = 1, *, lam: float = 1.0, gate: float = 4.0, rng=
     )
     layout = Layout()
     blocks, gates, out = layout.add("blocks", R, N), layout.add("gates", R), layout.add("out", N)
-    E = block_superposition(one_hot, task.table, blocks, layout.d)
     Q = np.zeros((R, layout.d))
     Q[np.arange(R), gates] = gate
     mlp = gated_selector(layout.d, blocks, [gates], out, gate)  # c2·G with c2 = 1
     model = Model(
-        E,
+        np.zeros((0, layout.d)),  # the entity table: left to the task (ENCODING)
         Q,
         layers=(Layer(uniform_gain_attention(layout.d, 2.0), mlp),),
         meta={"construction": "OH1", "layout": layout.as_dict()},
         **code_readout(one_hot, N, layout.d, out, lam),  # U_j = λ·a_j on `out`, stored compactly
     )
-    return Construction(model, promise, one_hot, {"gate": gate, "lambda": lam}, layout)
+    return Family(model, promise, one_hot, {"gate": gate, "lambda": lam}, layout, ENCODING, N, R)
 
 
 SPEC = ConstructionSpec(
     "OH1",
     "one-hot",
     "one-hot G1: a lookup-table subject embedding (user-defined example)",
-    build_one_hot,
+    None,  # no builder of a task: check builds the family assembled on the task, F ⊕ enc(π)
     lambda N, R, k=1: one_hot_promise(N, R),
     options={"gate"},
     common={"lam"},  # of the common options (codes, D, lam) only the read-out scale: its codes are one-hot
     verify_cases=({"N": 64, "R": 3},),
+    task_encoding=ENCODING,
+    family=one_hot_family,
 )
 
 
 if __name__ == "__main__":
+    from georecall.verify.checking.certify import certify
     from georecall.verify.checking.run import run_check
 
     report = run_check(SPEC, 64, 3, seed=0)
@@ -117,3 +126,7 @@ if __name__ == "__main__":
         f"(promised {report.promise.margin:g}) -> {'PASS' if report.passed else 'FAIL'}"
     )
     assert report.passed
+    every = certify(SPEC, 64, 3, seed=0)
+    print(f"{every.name}: {every.verdict} for every task, min margin {every.min_margin:g} (allowance "
+          f"{every.allowance:.2g})")
+    assert every.verdict == "CERTIFIED"

@@ -31,6 +31,7 @@ a certified float margin is ``min − allowance``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import sys
@@ -43,10 +44,26 @@ import numpy as np
 
 from georecall import memory
 from georecall.constructions import registry
-from georecall.constructions.encoding import TaskEncoding, recording
-from georecall.constructions.model import EXACT_INTEGER_LIMIT, Model, forward, integer_bounds, iter_chunks
+from georecall.constructions.encoding import (
+    Family,
+    FamilyError,
+    TaskEncoding,
+    assemble_model,
+    validate_family,
+)
+from georecall.constructions.model import (
+    EXACT_INTEGER_LIMIT,
+    MLP,
+    Layer,
+    Model,
+    forward,
+    forward_fields,
+    forward_fingerprint,
+    integer_bounds,
+    iter_chunks,
+)
 from georecall.constructions.single_hop import Construction
-from georecall.errors import ConditionError, InputError
+from georecall.errors import InputError
 from georecall.memory import Budget, as_budget
 from georecall.theory import seeds
 from georecall.theory.statements import Promise
@@ -64,10 +81,14 @@ __all__ = [
     "certify",
     "certify_built",
     "certify_model",
-    "check_declaration",
+    "certify_steps",
+    "check_family",
     "declaration_tasks",
+    "family_fingerprint",
+    "family_of_builder",
     "float_allowance",
     "realize",
+    "without_declared",
 ]
 
 VERDICTS = ("CERTIFIED", "REFUTED", "UNKNOWN")
@@ -78,8 +99,9 @@ UNIT = -1  # the "position" of a slot that is an MLP unit's row (facts in W2: A1
 W2_ARRAY = "layers.0.mlp.W2"
 
 
-class DeclarationError(ConditionError):
-    """The construction's declared task encoding is not what its builder does: refused, never certified."""
+class DeclarationError(FamilyError):
+    """The construction's declared task encoding is not what its builder (or family) does: refused, never
+    certified."""
 
 
 # ------------------------------------------------------------------------------------- the declaration
@@ -134,12 +156,13 @@ def declaration_tasks(N: int, R: int, seed: int, *, attributes: str = "shared",
             *structured]
 
 
-def _declared_entity_check(model: Model, encoding: TaskEncoding, answers: np.ndarray, blocks: np.ndarray,
-                           vectors: np.ndarray) -> str:
+def _declared_entity_check(model: Model, answers: np.ndarray, blocks: np.ndarray, vectors: np.ndarray) -> str:
     """Compare a formed entity table with the declared superposition, in row blocks; '' or the first
     difference."""
     E = model.entity_embedding
     N, d = E.shape
+    if N != answers.shape[1]:
+        return f"the entity table has {N} rows, the task {answers.shape[1]} entities"
     used = np.zeros(d, dtype=bool)
     used[blocks.reshape(-1)] = True
     rows = max(1, 2**21 // (8 * max(1, d)))
@@ -154,17 +177,27 @@ def _declared_entity_check(model: Model, encoding: TaskEncoding, answers: np.nda
     return ""
 
 
+def _code_options(codes, D) -> dict:
+    """``codes`` and ``D`` as builder options, each only when given (a spec that does not take them is never
+    passed them)."""
+    return {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
+
+
 def _build(spec, task: Task, k: int, codes, D: int | None, seed: int, options: dict) -> Construction:
     """``spec.build`` as ``check`` calls it: code options only when given, the codes stream of the seed."""
-    code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
-    return spec.build(task, k, rng=seeds.rng(seed, "codes"), **code_options, **options)
+    return spec.build(task, k, rng=seeds.rng(seed, "codes"), **_code_options(codes, D), **options)
 
 
-def _declared_rows_check(model: Model, out: np.ndarray, answers: np.ndarray, vectors: np.ndarray,
-                         superposed: bool) -> str:
+def _family(spec, N: int, R: int, k: int, codes, D: int | None, seed: int, options: dict,
+            attributes: str) -> Family:
+    """``spec.family`` as ``check`` reaches it (through ``spec.build = family_build(spec.family)``): the same
+    options and codes stream, and no task."""
+    return spec.family(N, R, k, attributes=attributes, rng=seeds.rng(seed, "codes"),
+                       **_code_options(codes, D), **options)
+
+
+def _declared_rows_check(model: Model, out: np.ndarray, answers: np.ndarray, vectors: np.ndarray) -> str:
     """Compare W2's declared columns with the codes of the units' answers; '' or the difference."""
-    if superposed:
-        return "it builds a block-superposed entity table but declares its facts in W2"
     if len(model.layers) != 1 or model.layers[0].mlp is None:
         return "facts declared in W2 need one layer with an MLP"
     W2 = model.layers[0].mlp.W2
@@ -176,118 +209,187 @@ def _declared_rows_check(model: Model, out: np.ndarray, answers: np.ndarray, vec
     return ""
 
 
-def check_declaration(spec, N: int, R: int, k: int, *, codes: str = "binary", D: int | None = None,
-                      options: dict | None = None, seed: int = 0, attributes: str = "shared",
-                      symmetric: bool = False) -> tuple[Construction, dict]:
-    """Build ``spec`` on :func:`declaration_tasks` and check its declared task encoding exactly.
+def without_declared(model: Model, encoding: TaskEncoding, blocks: np.ndarray) -> Model:
+    """``model`` with its declared table removed, as a :class:`Family` holds it: a declared entity table
+    leaves zero rows; declared W2 rows leave W2 zero on the declared columns.
 
-    Inside ``constructions.encoding.recording()`` the shared part ``block_superposition`` records its
-    arguments and returns zeros, so no N × d table is formed; a builder that forms its entity table another
-    way has it compared with the declared formula row block by row block.
+    Parameters
+    ----------
+    model : Model
+    encoding : TaskEncoding
+    blocks : numpy.ndarray
+        The declared coordinates.
+
+    Returns
+    -------
+    Model
+    """
+    if encoding.array == "entity_embedding":
+        return dataclasses.replace(model, entity_embedding=np.zeros((0, model.d)))
+    mlp = model.layers[0].mlp
+    assert mlp is not None
+    W2 = np.array(mlp.W2)
+    W2[:, blocks] = 0.0
+    return dataclasses.replace(model, layers=(Layer(model.layers[0].attention,
+                                                    MLP(mlp.W1, mlp.b1, W2, mlp.b2)),))
+
+
+def _same_fields(a: Model, b: Model) -> str:
+    """'' when the two models agree exactly on every field THE forward pass reads (``FORWARD_FIELDS``), else
+    the first field that differs."""
+    fa, fb = forward_fields(a), forward_fields(b)
+    if fa.keys() != fb.keys():
+        return f"the fields {sorted(set(fa) ^ set(fb))}"
+    for name, x in fa.items():
+        y = fb[name]
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.shape == y.shape
+                    and x.dtype == y.dtype and np.array_equal(x, y)):
+                return name
+        elif type(x) is not type(y) or repr(x) != repr(y):  # floats by their exact repr, never by tolerance
+            return name
+    return ""
+
+
+def family_of_builder(spec, N: int, R: int, k: int, *, codes: str | None = None, D: int | None = None,
+                      options: dict | None = None, seed: int = 0, attributes: str = "shared",
+                      symmetric: bool = False) -> tuple[Family, dict]:
+    """For a spec whose builder takes the task (no ``family``): the family georecall assembles from its build
+    on the first of :func:`declaration_tasks`, and what was checked of the builder on those tasks.
+
+    On each task the declared table is compared with the declaration's formula, and every other field THE
+    forward pass reads (``constructions.model.FORWARD_FIELDS``: arrays with their dtypes, read-out columns,
+    attention kinds and temperatures), the codebook and the promise with the first build's, exactly. This
+    establishes that the builder equals the family ``F ⊕ enc(π)`` **on these tasks only**: a builder can
+    differ on a task never built, so certify never calls such a builder CERTIFIED.
 
     Parameters
     ----------
     spec : ConstructionSpec
-        With a ``task_encoding``.
+        With a ``task_encoding`` and a ``build``.
     N, R, k : int
         Sizes.
     codes, D, options, seed, attributes, symmetric
-        As for ``georecall check`` (``options`` are the builder's own).
+        As for ``georecall check`` (``options`` are the builder's own; codes and D passed only when given).
 
     Returns
     -------
-    (Construction, dict)
-        The construction built on the first of :func:`declaration_tasks` (THE seeded task, or above
-        N·R = 2^22 the cyclic shifts; its entity table zeros when recorded) and a record of what was
-        compared.
+    (Family, dict)
+        The family (F from the first build) and a record of what was compared.
 
     Raises
     ------
     DeclarationError
-        The entity table is not the declared superposition, or some other array differs between tasks.
-    InputError
-        The spec declares no task encoding, or the builder refuses the options (as for ``check``).
+        On a built task the declared table is not the declared formula, or another field, the codebook or the
+        promise differs between tasks.
     """
     encoding: TaskEncoding | None = spec.task_encoding
     if encoding is None:
         raise InputError(f"{spec.label} declares no task encoding")
     options = dict(options or {})
-    built_first: Construction | None = None
-    reference: dict[str, np.ndarray] = {}
     tasks = declaration_tasks(N, R, seed, attributes=attributes, symmetric=symmetric)
-    distinct = len({t.table.tobytes() for t in tasks})
-    how = set()
+    first: Construction | None = None
+    fixed: Model | None = None
     for i, task in enumerate(tasks):
-        with recording() as calls:
-            # After the first build its codebook is passed on (builders take a Codes; a random codebook is a
-            # function of the seed, not of the task): drawn once; the comparison below still checks it.
-            given = codes if built_first is None else built_first.codes
-            try:
-                built = _build(spec, task, k, given, None if given is not codes else D, seed, options)
-            except (TypeError, InputError):
-                if given is codes:
-                    raise
-                built = _build(spec, task, k, codes, D, seed, options)
+        built = _build(spec, task, k, codes, D, seed, options)
         layout = built.layout
         if layout is None or encoding.blocks not in layout:
             raise DeclarationError(f"{spec.label}: its layout has no block {encoding.blocks!r} (declared)")
         blocks = np.asarray(layout[encoding.blocks])
         answers = np.asarray(encoding.answers(task, k))
         vectors = built.codes.vectors
-        model = built.model
         if encoding.array == W2_ARRAY:
-            why = _declared_rows_check(model, blocks, answers.reshape(-1), vectors, bool(calls))
-            if why:
-                raise DeclarationError(f"{spec.label}: {why}")
-            how.add("W2 rows compared with the declared formula")
-            arrays = {name: a for name, a in model.arrays().items() if name != encoding.array}
-            W2_rest = np.array(model.layers[0].mlp.W2)  # type: ignore[union-attr]
-            W2_rest[:, blocks] = 0.0
-            arrays["W2 off the declared columns"] = W2_rest
+            why = _declared_rows_check(built.model, blocks, answers.reshape(-1), vectors)
         elif blocks.ndim != 2 or blocks.shape[0] != answers.shape[0]:
-            raise DeclarationError(f"{spec.label}: declared block {encoding.blocks!r} has shape "
-                                   f"{blocks.shape}, but the declared slots number {answers.shape[0]}")
-        elif np.unique(blocks).size != blocks.size:
-            raise DeclarationError(f"{spec.label}: declared blocks overlap")
-        elif calls:
-            if len(calls) != 1 or model.entity_embedding is not calls[0].result:
-                raise DeclarationError(f"{spec.label}: the entity table is not the one block superposition "
-                                       "declared (several superpositions, or the table was changed after it)")
-            call = calls[0]
-            if not (call.answers.shape == answers.shape and np.array_equal(call.answers, answers)):
-                raise DeclarationError(f"{spec.label}: its superposition stores other answers than the "
-                                       f"declared {encoding.slots!r} slots (task {i})")
-            if not np.array_equal(call.blocks, blocks):
-                raise DeclarationError(f"{spec.label}: its superposition writes other coordinates than block "
-                                       f"{encoding.blocks!r}")
-            if not (call.vectors is vectors or np.array_equal(call.vectors, vectors)):
-                raise DeclarationError(f"{spec.label}: its superposition uses another codebook than its own")
-            how.add("recorded superposition")
+            why = (f"declared block {encoding.blocks!r} has shape {blocks.shape}, but the declared slots "
+                   f"number {answers.shape[0]}")
         else:
-            why = _declared_entity_check(model, encoding, answers, blocks, vectors)
-            if why:
-                raise DeclarationError(f"{spec.label}: the entity table is not the declared encoding: {why}")
-            how.add("entity table compared with the declared formula")
-        if encoding.array != W2_ARRAY:
-            arrays = {name: a for name, a in model.arrays().items() if name != encoding.array}
-        arrays["codes"] = vectors
-        if i == 0:
-            built_first, reference = built, arrays
+            why = _declared_entity_check(built.model, answers, blocks, vectors)
+            why = why and f"the entity table is not the declared encoding: {why}"
+        if why:
+            raise DeclarationError(f"{spec.label}: on task {i}: {why}")
+        rest = without_declared(built.model, encoding, blocks)
+        if first is None or fixed is None:
+            first, fixed = built, rest
             continue
-        if set(arrays) != set(reference):
-            raise DeclarationError(f"{spec.label}: the model's arrays differ between tasks: "
-                                   f"{sorted(set(arrays) ^ set(reference))}")
-        for name, array in arrays.items():
-            ref = reference[name]
-            if array.shape != ref.shape or not np.array_equal(array, ref):
-                raise DeclarationError(f"{spec.label}: array {name} depends on the task (differs between "
-                                       f"task 0 and task {i}) but is not declared")
-        if built.promise.as_dict() != built_first.promise.as_dict():  # type: ignore[union-attr]
+        differs = _same_fields(rest, fixed)
+        if differs:
+            raise DeclarationError(f"{spec.label}: {differs} depends on the task (differs between task 0 and "
+                                   f"task {i}) but is not declared")
+        if not (built.codes.vectors.shape == first.codes.vectors.shape
+                and np.array_equal(built.codes.vectors, first.codes.vectors)):
+            raise DeclarationError(f"{spec.label}: its codebook depends on the task")
+        if not np.array_equal(blocks, np.asarray(first.layout[encoding.blocks])):  # type: ignore[index]
+            raise DeclarationError(f"{spec.label}: its declared block depends on the task")
+        if built.promise.as_dict() != first.promise.as_dict():
             raise DeclarationError(f"{spec.label}: its promise depends on the task")
-    record = {"encoding": encoding.as_dict(), "tasks_built": len(tasks), "distinct_tasks": distinct,
-              "arrays_compared": sorted(reference), "how": sorted(how)}
-    assert built_first is not None  # declaration_tasks returns at least one task
-    return built_first, record
+    assert first is not None and fixed is not None and first.layout is not None
+    family = Family(fixed, first.promise, first.codes, first.constants, first.layout, encoding, N, R, k,
+                    attributes)
+    try:
+        validate_family(family)
+    except FamilyError as exc:
+        raise DeclarationError(f"{spec.label}: {exc}") from None
+    record = {"object": "the family F ⊕ enc(π), F from the builder's build on task 0",
+              "tasks_built": len(tasks), "distinct_tasks": len({t.table.tobytes() for t in tasks}),
+              "fields_compared": sorted(forward_fields(fixed)),
+              "builder": f"equals the family on the {len(tasks)} tasks built (every field the forward pass "
+                         "reads); nothing is established on any other task"}
+    return family, record
+
+
+def check_family(spec, family: Family) -> dict:
+    """Check, exactly, what the certificate assumes of a spec's family (``encoding.validate_family``'s F1–F5)
+    and that it declares the spec's own encoding.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+    family : Family
+
+    Returns
+    -------
+    dict
+        The record of what was checked.
+
+    Raises
+    ------
+    DeclarationError
+        An assumption fails (named).
+    """
+    try:
+        validate_family(family)
+    except FamilyError as exc:
+        raise DeclarationError(f"{spec.label}: {exc}") from None
+    if family.encoding != spec.task_encoding:
+        raise DeclarationError(f"{spec.label}: its family declares {family.encoding.as_dict()}, the spec "
+                               f"{None if spec.task_encoding is None else spec.task_encoding.as_dict()}")
+    return {"object": "the family F ⊕ enc(π), F from a build that never saw a task", "tasks_built": 0,
+            "checked": ["F1 declared table absent from F", "F2 declared block shape", "F3 codebook",
+                        "F4 sizes", "F5 query kind", "encoding = the spec's"],
+            "fingerprint": family_fingerprint(family)}
+
+
+def family_fingerprint(family: Family) -> str:
+    """A SHA-256 of everything a family contributes to ``F ⊕ enc(π)``: every field THE forward pass reads
+    (``model.forward_fingerprint``), the codebook, the declared coordinates, the encoding and the sizes.
+
+    Parameters
+    ----------
+    family : Family
+
+    Returns
+    -------
+    str
+    """
+    digest = hashlib.sha256(forward_fingerprint(family.model).encode())
+    for array in (np.ascontiguousarray(family.codes.vectors),
+                  np.ascontiguousarray(family.layout[family.encoding.blocks])):
+        digest.update(repr((array.shape, array.dtype.str)).encode())
+        digest.update(array.tobytes())
+    digest.update(repr((family.encoding.as_dict(), family.N, family.R, family.k, family.attributes,
+                        family.promise.as_dict())).encode())
+    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------ the verdict
@@ -316,6 +418,7 @@ class Certificate:
     declaration: dict = field(default_factory=dict)
     seconds: float = 0.0
     confirmation: dict | None = None
+    family_verdict: str | None = None  # the verdict on the assembled family (== verdict for a family spec)
 
     @property
     def passed(self) -> bool:
@@ -330,7 +433,7 @@ class Certificate:
                 "query_types": self.query_types, "points": self.points, "units_shut": self.units_shut,
                 "units_enumerated": self.units_enumerated, "argmin": self.argmin, "witness": self.witness,
                 "reasons": self.reasons, "declaration": self.declaration, "seconds": round(self.seconds, 4),
-                "confirmation": self.confirmation}
+                "confirmation": self.confirmation, "family_verdict": self.family_verdict}
 
 
 # --------------------------------------------------------------------------------------- query types
@@ -388,12 +491,17 @@ class _Pieces:
         self.cmax, self.cmin = vectors.max(axis=0), vectors.min(axis=0)
         self.Q = model.relation_embedding.astype(np.float64)
         self._cache: dict[int, dict] = {}
+        self.weight_error: dict[int, float] = {}  # per T: relative rounding of the softmax weights
         supp = np.zeros(model.d, dtype=bool)
         supp[blocks.reshape(-1)] = True
         supp |= np.any(model.relation_embedding != 0, axis=0)
         self.token_support = np.flatnonzero(supp)
 
     def weights(self, T: int) -> np.ndarray:
+        """The heads' weights at the read position T − 1 of a T-token query. Scores read positions only
+        (checked exactly); they are computed as exact rationals of the stored floats, so hard attention's
+        maximal positions are decided exactly (never ``==`` on floats); softmax weights are float64 values of
+        the exact scores, their rounding bounded in :attr:`weight_error`."""
         att = self.att
         if att is None:
             return np.zeros((0, T))
@@ -402,19 +510,27 @@ class _Pieces:
         assert att.W_Q is not None and att.W_K is not None
         P = self.model.position_embedding
         out = np.empty((att.heads, T))
+        error = 0.0
         for h in range(att.heads):
             for name, W in (("W_Q", att.W_Q[h]), ("W_K", att.W_K[h])):
                 if np.any(W[self.token_support] != 0):
                     raise _Unsupported(f"{att.kind} attention: {name}[{h}] reads coordinates that tokens "
                                        "use, so its weights depend on the task")
-            scores = np.zeros(T) if P is None else att.inverse_temperature * (
-                (P[:T].astype(np.float64) @ att.W_K[h]) @ (P[T - 1].astype(np.float64) @ att.W_Q[h]))
-            if att.kind == "softmax":
-                e = np.exp(scores - scores.max())
-                out[h] = e / e.sum()
-            else:
-                top = (scores == scores.max()).astype(np.float64)
-                out[h] = top / top.sum()
+            scores = [Fraction(0)] * T if P is None else _exact_scores(P, att.W_Q[h], att.W_K[h],
+                                                                       att.inverse_temperature, T)
+            if att.kind == "hard":
+                top = max(scores)
+                hits = np.array([score == top for score in scores], dtype=np.float64)
+                out[h] = hits / hits.sum()
+                continue
+            rounded = np.array([float(score) for score in scores])  # each within u·|score|
+            e = np.exp(rounded - rounded.max())
+            out[h] = e / e.sum()
+            # relative error of each weight: the scores' rounding (u·|s| each, twice through the difference)
+            # through exp, exp's and the normalization's own rounding (docs/theory.md)
+            spread = 2 * 2.0**-53 * float(np.abs(rounded).max(initial=0.0)) * (1 + 2.0**-50)
+            error = max(error, 2 * math.expm1(spread + 4 * 2.0**-53) + (T + 4) * 2.0**-52)
+        self.weight_error[T] = error
         return out
 
     def at(self, T: int) -> dict:
@@ -427,7 +543,7 @@ class _Pieces:
         scale = 1
         if self.integer and att is not None:
             if att.kind != "uniform":
-                raise InputError(f"integer mode needs uniform attention, not {att.kind} (use float mode)")
+                raise InputError(f"integer mode needs uniform attention, not {att.kind} (use --float)")
             scale = T
         W1 = mlp.W1.astype(np.float64) if mlp is not None else np.zeros((d, 0))
         P = model.position_embedding
@@ -444,14 +560,17 @@ class _Pieces:
                 Cu[np.arange(d), np.arange(d)] += scale
             CW1 = Cu @ W1
             Cread = Cu[:, self.cols]
+            # which units / read-out columns read a slot: from |C_u|·|W1| (a sum of nonnegative terms is zero
+            # only when every term is: no float cancellation can hide a dependence)
+            reads = (np.abs(Cu) @ np.abs(W1))[self.blocks]
             piece = {"rel_pre": self.Q @ CW1, "rel_read": self.Q @ Cread,
                      "pos_pre": np.zeros(W1.shape[1]) if P is None else P[u].astype(np.float64) @ CW1,
                      "pos_read": np.zeros(self.cols.size) if P is None else P[u].astype(np.float64) @ Cread,
                      "G": CW1[self.blocks],  # (P, D, m)
                      "H": Cread[self.blocks]}  # (P, D, c)
             piece["hi"], piece["lo"] = self._extremes(piece["G"])
-            piece["G_any"] = np.any(piece["G"] != 0, axis=1)  # (P, m): which units read slot b here
-            piece["H_any"] = np.any(piece["H"] != 0, axis=(1, 2))  # (P,)
+            piece["G_any"] = np.any(reads != 0, axis=1)  # (P, m): which units read slot b here
+            piece["H_any"] = np.any(np.abs(Cu)[:, self.cols][self.blocks] != 0, axis=(1, 2))  # (P,)
             per_u.append(piece)
         out = {"scale": scale, "weights": w, "u": per_u}
         self._cache[T] = out
@@ -482,6 +601,26 @@ class _Pieces:
                 bottom = np.minimum(bottom, prod.min(axis=0))
             hi[b, units], lo[b, units] = top, bottom
         return hi, lo
+
+
+def _exact_scores(P: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray, beta: float, T: int) -> list[Fraction]:
+    """``β·<P[u] W_K, P[T−1] W_Q>`` for u < T as exact rationals of the stored floats (only nonzero entries
+    enter: the positional heads' P and W are one-hot)."""
+    def row(vector: np.ndarray, W: np.ndarray) -> dict[int, Fraction]:
+        out: dict[int, Fraction] = {}
+        for i in np.flatnonzero(vector):
+            scale = Fraction(float(vector[i]))
+            for c in np.flatnonzero(W[i]):
+                out[int(c)] = out.get(int(c), Fraction(0)) + scale * Fraction(float(W[i, c]))
+        return out
+
+    query = row(P[T - 1], W_Q)
+    b = Fraction(float(beta))
+    scores = []
+    for u in range(T):
+        key = row(P[u], W_K)
+        scores.append(b * sum((value * query[c] for c, value in key.items() if c in query), Fraction(0)))
+    return scores
 
 
 class _Right:
@@ -519,7 +658,7 @@ class _Unsupported(ValueError):
 # ------------------------------------------------------------------------------------ float allowance
 
 
-def float_allowance(model: Model, T: int, points_terms: int = 0) -> float:
+def float_allowance(model: Model, T: int, points_terms: int = 0, weight_error: float = 0.0) -> float:
     """A forward-error allowance for float64 margins: twice a bound on ``max_j |fl(logit_j) − logit_j|``
     for THE forward pass and for the certifier's own evaluation (docs/theory.md).
 
@@ -544,6 +683,10 @@ def float_allowance(model: Model, T: int, points_terms: int = 0) -> float:
         Sequence length of the queries.
     points_terms : int
         Extra terms per summation of the certifier's own evaluation (0 for THE forward pass alone).
+    weight_error : float
+        A bound on the relative rounding of each attention weight beyond ``γ_{T+8}`` (the certifier's
+        softmax of exactly computed scores: ``_Pieces.weights``); adds ``weight_error·B·Σ_h |W_V||W_O|`` to
+        the attention output's error (the weights sum to 1).
 
     Returns
     -------
@@ -571,7 +714,7 @@ def float_allowance(model: Model, T: int, points_terms: int = 0) -> float:
         if att is not None:
             pre = B * sum(col(att.W_V[h]) * col(att.W_O[h]) for h in range(att.heads))
             B_y = B + pre
-            e = e + gamma(T * att.heads * (2 * d + 2) + T + 8 + extra) * B_y
+            e = e + gamma(T * att.heads * (2 * d + 2) + T + 8 + extra) * B_y + weight_error * pre
             B = B_y
         if layer.mlp is not None:
             mlp = layer.mlp
@@ -722,7 +865,8 @@ def _complete(N: int, R: int, fwd, symmetric: bool) -> np.ndarray | None:
 def _bound_check(*values: float) -> None:
     for v in values:
         if not v < EXACT_INTEGER_LIMIT:
-            raise InputError(f"integer mode: an intermediate of the certificate may reach {v:.3g} >= 2^53")
+            raise InputError(f"integer mode: an intermediate of the certificate may reach {v:.3g} >= 2^53 "
+                             "(use --float)")
 
 
 def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int,
@@ -791,9 +935,10 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     if integer:
         for name, array in model.arrays().items():
             if name != "entity_embedding" and not np.array_equal(array, np.rint(array)):
-                raise InputError(f"integer mode: weight {name} is not integral")
+                raise InputError(f"integer mode: weight {name} is not integral (certify it in float mode: "
+                                 "--float)")
         if not np.array_equal(vectors, np.rint(vectors)):
-            raise InputError("integer mode: the codebook is not integral")
+            raise InputError("integer mode: the codebook is not integral (certify it in float mode: --float)")
     vectors = np.asarray(vectors[:N], dtype=np.float64)
     pieces = _Pieces(model, blocks, vectors, integer)
     mlp = model.layers[0].mlp
@@ -801,7 +946,7 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     W2 = mlp.W2.astype(np.float64)
     cols = pieces.cols
     W2_read = W2[:, cols]
-    U_read = model.readout.matrix.astype(np.float64)
+    U_read = np.asarray(model.readout.matrix, dtype=np.float64)  # (no copy of float64)
     cube, _ = detect_hypercube(U_read, np.arange(cols.size))
     disjoint = attributes == "disjoint"
     types = _query_types(encoding, N, R, k, disjoint)
@@ -810,6 +955,7 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
                     "enumerated": 0, "types": len(types), "scale_max": 1, "allowance": 0.0}
     threshold = None if promise is None else promise.margin
     allowance_by_T: dict[int, float] = {}
+    slack_by_T: dict[int, float] = {}
     memo: dict[bytes, tuple] = {}
     try:
         for qi, qt in enumerate(types):
@@ -829,11 +975,16 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
             zmax = c_pre.copy()
             for u, b in slots:
                 zmax += piece["u"][u]["hi"][b]
+            slack = 0.0  # integer mode: zmax is exact
             if not integer:
                 if T not in allowance_by_T:
-                    allowance_by_T[T] = _allowance(model, vectors, T, len(slots) * blocks.shape[1])
+                    terms = len(slots) * blocks.shape[1]
+                    werr = pieces.weight_error.get(T, 0.0)
+                    allowance_by_T[T] = _allowance(model, vectors, T, terms, werr)
+                    slack_by_T[T] = _preactivation_slack(model, vectors, T, terms, werr)
                 result["allowance"] = max(result["allowance"], allowance_by_T[T])
-            active = np.flatnonzero(zmax > 0)
+                slack = slack_by_T[T]
+            active = np.flatnonzero(zmax > -slack)  # off for every task: proved only at <= -slack
             result["shut"] += int(zmax.size - active.size)
             result["enumerated"] += int(active.size)
             live = [qt.answer]
@@ -912,7 +1063,7 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     n, T = tokens.shape
     if integer:
         integer_bounds(model, T)
-    U_read = model.readout.matrix.astype(np.float64)
+    U_read = np.asarray(model.readout.matrix, dtype=np.float64)  # (no copy of float64)
     cube, _ = detect_hypercube(U_read, np.arange(cols.size))
     reach = float(np.abs(placed @ U_read.T).max(initial=0.0))  # largest |logit| one code on the block makes
     disjoint = attributes == "disjoint" and k == 1
@@ -974,6 +1125,180 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     if progress:
         print(file=sys.stderr)
     result["types_list"] = types
+    return result
+
+
+def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, R: int, k: int,
+                  promise: Promise | None, *, step_scale: float, integer: bool = False,
+                  progress: bool = False) -> dict:
+    """The layered certificate for facts declared as steps (A2(b)), with the output of
+    :func:`certify_model` (docs/theory.md, "A2(b): a layered certificate").
+
+    Every layer shares one MLP whose unit pairs ``(2p, 2p + 1)``, ``p = r·N + v``, read the same coordinates
+    (``W1`` columns equal), differ in bias by ``h`` and write opposite rows (``W2[2p+1] = −W2[2p]``), only on
+    the declared block S; the task adds ``±κ·a_{π_r(v)}`` to those rows. Attention scores read positions only
+    and values only coordinates nothing writes, so the rest of the last position's residual before layer j's
+    MLP is a function of the path alone, computed by THE forward pass of F with W2 = 0. Induction on the
+    layer, relaxing the state to *some code* ``a_c``: if for every layer j, path w and code c the pair
+    ``(r_j, c)`` has both pre-activations ``>= σ`` and every other unit ``<= −σ`` (σ a bound on the rounding
+    of the computed pre-activation and on the drift of the state), the MLP adds exactly ``h·W2[2p]`` to S,
+    i.e. ``a_{π_{r_j}(c)} − a_c`` up to the drift η (bounded from the stored numbers), so S holds a code
+    again; after k layers S holds ``a_{π_w(s)}`` up to ``k·η``, and the margins are computed for every code
+    as the final state. Float mode only.
+    """
+    u = 2.0**-53
+
+    def gamma(n: int) -> float:
+        return n * u / (1 - n * u)
+
+    def col(W) -> float:
+        return float(np.abs(W).sum(axis=-2).max(initial=0.0))
+
+    if integer:
+        return {"unsupported": "steps (A2(b)) are certified in float mode (use --float)"}
+    layers = model.layers
+    mlp = layers[0].mlp if layers else None
+    if mlp is None or any(layer.mlp is not mlp for layer in layers):
+        return {"unsupported": "steps need one MLP shared by every layer"}
+    d, S = model.d, np.asarray(block, dtype=np.int64)
+    W1, b1 = mlp.W1.astype(np.float64), mlp.b1.astype(np.float64)
+    W2, b2 = mlp.W2.astype(np.float64), mlp.b2.astype(np.float64)
+    m = W1.shape[1]
+    off = np.ones(d, dtype=bool)
+    off[S] = False
+    E = model.entity_embedding.astype(np.float64)
+    paired = np.array_equal(W1[:, 0::2], W1[:, 1::2]) and np.array_equal(W2[1::2], -W2[0::2])
+    if m != 2 * R * N or not paired:
+        return {"unsupported": "steps need 2·R·N units in pairs reading the same coordinates and writing "
+                               "opposite rows"}
+    if np.any(W2[:, off] != 0) or np.any(b2 != 0) or np.any(E[:, off] != 0):
+        return {"unsupported": "steps need W2 and the entity table on the declared block only, and b2 = 0"}
+    written = np.zeros(d, dtype=bool)
+    written[S] = True
+    for layer in layers:
+        if layer.attention is not None:
+            written |= np.any(layer.attention.W_O != 0, axis=(0, 1))
+    token = np.any(E != 0, axis=0) | np.any(model.relation_embedding != 0, axis=0)
+    for j, layer in enumerate(layers):
+        att = layer.attention
+        if att is None:
+            continue
+        if np.any(att.W_O[:, :, S] != 0) or np.any(att.W_V[:, written, :] != 0):
+            return {"unsupported": f"layer {j}: attention writes the state block or reads written "
+                                   "coordinates"}
+        if att.kind != "uniform" and (np.any(att.W_Q[:, token | written, :] != 0)  # type: ignore[index]
+                                      or np.any(att.W_K[:, token | written, :] != 0)):  # type: ignore[index]
+            return {"unsupported": f"layer {j}: attention scores read token or written coordinates"}
+    # the rest of the last position's residual before each layer's MLP, per path (subject 0: E is on S only)
+    zero = MLP(mlp.W1, mlp.b1, np.zeros_like(mlp.W2), mlp.b2)
+    silent = dataclasses.replace(model, layers=tuple(Layer(layer.attention, zero) for layer in layers))
+    tokens, _ = queries(Task(np.tile(np.arange(N, dtype=np.int64), (R, 1))), k)
+    tokens = tokens[::N]  # one query per path (query index w·N + s)
+    n_paths, T = tokens.shape
+    _, trace = forward(silent, tokens, trace=True)
+    base = [trace.residual[2 * j + 1][:, -1].astype(np.float64) for j in range(len(layers))]
+    for x in base:
+        x[:, S] = 0.0
+    # forward-error bound of that rest (attention only writes it): magnitudes stage by stage
+    B = max(float(np.abs(model.relation_embedding).max(initial=0.0)), float(np.abs(E).max(initial=0.0)))
+    if model.position_embedding is not None:
+        B += float(np.abs(model.position_embedding).max(initial=0.0))
+    e_base = 0.0
+    for layer in layers:
+        att = layer.attention
+        if att is None:
+            continue
+        pre = B * sum(col(att.W_V[h]) * col(att.W_O[h]) for h in range(att.heads))
+        werr = 0.0
+        if att.kind != "uniform":
+            top = att.inverse_temperature * B * B * max(col(att.W_Q[h]) * col(att.W_K[h])  # type: ignore[index]
+                                                        for h in range(att.heads))
+            werr = 2 * math.expm1(4 * u * top + 4 * u) + (T + 4) * 2 * u
+        e_base += gamma(T * att.heads * (2 * d + 2) + T + 8) * (B + pre) + werr * pre
+        B += pre
+    V = np.asarray(vectors[:N], dtype=np.float64)
+    A_max = float(np.abs(V).max(initial=0.0))
+    AW = V @ W1[S]  # (N, m): the state's part of every pre-activation
+    # drift of the state per layer: |a_c + h·W2[2p] − a_{π(c)}| with the stored numbers (docs/theory.md)
+    h_hat = b1[0::2] - b1[1::2]  # (m/2,) the pairs' bias differences, each within u·|h| of the exact one
+    if np.any(h_hat <= 0):
+        return {"unsupported": "steps need each pair's second unit to have the lower bias"}
+    c_of = np.arange(m // 2) % N
+    w_rows = W2[0::2][:, S]  # F's task-independent part of each pair's step
+    kappa = float(step_scale)
+    scaled = h_hat[:, None] * w_rows
+    first = np.abs(V[c_of] + scaled) + 2 * u * (np.abs(V[c_of]) + np.abs(scaled))
+    first += u * np.abs(h_hat[:, None] * w_rows)
+    second = (np.abs(h_hat * kappa - 1) + 3 * u * np.abs(h_hat * kappa)) * A_max
+    third = 4 * u * np.abs(h_hat) * (np.abs(w_rows).max(axis=1) + kappa * A_max)
+    eta = float((first.max(axis=1) + second + third).max(initial=0.0)) * (1 + 8 * u)
+    W1_abs_S, W1_col = col(W1[S]), col(W1)
+    rows_of = paths(R, k)
+    types, failing_fire, reasons = [], [], []
+    shut = enumerated = 0
+    ar = np.arange(N)
+    for w in range(n_paths):
+        applied = [int(r) for r in rows_of[w][::-1]]
+        types.append(_QueryType([int(t) for t in tokens[w, :-1]] + [-1], [k], (k, w), 0,
+                                {"path": w, "relations": applied}, {k: []}))
+    for j in range(len(layers)):
+        drift = j * eta
+        z_rest = base[j] @ W1 + b1  # (paths, m)
+        rest_abs = np.abs(base[j]) @ np.abs(W1) + np.abs(b1)
+        sigma = (2 * gamma(d + 4) * (float(rest_abs.max(initial=0.0)) + A_max * W1_abs_S) + 2 * gamma(len(S))
+                 * A_max * W1_abs_S + e_base * W1_col + drift * W1_abs_S) * (1 + 8 * u)
+        for w in range(n_paths):
+            r_j = types[w].label["relations"][j]
+            z = AW + z_rest[w]
+            p_star = r_j * N + ar
+            on = np.minimum(z[ar, 2 * p_star], z[ar, 2 * p_star + 1])
+            z[ar, 2 * p_star] = -np.inf
+            z[ar, 2 * p_star + 1] = -np.inf
+            others = z.max(axis=1)
+            bad = np.flatnonzero((on < sigma) | (others > -sigma))
+            shut += int(N * (m - 2) - np.count_nonzero(z > -sigma))
+            enumerated += 2 * N
+            for c in bad[:4]:
+                reasons.append({"query_type": {**types[w].label, "layer": j + 1, "state": int(c)},
+                                "why": f"layer {j + 1}: the pair for (relation {r_j}, state {int(c)}) has "
+                                       f"pre-activation {float(on[c]):.4g} (needs >= σ = {sigma:.3g}) or "
+                                       f"another unit reaches {float(others[c]):.4g} (needs <= −σ): the "
+                                       "state may not stay a code"})
+            failing_fire += list(bad)
+        if progress:
+            print(f"\r  layer {j + 1}/{len(layers)}: every path and state decided", end="", file=sys.stderr,
+                  flush=True)
+    if progress:
+        print(file=sys.stderr)
+    # the read-out of every code as the final state, per path
+    cols = model.readout.columns
+    U_read = np.asarray(model.readout.matrix, dtype=np.float64)
+    at = np.searchsorted(cols, S)
+    placed = np.zeros((N, cols.size))
+    hit = (at < cols.size) & (cols[np.minimum(at, cols.size - 1)] == S)
+    placed[:, at[hit]] = V[:, hit]
+    last = base[-1]
+    row1 = float(np.abs(U_read).sum(axis=1).max(initial=0.0))
+    B_v = float(np.abs(last).max(initial=0.0)) + A_max + k * eta
+    allowance = 8.0 * (row1 * (k * eta + e_base) + gamma(cols.size + 2) * B_v * row1)
+    threshold = None if promise is None else promise.margin
+    limit, floor = _limits(threshold, promise, False, allowance)
+    result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": reasons[:16], "points": 0,
+                    "shut": shut, "enumerated": enumerated, "types": n_paths, "allowance": allowance,
+                    "types_list": types, "drift_per_layer": eta}
+    if failing_fire:
+        return result
+    for w in range(n_paths):
+        v_read = last[w, cols][None, :] + placed
+        _, margins = dense_decode(v_read, ar, U_read)
+        lowest = _Lowest(1, limit, floor)
+        lowest.add(margins, [ar])
+        result["points"] += N
+        if lowest.low < result["min"]:
+            result["min"], result["argmin"] = lowest.low, (w, lowest.low_values, [(k, w)], 1, lowest.low)
+        result["failing"] += [(m_, w, vals, [(k, w)]) for m_, vals in lowest.failing]
+        result["failing"].sort(key=lambda f: f[0])
+        del result["failing"][KEEP_FAILING:]
     return result
 
 
@@ -1087,32 +1412,56 @@ def _decode_distinct(v: np.ndarray, answers: np.ndarray, U_read: np.ndarray) -> 
     return dense_decode(np.ascontiguousarray(v[first]), answers[first], U_read)[1][inverse.reshape(-1)]
 
 
-def _tolerance(promise: Promise | None) -> float:
-    """``check``'s float comparison: 1000 rounding units relative to the promise or its logit scale."""
-    if promise is None or not math.isfinite(promise.margin):
-        return 0.0
-    return 1e3 * float(np.finfo(np.float64).eps) * max(abs(promise.margin), abs(promise.logit_scale))
-
-
 def _limits(threshold: float | None, promise: Promise | None, integer: bool,
             allowance: float) -> tuple[float, float]:
-    """Margins below the first value, or at most the second, are definite failures: below the promise (with
-    ``check``'s tolerance and, in float mode, the allowance on top) or not positive."""
+    """Margins below the first value, or at most the second, are definite failures: below the promise (in
+    float mode by more than the forward-error allowance, never a multiple of the logit scale) or not
+    positive."""
     if integer:
         return (threshold if threshold is not None else 0.0), 0.0
     if threshold is None:
         return -math.inf, -allowance
-    return threshold - _tolerance(promise) - allowance, -allowance
+    return threshold - allowance, -allowance
 
 
-def _allowance(model: Model, vectors: np.ndarray, T: int, terms: int) -> float:
-    """:func:`float_allowance` with the entity table's magnitude taken from the codebook (the model's own
-    table may be the zeros of a recorded superposition)."""
+def _stand_in(model: Model, vectors: np.ndarray) -> Model:
+    """``model`` with a one-row entity table holding the codebook's largest magnitude: the magnitudes the
+    forward-error bounds need (the family's own table is left out)."""
     bound = float(np.abs(vectors).max(initial=0.0))
-    E = np.full((1, model.d), bound)
-    probe = Model(E, model.relation_embedding, model.unembedding, model.layers, model.position_embedding,
-                  readout_columns=model.readout_columns)
-    return float_allowance(probe, T, terms)
+    return Model(np.full((1, model.d), bound), model.relation_embedding, model.unembedding, model.layers,
+                 model.position_embedding, readout_columns=model.readout_columns)
+
+
+def _allowance(model: Model, vectors: np.ndarray, T: int, terms: int, weight_error: float = 0.0) -> float:
+    """:func:`float_allowance` with the entity table's magnitude taken from the codebook."""
+    return float_allowance(_stand_in(model, vectors), T, terms, weight_error)
+
+
+def _preactivation_slack(model: Model, vectors: np.ndarray, T: int, terms: int, weight_error: float) -> float:
+    """A bound on the float64 error of the certifier's per-unit maximum ``c_u + Σ_slot max_j <a_j, w>``
+    (float mode): ``4·(γ_n·B_z + e_y·|W1|)`` with B_z the pre-activations' magnitude bound and e_y the
+    attention output's error, as in :func:`float_allowance`. A unit is proved off only when its computed
+    maximum is <= −slack; one within the slack is enumerated instead (sound either way)."""
+    u = 2.0**-53
+    probe = _stand_in(model, vectors)
+    d = model.d
+
+    def col(W) -> float:
+        return float(np.abs(W).sum(axis=-2).max(initial=0.0))
+
+    B = max(float(np.abs(probe.entity_embedding).max(initial=0.0)),
+            float(np.abs(probe.relation_embedding).max(initial=0.0)))
+    if probe.position_embedding is not None:
+        B += float(np.abs(probe.position_embedding).max(initial=0.0))
+    layer = probe.layers[0]
+    att, mlp = layer.attention, layer.mlp
+    assert mlp is not None
+    pre = 0.0 if att is None else B * sum(col(att.W_V[h]) * col(att.W_O[h]) for h in range(att.heads))
+    B_y = B + pre
+    n = T * (1 if att is None else att.heads) * (2 * d + 2) + T + 8 + terms + d + 2
+    e_y = n * u / (1 - n * u) * B_y + weight_error * pre
+    B_z = B_y * col(mlp.W1) + float(np.abs(mlp.b1).max(initial=0.0))
+    return 4.0 * (n * u / (1 - n * u) * B_z + e_y * col(mlp.W1))
 
 
 def _reason(qt: _QueryType, live, active, zmax, piece, S, P) -> dict:
@@ -1161,11 +1510,19 @@ def _witness_for(failing, types: list[_QueryType], N: int, R: int, k: int, attri
     return None
 
 
-def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int | None = None,
+def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: int | None = None,
             options: dict | None = None, seed: int = 0, attributes: str = "shared", symmetric: bool = False,
             max_points: int = MAX_POINTS, confirm: bool = True, progress: bool = False,
             budget: Budget | int | None = None) -> Certificate:
     """Certify a construction for every task (module docstring), or refute it with a confirmed witness.
+
+    The certified object is the family ``M(π) = F ⊕ enc(π)`` that georecall assembles: F from the spec's
+    ``family`` (a build that never sees a task; the spec's ``build``, which ``check`` runs, is that family
+    assembled on the task), or, for a spec with only a ``build`` taking the task, F from its build on one
+    task (:func:`family_of_builder`). Only the first can be CERTIFIED: for the second the family's verdict is
+    reported as ``family_verdict`` and the construction's verdict stays UNKNOWN (what was established of the
+    builder is in ``declaration["builder"]``), or REFUTED when the ordinary checker fails the builder on a
+    witness task.
 
     Parameters
     ----------
@@ -1173,12 +1530,13 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
         The construction (registered name/id, ``MODULE:ATTR`` or a spec).
     N, R, k : int
         Sizes (k = 1 for single-hop constructions).
-    codes, D : str, int
-        Codebook kind and length (as for ``check``).
+    codes, D : str, int or None
+        Codebook kind and length, passed to the builder only when given (as for ``check``).
     options : dict
-        Builder options (``gate``, ``beta``, ``attention``, ``gain``, ``integer``, ``lam``).
+        Builder options (``gate``, ``beta``, ``attention``, ``gain``, ``integer``, ``lam``); one the spec
+        does not take is refused.
     seed : int
-        The run seed (codes stream; the seeded task is one of the declaration's tasks).
+        The run seed (codes stream; the seeded task is one of a task-taking builder's tasks).
     attributes, symmetric
         Task variant.
     max_points : int
@@ -1199,7 +1557,8 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
     Raises
     ------
     DeclarationError
-        The declared task encoding is not what the builder does.
+        The family breaks an assumption of the certificate, or a task-taking builder's declared table or
+        other fields are not what its declaration says on a task built.
     InputError
         Bad parameters (as ``check``), or an estimate over the budget.
     """
@@ -1207,10 +1566,12 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
     start = time.perf_counter()
     spec = spec if not isinstance(spec, str) else registry.resolve(spec)
     options = {key: value for key, value in (options or {}).items() if value is not None}
-    options.setdefault("lam", 1.0)
-    refused = sorted(set(options) - spec.accepts())
+    if "lam" in spec.accepts():
+        options.setdefault("lam", 1.0)
+    refused = sorted((set(options) | set(_code_options(codes, D))) - spec.accepts())
     if refused:
-        raise InputError(f"{spec.label} does not take {', '.join(refused)}")
+        raise InputError(f"{spec.label} does not take {', '.join(refused)}; it takes "
+                         f"{', '.join(sorted(spec.accepts())) or 'no options'}")
     if spec.hops == "single" and k != 1:
         raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
     for variant, asked in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
@@ -1218,33 +1579,46 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
             raise InputError(f"{spec.label} does not support {variant} relations/attributes")
     integer = bool(options.get("integer", False))
     attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
-    name = f"{spec.id} {codes}{' int' if integer else ''}" + (
-        " (hard attn, idealized)" if attention == "hard" else "")
+
+    def label(kind: str) -> str:
+        return f"{spec.id} {kind}{' int' if integer else ''}" + (
+            " (hard attn, idealized)" if attention == "hard" else "")
+
     params = {"construction": spec.id, "N": N, "R": R, "k": k, "codes": codes, "D": D, "seed": seed,
               "attributes": attributes, "symmetric": symmetric, "integer": integer,
               **{key: v for key, v in options.items() if key != "integer"}}
     if spec.task_encoding is None:
         where = "its MLP" if spec.facts_in == "mlp" else "arrays it does not declare"
-        return Certificate("UNKNOWN", name, params, None, integer, reasons=[{
+        return Certificate("UNKNOWN", label(codes or "default codes"), params, None, integer, reasons=[{
             "why": f"{spec.label} declares no task encoding: its facts live in {where}, and the certifier's "
-                   "argument (a block-superposed entity table, every other array task-independent) does not "
-                   "apply; no verdict for every task is given"}], seconds=time.perf_counter() - start)
-    memory.certify_estimate(spec, N, R, k, codes, D, chunk_points=CHUNK_POINTS).require(budget)
-    built, record = check_declaration(spec, N, R, k, codes=codes, D=D, options=options, seed=seed,
-                                      attributes=attributes, symmetric=symmetric)
-    encoding = spec.task_encoding
-    assert built.layout is not None  # check_declaration refuses a construction without one
-    blocks = np.asarray(built.layout[encoding.blocks])
-    params["D"] = built.codes.D
-    params.update({key: built.constants[key] for key in ("gate", "beta") if key in built.constants})
+                   "argument (a declared task table, every other field task-independent) does not apply; no "
+                   "verdict for every task is given"}], seconds=time.perf_counter() - start)
+    memory.certify_estimate(spec, N, R, k, codes or "binary", D, chunk_points=CHUNK_POINTS).require(budget)
+    structural = spec.assembles_family  # check builds exactly the family certified
+    if structural:
+        family = _family(spec, N, R, k, codes, D, seed, options, attributes)
+        record = check_family(spec, family)
+    else:
+        family, record = family_of_builder(spec, N, R, k, codes=codes, D=D, options=options, seed=seed,
+                                           attributes=attributes, symmetric=symmetric)
+    encoding = family.encoding
+    blocks = np.asarray(family.layout[encoding.blocks])
+    params["codes"] = family.codes.kind
+    params["D"] = family.codes.D
+    params.update({key: family.constants[key] for key in ("gate", "beta") if key in family.constants})
 
     def confirm_with_check(task: Task, prompt: list[int]) -> dict:
         """``check`` on the witness task (as ``georecall check --task`` runs it), and THE forward pass with
-        dense logits on the witness query itself."""
+        dense logits on the witness query itself; ``same_object``: the checked model equals the family's
+        ``F ⊕ enc(witness)`` on every field the forward pass reads."""
+        # the sections build on the checker: its one call into them is imported here, when it is needed
+        from georecall.verify.sections.suite import run_check
+
         report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**options},
                            attributes=attributes, symmetric=symmetric, task=task,  # type: ignore[arg-type]
                            budget=budget)
         rebuilt = _build(spec, task, k, codes, D, seed, options)
+        same = not _same_fields(rebuilt.model, assemble_model(family, task))
         tokens = np.asarray([prompt], dtype=np.int64)
         if spec.decoding == "greedy":
             target = task.table[prompt[k - 1] - N, prompt[k]]  # step 1's answer; then the true chain
@@ -1259,15 +1633,41 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int |
             single = check_queries(rebuilt.model, tokens, np.asarray([answer]), integer=integer,
                                    forward="dense", decoder="dense")
         return {"check_passed": report.passed, "min_margin": report.result.min_margin,
-                "accuracy": report.result.accuracy,
+                "accuracy": report.result.accuracy, "same_object": same,
                 "forward_pass": {"forward": single.forward, "decoder": single.decoder,
                                  "margin": single.min_margin, "correct": single.exact}}
 
-    cert = certify_built(built.model, encoding, blocks, built.codes.vectors, N, R, k, built.promise,
+    cert = certify_built(family.model, encoding, blocks, family.codes.vectors, N, R, k, family.promise,
                          integer=integer, attributes=attributes, symmetric=symmetric, max_points=max_points,
-                         progress=progress, confirm=confirm_with_check if confirm else None, name=name,
-                         params=params)
+                         progress=progress, confirm=confirm_with_check if confirm else None,
+                         name=label(family.codes.kind), params=params, constants=family.constants)
     cert.declaration = record
+    cert.family_verdict = cert.verdict
+    if structural and cert.verdict == "CERTIFIED" and spec.id in registry.BUILTIN_IDS:
+        # a built-in family is a function of (N, R, k, options, the seed's codes stream): tested against
+        # check's build on every forward field (tests/test_certify.py), not rebuilt here (2^20 codes)
+        record["deterministic"] = True
+    elif structural and cert.verdict == "CERTIFIED":
+        # check builds spec.build = the family assembled on the task: the same object only if the family
+        # builder returns the same F again (a builder drawing from a global stream would not)
+        fingerprint = record["fingerprint"]
+        del family
+        again = _family(spec, N, R, k, codes, D, seed, options, attributes)
+        if family_fingerprint(again) != fingerprint:
+            cert.verdict = "UNKNOWN"
+            cert.reasons.append({"why": "the family builder returned a different F on a second call with the "
+                                        "same options and seed: check would not build the object certified"})
+        record["deterministic"] = cert.verdict == "CERTIFIED"
+    elif not structural and cert.verdict == "CERTIFIED":
+        cert.verdict = "UNKNOWN"
+        margin = cert.min_margin_exact or f"{cert.min_margin:.6g}"
+        cert.reasons.append({"why": f"the family F ⊕ enc(π) that georecall assembled from {spec.label}'s "
+                                    f"build on one task is CERTIFIED (every task: margin >= {margin}); the "
+                                    f"builder itself takes the task, and it {record['builder']}. It is not "
+                                    "certified: give the spec a task-free family (ConstructionSpec(family="
+                                    "...)) to certify the construction"})
+    if cert.verdict == "REFUTED" and cert.confirmation is not None and not structural:
+        cert.reasons.append({"why": "REFUTED: the ordinary checker fails the builder on the witness task"})
     cert.seconds = time.perf_counter() - start
     return cert
 
@@ -1276,7 +1676,7 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
                   R: int, k: int, promise: Promise | None, *, integer: bool = False,
                   attributes: str = "shared", symmetric: bool = False, max_points: int = MAX_POINTS,
                   progress: bool = False, confirm: Callable[[Task, list[int]], dict] | None = None,
-                  name: str = "", params: dict | None = None) -> Certificate:
+                  name: str = "", params: dict | None = None, constants: dict | None = None) -> Certificate:
     """The verdict for a model whose entity table is the declared superposition (its own table unread).
 
     Parameters
@@ -1297,6 +1697,8 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
         directly).
     name, params
         For the report.
+    constants : dict, optional
+        The family's constants (steps: ``step_scale``).
 
     Returns
     -------
@@ -1304,7 +1706,12 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     """
     start = time.perf_counter()
     params = dict(params or {})
-    if encoding.array == W2_ARRAY:
+    if encoding.array == "steps":
+        scale = (constants or {}).get("step_scale")
+        out = ({"unsupported": "steps need the family's step_scale"} if scale is None else
+               certify_steps(model, blocks, vectors, N, R, k, promise, step_scale=float(scale),
+                             integer=integer, progress=progress))
+    elif encoding.array == W2_ARRAY:
         out = certify_rows(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
                            attributes=attributes, max_points=max_points, progress=progress)
     else:
@@ -1333,17 +1740,23 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     lower = None if cert.min_margin is None else cert.min_margin - cert.allowance
     complete = not out["reasons"]
     threshold = 0.0 if promise is None else promise.margin
-    if lower is None or cert.min_margin is None:
+    # one answer only (N = 1, shared attributes): no competitor, every point answered; no margin exists,
+    # as for check (its minimum margin is then None)
+    unopposed = out["argmin"] is None and out["points"] > 0 and out["min"] == math.inf
+    if unopposed:
+        meets = True
+    elif lower is None or cert.min_margin is None:
         meets = False
     elif integer:
         meets = cert.min_margin > 0 and cert.min_margin >= threshold
-    else:
-        meets = lower > 0 and cert.min_margin >= threshold - _tolerance(promise) - cert.allowance
+    else:  # float: certified margin > 0, and the minimum within the forward-error allowance of the promise
+        meets = lower > 0 and cert.min_margin >= threshold - cert.allowance
     sizes_ok = promise is None or (model.d == promise.d and model.mlp_width == promise.m)
     if complete and meets and sizes_ok:
         cert.verdict = "CERTIFIED"
     elif out["failing"]:
-        found = _witness_for(out["failing"], types, N, R, k, attributes, symmetric, encoding.slots)
+        found = _witness_for(out["failing"], types, N, R, k, attributes, symmetric,
+                             "paths" if encoding.array == "steps" else encoding.slots)
         if found is None:
             cert.reasons.append({"why": f"{len(out['failing'])} point(s) of the product set fall below the "
                                         "promise, but the search found no task realizing one",

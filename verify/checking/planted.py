@@ -16,6 +16,15 @@ argument sees.
 
 The detector reads slot contents through fixed weights and every other array is the base construction's, so
 each declares the base's task encoding truthfully; the promise is the base's with m + 1 units.
+
+:data:`ADVERSARIAL` holds five more, written as a user would to fool a certifier that samples the builder
+(each once came out CERTIFIED): a builder that changes W1/b1 only on a rare task (:data:`RARE_TASK`), one
+that derives b2 from the entity table it formed (:data:`DERIVED_FROM_TABLE`), ones that change a field
+outside the arrays — the read-out's columns (:data:`READOUT_COLUMNS`), an attention temperature
+(:data:`TEMPERATURE`) —, an honest family whose hard-attention scores tie in float64 but not exactly
+(:data:`HARD_TIE`), and an honest family promising margin 1000 at logit scale 1e20 (:data:`HUGE_SCALE`).
+None may be CERTIFIED: each is REFUTED with a witness the ordinary checker fails, refused naming the field
+that depends on the task, or UNKNOWN saying what was (not) established (tests/test_certify.py).
 """
 
 from __future__ import annotations
@@ -26,12 +35,15 @@ import math
 import numpy as np
 
 from georecall.constructions import registry
-from georecall.constructions.model import MLP, Layer, Model
+from georecall.constructions.encoding import Family
+from georecall.constructions.model import MLP, Attention, Layer, Model
 from georecall.constructions.registry import ConstructionSpec
 from georecall.constructions.single_hop import Construction
+from georecall.errors import ConditionError
 from georecall.theory.tasks import Task, paths
 
-__all__ = ["FOREIGN_A1", "PLANTED", "plant_pair_detector"]
+__all__ = ["ADVERSARIAL", "DERIVED_FROM_TABLE", "FOREIGN_A1", "HARD_TIE", "HUGE_SCALE", "PLANTED",
+           "RARE_TASK", "READOUT_COLUMNS", "TEMPERATURE", "plant_pair_detector", "rare_task"]
 
 
 def plant_pair_detector(built: Construction, *, blocks_name: str, slot_a: int, slot_b: int, code_a: int,
@@ -181,3 +193,133 @@ PAIR_C1 = _spec("P6", "planted-c1-cot", "C1", _c1_planted(1, 0, 77, 501),
                 ({"N": 1024, "R": 2, "k": 2},))
 FOREIGN_A1 = _spec("P7", "planted-a1-foreign-unit", "A1", _a1_foreign, ({"N": 64, "R": 2, "integer": True},))
 PLANTED = (PAIR_G1, PAIR_G1_SIGN, PAIR_G1_SYMMETRIC, PAIR_G1_DISJOINT, PAIR_G2, PAIR_C1)
+
+
+# ------------------------------------------------------------------- five ways to fool a sampling certifier
+
+
+def rare_task(N: int, R: int) -> Task:
+    """A task with the rare property ``π_0(0) = π_1(0) = 0``: even relations the identity, odd ones
+    ``s ↦ −s mod N`` (every relation fixes 0, and relations 0 and 1 differ elsewhere)."""
+    s = np.arange(N, dtype=np.int64)
+    return Task(np.stack([s if r % 2 == 0 else (-s) % N for r in range(R)]))
+
+
+def _is_rare(task: Task) -> bool:
+    return task.R >= 2 and int(task.table[0, 0]) == 0 and int(task.table[1, 0]) == 0
+
+
+def _with_mlp(built: Construction, mlp: MLP) -> Construction:
+    model = dataclasses.replace(built.model, layers=(Layer(built.model.layers[0].attention, mlp),))
+    return dataclasses.replace(built, model=model)
+
+
+def _rare_task_build(task: Task, k: int = 1, **options) -> Construction:
+    """G1, except on tasks with ``π_0(0) = π_1(0) = 0``, where relation 1's units have their bias raised by
+    the gate (their gate is always open: asked for relation 0 they add ``c1·a_{π_1(s)}``, a tie between the
+    two answers). None of the tasks a sampling certifier builds has the property; some task of every
+    size does (:func:`rare_task`)."""
+    built = registry.get("G1").build(task, k, **options)
+    if not _is_rare(task):
+        return built
+    mlp = built.model.layers[0].mlp
+    assert mlp is not None
+    b1 = np.array(mlp.b1)
+    D = built.codes.D
+    b1[2 * D : 4 * D] += built.constants["c2"] * built.constants["gate"]  # units (r = 1, i, σ)
+    return _with_mlp(built, MLP(mlp.W1, b1, mlp.W2, mlp.b2))
+
+
+def _derived_build(task: Task, k: int = 1, **options) -> Construction:
+    """G1 whose b2 is derived from the entity table it formed: ``−3·c1·a_{π_0(0)}`` on the output block when
+    subject 0's blocks 0 and 1 hold the same code (``π_0(0) = π_1(0)``), zero otherwise."""
+    built = registry.get("G1").build(task, k, **options)
+    layout, E = built.layout, built.model.entity_embedding
+    assert layout is not None
+    blocks, out = layout["blocks"], layout["out"]
+    if task.R < 2 or not np.array_equal(E[0, blocks[0]], E[0, blocks[1]]):
+        return built
+    mlp = built.model.layers[0].mlp
+    assert mlp is not None
+    b2 = np.array(mlp.b2)
+    b2[out] = -3 * built.constants["c1"] * E[0, blocks[0]]
+    return _with_mlp(built, MLP(mlp.W1, mlp.b1, mlp.W2, b2))
+
+
+def _readout_columns_build(task: Task, k: int = 1, **options) -> Construction:
+    """G1 whose read-out reads relation 0's block instead of the output block on tasks with ``π_0(0) = 0``
+    (relation-0 queries stay right, the others go wrong): a field ``Model.arrays()`` does not hold."""
+    built = registry.get("G1").build(task, k, **options)
+    if int(task.table[0, 0]) != 0 or not built.model.compact:
+        return built
+    assert built.layout is not None
+    columns = np.sort(np.asarray(built.layout["blocks"][0]))
+    return dataclasses.replace(built, model=dataclasses.replace(built.model, readout_columns=columns))
+
+
+def _temperature_build(task: Task, k: int = 1, **options) -> Construction:
+    """G2 whose heads' inverse temperature is divided by 1000 on tasks with ``π_0(0) = 0`` (the heads then
+    spread their weight: the gates do not open)."""
+    built = registry.get("G2").build(task, k, **options)
+    att = built.model.layers[0].attention
+    if int(task.table[0, 0]) != 0 or att is None or att.kind != "softmax":
+        return built
+    cooled = Attention(att.kind, att.W_V, att.W_O, att.W_Q, att.W_K, att.inverse_temperature / 1000)
+    model = dataclasses.replace(built.model, layers=(Layer(cooled, built.model.layers[0].mlp),))
+    return dataclasses.replace(built, model=model)
+
+
+def _hard_tie_family(N: int, R: int, k: int = 1, **options) -> Family:
+    """G2 with one hard head (k = 1) whose scores tie in float64 but not exactly: the relation's position
+    scores ``fl(0.1)·1 + fl(0.2)·1`` and the subject's ``0.30000000000000004``. In float64 both are
+    0.30000000000000004 (a tie: half the weight on each); exactly the subject's is larger (0.1 + 0.2 as
+    stored is 0.300000000000000016653...), so the head reads the subject only, no gate opens and every
+    margin is 0."""
+    if k != 1:
+        raise ConditionError(f"the float-tie family is one-hop: k = 1, got {k}")
+    family = registry.get("G2").family(N, R, k, **{**options, "attention": "hard"})  # type: ignore[misc]
+    model, layout = family.model, family.layout
+    att = model.layers[0].attention
+    assert att is not None and att.W_Q is not None and att.W_K is not None
+    pos = layout["positions"]
+    W_Q, W_K = np.zeros_like(att.W_Q), np.zeros_like(att.W_K)
+    W_Q[0, pos[1]] = (1.0, 1.0)
+    W_K[0, pos[0]] = (0.1, 0.2)
+    W_K[0, pos[1]] = (0.30000000000000004, 0.0)
+    tied = Attention("hard", att.W_V, att.W_O, W_Q, W_K, att.inverse_temperature)
+    model = dataclasses.replace(model, layers=(Layer(tied, model.layers[0].mlp),))
+    return dataclasses.replace(family, model=model)
+
+
+def _huge_scale_family(N: int, R: int, k: int = 1, **options) -> Family:
+    """G1 (float) promising margin 1000 at logit scale 1e20: a promise its model does not keep (its margins
+    are G1's, 2/3 at D = 6). A tolerance that is a multiple of the logit scale (2·10^7 here) would pass it."""
+    family = registry.get("G1").family(N, R, k, **options)  # type: ignore[misc]
+    promise = dataclasses.replace(family.promise, margin=1000.0, logit_scale=1e20)
+    return dataclasses.replace(family, promise=promise)
+
+
+def _adversarial(id_: str, name: str, base: str, result: str, cases: tuple[dict, ...], *, build=None,
+                 family=None) -> ConstructionSpec:
+    spec = registry.get(base)
+    return ConstructionSpec(id_, name, result, build, spec.nominal_promise, hops=spec.hops,
+                            decoding=spec.decoding, bound=spec.bound, options=spec.options,
+                            variants=spec.variants, verify_cases=cases, facts_in=spec.facts_in,
+                            readout=spec.readout, task_encoding=spec.task_encoding, family=family)
+
+
+RARE_TASK = _adversarial("P8", "planted-rare-task", "G1", "G1 that changes b1 on a rare task",
+                         ({"N": 64, "R": 3, "integer": True},), build=_rare_task_build)
+DERIVED_FROM_TABLE = _adversarial("P9", "planted-derived-from-table", "G1",
+                                  "G1 whose b2 is derived from its entity table",
+                                  ({"N": 64, "R": 3, "integer": True},), build=_derived_build)
+READOUT_COLUMNS = _adversarial("P10", "planted-readout-columns", "G1",
+                               "G1 whose read-out columns depend on the task",
+                               ({"N": 64, "R": 3, "integer": True},), build=_readout_columns_build)
+TEMPERATURE = _adversarial("P11", "planted-temperature", "G2", "G2 whose temperature depends on the task",
+                           ({"N": 64, "R": 3, "k": 2},), build=_temperature_build)
+HARD_TIE = _adversarial("P12", "planted-float-hard-tie", "G2", "G2 whose hard scores tie in float64 only",
+                        ({"N": 64, "R": 3, "k": 1, "attention": "hard"},), family=_hard_tie_family)
+HUGE_SCALE = _adversarial("P13", "planted-huge-logit-scale", "G1", "G1 promising margin 1000 at scale 1e20",
+                          ({"N": 64, "R": 3},), family=_huge_scale_family)
+ADVERSARIAL = (RARE_TASK, DERIVED_FROM_TABLE, READOUT_COLUMNS, TEMPERATURE, HARD_TIE, HUGE_SCALE)

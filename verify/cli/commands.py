@@ -471,10 +471,13 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
         if p.integer and p.float:
             raise InputError("--integer and --float exclude each other")
         # exact arithmetic where the construction has an integer scale and no real constant was asked for
-        integer = p.integer or (not p.float and "integer" in spec.accepts() and p.codes in ("binary", "sign")
-                                and p.lam == 1.0 and p.gate is None)
+        integer = p.integer or (not p.float and "integer" in spec.accepts()
+                                and (p.codes or "binary") in ("binary", "sign") and p.lam == 1.0
+                                and p.gate is None)
         attributes, symmetric = p.attributes, p.symmetric
-        options = {"gate": p.gate, "lam": p.lam, **({"integer": True} if integer else {})}
+        # only options the construction takes, or that were asked for (refused then, naming them)
+        lam = p.lam if ("lam" in spec.accepts() or p.lam != 1.0) else None
+        options = {"gate": p.gate, "lam": lam, **({"integer": True} if integer else {})}
     else:
         k, options = p.k, {"attention": p.attention, "beta": p.beta, "gate": p.gate}
     if integer and p.codes == "gaussian":
@@ -483,7 +486,7 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
         raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
     _binary_codes_fit(p.codes, p.D, p.N)
     witness = output_path(p.witness, suffix=".npy", what="witness file") if p.witness else None
-    est = memory.certify_estimate(spec, p.N, p.R, k, p.codes, p.D,
+    est = memory.certify_estimate(spec, p.N, p.R, k, p.codes or "binary", p.D,
                                   chunk_points=cert.CHUNK_POINTS).require(p.budget)
     result = cert.certify(spec, p.N, p.R, k, codes=p.codes, D=p.D, options=options, seed=p.seed,
                           attributes=attributes, symmetric=symmetric, max_points=p.max_points,

@@ -261,7 +261,7 @@ class CertifyParams(Params, Seeded, Json, Quiet, Budgeted):
     construction: str
     N: int
     R: int
-    codes: str
+    codes: str | None
     D: int | None
     gate: float | None
     max_points: int

@@ -334,8 +334,9 @@ def _add_certify(sub: _Subparsers) -> None:
             p.add_argument("--beta", type=_real(positive=True), default=None,
                            help="inverse temperature β of the positional heads (default: from the leakage "
                                 "inequality)")
-        p.add_argument("--codes", choices=codes, default="binary",
-                       help="attribute codes a_i (default binary)")
+        p.add_argument("--codes", choices=codes, default=None,
+                       help="attribute codes a_i (default: the construction's own, binary for the built-in "
+                            "ones)")
         p.add_argument("--D", type=_D, default=None, help="code length D (default as for check)")
         p.add_argument("--gate", type=_real(positive=True), default=None, help="gate constant G")
         if hops == "single":

@@ -4,7 +4,7 @@ Each row certifies the construction at its ``verify_cases`` (integer mode too wh
 :func:`georecall.verify.checking.certify.certify`, and carries a negative control: a planted counterexample on
 the same construction (``verify.checking.planted``: one pair-detector unit) whose seeded task passes the
 ordinary check but which certify must REFUTE, with a witness task that the ordinary check fails (A1: a unit
-firing on a foreign query, which fails most tasks). A construction that declares no task encoding (A2(b))
+firing on a foreign query, which fails most tasks). A construction that declares no task encoding (a user's)
 passes its row only by answering UNKNOWN with a reason: never a PASS for every task by default.
 """
 
@@ -18,14 +18,14 @@ from georecall.constructions.registry import ConstructionSpec
 from georecall.memory import Budget, as_budget
 from georecall.verify.checking.certify import certify
 from georecall.verify.checking.check import Report, claim_report
-from georecall.verify.checking.planted import FOREIGN_A1, PAIR_C1, PAIR_G1, PAIR_G2, PLANTED
+from georecall.verify.checking.planted import ADVERSARIAL, FOREIGN_A1, PAIR_C1, PAIR_G1, PAIR_G2, PLANTED
 from georecall.verify.checking.run import run_check
 
 __all__ = ["CONTROLS", "certified_row", "control_checks", "section_certified"]
 
 # The negative control of each construction: (planted spec, N, R, k, options), small enough to run in seconds.
 # A1's (a unit firing on a foreign query) fails most tasks, the seeded one too: its row does not ask the
-# seeded task to pass. A2(a) has no control yet; A2(b) declares no encoding (UNKNOWN).
+# seeded task to pass. A2(a) and A2(b) have no control yet.
 CONTROLS = {"G1": (PAIR_G1, 256, 2, 1, {"integer": True}), "G2": (PAIR_G2, 256, 2, 2, {}),
             "C1": (PAIR_C1, 256, 2, 2, {}), "A1": (FOREIGN_A1, 64, 2, 1, {"integer": True})}
 
@@ -157,5 +157,5 @@ def section_certified(seed: int = 0, progress: bool = False, budget: Budget | No
     list of Report
     """
     budget = as_budget(budget)
-    controls = (*PLANTED, FOREIGN_A1)
+    controls = (*PLANTED, FOREIGN_A1, *ADVERSARIAL)
     return [certified_row(spec, seed, progress, budget) for spec in registry.specs() if spec not in controls]

@@ -1611,9 +1611,6 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
         """``check`` on the witness task (as ``georecall check --task`` runs it), and THE forward pass with
         dense logits on the witness query itself; ``same_object``: the checked model equals the family's
         ``F ⊕ enc(witness)`` on every field the forward pass reads."""
-        # the sections build on the checker: its one call into them is imported here, when it is needed
-        from georecall.verify.sections.suite import run_check
-
         report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**options},
                            attributes=attributes, symmetric=symmetric, task=task,  # type: ignore[arg-type]
                            budget=budget)

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from georecall import usercode
 from georecall.errors import InputError
 from georecall.memory import Budget
 from georecall.theory.tasks import Attributes
@@ -88,6 +89,9 @@ class Params:
         The command ("check single-hop"), a key of ``commands.COMMANDS``.
     debug : bool
         ``--debug``: show the traceback of an exception raised by the user's own construction.
+    build_timeout : float
+        ``--build-timeout``: seconds each call into the user's own construction code may take
+        (:mod:`georecall.usercode`).
     budget : Budget
         The memory budget, derived once from ``--max-gib`` (:class:`Budgeted`), or the default budget (half
         the machine's available memory) for a command that does not offer it.
@@ -95,6 +99,7 @@ class Params:
 
     command: str
     debug: bool
+    build_timeout: float
     budget: Budget = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -569,4 +574,7 @@ def build(namespace: argparse.Namespace) -> Params:
     InputError
         A value the dataclass refuses.
     """
-    return from_namespace(PARAMS[namespace.command], namespace)
+    params = from_namespace(PARAMS[namespace.command], namespace)
+    usercode.set_limits(timeout=params.build_timeout, budget=params.budget,  # for a user's construction
+                        json=bool(getattr(params, "json", False)), command=params.command)
+    return params

@@ -24,7 +24,7 @@ import traceback
 import warnings
 from typing import Any
 
-from georecall import __version__
+from georecall import __version__, usercode
 from georecall.constructions import registry
 from georecall.constructions.codes import CODE_KINDS
 from georecall.errors import InputError, UserCodeError
@@ -212,6 +212,10 @@ def _shared(command: str) -> list[_Parser]:
     parent.add_argument("--debug", action="store_true",  # every command: any may run your construction
                         help=f"show the traceback of an exception raised by your own construction (also: "
                              f"{DEBUG_VARIABLE}=1)")
+    parent.add_argument("--build-timeout", type=_real(positive=True, maximum=1e7),
+                        default=usercode.DEFAULT_BUILD_TIMEOUT, metavar="SECONDS",
+                        help="time limit of each call into your own construction's code (its module, "
+                             "builder, nominal_promise): past it, exit 2 naming it")
     return [parent]
 
 

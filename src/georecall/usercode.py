@@ -298,7 +298,8 @@ def require_model_fits(model, what: str, task=None, k: int = 1, budget: Budget |
     budget = budget if budget is not None else _limits.budget
     k = int(k) if isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 1 else 1
     n_queries = int(task.N) * int(task.R) ** k if task is not None and hasattr(task, "N") else 1
-    est = built_model_estimate(model, n_queries, 2 * k, budget, what=f"checking {what}'s model")
+    est = built_model_estimate(model, n_queries, 2 * k, budget,
+                               what=f"checking {what}'s model (its sizes measured from its arrays)")
     if budget is not None:
         est.require(budget)
     return est.total

@@ -381,3 +381,66 @@ def test_examples_are_unaffected(capsys):
                         f"{root / 'examples' / 'my_construction.py'}:SPEC"], capsys)
     assert code == 0 and json.loads(out)["passed"]
 
+
+
+# ------------------------------------------------------------------------------------------ output formats
+
+
+@pytest.mark.parametrize("argv", [["bounds", "--columns", "construction"], ["bounds", "--columns", "nope"],
+                                  ["count", "--N", "0"]], ids=["columns", "bad-column", "bad-N"])
+def test_format_json_fails_as_json_does(argv, capsys):
+    """``--format json`` is ``--json``: a refusal prints one document, like ``--json``'s."""
+    code, out, err = run([*argv, "--format", "json"], capsys)
+    doc = json_refusal(code, out, err)
+    code2, out2, _ = run([*argv, "--json"], capsys)
+    assert code2 == code and json.loads(out2)["error"] == doc["error"]
+
+
+def test_format_json_prints_nothing_on_stderr(capsys):
+    """``count`` prints progress on stderr in text mode (the control); with ``--format json``, nothing."""
+    code, _, err = run(["count", "--N", "4", "--R", "2"], capsys)
+    assert code == 0
+    code, out, err = run(["count", "--N", "4", "--R", "2", "--format", "json"], capsys)
+    assert code == 0 and err == "" and json.loads(out)["status"] == 0
+
+
+@pytest.mark.slow
+def test_json_on_a_dask_cluster_prints_nothing_on_stderr(tmp_path):
+    """A Dask ``local:2`` cluster's workers log INFO lines on stderr unless told not to; under --json the
+    run prints nothing there at exit 0 (a subprocess: the workers inherit its environment)."""
+    pytest.importorskip("distributed", reason="the distributed extra is not installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    proc = subprocess.run([sys.executable, "-m", "georecall.verify.cli", "sweep", "threshold", "--N", "8",
+                           "--R", "2", "--seeds", "0", "--scheduler", "local:2", "--out",
+                           str(tmp_path / "r.jsonl"), "--json"], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["status"] == 0
+
+
+def test_latex_maps_what_it_can_and_says_what_it_cannot(capsys):
+    from georecall.bounds.tables import latex_escape
+
+    with pytest.warns(UserWarning, match="U\\+1F4A5"):
+        text = latex_escape("α≤β 💥 ∑ é Ω")
+    assert text == r"$\alpha\leq\beta$ ? $\sum$ \'{e} $\Omega$" and text.isascii()
+    code, out, err = run(["bounds", "--format", "latex", "--caption", "α≤β 💥 ∑"], capsys)
+    assert code == 0 and r"\caption{$\alpha\leq\beta$ ? $\sum$" in out and out.isascii()
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "U+1F4A5 COLLISION SYMBOL" in warned[0]
+    code, out, err = run(["bounds", "--format", "latex", "--caption", "α≤β ∑"], capsys)  # the control
+    assert code == 0 and "warning" not in err
+
+
+@pytest.mark.parametrize("value", ["local:2\n", "local:2 ", " local:2", "local:\u0662", "tcp://h\x01:1",
+                                   "tcp://h:1\n", "tcp://-h:1", "tcp://h:1/x"])
+def test_a_scheduler_value_is_validated_whole(value, capsys):
+    code, _, err = run(["sweep", "threshold", "--N", "8", "--scheduler", value], capsys)
+    one_line_refusal(code, err, "--scheduler")
+
+
+def test_well_formed_scheduler_values_pass_validation():
+    from georecall.verify.cli.params import check_scheduler
+
+    for value in ("local:2", "tcp://127.0.0.1:8786", "tcp://[::1]:8786", "tcp://my-host.example:1"):
+        check_scheduler(value)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -160,7 +161,10 @@ class FigureFiles:
     formats: list[str] | None
 
 
-_SCHEDULER = re.compile(r"^(local:(?P<workers>[0-9]+)|tcp://(?P<host>[^\s:/]+):(?P<port>[0-9]+))$")
+# Matched whole (fullmatch: "$" would let a trailing newline through), ASCII only: a host name or IPv4
+# address of letters, digits, dots and hyphens, or a bracketed IPv6 address.
+_SCHEDULER = re.compile(r"local:(?P<workers>[0-9]+)|tcp://(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?"
+                        r"|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]+)", re.ASCII)
 
 
 def check_scheduler(text: str | None) -> None:
@@ -179,7 +183,7 @@ def check_scheduler(text: str | None) -> None:
     """
     if text is None:
         return
-    match = _SCHEDULER.match(text)
+    match = _SCHEDULER.fullmatch(text) if isinstance(text, str) else None
     if not match:
         raise InputError(f"--scheduler must be local:W (W workers) or tcp://HOST:PORT, got {text!r}")
     if match["workers"] is not None and not 1 <= int(match["workers"]) <= 1024:
@@ -575,6 +579,10 @@ def build(namespace: argparse.Namespace) -> Params:
         A value the dataclass refuses.
     """
     params = from_namespace(PARAMS[namespace.command], namespace)
+    if getattr(params, "json", False):
+        # --json: nothing on stderr at exit 0, whatever the executor. Dask's worker processes configure
+        # their logging from the environment they inherit when they start (their INFO lines go to stderr).
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     usercode.set_limits(timeout=params.build_timeout, budget=params.budget,  # for a user's construction
                         json=bool(getattr(params, "json", False)), command=params.command)
     return params

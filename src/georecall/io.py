@@ -93,7 +93,7 @@ def _explain(exc: OSError, what: str, path: str, where: str) -> InputError:
     if exc.errno == errno.ENAMETOOLONG:
         return InputError(f"{what} {path!r} is too long for the file system")
     if exc.errno == errno.ENOTDIR:
-        return InputError(f"{what} {path!r}: a part of {where!r} is a file, not a folder")
+        return InputError(f"{what} {path!r}: a part of {where!r} is a file, not a directory")
     if exc.errno in (errno.EACCES, errno.EPERM):
         return InputError(f"{what} {path!r}: {where!r} cannot be reached ({exc.strerror})")
     return InputError(f"{what} {path!r}: {where!r}: {exc.strerror or exc}")

@@ -19,6 +19,8 @@ import csv
 import io
 import json
 import math
+import unicodedata
+import warnings
 from collections.abc import Mapping
 
 from georecall.bounds import lower
@@ -245,9 +247,71 @@ _LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$"
                    "λ": r"$\lambda$", "β": r"$\beta$", "ε": r"$\varepsilon$", "π": r"$\pi$"}
 
 
+# Beyond the specials: math symbols (set in math mode), text symbols, accents (by Unicode decomposition)
+_LATEX_MATH = {"∑": r"\sum", "∏": r"\prod", "∞": r"\infty", "≠": r"\neq", "≈": r"\approx", "±": r"\pm",
+               "∈": r"\in", "∉": r"\notin", "→": r"\to", "←": r"\leftarrow", "⇒": r"\Rightarrow",
+               "↔": r"\leftrightarrow", "√": r"\surd", "∀": r"\forall", "∃": r"\exists", "∂": r"\partial",
+               "∇": r"\nabla", "∫": r"\int", "⌈": r"\lceil", "⌉": r"\rceil", "⌊": r"\lfloor", "⌋": r"\rfloor",
+               "⊆": r"\subseteq", "⊂": r"\subset", "∪": r"\cup", "∩": r"\cap", "∅": r"\emptyset",
+               "÷": r"\div", "∘": r"\circ", "⟨": r"\langle", "⟩": r"\rangle", "‖": r"\|", "≡": r"\equiv",
+               "∝": r"\propto", "≪": r"\ll", "≫": r"\gg", "°": r"^\circ", "²": "^2", "³": "^3", "¹": "^1",
+               "∼": r"\sim", "≃": r"\simeq", "⊗": r"\otimes", "⊕": r"\oplus", "ℝ": r"\mathbf{R}",
+               "ℕ": r"\mathbf{N}", "ℤ": r"\mathbf{Z}", "ℓ": r"\ell", "µ": r"\mu"}
+_LATEX_TEXT = {"“": "``", "”": "''", "‘": "`", "’": "'", "…": r"\dots{}", "§": r"\S{}",
+               "©": r"\copyright{}", "£": r"\pounds{}", "ß": r"\ss{}", "æ": r"\ae{}", "Æ": r"\AE{}",
+               "ø": r"\o{}", "Ø": r"\O{}",
+               "å": r"\aa{}", "Å": r"\AA{}", "œ": r"\oe{}", "Œ": r"\OE{}", "ł": r"\l{}", "Ł": r"\L{}",
+               "\u00a0": "~", "•": r"\textbullet{}", "†": r"\dag{}", "‡": r"\ddag{}", "¶": r"\P{}"}
+_LATEX_ACCENTS = {"\u0301": "'", "\u0300": "`", "\u0302": "^", "\u0303": "~", "\u0308": '"', "\u0327": "c",
+                  "\u030a": "r", "\u030c": "v", "\u0304": "=", "\u0306": "u", "\u0307": ".", "\u030b": "H",
+                  "\u0328": "k"}
+# Greek letters: the small ones LaTeX has commands for, the capitals it has, the capitals that look Latin
+_GREEK_SMALL = {"ALPHA", "BETA", "GAMMA", "DELTA", "EPSILON", "ZETA", "ETA", "THETA", "IOTA", "KAPPA",
+                "LAMDA", "MU", "NU", "XI", "PI", "RHO", "SIGMA", "TAU", "UPSILON", "PHI", "CHI", "PSI",
+                "OMEGA"}
+_GREEK_CAPITAL = {"GAMMA", "DELTA", "THETA", "LAMDA", "XI", "PI", "SIGMA", "UPSILON", "PHI", "PSI", "OMEGA"}
+_GREEK_LATIN = {"ALPHA": "A", "BETA": "B", "EPSILON": "E", "ZETA": "Z", "ETA": "H", "IOTA": "I", "KAPPA": "K",
+                "MU": "M", "NU": "N", "OMICRON": "O", "RHO": "P", "TAU": "T", "CHI": "X"}
+UNSET = "?"  # what a character LaTeX cannot set becomes (with a warning naming it)
+
+
+def _latex_char(ch: str) -> str | None:
+    """One non-ASCII character as LaTeX source, or None when pdfLaTeX without extra packages cannot set
+    it."""
+    if ch in _LATEX_SPECIALS:
+        return _LATEX_SPECIALS[ch]
+    if ch in _LATEX_MATH:
+        return "$" + _LATEX_MATH[ch] + "$"
+    if ch in _LATEX_TEXT:
+        return _LATEX_TEXT[ch]
+    name = unicodedata.name(ch, "")
+    command = {"LAMDA": "lambda", "Lamda": "Lambda"}  # Unicode spells it LAMDA
+    if name.startswith("GREEK SMALL LETTER "):
+        letter = name[len("GREEK SMALL LETTER "):]
+        if letter == "OMICRON":
+            return "o"
+        if letter == "FINAL SIGMA":
+            return r"$\varsigma$"
+        if letter in _GREEK_SMALL:
+            return "$\\" + command.get(letter, letter.lower()) + "$"
+    if name.startswith("GREEK CAPITAL LETTER "):
+        letter = name[len("GREEK CAPITAL LETTER "):]
+        if letter in _GREEK_LATIN:
+            return _GREEK_LATIN[letter]
+        if letter in _GREEK_CAPITAL:
+            return "$\\" + command.get(letter.capitalize(), letter.capitalize()) + "$"
+    parts = unicodedata.normalize("NFD", ch)
+    if len(parts) == 2 and parts[0].isascii() and parts[0].isalpha() and parts[1] in _LATEX_ACCENTS:
+        base = {"i": r"\i", "j": r"\j"}.get(parts[0], parts[0])
+        return "\\" + _LATEX_ACCENTS[parts[1]] + "{" + base + "}"
+    return None
+
+
 def latex_escape(text: str) -> str:
-    """``text`` safe in LaTeX text mode: the ten special characters escaped, a few Unicode symbols as math,
-    any other non-ASCII character dropped to ``?`` (pdfLaTeX without extra packages cannot set it).
+    """``text`` safe in LaTeX text mode: the ten special characters escaped, Greek letters and math symbols
+    in math mode, accented Latin letters as accent commands, typographic quotes and a few text symbols by
+    their commands; any other character (an emoji, a CJK ideograph) cannot be set by pdfLaTeX without
+    extra packages and becomes :data:`UNSET`, with a warning naming it.
 
     Parameters
     ----------
@@ -257,16 +321,31 @@ def latex_escape(text: str) -> str:
     Returns
     -------
     str
-        LaTeX source.
+        LaTeX source (ASCII).
+
+    Warns
+    -----
+    UserWarning
+        Once per call that met characters LaTeX cannot set, naming each (``U+1F4A5 COLLISION SYMBOL``).
     """
-    out = []
+    out, unset = [], []
     for ch in str(text):
-        if ch in _LATEX_SPECIALS:
-            out.append(_LATEX_SPECIALS[ch])
-        elif ord(ch) < 128:
+        if ord(ch) < 128 and ch not in _LATEX_SPECIALS:
             out.append(ch)
-        else:
-            out.append("?")
+            continue
+        mapped = _latex_char(ch)
+        if mapped is None:
+            unset.append(ch)
+            mapped = UNSET
+        if out and len(mapped) > 2 and mapped[0] == mapped[-1] == "$" and out[-1].endswith("$") \
+                and len(out[-1]) > 2 and out[-1][0] == "$":
+            out[-1] = out[-1][:-1] + mapped[1:]  # adjacent symbols: one formula ($\alpha\leq\beta$)
+            continue
+        out.append(mapped)
+    if unset:
+        names = ", ".join(dict.fromkeys(f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in unset))
+        warnings.warn(f"LaTeX output: {len(unset)} character(s) pdfLaTeX cannot set were written as "
+                      f"{UNSET!r}: {names}", stacklevel=2)
     return "".join(out)
 
 

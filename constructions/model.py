@@ -63,7 +63,7 @@ from georecall.constructions.rounding import (
     up,
 )
 from georecall.errors import InputError
-from georecall.io import atomic_write
+from georecall.io import atomic_write, damaged_input
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -1549,9 +1549,9 @@ def load_model(path: str) -> tuple[Model, dict]:
     """
     try:
         data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read {path!r} as an .npz file: {exc}") from None
-    with data:
+    except Exception as exc:  # OSError, ValueError, zipfile.BadZipFile, EOFError, ...: the reader's word
+        raise InputError(f"cannot read {path!r} as an .npz file: {str(exc).strip()[:200]}") from None
+    with data, damaged_input(path, "model file"):  # a damaged member: one line, whatever NumPy raises
         if "__header__" not in data.files:
             raise InputError(f"{path!r} is not a georecall model (no __header__)")
         try:

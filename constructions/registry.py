@@ -29,6 +29,7 @@ from typing import Literal
 
 import numpy as np
 
+from georecall import usercode
 from georecall.constructions.codes import binary_length
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.model import Model
@@ -341,7 +342,8 @@ def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
     @functools.wraps(build)  # the user's function stays reachable: inspect.unwrap(spec.build)
     def guarded_build(*args, **kwargs) -> Construction:
         try:
-            result = build(*args, **kwargs)
+            with usercode.limited(f"your construction {spec.label}'s builder"):  # time, memory, BaseException
+                result = build(*args, **kwargs)
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - the user's code: reported as theirs
@@ -353,12 +355,14 @@ def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
             raise UserCodeError(f"your construction {spec.label}'s builder returned a Construction whose "
                                 f"model is a {type(result.model).__name__}, not a Model")
         promise_ok(result.promise, "builder's promise")
+        usercode.require_model_fits(result.model, f"your construction {spec.label}'s builder", *args[:2])
         return result
 
     @functools.wraps(nominal)
     def guarded_nominal(*args, **kwargs) -> Promise:
         try:
-            promise = nominal(*args, **kwargs)
+            with usercode.limited(f"your construction {spec.label}'s nominal_promise"):
+                promise = nominal(*args, **kwargs)
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - the user's code
@@ -443,12 +447,13 @@ def resolve(key: str) -> ConstructionSpec:
         raise InputError(f"construction {key!r}: {where!r} is neither a FILE.py nor an absolute module name "
                          "(a.b.c; relative names like .x are not accepted)")
     try:
-        if is_file:
-            module = _load_file(where, key)
-        else:
-            if os.getcwd() not in sys.path and "" not in sys.path:
-                sys.path.insert(0, os.getcwd())
-            module = importlib.import_module(where)
+        with usercode.limited(f"your construction's module {where!r}"):  # time, memory, BaseException
+            if is_file:
+                module = _load_file(where, key)
+            else:
+                if os.getcwd() not in sys.path and "" not in sys.path:
+                    sys.path.insert(0, os.getcwd())
+                module = importlib.import_module(where)
     except SyntaxError as exc:
         raise InputError(f"construction {key!r}: syntax error in {exc.filename or where!r} line "
                          f"{exc.lineno}: {exc.msg}") from None

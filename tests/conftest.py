@@ -17,6 +17,7 @@ import os
 
 import pytest
 
+from georecall import usercode
 from georecall.constructions import registry
 
 # The strategies the tests use are public: georecall.testing (users property-test their own constructions).
@@ -38,3 +39,13 @@ def _registry_restored():
     yield
     registry._REGISTRY.clear()
     registry._REGISTRY.update(before)
+
+
+@pytest.fixture(autouse=True)
+def _usercode_limits_restored():
+    """A command run in-process sets the limits user code runs under (its --build-timeout and budget); the
+    next test starts from the defaults."""
+    before = usercode.current_limits()
+    yield
+    usercode.set_limits(timeout=before.timeout, budget=before.budget, json=before.json,
+                        command=before.command)

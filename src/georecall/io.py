@@ -18,6 +18,9 @@
   without being held in memory, a line nested too deeply or holding an integer too long for Python is
   counted as torn, and, given a budget, the whole file is counted against it (:func:`results_file_estimate`)
   before a byte is parsed.
+- A path is checked against the file system's limits before the work: every name on it, and the temporary
+  name a file is first written under (:func:`temporary_prefix`), must fit ``NAME_MAX`` and the whole path
+  ``PATH_MAX``; a symlink loop or a dangling link on the way is refused (:func:`check_path`).
 - Output paths that are devices, pipes or sockets (``/dev/null``, ``/dev/stdout``) are refused: an atomic
   write replaces a regular file, and a suffix added to ``/dev/null`` would create ``/dev/null.npz``.
 """
@@ -32,7 +35,8 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -41,11 +45,119 @@ from georecall.memory import Budget, results_file_estimate
 from georecall.state_dict import from_state_dict, to_state_dict  # noqa: F401  (re-exported: docs/model_format.md)
 
 __all__ = ["MAX_LINE_BYTES", "FileLock", "LockTimeout", "ResultsFile", "append_jsonl", "atomic_write",
-           "lock_path", "read_jsonl", "validate_output_path"]
+           "check_path", "damaged_input", "lock_path", "read_jsonl", "temporary_prefix",
+           "validate_output_path"]
 
 # The longest results line read (the longest record georecall writes, a study record, is a few tens of kB);
 # a longer line is skipped and counted as alien, read in pieces of this size so it never sits in memory.
 MAX_LINE_BYTES = 1 << 20
+
+
+# mkstemp's random part of a temporary name (tempfile._RandomNameSequence draws 8 characters)
+_TEMPORARY_RANDOM = 8
+
+
+def temporary_prefix(path: str) -> str:
+    """The prefix of the temporary name :func:`atomic_write` writes ``path`` under first, in the same folder:
+    ``.<name>.tmp-<pid>-`` (``mkstemp`` adds 8 random characters).
+
+    Parameters
+    ----------
+    path : str
+
+    Returns
+    -------
+    str
+    """
+    return f".{os.path.basename(os.fspath(path))}.tmp-{os.getpid()}-"
+
+
+def _limit(directory: str, name: str, default: int) -> int:
+    """``os.pathconf(directory, name)`` of the nearest existing folder, or ``default``."""
+    while directory and not os.path.isdir(directory):
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    try:
+        value = os.pathconf(directory or os.sep, name)
+    except (OSError, ValueError, AttributeError):
+        return default
+    return value if value and value > 0 else default
+
+
+def _explain(exc: OSError, what: str, path: str, where: str) -> InputError:
+    """One line for an OSError met while resolving ``where`` on the way to ``path``."""
+    if exc.errno == errno.ELOOP:
+        return InputError(f"{what} {path!r}: {where!r} is a symbolic link loop")
+    if exc.errno == errno.ENAMETOOLONG:
+        return InputError(f"{what} {path!r} is too long for the file system")
+    if exc.errno == errno.ENOTDIR:
+        return InputError(f"{what} {path!r}: a part of {where!r} is a file, not a directory")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return InputError(f"{what} {path!r}: {where!r} cannot be reached ({exc.strerror})")
+    return InputError(f"{what} {path!r}: {where!r}: {exc.strerror or exc}")
+
+
+def check_path(path: str, *, what: str = "output file", names_beside: tuple[str, ...] = (),
+               room_below: int = 0) -> str:
+    """Check that ``path`` fits the file system's limits and resolves: every name on it at most
+    ``NAME_MAX`` bytes, each of ``names_beside`` (files written in the same folder, such as the temporary
+    name of an atomic write) too, the whole path, ``room_below`` bytes more, at most ``PATH_MAX``; no
+    symbolic-link loop, dangling link or file on the way to the nearest existing ancestor.
+
+    Parameters
+    ----------
+    path : str
+        The path (need not exist).
+    what : str
+        How messages name it.
+    names_beside : tuple of str
+        Names that will be created in the folder of ``path``.
+    room_below : int
+        For a folder, the length of the longest ``/name`` that will be written inside it.
+
+    Returns
+    -------
+    str
+        ``path``, unchanged.
+
+    Raises
+    ------
+    InputError
+        One line naming the path and the limit or the link.
+    """
+    absolute = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(absolute)
+    name_max = _limit(directory, "PC_NAME_MAX", 255)
+    path_max = _limit(directory, "PC_PATH_MAX", 4096)
+    for name in [part for part in absolute.split(os.sep) if part] + list(names_beside):
+        size = len(os.fsencode(name))
+        if size > name_max:
+            shown = name if len(name) <= 40 else name[:20] + "…" + name[-12:]
+            also = "" if name in absolute.split(os.sep) else ", the name it is first written under"
+            raise InputError(f"{what} {path!r}: the name {shown!r}{also} is {size} bytes, longer than the "
+                             f"{name_max} bytes a file name may have here")
+    longest = max([len(os.fsencode(absolute)) + room_below]
+                  + [len(os.fsencode(os.path.join(directory, n))) for n in names_beside])
+    if longest >= path_max:
+        raise InputError(f"{what} {path!r} is too long: {longest} bytes with the names written there, the "
+                         f"limit is {path_max}")
+    current = absolute
+    while True:  # the nearest existing ancestor, and no broken link on the way to it
+        try:
+            os.stat(current)
+            break
+        except FileNotFoundError:
+            if os.path.islink(current):
+                raise InputError(f"{what} {path!r}: {current!r} is a dangling symbolic link") from None
+        except OSError as exc:
+            raise _explain(exc, what, path, current) from None
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return os.fspath(path)
 
 
 def validate_output_path(path: str, *, suffix: str | None = None, what: str = "output file") -> str:
@@ -87,6 +199,8 @@ def validate_output_path(path: str, *, suffix: str | None = None, what: str = "o
                              "file name")
     if suffix and not path.endswith(suffix):
         path += suffix
+    check_path(path, what=what, names_beside=(temporary_prefix(path) + "x" * _TEMPORARY_RANDOM,
+                                              os.path.basename(lock_path(path))))
     if os.path.isdir(path):
         raise InputError(f"{what} {path!r} is a directory; give a file name")
     directory = os.path.dirname(os.path.abspath(path))
@@ -151,7 +265,7 @@ def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-{os.getpid()}-", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             if callable(data):
@@ -226,6 +340,34 @@ def _strict(value):
     if isinstance(value, (list, tuple)):
         return [_strict(v) for v in value]
     return value
+
+
+@contextmanager
+def damaged_input(path: str, what: str = "file") -> Iterator[None]:
+    """Turn any exception raised while reading ``path`` (NumPy's ``.npy``/``.npz`` readers, zipfile, JSON)
+    into one :class:`InputError` line: a truncated member ("EOF: reading array data"), a bad CRC, a header
+    NumPy cannot parse. An ``InputError`` raised inside passes unchanged; ``BaseException`` s that are not
+    ``Exception`` s (Ctrl-C) are not touched.
+
+    Parameters
+    ----------
+    path : str
+        The file being read.
+    what : str
+        How the message names it.
+
+    Raises
+    ------
+    InputError
+        ``cannot read <what> '<path>': <the reader's first line>``.
+    """
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise InputError(f"cannot read {what} {os.fspath(path)!r}: {first}") from None
 
 
 def lock_path(path: str) -> str:

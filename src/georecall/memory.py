@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 
@@ -112,13 +113,25 @@ def budget_bytes(max_gib: float | None) -> int:
     ------
     InputError
         ``max_gib`` is not a positive finite number (zero, negative, NaN, infinite, a bool, a string).
+
+    Warns
+    -----
+    UserWarning
+        ``max_gib`` is more than the machine's available memory (:func:`available_bytes`): the budget is
+        capped at the available memory.
     """
     if max_gib is None:
         return max(1, int(DEFAULT_FRACTION * available_bytes()))
     if isinstance(max_gib, bool) or not (isinstance(max_gib, (int, float)) and math.isfinite(max_gib)
                                          and max_gib > 0):
         raise InputError(f"--max-gib must be a positive finite number of GiB, got {max_gib!r}")
-    return max(1, int(max_gib * GIB))
+    wanted = max_gib * GIB
+    available = available_bytes()
+    if wanted > available:  # a budget the machine cannot give guards nothing: cap it, and say so
+        warnings.warn(f"--max-gib {max_gib:g} is more than the {available / GIB:.1f} GiB this machine has "
+                      f"available: the budget is capped at {available / GIB:.1f} GiB", stacklevel=2)
+        return max(1, int(available))
+    return max(1, int(wanted))
 
 
 @dataclass(frozen=True)
@@ -400,6 +413,40 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
     # CHUNK_COPIES intermediates of BOUNDED_ARRAYS arrays each are alive at once.
     width = max(int(promise.d * scale), int(promise.m * scale), n_out, 1)
     est.add("checker chunks", checker_chunk_bytes(width, T, N * R**k, budget), "N or R")
+    return est
+
+
+def built_model_estimate(model, n_queries: int, T: int, budget: Budget | int | None = None, *,
+                         what: str = "checking the built model") -> Estimate:
+    """Peak bytes of checking a model that is already built, from its measured arrays (not from a promise):
+    the parts :func:`check_estimate` counts, with d, m, the heads and the parameters read off ``model``.
+
+    Parameters
+    ----------
+    model : Model
+        The built model (duck-typed: ``arrays()``, ``d``, ``mlp_width``, ``n_out``, ``layers``).
+    n_queries, T : int
+        Queries checked and their length.
+    budget : Budget, int or None
+        The run's budget (the checker's chunks are sized from it).
+    what : str
+        How the message names the job.
+
+    Returns
+    -------
+    Estimate
+        The stored weights in float64, one working copy, the attention value outputs, the checker chunks.
+    """
+    est = Estimate(what)
+    params = sum(int(a.size) for a in model.arrays().values())
+    d, m, n_out = int(model.d), int(model.mlp_width), int(model.n_out)
+    heads = sum(layer.attention.heads for layer in model.layers if layer.attention is not None)
+    sizes = f"d = {d:,}, m = {m:,}, {params:,} parameters, measured"
+    est.add(f"weights ({sizes})", 8 * params, "the construction's sizes")
+    est.add("a working copy of the weights", 8 * params, "the construction's sizes")
+    est.add(f"attention value outputs W_V·W_O and the tables' maps (6 x {heads} x d²)", 6 * 8 * heads * d * d,
+            "the construction's sizes")
+    est.add("checker chunks", checker_chunk_bytes(max(d, m, n_out, 1), T, n_queries, budget), "N or R")
     return est
 
 

@@ -33,7 +33,7 @@ from georecall import __version__, memory
 from georecall.constructions import registry
 from georecall.constructions.model import ATTENTION_KINDS, load_model, save_model
 from georecall.errors import InputError
-from georecall.io import append_jsonl, atomic_write, validate_output_path
+from georecall.io import append_jsonl, atomic_write, check_path, damaged_input, validate_output_path
 from georecall.memory import Estimate, query_bytes
 from georecall.theory import seeds
 from georecall.theory.tasks import Attributes, Task, task_for_seed
@@ -205,6 +205,9 @@ def output_dir(path: str, what: str = "output folder") -> str:
     """
     if not path:
         raise InputError(f"{what}: a folder is required")
+    # the folder's own names, a symlink loop or dangling link on the way, and room for the files written
+    # inside it (a figure's name with its temporary suffix: well under _ROOM_BELOW bytes)
+    check_path(path, what=what, room_below=_ROOM_BELOW)
     if os.path.exists(path) and not os.path.isdir(path):
         raise InputError(f"{what} {path!r} exists and is not a folder")
     parent = os.path.abspath(path)
@@ -214,6 +217,10 @@ def output_dir(path: str, what: str = "output folder") -> str:
         raise InputError(f"{what} {path!r}: {parent!r} is a file, so the folder cannot be created")
     output_path(os.path.join(parent, ".georecall-probe"), what=what)
     return path
+
+
+# The longest "/name" a command writes inside an output folder, with the temporary name's suffix.
+_ROOM_BELOW = 100
 
 
 def _input_file(path: str, what: str) -> str:
@@ -362,7 +369,7 @@ def _task_file(path: str, N: int, R: int, attributes: Attributes, symmetric: boo
         raise InputError(f"task file {path!r} holds {member.dtype} values, not integer entity ids")
     try:
         table = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
+    except Exception as exc:  # whatever NumPy's readers raise on a damaged file
         raise InputError(f"cannot read task file {path!r}: {str(exc).splitlines()[0]}") from None
     task = Task(table, attributes)  # validates the bijections (InputError)
     rows = np.arange(R)[:, None]
@@ -920,7 +927,7 @@ def _check_model_file(path: str, budget: memory.Budget, what: str) -> tuple[Esti
         raise InputError(f"{path!r} is not a georecall model (no __header__)")
     if header_member.dtype.kind != "U" or header_member.shape != ():
         raise InputError(f"{path!r}: the model header is not a JSON string")
-    with np.load(path, allow_pickle=False) as data:
+    with damaged_input(path, "model file"), np.load(path, allow_pickle=False) as data:
         text = str(data["__header__"])
     try:
         header = json.loads(text)
@@ -974,10 +981,10 @@ def _load_model_and_task(path: str, task_path: str | None, budget: memory.Budget
         memory.file_estimate(what, task_path, members).require(budget)
         try:
             table = np.load(task_path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # whatever NumPy's readers raise on a damaged file
             raise InputError(f"cannot read the task table {task_path!r}: {str(exc)[:160]}") from None
         if hasattr(table, "files"):
-            with table:
+            with table, damaged_input(task_path, "task table"):
                 if "task_table" not in table.files:
                     raise InputError(f"{task_path!r} has no array 'task_table'")
                 table = table["task_table"]
@@ -1115,9 +1122,9 @@ def run_eval(p: EvalParams) -> dict:
 
 def _model_record(path: str) -> dict:
     """The ``record`` of a model file's JSON header (parameters it was written with), or {}."""
-    with np.load(path, allow_pickle=False) as data:
+    with damaged_input(path, "model file"), np.load(path, allow_pickle=False) as data:
         header = json.loads(str(data["__header__"]))
-    record = header.get("record")
+    record = header.get("record") if isinstance(header, dict) else None
     return record if isinstance(record, dict) else {}
 
 

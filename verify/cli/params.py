@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from georecall import usercode
 from georecall.errors import InputError
 from georecall.memory import Budget
 from georecall.theory.tasks import Attributes
@@ -88,6 +90,9 @@ class Params:
         The command ("check single-hop"), a key of ``commands.COMMANDS``.
     debug : bool
         ``--debug``: show the traceback of an exception raised by the user's own construction.
+    build_timeout : float
+        ``--build-timeout``: seconds each call into the user's own construction code may take
+        (:mod:`georecall.usercode`).
     budget : Budget
         The memory budget, derived once from ``--max-gib`` (:class:`Budgeted`), or the default budget (half
         the machine's available memory) for a command that does not offer it.
@@ -95,6 +100,7 @@ class Params:
 
     command: str
     debug: bool
+    build_timeout: float
     budget: Budget = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -155,7 +161,10 @@ class FigureFiles:
     formats: list[str] | None
 
 
-_SCHEDULER = re.compile(r"^(local:(?P<workers>[0-9]+)|tcp://(?P<host>[^\s:/]+):(?P<port>[0-9]+))$")
+# Matched whole (fullmatch: "$" would let a trailing newline through), ASCII only: a host name or IPv4
+# address of letters, digits, dots and hyphens, or a bracketed IPv6 address.
+_SCHEDULER = re.compile(r"local:(?P<workers>[0-9]+)|tcp://(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?"
+                        r"|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]+)", re.ASCII)
 
 
 def check_scheduler(text: str | None) -> None:
@@ -174,7 +183,7 @@ def check_scheduler(text: str | None) -> None:
     """
     if text is None:
         return
-    match = _SCHEDULER.match(text)
+    match = _SCHEDULER.fullmatch(text) if isinstance(text, str) else None
     if not match:
         raise InputError(f"--scheduler must be local:W (W workers) or tcp://HOST:PORT, got {text!r}")
     if match["workers"] is not None and not 1 <= int(match["workers"]) <= 1024:
@@ -569,4 +578,11 @@ def build(namespace: argparse.Namespace) -> Params:
     InputError
         A value the dataclass refuses.
     """
-    return from_namespace(PARAMS[namespace.command], namespace)
+    params = from_namespace(PARAMS[namespace.command], namespace)
+    if getattr(params, "json", False):
+        # --json: nothing on stderr at exit 0, whatever the executor. Dask's worker processes configure
+        # their logging from the environment they inherit when they start (their INFO lines go to stderr).
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
+    usercode.set_limits(timeout=params.build_timeout, budget=params.budget,  # for a user's construction
+                        json=bool(getattr(params, "json", False)), command=params.command)
+    return params

@@ -24,7 +24,7 @@ import traceback
 import warnings
 from typing import Any
 
-from georecall import __version__
+from georecall import __version__, usercode
 from georecall.constructions import registry
 from georecall.constructions.codes import CODE_KINDS
 from georecall.errors import InputError, UserCodeError
@@ -212,6 +212,10 @@ def _shared(command: str) -> list[_Parser]:
     parent.add_argument("--debug", action="store_true",  # every command: any may run your construction
                         help=f"show the traceback of an exception raised by your own construction (also: "
                              f"{DEBUG_VARIABLE}=1)")
+    parent.add_argument("--build-timeout", type=_real(positive=True, maximum=1e7),
+                        default=usercode.DEFAULT_BUILD_TIMEOUT, metavar="SECONDS",
+                        help="time limit of each call into your own construction's code (its module, "
+                             "builder, nominal_promise): past it, exit 2 naming it")
     return [parent]
 
 
@@ -278,10 +282,20 @@ def refuse_conflicts(args: argparse.Namespace, given: set[str]) -> None:
                              "give one of them")
 
 
+class _FormatAction(argparse.Action):
+    """``--format``: ``json`` also sets ``--json``, so the two are one behaviour (one document on stdout
+    whatever happens, no progress on stderr, the same refusals)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        if values == "json" and hasattr(namespace, "json"):
+            namespace.json = True
+
+
 def _add_table_options(p: argparse.ArgumentParser, default: str) -> None:
     """--format, --columns, --caption and --label of a command that prints a table."""
     formats = ("md", "csv", "json", "latex") if default == "md" else ("text", "md", "csv", "json", "latex")
-    p.add_argument("--format", choices=formats, default=default,
+    p.add_argument("--format", choices=formats, default=default, action=_FormatAction,
                    help="output format (json is the same document as --json; latex is a booktabs tabular, "
                         "needing \\usepackage{booktabs})")
     p.add_argument("--columns", default=None, metavar="A,B,...",
@@ -927,7 +941,8 @@ class _Session:
         self.argv = argv
         self.debug = _debugging(argv)
         self.command = _command_of(argv)
-        self.json = "--json" in argv
+        self.json = "--json" in argv or "--format=json" in argv or any(  # --format json is --json
+            a == "--format" and b == "json" for a, b in zip(argv, argv[1:]))
         self.params: dict[str, Any] | None = None  # the parsed arguments, as the failure document shows them
         self.caught: list = []
         self.printed = io.StringIO()

@@ -178,7 +178,10 @@ def test_eval_of_an_exact_construction_agrees_with_check(tmp_path, capsys):
     code, out, _ = run(["eval", path, "--json"], capsys)
     doc = strict_json(out)
     assert code == 0 and doc["accuracy"] == 1.0 and doc["queries"] == 192 and doc["exact"]
-    assert doc["min_margin"] == pytest.approx(checked["check"]["min_margin"], abs=1e-12)
+    margin = doc["min_margin"]  # an interval containing the exact minimum margin
+    assert margin["lo"] == pytest.approx(checked["check"]["min_margin"], abs=1e-12)
+    assert margin["lo"] <= checked["promise"]["margin"] <= margin["hi"] and margin["width"] < 1e-9
+    assert doc["arith"] == "exact" and doc["n_undecided"] == 0
     assert [r["queries"] for r in doc["per_relation"]] == [64, 64, 64]
 
 

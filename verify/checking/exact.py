@@ -260,8 +260,12 @@ class _R:
         return _R(lo, lo if self.exact else self.hi * f, den)
 
     def __getitem__(self, index) -> _R:
-        lo = self.lo[index]
-        return _R(lo, lo if self.exact else self.hi[index], self.den)
+        return self.map(lambda a: a[index])
+
+    def map(self, f) -> _R:
+        """``f`` (a reshaping or indexing) applied to both ends, keeping an exact tensor exact."""
+        lo = f(self.lo)
+        return _R(lo, lo if self.exact else f(self.hi), self.den)
 
 
 def _plus(a: _R, b: _R) -> _R:
@@ -366,7 +370,7 @@ class _Redecider:
                     p = np.zeros(todo.size, dtype=np.int64)
                     lq, hq = [Fraction(-1)] * todo.size, [Fraction(1)] * todo.size
                 for j, q in enumerate(todo):
-                    preds[q] = p[j]
+                    preds[q] = answers[q] if lq[j] > 0 else p[j]  # a positive margin: the answer is argmax
                     lo[q], hi[q] = _down(lq[j]), _upward(hq[j])
                     mid[q] = float((lq[j] + hq[j]) / 2) if math.isfinite(lo[q]) else lo[q]
                 decided = np.array([not (lq[j] <= 0 < hq[j]) for j in range(todo.size)], dtype=bool)
@@ -416,14 +420,14 @@ class _Redecider:
             return total
         for h in range(att["heads"]):
             q, k = _times(x, att["Q"][h]), _times(x, att["K"][h])
-            dots = _interval_product_sum(_R(q.lo[:, :, None, :], q.hi[:, :, None, :], q.den),
-                                         _R(k.lo[:, None, :, :], k.hi[:, None, :, :], k.den))  # (B, T, T)
+            dots = _interval_product_sum(q.map(lambda a: a[:, :, None, :]),
+                                         k.map(lambda a: a[:, None, :, :]))  # (B, T, T)
             beta = att["beta"]
             scores = _weights(dots, np.array(beta.numerator, dtype=object), beta.denominator)
             a = (self._softmax(scores, prec) if att["kind"] == "softmax" else self._hard(scores))
             # Σ_u a(t, u)·x_u: the products (B, T, d, u) summed over u
-            mix = _interval_product_sum(_R(a.lo[:, :, None, :], a.hi[:, :, None, :], a.den),
-                                        _R(x.lo.swapaxes(1, 2)[:, None], x.hi.swapaxes(1, 2)[:, None], x.den))
+            mix = _interval_product_sum(a.map(lambda w: w[:, :, None, :]),
+                                        x.map(lambda v: v.swapaxes(1, 2)[:, None]))
             term = _times(_times(mix, att["V"][h]), att["O"][h])
             total = term if total is None else _plus(total, term)
         assert total is not None
@@ -452,76 +456,97 @@ class _Redecider:
     def _softmax(scores: _R, prec: int) -> _R:
         """Rigorous enclosures of the causal softmax weights at ``prec`` bits, on the grid ``2^-prec``:
         ``w_u = 1 / (1 + Σ_{v≠u} exp(s_v − s_u))`` is decreasing in every ``s_v − s_u``."""
-        from mpmath import iv
+        from mpmath.ctx_iv import MPIntervalContext
+
+        iv = MPIntervalContext()  # a context of our own: no global precision is changed
+        iv.prec = prec + 32
 
         B, T, _ = scores.lo.shape
         lo = np.zeros((B, T, T), dtype=object)
         hi = np.zeros((B, T, T), dtype=object)
         G = prec
         den = scores.den
-        with iv.workprec(prec + 32):
-            one, zero = iv.mpf(1), iv.mpf(0)
-            for b in range(B):
-                for t in range(T):
-                    sl = [scores.lo[b, t, u] for u in range(t + 1)]
-                    sh = [scores.hi[b, t, u] for u in range(t + 1)]
-                    for u in range(t + 1):
-                        s_max = zero  # Σ exp(sh_v − sl_u) (upper) and Σ exp(sl_v − sh_u) (lower)
-                        s_min = zero
-                        for v in range(t + 1):
-                            if v == u:
-                                continue
-                            s_max += iv.exp(iv.mpf(sh[v] - sl[u]) / den)
-                            s_min += iv.exp(iv.mpf(sl[v] - sh[u]) / den)
-                        w_lo = one / (one + s_max)
-                        w_hi = one / (one + s_min)
-                        lo[b, t, u] = _scaled(w_lo._mpi_[0], G, ceil=False)
-                        hi[b, t, u] = _scaled(w_hi._mpi_[1], G, ceil=True)
+        one, zero = iv.mpf(1), iv.mpf(0)
+        for b in range(B):
+            for t in range(T):
+                sl = [scores.lo[b, t, u] for u in range(t + 1)]
+                sh = [scores.hi[b, t, u] for u in range(t + 1)]
+                for u in range(t + 1):
+                    s_max = zero  # Σ exp(sh_v − sl_u) (upper) and Σ exp(sl_v − sh_u) (lower)
+                    s_min = zero
+                    for v in range(t + 1):
+                        if v == u:
+                            continue
+                        s_max += iv.exp(iv.mpf(sh[v] - sl[u]) / den)
+                        s_min += iv.exp(iv.mpf(sl[v] - sh[u]) / den)
+                    w_lo = one / (one + s_max)
+                    w_hi = one / (one + s_min)
+                    lo[b, t, u] = _scaled(w_lo._mpi_[0], G, ceil=False)
+                    hi[b, t, u] = _scaled(w_hi._mpi_[1], G, ceil=True)
         return _R(lo, hi, 1 << G)
 
     def _readout(self, x: _R, answers: np.ndarray):
-        """Exact argmax and margin interval per query from the last residual (read-out in row blocks)."""
+        """Exact argmax and margin interval per query from the last residual (read-out in row blocks).
+
+        Exact ``x``: the margin is ``L_a − max_{j≠a} L_j`` of the exact logits. An enclosure ``x``: each
+        ``L_a − L_j = x·(U_a − U_j)`` is enclosed directly (the difference of the rows is exact), so that
+        equal rows give an exact 0 and the enclosure does not lose the correlation of the two logits."""
         model = self.model
         readout = model.readout
         v = x[:, readout.columns] if not readout.full else x
         n = answers.size
-        a_lo = [None] * n
-        a_hi = [None] * n
-        best_hi: list = [None] * n  # max_{j≠a} hi_j, max_{j≠a} lo_j, over the blocks
-        best_lo: list = [None] * n
-        top: list = [None] * n  # (value lo, index) of the first maximal logit (exact logits: argmax)
-        den = None
+        lo_m: list = [None] * n  # min over j ≠ a of the margin's lower / upper ends
+        hi_m: list = [None] * n
+        top: list = [None] * n  # (lower end, index) of the first maximal logit: the exact argmax if exact
+        a_exact: list = [None] * n
+        rows_a = None
+        if not v.exact:
+            rows_a = [_dyadic(readout.matrix[a]) for a in answers.tolist()]
         for start in range(0, model.n_out, READOUT_ROWS):
             rows = np.arange(start, min(model.n_out, start + READOUT_ROWS))
             ints, d_U = _dyadic(readout.matrix[rows])
             L = _times(v, (ints.T, d_U))
-            den = L.den
             for q in range(n):
-                lo_q, hi_q = L.lo[q], L.hi[q]
-                a = answers[q] - start
-                if 0 <= a < rows.size:
-                    a_lo[q], a_hi[q] = lo_q[a], hi_q[a]
-                if 0 <= a < rows.size:
-                    olo, ohi = np.delete(lo_q, a), np.delete(hi_q, a)
-                else:
-                    olo, ohi = lo_q, hi_q
-                if len(olo):
-                    mh, ml = max(ohi), max(olo)
-                    best_hi[q] = mh if best_hi[q] is None else max(best_hi[q], mh)
-                    best_lo[q] = ml if best_lo[q] is None else max(best_lo[q], ml)
-                j = int(np.argmax(lo_q)) if rows.size else 0
-                if top[q] is None or lo_q[j] > top[q][0]:
-                    top[q] = (lo_q[j], start + j)
+                lo_q = L.lo[q]
+                j = int(np.argmax(lo_q))
+                if top[q] is None or Fraction(lo_q[j], L.den) > top[q][0]:
+                    top[q] = (Fraction(lo_q[j], L.den), start + j)
+                a = int(answers[q]) - start
+                inside = 0 <= a < rows.size
+                if v.exact:
+                    if inside:
+                        a_exact[q] = Fraction(lo_q[a], L.den)
+                    others = np.delete(lo_q, a) if inside else lo_q
+                    if len(others):
+                        best = Fraction(max(others), L.den)
+                        lo_m[q] = best if lo_m[q] is None else max(lo_m[q], best)  # (max other logit)
+                    continue
+                assert rows_a is not None
+                ia, da = rows_a[q]
+                den = math.lcm(da, d_U)
+                diff = ia[None, :] * (den // da) - ints * (den // d_U)  # (rows, D): U_a − U_j exactly
+                if inside:
+                    diff = np.delete(diff, a, axis=0)
+                if not diff.shape[0]:
+                    continue
+                m = _times(v[q : q + 1], (diff.T, den))
+                lo_b, hi_b = Fraction(min(m.lo[0]), m.den), Fraction(min(m.hi[0]), m.den)
+                lo_m[q] = lo_b if lo_m[q] is None else min(lo_m[q], lo_b)
+                hi_m[q] = hi_b if hi_m[q] is None else min(hi_m[q], hi_b)
         predictions = np.array([t[1] for t in top], dtype=np.int64)
-        lo_m, hi_m = [], []
+        out_lo, out_hi = [], []
+        huge = Fraction(10**400)  # one output: nothing to beat (+inf once rounded)
         for q in range(n):
-            if best_hi[q] is None:  # one output: nothing to beat
-                lo_m.append(Fraction(10**400))
-                hi_m.append(Fraction(10**400))
-                continue
-            lo_m.append(Fraction(a_lo[q] - best_hi[q], den))
-            hi_m.append(Fraction(a_hi[q] - best_lo[q], den))
-        return predictions, lo_m, hi_m
+            if lo_m[q] is None:
+                out_lo.append(huge)
+                out_hi.append(huge)
+            elif v.exact:
+                out_lo.append(a_exact[q] - lo_m[q])
+                out_hi.append(a_exact[q] - lo_m[q])
+            else:
+                out_lo.append(lo_m[q])
+                out_hi.append(hi_m[q])
+        return predictions, out_lo, out_hi
 
 
 def _scaled(mpf_tuple, G: int, ceil: bool) -> int:

@@ -764,7 +764,8 @@ def achieved_sizes(model: Model) -> dict:
 def check_construction(name: str, params: dict, construction, tokens, answers, *, integer: bool = False,
                        dtype=None, **kwargs) -> Report:
     """Exhaustive check of a built construction against its promise (cast to ``dtype`` only when some array
-    has another dtype: a cast copies every array, 6 GiB for G1 at N = 2^20).
+    has another dtype: a cast copies every array, 6 GiB for G1 at N = 2^20). In float mode the verdict is the
+    stored (cast) weights' own, in exact arithmetic (``verify.checking.exact.evaluate``).
 
     Parameters
     ----------
@@ -787,10 +788,12 @@ def check_construction(name: str, params: dict, construction, tokens, answers, *
     -------
     Report
     """
+    from georecall.verify.checking.exact import evaluate  # (it builds on check_queries)
+
     model = construction.model
     if dtype is not None and any(a.dtype != np.dtype(dtype) for a in model.arrays().values()):
         model = model.astype(dtype)
-    result = check_queries(model, tokens, answers, integer=integer, **kwargs)
+    result = evaluate(model, tokens, answers, integer=integer, **kwargs)
     return Report(name, params, construction.promise, result, achieved_sizes(construction.model),
                   {"constants": construction.constants, "codes": construction.codes.kind,
                    "mu": construction.codes.mu})

@@ -129,7 +129,6 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
     redecider = _Redecider(model, as_budget(budget))
     result = check_queries(wide, tokens, answers, redecide=redecider, tight=TIGHT, **kwargs)
     result.arith = "exact"
-    result.dtype = _stored_dtypes(model)
     return result
 
 
@@ -202,11 +201,6 @@ def _rounds(model: Model, dtype: np.dtype) -> bool:
         if a.dtype != dtype and not np.array_equal(a.astype(dtype).astype(a.dtype), a):
             return True
     return False
-
-
-def _stored_dtypes(model: Model) -> str:
-    """The stored dtype(s), e.g. ``"float32"`` or ``"float16+float32"``."""
-    return "+".join(sorted({str(a.dtype) for a in model.arrays().values()}))
 
 
 # ------------------------------------------------------------------------- exact rational tensors

@@ -926,7 +926,9 @@ def _check_model_file(path: str, budget: memory.Budget, what: str) -> tuple[Esti
     _check_structure(path, header.get("structure"))
     for m in members:
         if m.name != "__header__" and m.dtype.kind not in "fiub":
-            raise InputError(f"{path!r}: array {m.name!r} has dtype {m.dtype}, not numbers")
+            hint = (" (bfloat16 saved as raw bytes? cast it to float32 before saving: exact)"
+                    if m.dtype.kind == "V" and m.dtype.itemsize == 2 else "")
+            raise InputError(f"{path!r}: array {m.name!r} has dtype {m.dtype}, not numbers{hint}")
     return est, members
 
 
@@ -1133,7 +1135,8 @@ def run_eval(p: EvalParams) -> dict:
     return _doc(p, params, est, N=task.N, R=task.R, k=k, cot=cot,
                 mode="greedy chain-of-thought decoding" if cot else "argmax at the last position",
                 source={key: header_record.get(key) for key in ("construction", "mode", "d", "steps")
-                        if key in header_record}, **_evaluation(result, tokens, task.N, task.R, k))
+                        if key in header_record}, **_evaluation(result, tokens, task.N, task.R, k),
+                stored_dtype="+".join(sorted({str(a.dtype) for a in model.arrays().values()})))
 
 
 def _arith_estimate(est: Estimate, model, arith: str, T: int, budget: memory.Budget) -> None:

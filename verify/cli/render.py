@@ -311,7 +311,7 @@ def _span(m: dict | None) -> str:
 def _eval(doc: dict) -> list[str]:
     q = doc["margin_quantiles"]
     if doc.get("arith", "exact") == "exact":
-        how = (f"exact arithmetic of the stored weights ({doc['dtype']}): every query decided, "
+        how = (f"exact arithmetic of the stored weights ({doc.get('stored_dtype')}): every query decided, "
                f"{doc.get('n_redecided', 0):,} of them re-decided exactly")
     else:
         how = (f"as computed in {doc['arith']} (weights cast to it): accuracy counts the queries that "

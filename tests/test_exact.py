@@ -277,7 +277,7 @@ def test_a_float32_file_and_its_float64_copy_get_the_same_eval_probe_and_transfe
         for command in (["eval"], ["probe", "--subjects", "4"], ["transfer", "--steps", "5"]):
             assert main(command + [path, "--json"]) == 0
             doc = json.loads(capsys.readouterr().out)
-            for key in ("params", "memory", "model", "seconds", "dtype"):
+            for key in ("params", "memory", "model", "seconds", "dtype", "stored_dtype"):
                 doc.pop(key, None)
             docs.setdefault(command[0], []).append(json.dumps(doc, sort_keys=True, default=str))
     for command, (a, b) in docs.items():
@@ -325,3 +325,25 @@ def test_eval_counts_the_exact_redecision_in_its_memory_estimate(tmp_path, capsy
     doc = json.loads(capsys.readouterr().out)
     labels = json.dumps(doc["memory"])
     assert "exact re-decision" in labels and "cast to float64" in labels
+
+
+def test_chains_that_the_float_bound_leaves_open_are_decoded_again_exactly():
+    """C1 with the read-out rows of entities 0 and 1 made equal: a chain whose true token is 0 or 1 at some
+    step ties there (exact margin 0: wrong), every other chain is right. float64 alone leaves the ties open."""
+    from georecall.theory.tokens import teacher_forcing
+
+    task = task_for_seed(16, 2, 0)
+    model = registry.get("cot").build(task, 2).model.with_dense_readout()
+    U = model.full_unembedding().copy()
+    U[1] = U[0]
+    tied = model.replace(unembedding=U)
+    from georecall.verify.checking.check import check_decoding
+
+    prompts, chains = queries(task, 2)[0], teacher_forcing(task, 2)[1]
+
+    stored = check_decoding(tied, prompts, chains)
+    assert stored.n_undecided > 0  # the positive control
+    result = evaluate(tied, prompts, chains, decode=True, keep=True)
+    expected = int((~np.isin(chains, [0, 1]).any(axis=1)).sum())
+    assert result.n_undecided == 0 and result.n_redecided == stored.n_undecided
+    assert result.n_correct == expected and 0 < expected < len(chains)

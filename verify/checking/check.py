@@ -549,6 +549,7 @@ def check_decoding(
     decoder: str = "auto",
     forward: str = "auto",
     budget: Budget | int | None = None,
+    redecide=None,
 ) -> CheckResult:
     """Greedy chain-of-thought decoding of every prompt, scored against the true chain ``(Q, k)``.
 
@@ -578,6 +579,10 @@ def check_decoding(
         Implementations, as in :func:`check_queries`.
     budget : Budget, int or None
         The memory budget the chunks and the tables' blocks are sized from (``None``: the default budget).
+    redecide : object, optional
+        With a method ``chains(prompts, chains) -> (predictions, lo, hi, step_lo, step_hi)``: decodes again
+        the chains this pass leaves open (``verify.checking.exact`` passes its exact decoding); counted in
+        ``CheckResult.n_redecided``.
 
     Returns
     -------
@@ -649,6 +654,11 @@ def check_decoding(
     first = open_step.argmax(axis=1) if k else np.zeros(n, dtype=np.int64)
     rows = np.arange(n)
     per_query_hi = np.where(open_step.any(axis=1), highs[rows, first], np.inf) if k else per_query
+    redecided = np.flatnonzero(~(per_query > 0) & (per_query_hi > 0)) if redecide is not None and k else []
+    if len(redecided):
+        q = redecided
+        predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q] = redecide.chains(prompts[q],
+                                                                                                   chains[q])
     tally = _Tally(n, 1, False, max_failures, (n,))
     tally.add(slice(0, n), 0, predictions[:, -1], per_query, per_query_hi, computed.min(axis=1))
     result = tally.result(prompts, chains[:, -1], seconds=time.perf_counter() - start,
@@ -658,8 +668,9 @@ def check_decoding(
                           dtype=str(model.entity_embedding.dtype))
     result.per_position = (margins > 0).mean(axis=0).tolist()
     result.final_accuracy = float((predictions[:, -1] == chains[:, -1]).mean()) if n else 1.0
+    result.n_redecided = len(redecided)
     if keep:
-        result.predictions, result.margins = predictions, margins
+        result.predictions, result.margins, result.margin_highs = predictions, margins, highs
     return result
 
 

@@ -44,7 +44,7 @@ import numpy as np
 from georecall.constructions.model import Model
 from georecall.errors import InputError
 from georecall.memory import Budget, as_budget
-from georecall.verify.checking.check import CheckResult, check_queries
+from georecall.verify.checking.check import CheckResult, check_decoding, check_queries
 from georecall.verify.checking.decoders import Certified
 
 __all__ = ["ARITHS", "PRECISIONS", "evaluate", "exact_bytes", "exact_margins"]
@@ -63,7 +63,7 @@ READOUT_ROWS = 4096
 def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions: np.ndarray | None = None,
              arith: str = "exact", chunk: int | None = None, keep: bool = False, max_failures: int = 10,
              progress: bool = False, decoder: str = "auto", forward: str = "auto",
-             budget: Budget | int | None = None, integer: bool = False) -> CheckResult:
+             budget: Budget | int | None = None, integer: bool = False, decode: bool = False) -> CheckResult:
     """Accuracy and margins of the stored model's own function on every query (module docstring).
 
     The arguments are :func:`~georecall.verify.checking.check.check_queries`'s, so that this is a drop-in
@@ -97,6 +97,10 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
     integer : bool
         Integer mode (``check_queries``'s proof of exact integer arithmetic; exact already, so ``arith`` is
         then ignored).
+    decode : bool
+        Greedy chain-of-thought decoding (``check_decoding``): ``tokens`` are the prompts and ``answers`` the
+        true chains ``(Q, k)``; a chain the float64 pass leaves open is decoded again exactly, step by step
+        (the true token fed back after each step decided right).
 
     Returns
     -------
@@ -111,6 +115,13 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
     """
     if arith not in ARITHS:
         raise InputError(f"arith must be one of {ARITHS}, got {arith!r}")
+    if decode:
+        run = _cast(model, np.dtype(np.float64 if arith == "exact" else arith))
+        result = check_decoding(run, tokens, answers, chunk=chunk, keep=keep, max_failures=max_failures,
+                                progress=progress, decoder=decoder, forward=forward, budget=budget,
+                                redecide=_Redecider(model, as_budget(budget)) if arith == "exact" else None)
+        result.arith = arith
+        return result
     kwargs = dict(positions=positions, chunk=chunk, keep=keep, max_failures=max_failures, progress=progress,
                   decoder=decoder, forward=forward, budget=budget)
     if integer:
@@ -372,6 +383,31 @@ class _Redecider:
                 if not todo.size:
                     break
         return Certified(preds, mid, lo, hi)
+
+    def chains(self, prompts: np.ndarray, chains: np.ndarray):
+        """Greedy decoding of each chain in exact arithmetic: step t reads the margin of the true ``v_t``;
+        a step decided right feeds ``v_t`` back (it is then the argmax), the first step that is not ends the
+        chain. Returns the last step's predictions, each chain's margin interval (its first open or wrong
+        step's, else the smallest over its steps) and every step's interval (``−inf`` after the end)."""
+        n, k = chains.shape
+        step_lo, step_hi = np.full((n, k), -np.inf), np.full((n, k), -np.inf)
+        predictions = np.zeros(n, dtype=np.int64)
+        seq = np.asarray(prompts, dtype=np.int64)
+        alive = np.arange(n)
+        for t in range(k):
+            if not alive.size:
+                break
+            cert = self(seq[alive], seq.shape[1] - 1, chains[alive, t])
+            step_lo[alive, t], step_hi[alive, t] = cert.lo, cert.hi
+            predictions[alive] = cert.predictions
+            seq = np.concatenate([seq, chains[:, t : t + 1]], axis=1)
+            alive = alive[cert.lo > 0]
+        done = np.isin(np.arange(n), alive)
+        first = (step_lo <= 0).argmax(axis=1)
+        rows = np.arange(n)
+        lo = np.where(done, step_lo.min(axis=1), step_lo[rows, first])
+        hi = np.where(done, step_hi.min(axis=1), step_hi[rows, first])
+        return predictions, lo, hi, step_lo, step_hi
 
     # --- the pass
 

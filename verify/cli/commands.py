@@ -39,7 +39,6 @@ from georecall.theory import seeds
 from georecall.theory.tasks import Attributes, Task, task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.checking import certify as cert
-from georecall.verify.checking.check import check_decoding
 from georecall.verify.checking.exact import evaluate, exact_bytes
 from georecall.verify.cli.params import (
     BoundsParams,
@@ -1121,13 +1120,8 @@ def run_eval(p: EvalParams) -> dict:
     est.require(p.budget)
     tokens, answers = queries(task, k)
     if cot:
-        run = model.astype(np.dtype(np.float64 if p.arith == "exact" else p.arith))
-        result = check_decoding(run, tokens, teacher_forcing(task, k)[1], keep=True, progress=p.progress,
-                                budget=p.budget)
-        result.arith = p.arith
-        if p.arith == "exact" and result.n_undecided:
-            note = f"{result.n_undecided:,} chains the float64 bound leaves open are not re-decided exactly"
-            result.fallback = "; ".join(r for r in (result.fallback, note) if r)
+        result = evaluate(model, tokens, teacher_forcing(task, k)[1], decode=True, arith=p.arith, keep=True,
+                          progress=p.progress, budget=p.budget)
     else:
         result = evaluate(model, tokens, answers, arith=p.arith, keep=True, progress=p.progress,
                           budget=p.budget)

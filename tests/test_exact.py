@@ -329,7 +329,8 @@ def test_eval_counts_the_exact_redecision_in_its_memory_estimate(tmp_path, capsy
 
 def test_chains_that_the_float_bound_leaves_open_are_decoded_again_exactly():
     """C1 with the read-out rows of entities 0 and 1 made equal: a chain whose true token is 0 or 1 at some
-    step ties there (exact margin 0: wrong), every other chain is right. float64 alone leaves the ties open."""
+    step ties there (exact margin 0: wrong), every other chain is right. float64 alone leaves the ties
+    open."""
     from georecall.theory.tokens import teacher_forcing
 
     task = task_for_seed(16, 2, 0)

@@ -332,7 +332,8 @@ def sound_counts():
     yield SOUND_COUNTS
     if LONG or TIGHTNESS:
         ratios = np.array(TIGHTNESS)
-        quantiles = {q: round(float(np.quantile(ratios, q)), 12) for q in (0.0, 0.01, 0.5)} if ratios.size else {}
+        quantiles = ({q: round(float(np.quantile(ratios, q)), 12) for q in (0.0, 0.01, 0.5)}
+                     if ratios.size else {})
         print(f"\nsoundness fuzz: {SOUND_COUNTS}; exact evaluation: {TIGHT_COUNTS}, lower end / exact "
               f"margin over {ratios.size} queries: quantiles {quantiles}")
 

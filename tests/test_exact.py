@@ -348,3 +348,30 @@ def test_chains_that_the_float_bound_leaves_open_are_decoded_again_exactly():
     expected = int((~np.isin(chains, [0, 1]).any(axis=1)).sum())
     assert result.n_undecided == 0 and result.n_redecided == stored.n_undecided
     assert result.n_correct == expected and 0 < expected < len(chains)
+
+
+def test_eval_help_and_the_format_doc_say_what_accuracy_and_margin_mean(capsys):
+    import os
+
+    from georecall.verify.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = capsys.readouterr().out
+    assert "accuracy  the share of queries whose exact margin is > 0" in text and "Example: accuracy" in text
+    assert "reported as an interval [lo, hi]" in text and "Example: margins" in text
+    doc = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                            "model_format.md"), encoding="utf-8").read()
+    assert "## What a stored model computes: accuracy and margins" in doc and "Example:" in doc
+
+
+def test_train_reports_the_trained_weights_exact_accuracy(capsys):
+    import json
+
+    from georecall.verify.cli import main
+
+    assert main(["train", "--N", "8", "--R", "2", "--d", "8", "--steps", "300", "--json", "--quiet"]) in (0, 1)
+    doc = json.loads(capsys.readouterr().out)
+    final = doc["final_accuracy"]
+    assert final["arith"] == "exact" and final["n_undecided"] == 0 and final["queries"] == 16
+    assert doc["reached"] == (final["n_correct"] == 16)

@@ -370,7 +370,8 @@ def test_train_reports_the_trained_weights_exact_accuracy(capsys):
 
     from georecall.verify.cli import main
 
-    assert main(["train", "--N", "8", "--R", "2", "--d", "8", "--steps", "300", "--json", "--quiet"]) in (0, 1)
+    code = main(["train", "--N", "8", "--R", "2", "--d", "8", "--steps", "300", "--json", "--quiet"])
+    assert code in (0, 1)
     doc = json.loads(capsys.readouterr().out)
     final = doc["final_accuracy"]
     assert final["arith"] == "exact" and final["n_undecided"] == 0 and final["queries"] == 16

@@ -654,8 +654,8 @@ def check_decoding(
     first = open_step.argmax(axis=1) if k else np.zeros(n, dtype=np.int64)
     rows = np.arange(n)
     per_query_hi = np.where(open_step.any(axis=1), highs[rows, first], np.inf) if k else per_query
-    redecided: np.ndarray = (np.flatnonzero(~(per_query > 0) & (per_query_hi > 0)) if redecide is not None and k
-                             else np.zeros(0, dtype=np.int64))
+    open_chain = ~(per_query > 0) & (per_query_hi > 0)
+    redecided = (np.flatnonzero(open_chain) if redecide is not None and k else np.zeros(0, dtype=np.int64))
     if len(redecided):
         q = redecided
         predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q] = redecide.chains(prompts[q],

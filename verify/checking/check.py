@@ -804,11 +804,23 @@ def check_construction(name: str, params: dict, construction, tokens, answers, *
 
     model = construction.model
     if dtype is not None and any(a.dtype != np.dtype(dtype) for a in model.arrays().values()):
-        model = model.astype(dtype)
+        # stored in ``dtype``: the same function when every value survives the cast (then no copy is
+        # needed: the float mode evaluates the stored values exactly), else the rounded model's
+        if integer or not _holds_exactly(model, np.dtype(dtype)):
+            model = model.astype(dtype)
     result = evaluate(model, tokens, answers, integer=integer, **kwargs)
     return Report(name, params, construction.promise, result, achieved_sizes(construction.model),
                   {"constants": construction.constants, "codes": construction.codes.kind,
                    "mu": construction.codes.mu})
+
+
+def _holds_exactly(model: Model, dtype: np.dtype) -> bool:
+    """Whether ``dtype`` holds every value of ``model`` exactly (checked one array at a time)."""
+    for a in model.arrays().values():
+        with np.errstate(over="ignore"):
+            if a.dtype != dtype and not np.array_equal(a.astype(dtype).astype(a.dtype), a):
+                return False
+    return True
 
 
 def claim_report(name: str, params: dict, checks: dict[str, bool], seconds: float, achieved: dict,

@@ -321,13 +321,21 @@ def test_damaged_files(fuzz_dir, model_bytes, data):
 # and in integer mode. GEORECALL_FUZZ=long: many random models; the counts are printed at the end (-s).
 
 SOUND_COUNTS = {"models": 0, "runs": 0, "certified": 0, "undecided": 0, "refuted": 0}
+# The exact evaluation (verify.checking.exact) on the same paths: certified lower end / exact margin, per
+# query whose exact margin exceeds 1e-9 × the scale of its logits (issue 32: every ratio must be >= 0.999).
+TIGHTNESS: list[float] = []
+TIGHT_COUNTS = {"queries": 0, "redecided": 0, "undecided": 0}
 
 
 @pytest.fixture(scope="module")
 def sound_counts():
     yield SOUND_COUNTS
-    if LONG:
-        print(f"\nsoundness fuzz: {SOUND_COUNTS}")
+    if LONG or TIGHTNESS:
+        ratios = np.array(TIGHTNESS)
+        quantiles = ({q: round(float(np.quantile(ratios, q)), 12) for q in (0.0, 0.01, 0.5)}
+                     if ratios.size else {})
+        print(f"\nsoundness fuzz: {SOUND_COUNTS}; exact evaluation: {TIGHT_COUNTS}, lower end / exact "
+              f"margin over {ratios.size} queries: quantiles {quantiles}")
 
 
 @st.composite
@@ -403,6 +411,99 @@ def test_no_pass_that_exact_arithmetic_refutes(sound_counts, data):
             assert wrong_claims <= sum(m <= 0 for m in exact)
             if integer:
                 assert [Fraction(float(v)) for v in lo] == exact
+    _tight_on_every_path(model, tokens, answers, exact)
+
+
+def _tight_on_every_path(model, tokens, answers, exact) -> None:
+    """The exact evaluation decides every query as exact arithmetic does, and its certified lower end is
+    >= 0.999 × the exact margin wherever that exceeds 1e-9 × the logits' scale (issue 32)."""
+    from fractions import Fraction
+
+    from test_soundness import exact_logits
+
+    from georecall.errors import InputError
+    from georecall.verify.checking.exact import evaluate
+
+    scale = [max(abs(v) for v in row) for row in exact_logits(model, tokens)]
+    for forward_ in ("auto", "dense", "tables"):
+        for decoder in ("auto", "dense"):
+            try:
+                result = evaluate(model, tokens, answers, forward=forward_, decoder=decoder, keep=True)
+            except InputError:
+                continue
+            TIGHT_COUNTS["queries"] += result.n_queries
+            TIGHT_COUNTS["redecided"] += result.n_redecided
+            TIGHT_COUNTS["undecided"] += result.n_undecided
+            assert result.n_undecided == 0 and result.n_correct == sum(m > 0 for m in exact)
+            for q, m in enumerate(exact):
+                if m == Fraction(10**9):  # the reference's "one output": nothing to beat
+                    continue
+                lo = Fraction(float(result.margins[q]))
+                assert lo <= m <= Fraction(float(result.margin_highs[q])), (forward_, decoder, q)
+                if m > Fraction(1, 10**9) * scale[q]:
+                    TIGHTNESS.append(float(lo / m))
+                    assert lo >= Fraction(999, 1000) * m, (forward_, decoder, q, float(lo), float(m))
+
+
+def _built_in_cases():
+    """Every (construction, storage); those through softmax (a 60-digit reference, seconds each) are slow but
+    one."""
+    for spec_id in ("G1", "A1", "G2", "A2a", "A2b"):
+        for storage in ("float64", "float32", "float16", "perturbed float32"):
+            slow = spec_id in ("G2", "A2a", "A2b") and (spec_id, storage) != ("A2a", "perturbed float32")
+            yield pytest.param(spec_id, storage, marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("spec_id, storage", list(_built_in_cases()))
+def test_built_in_models_are_evaluated_tightly_on_every_path(sound_counts, spec_id, storage):
+    """The registry's constructions (N = 8, R = 2), stored in each format, and perturbed (an adversarial
+    float32 copy: every weight moved by a few ulp, so no margin is a round number): the exact evaluation
+    agrees with an independent reference (rationals; 60-digit mpmath through softmax) and is tight."""
+    from fractions import Fraction
+
+    from test_exact import _mp_margins
+    from test_soundness import exact_logits
+    from test_soundness import exact_margins as rational_margins
+
+    from georecall.constructions import registry
+    from georecall.errors import InputError
+    from georecall.theory.tasks import task_for_seed
+    from georecall.theory.tokens import queries
+    from georecall.verify.checking.exact import evaluate
+
+    spec = registry.get(spec_id)
+    k = 1 if spec.hops == "single" else 2
+    task = task_for_seed(8, 2, 0)
+    model = spec.build(task, k).model.astype(np.float32 if "32" in storage else np.dtype(storage))
+    if storage.startswith("perturbed"):
+        rng = np.random.default_rng(0)
+        model = model.replace(**{name: (a * (1 + 2.0**-21 * rng.standard_normal(a.shape))).astype(a.dtype)
+                                 for name, a in model.arrays().items()})
+    tokens, answers = queries(task, k)
+    softmax = any(layer.attention is not None and layer.attention.kind == "softmax" for layer in model.layers)
+    if softmax:
+        reference = [Fraction(float(m)) for m in _mp_margins(model, tokens, answers, dps=60)]
+        scale = [Fraction(1)] * len(reference)  # (unused: every margin here is far above 1e-9)
+    else:
+        reference = rational_margins(model, tokens, answers)
+        scale = [max(abs(v) for v in row) for row in exact_logits(model, tokens)]
+    for forward_ in ("auto", "dense", "tables"):
+        for decoder in ("auto", "dense"):
+            try:
+                result = evaluate(model, tokens, answers, forward=forward_, decoder=decoder, keep=True)
+            except InputError:
+                continue
+            TIGHT_COUNTS["queries"] += result.n_queries
+            TIGHT_COUNTS["redecided"] += result.n_redecided
+            assert result.n_undecided == 0
+            assert result.n_correct == sum(m > 0 for m in reference)
+            for q, m in enumerate(reference):
+                lo, hi = Fraction(float(result.margins[q])), Fraction(float(result.margin_highs[q]))
+                slack = abs(m) * Fraction(1, 10**40) if softmax else 0  # the 60-digit reference's rounding
+                assert lo - slack <= m <= hi + slack, (forward_, decoder, q)
+                if m > Fraction(1, 10**9) * scale[q]:
+                    TIGHTNESS.append(float(lo / m))
+                    assert lo >= Fraction(999, 1000) * m, (forward_, decoder, q, float(lo), float(m))
 
 
 # ------------------------------------------------------------------------------------------- reproducers

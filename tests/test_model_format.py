@@ -85,6 +85,68 @@ def test_from_state_dict_computes_the_modules_forward():
     assert not np.allclose(forward(wrong_heads, tokens), reference, atol=1e-6)
 
 
+class _Tensor:
+    """Enough of a ``torch.Tensor`` for ``from_state_dict`` (torch is optional): its values, its dtype's name,
+    and ``.numpy()`` refusing the dtypes NumPy has no type for, as torch does."""
+
+    def __init__(self, values: np.ndarray, dtype: str) -> None:
+        self.values, self.dtype = values, dtype
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        return self
+
+    def float(self):
+        return _Tensor(self.values.astype(np.float32), "torch.float32")
+
+    def numpy(self):
+        if self.dtype in ("torch.bfloat16", "torch.float8_e4m3fn"):
+            raise TypeError(f"Got unsupported ScalarType {self.dtype.split('.')[1].capitalize()}")
+        return self.values
+
+
+def _bfloat16(array: np.ndarray) -> np.ndarray:
+    """Values of bfloat16: float32 with the low 16 significand bits cleared (exactly what torch holds)."""
+    bits = np.asarray(array, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+    return bits.view(np.float32)
+
+
+def test_bfloat16_tensors_load_cast_exactly_and_other_unholdable_dtypes_are_refused_naming_the_key():
+    sd = EXAMPLE["numpy_state_dict"](np.random.default_rng(3))
+    as_bf16 = {k: _Tensor(_bfloat16(v), "torch.bfloat16") for k, v in sd.items()}
+    structure, arrays = from_state_dict(as_bf16, N=16, heads=2)
+    plain, expected = from_state_dict({k: _bfloat16(v) for k, v in sd.items()}, N=16, heads=2)
+    assert structure == plain and all(arrays[k].dtype == np.float32 for k in arrays)
+    assert all(np.array_equal(arrays[k], expected[k]) for k in expected)  # the same values: cast exactly
+    odd = dict(sd, **{"unembed.weight": _Tensor(sd["unembed.weight"], "torch.float8_e4m3fn")})
+    with pytest.raises(InputError, match=r"unembed\.weight.*float8_e4m3fn.*\.double\(\)"):
+        from_state_dict(odd, N=16, heads=2)
+
+
+def test_eval_of_a_float32_file_reports_its_exact_accuracy_as_its_float64_copy_does(tmp_path, capsys):
+    """The positive control: computed in float32, the file's bound leaves queries open; the exact accuracy
+    (float64 with its bound, then exact) is the float64 copy's."""
+    task = task_for_seed(32, 2, 0)
+    model = registry.get("geometric").build(task).model
+    rng = np.random.default_rng(0)
+    noisy = model.replace(entity_embedding=model.entity_embedding + 1e-3 * rng.standard_normal(
+        model.entity_embedding.shape)).astype(np.float32)
+    docs = {}
+    for name, m in (("float32", noisy), ("float64", noisy.astype(np.float64))):
+        path = save_model(m, str(tmp_path / f"{name}.npz"), extra_arrays={"task_table": task.table})
+        code, out, _ = run(["eval", path, "--json"], capsys)
+        docs[name] = strict_json(out)
+        code, out, _ = run(["eval", path, "--json", "--arith", name], capsys)
+        docs[name + " computed"] = strict_json(out)
+    assert docs["float32"]["accuracy"] == docs["float64"]["accuracy"]
+    assert docs["float32"]["min_margin"] == docs["float64"]["min_margin"]
+    assert docs["float32"]["n_undecided"] == 0 and docs["float32"]["arith"] == "exact"
+    assert docs["float32 computed"]["arith"] == "float32"
+    assert docs["float32 computed"]["min_margin"]["width"] > docs["float32"]["min_margin"]["width"]
+
+
 def test_round_trip_is_exact_for_uniform_softmax_and_compact_models():
     sd = EXAMPLE["numpy_state_dict"](np.random.default_rng(2))
     back = to_state_dict(unflatten(*from_state_dict(sd, N=16, heads=2)))
@@ -178,7 +240,10 @@ def test_eval_of_an_exact_construction_agrees_with_check(tmp_path, capsys):
     code, out, _ = run(["eval", path, "--json"], capsys)
     doc = strict_json(out)
     assert code == 0 and doc["accuracy"] == 1.0 and doc["queries"] == 192 and doc["exact"]
-    assert doc["min_margin"] == pytest.approx(checked["check"]["min_margin"], abs=1e-12)
+    margin = doc["min_margin"]  # an interval containing the exact minimum margin
+    assert margin["lo"] == pytest.approx(checked["check"]["min_margin"], abs=1e-12)
+    assert margin["lo"] <= checked["promise"]["margin"] <= margin["hi"] and margin["width"] < 1e-9
+    assert doc["arith"] == "exact" and doc["n_undecided"] == 0
     assert [r["queries"] for r in doc["per_relation"]] == [64, 64, 64]
 
 

@@ -4,7 +4,8 @@ The model file format and the conventions are in ``docs/model_format.md``. This 
 georecall's arrays (row vectors, ``x @ W``; the names of ``Model.arrays()``, which are the model file's) and
 the names and layouts a PyTorch module of the same architecture would use (``nn.Linear`` stores ``weight``
 as ``(out_features, in_features)``, so ``W1 = fc1.weight.T``). Values are NumPy arrays; a ``torch.Tensor`` is
-accepted anywhere an array is (converted with ``.detach().cpu().numpy()``): torch is never imported here.
+accepted anywhere an array is (converted with ``.detach().cpu().numpy()``; bfloat16, which NumPy cannot hold,
+is cast to float32 first, exactly): torch is never imported here.
 Like ``georecall.io`` it is infrastructure (it imports none of georecall's packages), so it returns the
 structure and arrays that ``georecall.constructions.model.unflatten`` turns into a Model::
 
@@ -61,9 +62,22 @@ _LAYER_KEY = re.compile(r"^layers\.(\d+)\.(attn\.(q|k|v|o)_proj|mlp\.fc(1|2))\.(
 
 
 def _array(value, key: str) -> np.ndarray:
+    """``state[key]`` as a NumPy array. bfloat16 (which NumPy has no type for) is cast to float32, exactly:
+    every bfloat16 value is a float32 value (the same exponent range, 8 of float32's 24 significand bits)."""
     if hasattr(value, "detach"):  # a torch.Tensor (not imported here)
-        value = value.detach().cpu().numpy()
+        tensor = value.detach().cpu()
+        name = str(getattr(tensor, "dtype", ""))
+        if name == "torch.bfloat16":
+            tensor = tensor.float()  # exact
+        try:
+            value = tensor.numpy()
+        except TypeError as exc:
+            raise InputError(f"state_dict[{key!r}] has dtype {name}, which NumPy cannot hold ({exc}); cast "
+                             f"it first, e.g. state_dict[{key!r}].double() (exact for every float "
+                             "format)") from None
     array = np.asarray(value)
+    if array.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 inside a NumPy array
+        array = array.astype(np.float32)  # exact
     if array.dtype.kind not in "fiu":
         raise InputError(f"state_dict[{key!r}] must hold numbers, got dtype {array.dtype}")
     return array

@@ -123,6 +123,9 @@ class CheckResult:
     fallback: str = ""  # why a fast path asked for ("auto") was not taken
     n_undecided: int = 0  # float mode: neither certainly right nor certainly wrong within rounding
     rounding_bound: float = 0.0  # float mode: the largest certified margin's distance from the computed one
+    margin_highs: np.ndarray | None = None  # with keep: upper ends of the margin intervals (margins: lower)
+    arith: str = "stored"  # "exact" (verify.checking.exact), or the dtype the verdict was computed in
+    n_redecided: int = 0  # exact arith: queries the float64 bound left open or loose, computed exactly
 
     @property
     def accuracy(self) -> float:
@@ -141,12 +144,17 @@ class CheckResult:
     def mode(self) -> str:
         """What the verdict certifies: ``"integer exact"`` (every number computed exactly) or ``"float with
         bound"`` (margins in exact arithmetic certified from the computed ones and a rounding bound)."""
-        return "integer exact" if self.integer else "float with bound"
+        if self.integer:
+            return "integer exact"
+        if self.arith == "exact":
+            return "exact (float64 with bound, open queries re-decided exactly)"
+        return "float with bound"
 
     def as_dict(self) -> dict:
         return {"n_queries": self.n_queries, "n_correct": self.n_correct, "accuracy": self.accuracy,
                 "exact": self.exact, "n_undecided": self.n_undecided, "n_wrong": self.n_wrong,
-                "mode": self.mode, "rounding_bound": self.rounding_bound,
+                "mode": self.mode, "rounding_bound": self.rounding_bound, "arith": self.arith,
+                "n_redecided": self.n_redecided,
                 "min_margin": self.min_margin, "argmin_query": self.argmin_query,
                 "failures": self.failures, "integer": self.integer, "dtype": self.dtype,
                 "seconds": round(self.seconds, 4), "decoder": self.decoder, "forward": self.forward,
@@ -163,13 +171,14 @@ class _Tally:
         self.n, self.per, self.max_failures = n, per, max_failures
         self.correct = np.zeros(per, dtype=np.int64)
         self.min_margin, self.argmin = np.inf, -1
-        self.undecided, self.bound = 0, 0.0
+        self.undecided, self.bound, self.redecided = 0, 0.0, 0
         self.fail_flat: list[np.ndarray] = []
         self.fail_pred: list[np.ndarray] = []
         self.fail_margin: list[np.ndarray] = []
         self.fail_open: list[np.ndarray] = []  # undecided within rounding (not certainly wrong)
         self.predictions = np.empty(shape, dtype=np.int64) if keep else None
         self.margins = np.empty(shape, dtype=np.float64) if keep else None
+        self.highs = np.empty(shape, dtype=np.float64) if keep else None
 
     def add(self, queries, position: int, predictions: np.ndarray, margins: np.ndarray,
             hi: np.ndarray | None = None, computed: np.ndarray | None = None) -> None:
@@ -180,6 +189,8 @@ class _Tally:
         if self.predictions is not None and self.margins is not None:
             target = (q, position) if self.predictions.ndim == 2 else q
             self.predictions[target], self.margins[target] = predictions, margins
+            if self.highs is not None:
+                self.highs[target] = margins if hi is None else hi
         if q.size == 0:
             return
         ok = margins > 0
@@ -221,9 +232,63 @@ class _Tally:
             n_queries=total, n_correct=int(self.correct.sum()),
             min_margin=float(self.min_margin) if total else float("inf"),
             argmin_query=self.argmin // self.per if total else -1, failures=failures,
-            predictions=self.predictions, margins=self.margins, n_undecided=self.undecided,
-            rounding_bound=self.bound,
+            predictions=self.predictions, margins=self.margins, margin_highs=self.highs,
+            n_undecided=self.undecided,
+            rounding_bound=self.bound, n_redecided=self.redecided,
             per_position=(self.correct / max(self.n, 1)).tolist() if answers.ndim == 2 else None, **kwargs)
+
+
+MAX_TIGHTENED = 4096  # loose (but decided) queries a check_queries(redecide=..., tight=...) recomputes
+
+
+def _loose(lo: np.ndarray, hi: np.ndarray, computed: np.ndarray | None, tight: float) -> np.ndarray:
+    """Positive certified intervals looser than ``lo >= tight·hi`` (with an unbounded ``hi``, as the
+    hypercube decoder gives on rows it predicts right, the computed margin stands in for it)."""
+    ref = np.asarray(hi, dtype=np.float64)
+    if computed is not None:
+        ref = np.where(np.isfinite(ref), ref, np.asarray(computed, dtype=np.float64))
+    with np.errstate(invalid="ignore"):
+        return (lo > 0) & np.isfinite(ref) & (lo < tight * ref)
+
+
+class _Deferring:
+    """Between the passes and the tally: with a re-decision, the queries a pass leaves open (and, with
+    ``tight``, loose) are set aside, then decided by ``redecide`` in :meth:`finish` and tallied."""
+
+    def __init__(self, tally: _Tally, per: int, active: bool, tight: float | None) -> None:
+        self.tally, self.active, self.tight = tally, active, tight
+        self.pending: list[list[np.ndarray]] = [[] for _ in range(per)]
+        self.loose: list[list[np.ndarray]] = [[] for _ in range(per)]
+        self.n_loose = 0
+
+    def add(self, queries, position: int, predictions, lo, hi, computed) -> None:
+        if not self.active or hi is None:
+            self.tally.add(queries, position, predictions, lo, hi, computed)
+            return
+        q = np.arange(queries.start, queries.stop) if isinstance(queries, slice) else np.asarray(queries)
+        open_ = ~(lo > 0) & (hi > 0)
+        later = open_.copy()
+        if self.tight is not None and self.n_loose < MAX_TIGHTENED:
+            loose = _loose(lo, hi, computed, self.tight) & ~open_
+            take = np.flatnonzero(loose)[: MAX_TIGHTENED - self.n_loose]
+            self.n_loose += take.size
+            later[take] = True
+        if later.any():
+            self.pending[position].append(q[later])
+        keep = ~later
+        self.tally.add(q[keep], position, np.asarray(predictions)[keep], np.asarray(lo)[keep],
+                       np.asarray(hi)[keep], None if computed is None else np.asarray(computed)[keep])
+
+    def finish(self, tokens: np.ndarray, read_at: list[int], column_answers: np.ndarray, redecide) -> None:
+        if not self.active:
+            return
+        for i, parts in enumerate(self.pending):
+            if not parts:
+                continue
+            q = np.sort(np.concatenate(parts))
+            cert = redecide(tokens[q], read_at[i], column_answers[q, i])
+            self.tally.redecided += q.size
+            self.tally.add(q, i, cert.predictions, cert.lo, cert.hi, None)
 
 
 def _choose_decoder(model: Model, decoder: str) -> tuple[Hypercube | None, str]:
@@ -303,6 +368,8 @@ def check_queries(
     decoder: str = "auto",
     forward: str = "auto",
     budget: Budget | int | None = None,
+    redecide=None,
+    tight: float | None = None,
 ) -> CheckResult:
     """Run every query ``tokens[q]`` (shape ``(Q, T)``) and compare the argmax with ``answers[q]``.
 
@@ -343,6 +410,14 @@ def check_queries(
         Implementations (``DECODERS``, ``FORWARDS``).
     budget : Budget, int or None
         The memory budget the chunks and the tables' blocks are sized from (``None``: the default budget).
+    redecide : callable, optional
+        ``redecide(tokens, position, answers) -> Certified``: decides again the queries this pass leaves
+        open (certified interval straddling 0) and, with ``tight``, loose ones (at most
+        :data:`MAX_TIGHTENED`); ``verify.checking.exact`` passes its exact evaluation. Counted in
+        ``CheckResult.n_redecided``.
+    tight : float, optional
+        With ``redecide``: a positive interval with ``lo < tight·hi`` is loose (the tables' a-priori bound is
+        first replaced by THE forward pass's a-posteriori one, then ``redecide`` runs).
 
     Returns
     -------
@@ -373,6 +448,7 @@ def check_queries(
     U_read = None if cube is not None else model.readout.matrix
     tally = _Tally(n, len(read_at), keep, max_failures, answers.shape)
     column_answers = answers[:, None] if positions is None else answers
+    sink = _Deferring(tally, len(read_at), redecide is not None and not integer, tight)
     plans = []
     why_forward = ""
     for p in read_at:
@@ -408,7 +484,7 @@ def check_queries(
                 e_or_none = None if integer else e
                 cert = (hypercube_certify(cube, o, e_or_none, expected, u, eta) if cube is not None
                         else certify_logits(o, e_or_none, expected))
-                tally.add(q, i, cert.predictions, cert.lo, None if integer else cert.hi, cert.margins)
+                sink.add(q, i, cert.predictions, cert.lo, None if integer else cert.hi, cert.margins)
             if progress and c % 8 == 0:
                 print(f"\r  checked {part.stop:,}/{total:,} queries", end="", file=sys.stderr, flush=True)
         if progress:
@@ -431,6 +507,8 @@ def check_queries(
                 pred, hi, computed = cert.predictions, cert.hi, cert.margins
                 if retry:
                     open_ = ~(lo > 0) & (hi > 0)
+                    if tight is not None:
+                        open_ |= _loose(lo, hi, computed, tight)
                     if open_.any():
                         q = (np.arange(queries.start, queries.stop) if isinstance(queries, slice)
                              else np.asarray(queries))
@@ -438,7 +516,7 @@ def check_queries(
                         keep = ~open_
                         queries, pred, lo = q[keep], pred[keep], lo[keep]
                         hi, computed = hi[keep], computed[keep]
-                tally.add(queries, i, pred, lo, None if integer else hi, computed)
+                sink.add(queries, i, pred, lo, None if integer else hi, computed)
             run_additive(plan, [tokens[:, u] for u in range(p + 1)], consume, block_bytes=array_bytes,
                          progress=progress)
         note = why_decoder
@@ -449,9 +527,11 @@ def check_queries(
             dense(selected, wanted)
             note = "; ".join(r for r in (why_decoder, f"{selected.size:,} queries left undecided by the "
                                          "tables' a-priori bound were decided by THE forward pass") if r)
+        sink.finish(tokens, read_at, column_answers, redecide)
         return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="tables",
                             fallback=note, **kind)
     dense(None, None)
+    sink.finish(tokens, read_at, column_answers, redecide)
     reasons = "; ".join(r for r in (why_decoder, why_forward) if r)
     return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="dense",
                         fallback=reasons, **kind)
@@ -469,6 +549,7 @@ def check_decoding(
     decoder: str = "auto",
     forward: str = "auto",
     budget: Budget | int | None = None,
+    redecide=None,
 ) -> CheckResult:
     """Greedy chain-of-thought decoding of every prompt, scored against the true chain ``(Q, k)``.
 
@@ -498,6 +579,10 @@ def check_decoding(
         Implementations, as in :func:`check_queries`.
     budget : Budget, int or None
         The memory budget the chunks and the tables' blocks are sized from (``None``: the default budget).
+    redecide : object, optional
+        With a method ``chains(prompts, chains) -> (predictions, lo, hi, step_lo, step_hi)``: decodes again
+        the chains this pass leaves open (``verify.checking.exact`` passes its exact decoding); counted in
+        ``CheckResult.n_redecided``.
 
     Returns
     -------
@@ -569,6 +654,12 @@ def check_decoding(
     first = open_step.argmax(axis=1) if k else np.zeros(n, dtype=np.int64)
     rows = np.arange(n)
     per_query_hi = np.where(open_step.any(axis=1), highs[rows, first], np.inf) if k else per_query
+    open_chain = ~(per_query > 0) & (per_query_hi > 0)
+    redecided = (np.flatnonzero(open_chain) if redecide is not None and k else np.zeros(0, dtype=np.int64))
+    if len(redecided):
+        q = redecided
+        predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q] = redecide.chains(prompts[q],
+                                                                                                   chains[q])
     tally = _Tally(n, 1, False, max_failures, (n,))
     tally.add(slice(0, n), 0, predictions[:, -1], per_query, per_query_hi, computed.min(axis=1))
     result = tally.result(prompts, chains[:, -1], seconds=time.perf_counter() - start,
@@ -578,8 +669,9 @@ def check_decoding(
                           dtype=str(model.entity_embedding.dtype))
     result.per_position = (margins > 0).mean(axis=0).tolist()
     result.final_accuracy = float((predictions[:, -1] == chains[:, -1]).mean()) if n else 1.0
+    result.n_redecided = len(redecided)
     if keep:
-        result.predictions, result.margins = predictions, margins
+        result.predictions, result.margins, result.margin_highs = predictions, margins, highs
     return result
 
 
@@ -684,7 +776,8 @@ def achieved_sizes(model: Model) -> dict:
 def check_construction(name: str, params: dict, construction, tokens, answers, *, integer: bool = False,
                        dtype=None, **kwargs) -> Report:
     """Exhaustive check of a built construction against its promise (cast to ``dtype`` only when some array
-    has another dtype: a cast copies every array, 6 GiB for G1 at N = 2^20).
+    has another dtype: a cast copies every array, 6 GiB for G1 at N = 2^20). In float mode the verdict is the
+    stored (cast) weights' own, in exact arithmetic (``verify.checking.exact.evaluate``).
 
     Parameters
     ----------
@@ -707,13 +800,27 @@ def check_construction(name: str, params: dict, construction, tokens, answers, *
     -------
     Report
     """
+    from georecall.verify.checking.exact import evaluate  # (it builds on check_queries)
+
     model = construction.model
     if dtype is not None and any(a.dtype != np.dtype(dtype) for a in model.arrays().values()):
-        model = model.astype(dtype)
-    result = check_queries(model, tokens, answers, integer=integer, **kwargs)
+        # stored in ``dtype``: the same function when every value survives the cast (then no copy is
+        # needed: the float mode evaluates the stored values exactly), else the rounded model's
+        if integer or not _holds_exactly(model, np.dtype(dtype)):
+            model = model.astype(dtype)
+    result = evaluate(model, tokens, answers, integer=integer, **kwargs)
     return Report(name, params, construction.promise, result, achieved_sizes(construction.model),
                   {"constants": construction.constants, "codes": construction.codes.kind,
                    "mu": construction.codes.mu})
+
+
+def _holds_exactly(model: Model, dtype: np.dtype) -> bool:
+    """Whether ``dtype`` holds every value of ``model`` exactly (checked one array at a time)."""
+    for a in model.arrays().values():
+        with np.errstate(over="ignore"):
+            if a.dtype != dtype and not np.array_equal(a.astype(dtype).astype(a.dtype), a):
+                return False
+    return True
 
 
 def claim_report(name: str, params: dict, checks: dict[str, bool], seconds: float, achieved: dict,

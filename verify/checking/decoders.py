@@ -394,8 +394,8 @@ def hypercube_certify(cube: Hypercube, v: np.ndarray, e_v: np.ndarray | None, an
     -------
     Certified
         :func:`hypercube_decode`'s predictions and margins, with ``lo`` (``−inf`` where unbounded) and
-        ``hi`` (``+inf`` where unbounded; always ``+inf`` on rows predicted right with every
-        ``|v_i| > e_i``, where only ``lo`` is computed).
+        ``hi`` (``+inf`` where unbounded; on rows predicted right with every ``|v_i| > e_i`` it is
+        ``2λ·min_i (|v_i| + e_i)``, rounded up).
     """
     predictions, margins = hypercube_decode(cube, v, answers)
     if e_v is None:
@@ -410,11 +410,13 @@ def hypercube_certify(cube: Hypercube, v: np.ndarray, e_v: np.ndarray | None, an
     per_row = e_arr.ndim == 2
     eT = e_arr.T if per_row else e_arr
     slack = np.full(n, np.inf)
+    reach = np.full(n, np.inf)  # min_i (|v_i| + e_i): the upper end on rows predicted right
     total = np.zeros(n)
     with np.errstate(invalid="ignore"):
         for i in range(D):
             a = np.absolute(vT[i], dtype=np.float64)
             total += a
+            np.minimum(reach, a + eT[i], out=reach)
             a -= eT[i]
             np.minimum(slack, a, out=slack)
     good = (predictions == answers) & (slack > 0) & np.isfinite(total)
@@ -423,7 +425,8 @@ def hypercube_certify(cube: Hypercube, v: np.ndarray, e_v: np.ndarray | None, an
     lo_exact = _down(2.0 * lam * (slack * (1 - 4 * 2.0**-53)))
     lo_forward = _down(np.where(np.isfinite(margins), margins, 0.0) * (1 - 4 * 2.0**-53) - read)
     lo = np.where(good, np.minimum(lo_exact, lo_forward), -np.inf)
-    hi = np.full(n, np.inf)
+    # one addition per coordinate, rounded up: the exact |v_i| + e_i is at most (1 + u)·computed
+    hi = np.where(good & np.isfinite(reach), _up(2.0 * lam * _up(reach * (1 + 4 * 2.0**-53))), np.inf)
     bad = np.flatnonzero(~good)
     if bad.size:
         vb = np.asarray(v[bad], dtype=np.float64)

@@ -40,7 +40,7 @@ from georecall.theory.tasks import Attributes, Task, task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.checking import certify as cert
 from georecall.verify.checking import run as checking  # the module: tests replace its functions
-from georecall.verify.checking.check import check_decoding, check_queries
+from georecall.verify.checking.exact import evaluate, exact_bytes
 from georecall.verify.cli.params import (
     BoundsParams,
     CertifyMultiHopParams,
@@ -814,6 +814,10 @@ def run_train(p: TrainParams) -> dict:
     out = output_path(p.out, suffix=".npz", what="model file") if p.out else None
     m = p.m if p.m is not None else 4 * p.d
     est, max_rows = _train_estimate(p, m)
+    T_train = (2 * p.k if p.cot else p.k + 1)
+    est.add("final exact evaluation (checker chunks)",
+            memory.checker_chunk_bytes(max(p.d, m, p.N), T_train, p.N * p.R**p.k, p.budget),
+            "--d, --m or --N").require(p.budget)
     task = task_for_seed(p.N, p.R, p.seed)
     tokens, answers, positions, T = training_data(task, p.k, p.cot)
     model = init_model(p.N, p.R, p.d, m, attention=p.attention, heads=p.heads,
@@ -833,8 +837,14 @@ def run_train(p: TrainParams) -> dict:
     if out:
         atomic_write(out, lambda f: save_model(result.model, f, extra_arrays={"task_table": task.table},
                                                **params))
+    final = evaluate(result.model, tokens, answers, positions=positions, budget=p.budget)
+    accuracy = {"accuracy": final.accuracy, "n_correct": final.n_correct, "queries": final.n_queries,
+                "arith": final.arith, "n_redecided": final.n_redecided, "n_undecided": final.n_undecided,
+                "min_margin": {"lo": final.min_margin},
+                "meaning": "the trained weights' own function in exact arithmetic, on every training query"}
     return _doc(p, params, est, knowledge=_knowledge(p, result.model, frozen, result.reached),
-                reached=result.reached, steps_run=result.steps, epochs=result.epochs, path=result.path,
+                final_accuracy=accuracy,
+                reached=final.exact, steps_run=result.steps, epochs=result.epochs, path=result.path,
                 answers=int(answers.size), final_loss=result.losses[-1],
                 final_batch_accuracy=result.accuracies[-1], seconds=round(result.seconds, 3), out=out)
 
@@ -938,7 +948,9 @@ def _check_model_file(path: str, budget: memory.Budget, what: str) -> tuple[Esti
     _check_structure(path, header.get("structure"))
     for m in members:
         if m.name != "__header__" and m.dtype.kind not in "fiub":
-            raise InputError(f"{path!r}: array {m.name!r} has dtype {m.dtype}, not numbers")
+            hint = (" (bfloat16 saved as raw bytes? cast it to float32 before saving: exact)"
+                    if m.dtype.kind == "V" and m.dtype.itemsize == 2 else "")
+            raise InputError(f"{path!r}: array {m.name!r} has dtype {m.dtype}, not numbers{hint}")
     return est, members
 
 
@@ -1028,6 +1040,7 @@ def run_probe(p: ProbeParams) -> dict:
         side empty, or the estimate over the budget.
     """
     model, task, est = _load_model_and_task(p.model, p.task, p.budget, "probe")
+    model = _as_float64(model, est, p.budget)
     probes.check_model_shapes(model, task)
     _holdout(p.holdout, task.N, "subjects")
     memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out,
@@ -1038,28 +1051,48 @@ def run_probe(p: ProbeParams) -> dict:
     return _doc(p, params, est, model=p.model, N=task.N, R=task.R, **result)
 
 
+def _interval(lo: np.ndarray, hi: np.ndarray) -> dict:
+    """``{"lo", "hi", "width"}`` of an interval that contains an exact value."""
+    lo_v, hi_v = float(lo), float(hi)
+    return {"lo": lo_v, "hi": hi_v, "width": hi_v - lo_v if math.isfinite(hi_v - lo_v) else None}
+
+
 def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
-    """Accuracy and margins overall and per relation (the first hop r_1 of each query) from a kept check."""
+    """Accuracy and margins overall and per relation (the first hop r_1 of each query) from a kept check.
+
+    Every margin is an interval ``{"lo", "hi", "width"}`` containing the exact margin (per query ``lo <=
+    exact <= hi``, so the minimum, mean and each quantile of the exact margins lie between those of ``lo``
+    and of ``hi``)."""
     assert result.margins is not None and result.predictions is not None  # checked with keep=True
-    margins = np.asarray(result.margins, dtype=np.float64).reshape(tokens.shape[0], -1).min(axis=1)
+    lows = np.asarray(result.margins, dtype=np.float64).reshape(tokens.shape[0], -1)
+    highs = (lows if result.margin_highs is None
+             else np.asarray(result.margin_highs, dtype=np.float64).reshape(lows.shape))
+    lo, hi = lows.min(axis=1), highs.min(axis=1)
     relation = tokens[:, k - 1] - N  # r_1: the relation applied first (the token before the subject)
-    correct = margins > 0
+    correct = lo > 0
     per_relation = []
     for r in range(R):  # a loop over relations, each vectorized over its queries
         mine = relation == r
         per_relation.append({"relation": r, "queries": int(mine.sum()),
                              "accuracy": float(correct[mine].mean()) if mine.any() else None,
-                             "min_margin": float(margins[mine].min()) if mine.any() else None,
-                             "mean_margin": float(margins[mine].mean()) if mine.any() else None})
-    quantiles = {f"q{q:g}": float(np.quantile(margins, q)) for q in (0.01, 0.1, 0.5)} if margins.size else {}
+                             "min_margin": _interval(lo[mine].min(), hi[mine].min()) if mine.any() else None,
+                             "mean_margin": _interval(lo[mine].mean(), hi[mine].mean()) if mine.any()
+                             else None})
+    quantiles = ({f"q{q:g}": _interval(np.quantile(lo, q), np.quantile(hi, q)) for q in (0.01, 0.1, 0.5)}
+                 if lo.size else {})
     n_correct = int(correct.sum())  # strictly positive margin: a tie is not a right answer
-    n = int(margins.size)
+    n = int(lo.size)
     return {"queries": n, "n_correct": n_correct, "accuracy": n_correct / n if n else 1.0,
-            "exact": n_correct == n, "argmax_correct": int(result.n_correct),
-            "min_margin": float(margins.min()) if n else None,
-            "mean_margin": float(margins.mean()) if margins.size else None, "margin_quantiles": quantiles,
-            "ties": int((margins == 0).sum()), "per_relation": per_relation, "forward": result.forward,
-            "decoder": result.decoder, "dtype": result.dtype}
+            "exact": n_correct == n, "arith": result.arith, "n_redecided": int(result.n_redecided),
+            "n_undecided": int(result.n_undecided),
+            "margin_kind": "interval [lo, hi] containing the exact margin of the stored weights"
+            if result.arith == "exact" else f"interval [lo, hi] certified from a {result.arith} computation "
+            "(weights cast to it)",
+            "min_margin": _interval(lo.min(), hi.min()) if n else None,
+            "mean_margin": _interval(lo.mean(), hi.mean()) if n else None, "margin_quantiles": quantiles,
+            "ties": int(((lo == 0) & (hi == 0)).sum()), "per_relation": per_relation,
+            "forward": result.forward, "decoder": result.decoder, "dtype": result.dtype,
+            **({"note": result.fallback} if result.fallback else {})}
 
 
 def run_eval(p: EvalParams) -> dict:
@@ -1106,18 +1139,43 @@ def run_eval(p: EvalParams) -> dict:
     T = 2 * k if cot else k + 1
     est.add("checker chunks", memory.checker_chunk_bytes(width, T, task.N * task.R**k, p.budget),
             "the model's d or m")
+    _arith_estimate(est, model, p.arith, T, p.budget)
     est.require(p.budget)
     tokens, answers = queries(task, k)
     if cot:
-        result = check_decoding(model, tokens, teacher_forcing(task, k)[1], keep=True, progress=p.progress,
-                                budget=p.budget)
+        result = evaluate(model, tokens, teacher_forcing(task, k)[1], decode=True, arith=p.arith, keep=True,
+                          progress=p.progress, budget=p.budget)
     else:
-        result = check_queries(model, tokens, answers, keep=True, progress=p.progress, budget=p.budget)
-    params = {"model": p.model, "task": p.task, "k": k, "cot": cot}
+        result = evaluate(model, tokens, answers, arith=p.arith, keep=True, progress=p.progress,
+                          budget=p.budget)
+    params = {"model": p.model, "task": p.task, "k": k, "cot": cot, "arith": p.arith}
     return _doc(p, params, est, N=task.N, R=task.R, k=k, cot=cot,
                 mode="greedy chain-of-thought decoding" if cot else "argmax at the last position",
                 source={key: header_record.get(key) for key in ("construction", "mode", "d", "steps")
-                        if key in header_record}, **_evaluation(result, tokens, task.N, task.R, k))
+                        if key in header_record}, **_evaluation(result, tokens, task.N, task.R, k),
+                stored_dtype="+".join(sorted({str(a.dtype) for a in model.arrays().values()})))
+
+
+def _arith_estimate(est: Estimate, model, arith: str, T: int, budget: memory.Budget) -> None:
+    """Count the cast copy of the weights (to float64 for exact arithmetic, or to ``arith``) and the exact
+    re-decision in ``est``."""
+    dtype = np.dtype(np.float64 if arith == "exact" else arith)
+    cast = sum(int(a.size) * dtype.itemsize for a in model.arrays().values() if a.dtype != dtype)
+    if cast:
+        est.add(f"weights cast to {dtype}", cast, "the model's size")
+    if arith == "exact":
+        est.add("exact re-decision (weights as integers, one chunk)", exact_bytes(model, T, budget),
+                "the model's size")
+
+
+def _as_float64(model, est: Estimate, budget: memory.Budget):
+    """The model with every array cast to float64 (exact: the same function), counted in ``est``: the
+    probes and the transfer then compute on the same numbers whatever precision the file stores."""
+    cast = sum(int(a.size) * 8 for a in model.arrays().values() if a.dtype != np.float64)
+    if cast:
+        est.add("weights cast to float64 (exactly)", cast, "the model's size").require(budget)
+        return model.astype(np.float64)
+    return model
 
 
 def _model_record(path: str) -> dict:
@@ -1148,6 +1206,7 @@ def run_transfer(p: TransferParams) -> dict:
     # --lr positive and finite: the parser's type
     append = output_path(p.append, what="results file") if p.append else None
     model, task, est = _load_model_and_task(p.model, p.task, p.budget, "transfer")
+    model = _as_float64(model, est, p.budget)
     probes.check_model_shapes(model, task)
     memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out, 0).require(p.budget)
     accuracy = probes.task_accuracy(model, task)

@@ -431,6 +431,7 @@ class EvalParams(Params, Json, Quiet, Budgeted):
     task: str | None
     k: int | None
     cot: bool
+    arith: str = "exact"
 
 
 @dataclass(frozen=True, kw_only=True)

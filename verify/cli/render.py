@@ -202,7 +202,16 @@ def _train(doc: dict) -> list[str]:
     return [f"{'reached 100%' if doc['reached'] else 'did not reach 100%'} on all {doc['answers']:,} {what} "
             f"after {doc['steps_run']} steps ({doc['seconds']:.1f} s, {doc.get('path', 'dense')} gradients), "
             f"final loss {_fmt(doc['final_loss'])}"
-            + (f"; model written to {doc['out']}" if doc["out"] else "")] + _knowledge(doc.get("knowledge"))
+            + (f"; model written to {doc['out']}" if doc["out"] else "")] \
+        + _final(doc.get("final_accuracy")) + _knowledge(doc.get("knowledge"))
+
+
+def _final(f: dict | None) -> list[str]:
+    """``train``: the trained weights' accuracy in exact arithmetic."""
+    if not f:
+        return []
+    return [f"accuracy of the trained weights in exact arithmetic: {100 * f['accuracy']:.2f}% "
+            f"({f['n_correct']:,}/{f['queries']:,}; {f['n_redecided']:,} re-decided exactly)"]
 
 
 def _knowledge(k: dict | None) -> list[str]:
@@ -289,17 +298,40 @@ def _probe_hidden(doc: dict) -> list[str]:
     return lines
 
 
+def _span(m: dict | None) -> str:
+    """An eval margin interval as text: the value when exact, else ``[lo, hi] (width w)``."""
+    if not m:
+        return "n/a"
+    if m["lo"] == m["hi"]:
+        return f"{_fmt(m['lo'])} (exact)"
+    return f"[{_fmt(m['lo'])}, {_fmt(m['hi'])}] (width {m['width']:.1e})" if m.get("width") is not None \
+        else f"[{_fmt(m['lo'])}, {_fmt(m['hi'])}]"
+
+
 def _eval(doc: dict) -> list[str]:
     q = doc["margin_quantiles"]
+    if doc.get("arith", "exact") == "exact":
+        how = (f"exact arithmetic of the stored weights ({doc.get('stored_dtype')}): every query decided, "
+               f"{doc.get('n_redecided', 0):,} of them re-decided exactly")
+    else:
+        how = (f"as computed in {doc['arith']} (weights cast to it): accuracy counts the queries that "
+               f"computation certifies; {doc.get('n_undecided', 0):,} undecided")
+    undecided = doc.get("n_undecided", 0)
     lines = [f"{doc['params']['model']}: N = {doc['N']}, R = {doc['R']}, k = {doc['k']}, {doc['mode']}",
-             f"accuracy {100 * doc['accuracy']:.2f}% ({doc['n_correct']:,}/{doc['queries']:,} queries), "
-             f"margin min {_fmt(doc['min_margin'])}, mean {_fmt(doc['mean_margin'])}, "
-             f"1% {_fmt(q.get('q0.01'))}, "
-             f"median {_fmt(q.get('q0.5'))}" + (f"; {doc['ties']:,} ties (margin 0, counted wrong)"
-                                               if doc["ties"] else ""),
-             f"{'relation':>8}  {'queries':>9}  {'accuracy':>8}  {'min margin':>10}  {'mean margin':>11}"]
+             f"arithmetic: {how}" + (f"; {undecided:,} left undecided (a softmax tie)" if undecided and
+                                     doc.get("arith", "exact") == "exact" else ""),
+             f"accuracy {100 * doc['accuracy']:.2f}% ({doc['n_correct']:,}/{doc['queries']:,} queries)"
+             + (f"; {doc['ties']:,} ties (margin 0, counted wrong)" if doc["ties"] else ""),
+             f"margins (right logit minus the best other; intervals containing the exact value): "
+             f"min {_span(doc['min_margin'])}, mean {_span(doc['mean_margin'])}, "
+             f"1% {_span(q.get('q0.01'))}, median {_span(q.get('q0.5'))}",
+             f"{'relation':>8}  {'queries':>9}  {'accuracy':>8}  {'min margin (lower end)':>22}  "
+             f"{'mean margin (lower end)':>23}"]
     lines += [f"{r['relation']:>8}  {r['queries']:>9,}  {100 * (r['accuracy'] or 0):7.2f}%  "
-              f"{_fmt(r['min_margin']):>10}  {_fmt(r['mean_margin']):>11}" for r in doc["per_relation"]]
+              f"{_fmt((r['min_margin'] or {}).get('lo')):>22}  {_fmt((r['mean_margin'] or {}).get('lo')):>23}"
+              for r in doc["per_relation"]]
+    if doc.get("note"):
+        lines.append(f"note: {doc['note']}")
     return lines
 
 

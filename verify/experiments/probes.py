@@ -58,7 +58,7 @@ from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import Task, _as_rng, random_task
-from georecall.verify.checking.check import check_queries
+from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
 from georecall.verify.experiments.fits import RidgeFit, fit_ridge_cv, fit_ridge_cv_many, r_squared
 
 __all__ = [

@@ -50,7 +50,8 @@ from georecall.memory import Budget
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
-from georecall.verify.checking.check import check_queries, claim_report
+from georecall.verify.checking.check import claim_report
+from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
 from georecall.verify.experiments import figures as drawing
 from georecall.verify.experiments import probes
 from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task

@@ -294,7 +294,7 @@ def test_a_builder_allocating_past_the_budget_is_stopped(user_module, command, c
     if command == "certify":
         argv = ["certify", "single-hop", "--N", "3", *argv[6:]]
     code, out, err = run(argv, capsys)
-    json_refusal(code, out, err, "ran out of memory")
+    json_refusal(code, out, err, "raised MemoryError under its memory limit")
 
 
 def test_a_model_larger_than_its_promise_is_measured_before_the_check(user_module, capsys):

@@ -589,6 +589,7 @@ def test_brute_force_g1_float(N, R, seed, scale, codes):
 @settings(max_examples=15)
 @given(N=st.integers(2, 4), seed=st.integers(0, 2**31), scale=st.sampled_from([0.02, 0.1, 0.3]),
        attention=st.sampled_from(["softmax", "hard"]))
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_brute_force_g2_two_hops(N, seed, scale, attention):
     _soundness_case("G2", N, 2, 2, False, "binary", seed, scale, 0.2, {"attention": attention})
 

@@ -18,7 +18,11 @@ def test_there_are_examples():
     assert len(EXAMPLES) >= 3
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+SLOW_EXAMPLES = {"train_and_probe.py"}  # minutes on 2 cores: run with -m slow (CONTRIBUTING, CI times)
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_EXAMPLES else p
+                                  for p in EXAMPLES], ids=lambda p: p.name)
 def test_example_runs(path, capsys):
     runpy.run_path(str(path), run_name="__main__")
     assert capsys.readouterr().out.strip()
@@ -56,6 +60,7 @@ def test_walkthrough_defines_every_letter_and_both_scales():
     assert "integer scale" in doc and "unit scale" in doc and "0.3333" in doc and "4/D" in doc
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_figures_are_written(tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the figure command needs the optional plot extra")
     results = tmp_path / "results.jsonl"

@@ -124,6 +124,7 @@ def held_out(X, E, fit_rows, test_rows, alphas=None):
     return r_squared(E[test_rows], model.predict(X[test_rows])), model
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_ols_at_d_256_fails_the_criterion_that_ridge_meets():
     """N = 1024, R = 4, d = 256 (p = 1025 > 768 fit rows): attribute vectors spanning d_G1 = 54 directions of
     the 256 (plus a 1% bulk), an exact superposition of them plus 2% other variance. Plain least squares
@@ -136,6 +137,7 @@ def test_ols_at_d_256_fails_the_criterion_that_ridge_meets():
     assert ridge == pytest.approx(0.98, abs=0.01)
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_ols_at_d_128_tolerates_less_than_the_threshold_claims():
     """d = 128 (p = 513 < 768): OLS is well defined but scores 1 − f·(n − 1)/(n − p − 1) ≈ 0.94 at f = 2%
     (it would need f < 1.7%); ridge on the same rows reaches 0.95."""
@@ -146,6 +148,7 @@ def test_ols_at_d_128_tolerates_less_than_the_threshold_claims():
     assert ols < 0.95 <= ridge
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_no_estimator_identifies_a_generic_superposition_past_n_over_R():
     """Isotropic attribute vectors and i.i.d. maps at d = 256: 768 rows cannot identify 1024 coefficients per
     target. Ridge and OLS both score about n/p = 0.75 (documented as the criterion's ceiling at this d), while

@@ -291,6 +291,7 @@ def damaged(draw, model: bytes):
     )
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 @FUZZ
 @given(data=st.data())
 def test_damaged_files(fuzz_dir, model_bytes, data):

@@ -287,9 +287,14 @@ def test_a_looping_builder_is_stopped_by_the_build_timeout(user_module, capsys):
     json_refusal(code, out, err, "did not finish within 0.5 s")
 
 
-def test_a_builder_allocating_past_the_budget_is_stopped(user_module, capsys):
-    code, out, err = run(check(user_module, "ALLOCATE", "--max-gib", "1", "--json"), capsys)
-    json_refusal(code, out, err, "ran out of memory")
+@pytest.mark.parametrize("command", ["check", "certify"])
+def test_a_builder_allocating_past_the_budget_is_stopped(user_module, command, capsys):
+    """12 GiB asked at --max-gib 1: the allocation fails inside the builder (the process does not grow)."""
+    argv = check(user_module, "ALLOCATE", "--max-gib", "1", "--json")
+    if command == "certify":
+        argv = ["certify", "single-hop", "--N", "3", *argv[6:]]
+    code, out, err = run(argv, capsys)
+    json_refusal(code, out, err, "raised MemoryError under its memory limit")
 
 
 def test_a_model_larger_than_its_promise_is_measured_before_the_check(user_module, capsys):

@@ -19,7 +19,7 @@ def g1_case():
     return build_g1(task, "binary").model, task
 
 
-@pytest.mark.parametrize("codes", ["binary", "sign"])
+@pytest.mark.parametrize("codes", ["binary", pytest.param("sign", marks=pytest.mark.slow)])  # sign: long
 def test_every_probe_is_exact_on_g1(codes):
     task = random_task(256, 3, 1)
     model = build_g1(task, codes, D=None if codes == "binary" else 24, rng=0).model
@@ -178,6 +178,7 @@ def test_g1_forward_and_reverse_fits_are_exact_and_the_null_fit_is_not(g1_case):
     assert fits["displacement_forward_r2"] is None and "no initial model given" in fits["displacement_notes"]
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_fits_fail_when_embeddings_or_readout_rows_are_shuffled(g1_case):
     model, task = g1_case
     perm = np.random.default_rng(0).permutation(task.N)
@@ -187,6 +188,7 @@ def test_fits_fail_when_embeddings_or_readout_rows_are_shuffled(g1_case):
     assert probes.attribute_fits(shuffled_U, task, rng=0)["reverse_r2"] < 0.1
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_displacement_fit_sees_an_initialisation_left_in_place(g1_case):
     model, task = g1_case
     E0 = np.random.default_rng(1).standard_normal(model.entity_embedding.shape) / np.sqrt(model.d)
@@ -272,6 +274,7 @@ def test_mechanism_probes_exact_on_g1_and_failing_on_an_untrained_model():
     assert untrained["functional_zero_shot"] < 0.5
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_mechanism_probes_share_splits_and_task_b_across_models_of_one_seed(g1_case):
     model, task = g1_case
     a = probes.mechanism_probes(model, task, seed=4, transfer_steps=None, encoder_steps=None)
@@ -303,6 +306,7 @@ def test_a_planted_superposition_is_recovered_exactly_held_out(seed, R, d):
 # ------------------------------------------------------------------ issue 21: honest at any width
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 @pytest.mark.parametrize("d", [128, 256])
 def test_g1_embedded_wider_has_the_same_logits_and_meets_every_claim(d):
     """G1 padded to d and rotated by a random orthogonal matrix: the same function, no meaningful
@@ -359,6 +363,7 @@ def test_displacement_removes_the_share_of_the_init_that_weight_decay_left(g1_ca
         probes.attribute_fits(trained, task, initial=start, rng=0, retained={"E": 1.5})
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_every_fit_reports_p_n_and_its_chosen_strength(g1_case):
     model, task = g1_case
     fits = probes.attribute_fits(model, task, rng=0)["fits"]
@@ -414,6 +419,7 @@ def test_a_random_models_probe_report_says_it_answers_about_1_over_n(tmp_path, c
     assert "ridge, p = 16" in "\n".join(text)  # the fit's p, n and strength are printed
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_the_forward_probe_meets_the_threshold_at_d_256_where_ols_would_fail(monkeypatch):
     """The study's (N, R, d) = (1024, 4, 256): a model whose embeddings are an exact superposition of its
     attribute vectors (spanning d_G1 = 54 directions, +1% bulk) plus 2% other variance. The probe's forward

@@ -335,6 +335,7 @@ def test_quick_grid_runs_within_five_minutes_and_summarizes(tmp_path):
     print(f"the quick grid took {elapsed:.0f} s")  # its budget (5 min) is a benchmark figure, not asserted
 
 
+@pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_the_verify_row_fails_when_the_wider_control_is_broken(monkeypatch):
     """The positive control can fail: a 'wider G1' whose relation embeddings open every gate meets no
     selectivity criterion, and the row says so."""

@@ -346,8 +346,8 @@ def _strict(value):
 def damaged_input(path: str, what: str = "file") -> Iterator[None]:
     """Turn any exception raised while reading ``path`` (NumPy's ``.npy``/``.npz`` readers, zipfile, JSON)
     into one :class:`InputError` line: a truncated member ("EOF: reading array data"), a bad CRC, a header
-    NumPy cannot parse. An ``InputError`` raised inside passes unchanged; ``BaseException`` s that are not
-    ``Exception`` s (Ctrl-C) are not touched.
+    NumPy cannot parse. An ``InputError`` or ``MemoryError`` raised inside passes unchanged;
+    ``BaseException`` s that are not ``Exception`` s (Ctrl-C) are not touched.
 
     Parameters
     ----------
@@ -363,7 +363,7 @@ def damaged_input(path: str, what: str = "file") -> Iterator[None]:
     """
     try:
         yield
-    except InputError:
+    except (InputError, MemoryError):  # a refusal stays one; running out of memory is not damage
         raise
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]

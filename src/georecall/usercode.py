@@ -232,8 +232,8 @@ def limited(what: str) -> Iterator[None]:
                 if memory_limit is None:
                     raise
                 budget = limits.budget.gib if limits.budget is not None else math.nan
-                raise _error(f"{what} ran out of memory under its limit (the budget, --max-gib "
-                             f"{budget:.3g})", exc) from exc
+                raise _error(f"{what} raised MemoryError under its memory limit (the run's budget of "
+                             f"{budget:.3g} GiB, --max-gib)", exc) from exc
     except BuildTimeout as exc:
         raise _error(f"{what} did not finish within {limits.timeout:g} s (--build-timeout)", exc) from None
     except (KeyboardInterrupt, Exception):

@@ -208,7 +208,8 @@ def _shared(command: str) -> list[_Parser]:
                             metavar="G",
                             help="memory budget in GiB: refuse (exit 2, naming the estimate and what to "
                                  "lower) a job whose estimated peak exceeds it (default: half the machine's "
-                                 "available memory)")
+                                 "available memory; more than the available memory is capped, with a "
+                                 "warning)")
     parent.add_argument("--debug", action="store_true",  # every command: any may run your construction
                         help=f"show the traceback of an exception raised by your own construction (also: "
                              f"{DEBUG_VARIABLE}=1)")

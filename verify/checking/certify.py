@@ -1136,7 +1136,7 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
                   promise: Promise | None, *, step_scale: float, integer: bool = False,
                   progress: bool = False) -> dict:
     """The layered certificate for facts declared as steps (A2(b)), with the output of
-    :func:`certify_model` (docs/theory.md, "A2(b): a layered certificate").
+    :func:`certify_model` (docs/theory.md, "Certification for every task", A2(b)).
 
     Every layer shares one MLP whose unit pairs ``(2p, 2p + 1)``, ``p = r·N + v``, read the same coordinates
     (``W1`` columns equal), differ in bias by ``h`` and write opposite rows (``W2[2p+1] = −W2[2p]``), only on

@@ -81,6 +81,7 @@ __all__ = [
     "NOT_READ_BY_FORWARD",
     "flatten",
     "forward",
+    "forward_arrays",
     "forward_fields",
     "forward_fingerprint",
     "freeze_if_new",
@@ -574,6 +575,22 @@ def forward_fields(model: Model) -> dict[str, object]:
             for name in FORWARD_FIELDS[type(part).__name__]:
                 out[f"{prefix}.{name}"] = getattr(part, name)
     return out
+
+
+def forward_arrays(model: Model) -> dict[str, np.ndarray]:
+    """The weight arrays among :func:`forward_fields` (``readout_columns``, an index array, left out): the
+    arrays whose values and dtypes THE forward pass computes with.
+
+    Parameters
+    ----------
+    model : Model
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+    """
+    return {name: value for name, value in forward_fields(model).items()
+            if isinstance(value, np.ndarray) and name != "readout_columns"}
 
 
 def forward_fingerprint(model: Model, skip: Iterable[str] = ()) -> str:

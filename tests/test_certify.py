@@ -142,6 +142,32 @@ def test_each_assumption_on_the_family_is_checked(label, family):
         cert.certify(spec, 16, 2)
 
 
+def _g2_reading_a_block(N, R, k=1, **options):
+    family = registry.get("G2").family(N, R, k, **options)
+    att = family.model.layers[0].attention
+    W_Q = np.array(att.W_Q)
+    W_Q[0, family.layout["path_blocks"][0, 0], 0] = 1.0  # the score now reads a slot's code
+    read = Attention(att.kind, att.W_V, att.W_O, W_Q, att.W_K, att.inverse_temperature)
+    model = dataclasses.replace(family.model, layers=(Layer(read, family.model.layers[0].mlp),))
+    return dataclasses.replace(family, model=model)
+
+
+def _g1_two_layers(N, R, k=1, **options):
+    family = registry.get("G1").family(N, R, k, **options)
+    return dataclasses.replace(family, model=dataclasses.replace(
+        family.model, layers=family.model.layers * 2))
+
+
+@pytest.mark.parametrize("base, family, message", [
+    ("G2", _g2_reading_a_block, "reads coordinates that tokens use"),  # A2: scores read no token coordinate
+    ("G1", _g1_two_layers, "2 layers"),  # A1: one layer with an MLP
+])
+def test_the_arguments_structural_assumptions_are_checked(base, family, message):
+    spec = _family_spec(base, family)
+    c = cert.certify(spec, 16, 2, 2 if base == "G2" else 1)
+    assert c.verdict == "UNKNOWN" and message in c.reasons[0]["why"]
+
+
 def test_a_family_declaring_another_encoding_than_its_spec_is_refused():
     spec = _family_spec("G1", registry.get("G1").family, encoding=TaskEncoding("relations", "blocks", "cot"))
     with pytest.raises(cert.DeclarationError, match="declares"):

@@ -478,9 +478,9 @@ def checker_chunk_bytes(width: int, T: int, n_queries: int, budget: Budget | int
 
 def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str = "binary", D: int | None = None, *,
                      chunk_points: int = 2**16) -> Estimate:
-    """Peak bytes of ``certify`` (``verify.checking.certify``): codes, the declaration's tasks (and k-hop
-    tables), the weights without the entity table (never formed for a recorded superposition), the
-    per-position maps and the point chunks.
+    """Peak bytes of ``certify`` (``verify.checking.certify``): codes, the declaration's tasks and their
+    entity tables (only for a builder that takes the task: a family builds none), the weights without the
+    entity table (the family leaves it out), the per-position maps and the point chunks.
 
     Parameters
     ----------

@@ -5,8 +5,10 @@ Statement. For given (N, R, k), construction options and codebook, **every** tas
 answers every query with margin >= the promise (for chain-of-thought: every step of every chain under
 teacher forcing, hence greedy decoding by induction).
 
-Method (the construction's declared :class:`~georecall.constructions.encoding.TaskEncoding`, checked first by
-:func:`check_declaration`):
+Method. The certified object is the family ``M(π) = F ⊕ enc(π)`` that georecall assembles
+(``constructions.encoding``): F from the spec's ``family``, a call that never sees a task, checked by
+:func:`check_family` (assumptions F1–F5 of docs/theory.md); a spec whose builder takes the task gets F from
+its build on one task (:func:`family_of_builder`) and is never CERTIFIED itself. Then:
 
 1. *Relaxation.* An entity's row is ``Σ_b J_{B_b} a_{j_b}`` with ``j_b`` its slot-b answer. Let every slot of
    every entity position range over the whole codebook independently: a product set containing every input
@@ -25,8 +27,11 @@ Method (the construction's declared :class:`~georecall.constructions.encoding.Ta
    confirmed by the ordinary checker), UNKNOWN otherwise. Too many slots to enumerate: UNKNOWN,
    naming the units and their bounds.
 
-Float mode computes in float64 and widens every comparison by a forward-error allowance (``float_allowance``):
-a certified float margin is ``min − allowance``.
+Float mode decides every discrete choice exactly (hard-attention ties on exact rational scores, supports from
+absolute values, units proved off only beyond a rounding bound) and widens every comparison by a forward-error
+allowance from the magnitudes in the computation (``float_allowance``; never a multiple of the promised logit
+scale): a certified float margin is ``min − allowance``. A2(b)'s facts, steps of one MLP shared by k layers,
+are certified layer by layer (:func:`certify_steps`).
 """
 
 from __future__ import annotations
@@ -1132,7 +1137,7 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
                   promise: Promise | None, *, step_scale: float, integer: bool = False,
                   progress: bool = False) -> dict:
     """The layered certificate for facts declared as steps (A2(b)), with the output of
-    :func:`certify_model` (docs/theory.md, "A2(b): a layered certificate").
+    :func:`certify_model` (docs/theory.md, "Certification for every task", A2(b)).
 
     Every layer shares one MLP whose unit pairs ``(2p, 2p + 1)``, ``p = r·N + v``, read the same coordinates
     (``W1`` columns equal), differ in bias by ``h`` and write opposite rows (``W2[2p+1] = −W2[2p]``), only on

@@ -37,6 +37,7 @@ from georecall.constructions.model import (
     chunk_size,
     flatten,
     forward,
+    forward_arrays,
     integer_bounds,
     iter_chunks,
     unflatten,
@@ -342,7 +343,7 @@ def _working_format(model: Model, integer: bool) -> tuple[float, float]:
     """``(u, η)`` of THE forward pass on ``model`` (``constructions.model.working_format``, which counts the
     double rounding of mixed storage formats); in integer mode the work is in float64."""
     if integer:
-        return format_of(np.float64, *(a.dtype for a in model.arrays().values()))
+        return format_of(np.float64, *(a.dtype for a in forward_arrays(model).values()))
     return working_format(model)
 
 
@@ -803,7 +804,7 @@ def check_construction(name: str, params: dict, construction, tokens, answers, *
     from georecall.verify.checking.exact import evaluate  # (it builds on check_queries)
 
     model = construction.model
-    if dtype is not None and any(a.dtype != np.dtype(dtype) for a in model.arrays().values()):
+    if dtype is not None and any(a.dtype != np.dtype(dtype) for a in forward_arrays(model).values()):
         # stored in ``dtype``: the same function when every value survives the cast (then no copy is
         # needed: the float mode evaluates the stored values exactly), else the rounded model's
         if integer or not _holds_exactly(model, np.dtype(dtype)):

@@ -49,9 +49,9 @@ def models(N: int, R: int, steps: int):
     tokens, answers, _, _ = training_data(task, 1, False)
     start = init_model(N, R, 64, 256, attention="softmax", heads=2, rng=np.random.default_rng(0),
                        dtype=np.dtype(np.float32))
-    trained = train(start, tokens, answers, steps=steps, lr=1e-2, rng=np.random.default_rng(1),
-                    dtype=np.dtype(np.float32)).model
-    yield "trained softmax (d = 64, m = 256, H = 2)", trained, task
+    trained = start if steps == 0 else train(start, tokens, answers, steps=steps, lr=1e-2,
+                                             rng=np.random.default_rng(1), dtype=np.dtype(np.float32)).model
+    yield f"softmax (d = 64, m = 256, H = 2) after {steps} training steps", trained, task
     yield "G1 (binary codes)", registry.get("geometric").build(task).model.astype(np.float32), task
 
 
@@ -59,7 +59,8 @@ def main_() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--N", type=int, default=4096)
     parser.add_argument("--R", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=20, help="training steps of the softmax model")
+    parser.add_argument("--steps", type=int, default=20,
+                        help="training steps of the softmax model (0: its initialization)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:

@@ -67,7 +67,7 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
     """Accuracy and margins of the stored model's own function on every query (module docstring).
 
     The arguments are :func:`~georecall.verify.checking.check.check_queries`'s, so that this is a drop-in
-    replacement for it, plus ``arith``.
+    replacement for it, plus ``arith`` and ``decode`` (``check_decoding``'s chains).
 
     Parameters
     ----------

@@ -47,6 +47,7 @@ __all__ = [
     "CountParams",
     "DemoParams",
     "EvalParams",
+    "ExportParams",
     "FigureFiles",
     "FiguresParams",
     "Json",
@@ -476,6 +477,28 @@ class DemoParams(Params, Seeded, FigureFiles):
     figures: str | None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExportParams(Params, Seeded, Json, Quiet, Budgeted):
+    """``georecall export`` (``parser._add_export``)."""
+
+    out: str
+    to: str
+    construction: str | None
+    model: str | None
+    N: int
+    R: int
+    k: int | None
+    cot: bool
+    codes: str | None
+    D: int | None
+    attention: str | None
+    beta: float | None
+    gate: float | None
+    task: str | None
+    dtype: str
+    no_check: bool
+
+
 # Each command's parameters (the keys are ``commands.COMMANDS``'s).
 PARAMS: dict[str, type[Params]] = {
     "verify": VerifyParams,
@@ -497,6 +520,7 @@ PARAMS: dict[str, type[Params]] = {
     "probe-lm": ProbeLmParams,
     "figures": FiguresParams,
     "demo": DemoParams,
+    "export": ExportParams,
 }
 
 P = TypeVar("P", bound=Params)

@@ -113,7 +113,8 @@ def check_in_target(model: Model, graph: Graph, run: Runner, qs: QuerySet, *, ta
         The report: counts, the largest logit difference and bound, margins, ``passed``.
     """
     start = time.perf_counter()
-    model64 = model if all(a.dtype == np.float64 for a in model.arrays().values()) else model.astype(np.float64)
+    wide = all(a.dtype == np.float64 for a in model.arrays().values())
+    model64 = model if wide else model.astype(np.float64)
     n = qs.prompts.shape[0]
     correct = np.ones(n, dtype=bool)
     min_margin_target = np.full(n, np.inf)

@@ -1,7 +1,8 @@
 """The computation every export target runs, written once, and the rounding bound of running it.
 
-A target (PyTorch, TransformerLens, ONNX Runtime) evaluates a georecall :class:`~georecall.constructions.model.
-Model` in its own library and dtype, with its own order of operations. Each target module builds a
+A target (PyTorch, TransformerLens, ONNX Runtime) evaluates a georecall
+:class:`~georecall.constructions.model.Model` in its own library and dtype, with its own order of operations.
+Each target module builds a
 :class:`Graph` — the arrays exactly as it stores them (cast to its dtype, heads padded, a softmax layer's β
 placed where the target applies it) — and computes, in that order::
 

@@ -1,5 +1,6 @@
 """A georecall model as a PyTorch ``nn.Module``: standalone (it imports only torch), copied into every
-``georecall export --to torch`` folder as ``georecall_module.py``, so that the folder loads without georecall::
+``georecall export --to torch`` folder as ``georecall_module.py``, so that the folder loads without
+georecall::
 
     import sys; sys.path.insert(0, OUT)
     from georecall_module import load

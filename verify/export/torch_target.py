@@ -28,7 +28,7 @@ from georecall.errors import InputError
 from georecall.state_dict import from_state_dict, to_state_dict
 from georecall.verify.export.graph import Graph, exportable, graph_of
 
-__all__ = ["config_of", "graph", "import_folder", "runner", "write"]
+__all__ = ["config_of", "graph", "import_folder", "require", "runner", "write"]
 
 MODULE_FILE = "georecall_module.py"
 
@@ -68,6 +68,11 @@ def config_of(model: Model, dtype) -> dict:
             "dtype": str(np.dtype(dtype)),
             "readout_columns": None if model.readout_columns is None else model.readout_columns.tolist(),
             "meta": model.meta}
+
+
+def require() -> None:
+    """Refuse (``InputError``) when PyTorch is missing."""
+    _torch()
 
 
 def graph(model: Model, dtype) -> Graph:
@@ -187,7 +192,8 @@ def import_folder(folder: str) -> Model:
                 arrays[p + name] = np.ascontiguousarray(a.reshape(a.shape[0], H, -1).transpose(1, 0, 2))
         a = arrays[p + "W_O"][0]
         arrays[p + "W_O"] = np.ascontiguousarray(a.reshape(H, -1, a.shape[1]))
-        structure[i]["attention"] = {"kind": att["kind"], "inverse_temperature": float(att["attention_scale"])}
+        structure[i]["attention"] = {"kind": att["kind"],
+                                     "inverse_temperature": float(att["attention_scale"])}
     columns = config.get("readout_columns")
     if columns is not None:
         U = arrays["unembedding"]

@@ -1429,6 +1429,9 @@ def _export_construction(p: ExportParams):
         raise InputError(f"{spec.label} does not take {', '.join(OPTION_FLAGS.get(o, o) for o in refused)}")
     if p.cot:
         raise InputError("--cot is for a model file: a construction decodes as its spec says")
+    if p.attention == "hard":
+        raise InputError(f"--attention hard is an idealization (β -> ∞) that {p.to} cannot compute exactly "
+                         "(a softmax at any finite β leaks): export the softmax build")
     est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes or "binary", D=p.D, what="export",
                                 budget=p.budget)
     _export_parts(est, spec.nominal_promise(p.N, p.R, k).params + p.N * spec.nominal_promise(p.N, p.R, k).d,
@@ -1493,6 +1496,7 @@ def run_export(p: ExportParams) -> dict:
         model, task, qs, promise, record, est = _export_model_file(p)
     else:
         model, task, qs, promise, record, est = _export_construction(p)
+    exporting.supports(model, p.to)  # before any file or progress line
     if p.progress and not p.no_check:
         print(f"exporting to {p.to} and checking all {qs.prompts.shape[0]:,} queries there", file=sys.stderr,
               flush=True)

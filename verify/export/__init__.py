@@ -29,7 +29,7 @@ from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
 from georecall.verify.export.check import QuerySet, check_in_target, query_set
 
-__all__ = ["TARGETS", "QuerySet", "check_folder", "export", "query_set", "require", "validate_out"]
+__all__ = ["TARGETS", "QuerySet", "check_folder", "export", "query_set", "require", "supports", "validate_out"]
 
 TARGETS = ("torch", "transformer-lens", "onnx")
 RECORD_FILE = "georecall.json"
@@ -62,6 +62,23 @@ def require(to: str) -> None:
         An unknown target, or its library missing (naming the extra to install).
     """
     _target(to).require()
+
+
+def supports(model: Model, to: str) -> None:
+    """Refuse a model the target cannot run exactly (hard attention), before any file is written.
+
+    Parameters
+    ----------
+    model : Model
+    to : str
+        One of :data:`TARGETS`.
+
+    Raises
+    ------
+    InputError
+        Naming the layer and the reason.
+    """
+    _target(to).graph(model, "float64")
 
 
 def validate_out(out: str) -> str:

@@ -209,7 +209,7 @@ def export(model: Model, to: str, out: str, *, queries: QuerySet, task: Task | N
         if task is not None:
             np.save(os.path.join(tmp, TASK_FILE), np.asarray(task.table), allow_pickle=False)
         info = {"format": "georecall-export-1", "version": __version__, "target": to,
-                "dtype": str(np.dtype(dtype)), "record": record or {},
+                "dtype": str(np.dtype(dtype)), "record": record or {}, "meta": model.meta,
                 "vocabulary": {"N": model.n_entities, "R": model.n_relations,
                                "tokens": "entity s is token s, relation r is token N + r",
                                "order": "<r_k, ..., r_1, s>: the subject last; logits at the last position"},

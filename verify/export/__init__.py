@@ -1,8 +1,11 @@
 """Doors out: a georecall model (a construction built for a task, or any model file) exported to PyTorch,
 TransformerLens or ONNX Runtime, and checked there by running every query in the target's own library.
 
-One module per target (:mod:`.torch_target`, :mod:`.lens`, :mod:`.onnx_target`), the computation they all
-run and its rounding bound once (:mod:`.graph`), the check in the target once (:mod:`.check`). Only these
+One module per target (:mod:`.torch_target`, :mod:`.lens`, :mod:`.onnx_target`), each with the same four
+functions: ``require()`` (its libraries are installed), ``graph(model, dtype)`` (what it stores and computes,
+refusing what it cannot run), ``write(model, folder, dtype, context)`` and ``runner(folder, dtype)`` (the
+folder loaded by the target's own library, as tokens -> logits). The computation they all run and its
+rounding bound are written once (:mod:`.graph`), the check in the target once (:mod:`.check`). Only these
 modules import torch, transformer_lens, onnx or onnxruntime, and only when a target is used (the ``export``
 extra: ``pip install 'georecall[export]'``)::
 
@@ -29,7 +32,8 @@ from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
 from georecall.verify.export.check import QuerySet, check_in_target, query_set
 
-__all__ = ["TARGETS", "QuerySet", "check_folder", "export", "query_set", "require", "supports", "validate_out"]
+__all__ = ["TARGETS", "QuerySet", "check_folder", "export", "query_set", "require", "supports",
+           "validate_out"]
 
 TARGETS = ("torch", "transformer-lens", "onnx")
 RECORD_FILE = "georecall.json"
@@ -114,17 +118,6 @@ def validate_out(out: str) -> str:
     return path
 
 
-def _write(module, name: str, model: Model, folder: str, dtype, context: int) -> None:
-    if name == "torch":
-        module.write(model, folder, dtype)
-    else:
-        module.write(model, folder, dtype, context)
-
-
-def _runner(module, name: str, folder: str, dtype):
-    return module.runner(folder, dtype) if name == "transformer-lens" else module.runner(folder)
-
-
 def check_folder(model: Model, to: str, folder: str, queries: QuerySet, *, dtype="float32",
                  promise: Promise | None = None) -> dict:
     """Load an export folder with the target's library and check every query (:mod:`.check`).
@@ -149,7 +142,7 @@ def check_folder(model: Model, to: str, folder: str, queries: QuerySet, *, dtype
         The check's report.
     """
     module = _target(to)
-    return check_in_target(model, module.graph(model, dtype), _runner(module, to, folder, dtype), queries,
+    return check_in_target(model, module.graph(model, dtype), module.runner(folder, dtype), queries,
                            target=to, promise=promise)
 
 
@@ -204,7 +197,7 @@ def export(model: Model, to: str, out: str, *, queries: QuerySet, task: Task | N
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # a folder as mkdir would make it (mkdtemp's is private)
     try:
-        _write(module, to, model, tmp, dtype, queries.longest)
+        module.write(model, tmp, dtype, queries.longest)
         report = check_folder(model, to, tmp, queries, dtype=dtype, promise=promise) if check else None
         if task is not None:
             np.save(os.path.join(tmp, TASK_FILE), np.asarray(task.table), allow_pickle=False)

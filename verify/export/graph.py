@@ -253,19 +253,37 @@ def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _linear(x: np.ndarray, e_x: np.ndarray, W: Weight, u: float, b: Weight | None = None):
-    """``x @ W (+ b)`` and the bound ``γ_{n+1}·((|x| + e_x)·|Ŵ| + |b̂|) + e_x·|Ŵ| + |x|·|Ŵ − W| + |b̂ − b| +
-    u·(|x W + b| + those)``: it covers the bias added after the product and a fused ``addmm`` that starts its
-    sum from the bias (a dot product of length n + 1), whichever the library does."""
+    """``x @ W (+ b)`` and the bound ``(γ_{n+1}·(|x| + e_x) + e_x + ρ·|x|)·|Ŵ|`` (+ ``γ_{n+1}·|b̂| + |b̂ − b|
+    + u·(|x W + b| + those)`` with a bias), ``ρ = max |Ŵ − W| / |Ŵ|`` the weights' largest relative rounding
+    (so ``|x|·|Ŵ − W| <= ρ·|x|·|Ŵ|``: one product for the bound). It covers the bias added after the product
+    and a fused ``addmm`` that starts its sum from the bias (a dot product of length n + 1), whichever the
+    library does."""
     n = W.exact.shape[0]
-    ax = np.abs(x)
     MW = W.magnitude
+    rho = float(np.max(W.error / np.where(MW > 0, MW, 1.0), initial=0.0))
+    ax = np.abs(x)
     value = _mm(x, W.exact)
-    error = _gamma(n + 1, u) * _mm(ax + e_x, MW) + _mm(e_x, MW) + _mm(ax, W.error)
+    error = _mm(_gamma(n + 1, u) * (ax + e_x) + e_x + rho * ax, MW)
     if b is None:
         return value, error
     value = value + b.exact
     error += _gamma(n + 1, u) * b.magnitude + b.error
     return value, error + u * (np.abs(value) + error)
+
+
+def _readout(x: np.ndarray, e_x: np.ndarray, U: Weight, u: float):
+    """The logits ``x U^T`` at the read position and one bound per query, ``max_j`` of the logits' bounds
+    (:func:`_linear`'s with ``|Û_j|`` replaced by its maximum over j, column by column: an (n_out, d) product
+    for the values alone, on the columns U reads; the bound costs O(d) per query)."""
+    used = np.flatnonzero(np.any(U.exact != 0, axis=0) | np.any(U.error != 0, axis=0))
+    value = x[:, used] @ U.exact[:, used].T
+    d = U.exact.shape[1]
+    top = U.magnitude.max(axis=0, initial=0.0)
+    rel = U.error / np.where(U.magnitude > 0, U.magnitude, 1.0)
+    rho = float(rel.max(initial=0.0))
+    ax = np.abs(x)
+    bound = (_gamma(d + 1, u) * (ax + e_x) + e_x + rho * ax) @ top
+    return value, bound[:, None]
 
 
 def _added(a: np.ndarray, e_a: np.ndarray, b: np.ndarray, e_b: np.ndarray, u: float):
@@ -334,17 +352,21 @@ def _evaluate(graph: Graph, tokens: np.ndarray, u: float):
         if T > P.exact.shape[0]:
             raise InputError(f"sequence length {T} exceeds the model's {P.exact.shape[0]} positions")
         x, e_x = _added(x, e_x, P.exact[:T][None], P.error[:T][None], u)
-    for layer in graph.layers:
+    for i, layer in enumerate(graph.layers):
+        last = i == len(graph.layers) - 1  # nothing reads the other positions' output of the last layer
         y, e_y = x, e_x
         if layer.attention is not None:
             out, e_out = _attention(layer.attention, x, e_x, u)
+            if last:
+                x, e_x, out, e_out = x[:, -1:], e_x[:, -1:], out[:, -1:], e_out[:, -1:]
             y, e_y = _added(x, e_x, out, e_out, u)
+        elif last:
+            y, e_y = x[:, -1:], e_x[:, -1:]
         x, e_x = y, e_y
         if layer.mlp is not None:
             out, e_out = _mlp(layer.mlp, y, e_y, u)
             x, e_x = _added(y, e_y, out, e_out, u)
-    return _linear(x[:, -1], e_x[:, -1], Weight(graph.unembedding.stored.T, graph.unembedding.exact.T,
-                                                 graph.unembedding.error.T), u)
+    return _readout(x[:, -1], e_x[:, -1], graph.unembedding, u)
 
 
 def reference(graph: Graph, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -362,7 +384,8 @@ def reference(graph: Graph, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     logits : numpy.ndarray
         ``(B, n_out)`` float64.
     bound : numpy.ndarray
-        Same shape: ``|target's logits − exact logits| <= bound`` (first order, rounded up by 1.01).
+        ``(B, 1)``: for every logit of the query, ``|target's logit − exact logit| <= bound`` (first order,
+        rounded up by 1.01).
     """
     u = unit_roundoff(graph.dtype)
     logits, bound = _evaluate(graph, np.asarray(tokens, dtype=np.int64), u)

@@ -180,12 +180,14 @@ def write(model: Model, folder: str, dtype, context: int) -> None:
     onnx.save(build(model, dtype, context), os.path.join(folder, FILE))
 
 
-def runner(folder: str):
+def runner(folder: str, dtype=None):
     """The folder's graph in an ONNX Runtime session (CPU), as a function tokens -> logits.
 
     Parameters
     ----------
     folder : str
+    dtype : numpy dtype, optional
+        Unused (the graph's types record it); the targets' common signature.
 
     Returns
     -------

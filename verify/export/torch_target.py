@@ -95,7 +95,7 @@ def _state(model: Model) -> dict[str, np.ndarray]:
     return state
 
 
-def write(model: Model, folder: str, dtype) -> None:
+def write(model: Model, folder: str, dtype, context: int = 0) -> None:
     """Write ``config.json``, ``state_dict.pt`` and ``georecall_module.py`` into ``folder`` (which exists).
 
     Parameters
@@ -104,6 +104,8 @@ def write(model: Model, folder: str, dtype) -> None:
     folder : str
     dtype : numpy dtype
         Every array is stored in it.
+    context : int
+        Unused (the module takes any sequence length its positions allow); the targets' common signature.
 
     Raises
     ------
@@ -134,12 +136,14 @@ def _module_file(folder: str):
     return module
 
 
-def runner(folder: str):
+def runner(folder: str, dtype=None):
     """The folder's module, loaded by its own ``load`` (strict), as a function tokens -> logits (NumPy).
 
     Parameters
     ----------
     folder : str
+    dtype : numpy dtype, optional
+        Unused (config.json records it); the targets' common signature.
 
     Returns
     -------

@@ -214,6 +214,20 @@ def test_a_trained_model_file_exports_and_checks(target, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_the_bound_holds_where_float32_really_rounds(target, tmp_path, capsys):
+    """A float64 model with arbitrary weights (trained: two softmax heads) stored in float32: every weight
+    and every step rounds, and the target's logits still lie within the stated bound of georecall's."""
+    path = tmp_path / "wide.npz"
+    assert main(["train", "--N", "8", "--R", "2", "--d", "8", "--steps", "30", "--attention", "softmax",
+                 "--heads", "2", "--dtype", "float64", "--quiet", "--out", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["export", "--model", str(path), "--to", target, str(tmp_path / "out"), "--json"]) == 0
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert check["passed"] and check["logits_outside_bound"] == 0
+    assert 0 < check["max_logit_difference"] <= check["max_allowed"] < 1e-2
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_the_check_fails_when_the_target_computes_something_else(target, tmp_path, monkeypatch):
     """Positive controls of the check: logits moved beyond the bound, and an answer flipped."""
     from georecall.verify import export as exporting

@@ -108,7 +108,7 @@ def test_every_target_answers_every_query_with_the_margin(target, construction, 
     result = export(built.model, target, str(out), queries=query_set(task, k, greedy=greedy), task=task,
                     promise=built.promise)
     report = result["check"]
-    assert report["passed"] and report["accuracy"] == 1.0 and report["logits_outside_bound"] == 0
+    assert report["passed"] and report["accuracy"] == 1.0 and report["queries_outside_bound"] == 0
     assert report["queries"] == N * R**k and report["steps"] == (k if greedy else 1)
     # independently of the report: the test loads the folder with the target's library itself
     got, expected, margins = _answers_in_target(_run_target(target, out, "float32"), task, k, greedy)
@@ -223,7 +223,7 @@ def test_the_bound_holds_where_float32_really_rounds(target, tmp_path, capsys):
     capsys.readouterr()
     assert main(["export", "--model", str(path), "--to", target, str(tmp_path / "out"), "--json"]) == 0
     check = json.loads(capsys.readouterr().out)["check"]
-    assert check["passed"] and check["logits_outside_bound"] == 0
+    assert check["passed"] and check["queries_outside_bound"] == 0
     assert 0 < check["max_logit_difference"] <= check["max_allowed"] < 1e-2
 
 
@@ -242,7 +242,7 @@ def test_the_check_fails_when_the_target_computes_something_else(target, tmp_pat
 
     monkeypatch.setattr(module, "runner", moved)
     report = exporting.export(built.model, target, str(tmp_path / "a"), queries=qs, promise=built.promise)
-    assert not report["check"]["passed"] and report["check"]["logits_outside_bound"] > 0
+    assert not report["check"]["passed"] and report["check"]["queries_outside_bound"] > 0
 
     def flipped(*args):
         run = real(*args)

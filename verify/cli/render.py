@@ -350,8 +350,8 @@ def _export(doc: dict) -> list[str]:
                  f"({check['decoding']}, {check['steps']} step(s)); answers differing from georecall: "
                  f"{check['disagreements_with_georecall']} (+{check['within_rounding']} within rounding)")
     lines.append(f"logits: max |target - georecall| = {_fmt(check['max_logit_difference'], 3)}, allowed "
-                 f"<= {_fmt(check['max_allowed'], 3)} ({check['logits_outside_bound']} outside); margin min "
-                 f"{_fmt(check['min_margin_target'])} (target's logits)"
+                 f"<= {_fmt(check['max_allowed'], 3)} ({check['queries_outside_bound']} queries outside); "
+                 f"margin min {_fmt(check['min_margin_target'])} (target's logits)"
                  + (f", promise {_fmt(check['promise_margin'])}" if "promise_margin" in check else ""))
     lines.append(f"{'PASS' if check['passed'] else 'FAIL'} in {check['seconds']:.2f} s; bound: "
                  f"{check['bound']}")

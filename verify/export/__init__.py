@@ -18,6 +18,7 @@ complete) and returns the check's report (docs/export.md).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -41,15 +42,11 @@ TASK_FILE = "task.npy"
 
 
 def _target(name: str):
-    if name == "torch":
-        from georecall.verify.export import torch_target as module
-    elif name == "transformer-lens":
-        from georecall.verify.export import lens as module  # type: ignore[no-redef]
-    elif name == "onnx":
-        from georecall.verify.export import onnx_target as module  # type: ignore[no-redef]
-    else:
+    """The target's module (each has ``require``, ``graph``, ``write``, ``runner``)."""
+    if name not in TARGETS:
         raise InputError(f"unknown export target {name!r}: one of {', '.join(TARGETS)}")
-    return module
+    module = {"torch": "torch_target", "transformer-lens": "lens", "onnx": "onnx_target"}[name]
+    return importlib.import_module(f"georecall.verify.export.{module}")
 
 
 def require(to: str) -> None:

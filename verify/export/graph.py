@@ -31,6 +31,7 @@ neglects products of rounding errors, and is multiplied by 1.01 to cover them at
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -88,10 +89,26 @@ class Weight:
         error = np.abs(stored.astype(np.float64) - exact) + U64 * np.abs(exact)
         return cls(stored, exact, error)
 
-    @property
+    @cached_property
     def magnitude(self) -> np.ndarray:
-        """``|exact| + error``: a bound on ``|stored|`` and on ``|exact|``."""
+        """``|exact| + error``: a bound on ``|stored|`` and on ``|exact|`` (computed once)."""
         return np.abs(self.exact) + self.error
+
+    @cached_property
+    def relative_error(self) -> float:
+        """``ρ = max error / magnitude``: ``error <= ρ·magnitude`` entrywise (computed once)."""
+        M = self.magnitude
+        return float(np.max(self.error / np.where(M > 0, M, 1.0), initial=0.0))
+
+    @cached_property
+    def read_columns(self) -> np.ndarray:
+        """The columns of a 2-D weight with a nonzero entry or error (computed once)."""
+        return np.flatnonzero(np.any(self.exact != 0, axis=0) | np.any(self.error != 0, axis=0))
+
+    @cached_property
+    def column_maxima(self) -> np.ndarray:
+        """``max_j magnitude[j, c]`` per column c of a 2-D weight (computed once)."""
+        return self.magnitude.max(axis=0, initial=0.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -259,8 +276,7 @@ def _linear(x: np.ndarray, e_x: np.ndarray, W: Weight, u: float, b: Weight | Non
     and a fused ``addmm`` that starts its sum from the bias (a dot product of length n + 1), whichever the
     library does."""
     n = W.exact.shape[0]
-    MW = W.magnitude
-    rho = float(np.max(W.error / np.where(MW > 0, MW, 1.0), initial=0.0))
+    MW, rho = W.magnitude, W.relative_error
     ax = np.abs(x)
     value = _mm(x, W.exact)
     error = _mm(_gamma(n + 1, u) * (ax + e_x) + e_x + rho * ax, MW)
@@ -275,14 +291,11 @@ def _readout(x: np.ndarray, e_x: np.ndarray, U: Weight, u: float):
     """The logits ``x U^T`` at the read position and one bound per query, ``max_j`` of the logits' bounds
     (:func:`_linear`'s with ``|Û_j|`` replaced by its maximum over j, column by column: an (n_out, d) product
     for the values alone, on the columns U reads; the bound costs O(d) per query)."""
-    used = np.flatnonzero(np.any(U.exact != 0, axis=0) | np.any(U.error != 0, axis=0))
+    used = U.read_columns
     value = x[:, used] @ U.exact[:, used].T
     d = U.exact.shape[1]
-    top = U.magnitude.max(axis=0, initial=0.0)
-    rel = U.error / np.where(U.magnitude > 0, U.magnitude, 1.0)
-    rho = float(rel.max(initial=0.0))
     ax = np.abs(x)
-    bound = (_gamma(d + 1, u) * (ax + e_x) + e_x + rho * ax) @ top
+    bound = (_gamma(d + 1, u) * (ax + e_x) + e_x + U.relative_error * ax) @ U.column_maxima
     return value, bound[:, None]
 
 
@@ -293,19 +306,21 @@ def _added(a: np.ndarray, e_a: np.ndarray, b: np.ndarray, e_b: np.ndarray, u: fl
     return s, e + u * (np.abs(s) + e)
 
 
-def _attention(att: GraphAttention, x: np.ndarray, e_x: np.ndarray, u: float):
-    """The attention output ``concat_h(z) W_O`` and its bound."""
+def _attention(att: GraphAttention, x: np.ndarray, e_x: np.ndarray, u: float, last: bool = False):
+    """The attention output ``concat_h(z) W_O`` and its bound, at every position (``last``: at the last
+    one only; the keys and values still come from every position)."""
     B, T, _ = x.shape
-    causal = np.tril(np.ones((T, T), dtype=bool))
+    causal = np.tril(np.ones((T, T), dtype=bool))[-1:] if last else np.tril(np.ones((T, T), dtype=bool))
+    rows = causal.shape[0]
     zs, ezs = [], []
     for h in range(att.heads):
         v, e_v = _linear(x, e_x, _head(att.W_V, h), u)
         if att.uniform:
-            w = np.broadcast_to(causal / np.arange(1, T + 1)[:, None], (B, T, T))
+            w = np.broadcast_to(causal / causal.sum(axis=1, keepdims=True), (B, rows, T))
             e_w = w * (T + 6) * u
         else:
             assert att.W_Q is not None and att.W_K is not None and att.factor is not None
-            q, e_q = _linear(x, e_x, _head(att.W_Q, h), u)
+            q, e_q = _linear(x[:, T - rows:], e_x[:, T - rows:], _head(att.W_Q, h), u)
             k, e_k = _linear(x, e_x, _head(att.W_K, h), u)
             d_k = q.shape[-1]
             dots = q @ k.transpose(0, 2, 1)
@@ -356,9 +371,9 @@ def _evaluate(graph: Graph, tokens: np.ndarray, u: float):
         last = i == len(graph.layers) - 1  # nothing reads the other positions' output of the last layer
         y, e_y = x, e_x
         if layer.attention is not None:
-            out, e_out = _attention(layer.attention, x, e_x, u)
+            out, e_out = _attention(layer.attention, x, e_x, u, last)
             if last:
-                x, e_x, out, e_out = x[:, -1:], e_x[:, -1:], out[:, -1:], e_out[:, -1:]
+                x, e_x = x[:, -1:], e_x[:, -1:]
             y, e_y = _added(x, e_x, out, e_out, u)
         elif last:
             y, e_y = x[:, -1:], e_x[:, -1:]

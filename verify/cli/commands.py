@@ -50,6 +50,7 @@ from georecall.verify.cli.params import (
     CountParams,
     DemoParams,
     EvalParams,
+    ExportParams,
     FigureFiles,
     FiguresParams,
     Params,
@@ -90,6 +91,7 @@ __all__ = [
     "run_count",
     "run_demo",
     "run_eval",
+    "run_export",
     "run_figures",
     "run_precision",
     "run_probe",
@@ -1478,6 +1480,116 @@ def run_study_mechanism(p: StudyMechanismParams) -> dict:
 
 
 # Each command's function; it takes the parameters ``params.PARAMS[command]`` (tests/test_cli_params.py).
+# ----------------------------------------------------------------------------------------------- export
+
+
+def _export_parts(est: Estimate, parameters: int, n_out: int, d: int) -> None:
+    """The export's own memory beside the build's: the target's graph (each weight stored, exact and its
+    error, the dense read-out included: about 4 float64 copies) and one checked chunk of 1024 queries
+    (about a dozen arrays of (1024, max(n_out, d)) float64: the target's logits, georecall's with their
+    bound, the rounding bound's terms)."""
+    est.add("export: the target's weights, their exact values and errors", 4 * 8 * parameters, "N, R")
+    est.add("export: one checked chunk of 1024 queries", 12 * 8 * 1024 * 2 * max(n_out, d), "N")
+
+
+def _export_construction(p: ExportParams):
+    """The construction of ``--construction`` built for THE seeded task (or ``--task``): model, task,
+    queries, promise, record and the memory estimate (required before the build)."""
+    from georecall.verify.export import query_set
+    from georecall.verify.sections.suite import OPTION_FLAGS
+    spec = registry.resolve(p.construction or "geometric")
+    k = p.k if p.k is not None else (1 if spec.hops == "single" else 2)
+    if spec.hops == "single" and k != 1:
+        raise InputError(f"{spec.label} answers single-hop queries: --k must be 1, got {k}")
+    _queries(p.N, p.R, k)
+    _binary_codes_fit(p.codes, p.D, p.N)
+    options = {name: value for name, value in (("attention", p.attention), ("beta", p.beta),
+                                               ("gate", p.gate)) if value is not None}
+    codes = {name: value for name, value in (("codes", p.codes), ("D", p.D)) if value is not None}
+    refused = sorted((set(options) | set(codes)) - spec.accepts())
+    if refused:
+        raise InputError(f"{spec.label} does not take {', '.join(OPTION_FLAGS.get(o, o) for o in refused)}")
+    if p.cot:
+        raise InputError("--cot is for a model file: a construction decodes as its spec says")
+    if p.attention == "hard":
+        raise InputError(f"--attention hard is an idealization (β -> ∞) that {p.to} cannot compute exactly "
+                         "(a softmax at any finite β leaks): export the softmax build")
+    est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes or "binary", D=p.D, what="export",
+                                budget=p.budget)
+    _export_parts(est, spec.nominal_promise(p.N, p.R, k).params + p.N * spec.nominal_promise(p.N, p.R, k).d,
+                  p.N, spec.nominal_promise(p.N, p.R, k).d)
+    est.require(p.budget)
+    task = _task_file(p.task, p.N, p.R, "shared", False) if p.task else task_for_seed(p.N, p.R, p.seed)
+    if p.progress:
+        print(f"building {spec.label} at N = {p.N}, R = {p.R}, k = {k}", file=sys.stderr, flush=True)
+    built = spec.build(task, k, rng=seeds.rng(p.seed, "codes"), **codes, **options)
+    record = {"construction": spec.id, "N": p.N, "R": p.R, "k": k, "seed": p.seed, "codes": built.codes.kind,
+              "D": built.codes.D, **options, "task": p.task}
+    return built.model, task, query_set(task, k, greedy=spec.decoding == "greedy"), built.promise, record, est
+
+
+def _export_model_file(p: ExportParams):
+    """The model file of ``--model`` and its task: model, task, queries, no promise, record, estimate."""
+    from georecall.verify.export import query_set
+    assert p.model is not None
+    given = [flag for flag, value in (("--codes", p.codes), ("--D", p.D), ("--attention", p.attention),
+                                      ("--beta", p.beta), ("--gate", p.gate)) if value is not None]
+    if given:
+        raise InputError(f"{', '.join(given)} build a construction: a model file (--model) is exported as "
+                         "it is")
+    model, task, est = _load_model_and_task(p.model, p.task, p.budget, "export")
+    _export_parts(est, model.parameter_count(), model.n_out, model.d)
+    est.require(p.budget)
+    if (task.N, task.R) != (model.n_entities, model.n_relations):
+        raise InputError(f"the task has N = {task.N}, R = {task.R}, but the model has N = "
+                         f"{model.n_entities}, R = {model.n_relations}")
+    stored = _model_record(p.model)
+    k = p.k if p.k is not None else int(stored.get("k", 1) or 1)
+    cot = p.cot or bool(stored.get("cot", False))
+    _queries(task.N, task.R, k)
+    record = {"model": p.model, "task": p.task, "k": k, "cot": cot, "model_record": stored}
+    return model, task, query_set(task, k, greedy=cot), None, record, est
+
+
+def run_export(p: ExportParams) -> dict:
+    """``export``: a construction built for a task, or a model file, to torch / TransformerLens / ONNX, as a
+    new folder, checked by running every query in the target (verify/export/; docs/export.md).
+
+    Parameters
+    ----------
+    p : ExportParams
+
+    Returns
+    -------
+    dict
+        The document; ``status`` 1 when the check in the target fails.
+
+    Raises
+    ------
+    InputError
+        ``--model`` with construction options, an existing OUT or an unwritable folder, the target's
+        library missing, a model the target cannot run (hard attention), a bad task file, or the estimate
+        over the budget; nothing is written then.
+    """
+    from georecall.verify import export as exporting
+    exporting.validate_out(p.out)
+    exporting.require(p.to)
+    if p.model is not None:
+        model, task, qs, promise, record, est = _export_model_file(p)
+    else:
+        model, task, qs, promise, record, est = _export_construction(p)
+    exporting.supports(model, p.to)  # before any file or progress line
+    if p.progress and not p.no_check:
+        print(f"exporting to {p.to} and checking all {qs.prompts.shape[0]:,} queries there", file=sys.stderr,
+              flush=True)
+    params = {"out": p.out, "to": p.to, "dtype": p.dtype, "check": not p.no_check, **record}
+    result = exporting.export(model, p.to, p.out, queries=qs, task=task, dtype=p.dtype, promise=promise,
+                              check=not p.no_check, record=params)
+    report = result["check"]
+    passed = report is None or report["passed"]
+    return _doc(p, params, est, status=0 if passed else 1, passed=passed, **result)
+
+
 COMMANDS: dict[str, Callable[..., dict]] = {
     "verify": run_verify,
     "check single-hop": run_check_single_hop,
@@ -1498,4 +1610,5 @@ COMMANDS: dict[str, Callable[..., dict]] = {
     "probe-lm": run_probe_lm,
     "figures": run_figures,
     "demo": run_demo,
+    "export": run_export,
 }

@@ -49,6 +49,7 @@ __all__ = [
     "CountParams",
     "DemoParams",
     "EvalParams",
+    "ExportParams",
     "FigureFiles",
     "FiguresParams",
     "Json",
@@ -486,6 +487,28 @@ class DemoParams(Params, Seeded, FigureFiles):
     figures: str | None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExportParams(Params, Seeded, Json, Quiet, Budgeted):
+    """``georecall export`` (``parser._add_export``)."""
+
+    out: str
+    to: str
+    construction: str | None
+    model: str | None
+    N: int
+    R: int
+    k: int | None
+    cot: bool
+    codes: str | None
+    D: int | None
+    attention: str | None
+    beta: float | None
+    gate: float | None
+    task: str | None
+    dtype: str
+    no_check: bool
+
+
 # Each command's parameters (the keys are ``commands.COMMANDS``'s).
 PARAMS: dict[str, type[Params]] = {
     "verify": VerifyParams,
@@ -507,6 +530,7 @@ PARAMS: dict[str, type[Params]] = {
     "probe-lm": ProbeLmParams,
     "figures": FiguresParams,
     "demo": DemoParams,
+    "export": ExportParams,
 }
 
 P = TypeVar("P", bound=Params)

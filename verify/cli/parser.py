@@ -171,6 +171,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "probe-lm": ("seed", "json", "quiet", "max-gib"),
     "figures": ("seed", "json", "max-gib"),
     "demo": ("seed",),
+    "export": ("seed", "json", "quiet", "max-gib"),
 }
 
 _SEED_HELP = {
@@ -183,6 +184,7 @@ _SEED_HELP = {
                 "random-init model",
     "figures": "seed S of the tasks behind the computed figures (margins)",
     "demo": "seed S of the task (its R bijections) and of the trained model",
+    "export": "seed S of a construction's task (a function of (N, R, S)) and codes; unused with --model",
 }
 
 
@@ -228,6 +230,7 @@ CONFLICTS: tuple[tuple[str, str, Any], ...] = (
     ("json", "format", lambda a: a.format != "json"),  # --json prints the document: --format json or none
     ("workers", "scheduler", None),  # the scheduler's workers run the jobs
     ("bits", "integer", None),  # quantized weights are not integers
+    ("model", "construction", None),  # export: a model file or a construction built for a task
 )
 
 
@@ -822,10 +825,55 @@ def _add_demo(sub: _Subparsers) -> None:
     p.set_defaults(command="demo")
 
 
+def _add_export(sub: _Subparsers) -> None:
+    """``export`` (:class:`~.params.ExportParams`): a construction or a model file out to PyTorch,
+    TransformerLens or ONNX Runtime, checked there (verify/export/)."""
+    p = sub.add_parser("export", parents=_shared("export"),
+                       help="export a construction or a model file to torch, TransformerLens or ONNX",
+                       description="Write a construction built for a task (THE seeded one, or --task), or a "
+                       "model file (--model), as a new folder OUT for PyTorch (the documented state_dict and "
+                       "a standalone nn.Module), TransformerLens 4.x (config.json + state_dict.pt for "
+                       "TransformerBridge.boot_native) or ONNX Runtime (model.onnx: int64 tokens in, logits "
+                       "at the last position out); then load it with the target's own library and check "
+                       "every query there against georecall (answers, logits within the stated rounding "
+                       "bound, margins from the target's logits). Needs pip install 'georecall[export]'. "
+                       "Exit 0 when the check passes, 1 when it fails, 2 on bad input (nothing written). "
+                       "See docs/export.md.")
+    p.add_argument("out", metavar="OUT", help="the folder to create (must not exist; written under a "
+                                              "temporary name beside it and renamed when complete)")
+    p.add_argument("--to", required=True, choices=("torch", "transformer-lens", "onnx"),
+                   help="the target library")
+    p.add_argument("--construction", default=None, metavar="NAME",
+                   help="a registered construction (" + _choices("single") + "; " + _choices("multi")
+                   + ") or MODULE:ATTR / FILE.py:ATTR (default geometric; not with --model)")
+    p.add_argument("--model", default=None, metavar="MODEL.npz",
+                   help="export this model file instead (train --out, check --save, or from a state_dict)")
+    _add_sizes(p, N=64, R=4)
+    p.add_argument("--k", type=_k, default=None,
+                   help="number of hops k (default 1 for a single-hop construction, 2 for a k-hop one; a "
+                        "model file's recorded k)")
+    p.add_argument("--cot", action="store_true",
+                   help="a model file is decoded greedily (chain of thought; default: as the file records)")
+    p.add_argument("--codes", choices=_code_kinds(), default=None, help="attribute codes a_i (construction)")
+    p.add_argument("--D", type=_D, default=None, help="code length D (construction)")
+    p.add_argument("--attention", choices=("softmax", "hard"), default=None,
+                   help="attention of a k-hop construction (hard, an idealization, cannot be exported)")
+    p.add_argument("--beta", type=_real(positive=True), default=None, metavar="β",
+                   help="inverse temperature β of a k-hop construction's positional heads")
+    p.add_argument("--gate", type=_real(positive=True), default=None, metavar="G", help="gate constant G")
+    p.add_argument("--task", default=None, metavar="TABLE.npy",
+                   help="the task, an (R, N) table of bijections, instead of THE seeded one (or the one a "
+                        "model file stores)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="every array stored, and computed by the target, in this precision")
+    p.add_argument("--no-check", action="store_true", help="write the folder without the check in the target")
+    p.set_defaults(command="export")
+
+
 # The commands in the order of ``georecall --help``: each function declares one command (or one group).
 _DECLARATIONS = (_add_verify, _add_check, _add_certify, _add_tradeoff, _add_bounds, _add_count,
                  _add_precision, _add_train, _add_sweep, _add_study, _add_probe, _add_eval, _add_transfer,
-                 _add_probe_hidden, _add_probe_lm, _add_figures, _add_demo)
+                 _add_probe_hidden, _add_probe_lm, _add_figures, _add_demo, _add_export)
 
 
 

@@ -371,6 +371,25 @@ def _certify(doc: dict) -> list[str]:
     return lines
 
 
+def _export(doc: dict) -> list[str]:
+    """``export``: the folder written and the check in the target."""
+    params, check = doc["params"], doc.get("check")
+    what = params.get("construction") or params.get("model")
+    lines = [f"{what} -> {doc['target']} ({doc['dtype']}): {doc['out']}  [{', '.join(doc['files'])}]"]
+    if check is None:
+        return lines + ["not checked in the target (--no-check)"]
+    lines.append(f"checked in {check['target']}: {check['correct']:,}/{check['queries']:,} queries right "
+                 f"({check['decoding']}, {check['steps']} step(s)); answers differing from georecall: "
+                 f"{check['disagreements_with_georecall']} (+{check['within_rounding']} within rounding)")
+    lines.append(f"logits: max |target - georecall| = {_fmt(check['max_logit_difference'], 3)}, allowed "
+                 f"<= {_fmt(check['max_allowed'], 3)} ({check['queries_outside_bound']} queries outside); "
+                 f"margin min {_fmt(check['min_margin_target'])} (target's logits)"
+                 + (f", promise {_fmt(check['promise_margin'])}" if "promise_margin" in check else ""))
+    lines.append(f"{'PASS' if check['passed'] else 'FAIL'} in {check['seconds']:.2f} s; bound: "
+                 f"{check['bound']}")
+    return lines
+
+
 _TEXT = {
     "verify": _verify,
     "check single-hop": _reports,
@@ -391,6 +410,7 @@ _TEXT = {
     "figures": lambda doc: list(doc["files"]),
     "demo": lambda doc: list(doc["lines"]),
     "bounds": lambda doc: [doc["text"]],
+    "export": _export,
 }
 # Commands whose table can also be rendered as md, csv or latex (``--format``): the command puts it in "text".
 _TABLES = ("tradeoff", "count", "precision")

@@ -49,6 +49,7 @@ __all__ = [
     "EvalParams",
     "FigureFiles",
     "FiguresParams",
+    "LectureParams",
     "Json",
     "Params",
     "PrecisionParams",
@@ -465,6 +466,7 @@ class FiguresParams(Params, Seeded, Json, Budgeted, FigureFiles):
 
     source: str | None
     out: str
+    style: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -474,6 +476,17 @@ class DemoParams(Params, Seeded, FigureFiles):
     N: int
     R: int
     figures: str | None
+    show_weights: bool
+    style: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LectureParams(Params, Json):
+    """``georecall lecture`` (``parser._add_lecture``): execute the lecture notebook, render its HTML."""
+
+    out: str
+    notebook: str | None
+    timeout: int
 
 
 # Each command's parameters (the keys are ``commands.COMMANDS``'s).
@@ -497,6 +510,7 @@ PARAMS: dict[str, type[Params]] = {
     "probe-lm": ProbeLmParams,
     "figures": FiguresParams,
     "demo": DemoParams,
+    "lecture": LectureParams,
 }
 
 P = TypeVar("P", bound=Params)

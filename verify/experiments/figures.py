@@ -1105,7 +1105,7 @@ def matrix_figure(matrix, *, title: str, row_title: str, column_title: str,
                   columns: Sequence[tuple[str, int, int]] | None = None,
                   row_ticks: Sequence[str] | None = None, column_ticks: Sequence[str] | None = None,
                   boxed_row: int | None = None, colour_label: str = "value", numbers: bool = True,
-                  size: tuple[float, float] | None = None):
+                  size: tuple[float, float] | None = None, signed: bool = True):
     """One matrix as a heatmap (red positive, blue negative, white 0) with a colour bar, its axes named and
     its groups of rows and columns labelled; the entries written in the cells when they fit.
 
@@ -1127,6 +1127,9 @@ def matrix_figure(matrix, *, title: str, row_title: str, column_title: str,
         Write the entries in the cells where they fit.
     size : (float, float), optional
         Figure size in inches (default: from the shape, at most 11 × 8.5).
+    signed : bool
+        Signed entries on a diverging scale symmetric about 0 (default); otherwise non-negative entries
+        (weights of an attention pattern) from 0 (white) to their maximum.
 
     Returns
     -------
@@ -1145,7 +1148,8 @@ def matrix_figure(matrix, *, title: str, row_title: str, column_title: str,
     lim = max(float(np.abs(M).max()), 1e-12)
     with plt.rc_context(_rc()):
         fig, ax = plt.subplots(figsize=size, layout="constrained")
-        image = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
+        image = ax.imshow(M, cmap="RdBu_r" if signed else "Greens", vmin=-lim if signed else 0.0, vmax=lim,
+                          aspect="auto", interpolation="nearest")
         bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
         bar.set_label(colour_label)
         bar.ax.yaxis.set_major_locator(_locator(4, integer=False))
@@ -1315,7 +1319,7 @@ def weights_figures(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[int, 
             figures["attention"] = matrix_figure(
                 pattern, title=f"attention on ⟨{names[r]}, {s}⟩ ({kind})",
                 row_title="query position t", column_title="key position u", row_ticks=words,
-                column_ticks=words, colour_label="weight a(t, u)", size=(6.5, 4.2))
+                column_ticks=words, colour_label="weight a(t, u)", size=(6.5, 4.2), signed=False)
     return figures
 
 
@@ -1404,8 +1408,7 @@ def _selectivity_panel(ax, fig, means: np.ndarray, names: Sequence[str], title: 
     peak = np.where(active, np.nan_to_num(share).max(axis=0), 0.0)
     order = np.lexsort((-peak, preferred))
     import matplotlib
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("0.85")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="0.85")
     image = ax.imshow(share[:, order], cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
     bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
     bar.set_label("share of activation")
@@ -1465,12 +1468,12 @@ def trained_beside_g1_figure(g1_model, trained_model, task, *, relation_names: S
             ax.yaxis.set_major_locator(_locator(8))
             _group_ticks(ax, "x", groups, top=True)
         held = alignment["r2_held_out"]
-        fit_text = (f"least squares, p = {alignment['p']}, n = {alignment['n']}: R² {alignment['r2_fit']:.2f}"
-                    + (f", held out {held:.2f}" if held is not None else " in sample"))
+        fit_text = (f"least squares, p = {alignment['p']}, n = {alignment['n']}\nR² {alignment['r2_fit']:.2f}"
+                    + (f", held out {held:.2f}" if held is not None else " in sample")).replace("-", "−")
         if alignment["underdetermined"]:
             fit_text += "\n(p >= n: a fit this free is exact on any data)"
         axes[0, 1].set_xlabel(fit_text)
-        axes[0, 0].set_xlabel("block B_r holds the code of π_r(s)")
+        axes[0, 0].set_xlabel("block B_r holds\nthe code of π_r(s)")
         _selectivity_panel(axes[1, 0], fig, relation_means(g1_model, task), names, "G1: which relation "
                            "drives each unit")
         _selectivity_panel(axes[1, 1], fig, relation_means(trained_model, task), names,

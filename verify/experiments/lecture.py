@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import time
 
 from georecall.errors import InputError
@@ -20,6 +21,14 @@ TEACH_PACKAGES = ("jupytext", "nbclient", "nbconvert", "ipykernel", "matplotlib"
 TEACH_HINT = "the lecture needs the teach extra: pip install '.[teach]' (jupytext, nbclient, nbconvert, ipykernel, " \
              "matplotlib)"
 NOTEBOOK = os.path.join("docs", "notebooks", "lecture.md")
+# nbconvert's lab page without the scripts it would fetch from the network (require.js, MathJax, Mermaid): the
+# lecture has no widgets, no LaTeX and no diagrams, so the page is complete offline (its CSS is inline)
+_SELF_CONTAINED = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+"""
 
 
 def _missing() -> list[str]:
@@ -93,6 +102,7 @@ def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: st
     require_teach()
     if not os.path.isfile(notebook):
         raise InputError(f"no lecture notebook at {notebook!r}")
+    import jinja2
     import jupytext
     import nbformat
     from nbclient import NotebookClient
@@ -109,12 +119,13 @@ def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: st
                             resources={"metadata": {"path": os.path.abspath(out_dir)}})
     start = time.perf_counter()
     try:
-        client.execute()
+        client.execute(stderr=subprocess.DEVNULL)  # the kernel's own log lines; a cell's errors come as messages
     except CellExecutionError as error:
         raise InputError(f"a lecture cell failed: {str(error).strip().splitlines()[-1]}") from error
     seconds = time.perf_counter() - start
     atomic_write(ipynb_path, nbformat.writes(nb))
-    exporter = HTMLExporter(template_name="lab", embed_images=True)
+    exporter = HTMLExporter(template_name="lab", embed_images=True, extra_loaders=[
+        jinja2.DictLoader({"lecture.html.j2": _SELF_CONTAINED})], template_file="lecture.html.j2")
     html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": name}})
     atomic_write(html_path, html)
     code = [cell for cell in nb.cells if cell.cell_type == "code"]

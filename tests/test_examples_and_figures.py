@@ -73,7 +73,8 @@ def test_figures_are_written(tmp_path, capsys):
     names = {pathlib.Path(f).name for f in files}
     assert names == {
         f"{n}.{e}" for n in ("thresholds", "tradeoff", "margins", "transfer", "construction", "weights_E",
-                             "weights_Q", "weights_W1", "weights_W2", "weights_U", "attention", "trained_vs_g1")
+                             "weights_Q", "weights_W1", "weights_W2", "weights_U", "attention",
+                             "trained_vs_g1")
         for e in ("png", "svg")
     }
     assert all(os.path.getsize(f) > 1000 for f in files)

@@ -8,6 +8,7 @@ import re
 import struct
 import sys
 
+import numpy as np
 import pytest
 
 from georecall.verify.cli import main
@@ -388,7 +389,8 @@ def test_figures_command_in_talk_style(tmp_path, capsys):
     code = main(["figures", "--out", str(tmp_path), "--style", "talk", "--format", "svg", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["params"]["style"] == "talk"
-    sizes = {float(x) for x in re.findall(r"font-size: ([0-9.]+)px", (tmp_path / "weights_E.svg").read_text())}
+    svg = (tmp_path / "weights_E.svg").read_text()
+    sizes = {float(x) for x in re.findall(r"font-size: ([0-9.]+)px", svg)}
     assert sizes and min(sizes) >= 14  # editable text, every label at least 14 pt
 
 

@@ -2,9 +2,10 @@
 opened in headless Chromium; and the rendered page committed beside it (docs/notebooks/lecture.html) checked
 against its source.
 
-Executing the notebook takes about a minute, so those tests are ``slow`` (CI runs them in its slow step, after
-installing the teach extra and Debian's chromium). Each skips with its reason when the teach extra or chromium is
-missing. The image checks have negative controls: a blank image and a page without figures fail them.
+Executing the notebook takes about a minute, so those tests are ``slow`` (CI runs them in its slow step,
+after installing the teach extra and Debian's chromium). Each skips with its reason when the teach extra or
+chromium is missing. The image checks have negative controls: a blank image and a page without figures fail
+them.
 """
 
 import base64
@@ -30,8 +31,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 needs_teach = pytest.mark.skipif(not lecture.have_teach(), reason="the lecture needs the teach extra: pip "
                                  "install '.[teach]' (jupytext, nbclient, nbconvert, ipykernel, matplotlib)")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install -y "
-                                    "chromium)")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get "
+                                    "install -y chromium)")
 CAPTION = re.compile(r"\[figure (\w+): (\d+) x (\d+) px\]")
 IMAGE = re.compile(r'<img[^>]*src="data:image/png;base64,([^"]+)"')
 

@@ -773,16 +773,16 @@ def _add_figures(sub: _Subparsers) -> None:
                        formatter_class=_RawDescription,
                        description="Draw the figures into --out, each in every --format.\n\n"
                        "Computed (no input needed):\n"
-                       "  tradeoff            d against k, G2 (no CoT) and C1 (CoT) beside their lower bounds\n"
-                       "  margins             per-query margin histograms of G1 and C1 against the promise\n"
-                       "  construction        G1 at N = 8, R = 2: E's blocks, W1, one query's units and logits\n"
+                       "  tradeoff        d against k, G2 (no CoT) and C1 (CoT) beside their lower bounds\n"
+                       "  margins         per-query margin histograms of G1 and C1 against the promise\n"
+                       "  construction    G1 at N = 8, R = 2: E's blocks, W1, one query's units and logits\n"
                        "  weights_E, weights_Q, weights_W1, weights_W2, weights_U, attention\n"
-                       "                      G1's matrices at N = 8, R = 2, each labelled, with a colour bar\n"
-                       "  trained_vs_g1       a model trained here (N = 64, R = 2) beside G1: E aligned onto\n"
-                       "                      G1's E, and both MLPs' relation-selectivity matrices\n"
+                       "                  G1's matrices at N = 8, R = 2, each labelled, with a colour bar\n"
+                       "  trained_vs_g1   a model trained here (N = 64, R = 2) beside G1: E aligned onto\n"
+                       "                  G1's E, and both MLPs' relation-selectivity matrices\n"
                        "Need --from RESULTS.jsonl (drawn only when the file holds such records):\n"
-                       "  thresholds          threshold records: `georecall sweep threshold --out FILE`\n"
-                       "  transfer            transfer records: `georecall transfer MODEL.npz --append FILE`\n"
+                       "  thresholds      threshold records: `georecall sweep threshold --out FILE`\n"
+                       "  transfer        transfer records: `georecall transfer MODEL.npz --append FILE`\n"
                        "Elsewhere: the mechanism study's figures (`georecall study mechanism --summary FILE "
                        "--figures DIR`),\nand the construction at other sizes (`georecall demo --N N --R R "
                        "--figures DIR`).")
@@ -808,9 +808,9 @@ def _add_demo(sub: _Subparsers) -> None:
     p.add_argument("--R", type=_whole(1, DEMO_LIMITS["R"]), default=2,
                    help=f"number of relations R (bijections π_r of [N]), 1 <= R <= {DEMO_LIMITS['R']}")
     p.add_argument("--figures", default=None, metavar="DIR",
-                   help="also draw the construction (E's blocks, W1's gates, one query's logits), each matrix "
-                        "(E, Q, W1, W2, U, the attention pattern) and the trained model beside G1 into DIR, "
-                        "created when missing (needs the plot extra)")
+                   help="also draw the construction (E's blocks, W1's gates, one query's logits), each "
+                        "matrix (E, Q, W1, W2, U, the attention pattern) and the trained model beside G1 "
+                        "into DIR, created when missing (needs the plot extra)")
     p.add_argument("--show-weights", action="store_true",
                    help=f"also print E, Q, W1, b1, W2 and U as numbers (N <= {DEMO_SHOW_MAX_N})")
     _add_figure_options(p)
@@ -822,8 +822,8 @@ def _add_lecture(sub: _Subparsers) -> None:
     """``lecture`` (:class:`~.params.LectureParams`)."""
     p = sub.add_parser("lecture", parents=_shared("lecture"),
                        help="execute the G1 lecture notebook and render it as one HTML page (teach extra)",
-                       description="Execute docs/notebooks/lecture.md (a jupytext notebook) from the first cell "
-                       "to the last and render it as one self-contained HTML page (figures embedded): "
+                       description="Execute docs/notebooks/lecture.md (a jupytext notebook) from the first "
+                       "cell to the last and render it as one self-contained HTML page (figures embedded): "
                        "DIR/lecture.html, with the executed DIR/lecture.ipynb beside it. Needs the teach "
                        "extra: pip install '.[teach]'.")
     p.add_argument("--out", default="lecture", metavar="DIR", help="output folder, created when missing")

@@ -358,8 +358,8 @@ _TEXT = {
     "probe-lm": lambda doc: list(doc["text"]) + list(doc["figures"]),
     "figures": lambda doc: list(doc["files"]),
     "demo": lambda doc: list(doc["lines"]),
-    "lecture": lambda doc: [f"executed {doc['cells']} cells in {doc['seconds']:.0f} s ({doc['images']} figures): "
-                            f"{doc['notebook']}", f"the lecture page: {doc['html']}"],
+    "lecture": lambda doc: [f"executed {doc['cells']} cells in {doc['seconds']:.0f} s ({doc['images']} "
+                            f"figures): {doc['notebook']}", f"the lecture page: {doc['html']}"],
     "bounds": lambda doc: [doc["text"]],
 }
 # Commands whose table can also be rendered as md, csv or latex (``--format``): the command puts it in "text".

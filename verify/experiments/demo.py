@@ -20,8 +20,8 @@ from georecall.theory import seeds
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.checking.check import check_queries
 
-__all__ = ["LIMITS", "SHOW_WEIGHTS_MAX_N", "check_size", "check_show_weights", "format_matrix", "relation_names",
-           "run_demo", "show_weights", "train_like_demo"]
+__all__ = ["LIMITS", "SHOW_WEIGHTS_MAX_N", "check_show_weights", "check_size", "format_matrix",
+           "relation_names", "run_demo", "show_weights", "train_like_demo"]
 
 LIMITS = {"N": 64, "R": 8}  # every code and every subject embedding is printed, and a model is trained
 SHOW_WEIGHTS_MAX_N = 16  # --show-weights prints E, Q, W1, b1, W2 and U in full: readable up to N = 16
@@ -77,8 +77,9 @@ def check_show_weights(N: int) -> None:
         When N > 16 (the matrices would not fit a terminal; ``demo --figures`` draws them at any size).
     """
     if N > SHOW_WEIGHTS_MAX_N:
-        raise InputError(f"--show-weights prints every matrix in full and takes N <= {SHOW_WEIGHTS_MAX_N}, got "
-                         f"N = {N}: use a smaller --N, or --figures DIR to draw the matrices at this size")
+        raise InputError(f"--show-weights prints every matrix in full and takes N <= {SHOW_WEIGHTS_MAX_N}, "
+                         f"got N = {N}: use a smaller --N, or --figures DIR to draw the matrices at this "
+                         "size")
 
 
 def _spans(groups: list[tuple[str, int, int]]) -> str:

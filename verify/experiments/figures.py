@@ -202,8 +202,10 @@ def save_figure(fig, out_dir: str, name: str, *, dpi: int = DEFAULT_DPI,
             target = validate_output_path(os.path.join(out_dir, f"{name}.{ext}"), what="figure")
 
             def draw(handle, fmt: str = ext) -> None:
+                # a figure laid out by its layout engine fits its canvas already; the others are cropped
+                tight = None if fig.get_layout_engine() is not None else "tight"
                 with _pyplot().rc_context(EDITABLE):  # text as text in SVG, embedded fonts in PDF
-                    fig.savefig(handle, format=fmt, dpi=dpi, bbox_inches="tight")
+                    fig.savefig(handle, format=fmt, dpi=dpi, bbox_inches=tight)
 
             atomic_write(target, draw)
             paths.append(target)
@@ -609,7 +611,6 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
     InputError
         N or R not a positive integer, or sizes G1 refuses.
     """
-    from georecall.constructions.layout import Layout
     from georecall.constructions.model import forward
     from georecall.constructions.single_hop import build_g1
     from georecall.theory.tasks import task_for_seed
@@ -618,7 +619,6 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
     task = task_for_seed(N, R, seed)
     built = build_g1(task, "binary", integer=True)
     model, D = built.model, built.codes.D
-    layout = Layout.from_dict(model.meta["layout"])
     s, r = query if query is not None else (5 % N, R - 1)
     logits, trace = forward(model, np.array([[N + r, s]]), trace=True)
     hidden = trace.hidden[0][0, -1]
@@ -668,8 +668,8 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
         ax_h.bar(units, hidden, color=np.where(asked, "tab:green", "0.35"), width=0.85)
         ax_h.axhline(0, color="k", lw=0.6)
         low = min(float(np.min(pre)), 0.0)
-        ax_h.set_ylim(low * 1.05 - 0.5, max(float(np.max(hidden)), 1.0) + 0.9 * (max(float(np.max(hidden)), 1.0)
-                                                                                - low))  # room for the legend
+        high = max(float(np.max(hidden)), 1.0)
+        ax_h.set_ylim(low * 1.05 - 0.5, high + 0.9 * (high - low))  # room for the legend above the bars
         ax_h.set_title(f"query ⟨{names[r]}, {s}⟩: hidden units")
         ax_h.set_xlabel(f"hidden unit (green: relation {names[r]}'s, gate open)")
         ax_h.set_ylabel("value")
@@ -1051,10 +1051,29 @@ def _fit_labels(fig, ticks: Callable[[], list], *, rotate: bool) -> None:
         fits.append((ticks, rotate))
 
 
+def _step_needed(ticks, renderer) -> int:
+    """Keep every k-th label: the smallest k at which the largest label fits the smallest distance between
+    neighbouring labels' centres, k of them apart (measured; the loop in :func:`_finish` confirms it)."""
+    boxes = [t.get_window_extent(renderer) for t in ticks if t.get_text().strip()]
+    if len(boxes) < 2:
+        return 1
+    along_x = abs(boxes[1].x0 - boxes[0].x0) >= abs(boxes[1].y0 - boxes[0].y0)
+    centres = np.array([(b.x0 + b.x1) / 2 if along_x else (b.y0 + b.y1) / 2 for b in boxes])
+    extent = max(b.width if along_x else b.height for b in boxes) + 1.0
+    gap = float(np.min(np.abs(np.diff(centres)))) if len(centres) > 1 else extent
+    return max(1, math.ceil(extent / gap)) if gap > 0 else len(boxes)
+
+
 def _finish(fig):
     """Make every registered axis's labels disjoint (:func:`_fit_labels`): where an axis's labels collide,
     turn them 90° (x axes) or, when turned already, keep every second, third, … of them, and measure again,
-    until none collide. Returns ``fig``."""
+    until none collide. Returns ``fig``.
+
+    The data artists inside each axes (bars, lines, patches, cell texts) are left out of the layout engine's
+    measurements: they lie within their axes, and measuring hundreds of bars made every layout pass slow."""
+    for ax in fig.axes:
+        for artist in [*ax.patches, *ax.lines, *ax.texts, *ax.collections]:
+            artist.set_in_layout(False)
     fits = list(getattr(fig, "_label_fits", []))
     steps = [1] * len(fits)
     for _ in range(40):
@@ -1070,17 +1089,22 @@ def _finish(fig):
                 for t in ticks:
                     t.set_rotation(90)
                 continue
-            steps[k] += 1
+            steps[k] = max(steps[k] + 1, _step_needed(ticks, renderer))
             for i, t in enumerate(ticks):
                 t.set_visible(i % steps[k] == 0)
     return fig
 
 
+MAX_CELL_NUMBERS = 400  # entries written in their cells up to this many (beyond, the colours carry them)
+
+
 def _cell_numbers(ax, matrix: np.ndarray, fmt: Callable[[float], str]) -> bool:
-    """Write each entry in its cell when every cell is wide and tall enough for its text at the style's
-    smallest size; returns whether the numbers were written."""
+    """Write each entry in its cell when the matrix has at most :data:`MAX_CELL_NUMBERS` entries and every cell
+    is wide and tall enough for its text at the style's smallest size; returns whether they were written."""
     fig = ax.figure  # drawn in its final layout by _finish
     rows, cols = matrix.shape
+    if rows * cols > MAX_CELL_NUMBERS:
+        return False
     size = _small()
     cell_w = ax.bbox.width / cols * 72 / fig.dpi  # points
     cell_h = ax.bbox.height / rows * 72 / fig.dpi
@@ -1282,12 +1306,14 @@ def weights_figures(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[int, 
     for name in which:
         if name == "E":
             figures["weights_E"] = matrix_figure(
-                model.entity_embedding, title=f"E: block B_r of e_s holds the code of π_r(s) (boxed: s = {s})",
+                model.entity_embedding,
+                title=f"E: block B_r of e_s holds the code of π_r(s) (boxed: s = {s})",
                 row_title="subject s", column_title="residual coordinate", columns=coords,
                 row_ticks=subjects, boxed_row=s, colour_label="entry")
         elif name == "Q":
             figures["weights_Q"] = matrix_figure(
-                model.relation_embedding, title=f"Q: relation r's embedding is G·1 on its gate g_r (G = {G:g})",
+                model.relation_embedding,
+                title=f"Q: relation r's embedding is G·1 on its gate g_r (G = {G:g})",
                 row_title="relation r", column_title="residual coordinate", columns=coords, row_ticks=names,
                 colour_label="entry", size=(min(11.0, max(6.0, 2.8 + 0.42 * model.d)), 2.4 + 0.4 * R))
         elif name == "W1":
@@ -1302,8 +1328,8 @@ def weights_figures(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[int, 
         elif name == "U":
             figures["weights_U"] = matrix_figure(
                 model.full_unembedding(), title=f"U: row j is λ·a_j on the output block O "
-                f"(λ = {built.constants['lambda']:g})", row_title="attribute j", column_title="residual coordinate",
-                columns=coords, row_ticks=subjects, colour_label="entry")
+                f"(λ = {built.constants['lambda']:g})", row_title="attribute j",
+                column_title="residual coordinate", columns=coords, row_ticks=subjects, colour_label="entry")
         elif name == "attention":
             _, trace = forward(model, np.array([[N + r, s]]), trace=True)
             weights = trace.attention_weights[0]

@@ -1,9 +1,9 @@
-"""``georecall lecture``: execute the lecture notebook (docs/notebooks/lecture.md) and render it as one HTML page.
+"""``georecall lecture``: execute the lecture notebook (docs/notebooks/lecture.md) and render it as HTML.
 
-The notebook is a jupytext Markdown file, so it diffs as text; this module reads it (jupytext), runs every cell
-in a fresh Python kernel (nbclient, ipykernel), and writes the executed notebook and one self-contained HTML page
-(nbconvert; every figure embedded as a PNG data URI). The packages come with the optional ``teach`` extra
-(``pip install '.[teach]'``); nothing else in georecall imports them.
+The notebook is a jupytext Markdown file, so it diffs as text; this module reads it (jupytext), runs every
+cell in a fresh Python kernel (nbclient, ipykernel), and writes the executed notebook and one self-contained
+HTML page (nbconvert; every figure embedded as a PNG data URI). The packages come with the optional ``teach``
+extra (``pip install '.[teach]'``); nothing else in georecall imports them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from georecall.errors import InputError
 __all__ = ["TEACH_HINT", "TEACH_PACKAGES", "build_lecture", "default_notebook", "have_teach", "require_teach"]
 
 TEACH_PACKAGES = ("jupytext", "nbclient", "nbconvert", "ipykernel", "matplotlib")
-TEACH_HINT = "the lecture needs the teach extra: pip install '.[teach]' (jupytext, nbclient, nbconvert, ipykernel, " \
-             "matplotlib)"
+TEACH_HINT = ("the lecture needs the teach extra: pip install '.[teach]' (jupytext, nbclient, nbconvert, "
+              "ipykernel, matplotlib)")
 NOTEBOOK = os.path.join("docs", "notebooks", "lecture.md")
 # nbconvert's lab page without the scripts it would fetch from the network (require.js, MathJax, Mermaid): the
 # lecture has no widgets, no LaTeX and no diagrams, so the page is complete offline (its CSS is inline)
@@ -119,7 +119,7 @@ def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: st
                             resources={"metadata": {"path": os.path.abspath(out_dir)}})
     start = time.perf_counter()
     try:
-        client.execute(stderr=subprocess.DEVNULL)  # the kernel's own log lines; a cell's errors come as messages
+        client.execute(stderr=subprocess.DEVNULL)  # the kernel's own log; a cell's errors come as messages
     except CellExecutionError as error:
         raise InputError(f"a lecture cell failed: {str(error).strip().splitlines()[-1]}") from error
     seconds = time.perf_counter() - start
@@ -129,5 +129,7 @@ def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: st
     html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": name}})
     atomic_write(html_path, html)
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
-    images = sum(1 for cell in code for output in cell.get("outputs", []) if "image/png" in output.get("data", {}))
-    return {"notebook": ipynb_path, "html": html_path, "cells": len(code), "seconds": seconds, "images": images}
+    images = sum(1 for cell in code for output in cell.get("outputs", [])
+                 if "image/png" in output.get("data", {}))
+    return {"notebook": ipynb_path, "html": html_path, "cells": len(code), "seconds": seconds,
+            "images": images}

@@ -39,7 +39,7 @@ IMAGE = re.compile(r'<img[^>]*src="data:image/png;base64,([^"]+)"')
 
 def _source_shows() -> list[str]:
     """The figure names the notebook's source draws, in order (read from its text, not from any output)."""
-    return re.findall(r'show\([^\n]*?"(\w+)"\)', SOURCE.read_text())
+    return re.findall(r'(?<!def )show\(.*?,\s*"(\w+)"\)\s*$', SOURCE.read_text(), re.S | re.M)
 
 
 def _decode(data: str) -> np.ndarray:

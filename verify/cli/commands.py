@@ -1347,7 +1347,7 @@ def run_demo(p: DemoParams) -> dict:
                                                               numbers["task"], relation_names=names)
             for name, fig in drawn.items():
                 files += save_figure(fig, p.figures, name, dpi=dpi, formats=formats)
-        lines.append(f"\nThe construction drawn: {', '.join(files)}")
+        lines.append(f"\nThe construction, its matrices and the trained model drawn: {', '.join(files)}")
     return _doc(p, {"N": p.N, "R": p.R, "seed": p.seed, "figures": p.figures, "show_weights": p.show_weights,
                     "style": p.style}, None, lines=lines, files=files)
 

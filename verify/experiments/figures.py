@@ -908,10 +908,13 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
         ("transfer", lambda: transfer_figure(records)),
         ("construction", lambda: construction_figure(8, 2, seed, relation_names=relation_names(2))),
     ]
-    for matrix in WEIGHTS:
+
+    def one_matrix(matrix: str) -> Callable[[], Any]:
         label = "attention" if matrix == "attention" else f"weights_{matrix}"
-        builders.append((label, lambda matrix=matrix, label=label: weights_figures(
-            8, 2, seed, relation_names=relation_names(2), which=(matrix,))[label]))
+        return lambda: weights_figures(8, 2, seed, relation_names=relation_names(2), which=(matrix,))[label]
+
+    for matrix in WEIGHTS:
+        builders.append(("attention" if matrix == "attention" else f"weights_{matrix}", one_matrix(matrix)))
     builders.append(("trained_vs_g1", lambda: _trained_vs_g1(64, 2, seed)))
     for name, build in builders:
         fig = build()
@@ -1099,8 +1102,9 @@ MAX_CELL_NUMBERS = 400  # entries written in their cells up to this many (beyond
 
 
 def _cell_numbers(ax, matrix: np.ndarray, fmt: Callable[[float], str]) -> bool:
-    """Write each entry in its cell when the matrix has at most :data:`MAX_CELL_NUMBERS` entries and every cell
-    is wide and tall enough for its text at the style's smallest size; returns whether they were written."""
+    """Write each entry in its cell when the matrix has at most :data:`MAX_CELL_NUMBERS` entries and every
+    cell is wide and tall enough for its text at the style's smallest size; returns whether
+    they were written."""
     fig = ax.figure  # drawn in its final layout by _finish
     rows, cols = matrix.shape
     if rows * cols > MAX_CELL_NUMBERS:

@@ -612,9 +612,10 @@ def test_every_shared_option_offered_is_read_by_its_command(tmp_path, capsys, mo
     monkeypatch.setattr(study, "run_study", fake_study)
     capsys.readouterr()
     field = {"seed": "seed", "quiet": "progress", "max-gib": "budget"}
-    # probe-lm needs the lm extra and a model: tests/test_lm.py runs it on a tiny model
-    # export needs the export extra: tests/test_export.py checks the options it offers are read
-    assert set(_small_argv(tmp_path)) == set(SHARED) - {"probe-lm", "export"}
+    # probe-lm needs the lm extra and a model: tests/test_lm.py runs it on a tiny model; lecture needs the
+    # teach extra and offers only --json: tests/test_notebook.py runs it; export needs
+    # the export extra: tests/test_export.py checks the options it offers are read
+    assert set(_small_argv(tmp_path)) == set(SHARED) - {"probe-lm", "export", "lecture"}
     for command, argv in _small_argv(tmp_path).items():
         reads = _Reads()
         with monkeypatch.context() as patch:

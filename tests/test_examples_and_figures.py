@@ -77,7 +77,9 @@ def test_figures_are_written(tmp_path, capsys):
     assert code == 0
     names = {pathlib.Path(f).name for f in files}
     assert names == {
-        f"{n}.{e}" for n in ("thresholds", "tradeoff", "margins", "transfer", "construction")
+        f"{n}.{e}" for n in ("thresholds", "tradeoff", "margins", "transfer", "construction", "weights_E",
+                             "weights_Q", "weights_W1", "weights_W2", "weights_U", "attention",
+                             "trained_vs_g1")
         for e in ("png", "svg")
     }
     assert all(os.path.getsize(f) > 1000 for f in files)
@@ -191,3 +193,27 @@ def test_no_sentence_is_broken_after_a_lone_word():
                         continue  # code: a call's argument on its own line
                     broken.append(f"{path.relative_to(root)}:{i + 1}: {lines[i].strip()}")
     assert broken == []
+
+
+def test_demo_shows_the_weights_as_numbers(capsys):
+    """`demo --show-weights` prints E, Q, W1, b1, W2 and U; E's rows are checked against binary codes built by
+    hand (entry i of a_j is −1 where bit i of j is set), and N > 16 is refused in one line."""
+    from georecall.theory.tasks import task_for_seed
+    from georecall.verify.experiments.demo import run_demo
+
+    lines = []
+    run_demo(8, 2, seed=0, out=lines.append, weights=True)
+    text = "\n".join(lines)
+    for name in ("E (8 × 11)", "Q (2 × 11)", "W1 (11 × 12)", "b1 (12)", "W2 (12 × 11)", "U (8 × 11)"):
+        assert name in text, name
+    task = task_for_seed(8, 2, 0)
+    for s in range(8):
+        row = next(line for line in lines if line.strip().startswith(f"e_{s} ") and "+" in line)
+        entries = [int(x) for x in row.split()[1:]]
+        expected = [1 - 2 * ((int(task.table[r, s]) >> i) & 1) for r in range(2) for i in range(3)]
+        assert entries[:6] == expected and entries[6:] == [0] * 5
+    b1 = next(line for line in lines if line.strip().startswith("b1 ") and "(" not in line)
+    assert b1.split()[1:] == ["-4"] * 12
+    assert main(["demo", "--N", "17", "--show-weights"]) == 2
+    err = capsys.readouterr().err
+    assert "N <= 16" in err and len(err.strip().splitlines()) == 1

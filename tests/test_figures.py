@@ -4,9 +4,11 @@
 import json
 import os
 import pathlib
+import re
 import struct
 import sys
 
+import numpy as np
 import pytest
 
 from georecall.verify.cli import main
@@ -17,6 +19,8 @@ from georecall.verify.experiments import figures as F  # noqa: E402
 from georecall.verify.experiments import study  # noqa: E402
 
 ROOT = pathlib.Path(__file__).parent.parent
+ALL_FIGURES = ("thresholds", "tradeoff", "margins", "transfer", "construction", "weights_E", "weights_Q",
+               "weights_W1", "weights_W2", "weights_U", "attention", "trained_vs_g1")
 STUDY = str(ROOT / "docs" / "study_results.jsonl")
 D_AXIS_STUDY = str(ROOT / "docs" / "study_d_axis.jsonl")
 
@@ -47,6 +51,11 @@ def _figures():
         "transfer": lambda: F.transfer_figure(_records()),
         "construction N=8 R=2": lambda: F.construction_figure(8, 2, 0),
         "construction N=64 R=8": lambda: F.construction_figure(64, 8, 3),
+        **{f"{name} N=8 R=2": (lambda name=name: F.weights_figures(8, 2, 0, which=(name,)).popitem()[1])
+           for name in F.WEIGHTS},
+        **{f"{name} N=16 R=8": (lambda name=name: F.weights_figures(16, 8, 1, which=(name,)).popitem()[1])
+           for name in F.WEIGHTS},
+        "trained_vs_g1": lambda: F._trained_vs_g1(64, 2, 0),
         "mechanism": lambda: F.mechanism_figure(doc, study.THRESHOLDS),
         "forward_reverse": lambda: F.forward_reverse_figure(doc),
         "mechanism d-axis": lambda: F.mechanism_figure(d_doc, study.THRESHOLDS),
@@ -136,8 +145,7 @@ def test_figures_command_creates_nested_folders_at_the_dpi_and_formats_asked(tmp
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["params"]["dpi"] == 50 and doc["params"]["formats"] == ["png", "pdf"]
     names = {pathlib.Path(f).name for f in doc["files"]}
-    assert names == {f"{n}.{e}" for n in ("thresholds", "tradeoff", "margins", "transfer", "construction")
-                     for e in ("png", "pdf")}
+    assert names == {f"{n}.{e}" for n in ALL_FIGURES for e in ("png", "pdf")}
     assert all(pathlib.Path(f).parent == out for f in doc["files"])
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -192,6 +200,7 @@ def test_demo_draws_the_construction(tmp_path, capsys):
     text = capsys.readouterr().out
     assert code == 0 and (out / "construction.png").exists() and "construction.png" in text
     assert not (out / "construction.svg").exists()
+    assert {p.name for p in out.iterdir()} == {f"{n}.png" for n in ALL_FIGURES[4:]}
 
 
 def test_demo_figures_without_matplotlib_are_refused_before_the_walkthrough(tmp_path, monkeypatch, capsys):
@@ -261,3 +270,157 @@ def test_g1_embedded_wider_is_labelled_apart_from_native_g1():
     padded = [lab for e, lab in zip(doc["constructions"], labels) if e.get("pad_d")]
     assert padded and all("(padded)" in lab for lab in padded)
     assert not any("(padded)" in lab for e, lab in zip(doc["constructions"], labels) if not e.get("pad_d"))
+
+
+# ------------------------------------------------------------------------ issue 31: a lecture's figures
+
+
+def _tick_texts(fig) -> set[str]:
+    fig.draw_without_rendering()
+    found = set()
+    for ax in fig.axes:
+        for axis in [ax.xaxis, ax.yaxis] + [child.xaxis for child in ax.child_axes]:
+            found |= {t.get_text() for t in axis.get_ticklabels() if t.get_visible()}
+    return found
+
+
+def test_the_matrices_are_named_in_the_words_of_the_printed_query():
+    """At R = 8 the panels said "B0..B7" while the query said "cipher7", and W1's axis only "gate rows"."""
+    import matplotlib.pyplot as plt
+
+    from georecall.verify.experiments.demo import relation_names
+
+    figs = F.weights_figures(16, 8, 1, relation_names=relation_names(8))
+    assert set(figs) == {"weights_E", "weights_Q", "weights_W1", "weights_W2", "weights_U", "attention"}
+    e_ticks = _tick_texts(figs["weights_E"])
+    assert {f"B_cipher{r}" for r in range(8)} <= e_ticks and "O" in e_ticks
+    w1_ticks = _tick_texts(figs["weights_W1"])
+    assert "units of cipher7" in w1_ticks and "B_cipher7" in w1_ticks
+    assert "gate rows" not in w1_ticks and {"cipher0", "cipher7"} <= _tick_texts(figs["weights_Q"])
+    assert {"cipher7", "5"} <= _tick_texts(figs["attention"])  # the query ⟨cipher7, 5⟩, as the demo asks it
+    for name, fig in figs.items():
+        assert len(fig.axes) >= 2, name  # the matrix and its colour bar
+        assert fig.axes[-1].get_ylabel(), name  # the colour bar says what the colours are
+        plt.close(fig)
+    small = F.construction_figure(8, 2, 0, relation_names=relation_names(2))
+    assert {"B_cipher0", "B_cipher1", "g_cipher0", "g_cipher1", "O"} <= _tick_texts(small)
+    assert sum(1 for ax in small.axes if ax.get_label() == "<colorbar>") == 2
+    plt.close(small)
+
+
+def test_the_numbers_in_the_cells_are_es_entries_rebuilt_from_the_codes():
+    """Cell texts of the E heatmap against E built by hand: block B_r of row s is the code of π_r(s)."""
+    import matplotlib.pyplot as plt
+
+    from georecall.theory.tasks import task_for_seed
+
+    N, R = 8, 2
+    fig = F.weights_figures(N, R, 0, which=("E",))["weights_E"]
+    ax = fig.axes[0]
+    cells = {(round(t.get_position()[1]), round(t.get_position()[0])): int(t.get_text()) for t in ax.texts}
+    task, D = task_for_seed(N, R, 0), 3
+    for s in range(N):
+        for r in range(R):
+            for i in range(D):  # binary codes: entry i of a_j is −1 where bit i of j is set
+                assert cells[(s, r * D + i)] == 1 - 2 * ((int(task.table[r, s]) >> i) & 1)
+    assert len(cells) == N * ax.images[0].get_array().shape[1]
+    plt.close(fig)
+
+
+def test_saved_svg_keeps_text_as_text_and_pdf_embeds_its_fonts(tmp_path):
+    """The SVG had 0 <text> elements (every label outlined as paths): labels could not be edited."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    fig = F.weights_figures(8, 2, 0, which=("W1",))["weights_W1"]
+    svg, pdf = F.save_figure(fig, str(tmp_path), "w1", formats=("svg", "pdf"))
+    text = open(svg).read()
+    assert text.count("<text") >= 20 and ">units of cipher0<" in text
+    data = open(pdf, "rb").read()
+    assert b"/FontFile2" in data and b"/Type3" not in data  # TrueType embedded (Type 42), not Type 3
+    with matplotlib.rc_context({"svg.fonttype": "path"}):  # the check fails on outlined text
+        fig, ax = plt.subplots()
+        ax.set_title("units of cipher0")
+        path = tmp_path / "outlined.svg"
+        fig.savefig(path, format="svg")
+        plt.close(fig)
+    assert "<text" not in path.read_text()
+
+
+@pytest.mark.parametrize("name", ["construction", "weights_E", "weights_W1", "weights_W2", "attention",
+                                  "trained_vs_g1", "tradeoff"])
+def test_talk_style_is_large_and_still_legible(name):
+    import matplotlib.pyplot as plt
+
+    make = {"construction": lambda: F.construction_figure(8, 2, 0),
+            "trained_vs_g1": lambda: F._trained_vs_g1(64, 2, 0),
+            "tradeoff": lambda: F.tradeoff_figure()}.get(
+        name, lambda: F.weights_figures(8, 2, 0, which=(name.replace("weights_", ""),)).popitem()[1])
+    default = make()
+    with F.figure_style("talk"):
+        talk = make()
+        assert F.minimum_font() == 14
+        assert F.text_overlaps(talk) == [] and F.small_texts(talk, 14) == []
+    assert F.minimum_font() == F.MIN_FONT_PT
+    sizes = [min(t.get_fontsize() for t in F._texts(fig)) for fig in (default, talk)]
+    assert sizes[1] >= sizes[0] + 4
+    width, height = talk.get_size_inches()
+    assert width <= 11.0 and height <= 8.5
+    plt.close(default)
+    plt.close(talk)
+    with pytest.raises(ValueError):
+        with F.figure_style("huge"):
+            pass
+
+
+def test_figures_help_says_which_figures_need_from(capsys):
+    with pytest.raises(SystemExit):
+        main(["figures", "--help"])
+    text = capsys.readouterr().out
+    need = text.split("Need --from RESULTS.jsonl")[1].split("Elsewhere")[0]
+    assert "thresholds" in need and "sweep threshold" in need and "transfer" in need and "--append" in need
+    computed = text.split("Computed (no input needed)")[1].split("Need --from")[0]
+    for name in ("tradeoff", "margins", "construction", "weights_E", "attention", "trained_vs_g1"):
+        assert name in computed
+    assert "--style {default,talk}" in text
+
+
+def test_figures_command_in_talk_style(tmp_path, capsys):
+    code = main(["figures", "--out", str(tmp_path), "--style", "talk", "--format", "svg", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["params"]["style"] == "talk"
+    svg = (tmp_path / "weights_E.svg").read_text()
+    sizes = {float(x) for x in re.findall(r"font-size: ([0-9.]+)px", svg)}
+    assert sizes and min(sizes) >= 14  # editable text, every label at least 14 pt
+
+
+def test_demo_style_needs_figures(capsys):
+    assert main(["demo", "--style", "talk"]) == 2
+    assert "--style applies to --figures" in capsys.readouterr().err
+
+
+def test_alignment_recovers_a_planted_map_and_not_noise():
+    rng = np.random.default_rng(0)
+    target = rng.standard_normal((64, 10))
+    A = rng.standard_normal((10, 10))
+    planted = F.align_embeddings(target @ np.linalg.inv(A) + 0.5, target, fit=np.arange(48))
+    assert planted["r2_held_out"] > 0.999 and planted["p"] == 11 and planted["n"] == 48
+    noise = F.align_embeddings(rng.standard_normal((64, 10)), target, fit=np.arange(48))
+    assert noise["r2_held_out"] < 0.2 and not noise["underdetermined"]
+    assert F.align_embeddings(rng.standard_normal((8, 11)), target[:8])["underdetermined"]
+
+
+def test_relation_means_against_a_loop_over_queries():
+    from georecall.constructions.model import forward
+    from georecall.theory.tasks import task_for_seed
+    from georecall.verify.training.train import init_model
+
+    task = task_for_seed(6, 3, 2)
+    model = init_model(6, 3, 7, 12, rng=1, dtype=np.float64)
+    means = F.relation_means(model, task)
+    for r in range(3):
+        rows = []
+        for s in range(6):
+            _, trace = forward(model, np.array([[6 + r, s]]), trace=True)
+            rows.append(trace.hidden[0][0, -1])
+        assert np.allclose(means[r], np.mean(rows, axis=0))

@@ -23,6 +23,7 @@ import io
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -53,6 +54,7 @@ from georecall.verify.cli.params import (
     ExportParams,
     FigureFiles,
     FiguresParams,
+    LectureParams,
     Params,
     PrecisionParams,
     ProbeHiddenParams,
@@ -73,9 +75,12 @@ from georecall.verify.experiments.figures import (
     DEFAULT_FORMATS,
     PLOT_HINT,
     construction_figure,
+    figure_style,
     have_matplotlib,
     make_figures,
     save_figure,
+    trained_beside_g1_figure,
+    weights_figures,
 )
 from georecall.verify.experiments.tradeoff import tradeoff_rows
 
@@ -1377,8 +1382,10 @@ def run_figures(p: FiguresParams) -> dict:
     dpi, formats = _figure_options(p)
     _require_matplotlib()
     records = read_records(p.source, budget=p.budget) if p.source else []
-    paths = make_figures(records, out, seed=p.seed, dpi=dpi, formats=formats)
-    params = {"source": p.source, "out": out, "seed": p.seed, "dpi": dpi, "formats": list(formats)}
+    with figure_style(p.style):
+        paths = make_figures(records, out, seed=p.seed, dpi=dpi, formats=formats)
+    params = {"source": p.source, "out": out, "seed": p.seed, "dpi": dpi, "formats": list(formats),
+              "style": p.style}
     return _doc(p, params, est, files=paths)
 
 
@@ -1401,22 +1408,66 @@ def run_demo(p: DemoParams) -> dict:
         ``--figures`` folder, or no matplotlib for it.
     """
     demo.check_size(p.N, p.R)
+    if p.show_weights:
+        demo.check_show_weights(p.N)
     _figure_files_need_a_folder(p, p.figures)
+    if p.figures is None and p.style != "default":
+        raise InputError("--style applies to --figures DIR: add it, or leave it out")
     files: list[str] = []
     if p.figures is not None:
         output_dir(p.figures, what="--figures folder")
         _require_matplotlib()
     lines: list[str] = []
     with contextlib.redirect_stdout(io.StringIO()):
-        numbers = demo.run_demo(p.N, p.R, seed=p.seed, out=lines.append)
+        numbers = demo.run_demo(p.N, p.R, seed=p.seed, out=lines.append, weights=p.show_weights)
     if p.figures is not None:
         dpi, formats = _figure_options(p)
         os.makedirs(p.figures, exist_ok=True)
-        fig = construction_figure(p.N, p.R, p.seed, query=numbers["query"],
-                                  relation_names=numbers["relations"])
-        files = save_figure(fig, p.figures, "construction", dpi=dpi, formats=formats)
-        lines.append(f"\nThe construction drawn: {', '.join(files)}")
-    return _doc(p, {"N": p.N, "R": p.R, "seed": p.seed, "figures": p.figures}, None, lines=lines, files=files)
+        names = numbers["relations"]
+        with figure_style(p.style):
+            drawn = {"construction": construction_figure(p.N, p.R, p.seed, query=numbers["query"],
+                                                         relation_names=names)}
+            drawn.update(weights_figures(p.N, p.R, p.seed, query=numbers["query"], relation_names=names))
+            drawn["trained_vs_g1"] = trained_beside_g1_figure(numbers["g1"], numbers["trained"],
+                                                              numbers["task"], relation_names=names)
+            for name, fig in drawn.items():
+                files += save_figure(fig, p.figures, name, dpi=dpi, formats=formats)
+        lines.append(f"\nThe construction, its matrices and the trained model drawn: {', '.join(files)}")
+    return _doc(p, {"N": p.N, "R": p.R, "seed": p.seed, "figures": p.figures, "show_weights": p.show_weights,
+                    "style": p.style}, None, lines=lines, files=files)
+
+
+def run_lecture(p: LectureParams) -> dict:
+    """``lecture``: execute the lecture notebook and render it as one HTML page (teach extra).
+
+    Parameters
+    ----------
+    p : LectureParams
+
+    Returns
+    -------
+    dict
+        The paths written (``notebook``, ``html``), the code cells run, the images embedded and the
+        execution time.
+
+    Raises
+    ------
+    InputError
+        Without the teach extra, no notebook found (or the one given missing), an unusable ``--out``, or a
+        cell that fails.
+    """
+    from georecall.verify.experiments import lecture
+    lecture.require_teach()
+    source = p.notebook if p.notebook is not None else lecture.default_notebook()
+    if source is None:
+        raise InputError(f"no lecture notebook found: run from the repository checkout (it has "
+                         f"{lecture.NOTEBOOK}) or give --notebook FILE.md")
+    _input_file(source, "notebook")
+    out = output_dir(p.out)
+    os.makedirs(out, exist_ok=True)
+    built = lecture.build_lecture(source, out, timeout=p.timeout)
+    params = {"out": out, "notebook": source, "timeout": p.timeout}
+    return _doc(p, params, None, **built)
 
 
 def run_study_mechanism(p: StudyMechanismParams) -> dict:
@@ -1611,4 +1662,5 @@ COMMANDS: dict[str, Callable[..., dict]] = {
     "figures": run_figures,
     "demo": run_demo,
     "export": run_export,
+    "lecture": run_lecture,
 }

@@ -52,6 +52,7 @@ __all__ = [
     "ExportParams",
     "FigureFiles",
     "FiguresParams",
+    "LectureParams",
     "Json",
     "Params",
     "PrecisionParams",
@@ -476,6 +477,7 @@ class FiguresParams(Params, Seeded, Json, Budgeted, FigureFiles):
 
     source: str | None
     out: str
+    style: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -485,6 +487,17 @@ class DemoParams(Params, Seeded, FigureFiles):
     N: int
     R: int
     figures: str | None
+    show_weights: bool
+    style: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LectureParams(Params, Json):
+    """``georecall lecture`` (``parser._add_lecture``): execute the lecture notebook, render its HTML."""
+
+    out: str
+    notebook: str | None
+    timeout: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -531,6 +544,7 @@ PARAMS: dict[str, type[Params]] = {
     "figures": FiguresParams,
     "demo": DemoParams,
     "export": ExportParams,
+    "lecture": LectureParams,
 }
 
 P = TypeVar("P", bound=Params)

@@ -32,6 +32,7 @@ from georecall.verify.checking.certify import MAX_POINTS
 from georecall.verify.cli import commands, render
 from georecall.verify.cli import params as cli_params
 from georecall.verify.experiments.demo import LIMITS as DEMO_LIMITS
+from georecall.verify.experiments.demo import SHOW_WEIGHTS_MAX_N as DEMO_SHOW_MAX_N
 
 __all__ = ["CONFLICTS", "DEBUG_VARIABLE", "SHARED", "UsageError", "build_parser", "given_options", "main",
            "refuse_conflicts"]
@@ -70,6 +71,13 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # one line, exit 2 (argparse prints usage + message by default)
         raise UsageError(f"{self.prog}: {message}")
+
+
+class _RawDescription(_Formatter):
+    """The options' help as :class:`_Formatter`; the description printed as written (a table of figures)."""
+
+    def _fill_text(self, text, width, indent):
+        return "".join(indent + line for line in text.splitlines(keepends=True))
 
 
 _Subparsers = argparse._SubParsersAction  # what add_subparsers returns; each command's parser is added to it
@@ -172,6 +180,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "figures": ("seed", "json", "max-gib"),
     "demo": ("seed",),
     "export": ("seed", "json", "quiet", "max-gib"),
+    "lecture": ("json",),
 }
 
 _SEED_HELP = {
@@ -796,13 +805,28 @@ def _add_figures(sub: _Subparsers) -> None:
     """``figures`` (:class:`~.params.FiguresParams`)."""
     p = sub.add_parser("figures", parents=_shared("figures"),
                        help="draw the figures (needs the plot extra)",
-                       description="Capacity thresholds, the construction-vs-bound tradeoff, margin "
-                       "histograms, transfer accuracies and a picture of the G1 construction (N = 8, R = 2), "
-                       "in each --format.")
+                       formatter_class=_RawDescription,
+                       description="Draw the figures into --out, each in every --format.\n\n"
+                       "Computed (no input needed):\n"
+                       "  tradeoff        d against k, G2 (no CoT) and C1 (CoT) beside their lower bounds\n"
+                       "  margins         per-query margin histograms of G1 and C1 against the promise\n"
+                       "  construction    G1 at N = 8, R = 2: E's blocks, W1, one query's units and logits\n"
+                       "  weights_E, weights_Q, weights_W1, weights_W2, weights_U, attention\n"
+                       "                  G1's matrices at N = 8, R = 2, each labelled, with a colour bar\n"
+                       "  trained_vs_g1   a model trained here (N = 64, R = 2) beside G1: E aligned onto\n"
+                       "                  G1's E, and both MLPs' relation-selectivity matrices\n"
+                       "Need --from RESULTS.jsonl (drawn only when the file holds such records):\n"
+                       "  thresholds      threshold records: `georecall sweep threshold --out FILE`\n"
+                       "  transfer        transfer records: `georecall transfer MODEL.npz --append FILE`\n"
+                       "Elsewhere: the mechanism study's figures (`georecall study mechanism --summary FILE "
+                       "--figures DIR`),\nand the construction at other sizes (`georecall demo --N N --R R "
+                       "--figures DIR`).")
     p.add_argument("--from", dest="source", default=None, metavar="RESULTS.jsonl",
-                   help="sweep and transfer records (default: none; only the computed figures are drawn)")
+                   help="sweep and transfer records, for the thresholds and transfer figures (default: none; "
+                        "only the computed figures are drawn)")
     p.add_argument("--out", default="figures", metavar="DIR", help="output folder, created when missing")
     _add_figure_options(p)
+    _add_style(p)
     p.set_defaults(command="figures")
 
 
@@ -819,9 +843,13 @@ def _add_demo(sub: _Subparsers) -> None:
     p.add_argument("--R", type=_whole(1, DEMO_LIMITS["R"]), default=2,
                    help=f"number of relations R (bijections π_r of [N]), 1 <= R <= {DEMO_LIMITS['R']}")
     p.add_argument("--figures", default=None, metavar="DIR",
-                   help="also draw the construction (E's blocks, W1's gates, one query's logits) into DIR, "
-                        "created when missing (needs the plot extra)")
+                   help="also draw the construction (E's blocks, W1's gates, one query's logits), each "
+                        "matrix (E, Q, W1, W2, U, the attention pattern) and the trained model beside G1 "
+                        "into DIR, created when missing (needs the plot extra)")
+    p.add_argument("--show-weights", action="store_true",
+                   help=f"also print E, Q, W1, b1, W2 and U as numbers (N <= {DEMO_SHOW_MAX_N})")
     _add_figure_options(p)
+    _add_style(p)
     p.set_defaults(command="demo")
 
 
@@ -870,10 +898,31 @@ def _add_export(sub: _Subparsers) -> None:
     p.set_defaults(command="export")
 
 
+def _add_lecture(sub: _Subparsers) -> None:
+    """``lecture`` (:class:`~.params.LectureParams`)."""
+    p = sub.add_parser("lecture", parents=_shared("lecture"),
+                       help="execute the G1 lecture notebook and render it as one HTML page (teach extra)",
+                       description="Execute docs/notebooks/lecture.md (a jupytext notebook) from the first "
+                       "cell to the last and render it as one self-contained HTML page (figures embedded): "
+                       "DIR/lecture.html, with the executed DIR/lecture.ipynb beside it. Needs the teach "
+                       "extra: pip install '.[teach]'.")
+    p.add_argument("--out", default="lecture", metavar="DIR", help="output folder, created when missing")
+    p.add_argument("--notebook", default=None, metavar="FILE.md",
+                   help="the notebook source (default: docs/notebooks/lecture.md of this checkout)")
+    p.add_argument("--timeout", type=_whole(10, 86400), default=600, metavar="SECONDS",
+                   help="the longest one cell may run")
+    p.set_defaults(command="lecture")
+
+
+def _add_style(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--style", choices=("default", "talk"), default="default",
+                   help="type sizes: default (tick labels 10 pt) or talk (14 pt, for a lecture hall)")
+
+
 # The commands in the order of ``georecall --help``: each function declares one command (or one group).
 _DECLARATIONS = (_add_verify, _add_check, _add_certify, _add_tradeoff, _add_bounds, _add_count,
                  _add_precision, _add_train, _add_sweep, _add_study, _add_probe, _add_eval, _add_transfer,
-                 _add_probe_hidden, _add_probe_lm, _add_figures, _add_demo, _add_export)
+                 _add_probe_hidden, _add_probe_lm, _add_figures, _add_demo, _add_export, _add_lecture)
 
 
 

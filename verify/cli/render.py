@@ -409,6 +409,8 @@ _TEXT = {
     "probe-lm": lambda doc: list(doc["text"]) + list(doc["figures"]),
     "figures": lambda doc: list(doc["files"]),
     "demo": lambda doc: list(doc["lines"]),
+    "lecture": lambda doc: [f"executed {doc['cells']} cells in {doc['seconds']:.0f} s ({doc['images']} "
+                            f"figures): {doc['notebook']}", f"the lecture page: {doc['html']}"],
     "bounds": lambda doc: [doc["text"]],
     "export": _export,
 }

@@ -21,9 +21,11 @@ from georecall.theory.tasks import task_for_seed
 from georecall.verify.checking.check import check_queries
 from georecall.verify.experiments.probes import superposition_readout, unit_selectivity
 
-__all__ = ["LIMITS", "check_size", "relation_names", "run_demo"]
+__all__ = ["LIMITS", "SHOW_WEIGHTS_MAX_N", "check_show_weights", "check_size", "format_matrix",
+           "relation_names", "run_demo", "show_weights", "train_like_demo"]
 
 LIMITS = {"N": 64, "R": 8}  # every code and every subject embedding is printed, and a model is trained
+SHOW_WEIGHTS_MAX_N = 16  # --show-weights prints E, Q, W1, b1, W2 and U in full: readable up to N = 16
 
 
 def check_size(N: int, R: int) -> None:
@@ -62,11 +64,147 @@ def relation_names(R: int) -> list[str]:
     return [f"cipher{r}" for r in range(R)]
 
 
+def check_show_weights(N: int) -> None:
+    """Refuse ``--show-weights`` above :data:`SHOW_WEIGHTS_MAX_N`.
+
+    Parameters
+    ----------
+    N : int
+        Number of symbols.
+
+    Raises
+    ------
+    InputError
+        When N > 16 (the matrices would not fit a terminal; ``demo --figures`` draws them at any size).
+    """
+    if N > SHOW_WEIGHTS_MAX_N:
+        raise InputError(f"--show-weights prints every matrix in full and takes N <= {SHOW_WEIGHTS_MAX_N}, "
+                         f"got N = {N}: use a smaller --N, or --figures DIR to draw the matrices at this "
+                         "size")
+
+
+def _spans(groups: list[tuple[str, int, int]]) -> str:
+    return ", ".join(f"{a}" + (f"-{b - 1}" if b - a > 1 else "") + f" {label}" for label, a, b in groups)
+
+
+def format_matrix(matrix, row_labels: list[str], *, name: str, columns: str) -> list[str]:
+    """A matrix as text: a header of column indices, one labelled line per row, every entry an integer
+    (``+1``, ``-4``, ``0``) or, for a non-integer matrix, with two decimals.
+
+    Parameters
+    ----------
+    matrix : array_like
+        ``(rows, columns)``.
+    row_labels : list of str
+        One label per row.
+    name : str
+        The matrix's name and shape line (printed first).
+    columns : str
+        What the columns are (printed under the name).
+
+    Returns
+    -------
+    list of str
+        The lines.
+    """
+    M = np.asarray(matrix, dtype=float)
+    integral = bool(np.all(M == np.round(M)))
+    cells = [[f"{int(v):+d}" if integral and v != 0 else ("0" if integral else f"{v:+.2f}") for v in row]
+             for row in M]
+    width = max([len(c) for row in cells for c in row] + [len(str(M.shape[1] - 1))]) + 1
+    label_width = max(len(label) for label in row_labels)
+    lines = [name, f"  columns: {columns}",
+             "  " + " " * label_width + " " + "".join(f"{j:>{width}}" for j in range(M.shape[1]))]
+    for label, row in zip(row_labels, cells):
+        lines.append(f"  {label:>{label_width}} " + "".join(f"{c:>{width}}" for c in row))
+    return lines
+
+
+def show_weights(model, task, codes, names: list[str], out: Callable[[str], None] = print) -> None:
+    """Print G1's matrices as numbers: E, Q, W1, b1, W2, U (rows and columns named as the demo names them).
+
+    Parameters
+    ----------
+    model : Model
+        G1 built on ``task`` (its ``meta["layout"]``).
+    task : Task
+        The task.
+    codes : Codes
+        Its codebook (for D).
+    names : list of str
+        The relations' names.
+    out : callable
+        Receives each printed line.
+
+    Raises
+    ------
+    InputError
+        N above :data:`SHOW_WEIGHTS_MAX_N`.
+    """
+    N, R, D = task.N, task.R, codes.D
+    check_show_weights(N)
+    layout = Layout.from_dict(model.meta["layout"])
+    blocks, gates, outs = np.asarray(layout["blocks"]), np.asarray(layout["gates"]), np.asarray(layout["out"])
+    coordinates = [(f"B_{names[r]}", int(blocks[r].min()), int(blocks[r].max()) + 1) for r in range(R)]
+    coordinates += [(f"g_{names[r]}", int(gates[r]), int(gates[r]) + 1) for r in range(R)]
+    coordinates += [("O", int(outs.min()), int(outs.max()) + 1)]
+    coordinate_names = [""] * model.d
+    for label, a, b in coordinates:
+        for c in range(a, b):
+            coordinate_names[c] = label if b - a == 1 else f"{label}[{c - a}]"
+    unit_names = [f"{names[r]} i{i}{'+' if sigma == 0 else '-'}" for r in range(R) for i in range(D)
+                  for sigma in range(2)]
+    units = ", ".join(f"{r * 2 * D}-{(r + 1) * 2 * D - 1} {names[r]}" for r in range(R))
+    residual = _spans(coordinates)
+    mlp = model.layers[0].mlp
+    out("\n== The weights as numbers (x @ W: a row vector times the matrix; rows and columns named as above)")
+    for line in (format_matrix(model.entity_embedding, [f"e_{s}" for s in range(N)],
+                               name=f"E ({N} × {model.d}): row s is e_s", columns=f"residual {residual}")
+                 + format_matrix(model.relation_embedding, [f"q_{n}" for n in names],
+                                 name=f"Q ({R} × {model.d}): row r is q_r", columns=f"residual {residual}")
+                 + format_matrix(mlp.W1, coordinate_names, name=f"W1 ({model.d} × {mlp.width}): residual "
+                                 f"coordinate -> hidden unit (r, i, σ)", columns=f"hidden units of {units}; "
+                                 "within a relation (i, σ) = " + " ".join(
+                                     f"({i},{'+' if sg == 0 else '−'})" for i in range(D) for sg in range(2)))
+                 + format_matrix(mlp.b1[None, :], ["b1"], name=f"b1 ({mlp.width}): −c2·G on every unit",
+                                 columns=f"hidden units of {units}")
+                 + format_matrix(mlp.W2, unit_names, name=f"W2 ({mlp.width} × {model.d}): hidden unit -> "
+                                 "residual coordinate", columns=f"residual {residual}")
+                 + format_matrix(model.full_unembedding(), [f"u_{j}" for j in range(task.n_answers)],
+                                 name=f"U ({task.n_answers} × {model.d}): row j scores answer j",
+                                 columns=f"residual {residual}")):
+        out(line)
+
+
+def train_like_demo(task, d: int, seed: int = 0):
+    """The demo's trained model: d = ``d``, m = 4·d, uniform attention, Adam (lr 1e-2), full batch, at most
+    2000 steps (it stops once every query is right), on every query of ``task``.
+
+    Parameters
+    ----------
+    task : Task
+        The facts.
+    d : int
+        Residual width (the demo uses G1's d).
+    seed : int
+        Run seed: initialisation from its ``init`` stream, batches from ``batches``.
+
+    Returns
+    -------
+    TrainResult
+    """
+    from georecall.verify.training.train import init_model, train  # the trainer's scipy: off georecall --help
+    tokens, answers = single_hop_queries(task)
+    return train(init_model(task.N, task.R, d, 4 * d, rng=seeds.rng(seed, "init")), tokens, answers,
+                 steps=2000, lr=1e-2, rng=seeds.rng(seed, "batches"))
+
+
 def _code(v) -> str:
     return "[" + " ".join(f"{int(x):+d}" for x in v) + "]"
 
 
-def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None] = print) -> dict:
+def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None] = print,
+             weights: bool = False) -> dict:
     """Print the walk-through of G1 at (N, R) and of a model trained on the same task.
 
     Parameters
@@ -79,19 +217,24 @@ def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None
         Run seed: the task is ``task_for_seed(N, R, seed)``; the trained model draws from its named streams.
     out : callable
         Receives each printed line.
+    weights : bool
+        Also print E, Q, W1, b1, W2 and U as numbers (:func:`show_weights`; N <= 16).
 
     Returns
     -------
     dict
         ``exact`` (every query right at integer scale), ``margin`` (the shown query's), ``unit_margin`` (the
-        minimum at unit scale), ``trained_reached``, ``query`` (s, r) and ``relations`` (their names).
+        minimum at unit scale), ``trained_reached``, ``query`` (s, r), ``relations`` (their names), and the
+        models: ``g1`` (integer scale), ``trained`` and ``task``.
 
     Raises
     ------
     InputError
-        When N or R is outside the demo's limits.
+        When N or R is outside the demo's limits, or ``weights`` with N > 16.
     """
     check_size(N, R)
+    if weights:
+        check_show_weights(N)
     names = relation_names(R)
     width = max(len(n) for n in names)
     task = task_for_seed(N, R, seed)
@@ -136,6 +279,8 @@ def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None
     out(f"  μ = max_(i≠j) <a_i, a_j>/|a|² = {mu:.4g}: the codes' coherence (binary codes: 1 − 2/D); "
         f"|a|² = {norm2}")
     out(f"  promised margin λ·c1·|a|²(1 − μ) = {built.promise.margin:g}")
+    if weights:
+        show_weights(model, task, codes, names, out)
 
     s, r = 5 % N, R - 1
     tokens = np.array([[N + r, s]])
@@ -174,12 +319,9 @@ def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None
         f"{unit_result.n_queries} right, min margin {unit_result.min_margin:.4g}); the same argmax on every "
         "query, the margin divided by D (0.3333 at N = 4096, D = 12)")
 
-    from georecall.verify.training.train import init_model, train  # the trainer's scipy: off georecall --help
-
     d = model.d
     out(f"\n== A trained model on the same facts: d = {d}, m = {4 * d}, uniform attention, Adam, full batch")
-    trained = train(init_model(N, R, d, 4 * d, rng=seeds.rng(seed, "init")), all_tokens, answers, steps=2000,
-                    lr=1e-2, rng=seeds.rng(seed, "batches"))
+    trained = train_like_demo(task, d, seed)
     logits_t = forward(trained.model, tokens)[0]
     top_t = np.sort(logits_t)
     result = check_queries(trained.model, all_tokens, answers)
@@ -194,4 +336,4 @@ def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None
         f"{selectivity['active_units']} active (G1: 100%)")
     return {"exact": exhaustive.exact, "margin": float(top[-1] - top[-2]),
             "unit_margin": float(unit_result.min_margin), "trained_reached": trained.reached,
-            "query": (s, r), "relations": names}
+            "query": (s, r), "relations": names, "g1": model, "trained": trained.model, "task": task}

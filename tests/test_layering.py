@@ -8,7 +8,8 @@ Between the packages: theory ← constructions ← verify, bounds beside constru
 Inside ``verify/``: checking ← training ← experiments ← {sections, cli}. ``sections`` (the rows of ``georecall
 verify``) and ``cli`` (the command line) sit side by side and neither imports the other: the command line
 finds the rows through their entry point (``georecall.verify_rows`` in pyproject.toml). ``lm`` (the ``lm``
-extra) imports nothing else of ``verify`` and only the command line imports it.
+extra) imports nothing else of ``verify`` and only the command line imports it; ``export`` (the ``export``
+extra's targets) builds on ``checking`` and only the command line imports it.
 
 A function-level import of a georecall module is kept only for an optional dependency or for startup cost, and
 says which in a comment on its line or just above its block of imports."""
@@ -42,8 +43,9 @@ VERIFY_ALLOWED = {
     "training": {"checking", "training"},
     "experiments": {"checking", "training", "experiments"},
     "sections": {"checking", "training", "experiments", "sections"},
-    "cli": {"checking", "training", "experiments", "lm", "cli"},
+    "cli": {"checking", "training", "experiments", "lm", "export", "cli"},
     "lm": {"lm"},
+    "export": {"checking", "export"},
     "root": set(),
 }
 ROWS_ENTRY_POINT = "georecall.verify_rows"

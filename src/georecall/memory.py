@@ -502,7 +502,8 @@ def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str = "binary", D:
     promise = spec.nominal_promise(N, R, k)
     d, m = promise.d * max(1.0, D_used / max(1, (N - 1).bit_length())), promise.m
     est.add("codes (and the compact read-out)", 2 * 8 * N * D_used, "N")
-    if getattr(spec, "family", None) is None:  # a family builds no task; a task-taking builder is built thrice
+    # a family builds no task; a task-taking builder is built thrice
+    if getattr(spec, "family", None) is None:
         est.add("tasks built for the declaration check", 8 * 3 * N * (R + (R**k if k > 1 else 0)) * 2,
                 "N or R")
         est.add("entity tables of those builds", 8 * 2 * N * int(d), "N or R")

@@ -1456,7 +1456,7 @@ def run_lecture(p: LectureParams) -> dict:
         Without the teach extra, no notebook found (or the one given missing), an unusable ``--out``, or a
         cell that fails.
     """
-    from georecall.verify.experiments import lecture
+    from georecall.verify.experiments import lecture  # nbclient and nbconvert (the teach extra): on demand
     lecture.require_teach()
     source = p.notebook if p.notebook is not None else lecture.default_notebook()
     if source is None:
@@ -1546,8 +1546,7 @@ def _export_parts(est: Estimate, parameters: int, n_out: int, d: int) -> None:
 def _export_construction(p: ExportParams):
     """The construction of ``--construction`` built for THE seeded task (or ``--task``): model, task,
     queries, promise, record and the memory estimate (required before the build)."""
-    from georecall.verify.export import query_set
-    from georecall.verify.sections.suite import OPTION_FLAGS
+    from georecall.verify.export import query_set  # the export extra's torch: only when exporting
     spec = registry.resolve(p.construction or "geometric")
     k = p.k if p.k is not None else (1 if spec.hops == "single" else 2)
     if spec.hops == "single" and k != 1:
@@ -1559,7 +1558,8 @@ def _export_construction(p: ExportParams):
     codes = {name: value for name, value in (("codes", p.codes), ("D", p.D)) if value is not None}
     refused = sorted((set(options) | set(codes)) - spec.accepts())
     if refused:
-        raise InputError(f"{spec.label} does not take {', '.join(OPTION_FLAGS.get(o, o) for o in refused)}")
+        flags = ", ".join(checking.OPTION_FLAGS.get(o, o) for o in refused)
+        raise InputError(f"{spec.label} does not take {flags}")
     if p.cot:
         raise InputError("--cot is for a model file: a construction decodes as its spec says")
     if p.attention == "hard":
@@ -1581,7 +1581,7 @@ def _export_construction(p: ExportParams):
 
 def _export_model_file(p: ExportParams):
     """The model file of ``--model`` and its task: model, task, queries, no promise, record, estimate."""
-    from georecall.verify.export import query_set
+    from georecall.verify.export import query_set  # the export extra's torch: only when exporting
     assert p.model is not None
     given = [flag for flag, value in (("--codes", p.codes), ("--D", p.D), ("--attention", p.attention),
                                       ("--beta", p.beta), ("--gate", p.gate)) if value is not None]
@@ -1622,7 +1622,7 @@ def run_export(p: ExportParams) -> dict:
         library missing, a model the target cannot run (hard attention), a bad task file, or the estimate
         over the budget; nothing is written then.
     """
-    from georecall.verify import export as exporting
+    from georecall.verify import export as exporting  # the export extra's torch: only when exporting
     exporting.validate_out(p.out)
     exporting.require(p.to)
     if p.model is not None:

@@ -39,12 +39,14 @@ import numpy as np
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import forward
 from georecall.constructions.multi_hop import build_c1, chains, multi_hop_queries
-from georecall.constructions.single_hop import build_g1
+from georecall.constructions.single_hop import build_g1, single_hop_queries
+from georecall.errors import InputError
 from georecall.io import atomic_write, validate_output_path
+from georecall.theory import seeds
 from georecall.theory.tasks import random_task, task_for_seed
 from georecall.verify.checking.check import check_decoding
 from georecall.verify.checking.run import check_single_hop
-from georecall.verify.experiments.demo import relation_names
+from georecall.verify.experiments.demo import relation_names, train_like_demo
 
 __all__ = [
     "DEFAULT_DPI",
@@ -930,10 +932,6 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
 def _trained_vs_g1(N: int, R: int, seed: int):
     """:func:`trained_beside_g1_figure` for a model trained as the demo trains it (``demo.train_like_demo``),
     the alignment fitted on three quarters of the subjects (drawn from the seed's ``probes`` stream)."""
-    from georecall.constructions.single_hop import build_g1
-    from georecall.theory import seeds
-    from georecall.theory.tasks import task_for_seed
-    from georecall.verify.experiments.demo import relation_names, train_like_demo
     task = task_for_seed(N, R, seed)
     g1 = build_g1(task, "binary", integer=True).model
     trained = train_like_demo(task, g1.d, seed)
@@ -1286,9 +1284,6 @@ def weights_figures(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[int, 
     InputError
         Sizes G1 refuses.
     """
-    from georecall.constructions.model import forward
-    from georecall.constructions.single_hop import build_g1
-    from georecall.theory.tasks import task_for_seed
     unknown = set(which) - set(WEIGHTS)
     if unknown:
         raise ValueError(f"which must be a subset of {WEIGHTS}, got {sorted(unknown)}")
@@ -1377,9 +1372,6 @@ def relation_means(model, task) -> np.ndarray:
     InputError
         A model without an MLP in its last layer.
     """
-    from georecall.constructions.model import forward
-    from georecall.constructions.single_hop import single_hop_queries
-    from georecall.errors import InputError
     if model.layers[-1].mlp is None:
         raise InputError("the model's last layer has no MLP")
     tokens, _ = single_hop_queries(task)

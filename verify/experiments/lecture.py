@@ -14,6 +14,7 @@ import subprocess
 import time
 
 from georecall.errors import InputError
+from georecall.io import atomic_write, validate_output_path
 
 __all__ = ["TEACH_HINT", "TEACH_PACKAGES", "build_lecture", "default_notebook", "have_teach", "require_teach"]
 
@@ -109,7 +110,6 @@ def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: st
     from nbclient.exceptions import CellExecutionError
     from nbconvert import HTMLExporter
 
-    from georecall.io import atomic_write, validate_output_path
     name = os.path.splitext(os.path.basename(notebook))[0]
     ipynb_path = validate_output_path(os.path.join(out_dir, f"{name}.ipynb"), what="executed notebook")
     html_path = validate_output_path(os.path.join(out_dir, f"{name}.html"), what="lecture page")

@@ -227,7 +227,8 @@ def _shared(command: str) -> list[_Parser]:
     parent.add_argument("--build-timeout", type=_real(positive=True, maximum=1e7),
                         default=usercode.DEFAULT_BUILD_TIMEOUT, metavar="SECONDS",
                         help="time limit of each call into your own construction's code (its module, "
-                             "builder, nominal_promise): past it, exit 2 naming it")
+                             "builder, nominal_promise): past it, exit 2 naming it (default: "
+                             f"{usercode.DEFAULT_BUILD_TIMEOUT:g})")
     return [parent]
 
 

@@ -122,11 +122,18 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(int(n))
 
 
+_QUIET = False
+
+
 def quiet() -> None:
-    """Silence transformers' progress bars, warnings and logging (for ``--json`` and ``--quiet``)."""
+    """Silence transformers' progress bars, warnings and logging (for ``--json`` and ``--quiet``); after it,
+    :func:`load_model` also discards what loading writes on stderr (the GGUF dequantization bar)."""
     import warnings
 
     import transformers
+    global _QUIET
+    _QUIET = True
+    os.environ["TQDM_DISABLE"] = "1"  # the GGUF loader's own tqdm bar ignores transformers' switch
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", module="transformers")
@@ -180,9 +187,12 @@ def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
             import gguf  # noqa: F401
         except ImportError:
             raise InputError(LM_HINT) from None
+    import contextlib
+    import io
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
+        with contextlib.redirect_stderr(io.StringIO()) if _QUIET else contextlib.nullcontext():
+            tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot load model {spec!r}: "
                          f"{str(exc).splitlines()[0] if str(exc) else exc}") from None

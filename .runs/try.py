@@ -1,7 +1,7 @@
 import time, sys, json
 t=time.time()
 from georecall.verify.lm import loader, run, facts as lf
-loader.quiet(); loader.set_threads(2)
+loader.quiet(); loader.set_threads(1)
 L = loader.load_model("smollm2")
 print("loaded", time.time()-t, flush=True)
 F = lf.load_facts(lf.bundled_facts_path())

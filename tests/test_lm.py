@@ -384,14 +384,16 @@ def test_probe_lm_end_to_end_on_the_tiny_model(tiny, tiny_doc):
     for row in doc["layers"]:
         for x in row["per_relation"]:
             # distinct answers under 5-fold cross-fitting: every held-out answer is unseen
-            assert x["unseen"] == x["n"] == 8 and x["verdict"] in ("decodable", "not decodable", "cannot tell")
+            assert x["unseen"] == x["n"] == 8
+            assert x["verdict"] in ("decodable", "not decodable", "cannot tell")
     text = "\n".join(run.render_text(doc))
     assert "verdict: known facts" in text and "superposition power" in text
     from georecall.verify.cli.render import to_json
     json.loads(to_json({"command": "probe-lm", **doc}))
     assert not doc["cached"] and again["cached"] and not other["cached"]  # the key holds the seed
     strip = ("cached", "seconds", "analysis_seconds", "measure_seconds")
-    assert {k: v for k, v in again.items() if k not in strip} == {k: v for k, v in doc.items() if k not in strip}
+    assert ({k: v for k, v in again.items() if k not in strip}
+            == {k: v for k, v in doc.items() if k not in strip})
     with pytest.raises(InputError, match="layers 0..2"):
         run.probe_lm(tiny, _tiny_facts(), layers=[3])
     with pytest.raises(InputError, match="not among the probed"):
@@ -401,13 +403,15 @@ def test_probe_lm_end_to_end_on_the_tiny_model(tiny, tiny_doc):
 
 
 def test_continuation_match_is_greedy_decoding(tiny):
-    """Teacher-forced argmax equals greedy generation: the model's own continuation matches, a changed one not."""
+    """Teacher-forced argmax equals greedy generation: the model's own continuation matches, a changed one
+    not."""
     prompts = ["The capital of Peru is", "Oslo is in", "Rome has"]
     hits = 0
     for prompt in prompts:
         ids = tiny.tokenizer(prompt, return_tensors="pt")["input_ids"]
         with torch.no_grad():
-            gen = tiny.model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)[0, ids.shape[1]:]
+            gen = tiny.model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)
+        gen = gen[0, ids.shape[1]:]
         text = "".join(tiny.tokenizer.convert_ids_to_tokens(gen.tolist()))  # this tokenizer has no decoder
         if tiny.tokenizer(prompt + text)["input_ids"] != ids[0].tolist() + gen.tolist():
             continue  # the continuation does not tokenize back to itself
@@ -467,7 +471,8 @@ def test_verdict_superposition_negative_only_with_power(tiny_doc):
     sp = doc["superposition_power"]
     k = sp["snrs"].index(doc["thresholds"]["superposition_snr"])
     sp["positive"][k] = 0.5
-    assert any("cannot tell" in line for line in run.verdict(doc)["lines"] if line.startswith("superposition"))
+    lines = run.verdict(doc)["lines"]
+    assert any("cannot tell" in line for line in lines if line.startswith("superposition"))
     sp["positive"][k] = 1.0
     assert any("no layer (a planted" in line for line in run.verdict(doc)["lines"])
     s = doc["layers"][1]["superposition"]

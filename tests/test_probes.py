@@ -436,13 +436,13 @@ def test_the_forward_probe_meets_the_threshold_at_d_256_where_ols_would_fail(mon
     assert probes.attribute_fits(model, task, rng=0)["forward_r2"] < 0.95
 
 
-# ------------------------------------------------------------------------------------- power and "cannot tell"
+# ----------------------------------------------------------------------------- power and "cannot tell"
 
 from georecall.verify.experiments import power  # noqa: E402
 
 
 def _shape(rng, n=120, R=2, C=30, q=12):
-    """Labels covering every candidate several times (so held-out answers are seen), low-dimensional vectors."""
+    """Labels covering every candidate several times (held-out answers are seen), low-dimensional vectors."""
     labels = [rng.permutation(np.arange(n) % C) for _ in range(R)]
     vectors = [rng.standard_normal((C, q)) for _ in range(R)]
     return labels, vectors, np.ones((n, R), dtype=bool)
@@ -531,7 +531,8 @@ def test_probe_hidden_decodes_g1_into_its_unembedding_rows(g1_vectors):
         assert entry["unseen"] == entry["held_out"] == 16  # a bijection: every held-out answer is unseen
     noise = np.random.default_rng(1).standard_normal(E.shape)
     null = probes.linear_relational_encoding(noise, task.table.T, rng=0, attribute_vectors=U)
-    assert all(entry["probe_accuracy"] < 0.2 and entry["verdict"] != "decodable" for entry in null["per_relation"])
+    assert all(entry["probe_accuracy"] < 0.2 and entry["verdict"] != "decodable"
+               for entry in null["per_relation"])
 
 
 def test_probe_hidden_with_ids_only_says_cannot_tell_and_why(g1_vectors):

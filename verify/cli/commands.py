@@ -1252,7 +1252,8 @@ def run_probe_lm(p: ProbeLmParams) -> dict:
     L, width = int(loaded.model.config.num_hidden_layers), int(loaded.model.config.hidden_size)
     n_seq = len(facts.subjects) + 3 * lmrun.TEMPLATES * len(facts.facts())
     est.add("states (subjects, prompts per template, final tokens; every layer), the superposition fits and "
-            "the LRE products", 4 * n_seq * (L + 1) * width * 2 + 8 * 16 * len(facts.relations) * width * width
+            "the LRE products",
+            4 * n_seq * (L + 1) * width * 2 + 8 * 16 * len(facts.relations) * width * width
             + 8 * lmrun.LRE_TRAIN * len(facts.facts()) * width * 3, "--layers")
     est.require(p.budget)
     doc = lmrun.probe_lm(loaded, facts, layers=p.layers, intervene_layers=p.intervene_layers,

@@ -733,7 +733,8 @@ def _add_probe_lm(sub: _Subparsers) -> None:
     p = sub.add_parser("probe-lm", parents=_shared("probe-lm"),
                        help="a real LM's states on real facts (lm extra)",
                        description="Hidden states of a causal LM on real facts, every layer: the facts "
-                       "it knows (greedy answer = the whole attribute), two prompt templates, the logit lens, "
+                       "it knows (greedy answer = the whole attribute), two prompt templates, the logit "
+                       "lens, "
                        "activation patching of the subject's last token, LRE faithfulness (Jacobian maps, "
                        "beta sweep), decoding into attribute vectors ranked among all candidates (seen and "
                        "unseen answers apart), the superposition fit, interventions with a scaled delta "

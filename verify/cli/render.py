@@ -252,7 +252,8 @@ def _probe(doc: dict) -> list[str]:
             if "power" in x:
                 lines.append(f"  relation {x['relation']}: decoded among all N read-out rows "
                              f"{_fmt(x['vector_accuracy'])} (chance {_fmt(x['chance'], 3)}; seen "
-                             f"{_fmt(x['accuracy_seen'])}, unseen {_fmt(x['accuracy_unseen'])}: {x['unseen']} "
+                             f"{_fmt(x['accuracy_seen'])}, unseen {_fmt(x['accuracy_unseen'])}: "
+                             f"{x['unseen']} "
                              f"of {x['held_out']} held-out answers unseen in the fit rows); power "
                              f"{_fmt(x['power']['positive'][0])} at SNR {_fmt(x['power']['snrs'][0])} "
                              f"(shuffled {_fmt(x['power']['negative'][0])}): {x['verdict']}"
@@ -295,15 +296,18 @@ def _probe_hidden(doc: dict) -> list[str]:
                  f"{_fmt(doc.get('power_required', 0.9))})")
     for p in doc["per_relation"]:
         snr = p["power"]["snrs"].index(doc.get("power_snr", 1.0))
-        lines.append(f"  relation {p['relation']}: {p['attributes']} attributes ({p['candidates']} candidates), "
+        lines.append(f"  relation {p['relation']}: {p['attributes']} attributes ({p['candidates']} "
+                     f"candidates), "
                      f"accuracy {_fmt(p['probe_accuracy'], 3)} (chance {_fmt(p['chance'], 3)}, majority "
                      f"{_fmt(p['majority_baseline'], 3)}, shuffled {_fmt(p['shuffled'], 3)}); seen "
                      f"{_fmt(p['accuracy_seen'], 3)}, unseen {_fmt(p['accuracy_unseen'], 3)} "
                      f"({p['unseen']} of {p['held_out']} held-out answers unseen in the fit rows); power "
-                     f"{_fmt(p['power']['positive'][snr])}, shuffled control {_fmt(p['power']['negative'][snr])}"
+                     f"{_fmt(p['power']['positive'][snr])}, shuffled control "
+                     f"{_fmt(p['power']['negative'][snr])}"
                      f": {p['verdict']}" + ("" if p["verdict"] == "decodable" else f" ({p['reason']})"))
     s = doc["superposition_fit"]
-    lines.append(f"superposition R² (states from the R attributes' {doc.get('decoder', 'ids')}; ridge, p = {s['p']}, "
+    lines.append(f"superposition R² (states from the R attributes' {doc.get('decoder', 'ids')}; ridge, "
+                 f"p = {s['p']}, "
                  f"n = {s['n']}, ρ {_fmt(s['relative_alpha'], 2)}): {_fmt(doc['superposition_r2'])}")
     return lines
 

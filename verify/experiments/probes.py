@@ -77,6 +77,7 @@ __all__ = [
     "r_squared",
     "reference_models",
     "require_fit",
+    "superposition_power",
     "superposition_readout",
     "task_accuracy",
     "warnings_for",
@@ -338,6 +339,64 @@ def _add_power(per_relation: list[dict], E: np.ndarray, U: np.ndarray, task: Tas
         entry.update({"vector_accuracy": res["accuracy"], "held_out": res["n"], "unseen": res["unseen"],
                       "accuracy_seen": res["accuracy_seen"], "accuracy_unseen": res["accuracy_unseen"],
                       "chance": res["chance"], "power": pw[r], "verdict": word, "reason": why})
+
+
+SUPERPOSITION_POWER_SNR = 100.0  # the study's superposition criterion is R² >= 0.95: planted at 1% noise
+SUPERPOSITION_POWER_R2 = 0.95
+
+
+def _mean_power(per_relation: list[dict]) -> float | None:
+    rates = [x["power"]["positive"][0] for x in per_relation if "power" in x]
+    return float(np.mean(rates)) if rates else None
+
+
+def superposition_power(model: Model, task: Task, split: tuple[np.ndarray, np.ndarray], *, seed: int,
+                        draws: int = _power.DRAWS, snr: float = SUPERPOSITION_POWER_SNR,
+                        threshold: float = SUPERPOSITION_POWER_R2) -> float | None:
+    """How often the forward fit finds a planted superposition of this shape (the study's power column).
+
+    Embeddings ``E' = Σ_r (u_{π_r(s)} − ū) A_r + noise`` (:func:`.power.planted_states`: the model's read-out
+    rows, the task's table, width d, signal-to-noise ``snr``) are fitted exactly as the forward fit
+    (:func:`.fits.fit_ridge_cv` of ``E'`` on ``[u_{π_1(s)}, …, u_{π_R(s)}]`` over the fit subjects of
+    ``split``); the rate is the share of ``draws`` plantings whose held-out R² reaches ``threshold``.
+
+    Parameters
+    ----------
+    model : Model
+        Supplies the read-out rows and d.
+    task : Task
+        The table.
+    split : (ndarray, ndarray)
+        ``(fit subjects, held-out subjects)`` of the real fit.
+    seed : int
+        The run seed (its ``"probes"`` stream under key 2000).
+    draws : int
+        Plantings.
+    snr : float
+        Planted strength.
+    threshold : float
+        The R² a planting must reach.
+
+    Returns
+    -------
+    float or None
+        None when the split has no held-out subjects.
+    """
+    from georecall.theory.seeds import rng as seed_rng
+    fit, test = split
+    if np.array_equal(np.sort(fit), np.sort(test)):
+        return None
+    rng = seed_rng(seed, "probes", 2000)
+    U = np.asarray(model.full_unembedding(), dtype=np.float64)
+    X = _encoding_design(model, task.table)
+    labels = [task.table[r] for r in range(task.R)]
+    hits = 0
+    for _ in range(draws):
+        E = _power.planted_states(labels, [U] * task.R, np.ones((task.N, task.R), dtype=bool), model.d, snr,
+                                  rng)
+        forward = fit_ridge_cv(X[fit], E[fit], rng=rng)
+        hits += r_squared(E[test], forward.predict(X[test])) >= threshold
+    return hits / draws
 
 
 def _with_entities(model: Model, E: np.ndarray) -> Model:
@@ -824,7 +883,7 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
 SUMMARY_FIELDS = (
     "accuracy", "forward_r2", "reverse_r2", "forward_minus_reverse", "displacement_forward_r2",
     "displacement_reverse_r2", "null_forward_r2", "forward_ceiling", "superposition_r2", "forward_alpha",
-    "probe_accuracy", "follows", "others_unchanged",
+    "probe_accuracy", "decode_power", "superposition_power", "follows", "others_unchanged",
     "selective_fraction", "gated_mass", "breadth_median", "active_fraction", "closed_form_transfer",
     "encoder_accuracy_A", "functional_zero_shot", "fitted_transfer", "chance",
 )
@@ -917,6 +976,8 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
                                 "forward_ceiling", "superposition_r2")},
         "forward_alpha": fits["fits"]["forward"]["relative_alpha"],
         "probe_accuracy": readout["probe_accuracy_mean"],
+        "decode_power": _mean_power(readout["per_relation"]),
+        "superposition_power": superposition_power(model, task, extra["split"], seed=seed),
         "follows": intervention["follows"], "others_unchanged": intervention["others_unchanged"],
         "selective_fraction": selectivity["selective_fraction"], "gated_mass": selectivity["gated_mass"],
         "breadth_median": selectivity["breadth_median"],
@@ -1146,8 +1207,8 @@ def load_hidden_states(path: str) -> dict[str, np.ndarray]:
         if not np.all(np.isfinite(vectors)):
             raise InputError("'attribute_vectors' has non-finite entries")
         if int(attributes.max()) >= vectors.shape[0]:
-            raise InputError(f"'attributes' holds id {int(attributes.max())} but 'attribute_vectors' has only "
-                             f"{vectors.shape[0]} rows (row k is the vector of id k)")
+            raise InputError(f"'attributes' holds id {int(attributes.max())} but 'attribute_vectors' has "
+                             f"only {vectors.shape[0]} rows (row k is the vector of id k)")
         out["attribute_vectors"] = vectors.astype(np.float64)
     return out
 
@@ -1211,11 +1272,12 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
     rng = _as_rng(rng)
     n, R = attributes.shape
     if not 0 < holdout < 1:
-        raise InputError(f"holdout must be in (0, 1) (the decoders are scored on held-out rows), got {holdout}")
+        raise InputError(f"holdout must be in (0, 1) (the decoders are scored on held-out rows), got "
+                         f"{holdout}")
     fit, test = _split(n, holdout, rng)
     if len(fit) < 2 or len(test) < 1:
-        raise InputError(f"the probes need at least two fit rows and one held-out row; {n} row(s) with holdout "
-                         f"{holdout} leave {len(fit)} and {len(test)}")
+        raise InputError(f"the probes need at least two fit rows and one held-out row; {n} row(s) with "
+                         f"holdout {holdout} leave {len(fit)} and {len(test)}")
     labels, vectors = [], []
     for r in range(R):
         if attribute_vectors is not None:

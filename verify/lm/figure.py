@@ -55,8 +55,9 @@ def figure(doc: dict, out: str) -> list[str]:
     told = [x for x in doc["lre"] if x["told"]]
     if told:
         lre_layers = doc["lre_layers"]
-        ax.plot(lre_layers, [np.mean([x["layers"][k]["faithful"] for x in told]) for k in range(len(lre_layers))],
-                "o-", color="tab:green", label=f"LRE faithful (mean of {len(told)} relations)")
+        ax.plot(lre_layers, [np.mean([x["layers"][k]["faithful"] for x in told])
+                             for k in range(len(lre_layers))], "o-", color="tab:green",
+                label=f"LRE faithful (mean of {len(told)} relations)")
         ax.plot(lre_layers, [np.mean([x["layers"][k]["bias_only"] for x in told])
                              for k in range(len(lre_layers))], "o:", color="tab:green", ms=3,
                 label="LRE bias alone")
@@ -87,7 +88,8 @@ def figure(doc: dict, out: str) -> list[str]:
         if not x.get("edits"):
             continue
         ds = [d for d in x["doses"] if d["dose"] != "fitted"]
-        line = ax.plot([d["dose"] for d in ds], [d["success"] for d in ds], "o-", label=f"layer {x['layer']}: -> j")
+        line = ax.plot([d["dose"] for d in ds], [d["success"] for d in ds], "o-",
+                       label=f"layer {x['layer']}: -> j")
         ax.plot([d["dose"] for d in ds], [np.nan if d["stay"] is None else d["stay"] for d in ds], "s--",
                 color=line[0].get_color(), ms=3, label=f"layer {x['layer']}: others stay")
         fit = [d for d in x["doses"] if d["dose"] == "fitted"][0]

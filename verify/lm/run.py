@@ -3,10 +3,10 @@ controls and power, and a verdict against thresholds declared before the run (``
 below are those).
 
 States (one per layer ``ℓ = 0..L``, see :mod:`.extract`; every text is read after the one-token context
-:data:`PREFIX`): the *subject state* ``h_s`` at the last token of the subject's name read alone (the same tensor
-as in every prompt that starts with the subject: the model is causal), the *prompt state* at the last subject
-token of a relation's prompt, the *final state* at the prompt's last token. A fact is **known** under a template
-when greedy decoding after the prompt produces exactly the tokens of ``" " + attribute``
+:data:`PREFIX`): the *subject state* ``h_s`` at the last token of the subject's name read alone (the same
+tensor as in every prompt that starts with the subject: the model is causal), the *prompt state* at the last
+subject token of a relation's prompt, the *final state* at the prompt's last token. A fact is **known** under
+a template when greedy decoding after the prompt produces exactly the tokens of ``" " + attribute``
 (:func:`.extract.continuation_match`). Attribute vectors ``U``: the unembedding row of the attribute's first
 token; candidates sharing a first token are one class.
 
@@ -16,26 +16,27 @@ Measured (the model's forward passes; cached with ``cache``, see :func:`measure`
 - **Logit lens** at the final token of each known fact's prompt, every layer: the model's final norm and head
   applied to the state; the share whose argmax is the attribute's first token.
 - **Activation patching**, every layer, each template: a known fact's prompt state at the last subject token
-  replaced by that of another known fact of the same relation with a different first answer token (one
-  partner each, a seeded derangement); the share whose answer becomes the partner's.
+  replaced by that of another known fact of the same relation with a different first answer token (one partner
+  each, a seeded derangement); the share whose answer becomes the partner's.
 - **LRE** (Hernandez et al. 2023) at :func:`default_lre_layers`, template ``template``, per relation with at
   least :data:`LRE_TRAIN` + :data:`LRE_MIN_TEST` known facts: ``W`` the mean over :data:`LRE_TRAIN` training
-  facts of the Jacobian of the final state (layer L, before the final norm) with respect to the prompt state at
-  layer ℓ, ``b`` the mean of ``o_i − J_i h_i``; ``LRE_β(h) = β W h + b``, decoded with the model's own norm and
-  head. Jacobian-vector products by forward differences (relative step :data:`FD_STEP`). Faithfulness: the
+  facts of the Jacobian of the final state (layer L, before the final norm) with respect to the prompt state
+  at layer ℓ, ``b`` the mean of ``o_i − J_i h_i``; ``LRE_β(h) = β W h + b``, decoded with the model's own norm
+  and head. Jacobian-vector products by forward differences (relative step :data:`FD_STEP`). Faithfulness: the
   decoded token equals the model's answer, on the held-out known facts; over the vocabulary and among the
   relation's candidate tokens; β in :data:`BETAS` (β = 0: the bias alone, the control), chosen on the training
   facts.
 - **Interventions** at :func:`default_intervene_layers`: for each known fact ``Δ ∝ A_r(U_j − U_a)`` (``A_r``
-  relation r's block of the cross-fitted superposition map, the group in which the subject was held out; ``j`` a
-  drawn other class), scaled to ``|Δ| = dose·|h|`` for each dose of :data:`DOSES` and at its own fitted size;
-  added at the subject position of the relation's prompt (success: the answer becomes ``j``) and of the
+  relation r's block of the cross-fitted superposition map, the group in which the subject was held out; ``j``
+  a drawn other class), scaled to ``|Δ| = dose·|h|`` for each dose of :data:`DOSES` and at its own fitted
+  size; added at the subject position of the relation's prompt (success: the answer becomes ``j``) and of the
   subject's other known prompts (stay: their answers do not change).
 
 Analysed (NumPy, from the measurement, :func:`analyse`): per layer and relation, decoding of the subject state
 into attribute vectors ranked among all candidates (:func:`georecall.verify.experiments.power.decode_vectors`;
-seen and unseen answers apart) with the shuffled-label and random-initialisation controls, the superposition fit,
-and the power of both (a planted positive control of the same shape, :mod:`georecall.verify.experiments.power`)."""
+seen and unseen answers apart) with the shuffled-label and random-initialisation controls, the superposition
+fit, and the power of both (a planted positive control of the same shape,
+:mod:`georecall.verify.experiments.power`)."""
 
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ __all__ = ["BETAS", "DOSES", "THRESHOLDS", "analyse", "default_intervene_layers"
            "measure", "probe_lm", "render_text", "verdict"]
 
 # Declared before the runs they judge (docs/lm.md, "Thresholds"); changing them changes the verdict only.
-# The first seven date from the first SmolLM2 run; the rest (power, known facts, LRE, patching) from issue 35's
-# rewrite, before its run.
+# The first seven date from the first SmolLM2 run; the rest (power, known facts, LRE, patching) from issue
+# 35's rewrite, before its run.
 THRESHOLDS = {
     "decode_margin": power.DECODE_MARGIN,  # accuracy - max(chance, majority, shuffled, random model)
     "encoding_share": 0.5,  # share of the relations that can be told that are decodable
@@ -66,7 +67,7 @@ THRESHOLDS = {
     "intervention_success": 0.5,  # answer becomes j
     "intervention_gain": 0.4,  # ... above how often the unedited answer is already j
     "intervention_stay": 0.8,  # the other relations' answers unchanged
-    "power_required": power.POWER_REQUIRED,  # a negative verdict needs the planted control detected this often
+    "power_required": power.POWER_REQUIRED,  # a negative verdict needs the planted control this often
     "named_snr": power.NAMED_SNR,  # ... at this planted signal-to-noise ratio (decoding)
     "superposition_snr": 3.0,  # ... and at this one (superposition: R² >= 0.5 needs SNR >= 1 even ideally)
     "told_min": 3,  # relations that can be told needed for a layer-level encoding verdict
@@ -321,7 +322,8 @@ def _measure_lre(model, prep: _Prepared, m: dict, layers, lre_layers, seed, batc
     say(f"  LRE at layers {list(lre_layers)} ({time.perf_counter() - t0:.0f} s)")
 
 
-def _measure_interventions(model, prep: _Prepared, m: dict, layers, intervene_layers, seed, batch_size) -> None:
+def _measure_interventions(model, prep: _Prepared, m: dict, layers, intervene_layers, seed,
+                           batch_size) -> None:
     from georecall.verify.lm import extract
     known = m["known0"]
     R = len(prep.facts.relations)
@@ -616,7 +618,8 @@ def verdict(doc: dict) -> dict:
     for x in doc["interventions"]:
         for d in x.get("doses", []):
             if (d["success"] >= T["intervention_success"] and d["success"] - x["already"]
-                    >= T["intervention_gain"] and d["stay"] is not None and d["stay"] >= T["intervention_stay"]):
+                    >= T["intervention_gain"] and d["stay"] is not None
+                    and d["stay"] >= T["intervention_stay"]):
                 selective.append((x["layer"], d["dose"]))
 
     def few(xs):
@@ -637,13 +640,13 @@ def verdict(doc: dict) -> dict:
         f"decodable somewhere: {few(sorted(decodable))}; not decodable with power "
         f">= {T['power_required']} at SNR {T['named_snr']:g}: {few(sorted(set(not_dec) - set(decodable)))}; "
         f"cannot tell at any layer (the planted control is not detected): {few(cannot)}",
-        f"linear relational encoding (>= {T['encoding_share']:.0%} of the relations that can be told, at least "
-        f"{T['told_min']} told): yes at layers {few(yes_layers)}; no at {few(no_layers)}; cannot tell at "
-        f"{few(ct_layers)}",
+        f"linear relational encoding (>= {T['encoding_share']:.0%} of the relations that can be told, at "
+        f"least {T['told_min']} told): yes at layers {few(yes_layers)}; no at {few(no_layers)}; cannot tell "
+        f"at {few(ct_layers)}",
     ]
     if sup_layers:
-        lines.append(f"superposition (held-out R² >= {T['superposition_r2']}, >= {T['superposition_margin']} "
-                     f"above the controls): layers {few(sup_layers)}")
+        lines.append(f"superposition (held-out R² >= {T['superposition_r2']}, >= "
+                     f"{T['superposition_margin']} above the controls): layers {few(sup_layers)}")
     elif sup_rate >= T["power_required"]:
         lines.append(f"superposition: no layer (a planted superposition at SNR {T['superposition_snr']:g} of "
                      f"this shape is detected in {sup_rate:.2f} of the draws)")
@@ -651,8 +654,8 @@ def verdict(doc: dict) -> dict:
         lines.append(f"superposition: no layer passes; cannot tell (the planted control at SNR "
                      f"{T['superposition_snr']:g} is detected in only {sup_rate:.2f} of the draws)")
     lre_told = {k: v for k, v in lre_ok.items()}
-    lines.append(f"LRE faithfulness (held-out known facts >= {T['lre_faithful']}, >= {T['lre_gain']} above the "
-                 f"bias alone): faithful at some layer in {few([k for k, v in lre_told.items() if v])} "
+    lines.append(f"LRE faithfulness (held-out known facts >= {T['lre_faithful']}, >= {T['lre_gain']} above "
+                 f"the bias alone): faithful at some layer in {few([k for k, v in lre_told.items() if v])} "
                  f"of {len(lre_told)} relations with enough known facts"
                  + (f" ({'; '.join(f'{k}: layers {few(v)}' for k, v in lre_told.items() if v)})"
                     if any(lre_told.values()) else "")
@@ -829,8 +832,9 @@ def render_text(doc: dict) -> list[str]:
                      f"{_f(x['chance'], 3):>6} {layer:>5} {_f(x['accuracy']):>4} {_f(x['accuracy_seen']):>4} "
                      f"{_f(x['accuracy_unseen']):>4} {_f(ctrl):>4} {_f(rel['power']['positive'][snr_i]):>5} "
                      f"{_f(rel['power']['negative'][snr_i]):>4}  {x['verdict']}")
-    lines.append(f"per layer: decoding mean, relations decodable / told, superposition R² (shuffled, presence "
-                 f"only, random model), logit lens and patching (share of known facts / pairs) per template")
+    lines.append("per layer: decoding mean, relations decodable / told, superposition R² (shuffled, "
+                 "presence only, random model), logit lens and patching (share of known facts / pairs) per "
+                 "template")
     for j, row in enumerate(doc["layers"]):
         per = row["per_relation"]
         s = row["superposition"]
@@ -839,22 +843,25 @@ def render_text(doc: dict) -> list[str]:
         lens = " ".join(_f(lt[j]) for lt in doc["logit_lens"])
         patch = " ".join(_f(p["moved"][j]) if p["moved"] else "—" for p in doc["patching"])
         lines.append(f"  layer {row['layer']:>2}: decode {_f(row['decode_mean'])} ({dec}/{told} of "
-                     f"{len(per)}; encoding {doc['verdict']['encoding'][str(row['layer'])]})  R² {_f(s['r2'])} "
-                     f"({_f(s['shuffled_r2'])}, {_f(s['presence_r2'])}, {_f(s.get('random_r2'))})  lens {lens}"
+                     f"{len(per)}; encoding {doc['verdict']['encoding'][str(row['layer'])]})  "
+                     f"R² {_f(s['r2'])} ({_f(s['shuffled_r2'])}, {_f(s['presence_r2'])}, "
+                     f"{_f(s.get('random_r2'))})  lens {lens}"
                      f"  patch {patch}")
     sp = doc["superposition_power"]
     lines.append("superposition power (planted, same shape): "
                  + ", ".join(f"SNR {a:g}: {_f(b)} (shuffled {_f(c)})"
                              for a, b, c in zip(sp["snrs"], sp["positive"], sp["negative"])))
     lines.append(f"LRE (template {doc['templates'][0]}, {LRE_TRAIN} training facts, β chosen on them from "
-                 f"{[b for b in doc['betas'] if b]}; held-out faithfulness vocabulary / candidates, bias alone):")
+                 f"{[b for b in doc['betas'] if b]}; held-out faithfulness vocabulary / candidates, "
+                 f"bias alone):")
     for x in doc["lre"]:
         if not x["told"]:
             lines.append(f"  {x['relation']:<26} cannot tell: {x['reason']}")
             continue
         bestl = max(x["layers"], key=lambda y: y["faithful"])
         lines.append(f"  {x['relation']:<26} {x['held_out']} held out; best layer {bestl['layer']} (β "
-                     f"{bestl['beta']:g}): {_f(bestl['faithful'])} / {_f(bestl['faithful_candidates'])}, bias "
+                     f"{bestl['beta']:g}): {_f(bestl['faithful'])} / {_f(bestl['faithful_candidates'])}, "
+                     f"bias "
                      f"{_f(bestl['bias_only'])} / {_f(bestl['bias_only_candidates'])}; per layer "
                      + " ".join(f"{y['layer']}:{_f(y['faithful'])}" for y in x["layers"]))
     for x in doc["interventions"]:
@@ -862,7 +869,8 @@ def render_text(doc: dict) -> list[str]:
             lines.append(f"interventions at layer {x['layer']}: no edit")
             continue
         lines.append(f"interventions at layer {x['layer']}: {x['edits']} edits, {x['others']} other prompts; "
-                     f"already j {_f(x['already'])}; fitted |Δ|/|h| median {_f(x['fitted_ratio_median'], 3)}; "
+                     f"already j {_f(x['already'])}; fitted |Δ|/|h| median "
+                     f"{_f(x['fitted_ratio_median'], 3)}; "
                      + "; ".join(f"dose {d['dose']}: -> j {_f(d['success'])}, changed {_f(d['changed'])}, "
                                  f"stay {_f(d['stay'])}" for d in x["doses"]))
     lines.extend("verdict: " + v for v in doc["verdict"]["lines"])

@@ -523,3 +523,21 @@ def test_probe_lm_command_on_a_tiny_model_folder(tiny, tmp_path, capsys, monkeyp
     assert main(argv + ["--max-gib", "0.001"]) == 2  # over the budget: refused before loading
     assert main(["probe-lm", "--model", str(tmp_path / "none"), "--quiet"]) == 2
     assert main(argv[:-2] + ["--cache", str(tmp_path), "--quiet"]) == 2  # a folder is no cache file
+
+
+def test_known_fact_probes_run_when_facts_are_known(tiny, monkeypatch):
+    """The tiny model knows no fact; with every fact declared known the patching, LRE and intervention paths
+    produce one entry per pair, relation and edit (their values are the random model's)."""
+    monkeypatch.setattr(extract, "continuation_match",
+                        lambda model, tok, prompts, conts, batch_size=32: (np.ones(len(prompts), bool),
+                                                                           np.ones(len(prompts), int)))
+    monkeypatch.setattr(run, "POWER_DRAWS", 1)
+    doc = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=0,
+                       random_control=False)
+    assert [p["pairs"] for p in doc["patching"]] == [16, 16]  # distinct first tokens: everyone has a partner
+    assert doc["patching"][0]["layers"] == [0, 1, 2] and doc["patching"][1]["layers"] == [1]
+    assert all(x["told"] and x["held_out"] == 3 for x in doc["lre"])  # 8 known: 5 fit, 3 held out
+    assert [len(x["layers"][0]["sweep"]) for x in doc["lre"]] == [len(run.BETAS)] * 2
+    (inter,) = doc["interventions"]
+    assert inter["edits"] == 16 and inter["others"] == 16 and len(inter["doses"]) == len(run.DOSES) + 1
+    assert all(v is not None for v in doc["logit_lens"][0])

@@ -50,7 +50,7 @@ def figure(doc: dict, out: str) -> list[str]:
         lens = [np.nan if v is None else v for v in doc["logit_lens"][t]]
         ax.plot(layers, lens, styles[t], color="tab:blue", label=f"logit lens, template {tm}")
         if doc["patching"][t]["moved"]:
-            ax.plot(layers, doc["patching"][t]["moved"], styles[t], color="tab:red",
+            ax.plot(doc["patching"][t]["layers"], doc["patching"][t]["moved"], styles[t], color="tab:red",
                     label=f"patching moves the answer, template {tm}")
     told = [x for x in doc["lre"] if x["told"]]
     if told:

@@ -234,35 +234,51 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
     for r in range(len(facts.relations)):
         m[f"U{r}"] = Uw[prep.classes[r]].astype(np.float64)
     answers_tpl = [(" " + a) for _i, _r, a in prep.fact_list]
+    nf = len(prep.fact_list)
     for t, _tm in enumerate(tmpls):
-        m[f"prompt{t}"], m[f"answers{t}"] = extract.run(model, prep.prompts[t], layers, batch_size=batch_size)
-        last = extract.subset(prep.prompts[t], np.arange(len(prep.fact_list)),
-                              prep.prompts[t].last.numpy())
-        final, _ = extract.run(model, last, layers, batch_size=batch_size)
-        m[f"lens{t}"] = extract.lens(model, final)
-        if t == 0:
-            m["final0"] = final[:, -1] if layers[-1] == L else extract.run(model, last, [L])[0][:, 0]
         m[f"known{t}"], m[f"object_tokens{t}"] = extract.continuation_match(
             model, loaded.tokenizer, prep.prompt_texts[t], answers_tpl, batch_size=batch_size)
-        say(f"  template {t}: {int(m[f'known{t}'].sum())} of {len(prep.fact_list)} facts known "
-            f"({time.perf_counter() - t0:.0f} s)")
-    # activation patching, every layer, each template
+        kn = np.flatnonzero(m[f"known{t}"])
+        # template 0: every prompt (the model's own first-token answers); later templates: the known ones only
+        rows = np.arange(nf) if t == 0 else kn
+        states = np.zeros((nf, len(layers), m["width"]), dtype=np.float32)
+        answers = -np.ones(nf, dtype=np.int64)
+        if rows.size:
+            states[rows], answers[rows] = extract.run(model, extract.subset(prep.prompts[t], rows), layers,
+                                                      batch_size=batch_size)
+        m[f"prompt{t}"], m[f"answers{t}"] = states, answers
+        # the final token's states, for the logit lens (and LRE's base outputs): known facts only
+        m[f"lens{t}"] = -np.ones((nf, len(layers)), dtype=np.int64)
+        if t == 0:
+            m["final0"] = np.zeros((nf, m["width"]), dtype=np.float32)
+        if kn.size:
+            last = extract.subset(prep.prompts[t], kn, prep.prompts[t].last.numpy()[kn])
+            final, _ = extract.run(model, last, sorted(set(layers) | {L}), batch_size=batch_size)
+            at = sorted(set(layers) | {L})
+            m[f"lens{t}"][kn] = extract.lens(model, final[:, [at.index(x) for x in layers]])
+            if t == 0:
+                m["final0"][kn] = final[:, at.index(L)]
+        say(f"  template {t}: {kn.size} of {nf} facts known ({time.perf_counter() - t0:.0f} s)")
+    # activation patching: every probed layer for the first template, the LRE layers for the others
     for t, _tm in enumerate(tmpls):
         known = m[f"known{t}"]
-        partner = -np.ones(len(prep.fact_list), dtype=np.int64)
+        partner = -np.ones(nf, dtype=np.int64)
         for r in range(len(facts.relations)):
             kr = np.flatnonzero(known & (prep.fact_rel == r))
             partner[kr] = _derangement_pairs(kr, prep.fact_token, _rng(seed, "lm-patch", t, r))
         src = np.flatnonzero(partner >= 0)
         m[f"patch_src{t}"], m[f"patch_dst{t}"] = src, partner[src]
-        out = np.zeros((src.size, len(layers)), dtype=np.int64)
+        p_layers = list(layers) if t == 0 else [x for x in layers if x in lre_layers]
+        m[f"patch_layers{t}"] = np.array(p_layers, dtype=np.int64)
+        out = np.zeros((src.size, len(p_layers)), dtype=np.int64)
         if src.size:
             sub = extract.subset(prep.prompts[t], src)
-            for j, layer in enumerate(layers):
+            for q, layer in enumerate(p_layers):
+                j = layers.index(layer)
                 delta = m[f"prompt{t}"][partner[src], j] - m[f"prompt{t}"][src, j]
-                _, out[:, j] = extract.run(model, sub, [], edits={layer: delta}, batch_size=batch_size)
+                _, out[:, q] = extract.run(model, sub, [], edits={layer: delta}, batch_size=batch_size)
         m[f"patched{t}"] = out
-        say(f"  patching, template {t}: {src.size} pairs at {len(layers)} layers "
+        say(f"  patching, template {t}: {src.size} pairs at {len(p_layers)} layers "
             f"({time.perf_counter() - t0:.0f} s)")
     _measure_lre(model, prep, m, layers, lre_layers, seed, batch_size, say, t0)
     _measure_interventions(model, prep, m, layers, intervene_layers, seed, batch_size)
@@ -271,7 +287,6 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
         from georecall.verify.lm.loader import random_like
         twin = random_like(loaded, seed)
         m["alone_random"], _ = extract.run(twin.model, prep.alone, layers, batch_size=batch_size)
-        _, m["answers_random"] = extract.run(twin.model, prep.prompts[0], [], batch_size=batch_size)
         del twin
         say(f"  random-init twin ({time.perf_counter() - t0:.0f} s)")
     m["measure_seconds"] = time.perf_counter() - t0
@@ -470,6 +485,7 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
         known = m[f"known{t}"]
         lens.append([_frac(m[f"lens{t}"][known, j] == prep.fact_token[known]) for j in range(len(layers))])
         src, dst = m[f"patch_src{t}"], m[f"patch_dst{t}"]
+        p_layers = [int(x) for x in m[f"patch_layers{t}"]]
         moved = m[f"patched{t}"] == prep.fact_token[dst][:, None]
         stayed = m[f"patched{t}"] == prep.fact_token[src][:, None]
         per_rel = {}
@@ -477,7 +493,8 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
             sel = prep.fact_rel[src] == r
             if sel.any():
                 per_rel[rel.name] = {"pairs": int(sel.sum()), "moved": moved[sel].mean(axis=0).tolist()}
-        patch.append({"pairs": int(src.size), "moved": moved.mean(axis=0).tolist() if src.size else [],
+        patch.append({"pairs": int(src.size), "layers": p_layers,
+                      "moved": moved.mean(axis=0).tolist() if src.size else [],
                       "kept": stayed.mean(axis=0).tolist() if src.size else [], "per_relation": per_rel})
     lre = _lre_rows(m, prep, facts)
     inter = _intervention_rows(m, prep, facts)
@@ -611,8 +628,7 @@ def verdict(doc: dict) -> dict:
         if x["told"]:
             lre_ok[x["relation"]] = [y["layer"] for y in x["layers"] if y["faithful"] >= T["lre_faithful"]
                                      and y["faithful"] >= y["bias_only"] + T["lre_gain"]]
-    layers = doc["layer_list"]
-    patch_layers = [[layers[j] for j, v in enumerate(p["moved"]) if v >= T["patch_moved"]]
+    patch_layers = [[p["layers"][j] for j, v in enumerate(p["moved"]) if v >= T["patch_moved"]]
                     for p in doc["patching"]]
     selective = []
     for x in doc["interventions"]:
@@ -841,7 +857,8 @@ def render_text(doc: dict) -> list[str]:
         told = sum(x["verdict"] != "cannot tell" for x in per)
         dec = sum(x["verdict"] == "decodable" for x in per)
         lens = " ".join(_f(lt[j]) for lt in doc["logit_lens"])
-        patch = " ".join(_f(p["moved"][j]) if p["moved"] else "—" for p in doc["patching"])
+        patch = " ".join(_f(p["moved"][p["layers"].index(row["layer"])])
+                         if p["moved"] and row["layer"] in p["layers"] else "—" for p in doc["patching"])
         lines.append(f"  layer {row['layer']:>2}: decode {_f(row['decode_mean'])} ({dec}/{told} of "
                      f"{len(per)}; encoding {doc['verdict']['encoding'][str(row['layer'])]})  "
                      f"R² {_f(s['r2'])} ({_f(s['shuffled_r2'])}, {_f(s['presence_r2'])}, "

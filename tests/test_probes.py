@@ -452,11 +452,13 @@ def test_planted_mechanism_is_detected_and_its_shuffled_control_is_not():
     rng = np.random.default_rng(0)
     labels, vectors, present = _shape(rng)
     groups = [probes_folds(120, 5, rng)] * 2
-    result = power.decode_power(labels, vectors, present, 40, groups, rng=rng, snrs=(0.01, 10.0), draws=5)
+    result = power.decode_power(labels, vectors, present, 40, groups, rng=rng, snrs=(0.01, 10.0), draws=5,
+                                negative_snr=10.0)
     for entry in result:
         assert entry["positive"][1] >= 0.9  # planted at SNR 10: found
         assert entry["negative"][1] <= 0.2  # the same states, labels shuffled: not found
         assert entry["positive"][0] <= 0.2  # planted at SNR 0.01: drowned
+        assert entry["negative"][0] is None  # the negative control ran at the SNR asked only
 
 
 def probes_folds(n, k, rng):

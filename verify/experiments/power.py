@@ -158,7 +158,7 @@ def planted_states(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], 
 def decode_power(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], present: np.ndarray, p: int,
                  groups_of: Sequence[Sequence[np.ndarray]], *, rng: np.random.Generator,
                  snrs: Sequence[float] = SNRS, draws: int = DRAWS, margin: float = DECODE_MARGIN,
-                 predict: Callable | None = None) -> list[dict]:
+                 predict: Callable | None = None, negative_snr: float | None = NAMED_SNR) -> list[dict]:
     """Per relation, how often :func:`decode_vectors` detects a planted mechanism of the real run's shape.
 
     Parameters
@@ -178,11 +178,15 @@ def decode_power(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], pr
         The decode rule's margin (:func:`detected`).
     predict : callable, optional
         The real run's ridge rule (:func:`decode_vectors`).
+    negative_snr : float or None
+        The SNR at which the negative control runs (default :data:`NAMED_SNR`, if among ``snrs``; None: at
+        every SNR).
 
     Returns
     -------
     list of dict, one per relation
-        ``snrs``, ``positive`` (detection rate per SNR), ``negative`` (the same with permuted labels),
+        ``snrs``, ``positive`` (detection rate per SNR), ``negative`` (the same with permuted labels; None at
+        an SNR where it did not run),
         ``accuracy_unseen`` (mean planted accuracy on unseen answers per SNR; None without unseen rows),
         ``draws``.
     """
@@ -200,10 +204,13 @@ def decode_power(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], pr
                 pos[r, k] += detected(res, margin)
                 if res["accuracy_unseen"] is not None:
                     uns[r][k].append(res["accuracy_unseen"])
-                shuffled = decode_vectors(H[rows], lab[rng.permutation(lab.size)], vectors[r], groups_of[r],
-                                          rng=rng, predict=predict)
-                neg[r, k] += detected(shuffled, margin)
-    return [{"snrs": list(snrs), "positive": (pos[r] / draws).tolist(), "negative": (neg[r] / draws).tolist(),
+                if snr == negative_snr or negative_snr is None:
+                    shuffled = decode_vectors(H[rows], lab[rng.permutation(lab.size)], vectors[r],
+                                              groups_of[r], rng=rng, predict=predict)
+                    neg[r, k] += detected(shuffled, margin)
+    ran = [negative_snr is None or snr == negative_snr for snr in snrs]
+    return [{"snrs": list(snrs), "positive": (pos[r] / draws).tolist(),
+             "negative": [float(v) / draws if on else None for v, on in zip(neg[r], ran)],
              "accuracy_unseen": [float(np.mean(u)) if u else None for u in uns[r]], "draws": int(draws)}
             for r in range(R)]
 

@@ -73,8 +73,9 @@ def figure(doc: dict, out: str) -> list[str]:
     for x in doc["relations"]:
         pw = x["power"]
         ax.plot(pw["snrs"], pw["positive"], "-", lw=1, alpha=0.8, label=x["relation"])
-    ax.plot(doc["snrs"], np.mean([x["power"]["negative"] for x in doc["relations"]], axis=0), "k--", lw=1.5,
-            label="shuffled labels (mean)")
+    neg = [(snr, np.mean([x["power"]["negative"][k] for x in doc["relations"]]))
+           for k, snr in enumerate(doc["snrs"]) if doc["relations"][0]["power"]["negative"][k] is not None]
+    ax.plot([a for a, _ in neg], [b for _, b in neg], "kX", ms=9, label="shuffled labels (mean)")
     ax.axhline(T["power_required"], color="k", lw=0.6, ls=":")
     ax.axvline(T["named_snr"], color="k", lw=0.6, ls=":")
     ax.set_xscale("log")

@@ -516,6 +516,11 @@ def test_probe_lm_command_on_a_tiny_model_folder(tiny, tmp_path, capsys, monkeyp
     assert err == "" and doc["seed"] == 3 and doc["status"] == 0 and len(doc["layers"]) == 3
     assert "memory" in doc and doc["memory"]["total_gib"] > 0 and os.path.isfile(tmp_path / "c.npz")
     assert not doc["cached"]
+    assert main(argv + ["--json"]) == 0  # the cache matches: tokenizer and configuration only, no weights
+    again = json.loads(capsys.readouterr().out)
+    assert again["cached"] and again["verdict"] == doc["verdict"]
+    assert main(argv[:-4] + ["--seed", "4", "--cache", str(tmp_path / "c"), "--json"]) == 0  # no match
+    assert not json.loads(capsys.readouterr().out)["cached"]
     assert main(argv + ["--quiet"]) == 0
     out, err = capsys.readouterr()
     assert err == "" and any(line.startswith("verdict: ") for line in out.splitlines())

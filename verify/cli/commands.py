@@ -1248,8 +1248,11 @@ def run_probe_lm(p: ProbeLmParams) -> dict:
     if not p.progress:
         loader.quiet()
     loader.set_threads(p.threads)
-    loaded = loader.load_model(p.model)
-    L, width = int(loaded.model.config.num_hidden_layers), int(loaded.model.config.hidden_size)
+    # with a cache file the weights may not be needed: tokenizer and configuration first (probe_lm loads the
+    # weights when the cache does not match)
+    loaded = loader.load_light(p.model) if cache and os.path.isfile(cache) else loader.load_model(p.model)
+    config = loaded.model.config if loaded.model is not None else loaded.config
+    L, width = int(config.num_hidden_layers), int(config.hidden_size)
     n_seq = len(facts.subjects) + 3 * lmrun.TEMPLATES * len(facts.facts())
     est.add("states (subjects, prompts per template, final tokens; every layer), the superposition fits and "
             "the LRE products",

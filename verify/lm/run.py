@@ -729,7 +729,8 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     Parameters
     ----------
     loaded : LoadedModel
-        The model and tokenizer (:func:`.loader.load_model`).
+        The model and tokenizer (:func:`.loader.load_model`), or a light load (:func:`.loader.load_light`:
+        the weights are loaded only when the cache cannot be used).
     facts : Facts
         The facts (:func:`.facts.load_facts`).
     layers : sequence of int, optional
@@ -764,8 +765,8 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
         :data:`FOLDS`, or an attribute that tokenizes to nothing.
     """
     say = progress or (lambda _m: None)
-    model = loaded.model
-    L = int(model.config.num_hidden_layers)
+    config = loaded.model.config if loaded.model is not None else loaded.config
+    L = int(config.num_hidden_layers)
     layers = list(range(L + 1)) if layers is None else sorted(set(int(x) for x in layers))
     bad = [x for x in layers if not 0 <= x <= L]
     if bad:
@@ -788,10 +789,12 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     m = _load_cache(cache, key) if cache else None
     cached = m is not None
     prep = _Prepared(loaded.tokenizer, facts, [template + k for k in range(TEMPLATES)])
-    say(f"probe-lm: {loaded.description}, {L} layers, width {model.config.hidden_size}; "
+    say(f"probe-lm: {loaded.description}, {L} layers, width {config.hidden_size}; "
         f"{len(facts.subjects)} subjects, {len(facts.relations)} relations, {len(prep.fact_list)} facts"
         + ("; measurement read from the cache" if cached else ""))
     if m is None:
+        if loaded.model is None:  # a light load (loader.load_light) and no usable cache: the weights now
+            loaded = loaded.full()
         m = measure(loaded, facts, layers=layers, lre_layers=lre_layers, intervene_layers=intervene_layers,
                     template=template, seed=seed, random_control=random_control, batch_size=batch_size,
                     say=say)

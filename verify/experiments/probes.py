@@ -1293,8 +1293,8 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
     per_relation = []
     for r in range(R):
         res = power.decode_vectors(states, labels[r], vectors[r], groups, rng=rng, predict=_ridge_predict)
-        shuffled = power.decode_vectors(states, labels[r][rng.permutation(n)], vectors[r], groups, rng=rng,
-                                        predict=_ridge_predict)
+        permuted = labels[r][np.asarray(rng.permutation(n))]  # type: ignore[union-attr]
+        shuffled = power.decode_vectors(states, permuted, vectors[r], groups, rng=rng, predict=_ridge_predict)
         passed = res["accuracy"] >= max(res["chance"], res["majority"], shuffled["accuracy"]) + \
             power.DECODE_MARGIN
         word, why = power.verdict_word(bool(passed), pw[r], unseen=res["unseen"], n=res["n"])

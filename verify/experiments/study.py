@@ -993,17 +993,18 @@ def regime_verdicts(claims_per_seed: list[dict], powers: list[float | None] | No
         ``{claim: {"met", "n", "verdict"}}`` over :data:`CLAIMS` (``superposition`` also ``power``, the
         smallest per-seed power, when given).
     """
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for claim in CLAIMS:
         met = sum(bool(c.get(claim)) for c in claims_per_seed)
         n = len(claims_per_seed)
         out[claim] = {"met": met, "n": n,
                       "verdict": "holds" if n and met == n else ("partly" if met else "fails")}
     if powers is not None:
-        known = [p for p in powers if p is not None]
-        entry = out["superposition"]
-        entry["power"] = min(known) if len(known) == len(powers) and known else None
-        if entry["verdict"] == "fails" and (entry["power"] is None or entry["power"] < POWER_REQUIRED):
+        known = [float(p) for p in powers if p is not None]
+        weakest = min(known) if len(known) == len(powers) and known else None
+        entry: dict[str, Any] = out["superposition"]
+        entry["power"] = weakest
+        if entry["verdict"] == "fails" and (weakest is None or weakest < POWER_REQUIRED):
             entry["verdict"] = "cannot tell"
     return out
 

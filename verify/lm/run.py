@@ -603,7 +603,10 @@ def verdict(doc: dict) -> dict:
         ``selective_layers`` and ``lines`` (the verdict sentences).
     """
     T = doc["thresholds"]
-    enc, decodable, told_by_rel, not_dec = {}, {}, {}, {}
+    enc: dict = {}
+    decodable: dict[str, list[int]] = {}
+    told_by_rel: dict = {}
+    not_dec: dict[str, list[int]] = {}
     for row in doc["layers"]:
         told = [x for x in row["per_relation"] if x["verdict"] != "cannot tell"]
         yes = [x for x in row["per_relation"] if x["verdict"] == "decodable"]
@@ -716,8 +719,9 @@ def _save_cache(path: str, key: str, m: dict) -> None:
     from georecall.io import atomic_write
     arrays = {k: v for k, v in m.items() if isinstance(v, np.ndarray)}
     meta = {k: v for k, v in m.items() if not isinstance(v, np.ndarray)}
-    atomic_write(path, lambda f: np.savez_compressed(f, key=np.array(key), meta=np.array(json.dumps(meta)),
-                                                     **arrays))
+    arrays["key"] = np.array(key)
+    arrays["meta"] = np.array(json.dumps(meta))
+    atomic_write(path, lambda f: np.savez_compressed(f, **arrays))  # type: ignore[arg-type]
 
 
 def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
@@ -836,7 +840,7 @@ def render_text(doc: dict) -> list[str]:
              "decoding: subject state -> attribute vector (ridge), ranked by cosine among all candidates; "
              f"power = detection rate of a planted mechanism of the same shape at SNR {T['named_snr']:g} "
              f"({doc['draws']} draws; negative control: the same with shuffled labels)"]
-    best = {}
+    best: dict[str, tuple] = {}
     for row in doc["layers"]:
         for x in row["per_relation"]:
             if x["relation"] not in best or x["accuracy"] > best[x["relation"]][1]["accuracy"]:

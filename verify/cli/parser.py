@@ -763,8 +763,8 @@ def _add_probe_lm(sub: _Subparsers) -> None:
     p.add_argument("--threads", type=_whole(1, 1024), default=1,
                    help="torch threads (default 1: on a shared machine one thread was 5x faster than two)")
     p.add_argument("--figures", default=None, metavar="DIR",
-                   help="write lm_layers.{png,svg} and lm_power.{png,svg} here (matplotlib: in the lm "
-                   "and plot extras)")
+                   help="write lm_layers.{png,svg} here (lens, patching, LRE; power; dose-response; "
+                   "matplotlib: in the lm and plot extras)")
     p.set_defaults(command="probe-lm")
 
 

@@ -360,57 +360,189 @@ def _tiny_facts():
                      for c, lang in zip(cities, langs)]})
 
 
-def test_probe_lm_end_to_end_on_the_tiny_model(tiny):
-    doc = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], seed=0)
-    assert [row["layer"] for row in doc["layers"]] == [0, 1, 2]
-    assert len(doc["random_layers"]) == 3 and doc["interventions"][0]["edits"] == 16
-    assert doc["interventions"][0]["others"] == 16  # each edit also lands in the subject's other prompt
+@pytest.fixture(scope="module")
+def tiny_doc(tiny, tmp_path_factory):
+    """One probe-lm run on the tiny model (3 plantings per SNR), its cache, and the rerun from the cache."""
+    old = run.POWER_DRAWS
+    run.POWER_DRAWS = 3
+    try:
+        cache = str(tmp_path_factory.mktemp("cache") / "m.npz")
+        doc = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=0, cache=cache)
+        again = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=0, cache=cache)
+        other = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=1, cache=cache)
+    finally:
+        run.POWER_DRAWS = old
+    return doc, again, other
+
+
+def test_probe_lm_end_to_end_on_the_tiny_model(tiny, tiny_doc):
+    doc, again, other = tiny_doc
+    assert [row["layer"] for row in doc["layers"]] == [0, 1, 2] and doc["templates"] == [0, 1]
+    for rel in doc["relations"]:
+        assert rel["facts"] == 8 and len(rel["known"]) == 2 and rel["power"]["draws"] == 3
+        assert rel["power"]["snrs"] == list(run.power.SNRS)
+    for row in doc["layers"]:
+        for x in row["per_relation"]:
+            # distinct answers under 5-fold cross-fitting: every held-out answer is unseen
+            assert x["unseen"] == x["n"] == 8
+            assert x["verdict"] in ("decodable", "not decodable", "cannot tell")
     text = "\n".join(run.render_text(doc))
-    assert text.count("verdict: ") == 4
+    assert "verdict: known facts" in text and "superposition power" in text
     from georecall.verify.cli.render import to_json
-    json.loads(to_json({"command": "probe-lm", **{k: v for k, v in doc.items() if k != "x"}}))
+    json.loads(to_json({"command": "probe-lm", **doc}))
+    assert not doc["cached"] and again["cached"] and not other["cached"]  # the key holds the seed
+    strip = ("cached", "seconds", "analysis_seconds", "measure_seconds")
+    assert ({k: v for k, v in again.items() if k not in strip}
+            == {k: v for k, v in doc.items() if k not in strip})
     with pytest.raises(InputError, match="layers 0..2"):
         run.probe_lm(tiny, _tiny_facts(), layers=[3])
     with pytest.raises(InputError, match="not among the probed"):
         run.probe_lm(tiny, _tiny_facts(), layers=[0, 1], intervene_layers=[2])
+    with pytest.raises(InputError, match="--lre-layers"):
+        run.probe_lm(tiny, _tiny_facts(), layers=[0, 1], intervene_layers=[1], lre_layers=[2])
 
 
-def test_verdict_follows_the_declared_thresholds():
-    row = {"layer": 3, "r2_u": 0.9, "r2_h": 0.1, "presence_r2": 0.2, "r2_shuffled": 0.3,
-           "per_relation": [{"relation": "a", "alone": 0.9, "chance": 0.1, "majority": 0.3, "shuffled": 0.2},
-                            {"relation": "b", "alone": 0.4, "chance": 0.1, "majority": 0.3, "shuffled": 0.2}]}
-    inter = {"layer": 3, "edits": 10, "success": 0.9, "already": 0.0, "stay": 0.9}
-    doc = {"layers": [row], "interventions": [inter], "intervene_layers": [3],
-           "relations": [{"relation": "a", "model_accuracy": 1.0}, {"relation": "b", "model_accuracy": 0.0}]}
+def test_continuation_match_is_greedy_decoding(tiny):
+    """Teacher-forced argmax equals greedy generation: the model's own continuation matches, a changed one
+    not."""
+    prompts = ["The capital of Peru is", "Oslo is in", "Rome has"]
+    hits = 0
+    for prompt in prompts:
+        ids = tiny.tokenizer(prompt, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            gen = tiny.model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)
+        gen = gen[0, ids.shape[1]:]
+        text = "".join(tiny.tokenizer.convert_ids_to_tokens(gen.tolist()))  # this tokenizer has no decoder
+        if tiny.tokenizer(prompt + text)["input_ids"] != ids[0].tolist() + gen.tolist():
+            continue  # the continuation does not tokenize back to itself
+        hits += 1
+        matched, lengths = extract.continuation_match(tiny.model, tiny.tokenizer, [prompt, prompt],
+                                                      [text, text[:-1] + ("b" if text[-1] != "b" else "c")])
+        assert matched.tolist() == [True, False] and lengths[0] == 3
+    assert hits >= 1
+
+
+def test_logit_lens_at_the_last_layer_is_the_models_answer(tiny):
+    b = extract.encode(tiny.tokenizer, ["The capital of Peru is", "Oslo is in"])
+    L = tiny.model.config.num_hidden_layers
+    states, answers = extract.run(tiny.model, b, [L])
+    assert np.array_equal(extract.lens(tiny.model, states[:, 0]), answers)
+    within = extract.lens_within(tiny.model, states[:, 0], np.array([answers[0], answers[1], 5]))
+    assert np.array_equal(within, answers)
+
+
+def test_an_edit_elsewhere_is_read_where_it_lands(tiny):
+    """edit_positions: an edit at the last token leaves the subject position's states alone (causal) and is
+    read at the last token exactly as h + Δ."""
+    b = extract.encode(tiny.tokenizer, ["The capital of Peru is", "Oslo is in"], [(15, 19), (0, 4)])
+    last = b.last.numpy()
+    delta = np.random.default_rng(0).normal(size=(2, 32)).astype(np.float32)
+    ref, _ = extract.run(tiny.model, b, [0, 1, 2])
+    at_subject, _ = extract.run(tiny.model, b, [0, 1, 2], edits={1: delta}, edit_positions=last)
+    assert np.array_equal(at_subject, ref)
+    lb = extract.subset(b, [0, 1], last)
+    ref_last, _ = extract.run(tiny.model, lb, [1])
+    edited, _ = extract.run(tiny.model, lb, [1], edits={1: delta}, edit_positions=last)
+    assert np.allclose(edited[:, 0], ref_last[:, 0] + delta, atol=1e-6)
+
+
+def _verdict_doc(tiny_doc):
+    doc = copy.deepcopy(tiny_doc[0])
+    doc.pop("verdict")
+    return doc
+
+
+def test_verdict_encoding_needs_told_relations(tiny_doc):
+    doc = _verdict_doc(tiny_doc)
+    row = doc["layers"][0]
+    for x in row["per_relation"]:
+        x["verdict"] = "cannot tell"
+    assert run.verdict(doc)["encoding"]["0"] == "cannot tell"
+    row["per_relation"] = [dict(row["per_relation"][0], relation=f"r{k}", verdict="not decodable")
+                           for k in range(3)]
+    assert run.verdict(doc)["encoding"]["0"] == "no"  # three told, none decodable
+    row["per_relation"][0]["verdict"] = row["per_relation"][1]["verdict"] = "decodable"
     v = run.verdict(doc)
-    assert v["encoding_layers"] == [3] and v["decodable"]["3"] == ["a"]
-    assert v["superposition_layers"] == [3] and v["selective_layers"] == [3]
-    broken = copy.deepcopy(doc)  # a failing input for each rule
-    broken["layers"][0]["per_relation"][0]["shuffled"] = 0.8
-    broken["layers"][0]["r2_shuffled"] = 0.85
-    broken["interventions"][0]["stay"] = 0.5
-    v = run.verdict(broken)
-    assert v["encoding_layers"] == [] and v["superposition_layers"] == [] and v["selective_layers"] == []
+    assert v["encoding"]["0"] == "yes" and v["decodable"] == {"r0": [0], "r1": [0]}
 
 
-def test_probe_lm_command_on_a_tiny_model_folder(tiny, tmp_path, capsys):
+def test_verdict_superposition_negative_only_with_power(tiny_doc):
+    doc = _verdict_doc(tiny_doc)
+    sp = doc["superposition_power"]
+    k = sp["snrs"].index(doc["thresholds"]["superposition_snr"])
+    sp["positive"][k] = 0.5
+    lines = run.verdict(doc)["lines"]
+    assert any("cannot tell" in line for line in lines if line.startswith("superposition"))
+    sp["positive"][k] = 1.0
+    assert any("no layer (a planted" in line for line in run.verdict(doc)["lines"])
+    s = doc["layers"][1]["superposition"]
+    s.update(r2=0.9, presence_r2=0.1, shuffled_r2=0.2, random_r2=0.0)
+    assert run.verdict(doc)["superposition_layers"] == [1]
+    s["shuffled_r2"] = 0.85  # broken: the shuffled control explains as much
+    assert run.verdict(doc)["superposition_layers"] == []
+
+
+def test_verdict_lre_patching_and_interventions_follow_their_thresholds(tiny_doc):
+    doc = _verdict_doc(tiny_doc)
+    doc["lre"] = [{"relation": "a", "told": True, "known": 9, "held_out": 4, "train": 5,
+                   "layers": [{"layer": 1, "beta": 1.0, "faithful": 0.75, "faithful_candidates": 1.0,
+                               "bias_only": 0.25, "bias_only_candidates": 0.25, "sweep": [0.25] * 5}]}]
+    doc["patching"][0]["moved"] = [0.0, 0.9, 0.2]
+    doc["interventions"] = [{"layer": 1, "edits": 10, "others": 5, "already": 0.0, "fitted_ratio_median": 0.1,
+                             "doses": [{"dose": 4.0, "success": 0.9, "changed": 1.0, "stay": 0.9}]}]
+    v = run.verdict(doc)
+    assert v["lre_faithful"] == {"a": [1]} and v["patch_layers"][0] == [1] and v["selective"] == [[1, 4.0]]
+    doc["lre"][0]["layers"][0]["bias_only"] = 0.7  # broken: the bias alone is as faithful
+    doc["patching"][0]["moved"] = [0.0, 0.4, 0.2]
+    doc["interventions"][0]["doses"][0]["stay"] = 0.5
+    v = run.verdict(doc)
+    assert v["lre_faithful"] == {"a": []} and v["patch_layers"][0] == [] and v["selective"] == []
+
+
+def test_probe_lm_command_on_a_tiny_model_folder(tiny, tmp_path, capsys, monkeypatch):
     from georecall.verify.cli import main
+    monkeypatch.setattr(run, "POWER_DRAWS", 2)
     folder = tmp_path / "m"
     tiny.model.save_pretrained(folder)
     tiny.tokenizer.save_pretrained(folder)
     facts = tmp_path / "facts.json"
     facts.write_text(json.dumps(_tiny_facts().to_json()))
     argv = ["probe-lm", "--model", str(folder), "--facts", str(facts), "--layers", "0", "1", "2",
-            "--intervene-layers", "1", "--seed", "3"]
+            "--intervene-layers", "1", "--lre-layers", "1", "--seed", "3", "--cache", str(tmp_path / "c")]
     capsys.readouterr()
     assert main(argv + ["--json"]) == 0
     out, err = capsys.readouterr()
     doc = json.loads(out)
     assert err == "" and doc["seed"] == 3 and doc["status"] == 0 and len(doc["layers"]) == 3
-    assert "memory" in doc and doc["memory"]["total_gib"] > 0
+    assert "memory" in doc and doc["memory"]["total_gib"] > 0 and os.path.isfile(tmp_path / "c.npz")
+    assert not doc["cached"]
+    assert main(argv + ["--json"]) == 0  # the cache matches: tokenizer and configuration only, no weights
+    again = json.loads(capsys.readouterr().out)
+    assert again["cached"] and again["verdict"] == doc["verdict"]
+    assert main(argv[:-4] + ["--seed", "4", "--cache", str(tmp_path / "c"), "--json"]) == 0  # no match
+    assert not json.loads(capsys.readouterr().out)["cached"]
     assert main(argv + ["--quiet"]) == 0
     out, err = capsys.readouterr()
-    assert err == "" and sum(line.startswith("verdict: ") for line in out.splitlines()) == 4
+    assert err == "" and any(line.startswith("verdict: ") for line in out.splitlines())
     assert main(argv) == 0 and "probe-lm:" in capsys.readouterr().err  # progress on stderr
     assert main(argv + ["--max-gib", "0.001"]) == 2  # over the budget: refused before loading
     assert main(["probe-lm", "--model", str(tmp_path / "none"), "--quiet"]) == 2
+    assert main(argv[:-2] + ["--cache", str(tmp_path), "--quiet"]) == 2  # a folder is no cache file
+
+
+def test_known_fact_probes_run_when_facts_are_known(tiny, monkeypatch):
+    """The tiny model knows no fact; with every fact declared known the patching, LRE and intervention paths
+    produce one entry per pair, relation and edit (their values are the random model's)."""
+    monkeypatch.setattr(extract, "continuation_match",
+                        lambda model, tok, prompts, conts, batch_size=32: (np.ones(len(prompts), bool),
+                                                                           np.ones(len(prompts), int)))
+    monkeypatch.setattr(run, "POWER_DRAWS", 1)
+    doc = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=0,
+                       random_control=False)
+    assert [p["pairs"] for p in doc["patching"]] == [16, 16]  # distinct first tokens: everyone has a partner
+    assert doc["patching"][0]["layers"] == [0, 1, 2] and doc["patching"][1]["layers"] == [1]
+    assert all(x["told"] and x["held_out"] == 3 for x in doc["lre"])  # 8 known: 5 fit, 3 held out
+    assert [len(x["layers"][0]["sweep"]) for x in doc["lre"]] == [len(run.BETAS)] * 2
+    (inter,) = doc["interventions"]
+    assert inter["edits"] == 16 and inter["others"] == 16 and len(inter["doses"]) == len(run.DOSES) + 1
+    assert all(v is not None for v in doc["logit_lens"][0])

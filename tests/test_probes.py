@@ -440,3 +440,157 @@ def test_the_forward_probe_meets_the_threshold_at_d_256_where_ols_would_fail(mon
     monkeypatch.setattr(probes, "fit_ridge_cv_many",
                         lambda X, Ys, *, rng, alphas=None, folds=5: real(X, Ys, rng=rng, alphas=(0.0,)))
     assert probes.attribute_fits(model, task, rng=0)["forward_r2"] < 0.95
+
+
+# ----------------------------------------------------------------------------- power and "cannot tell"
+
+from georecall.verify.experiments import power  # noqa: E402
+
+
+def _shape(rng, n=120, R=2, C=30, q=12):
+    """Labels covering every candidate several times (held-out answers are seen), low-dimensional vectors."""
+    labels = [rng.permutation(np.arange(n) % C) for _ in range(R)]
+    vectors = [rng.standard_normal((C, q)) for _ in range(R)]
+    return labels, vectors, np.ones((n, R), dtype=bool)
+
+
+def test_planted_mechanism_is_detected_and_its_shuffled_control_is_not():
+    rng = np.random.default_rng(0)
+    labels, vectors, present = _shape(rng)
+    groups = [probes_folds(120, 5, rng)] * 2
+    result = power.decode_power(labels, vectors, present, 40, groups, rng=rng, snrs=(0.01, 10.0), draws=5,
+                                negative_snr=10.0)
+    for entry in result:
+        assert entry["positive"][1] >= 0.9  # planted at SNR 10: found
+        assert entry["negative"][1] <= 0.2  # the same states, labels shuffled: not found
+        assert entry["positive"][0] <= 0.2  # planted at SNR 0.01: drowned
+        assert entry["negative"][0] is None  # the negative control ran at the SNR asked only
+
+
+def probes_folds(n, k, rng):
+    from georecall.verify.lm.probes import folds_of
+    return folds_of(n, k, rng)
+
+
+def test_decode_vectors_counts_seen_and_unseen_answers_like_a_naive_loop():
+    rng = np.random.default_rng(1)
+    n, C = 40, 25
+    labels = rng.integers(0, C, n)
+    V = rng.standard_normal((C, 6))
+    H = V[labels] @ rng.standard_normal((6, 10)) + 0.01 * rng.standard_normal((n, 10))
+    groups = probes_folds(n, 4, rng)
+    res = power.decode_vectors(H, labels, V, groups, rng=rng)
+    unseen = sum(int(labels[i] not in set(labels[np.setdiff1d(np.arange(n), g)])) for g in groups for i in g)
+    assert res["unseen"] == unseen and res["n"] == n
+    ok = res["correct"]
+    seen_mask = np.concatenate([np.isin(labels[g], labels[np.setdiff1d(np.arange(n), g)]) for g in groups])
+    assert res["accuracy_seen"] == pytest.approx(ok[seen_mask].mean())
+    # a linear code of 6 dimensions, 30 fit rows: unseen answers are reachable
+    assert res["accuracy_unseen"] is not None and res["accuracy_unseen"] > 0.9
+
+
+def test_verdict_word_each_guard():
+    pw = {"snrs": [1.0], "positive": [0.95], "negative": [0.0], "draws": 10}
+    assert power.verdict_word(True, pw, unseen=0, n=10)[0] == "decodable"
+    assert power.verdict_word(False, pw, unseen=0, n=10)[0] == "not decodable"
+    weak = dict(pw, positive=[0.8])  # broken: the control is not detected often enough
+    word, why = power.verdict_word(False, weak, unseen=7, n=10)
+    assert word == "cannot tell" and "0.80" in why and "7 of 10 held-out answers" in why
+
+
+def test_ids_only_with_every_held_out_answer_unseen_cannot_tell():
+    rng = np.random.default_rng(2)
+    n = 40
+    labels = [rng.permutation(n)]  # a bijection: every held-out answer is unseen
+    onehot = [np.eye(n)]
+    H = np.eye(n)[labels[0]] @ rng.standard_normal((n, 30))  # the answer is perfectly linear in the state
+    groups = [[np.arange(30, 40)]]
+    pw = power.decode_power(labels, onehot, np.ones((n, 1), dtype=bool), 30, groups, rng=rng, snrs=(1.0,),
+                            draws=3)
+    assert pw[0]["positive"] == [0.0]  # a decoder onto ids cannot reach an id it never fitted
+    res = power.decode_vectors(H, labels[0], onehot[0], groups[0], rng=rng)
+    assert res["unseen"] == 10 and res["accuracy"] == 0.0
+    assert power.verdict_word(power.detected(res), pw[0], unseen=10, n=10)[0] == "cannot tell"
+
+
+def test_planted_states_have_the_stated_strength():
+    rng = np.random.default_rng(3)
+    labels, vectors, present = _shape(rng, n=600, R=1)
+    clean = power.planted_states(labels, vectors, present, 50, 1e12, rng)
+    assert np.mean(np.sum(clean ** 2, axis=1)) == pytest.approx(1.0, rel=1e-6)
+    noisy = power.planted_states(labels, vectors, present, 50, 0.25, np.random.default_rng(4))
+    assert np.mean(np.sum(noisy ** 2, axis=1)) == pytest.approx(5.0, rel=0.1)  # 1 + 1/0.25
+
+
+@pytest.fixture(scope="module")
+def g1_vectors():
+    task = random_task(64, 3, 0)
+    model = build_g1(task, "binary").model
+    E = np.asarray(model.entity_embedding[: task.N], dtype=np.float64)
+    U = np.asarray(model.full_unembedding(), dtype=np.float64)
+    return E, U, task
+
+
+def test_probe_hidden_decodes_g1_into_its_unembedding_rows(g1_vectors):
+    E, U, task = g1_vectors
+    res = probes.linear_relational_encoding(E, task.table.T, rng=0, attribute_vectors=U)
+    for entry in res["per_relation"]:
+        assert entry["probe_accuracy"] >= 0.9 and entry["verdict"] == "decodable"
+        assert entry["unseen"] == entry["held_out"] == 16  # a bijection: every held-out answer is unseen
+    noise = np.random.default_rng(1).standard_normal(E.shape)
+    null = probes.linear_relational_encoding(noise, task.table.T, rng=0, attribute_vectors=U)
+    assert all(entry["probe_accuracy"] < 0.2 and entry["verdict"] != "decodable"
+               for entry in null["per_relation"])
+
+
+def test_probe_hidden_with_ids_only_says_cannot_tell_and_why(g1_vectors):
+    E, _, task = g1_vectors
+    res = probes.linear_relational_encoding(E, task.table.T, rng=0)
+    for entry in res["per_relation"]:
+        assert entry["verdict"] == "cannot tell"
+        assert "16 of 16 held-out answers" in entry["reason"] and "ids only" in entry["reason"]
+
+
+def test_probe_hidden_command_with_attribute_vectors(g1_vectors, tmp_path, capsys):
+    import json
+
+    from georecall.verify.cli import main
+    E, U, task = g1_vectors
+    np.savez(tmp_path / "g1.npz", states=E, attributes=task.table.T, attribute_vectors=U)
+    assert main(["probe-hidden", str(tmp_path / "g1.npz"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert err == "" and doc["decoder"] == "attribute vectors"
+    assert min(p["probe_accuracy"] for p in doc["per_relation"]) >= 0.9
+    np.savez(tmp_path / "ids.npz", states=E, attributes=task.table.T)
+    assert main(["probe-hidden", str(tmp_path / "ids.npz")]) == 0
+    assert capsys.readouterr().out.count("cannot tell") == 3
+
+
+@pytest.mark.parametrize("vectors, message", [
+    (np.zeros((10, 4)), "only 10 rows"),
+    (np.zeros(64), "2-D float"),
+    (np.full((64, 4), np.nan), "non-finite"),
+    (np.zeros((64, 4), dtype=np.int64), "2-D float"),
+])
+def test_probe_hidden_refuses_broken_attribute_vectors(g1_vectors, tmp_path, vectors, message):
+    from georecall.errors import InputError
+    E, _, task = g1_vectors
+    path = tmp_path / "bad.npz"
+    np.savez(path, states=E, attributes=task.table.T, attribute_vectors=vectors)
+    with pytest.raises(InputError, match=message):
+        probes.load_hidden_states(str(path))
+
+
+def test_toy_probe_reports_power_and_refuses_a_negative_without_it(g1_case):
+    model, task = g1_case
+    readout = probes.superposition_readout(model, task, rng=0, power_draws=5)
+    for entry in readout["per_relation"]:
+        assert entry["verdict"] == "decodable" and entry["unseen"] == entry["held_out"]
+        assert entry["power"]["snrs"] == [power.NAMED_SNR]
+    untrained = init_model(task.N, task.R, model.d, 16, rng=0)
+    null = probes.superposition_readout(untrained, task, rng=0, power_draws=5)
+    for entry in null["per_relation"]:
+        assert entry["verdict"] in ("not decodable", "cannot tell")
+        rate = entry["power"]["positive"][0]
+        assert (entry["verdict"] == "not decodable") == (rate >= power.POWER_REQUIRED)

@@ -1277,8 +1277,11 @@ def run_probe_hidden(p: ProbeHiddenParams) -> dict:
     attributes = data["attributes"]
     distinct = [int(np.unique(attributes[:, r]).size) for r in range(attributes.shape[1])]
     memory.hidden_states_estimate(est, n, states.shape[1], distinct).require(p.budget)
+    vectors = data.get("attribute_vectors")
+    if vectors is not None:
+        memory.hidden_states_estimate(est, n, states.shape[1], [vectors.shape[1]]).require(p.budget)
     result = probes.linear_relational_encoding(data["states"], attributes, holdout=p.holdout,
-                                               rng=seeds.rng(p.seed, "probes"))
+                                               rng=seeds.rng(p.seed, "probes"), attribute_vectors=vectors)
     return _doc(p, {"states": p.states, "holdout": p.holdout, "seed": p.seed}, est, **result)
 
 
@@ -1322,6 +1325,7 @@ def run_probe_lm(p: ProbeLmParams) -> dict:
     facts_path = p.facts or lmfacts.bundled_facts_path()
     facts = lmfacts.load_facts(facts_path)
     figures_dir = output_dir(p.figures) if p.figures is not None else None
+    cache = output_path(p.cache, suffix=".npz", what="--cache file") if p.cache is not None else None
     if figures_dir is not None:
         _require_matplotlib()
     est = Estimate("probe-lm")
@@ -1333,21 +1337,27 @@ def run_probe_lm(p: ProbeLmParams) -> dict:
     if not p.progress:
         loader.quiet()
     loader.set_threads(p.threads)
-    loaded = loader.load_model(p.model)
-    L, width = int(loaded.model.config.num_hidden_layers), int(loaded.model.config.hidden_size)
-    n_seq = len(facts.subjects) + 2 * len(facts.facts())
-    est.add("states (subjects, prompts, attributes; every layer) and the superposition fits",
-            4 * n_seq * (L + 1) * width * 2 + 8 * 16 * len(facts.relations) * width * width, "--layers")
+    # with a cache file the weights may not be needed: tokenizer and configuration first (probe_lm loads the
+    # weights when the cache does not match)
+    loaded = loader.load_light(p.model) if cache and os.path.isfile(cache) else loader.load_model(p.model)
+    config = loaded.model.config if loaded.model is not None else loaded.config
+    L, width = int(config.num_hidden_layers), int(config.hidden_size)
+    n_seq = len(facts.subjects) + 3 * lmrun.TEMPLATES * len(facts.facts())
+    est.add("states (subjects, prompts per template, final tokens; every layer), the superposition fits and "
+            "the LRE products",
+            4 * n_seq * (L + 1) * width * 2 + 8 * 16 * len(facts.relations) * width * width
+            + 8 * lmrun.LRE_TRAIN * len(facts.facts()) * width * 3, "--layers")
     est.require(p.budget)
     doc = lmrun.probe_lm(loaded, facts, layers=p.layers, intervene_layers=p.intervene_layers,
-                         template=p.template, seed=p.seed, random_control=not p.no_random_control,
-                         batch_size=p.batch_size, progress=lmrun.stderr_progress if p.progress else None)
+                         lre_layers=p.lre_layers, template=p.template, seed=p.seed,
+                         random_control=not p.no_random_control, batch_size=p.batch_size, cache=cache,
+                         progress=lmrun.stderr_progress if p.progress else None)
     files: list[str] = []
     if figures_dir is not None:
         from georecall.verify.lm.figure import figure  # the lm extra's package, as above
         files = figure(doc, figures_dir)
     params = {"model": p.model, "facts": facts_path, "layers": p.layers,
-              "intervene_layers": p.intervene_layers,
+              "intervene_layers": p.intervene_layers, "lre_layers": p.lre_layers, "cache": cache,
               "template": p.template, "random_control": not p.no_random_control, "batch_size": p.batch_size,
               "threads": p.threads, "figures": figures_dir, "seed": p.seed}
     return _doc(p, params, est, **doc, text=lmrun.render_text(doc), figures=files)

@@ -464,7 +464,9 @@ class ProbeLmParams(Params, Seeded, Json, Quiet, Budgeted):
     facts: str | None
     layers: list[int] | None
     intervene_layers: list[int] | None
+    lre_layers: list[int] | None
     template: int
+    cache: str | None
     no_random_control: bool
     batch_size: int
     threads: int

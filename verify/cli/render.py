@@ -257,6 +257,16 @@ def _probe(doc: dict) -> list[str]:
                      f"{_fmt(r['encoding_r2'])}{fit}, decoding R² {_fmt(r['decoding_r2_mean'])}, "
                      f"per-relation probe accuracy {_fmt(r['probe_accuracy_mean'])}"
                      + (" (underdetermined without the penalty)" if r.get("underdetermined") else ""))
+        for x in r.get("per_relation", []):
+            if "power" in x:
+                lines.append(f"  relation {x['relation']}: decoded among all N read-out rows "
+                             f"{_fmt(x['vector_accuracy'])} (chance {_fmt(x['chance'], 3)}; seen "
+                             f"{_fmt(x['accuracy_seen'])}, unseen {_fmt(x['accuracy_unseen'])}: "
+                             f"{x['unseen']} "
+                             f"of {x['held_out']} held-out answers unseen in the fit rows); power "
+                             f"{_fmt(x['power']['positive'][0])} at SNR {_fmt(x['power']['snrs'][0])} "
+                             f"(shuffled {_fmt(x['power']['negative'][0])}): {x['verdict']}"
+                             + ("" if x["verdict"] == "decodable" else f" ({x['reason']})"))
     if "intervention" in doc:
         r = doc["intervention"]
         lines.append(f"causal intervention ({r['interventions']:,}): follows {_fmt(r['follows'])}, other "
@@ -289,11 +299,24 @@ def _probe_hidden(doc: dict) -> list[str]:
         if any(f["underdetermined_without_penalty"] for f in fits):
             lines.append("  warning: p >= n - 1: without the penalty these fits would interpolate their "
                          "rows; only the held-out accuracies below speak for the states")
+    lines.append(f"  decoder: ridge onto {doc.get('decoder', 'ids')}, ranked among all candidates; power = "
+                 f"detection rate of a planted superposition of the same shape at SNR "
+                 f"{_fmt(doc.get('power_snr', 1.0))} (a negative verdict needs >= "
+                 f"{_fmt(doc.get('power_required', 0.9))})")
     for p in doc["per_relation"]:
-        lines.append(f"  relation {p['relation']}: {p['attributes']} attributes, linear probe accuracy "
-                     f"{_fmt(p['probe_accuracy'], 3)} (majority baseline {_fmt(p['majority_baseline'], 3)})")
+        snr = p["power"]["snrs"].index(doc.get("power_snr", 1.0))
+        lines.append(f"  relation {p['relation']}: {p['attributes']} attributes ({p['candidates']} "
+                     f"candidates), "
+                     f"accuracy {_fmt(p['probe_accuracy'], 3)} (chance {_fmt(p['chance'], 3)}, majority "
+                     f"{_fmt(p['majority_baseline'], 3)}, shuffled {_fmt(p['shuffled'], 3)}); seen "
+                     f"{_fmt(p['accuracy_seen'], 3)}, unseen {_fmt(p['accuracy_unseen'], 3)} "
+                     f"({p['unseen']} of {p['held_out']} held-out answers unseen in the fit rows); power "
+                     f"{_fmt(p['power']['positive'][snr])}, shuffled control "
+                     f"{_fmt(p['power']['negative'][snr])}"
+                     f": {p['verdict']}" + ("" if p["verdict"] == "decodable" else f" ({p['reason']})"))
     s = doc["superposition_fit"]
-    lines.append(f"superposition R² (states from the R one-hot attributes; ridge, p = {s['p']}, "
+    lines.append(f"superposition R² (states from the R attributes' {doc.get('decoder', 'ids')}; ridge, "
+                 f"p = {s['p']}, "
                  f"n = {s['n']}, ρ {_fmt(s['relative_alpha'], 2)}): {_fmt(doc['superposition_r2'])}")
     return lines
 

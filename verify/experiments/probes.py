@@ -59,6 +59,7 @@ from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import Task, _as_rng, random_task
 from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
+from georecall.verify.experiments import power as _power
 from georecall.verify.experiments.fits import RidgeFit, fit_ridge_cv, fit_ridge_cv_many, r_squared
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "r_squared",
     "reference_models",
     "require_fit",
+    "superposition_power",
     "superposition_readout",
     "task_accuracy",
     "warnings_for",
@@ -85,6 +87,7 @@ __all__ = [
 ]
 
 SELECTIVITY_THRESHOLD = 0.9  # relation-selective unit: >= 90% of its mean activation on one relation
+HIDDEN_SNRS = (0.3, 1.0, 3.0)  # probe-hidden's planted strengths (the named one, 1, in the middle)
 
 
 def check_model_shapes(model: Model, task: Task) -> None:
@@ -234,7 +237,7 @@ def _encoding_design(model: Model, table: np.ndarray) -> np.ndarray:
 def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
                           rng: np.random.Generator | int | None = None,
                           split: tuple[np.ndarray, np.ndarray] | None = None,
-                          forward: RidgeFit | None = None) -> dict:
+                          forward: RidgeFit | None = None, power_draws: int | None = None) -> dict:
     """Encoding R² (overall) and per-relation decoding R² and probe accuracy, on held-out subjects.
 
     - Encoding: ridge of ``e_s`` (d targets) on ``[u_{π_1(s)}, …, u_{π_R(s)}]`` (p = R·d features plus an
@@ -248,6 +251,15 @@ def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
     ``forward`` reuse a split and an encoding fit already made on it (:func:`mechanism_probes`).
     ``encoding_maps`` (``(R·d + 1) × d``, fitted on the fit subjects) are what the interventions and the
     closed-form transfer apply.
+
+    Power (with held-out subjects): the decoding probe is also run as :func:`.power.decode_vectors` (the same
+    ridge rule, the decoded vector's nearest read-out row by cosine, both centred on the rows' mean), with
+    accuracy on held-out subjects whose answer occurs among the fit subjects' answers (seen) and on the others
+    (unseen); and on ``power_draws`` plantings of the same shape (N subjects, width d, the task's table, this
+    split, the read-out rows as attribute vectors) at SNR :data:`.power.NAMED_SNR`
+    (:func:`.power.decode_power`, from a generator spawned off ``rng``, so the other probes' draws are
+    unchanged). Each relation's ``verdict`` is "decodable", "not decodable" (the planted control detected in
+    at least :data:`.power.POWER_REQUIRED` of the draws) or "cannot tell", with its ``reason``.
 
     Parameters
     ----------
@@ -264,13 +276,17 @@ def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
         ``(fit subjects, held-out subjects)`` to use instead of drawing one.
     forward : RidgeFit, optional
         An encoding fit already made on ``split``'s fit subjects.
+    power_draws : int or None
+        Plantings for the power of the decoding probe (default :data:`.power.DRAWS`; 0 skips the power).
 
     Returns
     -------
     dict
         ``encoding_r2``, ``underdetermined`` and ``encoding_fit`` (p, n, strength) of the encoding fit;
         ``decoding_r2_mean`` and ``probe_accuracy_mean`` over relations; ``per_relation`` (``relation``,
-        ``r2``, ``probe_accuracy``, ``fit``); ``fit_subjects``, ``test_subjects``, ``holdout``;
+        ``r2``, ``probe_accuracy``, ``fit`` and, with held-out subjects and power, ``vector_accuracy``,
+        ``held_out``, ``unseen``, ``accuracy_seen``, ``accuracy_unseen``, ``power``, ``verdict``,
+        ``reason``); ``fit_subjects``, ``test_subjects``, ``holdout``;
         ``encoding_maps`` ((R·d + 1) × d, row form ``X @ W[:-1] + W[-1]``) and ``test_index`` (the held-out
         subjects).
 
@@ -297,12 +313,92 @@ def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
         accuracy = float(np.mean((decoded @ U.T).argmax(axis=1) == task.table[r, test]))
         per_relation.append({"relation": r, "r2": r_squared(target[test], decoded),
                              "probe_accuracy": accuracy, "fit": B.describe()})
+    draws = _power.DRAWS if power_draws is None else int(power_draws)
+    if draws > 0 and not np.array_equal(np.sort(fit), np.sort(test)):
+        _add_power(per_relation, E, U, task, test, rng, draws)
     return {"encoding_r2": encoding_r2, "underdetermined": forward.underdetermined,
             "encoding_fit": forward.describe(),
             "decoding_r2_mean": float(np.mean([p["r2"] for p in per_relation])),
             "probe_accuracy_mean": float(np.mean([p["probe_accuracy"] for p in per_relation])),
             "per_relation": per_relation, "fit_subjects": int(fit.size), "test_subjects": int(test.size),
             "holdout": holdout, "encoding_maps": forward.maps(), "test_index": test}
+
+
+def _add_power(per_relation: list[dict], E: np.ndarray, U: np.ndarray, task: Task, test: np.ndarray, rng,
+               draws: int) -> None:
+    """The decoding probe's seen/unseen accuracy and its power (:func:`superposition_readout`), in place."""
+    try:
+        prng = rng.spawn(1)[0]
+    except (AttributeError, TypeError, ValueError):  # a generator without a seed sequence
+        prng = np.random.default_rng(int(rng.bit_generator.state["state"]["state"]) % 2**63)
+    labels = [task.table[r] for r in range(task.R)]
+    pw = _power.decode_power(labels, [U] * task.R, np.ones((task.N, task.R), dtype=bool), E.shape[1],
+                             [[test]] * task.R, rng=prng, snrs=(_power.NAMED_SNR,), draws=draws,
+                             predict=_ridge_predict)
+    for r, entry in enumerate(per_relation):
+        res = _power.decode_vectors(E, labels[r], U, [test], rng=prng, predict=_ridge_predict)
+        word, why = _power.verdict_word(_power.detected(res), pw[r], unseen=res["unseen"], n=res["n"])
+        entry.update({"vector_accuracy": res["accuracy"], "held_out": res["n"], "unseen": res["unseen"],
+                      "accuracy_seen": res["accuracy_seen"], "accuracy_unseen": res["accuracy_unseen"],
+                      "chance": res["chance"], "power": pw[r], "verdict": word, "reason": why})
+
+
+SUPERPOSITION_POWER_SNR = 100.0  # the study's superposition criterion is R² >= 0.95: planted at 1% noise
+SUPERPOSITION_POWER_R2 = 0.95
+
+
+def _mean_power(per_relation: list[dict]) -> float | None:
+    rates = [x["power"]["positive"][0] for x in per_relation if "power" in x]
+    return float(np.mean(rates)) if rates else None
+
+
+def superposition_power(model: Model, task: Task, split: tuple[np.ndarray, np.ndarray], *, seed: int,
+                        draws: int = _power.DRAWS, snr: float = SUPERPOSITION_POWER_SNR,
+                        threshold: float = SUPERPOSITION_POWER_R2) -> float | None:
+    """How often the forward fit finds a planted superposition of this shape (the study's power column).
+
+    Embeddings ``E' = Σ_r (u_{π_r(s)} − ū) A_r + noise`` (:func:`.power.planted_states`: the model's read-out
+    rows, the task's table, width d, signal-to-noise ``snr``) are fitted exactly as the forward fit
+    (:func:`.fits.fit_ridge_cv` of ``E'`` on ``[u_{π_1(s)}, …, u_{π_R(s)}]`` over the fit subjects of
+    ``split``); the rate is the share of ``draws`` plantings whose held-out R² reaches ``threshold``.
+
+    Parameters
+    ----------
+    model : Model
+        Supplies the read-out rows and d.
+    task : Task
+        The table.
+    split : (ndarray, ndarray)
+        ``(fit subjects, held-out subjects)`` of the real fit.
+    seed : int
+        The run seed (its ``"probes"`` stream under key 2000).
+    draws : int
+        Plantings.
+    snr : float
+        Planted strength.
+    threshold : float
+        The R² a planting must reach.
+
+    Returns
+    -------
+    float or None
+        None when the split has no held-out subjects.
+    """
+    from georecall.theory.seeds import rng as seed_rng
+    fit, test = split
+    if np.array_equal(np.sort(fit), np.sort(test)):
+        return None
+    rng = seed_rng(seed, "probes", 2000)
+    U = np.asarray(model.full_unembedding(), dtype=np.float64)
+    X = _encoding_design(model, task.table)
+    labels = [task.table[r] for r in range(task.R)]
+    hits = 0
+    for _ in range(draws):
+        E = _power.planted_states(labels, [U] * task.R, np.ones((task.N, task.R), dtype=bool), model.d, snr,
+                                  rng)
+        forward = fit_ridge_cv(X[fit], E[fit], rng=rng)
+        hits += r_squared(E[test], forward.predict(X[test])) >= threshold
+    return hits / draws
 
 
 def _with_entities(model: Model, E: np.ndarray) -> Model:
@@ -789,7 +885,7 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
 SUMMARY_FIELDS = (
     "accuracy", "forward_r2", "reverse_r2", "forward_minus_reverse", "displacement_forward_r2",
     "displacement_reverse_r2", "null_forward_r2", "forward_ceiling", "superposition_r2", "forward_alpha",
-    "probe_accuracy", "follows", "others_unchanged",
+    "probe_accuracy", "decode_power", "superposition_power", "follows", "others_unchanged",
     "selective_fraction", "gated_mass", "breadth_median", "active_fraction", "closed_form_transfer",
     "encoder_accuracy_A", "functional_zero_shot", "fitted_transfer", "chance",
 )
@@ -881,6 +977,8 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
                                 "forward_ceiling", "superposition_r2")},
         "forward_alpha": fits["fits"]["forward"]["relative_alpha"],
         "probe_accuracy": readout["probe_accuracy_mean"],
+        "decode_power": _mean_power(readout["per_relation"]),
+        "superposition_power": superposition_power(model, task, extra["split"], seed=seed),
         "follows": intervention["follows"], "others_unchanged": intervention["others_unchanged"],
         "selective_fraction": selectivity["selective_fraction"], "gated_mass": selectivity["gated_mass"],
         "breadth_median": selectivity["breadth_median"],
@@ -1048,25 +1146,27 @@ def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int 
 
 
 def load_hidden_states(path: str) -> dict[str, np.ndarray]:
-    """Read ``states`` and ``attributes`` from an ``.npz`` the user supplies, validated.
+    """Read ``states``, ``attributes`` and the optional ``attribute_vectors`` from an ``.npz``, validated.
 
     Parameters
     ----------
     path : str
-        An ``.npz`` with arrays ``states`` (n × width, float) and ``attributes`` (n × R or n, integer ids);
-        read with ``allow_pickle=False``.
+        An ``.npz`` with arrays ``states`` (n × width, float), ``attributes`` (n × R or n, integer ids) and,
+        optionally, ``attribute_vectors`` (n_attributes × any width, float: row k is attribute id k's vector,
+        e.g. a model's unembedding rows); read with ``allow_pickle=False``.
 
     Returns
     -------
     dict of str to ndarray
-        ``states`` (n × width, float64) and ``attributes`` (n × R, int64; a 1-D array becomes one column).
+        ``states`` (n × width, float64), ``attributes`` (n × R, int64; a 1-D array becomes one column) and,
+        when present, ``attribute_vectors`` (float64).
 
     Raises
     ------
     InputError
         An unreadable file or one that needs pickled objects, a missing array, ``states`` not a 2-D float
         array or with non-finite entries, ``attributes`` not a 1-D or 2-D integer array, different row
-        counts, or a negative id.
+        counts, a negative id, or ``attribute_vectors`` not a 2-D finite float array with a row for every id.
     """
     try:
         data = np.load(path, allow_pickle=False)
@@ -1079,6 +1179,7 @@ def load_hidden_states(path: str) -> dict[str, np.ndarray]:
                              f"{sorted(missing)} (found {sorted(data.files)})")
         try:
             states, attributes = data["states"], data["attributes"]
+            vectors = data["attribute_vectors"] if "attribute_vectors" in data.files else None
         except ValueError as exc:
             raise InputError(f"cannot read {path!r} without pickled objects: {exc}") from None
     if states.ndim != 2 or states.dtype.kind != "f":
@@ -1097,24 +1198,47 @@ def load_hidden_states(path: str) -> dict[str, np.ndarray]:
         raise InputError(f"'states' has {states.shape[0]} row(s): the probes need at least two")
     if attributes.min() < 0:
         raise InputError("'attributes' must be non-negative ids")
-    return {"states": states.astype(np.float64), "attributes": attributes.astype(np.int64)}
+    out = {"states": states.astype(np.float64), "attributes": attributes.astype(np.int64)}
+    if vectors is not None:
+        if vectors.ndim != 2 or vectors.dtype.kind != "f" or vectors.shape[1] < 1:
+            raise InputError(f"'attribute_vectors' must be a 2-D float array (n_attributes × width); got "
+                             f"shape {vectors.shape}, dtype {vectors.dtype}")
+        if not np.all(np.isfinite(vectors)):
+            raise InputError("'attribute_vectors' has non-finite entries")
+        if int(attributes.max()) >= vectors.shape[0]:
+            raise InputError(f"'attributes' holds id {int(attributes.max())} but 'attribute_vectors' has "
+                             f"only {vectors.shape[0]} rows (row k is the vector of id k)")
+        out["attribute_vectors"] = vectors.astype(np.float64)
+    return out
+
+
+def _ridge_predict(X_fit: np.ndarray, Y_fit: np.ndarray, X_test: np.ndarray, rng) -> tuple[np.ndarray, dict]:
+    """The probes' ridge rule (:func:`.fits.fit_ridge_cv`) as a decoder for :func:`.power.decode_vectors`."""
+    fit = fit_ridge_cv(X_fit, Y_fit, rng=rng)
+    return fit.predict(X_test), fit.describe()
 
 
 def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, holdout: float = 0.25,
-                               rng: np.random.Generator | int | None = None) -> dict:
-    """Linear probes of hidden states for their attributes, and the superposition R², on held-out rows.
+                               rng: np.random.Generator | int | None = None,
+                               attribute_vectors: np.ndarray | None = None) -> dict:
+    """Per-relation decoding of hidden states into attribute vectors, its power, and the superposition R².
 
     - Per relation r: ridge regression (:func:`.fits.fit_ridge_cv`: unpenalized intercept, strength chosen by
-      5-fold cross-validation on the fit rows only) from the state (p = width features) to the one-hot of the
-      row's attribute (one class per distinct value of column r), n = the fit rows; scored by the held-out
-      accuracy of the argmax, beside the majority-class baseline (the fit rows' most frequent class, scored
-      on the held-out rows).
-    - Superposition: the same ridge rule for the states (width targets) on the R concatenated one-hots
-      (p = total classes), n = the fit rows; its R² (:func:`.fits.r_squared`) on the held-out rows.
-
-    One random split of the n rows serves every fit; each fit's p, n, rank and chosen strength are reported
-    (``fit``), with ``underdetermined_without_penalty`` when plain least squares would interpolate (a wide
-    state, p ≥ n − 1, the usual case for a real LM's hidden states).
+      5-fold cross-validation on the fit rows only) from the state (p = width features) to the vector of the
+      row's attribute, n = the fit rows; the decoded attribute is the candidate nearest by cosine (both
+      centred on the candidates' mean) among **all** candidates (:func:`.power.decode_vectors`). The vectors
+      are ``attribute_vectors`` (every row a candidate) when given, else the one-hot of the relation's
+      distinct ids (a decoder onto ids: it cannot score an id no fit row has). Accuracy on held-out rows
+      whose attribute occurs in the fit rows (seen) and on the others (unseen) is reported apart, beside
+      chance, the fit rows' majority attribute and the same decoder on shuffled labels.
+    - Power (:func:`.power.decode_power`): the same decoder on states of the same shape (same n, width,
+      labels, split and vectors) with the superposition planted at each SNR of :data:`HIDDEN_SNRS`; a
+      relation is "not decodable" only when the real states fail the rule (accuracy ≥ max(chance, majority,
+      shuffled) + :data:`.power.DECODE_MARGIN`) and the planted control is detected in at least
+      :data:`.power.POWER_REQUIRED` of the draws at :data:`.power.NAMED_SNR`; otherwise "cannot tell", with
+      the reason.
+    - Superposition: the same ridge rule for the states (width targets) on the R concatenated attribute
+      vectors (or one-hots), n = the fit rows; its R² (:func:`.fits.r_squared`) on the held-out rows.
 
     Parameters
     ----------
@@ -1123,44 +1247,70 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
     attributes : ndarray of int (n, R)
         Each row's attribute id per relation.
     holdout : float
-        Share of rows held out, in [0, 1) (0, or a share that rounds to no row, scores on the fit rows).
+        Share of rows held out, in (0, 1).
     rng : numpy.random.Generator or int or None
-        The split.
+        The split, every fit's folds and the plantings.
+    attribute_vectors : ndarray (n_attributes, q), optional
+        Row k: the vector of attribute id k.
 
     Returns
     -------
     dict
-        ``n``, ``width``, ``relations``, ``holdout``, ``superposition_r2``, ``superposition_fit``,
-        ``probe_accuracy_mean`` and ``per_relation`` (``relation``, ``attributes`` (classes),
-        ``probe_accuracy``, ``majority_baseline``, ``fit``).
+        ``n``, ``width``, ``relations``, ``holdout``, ``decoder`` ("attribute vectors" or "ids"),
+        ``superposition_r2``, ``superposition_fit``, ``probe_accuracy_mean`` and ``per_relation``
+        (``relation``, ``attributes`` (distinct ids), ``candidates``, ``probe_accuracy``, ``chance``,
+        ``majority_baseline``, ``shuffled``, ``unseen``, ``held_out``, ``accuracy_seen``,
+        ``accuracy_unseen``, ``power``, ``verdict``, ``reason``, ``fit``).
 
     Raises
     ------
     InputError
-        A holdout outside [0, 1), or fewer than two fit rows.
+        A holdout outside (0, 1), or fewer than two fit rows.
     """
+    power = _power
     rng = _as_rng(rng)
     n, R = attributes.shape
+    if not 0 < holdout < 1:
+        raise InputError(f"holdout must be in (0, 1) (the decoders are scored on held-out rows), got "
+                         f"{holdout}")
     fit, test = _split(n, holdout, rng)
-    if len(fit) < 2:
-        raise InputError(f"the probes need at least two fit rows; {n} row(s) with holdout {holdout} leave "
-                         f"{len(fit)}")
-    per_relation = []
-    onehots = []
+    if len(fit) < 2 or len(test) < 1:
+        raise InputError(f"the probes need at least two fit rows and one held-out row; {n} row(s) with "
+                         f"holdout {holdout} leave {len(fit)} and {len(test)}")
+    labels, vectors = [], []
     for r in range(R):
-        labels = attributes[:, r]
-        values, index = np.unique(labels, return_inverse=True)
-        onehot = np.eye(values.size)[index]
-        onehots.append(onehot)
-        probe = fit_ridge_cv(states[fit], onehot[fit], rng=rng)
-        accuracy = float(np.mean(probe.predict(states[test]).argmax(axis=1) == index[test]))
-        majority = float(np.mean(index[test] == np.bincount(index[fit], minlength=values.size).argmax()))
-        per_relation.append({"relation": r, "attributes": int(values.size), "probe_accuracy": accuracy,
-                             "majority_baseline": majority, "fit": probe.describe()})
-    X = np.hstack(onehots)
+        if attribute_vectors is not None:
+            labels.append(attributes[:, r])
+            vectors.append(attribute_vectors)
+        else:
+            values, index = np.unique(attributes[:, r], return_inverse=True)
+            labels.append(index.astype(np.int64))
+            vectors.append(np.eye(values.size))
+    groups = [test]
+    pw = power.decode_power(labels, vectors, np.ones((n, R), dtype=bool), states.shape[1], [groups] * R,
+                            rng=rng, predict=_ridge_predict, snrs=HIDDEN_SNRS)
+    per_relation = []
+    for r in range(R):
+        res = power.decode_vectors(states, labels[r], vectors[r], groups, rng=rng, predict=_ridge_predict)
+        permuted = labels[r][np.asarray(rng.permutation(n))]  # type: ignore[union-attr]
+        shuffled = power.decode_vectors(states, permuted, vectors[r], groups, rng=rng, predict=_ridge_predict)
+        passed = res["accuracy"] >= max(res["chance"], res["majority"], shuffled["accuracy"]) + \
+            power.DECODE_MARGIN
+        word, why = power.verdict_word(bool(passed), pw[r], unseen=res["unseen"], n=res["n"])
+        if word == "cannot tell" and attribute_vectors is None and res["unseen"]:
+            why += "; with ids only (no attribute_vectors) an id no fit row has cannot be decoded"
+        per_relation.append({"relation": r, "attributes": int(np.unique(attributes[:, r]).size),
+                             "candidates": int(vectors[r].shape[0]), "probe_accuracy": res["accuracy"],
+                             "chance": res["chance"], "majority_baseline": res["majority"],
+                             "shuffled": shuffled["accuracy"], "held_out": res["n"], "unseen": res["unseen"],
+                             "accuracy_seen": res["accuracy_seen"], "accuracy_unseen": res["accuracy_unseen"],
+                             "power": pw[r], "verdict": word, "reason": why, "fit": res["fits"][0]})
+    X = np.hstack([vectors[r][labels[r]] for r in range(R)])
     superposition = fit_ridge_cv(X[fit], states[fit], rng=rng)
     return {"n": int(n), "width": int(states.shape[1]), "relations": int(R), "holdout": holdout,
+            "decoder": "attribute vectors" if attribute_vectors is not None else "ids",
             "superposition_r2": r_squared(states[test], superposition.predict(X[test])),
             "superposition_fit": superposition.describe(),
             "probe_accuracy_mean": float(np.mean([p["probe_accuracy"] for p in per_relation])),
+            "power_snr": power.NAMED_SNR, "power_required": power.POWER_REQUIRED,
             "per_relation": per_relation}

@@ -87,8 +87,9 @@ __all__ = [
     "summarize",
 ]
 
-# bump when a trial's meaning changes: records of another version are never reused (2: ridge probes, issue 21)
-STUDY_VERSION = 2
+# bump when a trial's meaning changes: records of another version are never reused (2: ridge probes, issue 21;
+# 3: the power columns decode_power and superposition_power, issue 35)
+STUDY_VERSION = 3
 STREAM_KEY = 12  # the study's key in the init / batches / noise streams (issue 12)
 SEED_CONTRACT = 1
 
@@ -109,6 +110,9 @@ THRESHOLDS: dict[str, float] = {
     # frozen network on task A) answers a brand-new task B
     "zero_shot": 0.90,
 }
+# A negative superposition verdict needs its planted control (probes.superposition_power: the same shape, SNR
+# 100, the forward fit reaching R² 0.95) detected in at least this share of the draws (issue 35).
+POWER_REQUIRED = 0.9
 
 CLAIMS: dict[str, str] = {
     "superposition": "subject embeddings are linear superpositions of their attributes' vectors, read "
@@ -971,26 +975,39 @@ def _stats(values: list) -> dict:
     return {"mean": float(np.mean(present)), "sd": sd, "n": len(present)}
 
 
-def regime_verdicts(claims_per_seed: list[dict]) -> dict[str, dict]:
+def regime_verdicts(claims_per_seed: list[dict], powers: list[float | None] | None = None
+                    ) -> dict[str, dict]:
     """Per claim: seeds meeting it, seeds in all, and the verdict — ``holds`` (every seed), ``partly`` (some)
-    or ``fails`` (none).
+    or ``fails`` (none); ``superposition`` "fails" only where its planted control was detected.
 
     Parameters
     ----------
     claims_per_seed : list of dict
         ``{claim: met}`` per seed (:func:`claims_met`).
+    powers : list of float or None, optional
+        Per seed, the superposition probe's power (:func:`.probes.superposition_power`). When a seed's
+        superposition claim is not met and its power is below :data:`POWER_REQUIRED` (or unknown), that seed
+        cannot tell; the claim's verdict is then ``cannot tell`` instead of ``fails`` (``partly`` stays).
 
     Returns
     -------
     dict
-        ``{claim: {"met", "n", "verdict"}}`` over :data:`CLAIMS`.
+        ``{claim: {"met", "n", "verdict"}}`` over :data:`CLAIMS` (``superposition`` also ``power``, the
+        smallest per-seed power, when given).
     """
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for claim in CLAIMS:
         met = sum(bool(c.get(claim)) for c in claims_per_seed)
         n = len(claims_per_seed)
         out[claim] = {"met": met, "n": n,
                       "verdict": "holds" if n and met == n else ("partly" if met else "fails")}
+    if powers is not None:
+        known = [float(p) for p in powers if p is not None]
+        weakest = min(known) if len(known) == len(powers) and known else None
+        entry: dict[str, Any] = out["superposition"]
+        entry["power"] = weakest
+        if entry["verdict"] == "fails" and (weakest is None or weakest < POWER_REQUIRED):
+            entry["verdict"] = "cannot tell"
     return out
 
 
@@ -1042,7 +1059,8 @@ def summarize(path: str, *, budget: Budget | int | None = None) -> dict:
         first = records[0]
         entry = {"seeds": [r["seed"] for r in records], "n": len(records),
                  "trained": {f: _stats([r["summary"].get(f) for r in records]) for f in fields},
-                 "verdicts": regime_verdicts([r["claims"] for r in records]),
+                 "verdicts": regime_verdicts([r["claims"] for r in records],
+                                             [r["summary"].get("superposition_power") for r in records]),
                  "seconds": float(sum(r.get("seconds", 0.0) for r in records))}
         if first["kind"] == "control":
             constructions.append({"construction": first["construction"], "N": first["N"], "R": first["R"],
@@ -1063,7 +1081,9 @@ def summarize(path: str, *, budget: Budget | int | None = None) -> dict:
                       "final_loss": _stats([t["final_loss"] for t in training]),
                       "seconds": _stats([t["seconds"] for t in training])},
             initial={f: _stats([r["initial"]["summary"].get(f) for r in records]) for f in fields},
-            initial_verdicts=regime_verdicts([r["initial"]["claims"] for r in records]))
+            initial_verdicts=regime_verdicts([r["initial"]["claims"] for r in records],
+                                             [r["initial"]["summary"].get("superposition_power")
+                                              for r in records]))
         regimes.append(entry)
     regimes.sort(key=lambda e: (e["grid"] or "", e["control"], order.get(e["regime"], len(order))))
     constructions.sort(key=lambda e: (e["construction"], e["N"], e["R"], e.get("pad_d") or 0))
@@ -1083,6 +1103,10 @@ def summarize(path: str, *, budget: Budget | int | None = None) -> dict:
                  else f"holds in none of the {len(gd)} gradient-descent regimes")
         if partly:
             where += f"; partly (some seeds) in {', '.join(partly)}"
+        untold = [e["label"] for e in gd if e["verdicts"][claim]["verdict"] == "cannot tell"]
+        if untold:
+            where += (f"; cannot tell (no seed meets it, and its planted control is detected in fewer than "
+                      f"{POWER_REQUIRED:.0%} of the draws) in {', '.join(untold)}")
         line = (f"{claim} — {statement} [{_criterion(claim)}]: {where}. Controls: "
                 f"{'; '.join(controls) or 'none run'}. Constructions: {'; '.join(refs) or 'none run'}.")
         verdicts[claim] = {"holds": holds, "partly": partly, "controls": controls, "constructions": refs,
@@ -1171,7 +1195,7 @@ def d_axis(regimes: list[dict], constructions: list[dict]) -> dict:
     for claim in CLAIMS:
         lines = []
         for item in series.values():
-            by: dict[str, list[str]] = {"holds": [], "partly": [], "fails": []}
+            by: dict[str, list[str]] = {"holds": [], "partly": [], "fails": [], "cannot tell": []}
             for q in item["points"]:
                 v = q["verdicts"][claim]
                 by[v["verdict"]].append(f"{q['factor']:g}" + ("" if v["verdict"] != "partly"

@@ -20,7 +20,8 @@ import numpy as np
 
 from georecall.errors import InputError
 
-__all__ = ["Batch", "decoder_parts", "encode", "first_token_ids", "hooks", "last_subject_token", "run"]
+__all__ = ["Batch", "continuation_match", "decoder_parts", "encode", "first_token_ids", "hooks",
+           "last_subject_token", "lens", "run", "subset"]
 
 
 def decoder_parts(model):
@@ -163,7 +164,8 @@ def first_token_ids(tokenizer, texts: Sequence[str]) -> np.ndarray:
 
 
 @contextmanager
-def hooks(model, layers: Sequence[int], store: dict, positions, edits: dict | None = None):
+def hooks(model, layers: Sequence[int], store: dict, positions, edits: dict | None = None,
+          edit_positions=None):
     """Read and edit the residual stream at one position per sequence, for the ``with`` block's forward
     passes.
 
@@ -180,6 +182,8 @@ def hooks(model, layers: Sequence[int], store: dict, positions, edits: dict | No
     edits : dict, optional
         ``{layer: (n, width) tensor}`` added to the output of layer ``layer`` at ``positions`` before anything
         else (Hugging Face's own output capture included) sees it.
+    edit_positions : (n,) long tensor, optional
+        Where the edits are added (default ``positions``).
 
     Raises
     ------
@@ -199,7 +203,7 @@ def hooks(model, layers: Sequence[int], store: dict, positions, edits: dict | No
     def edit_hook(delta):
         def hook(module, args, out):
             h = output_of(out).clone()
-            h[rows, positions] = h[rows, positions] + delta.to(h.dtype)
+            h[rows, where] = h[rows, where] + delta.to(h.dtype)
             return replace(out, h)
         return hook
 
@@ -210,6 +214,7 @@ def hooks(model, layers: Sequence[int], store: dict, positions, edits: dict | No
 
     import torch
     rows = torch.arange(len(positions))
+    where = positions if edit_positions is None else edit_positions
     try:
         for layer, delta in (edits or {}).items():
             handles.append(modules[layer].register_forward_hook(edit_hook(delta), prepend=True))
@@ -222,7 +227,7 @@ def hooks(model, layers: Sequence[int], store: dict, positions, edits: dict | No
 
 
 def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None, batch_size: int = 64,
-        progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        progress: Callable[[int], None] | None = None, edit_positions=None) -> tuple[np.ndarray, np.ndarray]:
     """States at each sequence's chosen position for ``layers``, and the logits' argmax at its last token.
 
     Parameters
@@ -239,6 +244,8 @@ def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None
         Sequences per forward pass.
     progress : callable, optional
         Called with the number of sequences done.
+    edit_positions : (n,) array of int, optional
+        Where the edits are added (default the chosen positions, where the states are read).
 
     Returns
     -------
@@ -259,6 +266,7 @@ def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     head = model.get_output_embeddings()
     tensor_edits = {k: torch.as_tensor(np.asarray(v, dtype=np.float32)) for k, v in (edits or {}).items()}
+    where = None if edit_positions is None else torch.as_tensor(np.asarray(edit_positions), dtype=torch.long)
     with torch.no_grad():
         for lo in range(0, n, batch_size):
             hi = min(n, lo + batch_size)
@@ -266,7 +274,8 @@ def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None
             keep = int(mask.sum(dim=1).max())  # right padding: trailing pad columns dropped
             store: dict = {}
             sub = {k: v[lo:hi] for k, v in tensor_edits.items()}
-            with hooks(model, layers, store, batch.positions[lo:hi], sub):
+            with hooks(model, layers, store, batch.positions[lo:hi], sub,
+                       None if where is None else where[lo:hi]):
                 final = base(input_ids=batch.input_ids[lo:hi, :keep], attention_mask=mask[:, :keep])
             for j, layer in enumerate(layers):
                 states[lo:hi, j] = store[layer].float().numpy()
@@ -276,3 +285,117 @@ def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None
             if progress is not None:
                 progress(hi)
     return states, answers
+
+
+def subset(batch: Batch, rows, positions=None) -> Batch:
+    """The sequences ``rows`` of ``batch`` (repeats allowed), reading at ``positions`` (default their own).
+
+    Parameters
+    ----------
+    batch : Batch
+        Encoded sequences.
+    rows : sequence of int
+        Which sequences, in order.
+    positions : sequence of int, optional
+        The chosen position of each selected sequence.
+
+    Returns
+    -------
+    Batch
+    """
+    sel = np.asarray(rows, dtype=np.int64)
+    pos = batch.positions.numpy()[sel] if positions is None else np.asarray(positions)
+    return Batch(batch.input_ids[sel], batch.attention_mask[sel], pos)
+
+
+def lens(model, states: np.ndarray, *, batch_size: int = 256) -> np.ndarray:
+    """The logit lens: the model's own final norm and head applied to residual states; the argmax token.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A Llama-style causal LM (``model.model.norm``, the output embeddings).
+    states : (..., width) array
+        Residual-stream states (any layer).
+
+    Returns
+    -------
+    ndarray of int64, shape ``states.shape[:-1]``
+    """
+    import torch
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    head = model.get_output_embeddings()
+    flat = np.asarray(states, dtype=np.float32).reshape(-1, states.shape[-1])
+    out = np.zeros(flat.shape[0], dtype=np.int64)
+    with torch.no_grad():
+        for lo in range(0, flat.shape[0], batch_size):
+            x = torch.as_tensor(flat[lo : lo + batch_size])
+            out[lo : lo + batch_size] = head(base.norm(x)).argmax(dim=-1).numpy()
+    return out.reshape(states.shape[:-1])
+
+
+def lens_within(model, states: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """Like :func:`lens`, the argmax restricted to the token ids ``candidates`` (returned as token ids)."""
+    import torch
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    W = model.get_output_embeddings().weight[torch.as_tensor(np.asarray(candidates, dtype=np.int64))]
+    flat = np.asarray(states, dtype=np.float32).reshape(-1, states.shape[-1])
+    with torch.no_grad():
+        k = (base.norm(torch.as_tensor(flat)) @ W.T).argmax(dim=-1).numpy()
+    return np.asarray(candidates)[k].reshape(states.shape[:-1])
+
+
+def continuation_match(model, tokenizer, prompts: Sequence[str], continuations: Sequence[str], *,
+                       batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Whether greedy decoding after each prompt produces exactly the continuation's tokens.
+
+    Greedy decoding yields the continuation ``c_1..c_m`` exactly when, with the continuation fed in (teacher
+    forcing), the argmax at the prompt's last token is ``c_1`` and at each ``c_k`` is ``c_{k+1}``: one
+    forward pass per sequence. The continuation's tokens are those of ``prompt + continuation`` after the
+    prompt's own tokens (the prompt must tokenize to a prefix of the whole; else the fact counts as not
+    matched).
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A causal LM in eval mode.
+    tokenizer : transformers.PreTrainedTokenizerFast
+        Its tokenizer.
+    prompts, continuations : sequences of str
+        Pairs (the continuation with its leading space).
+    batch_size : int
+        Sequences per forward pass.
+
+    Returns
+    -------
+    matched : (n,) bool array
+    lengths : (n,) int array
+        The continuation's number of tokens.
+    """
+    import torch
+    P = tokenizer(list(prompts))["input_ids"]
+    F = tokenizer([a + b for a, b in zip(prompts, continuations)])["input_ids"]
+    n = len(P)
+    matched = np.zeros(n, dtype=bool)
+    lengths = np.array([len(f) - len(p) for p, f in zip(P, F)])
+    ok = np.array([f[: len(p)] == p and len(f) > len(p) for p, f in zip(P, F)])
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    head = model.get_output_embeddings()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    with torch.no_grad():
+        for lo in range(0, n, batch_size):
+            idx = [i for i in range(lo, min(n, lo + batch_size)) if ok[i]]
+            if not idx:
+                continue
+            T = max(len(F[i]) for i in idx)
+            ids = torch.full((len(idx), T), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), T), dtype=torch.long)
+            for k, i in enumerate(idx):
+                ids[k, : len(F[i])] = torch.as_tensor(F[i])
+                mask[k, : len(F[i])] = 1
+            hidden = base(input_ids=ids, attention_mask=mask).last_hidden_state
+            for k, i in enumerate(idx):
+                a, b = len(P[i]) - 1, len(F[i]) - 1
+                pred = head(hidden[k, a:b]).argmax(dim=-1).numpy()
+                matched[i] = bool(np.array_equal(pred, np.asarray(F[i][a + 1 : b + 1])))
+    return matched, lengths

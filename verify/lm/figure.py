@@ -1,4 +1,4 @@
-"""The probe-lm figure: per-layer decoding accuracy, superposition R² and interventions, with controls."""
+"""The probe-lm figure: per-layer probes of the model's own answer, decoding power, and dose-response."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ __all__ = ["figure"]
 def figure(doc: dict, out: str) -> list[str]:
     """Draw ``lm_layers.{png,svg}`` from a :func:`~georecall.verify.lm.run.probe_lm` document.
 
-    Left panel: held-out decoding accuracy per layer (subject state alone, in the prompt, shuffled labels,
-    the baseline, the random-init model) with the interventions' success and stay; right panel: the
-    superposition fit's held-out R² per layer and its controls. Written atomically at 130 dpi.
+    Left: per layer, the logit lens and activation patching (per template; shares of known facts and of
+    pairs), LRE faithfulness on held-out known facts (mean over the relations with enough known facts, and
+    its bias-alone control) and the decoding accuracy (mean over relations). Middle: each relation's power,
+    the detection rate of a planted mechanism of the run's shape against the planted SNR, with the
+    shuffled-label control and the required rate. Right: the interventions' dose-response (answer becomes
+    j, others stay) per layer. Written atomically at 130 dpi.
 
     Parameters
     ----------
@@ -37,42 +40,67 @@ def figure(doc: dict, out: str) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
     os.makedirs(out, exist_ok=True)
-    layers = [row["layer"] for row in doc["layers"]]
-    rnd = {row["layer"]: row for row in doc.get("random_layers", [])}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    layers = doc["layer_list"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     ax = axes[0]
-    ax.plot(layers, [r["decode_alone"] for r in doc["layers"]], "o-", label="decoding, subject state")
-    ax.plot(layers, [r["decode_prompt"] for r in doc["layers"]], "s-", ms=3, label="decoding, in the prompt")
-    ax.plot(layers, [r.get("decode_shuffled") for r in doc["layers"]], "--", label="shuffled labels")
-    ax.plot(layers, [r["baseline"] for r in doc["layers"]], ":", color="k", label="max(chance, majority)")
-    if rnd:
-        ax.plot(layers, [rnd[x]["decode_alone"] for x in layers], "-", color="grey",
-                label="random-init model")
-    for x in doc.get("interventions", []):
-        if x.get("edits"):
-            ax.plot([x["layer"]], [x["success"]], "r*", ms=11)
-            ax.plot([x["layer"]], [x["stay"]], "g^", ms=8)
-    ax.plot([], [], "r*", label="intervention: answer -> j")
-    ax.plot([], [], "g^", label="intervention: others stay")
+    styles = ["-", "--"]
+    for t, tm in enumerate(doc["templates"]):
+        lens = [np.nan if v is None else v for v in doc["logit_lens"][t]]
+        ax.plot(layers, lens, styles[t], color="tab:blue", label=f"logit lens, template {tm}")
+        if doc["patching"][t]["moved"]:
+            ax.plot(doc["patching"][t]["layers"], doc["patching"][t]["moved"], styles[t], color="tab:red",
+                    label=f"patching moves the answer, template {tm}")
+    told = [x for x in doc["lre"] if x["told"]]
+    if told:
+        lre_layers = doc["lre_layers"]
+        ax.plot(lre_layers, [np.mean([x["layers"][k]["faithful"] for x in told])
+                             for k in range(len(lre_layers))], "o-", color="tab:green",
+                label=f"LRE faithful (mean of {len(told)} relations)")
+        ax.plot(lre_layers, [np.mean([x["layers"][k]["bias_only"] for x in told])
+                             for k in range(len(lre_layers))], "o:", color="tab:green", ms=3,
+                label="LRE bias alone")
+    ax.plot(layers, [row["decode_mean"] for row in doc["layers"]], "-", color="grey",
+            label="decoding into U (mean of relations)")
     ax.set_xlabel("layer")
-    ax.set_ylabel("held-out accuracy (mean over relations)")
+    ax.set_ylabel("share")
     ax.set_ylim(-0.02, 1.02)
-    # between the accuracy lines (about 0.3) and the "others stay" markers (about 1)
-    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.01, 0.42))
-    ax.set_title("linear decoding of attributes", fontsize=10)
-    ax = axes[1]
-    ax.plot(layers, [r["r2_u"] for r in doc["layers"]], "o-", label="R², unembedding vectors")
-    ax.plot(layers, [r["r2_h"] for r in doc["layers"]], "s-", ms=3, label="R², attribute states")
-    ax.plot(layers, [r.get("r2_shuffled") for r in doc["layers"]], "--", label="R², shuffled facts")
-    ax.plot(layers, [r["presence_r2"] for r in doc["layers"]], ":", color="k",
-            label="R², relation pattern only")
-    if rnd:
-        ax.plot(layers, [rnd[x]["r2_u"] for x in layers], "-", color="grey", label="R², random-init model")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("held-out R² of the subject state")
     ax.legend(fontsize=7)
-    ax.set_title("superposition fit h_s ≈ Σ_r A_r v_{a_r(s)}", fontsize=10)
+    ax.set_title("known facts: lens, patching, LRE", fontsize=10)
+    ax = axes[1]
+    T = doc["thresholds"]
+    for x in doc["relations"]:
+        pw = x["power"]
+        ax.plot(pw["snrs"], pw["positive"], "-", lw=1, alpha=0.8, label=x["relation"])
+    neg = [(snr, np.mean([x["power"]["negative"][k] for x in doc["relations"]]))
+           for k, snr in enumerate(doc["snrs"]) if doc["relations"][0]["power"]["negative"][k] is not None]
+    ax.plot([a for a, _ in neg], [b for _, b in neg], "kX", ms=9, label="shuffled labels (mean)")
+    ax.axhline(T["power_required"], color="k", lw=0.6, ls=":")
+    ax.axvline(T["named_snr"], color="k", lw=0.6, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("planted SNR")
+    ax.set_ylabel("detection rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=6, ncol=2)
+    ax.set_title("power of the decoding probe (planted, same shape)", fontsize=10)
+    ax = axes[2]
+    for x in doc["interventions"]:
+        if not x.get("edits"):
+            continue
+        ds = [d for d in x["doses"] if d["dose"] != "fitted"]
+        line = ax.plot([d["dose"] for d in ds], [d["success"] for d in ds], "o-",
+                       label=f"layer {x['layer']}: -> j")
+        ax.plot([d["dose"] for d in ds], [np.nan if d["stay"] is None else d["stay"] for d in ds], "s--",
+                color=line[0].get_color(), ms=3, label=f"layer {x['layer']}: others stay")
+        fit = [d for d in x["doses"] if d["dose"] == "fitted"][0]
+        ax.plot([x["fitted_ratio_median"]], [fit["success"]], "*", color=line[0].get_color(), ms=10)
+    ax.set_xscale("log")
+    ax.set_xlabel("|Δ| / |h| (star: the fitted Δ's median size)")
+    ax.set_ylabel("share of edits")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=7)
+    ax.set_title("intervention h + Δ, Δ ∝ A_r(U_j − U_a)", fontsize=10)
     fig.suptitle(f"{doc['model']}: {doc['subjects']} subjects, {doc['relations_n']} relations", fontsize=10)
     fig.tight_layout()
     paths = []

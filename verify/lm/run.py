@@ -1,21 +1,47 @@
-"""The ``probe-lm`` study: a real LM's hidden states on real facts, per-layer probes, interventions, controls,
-and a verdict against thresholds declared before the run (``docs/lm.md``; the constants below are those).
+"""The ``probe-lm`` study: a real LM's hidden states on real facts, the literature's probes with their
+controls and power, and a verdict against thresholds declared before the run (``docs/lm.md``; the constants
+below are those).
 
 States (one per layer ``ℓ = 0..L``, see :mod:`.extract`; every text is read after the one-token context
-:data:`PREFIX`): the *subject state* ``h_s`` is the state at the last token of the subject's name read alone
-(the same tensor as in every prompt that starts with the subject: the model is causal), the *prompt state* is
-the state at the last subject token of the relation-r prompt. Attribute vectors: ``U`` the unembedding row of
-the attribute's first token (``" " + attribute``), and ``Hv`` the attribute's own state (last token of ``" " +
-attribute`` read alone) at the same layer.
+:data:`PREFIX`): the *subject state* ``h_s`` at the last token of the subject's name read alone (the same
+tensor as in every prompt that starts with the subject: the model is causal), the *prompt state* at the last
+subject token of a relation's prompt, the *final state* at the prompt's last token. A fact is **known** under
+a template when greedy decoding after the prompt produces exactly the tokens of ``" " + attribute``
+(:func:`.extract.continuation_match`). Attribute vectors ``U``: the unembedding row of the attribute's first
+token; candidates sharing a first token are one class.
 
-Interventions at layer ℓ: ``A_r`` is relation r's block of the cross-fitted superposition map (``U`` vectors;
-the map from the group in which the subject was held out), ``Δ = A_r(U_j − U_{a_r(s)})`` with ``j`` a
-uniformly drawn other attribute class of r; ``Δ`` is added at the subject position of the relation-r prompt
-(success: the greedy next token becomes ``j``'s first token) and, the same ``Δ``, at the subject position of
-each of the subject's other prompts (stay: their greedy answer does not change)."""
+Measured (the model's forward passes; cached with ``cache``, see :func:`measure`):
+
+- **Known facts** per relation and template (:data:`TEMPLATES` templates: ``template`` and the next one).
+- **Logit lens** at the final token of each known fact's prompt, every layer: the model's final norm and head
+  applied to the state; the share whose argmax is the attribute's first token.
+- **Activation patching**, every layer, each template: a known fact's prompt state at the last subject token
+  replaced by that of another known fact of the same relation with a different first answer token (one partner
+  each, a seeded derangement); the share whose answer becomes the partner's.
+- **LRE** (Hernandez et al. 2023) at :func:`default_lre_layers`, template ``template``, per relation with at
+  least :data:`LRE_TRAIN` + :data:`LRE_MIN_TEST` known facts: ``W`` the mean over :data:`LRE_TRAIN` training
+  facts of the Jacobian of the final state (layer L, before the final norm) with respect to the prompt state
+  at layer ℓ, ``b`` the mean of ``o_i − J_i h_i``; ``LRE_β(h) = β W h + b``, decoded with the model's own norm
+  and head. Jacobian-vector products by forward differences (relative step :data:`FD_STEP`). Faithfulness: the
+  decoded token equals the model's answer, on the held-out known facts; over the vocabulary and among the
+  relation's candidate tokens; β in :data:`BETAS` (β = 0: the bias alone, the control), chosen on the training
+  facts.
+- **Interventions** at :func:`default_intervene_layers`: for each known fact ``Δ ∝ A_r(U_j − U_a)`` (``A_r``
+  relation r's block of the cross-fitted superposition map, the group in which the subject was held out; ``j``
+  a drawn other class), scaled to ``|Δ| = dose·|h|`` for each dose of :data:`DOSES` and at its own fitted
+  size; added at the subject position of the relation's prompt (success: the answer becomes ``j``) and of the
+  subject's other known prompts (stay: their answers do not change).
+
+Analysed (NumPy, from the measurement, :func:`analyse`): per layer and relation, decoding of the subject state
+into attribute vectors ranked among all candidates (:func:`georecall.verify.experiments.power.decode_vectors`;
+seen and unseen answers apart) with the shuffled-label and random-initialisation controls, the superposition
+fit, and the power of both (a planted positive control of the same shape,
+:mod:`georecall.verify.experiments.power`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -23,30 +49,44 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from georecall.errors import InputError
-from georecall.theory import seeds
-from georecall.verify.lm import extract, probes
+from georecall.verify.experiments import power
+from georecall.verify.lm import probes
 from georecall.verify.lm.facts import Facts
-from georecall.verify.lm.loader import random_like
 
-__all__ = ["THRESHOLDS", "default_intervene_layers", "probe_lm", "render_text", "verdict"]
+__all__ = ["BETAS", "DOSES", "THRESHOLDS", "analyse", "default_intervene_layers", "default_lre_layers",
+           "measure", "probe_lm", "render_text", "verdict"]
 
-# Declared before the first SmolLM2 run (docs/lm.md, "Thresholds"); changing them changes the verdict only.
+# Declared before the runs they judge (docs/lm.md, "Thresholds"); changing them changes the verdict only.
+# The first seven date from the first SmolLM2 run; the rest (power, known facts, LRE, patching) from issue
+# 35's rewrite, before its run.
 THRESHOLDS = {
-    "decode_margin": 0.20,  # accuracy - max(chance, majority, shuffled, random model): a decodable relation
-    "encoding_share": 0.5,  # share of relations decodable at a layer for "linear relational encoding"
-    "superposition_r2": 0.5,  # held-out R² of the superposition fit (U or Hv vectors)
+    "decode_margin": power.DECODE_MARGIN,  # accuracy - max(chance, majority, shuffled, random model)
+    "encoding_share": 0.5,  # share of the relations that can be told that are decodable
+    "superposition_r2": 0.5,  # held-out R² of the superposition fit
     "superposition_margin": 0.10,  # ... above the shuffled-facts, presence-only and random-model R²
     "intervention_success": 0.5,  # answer becomes j
     "intervention_gain": 0.4,  # ... above how often the unedited answer is already j
     "intervention_stay": 0.8,  # the other relations' answers unchanged
+    "power_required": power.POWER_REQUIRED,  # a negative verdict needs the planted control this often
+    "named_snr": power.NAMED_SNR,  # ... at this planted signal-to-noise ratio (decoding)
+    "superposition_snr": 3.0,  # ... and at this one (superposition: R² >= 0.5 needs SNR >= 1 even ideally)
+    "told_min": 3,  # relations that can be told needed for a layer-level encoding verdict
+    "lre_faithful": 0.5,  # held-out LRE faithfulness (vocabulary) ...
+    "lre_gain": 0.2,  # ... above the bias alone
+    "patch_moved": 0.5,  # patching moves the answer to the other subject's in this share of pairs
 }
 FOLDS = 5
-# Every text read (prompts, subjects alone, attributes alone) starts with this one-token context, so that no
-# state is read at position 0: there decoder LMs keep an "attention sink" with massive activations (SmolLM2:
-# |h| ≈ 24,000 against ≈ 200 elsewhere at layer 15, 99% of the states' variance in 3 coordinates), which
-# made a single-token subject's or attribute's state a sink state, not its own (found in the first full run,
-# kept in docs/lm_smollm2_run1_sink.txt).
+TEMPLATES = 2
+LRE_TRAIN = 5
+LRE_MIN_TEST = 3
+BETAS = (0.0, 0.5, 1.0, 2.0, 4.0)
+DOSES = (0.25, 1.0, 4.0)
+FD_STEP = 1e-3
+POWER_DRAWS = power.DRAWS  # plantings per SNR for every power estimate
+# Every text read starts with this one-token context, so that no state is read at position 0: there decoder
+# LMs keep an "attention sink" with massive activations (docs/lm_smollm2_run1_sink.txt).
 PREFIX = "\n"
+CACHE_FORMAT = "georecall-probe-lm-cache/2"
 
 
 def default_intervene_layers(L: int) -> list[int]:
@@ -65,353 +105,714 @@ def default_intervene_layers(L: int) -> list[int]:
     return sorted({int(L * f + 0.5) for f in (0.25, 0.5, 0.75)})
 
 
-# Every random choice draws from the run seed's "probes" stream under its own key (georecall.theory.seeds).
-_KEYS = {"lm-shuffle": 1000, "lm-decode": 1001, "lm-sup": 1002, "lm-intervene": 1003}
+def default_lre_layers(L: int) -> list[int]:
+    """The declared LRE layers: every third layer from 1 to L − 1 (the Jacobian is costly).
+
+    Parameters
+    ----------
+    L : int
+        The model's number of blocks.
+
+    Returns
+    -------
+    list of int
+    """
+    return list(range(1, max(2, L), 3))
+
+
+_KEYS = {"lm-shuffle": 1000, "lm-decode": 1001, "lm-sup": 1002, "lm-intervene": 1003, "lm-power": 1004,
+         "lm-patch": 1005, "lm-lre": 1006, "lm-sup-power": 1007}
 
 
 def _rng(seed: int, name: str, *key: int) -> np.random.Generator:
+    from georecall.theory import seeds
     return seeds.rng(seed, "probes", _KEYS[name], *key)
 
 
 class _Prepared:
-    """Tokenized prompts and the attributes' token classes for one tokenizer (shared by the model and its
-    random twin)."""
+    """Tokenized prompts (per template), the attributes' token classes, and the fact indices."""
 
-    def __init__(self, tokenizer, facts: Facts, template: int):
+    def __init__(self, tokenizer, facts: Facts, templates: Sequence[int]):
+        from georecall.verify.lm import extract
         self.facts = facts
         self.fact_list = facts.facts()
         R = len(facts.relations)
-        self.classes: list[np.ndarray] = []  # per relation: the distinct first-token ids (class -> token id)
+        self.classes: list[np.ndarray] = []
         self.cand_class: list[dict[str, int]] = []
         for rel in facts.relations:
             ids = extract.first_token_ids(tokenizer, [" " + c for c in rel.candidates])
             uniq = np.unique(ids)
             self.classes.append(uniq)
             self.cand_class.append({c: int(np.searchsorted(uniq, t)) for c, t in zip(rel.candidates, ids)})
-        texts, spans = [], []
-        for i, r, _a in self.fact_list:
-            templates = facts.relations[r].templates
-            t = templates[min(template, len(templates) - 1)]
-            s = facts.subjects[i]
-            start = t.index("{}")
-            texts.append(PREFIX + t.replace("{}", s, 1))
-            spans.append((len(PREFIX) + start, len(PREFIX) + start + len(s)))
-        self.prompt_texts = texts
-        self.prompts = extract.encode(tokenizer, texts, spans)
+        self.templates = list(templates)
+        self.prompt_texts: list[list[str]] = []
+        self.prompts = []
+        self.distinct: list[np.ndarray] = []  # per template: does the relation have this template of its own
+        for tm in self.templates:
+            texts, spans = [], []
+            for i, r, _a in self.fact_list:
+                ts = facts.relations[r].templates
+                t = ts[min(tm, len(ts) - 1)]
+                s = facts.subjects[i]
+                start = t.index("{}")
+                texts.append(PREFIX + t.replace("{}", s, 1))
+                spans.append((len(PREFIX) + start, len(PREFIX) + start + len(s)))
+            self.prompt_texts.append(texts)
+            self.prompts.append(extract.encode(tokenizer, texts, spans))
+            self.distinct.append(np.array([len(rel.templates) > tm for rel in facts.relations]))
         self.alone = extract.encode(tokenizer, [PREFIX + s for s in facts.subjects],
                                     [(len(PREFIX), len(PREFIX) + len(s)) for s in facts.subjects])
-        attrs = sorted({a for _i, _r, a in self.fact_list})
-        self.attr_index = {a: k for k, a in enumerate(attrs)}
-        self.attr_batch = extract.encode(tokenizer, [PREFIX + " " + a for a in attrs])
         n = len(facts.subjects)
         self.present = np.zeros((n, R), dtype=bool)
-        self.label = np.zeros((R, n), dtype=np.int64)  # attribute class per subject
-        self.attr_of = np.zeros((R, n), dtype=np.int64)  # attribute index (for Hv) per subject
+        self.label = np.zeros((R, n), dtype=np.int64)
         self.fact_row = -np.ones((R, n), dtype=np.int64)
+        self.fact_rel = np.array([r for _i, r, _a in self.fact_list], dtype=np.int64)
+        self.fact_subj = np.array([i for i, _r, _a in self.fact_list], dtype=np.int64)
+        self.fact_token = np.zeros(len(self.fact_list), dtype=np.int64)
         for k, (i, r, a) in enumerate(self.fact_list):
             self.present[i, r] = True
             self.label[r, i] = self.cand_class[r][a]
-            self.attr_of[r, i] = self.attr_index[a]
             self.fact_row[r, i] = k
+            self.fact_token[k] = self.classes[r][self.cand_class[r][a]]
 
 
-def _extract(model, prep: _Prepared, layers: list[int], batch_size: int, say) -> dict:
-    out: dict = {}
-    t = time.perf_counter()
-    out["alone"], _ = extract.run(model, prep.alone, layers, batch_size=batch_size)
-    out["prompt"], out["answers"] = extract.run(model, prep.prompts, layers, batch_size=batch_size)
-    out["attr"], _ = extract.run(model, prep.attr_batch, layers, batch_size=batch_size)
-    U = model.get_output_embeddings().weight.detach().float().numpy()
-    out["U"] = [U[c].astype(np.float64) for c in prep.classes]  # per relation: (classes, width)
-    say(f"  states of {prep.alone.input_ids.shape[0]} subjects, {prep.prompts.input_ids.shape[0]} prompts, "
-        f"{prep.attr_batch.input_ids.shape[0]} attributes at {len(layers)} layers "
-        f"({time.perf_counter() - t:.1f} s)")
+def _derangement_pairs(known: np.ndarray, token: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """For each known fact of one relation a partner with a different answer token (or -1): a seeded shift."""
+    out = -np.ones(known.size, dtype=np.int64)
+    if known.size < 2:
+        return out
+    order = rng.permutation(known.size)
+    for pos, a in enumerate(order):
+        for step in range(1, known.size):
+            b = order[(pos + step) % known.size]
+            if token[known[b]] != token[known[a]]:
+                out[a] = known[b]
+                break
     return out
 
 
-def _layer_probes(prep: _Prepared, st: dict, j: int, seed: int, shuffle_too: bool, keep_maps: bool) -> dict:
-    facts = prep.facts
-    R = len(facts.relations)
-    rows = []
-    shuf_labels = probes.shuffled(list(prep.label), prep.present, _rng(seed, "lm-shuffle"))
-    for r in range(R):
-        subj = np.flatnonzero(prep.present[:, r])
-        lab = prep.label[r, subj]
-        V = st["U"][r]
-        row: dict = {"relation": facts.relations[r].name}
-        row["alone"] = probes.decode_relation(st["alone"][subj, j].astype(np.float64), lab, V, folds=FOLDS,
-                                              rng=_rng(seed, "lm-decode", r))
-        in_prompt = st["prompt"][prep.fact_row[r, subj], j].astype(np.float64)
-        row["prompt"] = probes.decode_relation(in_prompt, lab, V, folds=FOLDS, rng=_rng(seed, "lm-decode", r))
-        if shuffle_too:
-            row["shuffled"] = probes.decode_relation(st["alone"][subj, j].astype(np.float64),
-                                                     shuf_labels[r][subj], V, folds=FOLDS,
-                                                     rng=_rng(seed, "lm-decode", r))
-        rows.append(row)
-    H = st["alone"][:, j].astype(np.float64)
-    blocks_u = [st["U"][r][prep.label[r]] for r in range(R)]
-    blocks_h = [st["attr"][prep.attr_of[r], j].astype(np.float64) for r in range(R)]
-    sup_u = probes.superposition_fit(H, blocks_u, prep.present, folds=FOLDS, rng=_rng(seed, "lm-sup"),
-                                     keep_maps=keep_maps)
-    sup_h = probes.superposition_fit(H, blocks_h, prep.present, folds=FOLDS, rng=_rng(seed, "lm-sup"),
-                                     keep_maps=False)
-    out = {"relations": rows, "sup_u": sup_u, "sup_h": sup_h}
-    if shuffle_too:
-        blocks_s = [st["U"][r][shuf_labels[r]] for r in range(R)]
-        out["sup_shuffled"] = probes.superposition_fit(H, blocks_s, prep.present, folds=FOLDS,
-                                                       rng=_rng(seed, "lm-sup"), keep_maps=False)
-    return out
-
-
-def _interventions(model, prep: _Prepared, st: dict, j: int, layer: int, maps, seed: int, batch_size: int
-                   ) -> dict:
-    """Edit at ``layer`` (index ``j`` into the extracted layers), as the module docstring says."""
-    rng = _rng(seed, "lm-intervene", layer)
-    held = {}
-    for test, A in maps:
-        for i in test:
-            held[int(i)] = A
-    facts = prep.facts
-    answers = st["answers"]
-    idx, deltas, kind, target, base = [], [], [], [], []
-    ratios = []
-    for k, (i, r, _a) in enumerate(prep.fact_list):
-        classes = prep.classes[r]
-        if classes.size < 2:
-            continue
-        a_cls = prep.label[r, i]
-        j_cls = int(rng.integers(classes.size - 1))
-        j_cls += j_cls >= a_cls
-        V = st["U"][r]
-        delta = (V[j_cls] - V[a_cls]) @ held[i][r]
-        ratios.append(float(np.linalg.norm(delta)) / max(1e-30, float(np.linalg.norm(st["prompt"][k, j]))))
-        idx.append(k)
-        deltas.append(delta)
-        kind.append(-1)
-        target.append(int(classes[j_cls]))
-        base.append(int(answers[k]))
-        for r2 in range(len(facts.relations)):
-            k2 = prep.fact_row[r2, i]
-            if r2 != r and k2 >= 0:
-                idx.append(int(k2))
-                deltas.append(delta)
-                kind.append(r2)
-                target.append(int(answers[k2]))
-                base.append(int(answers[k2]))
-    if not idx:
-        return {"layer": layer, "edits": 0}
-    sel = np.array(idx)
-    batch = extract.Batch(prep.prompts.input_ids[sel], prep.prompts.attention_mask[sel],
-                          prep.prompts.positions.numpy()[sel])
-    _, edited = extract.run(model, batch, [layer], edits={layer: np.array(deltas)}, batch_size=batch_size)
-    kind_a, target_a, base_a = np.array(kind), np.array(target), np.array(base)
-    own = kind_a == -1
-    per_rel = []
-    fact_rel = np.array([prep.fact_list[k][1] for k in idx])
-    for r, rel in enumerate(facts.relations):
-        m = own & (fact_rel == r)
-        if m.any():
-            per_rel.append({"relation": rel.name, "edits": int(m.sum()),
-                            "success": float(np.mean(edited[m] == target_a[m])),
-                            "already": float(np.mean(base_a[m] == target_a[m]))})
-    return {"layer": layer, "edits": int(own.sum()), "success": float(np.mean(edited[own] == target_a[own])),
-            "already": float(np.mean(base_a[own] == target_a[own])),
-            "stay": float(np.mean(edited[~own] == target_a[~own])) if (~own).any() else float("nan"),
-            "others": int((~own).sum()), "delta_ratio_median": float(np.median(ratios)),
-            "per_relation": per_rel}
-
-
-def _summary_row(layer: int, res: dict) -> dict:
-    rel = res["relations"]
-    row = {"layer": layer,
-           "decode_alone": float(np.mean([x["alone"]["accuracy"] for x in rel])),
-           "decode_prompt": float(np.mean([x["prompt"]["accuracy"] for x in rel])),
-           "baseline": float(np.mean([max(x["alone"]["chance"], x["alone"]["majority"]) for x in rel])),
-           "r2_u": res["sup_u"]["r2"], "r2_h": res["sup_h"]["r2"], "presence_r2": res["sup_u"]["presence_r2"],
-           "per_relation": [{"relation": x["relation"], "alone": x["alone"]["accuracy"],
-                             "prompt": x["prompt"]["accuracy"], "chance": x["alone"]["chance"],
-                             "majority": x["alone"]["majority"],
-                             **({"shuffled": x["shuffled"]["accuracy"]} if "shuffled" in x else {})}
-                            for x in rel],
-           "sup_alphas_u": res["sup_u"]["alphas"]}
-    if "sup_shuffled" in res:
-        row["decode_shuffled"] = float(np.mean([x["shuffled"]["accuracy"] for x in rel]))
-        row["r2_shuffled"] = res["sup_shuffled"]["r2"]
-    return row
-
-
-def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
-             intervene_layers: Sequence[int] | None = None, template: int = 0, seed: int = 0,
-             random_control: bool = True, batch_size: int = 64,
-             progress: Callable[[str], None] | None = None) -> dict:
-    """Run every probe of the module docstring on ``loaded`` (a :class:`~.loader.LoadedModel`) and ``facts``.
-
-    The probes per layer are :func:`.probes.decode_relation` and :func:`.probes.superposition_fit`
-    (cross-fitted ridge, :data:`FOLDS` groups over subjects, each fit's strength by 5-fold cross-validation
-    on its fit rows), the interventions those of the module docstring; the random-initialisation twin is
-    probed the same way (without the shuffled control).
+def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence[int],
+            intervene_layers: Sequence[int], template: int, seed: int, random_control: bool,
+            batch_size: int, say: Callable[[str], None]) -> dict:
+    """Every forward pass of the study (module docstring): a dict of arrays and plain values.
 
     Parameters
     ----------
     loaded : LoadedModel
-        The model and tokenizer (:func:`.loader.load_model`).
+        The model and tokenizer.
+    facts : Facts
+        The facts.
+    layers, lre_layers, intervene_layers : sequences of int
+        Probed layers (states), LRE layers and intervention layers (both among ``layers``).
+    template : int
+        The first template; the next one is the second.
+    seed : int
+        The run seed (pairs, LRE training facts, intervention targets, the random twin).
+    random_control : bool
+        Also extract the subject states of a randomly initialised model of the same configuration.
+    batch_size : int
+        Sequences per forward pass.
+    say : callable
+        Progress lines.
+
+    Returns
+    -------
+    dict
+        Arrays (``alone``, ``prompt`` per template, ``answers``, ``known``, ``lens``, patching, LRE and
+        intervention answers, ``U`` per relation) and sizes.
+    """
+    from georecall.verify.lm import extract
+    model = loaded.model
+    L = int(model.config.num_hidden_layers)
+    tmpls = [template + k for k in range(TEMPLATES)]
+    prep = _Prepared(loaded.tokenizer, facts, tmpls)
+    m: dict = {"L": L, "width": int(model.config.hidden_size), "layers": list(layers), "templates": tmpls,
+               "lre_layers": list(lre_layers), "intervene_layers": list(intervene_layers)}
+    t0 = time.perf_counter()
+    m["alone"], _ = extract.run(model, prep.alone, layers, batch_size=batch_size)
+    Uw = model.get_output_embeddings().weight.detach().float().numpy()
+    for r in range(len(facts.relations)):
+        m[f"U{r}"] = Uw[prep.classes[r]].astype(np.float64)
+    answers_tpl = [(" " + a) for _i, _r, a in prep.fact_list]
+    nf = len(prep.fact_list)
+    for t, _tm in enumerate(tmpls):
+        m[f"known{t}"], m[f"object_tokens{t}"] = extract.continuation_match(
+            model, loaded.tokenizer, prep.prompt_texts[t], answers_tpl, batch_size=batch_size)
+        kn = np.flatnonzero(m[f"known{t}"])
+        # template 0: every prompt (the model's own first-token answers); later templates: the known ones only
+        rows = np.arange(nf) if t == 0 else kn
+        states = np.zeros((nf, len(layers), m["width"]), dtype=np.float32)
+        answers = -np.ones(nf, dtype=np.int64)
+        if rows.size:
+            states[rows], answers[rows] = extract.run(model, extract.subset(prep.prompts[t], rows), layers,
+                                                      batch_size=batch_size)
+        m[f"prompt{t}"], m[f"answers{t}"] = states, answers
+        # the final token's states, for the logit lens (and LRE's base outputs): known facts only
+        m[f"lens{t}"] = -np.ones((nf, len(layers)), dtype=np.int64)
+        if t == 0:
+            m["final0"] = np.zeros((nf, m["width"]), dtype=np.float32)
+        if kn.size:
+            last = extract.subset(prep.prompts[t], kn, prep.prompts[t].last.numpy()[kn])
+            final, _ = extract.run(model, last, sorted(set(layers) | {L}), batch_size=batch_size)
+            at = sorted(set(layers) | {L})
+            m[f"lens{t}"][kn] = extract.lens(model, final[:, [at.index(x) for x in layers]])
+            if t == 0:
+                m["final0"][kn] = final[:, at.index(L)]
+        say(f"  template {t}: {kn.size} of {nf} facts known ({time.perf_counter() - t0:.0f} s)")
+    # activation patching: every probed layer for the first template, the LRE layers for the others
+    for t, _tm in enumerate(tmpls):
+        known = m[f"known{t}"]
+        partner = -np.ones(nf, dtype=np.int64)
+        for r in range(len(facts.relations)):
+            kr = np.flatnonzero(known & (prep.fact_rel == r))
+            partner[kr] = _derangement_pairs(kr, prep.fact_token, _rng(seed, "lm-patch", t, r))
+        src = np.flatnonzero(partner >= 0)
+        m[f"patch_src{t}"], m[f"patch_dst{t}"] = src, partner[src]
+        p_layers = list(layers) if t == 0 else [x for x in layers if x in lre_layers]
+        m[f"patch_layers{t}"] = np.array(p_layers, dtype=np.int64)
+        out = np.zeros((src.size, len(p_layers)), dtype=np.int64)
+        if src.size:
+            sub = extract.subset(prep.prompts[t], src)
+            for q, layer in enumerate(p_layers):
+                j = layers.index(layer)
+                delta = m[f"prompt{t}"][partner[src], j] - m[f"prompt{t}"][src, j]
+                _, out[:, q] = extract.run(model, sub, [], edits={layer: delta}, batch_size=batch_size)
+        m[f"patched{t}"] = out
+        say(f"  patching, template {t}: {src.size} pairs at {len(p_layers)} layers "
+            f"({time.perf_counter() - t0:.0f} s)")
+    _measure_lre(model, prep, m, layers, lre_layers, seed, batch_size, say, t0)
+    _measure_interventions(model, prep, m, layers, intervene_layers, seed, batch_size)
+    say(f"  interventions at layers {list(intervene_layers)} ({time.perf_counter() - t0:.0f} s)")
+    if random_control:
+        from georecall.verify.lm.loader import random_like
+        twin = random_like(loaded, seed)
+        m["alone_random"], _ = extract.run(twin.model, prep.alone, layers, batch_size=batch_size)
+        del twin
+        say(f"  random-init twin ({time.perf_counter() - t0:.0f} s)")
+    m["measure_seconds"] = time.perf_counter() - t0
+    return m
+
+
+def _measure_lre(model, prep: _Prepared, m: dict, layers, lre_layers, seed, batch_size, say, t0) -> None:
+    from georecall.verify.lm import extract
+    L = m["L"]
+    known = m["known0"]
+    prompts = prep.prompts[0]
+    last = prompts.last.numpy()
+    subj_pos = prompts.positions.numpy()
+    for r, _rel in enumerate(prep.facts.relations):
+        kr = np.flatnonzero(known & (prep.fact_rel == r))
+        if kr.size < LRE_TRAIN + LRE_MIN_TEST:
+            continue
+        kr = kr[_rng(seed, "lm-lre", r).permutation(kr.size)]
+        train = kr[:LRE_TRAIN]
+        m[f"lre_facts{r}"], m[f"lre_train{r}"] = kr, train
+        cand = prep.classes[r]
+        pred = np.zeros((len(lre_layers), len(BETAS), kr.size), dtype=np.int64)
+        pred_c = np.zeros_like(pred)
+        for jl, layer in enumerate(lre_layers):
+            j = layers.index(layer)
+            H = m["prompt0"][:, j].astype(np.float64)
+            rows, deltas, eps = [], [], []
+            for i in train:
+                for t in kr:
+                    e = FD_STEP * float(np.linalg.norm(H[i])) / max(1e-30, float(np.linalg.norm(H[t])))
+                    rows.append(i)
+                    deltas.append(e * H[t])
+                    eps.append(e)
+            rows_a = np.array(rows)
+            sub = extract.subset(prompts, rows_a, last[rows_a])
+            o, _ = extract.run(model, sub, [L], edits={layer: np.array(deltas)}, batch_size=batch_size,
+                               edit_positions=subj_pos[rows_a])
+            o = o[:, 0].astype(np.float64).reshape(LRE_TRAIN, kr.size, -1)
+            base = m["final0"][train].astype(np.float64)
+            Jh = (o - base[:, None, :]) / np.array(eps).reshape(LRE_TRAIN, kr.size)[:, :, None]
+            Wh = Jh.mean(axis=0)  # (facts, width): W h_t
+            pos_in = {int(t): k for k, t in enumerate(kr)}
+            b = np.mean([base[a] - Jh[a, pos_in[int(i)]] for a, i in enumerate(train)], axis=0)
+            out = np.array([beta * Wh + b for beta in BETAS])  # (betas, facts, width)
+            pred[jl] = extract.lens(model, out)
+            pred_c[jl] = extract.lens_within(model, out, cand)
+        m[f"lre_pred{r}"], m[f"lre_pred_cand{r}"] = pred, pred_c
+    say(f"  LRE at layers {list(lre_layers)} ({time.perf_counter() - t0:.0f} s)")
+
+
+def _measure_interventions(model, prep: _Prepared, m: dict, layers, intervene_layers, seed,
+                           batch_size) -> None:
+    from georecall.verify.lm import extract
+    known = m["known0"]
+    R = len(prep.facts.relations)
+    for layer in intervene_layers:
+        j = layers.index(layer)
+        H = m["alone"][:, j].astype(np.float64)
+        blocks = [m[f"U{r}"][prep.label[r]] for r in range(R)]
+        sup = probes.superposition_fit(H, blocks, prep.present, folds=FOLDS, rng=_rng(seed, "lm-sup"),
+                                       keep_maps=True)
+        held = {}
+        for test, A in sup["maps"]:
+            for i in test:
+                held[int(i)] = A
+        rng = _rng(seed, "lm-intervene", layer)
+        own, target, ratio, dirs, others = [], [], [], [], []
+        for k in np.flatnonzero(known):
+            r, i = int(prep.fact_rel[k]), int(prep.fact_subj[k])
+            C = prep.classes[r].size
+            if C < 2:
+                continue
+            a = int(prep.label[r, i])
+            jc = int(rng.integers(C - 1))
+            jc += jc >= a
+            V = m[f"U{r}"]
+            d = (V[jc] - V[a]) @ held[i][r]
+            h = float(np.linalg.norm(m["prompt0"][k, j]))
+            nd = float(np.linalg.norm(d))
+            if nd == 0 or h == 0:
+                continue
+            own.append(k)
+            target.append(int(prep.classes[r][jc]))
+            ratio.append(nd / h)
+            dirs.append(d / nd * h)
+            others.append([int(x) for x in prep.fact_row[:, i] if x >= 0 and x != k and known[x]])
+        m[f"iv_own{layer}"], m[f"iv_target{layer}"] = np.array(own, dtype=np.int64), np.array(target)
+        m[f"iv_ratio{layer}"] = np.array(ratio)
+        flat_o = np.array([x for xs in others for x in xs], dtype=np.int64)
+        owner = np.array([q for q, xs in enumerate(others) for _ in xs], dtype=np.int64)
+        m[f"iv_other{layer}"], m[f"iv_owner{layer}"] = flat_o, owner
+        if not own:
+            continue
+        dirs_a = np.array(dirs)
+        rows = np.concatenate([np.array(own), flat_o])
+        sub = extract.subset(prep.prompts[0], rows)
+        doses = list(DOSES) + ["fitted"]
+        res = np.zeros((len(doses), rows.size), dtype=np.int64)
+        for q, dose in enumerate(doses):
+            scale = np.array(ratio) if dose == "fitted" else np.full(len(own), float(dose))
+            d_own = dirs_a * scale[:, None]
+            delta = np.concatenate([d_own, d_own[owner]]) if flat_o.size else d_own
+            _, res[q] = extract.run(model, sub, [], edits={layer: delta}, batch_size=batch_size)
+        m[f"iv_answers{layer}"] = res
+
+
+# ------------------------------------------------------------------------------------------- analysis
+
+
+def _frac(x) -> float | None:
+    x = np.asarray(x)
+    return float(x.mean()) if x.size else None
+
+
+def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = None, *, seed: int,
+            prep: _Prepared) -> dict:
+    """The probes, controls, power and verdict from a :func:`measure` dict (NumPy only).
+
+    Parameters
+    ----------
+    m : dict
+        :func:`measure`'s output (or the cache's).
+    facts : Facts
+        The facts measured.
+    tokenizer_classes : unused
+    seed : int
+        The run seed (folds, shuffles, plantings).
+    prep : _Prepared
+        The prepared prompts (labels, classes, fact indices).
+
+    Returns
+    -------
+    dict
+        Plain data (the ``--json`` document's body).
+    """
+    R = len(facts.relations)
+    layers = m["layers"]
+    width = m["width"]
+    Us = [m[f"U{r}"] for r in range(R)]
+    subj = [np.flatnonzero(prep.present[:, r]) for r in range(R)]
+    groups = [probes.folds_of(s.size, FOLDS, _rng(seed, "lm-decode", r)) for r, s in enumerate(subj)]
+    shuf = probes.shuffled(list(prep.label), prep.present, _rng(seed, "lm-shuffle"))
+    pw = power.decode_power(list(prep.label), Us, prep.present, width, groups, rng=_rng(seed, "lm-power"),
+                            draws=POWER_DRAWS)
+    relations = []
+    for r, rel in enumerate(facts.relations):
+        rows = prep.fact_row[r][subj[r]]
+        row = {"relation": rel.name, "facts": int(rows.size), "classes": int(prep.classes[r].size),
+               "first_token_accuracy": float(np.mean(m["answers0"][rows] == prep.fact_token[rows])),
+               "known": [int(m[f"known{t}"][rows].sum()) for t in range(len(m["templates"]))],
+               "template_distinct": [bool(prep.distinct[t][r]) for t in range(len(m["templates"]))],
+               "power": pw[r]}
+        if "answers_random" in m:
+            row["random_first_token_accuracy"] = float(np.mean(m["answers_random"][rows]
+                                                               == prep.fact_token[rows]))
+        relations.append(row)
+    # decoding and superposition per layer
+    layer_rows = []
+    for j, layer in enumerate(layers):
+        H = m["alone"][:, j].astype(np.float64)
+        Hr = m["alone_random"][:, j].astype(np.float64) if "alone_random" in m else None
+        per = []
+        for r in range(R):
+            lab = prep.label[r, subj[r]]
+            res = power.decode_vectors(H[subj[r]], lab, Us[r], groups[r], rng=_rng(seed, "lm-decode", r))
+            sh = power.decode_vectors(H[subj[r]], shuf[r][subj[r]], Us[r], groups[r],
+                                      rng=_rng(seed, "lm-decode", r))
+            x = {"relation": facts.relations[r].name}
+            x.update({k: res[k] for k in ("n", "classes", "chance", "accuracy", "majority", "unseen",
+                                     "accuracy_seen", "accuracy_unseen")})
+            x["shuffled"] = sh["accuracy"]
+            floor = max(res["chance"], res["majority"], sh["accuracy"])
+            if Hr is not None:
+                x["random_model"] = power.decode_vectors(Hr[subj[r]], lab, Us[r], groups[r],
+                                                         rng=_rng(seed, "lm-decode", r))["accuracy"]
+                floor = max(floor, x["random_model"])
+            x["decodable"] = bool(res["accuracy"] >= floor + THRESHOLDS["decode_margin"])
+            word, why = power.verdict_word(x["decodable"], pw[r], unseen=res["unseen"], n=res["n"])
+            x["verdict"], x["reason"] = word, why
+            per.append(x)
+        blocks = [Us[r][prep.label[r]] for r in range(R)]
+        sup = probes.superposition_fit(H, blocks, prep.present, folds=FOLDS, rng=_rng(seed, "lm-sup"),
+                                       keep_maps=False)
+        sup_s = probes.superposition_fit(H, [Us[r][shuf[r]] for r in range(R)], prep.present, folds=FOLDS,
+                                         rng=_rng(seed, "lm-sup"), keep_maps=False)
+        srow = {"r2": sup["r2"], "presence_r2": sup["presence_r2"], "shuffled_r2": sup_s["r2"]}
+        if Hr is not None:
+            srow["random_r2"] = probes.superposition_fit(Hr, blocks, prep.present, folds=FOLDS,
+                                                         rng=_rng(seed, "lm-sup"), keep_maps=False)["r2"]
+        layer_rows.append({"layer": layer, "per_relation": per, "superposition": srow,
+                           "decode_mean": float(np.mean([x["accuracy"] for x in per]))})
+    sup_power = _superposition_power(prep, Us, width, seed)
+    # the model's own probes
+    lens, patch = [], []
+    for t in range(len(m["templates"])):
+        known = m[f"known{t}"]
+        lens.append([_frac(m[f"lens{t}"][known, j] == prep.fact_token[known]) for j in range(len(layers))])
+        src, dst = m[f"patch_src{t}"], m[f"patch_dst{t}"]
+        p_layers = [int(x) for x in m[f"patch_layers{t}"]]
+        moved = m[f"patched{t}"] == prep.fact_token[dst][:, None]
+        stayed = m[f"patched{t}"] == prep.fact_token[src][:, None]
+        per_rel = {}
+        for r, rel in enumerate(facts.relations):
+            sel = prep.fact_rel[src] == r
+            if sel.any():
+                per_rel[rel.name] = {"pairs": int(sel.sum()), "moved": moved[sel].mean(axis=0).tolist()}
+        patch.append({"pairs": int(src.size), "layers": p_layers,
+                      "moved": moved.mean(axis=0).tolist() if src.size else [],
+                      "kept": stayed.mean(axis=0).tolist() if src.size else [], "per_relation": per_rel})
+    lre = _lre_rows(m, prep, facts)
+    inter = _intervention_rows(m, prep, facts)
+    doc = {"L": m["L"], "width": width, "subjects": len(facts.subjects), "relations_n": R,
+           "facts": len(prep.fact_list), "templates": m["templates"], "folds": FOLDS, "layers": layer_rows,
+           "relations": relations, "superposition_power": sup_power, "logit_lens": lens, "patching": patch,
+           "lre": lre, "lre_layers": m["lre_layers"], "betas": list(BETAS), "interventions": inter,
+           "intervene_layers": m["intervene_layers"], "doses": list(DOSES) + ["fitted"],
+           "thresholds": dict(THRESHOLDS), "snrs": list(power.SNRS), "draws": POWER_DRAWS,
+           "layer_list": list(layers)}
+    doc["verdict"] = verdict(doc)
+    return doc
+
+
+def _superposition_power(prep: _Prepared, Us, width: int, seed: int) -> dict:
+    """Detection rate of the superposition rule on planted states of the real run's shape, per SNR (the
+    shuffled-facts negative control at the named SNR only)."""
+    rng = _rng(seed, "lm-sup-power")
+    R = len(Us)
+    T = THRESHOLDS
+    blocks = [Us[r][prep.label[r]] for r in range(R)]
+    pos, neg = [], []
+    for snr in power.SNRS:
+        hit, miss = 0, 0
+        for _ in range(POWER_DRAWS):
+            H = power.planted_states(list(prep.label), Us, prep.present, width, snr, rng)
+            fit = probes.superposition_fit(H, blocks, prep.present, folds=FOLDS, rng=rng, keep_maps=False)
+            hit += fit["r2"] >= T["superposition_r2"] and fit["r2"] >= fit["presence_r2"] + T[
+                "superposition_margin"]
+            if snr == T["superposition_snr"]:  # the negative control at the named strength only
+                shuf = probes.shuffled(list(prep.label), prep.present, rng)
+                fs = probes.superposition_fit(H, [Us[r][shuf[r]] for r in range(R)], prep.present,
+                                              folds=FOLDS, rng=rng, keep_maps=False)
+                miss += fs["r2"] >= T["superposition_r2"] and fs["r2"] >= fs["presence_r2"] + T[
+                    "superposition_margin"]
+        pos.append(hit / POWER_DRAWS)
+        neg.append(miss / POWER_DRAWS if snr == T["superposition_snr"] else None)
+    return {"snrs": list(power.SNRS), "positive": pos, "negative": neg, "draws": POWER_DRAWS}
+
+
+def _lre_rows(m: dict, prep: _Prepared, facts: Facts) -> list[dict]:
+    out = []
+    for r, rel in enumerate(facts.relations):
+        k_known = int((m["known0"] & (prep.fact_rel == r)).sum())
+        if f"lre_pred{r}" not in m:
+            out.append({"relation": rel.name, "known": k_known, "told": False,
+                        "reason": f"{k_known} known facts; LRE needs {LRE_TRAIN} to fit and {LRE_MIN_TEST} "
+                                  f"held out"})
+            continue
+        kr, train = m[f"lre_facts{r}"], m[f"lre_train{r}"]
+        truth = m["answers0"][kr]
+        is_train = np.isin(kr, train)
+        rows = []
+        for jl, layer in enumerate(m["lre_layers"]):
+            pv, pc = m[f"lre_pred{r}"][jl], m[f"lre_pred_cand{r}"][jl]
+            fit_acc = (pv[:, is_train] == truth[is_train]).mean(axis=1)
+            b = int(np.flatnonzero(fit_acc[1:] >= fit_acc[1:].max())[0]) + 1  # β > 0 chosen on the fit facts
+            held = ~is_train
+            rows.append({"layer": layer, "beta": BETAS[b],
+                         "faithful": float((pv[b, held] == truth[held]).mean()),
+                         "faithful_candidates": float((pc[b, held] == truth[held]).mean()),
+                         "bias_only": float((pv[0, held] == truth[held]).mean()),
+                         "bias_only_candidates": float((pc[0, held] == truth[held]).mean()),
+                         "sweep": [float((pv[q, held] == truth[held]).mean()) for q in range(len(BETAS))]})
+        out.append({"relation": rel.name, "known": k_known, "told": True, "train": LRE_TRAIN,
+                    "held_out": int((~is_train).sum()), "layers": rows})
+    return out
+
+
+def _intervention_rows(m: dict, prep: _Prepared, facts: Facts) -> list[dict]:
+    out = []
+    for layer in m["intervene_layers"]:
+        own = m[f"iv_own{layer}"]
+        if own.size == 0 or f"iv_answers{layer}" not in m:
+            out.append({"layer": layer, "edits": 0})
+            continue
+        res = m[f"iv_answers{layer}"]
+        target = m[f"iv_target{layer}"]
+        base_own = m["answers0"][own]
+        other = m[f"iv_other{layer}"]
+        doses = []
+        for q, dose in enumerate(list(DOSES) + ["fitted"]):
+            a_own, a_oth = res[q, : own.size], res[q, own.size :]
+            doses.append({"dose": dose, "success": float(np.mean(a_own == target)),
+                          "changed": float(np.mean(a_own != base_own)),
+                          "stay": _frac(a_oth == m["answers0"][other]) if other.size else None})
+        out.append({"layer": layer, "edits": int(own.size), "others": int(other.size),
+                    "already": float(np.mean(base_own == target)),
+                    "fitted_ratio_median": float(np.median(m[f"iv_ratio{layer}"])), "doses": doses})
+    return out
+
+
+def verdict(doc: dict) -> dict:
+    """Apply :data:`THRESHOLDS` to an :func:`analyse` document (the rules of ``docs/lm.md``).
+
+    Parameters
+    ----------
+    doc : dict
+        The document (without ``verdict``).
+
+    Returns
+    -------
+    dict
+        ``encoding`` (per layer ``yes``/``no``/``cannot tell``), ``decodable`` (per relation, the layers),
+        ``superposition_layers``, ``lre_faithful`` (per relation, the layers), ``patch_layers``,
+        ``selective_layers`` and ``lines`` (the verdict sentences).
+    """
+    T = doc["thresholds"]
+    enc: dict = {}
+    decodable: dict[str, list[int]] = {}
+    told_by_rel: dict = {}
+    not_dec: dict[str, list[int]] = {}
+    for row in doc["layers"]:
+        told = [x for x in row["per_relation"] if x["verdict"] != "cannot tell"]
+        yes = [x for x in row["per_relation"] if x["verdict"] == "decodable"]
+        for x in yes:
+            decodable.setdefault(x["relation"], []).append(row["layer"])
+        for x in row["per_relation"]:
+            if x["verdict"] == "not decodable":
+                not_dec.setdefault(x["relation"], []).append(row["layer"])
+        if len(told) < T["told_min"]:
+            enc[row["layer"]] = "cannot tell"
+        else:
+            enc[row["layer"]] = "yes" if len(yes) >= T["encoding_share"] * len(told) else "no"
+        told_by_rel[row["layer"]] = len(told)
+    sp = doc["superposition_power"]
+    sup_rate = sp["positive"][sp["snrs"].index(T["superposition_snr"])]
+    sup_layers = []
+    for row in doc["layers"]:
+        s = row["superposition"]
+        floor = max(s["presence_r2"], s["shuffled_r2"], s.get("random_r2", -np.inf))
+        if s["r2"] >= T["superposition_r2"] and s["r2"] >= floor + T["superposition_margin"]:
+            sup_layers.append(row["layer"])
+    lre_ok: dict = {}
+    for x in doc["lre"]:
+        if x["told"]:
+            lre_ok[x["relation"]] = [y["layer"] for y in x["layers"] if y["faithful"] >= T["lre_faithful"]
+                                     and y["faithful"] >= y["bias_only"] + T["lre_gain"]]
+    patch_layers = [[p["layers"][j] for j, v in enumerate(p["moved"]) if v >= T["patch_moved"]]
+                    for p in doc["patching"]]
+    selective = []
+    for x in doc["interventions"]:
+        for d in x.get("doses", []):
+            if (d["success"] >= T["intervention_success"] and d["success"] - x["already"]
+                    >= T["intervention_gain"] and d["stay"] is not None
+                    and d["stay"] >= T["intervention_stay"]):
+                selective.append((x["layer"], d["dose"]))
+
+    def few(xs):
+        return ", ".join(str(x) for x in xs) if xs else "none"
+
+    yes_layers = [k for k, v in enc.items() if v == "yes"]
+    no_layers = [k for k, v in enc.items() if v == "no"]
+    ct_layers = [k for k, v in enc.items() if v == "cannot tell"]
+    known = [(x["relation"], x["known"][0], x["facts"]) for x in doc["relations"]]
+    cannot = [x["relation"] for x in doc["relations"] if all(
+        y["verdict"] == "cannot tell" for row in doc["layers"] for y in row["per_relation"]
+        if y["relation"] == x["relation"])]
+    lines = [
+        f"known facts (greedy answer = the whole attribute), template {doc['templates'][0]}: "
+        f"{sum(k for _r, k, _n in known)} of {sum(n for _r, _k, n in known)}; per relation "
+        + ", ".join(f"{r} {k}/{n}" for r, k, n in known),
+        f"decoding into attribute vectors (accuracy >= {T['decode_margin']:.2f} above every control): "
+        f"decodable somewhere: {few(sorted(decodable))}; not decodable with power "
+        f">= {T['power_required']} at SNR {T['named_snr']:g}: {few(sorted(set(not_dec) - set(decodable)))}; "
+        f"cannot tell at any layer (the planted control is not detected): {few(cannot)}",
+        f"linear relational encoding (>= {T['encoding_share']:.0%} of the relations that can be told, at "
+        f"least {T['told_min']} told): yes at layers {few(yes_layers)}; no at {few(no_layers)}; cannot tell "
+        f"at {few(ct_layers)}",
+    ]
+    if sup_layers:
+        lines.append(f"superposition (held-out R² >= {T['superposition_r2']}, >= "
+                     f"{T['superposition_margin']} above the controls): layers {few(sup_layers)}")
+    elif sup_rate >= T["power_required"]:
+        lines.append(f"superposition: no layer (a planted superposition at SNR {T['superposition_snr']:g} of "
+                     f"this shape is detected in {sup_rate:.2f} of the draws)")
+    else:
+        lines.append(f"superposition: no layer passes; cannot tell (the planted control at SNR "
+                     f"{T['superposition_snr']:g} is detected in only {sup_rate:.2f} of the draws)")
+    lre_told = {k: v for k, v in lre_ok.items()}
+    lines.append(f"LRE faithfulness (held-out known facts >= {T['lre_faithful']}, >= {T['lre_gain']} above "
+                 f"the bias alone): faithful at some layer in {few([k for k, v in lre_told.items() if v])} "
+                 f"of {len(lre_told)} relations with enough known facts"
+                 + (f" ({'; '.join(f'{k}: layers {few(v)}' for k, v in lre_told.items() if v)})"
+                    if any(lre_told.values()) else "")
+                 + "; an unfaithful LRE is not a negative verdict (no planted control)")
+    for t, pl in enumerate(patch_layers):
+        lines.append(f"activation patching, template {doc['templates'][t]} ({doc['patching'][t]['pairs']} "
+                     f"pairs): the answer follows the other subject in >= {T['patch_moved']} of pairs at "
+                     f"layers {few(pl)}")
+    lines.append(f"selective interventions (success >= {T['intervention_success']}, gain >= "
+                 f"{T['intervention_gain']}, stay >= {T['intervention_stay']}) at (layer, dose): "
+                 f"{few(selective)}")
+    return {"encoding": {str(k): v for k, v in enc.items()}, "decodable": decodable,
+            "superposition_layers": sup_layers, "superposition_power": sup_rate, "lre_faithful": lre_ok,
+            "patch_layers": patch_layers, "selective": [list(x) for x in selective], "lines": lines}
+
+
+def _cache_key(loaded, facts: Facts, params: dict) -> str:
+    from georecall import __version__
+    h = hashlib.sha256(json.dumps(facts.to_json(), sort_keys=True).encode()).hexdigest()
+    return json.dumps({"format": CACHE_FORMAT, "model": loaded.source, "facts": h, "version": __version__,
+                       **params}, sort_keys=True)
+
+
+def _load_cache(path: str, key: str) -> dict | None:
+    import os
+    if not os.path.isfile(path):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["key"]) != key:
+                return None
+            out = {k: z[k] for k in z.files if k not in ("key", "meta")}
+            out.update(json.loads(str(z["meta"])))
+            return out
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _save_cache(path: str, key: str, m: dict) -> None:
+    from georecall.io import atomic_write
+    arrays = {k: v for k, v in m.items() if isinstance(v, np.ndarray)}
+    meta = {k: v for k, v in m.items() if not isinstance(v, np.ndarray)}
+    arrays["key"] = np.array(key)
+    arrays["meta"] = np.array(json.dumps(meta))
+    atomic_write(path, lambda f: np.savez_compressed(f, **arrays))  # type: ignore[arg-type]
+
+
+def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
+             intervene_layers: Sequence[int] | None = None, lre_layers: Sequence[int] | None = None,
+             template: int = 0, seed: int = 0, random_control: bool = True, batch_size: int = 64,
+             cache: str | None = None, progress: Callable[[str], None] | None = None) -> dict:
+    """Measure (or read the cache), then analyse: the ``probe-lm`` document (module docstring).
+
+    Parameters
+    ----------
+    loaded : LoadedModel
+        The model and tokenizer (:func:`.loader.load_model`), or a light load (:func:`.loader.load_light`:
+        the weights are loaded only when the cache cannot be used).
     facts : Facts
         The facts (:func:`.facts.load_facts`).
     layers : sequence of int, optional
         Layers to probe (default every layer ``0..L``).
-    intervene_layers : sequence of int, optional
-        Layers to intervene at (default :func:`default_intervene_layers`); each must be probed.
+    intervene_layers, lre_layers : sequences of int, optional
+        Intervention and LRE layers (defaults :func:`default_intervene_layers`, :func:`default_lre_layers`);
+        each must be probed.
     template : int
-        Which prompt template of each relation (the last one when a relation has fewer).
+        The first prompt template of each relation (the last one when a relation has fewer); the second is
+        the next.
     seed : int
-        The run seed: every random choice draws from its ``"probes"`` stream under a key of its own, the
-        random twin from its ``"init"`` stream.
+        The run seed: every random choice draws from its ``"probes"`` stream under a key of its own.
     random_control : bool
         Also probe a randomly initialised model of the same configuration.
     batch_size : int
         Sequences per forward pass.
+    cache : str, optional
+        An ``.npz`` holding the measurement: read when its key (model, facts, version and every parameter
+        above) matches, else written after measuring.
     progress : callable, optional
         Receives progress lines.
 
     Returns
     -------
     dict
-        Plain data: ``layers`` (per-layer rows), ``random_layers``, ``relations`` (the model's own accuracy),
-        ``interventions`` (and ``random_interventions``), ``verdict``, ``thresholds``, sizes and timings.
+        Plain data (:func:`analyse`), with ``model``, ``seconds`` and ``cached``.
 
     Raises
     ------
     InputError
-        A layer outside ``0..L``, an intervention layer not probed, a relation with fewer subjects than
+        A layer outside ``0..L``, an intervention or LRE layer not probed, a relation with fewer subjects than
         :data:`FOLDS`, or an attribute that tokenizes to nothing.
     """
     say = progress or (lambda _m: None)
-    model = loaded.model
-    L = int(model.config.num_hidden_layers)
+    config = loaded.model.config if loaded.model is not None else loaded.config
+    L = int(config.num_hidden_layers)
     layers = list(range(L + 1)) if layers is None else sorted(set(int(x) for x in layers))
     bad = [x for x in layers if not 0 <= x <= L]
     if bad:
         raise InputError(f"--layers {bad}: this model has layers 0..{L}")
     intervene_layers = (default_intervene_layers(L) if intervene_layers is None
                         else sorted(set(intervene_layers)))
-    missing = [x for x in intervene_layers if x not in layers]
-    if missing:
-        raise InputError(f"--intervene-layers {missing} are not among the probed --layers")
+    lre_layers = default_lre_layers(L) if lre_layers is None else sorted(set(lre_layers))
+    for name, xs in (("--intervene-layers", intervene_layers), ("--lre-layers", lre_layers)):
+        missing = [x for x in xs if x not in layers]
+        if missing:
+            raise InputError(f"{name} {missing} are not among the probed --layers")
     for k, rel in enumerate(facts.relations):
         if len(facts.attributes[k]) < FOLDS:
             raise InputError(f"relation {rel.name!r} has {len(facts.attributes[k])} subjects; "
                              f"the held-out fits need at least {FOLDS}")
     t0 = time.perf_counter()
-    prep = _Prepared(loaded.tokenizer, facts, template)
-    say(f"probe-lm: {loaded.description}, {L} layers, width {model.config.hidden_size}; "
-        f"{len(facts.subjects)} subjects, {len(facts.relations)} relations, {len(prep.fact_list)} facts")
-    st = _extract(model, prep, layers, batch_size, say)
-    own = []
-    for r, rel in enumerate(facts.relations):
-        rows = prep.fact_row[r][prep.present[:, r]]
-        truth = prep.classes[r][prep.label[r][prep.present[:, r]]]
-        own.append({"relation": rel.name, "facts": int(rows.size), "classes": int(prep.classes[r].size),
-                    "model_accuracy": float(np.mean(st["answers"][rows] == truth))})
-    layer_rows, maps = [], {}
-    for j, layer in enumerate(layers):
-        res = _layer_probes(prep, st, j, seed, shuffle_too=True, keep_maps=layer in intervene_layers)
-        maps[layer] = res["sup_u"]["maps"]
-        layer_rows.append(_summary_row(layer, res))
-        say(f"  layer {layer}: decoding {layer_rows[-1]['decode_alone']:.3f}, R² "
-            f"{layer_rows[-1]['r2_u']:.3f}")
-    inter = []
-    for layer in intervene_layers:
-        inter.append(_interventions(model, prep, st, layers.index(layer), layer, maps[layer], seed,
-                                    batch_size))
-        say(f"  interventions at layer {layer}: success {inter[-1].get('success', float('nan')):.3f}, "
-            f"stay {inter[-1].get('stay', float('nan')):.3f}")
-    doc = {"model": loaded.description, "L": L, "width": int(model.config.hidden_size),
-           "subjects": len(facts.subjects), "relations_n": len(facts.relations), "facts": len(prep.fact_list),
-           "template": template, "folds": FOLDS, "layers": layer_rows, "relations": own,
-           "interventions": inter,
-           "thresholds": dict(THRESHOLDS), "intervene_layers": list(intervene_layers)}
-    if random_control:
-        say("random-init control: same configuration")
-        twin = random_like(loaded, seed)
-        st_r = _extract(twin.model, prep, layers, batch_size, say)
-        rrows, rmaps = [], {}
-        for j, layer in enumerate(layers):
-            res = _layer_probes(prep, st_r, j, seed, shuffle_too=False, keep_maps=layer in intervene_layers)
-            rmaps[layer] = res["sup_u"]["maps"]
-            rrows.append(_summary_row(layer, res))
-        doc["random_layers"] = rrows
-        doc["random_relations_accuracy"] = float(np.mean(
-            [np.mean(st_r["answers"][prep.fact_row[r][prep.present[:, r]]]
-                     == prep.classes[r][prep.label[r][prep.present[:, r]]])
-             for r in range(len(facts.relations))]))
-        doc["random_interventions"] = [
-            _interventions(twin.model, prep, st_r, layers.index(x), x, rmaps[x], seed, batch_size)
-            for x in intervene_layers]
-        del twin
-    doc["verdict"] = verdict(doc)
+    params = {"layers": layers, "intervene_layers": intervene_layers, "lre_layers": lre_layers,
+              "template": template, "seed": seed, "random_control": random_control}
+    key = _cache_key(loaded, facts, params)
+    m = _load_cache(cache, key) if cache else None
+    cached = m is not None
+    prep = _Prepared(loaded.tokenizer, facts, [template + k for k in range(TEMPLATES)])
+    say(f"probe-lm: {loaded.description}, {L} layers, width {config.hidden_size}; "
+        f"{len(facts.subjects)} subjects, {len(facts.relations)} relations, {len(prep.fact_list)} facts"
+        + ("; measurement read from the cache" if cached else ""))
+    if m is None:
+        if loaded.model is None:  # a light load (loader.load_light) and no usable cache: the weights now
+            loaded = loaded.full()
+        m = measure(loaded, facts, layers=layers, lre_layers=lre_layers, intervene_layers=intervene_layers,
+                    template=template, seed=seed, random_control=random_control, batch_size=batch_size,
+                    say=say)
+        if cache:
+            _save_cache(cache, key, m)
+    t1 = time.perf_counter()
+    doc = analyse(m, facts, seed=seed, prep=prep)
+    doc["model"] = loaded.description
+    doc["cached"] = cached
+    doc["measure_seconds"] = float(m.get("measure_seconds", 0.0))
+    doc["analysis_seconds"] = time.perf_counter() - t1
     doc["seconds"] = time.perf_counter() - t0
+    say(f"  analysis {doc['analysis_seconds']:.0f} s")
     return doc
-
-
-def verdict(doc: dict) -> dict:
-    """Apply :data:`THRESHOLDS` to a result document (the rules of ``docs/lm.md``).
-
-    Parameters
-    ----------
-    doc : dict
-        The output of :func:`probe_lm` (without ``verdict``).
-
-    Returns
-    -------
-    dict
-        ``encoding_layers``, ``superposition_layers``, ``selective_layers``, ``decodable`` (per layer, as a
-        string key, the decodable relations) and ``lines`` (the verdict sentences).
-    """
-    T = doc.get("thresholds", THRESHOLDS)
-    rnd = {row["layer"]: row for row in doc.get("random_layers", [])}
-    decodable, encoding, superposition = {}, [], []
-    for row in doc["layers"]:
-        rr = {x["relation"]: x for x in rnd[row["layer"]]["per_relation"]} if row["layer"] in rnd else {}
-        ok = []
-        for x in row["per_relation"]:
-            floor = max(x["chance"], x["majority"], x.get("shuffled", 0.0),
-                        rr.get(x["relation"], {}).get("alone", 0.0))
-            if x["alone"] >= floor + T["decode_margin"]:
-                ok.append(x["relation"])
-        decodable[row["layer"]] = ok
-        if len(ok) >= T["encoding_share"] * len(row["per_relation"]):
-            encoding.append(row["layer"])
-        best = max(row["r2_u"], row["r2_h"])
-        floor = max(row.get("r2_shuffled", -np.inf), row["presence_r2"],
-                    rnd.get(row["layer"], {}).get("r2_u", -np.inf),
-                    rnd.get(row["layer"], {}).get("r2_h", -np.inf))
-        if best >= T["superposition_r2"] and best >= floor + T["superposition_margin"]:
-            superposition.append(row["layer"])
-    selective = [x["layer"] for x in doc["interventions"] if x.get("edits") and
-                 x["success"] >= T["intervention_success"] and
-                 x["success"] - x["already"] >= T["intervention_gain"] and
-                 x["stay"] >= T["intervention_stay"]]
-    accs = {x["relation"]: x["model_accuracy"] for x in doc["relations"]}
-    known = [r for r, a in accs.items() if a >= 0.5]
-
-    def few(xs):
-        return ", ".join(str(x) for x in xs) if xs else "none"
-
-    most = max(decodable.items(), key=lambda kv: len(kv[1])) if decodable else (None, [])
-    lines = [
-        f"model's own recall (greedy first token): mean {np.mean(list(accs.values())):.2f} over "
-        f"{len(accs)} relations; >= 0.5 in {len(known)} ({few(known)})",
-        f"linear relational encoding (>= {T['encoding_share']:.0%} of relations decodable by "
-        f"{T['decode_margin']:.2f} above every baseline): layers {few(encoding)}; "
-        f"most relations decodable at layer {most[0]} ({len(most[1])} of {len(doc['relations'])}: "
-        f"{few(most[1])})",
-        f"superposition (held-out R² >= {T['superposition_r2']} and >= {T['superposition_margin']} above the "
-        f"controls): layers {few(superposition)}",
-        f"selective interventions (success >= {T['intervention_success']}, gain >= {T['intervention_gain']}, "
-        f"stay >= {T['intervention_stay']}): layers {few(selective)} of {few(doc['intervene_layers'])}",
-    ]
-    return {"encoding_layers": encoding, "superposition_layers": superposition, "selective_layers": selective,
-            "decodable": {str(k): v for k, v in decodable.items()}, "lines": lines}
 
 
 def _f(x, nd=2) -> str:
@@ -419,7 +820,7 @@ def _f(x, nd=2) -> str:
 
 
 def render_text(doc: dict) -> list[str]:
-    """The result as terminal lines: the per-layer table, the relations, the interventions, the verdict.
+    """The result as terminal lines: per relation, per layer, interventions, the verdict.
 
     Parameters
     ----------
@@ -431,42 +832,73 @@ def render_text(doc: dict) -> list[str]:
     list of str
         The lines, without newlines.
     """
-    rnd = {row["layer"]: row for row in doc.get("random_layers", [])}
+    T = doc["thresholds"]
+    snr_i = doc["snrs"].index(T["named_snr"])
     lines = [f"{doc['model']}: {doc['L']} layers, width {doc['width']}; {doc['subjects']} subjects, "
-             f"{doc['relations_n']} relations, {doc['facts']} facts; {doc['folds']}-fold cross-fitting over "
-             f"subjects, ridge strength by 5-fold CV on the fit rows",
-             "decoding = mean over relations of held-out nearest-candidate accuracy "
-             "(subject state alone / in the prompt); base = mean max(chance, majority); "
-             "R² = held-out superposition fit on U (unembedding) or Hv (attribute state) vectors",
-             f"{'layer':>5} {'dec':>5} {'prompt':>6} {'shuf':>5} {'base':>5} {'rand':>5} "
-             f"{'R²U':>6} {'R²Hv':>6} {'R²shuf':>6} {'R²pres':>6} {'R²rand':>6} {'decodable':>9}"]
-    dec = doc["verdict"]["decodable"]
+             f"{doc['relations_n']} relations, {doc['facts']} facts; templates {doc['templates']}; "
+             f"{doc['folds']}-fold cross-fitting over subjects, ridge strength by 5-fold CV on the fit rows",
+             "decoding: subject state -> attribute vector (ridge), ranked by cosine among all candidates; "
+             f"power = detection rate of a planted mechanism of the same shape at SNR {T['named_snr']:g} "
+             f"({doc['draws']} draws; negative control: the same with shuffled labels)"]
+    best: dict[str, tuple] = {}
     for row in doc["layers"]:
-        r = rnd.get(row["layer"], {})
-        lines.append(f"{row['layer']:>5} {_f(row['decode_alone']):>5} {_f(row['decode_prompt']):>6} "
-                     f"{_f(row.get('decode_shuffled')):>5} {_f(row['baseline']):>5} "
-                     f"{_f(r.get('decode_alone')):>5} "
-                     f"{_f(row['r2_u']):>6} {_f(row['r2_h']):>6} {_f(row.get('r2_shuffled')):>6} "
-                     f"{_f(row['presence_r2']):>6} {_f(r.get('r2_u')):>6} "
-                     f"{len(dec[str(row['layer'])]):>4}/{len(row['per_relation'])}")
-    best = max(doc["layers"], key=lambda row: row["decode_alone"])
-    lines.append(f"per relation (model's greedy first token; decoding at layer {best['layer']}, "
-                 f"the best mean):")
-    for own, x in zip(doc["relations"], best["per_relation"]):
-        lines.append(f"  {own['relation']:<26} facts {own['facts']:>4}  classes {own['classes']:>4}  model "
-                     f"{_f(own['model_accuracy'])}  decode {_f(x['alone'])} (prompt {_f(x['prompt'])}, "
-                     f"chance {_f(x['chance'], 3)}, majority {_f(x['majority'])}, "
-                     f"shuffled {_f(x.get('shuffled'))})")
-    if "random_relations_accuracy" in doc:
-        lines.append(f"random-init model's own recall: {_f(doc['random_relations_accuracy'])}")
-    for name, rows in (("interventions", doc["interventions"]), ("random-init interventions",
-                                                                  doc.get("random_interventions", []))):
-        for x in rows:
-            if x.get("edits"):
-                lines.append(f"{name} at layer {x['layer']}: {x['edits']} edits, "
-                             f"answer -> j {_f(x['success'])} (already j {_f(x['already'])}), "
-                             f"other relations unchanged {_f(x['stay'])} of {x['others']}; "
-                             f"|Δ|/|h| median {_f(x['delta_ratio_median'], 3)}")
+        for x in row["per_relation"]:
+            if x["relation"] not in best or x["accuracy"] > best[x["relation"]][1]["accuracy"]:
+                best[x["relation"]] = (row["layer"], x)
+    lines.append(f"  {'relation':<26} {'facts':>5} {'known':>9} {'1st':>4} {'cls':>4} {'unseen':>6} "
+                 f"{'chance':>6} {'layer':>5} {'acc':>4} {'seen':>4} {'unsn':>4} {'ctrl':>4} {'power':>5} "
+                 f"{'neg':>4}  verdict (best layer)")
+    for rel in doc["relations"]:
+        layer, x = best[rel["relation"]]
+        ctrl = max(x["majority"], x["shuffled"], x.get("random_model", 0.0))
+        known = "/".join(str(k) for k in rel["known"])
+        lines.append(f"  {rel['relation']:<26} {rel['facts']:>5} {known:>9} "
+                     f"{_f(rel['first_token_accuracy']):>4} {rel['classes']:>4} {x['unseen']:>3}/{x['n']:<3}"
+                     f"{_f(x['chance'], 3):>6} {layer:>5} {_f(x['accuracy']):>4} {_f(x['accuracy_seen']):>4} "
+                     f"{_f(x['accuracy_unseen']):>4} {_f(ctrl):>4} {_f(rel['power']['positive'][snr_i]):>5} "
+                     f"{_f(rel['power']['negative'][snr_i]):>4}  {x['verdict']}")
+    lines.append("per layer: decoding mean, relations decodable / told, superposition R² (shuffled, "
+                 "presence only, random model), logit lens and patching (share of known facts / pairs) per "
+                 "template")
+    for j, row in enumerate(doc["layers"]):
+        per = row["per_relation"]
+        s = row["superposition"]
+        told = sum(x["verdict"] != "cannot tell" for x in per)
+        dec = sum(x["verdict"] == "decodable" for x in per)
+        lens = " ".join(_f(lt[j]) for lt in doc["logit_lens"])
+        patch = " ".join(_f(p["moved"][p["layers"].index(row["layer"])])
+                         if p["moved"] and row["layer"] in p["layers"] else "—" for p in doc["patching"])
+        lines.append(f"  layer {row['layer']:>2}: decode {_f(row['decode_mean'])} ({dec}/{told} of "
+                     f"{len(per)}; encoding {doc['verdict']['encoding'][str(row['layer'])]})  "
+                     f"R² {_f(s['r2'])} ({_f(s['shuffled_r2'])}, {_f(s['presence_r2'])}, "
+                     f"{_f(s.get('random_r2'))})  lens {lens}"
+                     f"  patch {patch}")
+    sp = doc["superposition_power"]
+    lines.append("superposition power (planted, same shape): "
+                 + ", ".join(f"SNR {a:g}: {_f(b)} (shuffled {_f(c)})"
+                             for a, b, c in zip(sp["snrs"], sp["positive"], sp["negative"])))
+    lines.append(f"LRE (template {doc['templates'][0]}, {LRE_TRAIN} training facts, β chosen on them from "
+                 f"{[b for b in doc['betas'] if b]}; held-out faithfulness vocabulary / candidates, "
+                 f"bias alone):")
+    for x in doc["lre"]:
+        if not x["told"]:
+            lines.append(f"  {x['relation']:<26} cannot tell: {x['reason']}")
+            continue
+        bestl = max(x["layers"], key=lambda y: y["faithful"])
+        lines.append(f"  {x['relation']:<26} {x['held_out']} held out; best layer {bestl['layer']} (β "
+                     f"{bestl['beta']:g}): {_f(bestl['faithful'])} / {_f(bestl['faithful_candidates'])}, "
+                     f"bias "
+                     f"{_f(bestl['bias_only'])} / {_f(bestl['bias_only_candidates'])}; per layer "
+                     + " ".join(f"{y['layer']}:{_f(y['faithful'])}" for y in x["layers"]))
+    for x in doc["interventions"]:
+        if not x.get("edits"):
+            lines.append(f"interventions at layer {x['layer']}: no edit")
+            continue
+        lines.append(f"interventions at layer {x['layer']}: {x['edits']} edits, {x['others']} other prompts; "
+                     f"already j {_f(x['already'])}; fitted |Δ|/|h| median "
+                     f"{_f(x['fitted_ratio_median'], 3)}; "
+                     + "; ".join(f"dose {d['dose']}: -> j {_f(d['success'])}, changed {_f(d['changed'])}, "
+                                 f"stay {_f(d['stay'])}" for d in x["doses"]))
     lines.extend("verdict: " + v for v in doc["verdict"]["lines"])
     return lines
 

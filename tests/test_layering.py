@@ -8,7 +8,8 @@ Between the packages: theory ← constructions ← verify, bounds beside constru
 Inside ``verify/``: checking ← training ← experiments ← {sections, cli}. ``sections`` (the rows of ``georecall
 verify``) and ``cli`` (the command line) sit side by side and neither imports the other: the command line
 finds the rows through their entry point (``georecall.verify_rows`` in pyproject.toml). ``lm`` (the ``lm``
-extra) imports nothing else of ``verify`` and only the command line imports it; ``export`` (the ``export``
+extra: a real model's probes) builds on ``experiments`` (its ridge fits and power controls) and only the
+command line imports it; ``export`` (the ``export``
 extra's targets) builds on ``checking`` and only the command line imports it.
 
 A function-level import of a georecall module is kept only for an optional dependency or for startup cost, and
@@ -44,7 +45,7 @@ VERIFY_ALLOWED = {
     "experiments": {"checking", "training", "experiments"},
     "sections": {"checking", "training", "experiments", "sections"},
     "cli": {"checking", "training", "experiments", "lm", "export", "cli"},
-    "lm": {"lm"},
+    "lm": {"checking", "training", "experiments", "lm"},
     "export": {"checking", "export"},
     "root": set(),
 }
@@ -198,10 +199,12 @@ def test_a_back_edge_planted_in_the_real_tree_is_caught():
      "import importlib\nimportlib.import_module('georecall.verify.sections')", "georecall.verify.sections"),
     ("georecall.verify.sections.suite", "from georecall.verify.cli.commands import COMMANDS",
      "georecall.verify.cli.commands"),
-    ("georecall.verify.experiments.sweep", "from georecall.verify.lm.ridge import cross_fit",
-     "georecall.verify.lm.ridge"),
-    ("georecall.verify.lm.run", "from georecall.verify.checking.check import check_queries",
-     "georecall.verify.checking.check"),
+    ("georecall.verify.experiments.sweep", "from georecall.verify.lm.probes import decode_relation",
+     "georecall.verify.lm.probes"),
+    ("georecall.verify.lm.run", "from georecall.verify.sections.suite import verify_reports",
+     "georecall.verify.sections.suite"),
+    ("georecall.verify.export.check", "from georecall.verify.experiments.probes import superposition_readout",
+     "georecall.verify.experiments.probes"),
 ])
 def test_a_planted_back_edge_is_caught(importer, line, imported):
     assert back_edges({importer: line}) == [f"{importer} -> {imported}"]

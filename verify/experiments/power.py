@@ -7,7 +7,7 @@ held-out subject's answer is such a class; ridge onto target vectors predicts in
 rows' targets, so an unseen answer is reachable only when the fit targets span its direction. Both are
 properties of the *shape* (subjects, labels, split, candidate vectors, width), so they are measured on it:
 
-- :func:`decode_vectors`: ridge (:func:`georecall.verify.lm.ridge.cross_fit`: unpenalized intercept,
+- :func:`decode_vectors`: ridge (:func:`georecall.verify.experiments.ridge.cross_fit`: unpenalized intercept,
   strength by 5-fold cross-validation on the fit rows only) from the state to the vector of the row's
   attribute, one fit per held-out group; the decoded answer is the candidate whose vector is nearest by
   cosine, both centred on the mean of *all* candidates' vectors, ranked among all C candidates (not only
@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from georecall.verify.lm.ridge import cross_fit
+from georecall.verify.experiments.ridge import cross_fit
 
 __all__ = ["DECODE_MARGIN", "DRAWS", "NAMED_SNR", "POWER_REQUIRED", "SNRS", "decode_power", "decode_vectors",
            "detected", "planted_states", "verdict_word"]
@@ -63,7 +63,7 @@ def decode_vectors(H: np.ndarray, labels: np.ndarray, V: np.ndarray, groups: Seq
         Every fit's inner folds.
     predict : callable, optional
         ``predict(H_fit, Y_fit, H_test, rng) -> (predictions, fit description or None)``, another ridge
-        rule; default :func:`~georecall.verify.lm.ridge.cross_fit` over all groups at once.
+        rule; default :func:`~georecall.verify.experiments.ridge.cross_fit` over all groups at once.
 
     Returns
     -------
@@ -77,7 +77,7 @@ def decode_vectors(H: np.ndarray, labels: np.ndarray, V: np.ndarray, groups: Seq
     Raises
     ------
     InputError
-        A group that leaves fewer than two fit rows (:func:`~georecall.verify.lm.ridge.cross_fit`).
+        A group that leaves fewer than two fit rows (:func:`~georecall.verify.experiments.ridge.cross_fit`).
     """
     H = np.asarray(H, dtype=np.float64)
     V = np.asarray(V, dtype=np.float64)

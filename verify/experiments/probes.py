@@ -384,7 +384,6 @@ def superposition_power(model: Model, task: Task, split: tuple[np.ndarray, np.nd
     float or None
         None when the split has no held-out subjects.
     """
-    from georecall.theory.seeds import rng as seed_rng
     fit, test = split
     if np.array_equal(np.sort(fit), np.sort(test)):
         return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from georecall.verify.lm.ridge import cross_fit, r2_score
+from georecall.verify.experiments.ridge import cross_fit, r2_score
 
 __all__ = ["decode_relation", "folds_of", "shuffled", "superposition_fit"]
 

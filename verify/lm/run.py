@@ -48,10 +48,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from georecall import __version__
 from georecall.errors import InputError
+from georecall.io import atomic_write
+from georecall.theory import seeds
 from georecall.verify.experiments import power
-from georecall.verify.lm import probes
+from georecall.verify.lm import extract, probes
 from georecall.verify.lm.facts import Facts
+from georecall.verify.lm.loader import random_like
 
 __all__ = ["BETAS", "DOSES", "THRESHOLDS", "analyse", "default_intervene_layers", "default_lre_layers",
            "measure", "probe_lm", "render_text", "verdict"]
@@ -125,7 +129,6 @@ _KEYS = {"lm-shuffle": 1000, "lm-decode": 1001, "lm-sup": 1002, "lm-intervene": 
 
 
 def _rng(seed: int, name: str, *key: int) -> np.random.Generator:
-    from georecall.theory import seeds
     return seeds.rng(seed, "probes", _KEYS[name], *key)
 
 
@@ -133,7 +136,6 @@ class _Prepared:
     """Tokenized prompts (per template), the attributes' token classes, and the fact indices."""
 
     def __init__(self, tokenizer, facts: Facts, templates: Sequence[int]):
-        from georecall.verify.lm import extract
         self.facts = facts
         self.fact_list = facts.facts()
         R = len(facts.relations)
@@ -221,7 +223,6 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
         Arrays (``alone``, ``prompt`` per template, ``answers``, ``known``, ``lens``, patching, LRE and
         intervention answers, ``U`` per relation) and sizes.
     """
-    from georecall.verify.lm import extract
     model = loaded.model
     L = int(model.config.num_hidden_layers)
     tmpls = [template + k for k in range(TEMPLATES)]
@@ -284,7 +285,6 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
     _measure_interventions(model, prep, m, layers, intervene_layers, seed, batch_size)
     say(f"  interventions at layers {list(intervene_layers)} ({time.perf_counter() - t0:.0f} s)")
     if random_control:
-        from georecall.verify.lm.loader import random_like
         twin = random_like(loaded, seed)
         m["alone_random"], _ = extract.run(twin.model, prep.alone, layers, batch_size=batch_size)
         del twin
@@ -294,7 +294,6 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
 
 
 def _measure_lre(model, prep: _Prepared, m: dict, layers, lre_layers, seed, batch_size, say, t0) -> None:
-    from georecall.verify.lm import extract
     L = m["L"]
     known = m["known0"]
     prompts = prep.prompts[0]
@@ -339,7 +338,6 @@ def _measure_lre(model, prep: _Prepared, m: dict, layers, lre_layers, seed, batc
 
 def _measure_interventions(model, prep: _Prepared, m: dict, layers, intervene_layers, seed,
                            batch_size) -> None:
-    from georecall.verify.lm import extract
     known = m["known0"]
     R = len(prep.facts.relations)
     for layer in intervene_layers:
@@ -694,7 +692,6 @@ def verdict(doc: dict) -> dict:
 
 
 def _cache_key(loaded, facts: Facts, params: dict) -> str:
-    from georecall import __version__
     h = hashlib.sha256(json.dumps(facts.to_json(), sort_keys=True).encode()).hexdigest()
     return json.dumps({"format": CACHE_FORMAT, "model": loaded.source, "facts": h, "version": __version__,
                        **params}, sort_keys=True)
@@ -716,7 +713,6 @@ def _load_cache(path: str, key: str) -> dict | None:
 
 
 def _save_cache(path: str, key: str, m: dict) -> None:
-    from georecall.io import atomic_write
     arrays = {k: v for k, v in m.items() if isinstance(v, np.ndarray)}
     meta = {k: v for k, v in m.items() if not isinstance(v, np.ndarray)}
     arrays["key"] = np.array(key)

@@ -279,19 +279,25 @@ class ThresholdSearch:
 class PredictedSearch:
     """A threshold search that starts at a predicted width and brackets outward from it, then bisects.
 
-    Every outcome already known for the configuration (recorded trials, whatever search ran them) narrows
-    the bracket first: under the monotone rule the threshold lies above every failure and at or below every
-    success, so the search only ever tries widths strictly inside (largest known failure, smallest known
-    success). The first trial is the prediction (rounded to a multiple of ``resolution``, moved into that
-    interval); from there it gallops away in the direction the outcome points, by ``resolution``, then 2, 4,
-    ... times it, until one failure and one success bracket the threshold; then it bisects until they are at
-    most ``resolution`` apart. With a prediction within e of the threshold this costs about
-    ``2 + 2·log2(e / resolution)`` trials instead of the ``log2(d*/d_min)`` doublings and ``log2(d*/2/
-    resolution)`` bisections of :class:`ThresholdSearch`.
+    Every outcome known for the configuration (recorded trials, whatever search ran them) counts: under the
+    monotone rule the threshold lies above every failure and at or below every success, so the search only
+    tries widths strictly between the largest failure below the smallest success (``lo``) and the smallest
+    success (``hi``). The next width is a function of (``lo``, ``hi``, the prediction) alone, never of the
+    order in which outcomes arrived, so a search resumed from its recorded trials takes the path an
+    uninterrupted one takes. With ``p`` the prediction rounded to a multiple of ``resolution`` and ``r`` the
+    resolution:
+
+    - nothing on one side of ``p`` yet: try ``p`` itself (moved inside the open bracket);
+    - successes only, ``hi <= p``: gallop down to ``p − (2·(p − hi) + r)`` (offsets r, 3r, 7r, ...: steps
+      that double); failures only, ``lo >= p``: gallop up to ``p + 2·(lo − p) + r``;
+    - both: try ``p`` when it lies strictly inside, else bisect, until ``hi − lo <= resolution``.
+
+    From a prediction within e of the threshold this takes at most ``2 + 2·⌈log2(1 + e/r)⌉`` trials (the
+    doubling search of :class:`ThresholdSearch` takes about ``log2(d*/d_min)`` doublings and ``log2(d*/2r)``
+    bisections, whatever the prediction).
 
     The interface is :class:`ThresholdSearch`'s: ``next_d`` (``None`` when done), :meth:`feed`, ``visited``
-    (every outcome used, the known ones included), ``lo`` (largest failure below the smallest success) and
-    ``hi``.
+    (every outcome used, the known ones included), ``lo`` and ``hi``.
 
     Parameters
     ----------
@@ -300,20 +306,25 @@ class PredictedSearch:
     d_min, d_max : int
         The widths the search may try.
     resolution : int
-        Stop when the largest failure and the smallest success are at most this far apart.
+        Stop when ``hi − lo`` is at most this.
     known : dict, optional
         Outcomes already recorded, ``{d: reached}``.
+
+    Raises
+    ------
+    InputError
+        A prediction that is not a finite number.
     """
 
     def __init__(self, prediction: float, d_min: int, d_max: int, resolution: int,
                  known: dict[int, bool] | None = None):
-        if not (isinstance(prediction, (int, float)) and math.isfinite(prediction)):
+        if isinstance(prediction, bool) or not (isinstance(prediction, (int, float))
+                                                and math.isfinite(prediction)):
             raise InputError(f"the prediction must be a finite number, got {prediction!r}")
         self.prediction = float(prediction)
         self.d_min, self.d_max, self.resolution = d_min, d_max, resolution
+        self.start = resolution * round(self.prediction / resolution)
         self.visited: dict[int, bool] = {int(d): bool(ok) for d, ok in (known or {}).items()}
-        self._step = resolution
-        self._first = True
         self.next_d: int | None = None
         self._advance()
 
@@ -331,21 +342,21 @@ class PredictedSearch:
         return max(losses) if losses else None
 
     def _advance(self) -> None:
-        lo, hi, res = self.lo, self.hi, self.resolution
+        lo, hi, res, p = self.lo, self.hi, self.resolution, self.start
         low = self.d_min if lo is None else lo + 1  # the widths still worth a trial: [low, high]
         high = self.d_max if hi is None else hi - 1
         if lo is not None and hi is not None and hi - lo <= res or low > high:
             self.next_d = None
             return
-        if self._first:  # the prediction, on the resolution grid, inside what is still open
-            self._first = False
-            d = res * round(self.prediction / res)
+        if lo is None and hi is None or low <= p <= high and p not in self.visited:
+            d = p  # (moved into [low, high] below)
         elif lo is not None and hi is not None:
             d = (lo + hi) // 2
-        elif hi is not None:  # successes only: gallop down
-            d, self._step = hi - self._step, self._step * 2
-        else:  # failures only: gallop up
-            d, self._step = lo + self._step, self._step * 2
+        elif hi is not None:  # successes only, at or below the prediction: gallop down
+            d = p - (2 * (p - hi) + res)
+        else:  # failures only, at or above the prediction: gallop up
+            assert lo is not None  # not both None (the first branch)
+            d = p + 2 * (lo - p) + res
         self.next_d = min(max(d, low), high)
 
     def feed(self, reached: bool) -> None:
@@ -513,7 +524,8 @@ _FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
 _OPTIONAL: dict[str, Callable[[Any], bool]] = {
     "k": _whole(1), "cot": _flag, "heads": _whole(1), "seed_contract": _maybe(_whole(0)),
     "d_min": _whole(1), "d_max": _whole(1), "resolution": _whole(1), "seconds": _maybe(_real),
-    "label": _maybe(_text), "search": lambda v: v in SEARCHES,
+    "label": _maybe(_text), "search": lambda v: v in SEARCHES, "prediction": _maybe(_real),
+    "prediction_c": _maybe(_real),
 }
 
 
@@ -783,7 +795,8 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
                     N, R, mode, seed = missing[0]
                     raise InputError(f"no threshold record of mode {mode} with these settings to predict "
                                      f"N={N} R={R} from: run a doubling search first (search='doubling')")
-            log(cost_line(estimate))
+            if estimate["per_config"]:
+                log(cost_line(estimate))
             if on_estimate is not None:
                 on_estimate(estimate)
             if budget_hours is not None:
@@ -861,8 +874,11 @@ class _Searches(JobList):
         have = self.known.get(self.config_key(config), {})
         if config not in self.searches:  # predicted from every threshold record so far, this run's included
             N, R, mode, _ = config
-            prediction = (predict_threshold(self.thresholds, N, R, mode, self.settings)
-                          if self.search == "predicted" else None)
+            prediction = None
+            if self.search == "predicted":  # a resumed search keeps the prediction its trials recorded
+                earlier = [t for t in have.values() if _real(t.get("prediction"))]
+                prediction = ({"d": float(earlier[0]["prediction"]), "c": earlier[0].get("prediction_c")}
+                              if earlier else predict_threshold(self.thresholds, N, R, mode, self.settings))
             self.predictions[config] = prediction
             outcomes = {d: bool(t["reached"]) for d, t in have.items()}
             self.searches[config] = _make_search(self.search, prediction, outcomes, self.range_)
@@ -878,11 +894,8 @@ class _Searches(JobList):
             assert d is not None  # a search that is not done has a next d
             return [Task(run_trial, (*config, d, self.settings), (config, d),
                          f"the trial N={N} R={R} {mode} seed {seed} d={d}")]
-        prediction = self.predictions.get(config)
-        extra = {} if prediction is None else {"prediction": round(prediction["d"], 3),
-                                               "prediction_c": round(prediction["c"], 6)}
         record = _threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
-                                   **self.range_, search=self.search, extra=extra)
+                                   **self.range_, search=self.search, extra=self._prediction_fields(config))
         append_jsonl(self.path, record)
         self.thresholds.append(record)
         self.visited_trials.append(len(search.visited))
@@ -890,8 +903,18 @@ class _Searches(JobList):
         self.report(f"N={N} R={R} {mode} seed {seed}: d* = {record['d_star']}")
         return []
 
+    def _prediction_fields(self, config: tuple) -> dict:
+        """The prediction a predicted search started from (also written into its trial records, so that a
+        resumed search starts from the same one)."""
+        prediction = self.predictions.get(config)
+        if prediction is None:
+            return {}
+        c = prediction.get("c")
+        return {"prediction": round(prediction["d"], 3), "prediction_c": None if c is None else round(c, 6)}
+
     def accept(self, task: Task, record: dict) -> list[Task]:
         config, d = task.tag
+        record = {**record, **self._prediction_fields(config)}
         append_jsonl(self.path, record)
         self.known.setdefault(self.config_key(config), {})[d] = record
         self.searches[config].feed(record["reached"])

@@ -1067,7 +1067,8 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
     in the prediction's band (:func:`predict_threshold`; every integer width in it), reusing the recorded
     trials; the worst case over the band is counted, each trial at its full step budget (an upper bound:
     a trial that succeeds stops early). Seconds per step come from :func:`step_seconds` (recorded trials at
-    that N) or, for an N without records, ``seconds(N, R, d)`` (e.g. :func:`measure_step_seconds`).
+    that N) or, for an N without records, from one call ``seconds(N, R, d0)`` at the predicted width d0
+    (e.g. :func:`measure_step_seconds`), scaled linearly in d.
 
     Parameters
     ----------
@@ -1112,9 +1113,14 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
             unknown.append((N, R, mode, seed))
             continue
 
-        def cost(widths: list[int], N=N, R=R, rate=rate) -> float:
-            per = (lambda d: rate(R, d)) if rate is not None else (lambda d: seconds(N, R, d))
-            return sum(per(d) for d in widths) * settings.steps / 3600
+        if rate is None:  # one measurement at the predicted width, scaled linearly in d
+            assert seconds is not None  # checked above
+            d0 = max(int(round(prediction["d"])), 1)
+            measured = seconds(N, R, d0)
+            rate = lambda R_, d, s0=measured, d0=d0: s0 * d / d0  # noqa: E731
+
+        def cost(widths: list[int], R=R, rate=rate) -> float:
+            return sum(rate(R, d) for d in widths) * settings.steps / 3600
 
         known = known_by.get((N, R, mode, seed, SEED_CONTRACT, __version__), {})
         lo, hi = prediction["band"]

@@ -578,3 +578,17 @@ def test_a_killed_predicted_sweep_loses_at_most_the_trial_in_progress(tmp_path):
     assert counts[-1].trials_done == len(wanted) - len(finished)  # nothing finished was trained again
     assert len(_lines(path)) == len(read_sweep(path).records)  # and no line is a duplicate
     assert _strip(read_sweep(path).records) == _strip(read_sweep(full).records)
+
+
+@pytest.mark.slow
+def test_a_predicted_sweep_on_a_dask_cluster_gives_the_records_of_one_in_this_process(tmp_path):
+    """Every search is predicted from the file as the sweep found it, so the executor (which runs the
+    searches in its own order, all at once on Dask) does not change the records."""
+    pytest.importorskip("distributed", reason="needs the distributed extra")
+    inline, dask = str(tmp_path / "inline.jsonl"), str(tmp_path / "dask.jsonl")
+    grid = {"Ns": [64], "Rs": [3, 4], "modes": ["learned", "frozen"], "seeds": [0]}
+    for path, where in ((inline, {}), (dask, {"scheduler": "local:2"})):
+        sweep(path, [64], [2], modes=("learned", "frozen"), seeds=(0,), settings=SETTINGS, progress=False)
+        sweep(path, **grid, settings=SETTINGS, progress=False, search="predicted", log=lambda text: None,
+              **where)
+    assert _strip(read_sweep(dask).records) == _strip(read_sweep(inline).records)

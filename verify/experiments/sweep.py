@@ -730,8 +730,10 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         Memory budget the existing results file is counted against before it is read.
     search : str
         ``"doubling"`` (:class:`ThresholdSearch`, from ``d_min``) or ``"predicted"`` (:class:`PredictedSearch`
-        from ``c·R·ln N`` fitted to the threshold records so far, :func:`predict_threshold`; each search
-        predicted when it starts, so a later one uses the earlier ones' results). Part of the threshold key.
+        from ``c·R·ln N`` fitted to the threshold records in the file when the sweep starts,
+        :func:`predict_threshold`, so that every executor gives the same records; a search resumed from its
+        trials keeps the prediction they recorded). Part of the threshold key. To predict R = 16 from
+        R = 8, run R = 8 first, in a sweep of its own.
     budget_hours : float, optional
         Refuse (``InputError``, before any trial) when the estimated cost (:func:`estimate_cost`, worst case
         over the predictions' bands) exceeds this many hours, or cannot be estimated.
@@ -788,9 +790,11 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         if todo:
             estimate = estimate_cost(contents.records, todo, settings, search=search, **range_,
                                      seconds=step_seconds_fallback)
-            if search == "predicted":
-                missing = [c for c in todo if predict_threshold(contents.records, c[0], c[1], c[2], settings)
-                           is None]
+            predictions = {}
+            if search == "predicted":  # from the file as it is now, whatever the executor runs first
+                predictions = {(N, R, mode, seed): predict_threshold(contents.records, N, R, mode, settings)
+                               for N, R, mode, seed in todo}
+                missing = [c for c, p in predictions.items() if p is None]
                 if missing:
                     N, R, mode, seed = missing[0]
                     raise InputError(f"no threshold record of mode {mode} with these settings to predict "
@@ -818,7 +822,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
 
             searches = _Searches(path, settings, range_, known, len(configs), todo,
                                  config_key=lambda c: _config_key(config_record(c)), search=search,
-                                 thresholds=[r for r in contents.records if r["kind"] == "threshold"],
+                                 predictions=predictions,
                                  per_search=[len(r["trials"]) for r in contents.records
                                              if r["kind"] == "threshold"],
                                  reporter=reporter, max_trials=max_trials)
@@ -843,11 +847,11 @@ class _Searches(JobList):
     def __init__(self, path: str, settings: TrialSettings, range_: dict, known: dict, total: int, todo: list,
                  *, config_key: Callable[[tuple], tuple], per_search: list[int],
                  reporter: Callable[[ProgressInfo], None] | None, max_trials: int | None,
-                 search: str = "doubling", thresholds: list[dict] | None = None):
+                 search: str = "doubling", predictions: dict[tuple, dict | None] | None = None):
         super().__init__()
         self.path, self.settings, self.range_, self.known = path, settings, range_, known
         self.config_key, self.reporter, self.max_trials = config_key, reporter, max_trials
-        self.total, self.search, self.thresholds = total, search, list(thresholds or [])
+        self.total, self.search, self.predicted = total, search, dict(predictions or {})
         self.searches: dict[tuple, ThresholdSearch | PredictedSearch] = {}  # made when a search starts
         self.predictions: dict[tuple, dict | None] = {}
         self.todo = list(todo)
@@ -872,13 +876,12 @@ class _Searches(JobList):
     def start(self, config: tuple) -> list[Task]:
         """Feed the search the trials the file already has; return its next trial, or finish it."""
         have = self.known.get(self.config_key(config), {})
-        if config not in self.searches:  # predicted from every threshold record so far, this run's included
-            N, R, mode, _ = config
+        if config not in self.searches:  # made when it starts (the reused trials are the file's by then)
             prediction = None
             if self.search == "predicted":  # a resumed search keeps the prediction its trials recorded
                 earlier = [t for t in have.values() if _real(t.get("prediction"))]
                 prediction = ({"d": float(earlier[0]["prediction"]), "c": earlier[0].get("prediction_c")}
-                              if earlier else predict_threshold(self.thresholds, N, R, mode, self.settings))
+                              if earlier else self.predicted[config])
             self.predictions[config] = prediction
             outcomes = {d: bool(t["reached"]) for d, t in have.items()}
             self.searches[config] = _make_search(self.search, prediction, outcomes, self.range_)
@@ -897,7 +900,6 @@ class _Searches(JobList):
         record = _threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
                                    **self.range_, search=self.search, extra=self._prediction_fields(config))
         append_jsonl(self.path, record)
-        self.thresholds.append(record)
         self.visited_trials.append(len(search.visited))
         self.done += 1
         self.report(f"N={N} R={R} {mode} seed {seed}: d* = {record['d_star']}")

@@ -14,6 +14,8 @@ the batch gather, rebuilding the Model from the flat arrays, the gradients and t
 PyTorch is not a dependency: install it for this benchmark only (``pip install torch==2.13.0``); without it
 the torch column is skipped. Run by hand: ``python benchmarks/bench_train.py [--reps 5] [--full-reps 2]``.
 ``--profile`` adds the time per phase of the structured step (forward tables, MLP, read-out, backward, Adam).
+``--grid-profile`` instead profiles one full-batch step of the capacity grid (issue 33), e.g. ``python
+benchmarks/bench_train.py --grid-profile --R 16 --d 60 --m 240 --reps 2``.
 """
 
 from __future__ import annotations
@@ -184,6 +186,56 @@ def run(args, B: int, reps: int, steps: int, label: str) -> None:
               "; ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items()))
 
 
+def grid_profile(N: int, R: int, d: int, m: int, reps: int) -> None:
+    """Where a full-batch step of the capacity grid's largest searches goes (issue 33: N = 4096, R = 16,
+    d ≈ 60, m = 4d, all 65,536 queries): the structured step's gradients, its read-out alone, and inside the
+    read-out the three B×d×N products alone (same shapes, same chunks) against the element-wise softmax.
+
+    Times are CPU seconds of this process (``time.process_time``, all its threads), the minimum over ``reps``
+    interleaved repetitions: on a machine shared with other jobs, wall time measures the neighbours, CPU
+    time what the step itself spends.
+    """
+    import georecall.verify.training.train_structured as ts
+
+    task = random_task(N, R, 0)
+    tokens, answers = single_hop_queries(task)
+    model = init_model(N, R, d, m, rng=0).astype(np.float32)
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal((N * R, d)).astype(np.float32)
+    U = model.unembedding.astype(np.float32)
+    rows = max(256, ts.READOUT_CHUNK_BYTES // (4 * N))
+    block = np.empty((rows, N), dtype=np.float32)
+    dy = np.empty_like(y)
+    dU, partial = np.empty_like(U), np.empty_like(U)
+    best = dict.fromkeys(("step (gradients)", "read-out", "read-out products alone"), np.inf)
+    for _ in range(reps):
+        start = time.process_time()
+        ts.loss_and_grads_structured(model, tokens, answers)
+        best["step (gradients)"] = min(best["step (gradients)"], time.process_time() - start)
+        start = time.process_time()
+        ts.readout_cross_entropy(y, U, answers, True)
+        best["read-out"] = min(best["read-out"], time.process_time() - start)
+        start = time.process_time()
+        for a in range(0, N * R, rows):
+            b = min(N * R, a + rows)
+            z = block[: b - a]
+            np.matmul(y[a:b], U.T, out=z)
+            np.matmul(z, U, out=dy[a:b])
+            np.matmul(z.T, y[a:b], out=dU if a == 0 else partial)
+        best["read-out products alone"] = min(best["read-out products alone"], time.process_time() - start)
+    step, readout, products = best["step (gradients)"], best["read-out"], best["read-out products alone"]
+    gflop = 3 * 2.0 * N * R * N * d / 1e9
+    print(f"\ngrid step profile: N={N} R={R} d={d} m={m}, full batch {N * R} queries, float32, CPU seconds "
+          f"(min of {reps})")
+    print(f"  step (loss and gradients)   {step:7.2f} s")
+    print(f"  read-out + cross-entropy    {readout:7.2f} s  ({readout / step:.0%} of the step)")
+    print(f"    its 3 products alone      {products:7.2f} s  ({gflop:.0f} GFLOP, "
+          f"{gflop / products:.0f} GFLOP/s)")
+    print(f"    element-wise softmax etc. {readout - products:7.2f} s  ({(readout - products) / step:.0%} of "
+          f"the step)")
+    print(f"  everything else             {step - readout:7.2f} s  ({(step - readout) / step:.0%})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description="time one training step: structured and dense NumPy paths, PyTorch, the dense GEMM floor")
@@ -196,7 +248,13 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--profile", action="store_true", help="time the structured step's phases")
+    parser.add_argument("--grid-profile", action="store_true",
+                        help="only: where the capacity grid's full-batch step goes (--N, --R, --d, --m; "
+                             "e.g. --R 16 --d 60 --m 240), in CPU seconds")
     args = parser.parse_args()
+    if args.grid_profile:
+        grid_profile(args.N, args.R, args.d, args.m, max(1, args.reps))
+        return
     run(args, args.batch, args.reps, args.steps, "minibatch")
     if args.full_reps:
         run(args, args.N * args.R, args.full_reps, 1, "full batch (all N·R queries)")

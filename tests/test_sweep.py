@@ -6,26 +6,40 @@ tests/test_distributed.py.
 
 import io
 import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from georecall.errors import InputError
 from georecall.io import FileLock, LockTimeout
+from georecall.theory import __version__
 from georecall.theory.seeds import rng
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.experiments.sweep import (
     SEED_CONTRACT,
     THRESHOLD_KEY,
     TRIAL_KEY,
+    PredictedSearch,
     ProgressInfo,
     ThresholdSearch,
     TrialSettings,
     _StderrProgress,
+    estimate_cost,
     fit_thresholds,
+    predict_threshold,
     read_sweep,
     run_trial,
+    step_seconds,
     summary_table,
     sweep,
     threshold_key,
@@ -307,3 +321,274 @@ def test_a_trial_that_kills_its_worker_every_time_is_one_line_after_four_attempt
         sweep(str(tmp_path / "r.jsonl"), **GRID, settings=SETTINGS, workers=2, progress=False,
               log=messages.append)
     assert handle.restarts == 3 and sum("worker process died" in m for m in messages) == 3
+
+
+# ------------------------------------------------------------------- the predicted search and its cost
+
+def _trials(search, threshold) -> tuple[int, int | None, int | None]:
+    """Run a search against the monotone oracle ``d >= threshold``: (trials, smallest success, last
+    failure)."""
+    count = 0
+    while not search.done:
+        search.feed(search.next_d >= threshold)
+        count += 1
+    return count, search.hi, search.lo
+
+
+def _plain_bisection_trials(threshold: int, d_min: int, d_max: int, resolution: int) -> int:
+    """An independent plain bisection over [d_min, d_max] (d_max assumed to succeed), counted naively."""
+    lo, hi, count = d_min - 1, d_max, 0
+    while hi - lo > resolution:
+        mid = (lo + hi) // 2
+        count += 1
+        if mid >= threshold:
+            hi = mid
+        else:
+            lo = mid
+    return count
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(threshold=st.integers(5, 1024), offset=st.integers(-2, 2), resolution=st.sampled_from([1, 2, 4]))
+def test_a_prediction_within_two_resolutions_takes_fewer_trials_than_plain_bisection(threshold, offset,
+                                                                                     resolution):
+    """Plain bisection over [4, 1024] needs at least 8 trials; from a prediction within 2·resolution of the
+    threshold the predicted search needs at most 2 + 2·log2(3) < 6, and ends with the right bracket."""
+    trials, hi, lo = _trials(PredictedSearch(threshold + offset * resolution, 4, 1024, resolution), threshold)
+    assert hi is not None and hi >= threshold and (lo is None and hi == 4 or lo < threshold)
+    assert lo is None or hi - lo <= resolution
+    assert trials < _plain_bisection_trials(threshold, 4, 1024, resolution)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(threshold=st.integers(4, 1024), prediction=st.floats(-100, 2000),
+       resolution=st.sampled_from([1, 2, 4]))
+def test_the_predicted_search_costs_two_plus_twice_log_of_its_error(threshold, prediction, resolution):
+    """From any prediction: the right bracket, in at most 2 + 2·⌈log2(1 + |error| / resolution)⌉ trials
+    (galloping out to the threshold, then bisecting the last gallop step)."""
+    trials, hi, lo = _trials(PredictedSearch(prediction, 4, 1024, resolution), threshold)
+    assert hi is not None and hi >= threshold and (lo is None and hi == 4 or lo < threshold)
+    assert lo is None or hi - lo <= resolution
+    error = abs(resolution * round(prediction / resolution) - threshold)
+    assert trials <= 2 + 2 * math.ceil(math.log2(1 + error / resolution))
+
+
+def test_the_predicted_search_spends_fewer_trials_in_total_on_a_grid_of_thresholds():
+    total = {"predicted": 0, "doubling": 0, "bisection": 0}
+    for threshold in range(8, 300, 7):
+        for error in (-0.2, -0.05, 0.0, 0.05, 0.2):
+            total["predicted"] += _trials(PredictedSearch(threshold * (1 + error), 4, 1024, 2), threshold)[0]
+        total["doubling"] += 5 * _trials(ThresholdSearch(4, 1024, 2), threshold)[0]
+        total["bisection"] += 5 * _plain_bisection_trials(threshold, 4, 1024, 2)
+    assert total["predicted"] < total["doubling"] / 1.5 and total["predicted"] < total["bisection"] / 1.5
+
+
+def test_the_predicted_search_never_retries_a_known_width_and_starts_inside_the_known_bracket():
+    search = PredictedSearch(10.0, 4, 1024, 2, known={16: False, 32: True, 8: False})
+    assert search.next_d == 24  # the prediction lies outside the known bracket (16, 32): bisect it
+    assert PredictedSearch(10.0, 4, 1024, 2, known={16: False}).next_d == 24  # gallop: p + 2·(lo − p) + r
+    assert PredictedSearch(20.0, 4, 1024, 2, known={16: False, 32: True}).next_d == 20  # inside: tried
+    tried = []
+    while not search.done:
+        tried.append(search.next_d)
+        search.feed(search.next_d >= 23)
+    assert all(16 < d < 32 for d in tried) and search.hi == 24 and search.lo == 22
+    assert set(search.visited) == {8, 16, 32, *tried}
+    assert PredictedSearch(40.0, 4, 1024, 2, known={30: False, 32: True}).done  # already bracketed
+    with pytest.raises(InputError, match="finite"):
+        PredictedSearch(float("nan"), 4, 1024, 2)
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(threshold=st.integers(4, 300), prediction=st.floats(-20, 400), resolution=st.sampled_from([1, 2, 4]),
+       cut=st.integers(0, 20))
+def test_a_predicted_search_resumed_from_its_first_trials_takes_the_uninterrupted_path(threshold, prediction,
+                                                                                      resolution, cut):
+    """The next width depends on the outcomes, not on their order or on which run produced them."""
+    search, path = PredictedSearch(prediction, 4, 256, resolution), []
+    while not search.done:
+        path.append(search.next_d)
+        search.feed(search.next_d >= threshold)
+    cut = min(cut, len(path))
+    resumed = PredictedSearch(prediction, 4, 256, resolution, known={d: d >= threshold for d in path[:cut]})
+    rest = []
+    while not resumed.done:
+        rest.append(resumed.next_d)
+        resumed.feed(resumed.next_d >= threshold)
+    assert path[:cut] + rest == path and resumed.hi == search.hi and resumed.lo == search.lo
+
+
+def _seed_file(path):
+    """A doubling search at R = 2 (so that R = 3 can be predicted)."""
+    sweep(path, [32], [2], modes=("learned",), seeds=(0,), settings=SETTINGS, progress=False)
+
+
+def test_a_predicted_sweep_reuses_every_recorded_trial_and_a_rerun_trains_nothing(tmp_path, monkeypatch):
+    from georecall.verify.experiments import sweep as sweep_module
+
+    path = str(tmp_path / "r.jsonl")
+    _seed_file(path)
+    first = sweep(path, [32], [2, 3], modes=("learned",), seeds=(0,), settings=SETTINGS, progress=False,
+                  search="predicted")
+    assert [r["search"] for r in first] == ["predicted", "predicted"] and first[0]["prediction"] is not None
+    doubling = [r for r in read_sweep(path).records if r["kind"] == "threshold" and r["search"] == "doubling"]
+    # R = 2 again: every trial the doubling search ran is reused, so the predicted search trains none
+    assert first[0]["d_star"] == doubling[0]["d_star"]
+    assert set(doubling[0]["trials"]) <= set(first[0]["trials"])
+    trials_before = sum(r["kind"] == "trial" for r in read_sweep(path).records)
+
+    def no_training(*args):
+        raise AssertionError(f"retrained {args}")
+
+    monkeypatch.setattr(sweep_module, "run_trial", no_training)
+    seen = []
+    again = sweep(path, [32], [2, 3], modes=("learned",), seeds=(0,), settings=SETTINGS, search="predicted",
+                  progress=seen.append)
+    assert _strip(again) == _strip(first) and not seen  # nothing left to do: no progress, no trial
+    assert sum(r["kind"] == "trial" for r in read_sweep(path).records) == trials_before
+
+
+def test_a_predicted_search_is_keyed_apart_from_a_doubling_one(tmp_path):
+    path = str(tmp_path / "r.jsonl")
+    _seed_file(path)
+    (record,) = sweep(path, [32], [2], modes=("learned",), seeds=(0,), settings=SETTINGS, progress=False,
+                      search="predicted")
+    old = [r for r in read_sweep(path).records if r["kind"] == "threshold" and r["search"] == "doubling"]
+    assert threshold_key(record) != threshold_key(old[0])
+    legacy = {k: v for k, v in old[0].items() if k != "search"}  # records from before the field existed
+    assert threshold_key(legacy) == threshold_key(old[0])
+
+
+def test_a_predicted_sweep_without_records_to_predict_from_is_refused(tmp_path):
+    path = str(tmp_path / "r.jsonl")
+    with pytest.raises(InputError, match="doubling search first"):
+        sweep(path, [32], [2], modes=("learned",), seeds=(0,), settings=SETTINGS, progress=False,
+              search="predicted")
+    assert not os.path.exists(path) or not _lines(path)
+
+
+def test_the_cost_estimate_is_trials_times_measured_seconds_per_step_times_steps(tmp_path):
+    """Hand-made records: seconds/step exactly R·(0.01 + 0.001·d), so the estimate is checked by hand."""
+    base = {**asdict(SETTINGS), "N": 64, "seed": 0, "seed_contract": SEED_CONTRACT, "version": __version__,
+            "mode": "learned"}
+    records = []
+    for R, d, ok in ((2, 8, False), (2, 10, True), (4, 16, False), (4, 20, True)):
+        records.append({**base, "kind": "trial", "R": R, "d": d, "reached": ok, "steps_run": 100,
+                        "seconds": 100 * R * (0.01 + 0.001 * d)})
+    for R, d_star in ((2, 10), (4, 20)):
+        records.append({**base, "kind": "threshold", "R": R, "d_star": d_star, "monotone": True})
+    rate = step_seconds(records, 64, SETTINGS)
+    assert rate(8, 40) == pytest.approx(8 * (0.01 + 0.04))
+    x = [2 * math.log(64), 4 * math.log(64)]
+    c = (x[0] * 10 + x[1] * 20) / (x[0] ** 2 + x[1] ** 2)  # least squares through the origin, by hand
+    prediction = predict_threshold(records, 64, 8, "learned", SETTINGS)
+    assert prediction["d"] == pytest.approx(c * 8 * math.log(64)) and prediction["basis"] == "same N"
+    est = estimate_cost(records, [(64, 8, "learned", 0)], SETTINGS, search="predicted", d_min=4, d_max=256,
+                        resolution=2)
+    (row,) = est["per_config"]
+    assert est["trials"] == len(row["worst_widths"]) and est["hours"] == pytest.approx(
+        sum(8 * (0.01 + 0.001 * d) for d in row["worst_widths"]) * SETTINGS.steps / 3600)
+    assert row["expected_widths"] == _simulated(prediction, prediction["d"])
+    assert est["expected_trials"] <= est["trials"]
+    # the worst case covers every integer threshold in the band
+    lo, hi = prediction["band"]
+    band = range(math.floor(lo), math.ceil(hi) + 1)
+    assert all(len(_simulated(prediction, t)) <= est["trials"] for t in band)
+    # known trials of the configuration are not counted again
+    known = [*records, {**base, "kind": "trial", "R": 8, "d": row["expected_widths"][0], "reached": True,
+                        "steps_run": 10, "seconds": 1.0}]
+    again = estimate_cost(known, [(64, 8, "learned", 0)], SETTINGS, search="predicted", d_min=4, d_max=256,
+                          resolution=2)
+    assert row["expected_widths"][0] not in again["per_config"][0]["expected_widths"]
+
+
+def _simulated(prediction, threshold):
+    search, widths = PredictedSearch(prediction["d"], 4, 256, 2), []
+    while not search.done:
+        widths.append(search.next_d)
+        search.feed(search.next_d >= threshold)
+    return widths
+
+
+def test_a_run_over_its_budget_is_refused_in_one_line_before_any_trial(tmp_path, capsys):
+    from georecall.verify.cli import main
+
+    path = str(tmp_path / "r.jsonl")
+    _seed_file(path)
+    before = _lines(path)
+    with pytest.raises(InputError, match=r"cannot estimate the cost"):  # one trial at N = 32: no step model
+        sweep(path, [32], [4], modes=("learned",), seeds=(0,), settings=SETTINGS, progress=False,
+              search="predicted", budget_hours=1e-9, log=lambda text: None)
+    with pytest.raises(InputError, match=r"exceeds the budget of 1e-09 h"):
+        sweep(path, [32], [4], modes=("learned",), seeds=(0,), settings=SETTINGS, progress=False,
+              search="predicted", budget_hours=1e-9, step_seconds_fallback=lambda N, R, d: 1.0,
+              log=lambda text: None)
+    assert _lines(path) == before
+    capsys.readouterr()
+    code = main(["sweep", "threshold", "--N", "32", "--R", "4", "--modes", "learned", "--seeds", "0",
+                 "--steps", "200", "--search", "predicted", "--budget-hours", "1e-9", "--quiet",
+                 "--out", path])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "exceeds the budget" in err[0]
+    assert _lines(path) == before
+    # within budget it runs, and the estimate is in the document
+    code = main(["sweep", "threshold", "--N", "32", "--R", "4", "--modes", "learned", "--seeds", "0",
+                 "--steps", "200", "--search", "predicted", "--budget-hours", "100", "--json", "--out", path])
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert code == 0 and out.err == "" and doc["estimate"]["trials"] >= 1
+    assert doc["thresholds"][0]["search"] == "predicted"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="kills a subprocess")
+def test_a_killed_predicted_sweep_loses_at_most_the_trial_in_progress(tmp_path):
+    """SIGKILL of a sweep in this process's executor (one trial at a time): every line on disk is whole,
+    every finished trial is kept and reused by the rerun, which ends with the uninterrupted run's records."""
+    path, full = str(tmp_path / "cut.jsonl"), str(tmp_path / "full.jsonl")
+    for p in (path, full):
+        sweep(p, [64], [2], modes=("learned", "frozen"), seeds=(0,), settings=SETTINGS, progress=False)
+    grid = {"Ns": [64], "Rs": [3, 4], "modes": ["learned", "frozen"], "seeds": [0]}
+    sweep(full, **grid, settings=SETTINGS, progress=False, search="predicted")
+    start = len(_lines(path))
+    script = tmp_path / "run.py"
+    script.write_text("import json, sys\n"
+                      "from georecall.verify.experiments.sweep import TrialSettings, sweep\n"
+                      "a = json.loads(sys.argv[1]); a['settings'] = TrialSettings(**a['settings'])\n"
+                      "sweep(**a)\n")
+    args = {"path": path, **grid, "settings": {"steps": SETTINGS.steps}, "progress": False,
+            "search": "predicted"}
+    process = subprocess.Popen([sys.executable, str(script), json.dumps(args)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300  # a hang guard only
+        while len(_lines(path)) < start + 1 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        process.wait(60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    cut = read_sweep(path)
+    assert cut.torn == 0 and cut.alien == 0
+    finished = [r for r in cut.records if r["kind"] == "trial" and r["R"] in (3, 4)]
+    assert finished, "killed before any trial finished"
+    counts = []
+    sweep(path, **grid, settings=SETTINGS, progress=counts.append, lock_timeout=0, search="predicted")
+    wanted = [r for r in read_sweep(full).records if r["kind"] == "trial" and r["R"] in (3, 4)]
+    assert counts[-1].trials_done == len(wanted) - len(finished)  # nothing finished was trained again
+    assert len(_lines(path)) == len(read_sweep(path).records)  # and no line is a duplicate
+    assert _strip(read_sweep(path).records) == _strip(read_sweep(full).records)
+
+
+@pytest.mark.slow
+def test_a_predicted_sweep_on_a_dask_cluster_gives_the_records_of_one_in_this_process(tmp_path):
+    """Every search is predicted from the file as the sweep found it, so the executor (which runs the
+    searches in its own order, all at once on Dask) does not change the records."""
+    pytest.importorskip("distributed", reason="needs the distributed extra")
+    inline, dask = str(tmp_path / "inline.jsonl"), str(tmp_path / "dask.jsonl")
+    grid = {"Ns": [64], "Rs": [3, 4], "modes": ["learned", "frozen"], "seeds": [0]}
+    for path, where in ((inline, {}), (dask, {"scheduler": "local:2"})):
+        sweep(path, [64], [2], modes=("learned", "frozen"), seeds=(0,), settings=SETTINGS, progress=False)
+        sweep(path, **grid, settings=SETTINGS, progress=False, search="predicted", log=lambda text: None,
+              **where)
+    assert _strip(read_sweep(dask).records) == _strip(read_sweep(inline).records)

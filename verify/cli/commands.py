@@ -899,6 +899,7 @@ def run_sweep_threshold(p: SweepThresholdParams) -> dict:
         bits_per_parameter,
         fit_thresholds,
         knowledge_table,
+        measure_step_seconds,
         summary_table,
         sweep,
     )
@@ -915,19 +916,23 @@ def run_sweep_threshold(p: SweepThresholdParams) -> dict:
     settings = TrialSettings(steps=p.steps, lr=p.lr, width_factor=p.width_factor, k=p.k, cot=p.cot,
                              attention=p.attention, heads=p.heads)
     notes: list[str] = []
+    estimates: list[dict] = []
     records = sweep(out, p.N, p.R, p.modes, p.seeds, settings=settings, d_min=p.d_min, d_max=p.d_max,
                     resolution=p.resolution, workers=p.workers, progress=p.progress, scheduler=p.scheduler,
                     lock_timeout=p.lock_timeout, connect_timeout=p.connect_timeout,
                     log=None if p.progress else notes.append, worker_timeout=p.worker_timeout,
-                    budget=p.budget)
+                    budget=p.budget, search=p.search, budget_hours=p.budget_hours,
+                    step_seconds_fallback=lambda N, R, d: measure_step_seconds(N, R, d, settings),
+                    on_estimate=estimates.append)
     fits = fit_thresholds(records)
     params = {"N": p.N, "R": p.R, "modes": p.modes, "seeds": p.seeds, "d_min": p.d_min, "d_max": p.d_max,
               "resolution": p.resolution, "workers": p.workers, "scheduler": p.scheduler,
-              "settings": settings.__dict__}
+              "search": p.search, "budget_hours": p.budget_hours, "settings": settings.__dict__}
     knowledge = bits_per_parameter(records)
     summary = summary_table(records) + ("\n" + knowledge_table(knowledge) if knowledge else "")
     return _doc(p, params, est, out=out, settings=settings.__dict__, thresholds=records, fits=fits,
-                summary=summary, bits_per_parameter=knowledge, notes=notes)
+                summary=summary, bits_per_parameter=knowledge, notes=notes,
+                estimate=estimates[0] if estimates else None)
 
 
 # ------------------------------------------------------------------------------------- saved models, files

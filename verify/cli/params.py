@@ -393,6 +393,8 @@ class SweepThresholdParams(Params, Json, Quiet, Budgeted, Scheduled):
     resolution: int
     lock_timeout: float | None
     out: str
+    search: str = "doubling"
+    budget_hours: float | None = None
 
     def __post_init__(self) -> None:
         Params.__post_init__(self)

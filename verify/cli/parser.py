@@ -637,6 +637,13 @@ def _add_sweep(sub: _Subparsers) -> None:
     p.add_argument("--resolution", type=_positive_int, default=2, help="stop bisecting at this gap in d")
     p.add_argument("--workers", type=_whole(1, 1024), default=1, metavar="W",
                    help="parallel local processes W (not with --scheduler)")
+    p.add_argument("--search", choices=("doubling", "predicted"), default="doubling",
+                   help="doubling: from --d-min, doubling then bisecting; predicted: from c·R·ln N fitted to "
+                        "the threshold records in --out, bracketing outward then bisecting, every recorded "
+                        "trial reused")
+    p.add_argument("--budget-hours", type=_real(positive=True, maximum=1e6), default=None, metavar="H",
+                   help="refuse (exit 2) when the estimated cost, trials × measured seconds per step × "
+                        "steps, exceeds H hours")
     p.add_argument("--scheduler", default=None, metavar="local:W|tcp://HOST:PORT",
                    help="run trials on Dask: a LocalCluster of W workers, or a running scheduler (needs the "
                         "distributed extra; not with --workers)")

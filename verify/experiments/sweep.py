@@ -13,7 +13,12 @@ For each configuration (N, R, mode, seed), ``mode`` = ``learned`` (every paramet
   on every step of the chain under teacher forcing (exact at every step under teacher forcing is the same as
   exact greedy decoding, by induction over the steps);
 - the threshold search doubles d from ``d_min`` until a trial succeeds, then bisects between the last failure
-  and the first success until they are ``resolution`` apart.
+  and the first success until they are ``resolution`` apart (``search="doubling"``, the default); or
+  (``search="predicted"``, :class:`PredictedSearch`) starts at ``c·R·ln N`` fitted to the threshold records
+  already in the file (:func:`predict_threshold`), takes every recorded trial of the configuration into its
+  bracket, gallops outward from the prediction and bisects. Before the first trial the sweep logs the
+  estimated cost (:func:`estimate_cost`: trials × measured seconds per step × steps) and, given
+  ``budget_hours``, refuses a run whose worst case exceeds it.
 
 Monotonicity. Bisection assumes that success is monotone in d. Every trial the search visits is kept, and the
 record says ``monotone: false`` if some failing d lies above some successful d (the threshold is then the
@@ -71,20 +76,27 @@ __all__ = [
     "THRESHOLD_KEY",
     "TIMING_FIELDS",
     "TRIAL_KEY",
+    "PredictedSearch",
     "ProgressInfo",
+    "SEARCHES",
     "SweepFile",
     "ThresholdSearch",
     "TrialSettings",
     "bits_per_parameter",
+    "cost_line",
+    "estimate_cost",
     "find_threshold",
     "fit_thresholds",
     "knowledge_bits",
     "knowledge_table",
+    "measure_step_seconds",
     "model_parameters",
+    "predict_threshold",
     "read_records",
     "read_sweep",
     "run_trial",
     "summary_table",
+    "step_seconds",
     "sweep",
     "threshold_key",
     "trial_key",
@@ -96,9 +108,11 @@ SEED_CONTRACT = 1  # records carry it: trials seeded otherwise (before theory/se
 _SETTINGS_KEY = ("steps", "lr", "width_factor", "attention", "dtype", "k", "cot", "heads")
 _CONFIG_KEY = ("N", "R", "mode", "seed", *_SETTINGS_KEY, "seed_contract", "version")
 TRIAL_KEY = (*_CONFIG_KEY, "d")
-THRESHOLD_KEY = (*_CONFIG_KEY, "d_min", "d_max", "resolution")
+THRESHOLD_KEY = (*_CONFIG_KEY, "d_min", "d_max", "resolution", "search")
 TIMING_FIELDS = ("seconds",)
-_DEFAULTS = {"k": 1, "cot": False, "heads": 1, "seed_contract": None}  # fields older records may lack
+SEARCHES = ("doubling", "predicted")
+# fields older records may lack (a record without "search" came from the doubling search)
+_DEFAULTS = {"k": 1, "cot": False, "heads": 1, "seed_contract": None, "search": "doubling"}
 _REQUIRED = {"trial": ("N", "R", "mode", "seed", "d", "reached", "steps", "lr", "width_factor", "attention",
                        "dtype", "version"),
              "threshold": ("N", "R", "mode", "seed", "d_star", "monotone", "trials", "steps", "lr",
@@ -268,17 +282,125 @@ class ThresholdSearch:
         return self.next_d is None
 
 
+class PredictedSearch:
+    """A threshold search that starts at a predicted width and brackets outward from it, then bisects.
+
+    Every outcome known for the configuration (recorded trials, whatever search ran them) counts: under the
+    monotone rule the threshold lies above every failure and at or below every success, so the search only
+    tries widths strictly between the largest failure below the smallest success (``lo``) and the smallest
+    success (``hi``). The next width is a function of (``lo``, ``hi``, the prediction) alone, never of the
+    order in which outcomes arrived, so a search resumed from its recorded trials takes the path an
+    uninterrupted one takes. With ``p`` the prediction rounded to a multiple of ``resolution`` and ``r`` the
+    resolution:
+
+    - nothing on one side of ``p`` yet: try ``p`` itself (moved inside the open bracket);
+    - successes only, ``hi <= p``: gallop down to ``p − (2·(p − hi) + r)`` (offsets r, 3r, 7r, ...: steps
+      that double); failures only, ``lo >= p``: gallop up to ``p + 2·(lo − p) + r``;
+    - both: try ``p`` when it lies strictly inside, else bisect, until ``hi − lo <= resolution``.
+
+    From a prediction within e of the threshold this takes at most ``2 + 2·⌈log2(1 + e/r)⌉`` trials (the
+    doubling search of :class:`ThresholdSearch` takes about ``log2(d*/d_min)`` doublings and ``log2(d*/2r)``
+    bisections, whatever the prediction).
+
+    The interface is :class:`ThresholdSearch`'s: ``next_d`` (``None`` when done), :meth:`feed`, ``visited``
+    (every outcome used, the known ones included), ``lo`` and ``hi``.
+
+    Parameters
+    ----------
+    prediction : float
+        The predicted threshold (e.g. ``c·R·ln N`` fitted from earlier records, :func:`predict_threshold`).
+    d_min, d_max : int
+        The widths the search may try.
+    resolution : int
+        Stop when ``hi − lo`` is at most this.
+    known : dict, optional
+        Outcomes already recorded, ``{d: reached}``.
+
+    Raises
+    ------
+    InputError
+        A prediction that is not a finite number.
+    """
+
+    def __init__(self, prediction: float, d_min: int, d_max: int, resolution: int,
+                 known: dict[int, bool] | None = None):
+        if isinstance(prediction, bool) or not (isinstance(prediction, (int, float))
+                                                and math.isfinite(prediction)):
+            raise InputError(f"the prediction must be a finite number, got {prediction!r}")
+        self.prediction = float(prediction)
+        self.d_min, self.d_max, self.resolution = d_min, d_max, resolution
+        self.start = resolution * round(self.prediction / resolution)
+        self.visited: dict[int, bool] = {int(d): bool(ok) for d, ok in (known or {}).items()}
+        self.next_d: int | None = None
+        self._advance()
+
+    @property
+    def hi(self) -> int | None:
+        """The smallest success (``None`` before one)."""
+        wins = [d for d, ok in self.visited.items() if ok]
+        return min(wins) if wins else None
+
+    @property
+    def lo(self) -> int | None:
+        """The largest failure below the smallest success (``None`` before one)."""
+        hi = self.hi
+        losses = [d for d, ok in self.visited.items() if not ok and (hi is None or d < hi)]
+        return max(losses) if losses else None
+
+    def _advance(self) -> None:
+        lo, hi, res, p = self.lo, self.hi, self.resolution, self.start
+        low = self.d_min if lo is None else lo + 1  # the widths still worth a trial: [low, high]
+        high = self.d_max if hi is None else hi - 1
+        if lo is not None and hi is not None and hi - lo <= res or low > high:
+            self.next_d = None
+            return
+        if lo is None and hi is None or low <= p <= high and p not in self.visited:
+            d = p  # (moved into [low, high] below)
+        elif lo is not None and hi is not None:
+            d = (lo + hi) // 2
+        elif hi is not None:  # successes only, at or below the prediction: gallop down
+            d = p - (2 * (p - hi) + res)
+        else:  # failures only, at or above the prediction: gallop up
+            assert lo is not None  # not both None (the first branch)
+            d = p + 2 * (lo - p) + res
+        self.next_d = min(max(d, low), high)
+
+    def feed(self, reached: bool) -> None:
+        """Record the outcome of the trial at ``next_d`` and move to the next width (or finish).
+
+        Parameters
+        ----------
+        reached : bool
+            Whether the trial at ``next_d`` reached 100%.
+
+        Raises
+        ------
+        RuntimeError
+            The search is over.
+        """
+        if self.next_d is None:
+            raise RuntimeError("the search is over")
+        self.visited[self.next_d] = bool(reached)
+        self._advance()
+
+    @property
+    def done(self) -> bool:
+        """Whether the search has finished."""
+        return self.next_d is None
+
+
 def _threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSettings,
                       outcomes: dict[int, bool], last_failure: int | None, d_min: int, d_max: int,
-                      resolution: int) -> dict:
+                      resolution: int, search: str = "doubling",
+                      extra: dict | None = None) -> dict:
     successes = [d for d, ok in outcomes.items() if ok]
     failures = [d for d, ok in outcomes.items() if not ok]
     monotone = not successes or not failures or max(failures) < min(successes)
     return {"kind": "threshold", "N": N, "R": R, "mode": mode, "seed": seed,
             "d_star": min(successes) if successes else None, "last_failure": last_failure,
             "trials": sorted(outcomes), "monotone": monotone, "d_min": d_min, "d_max": d_max,
-            "resolution": resolution, **asdict(settings), "seed_contract": SEED_CONTRACT,
-            "version": __version__}
+            "resolution": resolution, "search": search, **(extra or {}), **asdict(settings),
+            "seed_contract": SEED_CONTRACT, "version": __version__}
 
 
 def _check_range(d_min: int, d_max: int, resolution: int) -> None:
@@ -408,7 +530,8 @@ _FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
 _OPTIONAL: dict[str, Callable[[Any], bool]] = {
     "k": _whole(1), "cot": _flag, "heads": _whole(1), "seed_contract": _maybe(_whole(0)),
     "d_min": _whole(1), "d_max": _whole(1), "resolution": _whole(1), "seconds": _maybe(_real),
-    "label": _maybe(_text),
+    "label": _maybe(_text), "search": lambda v: v in SEARCHES, "prediction": _maybe(_real),
+    "prediction_c": _maybe(_real),
 }
 
 
@@ -575,7 +698,9 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
           progress: bool | Callable[[ProgressInfo], None] = True, max_trials: int | None = None,
           scheduler: str | None = None, lock_timeout: float | None = None, connect_timeout: float = 10.0,
           log: Callable[[str], None] | None = None, worker_timeout: float = WORKER_TIMEOUT,
-          budget: Budget | int | None = None) -> list[dict]:
+          budget: Budget | int | None = None, search: str = "doubling", budget_hours: float | None = None,
+          step_seconds_fallback: Callable[[int, int, int], float] | None = None,
+          on_estimate: Callable[[dict], None] | None = None) -> list[dict]:
     """Run (or resume) the threshold search for every configuration; return its threshold records.
 
     Parameters
@@ -609,6 +734,20 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         Seconds without any Dask worker before the sweep gives up (the records so far are kept).
     budget : Budget, int or None
         Memory budget the existing results file is counted against before it is read.
+    search : str
+        ``"doubling"`` (:class:`ThresholdSearch`, from ``d_min``) or ``"predicted"`` (:class:`PredictedSearch`
+        from ``c·R·ln N`` fitted to the threshold records in the file when the sweep starts,
+        :func:`predict_threshold`, so that every executor gives the same records; a search resumed from its
+        trials keeps the prediction they recorded). Part of the threshold key. To predict R = 16 from
+        R = 8, run R = 8 first, in a sweep of its own.
+    budget_hours : float, optional
+        Refuse (``InputError``, before any trial) when the estimated cost (:func:`estimate_cost`, worst case
+        over the predictions' bands) exceeds this many hours, or cannot be estimated.
+    step_seconds_fallback : callable, optional
+        ``(N, R, d) -> seconds per step`` for the estimate where the file has no trials at N (e.g.
+        :func:`measure_step_seconds`).
+    on_estimate : callable, optional
+        Receives the estimate (a dict, :func:`estimate_cost`) before any trial; its line is also logged.
 
     Returns
     -------
@@ -623,6 +762,11 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         Re-raised after the workers are stopped (within about a second) and a note is logged.
     """
     settings = settings.validate()
+    if search not in SEARCHES:
+        raise InputError(f"search must be one of {SEARCHES}, got {search!r}")
+    if budget_hours is not None and (isinstance(budget_hours, bool) or not _real(budget_hours)
+                                     or budget_hours <= 0):
+        raise InputError(f"budget_hours must be a positive finite number, got {budget_hours!r}")
     workers = check_positive_int("workers", workers)
     if scheduler is not None and workers != 1:
         raise InputError(f"give either workers ({workers}) or a scheduler ({scheduler!r}), not both: a Dask "
@@ -635,20 +779,45 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
     log = log if log is not None else stderr_note
     version = {"seed_contract": SEED_CONTRACT, "version": __version__, **asdict(settings)}
     range_ = {"d_min": d_min, "d_max": d_max, "resolution": resolution}
+    keyed = {**range_, "search": search}
 
     def config_record(config: tuple) -> dict:
         N, R, mode, seed = config
         return {"N": N, "R": R, "mode": mode, "seed": seed, **version}
 
-    wanted = {threshold_key({**config_record(c), **range_}) for c in configs}
+    wanted = {threshold_key({**config_record(c), **keyed}) for c in configs}
     with open_results(path, read_sweep, lock_timeout=lock_timeout, log=log, budget=budget) as contents:
         finished = {threshold_key(r) for r in contents.records if r["kind"] == "threshold"}
         known: dict[tuple, dict[int, dict]] = {}
         for r in contents.records:
             if r["kind"] == "trial":
                 known.setdefault(_config_key(r), {})[r["d"]] = r
-        todo = [c for c in configs if threshold_key({**config_record(c), **range_}) not in finished]
+        todo = [c for c in configs if threshold_key({**config_record(c), **keyed}) not in finished]
         if todo:
+            estimate = estimate_cost(contents.records, todo, settings, search=search, **range_,
+                                     seconds=step_seconds_fallback)
+            predictions = {}
+            if search == "predicted":  # from the file as it is now, whatever the executor runs first
+                predictions = {(N, R, mode, seed): predict_threshold(contents.records, N, R, mode, settings)
+                               for N, R, mode, seed in todo}
+                missing = [c for c, p in predictions.items() if p is None]
+                if missing:
+                    N, R, mode, seed = missing[0]
+                    raise InputError(f"no threshold record of mode {mode} with these settings to predict "
+                                     f"N={N} R={R} from: run a doubling search first (search='doubling')")
+            if estimate["per_config"]:
+                log(cost_line(estimate))
+            if on_estimate is not None:
+                on_estimate(estimate)
+            if budget_hours is not None:
+                if estimate["unknown"]:
+                    raise InputError(f"cannot estimate the cost of {len(estimate['unknown'])} "
+                                     f"configuration(s) (no prediction or no measured step) within "
+                                     f"budget_hours = {budget_hours:g}")
+                if estimate["hours"] > budget_hours:
+                    raise InputError(f"the estimated cost, {estimate['hours']:.2f} h at most "
+                                     f"({estimate['trials']} trials), exceeds the budget of "
+                                     f"{budget_hours:g} h")
             reporter = _StderrProgress() if progress is True else (progress if callable(progress) else None)
             close = getattr(reporter, "close", None)
 
@@ -658,7 +827,8 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
                 log(text)
 
             searches = _Searches(path, settings, range_, known, len(configs), todo,
-                                 config_key=lambda c: _config_key(config_record(c)),
+                                 config_key=lambda c: _config_key(config_record(c)), search=search,
+                                 predictions=predictions,
                                  per_search=[len(r["trials"]) for r in contents.records
                                              if r["kind"] == "threshold"],
                                  reporter=reporter, max_trials=max_trials)
@@ -682,13 +852,15 @@ class _Searches(JobList):
 
     def __init__(self, path: str, settings: TrialSettings, range_: dict, known: dict, total: int, todo: list,
                  *, config_key: Callable[[tuple], tuple], per_search: list[int],
-                 reporter: Callable[[ProgressInfo], None] | None, max_trials: int | None):
+                 reporter: Callable[[ProgressInfo], None] | None, max_trials: int | None,
+                 search: str = "doubling", predictions: dict[tuple, dict | None] | None = None):
         super().__init__()
         self.path, self.settings, self.range_, self.known = path, settings, range_, known
         self.config_key, self.reporter, self.max_trials = config_key, reporter, max_trials
-        self.total = total
-        self.searches = {c: ThresholdSearch(range_["d_min"], range_["d_max"], range_["resolution"])
-                         for c in todo}
+        self.total, self.search, self.predicted = total, search, dict(predictions or {})
+        self.searches: dict[tuple, ThresholdSearch | PredictedSearch] = {}  # made when a search starts
+        self.predictions: dict[tuple, dict | None] = {}
+        self.todo = list(todo)
         self.done = total - len(todo)  # finished searches, those found finished in the file included
         self.reused = 0
         self.visited_trials = per_search[:]  # trials per finished search, for the estimate of what is left
@@ -699,6 +871,7 @@ class _Searches(JobList):
             return
         mean = float(np.mean(self.visited_trials)) if self.visited_trials else 6.0
         left = sum(max(round(mean) - len(s.visited), 1) for s in self.searches.values() if not s.done)
+        left += sum(round(mean) for c in self.todo if c not in self.searches)
         tally = self.tally
         self.reporter(ProgressInfo(self.done, self.total, tally.new, self.reused, left, tally.elapsed(),
                                    tally.eta(left), message))
@@ -708,7 +881,19 @@ class _Searches(JobList):
 
     def start(self, config: tuple) -> list[Task]:
         """Feed the search the trials the file already has; return its next trial, or finish it."""
-        search, have = self.searches[config], self.known.get(self.config_key(config), {})
+        have = self.known.get(self.config_key(config), {})
+        if config not in self.searches:  # made when it starts (the reused trials are the file's by then)
+            prediction = None
+            if self.search == "predicted":  # a resumed search keeps the prediction its trials recorded
+                earlier = [t for t in have.values() if _real(t.get("prediction"))]
+                prediction = ({"d": float(earlier[0]["prediction"]), "c": earlier[0].get("prediction_c")}
+                              if earlier else self.predicted[config])
+            self.predictions[config] = prediction
+            outcomes = {d: bool(t["reached"]) for d, t in have.items()}
+            self.searches[config] = _make_search(self.search, prediction, outcomes, self.range_)
+            if self.search == "predicted":
+                self.reused += len(have)  # a predicted search takes every recorded trial at once
+        search = self.searches[config]
         while not search.done and search.next_d in have:
             search.feed(have[search.next_d]["reached"])
             self.reused += 1
@@ -719,15 +904,25 @@ class _Searches(JobList):
             return [Task(run_trial, (*config, d, self.settings), (config, d),
                          f"the trial N={N} R={R} {mode} seed {seed} d={d}")]
         record = _threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
-                                   **self.range_)
+                                   **self.range_, search=self.search, extra=self._prediction_fields(config))
         append_jsonl(self.path, record)
         self.visited_trials.append(len(search.visited))
         self.done += 1
         self.report(f"N={N} R={R} {mode} seed {seed}: d* = {record['d_star']}")
         return []
 
+    def _prediction_fields(self, config: tuple) -> dict:
+        """The prediction a predicted search started from (also written into its trial records, so that a
+        resumed search starts from the same one)."""
+        prediction = self.predictions.get(config)
+        if prediction is None:
+            return {}
+        c = prediction.get("c")
+        return {"prediction": round(prediction["d"], 3), "prediction_c": None if c is None else round(c, 6)}
+
     def accept(self, task: Task, record: dict) -> list[Task]:
         config, d = task.tag
+        record = {**record, **self._prediction_fields(config)}
         append_jsonl(self.path, record)
         self.known.setdefault(self.config_key(config), {})[d] = record
         self.searches[config].feed(record["reached"])
@@ -737,6 +932,245 @@ class _Searches(JobList):
         if self.max_trials is not None and self.tally.new >= self.max_trials:
             raise Stop
         return self.start(config)
+
+
+# ------------------------------------------------------------------------------ prediction and cost
+
+_BAND_SIGMAS = 3.0  # the cost estimate covers thresholds within c ± max(3 standard errors, 10% of c)
+_BAND_FLOOR = 0.10
+
+
+def _same_settings(record: dict, settings: TrialSettings) -> bool:
+    return _key(record, _SETTINGS_KEY) == settings.key()
+
+
+def predict_threshold(records: list[dict], N: int, R: int, mode: str, settings: TrialSettings) -> dict | None:
+    """The threshold predicted for (N, R, mode) by ``d* = c·R·ln N`` fitted to earlier threshold records.
+
+    The fit (:func:`fit_thresholds`) uses the records of that mode and the same settings at the same N when
+    there are any (the constant c drifts with N for frozen embeddings), else those at every N.
+
+    Parameters
+    ----------
+    records : list of dict
+        Sweep records (threshold records are used; others are skipped).
+    N, R : int
+        The configuration predicted.
+    mode : str
+        ``"learned"`` or ``"frozen"``.
+    settings : TrialSettings
+        Only records with these settings count.
+
+    Returns
+    -------
+    dict or None
+        ``d`` (the prediction), ``c``, ``c_stderr`` (``None`` when the fit is exact), ``band`` (the widths
+        ``(c ∓ max(3·stderr, 0.1·c))·R·ln N`` the cost estimate covers), ``points`` and ``basis`` (``"same
+        N"`` or ``"every N"``); ``None`` when no record reached 100%.
+    """
+    rows = [r for r in records if r.get("kind") == "threshold" and r["mode"] == mode
+            and r.get("d_star") is not None and _same_settings(r, settings)]
+    same = [r for r in rows if r["N"] == N]
+    use, basis = (same, "same N") if same else (rows, "every N")
+    if not use:
+        return None
+    fit = fit_thresholds(use)[mode]
+    x = R * math.log(N)
+    c, se = fit["c"], fit["c_stderr"]
+    half = max(_BAND_SIGMAS * (se or 0.0), _BAND_FLOOR * c)
+    return {"d": c * x, "c": c, "c_stderr": se, "band": ((c - half) * x, (c + half) * x),
+            "points": fit["points"], "basis": basis}
+
+
+def step_seconds(records: list[dict], N: int, settings: TrialSettings) -> Callable[[int, int], float] | None:
+    """Seconds per training step as a function of (R, d), fitted to the recorded trials at N.
+
+    The model is ``seconds/step = R·(a + b·d)`` (the step is linear in the N·R queries and, through the
+    read-out over N answers and the MLP, in d), least squares over ``seconds / steps_run`` of every trial
+    record at N with the same settings (each one a measurement, under whatever load it ran).
+
+    Parameters
+    ----------
+    records : list of dict
+        Sweep records (trial records are used).
+    N : int
+        Entities.
+    settings : TrialSettings
+        Only trials with these settings count.
+
+    Returns
+    -------
+    callable or None
+        ``(R, d) -> seconds``; ``None`` with fewer than two distinct (R, d) measured.
+    """
+    rows = [r for r in records if r.get("kind") == "trial" and r["N"] == N and _same_settings(r, settings)
+            and r.get("steps_run") and r.get("seconds")]
+    if len({(r["R"], r["d"]) for r in rows}) < 2:
+        return None
+    A = np.array([[r["R"], r["R"] * r["d"]] for r in rows], dtype=float)
+    y = np.array([r["seconds"] / r["steps_run"] for r in rows], dtype=float)
+    (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
+    a, b = max(float(a), 0.0), max(float(b), 0.0)
+    if a == 0.0 and b == 0.0:
+        return None
+    return lambda R, d: R * (a + b * d)
+
+
+def measure_step_seconds(N: int, R: int, d: int, settings: TrialSettings, steps: int = 2) -> float:
+    """Seconds per step of a trial at (N, R, d), timed over a few steps of the trainer (no records needed).
+
+    Parameters
+    ----------
+    N, R, d : int
+        The trial's sizes.
+    settings : TrialSettings
+        The trial's settings.
+    steps : int
+        Steps timed.
+
+    Returns
+    -------
+    float
+    """
+    task = task_for_seed(N, R, 0)
+    tokens, answers, positions, T = training_data(task, settings.k, settings.cot)
+    model = init_model(N, R, d, settings.width_factor * d, attention=settings.attention, heads=settings.heads,
+                       positions=T if settings.k > 1 or settings.cot else None, rng=0,
+                       dtype=np.dtype(settings.dtype))
+    result = train(model, tokens, answers, steps=steps, lr=settings.lr, positions=positions, rng=0,
+                   dtype=np.dtype(settings.dtype), stop_at_accuracy=None)
+    return result.seconds / max(result.steps, 1)
+
+
+def _make_search(search: str, prediction: dict | None, known: dict[int, bool], range_: dict):
+    if search == "doubling":
+        return ThresholdSearch(range_["d_min"], range_["d_max"], range_["resolution"])
+    assert prediction is not None  # sweep refuses a predicted search without a prediction
+    return PredictedSearch(prediction["d"], range_["d_min"], range_["d_max"], range_["resolution"], known)
+
+
+def _simulate(search: str, prediction: dict | None, known: dict[int, bool], range_: dict,
+              threshold: float) -> list[int]:
+    """The widths a search would still train if success were exactly ``d >= threshold`` (known trials are
+    reused, not counted)."""
+    s = _make_search(search, prediction, known, range_)
+    trained = []
+    while not s.done:
+        d = s.next_d
+        assert d is not None  # a search that is not done has a next d
+        if d in known:
+            s.feed(known[d])
+            continue
+        trained.append(d)
+        s.feed(d >= threshold)
+    return trained
+
+
+def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSettings, *, search: str,
+                  d_min: int, d_max: int, resolution: int,
+                  seconds: Callable[[int, int, int], float] | None = None) -> dict:
+    """What a sweep of ``configs`` would still cost: trials × measured seconds per step × steps.
+
+    For each configuration the search is simulated against a monotone oracle whose threshold lies anywhere
+    in the prediction's band (:func:`predict_threshold`; every integer width in it), reusing the recorded
+    trials; the worst case over the band is counted, each trial at its full step budget (an upper bound:
+    a trial that succeeds stops early). Seconds per step come from :func:`step_seconds` (recorded trials at
+    that N) or, for an N without records, from one call ``seconds(N, R, d0)`` at the predicted width d0
+    (e.g. :func:`measure_step_seconds`), scaled linearly in d.
+
+    Parameters
+    ----------
+    records : list of dict
+        The results file's records.
+    configs : list of tuple
+        ``(N, R, mode, seed)`` still to search.
+    settings : TrialSettings
+        The trials' settings.
+    search : str
+        ``"doubling"`` or ``"predicted"``.
+    d_min, d_max, resolution : int
+        The search range.
+    seconds : callable, optional
+        ``(N, R, d) -> seconds per step`` where no trial at N is recorded.
+
+    Returns
+    -------
+    dict
+        ``trials`` and ``hours`` (worst case over the bands), ``expected_trials`` and ``expected_hours`` (the
+        threshold exactly at the prediction), ``per_config`` (each configuration's prediction, widths and
+        hours), and ``unknown`` (configurations with no prediction: not counted).
+    """
+    range_ = {"d_min": d_min, "d_max": d_max, "resolution": resolution}
+    known_by: dict[tuple, dict[int, bool]] = {}
+    for r in records:
+        if r.get("kind") == "trial" and _same_settings(r, settings):
+            config = (r["N"], r["R"], r["mode"], r["seed"], *_key(r, ("seed_contract", "version")))
+            known_by.setdefault(config, {})[r["d"]] = bool(r["reached"])
+    rates: dict[int, Callable[[int, int], float] | None] = {}
+    per_config, unknown = [], []
+    total_trials = total_hours = exp_trials = exp_hours = 0.0
+    for N, R, mode, seed in configs:
+        prediction = predict_threshold(records, N, R, mode, settings)
+        if prediction is None:
+            unknown.append((N, R, mode, seed))
+            continue
+        if N not in rates:
+            rates[N] = step_seconds(records, N, settings)
+        rate = rates[N]
+        if rate is None and seconds is None:
+            unknown.append((N, R, mode, seed))
+            continue
+
+        if rate is None:  # one measurement at the predicted width, scaled linearly in d
+            assert seconds is not None  # checked above
+            d0 = max(int(round(prediction["d"])), 1)
+            measured = seconds(N, R, d0)
+            rate = lambda R_, d, s0=measured, d0=d0: s0 * d / d0  # noqa: E731
+
+        def cost(widths: list[int], R=R, rate=rate) -> float:
+            return sum(rate(R, d) for d in widths) * settings.steps / 3600
+
+        known = known_by.get((N, R, mode, seed, SEED_CONTRACT, __version__), {})
+        lo, hi = prediction["band"]
+        worst: list[int] = []
+        worst_hours = -1.0
+        for t in range(max(int(math.floor(lo)), 1), int(math.ceil(hi)) + 1):
+            widths = _simulate(search, prediction, known, range_, t)
+            hours = cost(widths)
+            if hours > worst_hours:
+                worst, worst_hours = widths, hours
+        expected = _simulate(search, prediction, known, range_, prediction["d"])
+        total_trials += len(worst)
+        total_hours += worst_hours
+        exp_trials += len(expected)
+        exp_hours += cost(expected)
+        per_config.append({"N": N, "R": R, "mode": mode, "seed": seed, "prediction": prediction,
+                           "known_trials": len(known), "worst_widths": worst, "worst_hours": worst_hours,
+                           "expected_widths": expected, "expected_hours": cost(expected)})
+    return {"trials": int(total_trials), "hours": total_hours, "expected_trials": int(exp_trials),
+            "expected_hours": exp_hours, "per_config": per_config, "unknown": unknown}
+
+
+def cost_line(estimate: dict) -> str:
+    """:func:`estimate_cost` in one line.
+
+    Parameters
+    ----------
+    estimate : dict
+        What :func:`estimate_cost` returns.
+
+    Returns
+    -------
+    str
+    """
+    parts = [f"estimated cost: {estimate['trials']} trials, {estimate['hours']:.2f} h at most (thresholds "
+             f"anywhere in the predictions' bands, every trial at its full step budget); "
+             f"{estimate['expected_trials']} trials, {estimate['expected_hours']:.2f} h if each threshold is "
+             f"at its prediction"]
+    if estimate["unknown"]:
+        parts.append(f"; {len(estimate['unknown'])} configuration(s) without a prediction or a measured step "
+                     "not counted")
+    return "".join(parts)
 
 
 def fit_thresholds(records: list[dict]) -> dict[str, dict]:

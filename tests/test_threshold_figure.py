@@ -1,0 +1,62 @@
+"""The capacity-grid figure and table (verify/experiments/threshold_figure.py): rows, ratios, fits and
+legibility."""
+
+import json
+import math
+
+import pytest
+
+from georecall.verify.experiments import threshold_figure as TF
+
+
+def _record(R, mode, seed, d_star, N=4096):
+    return {"kind": "threshold", "N": N, "R": R, "mode": mode, "seed": seed, "d_star": d_star,
+            "monotone": True}
+
+
+RECORDS = [_record(2, "learned", 0, 8), _record(2, "learned", 1, 8), _record(2, "frozen", 0, 16),
+           _record(2, "frozen", 1, 18), _record(4, "learned", 0, 16), _record(4, "frozen", 0, 36),
+           _record(8, "learned", 0, 30), _record(8, "frozen", 0, None), _record(2, "learned", 0, 99, N=1024),
+           {"kind": "trial", "N": 4096, "R": 8, "mode": "frozen", "seed": 0, "d": 70, "reached": False}]
+
+
+def test_rows_hold_each_seed_the_means_and_the_ratio_of_the_means():
+    rows = TF.grid_rows(RECORDS)
+    assert [row["R"] for row in rows] == [2, 4, 8]
+    assert rows[0]["learned"] == {0: 8, 1: 8} and rows[0]["frozen"] == {0: 16, 1: 18}
+    assert rows[0]["ratio"] == pytest.approx(17 / 8) and rows[0]["x"] == pytest.approx(2 * math.log(4096))
+    assert rows[2]["frozen"] == {} and rows[2]["ratio"] is None  # never reached: no d*, no ratio
+
+
+def test_the_first_record_of_a_configuration_wins():
+    rows = TF.grid_rows([_record(2, "learned", 0, 8), _record(2, "learned", 0, 10)])
+    assert rows[0]["learned"] == {0: 8}
+
+
+def test_the_table_states_both_fits_with_their_standard_errors():
+    text = TF.grid_table(RECORDS)
+    assert "| 8 | 66.5 | 30 | — | — |" in text
+    x = [2 * math.log(4096)] * 2 + [4 * math.log(4096), 8 * math.log(4096)]
+    c = sum(a * b for a, b in zip(x, (8, 8, 16, 30))) / sum(a * a for a in x)  # least squares by hand
+    assert f"learned, every R: c = {c:.3f}" in text and "learned, R ≤ 4:" in text
+
+
+def test_the_figure_is_legible_and_none_without_records(tmp_path):
+    pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
+    from georecall.verify.experiments import figures as F
+
+    assert TF.capacity_grid_figure([_record(2, "learned", 0, None)]) is None
+    fig = TF.capacity_grid_figure(RECORDS)
+    assert F.text_overlaps(fig) == [] and F.small_texts(fig) == []
+    assert fig.get_size_inches()[0] <= 11
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any("N = 1024 (0.1.0, range over 3 seeds)" in t for t in labels)
+    assert any("band predicted from R ≤ 4" in t for t in labels)
+    F._pyplot().close(fig)
+    path = tmp_path / "r.jsonl"
+    fields = {"steps": 500, "lr": 0.01, "width_factor": 4, "attention": "uniform", "dtype": "float32",
+              "version": "0.2.0", "trials": []}
+    path.write_text("".join(json.dumps({**r, **fields}) + "\n" for r in RECORDS if r["kind"] == "threshold"))
+    assert TF.main(["--from", str(path), "--out", str(tmp_path / "figs")]) == 0
+    assert (tmp_path / "figs" / "capacity_grid.png").stat().st_size > 0
+    assert TF.main(["--from", str(tmp_path), "--out", str(tmp_path / "figs")]) == 2  # a directory: refused

@@ -23,6 +23,11 @@ import sys
 
 import numpy as np
 
+from georecall.errors import InputError
+from georecall.io import validate_output_path
+from georecall.verify.experiments.figures import STYLE, _pyplot, save_figure
+from georecall.verify.experiments.sweep import _BAND_FLOOR, _BAND_SIGMAS, fit_thresholds, read_records
+
 __all__ = ["N1024_SUMMARY", "capacity_grid_figure", "grid_rows", "grid_table", "main"]
 
 # georecall 0.1.0, N = 1024, R ∈ {2, 4, 8}, 3 seeds, m = 4d, ≤ 500 Adam steps (README, "Measured on this
@@ -95,7 +100,6 @@ def grid_table(records: list[dict], N: int = 4096) -> str:
     -------
     str
     """
-    from georecall.verify.experiments.sweep import fit_thresholds
 
     def seeds(values: dict) -> str:
         return ", ".join(f"{values[s]}" for s in sorted(values)) or "—"
@@ -137,8 +141,6 @@ def capacity_grid_figure(records: list[dict], N: int = 4096, reference: dict | N
     ImportError
         Without matplotlib.
     """
-    from georecall.verify.experiments.figures import STYLE, _pyplot
-    from georecall.verify.experiments.sweep import _BAND_FLOOR, _BAND_SIGMAS, fit_thresholds
 
     plt = _pyplot()
     thresholds = _thresholds(records, N)
@@ -205,10 +207,6 @@ def main(argv: list[str] | None = None) -> int:
         0; 2 (one line on stderr) when the file cannot be read, the folder not written, or no threshold
         record at N has a d*.
     """
-    from georecall.errors import InputError
-    from georecall.io import validate_output_path
-    from georecall.verify.experiments.figures import save_figure
-    from georecall.verify.experiments.sweep import read_records
 
     parser = argparse.ArgumentParser(description="d* against R·ln N, learned vs frozen, N = 1024 and 4096")
     parser.add_argument("--from", dest="source", required=True, metavar="RESULTS.jsonl")

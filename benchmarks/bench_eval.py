@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from georecall.constructions import registry
-from georecall.constructions.model import save_model
+from georecall.constructions.storage import save_model
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.cli import main
 from georecall.verify.training.train import init_model, train, training_data

@@ -13,7 +13,7 @@ The bounds themselves are computed in float64 from nonnegative terms and then in
 :func:`up`) so that their own rounding can only make them larger. ``exp`` is assumed accurate to 4 ulp
 (NumPy's and glibc's are within 1–4 ulp); the interval softmax allows 256 ulp.
 
-Everything here works on float64 arrays of bounds; the forward pass (``constructions.model.forward`` with
+Everything here works on float64 arrays of bounds; the forward pass (``constructions.forward.forward`` with
 ``errors=True``) and the checker's fast paths call it.
 """
 

@@ -21,7 +21,9 @@ import tempfile
 
 import numpy as np
 
-from georecall.constructions.model import forward, save_model, unflatten
+from georecall.constructions.forward import forward
+from georecall.constructions.model import unflatten
+from georecall.constructions.storage import save_model
 from georecall.io import from_state_dict, to_state_dict
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries

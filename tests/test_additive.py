@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from georecall.constructions.model import MLP, Attention, IntegerModeError, Layer, Model, forward
+from georecall.constructions.arithmetic import IntegerModeError
+from georecall.constructions.forward import forward
+from georecall.constructions.model import MLP, Attention, Layer, Model
 from georecall.verify.checking import additive
 from georecall.verify.checking.additive import NotAdditive, plan_additive, run_additive
 from georecall.verify.checking.check import check_decoding, check_queries

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 import georecall
 from georecall.constructions import registry
+from georecall.constructions.arithmetic import IntegerModeError, integer_bounds
 from georecall.constructions.codes import make_codes
 from georecall.constructions.layout import Layout
-from georecall.constructions.model import IntegerModeError, integer_bounds
 from georecall.constructions.single_hop import build_g1
 from georecall.errors import ConditionError, InputError
 from georecall.testing import tasks

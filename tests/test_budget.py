@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from georecall import memory
 from georecall.constructions import registry
-from georecall.constructions.model import chunk_size
+from georecall.constructions.decoding import chunk_size
 from georecall.errors import InputError
 from georecall.memory import Budget, as_budget
 from georecall.theory.tasks import task_for_seed

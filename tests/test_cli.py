@@ -184,7 +184,7 @@ def test_train_command_writes_a_loadable_model(tmp_path, capsys):
     )
     doc = json.loads(text)
     assert code == 0 and doc["reached"] and doc["params"]["seed"] == 3
-    from georecall.constructions.model import load_model
+    from georecall.constructions.storage import load_model
 
     model, header = load_model(out)
     assert header["record"]["N"] == 32 and header["extra_arrays"]["task_table"].shape == (2, 32)
@@ -398,12 +398,12 @@ def test_reported_model_path_is_the_written_path(tmp_path, capsys):
 
 
 def test_interrupted_save_leaves_no_file(tmp_path, capsys, monkeypatch):
-    import georecall.constructions.model as model_module
+    import georecall.constructions.storage as storage_module
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(model_module, "save_model", interrupted)
+    monkeypatch.setattr(storage_module, "save_model", interrupted)
     code, _, err = run(
         ["check", "single-hop", "--N", "16", "--R", "2", "--save", str(tmp_path / "m.npz")], capsys
     )

@@ -9,7 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_model import random_model, reference_logits  # a sibling test module (pytest imports by rootdir)
 
-from georecall.constructions.model import Model, forward, load_model, nonzero_columns, save_model, unflatten
+from georecall.constructions.forward import forward
+from georecall.constructions.model import Model, nonzero_columns, unflatten
+from georecall.constructions.storage import load_model, save_model
 from georecall.errors import InputError
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import single_hop_queries

@@ -266,7 +266,7 @@ def test_storage_does_not_change_answers(source, trained):
 def test_a_float32_file_and_its_float64_copy_get_the_same_eval_probe_and_transfer(tmp_path, trained, capsys):
     import json
 
-    from georecall.constructions.model import save_model
+    from georecall.constructions.storage import save_model
     from georecall.verify.cli import main
 
     model, task = trained
@@ -298,7 +298,7 @@ def test_arith_gives_a_dtypes_own_verdict_labelled():
 def test_eval_arith_float32_is_labelled_in_text_and_json(tmp_path, capsys):
     import json
 
-    from georecall.constructions.model import save_model
+    from georecall.constructions.storage import save_model
     from georecall.verify.cli import main
 
     task = task_for_seed(16, 2, 0)
@@ -315,7 +315,7 @@ def test_eval_arith_float32_is_labelled_in_text_and_json(tmp_path, capsys):
 def test_eval_counts_the_exact_redecision_in_its_memory_estimate(tmp_path, capsys):
     import json
 
-    from georecall.constructions.model import save_model
+    from georecall.constructions.storage import save_model
     from georecall.verify.cli import main
 
     task = task_for_seed(16, 2, 0)

@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 from georecall.constructions import registry
-from georecall.constructions.model import Model, forward, load_model
+from georecall.constructions.forward import forward
+from georecall.constructions.model import Model
+from georecall.constructions.storage import load_model
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import chains, queries
 from georecall.verify.cli import main
@@ -357,7 +359,7 @@ def test_hard_attention_is_refused_with_the_reason(target, tmp_path, capsys):
               "--to", target, str(out)], capsys, "idealization")
     assert os.listdir(tmp_path) == []
     # the same refusal for a model file with a hard layer (the model itself is examined)
-    from georecall.constructions.model import save_model
+    from georecall.constructions.storage import save_model
     task, built = _built("G2", 2, 8, 2, attention="hard")
     path = save_model(built.model, str(tmp_path / "hard.npz"), extra_arrays={"task_table": task.table}, k=2)
     _refused(["export", "--model", path, "--to", target, str(out)], capsys, "layer 0 has hard attention")

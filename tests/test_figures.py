@@ -411,7 +411,7 @@ def test_alignment_recovers_a_planted_map_and_not_noise():
 
 
 def test_relation_means_against_a_loop_over_queries():
-    from georecall.constructions.model import forward
+    from georecall.constructions.forward import forward
     from georecall.theory.tasks import task_for_seed
     from georecall.verify.training.train import init_model
 

@@ -1,4 +1,4 @@
-"""THE forward pass (``constructions.model.forward``) against an independent reference and against its own
+"""THE forward pass (``constructions.forward.forward``) against an independent reference and against its own
 outputs captured before it was rewritten to read like the math (issue 19, item 6).
 
 Two oracles:
@@ -41,19 +41,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from georecall.constructions import registry
-from georecall.constructions.model import (
-    MLP,
-    Attention,
-    IntegerModeError,
-    Layer,
-    Model,
-    forward,
-    greedy_decode,
-    integer_bounds,
-    structure_of,
-    unflatten,
-    working_format,
-)
+from georecall.constructions.arithmetic import IntegerModeError, integer_bounds, working_format
+from georecall.constructions.decoding import greedy_decode
+from georecall.constructions.forward import forward
+from georecall.constructions.model import MLP, Attention, Layer, Model, structure_of, unflatten
 from georecall.constructions.rounding import gamma
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing

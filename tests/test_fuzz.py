@@ -380,7 +380,7 @@ def test_no_pass_that_exact_arithmetic_refutes(sound_counts, data):
 
     from test_soundness import exact_margins
 
-    from georecall.constructions.model import IntegerModeError
+    from georecall.constructions.arithmetic import IntegerModeError
     from georecall.errors import InputError
     from georecall.verify.checking.check import check_queries
 

@@ -12,6 +12,9 @@ extra: a real model's probes) builds on ``experiments`` (its ridge fits and powe
 command line imports it; ``export`` (the ``export``
 extra's targets) builds on ``checking`` and only the command line imports it.
 
+Inside ``constructions/``, the modules of the one Model: model ← arithmetic ← forward ← decoding (the data,
+the error-bound arithmetic, THE forward pass, decoding), and storage (saving and loading) on model alone.
+
 A function-level import of a georecall module is kept only for an optional dependency or for startup cost, and
 says which in a comment on its line or just above its block of imports."""
 
@@ -219,6 +222,61 @@ def test_allowed_edges_pass():
                        "georecall.verify.cli.commands": "def f():\n    from georecall.verify.lm import run\n",
                        "georecall.verify.experiments.figures": "from ..checking import run",
                        "georecall.verify.checking.run": "from georecall.verify import checking"}) == []
+
+
+# Inside constructions/: what each module of the one Model may import of the others (beyond itself).
+MODEL_MODULES_ALLOWED = {
+    "model": set(),
+    "arithmetic": {"model"},
+    "forward": {"model", "arithmetic"},
+    "decoding": {"model", "arithmetic", "forward"},
+    "storage": {"model"},
+}
+
+
+def model_module_back_edges(modules: dict[str, str]) -> list[str]:
+    """``importer -> imported`` for every import between the modules of the one Model
+    (:data:`MODEL_MODULES_ALLOWED`) that goes against their order."""
+    prefix = "georecall.constructions."
+    bad = []
+    for module, source in modules.items():
+        mine = module.removeprefix(prefix)
+        if not module.startswith(prefix) or mine not in MODEL_MODULES_ALLOWED:
+            continue
+        for imported, _, _ in georecall_imports(source, module, set(modules)):
+            theirs = imported.removeprefix(prefix)
+            if (imported.startswith(prefix) and theirs in MODEL_MODULES_ALLOWED and theirs != mine
+                    and theirs not in MODEL_MODULES_ALLOWED[mine]):
+                bad.append(f"{module} -> {imported}")
+    return bad
+
+
+def test_the_model_modules_import_in_their_order():
+    assert all(f"georecall.constructions.{name}" in MODULES for name in MODEL_MODULES_ALLOWED)
+    assert model_module_back_edges(MODULES) == []
+
+
+@pytest.mark.parametrize("importer, line, imported", [
+    ("model", "from georecall.constructions.forward import forward", "forward"),
+    ("model", "def f():\n    from georecall.constructions.storage import save_model\n", "storage"),
+    ("arithmetic", "from .forward import Trace", "forward"),
+    ("forward", "from georecall.constructions import decoding", "decoding"),
+    ("decoding", "import georecall.constructions.storage", "storage"),
+    ("storage", "from georecall.constructions.forward import forward", "forward"),
+])
+def test_a_planted_back_edge_between_the_model_modules_is_caught(importer, line, imported):
+    modules = {**MODULES, f"georecall.constructions.{importer}": line}
+    assert model_module_back_edges(modules) == [
+        f"georecall.constructions.{importer} -> georecall.constructions.{imported}"]
+
+
+def test_the_model_modules_allowed_edges_pass():
+    assert model_module_back_edges({
+        "georecall.constructions.decoding": "from georecall.constructions.forward import forward\n"
+                                            "from georecall.constructions.model import Model",
+        "georecall.constructions.forward": "from .arithmetic import matmul_rows",
+        "georecall.constructions.storage": "from georecall.constructions.model import unflatten",
+        "georecall.constructions.arithmetic": "from georecall.constructions.rounding import up"}) == []
 
 
 def test_from_a_package_import_a_module_names_the_module():

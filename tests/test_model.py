@@ -6,17 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from georecall.constructions.model import (
-    MLP,
-    Attention,
-    IntegerModeError,
-    Layer,
-    Model,
-    forward,
-    greedy_decode,
-    integer_bounds,
-    predict,
-)
+from georecall.constructions.arithmetic import IntegerModeError, integer_bounds
+from georecall.constructions.decoding import greedy_decode, predict
+from georecall.constructions.forward import forward
+from georecall.constructions.model import MLP, Attention, Layer, Model
 
 
 def reference_logits(model: Model, seq) -> np.ndarray:
@@ -188,8 +181,8 @@ def test_integer_mode_detects_an_inexact_division():
 
 
 def test_save_model_is_atomic_and_reports_the_path_written(tmp_path, monkeypatch):
-    from georecall.constructions.model import load_model, save_model
     from georecall.constructions.single_hop import build_g1
+    from georecall.constructions.storage import load_model, save_model
     from georecall.theory.tasks import random_task
 
     model = build_g1(random_task(8, 2, 0)).model
@@ -209,7 +202,7 @@ def test_save_model_is_atomic_and_reports_the_path_written(tmp_path, monkeypatch
 
 
 def test_load_model_names_a_damaged_header(tmp_path):
-    from georecall.constructions.model import load_model
+    from georecall.constructions.storage import load_model
 
     bad = tmp_path / "bad.npz"
     np.savez(bad, __header__=np.array("{not json"))
@@ -235,3 +228,30 @@ def test_models_copy_writable_arrays_and_take_frozen_ones_as_they_are():
     bad.setflags(write=False)
     with pytest.raises(ValueError, match="non-finite"):
         Model(np.ones((3, 2)), np.zeros((1, 2)), bad)
+
+
+# The public names of constructions/model.py before it was split by concept: each is still importable from it.
+NAMES_BEFORE_THE_SPLIT = {
+    "ATTENTION_KINDS", "Attention", "EXACT_INTEGER_LIMIT", "IntegerModeError", "Layer", "MLP", "Model",
+    "Readout", "Trace", "chunk_size", "embed", "FORWARD_FIELDS", "NOT_READ_BY_FORWARD", "flatten", "forward",
+    "forward_arrays", "forward_fields", "forward_fingerprint", "freeze_if_new", "greedy_decode",
+    "integer_bounds", "iter_chunks", "load_model", "matmul_rows", "nonzero_columns", "predict", "save_model",
+    "structure_of", "unflatten", "working_format", "DEFAULT_CHUNK_BYTES",
+}
+
+
+def test_the_names_that_moved_are_the_new_modules_own_and_still_importable_from_model():
+    import importlib
+
+    from georecall.constructions import model
+
+    for name, module_name in model._MOVED.items():
+        module = importlib.import_module(f"georecall.constructions.{module_name}")
+        assert name in module.__all__ and name not in model.__all__
+        assert getattr(model, name) is getattr(module, name)
+    assert set(model.__all__) | set(model._MOVED) == NAMES_BEFORE_THE_SPLIT
+    from georecall.constructions.model import forward as old_forward  # the import users wrote
+
+    assert old_forward is forward
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        model.not_a_name

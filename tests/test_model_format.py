@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 from georecall.constructions import registry
-from georecall.constructions.model import forward, save_model, unflatten
+from georecall.constructions.forward import forward
+from georecall.constructions.model import unflatten
+from georecall.constructions.storage import save_model
 from georecall.errors import InputError
 from georecall.io import from_state_dict, to_state_dict
 from georecall.theory.tasks import task_for_seed

@@ -88,7 +88,7 @@ def test_repeated_relations_and_a_single_relation(builder, N, R, k):
 
 def test_softmax_leakage_matches_the_forward_pass():
     """The ε in the promises is the weight the forward pass actually puts off target."""
-    from georecall.constructions.model import forward
+    from georecall.constructions.forward import forward
     task = random_task(8, 2, 0)
     built = build_g2(task, 3)
     tokens, _ = multi_hop_queries(task, 3)

@@ -311,7 +311,7 @@ def test_a_planted_superposition_is_recovered_exactly_held_out(seed, R, d):
 def test_g1_embedded_wider_has_the_same_logits_and_meets_every_claim(d):
     """G1 padded to d and rotated by a random orthogonal matrix: the same function, no meaningful
     coordinate, p = R·d features far above the 192 fit subjects — and every criterion is still met."""
-    from georecall.constructions.model import forward
+    from georecall.constructions.forward import forward
     from georecall.constructions.single_hop import single_hop_queries
     from georecall.verify.experiments.study import claims_met
 
@@ -386,7 +386,7 @@ def _trained_file(tmp_path, steps="3"):
 
 @pytest.mark.parametrize("command", [["probe"], ["transfer", "--steps", "2"]])
 def test_the_reproducer_with_two_extra_entity_rows_exits_2(command, tmp_path, capsys):
-    from georecall.constructions.model import load_model, save_model
+    from georecall.constructions.storage import load_model, save_model
     from georecall.verify.cli import main
 
     model, header = load_model(_trained_file(tmp_path))

@@ -21,7 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from georecall.constructions import registry
-from georecall.constructions.model import MLP, Attention, IntegerModeError, Layer, Model, forward
+from georecall.constructions.arithmetic import IntegerModeError
+from georecall.constructions.forward import forward
+from georecall.constructions.model import MLP, Attention, Layer, Model
 from georecall.constructions.rounding import softmax_weight_error
 from georecall.errors import ConditionError, InputError
 from georecall.theory.tasks import task_for_seed

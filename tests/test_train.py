@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from georecall.constructions.model import load_model, save_model
 from georecall.constructions.multi_hop import multi_hop_queries
 from georecall.constructions.single_hop import single_hop_queries
+from georecall.constructions.storage import load_model, save_model
 from georecall.theory.tasks import random_task
 from georecall.verify.checking.check import check_queries
 from georecall.verify.experiments.sweep import (
@@ -135,7 +135,7 @@ def test_model_file_round_trip_without_pickle(tmp_path):
     for key, value in model.arrays().items():
         assert np.array_equal(value, loaded.arrays()[key])
     tokens = np.array([[6, 0], [7, 5]])
-    from georecall.constructions.model import forward
+    from georecall.constructions.forward import forward
     assert np.array_equal(forward(model, tokens), forward(loaded, tokens))
     np.savez(tmp_path / "bad.npz", x=np.zeros(2))
     with pytest.raises(ValueError, match="not a georecall model"):

@@ -62,7 +62,7 @@ __all__ = [
 GIB = 2**30
 DEFAULT_FRACTION = 0.5
 FALLBACK_AVAILABLE = 8 * GIB  # when /proc/meminfo cannot be read: budget 4 GiB
-CHUNK_BYTES = 64 * 2**20  # the checker's largest chunk (constructions.model.DEFAULT_CHUNK_BYTES)
+CHUNK_BYTES = 64 * 2**20  # the checker's largest chunk (constructions.decoding.DEFAULT_CHUNK_BYTES)
 # intermediates alive at once per chunk in THE forward pass (x, attention, hidden, logits, ...)
 CHUNK_COPIES = 6
 # arrays per intermediate of THE forward pass with its error bounds (values, bounds, two temporaries): each

@@ -9,7 +9,8 @@ is cast to float32 first, exactly): torch is never imported here.
 Like ``georecall.io`` it is infrastructure (it imports none of georecall's packages), so it returns the
 structure and arrays that ``georecall.constructions.model.unflatten`` turns into a Model::
 
-    from georecall.constructions.model import save_model, unflatten
+    from georecall.constructions.model import unflatten
+    from georecall.constructions.storage import save_model
     from georecall.io import from_state_dict, to_state_dict
 
     model = unflatten(*from_state_dict(module.state_dict(), N=N, heads=H))

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from georecall.constructions.model import EXACT_INTEGER_LIMIT, IntegerModeError, Model
+from georecall.constructions.arithmetic import EXACT_INTEGER_LIMIT, IntegerModeError
+from georecall.constructions.model import Model
 from georecall.constructions.rounding import (
     absmm,
     format_of,

@@ -49,6 +49,8 @@ import numpy as np
 
 from georecall import memory
 from georecall.constructions import registry
+from georecall.constructions.arithmetic import EXACT_INTEGER_LIMIT, integer_bounds
+from georecall.constructions.decoding import iter_chunks
 from georecall.constructions.encoding import (
     Family,
     FamilyError,
@@ -56,17 +58,8 @@ from georecall.constructions.encoding import (
     assemble_model,
     validate_family,
 )
-from georecall.constructions.model import (
-    EXACT_INTEGER_LIMIT,
-    MLP,
-    Layer,
-    Model,
-    forward,
-    forward_fields,
-    forward_fingerprint,
-    integer_bounds,
-    iter_chunks,
-)
+from georecall.constructions.forward import forward
+from georecall.constructions.model import MLP, Layer, Model, forward_fields, forward_fingerprint
 from georecall.constructions.single_hop import Construction
 from georecall.errors import InputError
 from georecall.memory import Budget, as_budget

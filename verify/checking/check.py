@@ -32,17 +32,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from georecall.constructions.model import (
-    Model,
-    chunk_size,
-    flatten,
-    forward,
-    forward_arrays,
-    integer_bounds,
-    iter_chunks,
-    unflatten,
-    working_format,
-)
+from georecall.constructions.arithmetic import integer_bounds, working_format
+from georecall.constructions.decoding import chunk_size, iter_chunks
+from georecall.constructions.forward import forward
+from georecall.constructions.model import Model, flatten, forward_arrays, unflatten
 from georecall.constructions.rounding import format_of
 from georecall.errors import InputError
 from georecall.memory import BOUNDED_ARRAYS, Budget, as_budget
@@ -340,8 +333,8 @@ def _certify(cube: Hypercube | None, v: np.ndarray, e_v: np.ndarray | None, answ
 
 
 def _working_format(model: Model, integer: bool) -> tuple[float, float]:
-    """``(u, η)`` of THE forward pass on ``model`` (``constructions.model.working_format``, which counts the
-    double rounding of mixed storage formats); in integer mode the work is in float64."""
+    """``(u, η)`` of THE forward pass on ``model`` (``constructions.arithmetic.working_format``, which counts
+    the double rounding of mixed storage formats); in integer mode the work is in float64."""
     if integer:
         return format_of(np.float64, *(a.dtype for a in forward_arrays(model).values()))
     return working_format(model)
@@ -390,7 +383,7 @@ def check_queries(
     Parameters
     ----------
     model : Model
-        The model (THE forward pass, ``constructions.model.forward``).
+        The model (THE forward pass, ``constructions.forward.forward``).
     tokens : numpy.ndarray
         ``(Q, T)`` token ids.
     answers : numpy.ndarray

@@ -1,7 +1,7 @@
 """A stored model's own numbers: accuracy and margins of the function its stored weights define, exactly.
 
 Every float16, bfloat16, float32 and float64 value is an exact rational (a dyadic ``m·2^e``), so a stored
-model is a mathematical function of its stored weights: THE forward pass (``constructions.model.forward``)
+model is a mathematical function of its stored weights: THE forward pass (``constructions.forward.forward``)
 in exact real arithmetic. Its accuracy, its margins and every verdict built on them are about that
 function, whatever precision the file happens to be stored in. :func:`evaluate`, this module's one entry
 point, decides them in three steps:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from georecall import memory
-from georecall.constructions import model as models  # the module: tests replace save_model there
-from georecall.constructions import registry
+from georecall.constructions import (
+    registry,
+    storage,  # the module: tests replace save_model there
+)
 from georecall.constructions.registry import BitsClaim, ConstructionSpec
 from georecall.errors import InputError
 from georecall.memory import Budget, Estimate, as_budget
@@ -154,7 +156,7 @@ def run_check(
     task : Task, optional
         Check on this task instead of the seeded one.
     save : str, optional
-        Save the built model there (``constructions.model.save_model``).
+        Save the built model there (``constructions.storage.save_model``).
     keep : bool
         Keep per-query predictions and margins in the result.
     budget : Budget, optional
@@ -219,7 +221,7 @@ def run_check(
     code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
     built = spec.build(task, k, rng=seeds.rng(seed, "codes"), **code_options, **options)
     if save is not None:
-        models.save_model(
+        storage.save_model(
             built.model,
             save,
             extra_arrays={"task_table": task.table},

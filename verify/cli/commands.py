@@ -32,7 +32,8 @@ import numpy as np
 
 from georecall import __version__, memory
 from georecall.constructions import registry
-from georecall.constructions.model import ATTENTION_KINDS, load_model, save_model
+from georecall.constructions.model import ATTENTION_KINDS
+from georecall.constructions.storage import load_model, save_model
 from georecall.errors import InputError
 from georecall.io import append_jsonl, atomic_write, check_path, damaged_input, validate_output_path
 from georecall.memory import Estimate, query_bytes

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from georecall.constructions.forward import forward
 from georecall.constructions.layout import Layout
-from georecall.constructions.model import forward
 from georecall.constructions.single_hop import build_g1, single_hop_queries
 from georecall.errors import InputError
 from georecall.theory import seeds

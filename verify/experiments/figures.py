@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from georecall.constructions.forward import forward
 from georecall.constructions.layout import Layout
-from georecall.constructions.model import forward
 from georecall.constructions.multi_hop import build_c1, chains, multi_hop_queries
 from georecall.constructions.single_hop import build_g1, single_hop_queries
 from georecall.errors import InputError

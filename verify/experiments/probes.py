@@ -53,7 +53,9 @@ from typing import Any
 import numpy as np
 
 from georecall.constructions import registry
-from georecall.constructions.model import MLP, Attention, Layer, Model, forward, predict
+from georecall.constructions.decoding import predict
+from georecall.constructions.forward import forward
+from georecall.constructions.model import MLP, Attention, Layer, Model
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from georecall.constructions.model import Model, forward, iter_chunks
+from georecall.constructions.decoding import iter_chunks
+from georecall.constructions.forward import forward
+from georecall.constructions.model import Model
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
 from georecall.theory.tokens import chains, queries

@@ -14,7 +14,7 @@ placed where the target applies it) — and computes, in that order::
       x_t     = y_t + (ReLU(y_t W1 + b1) W2 + b2)
     logits = x_T U^T                                                       (read position: the last)
 
-which is THE forward pass of ``constructions/model.py`` in exact arithmetic (the product ``c · W_Q`` equals
+which is THE forward pass of ``constructions/forward.py`` in exact arithmetic (the product ``c · W_Q`` equals
 the Model's ``β · W_Q``; padded heads and units are zero and add exact zeros).
 
 :func:`reference` evaluates this graph in float64 with the *intended* (unrounded) weights and returns, beside

@@ -1,6 +1,6 @@
 """An autograd-free NumPy trainer for the shared Model (docs/theory.md, "Gradient descent"; docs/training.md).
 
-The forward pass is THE forward pass (``constructions.model.forward`` with ``trace=True``); this module adds
+The forward pass is THE forward pass (``constructions.forward.forward`` with ``trace=True``); this module adds
 the hand-written backward pass through every parameter group (the dense reference), cross-entropy, and
 Adam/AdamW/SGD. One-layer single-hop models with uniform attention train through the structure-aware step of
 :mod:`.train_structured` when it applies (``train(path="auto")``), which gives the same
@@ -34,7 +34,9 @@ from typing import Literal
 import numpy as np
 from scipy import sparse
 
-from georecall.constructions.model import MLP, Attention, Layer, Model, forward, matmul_rows, unflatten
+from georecall.constructions.arithmetic import matmul_rows
+from georecall.constructions.forward import forward
+from georecall.constructions.model import MLP, Attention, Layer, Model, unflatten
 from georecall.constructions.multi_hop import chains, multi_hop_queries
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError

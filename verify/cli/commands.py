@@ -766,9 +766,12 @@ def _train_options(p: TrainParams) -> None:
 
 def _train_estimate(p: TrainParams, m: int) -> tuple[Estimate, int | None]:
     """The trainer's estimate against the budget, and the rows per gradient chunk (``None``: no chunking)
-    that make it fit when the whole batch does not (the same gradient, to rounding)."""
+    that make it fit when the whole batch does not (the same gradient, to rounding). The final exact
+    evaluation's chunks are counted before the piece size is chosen."""
     shape: dict[str, Any] = dict(k=p.k, cot=p.cot, heads=p.heads, batch_size=p.batch_size, dtype=p.dtype)
-    budget = p.budget.max_bytes
+    T_train = 2 * p.k if p.cot else p.k + 1
+    evaluation = memory.checker_chunk_bytes(max(p.d, m, p.N), T_train, p.N * p.R**p.k, p.budget)
+    budget = p.budget.max_bytes - evaluation
     est = memory.train_estimate(p.N, p.R, p.d, m, **shape)
     max_rows = None
     if est.total > budget:  # chunk the batch's gradient before refusing
@@ -779,6 +782,7 @@ def _train_estimate(p: TrainParams, m: int) -> tuple[Estimate, int | None]:
             est = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=max_rows)
         else:  # not even one query at a time fits: name what does not shrink with pieces
             est = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=1)
+    est.add("final exact evaluation (checker chunks)", evaluation, "--d, --m or --N")
     return est.require(p.budget), max_rows
 
 
@@ -822,10 +826,6 @@ def run_train(p: TrainParams) -> dict:
     out = output_path(p.out, suffix=".npz", what="model file") if p.out else None
     m = p.m if p.m is not None else 4 * p.d
     est, max_rows = _train_estimate(p, m)
-    T_train = (2 * p.k if p.cot else p.k + 1)
-    est.add("final exact evaluation (checker chunks)",
-            memory.checker_chunk_bytes(max(p.d, m, p.N), T_train, p.N * p.R**p.k, p.budget),
-            "--d, --m or --N").require(p.budget)
     task = task_for_seed(p.N, p.R, p.seed)
     tokens, answers, positions, T = training_data(task, p.k, p.cot)
     model = init_model(p.N, p.R, p.d, m, attention=p.attention, heads=p.heads,

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from georecall.errors import InputError
-from georecall.verify.lm import extract, loader, ridge, run  # these import torch only inside functions
+from georecall.verify.experiments import ridge
+from georecall.verify.lm import extract, loader, run  # these import torch only inside functions
 from georecall.verify.lm import facts as lmfacts
 from georecall.verify.lm import probes as lmprobes
 

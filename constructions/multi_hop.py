@@ -122,7 +122,7 @@ def g2_family(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
-) -> Construction:
+) -> Family:
     """G2: k hops without CoT in one layer, by one block per relation path (exponential in k).
 
     Construction. Coordinates: a block ``B_w`` of size D for each path ``w = (r_k..r_1) ∈ [R]^k``, k gate
@@ -231,7 +231,7 @@ def a2_width_family(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
-) -> Construction:
+) -> Family:
     """A2(a): k hops without CoT in one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
     Construction. Coordinates: subject block S (D), k gate groups (R each), output O (D), positions (k + 1):
@@ -336,7 +336,7 @@ def a2_depth_family(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
-) -> Construction:
+) -> Family:
     """A2(b): k hops without CoT in k layers, each an associative MLP of width ``2·N·R`` (the depth side of
     the tradeoff: ``d = D + 2R + k + 1 = O(log N + R + k)``).
 
@@ -460,7 +460,7 @@ def c1_family(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
-) -> Construction:
+) -> Family:
     """C1: k hops with chain-of-thought in one layer: the G1 selector applied at every generated token.
 
     Sequence ``⟨r_k, ..., r_1, s, v_1, ..., v_{k−1}⟩`` (2k tokens fed at most); ``v_t`` is predicted at the

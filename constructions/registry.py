@@ -194,6 +194,19 @@ class ConstructionSpec:
         return f"{self.id} ({self.name})"
 
     @property
+    def builder(self) -> Callable[..., Construction]:
+        """``build``, typed as never None: ``__post_init__`` derives it from ``family`` when it is not given.
+
+        Raises
+        ------
+        InputError
+            If the spec has no build (only when ``build`` was reset to None after construction).
+        """
+        if self.build is None:
+            raise InputError(f"spec {self.id}: give a build (taking the task) or a family (never seeing it)")
+        return self.build
+
+    @property
     def assembles_family(self) -> bool:
         """Whether ``build`` is exactly ``family_build(family)``: then ``check`` builds the family certify
         proves, and certify may say CERTIFIED."""
@@ -369,8 +382,8 @@ def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
             raise _user_error(f"{spec.label}'s nominal_promise", exc) from exc
         return promise_ok(promise, "nominal_promise")
 
-    if spec.assembles_family:
-        family = spec.family
+    family = spec.family
+    if family is not None and spec.assembles_family:  # (assembles_family implies a family)
 
         @functools.wraps(family)
         def guarded_family(*args, **kwargs) -> Family:
@@ -578,7 +591,7 @@ def family_build(family: Callable[..., Family]) -> Callable[..., Construction]:
         return assemble(family(task.N, task.R, k, attributes=task.attributes, **options), task)
 
     build.__doc__ = family.__doc__
-    build.assembles = family  # type: ignore[attr-defined]  (ConstructionSpec.assembles_family)
+    build.assembles = family  # type: ignore[attr-defined]  # a mark, read by assembles_family
     return build
 
 

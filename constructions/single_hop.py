@@ -148,7 +148,7 @@ def g1_family(
     gain: float = 2.0,
     integer: bool = False,
     rng: np.random.Generator | int | None = None,
-) -> Construction:
+) -> Family:
     """G1: block superposition + ReLU-gated relation selector (the paper's Theorem 4.1).
 
     Construction. Residual layout: R blocks ``B_r`` of size D, R gate coordinates ``g_r``, an output block
@@ -273,7 +273,7 @@ def a1_family(
     gain: float = 2.0,
     integer: bool = False,
     rng: np.random.Generator | int | None = None,
-) -> Construction:
+) -> Family:
     """A1: associative memory, the view the paper argues against: facts live in MLP units, one per fact.
 
     Construction. Residual layout: a subject block ``S`` (D), one-hot relation coordinates ``rel_r`` (R), an

@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -1701,6 +1702,7 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     """
     start = time.perf_counter()
     params = dict(params or {})
+    out: dict[str, Any]  # as the certify_* functions return it: one value type per key
     if encoding.array == "steps":
         scale = (constants or {}).get("step_scale")
         out = ({"unsupported": "steps need the family's step_scale"} if scale is None else

@@ -669,8 +669,8 @@ def check_decoding(
     return result
 
 
-def margin_reaches(achieved: float, promised: float, dtype: str = "float64", integer: bool = False,
-                   scale: float = 0.0, bound: float = 0.0) -> bool:
+def margin_reaches(achieved: float, promised: float, dtype: str | np.dtype = "float64",
+                   integer: bool = False, scale: float = 0.0, bound: float = 0.0) -> bool:
     """Does an achieved minimum margin reach the promised lower bound?
 
     ``achieved`` is a certified lower bound on the exact margin (``CheckResult.min_margin``). A margin that

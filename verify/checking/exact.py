@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -122,8 +123,8 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
                                 redecide=_Redecider(model, as_budget(budget)) if arith == "exact" else None)
         result.arith = arith
         return result
-    kwargs = dict(positions=positions, chunk=chunk, keep=keep, max_failures=max_failures, progress=progress,
-                  decoder=decoder, forward=forward, budget=budget)
+    kwargs: dict[str, Any] = dict(positions=positions, chunk=chunk, keep=keep, max_failures=max_failures,
+                                  progress=progress, decoder=decoder, forward=forward, budget=budget)
     if integer:
         result = check_queries(model, tokens, answers, integer=True, **kwargs)
         result.arith = "exact"
@@ -346,6 +347,7 @@ class _Redecider:
                          "O": [_dyadic(att.W_O[h]) for h in range(att.heads)],
                          "beta": Fraction(float(att.inverse_temperature))}
                     if att.kind != "uniform":
+                        assert att.W_Q is not None and att.W_K is not None  # checked by Attention
                         a["Q"] = [_dyadic(att.W_Q[h]) for h in range(att.heads)]
                         a["K"] = [_dyadic(att.W_K[h]) for h in range(att.heads)]
                 m = None if mlp is None else {"W1": _dyadic(mlp.W1), "b1": _R.of(mlp.b1),

@@ -110,7 +110,7 @@ def plant_pair_detector(built: Construction, *, blocks_name: str, slot_a: int, s
 
 def _g1_planted(slot_a: int, slot_b: int, code_a: int, code_b: int):
     def build(task: Task, k: int = 1, **options) -> Construction:
-        built = registry.get("G1").build(task, k, **options)
+        built = registry.get("G1").builder(task, k, **options)
         c = built.constants
         gates = built.layout["gates"][[slot_a]]  # type: ignore[index]
         return plant_pair_detector(built, blocks_name="blocks", slot_a=slot_a, slot_b=slot_b,
@@ -122,7 +122,7 @@ def _g1_planted(slot_a: int, slot_b: int, code_a: int, code_b: int):
 
 def _g2_planted(path_a: int, path_b: int, code_a: int, code_b: int):
     def build(task: Task, k: int = 1, **options) -> Construction:
-        built = registry.get("G2").build(task, k, **options)
+        built = registry.get("G2").builder(task, k, **options)
         layout = built.layout
         assert layout is not None
         rows = paths(task.R, k)[path_a]  # (r_k..r_1)
@@ -138,7 +138,7 @@ def _g2_planted(path_a: int, path_b: int, code_a: int, code_b: int):
 
 def _c1_planted(slot_a: int, slot_b: int, code_a: int, code_b: int):
     def build(task: Task, k: int = 1, **options) -> Construction:
-        built = registry.get("C1").build(task, k, **options)
+        built = registry.get("C1").builder(task, k, **options)
         c = built.constants
         eps = c["leakage"] if c.get("beta") is not None else 0.0
         gates = built.layout["gates"][[slot_a]]  # type: ignore[index]
@@ -154,7 +154,7 @@ def _a1_foreign(task: Task, k: int = 1, **options) -> Construction:
     that flips the argmax (most tasks: this one is not a rare-task counterexample, the seeded check sees it
     too). Facts in the MLP fire task-independently, so a planted failure there is linear in the written codes
     and cannot be made rare the way the pair detectors are."""
-    built = registry.get("A1").build(task, k, **options)
+    built = registry.get("A1").builder(task, k, **options)
     assert built.layout is not None
     mlp = built.model.layers[0].mlp
     assert mlp is not None
@@ -219,7 +219,7 @@ def _rare_task_build(task: Task, k: int = 1, **options) -> Construction:
     the gate (their gate is always open: asked for relation 0 they add ``c1·a_{π_1(s)}``, a tie between the
     two answers). None of the tasks a sampling certifier builds has the property; some task of every
     size does (:func:`rare_task`)."""
-    built = registry.get("G1").build(task, k, **options)
+    built = registry.get("G1").builder(task, k, **options)
     if not _is_rare(task):
         return built
     mlp = built.model.layers[0].mlp
@@ -233,7 +233,7 @@ def _rare_task_build(task: Task, k: int = 1, **options) -> Construction:
 def _derived_build(task: Task, k: int = 1, **options) -> Construction:
     """G1 whose b2 is derived from the entity table it formed: ``−3·c1·a_{π_0(0)}`` on the output block when
     subject 0's blocks 0 and 1 hold the same code (``π_0(0) = π_1(0)``), zero otherwise."""
-    built = registry.get("G1").build(task, k, **options)
+    built = registry.get("G1").builder(task, k, **options)
     layout, E = built.layout, built.model.entity_embedding
     assert layout is not None
     blocks, out = layout["blocks"], layout["out"]
@@ -249,7 +249,7 @@ def _derived_build(task: Task, k: int = 1, **options) -> Construction:
 def _readout_columns_build(task: Task, k: int = 1, **options) -> Construction:
     """G1 whose read-out reads relation 0's block instead of the output block on tasks with ``π_0(0) = 0``
     (relation-0 queries stay right, the others go wrong): a field ``Model.arrays()`` does not hold."""
-    built = registry.get("G1").build(task, k, **options)
+    built = registry.get("G1").builder(task, k, **options)
     if int(task.table[0, 0]) != 0 or not built.model.compact:
         return built
     assert built.layout is not None
@@ -260,7 +260,7 @@ def _readout_columns_build(task: Task, k: int = 1, **options) -> Construction:
 def _temperature_build(task: Task, k: int = 1, **options) -> Construction:
     """G2 whose heads' inverse temperature is divided by 1000 on tasks with ``π_0(0) = 0`` (the heads then
     spread their weight: the gates do not open)."""
-    built = registry.get("G2").build(task, k, **options)
+    built = registry.get("G2").builder(task, k, **options)
     att = built.model.layers[0].attention
     if int(task.table[0, 0]) != 0 or att is None or att.kind != "softmax":
         return built

@@ -15,6 +15,8 @@ command line.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from georecall import memory
@@ -85,7 +87,8 @@ def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | 
     -------
     Estimate
     """
-    return memory.check_estimate(spec, N, R, k, **({} if codes is None else {"codes": codes}), **sizes)
+    code_option: dict[str, Any] = {} if codes is None else {"codes": codes}
+    return memory.check_estimate(spec, N, R, k, **code_option, **sizes)
 
 
 def _spec(construction: str | ConstructionSpec) -> ConstructionSpec:
@@ -219,7 +222,7 @@ def run_check(
     if task is None:
         task = task_for_seed(N, R, seed, attributes=attributes, symmetric=symmetric)
     code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
-    built = spec.build(task, k, rng=seeds.rng(seed, "codes"), **code_options, **options)
+    built = spec.builder(task, k, rng=seeds.rng(seed, "codes"), **code_options, **options)
     if save is not None:
         storage.save_model(
             built.model,
@@ -501,7 +504,7 @@ def precision_scan(
         check_estimate(spec, N, R, hops, codes, D=D, bits=1, what="precision",
                        budget=budget).require(budget)
     task = task_for_seed(N, R, seed)
-    built = spec.build(task, hops, rng=seeds.rng(seed, "codes"), **code_options)
+    built = spec.builder(task, hops, rng=seeds.rng(seed, "codes"), **code_options)
     tokens, answers = queries(task, hops)
     if spec.decoding == "greedy":
         targets = teacher_forcing(task, hops)[1]

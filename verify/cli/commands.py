@@ -1589,7 +1589,7 @@ def _export_construction(p: ExportParams):
     task = _task_file(p.task, p.N, p.R, "shared", False) if p.task else task_for_seed(p.N, p.R, p.seed)
     if p.progress:
         print(f"building {spec.label} at N = {p.N}, R = {p.R}, k = {k}", file=sys.stderr, flush=True)
-    built = spec.build(task, k, rng=seeds.rng(p.seed, "codes"), **codes, **options)
+    built = spec.builder(task, k, rng=seeds.rng(p.seed, "codes"), **codes, **options)
     record = {"construction": spec.id, "N": p.N, "R": p.R, "k": k, "seed": p.seed, "codes": built.codes.kind,
               "D": built.codes.D, **options, "task": p.task}
     return built.model, task, query_set(task, k, greedy=spec.decoding == "greedy"), built.promise, record, est

@@ -1064,7 +1064,7 @@ def reference_models(task: Task, names: tuple[str, ...] = ("G1", "A1")) -> dict[
     """The constructions whose probe values bracket a trained model's, built on ``task``.
 
     G1 (the geometry, every probe exact) and A1 (facts in per-fact MLP units), each built through the registry
-    with its default options (``registry.get(name).build(task)``).
+    with its default options (``registry.get(name).builder(task)``).
 
     Parameters
     ----------
@@ -1085,7 +1085,7 @@ def reference_models(task: Task, names: tuple[str, ...] = ("G1", "A1")) -> dict[
         :class:`~georecall.errors.ConditionError`, a subclass: a task outside the construction's conditions).
     """
 
-    return {name: registry.get(name).build(task).model for name in names}
+    return {name: registry.get(name).builder(task).model for name in names}
 
 
 def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int | None = 256,
@@ -1293,7 +1293,7 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
     per_relation = []
     for r in range(R):
         res = power.decode_vectors(states, labels[r], vectors[r], groups, rng=rng, predict=_ridge_predict)
-        permuted = labels[r][np.asarray(rng.permutation(n))]  # type: ignore[union-attr]
+        permuted = labels[r][np.asarray(rng.permutation(n))]
         shuffled = power.decode_vectors(states, permuted, vectors[r], groups, rng=rng, predict=_ridge_predict)
         passed = res["accuracy"] >= max(res["chance"], res["majority"], shuffled["accuracy"]) + \
             power.DECODE_MARGIN

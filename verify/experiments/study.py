@@ -488,7 +488,7 @@ def _initial_model(p: dict, task, seed: int):
                            tied_readout=p["readout"] == "tied")
         return model, ("unembedding",) if p["readout"] == "frozen" else ()
     # Dense read-out storage: noise goes on every coordinate of U, as on a trained model's.
-    g1 = registry.get("G1").build(task, lam=p["lam"]).model.with_dense_readout().astype(np.float32)
+    g1 = registry.get("G1").builder(task, lam=p["lam"]).model.with_dense_readout().astype(np.float32)
     if p["init"] == "g1+noise":
         noise = rng(seed, "noise", STREAM_KEY)
         arrays = {}

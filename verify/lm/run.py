@@ -45,6 +45,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -452,7 +453,7 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
             res = power.decode_vectors(H[subj[r]], lab, Us[r], groups[r], rng=_rng(seed, "lm-decode", r))
             sh = power.decode_vectors(H[subj[r]], shuf[r][subj[r]], Us[r], groups[r],
                                       rng=_rng(seed, "lm-decode", r))
-            x = {"relation": facts.relations[r].name}
+            x: dict[str, Any] = {"relation": facts.relations[r].name}
             x.update({k: res[k] for k in ("n", "classes", "chance", "accuracy", "majority", "unseen",
                                      "accuracy_seen", "accuracy_unseen")})
             x["shuffled"] = sh["accuracy"]

@@ -82,7 +82,7 @@ def _build(spec: ConstructionSpec, N: int, R: int, hops: int, seed: int, task_se
     memory.check_estimate(spec, N, R, hops, bits=1, what=f"verify: bits needed by {spec.id}",
                           budget=budget).require(budget)
     task = task_for_seed(N, R, seed if task_seed is None else task_seed)
-    built = spec.build(task, hops, codes="binary", rng=rng(seed, "codes"))
+    built = spec.builder(task, hops, codes="binary", rng=rng(seed, "codes"))
     tokens, answers = queries(task, hops)
     if spec.decoding == "greedy":
         targets = teacher_forcing(task, hops)[1]

@@ -372,7 +372,8 @@ def section_probes(seed: int = 0, progress: bool = False, budget: Budget | None 
     _log(progress, f"probes: G1 (N={N}, R={R}) exact; an untrained model for contrast")
     start = time.perf_counter()
     task = task_for_seed(N, R, seed)
-    g1_probes = probes.probe_all(g1.build(task).model, task, rng=seeds.rng(seed, "probes"), transfer_steps=5)
+    g1_probes = probes.probe_all(g1.builder(task).model, task, rng=seeds.rng(seed, "probes"),
+                                 transfer_steps=5)
     untrained = probes.probe_all(
         trainer.init_model(N, R, 16, 64, rng=seeds.rng(seed, "init")),
         task,

@@ -95,3 +95,18 @@ def test_bits_claims_are_validated(bad):
 def test_a_single_hop_claim_at_k_above_one_is_refused():
     with pytest.raises(InputError, match="k = 1"):
         dataclasses.replace(SINGLE, bits=BitsClaim(64, 2, 2))
+
+
+def test_builder_is_the_build_given_or_derived_from_the_family():
+    assert SINGLE.builder is SINGLE.build is G1.build  # a build given is the builder
+    assert G1.assembles_family and G1.builder is G1.build  # a family's spec: build derived in __post_init__
+    assert getattr(G1.builder, "assembles", None) is G1.family
+
+
+def test_builder_refuses_a_spec_whose_build_was_reset_to_none():
+    broken = dataclasses.replace(SINGLE)
+    object.__setattr__(broken, "build", None)  # (a frozen spec's build cleared behind __post_init__'s back)
+    with pytest.raises(InputError, match="give a build"):
+        broken.builder
+    with pytest.raises(InputError, match="give a build"):  # and a spec is never made without one
+        dataclasses.replace(SINGLE, build=None)

@@ -449,3 +449,12 @@ def test_well_formed_scheduler_values_pass_validation():
 
     for value in ("local:2", "tcp://127.0.0.1:8786", "tcp://[::1]:8786", "tcp://my-host.example:1"):
         check_scheduler(value)
+
+
+@pytest.mark.parametrize("value", ["local:2\n", " local:2", "local:\u00b2", "tcp://host:1 ", "local: 2"])
+def test_the_library_scheduler_parser_is_as_strict_as_the_command_line(value):
+    from georecall.verify.experiments.executors import parse_scheduler
+
+    assert parse_scheduler("local:2") == ("local", 2)  # the control: the clean spelling is accepted
+    with pytest.raises(InputError):
+        parse_scheduler(value)

@@ -135,7 +135,9 @@ def parse_scheduler(scheduler: str | None) -> tuple[str, int | str | None]:
         return "pool", None
     if not isinstance(scheduler, str):
         raise TypeError(f"scheduler must be a string, got {scheduler!r}")
-    text = scheduler.strip()
+    text = scheduler
+    if not text.isascii() or text != text.strip() or any(c.isspace() for c in text):
+        raise InputError(f"scheduler {scheduler!r}: no spaces, newlines or non-ASCII characters")
     if text == "local" or text.startswith("local:"):
         count = text[len("local:"):] if text.startswith("local:") else str(os.cpu_count() or 1)
         if not count.isdigit() or int(count) < 1:

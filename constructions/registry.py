@@ -110,7 +110,8 @@ class ConstructionSpec:
     build : ``build(task, k, *, rng, **options) -> Construction``; options are ``codes``, ``D``, ``lam`` and
         those in ``options``. None when ``family`` is given: it is then ``family_build(family)``, the family
         assembled on the task (``assemble(family(N, R, k, ...), task)``), and nothing else (a build given
-        beside a family is not trusted to be it: certify then treats the spec as a builder of tasks)
+        beside a family is not trusted to be it: certify then treats the spec as a builder of tasks); read
+        it as ``builder``, the same callable typed as never None
     family : ``family(N, R, k, *, attributes, rng, **options) -> Family``: the construction's task-free part
         (``constructions.encoding.Family``), built without a task. With it, ``check`` builds and ``certify``
         proves the same object ``F ⊕ enc(π)`` and certify can say CERTIFIED; a spec with only a ``build``

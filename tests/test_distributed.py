@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from georecall.errors import InputError
-from georecall.verify.experiments.executors import parse_scheduler
+from georecall.verify.experiments.executors import parse_scheduler, spawning_with_sigint_held
 from georecall.verify.experiments.sweep import TrialSettings, read_sweep, sweep
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds processes through /proc")
@@ -164,6 +164,47 @@ def test_ctrl_c_stops_the_driver_and_its_workers(tmp_path, kill_reference):
     assert cut.torn == 0 and cut.alien == 0
     sweep(path, **KILL_GRID, settings=SETTINGS, progress=False)
     assert _strip(read_sweep(path).records) == _strip(kill_reference)
+
+
+def _worker_survives_a_ctrl_c_while_starting(held: bool) -> bool:
+    """Start one pool worker (the pool's own initializer) and send it SIGINT at once, while it is still
+    importing: True when it then runs a task, False when the SIGINT broke the pool."""
+    import contextlib
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from georecall.verify.experiments.executors import _local_worker_init
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_local_worker_init, initargs=(os.getpid(),))
+    try:
+        with spawning_with_sigint_held() if held else contextlib.nullcontext():
+            future = pool.submit(os.getpid)  # the first submit starts the process
+        for process in list(pool._processes.values()):
+            os.kill(process.pid, signal.SIGINT)  # microseconds after fork: long before its imports end
+        try:
+            return future.result(timeout=HANG) > 0
+        except BrokenProcessPool:
+            return False
+    finally:
+        pool.shutdown()
+
+
+def test_a_worker_interrupted_while_it_starts_survives_and_the_drivers_ctrl_c_is_kept():
+    """The Ctrl-C race under load: a worker still importing, before the pool's initializer, must not die of a
+    SIGINT sent to the group (control: started without the hold, it dies), and a SIGINT that reaches the
+    driver while it holds SIGINT is still raised, not lost."""
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)  # the test run may have it ignored
+    try:
+        assert not _worker_survives_a_ctrl_c_while_starting(held=False)
+        assert _worker_survives_a_ctrl_c_while_starting(held=True)
+        with pytest.raises(KeyboardInterrupt):  # inside the hold (another thread took it) or when it ends
+            with spawning_with_sigint_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()  # the mask restored
+    finally:
+        signal.signal(signal.SIGINT, saved)
 
 
 def test_two_concurrent_sweeps_on_one_file_write_every_record_once(tmp_path, small_reference):

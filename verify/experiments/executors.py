@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import multiprocessing
 import os
 import signal
 import sys
@@ -44,11 +45,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import resource_tracker
 
 from georecall.errors import InputError
 
 __all__ = ["DISTRIBUTED_HINT", "QUIET_NOTE", "WORKER_TIMEOUT", "ExecutorHandle", "InlineExecutor",
-           "open_executor", "parse_scheduler", "probe_scheduler"]
+           "open_executor", "parse_scheduler", "probe_scheduler", "spawning_with_sigint_held"]
 
 DISTRIBUTED_HINT = "pip install 'georecall[distributed]'"
 WORKER_TIMEOUT = 120.0  # seconds without any Dask worker before a run gives up
@@ -106,7 +108,30 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _local_worker_init(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the driver handles it
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since spawning_with_sigint_held
     _die_with_parent(parent_pid)
+
+
+@contextlib.contextmanager
+def spawning_with_sigint_held():
+    """Processes started in this block cannot die of SIGINT before they ignore it; the caller's is kept.
+
+    A spawned worker spends its first second importing before the pool's initializer ignores SIGINT; a Ctrl-C
+    sent to the process group in that window killed it with a traceback. Inside this block SIGINT is blocked
+    in the calling thread; a process started here inherits the block (a signal mask survives ``fork`` and
+    ``exec``), so a SIGINT sent to it waits, pending, until :func:`_local_worker_init` has set it to ignored
+    and unblocks it (a pending signal whose action is "ignore" is discarded). This process's own handler is
+    never changed: a Ctrl-C that arrives meanwhile is taken by another thread's handler or stays pending until
+    the block ends, and is raised as ``KeyboardInterrupt`` either way; never lost. Threads started inside the
+    block (the pool's manager thread) inherit the mask, which is harmless: Python handles signals in the main
+    thread.
+    """
+    resource_tracker.ensure_running()  # started now: starting it unblocks SIGINT in the caller
+    saved_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved_mask)
 
 
 def _ready() -> int:
@@ -322,16 +347,17 @@ class ExecutorHandle:
 
 def _process_pool(workers: int) -> ProcessPoolExecutor:
     """W spawned processes with one BLAS thread each, started now (so that setting reaches all of them)."""
-    import multiprocessing
-
     saved = {name: os.environ.get(name) for name in _THREAD_VARIABLES}
     os.environ.update({name: "1" for name in _THREAD_VARIABLES})
     try:
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_local_worker_init, initargs=(os.getpid(),))
         # W submissions at once launch W processes (one per submission while none is idle), now, while the
-        # variables are set, and from this thread (the one PR_SET_PDEATHSIG watches).
-        for future in [pool.submit(_ready) for _ in range(workers)]:
+        # variables are set, and from this thread (the one PR_SET_PDEATHSIG watches); SIGINT held off from
+        # their first instruction (spawning_with_sigint_held), ignored from the initializer on.
+        with spawning_with_sigint_held():
+            ready = [pool.submit(_ready) for _ in range(workers)]
+        for future in ready:
             future.result()
     finally:
         for name, value in saved.items():

@@ -22,7 +22,9 @@ from georecall.errors import InputError
 __all__ = [
     "EXACT_INTEGER_LIMIT",
     "IntegerModeError",
+    "abs_max",
     "integer_bounds",
+    "is_integral",
     "matmul_rows",
     "working_format",
 ]
@@ -36,8 +38,32 @@ class IntegerModeError(InputError, ArithmeticError):
     is not integer-scaled (bad input for integer mode: exit 2; float mode checks it)."""
 
 
+_BLOCK_BYTES = 1 << 23  # rows at a time for the whole-table scans below: no table-sized temporary
+
+
+def _row_blocks(array: np.ndarray):
+    """``array`` in consecutive blocks of rows of about ``_BLOCK_BYTES`` each (the whole array when 0-d)."""
+    if array.ndim == 0:
+        yield array
+        return
+    rows = max(1, _BLOCK_BYTES // max(1, array[:1].nbytes))
+    for start in range(0, array.shape[0], rows):
+        yield array[start:start + rows]
+
+
+def is_integral(array: np.ndarray) -> bool:
+    """Whether every entry of ``array`` is an integer (NaN is not), scanned in row blocks: no temporary the
+    size of the array (an entity table at N = 2^20 is 3 GiB)."""
+    return all(np.array_equal(block, np.rint(block)) for block in _row_blocks(array))
+
+
+def abs_max(array: np.ndarray) -> float:
+    """``max |array|`` (0 when empty) without forming ``|array|``."""
+    return max(float(array.max(initial=0.0)), -float(array.min(initial=0.0)))
+
+
 def _require_integral(name: str, array: np.ndarray) -> None:
-    if not np.array_equal(array, np.rint(array)):
+    if not is_integral(array):
         raise IntegerModeError(f"integer mode: {name} is not integral")
 
 
@@ -69,12 +95,12 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
         whose bound reaches 2^53.
     """
     for name, array in model.arrays().items():
-        if not np.array_equal(array, np.rint(array)):
+        if not is_integral(array):
             raise IntegerModeError(f"integer mode: weight {name} is not integral")
     tables = [model.entity_embedding, model.relation_embedding]
-    bound = max(float(np.abs(t).max(initial=0.0)) for t in tables)
+    bound = max(abs_max(t) for t in tables)
     if model.position_embedding is not None:
-        bound += float(np.abs(model.position_embedding).max(initial=0.0))
+        bound += abs_max(model.position_embedding)
     bounds = {"embedding": bound}
 
     def col(W):  # max column absolute sum: the ∞→∞ norm of x -> x @ W

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from georecall import memory
 from georecall.constructions.forward import forward
 from georecall.constructions.model import Model
 from georecall.errors import InputError
@@ -15,28 +16,30 @@ from georecall.errors import InputError
 __all__ = ["DEFAULT_CHUNK_BYTES", "chunk_size", "greedy_decode", "iter_chunks", "predict"]
 
 
-# Bytes a forward chunk may use for its largest intermediate; the chunk size is derived from it.
-DEFAULT_CHUNK_BYTES = 64 * 2**20
+# Kept for callers of the name: the largest chunk of any budget (memory.CHUNK_BYTES, its one definition).
+DEFAULT_CHUNK_BYTES = memory.CHUNK_BYTES
 
 
-def chunk_size(model: Model, T: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
-    """Queries per chunk so that the largest per-query intermediate stays within ``chunk_bytes``.
+def chunk_size(model: Model, T: int, chunk_bytes: int | None = None) -> int:
+    """Queries per chunk so that the largest per-query intermediate stays within ``chunk_bytes``
+    (:func:`georecall.memory.queries_per_chunk`, the formula the memory estimate counts).
 
     Parameters
     ----------
     model : Model
     T : int
         The sequence length.
-    chunk_bytes : int
-        The budget of one intermediate.
+    chunk_bytes : int, optional
+        The bytes of one intermediate (default: one array's share of the default budget,
+        :func:`georecall.memory.array_bytes`).
 
     Returns
     -------
     int
         At least 1.
     """
-    widest = max(model.d, model.mlp_width, model.n_out) * max(T, 1)
-    return max(1, chunk_bytes // (8 * widest))
+    return memory.queries_per_chunk(max(model.d, model.mlp_width, model.n_out), T,
+                                    memory.array_bytes() if chunk_bytes is None else chunk_bytes)
 
 
 def iter_chunks(n: int, size: int) -> Iterator[slice]:

@@ -150,7 +150,8 @@ def test_a_small_budget_uses_smaller_chunks_and_gives_the_same_result(monkeypatc
     default, tiny = runs["default counts"], runs["tiny counts"]
     if forward == "dense":  # the chunk: queries per call of THE forward pass
         T = tokens.shape[1]
-        assert chunk_size(model, T, check.chunk_bytes(TINY)) < chunk_size(model, T, check.chunk_bytes(2**33))
+        small, large = memory.array_bytes(TINY), memory.array_bytes(2**33)
+        assert chunk_size(model, T, small) < chunk_size(model, T, large)
         assert default[0] == 1 and tiny[0] == -(-tokens.shape[0] // chunk_size(model, T, MIB // 4)) > 1
     else:  # the tables' token blocks
         assert default[2] == {16 * MIB} and tiny[2] == {MIB // 4}
@@ -185,7 +186,7 @@ def test_the_estimate_counts_the_chunks_the_checker_uses():
         for budget in (Budget.from_gib(8), Budget.from_gib(0.5), TINY):
             (chunks,) = [b for label, b, _ in memory.check_estimate(spec, N, R, k, budget=budget).parts
                          if label == "checker chunks"]
-            per_chunk = min(chunk_size(model, T, check.chunk_bytes(budget)), Q)  # queries the checker takes
+            per_chunk = min(chunk_size(model, T, memory.array_bytes(budget)), Q)  # queries the checker takes
             # CHUNK_COPIES intermediates alive, each of BOUNDED_ARRAYS arrays of per_chunk queries
             assert chunks == memory.CHUNK_COPIES * memory.BOUNDED_ARRAYS * per_chunk * widest
     small = memory.check_estimate(spec, 4096, 16, 1, budget=TINY).parts

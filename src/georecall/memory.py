@@ -30,6 +30,7 @@ from georecall.errors import InputError
 
 __all__ = [
     "BOUNDED_ARRAYS",
+    "array_bytes",
     "CHUNK_BYTES",
     "CHUNK_COPIES",
     "DEFAULT_FRACTION",
@@ -44,6 +45,7 @@ __all__ = [
     "certify_estimate",
     "check_estimate",
     "checker_chunk_bytes",
+    "queries_per_chunk",
     "code_length",
     "count_estimate",
     "count_tasks_log2",
@@ -62,7 +64,7 @@ __all__ = [
 GIB = 2**30
 DEFAULT_FRACTION = 0.5
 FALLBACK_AVAILABLE = 8 * GIB  # when /proc/meminfo cannot be read: budget 4 GiB
-CHUNK_BYTES = 64 * 2**20  # the checker's largest chunk (constructions.decoding.DEFAULT_CHUNK_BYTES)
+CHUNK_BYTES = 64 * 2**20  # the checker's largest chunk (Budget.chunk_bytes)
 # intermediates alive at once per chunk in THE forward pass (x, attention, hidden, logits, ...)
 CHUNK_COPIES = 6
 # arrays per intermediate of THE forward pass with its error bounds (values, bounds, two temporaries): each
@@ -408,7 +410,7 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
             6 * 8 * heads * width * width, lower)
     est.add(f"all {N * R**k:,} queries", query_bytes(N, R, k, spec.decoding == "greedy"),
             "N, R" + (" or k" if spec.hops == "multi" else ""))
-    # The checker's chunk as it sizes it (verify.checking.check.chunk_bytes): each array of the widest
+    # The checker's chunk as it sizes it (queries_per_chunk of array_bytes): each array of the widest
     # intermediate takes 1/BOUNDED_ARRAYS of the budget's chunk bytes (at least one query, at most all);
     # CHUNK_COPIES intermediates of BOUNDED_ARRAYS arrays each are alive at once.
     width = max(int(promise.d * scale), int(promise.m * scale), n_out, 1)
@@ -450,11 +452,55 @@ def built_model_estimate(model, n_queries: int, T: int, budget: Budget | int | N
     return est
 
 
+def array_bytes(budget: Budget | int | None = None) -> int:
+    """Bytes of one array of a checker chunk under ``budget``: THE forward pass with its error bounds holds
+    about :data:`BOUNDED_ARRAYS` float64 arrays per intermediate (values, bounds and two temporaries), so each
+    gets that fraction of the budget's chunk bytes (:meth:`Budget.chunk_bytes`).
+
+    Parameters
+    ----------
+    budget : Budget, int or None
+        The run's budget (an ``int``: bytes; ``None``: the default budget).
+
+    Returns
+    -------
+    int
+        Bytes per array: 16 MiB under any budget of 3.75 GiB or more, less under a smaller one.
+
+    Raises
+    ------
+    InputError
+        ``budget`` is not a Budget, a positive number of bytes or None.
+    """
+    return max(1, as_budget(budget).chunk_bytes() // BOUNDED_ARRAYS)
+
+
+def queries_per_chunk(width: int, T: int, bytes_per_array: int) -> int:
+    """Queries in one chunk of THE forward pass: as many as keep a ``T × width`` float64 intermediate per
+    query within ``bytes_per_array`` (at least one). The one formula the checker sizes its chunks with
+    (``constructions.decoding.chunk_size``) and :func:`checker_chunk_bytes` counts.
+
+    Parameters
+    ----------
+    width : int
+        The widest per-position intermediate (max of d, m and the read-out's rows).
+    T : int
+        Positions per query.
+    bytes_per_array : int
+        Bytes one array may take (:func:`array_bytes`).
+
+    Returns
+    -------
+    int
+        At least 1.
+    """
+    return max(1, int(bytes_per_array) // (8 * max(1, int(width)) * max(1, int(T))))
+
+
 def checker_chunk_bytes(width: int, T: int, n_queries: int, budget: Budget | int | None = None) -> int:
-    """Peak bytes of the checker's chunks as it sizes them (``verify.checking.check.chunk_bytes``): each array
-    of the widest intermediate takes 1/:data:`BOUNDED_ARRAYS` of the budget's chunk bytes (at least one
-    query, at most all); :data:`CHUNK_COPIES` intermediates of :data:`BOUNDED_ARRAYS` arrays are alive
-    at once.
+    """Peak bytes of the checker's chunks as it sizes them (:func:`queries_per_chunk` queries of
+    :func:`array_bytes` per array, at most all queries); :data:`CHUNK_COPIES` intermediates of
+    :data:`BOUNDED_ARRAYS` arrays are alive at once.
 
     Parameters
     ----------
@@ -471,9 +517,8 @@ def checker_chunk_bytes(width: int, T: int, n_queries: int, budget: Budget | int
     -------
     int
     """
-    widest = max(1, int(width)) * T * 8
-    array = min(as_budget(budget).chunk_bytes() // BOUNDED_ARRAYS // widest, max(1, n_queries)) * widest
-    return CHUNK_COPIES * BOUNDED_ARRAYS * max(array, widest)
+    queries = min(queries_per_chunk(width, T, array_bytes(budget)), max(1, n_queries))
+    return CHUNK_COPIES * BOUNDED_ARRAYS * queries * max(1, int(width)) * max(1, int(T)) * 8
 
 
 def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str = "binary", D: int | None = None, *,

@@ -20,8 +20,8 @@ reference on random models):
 ``CheckResult.decoder`` and ``CheckResult.forward`` record what ran, and ``fallback`` why a fast path did not.
 
 Memory: THE forward pass runs in chunks of queries and the tables in blocks of tokens, both sized from the
-run's :class:`~georecall.memory.Budget` (``budget=``; :func:`chunk_bytes`), the same bytes that
-:func:`georecall.memory.check_estimate` counts. The chunking changes no prediction and no margin.
+run's :class:`~georecall.memory.Budget` (``budget=``; :func:`georecall.memory.array_bytes`), the same bytes
+that :func:`georecall.memory.check_estimate` counts. The chunking changes no prediction and no margin.
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from georecall import memory
 from georecall.constructions.arithmetic import integer_bounds, working_format
 from georecall.constructions.decoding import chunk_size, iter_chunks
 from georecall.constructions.forward import forward
 from georecall.constructions.model import Model, flatten, forward_arrays, unflatten
 from georecall.constructions.rounding import format_of
 from georecall.errors import InputError
-from georecall.memory import BOUNDED_ARRAYS, Budget, as_budget
+from georecall.memory import Budget
 from georecall.theory import __version__
 from georecall.theory.statements import Promise
 from georecall.verify.checking.additive import NotAdditive, plan_additive, run_additive
@@ -61,7 +62,6 @@ __all__ = [
     "check_construction",
     "check_decoding",
     "check_queries",
-    "chunk_bytes",
     "claim_report",
     "margin_reaches",
     "margins_of",
@@ -70,30 +70,6 @@ __all__ = [
 DECODERS = ("auto", "dense", "hypercube")
 forward_pass = forward  # THE forward pass, under a name that the ``forward=`` option does not shadow
 FORWARDS = ("auto", "dense", "tables")
-
-
-def chunk_bytes(budget: Budget | int | None = None) -> int:
-    """Bytes of one array of a checker chunk under ``budget``: THE forward pass with its error bounds holds
-    about :data:`~georecall.memory.BOUNDED_ARRAYS` float64 arrays per intermediate (values, bounds and two
-    temporaries), so each gets that fraction of the budget's chunk bytes
-    (:meth:`~georecall.memory.Budget.chunk_bytes`, which :func:`~georecall.memory.check_estimate` counts).
-
-    Parameters
-    ----------
-    budget : Budget, int or None
-        The run's budget (an ``int``: bytes; ``None``: the default budget).
-
-    Returns
-    -------
-    int
-        Bytes per array: 16 MiB under any budget of 3.75 GiB or more, less under a smaller one.
-
-    Raises
-    ------
-    InputError
-        ``budget`` is not a Budget, a positive number of bytes or None.
-    """
-    return max(1, as_budget(budget).chunk_bytes() // BOUNDED_ARRAYS)
 
 
 @dataclass
@@ -376,8 +352,8 @@ def check_queries(
     too), then runs it in float64; margins are then exact integers. ``keep=True`` returns the per-query
     predictions and margins. ``decoder`` and ``forward`` choose the implementations (module docstring); the
     result records which ran. Memory is bounded by the chunk size (default: ``chunk_size(model, T,
-    chunk_bytes(budget))``, a quarter of the budget's chunk bytes since the bounded pass holds about four
-    arrays per intermediate) or, for the tables, by their block size (the same bytes); nothing of size
+    memory.array_bytes(budget))``, a quarter of the budget's chunk bytes since the bounded pass holds about
+    four arrays per intermediate) or, for the tables, by their block size (the same bytes); nothing of size
     Q × d or Q × n_out is formed. The chunking changes neither the predictions nor the margins.
 
     Parameters
@@ -457,7 +433,7 @@ def check_queries(
     if integer:  # THE forward pass must be exact (on the tables path too: else they certify another function)
         integer_bounds(model, tokens.shape[1])
     run = _readout_model(model, columns) if cube is not None else model
-    array_bytes = chunk_bytes(budget)
+    array_bytes = memory.array_bytes(budget)
     chunk = chunk or chunk_size(model, tokens.shape[1], array_bytes)
 
     def dense(selected: np.ndarray | None, wanted: list[np.ndarray] | None) -> None:
@@ -606,7 +582,7 @@ def check_decoding(
     computed = np.empty(chains.shape, dtype=np.float64)
     u, eta = _working_format(model, False)
     T0 = prompts.shape[1]
-    array_bytes = chunk_bytes(budget)
+    array_bytes = memory.array_bytes(budget)
     used_tables = True
     why_forward = ""
 

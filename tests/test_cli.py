@@ -102,7 +102,7 @@ def test_console_script_verify_passes():
     doc = json.loads(proc.stdout)
     assert doc["passed"] and all(r["passed"] for r in doc["reports"])
     names = [r["name"] for r in doc["reports"]]
-    assert "G1 binary int (exact)" in names and "G1 binary (float, bound)" in names
+    assert "G1 binary int (exact)" in names and "G1 binary float (certified)" in names
 
 
 @pytest.mark.parametrize("construction", ["path-blocks", "associative-width", "associative-depth", "cot"])

@@ -237,8 +237,8 @@ def run_check(
             options=options,
         )
     attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
-    # the row says what its verdict certifies: exact integers, or float margins net of a rounding bound
-    name = f"{spec.id} {built.codes.kind}{' int (exact)' if integer else ' (float, bound)'}" + (
+    # the row says what its verdict rests on: exact integers, or certified float margins (exact verdicts)
+    name = f"{spec.id} {built.codes.kind}{' int (exact)' if integer else ' float (certified)'}" + (
         " (hard attn, idealized)" if attention == "hard" else ""
     )
     params = {

@@ -25,6 +25,7 @@ __all__ = [
     "abs_max",
     "integer_bounds",
     "is_integral",
+    "logit_bound",
     "matmul_rows",
     "working_format",
 ]
@@ -67,6 +68,47 @@ def _require_integral(name: str, array: np.ndarray) -> None:
         raise IntegerModeError(f"integer mode: {name} is not integral")
 
 
+def _col(W: np.ndarray) -> float:
+    """The largest column absolute sum of ``W`` (per head when 3-d): the ∞→∞ norm of ``x -> x @ W``."""
+    return float(np.abs(W).sum(axis=-2).max(initial=0.0))
+
+
+def logit_bound(model: Model) -> float:
+    """An a-priori bound on ``max |logit|`` over every query, from the stored weights alone.
+
+    Stage by stage, ``|x @ W|_∞ <= |x|_∞ · max_j Σ_i |W_ij|``: the embeddings' largest entries, then each
+    attention layer adds at most ``|x|_∞ · Σ_h col(W_V[h])·col(W_O[h])`` (every kind averages its values:
+    uniform, softmax and hard weights are convex), each MLP ``|x|_∞·col(W1) + |b1|_∞`` through ``col(W2)``
+    plus ``|b2|_∞``, and the read-out ``col(Uᵀ)``. It is the magnitude of the numbers whose difference a
+    margin is: float mode's allowance for comparing a margin with a promise is relative to it
+    (``verify.checking.check.margin_reaches``), never to a number a construction declares.
+
+    Parameters
+    ----------
+    model : Model
+        The weights.
+
+    Returns
+    -------
+    float
+        The bound (``inf`` when it overflows).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = max(abs_max(model.entity_embedding), abs_max(model.relation_embedding))
+        if model.position_embedding is not None:
+            bound += abs_max(model.position_embedding)
+        for layer in model.layers:
+            att = layer.attention
+            if att is not None:
+                bound += bound * sum(_col(att.W_V[h]) * _col(att.W_O[h]) for h in range(att.heads))
+            if layer.mlp is not None:
+                mlp = layer.mlp
+                hidden = bound * _col(mlp.W1) + abs_max(mlp.b1)
+                bound += hidden * _col(mlp.W2) + abs_max(mlp.b2)
+        value = bound * _col(model.unembedding.T)
+    return float(value) if np.isfinite(value) else float("inf")
+
+
 def integer_bounds(model: Model, T: int) -> dict[str, float]:
     """A-priori bounds on ``max |·|`` of every intermediate of a length-T forward pass; each must be < 2^53.
 
@@ -102,9 +144,7 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
     if model.position_embedding is not None:
         bound += abs_max(model.position_embedding)
     bounds = {"embedding": bound}
-
-    def col(W):  # max column absolute sum: the ∞→∞ norm of x -> x @ W
-        return float(np.abs(W).sum(axis=-2).max(initial=0.0))
+    col = _col
 
     for i, layer in enumerate(model.layers):
         att = layer.attention

@@ -58,3 +58,47 @@ def test_codes_left_to_the_builder_are_not_named_binary(monkeypatch):
     run.check_estimate(run.registry.get("G1"), 16, 2, 1, None, D=4)
     run.check_estimate(run.registry.get("G1"), 16, 2, 1, "sign", D=4)
     assert "codes" not in seen[0] and seen[1]["codes"] == "sign"
+
+
+@pytest.mark.parametrize("name, N, R, k", [("G1", 32, 3, 1), ("A1", 16, 2, 1), ("G2", 8, 2, 2),
+                                          ("C1", 8, 2, 2)])
+def test_the_logit_bound_bounds_every_logit_the_model_computes(name, N, R, k):
+    """arithmetic.logit_bound (the magnitude float mode's allowance is relative to) against the logits of
+    every query, computed by THE forward pass."""
+    import numpy as np
+
+    from georecall.constructions.arithmetic import logit_bound
+    from georecall.constructions.forward import forward
+    from georecall.constructions.registry import get
+    from georecall.theory.tasks import task_for_seed
+    from georecall.theory.tokens import queries
+
+    task = task_for_seed(N, R, 0)
+    model = get(name).builder(task, k).model
+    tokens, _ = queries(task, k)
+    logits = forward(model, tokens)
+    assert 0 < float(np.abs(logits).max()) <= logit_bound(model)
+
+
+def test_a_promise_cannot_widen_its_own_float_allowance():
+    """Float mode compares a margin with its promise allowing rounding relative to the logits' magnitude from
+    the stored weights. The broken input: an honest G1 (margin about 2/3) whose promise says 1000 and
+    declares logit scale 1e20 (which used to make the allowance 2e7): it fails. Control: its own promise
+    passes, and the declared scale changes nothing."""
+    import dataclasses
+
+    from georecall.constructions.registry import get
+    from georecall.theory.tasks import task_for_seed
+    from georecall.theory.tokens import queries
+    from georecall.verify.checking.check import check_construction
+
+    task = task_for_seed(64, 3, 0)
+    built = get("G1").builder(task, 1)
+    tokens, answers = queries(task, 1)
+    honest = check_construction("G1", {}, built, tokens, answers)
+    assert honest.passed and 0 < honest.result.min_margin < 1000
+    inflated = dataclasses.replace(built, promise=dataclasses.replace(built.promise, margin=1000.0,
+                                                                     logit_scale=1e20))
+    assert not check_construction("G1", {}, inflated, tokens, answers).passed
+    declared = dataclasses.replace(built, promise=dataclasses.replace(built.promise, logit_scale=1e20))
+    assert check_construction("G1", {}, declared, tokens, answers).passed

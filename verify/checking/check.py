@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from georecall import memory
-from georecall.constructions.arithmetic import integer_bounds, working_format
+from georecall.constructions.arithmetic import integer_bounds, logit_bound, working_format
 from georecall.constructions.decoding import chunk_size, iter_chunks
 from georecall.constructions.forward import forward
 from georecall.constructions.model import Model, flatten, forward_arrays, unflatten
@@ -96,6 +96,7 @@ class CheckResult:
     margin_highs: np.ndarray | None = None  # with keep: upper ends of the margin intervals (margins: lower)
     arith: str = "stored"  # "exact" (verify.checking.exact), or the dtype the verdict was computed in
     n_redecided: int = 0  # exact arith: queries the float64 bound left open or loose, computed exactly
+    logit_bound: float = 0.0  # a-priori max |logit| from the stored weights (arithmetic.logit_bound)
 
     @property
     def accuracy(self) -> float:
@@ -124,7 +125,7 @@ class CheckResult:
         return {"n_queries": self.n_queries, "n_correct": self.n_correct, "accuracy": self.accuracy,
                 "exact": self.exact, "n_undecided": self.n_undecided, "n_wrong": self.n_wrong,
                 "mode": self.mode, "rounding_bound": self.rounding_bound, "arith": self.arith,
-                "n_redecided": self.n_redecided,
+                "n_redecided": self.n_redecided, "logit_bound": self.logit_bound,
                 "min_margin": self.min_margin, "argmin_query": self.argmin_query,
                 "failures": self.failures, "integer": self.integer, "dtype": self.dtype,
                 "seconds": round(self.seconds, 4), "decoder": self.decoder, "forward": self.forward,
@@ -428,6 +429,7 @@ def check_queries(
             break
         plans.append(plan)
     kind = {"decoder": "hypercube" if cube is not None else "dense", "integer": integer,
+            "logit_bound": logit_bound(model),
             "dtype": "float64" if integer else str(model.entity_embedding.dtype)}
     u, eta = _working_format(model, integer)
     if integer:  # THE forward pass must be exact (on the tables path too: else they certify another function)
@@ -636,7 +638,7 @@ def check_decoding(
                           decoder="hypercube" if cube is not None else "dense",
                           forward="tables" if used_tables else "dense",
                           fallback="; ".join(r for r in (why_decoder, why_forward) if r),
-                          dtype=str(model.entity_embedding.dtype))
+                          dtype=str(model.entity_embedding.dtype), logit_bound=logit_bound(model))
     result.per_position = (margins > 0).mean(axis=0).tolist()
     result.final_accuracy = float((predictions[:, -1] == chains[:, -1]).mean()) if n else 1.0
     result.n_redecided = len(redecided)
@@ -652,11 +654,14 @@ def margin_reaches(achieved: float, promised: float, dtype: str | np.dtype = "fl
     ``achieved`` is a certified lower bound on the exact margin (``CheckResult.min_margin``). A margin that
     is not strictly positive never passes (a tie is ambiguous), whatever was promised: that decides
     exactness, with no allowance. The comparison with the promise (a theorem about exact arithmetic, whose
-    value is itself computed in floating point) is exact in integer mode; otherwise it allows ``bound`` (the
-    certified margin's distance from the computed one, ``CheckResult.rounding_bound``) plus 1000 rounding
-    units of the working precision relative to ``max(|promised|, scale)``, where ``scale`` is the magnitude of
-    the logits whose difference the margin is (``Promise.logit_scale``). A promise of 1e-16 is never met by
-    0. An infinite promise (a single possible answer: no wrong answer to beat) must be met exactly.
+    value is itself computed in floating point, from weights rounded to the storage format) is exact in
+    integer mode; otherwise it allows ``bound`` (the certified margin's distance from the computed one,
+    ``CheckResult.rounding_bound``) plus 1000 rounding units of the working precision relative to
+    ``max(|promised|, scale)``, where ``scale`` is the magnitude of the logits whose difference the margin is,
+    bounded from the stored weights (``CheckResult.logit_bound``, from ``constructions.arithmetic.
+    logit_bound``): never a number the construction declares, so a promise cannot widen its own allowance. A
+    promise of 1e-16 is never met by 0. An infinite promise (a single possible answer: no wrong answer to
+    beat) must be met exactly.
 
     Parameters
     ----------
@@ -670,7 +675,8 @@ def margin_reaches(achieved: float, promised: float, dtype: str | np.dtype = "fl
     integer : bool
         Integer mode: compare exactly, no tolerance.
     scale : float
-        The logits' magnitude (``Promise.logit_scale``), for the relative tolerance.
+        The logits' magnitude from the stored weights (``CheckResult.logit_bound``), for the relative
+        tolerance.
     bound : float
         ``CheckResult.rounding_bound``, allowed on top of the tolerance (float mode).
 
@@ -715,7 +721,7 @@ class Report:
             return True
         return (self.achieved["d"] == self.promise.d and self.achieved["m"] == self.promise.m
                 and margin_reaches(self.result.min_margin, self.promise.margin, self.result.dtype,
-                                   self.result.integer, self.promise.logit_scale, self.result.rounding_bound))
+                                   self.result.integer, self.result.logit_bound, self.result.rounding_bound))
 
     def as_dict(self) -> dict:
         return {"name": self.name, "passed": self.passed, "params": self.params,

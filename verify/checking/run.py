@@ -312,7 +312,7 @@ def run_check(
     )
     report.extra_checks["teacher forcing: every step exact"] = forced.exact
     report.extra_checks["teacher forcing: margin >= promise"] = margin_reaches(
-        forced.min_margin, built.promise.margin, forced.dtype, scale=built.promise.logit_scale,
+        forced.min_margin, built.promise.margin, forced.dtype, scale=forced.logit_bound,
         bound=forced.rounding_bound)
     if compare_storage and model.compact:
         dense_result = check_decoding(model.with_dense_readout(), tokens, targets, keep=True, budget=budget)

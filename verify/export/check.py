@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from georecall.constructions.arithmetic import logit_bound
 from georecall.constructions.decoding import iter_chunks
 from georecall.constructions.forward import forward
 from georecall.constructions.model import Model
@@ -178,7 +179,7 @@ def check_in_target(model: Model, graph: Graph, run: Runner, qs: QuerySet, *, ta
         report["promise_margin"] = float(promise.margin)
         # a margin is a difference of two logits, each within bound of its exact value: worst_bound (2·bound)
         reaches = bool(margin_reaches(float(min_margin_target.min(initial=np.inf)), promise.margin,
-                                      graph.dtype, scale=promise.logit_scale, bound=worst_bound))
+                                      graph.dtype, scale=logit_bound(model), bound=worst_bound))
         report["margin_reaches_promise"] = reaches
         passed = passed and accuracy == 1.0 and reaches
     report["passed"] = bool(passed)

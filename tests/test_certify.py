@@ -42,6 +42,8 @@ from georecall.errors import InputError
 from georecall.theory.tasks import Task, random_task
 from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.checking import certify as cert
+from georecall.verify.checking.certify_family import same_fields
+from georecall.verify.checking.certify_relaxation import exact_scores
 from georecall.verify.checking.check import check_queries
 from georecall.verify.checking.planted import (
     ADVERSARIAL,
@@ -99,9 +101,9 @@ def test_check_builds_the_family_certify_proves_and_certify_builds_no_task(key, 
     for seed in (11, 12):
         task = random_task(N, R, seed)
         built = spec.build(task, k, rng=np.random.default_rng(5), **options)
-        assert cert._same_fields(built.model, assemble_model(family, task)) == ""
+        assert same_fields(built.model, assemble_model(family, task)) == ""
         other = random_task(N, R, seed + 100)
-        assert cert._same_fields(built.model, assemble_model(family, other)) != ""  # the table does differ
+        assert same_fields(built.model, assemble_model(family, other)) != ""  # the table does differ
     c = cert.certify(key, N, R, k, options=options)
     assert c.verdict == "CERTIFIED" and c.declaration["tasks_built"] == 0
     assert c.declaration["deterministic"] and c.family_verdict == "CERTIFIED"
@@ -288,7 +290,7 @@ def test_forward_fields_cover_every_array_and_the_fields_outside_them():
         "softmax", *(getattr(model.layers[0].attention, n) for n in ("W_V", "W_O", "W_Q", "W_K")),
         model.layers[0].attention.inverse_temperature / 1000), model.layers[0].mlp),))
     assert forward_fingerprint(cooled) != forward_fingerprint(model)
-    assert cert._same_fields(cooled, model) == "layers.0.attention.inverse_temperature"
+    assert same_fields(cooled, model) == "layers.0.attention.inverse_temperature"
 
 
 def test_a_construction_without_a_declaration_is_unknown_with_a_reason():
@@ -759,7 +761,7 @@ def test_hard_attention_scores_are_compared_exactly():
     P = np.eye(2)
     W_Q = np.array([[0.0, 0.0], [1.0, 1.0]])  # the query position (the last) reads (1, 1)
     W_K = np.array([[0.1, 0.2], [0.30000000000000004, 0.0]])
-    scores = cert._exact_scores(P, W_Q, W_K, 1.0, 2)
+    scores = exact_scores(P, W_Q, W_K, 1.0, 2)
     assert 0.1 * 1.0 + 0.2 * 1.0 == 0.30000000000000004  # a tie in float64 ...
     assert scores[0] < scores[1]  # ... but not in exact arithmetic
     assert scores[0] == Fraction(0.1) + Fraction(0.2)

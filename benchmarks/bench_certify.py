@@ -60,22 +60,28 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()}")
     for name in args.only or list(CASES):
         argv = CASES[name]
+        load = os.getloadavg()[0]
         seconds, peak, doc = _peak_of_child(["certify", *argv])
+        load = f"load {load:.1f} -> {os.getloadavg()[0]:.1f}"
         if "refused" in doc:
-            print(f"certify {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  refused: {doc['refused']}")
+            print(f"certify {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  refused ({load}): {doc['refused']}")
             continue
         margin = doc.get("min_margin_exact") or doc.get("min_margin")
-        print(f"certify {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  {doc['verdict']}  min margin {margin}"
-              f"  (promise {doc['promise']['margin']:.6g}; {doc['points']:,} points, "
-              f"{doc['query_types']:,} query types)")
+        estimate = doc.get("memory", {}).get("total_gib")
+        print(f"certify {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB (estimate {estimate} GiB)  "
+              f"{doc['verdict']}  min margin {margin}  (promise {doc['promise']['margin']:.6g}; "
+              f"{doc['points']:,} points, {doc['query_types']:,} query types; {load})")
         if not args.no_check:
+            load = os.getloadavg()[0]
             seconds, peak, doc = _peak_of_child(["check", *argv])
+            load = f"load {load:.1f} -> {os.getloadavg()[0]:.1f}"
             if "refused" in doc:
-                print(f"check   {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  refused: {doc['refused']}")
+                print(f"check   {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  refused ({load}): "
+                      f"{doc['refused']}")
                 continue
             verdict = "PASS" if doc["passed"] else "FAIL"
             print(f"check   {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  {verdict}"
-                  f"  min margin {doc['check']['min_margin']:.6g} (the seeded task only)")
+                  f"  min margin {doc['check']['min_margin']:.6g} (the seeded task only; {load})")
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -59,6 +59,7 @@ from georecall.errors import InputError
 from georecall.memory import Budget, as_budget
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
+from georecall.verify.checking.certify_codes import compact_binary_codes
 from georecall.verify.checking.certify_family import (
     W2_ARRAY,
     DeclarationError,
@@ -74,9 +75,16 @@ from georecall.verify.checking.certify_family import (
 )
 from georecall.verify.checking.certify_layers import certify_steps
 from georecall.verify.checking.certify_product import certify_model, certify_rows
-from georecall.verify.checking.certify_relaxation import CHUNK_POINTS, MAX_POINTS, float_allowance
+from georecall.verify.checking.certify_relaxation import (
+    CHUNK_BYTES,
+    CHUNK_POINTS,
+    MAX_POINTS,
+    float_allowance,
+)
 from georecall.verify.checking.certify_witness import realize, witness_for
 from georecall.verify.checking.check import check_decoding, check_queries
+from georecall.verify.checking.decoders import DENSE_BLOCK_ELEMENTS
+from georecall.verify.checking.exact import exact_margins
 from georecall.verify.checking.run import run_check
 
 __all__ = [
@@ -87,10 +95,12 @@ __all__ = [
     "DeclarationError",
     "certify",
     "certify_built",
+    "certify_estimate",
     "certify_model",
     "certify_rows",
     "certify_steps",
     "check_family",
+    "compact_codes_apply",
     "declaration_tasks",
     "family_fingerprint",
     "family_of_builder",
@@ -146,6 +156,93 @@ class Certificate:
                 "confirmation": self.confirmation, "family_verdict": self.family_verdict}
 
 
+def compact_codes_apply(spec, codes: str | None, integer: bool) -> bool:
+    """Whether certify hands the family a compact binary codebook (``certify_codes``): a built-in family
+    (``spec.family``, whose ``codes`` option takes a codebook) with a declared entity table, in integer mode,
+    with binary codes (asked for, or the default).
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+    codes : str or None
+        The codes asked for (None: the builder's default, binary for the built-in single-hop families).
+    integer : bool
+        Integer mode.
+
+    Returns
+    -------
+    bool
+    """
+    encoding = spec.task_encoding
+    return bool(integer and spec.assembles_family and spec.id in registry.BUILTIN_IDS
+                and (codes or "binary") == "binary" and encoding is not None
+                and encoding.array == "entity_embedding" and "codes" in spec.accepts())
+
+
+def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str | None = None, D: int | None = None, *,
+                     integer: bool = False, attributes: str = "shared") -> memory.Estimate:
+    """Peak bytes of :func:`certify`, as named parts, estimated before anything is allocated.
+
+    The codebook: binary codes stored as float16 where :func:`compact_codes_apply` (2 bytes per entry, the
+    read-out sharing them, and one byte per entry while the family's codebook is validated); otherwise as
+    ``make_codes`` forms it (±1 codes: int64 bits, a float64 temporary and the float64 signs, 24 bytes per
+    entry at its peak; Gaussian: 16). The decoder: the hypercube decoder's sign patterns and row index when
+    the read-out can be one (``N = 2^D``), else the read-out as float64 when it is stored narrower. A builder
+    that takes the task is built on three tasks (tasks and entity tables). Then the weights without the
+    entity table, the per-position maps, one chunk of points (``certify_relaxation.CHUNK_BYTES``: chunks are
+    sized to it) and, where THE forward pass runs over the queries (facts in W2, steps), its activations.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+        The construction (its ``nominal_promise`` gives d and m at binary codes).
+    N, R, k : int
+        Entities, relations, hops.
+    codes, D : str, int or None
+        Codebook kind (None: binary) and length.
+    integer : bool
+        Integer mode.
+    attributes : str
+        "disjoint" answers N·R ids.
+
+    Returns
+    -------
+    georecall.memory.Estimate
+    """
+    kind = codes or "binary"
+    est = memory.Estimate(f"certify {spec.hops}-hop")
+    D_used = memory.code_length(kind, N, D)
+    promise = spec.nominal_promise(N, R, k)
+    d, m = promise.d * max(1.0, D_used / max(1, (N - 1).bit_length())), promise.m
+    n_out = N * R if attributes == "disjoint" else N
+    entries = N * D_used  # codes
+    compact = compact_codes_apply(spec, codes, integer)
+    if compact:
+        est.add("binary codes as float16, shared by the read-out", 2 * entries, "N")
+        est.add("validating the codebook (one byte per entry, at once)", entries, "N")
+    else:
+        est.add("codes as make_codes forms them (and the read-out)", (24 if kind != "gaussian" else 16)
+                * entries, "N")
+    if n_out == 2**D_used:  # a compact codebook is its own sign patterns (certify_codes.binary_hypercube)
+        est.add("hypercube decoder (row index" + ("" if compact else ", sign patterns") + ")",
+                8 * n_out + (0 if compact else n_out * D_used), "N")
+    else:
+        est.add("dense decoder blocks", 2 * 8 * DENSE_BLOCK_ELEMENTS, "N")
+        if compact:
+            est.add("the read-out as float64 for the dense decoder", 8 * n_out * D_used, "N")
+    if not spec.assembles_family:  # a task-taking builder is built thrice
+        est.add("tasks built for the declaration check", 8 * 3 * N * (R + (R**k if k > 1 else 0)) * 2,
+                "N or R")
+        est.add("entity tables of those builds", 8 * 2 * N * int(d), "N or R")
+    est.add("weights without the entity table", int(8 * 4 * d * m), "R or k")
+    est.add("per-position maps S·C_u, their W1 products", int(8 * 4 * (2 * k) * (d * d + d * m)), "R or k")
+    est.add("one chunk of points (sized to fit)", CHUNK_BYTES, "N")
+    encoding = spec.task_encoding
+    if encoding is not None and encoding.array != "entity_embedding":  # THE forward pass over the queries
+        est.add("hidden activations of a chunk of queries (facts in W2, steps)", 8 * 8 * 2**22, "R or k")
+    return est
+
+
 def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: int | None = None,
             options: dict | None = None, seed: int = 0, attributes: str = "shared", symmetric: bool = False,
             max_points: int = MAX_POINTS, confirm: bool = True, progress: bool = False,
@@ -183,8 +280,8 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
         Progress on stderr.
     budget : Budget, int or None
         The run's memory budget (``None``: the default budget): the certifier's estimate
-        (:func:`georecall.memory.certify_estimate`) is required against it before anything is built, and
-        the confirming check runs under it.
+        (:func:`certify_estimate`) is required against it before anything is built, and the confirming
+        check runs under it.
 
     Returns
     -------
@@ -229,11 +326,16 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
             "why": f"{spec.label} declares no task encoding: its facts live in {where}, and the certifier's "
                    "argument (a declared task table, every other field task-independent) does not apply; no "
                    "verdict for every task is given"}], seconds=time.perf_counter() - start)
-    memory.certify_estimate(spec, N, R, k, codes or "binary", D, chunk_points=CHUNK_POINTS).require(budget)
+    certify_estimate(spec, N, R, k, codes, D, integer=integer, attributes=attributes).require(budget)
     structural = spec.assembles_family  # check builds exactly the family certified
+    compact = compact_codes_apply(spec, codes, integer)
     if structural:
-        family = build_family(spec, N, R, k, codes, D, seed, options, attributes)
+        family = build_family(spec, N, R, k, compact_binary_codes(N, D) if compact else codes, D, seed,
+                              options, attributes)
         record = check_family(spec, family)
+        if compact:
+            record["codebook"] = ("binary codes at integer scale stored as float16 (every entry ±1, exact): "
+                                  "the values make_codes gives, so the family check builds in every value")
     else:
         family, record = family_of_builder(spec, N, R, k, codes=codes, D=D, options=options, seed=seed,
                                            attributes=attributes, symmetric=symmetric)
@@ -251,7 +353,7 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
                            attributes=attributes, symmetric=symmetric, task=task,  # type: ignore[arg-type]
                            budget=budget)
         rebuilt = build_on_task(spec, task, k, codes, D, seed, options)
-        same = not same_fields(rebuilt.model, assemble_model(family, task))
+        same = not same_fields(rebuilt.model, assemble_model(family, task), values_only=compact)
         tokens = np.asarray([prompt], dtype=np.int64)
         if spec.decoding == "greedy":
             target = task.table[prompt[k - 1] - N, prompt[k]]  # step 1's answer; then the true chain
@@ -265,10 +367,15 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
             answer = int(task.compose(path)[s_]) + (path[0] * N if attributes == "disjoint" else 0)
             single = check_queries(rebuilt.model, tokens, np.asarray([answer]), integer=integer,
                                    forward="dense", decoder="dense")
+        exact = None
+        if report.passed and spec.decoding != "greedy":  # not confirmed: the witness query's exact margin
+            ex = exact_margins(rebuilt.model, tokens, np.asarray([answer]), budget=budget)
+            exact = [float(ex.lo[0]), float(ex.hi[0])]
         return {"check_passed": report.passed, "min_margin": report.result.min_margin,
                 "accuracy": report.result.accuracy, "same_object": same,
                 "forward_pass": {"forward": single.forward, "decoder": single.decoder,
-                                 "margin": single.min_margin, "correct": single.exact}}
+                                 "margin": single.min_margin, "correct": single.exact},
+                "exact_margin": exact}
 
     cert = certify_built(family.model, encoding, blocks, family.codes.vectors, N, R, k, family.promise,
                          integer=integer, attributes=attributes, symmetric=symmetric, max_points=max_points,
@@ -281,7 +388,7 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
         # check's build on every forward field (tests/test_certify.py), not rebuilt here (2^20 codes)
         record["deterministic"] = True
     elif structural and cert.verdict == "CERTIFIED":
-        # check builds spec.build = the family assembled on the task: the same object only if the family
+        # check builds spec.builder = the family assembled on the task: the same object only if the family
         # builder returns the same F again (a builder drawing from a global stream would not)
         fingerprint = record["fingerprint"]
         del family
@@ -388,6 +495,9 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     sizes_ok = promise is None or (model.d == promise.d and model.mlp_width == promise.m)
     if complete and meets and sizes_ok:
         cert.verdict = "CERTIFIED"
+    elif out.get("step_witness") is not None:  # steps: a task the branching search found
+        task, s, w, margin = out["step_witness"]
+        _report_witness(cert, task, s, types[w], margin, threshold, confirm)
     elif out["failing"]:
         found = witness_for(out["failing"], types, N, R, k, attributes, symmetric,
                              "paths" if encoding.array == "steps" else encoding.slots)
@@ -396,20 +506,8 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
                                         "promise, but the search found no task realizing one",
                                  "lowest_margin": out["failing"][0][0]})
         else:
-            task, s, qt, margin, values = found
-            tokens = [s if t < 0 else t for t in qt.tokens[: len(qt.tokens) - len(qt.entity_positions) + 1]]
-            cert.witness = {"subject": s, "query_type": qt.label, "prompt_tokens": tokens, "margin": margin,
-                            "promised": threshold}
-            cert.witness_table = task.table
-            if confirm is not None:
-                cert.confirmation = confirm(task, tokens)
-                if not cert.confirmation["check_passed"]:
-                    cert.verdict = "REFUTED"
-                else:
-                    cert.reasons.append({"why": "the witness task passed the ordinary checker: not "
-                                                "confirmed"})
-            else:
-                cert.verdict = "REFUTED"
+            task, s, qt, margin, _ = found
+            _report_witness(cert, task, s, qt, margin, threshold, confirm)
     elif complete and not sizes_ok:
         assert promise is not None
         cert.reasons.append({"why": f"sizes d = {model.d}, m = {model.mlp_width} differ from the promise's "
@@ -421,3 +519,32 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
                                     "below it"})
     cert.seconds = time.perf_counter() - start
     return cert
+
+
+def _report_witness(cert: Certificate, task: Task, s: int, qt, margin: float, threshold: float,
+                    confirm: Callable[[Task, list[int]], dict] | None) -> None:
+    """Record a candidate witness in ``cert``: REFUTED when the ordinary checker fails it (``confirm``), or
+    directly without ``confirm``; otherwise a reason saying it was not confirmed."""
+    tokens = [s if t < 0 else t for t in qt.tokens[: len(qt.tokens) - len(qt.entity_positions) + 1]]
+    cert.witness = {"subject": s, "query_type": qt.label, "prompt_tokens": tokens, "margin": margin,
+                    "promised": threshold}
+    cert.witness_table = task.table
+    if confirm is None:
+        cert.verdict = "REFUTED"
+        return
+    cert.confirmation = confirm(task, tokens)
+    if not cert.confirmation["check_passed"]:
+        cert.verdict = "REFUTED"
+        return
+    exact = cert.confirmation.get("exact_margin")
+    promise = cert.promise
+    if exact is not None and promise is not None and exact[1] < promise.margin:
+        # check passes a margin below the promise: its float tolerance is relative to the logit scale
+        tolerance = 1e3 * float(np.finfo(np.float64).eps) * max(abs(promise.margin), abs(promise.logit_scale))
+        why = (f"not confirmed by check, so not REFUTED: on the witness task the query {tokens} has exact "
+               f"margin in [{exact[0]:.6g}, {exact[1]:.6g}] (exact arithmetic on the stored weights), below "
+               f"the promise {promise.margin:.6g}, but check passes it: its promise comparison allows "
+               f"1000·eps·max(|promise|, logit scale {promise.logit_scale:.3g}) = {tolerance:.3g}")
+        cert.reasons.append({"why": why, "exact_margin": exact, "check_tolerance": tolerance})
+    else:
+        cert.reasons.append({"why": "the witness task passed the ordinary checker: not confirmed"})

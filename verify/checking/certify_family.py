@@ -14,13 +14,8 @@ import hashlib
 
 import numpy as np
 
-from georecall.constructions.encoding import (
-    Family,
-    FamilyError,
-    TaskEncoding,
-    validate_family,
-)
-from georecall.constructions.model import MLP, Layer, Model, forward_fields, forward_fingerprint
+from georecall.constructions.encoding import Family, FamilyError, TaskEncoding, validate_family
+from georecall.constructions.model import MLP, Layer, Model, forward_fields
 from georecall.constructions.single_hop import Construction
 from georecall.errors import InputError
 from georecall.theory import seeds
@@ -128,14 +123,15 @@ def code_options(codes, D) -> dict:
 
 
 def build_on_task(spec, task: Task, k: int, codes, D: int | None, seed: int, options: dict) -> Construction:
-    """``spec.build`` as ``check`` calls it: code options only when given, the codes stream of the seed."""
-    return spec.build(task, k, rng=seeds.rng(seed, "codes"), **code_options(codes, D), **options)
+    """``spec.builder`` as ``check`` calls it: code options only when given, the codes stream of the
+    seed."""
+    return spec.builder(task, k, rng=seeds.rng(seed, "codes"), **code_options(codes, D), **options)
 
 
 def build_family(spec, N: int, R: int, k: int, codes, D: int | None, seed: int, options: dict,
-            attributes: str) -> Family:
-    """``spec.family`` as ``check`` reaches it (through ``spec.build = family_build(spec.family)``): the same
-    options and codes stream, and no task."""
+                 attributes: str) -> Family:
+    """``spec.family`` as ``check`` reaches it (through ``spec.builder``, the family assembled on the
+    task): the same options and codes stream, and no task."""
     return spec.family(N, R, k, attributes=attributes, rng=seeds.rng(seed, "codes"),
                        **code_options(codes, D), **options)
 
@@ -178,9 +174,10 @@ def without_declared(model: Model, encoding: TaskEncoding, blocks: np.ndarray) -
                                                     MLP(mlp.W1, mlp.b1, W2, mlp.b2)),))
 
 
-def same_fields(a: Model, b: Model) -> str:
+def same_fields(a: Model, b: Model, *, values_only: bool = False) -> str:
     """'' when the two models agree exactly on every field THE forward pass reads (``FORWARD_FIELDS``), else
-    the first field that differs."""
+    the first field that differs. ``values_only``: arrays are compared by shape and values, not dtype (a
+    compact codebook's float16 read-out against the float64 one: the same numbers)."""
     fa, fb = forward_fields(a), forward_fields(b)
     if fa.keys() != fb.keys():
         return f"the fields {sorted(set(fa) ^ set(fb))}"
@@ -188,7 +185,7 @@ def same_fields(a: Model, b: Model) -> str:
         y = fb[name]
         if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
             if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.shape == y.shape
-                    and x.dtype == y.dtype and np.array_equal(x, y)):
+                    and (values_only or x.dtype == y.dtype) and np.array_equal(x, y)):
                 return name
         elif type(x) is not type(y) or repr(x) != repr(y):  # floats by their exact repr, never by tolerance
             return name
@@ -316,7 +313,9 @@ def check_family(spec, family: Family) -> dict:
 
 def family_fingerprint(family: Family) -> str:
     """A SHA-256 of everything a family contributes to ``F ⊕ enc(π)``: every field THE forward pass reads
-    (``model.forward_fingerprint``), the codebook, the declared coordinates, the encoding and the sizes.
+    (:func:`~georecall.constructions.model.forward_fields`: names, shapes, dtypes, bytes, scalars), the
+    codebook, the declared coordinates, the encoding and the sizes. Arrays are hashed through their buffers
+    (no copy of a 2^24-code read-out).
 
     Parameters
     ----------
@@ -326,11 +325,23 @@ def family_fingerprint(family: Family) -> str:
     -------
     str
     """
-    digest = hashlib.sha256(forward_fingerprint(family.model).encode())
-    for array in (np.ascontiguousarray(family.codes.vectors),
-                  np.ascontiguousarray(family.layout[family.encoding.blocks])):
-        digest.update(repr((array.shape, array.dtype.str)).encode())
-        digest.update(array.tobytes())
+    digest = hashlib.sha256()
+    for name, value in forward_fields(family.model).items():
+        digest.update(name.encode() + b"\0")
+        if isinstance(value, np.ndarray):
+            _hash_array(digest, value)
+        else:
+            digest.update(repr(value).encode())
+    for array in (family.codes.vectors, np.asarray(family.layout[family.encoding.blocks])):
+        _hash_array(digest, array)
     digest.update(repr((family.encoding.as_dict(), family.N, family.R, family.k, family.attributes,
                         family.promise.as_dict())).encode())
     return digest.hexdigest()
+
+
+def _hash_array(digest, array: np.ndarray) -> None:
+    """Shape, dtype and bytes of ``array`` into ``digest``, through its buffer (a copy only when it is not
+    contiguous)."""
+    array = np.ascontiguousarray(array)
+    digest.update(repr((array.shape, array.dtype.str)).encode())
+    digest.update(array.reshape(-1).view(np.uint8))

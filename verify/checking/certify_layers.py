@@ -15,7 +15,14 @@ from georecall.constructions.model import MLP, Layer, Model
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task, paths
 from georecall.theory.tokens import queries
-from georecall.verify.checking.certify_relaxation import KEEP_FAILING, Lowest, QueryType, failure_limits
+from georecall.verify.checking.certify_relaxation import (
+    KEEP_FAILING,
+    Lowest,
+    QueryType,
+    failure_limits,
+    float_allowance,
+)
+from georecall.verify.checking.certify_witness import STEP_SEARCH_NODES, step_witness
 from georecall.verify.checking.decoders import dense_decode
 
 __all__ = [
@@ -23,10 +30,9 @@ __all__ = [
 ]
 
 
-
 def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, R: int, k: int,
                   promise: Promise | None, *, step_scale: float, integer: bool = False,
-                  progress: bool = False) -> dict:
+                  progress: bool = False, search: bool = True) -> dict:
     """The layered certificate for facts declared as steps (A2(b)), with the output of
     :func:`certify_model` (docs/theory.md, "Certification for every task", A2(b)).
 
@@ -41,6 +47,11 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
     i.e. ``a_{π_{r_j}(c)} − a_c`` up to the drift η (bounded from the stored numbers), so S holds a code
     again; after k layers S holds ``a_{π_w(s)}`` up to ``k·η``, and the margins are computed for every code
     as the final state. Float mode only.
+
+    When the argument fails somewhere (a pair not surely on, or another unit not surely off), the state may
+    leave the codebook and nothing is certified; with ``search``, :func:`~georecall.verify.checking.
+    certify_witness.step_witness` then looks for a task whose query fails (branching on the slots the
+    firing pairs read), returned as ``"step_witness"``: ``(task, subject, path index, margin)``.
     """
     u = 2.0**-53
 
@@ -160,7 +171,7 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
                                        f"pre-activation {float(on[c]):.4g} (needs >= σ = {sigma:.3g}) or "
                                        f"another unit reaches {float(others[c]):.4g} (needs <= −σ): the "
                                        "state may not stay a code"})
-            failing_fire += list(bad)
+            failing_fire += [(j, w, int(c)) for c in bad[:4]]
         if progress:
             print(f"\r  layer {j + 1}/{len(layers)}: every path and state decided", end="", file=sys.stderr,
                   flush=True)
@@ -182,7 +193,21 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
     result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": reasons[:16], "points": 0,
                     "shut": shut, "enumerated": enumerated, "types": n_paths, "allowance": allowance,
                     "types_list": types, "drift_per_layer": eta}
-    if failing_fire:
+    if failing_fire:  # the state may leave the codebook: search a task that fails, branching on slots
+        # a candidate fails THE forward pass of one task: definite below the promise by more than that
+        # pass's own forward-error allowance (the induction's drift bound does not hold here)
+        bound = MLP(mlp.W1, mlp.b1, np.abs(W2) + np.where(np.isin(np.arange(d), S), kappa * A_max, 0.0),
+                    mlp.b2)
+        concrete = float_allowance(dataclasses.replace(model, layers=tuple(
+            Layer(layer.attention, bound) for layer in layers)), T)
+        limits = failure_limits(threshold, promise, False, concrete)
+        found = step_witness(model, S, V, kappa, N, R, k, failing_fire, *limits) if search else None
+        if found is None:
+            result["reasons"].append({"why": f"the witness search (branching on the slots that firing pairs "
+                                             f"read, at most {STEP_SEARCH_NODES} tasks) found no task below "
+                                             "the promise: no verdict"})
+        else:
+            result["step_witness"] = found
         return result
     for w in range(n_paths):
         v_read = last[w, cols][None, :] + placed

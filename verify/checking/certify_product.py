@@ -22,6 +22,7 @@ from georecall.errors import InputError
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task, paths
 from georecall.theory.tokens import queries
+from georecall.verify.checking.certify_codes import binary_hypercube, same_memory
 from georecall.verify.checking.certify_relaxation import (
     KEEP_FAILING,
     MAX_POINTS,
@@ -31,14 +32,18 @@ from georecall.verify.checking.certify_relaxation import (
     QueryType,
     SparseRight,
     Unsupported,
+    abs_max,
+    chunk_rows,
     codebook_allowance,
     content_key,
     decode_distinct,
     failure_limits,
     float_allowance,
+    is_integral,
     point_chunks,
     preactivation_slack,
     query_types,
+    row_l1_max,
 )
 from georecall.verify.checking.decoders import dense_decode, detect_hypercube, hypercube_decode
 
@@ -124,23 +129,28 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
         return {"unsupported": "the model has no MLP"}
     if integer:
         for name, array in model.arrays().items():
-            if name != "entity_embedding" and not np.array_equal(array, np.rint(array)):
+            # an array that is the codebook's own memory (a read-out sharing it) is checked once, below
+            if name != "entity_embedding" and not same_memory(array, vectors[:len(array)]) and \
+                    not is_integral(array):
                 raise InputError(f"integer mode: weight {name} is not integral (certify it in float mode: "
                                  "--float)")
-        if not np.array_equal(vectors, np.rint(vectors)):
+        if not is_integral(vectors):
             raise InputError("integer mode: the codebook is not integral (certify it in float mode: --float)")
-    vectors = np.asarray(vectors[:N], dtype=np.float64)
+    vectors = vectors[:N]  # in its own dtype (float16 for a compact codebook: every chunk is cast exactly)
     pieces = Pieces(model, blocks, vectors, integer)
     mlp = model.layers[0].mlp
     b1, b2 = mlp.b1.astype(np.float64), mlp.b2.astype(np.float64)
     W2 = mlp.W2.astype(np.float64)
     cols = pieces.cols
     W2_read = W2[:, cols]
-    U_read = np.asarray(model.readout.matrix, dtype=np.float64)  # (no copy of float64)
-    cube, _ = detect_hypercube(U_read, np.arange(cols.size))
+    U_read = model.readout.matrix
+    cube = binary_hypercube(vectors, U_read) or detect_hypercube(U_read, np.arange(cols.size))[0]
+    if cube is None:  # the dense decoder reads U as float64 (no copy of a float64 read-out)
+        U_read = np.asarray(U_read, dtype=np.float64)
+    U_row_l1 = row_l1_max(U_read)
     disjoint = attributes == "disjoint"
     types = query_types(encoding, N, R, k, disjoint)
-    amax = float(np.abs(vectors).max(initial=0.0))
+    amax = abs_max(vectors)
     result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": [], "points": 0, "shut": 0,
                     "enumerated": 0, "types": len(types), "scale_max": 1, "allowance": 0.0}
     threshold = None if promise is None else promise.margin
@@ -194,7 +204,7 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
                 vb = float(np.abs(c_read).max(initial=0)) + bound * float(np.abs(W2_read).sum(axis=0).max(
                     initial=0)) + len(live) * amax * max(float(np.abs(piece["u"][u]["H"][b]).sum(axis=0).max(
                         initial=0)) for u, b in live)
-                _bound_check(bound, 2 * vb * float(np.abs(U_read).sum(axis=1).max(initial=0)) + 1)
+                _bound_check(bound, 2 * vb * U_row_l1 + 1)
             G_raw = [piece["u"][u]["G"][b][:, active] for u, b in live]
             H_raw = [piece["u"][u]["H"][b] for u, b in live]
             limit, floor = failure_limits(threshold, promise, integer, allowance_by_T.get(T, 0.0))
@@ -325,7 +335,8 @@ def _enumerate_rows(N: int, base: np.ndarray, hs: np.ndarray, placed: np.ndarray
     n_live = hs.size
     n_points = N**n_live
     lowest = Lowest(n_live, limit, floor)
-    for idx, values in point_chunks(N, n_live):
+    rows = chunk_rows(8 * (4 * base.size + 2 * n_live + 16))  # v_read and its temporaries, indices, margins
+    for idx, values in point_chunks(N, n_live, rows):
         v_read = np.broadcast_to(base, (idx.size, base.size)).copy()
         for j, hv in zip(values, hs):
             if hv != 0:
@@ -348,11 +359,15 @@ def _enumerate(N: int, n_live: int, c_pre: np.ndarray, c_read: np.ndarray, G_raw
     G_live, H_live = [SparseRight(G) for G in G_raw], [SparseRight(H) for H in H_raw]
     W2a = SparseRight(W2a_raw)
     lowest = Lowest(n_live, limit, floor)
-    for idx, values in point_chunks(N, n_live):
+    # per point: z, v_read and a gathered temporary of each, the codes, indices and margins
+    rows = chunk_rows(8 * (3 * c_pre.size + 3 * c_read.size + vectors.shape[1] + 2 * n_live + 16))
+    for idx, values in point_chunks(N, n_live, rows):
         z = np.broadcast_to(c_pre, (idx.size, c_pre.size)).copy()
         v_read = np.broadcast_to(c_read, (idx.size, c_read.size)).copy()
         for j, G, H in zip(values, G_live, H_live):
-            codes_j = vectors if (n_live == 1 and idx.size == N) else vectors[j]
+            # one live slot: the chunk's codes are consecutive rows (a view, no gather)
+            codes_j = vectors[int(idx[0]) : int(idx[-1]) + 1] if n_live == 1 else vectors[j]
+            codes_j = codes_j.astype(np.float64, copy=False)  # a compact chunk widened once (exact)
             G.add_to(z, codes_j)
             H.add_to(v_read, codes_j)
         np.maximum(z, 0, out=z)

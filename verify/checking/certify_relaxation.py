@@ -27,6 +27,7 @@ from georecall.theory.tasks import paths
 from georecall.verify.checking.decoders import dense_decode
 
 __all__ = [
+    "CHUNK_BYTES",
     "CHUNK_POINTS",
     "KEEP_FAILING",
     "MAX_POINTS",
@@ -36,21 +37,27 @@ __all__ = [
     "QueryType",
     "SparseRight",
     "Unsupported",
+    "abs_max",
+    "chunk_rows",
     "codebook_allowance",
     "content_key",
     "decode_distinct",
     "exact_scores",
     "failure_limits",
     "float_allowance",
+    "is_integral",
     "point_chunks",
     "preactivation_slack",
     "query_types",
+    "row_l1_max",
     "stand_in",
 ]
 
 MAX_POINTS = 2**24  # largest product of enumerated slot codebooks per query type
-CHUNK_POINTS = 2**16  # points evaluated at once
+CHUNK_POINTS = 2**16  # points evaluated at once (at most)
+CHUNK_BYTES = 2**27  # the arrays of one chunk of points (``chunk_rows``)
 KEEP_FAILING = 64  # failing points kept (lowest margins first) for the search of a realizable one
+SCAN_BYTES = 2**24  # bytes of an array scanned at once (no temporary of a 2^24-code read-out's size)
 UNIT = -1  # the "position" of a slot that is an MLP unit's row (facts in W2: A1, A2(a))
 
 
@@ -369,12 +376,29 @@ class Lowest:
             del self.failing[KEEP_FAILING:]
 
 
-def point_chunks(N: int, n_live: int):
-    """The N^n_live joint points in chunks of ``CHUNK_POINTS``: ``(idx, values)``, where ``values[j]`` is the
-    j-th live slot's code index at each point (the mixed-radix digits of ``idx``, least significant first)."""
+def chunk_rows(per_point_bytes: int) -> int:
+    """Points per chunk: :data:`CHUNK_POINTS`, fewer when a point's arrays take more than
+    ``CHUNK_BYTES / CHUNK_POINTS`` (a chunk's arrays stay within :data:`CHUNK_BYTES`, which
+    ``certify.certify_estimate`` counts).
+
+    Parameters
+    ----------
+    per_point_bytes : int
+        Bytes the enumeration's arrays take per point.
+
+    Returns
+    -------
+    int
+    """
+    return max(1, min(CHUNK_POINTS, CHUNK_BYTES // max(1, int(per_point_bytes))))
+
+
+def point_chunks(N: int, n_live: int, rows: int = CHUNK_POINTS):
+    """The N^n_live joint points in chunks of ``rows``: ``(idx, values)``, where ``values[j]`` is the j-th
+    live slot's code index at each point (the mixed-radix digits of ``idx``, least significant first)."""
     n_points = N**n_live
-    for start in range(0, n_points, CHUNK_POINTS):
-        idx = np.arange(start, min(n_points, start + CHUNK_POINTS), dtype=np.int64)
+    for start in range(0, n_points, rows):
+        idx = np.arange(start, min(n_points, start + rows), dtype=np.int64)
         values = []
         rest = idx
         for _ in range(n_live):
@@ -423,7 +447,7 @@ def failure_limits(threshold: float | None, promise: Promise | None, integer: bo
 def stand_in(model: Model, vectors: np.ndarray) -> Model:
     """``model`` with a one-row entity table holding the codebook's largest magnitude: the magnitudes the
     forward-error bounds need (the family's own table is left out)."""
-    bound = float(np.abs(vectors).max(initial=0.0))
+    bound = abs_max(vectors)
     return Model(np.full((1, model.d), bound), model.relation_embedding, model.unembedding, model.layers,
                  model.position_embedding, readout_columns=model.readout_columns)
 
@@ -459,3 +483,59 @@ def preactivation_slack(model: Model, vectors: np.ndarray, T: int, terms: int, w
     e_y = n * u / (1 - n * u) * B_y + weight_error * pre
     B_z = B_y * col(mlp.W1) + float(np.abs(mlp.b1).max(initial=0.0))
     return 4.0 * (n * u / (1 - n * u) * B_z + e_y * col(mlp.W1))
+
+
+def _row_blocks(array: np.ndarray, widen: bool = False):
+    """Row blocks of ``array`` of about :data:`SCAN_BYTES` each; ``widen``: float16 blocks as float32
+    (exact, and faster to compute with)."""
+    rows = max(1, SCAN_BYTES // max(1, array[0].nbytes if array.ndim and len(array) else 1))
+    for start in range(0, len(array) if array.ndim else 1, rows):
+        block = array[start : start + rows] if array.ndim else array
+        yield block.astype(np.float32) if widen and block.dtype == np.float16 else block
+
+
+def is_integral(array: np.ndarray) -> bool:
+    """Whether every entry of ``array`` is an integer (exact comparison with its rounding), scanned in row
+    blocks.
+
+    Parameters
+    ----------
+    array : numpy.ndarray
+
+    Returns
+    -------
+    bool
+    """
+    return all(np.array_equal(block, np.rint(block)) for block in _row_blocks(np.asarray(array), True))
+
+
+def row_l1_max(array: np.ndarray) -> float:
+    """``max_i Σ_j |array[i, j]|`` in float64, scanned in row blocks (0 for no rows).
+
+    Parameters
+    ----------
+    array : numpy.ndarray
+        2-D.
+
+    Returns
+    -------
+    float
+    """
+    return max((float(np.abs(block).sum(axis=1, dtype=np.float64).max(initial=0.0))
+                for block in _row_blocks(array, True)), default=0.0)
+
+
+def abs_max(array: np.ndarray) -> float:
+    """``max |array|`` as a float (0 for an empty array), scanned in row blocks (no temporary of the
+    array's size).
+
+    Parameters
+    ----------
+    array : numpy.ndarray
+
+    Returns
+    -------
+    float
+    """
+    blocks = _row_blocks(np.asarray(array))
+    return max((float(np.abs(block).max(initial=0.0)) for block in blocks), default=0.0)

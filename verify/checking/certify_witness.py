@@ -4,20 +4,37 @@
 A failing point fixes some answers ``π_path(s)`` of one subject; :func:`realize` searches partial
 injections depth-first for a task that has them and completes it to bijections. In G1 every tuple of one
 subject's codes is realizable; in G2 the path slots are not independent, so a point may be unrealizable.
+
+Facts declared as steps (A2(b)) have no product-set point to realize when the layered argument fails: the
+state may leave the codebook. :func:`step_witness` then branches on the slots the units that fire read
+(docs/theory.md, "Certification for every task", A2(b)): starting from a task whose chain reaches the state
+where the argument failed, it evaluates THE forward pass on every query of the task (a failing one is the
+candidate), takes the first slot ``π_r(v)`` that a pair firing on the failing query reads and that is not
+fixed yet, and tries every value of it in turn (completing the rest to bijections), depth first, within
+:data:`STEP_SEARCH_NODES` tasks (fewer for large N·R^k: at most 2·10^7 query evaluations). A task
+found is only a candidate: certify reports REFUTED only when the ordinary checker fails it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from georecall.constructions.forward import forward
+from georecall.constructions.model import MLP, Layer, Model
 from georecall.theory.tasks import Task, paths
 from georecall.verify.checking.certify_relaxation import UNIT, QueryType
 
 __all__ = [
+    "STEP_SEARCH_NODES",
     "realize",
+    "step_model",
+    "step_witness",
     "witness_for",
 ]
 
+STEP_SEARCH_NODES = 2000  # tasks the A2(b) witness search evaluates at most (THE forward pass on one query)
 
 
 # ----------------------------------------------------------------------------------------- realizing
@@ -151,7 +168,7 @@ def _complete(N: int, R: int, fwd, symmetric: bool) -> np.ndarray | None:
 
 
 def witness_for(failing, types: list[QueryType], N: int, R: int, k: int, attributes: str,
-                 symmetric: bool, slots: str) -> tuple[Task, int, QueryType, float, list[int]] | None:
+                symmetric: bool, slots: str) -> tuple[Task, int, QueryType, float, list[int]] | None:
     rows = paths(R, k) if slots == "paths" else None
     for margin, qi, values, live in failing:
         qt = types[qi]
@@ -173,4 +190,147 @@ def witness_for(failing, types: list[QueryType], N: int, R: int, k: int, attribu
         if found is not None:
             task, s = found
             return task, s, qt, margin, values
+    return None
+
+
+# ------------------------------------------------------------------------------- steps (A2(b)): branching
+
+
+def step_model(model: Model, block: np.ndarray, vectors: np.ndarray, step_scale: float,
+               table: np.ndarray) -> Model:
+    """The family of steps on one task: pair ``p = r·N + v`` of the shared MLP gets ``±κ·a_{π_r(v)}`` on the
+    declared block (``encoding.assemble_model`` for steps; tests/test_certify.py compares them).
+
+    Parameters
+    ----------
+    model : Model
+        The family's model (W2 without the task's part).
+    block : numpy.ndarray
+        The declared coordinates S.
+    vectors : numpy.ndarray
+        The codebook.
+    step_scale : float
+        κ.
+    table : numpy.ndarray
+        The task's ``(R, N)`` table.
+
+    Returns
+    -------
+    Model
+        Every layer shares the one new MLP, as in the family.
+    """
+    mlp = model.layers[0].mlp
+    assert mlp is not None
+    W2 = np.array(mlp.W2)
+    added = step_scale * np.asarray(vectors, dtype=np.float64)[np.asarray(table).reshape(-1)]
+    W2[0::2, block] += added
+    W2[1::2, block] -= added
+    shared = MLP(mlp.W1, mlp.b1, W2, mlp.b2)
+    return dataclasses.replace(model, layers=tuple(Layer(layer.attention, shared) for layer in model.layers))
+
+
+def step_witness(model: Model, block: np.ndarray, vectors: np.ndarray, step_scale: float, N: int, R: int,
+                 k: int, failures: list[tuple[int, int, int]], limit: float, floor: float,
+                 max_nodes: int = STEP_SEARCH_NODES) -> tuple[Task, int, int, float] | None:
+    """A task on which THE forward pass of the steps family answers a query with a margin below ``limit`` (or
+    at most ``floor``), searched by branching on the slots that firing units read (module docstring).
+
+    Parameters
+    ----------
+    model, block, vectors, step_scale
+        The family (as :func:`step_model`).
+    N, R, k : int
+        Sizes.
+    failures : list of (int, int, int)
+        Where the layered argument failed: ``(layer j, 0-based; path index w; state c)``, searched in order.
+    limit, floor : float
+        A margin below ``limit`` or at most ``floor`` is a failure (``certify_relaxation.failure_limits``).
+    max_nodes : int
+        Evaluations in all.
+
+    Returns
+    -------
+    (Task, int, int, float) or None
+        The task, the subject, the path index and the margin THE forward pass computes there.
+    """
+    rows = paths(R, k)
+    every = np.asarray([[N + int(r) for r in rows[w]] + [s] for w in range(rows.shape[0]) for s in range(N)],
+                       dtype=np.int64)  # query index w·N + s
+    budget = [max(20, min(max_nodes, 2 * 10**7 // max(1, every.shape[0])))]  # bounded work in all
+
+    def evaluate(table: np.ndarray, s: int, w: int) -> tuple[float, int, list[tuple[int, int]]]:
+        """The lowest margin over every query of the task and its query, and the slots the pairs firing on
+        query (s, w) read, layer by layer, the strongest first."""
+        stepped = step_model(model, block, vectors, step_scale, table)
+        answers = np.arange(N)
+        for j in range(k):  # r_1 first: column k − 1 − j of the paths
+            answers = table[rows[:, k - 1 - j][:, None], answers[None, :] if j == 0 else answers]
+        answers = np.asarray(answers).reshape(-1)
+        logits = np.array(forward(stepped, every), dtype=np.float64)
+        at = np.arange(every.shape[0])
+        right = logits[at, answers]
+        logits[at, answers] = -np.inf
+        margins = right - logits.max(axis=1) if logits.shape[1] > 1 else np.full(at.size, np.inf)
+        worst = int(np.argmin(margins))
+        _, trace = forward(stepped, every[w * N + s : w * N + s + 1], trace=True)
+        read: list[tuple[int, int]] = []
+        for hidden in trace.hidden:
+            h = np.asarray(hidden, dtype=np.float64).reshape(-1, hidden.shape[-1])[-1]
+            pairs = np.maximum(h[0::2], h[1::2])
+            for p in np.flatnonzero(pairs > 0)[np.argsort(-pairs[pairs > 0], kind="stable")]:
+                slot = divmod(int(p), N)
+                if slot not in read:
+                    read.append(slot)
+        return float(margins[worst]), worst, read
+
+    def search(fwd: list[dict[int, int]], bwd: list[dict[int, int]], s: int, w: int):
+        budget[0] -= 1
+        table = _complete(N, R, fwd, False)
+        if table is None:
+            return None
+        margin, worst, read = evaluate(table, s, w)
+        if margin < limit or margin <= floor:
+            w_fail, s_fail = divmod(worst, N)
+            return Task(table), s_fail, w_fail, margin
+        free = next(((r, v) for r, v in read if v not in fwd[r]), None)
+        if free is None:
+            return None
+        r, v = free
+        for target in range(N):
+            if budget[0] <= 0:
+                return None
+            if target in bwd[r]:
+                continue
+            fwd[r][v], bwd[r][target] = target, v
+            found = search(fwd, bwd, s, w)
+            del fwd[r][v], bwd[r][target]
+            if found is not None:
+                return found
+        return None
+
+    seen = set()
+    for j, w, c in failures:
+        if budget[0] <= 0 or (j, w, c) in seen:
+            break
+        seen.add((j, w, c))
+        applied = [int(r) for r in rows[w][::-1]]
+        fwd: list[dict[int, int]] = [dict() for _ in range(R)]
+        bwd: list[dict[int, int]] = [dict() for _ in range(R)]
+        if j == 0:
+            s = c
+        else:  # a chain s -> ... -> c over the path's first j relations
+            reached = realize(N, R, [(applied[:j], c)], max_nodes=200)
+            if reached is None:
+                continue
+            task, s = reached
+            at = s
+            for r in applied[:j]:
+                nxt = int(task.table[r, at])
+                if at in fwd[r] and fwd[r][at] != nxt:
+                    break
+                fwd[r][at], bwd[r][nxt] = nxt, at
+                at = nxt
+        found = search(fwd, bwd, s, w)
+        if found is not None:
+            return found
     return None

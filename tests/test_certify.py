@@ -384,9 +384,19 @@ def test_a_construction_without_a_declaration_is_unknown_with_a_reason():
     assert c.verdict == "UNKNOWN" and not c.passed and "declares no task encoding" in c.reasons[0]["why"]
 
 
-@pytest.mark.parametrize("N, R, k, options", [(256, 3, 3, {}), (64, 2, 2, {"attention": "hard"}),
+@pytest.mark.parametrize("N, R, k, options", [(64, 3, 3, {}), (64, 2, 2, {"attention": "hard"}),
                                               (16, 3, 1, {})])
-def test_a2b_is_certified_layer_by_layer_at_its_verify_size(N, R, k, options):
+def test_a2b_is_certified_layer_by_layer(N, R, k, options):
+    """Below its verify size in the default run (the check beside it costs seconds there)."""
+    _a2b_certified_case(N, R, k, options)
+
+
+@pytest.mark.slow
+def test_a2b_is_certified_layer_by_layer_at_its_verify_size():
+    _a2b_certified_case(256, 3, 3, {})
+
+
+def _a2b_certified_case(N, R, k, options):
     c = cert.certify("A2b", N, R, k, options=options)
     seeded = run_check("A2b", N, R, k, options=options)
     assert c.verdict == "CERTIFIED", c.reasons
@@ -770,20 +780,31 @@ CENSUS = [("G1", 3, 2, 1, True, "binary", {}), ("G1", 3, 2, 1, False, "sign", {}
 
 
 @pytest.mark.parametrize("key, N, R, k, integer, codes, options", CENSUS)
+def test_brute_force_census_of_ten_draws_is_sound(key, N, R, k, integer, codes, options, capsys):
+    """The census's first ten draws in the default run (soundness asserted in ``_soundness_case``)."""
+    _census(key, N, R, k, integer, codes, options, capsys, 10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key, N, R, k, integer, codes, options", CENSUS)
 def test_brute_force_census_reports_how_often_unknown_meets_all_pass(key, N, R, k, integer, codes, options,
                                                                     capsys):
     """A fixed census (seeds 0..39 per construction): certify's verdict against the brute-force truth over
     all tasks. Asserts soundness only (inside ``_soundness_case``); the counts are printed (docs/theory.md
     quotes them)."""
+    _census(key, N, R, k, integer, codes, options, capsys, 40)
+
+
+def _census(key, N, R, k, integer, codes, options, capsys, draws):
     TALLY.clear()
-    for seed in range(40):
+    for seed in range(draws):
         scale = ([1, 1, 2] if integer else [0.1, 0.3, 0.6])[seed % 3]
         fraction = ([0.02, 0.05, 0.1] if integer else [0.05, 0.15, 0.3])[(seed // 3) % 3]
         _soundness_case(key, N, R, k, integer, codes, seed, scale, fraction, options)
     with capsys.disabled():
         print(f"\ncensus {key} {codes} {'int' if integer else 'float'} N={N} R={R} k={k}:",
               dict(sorted(TALLY.items())))
-    assert sum(TALLY.values()) == 40
+    assert sum(TALLY.values()) == draws
 
 
 # ------------------------------------------------------------------------------------ planted counterexamples
@@ -808,9 +829,9 @@ def _sampled_tasks_pass(spec, args, options, n):
 
 
 # The default run's case where a planted counterexample's verify size takes seconds: the same behaviour at a
-# smaller N (P2's code pair is held by neither THE seeded task nor the ten sampled tasks at N = 256 either);
-# the verify sizes run under -m slow.
-SHORTER = {"P2": {"N": 256}}
+# smaller N (the code pair of each is held by neither THE seeded task nor the ten sampled tasks at N = 256
+# either: computed once, and the test would fail otherwise); the verify sizes run under -m slow.
+SHORTER = {"P2": {"N": 256}, "P4": {"N": 256}, "P6": {"N": 256}}
 
 
 @pytest.mark.parametrize("spec", PLANTED, ids=[s.id for s in PLANTED])
@@ -961,6 +982,12 @@ def test_certify_of_one_entity_agrees_with_check(capsys):
         code, _, _ = run(["certify", *argv, "--quiet"], capsys)
         check_code, _, _ = run(["check", *argv, "--quiet"], capsys)
         assert code == check_code == 0
+
+
+def test_certify_of_one_entity_says_there_is_no_margin_instead_of_printing_a_dash(capsys):
+    code, out, _ = run(["certify", "single-hop", "--N", "1", "--R", "1", "--quiet"], capsys)
+    assert code == 0 and "CERTIFIED" in out
+    assert "margin >=" not in out and "one possible answer, so no wrong answer to beat" in out
 
 
 def test_integer_mode_on_a_non_integral_user_construction_is_bad_input(tmp_path, capsys):

@@ -362,16 +362,19 @@ def _enumerate(N: int, n_live: int, c_pre: np.ndarray, c_read: np.ndarray, G_raw
     # per point: z, v_read and a gathered temporary of each, the codes, indices and margins
     rows = chunk_rows(8 * (3 * c_pre.size + 3 * c_read.size + vectors.shape[1] + 2 * n_live + 16))
     for idx, values in point_chunks(N, n_live, rows):
-        z = np.broadcast_to(c_pre, (idx.size, c_pre.size)).copy()
-        v_read = np.broadcast_to(c_read, (idx.size, c_read.size)).copy()
+        # coordinate-major (a row per unit or coordinate, a column per point): the sparse products gather
+        # contiguous rows, and the hypercube decoder reads the coordinates as rows
+        zT = np.repeat(c_pre[:, None], idx.size, axis=1)
+        vT = np.repeat(c_read[:, None], idx.size, axis=1)
         for j, G, H in zip(values, G_live, H_live):
             # one live slot: the chunk's codes are consecutive rows (a view, no gather)
             codes_j = vectors[int(idx[0]) : int(idx[-1]) + 1] if n_live == 1 else vectors[j]
-            codes_j = codes_j.astype(np.float64, copy=False)  # a compact chunk widened once (exact)
-            G.add_to(z, codes_j)
-            H.add_to(v_read, codes_j)
-        np.maximum(z, 0, out=z)
-        W2a.add_to(v_read, z)
+            codesT = codes_j.T.astype(np.float64, order="C")  # (D, n); a compact chunk widened (exact)
+            G.add_to_T(zT, codesT)
+            H.add_to_T(vT, codesT)
+        np.maximum(zT, 0, out=zT)
+        W2a.add_to_T(vT, zT)
+        v_read = vT.T  # (n, c), a view
         answers = values[0] + offset
         if cube is not None:
             _, margins = hypercube_decode(cube, v_read, answers)

@@ -40,6 +40,7 @@ __all__ = [
     "abs_max",
     "chunk_rows",
     "codebook_allowance",
+    "column_extremes",
     "content_key",
     "decode_distinct",
     "exact_scores",
@@ -113,7 +114,7 @@ class Pieces:
         layer = model.layers[0]
         self.att, self.mlp = layer.attention, layer.mlp
         self.cols = model.readout.columns
-        self.cmax, self.cmin = vectors.max(axis=0), vectors.min(axis=0)
+        self.cmax, self.cmin = column_extremes(vectors)
         self.Q = model.relation_embedding.astype(np.float64)
         self._cache: dict[int, dict] = {}
         self.weight_error: dict[int, float] = {}  # per T: relative rounding of the softmax weights
@@ -274,6 +275,15 @@ class SparseRight:
             return
         for k in range(self.ranks):
             out += X[:, self.index[k]] * self.value[k]
+
+    def add_to_T(self, outT: np.ndarray, XT: np.ndarray) -> None:
+        """``outT += (X @ W).T = W.T @ X.T`` for coordinate-major ``XT (a, n)``, ``outT (b, n)``: the sparse
+        case gathers whole rows of ``XT`` (contiguous), the same products and sums as :meth:`add_to`."""
+        if not self.sparse:
+            outT += self.W.T @ XT
+            return
+        for k in range(self.ranks):
+            outT += XT[self.index[k]] * self.value[k][:, None]
 
 
 class Unsupported(ValueError):
@@ -539,3 +549,25 @@ def abs_max(array: np.ndarray) -> float:
     """
     blocks = _row_blocks(np.asarray(array))
     return max((float(np.abs(block).max(initial=0.0)) for block in blocks), default=0.0)
+
+
+def column_extremes(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(array.max(axis=0), array.min(axis=0))`` as float64, scanned in row blocks (float16 widened to
+    float32 first: exact, and far faster to reduce).
+
+    Parameters
+    ----------
+    array : numpy.ndarray
+        2-D, at least one row.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+    """
+    top = bottom = None
+    for block in _row_blocks(np.asarray(array), True):
+        hi, lo = block.max(axis=0).astype(np.float64), block.min(axis=0).astype(np.float64)
+        top = hi if top is None else np.maximum(top, hi)
+        bottom = lo if bottom is None else np.minimum(bottom, lo)
+    assert top is not None and bottom is not None
+    return top, bottom

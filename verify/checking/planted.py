@@ -25,6 +25,13 @@ outside the arrays — the read-out's columns (:data:`READOUT_COLUMNS`), an atte
 (:data:`HARD_TIE`), and an honest family promising margin 1000 at logit scale 1e20 (:data:`HUGE_SCALE`).
 None may be CERTIFIED: each is REFUTED with a witness the ordinary checker fails, refused naming the field
 that depends on the task, or UNKNOWN saying what was (not) established (tests/test_certify.py).
+
+Facts stored in an MLP cannot be broken rarely (a unit's firing is task-independent and its effect linear in
+the written codes), so their counterexamples fail most tasks, the seeded one too: :data:`FOREIGN_A1` and
+:data:`FOREIGN_A2A` (a unit that also fires on a foreign query) and :data:`LEAKY_A2B` (an A2(b) pair that
+fires on its neighbours' states, so the state leaves the codebook: the layered argument fails and certify's
+branching witness search must find the task). They are the negative controls of the A1, A2(a) and A2(b)
+rows of ``georecall verify``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,12 @@ both ≤ 2 GiB (a structural certificate builds no task). A case refused by its 
 as refused, with the estimate's message. Prints the machine's load average before and after: on a
 shared machine the times move with it.
 
+Measured on 2026-12-02 (2 cores shared by five sessions; ``--no-check``; wall s, peak RSS GiB, estimate GiB,
+load average before -> after): g1-4096 2.60 s 0.06 (0.20) 5.0 -> 5.0; big (2^20) 7.48 s 0.23 (0.28)
+5.0 -> 5.4; big-float 10.41 s 0.68 (0.71) 5.4 -> 5.4; huge (2^24, --max-gib 2) 63.59 s 1.20 (1.48)
+5.4 -> 4.9; g2 1.91 s 0.07; c1 1.56 s 0.05; a2b 2.61 s 0.07 (load 4.9 -> 4.8). All CERTIFIED. ``check`` was
+not rerun (2^20 needs 6.6 GiB); its earlier numbers are in the README.
+
 Run by hand (nice it on a shared machine):
     nice -n 10 python benchmarks/bench_certify.py
     nice -n 10 python benchmarks/bench_certify.py --only big
@@ -60,22 +66,28 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()}")
     for name in args.only or list(CASES):
         argv = CASES[name]
+        load = os.getloadavg()[0]
         seconds, peak, doc = _peak_of_child(["certify", *argv])
+        load = f"load {load:.1f} -> {os.getloadavg()[0]:.1f}"
         if "refused" in doc:
-            print(f"certify {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  refused: {doc['refused']}")
+            print(f"certify {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  refused ({load}): {doc['refused']}")
             continue
         margin = doc.get("min_margin_exact") or doc.get("min_margin")
-        print(f"certify {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  {doc['verdict']}  min margin {margin}"
-              f"  (promise {doc['promise']['margin']:.6g}; {doc['points']:,} points, "
-              f"{doc['query_types']:,} query types)")
+        estimate = doc.get("memory", {}).get("total_gib")
+        print(f"certify {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB (estimate {estimate} GiB)  "
+              f"{doc['verdict']}  min margin {margin}  (promise {doc['promise']['margin']:.6g}; "
+              f"{doc['points']:,} points, {doc['query_types']:,} query types; {load})")
         if not args.no_check:
+            load = os.getloadavg()[0]
             seconds, peak, doc = _peak_of_child(["check", *argv])
+            load = f"load {load:.1f} -> {os.getloadavg()[0]:.1f}"
             if "refused" in doc:
-                print(f"check   {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  refused: {doc['refused']}")
+                print(f"check   {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  refused ({load}): "
+                      f"{doc['refused']}")
                 continue
             verdict = "PASS" if doc["passed"] else "FAIL"
             print(f"check   {name:10s} {seconds:7.2f} s  {peak:5.2f} GiB  {verdict}"
-                  f"  min margin {doc['check']['min_margin']:.6g} (the seeded task only)")
+                  f"  min margin {doc['check']['min_margin']:.6g} (the seeded task only; {load})")
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -121,3 +121,38 @@ def test_an_imperfect_g1_fails_the_probe_row(monkeypatch):
 
     monkeypatch.setattr(probes, "probe_all", noisy)
     assert not suite.section_probes(0)[0].passed
+
+
+# ------------------------------------------------------------- the "certified for every task" rows (certify)
+
+
+@pytest.mark.parametrize("spec_id, family, N", [("A2a", "_a2a_foreign_family", 16),
+                                                ("A2b", "_a2b_leaky_family", 64)])
+def test_a_broken_a2_family_fails_its_certified_row(spec_id, family, N):
+    """A2(a) with a unit firing on a foreign query, A2(b) with a pair leaking onto other states: the row's
+    CERTIFIED check fails (certify REFUTES them, with a witness the ordinary checker fails)."""
+    from georecall.verify.checking import planted
+    from georecall.verify.sections import certified
+
+    base = registry.get(spec_id)
+    broken = dataclasses.replace(base, id=f"{spec_id}-broken", name=f"{base.name}-broken", build=None,
+                                 family=getattr(planted, family), verify_cases=({"N": N, "R": 2, "k": 2},))
+    row = certified.certified_row(broken)
+    assert not row.passed
+    (name, passed), = row.extra_checks.items()
+    assert "CERTIFIED for every task" in name and not passed
+    case = row.extra["cases"][0]
+    assert case["verdict"] == "REFUTED" and case["confirmation"]["check_passed"] is False
+
+
+@pytest.mark.parametrize("spec_id", ["A2a", "A2b"])
+def test_an_a2_row_whose_control_is_not_a_counterexample_fails(monkeypatch, spec_id):
+    """The control replaced by the correct construction itself: certify does not REFUTE it, the row fails."""
+    from georecall.verify.sections import certified
+
+    _, N, R, k, options = certified.CONTROLS[spec_id]
+    monkeypatch.setitem(certified.CONTROLS, spec_id, (registry.get(spec_id), N, R, k, options))
+    row = certified.certified_row(dataclasses.replace(registry.get(spec_id),
+                                                      verify_cases=({"N": 16, "R": 2, "k": 2},)))
+    assert not row.passed and not row.extra_checks[f"control {spec_id}: certify REFUTES it"]
+    assert row.extra_checks[f"control {spec_id}: its witness task fails check"] is False

@@ -25,6 +25,13 @@ outside the arrays — the read-out's columns (:data:`READOUT_COLUMNS`), an atte
 (:data:`HARD_TIE`), and an honest family promising margin 1000 at logit scale 1e20 (:data:`HUGE_SCALE`).
 None may be CERTIFIED: each is REFUTED with a witness the ordinary checker fails, refused naming the field
 that depends on the task, or UNKNOWN saying what was (not) established (tests/test_certify.py).
+
+Facts stored in an MLP cannot be broken rarely (a unit's firing is task-independent and its effect linear in
+the written codes), so their counterexamples fail most tasks, the seeded one too: :data:`FOREIGN_A1` and
+:data:`FOREIGN_A2A` (a unit that also fires on a foreign query) and :data:`LEAKY_A2B` (an A2(b) pair that
+fires on its neighbours' states, so the state leaves the codebook: the layered argument fails and certify's
+branching witness search must find the task). They are the negative controls of the A1, A2(a) and A2(b)
+rows of ``georecall verify``.
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ from georecall.constructions.single_hop import Construction
 from georecall.errors import ConditionError
 from georecall.theory.tasks import Task, paths
 
-__all__ = ["ADVERSARIAL", "DERIVED_FROM_TABLE", "FOREIGN_A1", "HARD_TIE", "HUGE_SCALE", "PLANTED",
-           "RARE_TASK", "READOUT_COLUMNS", "TEMPERATURE", "plant_pair_detector", "rare_task"]
+__all__ = ["ADVERSARIAL", "DERIVED_FROM_TABLE", "FOREIGN_A1", "FOREIGN_A2A", "HARD_TIE", "HUGE_SCALE",
+           "LEAKY_A2B", "PLANTED", "RARE_TASK", "READOUT_COLUMNS", "TEMPERATURE", "plant_pair_detector",
+           "rare_task"]
 
 
 def plant_pair_detector(built: Construction, *, blocks_name: str, slot_a: int, slot_b: int, code_a: int,
@@ -299,6 +307,40 @@ def _huge_scale_family(N: int, R: int, k: int = 1, **options) -> Family:
     return dataclasses.replace(family, promise=promise)
 
 
+def _a2b_leaky_family(N: int, R: int, k: int = 1, **options) -> Family:
+    """A2(b) whose pair for the fact ``(relation 0, entity 1)`` has its threshold lowered by gap/2: on a
+    state ``a_c`` next to ``a_1`` (one bit apart: ``<a_1, a_c> = μ|a|²``) with relation 0 asked (gate at
+    least ``1 − ε``, ε = 1/16) it reaches ``gap/4 − 2·gap·ε = gap/8 > 0`` and adds a quarter of its step,
+    ``(a_{π_0(1)} − a_1)/4``, to the state. Whenever ``π_0(1) ≠ 1`` the state leaves the codebook (the
+    answer's margin halves, or the next layers misread it): the layered argument fails and the branching
+    witness search must find a task the ordinary checker fails. Like :data:`FOREIGN_A1`, a planted failure
+    of facts stored in an MLP is linear in the written codes and cannot be made rare: the seeded task
+    fails too."""
+    family = registry.get("A2b").family(N, R, k, **options)  # type: ignore[misc]
+    mlp = family.model.layers[0].mlp
+    assert mlp is not None
+    b1 = np.array(mlp.b1)
+    p = 0 * N + 1  # pair index r·N + v of (r = 0, v = 1)
+    b1[2 * p : 2 * p + 2] += family.codes.gap / 2
+    shared = MLP(mlp.W1, b1, mlp.W2, mlp.b2)
+    layers = tuple(Layer(layer.attention, shared) for layer in family.model.layers)
+    return dataclasses.replace(family, model=dataclasses.replace(family.model, layers=layers))
+
+
+def _a2a_foreign_family(N: int, R: int, k: int = 2, **options) -> Family:
+    """A2(a) whose unit for (subject 0, path 0) also listens to relation 1 at the first hop: on the query
+    (subject 0, path 0 with its first relation replaced by 1) it fires as strongly as that query's own unit,
+    and the output is the sum of two answers' codes (wrong on most tasks, the seeded one too: a planted
+    failure of facts in W2 cannot be made rare, as for :data:`FOREIGN_A1`)."""
+    family = registry.get("A2a").family(N, R, k, **options)  # type: ignore[misc]
+    mlp = family.model.layers[0].mlp
+    assert mlp is not None and R >= 2
+    W1 = np.array(mlp.W1)
+    W1[family.layout["gate_groups"][0][1], 0] = 1.0
+    layer = Layer(family.model.layers[0].attention, MLP(W1, mlp.b1, mlp.W2, mlp.b2))
+    return dataclasses.replace(family, model=dataclasses.replace(family.model, layers=(layer,)))
+
+
 def _adversarial(id_: str, name: str, base: str, result: str, cases: tuple[dict, ...], *, build=None,
                  family=None) -> ConstructionSpec:
     spec = registry.get(base)
@@ -322,4 +364,10 @@ HARD_TIE = _adversarial("P12", "planted-float-hard-tie", "G2", "G2 whose hard sc
                         ({"N": 64, "R": 3, "k": 1, "attention": "hard"},), family=_hard_tie_family)
 HUGE_SCALE = _adversarial("P13", "planted-huge-logit-scale", "G1", "G1 promising margin 1000 at scale 1e20",
                           ({"N": 64, "R": 3},), family=_huge_scale_family)
+LEAKY_A2B = _adversarial("P14", "planted-a2b-leaky-pair", "A2b",
+                         "A2(b) whose pair for (relation 0, entity 1) also fires on entity 0",
+                         ({"N": 64, "R": 2, "k": 2},), family=_a2b_leaky_family)
+FOREIGN_A2A = _adversarial("P15", "planted-a2a-foreign-unit", "A2a",
+                           "A2(a) whose unit for (0, path 0) also fires on another path's query",
+                           ({"N": 16, "R": 2, "k": 2},), family=_a2a_foreign_family)
 ADVERSARIAL = (RARE_TASK, DERIVED_FROM_TABLE, READOUT_COLUMNS, TEMPERATURE, HARD_TIE, HUGE_SCALE)

@@ -501,8 +501,8 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
         raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
     _binary_codes_fit(p.codes, p.D, p.N)
     witness = output_path(p.witness, suffix=".npy", what="witness file") if p.witness else None
-    est = memory.certify_estimate(spec, p.N, p.R, k, p.codes or "binary", p.D,
-                                  chunk_points=cert.CHUNK_POINTS).require(p.budget)
+    est = cert.certify_estimate(spec, p.N, p.R, k, p.codes, p.D, integer=integer,
+                                attributes=attributes).require(p.budget)
     result = cert.certify(spec, p.N, p.R, k, codes=p.codes, D=p.D, options=options, seed=p.seed,
                           attributes=attributes, symmetric=symmetric, max_points=p.max_points,
                           progress=p.progress, budget=p.budget)

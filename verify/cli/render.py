@@ -372,7 +372,10 @@ def _certify(doc: dict) -> list[str]:
            f"{doc.get('seconds', 0.0):.2f}", doc["verdict"]]
     widths = [max(len(a), len(b)) for a, b in zip(head, row)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in (head, row)]
-    if doc["verdict"] == "CERTIFIED":
+    if doc["verdict"] == "CERTIFIED" and doc.get("min_margin") is None:  # one possible answer (N = 1)
+        lines.append("every task: every query answered; one possible answer, so no wrong answer to beat and "
+                     "no margin to bound")
+    elif doc["verdict"] == "CERTIFIED":
         lines.append(f"every task: every query's margin >= {margin} (promise {_fmt(promise.get('margin'))})"
                      + ("" if doc.get("integer") else f", float64 allowance {_fmt(doc.get('allowance'), 3)}"))
     witness = doc.get("witness")

@@ -3,9 +3,10 @@
 Each row certifies the construction at its ``verify_cases`` (integer mode too where the case compares it) with
 :func:`georecall.verify.checking.certify.certify`, and carries a negative control: a planted counterexample on
 the same construction (``verify.checking.planted``: one pair-detector unit) whose seeded task passes the
-ordinary check but which certify must REFUTE, with a witness task that the ordinary check fails (A1: a unit
-firing on a foreign query, which fails most tasks). A construction that declares no task encoding (a user's)
-passes its row only by answering UNKNOWN with a reason: never a PASS for every task by default.
+ordinary check but which certify must REFUTE, with a witness task that the ordinary check fails (A1 and
+A2(a): a unit firing on a foreign query, A2(b): a pair leaking onto other states; each fails most tasks). A
+construction that declares no task encoding (a user's) passes its row only by answering UNKNOWN with a
+reason: never a PASS for every task by default.
 """
 
 from __future__ import annotations
@@ -18,16 +19,28 @@ from georecall.constructions.registry import ConstructionSpec
 from georecall.memory import Budget, as_budget
 from georecall.verify.checking.certify import certify
 from georecall.verify.checking.check import Report, claim_report
-from georecall.verify.checking.planted import ADVERSARIAL, FOREIGN_A1, PAIR_C1, PAIR_G1, PAIR_G2, PLANTED
+from georecall.verify.checking.planted import (
+    ADVERSARIAL,
+    FOREIGN_A1,
+    FOREIGN_A2A,
+    LEAKY_A2B,
+    PAIR_C1,
+    PAIR_G1,
+    PAIR_G2,
+    PLANTED,
+)
 from georecall.verify.checking.run import run_check
 
-__all__ = ["CONTROLS", "certified_row", "control_checks", "section_certified"]
+__all__ = ["CONTROLS", "NOT_RARE", "certified_row", "control_checks", "section_certified"]
 
 # The negative control of each construction: (planted spec, N, R, k, options), small enough to run in seconds.
-# A1's (a unit firing on a foreign query) fails most tasks, the seeded one too: its row does not ask the
-# seeded task to pass. A2(a) and A2(b) have no control yet.
+# Facts stored in an MLP (A1, A2(a): a unit firing on a foreign query; A2(b): a pair that leaks onto its
+# neighbours' states) cannot be broken rarely: those controls fail most tasks, the seeded one too, and their
+# rows do not ask the seeded task to pass (NOT_RARE).
 CONTROLS = {"G1": (PAIR_G1, 256, 2, 1, {"integer": True}), "G2": (PAIR_G2, 256, 2, 2, {}),
-            "C1": (PAIR_C1, 256, 2, 2, {}), "A1": (FOREIGN_A1, 64, 2, 1, {"integer": True})}
+            "C1": (PAIR_C1, 256, 2, 2, {}), "A1": (FOREIGN_A1, 64, 2, 1, {"integer": True}),
+            "A2a": (FOREIGN_A2A, 16, 2, 2, {}), "A2b": (LEAKY_A2B, 64, 2, 2, {})}
+NOT_RARE = (FOREIGN_A1, FOREIGN_A2A, LEAKY_A2B)
 
 
 def control_checks(spec: ConstructionSpec, N: int, R: int, k: int, options: dict, seed: int = 0,
@@ -63,7 +76,7 @@ def control_checks(spec: ConstructionSpec, N: int, R: int, k: int, options: dict
     confirmed = cert.confirmation is not None and not cert.confirmation["check_passed"]
     checks = {f"control {spec.id}: certify REFUTES it": cert.verdict == "REFUTED",
               f"control {spec.id}: its witness task fails check": confirmed}
-    if spec is not FOREIGN_A1:
+    if spec not in NOT_RARE:
         seeded = run_check(spec, N, R, k, seed=seed, options=options, budget=budget)
         checks = {f"control {spec.id} ({spec.name}, N={N}): seeded task passes check": seeded.passed,
                   **checks}
@@ -117,7 +130,8 @@ def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False,
                 checks[f"{label}: UNKNOWN (no task encoding declared), not a PASS"] = (
                     cert.verdict == "UNKNOWN")
             else:
-                margin = cert.min_margin_exact or f"{cert.min_margin:.4g}"
+                margin = cert.min_margin_exact or (f"{cert.min_margin:.4g}" if cert.min_margin is not None
+                                                   else "none")
                 checks[f"{label}: CERTIFIED for every task, min margin {margin}"] = (
                     cert.verdict == "CERTIFIED")
                 margins.append(margin)
@@ -157,5 +171,5 @@ def section_certified(seed: int = 0, progress: bool = False, budget: Budget | No
     list of Report
     """
     budget = as_budget(budget)
-    controls = (*PLANTED, FOREIGN_A1, *ADVERSARIAL)
+    controls = (*PLANTED, *NOT_RARE, *ADVERSARIAL)
     return [certified_row(spec, seed, progress, budget) for spec in registry.specs() if spec not in controls]

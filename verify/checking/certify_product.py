@@ -1,0 +1,407 @@
+"""The product-set computation: units proved off for every task, then the live slots enumerated
+exactly (docs/theory.md, "Certification for every task", steps 2–3).
+
+:func:`certify_model` for a declared entity table (G1, G2, C1), :func:`certify_rows` for facts declared in
+W2's rows (A1, A2(a)). Both return the same dictionary, which ``certify.certify_built`` turns into a
+verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+from georecall.constructions.arithmetic import EXACT_INTEGER_LIMIT, integer_bounds
+from georecall.constructions.decoding import iter_chunks
+from georecall.constructions.encoding import TaskEncoding
+from georecall.constructions.forward import forward
+from georecall.constructions.model import Model
+from georecall.errors import InputError
+from georecall.theory.statements import Promise
+from georecall.theory.tasks import Task, paths
+from georecall.theory.tokens import queries
+from georecall.verify.checking.certify_codes import binary_hypercube, same_memory
+from georecall.verify.checking.certify_relaxation import (
+    KEEP_FAILING,
+    MAX_POINTS,
+    UNIT,
+    Lowest,
+    Pieces,
+    QueryType,
+    SparseRight,
+    Unsupported,
+    abs_max,
+    chunk_rows,
+    codebook_allowance,
+    content_key,
+    decode_distinct,
+    failure_limits,
+    float_allowance,
+    is_integral,
+    point_chunks,
+    preactivation_slack,
+    query_types,
+    row_l1_max,
+)
+from georecall.verify.checking.decoders import dense_decode, detect_hypercube, hypercube_decode
+
+__all__ = [
+    "certify_model",
+    "certify_rows",
+]
+
+
+
+# ------------------------------------------------------------------------------------------ certify
+
+
+def _bound_check(*values: float) -> None:
+    for v in values:
+        if not v < EXACT_INTEGER_LIMIT:
+            raise InputError(f"integer mode: an intermediate of the certificate may reach {v:.3g} >= 2^53 "
+                             "(use --float)")
+
+
+def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int,
+                  R: int, k: int, promise: Promise | None, *, integer: bool = False,
+                  attributes: str = "shared", symmetric: bool = False, max_points: int = MAX_POINTS,
+                  progress: bool = False) -> dict:
+    """The product-set computation behind :func:`certify` for a model whose entity rows are declared.
+
+    The model's own entity table is never read.
+
+    Parameters
+    ----------
+    model : Model
+        The construction's model; one layer with an MLP (otherwise the answer is ``{"unsupported": ...}``).
+    encoding : TaskEncoding
+        The declared task encoding (its ``slots`` and ``queries`` give the query types).
+    blocks : numpy.ndarray
+        The declared ``(P, D)`` residual coordinates of each slot's block (integer).
+    vectors : numpy.ndarray
+        The codebook ``(>= N, D)``; its first N rows are the codes an entity slot ranges over.
+    N, R, k : int
+        Sizes (k hops; 1 for single-hop encodings).
+    promise : Promise or None
+        Its ``margin`` sets which points count as failing (None: margin > 0 only).
+    integer : bool
+        Integer mode: every weight but the entity table must be integral, and so must the codebook;
+        attention must be uniform and every intermediate below 2^53; margins are then exact integers scaled
+        by S (T with attention, else 1).
+    attributes : {"shared", "disjoint"}
+        Disjoint attributes offset each relation's answer ids by ``ρ·N``.
+    symmetric : bool
+        Accepted for the common signature; not used (the product set contains symmetric tasks too).
+    max_points : int
+        Largest joint enumeration ``N^L`` per query type; a query type above it gets a reason (UNKNOWN).
+    progress : bool
+        Progress on stderr.
+
+    Returns
+    -------
+    dict
+        ``{"unsupported": reason}`` when the model is outside the certifier (not one layer, no MLP,
+        attention weights that read token coordinates). Otherwise:
+
+        - ``"min"``: float, the minimum margin over the enumerated points, divided by the scale S (T in
+          integer mode with attention, else 1); ``inf`` when nothing was enumerated;
+        - ``"argmin"``: ``(query type index, code indices, live slots, S, margin·S)``, the last an integer
+          in integer mode, from which :func:`certify_built` forms the exact Fraction; None when nothing was
+          enumerated;
+        - ``"failing"``: up to 64 ``(margin, query type index, code indices, live slots)``, lowest first;
+        - ``"reasons"``: one per UNKNOWN query type (too many points);
+        - counts ``"points"``, ``"shut"`` (units off for every task, summed over query types),
+          ``"enumerated"``, ``"types"``; ``"scale_max"`` (always 1);
+        - ``"allowance"``: float mode's largest :func:`float_allowance` (0 in integer mode);
+        - ``"types_list"``: the query types.
+
+    Raises
+    ------
+    InputError
+        Integer mode on non-integral weights or codebook, attention that is not uniform, or intermediates
+        that may reach 2^53.
+    """
+    if len(model.layers) != 1:
+        return {"unsupported": f"the model has {len(model.layers)} layers; the certifier handles one"}
+    if model.layers[0].mlp is None:
+        return {"unsupported": "the model has no MLP"}
+    if integer:
+        for name, array in model.arrays().items():
+            # an array that is the codebook's own memory (a read-out sharing it) is checked once, below
+            if name != "entity_embedding" and not same_memory(array, vectors[:len(array)]) and \
+                    not is_integral(array):
+                raise InputError(f"integer mode: weight {name} is not integral (certify it in float mode: "
+                                 "--float)")
+        if not is_integral(vectors):
+            raise InputError("integer mode: the codebook is not integral (certify it in float mode: --float)")
+    vectors = vectors[:N]  # in its own dtype (float16 for a compact codebook: every chunk is cast exactly)
+    pieces = Pieces(model, blocks, vectors, integer)
+    mlp = model.layers[0].mlp
+    b1, b2 = mlp.b1.astype(np.float64), mlp.b2.astype(np.float64)
+    W2 = mlp.W2.astype(np.float64)
+    cols = pieces.cols
+    W2_read = W2[:, cols]
+    U_read = model.readout.matrix
+    cube = binary_hypercube(vectors, U_read) or detect_hypercube(U_read, np.arange(cols.size))[0]
+    if cube is None:  # the dense decoder reads U as float64 (no copy of a float64 read-out)
+        U_read = np.asarray(U_read, dtype=np.float64)
+    U_row_l1 = row_l1_max(U_read)
+    disjoint = attributes == "disjoint"
+    types = query_types(encoding, N, R, k, disjoint)
+    amax = abs_max(vectors)
+    result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": [], "points": 0, "shut": 0,
+                    "enumerated": 0, "types": len(types), "scale_max": 1, "allowance": 0.0}
+    threshold = None if promise is None else promise.margin
+    allowance_by_T: dict[int, float] = {}
+    slack_by_T: dict[int, float] = {}
+    memo: dict[bytes, tuple] = {}
+    try:
+        for qi, qt in enumerate(types):
+            T = len(qt.tokens)
+            piece = pieces.at(T)
+            S = piece["scale"]
+            c_pre = S * b1.copy()
+            c_read = S * b2[cols].copy()
+            for u, tok in enumerate(qt.tokens):
+                pu = piece["u"][u]
+                c_pre += pu["pos_pre"]
+                c_read += pu["pos_read"]
+                if tok >= 0:
+                    c_pre += pu["rel_pre"][tok - N]
+                    c_read += pu["rel_read"][tok - N]
+            slots = [(u, b) for u in qt.entity_positions for b in range(blocks.shape[0])]
+            zmax = c_pre.copy()
+            for u, b in slots:
+                zmax += piece["u"][u]["hi"][b]
+            slack = 0.0  # integer mode: zmax is exact
+            if not integer:
+                if T not in allowance_by_T:
+                    terms = len(slots) * blocks.shape[1]
+                    werr = pieces.weight_error.get(T, 0.0)
+                    allowance_by_T[T] = codebook_allowance(model, vectors, T, terms, werr)
+                    slack_by_T[T] = preactivation_slack(model, vectors, T, terms, werr)
+                result["allowance"] = max(result["allowance"], allowance_by_T[T])
+                slack = slack_by_T[T]
+            active = np.flatnonzero(zmax > -slack)  # off for every task: proved only at <= -slack
+            result["shut"] += int(zmax.size - active.size)
+            result["enumerated"] += int(active.size)
+            live = [qt.answer]
+            for u, b in slots:
+                if (u, b) == qt.answer:
+                    continue
+                pu = piece["u"][u]
+                if pu["H_any"][b] or np.any(pu["G_any"][b][active]):
+                    live.append((u, b))
+            n_points = N ** len(live)
+            if n_points > max_points:
+                result["reasons"].append(_reason(qt, live, active, zmax, piece, S, blocks.shape[0]))
+                continue
+            if integer:
+                g_col = max(float(np.abs(piece["u"][u]["G"][b]).sum(axis=0).max(initial=0)) for u, b in live)
+                bound = float(np.abs(c_pre).max(initial=0)) + len(live) * amax * g_col
+                vb = float(np.abs(c_read).max(initial=0)) + bound * float(np.abs(W2_read).sum(axis=0).max(
+                    initial=0)) + len(live) * amax * max(float(np.abs(piece["u"][u]["H"][b]).sum(axis=0).max(
+                        initial=0)) for u, b in live)
+                _bound_check(bound, 2 * vb * U_row_l1 + 1)
+            G_raw = [piece["u"][u]["G"][b][:, active] for u, b in live]
+            H_raw = [piece["u"][u]["H"][b] for u, b in live]
+            limit, floor = failure_limits(threshold, promise, integer, allowance_by_T.get(T, 0.0))
+            # Query types whose restricted arrays are identical give identical margins at every point
+            # (G1's relations, by symmetry): computed once, exactly the same function of the same numbers.
+            key = content_key(N, S, qt.offset, limit, floor, c_pre[active], c_read, W2_read[active], *G_raw,
+                              *H_raw)
+            if key not in memo:
+                memo[key] = _enumerate(N, len(live), c_pre[active], c_read, G_raw, H_raw, W2_read[active],
+                                       vectors, qt.offset, S, cube, U_read, limit, floor)
+            low, low_values, failing, count = memo[key]
+            result["points"] += count
+            if low < result["min"]:
+                result["min"] = low
+                result["argmin"] = (qi, low_values, live, S, low * S)
+            result["failing"] += [(m_, qi, vals, live) for m_, vals in failing]
+            result["failing"].sort(key=lambda f: f[0])
+            del result["failing"][KEEP_FAILING:]
+            if progress and qi % 64 == 0:
+                print(f"\r  certified {qi + 1}/{len(types)} query types", end="", file=sys.stderr, flush=True)
+    except Unsupported as exc:
+        return {"unsupported": str(exc)}
+    if progress:
+        print(file=sys.stderr)
+    result["types_list"] = types
+    return result
+
+
+def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, vectors: np.ndarray, N: int,
+                 R: int, k: int, promise: Promise | None, *, integer: bool = False,
+                 attributes: str = "shared",
+                 max_points: int = MAX_POINTS, progress: bool = False) -> dict:
+    """The product-set computation for facts declared in W2's rows (A1, A2(a)): the same output as
+    :func:`certify_model`.
+
+    Everything upstream of W2 is task-independent, so every query's hidden activations are computed exactly by
+    THE forward pass (integer mode: proved exact by ``integer_bounds``), once, whatever the task. The read-out
+    residual is then ``base(q) + Σ_{u fires} h_u(q)·a_{j_u}`` on the declared columns, with ``j_u`` unit u's
+    answer; relaxing the ``j_u`` to range independently over the codebook, the live slots of query q are its
+    own answer's unit (unit index = query index) and the units that fire on it, enumerated jointly.
+    """
+    if len(model.layers) != 1 or model.layers[0].mlp is None:
+        return {"unsupported": "facts in W2 are certified for one-layer models with an MLP only"}
+    mlp = model.layers[0].mlp
+    cols = model.readout.columns
+    at = np.searchsorted(cols, out_block)
+    if np.any(at >= cols.size) or not np.array_equal(cols[np.minimum(at, cols.size - 1)], out_block):
+        return {"unsupported": "the read-out does not read every declared column of W2"}
+    vectors = np.asarray(vectors[:N], dtype=np.float64)
+    placed = np.zeros((N, cols.size))
+    placed[:, at] = vectors  # a_j on the read-out's columns
+    W2_rest = mlp.W2.astype(np.float64)[:, cols].copy()
+    W2_rest[:, at] = 0.0
+    b2 = mlp.b2.astype(np.float64)[cols]
+    dummy = Task(np.tile(np.arange(N, dtype=np.int64), (R, 1)))
+    tokens, _ = queries(dummy, k)
+    n, T = tokens.shape
+    if integer:
+        integer_bounds(model, T)
+    U_read = np.asarray(model.readout.matrix, dtype=np.float64)  # (no copy of float64)
+    cube, _ = detect_hypercube(U_read, np.arange(cols.size))
+    reach = float(np.abs(placed @ U_read.T).max(initial=0.0))  # largest |logit| one code on the block makes
+    disjoint = attributes == "disjoint" and k == 1
+    rows_of = paths(R, k)
+    types = []
+    allowance = 0.0 if integer else float_allowance(model, T, 0)
+    limit, floor = failure_limits(None if promise is None else promise.margin, promise, integer, allowance)
+    result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": [], "points": 0, "shut": 0,
+                    "enumerated": 0, "types": n, "allowance": allowance}
+    memo: dict[bytes, tuple] = {}
+    for part in iter_chunks(n, max(1, 2**22 // max(1, mlp.width))):
+        _, trace = forward(model, tokens[part], integer=integer, trace=True)
+        y = trace.residual[1][:, -1].astype(np.float64)
+        h = trace.hidden[0][:, -1].astype(np.float64)
+        base = y[:, cols] + b2 + h @ W2_rest
+        firing = h > 0
+        if not integer:
+            # Float rounding turns exact zeros into specks (4e-16): units firing below 1e-9 of the largest
+            # are left out of the enumeration and their largest effect on a margin joins the allowance.
+            speck = (h <= 1e-9 * max(1.0, float(h.max(initial=0.0)))) & firing
+            if np.any(speck):
+                effect = 2 * float((h * speck).sum(axis=1).max()) * reach
+                result["allowance"] = max(result["allowance"], allowance + effect)
+                firing &= ~speck
+        result["shut"] += int(firing.size - np.count_nonzero(firing))
+        result["enumerated"] += int(np.count_nonzero(firing))
+        for i, q in enumerate(range(part.start, part.stop)):  # queries of a chunk: grouped below by memo
+            w, subject = divmod(q, N)
+            label = ({"relation": w} if k == 1
+                     else {"path": w, "relations": [int(r) for r in rows_of[w][::-1]]})
+            qt = QueryType([int(t) for t in tokens[q]], [], (UNIT, q), w * N if disjoint else 0,
+                            {**label, "subject": subject}, {})
+            types.append(qt)
+            others = np.flatnonzero(firing[i])
+            others = others[others != q]
+            live = [q] + others.tolist()
+            if N ** len(live) > max_points:
+                result["reasons"].append({"query_type": qt.label, "units": [
+                    {"unit": int(u), "fires_with": float(h[i, u])} for u in others[:8]],
+                    "why": f"{others.size} unit(s) besides the query's own fire on it: enumerating their "
+                           "answers jointly exceeds the limit"})
+                continue
+            hs = h[i, live]
+            key = content_key(base[i], hs, np.asarray([qt.offset]))
+            if key not in memo:
+                memo[key] = _enumerate_rows(N, base[i], hs, placed, qt.offset, cube, U_read, limit, floor)
+            low, low_values, failing, count = memo[key]
+            result["points"] += count
+            slots = [(UNIT, u) for u in live]
+            if low < result["min"]:
+                result["min"] = low
+                result["argmin"] = (q, low_values, slots, 1, low)
+            if failing:
+                result["failing"] += [(m_, q, vals, slots) for m_, vals in failing]
+                result["failing"].sort(key=lambda f: f[0])
+                del result["failing"][KEEP_FAILING:]
+        if progress:
+            print(f"\r  certified {part.stop:,}/{n:,} queries", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    result["types_list"] = types
+    return result
+
+
+def _enumerate_rows(N: int, base: np.ndarray, hs: np.ndarray, placed: np.ndarray, offset: int, cube,
+                    U_read: np.ndarray, limit: float, floor: float) -> tuple[float, list[int], list, int]:
+    """Margins at every joint choice of the live units' answers (the first is the query's own)."""
+    n_live = hs.size
+    n_points = N**n_live
+    lowest = Lowest(n_live, limit, floor)
+    rows = chunk_rows(8 * (4 * base.size + 2 * n_live + 16))  # v_read and its temporaries, indices, margins
+    for idx, values in point_chunks(N, n_live, rows):
+        v_read = np.broadcast_to(base, (idx.size, base.size)).copy()
+        for j, hv in zip(values, hs):
+            if hv != 0:
+                v_read += hv * placed[j]
+        answers = values[0] + offset
+        if cube is not None:
+            _, margins = hypercube_decode(cube, v_read, answers)
+        else:
+            margins = decode_distinct(v_read, answers, U_read)
+        lowest.add(margins, values)
+    return lowest.low, lowest.low_values, lowest.failing, n_points
+
+
+def _enumerate(N: int, n_live: int, c_pre: np.ndarray, c_read: np.ndarray, G_raw: list[np.ndarray],
+               H_raw: list[np.ndarray], W2a_raw: np.ndarray, vectors: np.ndarray, offset: int, S: int, cube,
+               U_read: np.ndarray, limit: float, floor: float) -> tuple[float, list[int], list, int]:
+    """Margins at every point of the live slots' product (the first live slot answers): the minimum, its
+    point, the lowest failing points (margin < ``limit`` or <= ``floor``) and the number of points."""
+    n_points = N**n_live
+    G_live, H_live = [SparseRight(G) for G in G_raw], [SparseRight(H) for H in H_raw]
+    W2a = SparseRight(W2a_raw)
+    lowest = Lowest(n_live, limit, floor)
+    # per point: z, v_read and a gathered temporary of each, the codes, indices and margins
+    rows = chunk_rows(8 * (3 * c_pre.size + 3 * c_read.size + vectors.shape[1] + 2 * n_live + 16))
+    for idx, values in point_chunks(N, n_live, rows):
+        # coordinate-major (a row per unit or coordinate, a column per point): the sparse products gather
+        # contiguous rows, and the hypercube decoder reads the coordinates as rows
+        zT = np.repeat(c_pre[:, None], idx.size, axis=1)
+        vT = np.repeat(c_read[:, None], idx.size, axis=1)
+        for j, G, H in zip(values, G_live, H_live):
+            # one live slot: the chunk's codes are consecutive rows (a view, no gather)
+            codes_j = vectors[int(idx[0]) : int(idx[-1]) + 1] if n_live == 1 else vectors[j]
+            codesT = codes_j.T.astype(np.float64, order="C")  # (D, n); a compact chunk widened (exact)
+            G.add_to_T(zT, codesT)
+            H.add_to_T(vT, codesT)
+        np.maximum(zT, 0, out=zT)
+        W2a.add_to_T(vT, zT)
+        v_read = vT.T  # (n, c), a view
+        answers = values[0] + offset
+        if cube is not None:
+            _, margins = hypercube_decode(cube, v_read, answers)
+        elif n_live > 1:  # most points repeat a (residual, answer) pair: decode each distinct pair once
+            margins = decode_distinct(v_read, answers, U_read)
+        else:
+            _, margins = dense_decode(v_read, answers, U_read)
+        margins = margins / S if S != 1 else margins
+        lowest.add(margins, values)
+    return lowest.low, lowest.low_values, lowest.failing, n_points
+
+
+def _reason(qt: QueryType, live, active, zmax, piece, S, P) -> dict:
+    """Why a query type is UNKNOWN: the units left possibly on that read slots besides the answer slot."""
+    others = [(u, b) for u, b in live if (u, b) != qt.answer]
+    culprits = []
+    for u, b in others:
+        pu = piece["u"][u]
+        units = active[pu["G_any"][b][active]]
+        for unit in units[:4]:
+            culprits.append({"unit": int(unit), "max_preactivation": float(zmax[unit] / S),
+                             "reads_slot": {"position": u, "slot": b},
+                             "slot_range": [float(pu["lo"][b][unit] / S), float(pu["hi"][b][unit] / S)]})
+        if pu["H_any"][b]:
+            culprits.append({"read_out_reads_slot": {"position": u, "slot": b}})
+    return {"query_type": qt.label, "live_slots": [{"position": u, "slot": b} for u, b in live],
+            "points_needed": f"N^{len(live)}", "units": culprits[:16],
+            "why": f"{len(others)} slot(s) besides the answer's stay live: units not proved off for every "
+                   "task (per-slot maxima add up above 0) or a read-out reading them; enumerating their "
+                   "joint codes exceeds the limit"}

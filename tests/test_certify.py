@@ -912,12 +912,9 @@ def test_no_adversarial_construction_is_certified_as_a_user_construction(spec, c
         assert not rare.passed  # and a task it was never run on breaks it
     if spec is HARD_TIE:  # exact scores: the subject's key wins, no gate opens
         assert doc["verdict"] == "REFUTED" and doc["min_margin"] == 0.0
-    if spec is HUGE_SCALE:  # margin 2/3 against 1000: no tolerance of 1e3·eps·1e20 lets it through
+    if spec is HUGE_SCALE:  # margin 2/3 against 1000: neither certify's allowance nor check's lets it through
         assert doc["min_margin"] < 1 and doc["allowance"] < 1e-6
-        if doc["verdict"] != "REFUTED":  # UNKNOWN only because check's own tolerance passes the witness
-            reason = doc["reasons"][-1]
-            assert doc["confirmation"]["check_passed"] and "not confirmed by check" in reason["why"]
-            assert reason["exact_margin"][1] < 1 < 1000 < reason["check_tolerance"]
+        assert doc["verdict"] == "REFUTED" and doc["confirmation"]["check_passed"] is False
 
 
 def _attr(spec) -> str:

@@ -367,11 +367,15 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
             answer = int(task.compose(path)[s_]) + (path[0] * N if attributes == "disjoint" else 0)
             single = check_queries(rebuilt.model, tokens, np.asarray([answer]), integer=integer,
                                    forward="dense", decoder="dense")
-        exact = None
+        exact = tolerance = None
         if report.passed and spec.decoding != "greedy":  # not confirmed: the witness query's exact margin
             ex = exact_margins(rebuilt.model, tokens, np.asarray([answer]), budget=budget)
             exact = [float(ex.lo[0]), float(ex.hi[0])]
+            if not integer and report.promise is not None:  # check.margin_reaches's allowance
+                tolerance = report.result.rounding_bound + 1e3 * float(np.finfo(np.float64).eps) * max(
+                    abs(report.promise.margin), report.result.logit_bound)
         return {"check_passed": report.passed, "min_margin": report.result.min_margin,
+                "check_tolerance": tolerance,
                 "accuracy": report.result.accuracy, "same_object": same,
                 "forward_pass": {"forward": single.forward, "decoder": single.decoder,
                                  "margin": single.min_margin, "correct": single.exact},
@@ -539,12 +543,13 @@ def _report_witness(cert: Certificate, task: Task, s: int, qt, margin: float, th
     exact = cert.confirmation.get("exact_margin")
     promise = cert.promise
     if exact is not None and promise is not None and exact[1] < promise.margin:
-        # check passes a margin below the promise: its float tolerance is relative to the logit scale
-        tolerance = 1e3 * float(np.finfo(np.float64).eps) * max(abs(promise.margin), abs(promise.logit_scale))
+        # check passes a margin below the promise: within its float allowance (rounding relative to the
+        # logits' magnitude bounded from the stored weights, check.margin_reaches)
+        tolerance = cert.confirmation.get("check_tolerance")
         why = (f"not confirmed by check, so not REFUTED: on the witness task the query {tokens} has exact "
                f"margin in [{exact[0]:.6g}, {exact[1]:.6g}] (exact arithmetic on the stored weights), below "
-               f"the promise {promise.margin:.6g}, but check passes it: its promise comparison allows "
-               f"1000·eps·max(|promise|, logit scale {promise.logit_scale:.3g}) = {tolerance:.3g}")
+               f"the promise {promise.margin:.6g}, but check passes it within its float allowance for the "
+               "rounding of the weights (check.margin_reaches)")
         cert.reasons.append({"why": why, "exact_margin": exact, "check_tolerance": tolerance})
     else:
         cert.reasons.append({"why": "the witness task passed the ordinary checker: not confirmed"})

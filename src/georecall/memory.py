@@ -42,7 +42,6 @@ __all__ = [
     "available_bytes",
     "bounds_estimate",
     "budget_bytes",
-    "certify_estimate",
     "check_estimate",
     "checker_chunk_bytes",
     "queries_per_chunk",
@@ -519,44 +518,6 @@ def checker_chunk_bytes(width: int, T: int, n_queries: int, budget: Budget | int
     """
     queries = min(queries_per_chunk(width, T, array_bytes(budget)), max(1, n_queries))
     return CHUNK_COPIES * BOUNDED_ARRAYS * queries * max(1, int(width)) * max(1, int(T)) * 8
-
-
-def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str = "binary", D: int | None = None, *,
-                     chunk_points: int = 2**16) -> Estimate:
-    """Peak bytes of ``certify`` (``verify.checking.certify``): codes, the declaration's tasks and their
-    entity tables (only for a builder that takes the task: a family builds none), the weights without the
-    entity table (the family leaves it out), the per-position maps and the point chunks.
-
-    Parameters
-    ----------
-    spec : ConstructionSpec
-        The construction (its ``nominal_promise`` gives d and m at binary codes).
-    N, R, k : int
-        Entities, relations, hops.
-    codes, D : str, int or None
-        Codebook kind and length.
-    chunk_points : int
-        Joint points the certifier evaluates at once (``certify.CHUNK_POINTS``).
-
-    Returns
-    -------
-    Estimate
-    """
-    est = Estimate(f"certify {spec.hops}-hop")
-    D_used = code_length(codes, N, D)
-    promise = spec.nominal_promise(N, R, k)
-    d, m = promise.d * max(1.0, D_used / max(1, (N - 1).bit_length())), promise.m
-    est.add("codes (and the compact read-out)", 2 * 8 * N * D_used, "N")
-    # a family builds no task; a task-taking builder is built thrice
-    if getattr(spec, "family", None) is None:
-        est.add("tasks built for the declaration check", 8 * 3 * N * (R + (R**k if k > 1 else 0)) * 2,
-                "N or R")
-        est.add("entity tables of those builds", 8 * 2 * N * int(d), "N or R")
-    est.add("weights without the entity table", int(8 * 4 * d * m), "R or k")
-    est.add("per-position maps S·C_u, their W1 products", int(8 * 4 * (2 * k) * (d * d + d * m)), "R or k")
-    est.add("point chunks, decoder blocks, hidden activations (facts in W2)",
-            8 * 4 * chunk_points * (8 * D_used + 64) + 8 * 8 * 2**22 + 2 * 64 * 2**20, "R")
-    return est
 
 
 def train_estimate(N: int, R: int, d: int, m: int, *, k: int = 1, cot: bool = False, heads: int = 1,

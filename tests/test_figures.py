@@ -16,7 +16,7 @@ from georecall.verify.cli import main
 pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
 
 from georecall.verify.experiments import figures as F  # noqa: E402
-from georecall.verify.experiments import study  # noqa: E402
+from georecall.verify.experiments import plotting, study, study_figures  # noqa: E402
 
 ROOT = pathlib.Path(__file__).parent.parent
 ALL_FIGURES = ("thresholds", "tradeoff", "margins", "transfer", "construction", "weights_E", "weights_Q",
@@ -243,7 +243,7 @@ def test_mechanism_figure_tells_trained_models_controls_and_constructions_apart(
     fig = F.mechanism_figure(doc, study.THRESHOLDS)
     labels = {t.get_text() for t in fig.legends[0].get_texts()}
     assert {label for label, _, _ in F.CATEGORIES.values()} <= labels
-    rows = F._study_rows(doc)
+    rows = study_figures._study_rows(doc)
     colours = [to_hex(bar.get_facecolor()[:3]) for bar in fig.axes[0].patches[:len(rows)]]
     expected = [to_hex(F.CATEGORIES[category][1]) for _, category, _ in rows]
     assert colours == expected and len(set(colours)) == 3
@@ -265,7 +265,7 @@ def test_margins_panels_fill_their_axes():
 def test_g1_embedded_wider_is_labelled_apart_from_native_g1():
     """The d-axis summary holds native G1 and G1 padded to d = 108..256: each row says which it is."""
     doc = study.summarize(D_AXIS_STUDY)
-    labels = [F._construction_label(e) for e in doc["constructions"]]
+    labels = [study_figures._construction_label(e) for e in doc["constructions"]]
     assert len(set(labels)) == len(labels), labels
     padded = [lab for e, lab in zip(doc["constructions"], labels) if e.get("pad_d")]
     assert padded and all("(padded)" in lab for lab in padded)
@@ -362,7 +362,7 @@ def test_talk_style_is_large_and_still_legible(name):
         assert F.minimum_font() == 14
         assert F.text_overlaps(talk) == [] and F.small_texts(talk, 14) == []
     assert F.minimum_font() == F.MIN_FONT_PT
-    sizes = [min(t.get_fontsize() for t in F._texts(fig)) for fig in (default, talk)]
+    sizes = [min(t.get_fontsize() for t in plotting._texts(fig)) for fig in (default, talk)]
     assert sizes[1] >= sizes[0] + 4
     width, height = talk.get_size_inches()
     assert width <= 11.0 and height <= 8.5

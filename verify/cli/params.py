@@ -497,7 +497,8 @@ class DemoParams(Params, Seeded, FigureFiles):
 
 @dataclass(frozen=True, kw_only=True)
 class LectureParams(Params, Json):
-    """``georecall lecture`` (``declarations._add_lecture``): execute the lecture notebook, render its HTML."""
+    """``georecall lecture`` (``declarations._add_lecture``): execute the lecture notebook, render its
+    HTML."""
 
     out: str
     notebook: str | None

@@ -27,6 +27,7 @@ from georecall.verify.cli.commands_tables import (
 )
 from georecall.verify.cli.common import (
     binary_codes_fit,
+    code_kind,
     document,
     output_path,
     require_enumerable,
@@ -198,7 +199,7 @@ def run_check_single_hop(p: CheckSingleHopParams) -> dict:
         raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
     if p.symmetric and p.N % 2:
         raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
-    binary_codes_fit(p.codes, p.D, p.N)
+    binary_codes_fit(code_kind(p.codes, spec), p.D, p.N)
     save = output_path(p.save, suffix=".npz", what="model file") if p.save else None
     est = checking.check_estimate(spec, p.N, p.R, 1, p.codes, D=p.D, dtype=p.dtype, bits=p.bits,
                                   integer=p.integer, attributes=p.attributes, what="check single-hop",
@@ -233,7 +234,7 @@ def run_check_multi_hop(p: CheckMultiHopParams) -> dict:
     """
     spec = resolve_spec(p.construction, "multi")
     require_enumerable(p.N, p.R, p.k)
-    binary_codes_fit(p.codes, p.D, p.N)
+    binary_codes_fit(code_kind(p.codes, spec), p.D, p.N)
     est = checking.check_estimate(spec, p.N, p.R, p.k, p.codes, D=p.D, what="check multi-hop",
                                   budget=p.budget).require(p.budget)
     task = task_file(p.task, p.N, p.R, "shared", False) if p.task else None
@@ -273,7 +274,7 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
             raise InputError("--integer and --float exclude each other")
         # exact arithmetic where the construction has an integer scale and no real constant was asked for
         integer = p.integer or (not p.float and "integer" in spec.accepts()
-                                and (p.codes or "binary") in ("binary", "sign") and p.lam == 1.0
+                                and code_kind(p.codes, spec) in ("binary", "sign") and p.lam == 1.0
                                 and p.gate is None)
         attributes, symmetric = p.attributes, p.symmetric
         # only options the construction takes, or that were asked for (refused then, naming them)
@@ -285,9 +286,10 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
         raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
     if symmetric and p.N % 2:
         raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
-    binary_codes_fit(p.codes, p.D, p.N)
+    binary_codes_fit(code_kind(p.codes, spec), p.D, p.N)
     witness = output_path(p.witness, suffix=".npy", what="witness file") if p.witness else None
-    est = memory.certify_estimate(spec, p.N, p.R, k, p.codes or "binary", p.D,
+    kind = code_kind(p.codes, spec)  # None (its own codes): the estimate's nominal sizes, never "binary"
+    est = memory.certify_estimate(spec, p.N, p.R, k, **({} if kind is None else {"codes": kind}), D=p.D,
                                   chunk_points=cert.CHUNK_POINTS).require(p.budget)
     result = cert.certify(spec, p.N, p.R, k, codes=p.codes, D=p.D, options=options, seed=p.seed,
                           attributes=attributes, symmetric=symmetric, max_points=p.max_points,
@@ -327,7 +329,7 @@ def run_precision(p: PrecisionParams) -> dict:
                          f"{'omit --k' if spec.hops == 'single' else 'give --k'}")
     k = 1 if p.k is None else p.k
     require_enumerable(p.N, p.R, k)
-    binary_codes_fit(p.codes, p.D, p.N)
+    binary_codes_fit(code_kind(p.codes, spec), p.D, p.N)
     est = checking.check_estimate(spec, p.N, p.R, k, p.codes, D=p.D, bits=1, what="precision",
                                   budget=p.budget).require(p.budget)
     doc = checking.precision_scan(spec, p.N, p.R, p.k, codes=p.codes, D=p.D, seed=p.seed,

@@ -26,6 +26,7 @@ from georecall.verify.checking.exact import evaluate, exact_bytes
 from georecall.verify.cli.common import (
     LIMITS,
     binary_codes_fit,
+    code_kind,
     document,
     input_file,
     output_dir,
@@ -491,7 +492,7 @@ def _export_construction(p: ExportParams):
     if spec.hops == "single" and k != 1:
         raise InputError(f"{spec.label} answers single-hop queries: --k must be 1, got {k}")
     require_enumerable(p.N, p.R, k)
-    binary_codes_fit(p.codes, p.D, p.N)
+    binary_codes_fit(code_kind(p.codes, spec), p.D, p.N)
     options = {name: value for name, value in (("attention", p.attention), ("beta", p.beta),
                                                ("gate", p.gate)) if value is not None}
     codes = {name: value for name, value in (("codes", p.codes), ("D", p.D)) if value is not None}
@@ -504,7 +505,9 @@ def _export_construction(p: ExportParams):
     if p.attention == "hard":
         raise InputError(f"--attention hard is an idealization (β -> ∞) that {p.to} cannot compute exactly "
                          "(a softmax at any finite β leaks): export the softmax build")
-    est = memory.check_estimate(spec, p.N, p.R, k, codes=p.codes or "binary", D=p.D, what="export",
+    kind = code_kind(p.codes, spec)  # None (its own codes): the estimate's nominal sizes, never "binary"
+    est = memory.check_estimate(spec, p.N, p.R, k, **({} if kind is None else {"codes": kind}), D=p.D,
+                                what="export",
                                 budget=p.budget)
     _export_parts(est, spec.nominal_promise(p.N, p.R, k).params + p.N * spec.nominal_promise(p.N, p.R, k).d,
                   p.N, spec.nominal_promise(p.N, p.R, k).d)

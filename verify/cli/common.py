@@ -28,6 +28,7 @@ from georecall.verify.experiments.figures import (
 __all__ = [
     "LIMITS",
     "binary_codes_fit",
+    "code_kind",
     "count_results_file",
     "document",
     "figure_files_need_a_folder",
@@ -90,13 +91,31 @@ def require_enumerable(N: int, R: int, k: int) -> None:
                          "or k")
 
 
-def binary_codes_fit(codes: str | None, D: int | None, N: int) -> None:
-    """Refuse binary codes (the default ones: ``codes`` None) too short to tell N entities apart.
+def code_kind(codes: str | None, spec: registry.ConstructionSpec) -> str | None:
+    """The codebook kind a command builds with: ``--codes`` when given, else the construction's own
+    (``spec.codes``: "binary" for the built-ins; None for a construction whose codes are its own, which is
+    never taken for binary).
 
     Parameters
     ----------
     codes : str or None
-        The code kind asked for (None: the construction's default, binary).
+        ``--codes``.
+    spec : ConstructionSpec
+
+    Returns
+    -------
+    str or None
+    """
+    return codes if codes is not None else spec.codes
+
+
+def binary_codes_fit(codes: str | None, D: int | None, N: int) -> None:
+    """Refuse binary codes too short to tell N entities apart.
+
+    Parameters
+    ----------
+    codes : str or None
+        The code kind the build uses (:func:`code_kind`; None: the construction's own codes).
     D : int or None
         The code length asked for.
     N : int
@@ -107,7 +126,7 @@ def binary_codes_fit(codes: str | None, D: int | None, N: int) -> None:
     InputError
         Binary codes with 2^D < N.
     """
-    if codes in ("binary", None) and D is not None and D < 63 and 2**D < N:
+    if codes == "binary" and D is not None and D < 63 and 2**D < N:
         raise InputError(f"binary codes need 2^D >= N; got 2^{D} = {2**D} < N = {N}")
 
 

@@ -145,7 +145,7 @@ def test_bounds_command_formats(capsys):
 def test_count_command(capsys):
     code, out, _ = run(["count", "--N", "4", "--R", "2", "--k", "3", "--json"], capsys)
     doc = json.loads(out)
-    assert code == 0 and doc["consistent"] and doc["tasks"] == 576
+    assert code == 0 and doc["passed"] and doc["tasks"] == 576
     assert [r["F_k"] for r in doc["rows"]] == [576, 458, 534]
 
 

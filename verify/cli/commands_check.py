@@ -112,8 +112,8 @@ def run_verify(p: VerifyParams) -> dict:
     reports = [rep.as_dict() for rep in verify_rows()(specs, p.seed, p.progress, p.budget)]
     passed = all(rep["passed"] for rep in reports)
     params = {"seed": p.seed} if specs is None else {"seed": p.seed, "constructions": chosen}
-    return document(p, params, est, status=0 if passed else 1, passed=passed,
-                seconds=round(time.perf_counter() - start, 3), reports=reports)
+    return document(p, params, est, passed=passed,
+                    seconds=round(time.perf_counter() - start, 3), reports=reports)
 
 
 VERIFY_ROWS = "georecall.verify_rows"  # the entry-point group (pyproject.toml) that gives verify its rows
@@ -170,7 +170,7 @@ def _check_document(p: CheckSingleHopParams | CheckMultiHopParams, rep, est: Est
     params = {**report["params"], "save": save, **({"task": p.task} if p.task else {})}
     report["params"] = params
     rest = {key: value for key, value in report.items() if key not in ("passed", "version", "params")}
-    return document(p, params, est, status=0 if rep.passed else 1, passed=rep.passed, reports=[report],
+    return document(p, params, est, passed=rep.passed, reports=[report],
                     **rest)
 
 
@@ -301,7 +301,8 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
     doc = result.as_dict()
     doc["witness_file"] = written
     params = {**doc.pop("params"), "witness": witness, "max_points": p.max_points}
-    return document(p, params, est, status=0 if result.passed else 1, **doc)
+    doc.pop("passed")  # the certificate's: verdict == CERTIFIED
+    return document(p, params, est, passed=result.passed, **doc)
 
 
 def run_precision(p: PrecisionParams) -> dict:
@@ -337,8 +338,8 @@ def run_precision(p: PrecisionParams) -> dict:
     bits = doc["smallest_exact_bits"]
     params = {"construction": spec.id, "N": p.N, "R": p.R, "k": p.k, "codes": doc["codes"], "D": p.D,
               "max_bits": p.max_bits, "seed": p.seed, "format": fmt}
-    return document(p, params, est, status=0 if bits is not None else 1, format=fmt,
-                text=table_text(p, fmt, doc["records"], PRECISION_COLUMNS, PRECISION_HEADERS),
-                **{key: value for key, value in doc.items() if key not in ("seed",)})
+    return document(p, params, est, passed=bits is not None, format=fmt,
+                    text=table_text(p, fmt, doc["records"], PRECISION_COLUMNS, PRECISION_HEADERS),
+                    **{key: value for key, value in doc.items() if key not in ("seed",)})
 
 

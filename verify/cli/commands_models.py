@@ -282,10 +282,10 @@ def run_eval(p: EvalParams) -> dict:
                           budget=p.budget)
     params = {"model": p.model, "task": p.task, "k": k, "cot": cot, "arith": p.arith}
     return document(p, params, est, N=task.N, R=task.R, k=k, cot=cot,
-                mode="greedy chain-of-thought decoding" if cot else "argmax at the last position",
-                source={key: header_record.get(key) for key in ("construction", "mode", "d", "steps")
+                    mode="greedy chain-of-thought decoding" if cot else "argmax at the last position",
+                    source={key: header_record.get(key) for key in ("construction", "mode", "d", "steps")
                         if key in header_record}, **_evaluation(result, tokens, task.N, task.R, k),
-                stored_dtype="+".join(sorted({str(a.dtype) for a in model.arrays().values()})))
+                    stored_dtype="+".join(sorted({str(a.dtype) for a in model.arrays().values()})))
 
 
 def _arith_estimate(est: Estimate, model, arith: str, T: int, budget: memory.Budget) -> None:
@@ -350,7 +350,7 @@ def run_transfer(p: TransferParams) -> dict:
     params = {"model": p.model, "task": p.task, "steps": p.steps, "lr": p.lr, "seed": p.seed,
               "append": append, "label": p.label}
     doc = document(p, params, est, model=p.model, N=task.N, R=task.R, accuracy=accuracy,
-               warnings=warnings, steps=p.steps, lr=p.lr, transfer=result, appended=append)
+                   warnings=warnings, steps=p.steps, lr=p.lr, transfer=result, appended=append)
     if append:
         kind = str(model.meta.get("construction", "model")) if isinstance(model.meta, dict) else "model"
         description = f"trained, d = {model.d}" if kind == "trained" else f"{kind} (built), d = {model.d}"
@@ -580,6 +580,6 @@ def run_export(p: ExportParams) -> dict:
                               check=not p.no_check, record=params)
     report = result["check"]
     passed = report is None or report["passed"]
-    return document(p, params, est, status=0 if passed else 1, passed=passed, **result)
+    return document(p, params, est, passed=passed, **result)
 
 

@@ -113,8 +113,8 @@ def run_tradeoff(p: TradeoffParams) -> dict:
     specs = registry.specs("multi") if chosen is None else [registry.get(c) for c in chosen]
     legend = [f"{s.id}: {s.result}" for s in specs]
     return document(p, {"N": p.N, "R": p.R, "k_max": p.k_max, "constructions": chosen, "format": fmt}, est,
-                rows=rows, constructions=[s.id for s in specs], legend=legend, format=fmt,
-                text=table_text(p, fmt, rows, TRADEOFF_COLUMNS, TRADEOFF_HEADERS))
+                    rows=rows, constructions=[s.id for s in specs], legend=legend, format=fmt,
+                    text=table_text(p, fmt, rows, TRADEOFF_COLUMNS, TRADEOFF_HEADERS))
 
 
 def _needed_bits(items: list[str] | None) -> dict[str, int]:
@@ -174,7 +174,7 @@ def run_bounds(p: BoundsParams) -> dict:
     params = {"N": p.N, "R": p.R, "k": p.k, "bits": None if p.gaps else bits, "format": fmt, "gaps": p.gaps,
               "needed": needed or None, "constructions": chosen}
     return document(p, params, est, rows=rows, text=text, format=fmt,
-                seconds=round(time.perf_counter() - start, 3))
+                    seconds=round(time.perf_counter() - start, 3))
 
 
 def run_count(p: CountParams) -> dict:
@@ -215,10 +215,10 @@ def run_count(p: CountParams) -> dict:
                      "trees_1_closed": closed.trees1 if k == 1 else None,
                      "sandwich_holds": (closed.trees_lower is None or closed.trees_lower <= counts.trees[k])
                      and counts.trees[k] <= closed.trees_upper})
-    ok = all(r["sandwich_holds"] for r in rows) and counts.F[1] == rows[0]["F_1_closed"] \
+    passed = all(r["sandwich_holds"] for r in rows) and counts.F[1] == rows[0]["F_1_closed"] \
         and counts.trees[1] == rows[0]["trees_1_closed"]
-    return document(p, {"N": p.N, "R": p.R, "k": p.k, "format": fmt}, est, status=0 if ok else 1,
-                tasks=counts.tasks, seconds=round(counts.seconds, 3), consistent=ok, rows=rows, format=fmt,
-                text=table_text(p, fmt, rows, COUNT_COLUMNS, COUNT_HEADERS))
+    return document(p, {"N": p.N, "R": p.R, "k": p.k, "format": fmt}, est, passed=passed,
+                    tasks=counts.tasks, seconds=round(counts.seconds, 3), rows=rows, format=fmt,
+                    text=table_text(p, fmt, rows, COUNT_COLUMNS, COUNT_HEADERS))
 
 

@@ -139,10 +139,10 @@ def run_train(p: TrainParams) -> dict:
                 "min_margin": {"lo": final.min_margin},
                 "meaning": "the trained weights' own function in exact arithmetic, on every training query"}
     return document(p, params, est, knowledge=_knowledge(p, result.model, frozen, result.reached),
-                final_accuracy=accuracy,
-                reached=final.exact, steps_run=result.steps, epochs=result.epochs, path=result.path,
-                answers=int(answers.size), final_loss=result.losses[-1],
-                final_batch_accuracy=result.accuracies[-1], seconds=round(result.seconds, 3), out=out)
+                    final_accuracy=accuracy,
+                    reached=final.exact, steps_run=result.steps, epochs=result.epochs, path=result.path,
+                    answers=int(answers.size), final_loss=result.losses[-1],
+                    final_batch_accuracy=result.accuracies[-1], seconds=round(result.seconds, 3), out=out)
 
 
 def _sweep_estimate(p: SweepThresholdParams, out: str) -> Estimate:
@@ -213,8 +213,8 @@ def run_sweep_threshold(p: SweepThresholdParams) -> dict:
     knowledge = bits_per_parameter(records)
     summary = summary_table(records) + ("\n" + knowledge_table(knowledge) if knowledge else "")
     return document(p, params, est, out=out, settings=settings.__dict__, thresholds=records, fits=fits,
-                summary=summary, bits_per_parameter=knowledge, notes=notes,
-                estimate=estimates[0] if estimates else None)
+                    summary=summary, bits_per_parameter=knowledge, notes=notes,
+                    estimate=estimates[0] if estimates else None)
 
 
 def run_study_mechanism(p: StudyMechanismParams) -> dict:

@@ -60,12 +60,35 @@ LIMITS: dict[str, int] = {
     "bits": 64,
 }
 
-def document(p: Params, params: dict, est: Estimate | None, **results) -> dict:
+def document(p: Params, params: dict, est: Estimate | None, *, passed: bool | None = None, **results) -> dict:
     """The result document of command ``p.command``: ``command``, ``version``, ``seed``, ``params``,
-    ``status`` (0 unless ``results`` says otherwise), ``memory`` (``est`` against ``p.budget``, when ``est``
-    is given) and ``results``."""
+    ``status``, ``memory`` (``est`` against ``p.budget``, when ``est`` is given) and ``results``.
+
+    A command that checks something names its outcome ``passed`` (CONTRIBUTING.md, "One name along the check
+    path"): the document carries it, and its ``status`` (the exit code) is derived from it here and nowhere
+    else: 0 passed, 1 a check failed. A command without a check (``passed`` None) has status 0.
+
+    Parameters
+    ----------
+    p : Params
+        The command's parameters.
+    params : dict
+        The parameters the document records.
+    est : Estimate or None
+        The memory estimate required before the work.
+    passed : bool, optional
+        The command's outcome, when it checks something.
+    **results
+        The command's results.
+
+    Returns
+    -------
+    dict
+    """
     doc = {"command": p.command, "version": __version__, "seed": p.seed if isinstance(p, Seeded) else None,
-           "params": params, "status": 0}
+           "params": params, "status": 0 if passed is None or passed else 1}
+    if passed is not None:
+        doc["passed"] = bool(passed)
     if est is not None:
         doc["memory"] = {**est.as_dict(), "budget_gib": round(p.budget.max_bytes / memory.GIB, 6)}
     doc.update(results)

@@ -623,10 +623,11 @@ def build(namespace: argparse.Namespace) -> Params:
         A value the dataclass refuses.
     """
     params = from_namespace(PARAMS[namespace.command], namespace)
-    if getattr(params, "json", False):
+    as_json = isinstance(params, Json) and params.json  # demo has no --json: not a Json command
+    if as_json:
         # --json: nothing on stderr at exit 0, whatever the executor. Dask's worker processes configure
         # their logging from the environment they inherit when they start (their INFO lines go to stderr).
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     usercode.set_limits(timeout=params.build_timeout, budget=params.budget,  # for a user's construction
-                        json=bool(getattr(params, "json", False)), command=params.command)
+                        json=as_json, command=params.command)
     return params

@@ -506,9 +506,8 @@ def _export_construction(p: ExportParams):
         raise InputError(f"--attention hard is an idealization (β -> ∞) that {p.to} cannot compute exactly "
                          "(a softmax at any finite β leaks): export the softmax build")
     kind = code_kind(p.codes, spec)  # None (its own codes): the estimate's nominal sizes, never "binary"
-    est = memory.check_estimate(spec, p.N, p.R, k, **({} if kind is None else {"codes": kind}), D=p.D,
-                                what="export",
-                                budget=p.budget)
+    code_option: dict[str, Any] = {} if kind is None else {"codes": kind}
+    est = memory.check_estimate(spec, p.N, p.R, k, **code_option, D=p.D, what="export", budget=p.budget)
     _export_parts(est, spec.nominal_promise(p.N, p.R, k).params + p.N * spec.nominal_promise(p.N, p.R, k).d,
                   p.N, spec.nominal_promise(p.N, p.R, k).d)
     est.require(p.budget)

@@ -1,5 +1,6 @@
-"""What the k-hop construction modules share (docs/theory.md, "Multi-hop"): queries ``⟨r_k, ..., r_1, s⟩``
-read with positional heads, their leakage, the one-hot positions and the code read-out.
+"""What the k-hop construction modules share (docs/theory.md, "Positional heads and leakage"): queries
+``⟨r_k, ..., r_1, s⟩`` read with positional heads, their leakage, the one-hot positions and the code
+read-out.
 
 Its underscore names are the k-hop construction modules' own (:mod:`.g2`, :mod:`.a2_width`, :mod:`.a2_depth`,
 :mod:`.c1`), not a public interface."""

@@ -172,7 +172,7 @@ def a1_family(
     Returns
     -------
     Family
-        The model with W2 zero on O, its promise (:func:`~georecall.theory.statements.a1_promise`), codes,
+        The model with W2 zero on O, its promise (:func:`a1_promise`), codes,
         constants, layout and encoding (:data:`A1_ENCODING`).
 
     Raises

@@ -201,7 +201,7 @@ def g1_family(
     Returns
     -------
     Family
-        The model without its entity table, its promise (:func:`~georecall.theory.statements.g1_promise`),
+        The model without its entity table, its promise (:func:`g1_promise`),
         codes, constants, layout and encoding (:data:`G1_ENCODING`).
 
     Raises

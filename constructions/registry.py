@@ -30,13 +30,17 @@ from typing import Literal
 import numpy as np
 
 from georecall import usercode
-from georecall.constructions.codes import binary_length
+from georecall.constructions.a1 import a1_family, a1_nominal_promise
+from georecall.constructions.a2_depth import a2_depth_family, a2_depth_nominal_promise
+from georecall.constructions.a2_width import a2_width_family, a2_width_nominal_promise
+from georecall.constructions.building import Construction, assemble, nominal_geometry
+from georecall.constructions.c1 import c1_family, c1_nominal_promise
+from georecall.constructions.codes import CODE_KINDS
 from georecall.constructions.encoding import Family, TaskEncoding
+from georecall.constructions.g1 import g1_family, g1_nominal_promise
+from georecall.constructions.g2 import g2_family, g2_nominal_promise
 from georecall.constructions.model import Model
-from georecall.constructions.multi_hop import a2_depth_family, a2_width_family, c1_family, g2_family
-from georecall.constructions.single_hop import Construction, a1_family, assemble, g1_family
 from georecall.errors import InputError, UserCodeError
-from georecall.theory import statements
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
 
@@ -134,6 +138,10 @@ class ConstructionSpec:
         (default all three); one it does not take is refused when given, and never passed when not given
     task_encoding : how the task enters the built model (``constructions.encoding.TaskEncoding``), for
         ``georecall certify``; None: not declared (certify then answers UNKNOWN and says why)
+    codes : the codebook kind its builder uses when none is asked (one of ``codes.CODE_KINDS``; "binary"
+        for the built-ins), or None: its codes are its own (a builder that does not take ``codes``, e.g.
+        one-hot codes by definition), never assumed to be binary. A spec whose ``common`` leaves out
+        ``codes`` has None
     """
 
     id: str
@@ -153,6 +161,7 @@ class ConstructionSpec:
     common: frozenset[str] = COMMON_OPTIONS
     task_encoding: TaskEncoding | None = None
     family: Callable[..., Family] | None = None
+    codes: str | None = "binary"
 
     def __post_init__(self) -> None:
         if self.family is not None:
@@ -187,6 +196,11 @@ class ConstructionSpec:
             raise InputError(f"spec {self.id}: common options are a subset of {sorted(COMMON_OPTIONS)}, got "
                              f"{sorted(self.common)}")
         object.__setattr__(self, "common", frozenset(self.common))
+        if "codes" not in self.common:  # a builder without a codes option uses codes of its own
+            object.__setattr__(self, "codes", None)
+        elif self.codes not in CODE_KINDS:
+            raise InputError(f"spec {self.id}: codes must be one of {sorted(CODE_KINDS)} (the kind its "
+                             f"builder uses when none is asked), got {self.codes!r}")
         object.__setattr__(self, "options", frozenset(self.options))
         object.__setattr__(self, "variants", frozenset(self.variants))
 
@@ -499,24 +513,6 @@ def resolve(key: str) -> ConstructionSpec:
 # ------------------------------------------------------------------------------------------ the six built in
 
 
-def nominal_geometry(N: int) -> tuple[int, dict]:
-    """The code geometry behind every nominal promise: binary codes at unit scale, ``D = ⌈log2 N⌉``,
-    ``gap = 2/D`` (coherence μ = 1 − 2/D) and the exact distinctness pair, as keyword arguments of the
-    ``theory.statements`` promise functions.
-
-    Parameters
-    ----------
-    N : int
-        Number of entities.
-
-    Returns
-    -------
-    (D, geometry) : the code length and ``{"gap": ..., "distinct": ...}``.
-    """
-    D = binary_length(N)
-    return D, {"gap": 2 / D if N > 1 else 2.0, "distinct": (D, D - 2 if N > 1 else -D)}
-
-
 def single_hop_build(builder: Callable[..., Construction]) -> Callable[..., Construction]:
     """Adapt a single-hop builder ``builder(task, codes, **options)`` to the one spec signature
     ``build(task, k=1, **options)``, where ``codes`` (default ``"binary"``) is taken out of the keyword
@@ -638,40 +634,6 @@ def multi_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
     return family
 
 
-def _g1_nominal(N: int, R: int, k: int = 1) -> Promise:
-    D, geometry = nominal_geometry(N)
-    return statements.g1_promise(N, R, D, **geometry, max_abs=D**-0.5, gate=4 * D**-0.5)
-
-
-def _a1_nominal(N: int, R: int, k: int = 1) -> Promise:
-    D, geometry = nominal_geometry(N)
-    return statements.a1_promise(N, R, D, **geometry)
-
-
-def _g2_nominal(N: int, R: int, k: int) -> Promise:
-    D, geometry = nominal_geometry(N)
-    return statements.g2_promise(
-        N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None
-    )
-
-
-def _a2a_nominal(N: int, R: int, k: int) -> Promise:
-    D, geometry = nominal_geometry(N)
-    return statements.a2_width_promise(N, R, k, D, **geometry, gate=2 * geometry["gap"], beta=None)
-
-
-def _a2b_nominal(N: int, R: int, k: int) -> Promise:
-    D, geometry = nominal_geometry(N)
-    return statements.a2_depth_promise(N, R, k, D, **geometry, beta=None)
-
-
-def _c1_nominal(N: int, R: int, k: int) -> Promise:
-    D, geometry = nominal_geometry(N)
-    return statements.c1_promise(
-        N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None
-    )
-
-
 _MULTI = frozenset({"gate", "beta", "attention"})
 register(
     ConstructionSpec(
@@ -679,7 +641,7 @@ register(
         "geometric",
         "Theorem 4.1: block superposition + ReLU-gated relation selector",
         None,
-        _g1_nominal,
+        g1_nominal_promise,
         options=frozenset({"gate", "gain", "integer"}),
         variants=frozenset({"disjoint", "symmetric"}),
         verify_cases=(
@@ -699,7 +661,7 @@ register(
         "associative",
         "associative-memory baseline: one MLP unit per fact",
         None,
-        _a1_nominal,
+        a1_nominal_promise,
         options=frozenset({"gain", "integer"}),
         variants=frozenset({"disjoint", "symmetric"}),
         verify_cases=({"N": 512, "R": 8, "integer": True}, {"N": 256, "R": 4, "codes": "sign"}),
@@ -716,7 +678,7 @@ register(
         "path-blocks",
         "k hops without CoT in one layer: one block per relation path",
         None,
-        _g2_nominal,
+        g2_nominal_promise,
         hops="multi",
         bound="tradeoff",
         options=_MULTI,
@@ -733,7 +695,7 @@ register(
         "associative-width",
         "k hops without CoT in one layer: one MLP unit per k-hop fact",
         None,
-        _a2a_nominal,
+        a2_width_nominal_promise,
         hops="multi",
         bound="tradeoff",
         options=_MULTI,
@@ -751,7 +713,7 @@ register(
         "associative-depth",
         "k hops without CoT in k layers: one associative MLP of width 2·N·R, shared",
         None,
-        _a2b_nominal,
+        a2_depth_nominal_promise,
         hops="multi",
         bound="tradeoff",
         options=_MULTI - {"gate"},
@@ -769,7 +731,7 @@ register(
         "cot",
         "k hops with chain-of-thought in one layer: the G1 selector at every generated token",
         None,
-        _c1_nominal,
+        c1_nominal_promise,
         hops="multi",
         decoding="greedy",
         bound="chain_of_thought",

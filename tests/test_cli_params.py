@@ -48,7 +48,7 @@ def test_the_dataclass_fields_are_the_parsers_dests(command):
 def test_each_command_is_annotated_with_its_parameters(command):
     """What mypy checks inside each command is the class main builds for it."""
     function = commands.COMMANDS[command]
-    hint = typing.get_type_hints(function, vars(commands))[next(iter(inspect.signature(function).parameters))]
+    hint = typing.get_type_hints(function)[next(iter(inspect.signature(function).parameters))]
     accepted = typing.get_args(hint) or (hint,)
     assert params.PARAMS[command] in accepted, (command, hint)
 

@@ -16,7 +16,7 @@ from georecall.verify.cli import main
 pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
 
 from georecall.verify.experiments import figures as F  # noqa: E402
-from georecall.verify.experiments import study  # noqa: E402
+from georecall.verify.experiments import plotting, study, study_figures  # noqa: E402
 
 ROOT = pathlib.Path(__file__).parent.parent
 ALL_FIGURES = ("thresholds", "tradeoff", "margins", "transfer", "construction", "weights_E", "weights_Q",
@@ -107,6 +107,39 @@ def test_a_tick_outside_the_view_is_not_a_collision():
     plt.close(fig)
 
 
+def _stand_in(*args, **kwargs):
+    """A small figure drawn under the active style: a stand-in for a computed figure where a test is about
+    the command around it (folders, --dpi, --format, --style), not the figure (each figure's own tests draw
+    it, tests/test_figures.py::test_every_figure_is_legible and the slow cases below)."""
+    import matplotlib.pyplot as plt
+
+    with plt.rc_context(plotting._rc()):  # the active style (figure_style), as every figure draws
+        fig, ax = plt.subplots(figsize=(4, 3))
+        ax.plot([0, 1], [0, 1])
+        ax.set_title("stand-in")
+    return fig
+
+
+def _stand_in_matrices(*args, which=F.WEIGHTS, **kwargs):
+    return {("attention" if m == "attention" else f"weights_{m}"): _stand_in() for m in which}
+
+
+@pytest.fixture
+def cheap_drawing(monkeypatch):
+    """The computed figures (checks at N = 4096, a training run, eight matrices) replaced by stand-ins in
+    the figures command and the demo; the figures from records are drawn as they are."""
+    from georecall.verify.cli import commands_figures
+
+    for name in ("tradeoff_figure", "margins_figure", "construction_figure", "_trained_vs_g1"):
+        monkeypatch.setattr(F, name, _stand_in)
+    monkeypatch.setattr(F, "weights_figures", _stand_in_matrices)
+    for name in ("construction_figure", "trained_beside_g1_figure"):
+        monkeypatch.setattr(commands_figures, name, _stand_in)
+    monkeypatch.setattr(commands_figures, "weights_figures", _stand_in_matrices)
+    for name in ("mechanism_figure", "forward_reverse_figure"):
+        monkeypatch.setattr(F, name, _stand_in)
+
+
 def _png_width(path: str) -> int:
     with open(path, "rb") as handle:
         head = handle.read(24)
@@ -135,17 +168,28 @@ def test_dpi_and_formats(tmp_path):
         F.save_figure(fig, str(tmp_path), "g", dpi=10)
 
 
-def test_figures_command_creates_nested_folders_at_the_dpi_and_formats_asked(tmp_path, capsys):
-    """`figures --out a/b/c` was refused ("does not exist"); a user expects the folders to be made."""
+def test_figures_command_creates_nested_folders_at_the_dpi_and_formats_asked(tmp_path, capsys, cheap_drawing):
+    """`figures --out a/b/c` was refused ("does not exist"); a user expects the folders to be made. (The
+    computed figures are stand-ins here; the slow case below draws every one.)"""
+    _nested_folders_at_the_dpi_and_formats_asked(tmp_path, capsys, ("png",))  # (a PDF embeds its fonts: slow)
+    assert 150 <= _png_width(str(tmp_path / "a" / "b" / "c" / "tradeoff.png")) <= 4 * 50  # 4 in. at 50 dpi
+
+
+@pytest.mark.slow
+def test_figures_command_draws_every_figure_in_nested_folders(tmp_path, capsys):
+    _nested_folders_at_the_dpi_and_formats_asked(tmp_path, capsys, ("png", "pdf"))
+
+
+def _nested_folders_at_the_dpi_and_formats_asked(tmp_path, capsys, formats):
     results = tmp_path / "results.jsonl"
     results.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
     out = tmp_path / "a" / "b" / "c"
-    code = main(["figures", "--from", str(results), "--out", str(out), "--format", "png", "pdf", "--dpi",
-                 "50", "--json"])
+    code = main(["figures", "--from", str(results), "--out", str(out), "--format", *formats, "--dpi", "50",
+                 "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert code == 0 and doc["params"]["dpi"] == 50 and doc["params"]["formats"] == ["png", "pdf"]
+    assert code == 0 and doc["params"]["dpi"] == 50 and doc["params"]["formats"] == list(formats)
     names = {pathlib.Path(f).name for f in doc["files"]}
-    assert names == {f"{n}.{e}" for n in ALL_FIGURES for e in ("png", "pdf")}
+    assert names == {f"{n}.{e}" for n in ALL_FIGURES for e in formats}  # only the formats asked
     assert all(pathlib.Path(f).parent == out for f in doc["files"])
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -174,7 +218,7 @@ def test_study_figures_without_matplotlib_are_refused_before_any_training(tmp_pa
     assert not (tmp_path / "figs").exists()
 
 
-def test_study_summary_figures_into_a_new_nested_folder(tmp_path, capsys):
+def test_study_summary_figures_into_a_new_nested_folder(tmp_path, capsys, cheap_drawing):
     out = tmp_path / "x" / "y"
     code = main(["study", "mechanism", "--summary", STUDY, "--figures", str(out), "--json"])
     files = json.loads(capsys.readouterr().out)["figures"]
@@ -182,19 +226,32 @@ def test_study_summary_figures_into_a_new_nested_folder(tmp_path, capsys):
         "forward_reverse.png", "forward_reverse.svg", "mechanism.png", "mechanism.svg"]
 
 
-def test_study_figures_at_the_dpi_and_formats_asked(tmp_path, capsys):
+def test_study_figures_at_the_dpi_and_formats_asked(tmp_path, capsys, cheap_drawing):
+    """The study's figures in the formats asked, at the dpi asked (stand-ins drawn: the figures themselves
+    are tested with the others)."""
     out = tmp_path / "f"
     code = main(["study", "mechanism", "--summary", STUDY, "--figures", str(out), "--format", "pdf", "png",
                  "--dpi", "40", "--json"])
     files = json.loads(capsys.readouterr().out)["figures"]
     assert code == 0 and sorted(pathlib.Path(f).name for f in files) == [
         "forward_reverse.pdf", "forward_reverse.png", "mechanism.pdf", "mechanism.png"]
-    assert _png_width(str(out / "mechanism.png")) < 11 * 40 + 10
+    assert 120 <= _png_width(str(out / "mechanism.png")) <= 4 * 40  # a 4-inch stand-in at --dpi 40
     code = main(["study", "mechanism", "--summary", STUDY, "--dpi", "40"])
     assert code == 2 and "apply to --figures" in capsys.readouterr().err
 
 
-def test_demo_draws_the_construction(tmp_path, capsys):
+def test_demo_draws_the_construction(tmp_path, capsys, cheap_drawing):
+    """The demo writes its figures into a new nested folder in the one format asked (stand-ins drawn here;
+    the slow case below draws them)."""
+    _demo_draws_the_construction(tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_demo_draws_the_construction_itself(tmp_path, capsys):
+    _demo_draws_the_construction(tmp_path, capsys)
+
+
+def _demo_draws_the_construction(tmp_path, capsys):
     out = tmp_path / "slides" / "g1"
     code = main(["demo", "--N", "16", "--R", "3", "--seed", "1", "--figures", str(out), "--format", "png"])
     text = capsys.readouterr().out
@@ -243,7 +300,7 @@ def test_mechanism_figure_tells_trained_models_controls_and_constructions_apart(
     fig = F.mechanism_figure(doc, study.THRESHOLDS)
     labels = {t.get_text() for t in fig.legends[0].get_texts()}
     assert {label for label, _, _ in F.CATEGORIES.values()} <= labels
-    rows = F._study_rows(doc)
+    rows = study_figures._study_rows(doc)
     colours = [to_hex(bar.get_facecolor()[:3]) for bar in fig.axes[0].patches[:len(rows)]]
     expected = [to_hex(F.CATEGORIES[category][1]) for _, category, _ in rows]
     assert colours == expected and len(set(colours)) == 3
@@ -265,7 +322,7 @@ def test_margins_panels_fill_their_axes():
 def test_g1_embedded_wider_is_labelled_apart_from_native_g1():
     """The d-axis summary holds native G1 and G1 padded to d = 108..256: each row says which it is."""
     doc = study.summarize(D_AXIS_STUDY)
-    labels = [F._construction_label(e) for e in doc["constructions"]]
+    labels = [study_figures._construction_label(e) for e in doc["constructions"]]
     assert len(set(labels)) == len(labels), labels
     padded = [lab for e, lab in zip(doc["constructions"], labels) if e.get("pad_d")]
     assert padded and all("(padded)" in lab for lab in padded)
@@ -362,7 +419,7 @@ def test_talk_style_is_large_and_still_legible(name):
         assert F.minimum_font() == 14
         assert F.text_overlaps(talk) == [] and F.small_texts(talk, 14) == []
     assert F.minimum_font() == F.MIN_FONT_PT
-    sizes = [min(t.get_fontsize() for t in F._texts(fig)) for fig in (default, talk)]
+    sizes = [min(t.get_fontsize() for t in plotting._texts(fig)) for fig in (default, talk)]
     assert sizes[1] >= sizes[0] + 4
     width, height = talk.get_size_inches()
     assert width <= 11.0 and height <= 8.5
@@ -385,7 +442,18 @@ def test_figures_help_says_which_figures_need_from(capsys):
     assert "--style {default,talk}" in text
 
 
-def test_figures_command_in_talk_style(tmp_path, capsys):
+def test_figures_command_in_talk_style(tmp_path, capsys, cheap_drawing):
+    """--style talk reaches the drawing: every label of a figure drawn by the command is at least 14 pt
+    (a stand-in here; the slow case below checks G1's E itself)."""
+    _talk_style(tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_figures_command_in_talk_style_every_figure(tmp_path, capsys):
+    _talk_style(tmp_path, capsys)
+
+
+def _talk_style(tmp_path, capsys):
     code = main(["figures", "--out", str(tmp_path), "--style", "talk", "--format", "svg", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["params"]["style"] == "talk"

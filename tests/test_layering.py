@@ -13,7 +13,9 @@ command line imports it; ``export`` (the ``export``
 extra's targets) builds on ``checking`` and only the command line imports it.
 
 Inside ``constructions/``, the modules of the one Model: model ← arithmetic ← forward ← decoding (the data,
-the error-bound arithmetic, THE forward pass, decoding), and storage (saving and loading) on model alone.
+the error-bound arithmetic, THE forward pass, decoding), and storage (saving and loading) on model alone; each
+construction is one module (g1, a1, g2, a2_width, a2_depth, c1) that imports neither the registry nor the
+modules gathering their names nor another construction.
 
 A function-level import of a georecall module is kept only for an optional dependency or for startup cost, and
 says which in a comment on its line or just above its block of imports."""
@@ -277,6 +279,43 @@ def test_the_model_modules_allowed_edges_pass():
         "georecall.constructions.forward": "from .arithmetic import matmul_rows",
         "georecall.constructions.storage": "from georecall.constructions.model import unflatten",
         "georecall.constructions.arithmetic": "from georecall.constructions.rounding import up"}) == []
+
+
+# Inside constructions/: a construction is one module (CONTRIBUTING.md, "Adding a construction"). Each builds
+# on the shared parts and never on the registry (which imports it), on the modules that gather the names
+# (single_hop, multi_hop), or on another construction.
+CONSTRUCTION_MODULES = ("g1", "a1", "g2", "a2_width", "a2_depth", "c1")
+ABOVE_A_CONSTRUCTION = ("registry", "single_hop", "multi_hop") + CONSTRUCTION_MODULES
+
+
+def construction_module_edges(modules: dict[str, str]) -> list[str]:
+    """``importer -> imported`` for every import of a construction module (or of what it shares:
+    ``building``, ``hops``) that reaches the registry, a gathering module or another construction."""
+    prefix = "georecall.constructions."
+    bad = []
+    for name in (*CONSTRUCTION_MODULES, "building", "hops"):
+        module = prefix + name
+        for imported, _, _ in georecall_imports(modules.get(module, ""), module, set(modules)):
+            theirs = imported.removeprefix(prefix)
+            if imported.startswith(prefix) and theirs in ABOVE_A_CONSTRUCTION and theirs != name:
+                bad.append(f"{module} -> {imported}")
+    return bad
+
+
+def test_each_construction_is_its_own_module():
+    assert all(f"georecall.constructions.{name}" in MODULES for name in CONSTRUCTION_MODULES)
+    assert construction_module_edges(MODULES) == []
+
+
+@pytest.mark.parametrize("importer, line, imported", [
+    ("g1", "from georecall.constructions.registry import BitsClaim", "registry"),
+    ("c1", "from georecall.constructions.g1 import g1_family", "g1"),
+    ("hops", "def f():\n    from georecall.constructions import multi_hop\n", "multi_hop"),
+])
+def test_a_construction_reaching_up_or_sideways_is_caught(importer, line, imported):
+    modules = {**MODULES, f"georecall.constructions.{importer}": line}
+    assert construction_module_edges(modules) == [
+        f"georecall.constructions.{importer} -> georecall.constructions.{imported}"]
 
 
 def test_from_a_package_import_a_module_names_the_module():

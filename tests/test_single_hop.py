@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from georecall.constructions.codes import make_codes
+from georecall.constructions.g1 import g1_promise
 from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
-from georecall.theory.statements import binary_coherence, g1_promise
+from georecall.theory.statements import binary_coherence
 from georecall.theory.tasks import Task, random_task
 from georecall.verify.checking.check import check_construction, check_queries
 

@@ -225,7 +225,7 @@ class Scheduled:
 
 @dataclass(frozen=True, kw_only=True)
 class VerifyParams(Params, Seeded, Json, Quiet, Budgeted):
-    """``georecall verify`` (``parser._add_verify``)."""
+    """``georecall verify`` (``declarations._add_verify``)."""
 
     construction: list[str] | None
 
@@ -246,7 +246,7 @@ class CheckParams(Params, Seeded, Json, Quiet, Budgeted):
 
 @dataclass(frozen=True, kw_only=True)
 class CheckSingleHopParams(CheckParams):
-    """``georecall check single-hop`` (``parser._add_check_single_hop``)."""
+    """``georecall check single-hop`` (``declarations._add_check_single_hop``)."""
 
     integer: bool
     lam: float
@@ -259,7 +259,7 @@ class CheckSingleHopParams(CheckParams):
 
 @dataclass(frozen=True, kw_only=True)
 class CheckMultiHopParams(CheckParams):
-    """``georecall check multi-hop`` (``parser._add_check_multi_hop``)."""
+    """``georecall check multi-hop`` (``declarations._add_check_multi_hop``)."""
 
     k: int
     attention: str
@@ -267,7 +267,7 @@ class CheckMultiHopParams(CheckParams):
 
 @dataclass(frozen=True, kw_only=True)
 class CertifyParams(Params, Seeded, Json, Quiet, Budgeted):
-    """What ``certify single-hop`` and ``certify multi-hop`` share (``parser._add_certify``)."""
+    """What ``certify single-hop`` and ``certify multi-hop`` share (``declarations._add_certify``)."""
 
     construction: str
     N: int
@@ -301,7 +301,7 @@ class CertifyMultiHopParams(CertifyParams):
 
 @dataclass(frozen=True, kw_only=True)
 class TradeoffParams(Params, Json, Table):
-    """``georecall tradeoff`` (``parser._add_tradeoff``): formulas only, so no seed, budget option or
+    """``georecall tradeoff`` (``declarations._add_tradeoff``): formulas only, so no seed, budget option or
     progress."""
 
     N: int
@@ -312,7 +312,7 @@ class TradeoffParams(Params, Json, Table):
 
 @dataclass(frozen=True, kw_only=True)
 class BoundsParams(Params, Json, Quiet, Budgeted, Table):
-    """``georecall bounds`` (``parser._add_bounds``)."""
+    """``georecall bounds`` (``declarations._add_bounds``)."""
 
     N: list[int]
     R: list[int]
@@ -325,7 +325,7 @@ class BoundsParams(Params, Json, Quiet, Budgeted, Table):
 
 @dataclass(frozen=True, kw_only=True)
 class CountParams(Params, Json, Quiet, Budgeted, Table):
-    """``georecall count`` (``parser._add_count``)."""
+    """``georecall count`` (``declarations._add_count``)."""
 
     N: int
     R: int
@@ -334,7 +334,7 @@ class CountParams(Params, Json, Quiet, Budgeted, Table):
 
 @dataclass(frozen=True, kw_only=True)
 class PrecisionParams(Params, Seeded, Json, Budgeted, Table):
-    """``georecall precision`` (``parser._add_precision``)."""
+    """``georecall precision`` (``declarations._add_precision``)."""
 
     construction: str
     k: int | None
@@ -347,7 +347,7 @@ class PrecisionParams(Params, Seeded, Json, Budgeted, Table):
 
 @dataclass(frozen=True, kw_only=True)
 class TrainParams(Params, Seeded, Json, Quiet, Budgeted):
-    """``georecall train`` (``parser._add_train``)."""
+    """``georecall train`` (``declarations._add_train``)."""
 
     N: int
     R: int
@@ -375,7 +375,7 @@ class TrainParams(Params, Seeded, Json, Quiet, Budgeted):
 
 @dataclass(frozen=True, kw_only=True)
 class SweepThresholdParams(Params, Json, Quiet, Budgeted, Scheduled):
-    """``georecall sweep threshold`` (``parser._add_sweep``)."""
+    """``georecall sweep threshold`` (``declarations._add_sweep``)."""
 
     N: list[int]
     R: list[int]
@@ -403,7 +403,7 @@ class SweepThresholdParams(Params, Json, Quiet, Budgeted, Scheduled):
 
 @dataclass(frozen=True, kw_only=True)
 class StudyMechanismParams(Params, Json, Quiet, Budgeted, Scheduled, FigureFiles):
-    """``georecall study mechanism`` (``parser._add_study``)."""
+    """``georecall study mechanism`` (``declarations._add_study``)."""
 
     quick: bool
     grid: str | None
@@ -419,7 +419,7 @@ class StudyMechanismParams(Params, Json, Quiet, Budgeted, Scheduled, FigureFiles
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeParams(Params, Seeded, Json, Budgeted):
-    """``georecall probe`` (``parser._add_probe``)."""
+    """``georecall probe`` (``declarations._add_probe``)."""
 
     model: str
     task: str | None
@@ -429,7 +429,7 @@ class ProbeParams(Params, Seeded, Json, Budgeted):
 
 @dataclass(frozen=True, kw_only=True)
 class EvalParams(Params, Json, Quiet, Budgeted):
-    """``georecall eval`` (``parser._add_eval``)."""
+    """``georecall eval`` (``declarations._add_eval``)."""
 
     model: str
     task: str | None
@@ -440,7 +440,7 @@ class EvalParams(Params, Json, Quiet, Budgeted):
 
 @dataclass(frozen=True, kw_only=True)
 class TransferParams(Params, Seeded, Json, Budgeted):
-    """``georecall transfer`` (``parser._add_transfer``)."""
+    """``georecall transfer`` (``declarations._add_transfer``)."""
 
     model: str
     task: str | None
@@ -452,7 +452,7 @@ class TransferParams(Params, Seeded, Json, Budgeted):
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeHiddenParams(Params, Seeded, Json, Budgeted):
-    """``georecall probe-hidden`` (``parser._add_probe_hidden``)."""
+    """``georecall probe-hidden`` (``declarations._add_probe_hidden``)."""
 
     states: str
     holdout: float
@@ -460,7 +460,7 @@ class ProbeHiddenParams(Params, Seeded, Json, Budgeted):
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeLmParams(Params, Seeded, Json, Quiet, Budgeted):
-    """``georecall probe-lm`` (``parser._add_probe_lm``)."""
+    """``georecall probe-lm`` (``declarations._add_probe_lm``)."""
 
     model: str
     facts: str | None
@@ -477,7 +477,7 @@ class ProbeLmParams(Params, Seeded, Json, Quiet, Budgeted):
 
 @dataclass(frozen=True, kw_only=True)
 class FiguresParams(Params, Seeded, Json, Budgeted, FigureFiles):
-    """``georecall figures`` (``parser._add_figures``)."""
+    """``georecall figures`` (``declarations._add_figures``)."""
 
     source: str | None
     out: str
@@ -486,7 +486,7 @@ class FiguresParams(Params, Seeded, Json, Budgeted, FigureFiles):
 
 @dataclass(frozen=True, kw_only=True)
 class DemoParams(Params, Seeded, FigureFiles):
-    """``georecall demo`` (``parser._add_demo``): narrated text, so no ``--json``."""
+    """``georecall demo`` (``declarations._add_demo``): narrated text, so no ``--json``."""
 
     N: int
     R: int
@@ -497,7 +497,8 @@ class DemoParams(Params, Seeded, FigureFiles):
 
 @dataclass(frozen=True, kw_only=True)
 class LectureParams(Params, Json):
-    """``georecall lecture`` (``parser._add_lecture``): execute the lecture notebook, render its HTML."""
+    """``georecall lecture`` (``declarations._add_lecture``): execute the lecture notebook, render its
+    HTML."""
 
     out: str
     notebook: str | None
@@ -506,7 +507,7 @@ class LectureParams(Params, Json):
 
 @dataclass(frozen=True, kw_only=True)
 class ExportParams(Params, Seeded, Json, Quiet, Budgeted):
-    """``georecall export`` (``parser._add_export``)."""
+    """``georecall export`` (``declarations._add_export``)."""
 
     out: str
     to: str
@@ -622,10 +623,11 @@ def build(namespace: argparse.Namespace) -> Params:
         A value the dataclass refuses.
     """
     params = from_namespace(PARAMS[namespace.command], namespace)
-    if getattr(params, "json", False):
+    as_json = isinstance(params, Json) and params.json  # demo has no --json: not a Json command
+    if as_json:
         # --json: nothing on stderr at exit 0, whatever the executor. Dask's worker processes configure
         # their logging from the environment they inherit when they start (their INFO lines go to stderr).
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     usercode.set_limits(timeout=params.build_timeout, budget=params.budget,  # for a user's construction
-                        json=bool(getattr(params, "json", False)), command=params.command)
+                        json=as_json, command=params.command)
     return params

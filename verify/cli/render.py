@@ -183,7 +183,7 @@ def _count(doc: dict) -> list[str]:
     lines.append("closed forms: |F_1| = (N!)^R, |Trees_1| = N^R; sandwich (N-1)_(R^k) <= |Trees_k| <= "
                  "N^(R^k) "
                  "(lower side when N >= 1 + R + ... + R^k): "
-                 f"{'all hold' if doc['consistent'] else 'VIOLATED'}")
+                 f"{'all hold' if doc['passed'] else 'VIOLATED'}")
     return lines
 
 

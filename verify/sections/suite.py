@@ -29,8 +29,8 @@ from georecall.theory.tokens import queries
 from georecall.verify.checking.check import Report, claim_report
 from georecall.verify.checking.run import run_check  # a module name here: tests replace it in this module
 from georecall.verify.experiments import probes, study, sweep
-from georecall.verify.sections.bounds_checks import section_bounds
-from georecall.verify.sections.certified import section_certified
+from georecall.verify.sections.bounds_checks import bits_and_bound_reports, section_bounds
+from georecall.verify.sections.certified import certified_row, section_certified
 from georecall.verify.training import train as trainer  # modules, not names: tests replace their functions
 
 __all__ = [
@@ -115,7 +115,10 @@ def section_constructions(hops: str, seed: int = 0, progress: bool = False,
 
 def construction_reports(spec: ConstructionSpec, seed: int = 0, progress: bool = False,
                          budget: Budget | None = None) -> list[Report]:
-    """One construction at the sizes its spec lists (``verify_cases``): ``georecall verify --construction``.
+    """Every row of ``georecall verify`` that concerns one construction (``verify --construction``): its
+    checks at the sizes its spec lists (``verify_cases``), its "certified for every task" row, and the "bits
+    needed" and "lower bounds <= verified constructions" rows for it alone (its bits claim re-measured; a
+    spec without a claim is named there as not covered).
 
     Parameters
     ----------
@@ -144,7 +147,8 @@ def construction_reports(spec: ConstructionSpec, seed: int = 0, progress: bool =
     reports: list[Report] = []
     for case in spec.verify_cases:
         reports += _case_report(spec, case, seed, progress, budget)
-    return reports
+    reports.append(certified_row(spec, seed, progress, budget))
+    return reports + bits_and_bound_reports(seed, progress, budget, [spec])
 
 
 def section_single_hop(seed: int = 0, progress: bool = False, budget: Budget | None = None

@@ -55,7 +55,7 @@ def test_its_codes_are_its_own_not_binary():
 def test_verify_runs_every_row_of_it_the_bits_row_included(capsys):
     doc = run(capsys, "verify", "--construction", SPEC)
     names = [report["name"] for report in doc["reports"]]
-    assert doc["passed"] and names == ["TA1 one-hot (float, bound)", "TA1 certified for every task",
+    assert doc["passed"] and names == ["TA1 one-hot float (certified)", "TA1 certified for every task",
                                        "bits needed: smallest exact b, b-1 fails",
                                        "lower bounds <= verified constructions"]
     bits, bounds = doc["reports"][2], doc["reports"][3]

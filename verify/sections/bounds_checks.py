@@ -311,9 +311,9 @@ def bits_and_bound_reports(seed: int = 0, progress: bool = False, budget: Budget
     start = time.perf_counter()
     checks, table = gap_checks(instances)
     first = next((r for r in table if r["construction"] == "G1"), table[0] if table else {})
+    shown = [label for label in ("needed", "per_parameter") if f"{label}_b" in first]  # (d_min = 0: vacuous)
     gap = " ".join([f"{first['construction']} gap"] + [
-        f"{first[f'{label}_gap']}@b={first[f'{label}_b']}" for label in ("needed", "per_parameter")
-        if f"{label}_b" in first]) if first else ""
+        f"{first[f'{label}_gap'] or 'vacuous'}@b={first[f'{label}_b']}" for label in shown]) if first else ""
     reports.append(claim_report(f"lower bounds <= verified constructions{none}", {"seed": seed, **chosen},
                                 checks, time.perf_counter() - start, {"d": gap, "m": ""},
                                 {"gap table": table, "not covered (no bits claim)": uncovered}))

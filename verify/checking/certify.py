@@ -175,7 +175,7 @@ def compact_codes_apply(spec, codes: str | None, integer: bool) -> bool:
     """
     encoding = spec.task_encoding
     return bool(integer and spec.assembles_family and spec.id in registry.BUILTIN_IDS
-                and (codes or "binary") == "binary" and encoding is not None
+                and (codes or spec.codes) == "binary" and encoding is not None
                 and encoding.array == "entity_embedding" and "codes" in spec.accepts())
 
 
@@ -199,7 +199,7 @@ def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str | None = None,
     N, R, k : int
         Entities, relations, hops.
     codes, D : str, int or None
-        Codebook kind (None: binary) and length.
+        Codebook kind (None: the construction's own, ``spec.codes``) and length.
     integer : bool
         Integer mode.
     attributes : str
@@ -209,7 +209,7 @@ def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str | None = None,
     -------
     georecall.memory.Estimate
     """
-    kind = codes or "binary"
+    kind = codes or spec.codes or "binary"  # no codes of its own: counted as binary (an upper bound)
     est = memory.Estimate(f"certify {spec.hops}-hop")
     D_used = memory.code_length(kind, N, D)
     promise = spec.nominal_promise(N, R, k)

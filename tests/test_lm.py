@@ -15,7 +15,7 @@ import pytest
 
 from georecall.errors import InputError
 from georecall.verify.experiments import ridge
-from georecall.verify.lm import extract, loader, run  # these import torch only inside functions
+from georecall.verify.lm import controls, extract, loader, run  # these import torch only inside functions
 from georecall.verify.lm import facts as lmfacts
 from georecall.verify.lm import probes as lmprobes
 
@@ -483,21 +483,47 @@ def test_verdict_superposition_negative_only_with_power(tiny_doc):
     assert run.verdict(doc)["superposition_layers"] == []
 
 
-def test_verdict_lre_patching_and_interventions_follow_their_thresholds(tiny_doc):
+def _power(key, grid, rate):
+    return {key: list(grid), "rate": [rate] * len(grid), "draws": 10}
+
+
+def test_verdict_lre_patching_and_interventions_follow_their_thresholds_and_power(tiny_doc):
     doc = _verdict_doc(tiny_doc)
+    strong = _power("strengths", controls.LRE_STRENGTHS, 1.0)
     doc["lre"] = [{"relation": "a", "told": True, "known": 9, "held_out": 4, "train": 5,
                    "layers": [{"layer": 1, "beta": 1.0, "faithful": 0.75, "faithful_candidates": 1.0,
-                               "bias_only": 0.25, "bias_only_candidates": 0.25, "sweep": [0.25] * 5}]}]
+                               "bias_only": 0.25, "bias_only_candidates": 0.25, "sweep": [0.25] * 5,
+                               "power": strong}]}]
     doc["patching"][0]["moved"] = [0.0, 0.9, 0.2]
+    doc["patching"][0]["power"] = [_power("strengths", controls.PATCH_STRENGTHS, 1.0)] * 3
     doc["interventions"] = [{"layer": 1, "edits": 10, "others": 5, "already": 0.0, "fitted_ratio_median": 0.1,
                              "doses": [{"dose": 4.0, "success": 0.9, "changed": 1.0, "stay": 0.9}]}]
+    snrs = doc["intervention_power"]["snrs"]
+    doc["intervention_power"] = {"snrs": snrs, "doses": [4.0], "rate": [[1.0]] * len(snrs), "negative": [0.0],
+                                 "edited": [10.0] * len(snrs), "draws": 10}
     v = run.verdict(doc)
     assert v["lre_faithful"] == {"a": [1]} and v["patch_layers"][0] == [1] and v["selective"] == [[1, 4.0]]
+    assert v["lre"] == {"a": {"1": "faithful"}} and v["interventions"] == {"1:4.0": "selective"}
+    assert v["patching"][0] == {"0": "does not move", "1": "moves", "2": "does not move"}
     doc["lre"][0]["layers"][0]["bias_only"] = 0.7  # broken: the bias alone is as faithful
     doc["patching"][0]["moved"] = [0.0, 0.4, 0.2]
     doc["interventions"][0]["doses"][0]["stay"] = 0.5
     v = run.verdict(doc)
     assert v["lre_faithful"] == {"a": []} and v["patch_layers"][0] == [] and v["selective"] == []
+    # faithful among the candidates still (1.00 against 0.25): no negative verdict
+    assert v["lre"] == {"a": {"1": "cannot tell"}}
+    assert set(v["patching"][0].values()) == {"does not move"}
+    assert v["interventions"] == {"1:4.0": "not selective"}
+    doc["lre"][0]["layers"][0]["faithful_candidates"] = 0.3
+    assert run.verdict(doc)["lre"] == {"a": {"1": "not faithful"}}
+    # the same failures with weak planted controls: cannot tell, never a negative verdict
+    doc["lre"][0]["layers"][0]["power"] = _power("strengths", controls.LRE_STRENGTHS, 0.8)
+    doc["patching"][0]["power"] = [_power("strengths", controls.PATCH_STRENGTHS, 0.8)] * 3
+    doc["intervention_power"]["rate"] = [[0.8]] * len(snrs)
+    v = run.verdict(doc)
+    assert v["lre"] == {"a": {"1": "cannot tell"}} and v["interventions"] == {"1:4.0": "cannot tell"}
+    assert set(v["patching"][0].values()) == {"cannot tell"}
+    assert any("cannot tell at 1:4.0" in line for line in v["lines"])
 
 
 def test_probe_lm_command_on_a_tiny_model_folder(tiny, tmp_path, capsys, monkeypatch):
@@ -544,6 +570,12 @@ def test_known_fact_probes_run_when_facts_are_known(tiny, monkeypatch):
     assert doc["patching"][0]["layers"] == [0, 1, 2] and doc["patching"][1]["layers"] == [1]
     assert all(x["told"] and x["held_out"] == 3 for x in doc["lre"])  # 8 known: 5 fit, 3 held out
     assert [len(x["layers"][0]["sweep"]) for x in doc["lre"]] == [len(run.BETAS)] * 2
+    # every probe of the model's answer carries its planted control, at the run's shape
+    assert all(x["layers"][0]["power"]["strengths"] == list(controls.LRE_STRENGTHS) for x in doc["lre"])
+    assert [len(p["power"]) for p in doc["patching"]] == [3, 1]
+    ivp = doc["intervention_power"]
+    assert len(ivp["rate"]) == len(ivp["snrs"]) and len(ivp["rate"][0]) == len(run.DOSES) + 1
+    assert set(doc["verdict"]["lre"]) == {"capital", "speech"}
     (inter,) = doc["interventions"]
     assert inter["edits"] == 16 and inter["others"] == 16 and len(inter["doses"]) == len(run.DOSES) + 1
     assert all(v is not None for v in doc["logit_lens"][0])

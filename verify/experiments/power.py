@@ -119,7 +119,7 @@ def detected(result: dict, margin: float = DECODE_MARGIN) -> bool:
 
 
 def planted_states(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], present: np.ndarray, p: int,
-                   snr: float, rng: np.random.Generator) -> np.ndarray:
+                   snr: float, rng: np.random.Generator, *, return_maps: bool = False):
     """States with the superposition geometry planted: ``Σ_r present_r·(V_r[label_r] − m_r) A_r`` + noise.
 
     Parameters
@@ -137,13 +137,17 @@ def planted_states(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], 
         ``1 / snr``.
     rng : numpy.random.Generator
         The maps ``A_r`` (i.i.d. Gaussian) and the noise.
+    return_maps : bool
+        Also return each relation's map as applied, ``A_r / scale_r`` (q_r × p; zero for a relation without
+        rows).
 
     Returns
     -------
-    (n, p) float64 array
+    (n, p) float64 array, or (that array, list of (q_r, p) arrays) with ``return_maps``
     """
     n = present.shape[0]
     H = np.zeros((n, p))
+    maps = []
     for r, (lab, V) in enumerate(zip(labels, vectors)):
         V = np.asarray(V, dtype=np.float64)
         rows = np.flatnonzero(present[:, r])
@@ -152,7 +156,9 @@ def planted_states(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], 
         scale = float(np.sqrt(np.mean(np.sum(term * term, axis=1)))) if rows.size else 0.0
         if scale > 0:
             H[rows] += term / scale
-    return H + rng.standard_normal((n, p)) / np.sqrt(snr * p)
+        maps.append(A / scale if scale > 0 else np.zeros_like(A))
+    H += rng.standard_normal((n, p)) / np.sqrt(snr * p)
+    return (H, maps) if return_maps else H
 
 
 def decode_power(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], present: np.ndarray, p: int,

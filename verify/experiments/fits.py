@@ -276,13 +276,13 @@ def fit_ridge_cv_many(X: np.ndarray, Ys: list, *, rng: np.random.Generator,
             xm = X[train].mean(axis=0)
             U, s, Vt = _svd(X[train] - xm)
             Xv = (X[test] - xm) @ Vt.T  # validation rows in the right-singular basis
+            shrink = np.array([_shrink(s, rho * scale) for rho in grid])  # (grid, k)
+            XvS = Xv[None, :, :] * shrink[:, None, :]  # (grid, validation rows, k): every ρ in one product
             for t, Y in enumerate(targets):
                 ym = Y[train].mean(axis=0)
                 UtY = U.T @ (Y[train] - ym)
-                Yv = Y[test] - ym
-                for i, rho in enumerate(grid):
-                    pred = Xv @ (_shrink(s, rho * scale)[:, None] * UtY)
-                    errors[t, i] += float(np.sum((Yv - pred) ** 2))
+                resid = (Y[test] - ym)[None, :, :] - XvS @ UtY
+                errors[t] += np.einsum("gij,gij->g", resid, resid)
         for t in range(len(targets)):
             cv_errors[t] = dict(zip(grid, errors[t].tolist()))
             order = sorted(range(len(grid)), key=lambda i: (float(errors[t, i]), -grid[i]))

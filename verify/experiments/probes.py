@@ -336,7 +336,7 @@ def _add_power(per_relation: list[dict], E: np.ndarray, U: np.ndarray, task: Tas
     labels = [task.table[r] for r in range(task.R)]
     pw = _power.decode_power(labels, [U] * task.R, np.ones((task.N, task.R), dtype=bool), E.shape[1],
                              [[test]] * task.R, rng=prng, snrs=(_power.NAMED_SNR,), draws=draws,
-                             predict=_ridge_predict)
+                             predict=_ridge_predict, predict_many=_ridge_predict_many)
     for r, entry in enumerate(per_relation):
         res = _power.decode_vectors(E, labels[r], U, [test], rng=prng, predict=_ridge_predict)
         word, why = _power.verdict_word(_power.detected(res), pw[r], unseen=res["unseen"], n=res["n"])
@@ -1219,6 +1219,12 @@ def _ridge_predict(X_fit: np.ndarray, Y_fit: np.ndarray, X_test: np.ndarray, rng
     return fit.predict(X_test), fit.describe()
 
 
+def _ridge_predict_many(X_fit: np.ndarray, Ys: list, X_test: np.ndarray, rng) -> list[np.ndarray]:
+    """:func:`_ridge_predict` for several targets on the same rows (:func:`.fits.fit_ridge_cv_many`: each
+    target its own strength, one fold assignment): :func:`.power.decode_power`'s shared path."""
+    return [fit.predict(X_test) for fit in fit_ridge_cv_many(X_fit, Ys, rng=rng)]
+
+
 def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, holdout: float = 0.25,
                                rng: np.random.Generator | int | None = None,
                                attribute_vectors: np.ndarray | None = None) -> dict:
@@ -1289,12 +1295,22 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
             vectors.append(np.eye(values.size))
     groups = [test]
     pw = power.decode_power(labels, vectors, np.ones((n, R), dtype=bool), states.shape[1], [groups] * R,
-                            rng=rng, predict=_ridge_predict, snrs=HIDDEN_SNRS)
+                            rng=rng, predict=_ridge_predict, snrs=HIDDEN_SNRS,
+                            predict_many=_ridge_predict_many)
     per_relation = []
+    # every relation and its shuffled control on the same fit rows: one factorisation (fit_ridge_cv_many;
+    # each target its own strength, one fold assignment)
+    permuted = [labels[r][np.asarray(rng.permutation(n))] for r in range(R)]
+    targets = list(labels) + permuted
+    many = fit_ridge_cv_many(states[fit], [vectors[r % R][lab[fit]] for r, lab in enumerate(targets)],
+                             rng=rng)
+    scored = []
+    for r, (lab, ridge) in enumerate(zip(targets, many)):
+        P = np.zeros((n, vectors[r % R].shape[1]))
+        P[test] = ridge.predict(states[test])
+        scored.append(power.score_predictions(P, lab, vectors[r % R], groups, [ridge.describe()]))
     for r in range(R):
-        res = power.decode_vectors(states, labels[r], vectors[r], groups, rng=rng, predict=_ridge_predict)
-        permuted = labels[r][np.asarray(rng.permutation(n))]
-        shuffled = power.decode_vectors(states, permuted, vectors[r], groups, rng=rng, predict=_ridge_predict)
+        res, shuffled = scored[r], scored[R + r]
         passed = res["accuracy"] >= max(res["chance"], res["majority"], shuffled["accuracy"]) + \
             power.DECODE_MARGIN
         word, why = power.verdict_word(bool(passed), pw[r], unseen=res["unseen"], n=res["n"])

@@ -103,10 +103,10 @@ def test_build_from_relations_rule():
 def test_ridge_closed_form_equals_normal_equations():
     rng = np.random.default_rng(0)
     X, Y = rng.normal(size=(30, 50)), rng.normal(size=(30, 3))
-    fit = ridge.fit_ridge_cv(X, Y, rng=np.random.default_rng(1))
+    fit = ridge.fit_ridge_cv(X, Y, rng=np.random.default_rng(1), rule=ridge.LM_RULE)
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
     W = np.linalg.solve(Xc.T @ Xc + fit.alpha * np.eye(50), Xc.T @ Yc)  # independent reference
-    np.testing.assert_allclose(fit.W, W, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(fit.coef, W, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(fit.predict(X), Y.mean(0) + Xc @ W, rtol=1e-8, atol=1e-10)
 
 
@@ -114,7 +114,7 @@ def test_ridge_cv_choice_equals_a_naive_k_fold_loop():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(40, 8))
     Y = X @ rng.normal(size=(8, 2)) + 0.5 * rng.normal(size=(40, 2))
-    fit = ridge.fit_ridge_cv(X, Y, folds=4, rng=np.random.default_rng(3))
+    fit = ridge.fit_ridge_cv(X, Y, folds=4, rng=np.random.default_rng(3), rule=ridge.LM_RULE)
     order = np.random.default_rng(3).permutation(40)
     Xc = X - X.mean(0)
     scale = np.sum(Xc * Xc) / 8
@@ -127,9 +127,9 @@ def test_ridge_cv_choice_equals_a_naive_k_fold_loop():
             W = np.linalg.solve((X[tr] - mx).T @ (X[tr] - mx) + a * np.eye(8), (X[tr] - mx).T @ (Y[tr] - my))
             e += np.sum((Y[part] - my - (X[part] - mx) @ W) ** 2)
         errors.append(e / 40)
-    assert fit.alpha_rel == ridge.ALPHAS[int(np.argmin(errors))]
-    with pytest.raises(InputError, match="at least 2"):
-        ridge.fit_ridge_cv(X[:1], Y[:1], rng=np.random.default_rng(0))
+    assert fit.relative_alpha == ridge.ALPHAS[int(np.argmin(errors))]
+    with pytest.raises(InputError, match="at least two"):
+        ridge.fit_ridge_cv(X[:1], Y[:1], rng=np.random.default_rng(0), rule=ridge.LM_RULE)
 
 
 @pytest.mark.parametrize("n, p", [(36, 90), (60, 7)])
@@ -142,10 +142,10 @@ def test_cross_fit_kernel_form_equals_the_primal_fits(n, p):
     inner = np.random.default_rng(8)
     for g, test in enumerate(groups):  # the primal SVD fit on the same rows with the same inner folds
         fit = np.setdiff1d(np.arange(n), test)
-        ref = ridge.fit_ridge_cv(X[fit], Y[fit], rng=inner)
-        assert got["alphas"][g] == ref.alpha_rel
+        ref = ridge.fit_ridge_cv(X[fit], Y[fit], rng=inner, rule=ridge.LM_RULE)
+        assert got["alphas"][g] == ref.relative_alpha
         np.testing.assert_allclose(got["predictions"][test], ref.predict(X[test]), rtol=1e-7, atol=1e-9)
-        np.testing.assert_allclose(got["W"][g], ref.W, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(got["W"][g], ref.coef, rtol=1e-7, atol=1e-9)
 
 
 def test_r2_score():

@@ -427,7 +427,7 @@ def test_the_forward_probe_meets_the_threshold_at_d_256_where_ols_would_fail(mon
     """The study's (N, R, d) = (1024, 4, 256): a model whose embeddings are an exact superposition of its
     attribute vectors (spanning d_G1 = 54 directions, +1% bulk) plus 2% other variance. The probe's forward
     R² meets 0.95; the same probe with plain least squares (the issue-12 estimator) does not."""
-    from georecall.verify.experiments import fits
+    from georecall.verify.experiments import ridge
 
     rng = np.random.default_rng(0)
     N, R, d = 1024, 4, 256
@@ -439,7 +439,7 @@ def test_the_forward_probe_meets_the_threshold_at_d_256_where_ols_would_fail(mon
     noise *= np.sqrt(0.02 / 0.98 * np.sum(signal.var(0)) / np.sum(noise.var(0)))
     model = Model(signal + noise, rng.standard_normal((R, d)), U)
     assert probes.attribute_fits(model, task, rng=0)["forward_r2"] >= 0.95
-    real = fits.fit_ridge_cv_many
+    real = ridge.fit_ridge_cv_many
     monkeypatch.setattr(probes, "fit_ridge_cv_many",
                         lambda X, Ys, *, rng, alphas=None, folds=5: real(X, Ys, rng=rng, alphas=(0.0,)))
     assert probes.attribute_fits(model, task, rng=0)["forward_r2"] < 0.95

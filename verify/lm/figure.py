@@ -45,7 +45,7 @@ def figure(doc: dict, out: str) -> list[str]:
     import numpy as np
     os.makedirs(out, exist_ok=True)
     layers = doc["layer_list"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.6))
     ax = axes[0]
     styles = ["-", "--"]
     for t, tm in enumerate(doc["templates"]):
@@ -80,7 +80,7 @@ def figure(doc: dict, out: str) -> list[str]:
     ax.set_xlabel("layer")
     ax.set_ylabel("share")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # below: no data hidden
     ax.set_title("known facts: lens, patching, LRE", fontsize=10)
     ax = axes[1]
     T = doc["thresholds"]
@@ -119,7 +119,7 @@ def figure(doc: dict, out: str) -> list[str]:
     ax.set_xlabel("|Δ| / |h| (star: the fitted Δ's median size)")
     ax.set_ylabel("share of edits")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left")
     ax.set_title("intervention h + Δ, Δ ∝ A_r(U_j − U_a)", fontsize=10)
     fig.suptitle(f"{doc['model']}: {doc['subjects']} subjects, {doc['relations_n']} relations", fontsize=10)
     fig.tight_layout()

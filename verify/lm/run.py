@@ -36,7 +36,9 @@ Analysed (NumPy, from the measurement, :func:`analyse`): per layer and relation,
 into attribute vectors ranked among all candidates (:func:`georecall.verify.experiments.power.decode_vectors`;
 seen and unseen answers apart) with the shuffled-label and random-initialisation controls, the superposition
 fit, and the power of both (a planted positive control of the same shape,
-:mod:`georecall.verify.experiments.power`)."""
+:mod:`georecall.verify.experiments.power`); and the planted controls of LRE, patching and the interventions
+(:mod:`.controls`: the same estimators, through the same ``forward`` interface, on planted models of the run's
+shape), which decide whether a failure of those probes is a negative verdict or "cannot tell"."""
 
 from __future__ import annotations
 

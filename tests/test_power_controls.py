@@ -193,3 +193,24 @@ def test_intervention_power_detects_a_planted_superposition_and_not_shuffled_fac
                                      negative_snr=10.0, draws=3)
     assert pw["rate"] == [[1.0]] and pw["negative"] == [0.0] and pw["edited"][0] > 0
     assert pw["superposition"] == [1.0] and pw["superposition_negative"] == 0.0
+
+
+def test_superposition_maps_in_dual_form_equal_the_primal_blocks():
+    """BlockMaps applies v @ A_r without forming A_r: against the primal coefficients of the same fit."""
+    from georecall.verify.experiments.ridge import cross_fit
+    from georecall.verify.lm import probes as lmprobes
+
+    rng = np.random.default_rng(7)
+    n, R, q, p = 40, 3, 5, 6
+    blocks = [rng.standard_normal((n, q)) for _ in range(R)]
+    present = rng.random((n, R)) < 0.8
+    H = rng.standard_normal((n, p))
+    fit = lmprobes.superposition_fit(H, blocks, present, folds=4, rng=np.random.default_rng(1))
+    X = lmprobes._design(blocks, present)
+    same = np.random.default_rng(1)  # the groups, then the inner folds, from one stream as in the fit
+    W = cross_fit(X, H, lmprobes.folds_of(n, 4, same), rng=same, keep_W=True)["W"]
+    for (_test, A), Wg in zip(fit["maps"], W):
+        for r in range(R):
+            v = rng.standard_normal(q)
+            np.testing.assert_allclose(A[r], Wg[r * q : (r + 1) * q], rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(A.apply(r, v), v @ Wg[r * q : (r + 1) * q], rtol=1e-10, atol=1e-12)

@@ -397,7 +397,7 @@ def _gram_fit(K, Y, T, grid):
 
 
 def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rng: np.random.Generator,
-              keep_W: bool = False, rule: Rule = LM_RULE) -> dict:
+              keep_W: bool = False, keep_dual: bool = False, rule: Rule = LM_RULE) -> dict:
     """Held-out ridge predictions: for each group, a fit on the other rows (α by ``folds``-fold CV on them).
 
     The estimator of :func:`fit_ridge_cv` under ``rule`` (default :data:`LM_RULE`), computed in kernel form
@@ -422,6 +422,9 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rn
         Draws each fit's inner fold permutation.
     keep_W : bool
         Also return each group's (p, q) coefficients.
+    keep_dual : bool
+        Also return each group's dual form ``(X_c, C)``: the centred fit rows (n_fit, p) and the dual
+        coefficients (n_fit, q), with ``W = X_cᵀ C`` (``v @ W = (X_c @ v) @ C`` without forming W).
     rule : Rule
         The scale and fold split (and default grid).
 
@@ -429,7 +432,7 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rn
     -------
     dict
         ``predictions`` (n, q) (rows outside every group stay 0), ``alphas`` (the grid value chosen for each
-        group), ``W`` (list, when ``keep_W``).
+        group), ``W`` (list, when ``keep_W``), ``dual`` (list, when ``keep_dual``).
 
     Raises
     ------
@@ -443,7 +446,7 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rn
     n = X.shape[0]
     K = X @ X.T
     P = np.zeros((n, Y.shape[1]))
-    chosen, Ws = [], []
+    chosen, Ws, duals = [], [], []
     base = np.asarray(rule.alphas if alphas is None else alphas, dtype=np.float64)
     for test in groups:
         fit = np.setdiff1d(np.arange(n), test)
@@ -471,7 +474,11 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rn
         chosen.append(float(base[best]))
         if keep_W:
             Ws.append((X[fit] - X[fit].mean(axis=0)).T @ coef)
+        if keep_dual:
+            duals.append((X[fit] - X[fit].mean(axis=0), coef))
     out: dict = {"predictions": P, "alphas": chosen}
     if keep_W:
         out["W"] = Ws
+    if keep_dual:
+        out["dual"] = duals
     return out

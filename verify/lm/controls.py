@@ -172,7 +172,8 @@ def intervention_edits(maps: Sequence[tuple[np.ndarray, Sequence[np.ndarray]]], 
     Parameters
     ----------
     maps : sequence of (test subjects, blocks)
-        :func:`.probes.superposition_fit`'s ``maps``: the blocks ``A[r]`` fitted without the test subjects.
+        :func:`.probes.superposition_fit`'s ``maps``: the blocks ``A[r]`` fitted without the test subjects
+        (a :class:`.probes.BlockMaps`, applied in dual form, or a list of (q, p) arrays).
     Us : sequence of (C_r, q) arrays
         Each relation's class vectors.
     label : (R, n_subjects) int array
@@ -206,7 +207,9 @@ def intervention_edits(maps: Sequence[tuple[np.ndarray, Sequence[np.ndarray]]], 
         a = int(label[r, i])
         jc = int(rng.integers(C - 1))
         jc += jc >= a
-        d = (Us[r][jc] - Us[r][a]) @ held[i][r]
+        A = held[i]
+        v = Us[r][jc] - Us[r][a]
+        d = A.apply(r, v) if hasattr(A, "apply") else v @ A[r]
         h, nd = float(h_norm[k]), float(np.linalg.norm(d))
         if nd == 0 or h == 0:
             continue
@@ -215,7 +218,7 @@ def intervention_edits(maps: Sequence[tuple[np.ndarray, Sequence[np.ndarray]]], 
         ratio.append(nd / h)
         dirs.append(d / nd * h)
         oth.append(list(ks))
-    width = maps[0][1][0].shape[1] if maps else 0
+    width = len(dirs[0]) if dirs else 0
     return {"own": np.array(own, dtype=np.int64), "target": np.array(target, dtype=np.int64),
             "ratio": np.array(ratio), "dirs": np.array(dirs).reshape(len(own), width),
             "others": np.array([x for xs in oth for x in xs], dtype=np.int64),

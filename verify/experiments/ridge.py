@@ -464,9 +464,8 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rn
             c = np.sum((KU.T @ Rp) * UtY, axis=1)
             GB = (KU.T @ KU) * (UtY @ UtY.T)
             r2 = float(np.sum(Rp * Rp))
-            for g, a in enumerate(grid):
-                d = 1.0 / (lam + a)
-                errors[g] += r2 - 2.0 * float(d @ c) + float(d @ GB @ d)
+            D = 1.0 / (lam[None, :] + grid[:, None])  # (grid, k): every strength at once
+            errors += r2 - 2.0 * (D @ c) + np.einsum("gi,gi->g", D @ GB, D)
         best = _best(errors, grid)
         lam, U, my, UtY = _gram_fit(K, Y, fit, grid)
         coef = U @ (UtY / (lam + grid[best])[:, None])  # (n_fit, q): the dual coefficients

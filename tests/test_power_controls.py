@@ -214,3 +214,28 @@ def test_superposition_maps_in_dual_form_equal_the_primal_blocks():
             v = rng.standard_normal(q)
             np.testing.assert_allclose(A[r], Wg[r * q : (r + 1) * q], rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(A.apply(r, v), v @ Wg[r * q : (r + 1) * q], rtol=1e-10, atol=1e-12)
+
+
+def test_decoding_several_labelings_at_once_equals_one_at_a_time():
+    """decode_vectors_many (shared factorisations) gives each labeling what decode_vectors gives it alone with
+    a generator in the same state: bit for bit, since the same operations run."""
+    from georecall.verify.experiments import power
+    from georecall.verify.lm.probes import folds_of
+
+    rng = np.random.default_rng(8)
+    n, p, C = 30, 12, 7
+    H, V = rng.standard_normal((n, p)), rng.standard_normal((C, 5))
+    labs = [rng.integers(C, size=n), rng.integers(C, size=n)]
+    groups = folds_of(n, 5, rng)
+    many = power.decode_vectors_many(H, labs, V, groups, rng=np.random.default_rng(3))
+    for lab, got in zip(labs, many):
+        alone = power.decode_vectors(H, lab, V, groups, rng=np.random.default_rng(3))
+        assert got["accuracy"] == alone["accuracy"] and (got["correct"] == alone["correct"]).all()
+    from georecall.verify.experiments.ridge import cross_fit, cross_fit_many
+
+    Ys = [V[lab] for lab in labs] + [rng.standard_normal(n)]
+    shared = cross_fit_many(H, Ys, groups, rng=np.random.default_rng(4), keep_W=True)
+    for Y, got in zip(Ys, shared):
+        alone = cross_fit(H, Y, groups, rng=np.random.default_rng(4), keep_W=True)
+        assert np.array_equal(got["predictions"], alone["predictions"]) and got["alphas"] == alone["alphas"]
+        assert all(np.array_equal(a, b) for a, b in zip(got["W"], alone["W"]))

@@ -32,10 +32,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from georecall.verify.experiments.ridge import cross_fit
+from georecall.verify.experiments.ridge import cross_fit, cross_fit_many
 
 __all__ = ["DECODE_MARGIN", "DRAWS", "NAMED_SNR", "POWER_REQUIRED", "SNRS", "decode_power", "decode_vectors",
-           "detected", "planted_states", "score_predictions", "verdict_word"]
+           "decode_vectors_many", "detected", "planted_states", "score_predictions", "verdict_word"]
 
 SNRS: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0, 10.0)  # planted signal / noise (mean squared norms)
 NAMED_SNR = 1.0  # the strength a negative verdict is stated at: the signal as strong as the noise
@@ -93,6 +93,32 @@ def decode_vectors(H: np.ndarray, labels: np.ndarray, V: np.ndarray, groups: Seq
             predictions[test], described = predict(H[fit], V[labels[fit]], H[test], rng)
             fits.append(described)
     return score_predictions(predictions, labels, V, groups, fits)
+
+
+def decode_vectors_many(H: np.ndarray, labels_list: Sequence[np.ndarray], V: np.ndarray,
+                        groups: Sequence[np.ndarray], *, rng: np.random.Generator) -> list[dict]:
+    """:func:`decode_vectors` (default ridge) of several labelings of the same rows, e.g. the real labels and
+    their shuffled control: each result equals :func:`decode_vectors` on that labeling with a generator in
+    the same state (the same inner folds; :func:`~georecall.verify.experiments.ridge.cross_fit_many` shares
+    the factorisations).
+
+    Parameters
+    ----------
+    H, V, groups, rng
+        As :func:`decode_vectors`.
+    labels_list : sequence of (n,) int arrays
+        The labelings.
+
+    Returns
+    -------
+    list of dict
+        One :func:`decode_vectors` result per labeling.
+    """
+    H = np.asarray(H, dtype=np.float64)
+    V = np.asarray(V, dtype=np.float64)
+    labs = [np.asarray(lab, dtype=np.int64) for lab in labels_list]
+    fitted = cross_fit_many(H, [V[lab] for lab in labs], list(groups), rng=rng)
+    return [score_predictions(f["predictions"], lab, V, groups) for f, lab in zip(fitted, labs)]
 
 
 def score_predictions(predictions: np.ndarray, labels: np.ndarray, V: np.ndarray,

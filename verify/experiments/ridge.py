@@ -41,7 +41,7 @@ import numpy as np
 from georecall.errors import InputError
 
 __all__ = ["ALPHAS", "LM_RULE", "PROBE_RULE", "RELATIVE_ALPHAS", "RidgeFit", "Rule", "cross_fit",
-           "fit_ridge_cv", "fit_ridge_cv_many", "r2_score", "r_squared"]
+           "cross_fit_many", "fit_ridge_cv", "fit_ridge_cv_many", "r2_score", "r_squared"]
 
 RELATIVE_ALPHAS: tuple[float, ...] = tuple(10.0 ** k for k in range(-8, 3))
 ALPHAS = np.logspace(-4, 4, 17)  # probe-lm's grid: multiples of the fit rows' mean squared singular value
@@ -388,12 +388,10 @@ def _centred(K: np.ndarray, A: np.ndarray, T: np.ndarray) -> np.ndarray:
     return kA - kA.mean(axis=1, keepdims=True) - kT.mean(axis=0)[None, :] + kT.mean()
 
 
-def _gram_fit(K, Y, T, grid):
-    """Eigen-decomposition of the centred Gram of rows T, and the centred targets' coordinates."""
+def _gram_eig(K, T):
+    """Eigen-decomposition of the centred Gram of rows T (eigenvalues clipped at 0)."""
     lam, U = np.linalg.eigh(_centred(K, T, T))
-    lam = np.maximum(lam, 0.0)
-    my = Y[T].mean(axis=0)
-    return lam, U, my, U.T @ (Y[T] - my)
+    return np.maximum(lam, 0.0), U
 
 
 def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rng: np.random.Generator,
@@ -439,14 +437,49 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rn
     InputError
         A group that leaves fewer than two fit rows.
     """
+    return cross_fit_many(X, [Y], groups, folds=folds, alphas=alphas, rng=rng, keep_W=keep_W,
+                          keep_dual=keep_dual, rule=rule)[0]
+
+
+def cross_fit_many(X, Ys: list, groups: list[np.ndarray], *, folds: int = 5, alphas=None,
+                   rng: np.random.Generator, keep_W: bool = False, keep_dual: bool = False,
+                   rule: Rule = LM_RULE) -> list[dict]:
+    """:func:`cross_fit` of several targets on the same rows, groups and inner folds.
+
+    Each Y gets the result :func:`cross_fit` gives it alone with a generator in the same state (its own
+    strength per group; the same inner fold draws, made once): the Gram matrix, its eigen-decompositions and
+    the held-out kernels are computed once for all of them.
+
+    Parameters
+    ----------
+    X, groups, folds, alphas, rng, keep_W, keep_dual, rule
+        As :func:`cross_fit`.
+    Ys : list of arrays
+        Targets of all rows, each (n, q_i) or (n,).
+
+    Returns
+    -------
+    list of dict
+        One :func:`cross_fit` result per Y, in order.
+
+    Raises
+    ------
+    InputError
+        A group that leaves fewer than two fit rows.
+    """
     X = np.asarray(X, dtype=np.float64)
-    Y = np.asarray(Y, dtype=np.float64)
-    if Y.ndim == 1:
-        Y = Y[:, None]
+    targets = []
+    for Y in Ys:
+        Y = np.asarray(Y, dtype=np.float64)
+        targets.append(Y[:, None] if Y.ndim == 1 else Y)
     n = X.shape[0]
     K = X @ X.T
-    P = np.zeros((n, Y.shape[1]))
-    chosen, Ws, duals = [], [], []
+    outs: list[dict] = [{"predictions": np.zeros((n, Y.shape[1])), "alphas": []} for Y in targets]
+    for out in outs:
+        if keep_W:
+            out["W"] = []
+        if keep_dual:
+            out["dual"] = []
     base = np.asarray(rule.alphas if alphas is None else alphas, dtype=np.float64)
     for test in groups:
         fit = np.setdiff1d(np.arange(n), test)
@@ -454,30 +487,34 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rn
             raise InputError(f"a fit needs at least two rows, got {fit.size}")
         scale = rule.fit_scale(float(np.trace(_centred(K, fit, fit))), fit.size, X.shape[1])
         grid = base * scale
-        errors = np.zeros(grid.size)
+        errors = np.zeros((len(targets), grid.size))
         for part in (fit[q] for q in rule.parts(fit.size, max(2, folds), rng)):
             tr = np.setdiff1d(fit, part)
-            lam, U, my, UtY = _gram_fit(K, Y, tr, grid)
+            lam, U = _gram_eig(K, tr)
             KU = _centred(K, part, tr) @ U
-            Rp = Y[part] - my
-            # |Rp − KU D UtY|² = |Rp|² − 2 Σ_j d_j c_j + dᵀ (G ∘ B) d, D = diag(d), d_j = 1 / (λ_j + α)
-            c = np.sum((KU.T @ Rp) * UtY, axis=1)
-            GB = (KU.T @ KU) * (UtY @ UtY.T)
-            r2 = float(np.sum(Rp * Rp))
+            G = KU.T @ KU
             D = 1.0 / (lam[None, :] + grid[:, None])  # (grid, k): every strength at once
-            errors += r2 - 2.0 * (D @ c) + np.einsum("gi,gi->g", D @ GB, D)
-        best = _best(errors, grid)
-        lam, U, my, UtY = _gram_fit(K, Y, fit, grid)
-        coef = U @ (UtY / (lam + grid[best])[:, None])  # (n_fit, q): the dual coefficients
-        P[test] = my + _centred(K, test, fit) @ coef
-        chosen.append(float(base[best]))
-        if keep_W:
-            Ws.append((X[fit] - X[fit].mean(axis=0)).T @ coef)
-        if keep_dual:
-            duals.append((X[fit] - X[fit].mean(axis=0), coef))
-    out: dict = {"predictions": P, "alphas": chosen}
-    if keep_W:
-        out["W"] = Ws
-    if keep_dual:
-        out["dual"] = duals
-    return out
+            for t, Y in enumerate(targets):
+                my = Y[tr].mean(axis=0)
+                UtY = U.T @ (Y[tr] - my)
+                Rp = Y[part] - my
+                # |Rp − KU D UtY|² = |Rp|² − 2 Σ_j d_j c_j + dᵀ (G ∘ B) d, D = diag(d), d_j = 1 / (λ_j + α)
+                c = np.sum((KU.T @ Rp) * UtY, axis=1)
+                GB = G * (UtY @ UtY.T)
+                r2 = float(np.sum(Rp * Rp))
+                errors[t] += r2 - 2.0 * (D @ c) + np.einsum("gi,gi->g", D @ GB, D)
+        lam, U = _gram_eig(K, fit)
+        Kt = _centred(K, test, fit)
+        for t, Y in enumerate(targets):
+            best = _best(errors[t], grid)
+            my = Y[fit].mean(axis=0)
+            UtY = U.T @ (Y[fit] - my)
+            coef = U @ (UtY / (lam + grid[best])[:, None])  # (n_fit, q): the dual coefficients
+            out = outs[t]
+            out["predictions"][test] = my + Kt @ coef
+            out["alphas"].append(float(base[best]))
+            if keep_W:
+                out["W"].append((X[fit] - X[fit].mean(axis=0)).T @ coef)
+            if keep_dual:
+                out["dual"].append((X[fit] - X[fit].mean(axis=0), coef))
+    return outs

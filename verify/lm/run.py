@@ -440,9 +440,9 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
         per = []
         for r in range(R):
             lab = prep.label[r, subj[r]]
-            res = power.decode_vectors(H[subj[r]], lab, Us[r], groups[r], rng=_rng(seed, "lm-decode", r))
-            sh = power.decode_vectors(H[subj[r]], shuf[r][subj[r]], Us[r], groups[r],
-                                      rng=_rng(seed, "lm-decode", r))
+            # the real labels and the shuffled control with the same folds, sharing the fits' factorisations
+            res, sh = power.decode_vectors_many(H[subj[r]], [lab, shuf[r][subj[r]]], Us[r], groups[r],
+                                                rng=_rng(seed, "lm-decode", r))
             x: dict[str, Any] = {"relation": facts.relations[r].name}
             x.update({k: res[k] for k in ("n", "classes", "chance", "accuracy", "majority", "unseen",
                                      "accuracy_seen", "accuracy_unseen")})

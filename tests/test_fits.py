@@ -1,6 +1,7 @@
-"""Ridge with cross-validated strength (verify/experiments/fits.py): against an independent normal-equation
-solve, the CV rule against a brute-force loop, and the reachability of the superposition criterion at the
-study's (N, R, d) — where plain least squares fails and the ridge fit does not."""
+"""Ridge with cross-validated strength (verify/experiments/ridge.py, the toy probes' rule): against an
+independent normal-equation solve, the CV rule against a brute-force loop, and the reachability of the
+superposition criterion at the study's (N, R, d) — where plain least squares fails and the ridge fit does
+not."""
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from georecall.errors import InputError
 from georecall.theory.tasks import random_task
-from georecall.verify.experiments.fits import RELATIVE_ALPHAS, fit_ridge_cv, fit_ridge_cv_many, r_squared
+from georecall.verify.experiments.ridge import RELATIVE_ALPHAS, fit_ridge_cv, fit_ridge_cv_many, r_squared
 
 
 def normal_equations(X, Y, alpha):

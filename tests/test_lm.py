@@ -15,7 +15,7 @@ import pytest
 
 from georecall.errors import InputError
 from georecall.verify.experiments import ridge
-from georecall.verify.lm import extract, loader, run  # these import torch only inside functions
+from georecall.verify.lm import controls, extract, loader, run  # these import torch only inside functions
 from georecall.verify.lm import facts as lmfacts
 from georecall.verify.lm import probes as lmprobes
 
@@ -103,10 +103,10 @@ def test_build_from_relations_rule():
 def test_ridge_closed_form_equals_normal_equations():
     rng = np.random.default_rng(0)
     X, Y = rng.normal(size=(30, 50)), rng.normal(size=(30, 3))
-    fit = ridge.fit_ridge_cv(X, Y, rng=np.random.default_rng(1))
+    fit = ridge.fit_ridge_cv(X, Y, rng=np.random.default_rng(1), rule=ridge.LM_RULE)
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
     W = np.linalg.solve(Xc.T @ Xc + fit.alpha * np.eye(50), Xc.T @ Yc)  # independent reference
-    np.testing.assert_allclose(fit.W, W, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(fit.coef, W, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(fit.predict(X), Y.mean(0) + Xc @ W, rtol=1e-8, atol=1e-10)
 
 
@@ -114,7 +114,7 @@ def test_ridge_cv_choice_equals_a_naive_k_fold_loop():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(40, 8))
     Y = X @ rng.normal(size=(8, 2)) + 0.5 * rng.normal(size=(40, 2))
-    fit = ridge.fit_ridge_cv(X, Y, folds=4, rng=np.random.default_rng(3))
+    fit = ridge.fit_ridge_cv(X, Y, folds=4, rng=np.random.default_rng(3), rule=ridge.LM_RULE)
     order = np.random.default_rng(3).permutation(40)
     Xc = X - X.mean(0)
     scale = np.sum(Xc * Xc) / 8
@@ -127,9 +127,9 @@ def test_ridge_cv_choice_equals_a_naive_k_fold_loop():
             W = np.linalg.solve((X[tr] - mx).T @ (X[tr] - mx) + a * np.eye(8), (X[tr] - mx).T @ (Y[tr] - my))
             e += np.sum((Y[part] - my - (X[part] - mx) @ W) ** 2)
         errors.append(e / 40)
-    assert fit.alpha_rel == ridge.ALPHAS[int(np.argmin(errors))]
-    with pytest.raises(InputError, match="at least 2"):
-        ridge.fit_ridge_cv(X[:1], Y[:1], rng=np.random.default_rng(0))
+    assert fit.relative_alpha == ridge.ALPHAS[int(np.argmin(errors))]
+    with pytest.raises(InputError, match="at least two"):
+        ridge.fit_ridge_cv(X[:1], Y[:1], rng=np.random.default_rng(0), rule=ridge.LM_RULE)
 
 
 @pytest.mark.parametrize("n, p", [(36, 90), (60, 7)])
@@ -142,10 +142,10 @@ def test_cross_fit_kernel_form_equals_the_primal_fits(n, p):
     inner = np.random.default_rng(8)
     for g, test in enumerate(groups):  # the primal SVD fit on the same rows with the same inner folds
         fit = np.setdiff1d(np.arange(n), test)
-        ref = ridge.fit_ridge_cv(X[fit], Y[fit], rng=inner)
-        assert got["alphas"][g] == ref.alpha_rel
+        ref = ridge.fit_ridge_cv(X[fit], Y[fit], rng=inner, rule=ridge.LM_RULE)
+        assert got["alphas"][g] == ref.relative_alpha
         np.testing.assert_allclose(got["predictions"][test], ref.predict(X[test]), rtol=1e-7, atol=1e-9)
-        np.testing.assert_allclose(got["W"][g], ref.W, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(got["W"][g], ref.coef, rtol=1e-7, atol=1e-9)
 
 
 def test_r2_score():
@@ -483,21 +483,47 @@ def test_verdict_superposition_negative_only_with_power(tiny_doc):
     assert run.verdict(doc)["superposition_layers"] == []
 
 
-def test_verdict_lre_patching_and_interventions_follow_their_thresholds(tiny_doc):
+def _power(key, grid, rate):
+    return {key: list(grid), "rate": [rate] * len(grid), "draws": 10}
+
+
+def test_verdict_lre_patching_and_interventions_follow_their_thresholds_and_power(tiny_doc):
     doc = _verdict_doc(tiny_doc)
+    strong = _power("strengths", controls.LRE_STRENGTHS, 1.0)
     doc["lre"] = [{"relation": "a", "told": True, "known": 9, "held_out": 4, "train": 5,
                    "layers": [{"layer": 1, "beta": 1.0, "faithful": 0.75, "faithful_candidates": 1.0,
-                               "bias_only": 0.25, "bias_only_candidates": 0.25, "sweep": [0.25] * 5}]}]
+                               "bias_only": 0.25, "bias_only_candidates": 0.25, "sweep": [0.25] * 5,
+                               "power": strong}]}]
     doc["patching"][0]["moved"] = [0.0, 0.9, 0.2]
+    doc["patching"][0]["power"] = [_power("strengths", controls.PATCH_STRENGTHS, 1.0)] * 3
     doc["interventions"] = [{"layer": 1, "edits": 10, "others": 5, "already": 0.0, "fitted_ratio_median": 0.1,
                              "doses": [{"dose": 4.0, "success": 0.9, "changed": 1.0, "stay": 0.9}]}]
+    snrs = doc["intervention_power"]["snrs"]
+    doc["intervention_power"] = {"snrs": snrs, "doses": [4.0], "rate": [[1.0]] * len(snrs), "negative": [0.0],
+                                 "edited": [10.0] * len(snrs), "draws": 10}
     v = run.verdict(doc)
     assert v["lre_faithful"] == {"a": [1]} and v["patch_layers"][0] == [1] and v["selective"] == [[1, 4.0]]
+    assert v["lre"] == {"a": {"1": "faithful"}} and v["interventions"] == {"1:4.0": "selective"}
+    assert v["patching"][0] == {"0": "does not move", "1": "moves", "2": "does not move"}
     doc["lre"][0]["layers"][0]["bias_only"] = 0.7  # broken: the bias alone is as faithful
     doc["patching"][0]["moved"] = [0.0, 0.4, 0.2]
     doc["interventions"][0]["doses"][0]["stay"] = 0.5
     v = run.verdict(doc)
     assert v["lre_faithful"] == {"a": []} and v["patch_layers"][0] == [] and v["selective"] == []
+    # faithful among the candidates still (1.00 against 0.25): no negative verdict
+    assert v["lre"] == {"a": {"1": "cannot tell"}}
+    assert set(v["patching"][0].values()) == {"does not move"}
+    assert v["interventions"] == {"1:4.0": "not selective"}
+    doc["lre"][0]["layers"][0]["faithful_candidates"] = 0.3
+    assert run.verdict(doc)["lre"] == {"a": {"1": "not faithful"}}
+    # the same failures with weak planted controls: cannot tell, never a negative verdict
+    doc["lre"][0]["layers"][0]["power"] = _power("strengths", controls.LRE_STRENGTHS, 0.8)
+    doc["patching"][0]["power"] = [_power("strengths", controls.PATCH_STRENGTHS, 0.8)] * 3
+    doc["intervention_power"]["rate"] = [[0.8]] * len(snrs)
+    v = run.verdict(doc)
+    assert v["lre"] == {"a": {"1": "cannot tell"}} and v["interventions"] == {"1:4.0": "cannot tell"}
+    assert set(v["patching"][0].values()) == {"cannot tell"}
+    assert any("cannot tell at 1:4.0" in line for line in v["lines"])
 
 
 def test_probe_lm_command_on_a_tiny_model_folder(tiny, tmp_path, capsys, monkeypatch):
@@ -544,6 +570,12 @@ def test_known_fact_probes_run_when_facts_are_known(tiny, monkeypatch):
     assert doc["patching"][0]["layers"] == [0, 1, 2] and doc["patching"][1]["layers"] == [1]
     assert all(x["told"] and x["held_out"] == 3 for x in doc["lre"])  # 8 known: 5 fit, 3 held out
     assert [len(x["layers"][0]["sweep"]) for x in doc["lre"]] == [len(run.BETAS)] * 2
+    # every probe of the model's answer carries its planted control, at the run's shape
+    assert all(x["layers"][0]["power"]["strengths"] == list(controls.LRE_STRENGTHS) for x in doc["lre"])
+    assert [len(p["power"]) for p in doc["patching"]] == [3, 1]
+    ivp = doc["intervention_power"]
+    assert len(ivp["rate"]) == len(ivp["snrs"]) and len(ivp["rate"][0]) == len(run.DOSES) + 1
+    assert set(doc["verdict"]["lre"]) == {"capital", "speech"}
     (inter,) = doc["interventions"]
     assert inter["edits"] == 16 and inter["others"] == 16 and len(inter["doses"]) == len(run.DOSES) + 1
     assert all(v is not None for v in doc["logit_lens"][0])

@@ -32,10 +32,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from georecall.verify.experiments.ridge import cross_fit
+from georecall.verify.experiments.ridge import cross_fit, cross_fit_many
 
 __all__ = ["DECODE_MARGIN", "DRAWS", "NAMED_SNR", "POWER_REQUIRED", "SNRS", "decode_power", "decode_vectors",
-           "detected", "planted_states", "verdict_word"]
+           "decode_vectors_many", "detected", "planted_states", "score_predictions", "verdict_word"]
 
 SNRS: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0, 10.0)  # planted signal / noise (mean squared norms)
 NAMED_SNR = 1.0  # the strength a negative verdict is stated at: the signal as strong as the noise
@@ -92,6 +92,57 @@ def decode_vectors(H: np.ndarray, labels: np.ndarray, V: np.ndarray, groups: Seq
             fit = np.setdiff1d(np.arange(n), test)
             predictions[test], described = predict(H[fit], V[labels[fit]], H[test], rng)
             fits.append(described)
+    return score_predictions(predictions, labels, V, groups, fits)
+
+
+def decode_vectors_many(H: np.ndarray, labels_list: Sequence[np.ndarray], V: np.ndarray,
+                        groups: Sequence[np.ndarray], *, rng: np.random.Generator) -> list[dict]:
+    """:func:`decode_vectors` (default ridge) of several labelings of the same rows, e.g. the real labels and
+    their shuffled control: each result equals :func:`decode_vectors` on that labeling with a generator in
+    the same state (the same inner folds; :func:`~georecall.verify.experiments.ridge.cross_fit_many` shares
+    the factorisations).
+
+    Parameters
+    ----------
+    H, V, groups, rng
+        As :func:`decode_vectors`.
+    labels_list : sequence of (n,) int arrays
+        The labelings.
+
+    Returns
+    -------
+    list of dict
+        One :func:`decode_vectors` result per labeling.
+    """
+    H = np.asarray(H, dtype=np.float64)
+    V = np.asarray(V, dtype=np.float64)
+    labs = [np.asarray(lab, dtype=np.int64) for lab in labels_list]
+    fitted = cross_fit_many(H, [V[lab] for lab in labs], list(groups), rng=rng)
+    return [score_predictions(f["predictions"], lab, V, groups) for f, lab in zip(fitted, labs)]
+
+
+def score_predictions(predictions: np.ndarray, labels: np.ndarray, V: np.ndarray,
+                      groups: Sequence[np.ndarray], fits: list | None = None) -> dict:
+    """Score held-out predictions of attribute vectors: :func:`decode_vectors`'s result from its
+    predictions (rows of ``predictions`` outside every group are not read).
+
+    Parameters
+    ----------
+    predictions : (n, q) array
+        Each row's predicted vector (by a fit that did not see the row's group).
+    labels, V, groups
+        As :func:`decode_vectors`.
+    fits : list, optional
+        The fits' descriptions (returned as ``fits``).
+
+    Returns
+    -------
+    dict
+        As :func:`decode_vectors`.
+    """
+    V = np.asarray(V, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    n = labels.size
     m = V.mean(axis=0)
     C = V - m
     C = C / np.maximum(np.linalg.norm(C, axis=1, keepdims=True), 1e-300)
@@ -110,7 +161,7 @@ def decode_vectors(H: np.ndarray, labels: np.ndarray, V: np.ndarray, groups: Seq
             "unseen": int((~sn).sum()),
             "accuracy_seen": float(ok[sn].mean()) if sn.any() else None,
             "accuracy_unseen": float(ok[~sn].mean()) if (~sn).any() else None,
-            "correct": ok, "fits": fits}
+            "correct": ok, "fits": list(fits or [])}
 
 
 def detected(result: dict, margin: float = DECODE_MARGIN) -> bool:
@@ -119,7 +170,7 @@ def detected(result: dict, margin: float = DECODE_MARGIN) -> bool:
 
 
 def planted_states(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], present: np.ndarray, p: int,
-                   snr: float, rng: np.random.Generator) -> np.ndarray:
+                   snr: float, rng: np.random.Generator, *, return_maps: bool = False):
     """States with the superposition geometry planted: ``Σ_r present_r·(V_r[label_r] − m_r) A_r`` + noise.
 
     Parameters
@@ -137,13 +188,17 @@ def planted_states(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], 
         ``1 / snr``.
     rng : numpy.random.Generator
         The maps ``A_r`` (i.i.d. Gaussian) and the noise.
+    return_maps : bool
+        Also return each relation's map as applied, ``A_r / scale_r`` (q_r × p; zero for a relation without
+        rows).
 
     Returns
     -------
-    (n, p) float64 array
+    (n, p) float64 array, or (that array, list of (q_r, p) arrays) with ``return_maps``
     """
     n = present.shape[0]
     H = np.zeros((n, p))
+    maps = []
     for r, (lab, V) in enumerate(zip(labels, vectors)):
         V = np.asarray(V, dtype=np.float64)
         rows = np.flatnonzero(present[:, r])
@@ -152,13 +207,16 @@ def planted_states(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], 
         scale = float(np.sqrt(np.mean(np.sum(term * term, axis=1)))) if rows.size else 0.0
         if scale > 0:
             H[rows] += term / scale
-    return H + rng.standard_normal((n, p)) / np.sqrt(snr * p)
+        maps.append(A / scale if scale > 0 else np.zeros_like(A))
+    H += rng.standard_normal((n, p)) / np.sqrt(snr * p)
+    return (H, maps) if return_maps else H
 
 
 def decode_power(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], present: np.ndarray, p: int,
                  groups_of: Sequence[Sequence[np.ndarray]], *, rng: np.random.Generator,
                  snrs: Sequence[float] = SNRS, draws: int = DRAWS, margin: float = DECODE_MARGIN,
-                 predict: Callable | None = None, negative_snr: float | None = NAMED_SNR) -> list[dict]:
+                 predict: Callable | None = None, negative_snr: float | None = NAMED_SNR,
+                 predict_many: Callable | None = None) -> list[dict]:
     """Per relation, how often :func:`decode_vectors` detects a planted mechanism of the real run's shape.
 
     Parameters
@@ -181,6 +239,12 @@ def decode_power(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], pr
     negative_snr : float or None
         The SNR at which the negative control runs (default :data:`NAMED_SNR`, if among ``snrs``; None: at
         every SNR).
+    predict_many : callable, optional
+        ``predict_many(H_fit, [Y_fit, ...], H_test, rng) -> [predictions, ...]``: ``predict`` for several
+        targets on the same rows at once (each target fitted as ``predict`` would fit it, with one fold
+        assignment for all). Used where every relation has the same rows and groups (a toy task: every
+        subject has every relation): one factorisation of the fit rows then serves every relation and its
+        negative control.
 
     Returns
     -------
@@ -194,9 +258,22 @@ def decode_power(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], pr
     pos = np.zeros((R, len(snrs)))
     neg = np.zeros((R, len(snrs)))
     uns: list[list[list[float]]] = [[[] for _ in snrs] for _ in range(R)]
+    shared = (predict_many is not None and R > 0 and bool(np.all(present == present[:, :1]))
+              and all(len(g) == len(groups_of[0])
+                      and all(np.array_equal(a, b) for a, b in zip(g, groups_of[0])) for g in groups_of))
     for k, snr in enumerate(snrs):
         for _ in range(draws):
             H = planted_states(labels, vectors, present, p, snr, rng)
+            if shared:
+                neg_here = snr == negative_snr or negative_snr is None
+                for r, res, sh in _decode_all(H, labels, vectors, present, groups_of[0], neg_here, rng,
+                                              predict_many):
+                    pos[r, k] += detected(res, margin)
+                    if res["accuracy_unseen"] is not None:
+                        uns[r][k].append(res["accuracy_unseen"])
+                    if sh is not None:
+                        neg[r, k] += detected(sh, margin)
+                continue
             for r in range(R):
                 rows = np.flatnonzero(present[:, r])
                 lab = np.asarray(labels[r])[rows]
@@ -213,6 +290,26 @@ def decode_power(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], pr
              "negative": [float(v) / draws if on else None for v, on in zip(neg[r], ran)],
              "accuracy_unseen": [float(np.mean(u)) if u else None for u in uns[r]], "draws": int(draws)}
             for r in range(R)]
+
+
+def _decode_all(H, labels, vectors, present, groups, negative: bool, rng, predict_many):
+    """Every relation's decoding (and, with ``negative``, its permuted-label control) on planted states whose
+    relations share their rows and groups: one ``predict_many`` call per group."""
+    rows = np.flatnonzero(present[:, 0])
+    Hr = H[rows]
+    R = len(labels)
+    labs = [np.asarray(labels[r])[rows] for r in range(R)]
+    perm = [lab[rng.permutation(lab.size)] for lab in labs] if negative else []
+    targets = [(r, lab) for r, lab in enumerate(labs)] + [(r, lab) for r, lab in enumerate(perm)]
+    n = rows.size
+    preds = [np.zeros((n, np.asarray(vectors[r]).shape[1])) for r, _ in targets]
+    for test in groups:
+        fit = np.setdiff1d(np.arange(n), test)
+        out = predict_many(Hr[fit], [np.asarray(vectors[r])[lab[fit]] for r, lab in targets], Hr[test], rng)
+        for P, Q in zip(preds, out):
+            P[test] = Q
+    results = [score_predictions(P, lab, vectors[r], groups) for P, (r, lab) in zip(preds, targets)]
+    return [(r, results[r], results[R + r] if negative else None) for r in range(R)]
 
 
 def verdict_word(real_detected: bool, power: dict, *, unseen: int, n: int, snr: float = NAMED_SNR,

@@ -62,7 +62,7 @@ from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import Task, _as_rng, random_task
 from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
 from georecall.verify.experiments import power as _power
-from georecall.verify.experiments.fits import RidgeFit, fit_ridge_cv, fit_ridge_cv_many, r_squared
+from georecall.verify.experiments.ridge import RidgeFit, fit_ridge_cv, fit_ridge_cv_many, r_squared
 
 __all__ = [
     "SELECTIVITY_THRESHOLD",
@@ -248,7 +248,7 @@ def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
       the probe's answer for a held-out subject is ``argmax_j <u_j, ê>`` over all N read-out rows.
 
     Every fit is ridge with its strength chosen by 5-fold cross-validation on the fit subjects only
-    (:func:`.fits.fit_ridge_cv`, grid :data:`.fits.RELATIVE_ALPHAS`); the R² (:func:`.fits.r_squared`) and
+    (:func:`.ridge.fit_ridge_cv`, grid :data:`.ridge.RELATIVE_ALPHAS`); the R² (:func:`.ridge.r_squared`) and
     accuracies are on the held-out subjects (on the fit subjects when ``holdout == 0``). ``split`` and
     ``forward`` reuse a split and an encoding fit already made on it (:func:`mechanism_probes`).
     ``encoding_maps`` (``(R·d + 1) × d``, fitted on the fit subjects) are what the interventions and the
@@ -296,7 +296,7 @@ def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
     ------
     InputError
         A model whose shapes do not fit the task, a holdout outside [0, 1), fewer than two fit subjects, or
-        non-finite embeddings (:func:`.fits.fit_ridge_cv`).
+        non-finite embeddings (:func:`.ridge.fit_ridge_cv`).
     """
     rng = _as_rng(rng)
     check_model_shapes(model, task)
@@ -336,7 +336,7 @@ def _add_power(per_relation: list[dict], E: np.ndarray, U: np.ndarray, task: Tas
     labels = [task.table[r] for r in range(task.R)]
     pw = _power.decode_power(labels, [U] * task.R, np.ones((task.N, task.R), dtype=bool), E.shape[1],
                              [[test]] * task.R, rng=prng, snrs=(_power.NAMED_SNR,), draws=draws,
-                             predict=_ridge_predict)
+                             predict=_ridge_predict, predict_many=_ridge_predict_many)
     for r, entry in enumerate(per_relation):
         res = _power.decode_vectors(E, labels[r], U, [test], rng=prng, predict=_ridge_predict)
         word, why = _power.verdict_word(_power.detected(res), pw[r], unseen=res["unseen"], n=res["n"])
@@ -361,7 +361,7 @@ def superposition_power(model: Model, task: Task, split: tuple[np.ndarray, np.nd
 
     Embeddings ``E' = Σ_r (u_{π_r(s)} − ū) A_r + noise`` (:func:`.power.planted_states`: the model's read-out
     rows, the task's table, width d, signal-to-noise ``snr``) are fitted exactly as the forward fit
-    (:func:`.fits.fit_ridge_cv` of ``E'`` on ``[u_{π_1(s)}, …, u_{π_R(s)}]`` over the fit subjects of
+    (:func:`.ridge.fit_ridge_cv` of ``E'`` on ``[u_{π_1(s)}, …, u_{π_R(s)}]`` over the fit subjects of
     ``split``); the rate is the share of ``draws`` plantings whose held-out R² reaches ``threshold``.
 
     Parameters
@@ -739,12 +739,12 @@ def attribute_fits(model: Model, task: Task, *, initial: Model | None = None, ho
       attribute vectors: the R² this estimator reaches at this (n, p) when the claim is exactly true.
 
     Every fit is ridge regression, its strength chosen by 5-fold cross-validation on the fit rows only
-    (:func:`.fits.fit_ridge_cv`, grid :data:`.fits.RELATIVE_ALPHAS`; one strength per fit for all d target
+    (:func:`.ridge.fit_ridge_cv`, grid :data:`.ridge.RELATIVE_ALPHAS`; one strength per fit for all d target
     columns); ``fits`` records p, n and the chosen strength of each. Forward, displacement forward, null and
     ceiling fits have p = R·d features (plus an intercept) and n = the fit subjects, and are scored on the
     held-out subjects; reverse and displacement reverse fits have p = R·d and n = the fit attributes, from a
     second, independent split of the N attributes, and are scored on the held-out attributes. Each R² is
-    ``1 − SS_res/SS_tot`` over every entry of the held-out rows (:func:`.fits.r_squared`). The
+    ``1 − SS_res/SS_tot`` over every entry of the held-out rows (:func:`.ridge.r_squared`). The
     ``superposition_r2`` is ``max(forward, displacement forward)``.
 
     Parameters
@@ -771,7 +771,7 @@ def attribute_fits(model: Model, task: Task, *, initial: Model | None = None, ho
         ``forward_r2``, ``reverse_r2``, ``forward_minus_reverse``, ``displacement_forward_r2`` and
         ``displacement_reverse_r2`` (``None`` without a displacement), ``displacement_notes`` (why not, or
         the retained share used), ``null_forward_r2``, ``forward_ceiling``, ``superposition_r2``, ``fits``
-        (each fit's :meth:`.fits.RidgeFit.describe`), ``underdetermined`` (the forward fit's), ``holdout``,
+        (each fit's :meth:`.ridge.RidgeFit.describe`), ``underdetermined`` (the forward fit's), ``holdout``,
         ``fit_rows``, ``test_rows`` and ``features`` (R·d + 1, the intercept included).
 
     Raises
@@ -1214,9 +1214,15 @@ def load_hidden_states(path: str) -> dict[str, np.ndarray]:
 
 
 def _ridge_predict(X_fit: np.ndarray, Y_fit: np.ndarray, X_test: np.ndarray, rng) -> tuple[np.ndarray, dict]:
-    """The probes' ridge rule (:func:`.fits.fit_ridge_cv`) as a decoder for :func:`.power.decode_vectors`."""
+    """The probes' ridge rule (:func:`.ridge.fit_ridge_cv`) as a decoder for :func:`.power.decode_vectors`."""
     fit = fit_ridge_cv(X_fit, Y_fit, rng=rng)
     return fit.predict(X_test), fit.describe()
+
+
+def _ridge_predict_many(X_fit: np.ndarray, Ys: list, X_test: np.ndarray, rng) -> list[np.ndarray]:
+    """:func:`_ridge_predict` for several targets on the same rows (:func:`.ridge.fit_ridge_cv_many`: each
+    target its own strength, one fold assignment): :func:`.power.decode_power`'s shared path."""
+    return [fit.predict(X_test) for fit in fit_ridge_cv_many(X_fit, Ys, rng=rng)]
 
 
 def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, holdout: float = 0.25,
@@ -1224,7 +1230,7 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
                                attribute_vectors: np.ndarray | None = None) -> dict:
     """Per-relation decoding of hidden states into attribute vectors, its power, and the superposition R².
 
-    - Per relation r: ridge regression (:func:`.fits.fit_ridge_cv`: unpenalized intercept, strength chosen by
+    - Per relation r: ridge regression (:func:`.ridge.fit_ridge_cv`: unpenalized intercept, strength chosen by
       5-fold cross-validation on the fit rows only) from the state (p = width features) to the vector of the
       row's attribute, n = the fit rows; the decoded attribute is the candidate nearest by cosine (both
       centred on the candidates' mean) among **all** candidates (:func:`.power.decode_vectors`). The vectors
@@ -1239,7 +1245,7 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
       :data:`.power.POWER_REQUIRED` of the draws at :data:`.power.NAMED_SNR`; otherwise "cannot tell", with
       the reason.
     - Superposition: the same ridge rule for the states (width targets) on the R concatenated attribute
-      vectors (or one-hots), n = the fit rows; its R² (:func:`.fits.r_squared`) on the held-out rows.
+      vectors (or one-hots), n = the fit rows; its R² (:func:`.ridge.r_squared`) on the held-out rows.
 
     Parameters
     ----------
@@ -1289,12 +1295,22 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
             vectors.append(np.eye(values.size))
     groups = [test]
     pw = power.decode_power(labels, vectors, np.ones((n, R), dtype=bool), states.shape[1], [groups] * R,
-                            rng=rng, predict=_ridge_predict, snrs=HIDDEN_SNRS)
+                            rng=rng, predict=_ridge_predict, snrs=HIDDEN_SNRS,
+                            predict_many=_ridge_predict_many)
     per_relation = []
+    # every relation and its shuffled control on the same fit rows: one factorisation (fit_ridge_cv_many;
+    # each target its own strength, one fold assignment)
+    permuted = [labels[r][np.asarray(rng.permutation(n))] for r in range(R)]
+    targets = list(labels) + permuted
+    many = fit_ridge_cv_many(states[fit], [vectors[r % R][lab[fit]] for r, lab in enumerate(targets)],
+                             rng=rng)
+    scored = []
+    for r, (lab, ridge) in enumerate(zip(targets, many)):
+        P = np.zeros((n, vectors[r % R].shape[1]))
+        P[test] = ridge.predict(states[test])
+        scored.append(power.score_predictions(P, lab, vectors[r % R], groups, [ridge.describe()]))
     for r in range(R):
-        res = power.decode_vectors(states, labels[r], vectors[r], groups, rng=rng, predict=_ridge_predict)
-        permuted = labels[r][np.asarray(rng.permutation(n))]
-        shuffled = power.decode_vectors(states, permuted, vectors[r], groups, rng=rng, predict=_ridge_predict)
+        res, shuffled = scored[r], scored[R + r]
         passed = res["accuracy"] >= max(res["chance"], res["majority"], shuffled["accuracy"]) + \
             power.DECODE_MARGIN
         word, why = power.verdict_word(bool(passed), pw[r], unseen=res["unseen"], n=res["n"])

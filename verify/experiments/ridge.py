@@ -1,144 +1,365 @@
-"""Ridge regression with its strength chosen by k-fold cross-validation on the fit rows only (NumPy).
+"""Ridge regression with its strength chosen by k-fold cross-validation on the fit rows only (NumPy): the
+one implementation every probe uses (the toy probes, ``probe-hidden``, ``probe-lm``).
 
-Model: ``Y ≈ 1·b + X·W`` with ``W = argmin |Yc − Xc·W|² + α|W|²`` on centred rows (the intercept is not
-penalised). Closed form through one SVD of the centred fit rows, ``Xc = U S Vᵀ``:
-``W(α) = V diag(s / (s² + α)) Uᵀ Yc``, so every α of the grid costs one small product. Rule for α: the grid
-``ALPHAS`` (17 points, 10⁻⁴ … 10⁴, log-spaced, scaled by the mean squared singular value of the centred fit
-rows, so the grid follows the data's scale), K folds of the fit rows (contiguous after one seeded
-permutation), the α with the smallest held-out squared error, summed over the K held-out folds and all
-target columns and divided by n (one α for all columns); ties (within a relative 1e-12) go to the later grid
-point, the larger α for an ascending grid. Rows outside the fit rows are never seen."""
+Why: a probe that regresses N × d targets on p = R·d + 1 features by ordinary least squares is scored at
+``1 − f·(n − 1)/(n − p − 1)`` on held-out rows when a share f of the target variance is not explained by the
+features (n fit rows); it interpolates once p ≥ n. Its threshold then gets stricter as d grows, and a "no" at
+large d says nothing about the model. Ridge trades that variance for a bias chosen by the data.
+
+The estimator (one strength for all columns of one Y; the intercept is never penalized):
+
+1. centre X and Y on the fit rows;
+2. the strengths are ``α = ρ·s̄²`` for ρ in a declared relative grid, with ``s̄²`` the fit rows' scale (a
+   :class:`Rule`: ``|X_c|_F² / p``, the mean eigenvalue of ``X_cᵀX_c``, or ``|X_c|_F² / min(n, p)``, the
+   mean squared singular value; 1 when X is constant): the grid is invariant to the scale of X;
+3. the fit rows are cut into ``folds`` random folds (``rng``: one permutation; the rule's split: the
+   permutation's residues mod k, or k contiguous pieces of it; fold sizes differ by at most one; with fewer
+   fit rows than folds, one row per fold); for every ρ the held-out squared error of every fold, summed over
+   folds and over all columns of Y, from one factorisation of each fold's training rows, centred on their own
+   means;
+4. the chosen ρ minimises that sum, ties (within a relative 1e-12) going to the larger ρ, the simpler fit; the
+   coefficients are refitted on all fit rows at that ρ.
+
+Two rules are declared, each before the runs it serves: :data:`PROBE_RULE` (the toy probes and
+``probe-hidden``: :data:`RELATIVE_ALPHAS`, 10⁻⁸ … 10², one point per decade, scale ``|X_c|²/p``, residue
+folds) and :data:`LM_RULE` (``probe-lm``: :data:`ALPHAS`, 17 points 10⁻⁴ … 10⁴, scale ``|X_c|²/min(n, p)``,
+contiguous folds). :func:`fit_ridge_cv` / :func:`fit_ridge_cv_many` fit in primal form (one SVD per fold);
+:func:`cross_fit` computes held-out predictions for several held-out groups in kernel form (one Gram matrix
+of all rows), the same estimator.
+
+A grid of one value skips steps 3 and 4 (no folds, ``rng`` unused). ``alphas=(0.0,)`` is ordinary least
+squares (the minimum-norm solution when X is rank-deficient: singular values at or below
+``10·min(n, p)·ε·s_max`` are treated as zero): the baseline the tests compare against.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from georecall.errors import InputError
 
-__all__ = ["ALPHAS", "RidgeFit", "cross_fit", "fit_ridge_cv", "r2_score"]
+__all__ = ["ALPHAS", "LM_RULE", "PROBE_RULE", "RELATIVE_ALPHAS", "RidgeFit", "Rule", "cross_fit",
+           "cross_fit_many", "fit_ridge_cv", "fit_ridge_cv_many", "r2_score", "r_squared"]
 
-ALPHAS = np.logspace(-4, 4, 17)  # multiples of mean(s²) of the fit rows
+RELATIVE_ALPHAS: tuple[float, ...] = tuple(10.0 ** k for k in range(-8, 3))
+ALPHAS = np.logspace(-4, 4, 17)  # probe-lm's grid: multiples of the fit rows' mean squared singular value
 
 
-@dataclass
-class RidgeFit:
-    """A fitted ridge map ``predict(X) = b + X @ W``; ``alpha`` as used, ``alpha_rel`` its grid value.
+@dataclass(frozen=True)
+class Rule:
+    """A declared ridge rule: the relative grid, the scale it multiplies, and the fold split.
 
-    Stored in the fit rows' singular basis (``W = Vtᵀ C``, ``b = my − mx W``); ``W`` is formed on first use.
+    Attributes
+    ----------
+    alphas : tuple of float
+        The relative strengths ρ.
+    scale : str
+        ``"features"`` (``|X_c|_F² / p``) or ``"rank"`` (``|X_c|_F² / min(n, p)``).
+    split : str
+        ``"residues"`` (fold of row i: ``permutation[i] mod k``) or ``"contiguous"`` (k contiguous pieces of
+        the permutation, ``numpy.array_split``).
     """
 
-    mx: np.ndarray
-    my: np.ndarray
-    Vt: np.ndarray
-    C: np.ndarray
-    alpha: float
-    alpha_rel: float
-    cv_error: float
-    _W: np.ndarray | None = None
+    alphas: tuple
+    scale: str
+    split: str
 
-    @property
-    def W(self) -> np.ndarray:
-        """The (p, q) coefficients."""
-        if self._W is None:
-            self._W = self.Vt.T @ self.C
-        return self._W
+    def fit_scale(self, sum_squares: float, n: int, p: int) -> float:
+        """``s̄²`` of centred fit rows with ``|X_c|_F² = sum_squares`` (1 when that is 0)."""
+        s = sum_squares / max(1, p if self.scale == "features" else min(n, p))
+        return float(s) if s > 0 else 1.0
 
-    @property
-    def b(self) -> np.ndarray:
-        """The (q,) intercept."""
-        return self.my - self.mx @ self.W
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        """Predictions ``b + X @ W`` for the rows of ``X`` (through the singular basis: no p × q product).
-
-        Parameters
-        ----------
-        X : (m, p) array
-            Rows with the fit's p features (not validated: a wrong width is NumPy's ValueError).
-
-        Returns
-        -------
-        (m, q) float64 array
-        """
-        return self.my + ((np.asarray(X, dtype=np.float64) - self.mx) @ self.Vt.T) @ self.C
+    def parts(self, n: int, folds: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """The k-fold parts of ``range(n)`` (k = ``min(folds, n)``), from one permutation drawn from
+        ``rng``."""
+        k = int(min(folds, n))
+        if self.split == "residues":
+            assignment = rng.permutation(n) % k
+            return [np.flatnonzero(assignment == j) for j in range(k)]
+        return list(np.array_split(rng.permutation(n), k))
 
 
-def _svd(X: np.ndarray, Y: np.ndarray):
-    """Centre, then the thin SVD of the centred rows: directly, or for wide X (p > n) from the n × n Gram
-    matrix's eigenvectors (``Xc Xcᵀ = U S² Uᵀ``, ``Vt = S⁻¹ Uᵀ Xc``; directions with s² below 1e-12·max
-    dropped: the ridge weight s / (s² + α) of such a direction is below 1e-6 / sqrt(α) anyway)."""
-    mx, my = X.mean(axis=0), Y.mean(axis=0)
-    Xc = X - mx
-    if Xc.shape[1] > Xc.shape[0]:
-        lam, U = np.linalg.eigh(Xc @ Xc.T)
-        keep = lam > max(float(lam[-1]), 0.0) * 1e-12
-        lam, U = lam[keep], U[:, keep]
-        s = np.sqrt(lam)
-        Vt = (U.T @ Xc) / s[:, None]
-    else:
-        U, s, Vt = np.linalg.svd(Xc, full_matrices=False)
-    return mx, my, s, Vt, U.T @ (Y - my)
+PROBE_RULE = Rule(RELATIVE_ALPHAS, "features", "residues")
+LM_RULE = Rule(tuple(float(a) for a in ALPHAS), "rank", "contiguous")
 
 
-def fit_ridge_cv(X, Y, *, folds: int = 5, alphas=ALPHAS, rng: np.random.Generator) -> RidgeFit:
-    """Fit ``Y ≈ b + X W`` by ridge, α chosen by ``folds``-fold cross-validation on these rows.
+def _best(errors: np.ndarray, grid) -> int:
+    """The index of the smallest error, ties (within a relative 1e-12) going to the largest strength."""
+    tied = np.flatnonzero(errors <= errors.min() * (1 + 1e-12))
+    return int(tied[np.argmax(np.asarray(grid, dtype=np.float64)[tied])])
+
+
+
+def r_squared(Y: np.ndarray, Y_hat: np.ndarray) -> float:
+    """Coefficient of determination pooled over every entry of Y.
+
+    ``1 − SS_res / SS_tot`` with ``SS_res = Σ (Y − Ŷ)²`` and ``SS_tot = Σ (Y − column mean of Y)²``, both
+    summed over all rows and columns (not a mean of per-column R²).
 
     Parameters
     ----------
-    X : (n, p) array
-        The fit rows' features.
-    Y : (n, q) or (n,) array
-        Their targets.
+    Y : ndarray (n,) or (n, targets)
+        The observed values (held-out rows, for a held-out R²).
+    Y_hat : ndarray, same shape as Y
+        The predictions.
+
+    Returns
+    -------
+    float
+        At most 1, negative when the predictions are worse than the column means. When Y is constant
+        (``SS_tot = 0``): 1.0 if it is predicted exactly, else 0.0.
+    """
+    Y = np.asarray(Y, dtype=np.float64)
+    ss_res = float(np.sum((Y - Y_hat) ** 2))
+    ss_tot = float(np.sum((Y - Y.mean(axis=0)) ** 2))
+    if ss_tot == 0:
+        return 1.0 if ss_res == 0 else 0.0
+    return 1.0 - ss_res / ss_tot
+
+
+@dataclass(frozen=True)
+class RidgeFit:
+    """A fitted ridge regression ``Y ≈ X @ coef + intercept``.
+
+    Attributes
+    ----------
+    coef : ndarray (p, targets)
+    intercept : ndarray (targets,)
+    alpha : float
+        The absolute strength used (``relative_alpha · scale``).
+    relative_alpha : float
+        The chosen point ρ of the grid.
+    scale : float
+        ``s̄² = |X_c|_F² / p`` on the fit rows.
+    n, p : int
+        Fit rows and features (without the intercept).
     folds : int
-        K of the K-fold split (values below 2 are taken as 2, above n as n).
-    alphas : array
-        The grid, in multiples of the mean squared singular value of the centred ``X`` (default
-        :data:`ALPHAS`).
+        Folds of the cross-validation (0: a single strength, no cross-validation).
+    rank : int
+        Numerical rank of the centred fit rows (singular values above ``max(n, p)·ε·s_max``).
+    cv_error : dict
+        ρ -> summed held-out squared error over folds and targets.
+    """
+
+    coef: np.ndarray
+    intercept: np.ndarray
+    alpha: float
+    relative_alpha: float
+    scale: float
+    n: int
+    p: int
+    folds: int
+    rank: int = 0
+    cv_error: dict = field(default_factory=dict)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Predictions ``X @ coef + intercept``.
+
+        Parameters
+        ----------
+        X : ndarray (rows, p)
+            Rows with the fit's p features.
+
+        Returns
+        -------
+        ndarray (rows, targets)
+
+        Raises
+        ------
+        InputError
+            X is not 2-D or does not have p columns.
+        """
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.p:
+            raise InputError(f"X must have {self.p} columns, got shape {X.shape}")
+        return X @ self.coef + self.intercept
+
+    @property
+    def underdetermined(self) -> bool:
+        """The centred fit rows have full row rank (``rank ≥ n − 1``): without the penalty the fit would
+        interpolate them, whatever the targets."""
+        return self.rank >= self.n - 1
+
+    def maps(self) -> np.ndarray:
+        """``[coef; intercept]``, shape (p + 1, targets): the row form ``X @ W[:-1] + W[-1]``."""
+        return np.vstack([self.coef, self.intercept[None, :]])
+
+    def describe(self) -> dict:
+        """p, n, rank, the chosen strength and the fold count, for reports (JSON-ready).
+
+        Returns
+        -------
+        dict
+            ``p``, ``n``, ``rank``, ``alpha``, ``relative_alpha``, ``folds`` and
+            ``underdetermined_without_penalty`` (:attr:`underdetermined`).
+        """
+        return {"p": int(self.p), "n": int(self.n), "rank": int(self.rank), "alpha": float(self.alpha),
+                "relative_alpha": float(self.relative_alpha), "folds": int(self.folds),
+                "underdetermined_without_penalty": bool(self.underdetermined)}
+
+
+def _svd(Xc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    U, s, Vt = np.linalg.svd(Xc, full_matrices=False)
+    return U, s, Vt
+
+
+def _rank(s: np.ndarray, shape: tuple[int, int]) -> int:
+    if not s.size or s[0] == 0:
+        return 0
+    return int(np.sum(s > s[0] * max(shape) * np.finfo(np.float64).eps))
+
+
+def _shrink(s: np.ndarray, alpha: float) -> np.ndarray:
+    """``s / (s² + α)``; for α = 0 the pseudo-inverse's ``1/s`` with tiny singular values dropped."""
+    if alpha > 0:
+        return s / (s * s + alpha)
+    out = np.zeros_like(s)
+    if s.size:
+        keep = s > s[0] * max(len(s), 1) * np.finfo(np.float64).eps * 10
+        out[keep] = 1.0 / s[keep]
+    return out
+
+
+def fit_ridge_cv(X: np.ndarray, Y: np.ndarray, *, rng: np.random.Generator,
+                 alphas: tuple[float, ...] | None = None, folds: int = 5,
+                 rule: Rule = PROBE_RULE) -> RidgeFit:
+    """Ridge regression of Y on X with an unpenalized intercept, strength by k-fold cross-validation.
+
+    The estimator of the module docstring: n fit rows, p features plus an unpenalized intercept, penalty
+    ``α·|coef|_F²`` with ``α = ρ·s̄²`` and ρ chosen from ``alphas`` by ``folds``-fold cross-validation on these
+    rows only (one ρ for all columns of Y), then refitted on all of them. Nothing outside X and Y is seen, so
+    rows scored afterwards are held out only if the caller kept them out of X.
+
+    Parameters
+    ----------
+    X : ndarray (n, p)
+        Fit rows only: held-out rows must not be passed here.
+    Y : ndarray (n, targets) or (n,)
+        The targets of the same rows (a 1-D Y is one target column).
     rng : numpy.random.Generator
-        Draws the fold permutation.
+        The fold assignment (one permutation; not drawn from when ``alphas`` has one value).
+    alphas : tuple of float, optional
+        Relative strengths ρ (``α = ρ·s̄²``); default :data:`RELATIVE_ALPHAS`. One value: no cross-validation
+        (``(0.0,)`` is ordinary least squares).
+    folds : int
+        Folds (at least 2; with fewer fit rows than folds, one fold per row: leave-one-out). Ignored, and not
+        checked, when ``alphas`` has one value.
+    rule : Rule
+        The declared rule (:data:`PROBE_RULE` by default; :data:`LM_RULE` is probe-lm's): its grid (unless
+        ``alphas`` is given), scale and fold split.
 
     Returns
     -------
     RidgeFit
-        Refitted on all n rows at the chosen α; ``cv_error`` is that α's mean held-out squared error.
+        Coefficients (p, targets), intercept, the chosen strength, n, p, rank and the cross-validation errors.
 
     Raises
     ------
     InputError
-        Fewer than 2 rows, X not 2-D, or X and Y with different row counts.
+        X not 2-D, Y not 1-D or 2-D, X and Y with different row counts, non-finite entries, fewer than two
+        rows, an empty grid or a negative or non-finite strength, or (with more than one strength) ``folds``
+        not an integer >= 2.
+    """
+    return fit_ridge_cv_many(X, [Y], rng=rng, alphas=alphas, folds=folds, rule=rule)[0]
+
+
+def fit_ridge_cv_many(X: np.ndarray, Ys: list, *, rng: np.random.Generator,
+                      alphas: tuple[float, ...] | None = None, folds: int = 5,
+                      rule: Rule = PROBE_RULE) -> list[RidgeFit]:
+    """:func:`fit_ridge_cv` of several targets on the same X and folds, each with its own strength.
+
+    Every Y of ``Ys`` is fitted as :func:`fit_ridge_cv` would fit it alone with the same fold assignment (one
+    permutation drawn from ``rng`` for all of them), its ρ chosen by its own summed held-out error; the SVD of
+    each fold's training rows and of all fit rows is computed once and shared.
+
+    Parameters
+    ----------
+    X : ndarray (n, p)
+        Fit rows only: held-out rows must not be passed here.
+    Ys : list of ndarray
+        Targets, each (n, targets_i) or (n,) on the rows of X.
+    rng : numpy.random.Generator
+        The fold assignment, shared by every target (not drawn from when ``alphas`` has one value).
+    alphas : tuple of float, optional
+        Relative strengths ρ; default :data:`RELATIVE_ALPHAS`. One value: no cross-validation.
+    folds : int
+        Folds, as :func:`fit_ridge_cv`.
+    rule : Rule
+        As :func:`fit_ridge_cv`.
+
+    Returns
+    -------
+    list of RidgeFit
+        One per element of ``Ys``, in order (empty for an empty ``Ys``).
+
+    Raises
+    ------
+    InputError
+        As :func:`fit_ridge_cv`, for X and for every Y.
     """
     X = np.asarray(X, dtype=np.float64)
-    Y = np.asarray(Y, dtype=np.float64)
-    if Y.ndim == 1:
-        Y = Y[:, None]
-    n = X.shape[0]
-    if X.ndim != 2 or Y.shape[0] != n:
-        raise InputError(f"ridge: X {X.shape} and Y {Y.shape} do not match")
+    if X.ndim != 2:
+        raise InputError(f"X must be 2-D (n, p), got shape {X.shape}")
+    targets = []
+    for Y in Ys:
+        Y = np.asarray(Y, dtype=np.float64)
+        if Y.ndim == 1:
+            Y = Y[:, None]
+        if Y.ndim != 2 or X.shape[0] != Y.shape[0]:
+            raise InputError(f"X (n, p) and Y (n, targets) must share n; got {X.shape} and {Y.shape}")
+        if not np.all(np.isfinite(Y)):
+            raise InputError("X and Y must be finite")
+        targets.append(Y)
+    n, p = X.shape
     if n < 2:
-        raise InputError(f"ridge: at least 2 fit rows are needed, got {n}")
-    Xc = X - X.mean(axis=0)
-    scale = float(np.sum(Xc * Xc)) / max(1, min(Xc.shape)) or 1.0
-    grid = np.asarray(alphas, dtype=np.float64) * scale
-    k = int(min(max(2, folds), n))
-    order = rng.permutation(n)
-    parts = np.array_split(order, k)
-    errors = np.zeros(grid.size)
-    for part in parts:
-        train = np.setdiff1d(order, part)
-        if train.size < 1:
-            continue
-        mx, my, s, Vt, UtY = _svd(X[train], Y[train])
-        Z = (X[part] - mx) @ Vt.T  # the held-out rows in the fit rows' singular basis: one product per fold
-        for g, a in enumerate(grid):
-            err = Y[part] - my - Z @ ((s / (s * s + a))[:, None] * UtY)
-            errors[g] += float(np.sum(err * err))
-    errors /= n
-    best = int(np.flatnonzero(errors <= errors.min() * (1 + 1e-12))[-1])  # ties: the larger alpha
-    mx, my, s, Vt, UtY = _svd(X, Y)
-    C = (s / (s * s + grid[best]))[:, None] * UtY
-    return RidgeFit(mx, my, Vt, C, float(grid[best]), float(np.asarray(alphas)[best]), float(errors[best]))
+        raise InputError(f"a fit needs at least two rows, got {n}")
+    if not np.all(np.isfinite(X)):
+        raise InputError("X and Y must be finite")
+    grid = tuple(float(a) for a in (rule.alphas if alphas is None else alphas))
+    if not grid or any(not np.isfinite(a) or a < 0 for a in grid):
+        raise InputError(f"strengths must be a non-empty list of finite values >= 0, got {grid}")
+    x_mean = X.mean(axis=0)
+    Xc = X - x_mean
+    scale = rule.fit_scale(float(np.sum(Xc * Xc)), n, p)
+    chosen = [0] * len(targets)
+    cv_errors: list[dict] = [{} for _ in targets]
+    if len(grid) > 1:
+        if not isinstance(folds, (int, np.integer)) or folds < 2:
+            raise InputError(f"folds must be an integer >= 2, got {folds!r}")
+        parts = rule.parts(n, int(folds), rng)  # fewer rows than folds: leave-one-out
+        folds = len(parts)
+        errors = np.zeros((len(targets), len(grid)))
+        for part in parts:
+            test = np.zeros(n, dtype=bool)
+            test[part] = True
+            train = ~test
+            xm = X[train].mean(axis=0)
+            U, s, Vt = _svd(X[train] - xm)
+            Xv = (X[test] - xm) @ Vt.T  # validation rows in the right-singular basis
+            shrink = np.array([_shrink(s, rho * scale) for rho in grid])  # (grid, k)
+            XvS = Xv[None, :, :] * shrink[:, None, :]  # (grid, validation rows, k): every ρ in one product
+            for t, Y in enumerate(targets):
+                ym = Y[train].mean(axis=0)
+                UtY = U.T @ (Y[train] - ym)
+                resid = (Y[test] - ym)[None, :, :] - XvS @ UtY
+                errors[t] += np.einsum("gij,gij->g", resid, resid)
+        for t in range(len(targets)):
+            cv_errors[t] = dict(zip(grid, errors[t].tolist()))
+            chosen[t] = _best(errors[t], grid)
+    U, s, Vt = _svd(Xc)
+    rank = _rank(s, Xc.shape)
+    out = []
+    for t, Y in enumerate(targets):
+        rho = grid[chosen[t]]
+        y_mean = Y.mean(axis=0)
+        coef = Vt.T @ (_shrink(s, rho * scale)[:, None] * (U.T @ (Y - y_mean)))
+        intercept = y_mean - x_mean @ coef
+        out.append(RidgeFit(coef=coef, intercept=intercept, alpha=rho * scale, relative_alpha=rho,
+                            scale=scale, n=n, p=p, folds=folds if len(grid) > 1 else 0, rank=rank,
+                            cv_error=cv_errors[t]))
+    return out
 
 
 def r2_score(Y, P) -> float:
@@ -167,22 +388,20 @@ def _centred(K: np.ndarray, A: np.ndarray, T: np.ndarray) -> np.ndarray:
     return kA - kA.mean(axis=1, keepdims=True) - kT.mean(axis=0)[None, :] + kT.mean()
 
 
-def _gram_fit(K, Y, T, grid):
-    """Eigen-decomposition of the centred Gram of rows T, and the centred targets' coordinates."""
+def _gram_eig(K, T):
+    """Eigen-decomposition of the centred Gram of rows T (eigenvalues clipped at 0)."""
     lam, U = np.linalg.eigh(_centred(K, T, T))
-    lam = np.maximum(lam, 0.0)
-    my = Y[T].mean(axis=0)
-    return lam, U, my, U.T @ (Y[T] - my)
+    return np.maximum(lam, 0.0), U
 
 
-def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=ALPHAS, rng: np.random.Generator,
-              keep_W: bool = False) -> dict:
+def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rng: np.random.Generator,
+              keep_W: bool = False, keep_dual: bool = False, rule: Rule = LM_RULE) -> dict:
     """Held-out ridge predictions: for each group, a fit on the other rows (α by ``folds``-fold CV on them).
 
-    The same rule as :func:`fit_ridge_cv` (grid scaled by the fit rows' mean squared singular value, ties to
-    the larger α), computed in kernel form from one Gram matrix ``X Xᵀ`` of all rows: a fit on rows T predicts
-    rows A as ``m_Y + Kc[A, T] U (Λ + α)⁻¹ Uᵀ (Y_T − m_Y)`` with ``Kc[T, T] = U Λ Uᵀ`` the centred Gram, which
-    is the primal ridge solution (``W = Xcᵀ U (Λ + α)⁻¹ Uᵀ Yc``). Cost O(n² p) once and O(n³) per fit.
+    The estimator of :func:`fit_ridge_cv` under ``rule`` (default :data:`LM_RULE`), computed in kernel form
+    from one Gram matrix ``X Xᵀ`` of all rows: a fit on rows T predicts rows A as
+    ``m_Y + Kc[A, T] U (Λ + α)⁻¹ Uᵀ (Y_T − m_Y)`` with ``Kc[T, T] = U Λ Uᵀ`` the centred Gram, which is the
+    primal ridge solution (``W = Xcᵀ U (Λ + α)⁻¹ Uᵀ Yc``). Cost O(n² p) once and O(n³) per fit.
 
     Parameters
     ----------
@@ -195,18 +414,53 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=ALPHAS, 
     folds : int
         K of each fit's inner K-fold split (values below 2 are taken as 2, above the fit rows as their
         number).
-    alphas : array
-        The relative grid (default :data:`ALPHAS`).
+    alphas : array, optional
+        The relative grid (default the rule's).
     rng : numpy.random.Generator
         Draws each fit's inner fold permutation.
     keep_W : bool
         Also return each group's (p, q) coefficients.
+    keep_dual : bool
+        Also return each group's dual form ``(X_c, C)``: the centred fit rows (n_fit, p) and the dual
+        coefficients (n_fit, q), with ``W = X_cᵀ C`` (``v @ W = (X_c @ v) @ C`` without forming W).
+    rule : Rule
+        The scale and fold split (and default grid).
 
     Returns
     -------
     dict
         ``predictions`` (n, q) (rows outside every group stay 0), ``alphas`` (the grid value chosen for each
-        group), ``W`` (list, when ``keep_W``).
+        group), ``W`` (list, when ``keep_W``), ``dual`` (list, when ``keep_dual``).
+
+    Raises
+    ------
+    InputError
+        A group that leaves fewer than two fit rows.
+    """
+    return cross_fit_many(X, [Y], groups, folds=folds, alphas=alphas, rng=rng, keep_W=keep_W,
+                          keep_dual=keep_dual, rule=rule)[0]
+
+
+def cross_fit_many(X, Ys: list, groups: list[np.ndarray], *, folds: int = 5, alphas=None,
+                   rng: np.random.Generator, keep_W: bool = False, keep_dual: bool = False,
+                   rule: Rule = LM_RULE) -> list[dict]:
+    """:func:`cross_fit` of several targets on the same rows, groups and inner folds.
+
+    Each Y gets the result :func:`cross_fit` gives it alone with a generator in the same state (its own
+    strength per group; the same inner fold draws, made once): the Gram matrix, its eigen-decompositions and
+    the held-out kernels are computed once for all of them.
+
+    Parameters
+    ----------
+    X, groups, folds, alphas, rng, keep_W, keep_dual, rule
+        As :func:`cross_fit`.
+    Ys : list of arrays
+        Targets of all rows, each (n, q_i) or (n,).
+
+    Returns
+    -------
+    list of dict
+        One :func:`cross_fit` result per Y, in order.
 
     Raises
     ------
@@ -214,43 +468,53 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=ALPHAS, 
         A group that leaves fewer than two fit rows.
     """
     X = np.asarray(X, dtype=np.float64)
-    Y = np.asarray(Y, dtype=np.float64)
-    if Y.ndim == 1:
-        Y = Y[:, None]
+    targets = []
+    for Y in Ys:
+        Y = np.asarray(Y, dtype=np.float64)
+        targets.append(Y[:, None] if Y.ndim == 1 else Y)
     n = X.shape[0]
     K = X @ X.T
-    P = np.zeros((n, Y.shape[1]))
-    chosen, Ws = [], []
-    base = np.asarray(alphas, dtype=np.float64)
+    outs: list[dict] = [{"predictions": np.zeros((n, Y.shape[1])), "alphas": []} for Y in targets]
+    for out in outs:
+        if keep_W:
+            out["W"] = []
+        if keep_dual:
+            out["dual"] = []
+    base = np.asarray(rule.alphas if alphas is None else alphas, dtype=np.float64)
     for test in groups:
         fit = np.setdiff1d(np.arange(n), test)
         if fit.size < 2:
-            raise InputError(f"ridge: at least 2 fit rows are needed, got {fit.size}")
-        scale = float(np.trace(_centred(K, fit, fit))) / max(1, min(fit.size, X.shape[1])) or 1.0
+            raise InputError(f"a fit needs at least two rows, got {fit.size}")
+        scale = rule.fit_scale(float(np.trace(_centred(K, fit, fit))), fit.size, X.shape[1])
         grid = base * scale
-        k = int(min(max(2, folds), fit.size))
-        order = fit[rng.permutation(fit.size)]
-        errors = np.zeros(grid.size)
-        for part in np.array_split(order, k):
-            tr = np.setdiff1d(order, part)
-            lam, U, my, UtY = _gram_fit(K, Y, tr, grid)
+        errors = np.zeros((len(targets), grid.size))
+        for part in (fit[q] for q in rule.parts(fit.size, max(2, folds), rng)):
+            tr = np.setdiff1d(fit, part)
+            lam, U = _gram_eig(K, tr)
             KU = _centred(K, part, tr) @ U
-            Rp = Y[part] - my
-            # |Rp − KU D UtY|² = |Rp|² − 2 Σ_j d_j c_j + dᵀ (G ∘ B) d, D = diag(d), d_j = 1 / (λ_j + α)
-            c = np.sum((KU.T @ Rp) * UtY, axis=1)
-            GB = (KU.T @ KU) * (UtY @ UtY.T)
-            r2 = float(np.sum(Rp * Rp))
-            for g, a in enumerate(grid):
-                d = 1.0 / (lam + a)
-                errors[g] += r2 - 2.0 * float(d @ c) + float(d @ GB @ d)
-        best = int(np.flatnonzero(errors <= errors.min() * (1 + 1e-12))[-1])
-        lam, U, my, UtY = _gram_fit(K, Y, fit, grid)
-        coef = U @ (UtY / (lam + grid[best])[:, None])  # (n_fit, q): the dual coefficients
-        P[test] = my + _centred(K, test, fit) @ coef
-        chosen.append(float(base[best]))
-        if keep_W:
-            Ws.append((X[fit] - X[fit].mean(axis=0)).T @ coef)
-    out: dict = {"predictions": P, "alphas": chosen}
-    if keep_W:
-        out["W"] = Ws
-    return out
+            G = KU.T @ KU
+            D = 1.0 / (lam[None, :] + grid[:, None])  # (grid, k): every strength at once
+            for t, Y in enumerate(targets):
+                my = Y[tr].mean(axis=0)
+                UtY = U.T @ (Y[tr] - my)
+                Rp = Y[part] - my
+                # |Rp − KU D UtY|² = |Rp|² − 2 Σ_j d_j c_j + dᵀ (G ∘ B) d, D = diag(d), d_j = 1 / (λ_j + α)
+                c = np.sum((KU.T @ Rp) * UtY, axis=1)
+                GB = G * (UtY @ UtY.T)
+                r2 = float(np.sum(Rp * Rp))
+                errors[t] += r2 - 2.0 * (D @ c) + np.einsum("gi,gi->g", D @ GB, D)
+        lam, U = _gram_eig(K, fit)
+        Kt = _centred(K, test, fit)
+        for t, Y in enumerate(targets):
+            best = _best(errors[t], grid)
+            my = Y[fit].mean(axis=0)
+            UtY = U.T @ (Y[fit] - my)
+            coef = U @ (UtY / (lam + grid[best])[:, None])  # (n_fit, q): the dual coefficients
+            out = outs[t]
+            out["predictions"][test] = my + Kt @ coef
+            out["alphas"].append(float(base[best]))
+            if keep_W:
+                out["W"].append((X[fit] - X[fit].mean(axis=0)).T @ coef)
+            if keep_dual:
+                out["dual"].append((X[fit] - X[fit].mean(axis=0), coef))
+    return outs

@@ -1368,7 +1368,7 @@ def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None
 # ------------------------------------------------------------------------------------ the verify row
 
 
-def section_mechanism(seed: int = 0, progress: bool = False) -> list:
+def section_mechanism(seed: int = 0, progress: bool = False, *, R: int = 4) -> list:
     """``georecall verify`` row: on a small regime (N = 256, R = 4, d = 2d* = 20, m = 4d, Adam 1e-2, stop at
     100%), with the ridge probes: G1 scores every probe exactly and meets every claim's criterion, and so does
     G1 embedded in a residual 3× wider (randomly rotated, the same logits: the positive control at a width
@@ -1381,6 +1381,8 @@ def section_mechanism(seed: int = 0, progress: bool = False) -> list:
         The run seed (task, initial weights, probes).
     progress : bool
         One line on stderr before the work.
+    R : int
+        Relations (the row's 4; 2, with d = 2d* = 10, is the tests' shorter case of the same checks).
 
     Returns
     -------
@@ -1388,10 +1390,10 @@ def section_mechanism(seed: int = 0, progress: bool = False) -> list:
         One ``ClaimReport``.
     """
     if progress:
-        print("mechanism: probes on G1, A1, a trained model and its initial weights (N=256, R=4)",
+        print(f"mechanism: probes on G1, A1, a trained model and its initial weights (N=256, R={R})",
               file=sys.stderr, flush=True)
     start = time.perf_counter()
-    N, R = 256, 4
+    N = 256
     params = resolve({**QUICK_BASE, "N": N, "R": R}, Regime("verify", "verify row"))
     task = task_for_seed(N, R, seed)
     tokens, answers, _, _ = training_data(task)

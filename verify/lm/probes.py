@@ -19,7 +19,7 @@ import numpy as np
 
 from georecall.verify.experiments.ridge import cross_fit, r2_score
 
-__all__ = ["decode_relation", "folds_of", "shuffled", "superposition_fit"]
+__all__ = ["BlockMaps", "decode_relation", "folds_of", "shuffled", "superposition_fit"]
 
 
 def folds_of(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -104,6 +104,38 @@ def _design(blocks: list[np.ndarray], present: np.ndarray) -> np.ndarray:
     return np.concatenate(parts + [present.astype(np.float64)], axis=1)
 
 
+class BlockMaps:
+    """The fitted superposition blocks of one held-out group, kept in dual form (``W = X_cᵀ C``): ``A[r]``,
+    the (q, p) block that maps relation r's vector into the state, is formed only when asked for, and
+    :meth:`apply` computes ``v @ A[r]`` as ``(X_c[:, block r] @ v) @ C`` (n_fit·(q + p) operations, not
+    q·p·n_fit).
+
+    Parameters
+    ----------
+    Xc : (n_fit, R·q + R) array
+        The centred design rows of the fit.
+    C : (n_fit, p) array
+        The dual coefficients.
+    q : int
+        The width of each relation's block.
+    R : int
+        Relations.
+    """
+
+    def __init__(self, Xc: np.ndarray, C: np.ndarray, q: int, R: int):
+        self.Xc, self.C, self.q, self.R = Xc, C, q, R
+
+    def apply(self, r: int, v: np.ndarray) -> np.ndarray:
+        """``v @ A[r]`` for a (q,) vector (or (m, q) rows)."""
+        return (self.Xc[:, r * self.q : (r + 1) * self.q] @ np.asarray(v).T).T @ self.C
+
+    def __getitem__(self, r: int) -> np.ndarray:
+        return self.Xc[:, r * self.q : (r + 1) * self.q].T @ self.C
+
+    def __len__(self) -> int:
+        return self.R
+
+
 def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarray, *, folds: int,
                       rng: np.random.Generator, keep_maps: bool = True) -> dict:
     """Cross-fitted ridge fit of each subject's state on its attributes' vectors; held-out R².
@@ -135,7 +167,8 @@ def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarr
         ``r2`` (pooled over held-out subjects and state coordinates), ``presence_r2`` (the same fit on the
         presence columns alone: how much the relation pattern explains), ``alphas``, and ``maps``: per
         held-out group ``(test indices, A)`` with ``A[r]`` the (q, p) block that maps relation r's vector
-        into the state (empty without ``keep_maps``). An R² is ``nan`` when H has no variance.
+        into the state (a :class:`BlockMaps`; empty without ``keep_maps``). An R² is ``nan`` when H has no
+        variance.
 
     Raises
     ------
@@ -145,12 +178,11 @@ def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarr
     X = _design(blocks, present)
     q = blocks[0].shape[1]
     groups = folds_of(H.shape[0], folds, rng)
-    fitted = cross_fit(X, H, groups, rng=rng, keep_W=keep_maps)
+    fitted = cross_fit(X, H, groups, rng=rng, keep_dual=keep_maps)
     P = fitted["predictions"]
     P0 = cross_fit(present.astype(np.float64), H, groups, rng=rng)["predictions"]
     alphas = fitted["alphas"]
-    maps = [(test, [W[r * q : (r + 1) * q] for r in range(len(blocks))])
-            for test, W in zip(groups, fitted.get("W", []))]
+    maps = [(test, BlockMaps(Xc, C, q, len(blocks))) for test, (Xc, C) in zip(groups, fitted.get("dual", []))]
     return {"r2": r2_score(H, P), "presence_r2": r2_score(H, P0), "alphas": alphas, "maps": maps}
 
 

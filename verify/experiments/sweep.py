@@ -37,6 +37,11 @@ and every finished search as ``{"kind": "threshold"}``. While a sweep runs it ho
   contract and the package version), a threshold record by :data:`THRESHOLD_KEY` (the same without d, plus
   ``d_min``, ``d_max``, ``resolution``). A rerun reuses a trial only with an equal key, and a threshold
   record is built only from the trials its own search visits, so it is the same as on a fresh file.
+- *Arithmetic.* Each trial records the BLAS that computed its products and its thread count (``blas``,
+  :mod:`.blas`): float32 training rounds differently with another kernel or another thread count, so such
+  trials are different runs. The field is not part of the key (each trial is judged exactly on its own
+  weights, and a search may resume on another machine), but a threshold record lists every ``blas`` its
+  trials used, so a search that mixed arithmetics says so (``"not recorded"``: trials from before the field).
 - *Reading* (:func:`read_sweep`) skips and counts torn lines (not JSON: a writer killed mid-line), alien lines
   (JSON that is not a sweep record) and duplicates (a key seen before; the first record wins).
 - *Resumability.* An interrupted sweep loses at most the trials in flight; rerunning the same call finishes
@@ -63,6 +68,7 @@ from georecall.memory import Budget
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
+from georecall.verify.experiments.blas import blas_description
 from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
 from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
@@ -217,7 +223,7 @@ def run_trial(N: int, R: int, mode: str, seed: int, d: int, settings: TrialSetti
             "m": settings.width_factor * d, "reached": bool(result.reached), "steps_run": result.steps,
             "final_loss": round(float(result.losses[-1]), 6),
             "final_batch_accuracy": float(result.accuracies[-1]), "seconds": round(result.seconds, 3),
-            "train_path": getattr(result, "path", "dense"),
+            "train_path": getattr(result, "path", "dense"), "blas": blas_description(),
             **asdict(settings), "seed_contract": SEED_CONTRACT, "version": __version__}
 
 
@@ -532,6 +538,7 @@ _OPTIONAL: dict[str, Callable[[Any], bool]] = {
     "d_min": _whole(1), "d_max": _whole(1), "resolution": _whole(1), "seconds": _maybe(_real),
     "label": _maybe(_text), "search": lambda v: v in SEARCHES, "prediction": _maybe(_real),
     "prediction_c": _maybe(_real),
+    "blas": lambda v: _text(v) or isinstance(v, list) and len(v) <= 1000 and all(map(_text, v)),
 }
 
 
@@ -903,8 +910,10 @@ class _Searches(JobList):
             assert d is not None  # a search that is not done has a next d
             return [Task(run_trial, (*config, d, self.settings), (config, d),
                          f"the trial N={N} R={R} {mode} seed {seed} d={d}")]
+        blas = sorted({have[d].get("blas") or "not recorded" for d in search.visited if d in have})
         record = _threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
-                                   **self.range_, search=self.search, extra=self._prediction_fields(config))
+                                   **self.range_, search=self.search,
+                                   extra={**self._prediction_fields(config), "blas": blas})
         append_jsonl(self.path, record)
         self.visited_trials.append(len(search.visited))
         self.done += 1

@@ -34,6 +34,7 @@ from georecall.verify.experiments.sweep import (
     ThresholdSearch,
     TrialSettings,
     _StderrProgress,
+    cost_line,
     estimate_cost,
     fit_thresholds,
     predict_threshold,
@@ -500,6 +501,42 @@ def test_the_cost_estimate_is_trials_times_measured_seconds_per_step_times_steps
     again = estimate_cost(known, [(64, 8, "learned", 0)], SETTINGS, search="predicted", d_min=4, d_max=256,
                           resolution=2)
     assert row["expected_widths"][0] not in again["per_config"][0]["expected_widths"]
+
+
+def test_the_cost_estimate_is_calibrated_on_the_recorded_trials_seconds(tmp_path):
+    """Two trials at (R, d) = (4, 16) ran 1.5× and 0.5× the step model R·(0.01 + 0.001·d) (their mean is on
+    it, so the least-squares model is unchanged): the worst case scales by the slowest ratio, 1.5; the
+    expected cost by the median ratio, 1, with successes at the median share of the steps successes used."""
+    base = {**asdict(SETTINGS), "N": 64, "seed": 0, "seed_contract": SEED_CONTRACT, "version": __version__,
+            "mode": "learned"}
+    model = lambda R, d: R * (0.01 + 0.001 * d)  # noqa: E731
+    records = []
+    rows = ((2, 8, False, 200, 1.0), (2, 10, True, 50, 1.0), (4, 20, True, 150, 1.0),
+            (4, 16, False, 200, 1.5), (4, 16, False, 200, 0.5))
+    for R, d, ok, steps_run, factor in rows:
+        records.append({**base, "kind": "trial", "R": R, "d": d, "reached": ok, "steps_run": steps_run,
+                        "seconds": factor * steps_run * model(R, d), "seed": len(records)})
+    for R, d_star in ((2, 10), (4, 20)):
+        records.append({**base, "kind": "threshold", "R": R, "d_star": d_star, "monotone": True})
+    assert step_seconds(records, 64, SETTINGS)(8, 40) == pytest.approx(model(8, 40))
+    est = estimate_cost(records, [(64, 8, "learned", 0)], SETTINGS, search="predicted", d_min=4, d_max=256,
+                        resolution=2)
+    (row,) = est["per_config"]
+    assert row["calibration"] == pytest.approx({"slowest": 1.5, "median": 1.0, "trials": 5,
+                                                "success_share": (50 / 200 + 150 / 200) / 2})
+    full = SETTINGS.steps / 3600
+    assert est["hours"] == pytest.approx(1.5 * sum(model(8, d) for d in row["worst_widths"]) * full)
+    threshold = predict_threshold(records, 64, 8, "learned", SETTINGS)["d"]
+    expected = sum(model(8, d) * (0.5 if d >= threshold else 1.0) for d in row["expected_widths"]) * full
+    assert est["expected_hours"] == pytest.approx(expected)
+    assert "× 1.50" in cost_line(est) and "calibrated on 5 recorded trials" in cost_line(est)
+    # a file whose trials ran exactly on the model: no correction; an N without trials: uncalibrated
+    exact = [r for r in records if r.get("seconds") is None or r["d"] != 16]
+    assert estimate_cost(exact, [(64, 8, "learned", 0)], SETTINGS, search="predicted", d_min=4, d_max=256,
+                         resolution=2)["per_config"][0]["calibration"]["slowest"] == pytest.approx(1.0)
+    other = estimate_cost(records, [(128, 8, "learned", 0)], SETTINGS, search="predicted", d_min=4, d_max=256,
+                          resolution=2, seconds=lambda N, R, d: 1.0)
+    assert other["per_config"][0]["calibration"] is None and "uncalibrated" in cost_line(other)
 
 
 def _simulated(prediction, threshold):

@@ -89,6 +89,7 @@ __all__ = [
     "ThresholdSearch",
     "TrialSettings",
     "bits_per_parameter",
+    "calibration",
     "cost_line",
     "estimate_cost",
     "find_threshold",
@@ -1075,6 +1076,47 @@ def _simulate(search: str, prediction: dict | None, known: dict[int, bool], rang
     return trained
 
 
+def calibration(records: list[dict], N: int, settings: TrialSettings,
+                rate: Callable[[int, int], float]) -> dict | None:
+    """How the recorded trials at N compare with the step model ``rate`` (:func:`step_seconds`): the factors
+    that turn its seconds per step into the seconds the trials took.
+
+    The step model is a least-squares line through measurements taken under whatever load the machine had;
+    a trial's ``seconds / (rate(R, d) · steps_run)`` is how much slower (or faster) than the line it ran.
+    The estimate scales its worst case by the largest of these ratios (so it holds unless the machine is
+    slower than during every recorded trial) and its expected cost by their median. Successful trials stop
+    early: the expected cost counts a success at the median share of the step budget that recorded successes
+    used.
+
+    Parameters
+    ----------
+    records : list of dict
+        Sweep records (trial records at N with these settings are used).
+    N : int
+        Entities.
+    settings : TrialSettings
+        Only trials with these settings count.
+    rate : callable
+        ``(R, d) -> seconds per step``, the model being calibrated.
+
+    Returns
+    -------
+    dict or None
+        ``slowest`` (the largest ratio), ``median`` (the median ratio), ``trials`` (how many trials), and
+        ``success_share`` (median ``steps_run / steps`` of the successful ones; 1 without any); ``None``
+        without recorded trials at N.
+    """
+    rows = [r for r in records if r.get("kind") == "trial" and r["N"] == N and _same_settings(r, settings)
+            and r.get("steps_run") and r.get("seconds")]
+    ratios = [r["seconds"] / (rate(r["R"], r["d"]) * r["steps_run"]) for r in rows
+              if rate(r["R"], r["d"]) > 0]
+    if not ratios:
+        return None
+    shares = [r["steps_run"] / r["steps"] for r in rows if r["reached"] and r["steps"]]
+    return {"slowest": float(max(ratios)), "median": float(np.median(ratios)), "trials": len(ratios),
+            "success_share": float(np.median(shares)) if shares else 1.0}
+
+
 def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSettings, *, search: str,
                   d_min: int, d_max: int, resolution: int,
                   seconds: Callable[[int, int, int], float] | None = None) -> dict:
@@ -1082,10 +1124,13 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
 
     For each configuration the search is simulated against a monotone oracle whose threshold lies anywhere
     in the prediction's band (:func:`predict_threshold`; every integer width in it), reusing the recorded
-    trials; the worst case over the band is counted, each trial at its full step budget (an upper bound:
-    a trial that succeeds stops early). Seconds per step come from :func:`step_seconds` (recorded trials at
-    that N) or, for an N without records, from one call ``seconds(N, R, d0)`` at the predicted width d0
-    (e.g. :func:`measure_step_seconds`), scaled linearly in d.
+    trials; the worst case over the band is counted, each trial at its full step budget. Seconds per step
+    come from :func:`step_seconds` (recorded trials at that N), calibrated against those trials' own seconds
+    (:func:`calibration`): the worst case is scaled by the slowest recorded trial's ratio to the step model,
+    the expected cost (threshold at the prediction) by the median ratio, with successful trials at the
+    median share of the step budget recorded successes used. For an N without records, one call
+    ``seconds(N, R, d0)`` at the predicted width d0 (e.g. :func:`measure_step_seconds`), scaled linearly in
+    d, uncalibrated (nothing recorded to calibrate against).
 
     Parameters
     ----------
@@ -1106,8 +1151,9 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
     -------
     dict
         ``trials`` and ``hours`` (worst case over the bands), ``expected_trials`` and ``expected_hours`` (the
-        threshold exactly at the prediction), ``per_config`` (each configuration's prediction, widths and
-        hours), and ``unknown`` (configurations with no prediction: not counted).
+        threshold exactly at the prediction), ``per_config`` (each configuration's prediction, widths,
+        hours and ``calibration``: :func:`calibration`'s dict, ``None`` when uncalibrated), and ``unknown``
+        (configurations with no prediction: not counted).
     """
     range_ = {"d_min": d_min, "d_max": d_max, "resolution": resolution}
     known_by: dict[tuple, dict[int, bool]] = {}
@@ -1116,6 +1162,7 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
             config = (r["N"], r["R"], r["mode"], r["seed"], *_key(r, ("seed_contract", "version")))
             known_by.setdefault(config, {})[r["d"]] = bool(r["reached"])
     rates: dict[int, Callable[[int, int], float] | None] = {}
+    calibrations: dict[int, dict | None] = {}
     per_config, unknown = [], []
     total_trials = total_hours = exp_trials = exp_hours = 0.0
     for N, R, mode, seed in configs:
@@ -1125,7 +1172,8 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
             continue
         if N not in rates:
             rates[N] = step_seconds(records, N, settings)
-        rate = rates[N]
+            calibrations[N] = None if rates[N] is None else calibration(records, N, settings, rates[N])
+        rate, calibrated = rates[N], calibrations[N]
         if rate is None and seconds is None:
             unknown.append((N, R, mode, seed))
             continue
@@ -1135,9 +1183,16 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
             d0 = max(int(round(prediction["d"])), 1)
             measured = seconds(N, R, d0)
             rate = lambda R_, d, s0=measured, d0=d0: s0 * d / d0  # noqa: E731
+        slowest = calibrated["slowest"] if calibrated else 1.0
+        typical = calibrated["median"] if calibrated else 1.0
+        share = calibrated["success_share"] if calibrated else 1.0
 
-        def cost(widths: list[int], R=R, rate=rate) -> float:
-            return sum(rate(R, d) for d in widths) * settings.steps / 3600
+        def cost(widths: list[int], factor: float, threshold: float | None = None, R=R, rate=rate,
+                 share=share) -> float:
+            """Hours of the trials at ``widths`` (with a threshold: successes at ``share`` of the steps)."""
+            steps = [settings.steps * (share if threshold is not None and d >= threshold else 1.0)
+                     for d in widths]
+            return factor * sum(rate(R, d) * n for d, n in zip(widths, steps)) / 3600
 
         known = known_by.get((N, R, mode, seed, SEED_CONTRACT, __version__), {})
         lo, hi = prediction["band"]
@@ -1145,17 +1200,19 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
         worst_hours = -1.0
         for t in range(max(int(math.floor(lo)), 1), int(math.ceil(hi)) + 1):
             widths = _simulate(search, prediction, known, range_, t)
-            hours = cost(widths)
+            hours = cost(widths, slowest)
             if hours > worst_hours:
                 worst, worst_hours = widths, hours
         expected = _simulate(search, prediction, known, range_, prediction["d"])
+        expected_hours = cost(expected, typical, prediction["d"])
         total_trials += len(worst)
         total_hours += worst_hours
         exp_trials += len(expected)
-        exp_hours += cost(expected)
+        exp_hours += expected_hours
         per_config.append({"N": N, "R": R, "mode": mode, "seed": seed, "prediction": prediction,
                            "known_trials": len(known), "worst_widths": worst, "worst_hours": worst_hours,
-                           "expected_widths": expected, "expected_hours": cost(expected)})
+                           "expected_widths": expected, "expected_hours": expected_hours,
+                           "calibration": calibrated})
     return {"trials": int(total_trials), "hours": total_hours, "expected_trials": int(exp_trials),
             "expected_hours": exp_hours, "per_config": per_config, "unknown": unknown}
 
@@ -1176,6 +1233,14 @@ def cost_line(estimate: dict) -> str:
              f"anywhere in the predictions' bands, every trial at its full step budget); "
              f"{estimate['expected_trials']} trials, {estimate['expected_hours']:.2f} h if each threshold is "
              f"at its prediction"]
+    factors = [c["calibration"] for c in estimate["per_config"] if c.get("calibration")]
+    if factors:
+        f = factors[0]
+        parts.append(f" (calibrated on {f['trials']} recorded trials: seconds per step × {f['slowest']:.2f}, "
+                     f"the slowest trial against the step model, at most; × {f['median']:.2f}, the median, "
+                     f"expected, with successes at {f['success_share']:.0%} of the steps)")
+    elif estimate["per_config"]:
+        parts.append(" (uncalibrated: no recorded trial at this N)")
     if estimate["unknown"]:
         parts.append(f"; {len(estimate['unknown'])} configuration(s) without a prediction or a measured step "
                      "not counted")

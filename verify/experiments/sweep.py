@@ -17,8 +17,9 @@ For each configuration (N, R, mode, seed), ``mode`` = ``learned`` (every paramet
   (``search="predicted"``, :class:`PredictedSearch`) starts at ``c·R·ln N`` fitted to the threshold records
   already in the file (:func:`predict_threshold`), takes every recorded trial of the configuration into its
   bracket, gallops outward from the prediction and bisects. Before the first trial the sweep logs the
-  estimated cost (:func:`estimate_cost`: trials × measured seconds per step × steps) and, given
-  ``budget_hours``, refuses a run whose worst case exceeds it.
+  estimated cost (:func:`estimate_cost`: trials × measured seconds per step × steps, calibrated on the
+  recorded trials' own seconds, :func:`calibration`) and, given ``budget_hours``, refuses a run whose worst
+  case exceeds it.
 
 Monotonicity. Bisection assumes that success is monotone in d. Every trial the search visits is kept, and the
 record says ``monotone: false`` if some failing d lies above some successful d (the threshold is then the

@@ -53,7 +53,8 @@ GRID = {"Ns": [32], "Rs": [2], "modes": ("learned",), "seeds": (0,)}
 
 
 def _strip(records):
-    return sorted(json.dumps({k: v for k, v in r.items() if k != "seconds"}, sort_keys=True) for r in records)
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in ("seconds", "blas")}, sort_keys=True)
+                  for r in records)
 
 
 def _lines(path):

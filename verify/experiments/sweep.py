@@ -453,7 +453,9 @@ def find_threshold(N: int, R: int, mode: str, seed: int, settings: TrialSettings
                 on_trial(known[d])
         search.feed(known[d]["reached"])
     outcomes = {d: bool(t["reached"]) for d, t in known.items()}
-    return _threshold_record(N, R, mode, seed, settings, outcomes, search.lo, d_min, d_max, resolution)
+    blas = sorted({t.get("blas") or "not recorded" for t in known.values()})
+    return _threshold_record(N, R, mode, seed, settings, outcomes, search.lo, d_min, d_max, resolution,
+                             extra={"blas": blas})
 
 
 # ------------------------------------------------------------------------------------------- the results file

@@ -653,10 +653,25 @@ def test_every_trial_records_its_blas_and_a_threshold_lists_the_blas_of_its_tria
 
 
 def test_the_blas_description_names_numpys_openblas_and_its_threads_or_says_unknown():
+    import scipy.sparse  # noqa: F401  (the trainer loads SciPy's OpenBLAS beside NumPy's)
+
     from georecall.verify.experiments.blas import UNKNOWN, blas_description
 
     text = blas_description()
     assert text == UNKNOWN or ("OpenBLAS" in text and text.rstrip("s").endswith(" thread"))
+
+
+def test_numpys_own_openblas_is_told_from_scipys():
+    from georecall.verify.experiments.blas import numpys_openblas
+
+    site = "/x/site-packages"
+    numpy_lib = f"{site}/numpy.libs/libscipy_openblas64_-1.so"
+    scipy_lib = f"{site}/scipy.libs/libscipy_openblas-2.so"
+    assert numpys_openblas([numpy_lib, scipy_lib], f"{site}/numpy") == numpy_lib
+    assert numpys_openblas([scipy_lib, numpy_lib], f"{site}/numpy") == numpy_lib
+    assert numpys_openblas(["/usr/lib/libopenblas.so.0"], f"{site}/numpy") == "/usr/lib/libopenblas.so.0"
+    assert numpys_openblas(["/usr/lib/libopenblas.so.0", scipy_lib], f"{site}/numpy") is None  # cannot tell
+    assert numpys_openblas([], f"{site}/numpy") is None
 
 
 def test_a_record_with_a_blas_that_is_not_text_is_alien(tmp_path):

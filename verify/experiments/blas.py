@@ -8,16 +8,18 @@ stored weights, so both are valid trials; but two trials that went through diffe
 different runs, and a threshold search that mixes them says so (its record lists every arithmetic its trials
 used).
 
-Linux with NumPy's OpenBLAS: the library is found among the loaded shared objects (``/proc/self/maps``) and
-asked for its configuration (version, the CPU kernel it selected) and its thread count. Anywhere else the
-description is ``"unknown"``: never a guess.
+Linux with NumPy's OpenBLAS: the library is found among the loaded shared objects (``/proc/self/maps``;
+NumPy's own copy when SciPy has loaded another, :func:`numpys_openblas`) and asked for its configuration
+(version, the CPU kernel it selected) and its thread count. Anywhere else the description is ``"unknown"``:
+never a guess.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 
-__all__ = ["UNKNOWN", "blas_description"]
+__all__ = ["UNKNOWN", "blas_description", "numpys_openblas"]
 
 UNKNOWN = "unknown"
 # (configuration, kernel name, thread count) symbols of the OpenBLAS builds NumPy ships: scipy-openblas
@@ -33,8 +35,6 @@ _CACHE: list[str] = []
 
 def _loaded_openblas() -> list[str]:
     """Paths of the loaded shared objects whose file name mentions OpenBLAS (Linux; else empty)."""
-    import numpy  # noqa: F401  (loads NumPy's BLAS before the process's map is read)
-
     try:
         with open("/proc/self/maps") as handle:
             lines = handle.read().splitlines()
@@ -42,6 +42,32 @@ def _loaded_openblas() -> list[str]:
         return []
     paths = {line.split()[-1] for line in lines if line.split() and line.split()[-1].startswith("/")}
     return sorted(p for p in paths if "openblas" in p.rsplit("/", 1)[-1].lower())
+
+
+def numpys_openblas(paths: list[str], numpy_dir: str) -> str | None:
+    """Which of the loaded OpenBLAS libraries NumPy's products use.
+
+    SciPy ships an OpenBLAS of its own (``scipy.libs``), loaded beside NumPy's once ``scipy.sparse`` or
+    ``scipy.linalg`` is imported; NumPy's wheel keeps its copy in ``numpy.libs`` next to the package.
+
+    Parameters
+    ----------
+    paths : list of str
+        The loaded OpenBLAS libraries.
+    numpy_dir : str
+        NumPy's package folder (``os.path.dirname(numpy.__file__)``).
+
+    Returns
+    -------
+    str or None
+        The one in ``numpy.libs`` (or inside NumPy's folder); else the only one loaded; else None (none, or
+        several with none of them NumPy's).
+    """
+    own = [p for p in paths if os.path.dirname(p) in (numpy_dir + ".libs", numpy_dir)
+           or p.startswith(numpy_dir + os.sep)]
+    if len(own) == 1:
+        return own[0]
+    return paths[0] if len(paths) == 1 else None
 
 
 def _describe(path: str) -> str | None:
@@ -76,6 +102,9 @@ def blas_description() -> str:
         is not an OpenBLAS this module can ask (another library, another platform).
     """
     if not _CACHE:
-        found = [d for d in map(_describe, _loaded_openblas()) if d is not None]
-        _CACHE.append(found[0] if len(found) == 1 else UNKNOWN)
+        import numpy  # loads NumPy's BLAS before the process's map is read
+
+        path = numpys_openblas(_loaded_openblas(), os.path.dirname(os.path.abspath(numpy.__file__)))
+        described = None if path is None else _describe(path)
+        _CACHE.append(described or UNKNOWN)
     return _CACHE[0]

@@ -200,7 +200,8 @@ def capacity_grid_figure(records: list[dict], N: int = 4096, reference: dict | N
         for mode in ("learned", "frozen"):
             colour, marker = _COLOURS[mode], _MARKERS[mode]
             rows = [r for r in thresholds if r["mode"] == mode]
-            if mode in early and any(r["R"] > 4 for r in rows):
+            beyond = rows + [u for u in open_searches if u["mode"] == mode]
+            if mode in early and any(r["R"] > 4 for r in beyond):
                 c, se = early[mode]["c"], early[mode]["c_stderr"] or 0.0
                 half = max(_BAND_SIGMAS * se, _BAND_FLOOR * c)
                 ax.fill_between(grid, (c - half) * grid, (c + half) * grid, color=colour, alpha=0.12, lw=0,
@@ -220,14 +221,15 @@ def capacity_grid_figure(records: list[dict], N: int = 4096, reference: dict | N
             brackets = [u for u in open_searches if u["mode"] == mode]
             for i, u in enumerate(brackets):  # unfinished: the interval its trials leave for d*
                 x = u["R"] * math.log(N) + (0.6 if u["seed"] else -0.6) * (len(brackets) > 1)
-                lo = u["lo"] if u["lo"] is not None else 0
-                hi = u["hi"] if u["hi"] is not None else u["lo"] * 1.25
+                both = u["lo"] is not None and u["hi"] is not None
+                lo = u["lo"] if u["lo"] is not None else 0.8 * u["hi"]  # one side only: an arrow away from it
+                hi = u["hi"] if u["hi"] is not None else 1.25 * u["lo"]
                 label = f"{mode}, N = {N}: search unfinished (d* in the bar)" if i == 0 else None
-                ax.plot([x, x], [lo, hi], color=colour, linewidth=2.2, linestyle="-" if u["hi"] else "--",
+                ax.plot([x, x], [lo, hi], color=colour, linewidth=2.2, linestyle="-" if both else "--",
                         zorder=3, label=label)
-                ax.scatter([x], [lo], marker="_", color=colour, s=120, zorder=3)
-                if u["hi"] is None:
-                    ax.scatter([x], [hi], marker="^", color=colour, s=40, zorder=3)
+                for end, known, arrow in ((lo, u["lo"] is not None, "v"), (hi, u["hi"] is not None, "^")):
+                    ax.scatter([x], [end], marker="_" if known else arrow, color=colour,
+                               s=120 if known else 40, zorder=3)
             if reference is not None and mode in reference:
                 ref, N_ref = reference[mode], reference["N"]
                 xs = [R * math.log(N_ref) for R in ref["d_star"]]

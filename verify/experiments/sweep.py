@@ -1174,8 +1174,9 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
             unknown.append((N, R, mode, seed))
             continue
         if N not in rates:
-            rates[N] = step_seconds(records, N, settings)
-            calibrations[N] = None if rates[N] is None else calibration(records, N, settings, rates[N])
+            fitted = step_seconds(records, N, settings)
+            rates[N] = fitted
+            calibrations[N] = None if fitted is None else calibration(records, N, settings, fitted)
         rate, calibrated = rates[N], calibrations[N]
         if rate is None and seconds is None:
             unknown.append((N, R, mode, seed))

@@ -44,7 +44,8 @@ SCRIPT = textwrap.dedent("""
 
 
 def _strip(records):
-    return sorted(json.dumps({k: v for k, v in r.items() if k != "seconds"}, sort_keys=True) for r in records)
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in ("seconds", "blas")}, sort_keys=True)
+                  for r in records)  # blas: worker processes run one BLAS thread
 
 
 def _raw_lines(path) -> int:

@@ -34,6 +34,7 @@ from georecall.verify.experiments.sweep import (
     ThresholdSearch,
     TrialSettings,
     _StderrProgress,
+    cost_line,
     estimate_cost,
     fit_thresholds,
     predict_threshold,
@@ -52,7 +53,8 @@ GRID = {"Ns": [32], "Rs": [2], "modes": ("learned",), "seeds": (0,)}
 
 
 def _strip(records):
-    return sorted(json.dumps({k: v for k, v in r.items() if k != "seconds"}, sort_keys=True) for r in records)
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in ("seconds", "blas")}, sort_keys=True)
+                  for r in records)
 
 
 def _lines(path):
@@ -502,6 +504,42 @@ def test_the_cost_estimate_is_trials_times_measured_seconds_per_step_times_steps
     assert row["expected_widths"][0] not in again["per_config"][0]["expected_widths"]
 
 
+def test_the_cost_estimate_is_calibrated_on_the_recorded_trials_seconds(tmp_path):
+    """Two trials at (R, d) = (4, 16) ran 1.5× and 0.5× the step model R·(0.01 + 0.001·d) (their mean is on
+    it, so the least-squares model is unchanged): the worst case scales by the slowest ratio, 1.5; the
+    expected cost by the median ratio, 1, with successes at the median share of the steps successes used."""
+    base = {**asdict(SETTINGS), "N": 64, "seed": 0, "seed_contract": SEED_CONTRACT, "version": __version__,
+            "mode": "learned"}
+    model = lambda R, d: R * (0.01 + 0.001 * d)  # noqa: E731
+    records = []
+    rows = ((2, 8, False, 200, 1.0), (2, 10, True, 50, 1.0), (4, 20, True, 150, 1.0),
+            (4, 16, False, 200, 1.5), (4, 16, False, 200, 0.5))
+    for R, d, ok, steps_run, factor in rows:
+        records.append({**base, "kind": "trial", "R": R, "d": d, "reached": ok, "steps_run": steps_run,
+                        "seconds": factor * steps_run * model(R, d), "seed": len(records)})
+    for R, d_star in ((2, 10), (4, 20)):
+        records.append({**base, "kind": "threshold", "R": R, "d_star": d_star, "monotone": True})
+    assert step_seconds(records, 64, SETTINGS)(8, 40) == pytest.approx(model(8, 40))
+    est = estimate_cost(records, [(64, 8, "learned", 0)], SETTINGS, search="predicted", d_min=4, d_max=256,
+                        resolution=2)
+    (row,) = est["per_config"]
+    assert row["calibration"] == pytest.approx({"slowest": 1.5, "median": 1.0, "trials": 5,
+                                                "success_share": (50 / 200 + 150 / 200) / 2})
+    full = SETTINGS.steps / 3600
+    assert est["hours"] == pytest.approx(1.5 * sum(model(8, d) for d in row["worst_widths"]) * full)
+    threshold = predict_threshold(records, 64, 8, "learned", SETTINGS)["d"]
+    expected = sum(model(8, d) * (0.5 if d >= threshold else 1.0) for d in row["expected_widths"]) * full
+    assert est["expected_hours"] == pytest.approx(expected)
+    assert "× 1.50" in cost_line(est) and "calibrated on 5 recorded trials" in cost_line(est)
+    # a file whose trials ran exactly on the model: no correction; an N without trials: uncalibrated
+    exact = [r for r in records if r.get("seconds") is None or r["d"] != 16]
+    assert estimate_cost(exact, [(64, 8, "learned", 0)], SETTINGS, search="predicted", d_min=4, d_max=256,
+                         resolution=2)["per_config"][0]["calibration"]["slowest"] == pytest.approx(1.0)
+    other = estimate_cost(records, [(128, 8, "learned", 0)], SETTINGS, search="predicted", d_min=4, d_max=256,
+                          resolution=2, seconds=lambda N, R, d: 1.0)
+    assert other["per_config"][0]["calibration"] is None and "uncalibrated" in cost_line(other)
+
+
 def _simulated(prediction, threshold):
     search, widths = PredictedSearch(prediction["d"], 4, 256, 2), []
     while not search.done:
@@ -592,3 +630,53 @@ def test_a_predicted_sweep_on_a_dask_cluster_gives_the_records_of_one_in_this_pr
         sweep(path, **grid, settings=SETTINGS, progress=False, search="predicted", log=lambda text: None,
               **where)
     assert _strip(read_sweep(dask).records) == _strip(read_sweep(inline).records)
+
+
+# ------------------------------------------------------------------------------------------- arithmetic
+
+def test_every_trial_records_its_blas_and_a_threshold_lists_the_blas_of_its_trials(tmp_path, monkeypatch):
+    """A search that mixes arithmetics says so: a planted trial from another BLAS (and one from before the
+    field) is reused, and the threshold record names all of them; without a plant it names one."""
+    import georecall.verify.experiments.sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "blas_description", lambda: "FakeBLAS 1.0 Kernel, 1 thread")
+    clean = sweep(str(tmp_path / "clean.jsonl"), **GRID, settings=SETTINGS, d_min=2, d_max=64, progress=False)
+    trials = [r for r in read_sweep(str(tmp_path / "clean.jsonl")).records if r["kind"] == "trial"]
+    assert trials and all(r["blas"] == "FakeBLAS 1.0 Kernel, 1 thread" for r in trials)
+    assert clean[0]["blas"] == ["FakeBLAS 1.0 Kernel, 1 thread"]
+    path = tmp_path / "mixed.jsonl"  # the doubling search visits 2 and 4 first: plant both, as failures
+    path.write_text(json.dumps(_planted(SETTINGS, 2, False, blas="OtherBLAS 2.0 Kernel, 2 threads")) + "\n"
+                    + json.dumps(_planted(SETTINGS, 4, False)) + "\n")
+    mixed = sweep(str(path), **GRID, settings=SETTINGS, d_min=2, d_max=64, progress=False)
+    assert mixed[0]["blas"] == ["FakeBLAS 1.0 Kernel, 1 thread", "OtherBLAS 2.0 Kernel, 2 threads",
+                                "not recorded"]
+
+
+def test_the_blas_description_names_numpys_openblas_and_its_threads_or_says_unknown():
+    import scipy.sparse  # noqa: F401  (the trainer loads SciPy's OpenBLAS beside NumPy's)
+
+    from georecall.verify.experiments.blas import UNKNOWN, blas_description
+
+    text = blas_description()
+    assert text == UNKNOWN or ("OpenBLAS" in text and text.rstrip("s").endswith(" thread"))
+
+
+def test_numpys_own_openblas_is_told_from_scipys():
+    from georecall.verify.experiments.blas import numpys_openblas
+
+    site = "/x/site-packages"
+    numpy_lib = f"{site}/numpy.libs/libscipy_openblas64_-1.so"
+    scipy_lib = f"{site}/scipy.libs/libscipy_openblas-2.so"
+    assert numpys_openblas([numpy_lib, scipy_lib], f"{site}/numpy") == numpy_lib
+    assert numpys_openblas([scipy_lib, numpy_lib], f"{site}/numpy") == numpy_lib
+    assert numpys_openblas(["/usr/lib/libopenblas.so.0"], f"{site}/numpy") == "/usr/lib/libopenblas.so.0"
+    assert numpys_openblas(["/usr/lib/libopenblas.so.0", scipy_lib], f"{site}/numpy") is None  # cannot tell
+    assert numpys_openblas([], f"{site}/numpy") is None
+
+
+def test_a_record_with_a_blas_that_is_not_text_is_alien(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(_planted(SETTINGS, 4, True, blas=3)) + "\n"
+                    + json.dumps(_planted(SETTINGS, 6, True, blas="OpenBLAS 0.3 Haswell, 1 thread")) + "\n")
+    contents = read_sweep(str(path))
+    assert [r["d"] for r in contents.records] == [6] and contents.alien == 1

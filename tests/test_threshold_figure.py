@@ -60,3 +60,33 @@ def test_the_figure_is_legible_and_none_without_records(tmp_path):
     assert TF.main(["--from", str(path), "--out", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "figs" / "capacity_grid.png").stat().st_size > 0
     assert TF.main(["--from", str(tmp_path), "--out", str(tmp_path / "figs")]) == 2  # a directory: refused
+
+
+def _trial(R, mode, seed, d, reached, seconds=100.0):
+    return {"kind": "trial", "N": 4096, "R": R, "mode": mode, "seed": seed, "d": d, "reached": reached,
+            "seconds": seconds, "steps_run": 500 if not reached else 200}
+
+
+def test_an_unfinished_search_is_the_bracket_its_trials_leave_and_is_listed_with_its_cost():
+    records = [*RECORDS[:7], _trial(16, "learned", 0, 62, False, 3600.0), _trial(16, "learned", 0, 64, True),
+               _trial(16, "learned", 0, 80, False),  # above the success: not the bracket's lower end
+               _trial(16, "frozen", 0, 140, False), _trial(2, "learned", 0, 8, True)]  # R = 2: finished
+    rows = TF.unfinished_searches(records)
+    assert [(u["R"], u["mode"], u["lo"], u["hi"]) for u in rows] == [(16, "frozen", 140, None),
+                                                                     (16, "learned", 62, 64)]
+    text = TF.grid_table(records)
+    assert "unfinished: R = 16 learned seed 0: 62 < d* ≤ 64 (d = 62 not reached (3,600 s, 500 steps)" in text
+    assert "unfinished: R = 16 frozen seed 0: d* > 140" in text and "R = 2 learned seed 0: " not in text
+
+
+def test_the_figure_draws_unfinished_searches_legibly(tmp_path):
+    pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
+    from georecall.verify.experiments import figures as F
+
+    records = [*RECORDS[:7], _trial(16, "learned", 0, 62, False), _trial(16, "frozen", 0, 140, False)]
+    fig = TF.capacity_grid_figure(records)
+    assert F.text_overlaps(fig) == [] and F.small_texts(fig) == []
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert sum("search unfinished" in t for t in labels) == 2
+    assert fig.axes[0].get_xlim()[1] >= 16 * math.log(4096)  # the R = 16 bars are inside the axes
+    F._pyplot().close(fig)

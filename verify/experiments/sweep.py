@@ -17,8 +17,9 @@ For each configuration (N, R, mode, seed), ``mode`` = ``learned`` (every paramet
   (``search="predicted"``, :class:`PredictedSearch`) starts at ``c·R·ln N`` fitted to the threshold records
   already in the file (:func:`predict_threshold`), takes every recorded trial of the configuration into its
   bracket, gallops outward from the prediction and bisects. Before the first trial the sweep logs the
-  estimated cost (:func:`estimate_cost`: trials × measured seconds per step × steps) and, given
-  ``budget_hours``, refuses a run whose worst case exceeds it.
+  estimated cost (:func:`estimate_cost`: trials × measured seconds per step × steps, calibrated on the
+  recorded trials' own seconds, :func:`calibration`) and, given ``budget_hours``, refuses a run whose worst
+  case exceeds it.
 
 Monotonicity. Bisection assumes that success is monotone in d. Every trial the search visits is kept, and the
 record says ``monotone: false`` if some failing d lies above some successful d (the threshold is then the
@@ -37,6 +38,11 @@ and every finished search as ``{"kind": "threshold"}``. While a sweep runs it ho
   contract and the package version), a threshold record by :data:`THRESHOLD_KEY` (the same without d, plus
   ``d_min``, ``d_max``, ``resolution``). A rerun reuses a trial only with an equal key, and a threshold
   record is built only from the trials its own search visits, so it is the same as on a fresh file.
+- *Arithmetic.* Each trial records the BLAS that computed its products and its thread count (``blas``,
+  :mod:`.blas`): float32 training rounds differently with another kernel or another thread count, so such
+  trials are different runs. The field is not part of the key (each trial is judged exactly on its own
+  weights, and a search may resume on another machine), but a threshold record lists every ``blas`` its
+  trials used, so a search that mixed arithmetics says so (``"not recorded"``: trials from before the field).
 - *Reading* (:func:`read_sweep`) skips and counts torn lines (not JSON: a writer killed mid-line), alien lines
   (JSON that is not a sweep record) and duplicates (a key seen before; the first record wins).
 - *Resumability.* An interrupted sweep loses at most the trials in flight; rerunning the same call finishes
@@ -63,6 +69,7 @@ from georecall.memory import Budget
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
+from georecall.verify.experiments.blas import blas_description
 from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
 from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
@@ -83,6 +90,7 @@ __all__ = [
     "ThresholdSearch",
     "TrialSettings",
     "bits_per_parameter",
+    "calibration",
     "cost_line",
     "estimate_cost",
     "find_threshold",
@@ -217,7 +225,7 @@ def run_trial(N: int, R: int, mode: str, seed: int, d: int, settings: TrialSetti
             "m": settings.width_factor * d, "reached": bool(result.reached), "steps_run": result.steps,
             "final_loss": round(float(result.losses[-1]), 6),
             "final_batch_accuracy": float(result.accuracies[-1]), "seconds": round(result.seconds, 3),
-            "train_path": getattr(result, "path", "dense"),
+            "train_path": getattr(result, "path", "dense"), "blas": blas_description(),
             **asdict(settings), "seed_contract": SEED_CONTRACT, "version": __version__}
 
 
@@ -445,7 +453,9 @@ def find_threshold(N: int, R: int, mode: str, seed: int, settings: TrialSettings
                 on_trial(known[d])
         search.feed(known[d]["reached"])
     outcomes = {d: bool(t["reached"]) for d, t in known.items()}
-    return _threshold_record(N, R, mode, seed, settings, outcomes, search.lo, d_min, d_max, resolution)
+    blas = sorted({t.get("blas") or "not recorded" for t in known.values()})
+    return _threshold_record(N, R, mode, seed, settings, outcomes, search.lo, d_min, d_max, resolution,
+                             extra={"blas": blas})
 
 
 # ------------------------------------------------------------------------------------------- the results file
@@ -532,6 +542,7 @@ _OPTIONAL: dict[str, Callable[[Any], bool]] = {
     "d_min": _whole(1), "d_max": _whole(1), "resolution": _whole(1), "seconds": _maybe(_real),
     "label": _maybe(_text), "search": lambda v: v in SEARCHES, "prediction": _maybe(_real),
     "prediction_c": _maybe(_real),
+    "blas": lambda v: _text(v) or isinstance(v, list) and len(v) <= 1000 and all(map(_text, v)),
 }
 
 
@@ -903,8 +914,10 @@ class _Searches(JobList):
             assert d is not None  # a search that is not done has a next d
             return [Task(run_trial, (*config, d, self.settings), (config, d),
                          f"the trial N={N} R={R} {mode} seed {seed} d={d}")]
+        blas = sorted({have[d].get("blas") or "not recorded" for d in search.visited if d in have})
         record = _threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
-                                   **self.range_, search=self.search, extra=self._prediction_fields(config))
+                                   **self.range_, search=self.search,
+                                   extra={**self._prediction_fields(config), "blas": blas})
         append_jsonl(self.path, record)
         self.visited_trials.append(len(search.visited))
         self.done += 1
@@ -1066,6 +1079,47 @@ def _simulate(search: str, prediction: dict | None, known: dict[int, bool], rang
     return trained
 
 
+def calibration(records: list[dict], N: int, settings: TrialSettings,
+                rate: Callable[[int, int], float]) -> dict | None:
+    """How the recorded trials at N compare with the step model ``rate`` (:func:`step_seconds`): the factors
+    that turn its seconds per step into the seconds the trials took.
+
+    The step model is a least-squares line through measurements taken under whatever load the machine had;
+    a trial's ``seconds / (rate(R, d) · steps_run)`` is how much slower (or faster) than the line it ran.
+    The estimate scales its worst case by the largest of these ratios (so it holds unless the machine is
+    slower than during every recorded trial) and its expected cost by their median. Successful trials stop
+    early: the expected cost counts a success at the median share of the step budget that recorded successes
+    used.
+
+    Parameters
+    ----------
+    records : list of dict
+        Sweep records (trial records at N with these settings are used).
+    N : int
+        Entities.
+    settings : TrialSettings
+        Only trials with these settings count.
+    rate : callable
+        ``(R, d) -> seconds per step``, the model being calibrated.
+
+    Returns
+    -------
+    dict or None
+        ``slowest`` (the largest ratio), ``median`` (the median ratio), ``trials`` (how many trials), and
+        ``success_share`` (median ``steps_run / steps`` of the successful ones; 1 without any); ``None``
+        without recorded trials at N.
+    """
+    rows = [r for r in records if r.get("kind") == "trial" and r["N"] == N and _same_settings(r, settings)
+            and r.get("steps_run") and r.get("seconds")]
+    ratios = [r["seconds"] / (rate(r["R"], r["d"]) * r["steps_run"]) for r in rows
+              if rate(r["R"], r["d"]) > 0]
+    if not ratios:
+        return None
+    shares = [r["steps_run"] / r["steps"] for r in rows if r["reached"] and r["steps"]]
+    return {"slowest": float(max(ratios)), "median": float(np.median(ratios)), "trials": len(ratios),
+            "success_share": float(np.median(shares)) if shares else 1.0}
+
+
 def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSettings, *, search: str,
                   d_min: int, d_max: int, resolution: int,
                   seconds: Callable[[int, int, int], float] | None = None) -> dict:
@@ -1073,10 +1127,13 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
 
     For each configuration the search is simulated against a monotone oracle whose threshold lies anywhere
     in the prediction's band (:func:`predict_threshold`; every integer width in it), reusing the recorded
-    trials; the worst case over the band is counted, each trial at its full step budget (an upper bound:
-    a trial that succeeds stops early). Seconds per step come from :func:`step_seconds` (recorded trials at
-    that N) or, for an N without records, from one call ``seconds(N, R, d0)`` at the predicted width d0
-    (e.g. :func:`measure_step_seconds`), scaled linearly in d.
+    trials; the worst case over the band is counted, each trial at its full step budget. Seconds per step
+    come from :func:`step_seconds` (recorded trials at that N), calibrated against those trials' own seconds
+    (:func:`calibration`): the worst case is scaled by the slowest recorded trial's ratio to the step model,
+    the expected cost (threshold at the prediction) by the median ratio, with successful trials at the
+    median share of the step budget recorded successes used. For an N without records, one call
+    ``seconds(N, R, d0)`` at the predicted width d0 (e.g. :func:`measure_step_seconds`), scaled linearly in
+    d, uncalibrated (nothing recorded to calibrate against).
 
     Parameters
     ----------
@@ -1097,8 +1154,9 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
     -------
     dict
         ``trials`` and ``hours`` (worst case over the bands), ``expected_trials`` and ``expected_hours`` (the
-        threshold exactly at the prediction), ``per_config`` (each configuration's prediction, widths and
-        hours), and ``unknown`` (configurations with no prediction: not counted).
+        threshold exactly at the prediction), ``per_config`` (each configuration's prediction, widths,
+        hours and ``calibration``: :func:`calibration`'s dict, ``None`` when uncalibrated), and ``unknown``
+        (configurations with no prediction: not counted).
     """
     range_ = {"d_min": d_min, "d_max": d_max, "resolution": resolution}
     known_by: dict[tuple, dict[int, bool]] = {}
@@ -1107,6 +1165,7 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
             config = (r["N"], r["R"], r["mode"], r["seed"], *_key(r, ("seed_contract", "version")))
             known_by.setdefault(config, {})[r["d"]] = bool(r["reached"])
     rates: dict[int, Callable[[int, int], float] | None] = {}
+    calibrations: dict[int, dict | None] = {}
     per_config, unknown = [], []
     total_trials = total_hours = exp_trials = exp_hours = 0.0
     for N, R, mode, seed in configs:
@@ -1115,8 +1174,10 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
             unknown.append((N, R, mode, seed))
             continue
         if N not in rates:
-            rates[N] = step_seconds(records, N, settings)
-        rate = rates[N]
+            fitted = step_seconds(records, N, settings)
+            rates[N] = fitted
+            calibrations[N] = None if fitted is None else calibration(records, N, settings, fitted)
+        rate, calibrated = rates[N], calibrations[N]
         if rate is None and seconds is None:
             unknown.append((N, R, mode, seed))
             continue
@@ -1126,9 +1187,16 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
             d0 = max(int(round(prediction["d"])), 1)
             measured = seconds(N, R, d0)
             rate = lambda R_, d, s0=measured, d0=d0: s0 * d / d0  # noqa: E731
+        slowest = calibrated["slowest"] if calibrated else 1.0
+        typical = calibrated["median"] if calibrated else 1.0
+        share = calibrated["success_share"] if calibrated else 1.0
 
-        def cost(widths: list[int], R=R, rate=rate) -> float:
-            return sum(rate(R, d) for d in widths) * settings.steps / 3600
+        def cost(widths: list[int], factor: float, threshold: float | None = None, R=R, rate=rate,
+                 share=share) -> float:
+            """Hours of the trials at ``widths`` (with a threshold: successes at ``share`` of the steps)."""
+            steps = [settings.steps * (share if threshold is not None and d >= threshold else 1.0)
+                     for d in widths]
+            return factor * sum(rate(R, d) * n for d, n in zip(widths, steps)) / 3600
 
         known = known_by.get((N, R, mode, seed, SEED_CONTRACT, __version__), {})
         lo, hi = prediction["band"]
@@ -1136,17 +1204,19 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
         worst_hours = -1.0
         for t in range(max(int(math.floor(lo)), 1), int(math.ceil(hi)) + 1):
             widths = _simulate(search, prediction, known, range_, t)
-            hours = cost(widths)
+            hours = cost(widths, slowest)
             if hours > worst_hours:
                 worst, worst_hours = widths, hours
         expected = _simulate(search, prediction, known, range_, prediction["d"])
+        expected_hours = cost(expected, typical, prediction["d"])
         total_trials += len(worst)
         total_hours += worst_hours
         exp_trials += len(expected)
-        exp_hours += cost(expected)
+        exp_hours += expected_hours
         per_config.append({"N": N, "R": R, "mode": mode, "seed": seed, "prediction": prediction,
                            "known_trials": len(known), "worst_widths": worst, "worst_hours": worst_hours,
-                           "expected_widths": expected, "expected_hours": cost(expected)})
+                           "expected_widths": expected, "expected_hours": expected_hours,
+                           "calibration": calibrated})
     return {"trials": int(total_trials), "hours": total_hours, "expected_trials": int(exp_trials),
             "expected_hours": exp_hours, "per_config": per_config, "unknown": unknown}
 
@@ -1167,6 +1237,14 @@ def cost_line(estimate: dict) -> str:
              f"anywhere in the predictions' bands, every trial at its full step budget); "
              f"{estimate['expected_trials']} trials, {estimate['expected_hours']:.2f} h if each threshold is "
              f"at its prediction"]
+    factors = [c["calibration"] for c in estimate["per_config"] if c.get("calibration")]
+    if factors:
+        f = factors[0]
+        parts.append(f" (calibrated on {f['trials']} recorded trials: seconds per step × {f['slowest']:.2f}, "
+                     f"the slowest trial against the step model, at most; × {f['median']:.2f}, the median, "
+                     f"expected, with successes at {f['success_share']:.0%} of the steps)")
+    elif estimate["per_config"]:
+        parts.append(" (uncalibrated: no recorded trial at this N)")
     if estimate["unknown"]:
         parts.append(f"; {len(estimate['unknown'])} configuration(s) without a prediction or a measured step "
                      "not counted")

@@ -28,7 +28,7 @@ from georecall.io import validate_output_path
 from georecall.verify.experiments.figures import STYLE, _pyplot, save_figure
 from georecall.verify.experiments.sweep import _BAND_FLOOR, _BAND_SIGMAS, fit_thresholds, read_records
 
-__all__ = ["N1024_SUMMARY", "capacity_grid_figure", "grid_rows", "grid_table", "main"]
+__all__ = ["N1024_SUMMARY", "capacity_grid_figure", "grid_rows", "grid_table", "main", "unfinished_searches"]
 
 # georecall 0.1.0, N = 1024, R ∈ {2, 4, 8}, 3 seeds, m = 4d, ≤ 500 Adam steps (README, "Measured on this
 # project's machine"): (smallest, largest) d* over the seeds per R, and the fitted c ± its spread over seeds.
@@ -86,6 +86,43 @@ def grid_rows(records: list[dict], N: int = 4096) -> list[dict]:
     return out
 
 
+def unfinished_searches(records: list[dict], N: int = 4096) -> list[dict]:
+    """The configurations at N with trials but no threshold record: what their trials bracket, and their cost.
+
+    Under the monotone rule a search's d* lies above its largest failure below its smallest success (``lo``)
+    and at or below that success (``hi``); an unfinished search has one side, both, or neither yet.
+
+    Parameters
+    ----------
+    records : list of dict
+        Sweep records (trial and threshold records at N are used).
+    N : int
+        Entities.
+
+    Returns
+    -------
+    list of dict
+        One per (R, mode, seed) without a threshold record, sorted: ``R``, ``mode``, ``seed``, ``lo`` and
+        ``hi`` (``None`` when not known yet), ``trials`` (``(d, reached, seconds, steps_run)`` in file order).
+    """
+    done = {(r["R"], r["mode"], r["seed"]) for r in records
+            if r.get("kind") == "threshold" and r.get("N") == N}
+    trials: dict[tuple, list] = {}
+    for r in records:
+        key = (r.get("R"), r.get("mode"), r.get("seed"))
+        if r.get("kind") == "trial" and r.get("N") == N and key not in done:
+            trials.setdefault(key, []).append((r["d"], bool(r["reached"]), r.get("seconds"),
+                                               r.get("steps_run")))
+    out = []
+    for (R, mode, seed), rows in sorted(trials.items()):
+        wins = [d for d, ok, *_ in rows if ok]
+        hi = min(wins) if wins else None
+        losses = [d for d, ok, *_ in rows if not ok and (hi is None or d < hi)]
+        out.append({"R": R, "mode": mode, "seed": seed, "lo": max(losses) if losses else None, "hi": hi,
+                    "trials": rows})
+    return out
+
+
 def grid_table(records: list[dict], N: int = 4096) -> str:
     """:func:`grid_rows` and the fits as text (a Markdown table, then one line per mode).
 
@@ -110,6 +147,13 @@ def grid_table(records: list[dict], N: int = 4096) -> str:
         ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}"
         lines.append(f"| {row['R']} | {row['x']:.1f} | {seeds(row['learned'])} | {seeds(row['frozen'])} | "
                      f"{ratio} |")
+    for u in unfinished_searches(records, N):
+        bracket = (f"{u['lo']} < d* ≤ {u['hi']}" if u["lo"] is not None and u["hi"] is not None else
+                   f"d* > {u['lo']}" if u["lo"] is not None else f"d* ≤ {u['hi']}")
+        runs = "; ".join(f"d = {d} {'reached' if ok else 'not reached'}"
+                         + ("" if seconds is None else f" ({seconds:,.0f} s, {steps} steps)")
+                         for d, ok, seconds, steps in u["trials"])
+        lines.append(f"unfinished: R = {u['R']} {u['mode']} seed {u['seed']}: {bracket} ({runs})")
     thresholds = _thresholds(records, N)
     for label, subset in (("every R", thresholds), ("R ≤ 4", [r for r in thresholds if r["R"] <= 4])):
         for mode, fit in fit_thresholds(subset).items():
@@ -148,14 +192,16 @@ def capacity_grid_figure(records: list[dict], N: int = 4096, reference: dict | N
         return None
     fits = fit_thresholds(thresholds)
     early = fit_thresholds([r for r in thresholds if r["R"] <= 4])
-    x_max = max(r["R"] for r in thresholds) * math.log(N) * 1.08
+    open_searches = [u for u in unfinished_searches(records, N) if u["lo"] is not None or u["hi"] is not None]
+    x_max = max(r["R"] for r in thresholds + open_searches) * math.log(N) * 1.08
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(8.5, 5.2))
         grid = np.linspace(0, x_max, 100)
         for mode in ("learned", "frozen"):
             colour, marker = _COLOURS[mode], _MARKERS[mode]
             rows = [r for r in thresholds if r["mode"] == mode]
-            if mode in early and any(r["R"] > 4 for r in rows):
+            beyond = rows + [u for u in open_searches if u["mode"] == mode]
+            if mode in early and any(r["R"] > 4 for r in beyond):
                 c, se = early[mode]["c"], early[mode]["c_stderr"] or 0.0
                 half = max(_BAND_SIGMAS * se, _BAND_FLOOR * c)
                 ax.fill_between(grid, (c - half) * grid, (c + half) * grid, color=colour, alpha=0.12, lw=0,
@@ -172,6 +218,18 @@ def capacity_grid_figure(records: list[dict], N: int = 4096, reference: dict | N
                 se = "" if fit["c_stderr"] is None else f" ± {fit['c_stderr']:.3f}"
                 ax.plot(grid, fit["c"] * grid, color=colour, linewidth=1.6,
                         label=f"fit N = {N}: c = {fit['c']:.3f}{se} (s.e.)")
+            brackets = [u for u in open_searches if u["mode"] == mode]
+            for i, u in enumerate(brackets):  # unfinished: the interval its trials leave for d*
+                x = u["R"] * math.log(N) + (0.6 if u["seed"] else -0.6) * (len(brackets) > 1)
+                both = u["lo"] is not None and u["hi"] is not None
+                lo = u["lo"] if u["lo"] is not None else 0.8 * u["hi"]  # one side only: an arrow away from it
+                hi = u["hi"] if u["hi"] is not None else 1.25 * u["lo"]
+                label = f"{mode}, N = {N}: search unfinished (d* in the bar)" if i == 0 else None
+                ax.plot([x, x], [lo, hi], color=colour, linewidth=2.2, linestyle="-" if both else "--",
+                        zorder=3, label=label)
+                for end, known, arrow in ((lo, u["lo"] is not None, "v"), (hi, u["hi"] is not None, "^")):
+                    ax.scatter([x], [end], marker="_" if known else arrow, color=colour,
+                               s=120 if known else 40, zorder=3)
             if reference is not None and mode in reference:
                 ref, N_ref = reference[mode], reference["N"]
                 xs = [R * math.log(N_ref) for R in ref["d_star"]]

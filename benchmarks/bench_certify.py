@@ -1,7 +1,8 @@
 """Benchmark: ``georecall certify`` (every task at once) beside ``georecall check`` (the seeded task).
 
-Runs each command line in a child process (so that each has its own peak resident memory, ``ru_maxrss`` from
-``os.wait4``) and reports wall time, peak memory and the verdict / margin it printed. Default cases: G1 at
+Runs each command line in a child process (``child.run_georecall``: its own peak resident memory, VmHWM,
+never ``ru_maxrss``, which carries the parent's peak across exec) and reports wall time, peak memory and the
+verdict / margin it printed. Default cases: G1 at
 N = 4096, R = 16, at N = 2^20, R = 16 and at N = 2^24, R = 16 (integer mode; the last under --max-gib 2),
 G2 and C1 at their verify sizes. Targets for G1 integer, R = 16: N = 2^20 in ≤ 30 s and N = 2^24 in ≤ 120 s,
 both ≤ 2 GiB (a structural certificate builds no task). A case refused by its memory estimate is reported
@@ -24,9 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
-import time
+
+from child import run_georecall
 
 CASES = {
     "g1-4096": ["single-hop", "--construction", "geometric", "--N", "4096", "--R", "16", "--integer"],
@@ -41,21 +41,14 @@ CASES = {
 
 
 def _peak_of_child(argv: list[str]) -> tuple[float, float, dict]:
-    """Wall seconds, peak RSS (GiB, the child's own ``ru_maxrss`` from ``os.wait4``) and the JSON document of
-    ``georecall ARGV --json`` run in a child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "georecall.verify.cli", *argv, "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out = proc.stdout.read() if proc.stdout is not None else b""
-    err = proc.stderr.read() if proc.stderr is not None else b""
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    if code == 2:
-        return seconds, usage.ru_maxrss / 2**20, {"refused": err.decode().strip()[-400:]}
-    if code not in (0, 1):
-        raise SystemExit(f"{' '.join(argv)} failed ({code}): {err.decode()[-400:]}")
-    return seconds, usage.ru_maxrss / 2**20, json.loads(out)
+    """Wall seconds, the child's own peak RSS (GiB) and the JSON document of ``georecall ARGV --json``."""
+    run = run_georecall([*argv, "--json"])
+    peak = run.peak_gib if run.peak_gib is not None else float("nan")
+    if run.returncode == 2:
+        return run.wall, peak, {"refused": run.stderr.strip()[-400:]}
+    if run.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} failed ({run.returncode}): {run.stderr[-400:]}")
+    return run.wall, peak, json.loads(run.stdout)
 
 
 def main() -> None:

@@ -14,7 +14,8 @@ sets.
 Part 3 (``--end-to-end``): the issue's target as a user meets it: ``georecall check single-hop --N 1048576
 --R 16 [--integer] --json`` in a child process (default memory budget: the estimator must admit it), float
 and integer mode; reports the child's wall time (task, build, queries, check) and its peak resident memory
-(``ru_maxrss`` from ``os.wait4``), against the targets ≤ 60 s and ≤ 4 GiB.
+(the child's own VmHWM through ``child.run_georecall``; ``ru_maxrss`` would carry this process's peak from
+part 2 across exec), against the targets ≤ 60 s and ≤ 4 GiB.
 
 Run by hand:
     python benchmarks/bench_check.py                       # ratios at N = 4096, R = 16
@@ -114,37 +115,23 @@ def big(N: int, R: int, seed: int, float32: bool, reset: bool = True) -> None:
 
 
 def end_to_end(N: int, R: int, seed: int) -> None:
-    """The CLI in a child process: wall seconds and peak RSS (the child's own ru_maxrss) per mode."""
+    """The CLI in a child process: wall seconds and the child's own peak RSS per mode."""
     import json
-    import os
-    import shutil
-    import subprocess
-    import sys
-    import tempfile
 
-    exe = shutil.which("georecall")
-    command = [exe] if exe else [sys.executable, "-m", "georecall.verify.cli"]
+    from child import run_georecall
+
     for mode in ([], ["--integer"]):
-        argv = command + ["check", "single-hop", "--N", str(N), "--R", str(R), "--seed", str(seed), "--json",
-                          *mode]
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            start = time.perf_counter()
-            child = subprocess.Popen(argv, stdout=out, stderr=err)
-            _, status, usage = os.wait4(child.pid, 0)  # this child's own peak, not the children's maximum
-            seconds = time.perf_counter() - start
-            child.returncode = os.waitstatus_to_exitcode(status)
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read(), err.read()
+        argv = ["check", "single-hop", "--N", str(N), "--R", str(R), "--seed", str(seed), "--json", *mode]
+        run = run_georecall(argv)
         try:
-            report = json.loads(stdout)["reports"][0]
+            report = json.loads(run.stdout)["reports"][0]
         except (json.JSONDecodeError, KeyError, IndexError):
-            print(f"  {' '.join(argv[1:])}: exit {child.returncode}, no report: {stderr.decode()[-300:]}")
+            print(f"  {' '.join(argv)}: exit {run.returncode}, no report: {run.stderr[-300:]}")
             continue
         check = report["check"]
         print(f"  georecall check single-hop --N {N} --R {R}{' --integer' if mode else ''}: exit "
-              f"{child.returncode}, {seconds:.1f} s wall (target <= 60), "
-              f"peak RSS {usage.ru_maxrss / 2**20:.2f} GiB (target <= 4); check {check['seconds']:.1f} s, "
+              f"{run.returncode}, {run.wall:.1f} s wall (target <= 60), {run.cpu:.1f} CPU s, "
+              f"peak RSS {run.peak_gib:.2f} GiB (target <= 4); check {check['seconds']:.1f} s, "
               f"{check['n_correct']:,}/{check['n_queries']:,} "
               f"correct, min margin {check['min_margin']:g}, forward={check['forward']}, "
               f"decoder={check['decoder']}")

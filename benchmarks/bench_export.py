@@ -5,9 +5,9 @@ Each target runs as a user meets it: ``georecall export --construction geometric
 OUT --json`` in a child process (task, build, writing the folder, loading it with the target's own library,
 all 65,536 queries run there, logits compared with georecall's and the rounding bound computed, the folder
 renamed). Reported per target: the child's wall time (import of the target's library included), its peak
-resident memory (``ru_maxrss`` from ``os.wait4``), its CPU seconds (user + system: what the machine's load
-does not inflate) and the check's own seconds (from its report). Targets are interleaved over ``--repeats``
-rounds and the minimum wall time is kept.
+resident memory (its own VmHWM, through ``child.run_georecall``), its CPU seconds (user + system: what the
+machine's load does not inflate) and the check's own seconds (from its report). Targets are interleaved over
+``--repeats`` rounds and the minimum wall time is kept.
 
 Measured on this project's machine (2 cores shared by 8 sessions, load average 13-16 during the run: wall
 times are inflated several-fold; CPU seconds are what the work costs), 2026-12-01, ``python
@@ -33,10 +33,9 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
+
+from child import run_georecall
 
 TARGETS = ("torch", "transformer-lens", "onnx")
 
@@ -45,20 +44,14 @@ def run_once(target: str, N: int, R: int, folder: str) -> dict:
     """One ``georecall export`` in a child process: wall seconds, peak RSS, the check's report."""
     out = os.path.join(folder, f"out-{target}")
     shutil.rmtree(out, ignore_errors=True)
-    argv = [sys.executable, "-m", "georecall.verify.cli", "export", "--construction", "geometric", "--N",
-            str(N), "--R", str(R), "--to", target, out, "--json"]
-    start = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
-    stdout, stderr = child.stdout.read(), child.stderr.read()  # type: ignore[union-attr]
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        return {"target": target, "error": (stderr or stdout).strip().splitlines()[-1:], "wall": wall}
-    doc = json.loads(stdout)
+    run = run_georecall(["export", "--construction", "geometric", "--N", str(N), "--R", str(R), "--to",
+                         target, out, "--json"])
+    if run.returncode != 0:
+        return {"target": target, "error": (run.stderr or run.stdout).strip().splitlines()[-1:],
+                "wall": run.wall}
+    doc = json.loads(run.stdout)
     shutil.rmtree(out, ignore_errors=True)
-    return {"target": target, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
-            "peak_gib": usage.ru_maxrss / 2**20,
+    return {"target": target, "wall": run.wall, "cpu": run.cpu, "peak_gib": run.peak_gib,
             "check_seconds": doc["check"]["seconds"], "passed": doc["passed"],
             "queries": doc["check"]["queries"], "max_difference": doc["check"]["max_logit_difference"],
             "max_allowed": doc["check"]["max_allowed"], "estimate_gib": doc["memory"]["total_gib"]}

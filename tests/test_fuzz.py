@@ -8,9 +8,10 @@ files, user constructions that misbehave, damaged model headers, peers that are 
 scheduler without workers, SIGTERM during a save, device paths, absurd budgets.
 
 Profiles: the default (``GEORECALL_FUZZ`` unset) runs a modest, derandomized number of examples and the
-cheaper reproducers; set ``GEORECALL_FUZZ=long`` for a longer hunt (random, many examples) and the heavier
-reproducers (a 1 GiB results line, a LocalCluster with the dashboard port taken, figures from damaged
-records).
+cheaper reproducers; set ``GEORECALL_FUZZ=long`` for a longer hunt (random, many examples; a 1 GiB results line in place of
+40 MiB). The heavier reproducers (a
+LocalCluster with the dashboard port taken, a scheduler or worker killed mid-run, figures from damaged records)
+are ``slow``: CI's second step runs them.
 """
 
 import contextlib
@@ -617,7 +618,7 @@ def test_a_transfer_record_without_its_accuracies_is_alien():
     assert not _is_sweep_record({"kind": "transfer", "closed_form_accuracy": "1", "fitted_accuracy": 0.5})
 
 
-@pytest.mark.skipif(not LONG, reason="draws every figure (GEORECALL_FUZZ=long)")
+@pytest.mark.slow  # draws every figure: CI's slow step runs it
 def test_figures_from_a_transfer_record_without_its_accuracies(tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "r.jsonl"
@@ -977,7 +978,7 @@ def test_a_scheduler_without_workers_says_so_and_gives_up(tmp_path):
         scheduler.wait()
 
 
-@pytest.mark.skipif(not LONG, reason="starts a LocalCluster (GEORECALL_FUZZ=long)")
+@pytest.mark.slow  # starts a LocalCluster: CI's slow step runs it
 def test_a_local_cluster_needs_no_dashboard_port(tmp_path):
     pytest.importorskip("distributed")
     import socket
@@ -1016,7 +1017,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.skipif(not LONG, reason="a scheduler and a worker in subprocesses (GEORECALL_FUZZ=long)")
+@pytest.mark.slow  # a scheduler and a worker in subprocesses: CI's slow step runs it
 def test_a_scheduler_killed_mid_run_is_one_line_without_dasks_traceback(tmp_path):
     pytest.importorskip("distributed")
     import subprocess
@@ -1048,7 +1049,7 @@ def test_a_scheduler_killed_mid_run_is_one_line_without_dasks_traceback(tmp_path
     assert "rerun to resume" in err
 
 
-@pytest.mark.skipif(not LONG, reason="a worker killed for memory, in subprocesses (GEORECALL_FUZZ=long)")
+@pytest.mark.slow  # a worker killed for memory, in subprocesses: CI's slow step runs it
 def test_a_worker_killed_for_memory_is_one_line(tmp_path):
     pytest.importorskip("distributed")
     port = _free_port()

@@ -8,10 +8,9 @@ files, user constructions that misbehave, damaged model headers, peers that are 
 scheduler without workers, SIGTERM during a save, device paths, absurd budgets.
 
 Profiles: the default (``GEORECALL_FUZZ`` unset) runs a modest, derandomized number of examples and the
-cheaper reproducers; set ``GEORECALL_FUZZ=long`` for a longer hunt (random, many examples; a 1 GiB results line in place of
-40 MiB). The heavier reproducers (a
-LocalCluster with the dashboard port taken, a scheduler or worker killed mid-run, figures from damaged records)
-are ``slow``: CI's second step runs them.
+cheaper reproducers; set ``GEORECALL_FUZZ=long`` for a longer hunt (random, many examples; a 1 GiB results
+line in place of 40 MiB). The heavier reproducers (a LocalCluster with the dashboard port taken, a scheduler
+or worker killed mid-run, figures from damaged records) are ``slow``: CI's second step runs them.
 """
 
 import contextlib

@@ -645,6 +645,16 @@ def test_realize_returns_a_task_meeting_every_constraint(N, R, n_constraints, da
         assert task.compose(path)[subject] == target
 
 
+@pytest.mark.parametrize("N", [7, 12, 40])
+def test_realize_passes_through_a_target_it_must_reach_first(N):
+    # π(π(s)) = N-2 and π(s) = N-1: the first path's middle entity is the second's target, which is not among
+    # the first fresh entities; found by GEORECALL_HYPOTHESIS_PROFILE=random (the search used to return None)
+    found = cert.realize(N, 1, [([0, 0], N - 2), ([0], N - 1)])
+    assert found is not None
+    task, s = found
+    assert task.compose([0])[s] == N - 1 and task.compose([0, 0])[s] == N - 2
+
+
 def test_realize_refuses_the_unrealizable():
     assert cert.realize(3, 1, [([0], 1), ([0], 2)], subject=0) is None  # one image, two values
     assert cert.realize(2, 1, [([0], 0)], symmetric=True, subject=0) is None  # a matching has no fixed point

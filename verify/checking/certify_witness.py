@@ -47,8 +47,10 @@ def realize(N: int, R: int, constraints: list[tuple[list[int], int]], *, symmetr
     relations in the order applied), or None when the search finds none.
 
     Depth-first over partial injections: each hop follows an edge already fixed, or fixes it (to the target at
-    the last hop, else to a fresh entity, preferring ones not used yet); the partial injections are then
-    completed to bijections (symmetric: to perfect matchings, paths of one hop only).
+    the last hop, else to a fresh entity first, then to every named one: an origin, a target, an end of a
+    fixed edge); the partial injections are then completed to bijections (symmetric: to perfect matchings,
+    paths of one hop only). Unnamed entities are interchangeable, so within ``max_nodes`` the search misses no
+    realizable set of constraints (tests/test_certify.py checks it against the true task that realizes them).
 
     Parameters
     ----------
@@ -134,10 +136,15 @@ def _search(N, origin, constraints, c, hop, at, fwd, bwd, symmetric, budget) -> 
     if last:
         candidates = [target]
     else:
-        touched = set(origin) | {x for f in fwd for x in f} | {y for f in fwd for y in f.values()}
-        fresh = [y for y in range(N) if y not in touched and y not in bwd[r]]
-        used = [y for y in range(N) if y in touched and y not in bwd[r]]
-        candidates = (fresh[:4] + used)[:16]
+        # Entities no constraint names and no fixed edge touches are interchangeable (relabelling them maps
+        # one completion to another), so a few fresh ones stand for all of them; every named entity (an
+        # origin, a constraint's target, an end of a fixed edge) is tried. Leaving targets out of the named
+        # ones missed π(π(s)) = t1 with π(s) = t0 whenever t0 was not among the first fresh entities.
+        named = (set(origin) | {t for _, t in constraints} | {x for f in fwd for x in f}
+                 | {y for f in fwd for y in f.values()})
+        fresh = [y for y in range(N) if y not in named and y not in bwd[r]]
+        used = [y for y in range(N) if y in named and y not in bwd[r]]
+        candidates = fresh[:4] + used
     for y in candidates:
         added = _fix(r, at, y, fwd, bwd, symmetric)
         if added is None:

@@ -31,7 +31,8 @@ from georecall.constructions import registry
 from georecall.constructions.storage import save_model
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.cli import main
-from georecall.verify.training.train import init_model, train, training_data
+from georecall.verify.training.parameters import init_model
+from georecall.verify.training.train import train, training_data
 
 
 def eval_seconds(path: str) -> tuple[float, dict]:

@@ -9,7 +9,8 @@ import numpy as np
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.theory.tasks import random_task
 from georecall.verify.experiments.probes import probe_all
-from georecall.verify.training.train import init_model, train
+from georecall.verify.training.parameters import init_model
+from georecall.verify.training.train import train
 
 rng = np.random.default_rng(0)
 N, R, d = 1024, 4, 32  # the encoding fit has R·d = 128 features per subject: N must be well above

@@ -217,7 +217,8 @@ def test_equal_readout_rows_after_a_softmax_are_an_exact_tie():
 
 
 def _trained_model():
-    from georecall.verify.training.train import init_model, train, training_data
+    from georecall.verify.training.parameters import init_model
+    from georecall.verify.training.train import train, training_data
 
     task = task_for_seed(16, 2, 0)
     tokens, answers, positions, _ = training_data(task, 1, False)

@@ -481,7 +481,7 @@ def test_alignment_recovers_a_planted_map_and_not_noise():
 def test_relation_means_against_a_loop_over_queries():
     from georecall.constructions.forward import forward
     from georecall.theory.tasks import task_for_seed
-    from georecall.verify.training.train import init_model
+    from georecall.verify.training.parameters import init_model
 
     task = task_for_seed(6, 3, 2)
     model = init_model(6, 3, 7, 12, rng=1, dtype=np.float64)

@@ -10,7 +10,7 @@ from georecall.constructions.single_hop import build_a1, build_g1
 from georecall.testing import tables
 from georecall.theory.tasks import random_task
 from georecall.verify.experiments import probes
-from georecall.verify.training.train import init_model
+from georecall.verify.training.parameters import init_model
 
 
 @pytest.fixture(scope="module")

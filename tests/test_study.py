@@ -420,7 +420,8 @@ def test_the_retained_share_matches_the_trainers_decay():
     """With a zero gradient, AdamW only decays: after T updates θ = (1 − lr·λ)^T·θ⁰, the share _retained
     removes; and a trained run of T steps reports T updates applied."""
     from georecall.theory.tasks import random_task
-    from georecall.verify.training.train import adam, init_model, train, training_data
+    from georecall.verify.training.parameters import init_model
+    from georecall.verify.training.train import adam, train, training_data
 
     theta = np.random.default_rng(0).standard_normal((5, 3))
     out = adam(lambda params, step: {"E": np.zeros_like(params["E"])}, {"E": theta}, 40, lr=1e-2,

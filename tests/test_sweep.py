@@ -46,7 +46,8 @@ from georecall.verify.experiments.sweep import (
     threshold_key,
     trial_key,
 )
-from georecall.verify.training.train import init_model, train, training_data
+from georecall.verify.training.parameters import init_model
+from georecall.verify.training.train import train, training_data
 
 SETTINGS = TrialSettings(steps=200)
 GRID = {"Ns": [32], "Rs": [2], "modes": ("learned",), "seeds": (0,)}

@@ -19,7 +19,9 @@ from georecall.verify.experiments.sweep import (
     read_records,
     sweep,
 )
-from georecall.verify.training.train import GROUPS, check_grads, init_model, train
+from georecall.verify.training.backward import check_grads
+from georecall.verify.training.parameters import init_model
+from georecall.verify.training.train import GROUPS, train
 
 
 @given(N=st.integers(2, 8), R=st.integers(1, 3), d=st.integers(2, 7), m=st.integers(1, 6),
@@ -52,7 +54,7 @@ def test_teacher_forcing_gradients(attention, seed):
 def test_gradient_checker_can_fail():
     model = init_model(5, 2, 4, 3, rng=0, dtype=np.float64)
     tokens, answers = single_hop_queries(random_task(5, 2, 0))
-    import georecall.verify.training.train as tr
+    import georecall.verify.training.backward as tr
     original = tr.loss_and_grads
 
     def wrong(*args, **kwargs):
@@ -362,7 +364,7 @@ def test_init_scale_per_group_and_seed_streams():
 
 
 def test_tied_readout_sums_the_two_gradients():
-    from georecall.verify.training.train import loss_and_grads
+    from georecall.verify.training.backward import loss_and_grads
     task = random_task(8, 2, 0)
     tokens, answers = single_hop_queries(task)
     model = init_model(8, 2, 6, 5, rng=0, dtype=np.float64, tied_readout=True)
@@ -406,7 +408,8 @@ def test_single_hop_softmax_attention_with_positions_trains():
 def test_a_batch_computed_in_pieces_follows_the_same_trajectory(path, k, cot):
     """max_rows splits each batch's gradient into pieces; weighted by size they are the batch's gradient."""
     from georecall.theory.tasks import task_for_seed
-    from georecall.verify.training.train import init_model, train, training_data
+    from georecall.verify.training.parameters import init_model
+    from georecall.verify.training.train import train, training_data
 
     task = task_for_seed(12, 2, 0)
     tokens, answers, positions, T = training_data(task, k, cot)
@@ -431,7 +434,7 @@ def test_softmax_probabilities_stay_out_of_the_subnormal_range(dtype):
     """Confident rows (shifted logits down to −200) would put float32 probabilities in the subnormal range,
     where exp and the read-out products run several times slower: they are clamped at e^−60, and the loss and
     the logits' gradient still equal a float64 log-sum-exp reference to rounding."""
-    from georecall.verify.training.train import LOGIT_FLOOR, softmax_cross_entropy
+    from georecall.verify.training.backward import LOGIT_FLOOR, softmax_cross_entropy
 
     rng = np.random.default_rng(0)
     confident, ordinary = rng.uniform(-200.0, 0.0, size=(64, 300)), rng.normal(size=(64, 300))

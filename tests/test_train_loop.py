@@ -15,14 +15,9 @@ from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.tasks import random_task
 from georecall.verify.checking.check import check_queries
-from georecall.verify.training.train import (
-    init_model,
-    loss_and_grads,
-    params_of,
-    train,
-    training_data,
-    with_params,
-)
+from georecall.verify.training.backward import loss_and_grads
+from georecall.verify.training.parameters import init_model, params_of, with_params
+from georecall.verify.training.train import train, training_data
 
 # ------------------------------------------------------------------------- the reference, written out
 

@@ -83,16 +83,16 @@ def test_a_dense_storage_that_computes_otherwise_fails_the_row(monkeypatch, spec
 
 
 def test_a_wrong_gradient_fails_the_gradient_row(monkeypatch):
-    from georecall.verify.training import train
+    from georecall.verify.training import backward
 
-    real = train.loss_and_grads
+    real = backward.loss_and_grads
 
     def off(*args, **kwargs):
         loss, grads, predictions = real(*args, **kwargs)
         return loss, {key: 1.01 * g for key, g in grads.items()}, predictions
 
     assert suite.gradient_row(0).passed
-    monkeypatch.setattr(train, "loss_and_grads", off)
+    monkeypatch.setattr(backward, "loss_and_grads", off)
     assert not suite.gradient_row(0).passed
 
 

@@ -108,7 +108,8 @@ def run_train(p: TrainParams) -> dict:
         Training diverged (exit 1).
     """
     from georecall.verify.experiments.sweep import FROZEN_GROUPS  # scipy: kept off georecall --help
-    from georecall.verify.training.train import init_model, train, training_data
+    from georecall.verify.training.parameters import init_model
+    from georecall.verify.training.train import train, training_data
     _train_options(p)
     require_enumerable(p.N, p.R, p.k)
     out = output_path(p.out, suffix=".npz", what="model file") if p.out else None

@@ -193,7 +193,8 @@ def train_like_demo(task, d: int, seed: int = 0):
     -------
     TrainResult
     """
-    from georecall.verify.training.train import init_model, train  # the trainer's scipy: off georecall --help
+    from georecall.verify.training.parameters import init_model  # the trainer's scipy: off georecall --help
+    from georecall.verify.training.train import train
     tokens, answers = single_hop_queries(task)
     return train(init_model(task.N, task.R, d, 4 * d, rng=seeds.rng(seed, "init")), tokens, answers,
                  steps=2000, lr=1e-2, rng=seeds.rng(seed, "batches"))

@@ -828,7 +828,8 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
     FloatingPointError
         The encoder's training diverged (a non-finite loss).
     """
-    from georecall.verify.training.train import GROUPS, adam, loss_and_grads  # scipy: off georecall --help
+    from georecall.verify.training.backward import loss_and_grads  # scipy: off georecall --help
+    from georecall.verify.training.train import GROUPS, adam
 
     require_fit(model, task)
     if new_task.N != task.N or new_task.R != task.R:

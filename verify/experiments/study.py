@@ -57,7 +57,8 @@ from georecall.verify.experiments import probes
 from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
 from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
-from georecall.verify.training.train import GROUPS, init_model, train, training_data
+from georecall.verify.training.parameters import init_model
+from georecall.verify.training.train import GROUPS, train, training_data
 
 __all__ = [
     "BASE",

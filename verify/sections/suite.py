@@ -31,7 +31,11 @@ from georecall.verify.checking.run import run_check  # a module name here: tests
 from georecall.verify.experiments import probes, study, sweep
 from georecall.verify.sections.bounds_checks import bits_and_bound_reports, section_bounds
 from georecall.verify.sections.certified import certified_row, section_certified
-from georecall.verify.training import train as trainer  # modules, not names: tests replace their functions
+
+# modules, not names: tests replace their functions
+from georecall.verify.training import backward
+from georecall.verify.training import train as trainer
+from georecall.verify.training.parameters import init_model
 
 __all__ = [
     "SECTIONS",
@@ -226,11 +230,11 @@ def gradient_row(seed: int = 0) -> Report:
     rng = seeds.rng(seed, "init")
     checks = {}
     for attention in ("uniform", "softmax"):
-        model = trainer.init_model(7, 3, 6, 5, attention=attention, heads=2, layers=2, positions=3, rng=rng,
+        model = init_model(7, 3, 6, 5, attention=attention, heads=2, layers=2, positions=3, rng=rng,
                            dtype=np.float64)
         tokens, answers = queries(task_for_seed(7, 3, seed), 2)
         try:
-            checked = trainer.check_grads(model, tokens, answers, rng=rng)
+            checked = backward.check_grads(model, tokens, answers, rng=rng)
             checks[f"{attention} attention, 2 layers: {len(checked)} parameters"] = True
         except AssertionError:
             checks[f"{attention} attention, 2 layers"] = False
@@ -269,7 +273,7 @@ def gd_row(seed: int = 0, progress: bool = False, budget: Budget | None = None) 
     _log(progress, f"training: N={N}, R={R} at G1's d")
     start = time.perf_counter()
     tokens, answers = queries(task_for_seed(N, R, seed))
-    trained = trainer.train(trainer.init_model(N, R, g1_d, 4 * g1_d, rng=seeds.rng(seed, "init")), tokens,
+    trained = trainer.train(init_model(N, R, g1_d, 4 * g1_d, rng=seeds.rng(seed, "init")), tokens,
                             answers, steps=1000, rng=seeds.rng(seed, "batches"))
     return claim_report("GD reaches 100% at G1's d", {"N": N, "R": R, "seed": seed},
                         {f"trained d = {g1_d} answers all {N * R} facts": trained.reached},
@@ -379,7 +383,7 @@ def section_probes(seed: int = 0, progress: bool = False, budget: Budget | None 
     g1_probes = probes.probe_all(g1.builder(task).model, task, rng=seeds.rng(seed, "probes"),
                                  transfer_steps=5)
     untrained = probes.probe_all(
-        trainer.init_model(N, R, 16, 64, rng=seeds.rng(seed, "init")),
+        init_model(N, R, 16, 64, rng=seeds.rng(seed, "init")),
         task,
         rng=seeds.rng(seed, "probes"),
         transfer_steps=5,

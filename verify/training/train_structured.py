@@ -31,7 +31,7 @@ B-row products through the first layer become scatter-adds into the tables:
     ∂p_1 = σ + \\tfrac12 σ M^\\top,\\quad ∂p_0 = \\tfrac12 σ M^\\top \\;(σ = Σ_r ∂A^Q_r).
 
 Every identity is the chain rule through ``x_mid = A^E_s + A^Q_r`` (sums over the batch regrouped by subject
-or by relation), so the gradients equal the dense ones (:func:`.train.loss_and_grads`) up to
+or by relation), so the gradients equal the dense ones (:func:`.backward.loss_and_grads`) up to
 floating-point rounding; ``tests/test_train_structured.py`` checks this on random models.
 
 The second MLP layer, the read-out and the cross-entropy are per query and stay B-row products. The read-out
@@ -258,7 +258,7 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
                               frozen: frozenset[str] = frozenset(), *, chunk_rows: int | None = None):
     """Mean cross-entropy and gradients of a one-layer single-hop model through the structured step.
 
-    Same contract as the dense :func:`.train.loss_and_grads` with ``positions=None``: returns
+    Same contract as the dense :func:`.backward.loss_and_grads` with ``positions=None``: returns
     ``(loss, grads, predictions)``, predictions in the order of ``tokens``, one gradient per parameter whose
     group is not in ``frozen``. The caller must have checked :func:`structure_reason` (it is not re-checked
     here, so that a training loop pays for it once). Computes in the model's dtype.

@@ -189,7 +189,7 @@ def test_the_same_seed_gives_the_same_task_in_every_command(tmp_path, monkeypatc
     assert main(["check", "single-hop", "--N", "16", "--R", "2", "--seed", "7", "--quiet"]) == 0
     assert main(["precision", "--N", "16", "--R", "2", "--seed", "7", "--max-bits", "4"]) == 0
     assert main(["train", "--N", "16", "--R", "2", "--d", "8", "--steps", "2", "--seed", "7", "--quiet"]) == 0
-    from georecall.verify.experiments import sweep
+    from georecall.verify.experiments import sweep, sweep_trial
 
     sweep.sweep(
         str(tmp_path / "t.jsonl"),
@@ -197,7 +197,7 @@ def test_the_same_seed_gives_the_same_task_in_every_command(tmp_path, monkeypatc
         [2],
         ["learned"],
         [7],
-        settings=sweep.TrialSettings(steps=2),
+        settings=sweep_trial.TrialSettings(steps=2),
         d_min=4,
         d_max=4,
         workers=1,

@@ -18,7 +18,9 @@ import pytest
 
 from georecall.errors import InputError
 from georecall.verify.experiments.executors import parse_scheduler, spawning_with_sigint_held
-from georecall.verify.experiments.sweep import TrialSettings, read_sweep, sweep
+from georecall.verify.experiments.sweep import sweep
+from georecall.verify.experiments.sweep_records import read_sweep
+from georecall.verify.experiments.sweep_trial import TrialSettings
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds processes through /proc")
 
@@ -32,7 +34,8 @@ SMALL_GRID = {"Ns": [32], "Rs": [2], "modes": ["learned", "frozen"], "seeds": [0
 SCRIPT = textwrap.dedent("""
     import json, signal, sys
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from georecall.verify.experiments.sweep import TrialSettings, sweep
+    from georecall.verify.experiments.sweep import sweep
+    from georecall.verify.experiments.sweep_trial import TrialSettings
     if __name__ == "__main__":
         args = json.loads(sys.argv[1])
         args["settings"] = TrialSettings(**args["settings"])

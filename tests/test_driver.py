@@ -18,7 +18,9 @@ from georecall.io import append_jsonl
 from georecall.verify.experiments import driver, study
 from georecall.verify.experiments import sweep as sweep_module
 from georecall.verify.experiments.executors import ExecutorHandle, InlineExecutor
-from georecall.verify.experiments.sweep import TrialSettings, find_threshold, sweep
+from georecall.verify.experiments.sweep import sweep
+from georecall.verify.experiments.sweep_search import find_threshold
+from georecall.verify.experiments.sweep_trial import TrialSettings
 
 SETTINGS = TrialSettings(steps=200)
 CONFIGS = [(32, R, mode, seed) for R in (2, 3) for mode in ("learned", "frozen") for seed in (0, 1)]

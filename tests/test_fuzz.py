@@ -599,7 +599,7 @@ def test_a_results_file_is_counted_in_the_budget(tmp_path):
                  ["figures", "--from", str(path), "--out", str(tmp_path / "figs")]):
         _hostile(argv + ["--max-gib", "0.5"], code=2, message="GiB", tmp=str(tmp_path))
     # without a budget that small the over-long line is skipped in pieces, never held whole
-    from georecall.verify.experiments.sweep import read_sweep
+    from georecall.verify.experiments.sweep_records import read_sweep
     tracemalloc.start()
     try:
         contents = read_sweep(str(path))
@@ -611,7 +611,7 @@ def test_a_results_file_is_counted_in_the_budget(tmp_path):
 
 
 def test_a_transfer_record_without_its_accuracies_is_alien():
-    from georecall.verify.experiments.sweep import _is_sweep_record
+    from georecall.verify.experiments.sweep_records import _is_sweep_record
     assert _is_sweep_record({"kind": "transfer", "closed_form_accuracy": 1.0, "fitted_accuracy": 0.5})
     assert not _is_sweep_record({"kind": "transfer", "fitted_accuracy": 0.5})
     assert not _is_sweep_record({"kind": "transfer", "closed_form_accuracy": "1", "fitted_accuracy": 0.5})

@@ -493,7 +493,7 @@ def test_the_figure_across_d_is_drawn(tmp_path):
 def test_knowledge_bits_are_r_log2_n_factorial_and_the_k_hop_count():
     import math
 
-    from georecall.verify.experiments.sweep import knowledge_bits
+    from georecall.verify.experiments.sweep_knowledge import knowledge_bits
 
     for N, R in ((2, 1), (10, 3), (4096, 4)):
         assert knowledge_bits(N, R)["bits"] == pytest.approx(R * math.lgamma(N + 1) / math.log(2), rel=1e-12)
@@ -503,7 +503,8 @@ def test_knowledge_bits_are_r_log2_n_factorial_and_the_k_hop_count():
 
 
 def test_model_parameters_match_the_hand_count():
-    from georecall.verify.experiments.sweep import TrialSettings, model_parameters
+    from georecall.verify.experiments.sweep_knowledge import model_parameters
+    from georecall.verify.experiments.sweep_trial import TrialSettings
 
     N, R, d = 4096, 4, 16
     m = 4 * d
@@ -513,7 +514,11 @@ def test_model_parameters_match_the_hand_count():
 
 
 def test_the_committed_n4096_records_give_about_1_3_to_1_5_bits_per_parameter():
-    from georecall.verify.experiments.sweep import BITS_REFERENCES, bits_per_parameter, knowledge_table
+    from georecall.verify.experiments.sweep_knowledge import (
+        BITS_REFERENCES,
+        bits_per_parameter,
+        knowledge_table,
+    )
 
     path = os.path.join(os.path.dirname(__file__), "..", "docs", "thresholds_N4096.jsonl")
     records = [json.loads(line) for line in open(path)]

@@ -25,27 +25,18 @@ from georecall.io import FileLock, LockTimeout
 from georecall.theory import __version__
 from georecall.theory.seeds import rng
 from georecall.theory.tasks import task_for_seed
-from georecall.verify.experiments.sweep import (
-    SEED_CONTRACT,
+from georecall.verify.experiments.sweep import ProgressInfo, _StderrProgress, sweep
+from georecall.verify.experiments.sweep_cost import cost_line, estimate_cost, step_seconds
+from georecall.verify.experiments.sweep_fit import fit_thresholds, predict_threshold, summary_table
+from georecall.verify.experiments.sweep_records import (
     THRESHOLD_KEY,
     TRIAL_KEY,
-    PredictedSearch,
-    ProgressInfo,
-    ThresholdSearch,
-    TrialSettings,
-    _StderrProgress,
-    cost_line,
-    estimate_cost,
-    fit_thresholds,
-    predict_threshold,
     read_sweep,
-    run_trial,
-    step_seconds,
-    summary_table,
-    sweep,
     threshold_key,
     trial_key,
 )
+from georecall.verify.experiments.sweep_search import PredictedSearch, ThresholdSearch
+from georecall.verify.experiments.sweep_trial import SEED_CONTRACT, TrialSettings, run_trial
 from georecall.verify.training.parameters import init_model
 from georecall.verify.training.train import train, training_data
 
@@ -592,7 +583,8 @@ def test_a_killed_predicted_sweep_loses_at_most_the_trial_in_progress(tmp_path):
     start = len(_lines(path))
     script = tmp_path / "run.py"
     script.write_text("import json, sys\n"
-                      "from georecall.verify.experiments.sweep import TrialSettings, sweep\n"
+                      "from georecall.verify.experiments.sweep import sweep\n"
+                      "from georecall.verify.experiments.sweep_trial import TrialSettings\n"
                       "a = json.loads(sys.argv[1]); a['settings'] = TrialSettings(**a['settings'])\n"
                       "sweep(**a)\n")
     args = {"path": path, **grid, "settings": {"steps": SETTINGS.steps}, "progress": False,
@@ -638,9 +630,9 @@ def test_a_predicted_sweep_on_a_dask_cluster_gives_the_records_of_one_in_this_pr
 def test_every_trial_records_its_blas_and_a_threshold_lists_the_blas_of_its_trials(tmp_path, monkeypatch):
     """A search that mixes arithmetics says so: a planted trial from another BLAS (and one from before the
     field) is reused, and the threshold record names all of them; without a plant it names one."""
-    import georecall.verify.experiments.sweep as sweep_module
+    import georecall.verify.experiments.sweep_trial as trial_module
 
-    monkeypatch.setattr(sweep_module, "blas_description", lambda: "FakeBLAS 1.0 Kernel, 1 thread")
+    monkeypatch.setattr(trial_module, "blas_description", lambda: "FakeBLAS 1.0 Kernel, 1 thread")
     clean = sweep(str(tmp_path / "clean.jsonl"), **GRID, settings=SETTINGS, d_min=2, d_max=64, progress=False)
     trials = [r for r in read_sweep(str(tmp_path / "clean.jsonl")).records if r["kind"] == "trial"]
     assert trials and all(r["blas"] == "FakeBLAS 1.0 Kernel, 1 thread" for r in trials)

@@ -12,13 +12,11 @@ from georecall.constructions.single_hop import single_hop_queries
 from georecall.constructions.storage import load_model, save_model
 from georecall.theory.tasks import random_task
 from georecall.verify.checking.check import check_queries
-from georecall.verify.experiments.sweep import (
-    TrialSettings,
-    find_threshold,
-    fit_thresholds,
-    read_records,
-    sweep,
-)
+from georecall.verify.experiments.sweep import sweep
+from georecall.verify.experiments.sweep_fit import fit_thresholds
+from georecall.verify.experiments.sweep_records import read_records
+from georecall.verify.experiments.sweep_search import find_threshold
+from georecall.verify.experiments.sweep_trial import TrialSettings
 from georecall.verify.training.backward import check_grads
 from georecall.verify.training.parameters import init_model
 from georecall.verify.training.train import GROUPS, train

@@ -56,7 +56,7 @@ def run_figures(p: FiguresParams) -> dict:
         A missing ``--from`` file, an unusable ``--out`` folder, no matplotlib, or the estimate over the
         budget.
     """
-    from georecall.verify.experiments.sweep import read_records  # scipy: kept off georecall --help
+    from georecall.verify.experiments.sweep_records import read_records  # scipy: kept off georecall --help
     est = Estimate("figures")
     if p.source:
         input_file(p.source, "results file")

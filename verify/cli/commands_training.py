@@ -76,7 +76,10 @@ def _train_estimate(p: TrainParams, m: int) -> tuple[Estimate, int | None]:
 
 def _knowledge(p: TrainParams, model, frozen: tuple[str, ...], reached: bool) -> dict:
     """Bits of knowledge the task holds, per parameter of the trained model (all, and the trained ones)."""
-    from georecall.verify.experiments.sweep import BITS_REFERENCES, knowledge_bits  # scipy: not --help
+    from georecall.verify.experiments.sweep_knowledge import (  # scipy: not --help
+        BITS_REFERENCES,
+        knowledge_bits,
+    )
     bits = knowledge_bits(p.N, p.R, p.k)
     n_params = model.parameter_count()
     arrays = model.arrays()
@@ -107,7 +110,7 @@ def run_train(p: TrainParams) -> dict:
     FloatingPointError
         Training diverged (exit 1).
     """
-    from georecall.verify.experiments.sweep import FROZEN_GROUPS  # scipy: kept off georecall --help
+    from georecall.verify.experiments.sweep_trial import FROZEN_GROUPS  # scipy: kept off georecall --help
     from georecall.verify.training.parameters import init_model
     from georecall.verify.training.train import train, training_data
     _train_options(p)
@@ -177,15 +180,12 @@ def run_sweep_threshold(p: SweepThresholdParams) -> dict:
         unwritable ``--out``, the estimate over the budget, or what the sweep refuses (a damaged results
         file, a lock held, no Dask scheduler).
     """
-    from georecall.verify.experiments.sweep import (  # scipy: kept off georecall --help
-        TrialSettings,
-        bits_per_parameter,
-        fit_thresholds,
-        knowledge_table,
-        measure_step_seconds,
-        summary_table,
-        sweep,
-    )
+    # scipy: kept off georecall --help
+    from georecall.verify.experiments.sweep import sweep
+    from georecall.verify.experiments.sweep_cost import measure_step_seconds
+    from georecall.verify.experiments.sweep_fit import fit_thresholds, summary_table
+    from georecall.verify.experiments.sweep_knowledge import bits_per_parameter, knowledge_table
+    from georecall.verify.experiments.sweep_trial import TrialSettings
     if p.d_min > p.d_max:
         raise InputError(f"--d-min ({p.d_min}) must not exceed --d-max ({p.d_max})")
     # N >= 2, --lr, --lock-timeout and --connect-timeout in range: the parser's types; --scheduler: its params

@@ -83,7 +83,7 @@ def open_results(path: str, read: Callable[..., ResultsFile], *, lock_timeout: f
     path : str
         The results file, already checked by :func:`georecall.io.validate_output_path`.
     read : callable
-        ``read(path, budget=...)``: the module's reader (:func:`.sweep.read_sweep`,
+        ``read(path, budget=...)``: the module's reader (:func:`.sweep_records.read_sweep`,
         :func:`.study.read_study`).
     lock_timeout : float or None
         Seconds to wait for the lock (``None``: wait, saying so once; ``0``: refuse at once).

@@ -127,8 +127,8 @@ __all__ = [
 def thresholds_figure(records: list[dict]):
     """Capacity threshold d* against R·ln N per mode, with the fitted line d* ≈ c·R·ln N.
 
-    The line is :func:`.sweep.fit_thresholds`' c per mode (learned, frozen): least squares through the origin
-    over every threshold record of that mode (all seeds pooled).
+    The line is :func:`.sweep_fit.fit_thresholds`' c per mode (learned, frozen): least squares through the
+    origin over every threshold record of that mode (all seeds pooled).
 
     Parameters
     ----------
@@ -146,7 +146,7 @@ def thresholds_figure(records: list[dict]):
     ImportError
         Without matplotlib (the message says how to install it).
     """
-    from georecall.verify.experiments.sweep import fit_thresholds  # the trainer's scipy: off georecall --help
+    from georecall.verify.experiments.sweep_fit import fit_thresholds  # the trainer's scipy: off --help
     plt = _pyplot()
     thresholds = [r for r in records if r.get("kind") == "threshold" and r.get("d_star") is not None]
     if not thresholds:

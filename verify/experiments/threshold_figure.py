@@ -6,9 +6,10 @@ sweep (N = 1024, R ∈ {2, 4, 8}, 3 seeds: the smallest and largest d* over the 
 per-seed records were not kept, so they are drawn as ranges, labelled as such, and not refitted.
 
 Drawn per mode: the points, the line ``d* = c·R·ln N`` refitted to every N = 4096 record
-(:func:`.sweep.fit_thresholds`), the band that the records with R ≤ 4 predicted for larger R (``c ± max(3
-standard errors, 10%)``, what :func:`.sweep.predict_threshold` gives the predicted search), and the N = 1024
-line. Slide rules as in :mod:`.figures` (at most 11 inches wide, no text under 9 pt, no overlapping labels).
+(:func:`.sweep_fit.fit_thresholds`), the band that the records with R ≤ 4 predicted for larger R (``c ± max(3
+standard errors, 10%)``, what :func:`.sweep_fit.predict_threshold` gives the predicted search), and the N =
+1024 line. Slide rules as in :mod:`.figures` (at most 11 inches wide, no text under 9 pt, no overlapping
+labels).
 
 Run: ``python -m georecall.verify.experiments.threshold_figure --from docs/thresholds_N4096.jsonl --out
 docs/figures`` (writes ``capacity_grid.png`` and ``.svg`` and prints the table and the fits).
@@ -26,7 +27,8 @@ import numpy as np
 from georecall.errors import InputError
 from georecall.io import validate_output_path
 from georecall.verify.experiments.figures import STYLE, _pyplot, save_figure
-from georecall.verify.experiments.sweep import _BAND_FLOOR, _BAND_SIGMAS, fit_thresholds, read_records
+from georecall.verify.experiments.sweep_fit import _BAND_FLOOR, _BAND_SIGMAS, fit_thresholds
+from georecall.verify.experiments.sweep_records import read_records
 
 __all__ = ["N1024_SUMMARY", "capacity_grid_figure", "grid_rows", "grid_table", "main", "unfinished_searches"]
 

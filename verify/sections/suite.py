@@ -28,7 +28,9 @@ from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries
 from georecall.verify.checking.check import Report, claim_report
 from georecall.verify.checking.run import run_check  # a module name here: tests replace it in this module
-from georecall.verify.experiments import probes, study, sweep
+from georecall.verify.experiments import probes, study
+from georecall.verify.experiments.sweep_search import find_threshold
+from georecall.verify.experiments.sweep_trial import TrialSettings
 from georecall.verify.sections.bounds_checks import bits_and_bound_reports, section_bounds
 from georecall.verify.sections.certified import certified_row, section_certified
 
@@ -307,13 +309,13 @@ def threshold_row(seed: int = 0, progress: bool = False, steps: int = 400,
     """
     N, R = TRAINING_SIZE
     g1_d = registry.get("G1").nominal_promise(N, R, 1).d
-    settings = sweep.TrialSettings(steps=steps)
+    settings = TrialSettings(steps=steps)
     d_max = 2 * g1_d
     memory.train_estimate(N, R, d_max, settings.width_factor * d_max, what="verify: capacity thresholds"
                           ).require(as_budget(budget))
     _log(progress, f"training: learned vs frozen thresholds, N={N}, R={R}")
     start = time.perf_counter()
-    found = {mode: sweep.find_threshold(N, R, mode, seed, settings, d_min=4, d_max=d_max, resolution=2)
+    found = {mode: find_threshold(N, R, mode, seed, settings, d_min=4, d_max=d_max, resolution=2)
              for mode in ("learned", "frozen")}
     learned, frozen = found["learned"]["d_star"], found["frozen"]["d_star"]
     claim = {f"learned d* = {learned} <= G1's d = {g1_d}": learned is not None and learned <= g1_d}

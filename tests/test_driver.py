@@ -15,7 +15,7 @@ import pytest
 
 from georecall.errors import InputError
 from georecall.io import append_jsonl
-from georecall.verify.experiments import driver, study
+from georecall.verify.experiments import driver, study, study_design
 from georecall.verify.experiments import sweep as sweep_module
 from georecall.verify.experiments.executors import ExecutorHandle, InlineExecutor
 from georecall.verify.experiments.sweep import sweep
@@ -25,11 +25,12 @@ from georecall.verify.experiments.sweep_trial import TrialSettings
 SETTINGS = TrialSettings(steps=200)
 CONFIGS = [(32, R, mode, seed) for R in (2, 3) for mode in ("learned", "frozen") for seed in (0, 1)]
 RANGE = {"d_min": 4, "d_max": 64, "resolution": 2}
-TINY = study.Grid(
-    "tiny", {**study.BASE, "N": 48, "R": 2, "d": 8, "steps": 60},
-    (study.Regime("base", "tiny"), study.Regime("long", "tiny long", {"steps": 20, "stop": "none"}),
-     study.Regime("tied", "tiny tied", {"readout": "tied"})),
-    {**study.PROBE_SETTINGS, "subjects": 16, "transfer_steps": None, "encoder_steps": 5},
+TINY = study_design.Grid(
+    "tiny", {**study_design.BASE, "N": 48, "R": 2, "d": 8, "steps": 60},
+    (study_design.Regime("base", "tiny"),
+     study_design.Regime("long", "tiny long", {"steps": 20, "stop": "none"}),
+     study_design.Regime("tied", "tiny tied", {"readout": "tied"})),
+    {**study_design.PROBE_SETTINGS, "subjects": 16, "transfer_steps": None, "encoder_steps": 5},
     controls={"G1": None, "A1": None})
 
 

@@ -16,7 +16,7 @@ from georecall.verify.cli import main
 pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
 
 from georecall.verify.experiments import figures as F  # noqa: E402
-from georecall.verify.experiments import plotting, study, study_figures  # noqa: E402
+from georecall.verify.experiments import plotting, study, study_design, study_figures, study_report  # noqa: E402
 
 ROOT = pathlib.Path(__file__).parent.parent
 ALL_FIGURES = ("thresholds", "tradeoff", "margins", "transfer", "construction", "weights_E", "weights_Q",
@@ -42,8 +42,8 @@ def _records() -> list[dict]:
 
 
 def _figures():
-    doc = study.summarize(STUDY)
-    d_doc = study.summarize(D_AXIS_STUDY)
+    doc = study_report.summarize(STUDY)
+    d_doc = study_report.summarize(D_AXIS_STUDY)
     return {
         "thresholds": lambda: F.thresholds_figure(_records()),
         "tradeoff": lambda: F.tradeoff_figure(),
@@ -56,10 +56,11 @@ def _figures():
         **{f"{name} N=16 R=8": (lambda name=name: F.weights_figures(16, 8, 1, which=(name,)).popitem()[1])
            for name in F.WEIGHTS},
         "trained_vs_g1": lambda: F._trained_vs_g1(64, 2, 0),
-        "mechanism": lambda: F.mechanism_figure(doc, study.THRESHOLDS),
+        "mechanism": lambda: F.mechanism_figure(doc, study_design.THRESHOLDS),
         "forward_reverse": lambda: F.forward_reverse_figure(doc),
-        "mechanism d-axis": lambda: F.mechanism_figure(d_doc, study.THRESHOLDS),
-        "d_axis": lambda: F.d_axis_figure(d_doc["d_axis"], study.THRESHOLDS, study.D_AXIS_FIELDS),
+        "mechanism d-axis": lambda: F.mechanism_figure(d_doc, study_design.THRESHOLDS),
+        "d_axis": lambda: F.d_axis_figure(d_doc["d_axis"], study_design.THRESHOLDS,
+                                          study_report.D_AXIS_FIELDS),
     }
 
 
@@ -296,8 +297,8 @@ def test_mechanism_figure_tells_trained_models_controls_and_constructions_apart(
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_hex
 
-    doc = study.summarize(STUDY)
-    fig = F.mechanism_figure(doc, study.THRESHOLDS)
+    doc = study_report.summarize(STUDY)
+    fig = F.mechanism_figure(doc, study_design.THRESHOLDS)
     labels = {t.get_text() for t in fig.legends[0].get_texts()}
     assert {label for label, _, _ in F.CATEGORIES.values()} <= labels
     rows = study_figures._study_rows(doc)
@@ -321,7 +322,7 @@ def test_margins_panels_fill_their_axes():
 
 def test_g1_embedded_wider_is_labelled_apart_from_native_g1():
     """The d-axis summary holds native G1 and G1 padded to d = 108..256: each row says which it is."""
-    doc = study.summarize(D_AXIS_STUDY)
+    doc = study_report.summarize(D_AXIS_STUDY)
     labels = [study_figures._construction_label(e) for e in doc["constructions"]]
     assert len(set(labels)) == len(labels), labels
     padded = [lab for e, lab in zip(doc["constructions"], labels) if e.get("pad_d")]

@@ -652,11 +652,12 @@ def test_study_has_a_memory_estimate_and_bounded_workers(tmp_path):
 
 def test_study_estimate_bounds_a_jobs_traced_peak():
     """The estimate of a job is an upper bound of what the job allocates (a tiny grid, traced)."""
-    from georecall.verify.experiments import study
-    tiny = study.Grid("tiny", {**study.BASE, "N": 32, "R": 2, "d": 8, "steps": 5},
-                      (study.Regime("base", "tiny"),),
-                      {**study.PROBE_SETTINGS, "subjects": 8, "transfer_steps": 2, "encoder_steps": 2},
-                      controls={"A1": ((32, 2),)})
+    from georecall.verify.experiments import study, study_design
+    tiny = study_design.Grid("tiny", {**study_design.BASE, "N": 32, "R": 2, "d": 8, "steps": 5},
+                             (study_design.Regime("base", "tiny"),),
+                             {**study_design.PROBE_SETTINGS, "subjects": 8, "transfer_steps": 2,
+                              "encoder_steps": 2},
+                             controls={"A1": ((32, 2),)})
     for job in study.jobs_of(tiny, (0,)):
         tracemalloc.start()
         try:

@@ -316,7 +316,7 @@ def test_g1_embedded_wider_has_the_same_logits_and_meets_every_claim(d):
     coordinate, p = R·d features far above the 192 fit subjects — and every criterion is still met."""
     from georecall.constructions.forward import forward
     from georecall.constructions.single_hop import single_hop_queries
-    from georecall.verify.experiments.study import claims_met
+    from georecall.verify.experiments.study_design import claims_met
 
     task = random_task(256, 4, 3)
     g1 = build_g1(task, "binary").model

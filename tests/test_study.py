@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from georecall.errors import InputError
 from georecall.io import FileLock, LockTimeout
-from georecall.verify.experiments import study
+from georecall.verify.experiments import study, study_design, study_report
 from georecall.verify.experiments.probes import SUMMARY_FIELDS
 
 # ---------------------------------------------------------------------------------------- thresholds
@@ -31,7 +31,7 @@ PASSING = {"superposition_r2": 0.95, "follows": 0.90, "others_unchanged": 0.90, 
 
 def test_thresholds_are_the_declared_ones():
     """docs/study.md and the code declare the same numbers (changing one without the other fails here)."""
-    assert study.THRESHOLDS == {"superposition_r2": 0.95, "follows": 0.90, "others_unchanged": 0.90,
+    assert study_design.THRESHOLDS == {"superposition_r2": 0.95, "follows": 0.90, "others_unchanged": 0.90,
                                 "selective_fraction": 0.90, "gated_mass": 0.90, "breadth_median": 0.05,
                                 "zero_shot": 0.90}
     doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "study.md"), encoding="utf-8").read()
@@ -41,7 +41,8 @@ def test_thresholds_are_the_declared_ones():
 
 
 def test_claims_are_met_exactly_at_the_thresholds():
-    assert study.claims_met(PASSING) == {"superposition": True, "selective_mlp": True, "zero_shot": True}
+    assert study_design.claims_met(PASSING) == {"superposition": True, "selective_mlp": True,
+                                                "zero_shot": True}
 
 
 @pytest.mark.parametrize("field, claim", [
@@ -51,23 +52,25 @@ def test_claims_are_met_exactly_at_the_thresholds():
 ])
 def test_just_below_a_threshold_fails_only_its_claim(field, claim):
     below = {**PASSING, field: np.nextafter(PASSING[field], -np.inf)}
-    met = study.claims_met(below)
+    met = study_design.claims_met(below)
     assert not met[claim] and all(v for k, v in met.items() if k != claim)
-    assert not study.claims_met({**PASSING, field: None})[claim]  # a missing value fails
+    assert not study_design.claims_met({**PASSING, field: None})[claim]  # a missing value fails
 
 
 def test_zero_shot_takes_the_better_of_closed_form_and_functional():
-    assert study.claims_met({**PASSING, "closed_form_transfer": 0.1, "functional_zero_shot": 0.9})[
-        "zero_shot"]
-    assert not study.claims_met({**PASSING, "closed_form_transfer": 0.89, "functional_zero_shot": 0.89})[
-        "zero_shot"]
-    assert not study.claims_met({**PASSING, "closed_form_transfer": None, "functional_zero_shot": None})[
-        "zero_shot"]
+    def zero_shot(closed_form, functional):
+        return study_design.claims_met({**PASSING, "closed_form_transfer": closed_form,
+                                        "functional_zero_shot": functional})["zero_shot"]
+
+    assert zero_shot(0.1, 0.9)
+    assert not zero_shot(0.89, 0.89)
+    assert not zero_shot(None, None)
 
 
-@given(st.lists(st.fixed_dictionaries({c: st.booleans() for c in study.CLAIMS}), min_size=1, max_size=6))
+@given(st.lists(st.fixed_dictionaries({c: st.booleans() for c in study_design.CLAIMS}), min_size=1,
+                max_size=6))
 def test_regime_verdicts_hold_only_when_every_seed_meets_the_claim(per_seed):
-    verdicts = study.regime_verdicts(per_seed)
+    verdicts = study_report.regime_verdicts(per_seed)
     for claim, v in verdicts.items():
         met = sum(seed[claim] for seed in per_seed)
         assert (v["met"], v["n"]) == (met, len(per_seed))
@@ -83,24 +86,25 @@ def fake_summary(value: float) -> dict:
 
 def fake_records(tmp_path):
     """Three seeds of one regime (values 0.5, 0.75, 1.0 everywhere), G1 perfect, A1 at zero."""
-    params = study.resolve(study.BASE, study.REGIMES[0])
+    params = study_design.resolve(study_design.BASE, study_design.REGIMES[0])
     records = []
     for seed, value in zip((0, 1, 2), (0.5, 0.75, 1.0)):
         summary = fake_summary(value)
         records.append({"kind": "mechanism", "grid": "default", "regime": "base", "control": False,
-                        "description": "d", "seed": seed, "params": params, "probe": study.PROBE_SETTINGS,
+                        "description": "d", "seed": seed, "params": params,
+                        "probe": study_design.PROBE_SETTINGS,
                         "study_version": study.STUDY_VERSION, "version": "x", "seed_contract": 1,
-                        "summary": summary, "claims": study.claims_met(summary),
+                        "summary": summary, "claims": study_design.claims_met(summary),
                         "initial": {"summary": fake_summary(0.0),
-                                    "claims": study.claims_met(fake_summary(0.0))},
+                                    "claims": study_design.claims_met(fake_summary(0.0))},
                         "training": {"steps": 100 * (seed + 1), "reached": seed != 2, "accuracy": 1.0,
                                      "final_loss": 0.1, "seconds": 1.0}, "seconds": 2.0})
     for construction, value in (("G1", 1.0), ("A1", 0.0)):
         for seed in (0, 1, 2):
             records.append({"kind": "control", "grid": "default", "construction": construction, "N": 1024,
-                            "R": 4, "seed": seed, "probe": study.PROBE_SETTINGS, "study_version": 1,
+                            "R": 4, "seed": seed, "probe": study_design.PROBE_SETTINGS, "study_version": 1,
                             "version": "x", "seed_contract": 1, "summary": fake_summary(value),
-                            "claims": study.claims_met(fake_summary(value)), "d": 54, "m": 80,
+                            "claims": study_design.claims_met(fake_summary(value)), "d": 54, "m": 80,
                             "seconds": 1.0})
     path = tmp_path / "study.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -108,7 +112,7 @@ def fake_records(tmp_path):
 
 
 def test_summary_mean_sd_verdicts_and_calibration(tmp_path):
-    doc = study.summarize(fake_records(tmp_path))
+    doc = study_report.summarize(fake_records(tmp_path))
     (regime,) = doc["regimes"]
     stat = regime["trained"]["forward_r2"]
     assert stat["mean"] == pytest.approx(0.75) and stat["n"] == 3
@@ -124,16 +128,16 @@ def test_summary_mean_sd_verdicts_and_calibration(tmp_path):
     assert doc["calibration"] == {"G1 meets every claim in every seed": True,
                                   "A1 meets no claim in any seed": True,
                                   "untrained weights meet no claim in any seed": True}
-    text = study.render_summary(doc)
+    text = study_report.render_summary(doc)
     assert "| base | 24 | 2/3 | 1.000 ± 0.000 | 200 ± 100 | 0.75 ± 0.25 |" in text
     assert "| G1 N=1024 R=4 | 54 | 80 | — | — | 1.00 ± 0.00 |" in text
     assert text.count("\n- ") == 3  # one verdict line per claim
 
 
 def test_figures_are_written_or_skipped_with_a_message(tmp_path, monkeypatch):
-    doc = study.summarize(fake_records(tmp_path))
+    doc = study_report.summarize(fake_records(tmp_path))
     pytest.importorskip("matplotlib")
-    written = study.figures(doc, str(tmp_path / "figs"), log=lambda text: None)
+    written = study_report.figures(doc, str(tmp_path / "figs"), log=lambda text: None)
     assert sorted(os.path.basename(p) for p in written) == ["forward_reverse.png", "forward_reverse.svg",
                                                             "mechanism.png", "mechanism.svg"]
     assert all(os.path.getsize(p) > 1000 for p in written)
@@ -148,18 +152,19 @@ def test_figures_are_written_or_skipped_with_a_message(tmp_path, monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     notes = []
-    assert study.figures(doc, str(tmp_path / "none"), log=notes.append) == []
+    assert study_report.figures(doc, str(tmp_path / "none"), log=notes.append) == []
     assert "matplotlib is not installed" in notes[0] and not os.path.exists(tmp_path / "none")
 
 
 # ------------------------------------------------------------------------------------------ the file
 
 
-TINY = study.Grid(
-    "tiny", {**study.BASE, "N": 48, "R": 2, "d": 8, "steps": 60},
-    (study.Regime("base", "tiny"), study.Regime("long", "tiny long", {"steps": 20, "stop": "none"}),
-     study.Regime("tied", "tiny tied", {"readout": "tied"})),
-    {**study.PROBE_SETTINGS, "subjects": 16, "transfer_steps": None, "encoder_steps": 5},
+TINY = study_design.Grid(
+    "tiny", {**study_design.BASE, "N": 48, "R": 2, "d": 8, "steps": 60},
+    (study_design.Regime("base", "tiny"),
+     study_design.Regime("long", "tiny long", {"steps": 20, "stop": "none"}),
+     study_design.Regime("tied", "tiny tied", {"readout": "tied"})),
+    {**study_design.PROBE_SETTINGS, "subjects": 16, "transfer_steps": None, "encoder_steps": 5},
     controls={"G1": None})
 TIMING = ("seconds",)
 
@@ -203,12 +208,13 @@ def test_resume_after_sigkill_loses_nothing(tmp_path):
     """)
     helper = tmp_path / "tests_tiny_grid.py"
     helper.write_text(textwrap.dedent("""
-        from georecall.verify.experiments import study
-        TINY = study.Grid(
-            "tiny", {**study.BASE, "N": 48, "R": 2, "d": 8, "steps": 60},
-            (study.Regime("base", "tiny"), study.Regime("long", "tiny long", {"steps": 20, "stop": "none"}),
-             study.Regime("tied", "tiny tied", {"readout": "tied"})),
-            {**study.PROBE_SETTINGS, "subjects": 16, "transfer_steps": None, "encoder_steps": 5},
+        from georecall.verify.experiments import study_design
+        TINY = study_design.Grid(
+            "tiny", {**study_design.BASE, "N": 48, "R": 2, "d": 8, "steps": 60},
+            (study_design.Regime("base", "tiny"),
+             study_design.Regime("long", "tiny long", {"steps": 20, "stop": "none"}),
+             study_design.Regime("tied", "tiny tied", {"readout": "tied"})),
+            {**study_design.PROBE_SETTINGS, "subjects": 16, "transfer_steps": None, "encoder_steps": 5},
             controls={"G1": None})
     """))
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "OPENBLAS_NUM_THREADS": "1"}
@@ -262,9 +268,9 @@ def test_output_path_is_checked_before_any_work(tmp_path):
     ({"steps": 0}, "steps"),
 ])
 def test_regimes_are_validated(changes, message):
-    base = {k: v for k, v in study.BASE.items()}
+    base = {k: v for k, v in study_design.BASE.items()}
     with pytest.raises(InputError, match=message):
-        study.resolve(base, study.Regime("bad", "", changes))
+        study_design.resolve(base, study_design.Regime("bad", "", changes))
 
 
 def test_the_default_grid_covers_what_issue_12_asks():
@@ -328,15 +334,15 @@ def test_quick_grid_runs_within_five_minutes_and_summarizes(tmp_path):
     records = study.run_study(path, "quick", seeds=(0, 1, 2), workers=2, progress=False)
     elapsed = time.perf_counter() - start
     assert len(records) == len(study.jobs_of("quick")) == 21
-    doc = study.summarize(path)
+    doc = study_report.summarize(path)
     assert doc["calibration"]["G1 meets every claim in every seed"]
     assert doc["calibration"]["A1 meets no claim in any seed"]
-    assert len(doc["regimes"]) == len(study.QUICK_REGIMES)
+    assert len(doc["regimes"]) == len(study_design.QUICK_REGIMES)
     # trained regimes that stop at 100% get there (controls report whatever they reach: that is their point)
     assert all(e["training"]["reached"] >= 1 for e in doc["regimes"]
                if e["params"]["stop"] == "100%" and not e.get("control"))
-    text = study.render_summary(doc)
-    assert all(f"| {r.name} |" in text for r in study.QUICK_REGIMES)
+    text = study_report.render_summary(doc)
+    assert all(f"| {r.name} |" in text for r in study_design.QUICK_REGIMES)
     print(f"the quick grid took {elapsed:.0f} s")  # its budget (5 min) is a benchmark figure, not asserted
 
 
@@ -378,7 +384,7 @@ def test_the_d_axis_grid_is_the_declared_one():
     assert {j["seed"] for j in trials} == {0, 1, 2} and len(trials) == 3 * (5 * 4 + 2 * 2)
     padded = sorted(j["pad_d"] for j in jobs if j.get("pad_d") and j["seed"] == 0)
     assert padded == [108, 128, 216, 256]
-    assert study.THRESHOLDS["superposition_r2"] == 0.95  # unchanged from issue 12
+    assert study_design.THRESHOLDS["superposition_r2"] == 0.95  # unchanged from issue 12
 
 
 def test_the_run_is_a_priority_list_controls_first():
@@ -388,18 +394,19 @@ def test_the_run_is_a_priority_list_controls_first():
     assert {j["seed"] for j in jobs if j["kind"] == "control"} == {0}
     trials = [(j["family"], j["params"]["N"], j["params"]["d_g1_factor"], j["seed"])
               for j in jobs if j["kind"] == "mechanism"]
-    assert trials == list(study.D_AXIS_RUN_ORDER)
+    assert trials == list(study_design.D_AXIS_RUN_ORDER)
     assert len({j["key"] for j in jobs}) == len(jobs)
 
 
 def test_a_regime_named_twice_for_the_same_seed_is_refused():
-    twice = study.Grid("twice", study.BASE, (study.Regime("base", "", seeds=(0,)),
-                                            study.Regime("base", "", seeds=(0,))),
-                       study.PROBE_SETTINGS, ordered=True)
+    twice = study_design.Grid("twice", study_design.BASE, (study_design.Regime("base", "", seeds=(0,)),
+                                            study_design.Regime("base", "", seeds=(0,))),
+                       study_design.PROBE_SETTINGS, ordered=True)
     with pytest.raises(InputError, match="names repeat"):
         study.jobs_of(twice, (0,))
-    unordered = study.Grid("u", study.BASE, (study.Regime("base", "", seeds=(0,)),
-                                             study.Regime("base", "", seeds=(1,))), study.PROBE_SETTINGS)
+    unordered = study_design.Grid("u", study_design.BASE, (study_design.Regime("base", "", seeds=(0,)),
+                                                           study_design.Regime("base", "", seeds=(1,))),
+                                  study_design.PROBE_SETTINGS)
     with pytest.raises(InputError, match="names repeat"):
         study.jobs_of(unordered, (0, 1))
 
@@ -410,8 +417,8 @@ def test_a_regime_named_twice_for_the_same_seed_is_refused():
     ("long", 1.0, 1.0),
 ])
 def test_the_share_of_the_init_left_by_decay_follows_the_trainer(family, E, U):
-    regime = {r.name: r for r in study.D_AXIS_FAMILIES}[family]
-    p = study.resolve(study.BASE, regime)
+    regime = {r.name: r for r in study_design.D_AXIS_FAMILIES}[family]
+    p = study_design.resolve(study_design.BASE, regime)
     frozen = ("unembedding",) if p["readout"] == "frozen" else ()
     assert study._retained(p, frozen, 1000) == pytest.approx({"E": E, "U": U})
 
@@ -426,7 +433,7 @@ def test_the_retained_share_matches_the_trainers_decay():
     theta = np.random.default_rng(0).standard_normal((5, 3))
     out = adam(lambda params, step: {"E": np.zeros_like(params["E"])}, {"E": theta}, 40, lr=1e-2,
                weight_decay=1.0)
-    p = {**study.BASE, "decay": 1.0, "decay_groups": "all", "lr": 1e-2}
+    p = {**study_design.BASE, "decay": 1.0, "decay_groups": "all", "lr": 1e-2}
     np.testing.assert_allclose(out["E"], study._retained(p, (), 40)["E"] * theta, rtol=1e-12)
     task = random_task(32, 2, 0)
     tokens, answers, _, _ = training_data(task)
@@ -441,22 +448,23 @@ def d_axis_records(tmp_path):
     records = []
     for family in ("base", "wd-all"):
         for f, value in ((0.5, 0.2), (1.0, 0.5), (2.0, 1.0)):
-            regime = {r.name: r for r in study.d_axis_regimes()}[f"{family} N=1024 d={f:g}×d_G1"]
+            regime = {r.name: r for r in study_design.d_axis_regimes()}[f"{family} N=1024 d={f:g}×d_G1"]
             summary = {**fake_summary(value), "forward_ceiling": 0.9 if f == 2.0 else 1.0,
                        "superposition_power": 1.0}  # the planted control detected: a "fails" may stand
             records.append({"kind": "mechanism", "grid": "d-axis-run", "regime": regime.name,
                             "family": family, "control": False, "description": "", "seed": 0,
-                            "params": study.resolve(study.BASE, regime), "probe": {}, "study_version": 2,
+                            "params": study_design.resolve(study_design.BASE, regime), "probe": {},
+                            "study_version": 2,
                             "version": "x", "seed_contract": 1, "summary": summary,
-                            "claims": study.claims_met(summary),
+                            "claims": study_design.claims_met(summary),
                             "initial": {"summary": fake_summary(0.0),
-                                        "claims": study.claims_met(fake_summary(0.0))},
+                                        "claims": study_design.claims_met(fake_summary(0.0))},
                             "training": {"steps": 10, "reached": True, "accuracy": 1.0, "final_loss": 0.1,
                                          "seconds": 1.0}, "seconds": 1.0})
     for pad in (None, 108, 216):
         records.append({"kind": "control", "grid": "d-axis-run", "construction": "G1", "N": 1024, "R": 4,
                         "seed": 0, "probe": {}, "study_version": 2, "version": "x", "seed_contract": 1,
-                        "summary": fake_summary(1.0), "claims": study.claims_met(fake_summary(1.0)),
+                        "summary": fake_summary(1.0), "claims": study_design.claims_met(fake_summary(1.0)),
                         "d": pad or 54, "m": 80, "seconds": 1.0, **({"pad_d": pad} if pad else {})})
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -464,7 +472,7 @@ def d_axis_records(tmp_path):
 
 
 def test_the_summary_across_d_gives_a_verdict_per_width(tmp_path):
-    doc = study.summarize(d_axis_records(tmp_path))
+    doc = study_report.summarize(d_axis_records(tmp_path))
     axis = doc["d_axis"]
     assert [(s["family"], [q["factor"] for q in s["points"]]) for s in axis["series"]] == [
         ("base", [0.5, 1.0, 2.0]), ("wd-all", [0.5, 1.0, 2.0])]
@@ -473,15 +481,15 @@ def test_the_summary_across_d_gives_a_verdict_per_width(tmp_path):
     # value 1.0 (f = 2) meets every criterion; 0.2 and 0.5 meet none but breadth
     assert axis["verdicts"]["superposition"][0] == (
         "base (N=1024, R=4): holds at d/d_G1 ∈ {2}; fails at d/d_G1 ∈ {0.5, 1}")
-    text = study.render_summary(doc)
+    text = study_report.render_summary(doc)
     assert "## Across d" in text and "### base (N=1024, R=4)" in text and "| 2 | 108 | 1 |" in text
     assert "embedded in d=216" in text and "| 4.00 (N=1024) | 216 |" in text
 
 
 def test_the_figure_across_d_is_drawn(tmp_path):
     pytest.importorskip("matplotlib")
-    doc = study.summarize(d_axis_records(tmp_path))
-    written = study.figures(doc, str(tmp_path / "figs"), log=lambda text: None)
+    doc = study_report.summarize(d_axis_records(tmp_path))
+    written = study_report.figures(doc, str(tmp_path / "figs"), log=lambda text: None)
     names = sorted(os.path.basename(p) for p in written)
     assert "mechanism_d.png" in names and "mechanism_d.svg" in names
     assert all(os.path.getsize(p) > 1000 for p in written)
@@ -535,9 +543,11 @@ def test_a_failed_superposition_claim_needs_its_planted_control():
     """No seed meets the claim: "fails" only where the planted control was detected in >= 90% of the draws in
     every seed; a weak (or unknown) control makes it "cannot tell"."""
     unmet = [{"superposition": False, "selective_mlp": False, "zero_shot": False}] * 2
-    assert study.regime_verdicts(unmet, [1.0, 0.9])["superposition"]["verdict"] == "fails"
-    assert study.regime_verdicts(unmet, [1.0, 0.8])["superposition"]["verdict"] == "cannot tell"
-    assert study.regime_verdicts(unmet, [1.0, None])["superposition"]["verdict"] == "cannot tell"
-    assert study.regime_verdicts(unmet)["superposition"]["verdict"] == "fails"  # no power column: as before
+    assert study_report.regime_verdicts(unmet, [1.0, 0.9])["superposition"]["verdict"] == "fails"
+    assert study_report.regime_verdicts(unmet, [1.0, 0.8])["superposition"]["verdict"] == "cannot tell"
+    assert study_report.regime_verdicts(unmet, [1.0, None])["superposition"]["verdict"] == "cannot tell"
+    # no power column: as before
+    assert study_report.regime_verdicts(unmet)["superposition"]["verdict"] == "fails"
     met = [{"superposition": True}] * 2
-    assert study.regime_verdicts(met, [0.0, 0.0])["superposition"]["verdict"] == "holds"  # a positive stands
+    # a positive stands
+    assert study_report.regime_verdicts(met, [0.0, 0.0])["superposition"]["verdict"] == "holds"

@@ -31,7 +31,7 @@ from georecall.verify.cli.params import (
     SweepThresholdParams,
     TrainParams,
 )
-from georecall.verify.experiments import study
+from georecall.verify.experiments import study, study_design, study_report
 
 __all__ = [
     "run_study_mechanism",
@@ -246,8 +246,8 @@ def run_study_mechanism(p: StudyMechanismParams) -> dict:
     if p.grid is not None and p.quick:
         raise InputError("--quick and --grid do not combine (--quick is --grid quick)")
     grid_name = p.grid or ("quick" if p.quick else "default")
-    if grid_name not in study.GRIDS:
-        raise InputError(f"--grid must be one of {sorted(study.GRIDS)}, got {grid_name!r}")
+    if grid_name not in study_design.GRIDS:
+        raise InputError(f"--grid must be one of {sorted(study_design.GRIDS)}, got {grid_name!r}")
     workers = p.workers
     if p.summary is not None:
         path = input_file(p.summary, "results file")
@@ -263,18 +263,18 @@ def run_study_mechanism(p: StudyMechanismParams) -> dict:
                         progress=p.progress, connect_timeout=p.connect_timeout,
                         log=None if p.progress else notes.append, worker_timeout=p.worker_timeout,
                         budget=p.budget)
-    summary = study.summarize(path, budget=p.budget)
+    summary = study_report.summarize(path, budget=p.budget)
     files: list[str] = []
     if figures_dir is not None:
         os.makedirs(figures_dir, exist_ok=True)
         dpi, formats = figure_options(p)
-        files = study.figures(summary, figures_dir, log=None if p.progress else notes.append, dpi=dpi,
+        files = study_report.figures(summary, figures_dir, log=None if p.progress else notes.append, dpi=dpi,
                               formats=formats)
         if not files:  # matplotlib vanished between the check and now: say so, do not pass silently
             raise InputError("no figures were written (matplotlib could not be imported)")
     params = {"grid": grid_name, "seeds": p.seeds, "workers": workers, "scheduler": p.scheduler, "out": path,
               "summary_only": p.summary is not None}
-    return document(p, params, est, out=path, summary=summary, text=study.render_summary(summary),
+    return document(p, params, est, out=path, summary=summary, text=study_report.render_summary(summary),
                     figures=files, notes=notes)
 
 

@@ -63,10 +63,10 @@ def mechanism_figure(doc: dict, thresholds: dict):
     Parameters
     ----------
     doc : dict
-        The study summary (``study.summarize``): ``regimes`` (``label``, ``control``, ``params``,
+        The study summary (``study_report.summarize``): ``regimes`` (``label``, ``control``, ``params``,
         ``trained``, ``initial``) and ``constructions``, each quantity as ``{"mean", "sd"}``.
     thresholds : dict
-        The declared thresholds (``study.THRESHOLDS``: ``superposition_r2``, ``follows``,
+        The declared thresholds (``study_design.THRESHOLDS``: ``superposition_r2``, ``follows``,
         ``selective_fraction``, ``gated_mass``, ``zero_shot``).
 
     Returns
@@ -186,11 +186,11 @@ def d_axis_figure(axis: dict, thresholds: dict, fields: tuple):
     Parameters
     ----------
     axis : dict
-        ``study.summarize(...)["d_axis"]``.
+        ``study_report.summarize(...)["d_axis"]``.
     thresholds : dict
-        ``study.THRESHOLDS``.
+        ``study_design.THRESHOLDS``.
     fields : tuple
-        ``(title, summary key, threshold key)`` per panel (``study.D_AXIS_FIELDS``).
+        ``(title, summary key, threshold key)`` per panel (``study_report.D_AXIS_FIELDS``).
 
     Returns
     -------

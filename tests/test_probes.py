@@ -9,7 +9,7 @@ from georecall.constructions.model import Model
 from georecall.constructions.single_hop import build_a1, build_g1
 from georecall.testing import tables
 from georecall.theory.tasks import random_task
-from georecall.verify.experiments import probes
+from georecall.verify.experiments import probes, probes_hidden, probes_mechanism
 from georecall.verify.training.parameters import init_model
 
 
@@ -105,10 +105,10 @@ def planted_states(rng, n=600, R=3, attributes=12, width=40, noise=0.05):
 def test_linear_relational_encoding_finds_a_planted_structure():
     rng = np.random.default_rng(0)
     states, labels = planted_states(rng)
-    result = probes.linear_relational_encoding(states, labels, rng=1)
+    result = probes_hidden.linear_relational_encoding(states, labels, rng=1)
     assert result["probe_accuracy_mean"] > 0.95 and result["superposition_r2"] > 0.95
     noise = rng.standard_normal(states.shape)
-    null = probes.linear_relational_encoding(noise, labels, rng=1)
+    null = probes_hidden.linear_relational_encoding(noise, labels, rng=1)
     assert null["probe_accuracy_mean"] < 0.3 and null["superposition_r2"] < 0.2
 
 
@@ -123,7 +123,7 @@ def test_hidden_state_probes_state_p_n_and_strength_and_flag_a_wide_state(n, wid
     labels = rng.integers(0, 4, (n, 3))
     vectors = rng.standard_normal((3, 4, width))
     states = sum(vectors[r][labels[:, r]] for r in range(3)) + noise * rng.standard_normal((n, width))
-    result = probes.linear_relational_encoding(states, labels, rng=1)
+    result = probes_hidden.linear_relational_encoding(states, labels, rng=1)
     for entry in result["per_relation"]:
         fit = entry["fit"]
         assert (fit["p"], fit["n"]) == (width, n - n // 4) and fit["folds"] == 5 and fit["alpha"] > 0
@@ -132,7 +132,7 @@ def test_hidden_state_probes_state_p_n_and_strength_and_flag_a_wide_state(n, wid
         "underdetermined_without_penalty"]
     assert result["probe_accuracy_mean"] > 0.9
     with pytest.raises(ValueError, match="at least two fit rows"):
-        probes.linear_relational_encoding(states[:2], labels[:2], holdout=0.5, rng=1)
+        probes_hidden.linear_relational_encoding(states[:2], labels[:2], holdout=0.5, rng=1)
 
 
 @pytest.mark.parametrize(
@@ -151,14 +151,14 @@ def test_hidden_state_files_are_validated(tmp_path, arrays, message):
     path = tmp_path / "states.npz"
     np.savez(path, **arrays)
     with pytest.raises(ValueError, match=message):
-        probes.load_hidden_states(str(path))
+        probes_hidden.load_hidden_states(str(path))
 
 
 def test_pickled_hidden_states_are_refused(tmp_path):
     path = tmp_path / "states.npz"
     np.savez(path, states=np.array([{"a": 1}], dtype=object), attributes=np.zeros((1, 1), int))
     with pytest.raises(ValueError, match="without pickled objects"):
-        probes.load_hidden_states(str(path))
+        probes_hidden.load_hidden_states(str(path))
 
 
 # ------------------------------------------------------------------------ probes that discriminate (issue 12)
@@ -172,7 +172,7 @@ def open_all_gates(model):
 
 def test_g1_forward_and_reverse_fits_are_exact_and_the_null_fit_is_not(g1_case):
     model, task = g1_case
-    fits = probes.attribute_fits(model, task, rng=0)
+    fits = probes_mechanism.attribute_fits(model, task, rng=0)
     assert fits["forward_r2"] == pytest.approx(1.0, abs=1e-9)
     assert fits["reverse_r2"] == pytest.approx(1.0, abs=1e-9)  # G1 is symmetric: see the module docstring
     assert fits["forward_minus_reverse"] == pytest.approx(0.0, abs=1e-9)
@@ -186,9 +186,9 @@ def test_fits_fail_when_embeddings_or_readout_rows_are_shuffled(g1_case):
     model, task = g1_case
     perm = np.random.default_rng(0).permutation(task.N)
     shuffled_E = model.replace(entity_embedding=np.asarray(model.entity_embedding)[perm])
-    assert probes.attribute_fits(shuffled_E, task, rng=0)["forward_r2"] < 0.1
+    assert probes_mechanism.attribute_fits(shuffled_E, task, rng=0)["forward_r2"] < 0.1
     shuffled_U = model.replace(unembedding=np.asarray(model.unembedding)[perm])
-    assert probes.attribute_fits(shuffled_U, task, rng=0)["reverse_r2"] < 0.1
+    assert probes_mechanism.attribute_fits(shuffled_U, task, rng=0)["reverse_r2"] < 0.1
 
 
 @pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
@@ -196,16 +196,16 @@ def test_displacement_fit_sees_an_initialisation_left_in_place(g1_case):
     model, task = g1_case
     E0 = np.random.default_rng(1).standard_normal(model.entity_embedding.shape) / np.sqrt(model.d)
     start = model.replace(entity_embedding=E0)
-    fits = probes.attribute_fits(model, task, initial=start, rng=0)
+    fits = probes_mechanism.attribute_fits(model, task, initial=start, rng=0)
     # what "training" wrote (G1's E − E0) is the superposition minus noise: no longer an exact fit
     assert fits["forward_r2"] == pytest.approx(1.0, abs=1e-9) and fits["displacement_forward_r2"] < 0.9
     assert fits["displacement_reverse_r2"] is None  # U did not move
     assert any("U did not move" in note for note in fits["displacement_notes"])
     # a planted superposition on top of E0 is recovered by the displacement fit, not by the fit of E
     planted = model.replace(entity_embedding=E0 + 0.3 * np.asarray(model.entity_embedding))
-    fits = probes.attribute_fits(planted, task, initial=start, rng=0)
+    fits = probes_mechanism.attribute_fits(planted, task, initial=start, rng=0)
     assert fits["displacement_forward_r2"] == pytest.approx(1.0, abs=1e-9) and fits["forward_r2"] < 0.9
-    unmoved = probes.attribute_fits(model, task, initial=model, rng=0)
+    unmoved = probes_mechanism.attribute_fits(model, task, initial=model, rng=0)
     assert unmoved["displacement_forward_r2"] is None
 
 
@@ -213,7 +213,7 @@ def test_displacement_needs_matching_shapes(g1_case):
     model, task = g1_case
     other = init_model(task.N, task.R, model.d + 1, 4, rng=0)
     with pytest.raises(ValueError, match="initial E has shape"):
-        probes.attribute_fits(model, task, initial=other, rng=0)
+        probes_mechanism.attribute_fits(model, task, initial=other, rng=0)
 
 
 def test_g1_selector_is_selective_gated_and_broad_and_a1_is_narrow(g1_case):
@@ -243,10 +243,10 @@ def test_functional_transfer_is_exact_on_g1_and_fails_without_relation_gating(g1
     model, task = g1_case
     new = random_task(task.N, task.R, 11)
     maps = probes.superposition_readout(model, task, holdout=0.0, rng=0)["encoding_maps"]
-    exact = probes.functional_transfer(model, task, new, maps, steps=20)
+    exact = probes_mechanism.functional_transfer(model, task, new, maps, steps=20)
     assert exact == {"start_accuracy_A": 1.0, "accuracy_A": 1.0, "zero_shot_B": 1.0, "steps": 0,
                      "chance": 1 / task.N}
-    broken = probes.functional_transfer(open_all_gates(model), task, new, maps, steps=20)
+    broken = probes_mechanism.functional_transfer(open_all_gates(model), task, new, maps, steps=20)
     assert broken["accuracy_A"] < 0.3 and broken["zero_shot_B"] < 0.3 and broken["steps"] > 0
 
 
@@ -254,23 +254,24 @@ def test_functional_transfer_guards(g1_case):
     model, task = g1_case
     maps = probes.superposition_readout(model, task, holdout=0.0, rng=0)["encoding_maps"]
     with pytest.raises(ValueError, match="task A's sizes"):
-        probes.functional_transfer(model, task, random_task(task.N, task.R + 1, 0), maps)
+        probes_mechanism.functional_transfer(model, task, random_task(task.N, task.R + 1, 0), maps)
     with pytest.raises(ValueError, match="encoding maps must have shape"):
-        probes.functional_transfer(model, task, random_task(task.N, task.R, 0), maps[:-1])
+        probes_mechanism.functional_transfer(model, task, random_task(task.N, task.R, 0), maps[:-1])
 
 
 def test_mechanism_probes_exact_on_g1_and_failing_on_an_untrained_model():
     task = random_task(256, 3, 5)
-    g1 = probes.mechanism_probes(build_g1(task, "binary").model, task, seed=0, transfer_steps=None,
+    g1 = probes_mechanism.mechanism_probes(build_g1(task, "binary").model, task, seed=0, transfer_steps=None,
                                  encoder_steps=20)["summary"]
-    assert set(g1) == set(probes.SUMMARY_FIELDS)
+    assert set(g1) == set(probes_mechanism.SUMMARY_FIELDS)
     for key in ("forward_r2", "reverse_r2", "superposition_r2", "probe_accuracy", "follows",
                 "others_unchanged", "selective_fraction", "gated_mass", "active_fraction",
                 "closed_form_transfer", "encoder_accuracy_A", "functional_zero_shot"):
         assert g1[key] == pytest.approx(1.0, abs=1e-9), key
     assert g1["fitted_transfer"] is None  # skipped: transfer_steps=None
     start = init_model(256, 3, 16, 64, rng=3)
-    untrained = probes.mechanism_probes(start, task, seed=0, transfer_steps=None, encoder_steps=20)["summary"]
+    untrained = probes_mechanism.mechanism_probes(start, task, seed=0, transfer_steps=None,
+                                                  encoder_steps=20)["summary"]
     assert untrained["superposition_r2"] < 0.5 and untrained["reverse_r2"] < 0.5
     assert untrained["follows"] < 0.05 and untrained["selective_fraction"] < 0.5
     assert untrained["gated_mass"] < 0.6 and untrained["closed_form_transfer"] < 0.05
@@ -280,15 +281,15 @@ def test_mechanism_probes_exact_on_g1_and_failing_on_an_untrained_model():
 @pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_mechanism_probes_share_splits_and_task_b_across_models_of_one_seed(g1_case):
     model, task = g1_case
-    a = probes.mechanism_probes(model, task, seed=4, transfer_steps=None, encoder_steps=None)
-    b = probes.mechanism_probes(model, task, seed=4, transfer_steps=None, encoder_steps=None)
+    a = probes_mechanism.mechanism_probes(model, task, seed=4, transfer_steps=None, encoder_steps=None)
+    b = probes_mechanism.mechanism_probes(model, task, seed=4, transfer_steps=None, encoder_steps=None)
     assert a["summary"] == b["summary"] and a["functional"] is None
     assert a["summary"]["encoder_accuracy_A"] is None and a["summary"]["functional_zero_shot"] is None
 
 
 @given(tables(min_N=2, max_N=40, max_R=4))
 def test_inverse_table_inverts_every_relation(table):
-    inv = probes.inverse_table(table)
+    inv = probes_mechanism.inverse_table(table)
     rows = np.arange(table.shape[0])[:, None]
     assert np.array_equal(inv[rows, table], np.tile(np.arange(table.shape[1]), (table.shape[0], 1)))
     assert np.array_equal(table[rows, inv], np.tile(np.arange(table.shape[1]), (table.shape[0], 1)))
@@ -303,7 +304,7 @@ def test_a_planted_superposition_is_recovered_exactly_held_out(seed, R, d):
     U = rng.standard_normal((N, d))
     E = rng.standard_normal(d) + sum(U[task.table[r]] @ rng.standard_normal((d, d)) for r in range(R))
     model = Model(E, rng.standard_normal((R, d)), U)
-    assert probes.attribute_fits(model, task, rng=rng)["forward_r2"] == pytest.approx(1.0, abs=1e-8)
+    assert probes_mechanism.attribute_fits(model, task, rng=rng)["forward_r2"] == pytest.approx(1.0, abs=1e-8)
 
 
 # ------------------------------------------------------------------ issue 21: honest at any width
@@ -320,13 +321,13 @@ def test_g1_embedded_wider_has_the_same_logits_and_meets_every_claim(d):
 
     task = random_task(256, 4, 3)
     g1 = build_g1(task, "binary").model
-    wide = probes.embed_wider(g1, d, rng=5)
+    wide = probes_mechanism.embed_wider(g1, d, rng=5)
     tokens, _ = single_hop_queries(task)
     np.testing.assert_allclose(forward(wide, tokens), forward(g1, tokens), atol=1e-9)
     assert wide.d == d and np.linalg.matrix_rank(wide.entity_embedding) == np.linalg.matrix_rank(
         g1.entity_embedding)
     assert np.count_nonzero(np.abs(wide.entity_embedding) > 1e-12) > 0.9 * wide.entity_embedding.size
-    out = probes.mechanism_probes(wide, task, seed=0, transfer_steps=None, encoder_steps=20)
+    out = probes_mechanism.mechanism_probes(wide, task, seed=0, transfer_steps=None, encoder_steps=20)
     assert out["fits"]["fits"]["forward"]["p"] == 4 * d
     assert all(claims_met(out["summary"]).values()), out["summary"]
     assert out["summary"]["forward_ceiling"] == pytest.approx(1.0, abs=1e-6)
@@ -335,7 +336,7 @@ def test_g1_embedded_wider_has_the_same_logits_and_meets_every_claim(d):
 def test_embed_wider_refuses_a_narrower_residual(g1_case):
     model, _ = g1_case
     with pytest.raises(ValueError, match="d >= the model's d"):
-        probes.embed_wider(model, model.d - 1)
+        probes_mechanism.embed_wider(model, model.d - 1)
 
 
 def test_interventions_use_only_subjects_held_out_of_the_maps_fit(g1_case):
@@ -357,19 +358,19 @@ def test_displacement_removes_the_share_of_the_init_that_weight_decay_left(g1_ca
     keep = 0.01
     trained = model.replace(entity_embedding=keep * E0 + 0.1 * np.asarray(model.entity_embedding))
     start = model.replace(entity_embedding=E0)
-    aware = probes.attribute_fits(trained, task, initial=start, rng=0, retained={"E": keep})
-    naive = probes.attribute_fits(trained, task, initial=start, rng=0)
+    aware = probes_mechanism.attribute_fits(trained, task, initial=start, rng=0, retained={"E": keep})
+    naive = probes_mechanism.attribute_fits(trained, task, initial=start, rng=0)
     assert aware["displacement_forward_r2"] == pytest.approx(1.0, abs=1e-8)
     assert naive["displacement_forward_r2"] < 0.5
     assert any("weight decay" in note for note in aware["displacement_notes"])
     with pytest.raises(ValueError, match="retained share"):
-        probes.attribute_fits(trained, task, initial=start, rng=0, retained={"E": 1.5})
+        probes_mechanism.attribute_fits(trained, task, initial=start, rng=0, retained={"E": 1.5})
 
 
 @pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run
 def test_every_fit_reports_p_n_and_its_chosen_strength(g1_case):
     model, task = g1_case
-    fits = probes.attribute_fits(model, task, rng=0)["fits"]
+    fits = probes_mechanism.attribute_fits(model, task, rng=0)["fits"]
     for name in ("forward", "reverse", "null_forward", "ceiling"):
         assert {"p", "n", "rank", "alpha", "relative_alpha", "folds"} <= set(fits[name]), name
         assert fits[name]["n"] == 192 and fits[name]["folds"] == 5
@@ -438,11 +439,11 @@ def test_the_forward_probe_meets_the_threshold_at_d_256_where_ols_would_fail(mon
     noise = rng.standard_normal(signal.shape)
     noise *= np.sqrt(0.02 / 0.98 * np.sum(signal.var(0)) / np.sum(noise.var(0)))
     model = Model(signal + noise, rng.standard_normal((R, d)), U)
-    assert probes.attribute_fits(model, task, rng=0)["forward_r2"] >= 0.95
+    assert probes_mechanism.attribute_fits(model, task, rng=0)["forward_r2"] >= 0.95
     real = ridge.fit_ridge_cv_many
-    monkeypatch.setattr(probes, "fit_ridge_cv_many",
+    monkeypatch.setattr(probes_mechanism, "fit_ridge_cv_many",
                         lambda X, Ys, *, rng, alphas=None, folds=5: real(X, Ys, rng=rng, alphas=(0.0,)))
-    assert probes.attribute_fits(model, task, rng=0)["forward_r2"] < 0.95
+    assert probes_mechanism.attribute_fits(model, task, rng=0)["forward_r2"] < 0.95
 
 
 # ----------------------------------------------------------------------------- power and "cannot tell"
@@ -536,19 +537,19 @@ def g1_vectors():
 
 def test_probe_hidden_decodes_g1_into_its_unembedding_rows(g1_vectors):
     E, U, task = g1_vectors
-    res = probes.linear_relational_encoding(E, task.table.T, rng=0, attribute_vectors=U)
+    res = probes_hidden.linear_relational_encoding(E, task.table.T, rng=0, attribute_vectors=U)
     for entry in res["per_relation"]:
         assert entry["probe_accuracy"] >= 0.9 and entry["verdict"] == "decodable"
         assert entry["unseen"] == entry["held_out"] == 16  # a bijection: every held-out answer is unseen
     noise = np.random.default_rng(1).standard_normal(E.shape)
-    null = probes.linear_relational_encoding(noise, task.table.T, rng=0, attribute_vectors=U)
+    null = probes_hidden.linear_relational_encoding(noise, task.table.T, rng=0, attribute_vectors=U)
     assert all(entry["probe_accuracy"] < 0.2 and entry["verdict"] != "decodable"
                for entry in null["per_relation"])
 
 
 def test_probe_hidden_with_ids_only_says_cannot_tell_and_why(g1_vectors):
     E, _, task = g1_vectors
-    res = probes.linear_relational_encoding(E, task.table.T, rng=0)
+    res = probes_hidden.linear_relational_encoding(E, task.table.T, rng=0)
     for entry in res["per_relation"]:
         assert entry["verdict"] == "cannot tell"
         assert "16 of 16 held-out answers" in entry["reason"] and "ids only" in entry["reason"]
@@ -582,7 +583,7 @@ def test_probe_hidden_refuses_broken_attribute_vectors(g1_vectors, tmp_path, vec
     path = tmp_path / "bad.npz"
     np.savez(path, states=E, attributes=task.table.T, attribute_vectors=vectors)
     with pytest.raises(InputError, match=message):
-        probes.load_hidden_states(str(path))
+        probes_hidden.load_hidden_states(str(path))
 
 
 def test_toy_probe_reports_power_and_refuses_a_negative_without_it(g1_case):

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from georecall.errors import InputError
 from georecall.io import FileLock, LockTimeout
 from georecall.verify.experiments import study, study_design, study_report
-from georecall.verify.experiments.probes import SUMMARY_FIELDS
+from georecall.verify.experiments.probes_mechanism import SUMMARY_FIELDS
 
 # ---------------------------------------------------------------------------------------- thresholds
 
@@ -350,16 +350,16 @@ def test_quick_grid_runs_within_five_minutes_and_summarizes(tmp_path):
 def test_the_verify_row_fails_when_the_wider_control_is_broken(monkeypatch):
     """The positive control can fail: a 'wider G1' whose relation embeddings open every gate meets no
     selectivity criterion, and the row says so."""
-    from georecall.verify.experiments import probes
+    from georecall.verify.experiments import probes_mechanism
 
-    real = probes.embed_wider
+    real = probes_mechanism.embed_wider
 
     def broken(model, d, rng=None):
         wide = real(model, d, rng)
         Q = np.asarray(wide.relation_embedding)
         return wide.replace(relation_embedding=np.tile(Q.sum(axis=0), (Q.shape[0], 1)))
 
-    monkeypatch.setattr(probes, "embed_wider", broken)
+    monkeypatch.setattr(probes_mechanism, "embed_wider", broken)
     (report,) = study.section_mechanism(seed=0)
     assert not report.passed
     failed = [name for name, ok in report.extra_checks.items() if not ok]

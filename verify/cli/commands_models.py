@@ -43,7 +43,7 @@ from georecall.verify.cli.params import (
     ProbeParams,
     TransferParams,
 )
-from georecall.verify.experiments import probes
+from georecall.verify.experiments import probes, probes_hidden
 
 __all__ = [
     "run_eval",
@@ -398,14 +398,14 @@ def run_probe_hidden(p: ProbeHiddenParams) -> dict:
     if n < 1 or states.shape[1] < 1:
         raise InputError(f"'states' must hold at least one state of width >= 1; got shape {states.shape}")
     _holdout(p.holdout, n, "states")
-    data = probes.load_hidden_states(p.states)
+    data = probes_hidden.load_hidden_states(p.states)
     attributes = data["attributes"]
     distinct = [int(np.unique(attributes[:, r]).size) for r in range(attributes.shape[1])]
     memory.hidden_states_estimate(est, n, states.shape[1], distinct).require(p.budget)
     vectors = data.get("attribute_vectors")
     if vectors is not None:
         memory.hidden_states_estimate(est, n, states.shape[1], [vectors.shape[1]]).require(p.budget)
-    result = probes.linear_relational_encoding(data["states"], attributes, holdout=p.holdout,
+    result = probes_hidden.linear_relational_encoding(data["states"], attributes, holdout=p.holdout,
                                                rng=seeds.rng(p.seed, "probes"), attribute_vectors=vectors)
     return document(p, {"states": p.states, "holdout": p.holdout, "seed": p.seed}, est, **result)
 

@@ -1,7 +1,7 @@
 """The mechanism study: does gradient descent find G1's geometry (docs/theory.md, "Gradient descent")?
 
 A declared grid of training regimes × seeds. Each trial trains one model on ``task_for_seed(N, R, seed)``,
-runs every probe of :func:`.probes.mechanism_probes` on the trained model *and* on its initial
+runs every probe of :func:`.probes_mechanism.mechanism_probes` on the trained model *and* on its initial
 (untrained) weights, and writes one record. Control records probe the constructions G1 (the geometry, where
 every probe is exact) and A1 (facts in per-fact MLP units) on the same tasks. The summary gives mean ± sd over
 seeds per regime and probe, the controls beside them, and one verdict per claim by the declared thresholds.
@@ -45,7 +45,7 @@ from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
 from georecall.verify.checking.check import claim_report
 from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
-from georecall.verify.experiments import probes
+from georecall.verify.experiments import probes, probes_mechanism
 from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
 from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
@@ -140,9 +140,11 @@ def _retained(p: dict, frozen: tuple, steps: int) -> dict:
 
 
 def _probe(model, task, seed: int, settings: dict, initial=None, retained: dict | None = None) -> dict:
-    out = probes.mechanism_probes(model, task, initial=initial, seed=seed, holdout=settings["holdout"],
-                           subjects=settings["subjects"], transfer_steps=settings["transfer_steps"],
-                           encoder_steps=settings["encoder_steps"], lr=settings["lr"], retained=retained)
+    out = probes_mechanism.mechanism_probes(model, task, initial=initial, seed=seed,
+                                            holdout=settings["holdout"], subjects=settings["subjects"],
+                                            transfer_steps=settings["transfer_steps"],
+                                            encoder_steps=settings["encoder_steps"], lr=settings["lr"],
+                                            retained=retained)
     details = {"selectivity": {k: out["selectivity"][k] for k in ("units", "active_units", "mean_selectivity",
                                                                    "breadth_mean", "units_per_relation")},
                "functional": None if out["functional"] is None else
@@ -175,7 +177,8 @@ def run_job(job: dict) -> dict:
         task = task_for_seed(job["N"], job["R"], seed)
         model = probes.reference_models(task, (job["construction"],))[job["construction"]]
         if job.get("pad_d"):
-            model = probes.embed_wider(model, job["pad_d"], rng(seed, "noise", STREAM_KEY, 21, job["pad_d"]))
+            model = probes_mechanism.embed_wider(model, job["pad_d"],
+                                                 rng(seed, "noise", STREAM_KEY, 21, job["pad_d"]))
         probed = _probe(model, task, seed, job["probe"])
         return {**job, **probed, "d": model.d, "m": model.mlp_width,
                 "seconds": round(time.perf_counter() - start, 3)}
@@ -618,11 +621,13 @@ def section_mechanism(seed: int = 0, progress: bool = False, *, R: int = 4) -> l
     budgets: dict[str, Any] = {"holdout": 0.25, "subjects": 128, "transfer_steps": None, "encoder_steps": 50}
     references = probes.reference_models(task)
     wide = 3 * references["G1"].d  # R·wide + 1 > 192 fit subjects: OLS would interpolate
-    references["G1 wider"] = probes.embed_wider(references["G1"], wide,
-                                                rng(seed, "noise", STREAM_KEY, 21, wide))
+    references["G1 wider"] = probes_mechanism.embed_wider(references["G1"], wide,
+                                                          rng(seed, "noise", STREAM_KEY, 21, wide))
     models = {**references, "trained": trained.model, "untrained": initial}
-    summaries = {name: probes.mechanism_probes(model, task, initial=initial if name == "trained" else None,
-                                        seed=seed, **budgets)["summary"] for name, model in models.items()}
+    summaries = {name: probes_mechanism.mechanism_probes(model, task,
+                                                         initial=initial if name == "trained" else None,
+                                                         seed=seed, **budgets)["summary"]
+                 for name, model in models.items()}
     met = {name: claims_met(s) for name, s in summaries.items()}
     g1 = summaries["G1"]
     exact = ("forward_r2", "reverse_r2", "probe_accuracy", "follows", "others_unchanged",

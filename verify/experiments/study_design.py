@@ -61,8 +61,8 @@ THRESHOLDS: dict[str, float] = {
     # frozen network on task A) answers a brand-new task B
     "zero_shot": 0.90,
 }
-# A negative superposition verdict needs its planted control (probes.superposition_power: the same shape, SNR
-# 100, the forward fit reaching R² 0.95) detected in at least this share of the draws (issue 35).
+# A negative superposition verdict needs its planted control (probes_mechanism.superposition_power: the same
+# shape, SNR 100, the forward fit reaching R² 0.95) detected in at least this share of the draws (issue 35).
 POWER_REQUIRED = 0.9
 
 CLAIMS: dict[str, str] = {
@@ -86,8 +86,8 @@ def claims_met(summary: dict) -> dict[str, bool]:
     Parameters
     ----------
     summary : dict
-        A probe summary (:func:`.probes.mechanism_probes`' ``summary``); a missing or ``None`` value fails its
-        criterion.
+        A probe summary (:func:`.probes_mechanism.mechanism_probes`' ``summary``); a missing or ``None`` value
+        fails its criterion.
 
     Returns
     -------
@@ -261,8 +261,8 @@ def d_axis_regimes(factors: dict[tuple[int, int], tuple[float, ...]] = D_AXIS_FA
 
 # Probe budgets of the d axis: no fitted transfer (not a criterion); the functional encoder gets 100 steps
 D_AXIS_PROBE_SETTINGS: dict = {**PROBE_SETTINGS, "transfer_steps": None, "encoder_steps": 100}
-# G1 embedded in a wider residual (probes.embed_wider: padded, randomly rotated; the same logits): the
-# positive control at every width of the axis, and at the issue's d = 128, 256
+# G1 embedded in a wider residual (probes_mechanism.embed_wider: padded, randomly rotated; the same logits):
+# the positive control at every width of the axis, and at the issue's d = 128, 256
 D_AXIS_PADDED: tuple[tuple[int, int, int], ...] = ((1024, 4, 108), (1024, 4, 128), (1024, 4, 216),
                                                    (1024, 4, 256))
 
@@ -279,7 +279,7 @@ class Grid:
     probe: dict
     controls: dict = field(default_factory=lambda: {"G1": None, "A1": ((1024, 4),)})
     control_probe: dict = field(default_factory=dict)  # per construction: probe settings overriding ``probe``
-    padded: tuple[tuple[int, int, int], ...] = ()  # (N, R, d): G1 embedded wider (probes.embed_wider)
+    padded: tuple[tuple[int, int, int], ...] = ()  # (N, R, d): G1 embedded wider (.probes_mechanism)
     ordered: bool = False  # True: run controls first, then regimes in declared order (a priority list)
     control_seeds: tuple[int, ...] | None = None  # the seeds controls are probed at (None: every seed)
 

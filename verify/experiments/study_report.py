@@ -19,7 +19,7 @@ import numpy as np
 
 from georecall.memory import Budget
 from georecall.verify.experiments import figures as drawing
-from georecall.verify.experiments import probes
+from georecall.verify.experiments import probes_mechanism
 from georecall.verify.experiments.study import read_study
 from georecall.verify.experiments.study_design import (
     CLAIMS,
@@ -53,8 +53,8 @@ def regime_verdicts(claims_per_seed: list[dict], powers: list[float | None] | No
     claims_per_seed : list of dict
         ``{claim: met}`` per seed (:func:`.study_design.claims_met`).
     powers : list of float or None, optional
-        Per seed, the superposition probe's power (:func:`.probes.superposition_power`). When a seed's
-        superposition claim is not met and its power is below :data:`.study_design.POWER_REQUIRED` (or
+        Per seed, the superposition probe's power (:func:`.probes_mechanism.superposition_power`). When a
+        seed's superposition claim is not met and its power is below :data:`.study_design.POWER_REQUIRED` (or
         unknown), that seed cannot tell; the claim's verdict is then ``cannot tell`` instead of ``fails``
         (``partly`` stays).
 
@@ -81,7 +81,7 @@ def regime_verdicts(claims_per_seed: list[dict], powers: list[float | None] | No
 
 
 def _fields() -> tuple[str, ...]:
-    return probes.SUMMARY_FIELDS
+    return probes_mechanism.SUMMARY_FIELDS
 
 
 def _group_key(record: dict) -> str:

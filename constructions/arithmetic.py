@@ -81,7 +81,7 @@ def logit_bound(model: Model) -> float:
     uniform, softmax and hard weights are convex), each MLP ``|x|_∞·col(W1) + |b1|_∞`` through ``col(W2)``
     plus ``|b2|_∞``, and the read-out ``col(Uᵀ)``. It is the magnitude of the numbers whose difference a
     margin is: float mode's allowance for comparing a margin with a promise is relative to it
-    (``verify.checking.check.margin_reaches``), never to a number a construction declares.
+    (``verify.checking.report.margin_reaches``), never to a number a construction declares.
 
     Parameters
     ----------

@@ -90,7 +90,7 @@ def test_a_promise_cannot_widen_its_own_float_allowance():
     from georecall.constructions.registry import get
     from georecall.theory.tasks import task_for_seed
     from georecall.theory.tokens import queries
-    from georecall.verify.checking.check import check_construction
+    from georecall.verify.checking.report import check_construction
 
     task = task_for_seed(64, 3, 0)
     built = get("G1").builder(task, 1)

@@ -73,7 +73,8 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
 
 def test_a_failing_check_exits_1(monkeypatch, capsys):
     import georecall.verify.sections.suite as suite
-    from georecall.verify.checking.check import CheckResult, Report
+    from georecall.verify.checking.check import CheckResult
+    from georecall.verify.checking.report import Report
 
     failing = Report(
         "broken",

@@ -11,7 +11,8 @@ from georecall.constructions.g1 import g1_promise
 from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
 from georecall.theory.statements import binary_coherence
 from georecall.theory.tasks import Task, random_task
-from georecall.verify.checking.check import check_construction, check_queries
+from georecall.verify.checking.check import check_queries
+from georecall.verify.checking.report import check_construction
 
 CODE_KINDS = st.sampled_from(["binary", "sign", "gaussian"])
 

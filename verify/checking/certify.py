@@ -371,7 +371,7 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
         if report.passed and spec.decoding != "greedy":  # not confirmed: the witness query's exact margin
             ex = exact_margins(rebuilt.model, tokens, np.asarray([answer]), budget=budget)
             exact = [float(ex.lo[0]), float(ex.hi[0])]
-            if not integer and report.promise is not None:  # check.margin_reaches's allowance
+            if not integer and report.promise is not None:  # report.margin_reaches's allowance
                 tolerance = report.result.rounding_bound + 1e3 * float(np.finfo(np.float64).eps) * max(
                     abs(report.promise.margin), report.result.logit_bound)
         return {"check_passed": report.passed, "min_margin": report.result.min_margin,
@@ -544,12 +544,12 @@ def _report_witness(cert: Certificate, task: Task, s: int, qt, margin: float, th
     promise = cert.promise
     if exact is not None and promise is not None and exact[1] < promise.margin:
         # check passes a margin below the promise: within its float allowance (rounding relative to the
-        # logits' magnitude bounded from the stored weights, check.margin_reaches)
+        # logits' magnitude bounded from the stored weights, report.margin_reaches)
         tolerance = cert.confirmation.get("check_tolerance")
         why = (f"not confirmed by check, so not REFUTED: on the witness task the query {tokens} has exact "
                f"margin in [{exact[0]:.6g}, {exact[1]:.6g}] (exact arithmetic on the stored weights), below "
                f"the promise {promise.margin:.6g}, but check passes it within its float allowance for the "
-               "rounding of the weights (check.margin_reaches)")
+               "rounding of the weights (report.margin_reaches)")
         cert.reasons.append({"why": why, "exact_margin": exact, "check_tolerance": tolerance})
     else:
         cert.reasons.append({"why": "the witness task passed the ordinary checker: not confirmed"})

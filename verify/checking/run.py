@@ -30,15 +30,9 @@ from georecall.memory import Budget, Estimate, as_budget
 from georecall.theory import seeds
 from georecall.theory.tasks import Attributes, Task, check_positive_int, task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
-from georecall.verify.checking.check import (
-    Report,
-    achieved_sizes,
-    check_construction,
-    check_decoding,
-    check_queries,
-    margin_reaches,
-)
+from georecall.verify.checking.check import check_decoding, check_queries
 from georecall.verify.checking.precision import CODEBOOK, quantize, smallest_exact_bits
+from georecall.verify.checking.report import Report, achieved_sizes, check_construction, margin_reaches
 
 __all__ = [
     "OPTION_FLAGS",

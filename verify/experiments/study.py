@@ -43,8 +43,8 @@ from georecall.memory import Budget
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
-from georecall.verify.checking.check import claim_report
 from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
+from georecall.verify.checking.report import claim_report
 from georecall.verify.experiments import probes, probes_mechanism
 from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
 from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note

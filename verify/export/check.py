@@ -15,7 +15,7 @@ own predictions) the target's logits at the read position are compared with geor
   is compared with the task's answer (accuracy);
 - **margins**: recomputed from the target's own logits (top minus runner-up; a tie is 0 and wrong); for a
   construction, its smallest margin must reach the promise less twice the bound (two logits, each within
-  the bound: :func:`~georecall.verify.checking.check.margin_reaches`).
+  the bound: :func:`~georecall.verify.checking.report.margin_reaches`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from georecall.constructions.model import Model
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
 from georecall.theory.tokens import chains, queries
-from georecall.verify.checking.check import margin_reaches
+from georecall.verify.checking.report import margin_reaches
 from georecall.verify.export.graph import Graph, reference
 
 __all__ = ["QuerySet", "check_in_target", "query_set"]

@@ -37,8 +37,9 @@ from georecall.memory import Budget, as_budget
 from georecall.theory.seeds import rng
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
-from georecall.verify.checking.check import Report, check_decoding, check_queries, claim_report
+from georecall.verify.checking.check import check_decoding, check_queries
 from georecall.verify.checking.precision import changed_arrays, quantize, smallest_exact_bits
+from georecall.verify.checking.report import Report, claim_report
 from georecall.verify.checking.run import not_covered, precision_cases
 
 __all__ = ["COUNT_CASES", "GOLDEN_COUNTS", "GOLDEN_TREES", "bits_and_bound_reports", "section_bounds"]

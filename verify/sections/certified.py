@@ -18,7 +18,6 @@ from georecall.constructions import registry
 from georecall.constructions.registry import ConstructionSpec
 from georecall.memory import Budget, as_budget
 from georecall.verify.checking.certify import certify
-from georecall.verify.checking.check import Report, claim_report
 from georecall.verify.checking.planted import (
     ADVERSARIAL,
     FOREIGN_A1,
@@ -29,6 +28,7 @@ from georecall.verify.checking.planted import (
     PAIR_G2,
     PLANTED,
 )
+from georecall.verify.checking.report import Report, claim_report
 from georecall.verify.checking.run import run_check
 
 __all__ = ["CONTROLS", "NOT_RARE", "certified_row", "control_checks", "section_certified"]

@@ -26,7 +26,7 @@ from georecall.memory import Budget, as_budget
 from georecall.theory import seeds
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries
-from georecall.verify.checking.check import Report, claim_report
+from georecall.verify.checking.report import Report, claim_report
 from georecall.verify.checking.run import run_check  # a module name here: tests replace it in this module
 from georecall.verify.experiments import probes, study
 from georecall.verify.experiments.sweep_search import find_threshold

@@ -1,0 +1,205 @@
+"""A check's report and its verdict: a named check with its parameters, the promise, what was achieved and
+whether it passed (:class:`Report`, whose ``passed`` is the one name of a check's outcome from here to the
+exit code); the comparison of an achieved margin with the promised one (:func:`margin_reaches`); the
+exhaustive check of a built construction against its promise (:func:`check_construction`); and a report for
+claims that are not query checks (:func:`claim_report`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from georecall.constructions.model import Model, forward_arrays
+from georecall.theory import __version__
+from georecall.theory.statements import Promise
+from georecall.verify.checking.check import CheckResult
+from georecall.verify.checking.exact import evaluate
+
+__all__ = ["Report", "achieved_sizes", "check_construction", "claim_report", "margin_reaches"]
+
+
+def margin_reaches(achieved: float, promised: float, dtype: str | np.dtype = "float64",
+                   integer: bool = False, scale: float = 0.0, bound: float = 0.0) -> bool:
+    """Does an achieved minimum margin reach the promised lower bound?
+
+    ``achieved`` is a certified lower bound on the exact margin (``CheckResult.min_margin``). A margin that
+    is not strictly positive never passes (a tie is ambiguous), whatever was promised: that decides
+    exactness, with no allowance. The comparison with the promise (a theorem about exact arithmetic, whose
+    value is itself computed in floating point, from weights rounded to the storage format) is exact in
+    integer mode; otherwise it allows ``bound`` (the certified margin's distance from the computed one,
+    ``CheckResult.rounding_bound``) plus 1000 rounding units of the working precision relative to
+    ``max(|promised|, scale)``, where ``scale`` is the magnitude of the logits whose difference the margin is,
+    bounded from the stored weights (``CheckResult.logit_bound``, from ``constructions.arithmetic.
+    logit_bound``): never a number the construction declares, so a promise cannot widen its own allowance. A
+    promise of 1e-16 is never met by 0. An infinite promise (a single possible answer: no wrong answer to
+    beat) must be met exactly.
+
+    Parameters
+    ----------
+    achieved : float
+        The certified minimum margin (NaN never passes).
+    promised : float
+        The promised margin (``Promise.margin``); ``inf`` when there is no wrong answer.
+    dtype : str or numpy.dtype
+        The working precision whose ``eps`` sets the float-mode tolerance (ignored in integer mode and for an
+        infinite promise).
+    integer : bool
+        Integer mode: compare exactly, no tolerance.
+    scale : float
+        The logits' magnitude from the stored weights (``CheckResult.logit_bound``), for the relative
+        tolerance.
+    bound : float
+        ``CheckResult.rounding_bound``, allowed on top of the tolerance (float mode).
+
+    Returns
+    -------
+    bool
+        ``achieved > 0`` and ``achieved >= promised`` (integer mode, or a promise that is not finite), else
+        ``achieved >= promised − bound − 1000·eps·max(|promised|, |scale|)``.
+
+    Raises
+    ------
+    TypeError
+        From NumPy, a ``dtype`` it does not understand (float mode with a finite promise only).
+    ValueError
+        From ``numpy.finfo``, a ``dtype`` that is not floating-point (likewise).
+    """
+    if not achieved > 0:
+        return False
+    if integer or not np.isfinite(promised):
+        return achieved >= promised
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    return achieved >= promised - bound - 1e3 * eps * max(abs(promised), abs(scale))
+
+
+@dataclass
+class Report:
+    """A named check with its parameters, the promise, what was achieved and the verdict."""
+
+    name: str
+    params: dict
+    promise: Promise | None
+    result: CheckResult
+    achieved: dict
+    extra: dict = field(default_factory=dict)
+    extra_checks: dict[str, bool] = field(default_factory=dict)  # further named conditions that must hold
+
+    @property
+    def passed(self) -> bool:
+        if not self.result.exact or not all(self.extra_checks.values()):
+            return False
+        if self.promise is None:
+            return True
+        return (self.achieved["d"] == self.promise.d and self.achieved["m"] == self.promise.m
+                and margin_reaches(self.result.min_margin, self.promise.margin, self.result.dtype,
+                                   self.result.integer, self.result.logit_bound, self.result.rounding_bound))
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "passed": self.passed, "params": self.params,
+                "promise": None if self.promise is None else self.promise.as_dict(),
+                "achieved": self.achieved, "check": self.result.as_dict(), "extra": self.extra,
+                "extra_checks": self.extra_checks,
+                "version": __version__}
+
+
+def achieved_sizes(model: Model) -> dict:
+    """The sizes a report records as achieved, to compare with the promise's.
+
+    Parameters
+    ----------
+    model : Model
+        The built model.
+
+    Returns
+    -------
+    dict
+        ``{"d": model width, "m": largest MLP width (0 without an MLP), "params": Model.parameter_count()
+        (the unembedding counted dense), "layers": number of layers}``.
+    """
+    return {"d": model.d, "m": model.mlp_width, "params": model.parameter_count(),
+            "layers": len(model.layers)}
+
+
+def check_construction(name: str, params: dict, construction, tokens, answers, *, integer: bool = False,
+                       dtype=None, **kwargs) -> Report:
+    """Exhaustive check of a built construction against its promise (cast to ``dtype`` only when some array
+    has another dtype: a cast copies every array, 6 GiB for G1 at N = 2^20). In float mode the verdict is the
+    stored (cast) weights' own, in exact arithmetic (``verify.checking.exact.evaluate``).
+
+    Parameters
+    ----------
+    name : str
+        The report's name.
+    params : dict
+        The parameters it records.
+    construction : Construction
+        The built construction (model, promise, codes, constants).
+    tokens, answers : numpy.ndarray
+        Every query and its answer.
+    integer : bool
+        Integer mode.
+    dtype : numpy.dtype, optional
+        Working precision (``None``: the model's own).
+    **kwargs
+        Passed to :func:`check_queries` (``budget``, ``keep``, ``progress``, ``decoder``, ``forward``, ...).
+
+    Returns
+    -------
+    Report
+    """
+    model = construction.model
+    if dtype is not None and any(a.dtype != np.dtype(dtype) for a in forward_arrays(model).values()):
+        # stored in ``dtype``: the same function when every value survives the cast (then no copy is
+        # needed: the float mode evaluates the stored values exactly), else the rounded model's
+        if integer or not _holds_exactly(model, np.dtype(dtype)):
+            model = model.astype(dtype)
+    result = evaluate(model, tokens, answers, integer=integer, **kwargs)
+    return Report(name, params, construction.promise, result, achieved_sizes(construction.model),
+                  {"constants": construction.constants, "codes": construction.codes.kind,
+                   "mu": construction.codes.mu})
+
+
+def _holds_exactly(model: Model, dtype: np.dtype) -> bool:
+    """Whether ``dtype`` holds every value of ``model`` exactly (checked one array at a time)."""
+    for a in model.arrays().values():
+        with np.errstate(over="ignore"):
+            if a.dtype != dtype and not np.array_equal(a.astype(dtype).astype(a.dtype), a):
+                return False
+    return True
+
+
+def claim_report(name: str, params: dict, checks: dict[str, bool], seconds: float, achieved: dict,
+                 extra: dict | None = None) -> Report:
+    """A report for claims that are not query checks (counts, bounds): each named check is one 'query'.
+
+    Parameters
+    ----------
+    name : str
+        The report's name.
+    params : dict
+        The parameters it records.
+    checks : dict of str to bool
+        Each named claim and whether it holds (values are read as ``bool``).
+    seconds : float
+        Time taken, recorded in the result.
+    achieved : dict
+        What was achieved (recorded as is).
+    extra : dict, optional
+        Further fields for the report.
+
+    Returns
+    -------
+    Report
+        No promise; its result counts ``len(checks)`` queries, the true claims correct (min margin NaN), one
+        failure record per false claim (``"claim"`` its name); ``extra_checks`` holds every claim, so the
+        report passes exactly when all claims hold (also when ``checks`` is empty).
+    """
+    ok = sum(bool(v) for v in checks.values())
+    failures = [{"query": i, "tokens": [], "expected": 1, "predicted": 0, "margin": 0.0, "claim": name}
+                for i, (name, v) in enumerate(checks.items()) if not v]
+    result = CheckResult(len(checks), ok, float("nan"), -1, failures, seconds=seconds)
+    report = Report(name, params, None, result, achieved, extra or {})
+    report.extra_checks.update({k: bool(v) for k, v in checks.items()})
+    return report

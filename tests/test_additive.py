@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from georecall.constructions.arithmetic import IntegerModeError
 from georecall.constructions.forward import forward
 from georecall.constructions.model import MLP, Attention, Layer, Model
-from georecall.verify.checking import additive
-from georecall.verify.checking.additive import NotAdditive, plan_additive, run_additive
+from georecall.verify.checking import additive, additive_run
+from georecall.verify.checking.additive import NotAdditive, plan_additive
+from georecall.verify.checking.additive_run import run_additive
 from georecall.verify.checking.check import check_decoding, check_queries
 
 
@@ -68,7 +69,8 @@ def cases(draw, integer: bool):
     if draw(st.booleans()):  # the G1 layout: relations first, subject last, in canonical order
         tokens[:, :-1] = N + rng.integers(0, R, size=(Qn, T - 1))
         tokens = tokens[np.lexsort(tokens.T[::-1])]
-    block_bytes = draw(st.sampled_from([8 * 7, 8 * 64, additive.BLOCK_BYTES]))  # tiny blocks: many of them
+    # tiny blocks: many of them
+    block_bytes = draw(st.sampled_from([8 * 7, 8 * 64, additive_run.BLOCK_BYTES]))
     return model, tokens, block_bytes
 
 

@@ -40,7 +40,8 @@ from georecall.constructions.model import Model, flatten, forward_arrays, unflat
 from georecall.constructions.rounding import format_of
 from georecall.errors import InputError
 from georecall.memory import Budget
-from georecall.verify.checking.additive import NotAdditive, plan_additive, run_additive
+from georecall.verify.checking.additive import NotAdditive, plan_additive
+from georecall.verify.checking.additive_run import run_additive
 from georecall.verify.checking.decoders import (
     Certified,
     Hypercube,

@@ -9,7 +9,7 @@ that keeps it exact, and its promise (in its module) carries it; the default β 
 ``attention="hard"`` builds the ε = 0 idealization, and is labelled as such wherever it is reported.
 
 The builders allocate what they are asked for: the memory a build and its check need is estimated once,
-before the build, by ``georecall.memory.check_estimate`` from the registry's spec, and refused over the
+before the build, by ``georecall.estimates.check_estimate`` from the registry's spec, and refused over the
 run's :class:`~georecall.memory.Budget` (``verify.checking.run.run_check`` and every command do so).
 
 Each construction is its own module, :mod:`.g2`, :mod:`.a2_width`, :mod:`.a2_depth` and :mod:`.c1` (its

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from georecall import memory
+from georecall import estimates, memory
 from georecall.constructions import registry
 from georecall.constructions.decoding import chunk_size
 from georecall.errors import InputError
@@ -184,13 +184,13 @@ def test_the_estimate_counts_the_chunks_the_checker_uses():
         T, Q = k + 1, N * R**k
         widest = max(model.d, model.mlp_width, model.n_out) * T * 8  # bytes of one query's widest array
         for budget in (Budget.from_gib(8), Budget.from_gib(0.5), TINY):
-            (chunks,) = [b for label, b, _ in memory.check_estimate(spec, N, R, k, budget=budget).parts
+            (chunks,) = [b for label, b, _ in estimates.check_estimate(spec, N, R, k, budget=budget).parts
                          if label == "checker chunks"]
             per_chunk = min(chunk_size(model, T, memory.array_bytes(budget)), Q)  # queries the checker takes
             # CHUNK_COPIES intermediates alive, each of BOUNDED_ARRAYS arrays of per_chunk queries
             assert chunks == memory.CHUNK_COPIES * memory.BOUNDED_ARRAYS * per_chunk * widest
-    small = memory.check_estimate(spec, 4096, 16, 1, budget=TINY).parts
-    large = memory.check_estimate(spec, 4096, 16, 1, budget=Budget.from_gib(8)).parts
+    small = estimates.check_estimate(spec, 4096, 16, 1, budget=TINY).parts
+    large = estimates.check_estimate(spec, 4096, 16, 1, budget=Budget.from_gib(8)).parts
     assert dict((lb, b) for lb, b, _ in small)["checker chunks"] < dict((lb, b) for lb, b, _ in large)[
         "checker chunks"]
 

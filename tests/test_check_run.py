@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from georecall import memory
+from georecall import estimates, memory
 from georecall.errors import InputError
 from georecall.memory import Budget
 from georecall.verify.checking import run
@@ -13,16 +13,16 @@ from georecall.verify.cli import main
 
 
 @pytest.fixture
-def estimates(monkeypatch):
-    """Every call of :func:`georecall.memory.check_estimate` during the test, by its ``what``."""
+def check_estimates(monkeypatch):
+    """Every call of :func:`georecall.estimates.check_estimate` during the test, by its ``what``."""
     calls: list[str] = []
-    real = memory.check_estimate
+    real = estimates.check_estimate
 
     def counted(*args, **kwargs):
         calls.append(kwargs.get("what", "check"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(memory, "check_estimate", counted)
+    monkeypatch.setattr(estimates, "check_estimate", counted)
     return calls
 
 
@@ -31,17 +31,17 @@ def estimates(monkeypatch):
     ["check", "multi-hop", "--N", "16", "--R", "2", "--k", "2", "--json"],
     ["precision", "--construction", "G1", "--N", "16", "--R", "2", "--json"],
 ])
-def test_a_command_estimates_its_check_once(argv, estimates, capsys):
+def test_a_command_estimates_its_check_once(argv, check_estimates, capsys):
     assert main(argv) == 0
     capsys.readouterr()
-    assert len(estimates) == 1, estimates
+    assert len(check_estimates) == 1, check_estimates
 
 
-def test_run_check_estimates_once_unless_given_the_estimate(estimates):
-    assert run.run_check("G1", 16, 2).passed and len(estimates) == 1
+def test_run_check_estimates_once_unless_given_the_estimate(check_estimates):
+    assert run.run_check("G1", 16, 2).passed and len(check_estimates) == 1
     given = run.check_estimate(run.registry.get("G1"), 16, 2, 1, None, what="mine")
-    estimates.clear()
-    assert run.run_check("G1", 16, 2, estimate=given).passed and estimates == []
+    check_estimates.clear()
+    assert run.run_check("G1", 16, 2, estimate=given).passed and check_estimates == []
 
 
 def test_the_guard_refuses_over_the_budget_before_building():
@@ -54,7 +54,7 @@ def test_the_guard_refuses_over_the_budget_before_building():
 def test_codes_left_to_the_builder_are_not_named_binary(monkeypatch):
     """``codes=None`` reaches the estimate as its own default, never as a kind chosen here."""
     seen = []
-    monkeypatch.setattr(memory, "check_estimate", lambda *a, **k: seen.append(k) or memory.Estimate("x"))
+    monkeypatch.setattr(estimates, "check_estimate", lambda *a, **k: seen.append(k) or memory.Estimate("x"))
     run.check_estimate(run.registry.get("G1"), 16, 2, 1, None, D=4)
     run.check_estimate(run.registry.get("G1"), 16, 2, 1, "sign", D=4)
     assert "codes" not in seen[0] and seen[1]["codes"] == "sign"

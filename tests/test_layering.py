@@ -3,7 +3,8 @@ with ``ast`` (module-level and function-level imports, relative ones, and ``impo
 / ``__import__("...")`` with a literal name).
 
 Between the packages: theory ← constructions ← verify, bounds beside constructions; the shared infrastructure
-(``georecall.errors``, ``georecall.io``, ``georecall.memory``) imports none of the four packages.
+(``georecall.errors``, ``georecall.io``, ``georecall.memory`` with ``georecall.estimates`` and
+``georecall.npy_headers``) imports none of the four packages.
 
 Inside ``verify/``: checking ← training ← experiments ← {sections, cli}. ``sections`` (the rows of ``georecall
 verify``) and ``cli`` (the command line) sit side by side and neither imports the other: the command line
@@ -40,7 +41,8 @@ ALLOWED = {
     "verify": {"infrastructure", "theory", "constructions", "bounds", "verify"},
     "testing": {"infrastructure", "theory", "constructions", "bounds", "verify", "testing"},
 }
-INFRASTRUCTURE = {"georecall", "georecall.errors", "georecall.io", "georecall.memory"}
+INFRASTRUCTURE = {"georecall", "georecall.errors", "georecall.io", "georecall.memory", "georecall.estimates",
+                  "georecall.npy_headers"}
 
 # Inside verify/: what each subpackage may import from verify (beyond itself); ``georecall.verify`` itself (a
 # docstring) may be imported by any of them.
@@ -190,6 +192,8 @@ def test_a_back_edge_planted_in_the_real_tree_is_caught():
     ("georecall.theory.tasks", "import georecall.constructions.codes", "georecall.constructions.codes"),
     ("georecall.io", "from georecall.theory.tasks import Task", "georecall.theory.tasks"),
     ("georecall.memory", "def f():\n    from georecall.verify.cli import main\n", "georecall.verify.cli"),
+    ("georecall.estimates", "from georecall.constructions.registry import get",
+     "georecall.constructions.registry"),
     # inside verify/: module level, function level, relative, by name, and the two tops of the stack
     ("georecall.verify.checking.certify", "from georecall.verify.sections.suite import run_check",
      "georecall.verify.sections.suite"),

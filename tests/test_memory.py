@@ -7,7 +7,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from georecall import memory
+from georecall import estimates, memory, npy_headers
 from georecall.errors import InputError
 from georecall.verify.cli import main
 
@@ -92,12 +92,12 @@ def test_estimates_grow_with_their_inputs():
     from georecall.constructions import registry
 
     g1 = registry.get("G1")
-    small = memory.check_estimate(g1, 1024, 8).total
-    assert memory.check_estimate(g1, 4096, 8).total > small
-    assert memory.check_estimate(g1, 1024, 8, codes="sign").total > small
-    assert memory.train_estimate(256, 4, 64, 256).total > memory.train_estimate(256, 4, 32, 128).total
-    full = memory.train_estimate(65536, 16, 256, 1024).total
-    assert memory.train_estimate(65536, 16, 256, 1024, batch_size=1024).total < full / 100
+    small = estimates.check_estimate(g1, 1024, 8).total
+    assert estimates.check_estimate(g1, 4096, 8).total > small
+    assert estimates.check_estimate(g1, 1024, 8, codes="sign").total > small
+    assert estimates.train_estimate(256, 4, 64, 256).total > estimates.train_estimate(256, 4, 32, 128).total
+    full = estimates.train_estimate(65536, 16, 256, 1024).total
+    assert estimates.train_estimate(65536, 16, 256, 1024, batch_size=1024).total < full / 100
 
 
 def _npz_with_declared_shape(path, shape, dtype="<f8", payload=b""):
@@ -115,7 +115,7 @@ def test_zip_bomb_is_refused_before_decompression(tmp_path, capsys):
     bomb = tmp_path / "bomb.npz"
     _npz_with_declared_shape(bomb, (2**20, 1024))  # declares 8 GiB, holds a header only
     assert bomb.stat().st_size < 10_000
-    members = {m.name: m for m in memory.npz_members(str(bomb))}
+    members = {m.name: m for m in npy_headers.npz_members(str(bomb))}
     assert members["states"].nbytes == 8 * 2**30
     code, _, err = run(["probe-hidden", str(bomb), "--max-gib", "4"], capsys)
     assert code == 2 and "GiB" in err  # refused from the headers: the 8 GiB were never inflated
@@ -141,7 +141,7 @@ def test_object_arrays_are_refused_from_the_header(tmp_path):
     path = tmp_path / "objects.npz"
     np.savez(path, states=np.array([{"a": 1}], dtype=object))
     with pytest.raises(InputError, match="Python objects"):
-        memory.npz_members(str(path))
+        npy_headers.npz_members(str(path))
 
 
 @pytest.mark.parametrize("content", [b"", b"not a zip", b"PK\x03\x04garbage"])
@@ -149,23 +149,23 @@ def test_damaged_npz_is_input_error(tmp_path, content):
     path = tmp_path / "bad.npz"
     path.write_bytes(content)
     with pytest.raises(InputError):
-        memory.npz_members(str(path))
+        npy_headers.npz_members(str(path))
 
 
 def test_npy_member_reads_header_only(tmp_path):
     path = tmp_path / "t.npy"
     np.save(path, np.zeros((3, 5), dtype=np.int64))
-    member = memory.npy_member(str(path))
+    member = npy_headers.npy_member(str(path))
     assert member.shape == (3, 5) and member.nbytes == 120
     path.write_bytes(b"\x93NUMPY garbage")
     with pytest.raises(InputError, match="damaged header"):
-        memory.npy_member(str(path))
+        npy_headers.npy_member(str(path))
 
 
 def test_code_length_defaults():
-    assert memory.code_length("binary", 1024, None) == 10
-    assert memory.code_length("sign", 1024, None) > 10
-    assert memory.code_length("gaussian", 1024, 7) == 7
+    assert estimates.code_length("binary", 1024, None) == 10
+    assert estimates.code_length("sign", 1024, None) > 10
+    assert estimates.code_length("gaussian", 1024, 7) == 7
 
 
 def test_count_limit_is_checked_without_a_factorial(monkeypatch, capsys):
@@ -181,10 +181,9 @@ def test_count_limit_is_checked_without_a_factorial(monkeypatch, capsys):
 def test_a_full_batch_over_budget_is_computed_in_pieces_not_refused(capsys):
     import json
 
-    from georecall import memory
     from georecall.verify.cli import main
 
-    full = memory.train_estimate(2048, 4, 32, 128).total
+    full = estimates.train_estimate(2048, 4, 32, 128).total
     budget_gib = 0.98 * full / 2**30  # the full batch does not fit; pieces of it do
     code = main(["train", "--N", "2048", "--R", "4", "--d", "32", "--steps", "2",
                  "--max-gib", f"{budget_gib:.6f}", "--json"])

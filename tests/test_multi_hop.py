@@ -8,7 +8,7 @@ from conftest import tables
 from hypothesis import given
 from hypothesis import strategies as st
 
-from georecall import memory
+from georecall import estimates
 from georecall.constructions import registry
 from georecall.constructions.multi_hop import (
     build_a2_depth,
@@ -123,10 +123,10 @@ def test_memory_estimate_refuses_before_allocating():
     T = k + 1
     d, m = R**k * D + k * R + D + T, 2 * R**k * D
     expected = 8 * ((N + T) * d + N * D + 2 * d * m + 4 * d * T)
-    est = memory.check_estimate(g2, N, R, k)
+    est = estimates.check_estimate(g2, N, R, k)
     (weights,) = [b for label, b, _ in est.parts if label.startswith("weights")]
     assert expected <= weights <= 1.01 * expected  # the one estimator counts them (and the biases)
-    dense = memory.check_estimate(dataclasses.replace(g2, readout="dense"), N, R, k)
+    dense = estimates.check_estimate(dataclasses.replace(g2, readout="dense"), N, R, k)
     assert max(b for label, b, _ in dense.parts if label.startswith("weights")) > 75 * 2**30  # dense read-out
     calls = []
     watched = dataclasses.replace(g2, build=lambda *a, **kw: calls.append(a) or g2.build(*a, **kw))

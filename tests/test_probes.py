@@ -262,7 +262,7 @@ def test_functional_transfer_guards(g1_case):
 def test_mechanism_probes_exact_on_g1_and_failing_on_an_untrained_model():
     task = random_task(256, 3, 5)
     g1 = probes_mechanism.mechanism_probes(build_g1(task, "binary").model, task, seed=0, transfer_steps=None,
-                                 encoder_steps=20)["summary"]
+                                           encoder_steps=20)["summary"]
     assert set(g1) == set(probes_mechanism.SUMMARY_FIELDS)
     for key in ("forward_r2", "reverse_r2", "superposition_r2", "probe_accuracy", "follows",
                 "others_unchanged", "selective_fraction", "gated_mass", "active_fraction",

@@ -32,8 +32,8 @@ PASSING = {"superposition_r2": 0.95, "follows": 0.90, "others_unchanged": 0.90, 
 def test_thresholds_are_the_declared_ones():
     """docs/study.md and the code declare the same numbers (changing one without the other fails here)."""
     assert study_design.THRESHOLDS == {"superposition_r2": 0.95, "follows": 0.90, "others_unchanged": 0.90,
-                                "selective_fraction": 0.90, "gated_mass": 0.90, "breadth_median": 0.05,
-                                "zero_shot": 0.90}
+                                       "selective_fraction": 0.90, "gated_mass": 0.90, "breadth_median": 0.05,
+                                       "zero_shot": 0.90}
     doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "study.md"), encoding="utf-8").read()
     for text in ("≥ 0.95", "followed `≥ 0.90`", "unchanged `≥ 0.90`", "`≥ 90%` of active units",
                  "gated mass `≥ 0.90`", "breadth `≥ 0.05`", "zero-shot on B) ≥ 0.90"):
@@ -400,8 +400,8 @@ def test_the_run_is_a_priority_list_controls_first():
 
 def test_a_regime_named_twice_for_the_same_seed_is_refused():
     twice = study_design.Grid("twice", study_design.BASE, (study_design.Regime("base", "", seeds=(0,)),
-                                            study_design.Regime("base", "", seeds=(0,))),
-                       study_design.PROBE_SETTINGS, ordered=True)
+                                                           study_design.Regime("base", "", seeds=(0,))),
+                              study_design.PROBE_SETTINGS, ordered=True)
     with pytest.raises(InputError, match="names repeat"):
         study.jobs_of(twice, (0,))
     unordered = study_design.Grid("u", study_design.BASE, (study_design.Regime("base", "", seeds=(0,)),

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from georecall.errors import InputError
-from georecall.memory import Budget, results_file_estimate
+from georecall.estimates import results_file_estimate
+from georecall.memory import Budget
 from georecall.state_dict import from_state_dict, to_state_dict  # noqa: F401  (re-exported: docs/model_format.md)
 
 __all__ = ["MAX_LINE_BYTES", "FileLock", "LockTimeout", "ResultsFile", "append_jsonl", "atomic_write",
@@ -544,7 +545,7 @@ def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[
         Whether a parsed line is a record of ours (it must check every field's type before anything reads
         it), and its identity.
     budget : Budget, int or None
-        The memory budget: the file is counted against it (:func:`georecall.memory.results_file_estimate`)
+        The memory budget: the file is counted against it (:func:`georecall.estimates.results_file_estimate`)
         before it is parsed.
     what : str
         How a refusal names the job.

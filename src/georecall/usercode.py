@@ -47,7 +47,8 @@ import numpy as np
 
 from georecall import __version__
 from georecall.errors import InputError, UserCodeError
-from georecall.memory import Budget, built_model_estimate
+from georecall.estimates import built_model_estimate
+from georecall.memory import Budget
 
 try:  # POSIX only
     import resource
@@ -269,7 +270,7 @@ def _error(message: str, cause: BaseException) -> UserCodeError:
 
 def require_model_fits(model, what: str, task=None, k: int = 1, budget: Budget | None = None) -> int:
     """Measure a built model against the budget before anything is checked: the checker's peak from the
-    arrays the builder returned (:func:`georecall.memory.built_model_estimate`), not from the sizes its
+    arrays the builder returned (:func:`georecall.estimates.built_model_estimate`), not from the sizes its
     promise states.
 
     Parameters

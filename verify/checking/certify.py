@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from georecall import memory
+from georecall import estimates, memory
 from georecall.constructions import registry
 from georecall.constructions.encoding import TaskEncoding, assemble_model
 from georecall.constructions.model import Model
@@ -211,7 +211,7 @@ def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str | None = None,
     """
     kind = codes or spec.codes or "binary"  # no codes of its own: counted as binary (an upper bound)
     est = memory.Estimate(f"certify {spec.hops}-hop")
-    D_used = memory.code_length(kind, N, D)
+    D_used = estimates.code_length(kind, N, D)
     promise = spec.nominal_promise(N, R, k)
     d, m = promise.d * max(1.0, D_used / max(1, (N - 1).bit_length())), promise.m
     n_out = N * R if attributes == "disjoint" else N

@@ -21,7 +21,7 @@ reference on random models):
 
 Memory: THE forward pass runs in chunks of queries and the tables in blocks of tokens, both sized from the
 run's :class:`~georecall.memory.Budget` (``budget=``; :func:`georecall.memory.array_bytes`), the same bytes
-that :func:`georecall.memory.check_estimate` counts. The chunking changes no prediction and no margin.
+that :func:`georecall.estimates.check_estimate` counts. The chunking changes no prediction and no margin.
 """
 
 from __future__ import annotations

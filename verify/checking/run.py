@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from georecall import memory
+from georecall import estimates
 from georecall.constructions import (
     registry,
     storage,  # the module: tests replace save_model there
@@ -74,7 +74,7 @@ def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | 
         Codebook kind; ``None`` (the builder's default) is left to the estimate's own default (the nominal
         sizes, ``D = ⌈log2 N⌉``), never named here.
     **sizes
-        The rest of :func:`georecall.memory.check_estimate`'s keywords (``D``, ``dtype``, ``bits``,
+        The rest of :func:`georecall.estimates.check_estimate`'s keywords (``D``, ``dtype``, ``bits``,
         ``integer``, ``attributes``, ``what``, ``budget``).
 
     Returns
@@ -82,7 +82,7 @@ def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | 
     Estimate
     """
     code_option: dict[str, Any] = {} if codes is None else {"codes": codes}
-    return memory.check_estimate(spec, N, R, k, **code_option, **sizes)
+    return estimates.check_estimate(spec, N, R, k, **code_option, **sizes)
 
 
 def _spec(construction: str | ConstructionSpec) -> ConstructionSpec:
@@ -114,7 +114,7 @@ def run_check(
     """Build a registered construction on THE seeded task (``task_for_seed(N, R, seed)``) and check every
     query.
 
-    Before anything is built, the one memory estimate (:func:`georecall.memory.check_estimate`: weights,
+    Before anything is built, the one memory estimate (:func:`georecall.estimates.check_estimate`: weights,
     codes, every query, the checker's chunks) is required against ``budget``; over it, the check is refused
     naming the estimate, its largest part and the sizes to lower. A caller that required that estimate
     already, before reading its own input (the command line), passes it as ``estimate``: the guard runs once
@@ -159,7 +159,7 @@ def run_check(
     budget : Budget, optional
         The run's memory budget (``None``: ``Budget.default()``).
     estimate : Estimate, optional
-        This check's estimate (:func:`georecall.memory.check_estimate` with the same arguments), already
+        This check's estimate (:func:`georecall.estimates.check_estimate` with the same arguments), already
         required against ``budget`` by the caller; ``None``: made and required here.
     progress : bool
         Progress on stderr.
@@ -466,7 +466,7 @@ def precision_scan(
         Largest bits per parameter tried.
     budget : Budget, optional
         The memory budget: the estimate of a quantized build and check
-        (:func:`georecall.memory.check_estimate` with ``bits``) is required against it before the build,
+        (:func:`georecall.estimates.check_estimate` with ``bits``) is required against it before the build,
         and the checker's chunks are sized from it.
     estimate : Estimate, optional
         That estimate, already required by the caller (``None``: made and required here).

@@ -11,13 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from georecall import __version__, memory
+from georecall import __version__, estimates, memory, npy_headers
 from georecall.constructions import registry
 from georecall.constructions.model import ATTENTION_KINDS
 from georecall.constructions.storage import load_model
 from georecall.errors import InputError
+from georecall.estimates import query_bytes
 from georecall.io import append_jsonl, damaged_input
-from georecall.memory import Estimate, query_bytes
+from georecall.memory import Estimate
 from georecall.theory import seeds
 from georecall.theory.tasks import Task, task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
@@ -61,8 +62,8 @@ __all__ = [
 def _check_model_file(path: str, budget: memory.Budget, what: str) -> tuple[Estimate, list]:
     """Measure a model file from its headers, parse its JSON header, before the library loads it."""
     input_file(path, "model file")
-    members = memory.npz_members(path)
-    est = memory.file_estimate(what, path, members, copies=3).require(budget)
+    members = npy_headers.npz_members(path)
+    est = estimates.file_estimate(what, path, members, copies=3).require(budget)
     names = {m.name: m for m in members}
     header_member = names.get("__header__")
     if header_member is None:
@@ -119,10 +120,10 @@ def _load_model_and_task(path: str, task_path: str | None, budget: memory.Budget
     if task_path is not None:
         input_file(task_path, "task table")
         if task_path.endswith(".npz"):
-            members = memory.npz_members(task_path)
+            members = npy_headers.npz_members(task_path)
         else:
-            members = [memory.npy_member(task_path)]
-        memory.file_estimate(what, task_path, members).require(budget)
+            members = [npy_headers.npy_member(task_path)]
+        estimates.file_estimate(what, task_path, members).require(budget)
         try:
             table = np.load(task_path, allow_pickle=False)
         except Exception as exc:  # whatever NumPy's readers raise on a damaged file
@@ -175,8 +176,8 @@ def run_probe(p: ProbeParams) -> dict:
     model = _as_float64(model, est, p.budget)
     probes.check_model_shapes(model, task)
     _holdout(p.holdout, task.N, "subjects")
-    memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out,
-                          p.subjects).require(p.budget)
+    estimates.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out,
+                             p.subjects).require(p.budget)
     result = probes.probe_all(model, task, holdout=p.holdout, subjects=p.subjects, transfer_steps=None,
                               rng=seeds.rng(p.seed, "probes"))
     params = {"model": p.model, "task": p.task, "holdout": p.holdout, "subjects": p.subjects, "seed": p.seed}
@@ -340,7 +341,7 @@ def run_transfer(p: TransferParams) -> dict:
     model, task, est = _load_model_and_task(p.model, p.task, p.budget, "transfer")
     model = _as_float64(model, est, p.budget)
     probes.check_model_shapes(model, task)
-    memory.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out, 0).require(p.budget)
+    estimates.probe_estimate(est, task.N, task.R, model.d, model.mlp_width, model.n_out, 0).require(p.budget)
     accuracy = probes.task_accuracy(model, task)
     rng = seeds.rng(p.seed, "transfer")
     readout = probes.superposition_readout(model, task, holdout=0.0, rng=rng)
@@ -378,8 +379,9 @@ def run_probe_hidden(p: ProbeHiddenParams) -> dict:
         empty, or the estimate over the budget.
     """
     input_file(p.states, "states file")
-    members = {m.name: m for m in memory.npz_members(p.states)}
-    est = memory.file_estimate("probe-hidden", p.states, list(members.values()), copies=3).require(p.budget)
+    members = {m.name: m for m in npy_headers.npz_members(p.states)}
+    est = estimates.file_estimate("probe-hidden", p.states, list(members.values()), copies=3)
+    est.require(p.budget)
     missing = {"states", "attributes"} - set(members)
     if missing:
         raise InputError(f"{p.states!r} needs arrays 'states' (n × width) and 'attributes' (n × R); missing "
@@ -401,12 +403,13 @@ def run_probe_hidden(p: ProbeHiddenParams) -> dict:
     data = probes_hidden.load_hidden_states(p.states)
     attributes = data["attributes"]
     distinct = [int(np.unique(attributes[:, r]).size) for r in range(attributes.shape[1])]
-    memory.hidden_states_estimate(est, n, states.shape[1], distinct).require(p.budget)
+    estimates.hidden_states_estimate(est, n, states.shape[1], distinct).require(p.budget)
     vectors = data.get("attribute_vectors")
     if vectors is not None:
-        memory.hidden_states_estimate(est, n, states.shape[1], [vectors.shape[1]]).require(p.budget)
+        estimates.hidden_states_estimate(est, n, states.shape[1], [vectors.shape[1]]).require(p.budget)
     result = probes_hidden.linear_relational_encoding(data["states"], attributes, holdout=p.holdout,
-                                               rng=seeds.rng(p.seed, "probes"), attribute_vectors=vectors)
+                                                      rng=seeds.rng(p.seed, "probes"),
+                                                      attribute_vectors=vectors)
     return document(p, {"states": p.states, "holdout": p.holdout, "seed": p.seed}, est, **result)
 
 
@@ -507,7 +510,7 @@ def _export_construction(p: ExportParams):
                          "(a softmax at any finite β leaks): export the softmax build")
     kind = code_kind(p.codes, spec)  # None (its own codes): the estimate's nominal sizes, never "binary"
     code_option: dict[str, Any] = {} if kind is None else {"codes": kind}
-    est = memory.check_estimate(spec, p.N, p.R, k, **code_option, D=p.D, what="export", budget=p.budget)
+    est = estimates.check_estimate(spec, p.N, p.R, k, **code_option, D=p.D, what="export", budget=p.budget)
     _export_parts(est, spec.nominal_promise(p.N, p.R, k).params + p.N * spec.nominal_promise(p.N, p.R, k).d,
                   p.N, spec.nominal_promise(p.N, p.R, k).d)
     est.require(p.budget)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 
-from georecall import memory
+from georecall import estimates
 from georecall.constructions import registry
 from georecall.errors import InputError
 from georecall.memory import Estimate
@@ -164,7 +164,7 @@ def run_bounds(p: BoundsParams) -> dict:
     chosen = user_constructions(p.construction)
     # the b of each spec's bits claim (``ConstructionSpec.bits``), overridden or added by --needed
     needed = {**checking.table_bits(), **_needed_bits(p.needed)} if p.gaps else {}
-    est = memory.bounds_estimate(p.N, p.R, p.k).require(p.budget)
+    est = estimates.bounds_estimate(p.N, p.R, p.k).require(p.budget)
     start = time.perf_counter()
     if p.gaps:
         rows = gap_rows(p.N, p.R, p.k, needed, checking.per_parameter_bits(), constructions=chosen)
@@ -197,14 +197,14 @@ def run_count(p: CountParams) -> dict:
     from georecall.bounds.counting import MAX_TASKS, closed_forms, enumerate_counts  # networkx: not --help
     fmt = table_format(p, p.json)
     # k <= LIMITS["k"]: the parser's type
-    log2_tasks = memory.count_tasks_log2(p.N, p.R)  # lgamma: no factorial is computed before this check
+    log2_tasks = estimates.count_tasks_log2(p.N, p.R)  # lgamma: no factorial is computed before this check
     if log2_tasks > math.log2(MAX_TASKS) + 1e-9:
         raise InputError(f"the enumeration covers (N!)^R ≈ 2^{log2_tasks:.4g} tasks, more than the limit of "
                          f"{MAX_TASKS:,} (N <= 5 with R <= 3 and N <= 6 with R <= 2 fit): lower N or R")
     if p.R ** p.k > LIMITS["count_paths"]:
         raise InputError(f"R^k = {p.R}^{p.k} paths per task is more than count handles (limit 2^20): lower k")
     n_tasks = math.factorial(p.N) ** p.R
-    est = memory.count_estimate(p.N, p.R, p.k, n_tasks).require(p.budget)
+    est = estimates.count_estimate(p.N, p.R, p.k, n_tasks).require(p.budget)
     counts = enumerate_counts(p.N, p.R, p.k, progress=p.progress)
     rows = []
     for k in range(1, p.k + 1):

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from georecall import memory
+from georecall import estimates, memory
 from georecall.constructions.storage import save_model
 from georecall.errors import InputError
 from georecall.io import atomic_write
@@ -60,16 +60,16 @@ def _train_estimate(p: TrainParams, m: int) -> tuple[Estimate, int | None]:
     T_train = 2 * p.k if p.cot else p.k + 1
     evaluation = memory.checker_chunk_bytes(max(p.d, m, p.N), T_train, p.N * p.R**p.k, p.budget)
     budget = p.budget.max_bytes - evaluation
-    est = memory.train_estimate(p.N, p.R, p.d, m, **shape)
+    est = estimates.train_estimate(p.N, p.R, p.d, m, **shape)
     max_rows = None
     if est.total > budget:  # chunk the batch's gradient before refusing
-        one = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=1).total
-        per_row = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=2).total - one
+        one = estimates.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=1).total
+        per_row = estimates.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=2).total - one
         if per_row > 0 and one <= budget:
             max_rows = max(1, int((budget - one) // per_row))
-            est = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=max_rows)
+            est = estimates.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=max_rows)
         else:  # not even one query at a time fits: name what does not shrink with pieces
-            est = memory.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=1)
+            est = estimates.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=1)
     est.add("final exact evaluation (checker chunks)", evaluation, "--d, --m or --N")
     return est.require(p.budget), max_rows
 
@@ -152,12 +152,12 @@ def run_train(p: TrainParams) -> dict:
 def _sweep_estimate(p: SweepThresholdParams, out: str) -> Estimate:
     """The sweep's estimate: the largest trial at ``--d-max`` in each worker, and the results file read
     first."""
-    worst = max((memory.train_estimate(N, R, p.d_max, p.width_factor * p.d_max, k=p.k, cot=p.cot,
-                                       heads=p.heads, what="sweep threshold (one trial at --d-max)")
+    worst = max((estimates.train_estimate(N, R, p.d_max, p.width_factor * p.d_max, k=p.k, cot=p.cot,
+                                          heads=p.heads, what="sweep threshold (one trial at --d-max)")
                  for N in p.N for R in p.R), key=lambda e: e.total)
     worst.parts = [(label, nbytes, "N, R or --d-max") for label, nbytes, _ in worst.parts]
-    est = memory.workers_estimate("sweep threshold", worst, p.local_workers, local=p.local,
-                                  option="--scheduler local:W" if p.scheduler else "--workers")
+    est = estimates.workers_estimate("sweep threshold", worst, p.local_workers, local=p.local,
+                                     option="--scheduler local:W" if p.scheduler else "--workers")
     count_results_file(est, out)
     return est.require(p.budget)
 
@@ -199,14 +199,14 @@ def run_sweep_threshold(p: SweepThresholdParams) -> dict:
     settings = TrialSettings(steps=p.steps, lr=p.lr, width_factor=p.width_factor, k=p.k, cot=p.cot,
                              attention=p.attention, heads=p.heads)
     notes: list[str] = []
-    estimates: list[dict] = []
+    cost_estimates: list[dict] = []
     records = sweep(out, p.N, p.R, p.modes, p.seeds, settings=settings, d_min=p.d_min, d_max=p.d_max,
                     resolution=p.resolution, workers=p.workers, progress=p.progress, scheduler=p.scheduler,
                     lock_timeout=p.lock_timeout, connect_timeout=p.connect_timeout,
                     log=None if p.progress else notes.append, worker_timeout=p.worker_timeout,
                     budget=p.budget, search=p.search, budget_hours=p.budget_hours,
                     step_seconds_fallback=lambda N, R, d: measure_step_seconds(N, R, d, settings),
-                    on_estimate=estimates.append)
+                    on_estimate=cost_estimates.append)
     fits = fit_thresholds(records)
     params = {"N": p.N, "R": p.R, "modes": p.modes, "seeds": p.seeds, "d_min": p.d_min, "d_max": p.d_max,
               "resolution": p.resolution, "workers": p.workers, "scheduler": p.scheduler,
@@ -215,7 +215,7 @@ def run_sweep_threshold(p: SweepThresholdParams) -> dict:
     summary = summary_table(records) + ("\n" + knowledge_table(knowledge) if knowledge else "")
     return document(p, params, est, out=out, settings=settings.__dict__, thresholds=records, fits=fits,
                     summary=summary, bits_per_parameter=knowledge, notes=notes,
-                    estimate=estimates[0] if estimates else None)
+                    estimate=cost_estimates[0] if cost_estimates else None)
 
 
 def run_study_mechanism(p: StudyMechanismParams) -> dict:
@@ -268,8 +268,8 @@ def run_study_mechanism(p: StudyMechanismParams) -> dict:
     if figures_dir is not None:
         os.makedirs(figures_dir, exist_ok=True)
         dpi, formats = figure_options(p)
-        files = study_report.figures(summary, figures_dir, log=None if p.progress else notes.append, dpi=dpi,
-                              formats=formats)
+        files = study_report.figures(summary, figures_dir, log=None if p.progress else notes.append,
+                                     dpi=dpi, formats=formats)
         if not files:  # matplotlib vanished between the check and now: say so, do not pass silently
             raise InputError("no figures were written (matplotlib could not be imported)")
     params = {"grid": grid_name, "seeds": p.seeds, "workers": workers, "scheduler": p.scheduler, "out": path,

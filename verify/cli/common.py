@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from georecall import __version__, memory
+from georecall import __version__, estimates, memory, npy_headers
 from georecall.constructions import registry
 from georecall.errors import InputError
 from georecall.io import check_path, validate_output_path
@@ -287,7 +287,7 @@ def resolve_spec(name: str, hops: str | None) -> registry.ConstructionSpec:
 def count_results_file(est: Estimate, path: str) -> None:
     """Count an existing results file (read before the work) in ``est``."""
     if os.path.isfile(path):
-        part = memory.results_file_estimate(est.what, path, os.path.getsize(path)).parts[0]
+        part = estimates.results_file_estimate(est.what, path, os.path.getsize(path)).parts[0]
         est.add(*part)
 
 
@@ -309,7 +309,7 @@ def user_constructions(names: list[str] | None, hops: str | None = None) -> list
 def task_file(path: str, N: int, R: int, attributes: Attributes, symmetric: bool) -> Task:
     """The task in an ``(R, N)`` ``.npy`` table (``check --task``), validated: shape, integer ids, bijections
     (perfect matchings with ``--symmetric``)."""
-    member = memory.npy_member(input_file(path, "task file"))
+    member = npy_headers.npy_member(input_file(path, "task file"))
     if member.shape != (R, N):
         raise InputError(f"task file {path!r} holds a table of shape {member.shape}, expected (R, N) = "
                          f"({R}, {N})")

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from georecall import memory
+from georecall import estimates, memory
 from georecall.constructions import registry
 from georecall.errors import InputError
 from georecall.io import ResultsFile, append_jsonl, read_jsonl, validate_output_path
@@ -327,16 +327,16 @@ def job_estimate(job: dict):
     else:
         p = job["params"]
         N, R, d, m = p["N"], p["R"], p["d"], p["m"]
-        est = memory.train_estimate(N, R, d, m, batch_size=p["batch_size"], what="study mechanism")
+        est = estimates.train_estimate(N, R, d, m, batch_size=p["batch_size"], what="study mechanism")
         est.parts = [(f"{label} ({job['regime']})", nbytes, "the grid's N, R or d")
                      for label, nbytes, _ in est.parts]
         est.add("initial weights kept for the probes", 4 * ((2 * N + R + 2) * d + 2 * d * m + 4 * d * d),
                 "the grid's N, R or d")
-    fits = memory.train_estimate(N, R, d, m, what="study mechanism")  # its final check is the trainer's
+    fits = estimates.train_estimate(N, R, d, m, what="study mechanism")  # its final check is the trainer's
     est.add("the probes' transfer and encoder fits",
             sum(nbytes for label, nbytes, _ in fits.parts if not label.startswith("final")),
             "the grid's N, R or d")
-    memory.probe_estimate(est, N, R, d, m, N, job["probe"]["subjects"])
+    estimates.probe_estimate(est, N, R, d, m, N, job["probe"]["subjects"])
     return est
 
 
@@ -361,14 +361,14 @@ def estimate(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2), *, 
     Raises
     ------
     InputError
-        More workers than this machine runs at once (:func:`georecall.memory.worker_limit`).
+        More workers than this machine runs at once (:func:`georecall.estimates.worker_limit`).
     """
     worst = max((job_estimate(job) for job in jobs_of(grid, seeds)), key=lambda e: e.total)
     if not local:
         driver = memory.Estimate("study mechanism")
         driver.add("the driver (records only; the jobs run on the scheduler's workers)", 16 * 2**20, "—")
         return driver
-    return memory.workers_estimate("study mechanism", worst, workers)
+    return estimates.workers_estimate("study mechanism", worst, workers)
 
 
 # ------------------------------------------------------------------------------------------- the file

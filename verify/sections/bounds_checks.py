@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from georecall import memory
+from georecall import estimates
 from georecall.bounds import counting, graphs
 from georecall.bounds.tables import governing_bound
 from georecall.constructions.registry import ConstructionSpec
@@ -80,8 +80,8 @@ def _build(spec: ConstructionSpec, N: int, R: int, hops: int, seed: int, task_se
     (greedy decoding for chain-of-thought constructions) under ``budget``: the estimate of a quantized build
     and check is required against it first."""
     budget = as_budget(budget)
-    memory.check_estimate(spec, N, R, hops, bits=1, what=f"verify: bits needed by {spec.id}",
-                          budget=budget).require(budget)
+    estimates.check_estimate(spec, N, R, hops, bits=1, what=f"verify: bits needed by {spec.id}",
+                             budget=budget).require(budget)
     task = task_for_seed(N, R, seed if task_seed is None else task_seed)
     codes = {} if spec.codes is None else {"codes": "binary"}  # the claims are at binary codes; or its own
     built = spec.builder(task, hops, **codes, rng=rng(seed, "codes"))

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from georecall import memory
+from georecall import estimates
 from georecall.constructions import registry
 from georecall.constructions.registry import ConstructionSpec
 from georecall.errors import InputError
@@ -257,7 +257,7 @@ def gd_row(seed: int = 0, progress: bool = False, budget: Budget | None = None) 
     progress : bool
         Progress on stderr.
     budget : Budget or None
-        The memory budget the training's estimate (:func:`georecall.memory.train_estimate`, full batch) is
+        The memory budget the training's estimate (:func:`georecall.estimates.train_estimate`, full batch) is
         required against before the model is made.
 
     Returns
@@ -271,7 +271,7 @@ def gd_row(seed: int = 0, progress: bool = False, budget: Budget | None = None) 
     """
     N, R = TRAINING_SIZE
     g1_d = registry.get("G1").nominal_promise(N, R, 1).d
-    memory.train_estimate(N, R, g1_d, 4 * g1_d, what="verify: gradient descent").require(as_budget(budget))
+    estimates.train_estimate(N, R, g1_d, 4 * g1_d, what="verify: gradient descent").require(as_budget(budget))
     _log(progress, f"training: N={N}, R={R} at G1's d")
     start = time.perf_counter()
     tokens, answers = queries(task_for_seed(N, R, seed))
@@ -311,8 +311,8 @@ def threshold_row(seed: int = 0, progress: bool = False, steps: int = 400,
     g1_d = registry.get("G1").nominal_promise(N, R, 1).d
     settings = TrialSettings(steps=steps)
     d_max = 2 * g1_d
-    memory.train_estimate(N, R, d_max, settings.width_factor * d_max, what="verify: capacity thresholds"
-                          ).require(as_budget(budget))
+    estimates.train_estimate(N, R, d_max, settings.width_factor * d_max, what="verify: capacity thresholds"
+                             ).require(as_budget(budget))
     _log(progress, f"training: learned vs frozen thresholds, N={N}, R={R}")
     start = time.perf_counter()
     found = {mode: find_threshold(N, R, mode, seed, settings, d_min=4, d_max=d_max, resolution=2)
@@ -363,7 +363,8 @@ def section_probes(seed: int = 0, progress: bool = False, budget: Budget | None 
         Progress on stderr.
     budget : Budget or None
         The memory budget G1's build and the probes' matrices are estimated against
-        (:func:`georecall.memory.check_estimate`, :func:`georecall.memory.probe_estimate`) before building.
+        (:func:`georecall.estimates.check_estimate`, :func:`georecall.estimates.probe_estimate`) before
+        building.
 
     Returns
     -------
@@ -377,8 +378,8 @@ def section_probes(seed: int = 0, progress: bool = False, budget: Budget | None 
     N, R = PROBES_SIZE
     g1 = registry.get("G1")
     promise = g1.nominal_promise(N, R, 1)
-    est = memory.check_estimate(g1, N, R, what="verify: probes")
-    memory.probe_estimate(est, N, R, promise.d, promise.m, N, 256).require(as_budget(budget))
+    est = estimates.check_estimate(g1, N, R, what="verify: probes")
+    estimates.probe_estimate(est, N, R, promise.d, promise.m, N, 256).require(as_budget(budget))
     _log(progress, f"probes: G1 (N={N}, R={R}) exact; an untrained model for contrast")
     start = time.perf_counter()
     task = task_for_seed(N, R, seed)

@@ -193,6 +193,7 @@ def built_model_estimate(model, n_queries: int, T: int, budget: Budget | int | N
     est.add("checker chunks", checker_chunk_bytes(max(d, m, n_out, 1), T, n_queries, budget), "N or R")
     return est
 
+
 def train_estimate(N: int, R: int, d: int, m: int, *, k: int = 1, cot: bool = False, heads: int = 1,
                    batch_size: int | None = None, dtype: str = "float32", n_out: int | None = None,
                    what: str = "train", max_rows: int | None = None) -> Estimate:
@@ -394,6 +395,7 @@ def bounds_estimate(Ns, Rs, ks) -> Estimate:
                 worst = max(worst, 48 * (N // tree))
     est.add("gadget scan of the tradeoff bound", worst, "N (or raise k)")
     return est
+
 
 def file_estimate(what: str, path: str, members: list[Member], copies: int = 2) -> Estimate:
     """An estimate holding the arrays of a file (``copies`` times: loaded and converted).

@@ -275,6 +275,7 @@ class Estimate:
                          f"{_gib(nbytes)}), more than the budget of {_gib(limit)}: lower {lower}, or raise "
                          f"--max-gib")
 
+
 def array_bytes(budget: Budget | int | None = None) -> int:
     """Bytes of one array of a checker chunk under ``budget``: THE forward pass with its error bounds holds
     about :data:`BOUNDED_ARRAYS` float64 arrays per intermediate (values, bounds and two temporaries), so each

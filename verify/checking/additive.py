@@ -144,7 +144,6 @@ def support(table: np.ndarray) -> np.ndarray:
     return _facts_of(table).support
 
 
-
 @dataclass(eq=False)
 class AdditivePlan:
     """Everything the token-additive pass needs for queries of length T (see the module docstring)."""

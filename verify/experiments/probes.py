@@ -311,6 +311,7 @@ def _add_power(per_relation: list[dict], E: np.ndarray, U: np.ndarray, task: Tas
                       "accuracy_seen": res["accuracy_seen"], "accuracy_unseen": res["accuracy_unseen"],
                       "chance": res["chance"], "power": pw[r], "verdict": word, "reason": why})
 
+
 def _with_entities(model: Model, E: np.ndarray) -> Model:
     """The same model with a different entity table (e.g. extra, intervened rows appended)."""
     return replace(model, entity_embedding=np.asarray(E, dtype=model.entity_embedding.dtype))
@@ -529,6 +530,7 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
             "closed_form_min_margin": closed_result.min_margin, "fitted_accuracy": fitted.accuracy,
             "fitted_steps": trained.steps, "chance": 1.0 / task.N}
 
+
 def reference_models(task: Task, names: tuple[str, ...] = ("G1", "A1")) -> dict[str, Model]:
     """The constructions whose probe values bracket a trained model's, built on ``task``.
 
@@ -610,6 +612,7 @@ def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int 
     if transfer_steps is not None:
         out["transfer"] = freeze_and_swap(model, task, maps, steps=transfer_steps, rng=rng)
     return out
+
 
 def _ridge_predict(X_fit: np.ndarray, Y_fit: np.ndarray, X_test: np.ndarray, rng) -> tuple[np.ndarray, dict]:
     """The probes' ridge rule (:func:`.ridge.fit_ridge_cv`) as a decoder for :func:`.power.decode_vectors`."""

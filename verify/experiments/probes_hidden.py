@@ -85,6 +85,7 @@ def load_hidden_states(path: str) -> dict[str, np.ndarray]:
         out["attribute_vectors"] = vectors.astype(np.float64)
     return out
 
+
 def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, holdout: float = 0.25,
                                rng: np.random.Generator | int | None = None,
                                attribute_vectors: np.ndarray | None = None) -> dict:

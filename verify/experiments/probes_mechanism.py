@@ -126,6 +126,7 @@ def superposition_power(model: Model, task: Task, split: tuple[np.ndarray, np.nd
         hits += r_squared(E[test], forward.predict(X[test])) >= threshold
     return hits / draws
 
+
 def inverse_table(table: np.ndarray) -> np.ndarray:
     """The inverse bijections: ``inv[r, j] = π_r^{-1}(j)`` for ``table[r, s] = π_r(s)``.
 
@@ -385,6 +386,7 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
     return {"start_accuracy_A": start_accuracy, "accuracy_A": accuracy_a, "zero_shot_B": zero_shot,
             "steps": int(state["steps"]), "chance": 1.0 / N}
 
+
 SUMMARY_FIELDS = (
     "accuracy", "forward_r2", "reverse_r2", "forward_minus_reverse", "displacement_forward_r2",
     "displacement_reverse_r2", "null_forward_r2", "forward_ceiling", "superposition_r2", "forward_alpha",
@@ -392,6 +394,7 @@ SUMMARY_FIELDS = (
     "selective_fraction", "gated_mass", "breadth_median", "active_fraction", "closed_form_transfer",
     "encoder_accuracy_A", "functional_zero_shot", "fitted_transfer", "chance",
 )
+
 
 def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, seed: int = 0,
                      holdout: float = 0.25, subjects: int | None = 256, transfer_steps: int | None = 200,

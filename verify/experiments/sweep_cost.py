@@ -60,6 +60,7 @@ def step_seconds(records: list[dict], N: int, settings: TrialSettings) -> Callab
         return None
     return lambda R, d: R * (a + b * d)
 
+
 def measure_step_seconds(N: int, R: int, d: int, settings: TrialSettings, steps: int = 2) -> float:
     """Seconds per step of a trial at (N, R, d), timed over a few steps of the trainer (no records needed).
 
@@ -85,6 +86,7 @@ def measure_step_seconds(N: int, R: int, d: int, settings: TrialSettings, steps:
                    dtype=np.dtype(settings.dtype), stop_at_accuracy=None)
     return result.seconds / max(result.steps, 1)
 
+
 def _simulate(search: str, prediction: dict | None, known: dict[int, bool], range_: dict,
               threshold: float) -> list[int]:
     """The widths a search would still train if success were exactly ``d >= threshold`` (known trials are
@@ -100,6 +102,7 @@ def _simulate(search: str, prediction: dict | None, known: dict[int, bool], rang
         trained.append(d)
         s.feed(d >= threshold)
     return trained
+
 
 def calibration(records: list[dict], N: int, settings: TrialSettings,
                 rate: Callable[[int, int], float]) -> dict | None:
@@ -140,6 +143,7 @@ def calibration(records: list[dict], N: int, settings: TrialSettings,
     shares = [r["steps_run"] / r["steps"] for r in rows if r["reached"] and r["steps"]]
     return {"slowest": float(max(ratios)), "median": float(np.median(ratios)), "trials": len(ratios),
             "success_share": float(np.median(shares)) if shares else 1.0}
+
 
 def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSettings, *, search: str,
                   d_min: int, d_max: int, resolution: int,
@@ -240,6 +244,7 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
                            "calibration": calibrated})
     return {"trials": int(total_trials), "hours": total_hours, "expected_trials": int(exp_trials),
             "expected_hours": exp_hours, "per_config": per_config, "unknown": unknown}
+
 
 def cost_line(estimate: dict) -> str:
     """:func:`estimate_cost` in one line.

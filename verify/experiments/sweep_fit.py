@@ -56,6 +56,7 @@ def predict_threshold(records: list[dict], N: int, R: int, mode: str, settings: 
     return {"d": c * x, "c": c, "c_stderr": se, "band": ((c - half) * x, (c + half) * x),
             "points": fit["points"], "basis": basis}
 
+
 def fit_thresholds(records: list[dict]) -> dict[str, dict]:
     """Per mode: least-squares fit of ``d* = c·R·ln N`` (scipy), c per seed and its spread over seeds; and a
     power law ``d* = a·N^p·R^q`` (exponents fitted where the records vary N, resp. R).
@@ -105,6 +106,7 @@ def fit_thresholds(records: list[dict]) -> dict[str, dict]:
                      "points": len(rows), "non_monotone": sum(not r["monotone"] for r in rows),
                      "unreached": sum(1 for r in records if r["mode"] == mode and r["d_star"] is None)}
     return out
+
 
 def summary_table(records: list[dict]) -> str:
     """d* per (N, R, mode) over seeds, as text.

@@ -83,8 +83,10 @@ def threshold_key(record: dict) -> tuple:
 def _config_key(record: dict) -> tuple:
     return _key(record, _CONFIG_KEY)
 
+
 def _same_settings(record: dict, settings: TrialSettings) -> bool:
     return _key(record, _SETTINGS_KEY) == settings.key()
+
 
 SweepFile = ResultsFile  # the old name of what read_sweep returns (one results-file class)
 

@@ -90,6 +90,7 @@ class ThresholdSearch:
         """Whether the search has finished."""
         return self.next_d is None
 
+
 class PredictedSearch:
     """A threshold search that starts at a predicted width and brackets outward from it, then bisects.
 
@@ -197,11 +198,13 @@ class PredictedSearch:
         """Whether the search has finished."""
         return self.next_d is None
 
+
 def _make_search(search: str, prediction: dict | None, known: dict[int, bool], range_: dict):
     if search == "doubling":
         return ThresholdSearch(range_["d_min"], range_["d_max"], range_["resolution"])
     assert prediction is not None  # sweep refuses a predicted search without a prediction
     return PredictedSearch(prediction["d"], range_["d_min"], range_["d_max"], range_["resolution"], known)
+
 
 def _threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSettings,
                       outcomes: dict[int, bool], last_failure: int | None, d_min: int, d_max: int,
@@ -216,11 +219,13 @@ def _threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSetti
             "resolution": resolution, "search": search, **(extra or {}), **asdict(settings),
             "seed_contract": SEED_CONTRACT, "version": __version__}
 
+
 def _check_range(d_min: int, d_max: int, resolution: int) -> None:
     for name, value in (("d_min", d_min), ("d_max", d_max), ("resolution", resolution)):
         check_positive_int(name, value)
     if d_min > d_max:
         raise InputError(f"d_min must be <= d_max, got d_min = {d_min} > d_max = {d_max}")
+
 
 def find_threshold(N: int, R: int, mode: str, seed: int, settings: TrialSettings, *, d_min: int = 4,
                    d_max: int = 1024, resolution: int = 2, known: dict[int, dict] | None = None,

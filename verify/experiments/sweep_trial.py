@@ -84,13 +84,16 @@ class TrialSettings:
             raise TypeError(f"cot must be True or False, got {self.cot!r}")
         return self
 
+
 def _mode_id(mode: str) -> int:
     return MODES.index(mode)
+
 
 def _check_mode(mode: str) -> str:
     if mode not in MODES:
         raise InputError(f"mode must be one of {MODES}, got {mode!r}")
     return mode
+
 
 def run_trial(N: int, R: int, mode: str, seed: int, d: int, settings: TrialSettings) -> dict:
     """Train one model and report whether it reached 100% on every query (one ``"trial"`` record).

@@ -46,9 +46,9 @@ def test_from_gib_is_gib_and_none_is_half_the_available_memory(monkeypatch):
     assert Budget.from_gib(None) == Budget.default() == Budget(3 * memory.GIB)
     assert Budget.from_gib(2).max_bytes == 2 * 2**30 and Budget.from_gib(0.5).gib == 0.5
     assert as_budget(None) == Budget(3 * memory.GIB)
-    assert as_budget(12345) == Budget(12345) and as_budget(Budget(7)) == Budget(7)
-    for bad in (1.5, "1", True):
-        with pytest.raises(InputError):
+    assert as_budget(Budget(7)) == Budget(7)
+    for bad in (12345, 1.5, "1", True):  # one budget type: a number of bytes is made a Budget where it arises
+        with pytest.raises(InputError, match="Budget"):
             as_budget(bad)  # type: ignore[arg-type]
 
 
@@ -72,18 +72,18 @@ def test_chunk_bytes_at_named_budgets():
 
 @given(st.lists(st.integers(min_value=0, max_value=2**40), max_size=4),
        st.integers(min_value=1, max_value=2**42))
-def test_require_with_a_budget_and_with_its_bytes_agree(sizes, max_bytes):
+def test_require_compares_the_total_with_the_budget_and_refuses_bare_bytes(sizes, max_bytes):
     est = memory.Estimate("job")
     for i, nbytes in enumerate(sizes):
         est.add(f"part {i}", nbytes, f"knob {i}")
-    outcomes = []
-    for budget in (Budget(max_bytes), max_bytes):
-        try:
-            outcomes.append(("fits", est.require(budget) is est))
-        except InputError as exc:
-            outcomes.append(("refused", str(exc)))
-    assert outcomes[0] == outcomes[1]
-    assert outcomes[0][0] == ("fits" if est.total <= max_bytes else "refused")  # the total, independently
+    try:
+        outcome = ("fits", est.require(Budget(max_bytes)) is est)
+    except InputError as exc:
+        outcome = ("refused", str(exc))
+    assert outcome[0] == ("fits" if est.total <= max_bytes else "refused")  # the total, independently
+    assert outcome[0] == "refused" or outcome[1] is True
+    with pytest.raises(InputError, match="a memory budget is a georecall.memory.Budget"):
+        est.require(max_bytes)  # type: ignore[arg-type]  # one budget type: bytes are not a Budget
 
 
 # ---------------------------------------------------------------------------- the checker's chunks
@@ -150,7 +150,7 @@ def test_a_small_budget_uses_smaller_chunks_and_gives_the_same_result(monkeypatc
     default, tiny = runs["default counts"], runs["tiny counts"]
     if forward == "dense":  # the chunk: queries per call of THE forward pass
         T = tokens.shape[1]
-        small, large = memory.array_bytes(TINY), memory.array_bytes(2**33)
+        small, large = memory.array_bytes(TINY), memory.array_bytes(Budget(2**33))
         assert chunk_size(model, T, small) < chunk_size(model, T, large)
         assert default[0] == 1 and tiny[0] == -(-tokens.shape[0] // chunk_size(model, T, MIB // 4)) > 1
     else:  # the tables' token blocks
@@ -204,7 +204,9 @@ def test_run_check_refuses_over_budget_before_building():
     with pytest.raises(TypeError):
         run.run_check("G1", 16, 2, max_bytes=2**30)  # one spelling of the budget
     assert run.run_check("G1", 16, 2, budget=Budget.from_gib(1)).passed
-    assert run.run_check("G1", 16, 2, budget=2**30).passed  # an int is bytes
+    assert run.run_check("G1", 16, 2, budget=Budget(2**30)).passed  # bytes, as a Budget
+    with pytest.raises(InputError, match="Budget"):
+        run.run_check("G1", 16, 2, budget=2**30)  # type: ignore[arg-type]  # one budget type
 
 
 def test_sections_and_precision_refuse_under_a_budget_too_small_for_them():

@@ -83,9 +83,9 @@ def test_available_bytes_reads_meminfo():
 
 def test_estimate_require_refuses_and_passes():
     est = memory.Estimate("job").add("big", 10 * memory.GIB, "N")
-    assert est.require(11 * memory.GIB) is est
+    assert est.require(memory.Budget(11 * memory.GIB)) is est
     with pytest.raises(InputError, match="lower N"):
-        est.require(memory.GIB)
+        est.require(memory.Budget(memory.GIB))
 
 
 def test_estimates_grow_with_their_inputs():

@@ -88,7 +88,7 @@ def query_bytes(N: int, R: int, k: int, cot: bool = False) -> int:
 
 def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D: int | None = None,
                    dtype: str = "float64", bits: int | None = None, integer: bool = False,
-                   attributes: str = "shared", what: str = "check", budget: Budget | int | None = None
+                   attributes: str = "shared", what: str = "check", budget: Budget | None = None
                    ) -> Estimate:
     """Peak bytes of building a registered construction and checking every query.
 
@@ -105,7 +105,7 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
         Working precision, quantization, integer mode, attribute vocabulary ("disjoint": N·R answers).
     what : str
         How the message names the job.
-    budget : Budget, int or None
+    budget : Budget or None
         The budget the job runs under (``None``: the default budget): the checker's chunks are the ones it
         sizes from the budget (:meth:`georecall.memory.Budget.chunk_bytes`), so a small budget counts small
         chunks.
@@ -160,7 +160,7 @@ def check_estimate(spec, N: int, R: int, k: int = 1, *, codes: str = "binary", D
     return est
 
 
-def built_model_estimate(model, n_queries: int, T: int, budget: Budget | int | None = None, *,
+def built_model_estimate(model, n_queries: int, T: int, budget: Budget | None = None, *,
                          what: str = "checking the built model") -> Estimate:
     """Peak bytes of checking a model that is already built, from its measured arrays (not from a promise):
     the parts :func:`check_estimate` counts, with d, m, the heads and the parameters read off ``model``.
@@ -171,7 +171,7 @@ def built_model_estimate(model, n_queries: int, T: int, budget: Budget | int | N
         The built model (duck-typed: ``arrays()``, ``d``, ``mlp_width``, ``n_out``, ``layers``).
     n_queries, T : int
         Queries checked and their length.
-    budget : Budget, int or None
+    budget : Budget or None
         The run's budget (the checker's chunks are sized from it).
     what : str
         How the message names the job.

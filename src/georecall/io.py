@@ -526,7 +526,7 @@ class ResultsFile:
 
 
 def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[dict], object], *,
-               budget: Budget | int | None = None, what: str = "reading the results file"):
+               budget: Budget | None = None, what: str = "reading the results file"):
     """Read a results file into ``out`` (an object with ``records``, ``lines``, ``torn``, ``alien`` and
     ``duplicates``).
 
@@ -544,7 +544,7 @@ def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[
     usable, key : callable
         Whether a parsed line is a record of ours (it must check every field's type before anything reads
         it), and its identity.
-    budget : Budget, int or None
+    budget : Budget or None
         The memory budget: the file is counted against it (:func:`georecall.estimates.results_file_estimate`)
         before it is parsed.
     what : str

@@ -20,8 +20,6 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from georecall.errors import InputError
 
 __all__ = [
@@ -34,7 +32,6 @@ __all__ = [
     "Budget",
     "Estimate",
     "array_bytes",
-    "as_budget",
     "available_bytes",
     "budget_bytes",
     "checker_chunk_bytes",
@@ -186,14 +183,17 @@ class Budget:
         return cls.from_gib(None)
 
 
-def as_budget(budget: Budget | int | None) -> Budget:
-    """The :class:`Budget` a library function was given: itself, a number of bytes, or ``None`` (the default
-    budget, :meth:`Budget.default`).
+def as_budget(budget: Budget | None) -> Budget:
+    """The :class:`Budget` a library function was given: itself, or the default budget for ``None``
+    (:meth:`Budget.default`). Internal: the one place where ``None`` becomes the default budget.
+
+    Every public function that takes a memory budget takes a :class:`Budget` or ``None``; a number of bytes is
+    made into one where it arises (``Budget(nbytes)``, or ``Budget.from_gib(gib)`` from ``--max-gib``).
 
     Parameters
     ----------
-    budget : Budget, int or None
-        The budget; an ``int`` is bytes.
+    budget : Budget or None
+        The budget, or ``None`` for the default one.
 
     Returns
     -------
@@ -202,15 +202,14 @@ def as_budget(budget: Budget | int | None) -> Budget:
     Raises
     ------
     InputError
-        Anything else, or a number of bytes below 1.
+        Anything else (a number of bytes included: make it a ``Budget(nbytes)``).
     """
     if budget is None:
         return Budget.default()
     if isinstance(budget, Budget):
         return budget
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
-        raise InputError(f"a memory budget is a Budget or a number of bytes, got {type(budget).__name__}")
-    return Budget(int(budget))
+    raise InputError(f"a memory budget is a georecall.memory.Budget or None (the default budget), got "
+                     f"{type(budget).__name__}: make one with Budget(nbytes) or Budget.from_gib(gib)")
 
 
 def _gib(nbytes: int) -> str:
@@ -249,13 +248,13 @@ class Estimate:
         return {"total_gib": round(self.total / GIB, 6),
                 "parts": {label: round(nbytes / GIB, 6) for label, nbytes, _ in self.parts}}
 
-    def require(self, budget: Budget | int) -> Estimate:
+    def require(self, budget: Budget | None) -> Estimate:
         """Refuse (``InputError``: estimate, budget, what to lower) when the total exceeds the budget.
 
         Parameters
         ----------
-        budget : Budget or int
-            The budget (an ``int``: bytes).
+        budget : Budget or None
+            The budget (``None``: the default budget).
 
         Returns
         -------
@@ -276,15 +275,15 @@ class Estimate:
                          f"--max-gib")
 
 
-def array_bytes(budget: Budget | int | None = None) -> int:
+def array_bytes(budget: Budget | None = None) -> int:
     """Bytes of one array of a checker chunk under ``budget``: THE forward pass with its error bounds holds
     about :data:`BOUNDED_ARRAYS` float64 arrays per intermediate (values, bounds and two temporaries), so each
     gets that fraction of the budget's chunk bytes (:meth:`Budget.chunk_bytes`).
 
     Parameters
     ----------
-    budget : Budget, int or None
-        The run's budget (an ``int``: bytes; ``None``: the default budget).
+    budget : Budget or None
+        The run's budget (``None``: the default budget).
 
     Returns
     -------
@@ -294,7 +293,7 @@ def array_bytes(budget: Budget | int | None = None) -> int:
     Raises
     ------
     InputError
-        ``budget`` is not a Budget, a positive number of bytes or None.
+        ``budget`` is not a Budget or None.
     """
     return max(1, as_budget(budget).chunk_bytes() // BOUNDED_ARRAYS)
 
@@ -321,7 +320,7 @@ def queries_per_chunk(width: int, T: int, bytes_per_array: int) -> int:
     return max(1, int(bytes_per_array) // (8 * max(1, int(width)) * max(1, int(T))))
 
 
-def checker_chunk_bytes(width: int, T: int, n_queries: int, budget: Budget | int | None = None) -> int:
+def checker_chunk_bytes(width: int, T: int, n_queries: int, budget: Budget | None = None) -> int:
     """Peak bytes of the checker's chunks as it sizes them (:func:`queries_per_chunk` queries of
     :func:`array_bytes` per array, at most all queries); :data:`CHUNK_COPIES` intermediates of
     :data:`BOUNDED_ARRAYS` arrays are alive at once.
@@ -334,7 +333,7 @@ def checker_chunk_bytes(width: int, T: int, n_queries: int, budget: Budget | int
         Positions per query.
     n_queries : int
         Queries checked.
-    budget : Budget, int or None
+    budget : Budget or None
         The run's budget (``None``: the default budget).
 
     Returns

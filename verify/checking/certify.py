@@ -246,7 +246,7 @@ def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str | None = None,
 def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: int | None = None,
             options: dict | None = None, seed: int = 0, attributes: str = "shared", symmetric: bool = False,
             max_points: int = MAX_POINTS, confirm: bool = True, progress: bool = False,
-            budget: Budget | int | None = None) -> Certificate:
+            budget: Budget | None = None) -> Certificate:
     """Certify a construction for every task (module docstring), or refute it with a confirmed witness.
 
     The certified object is the family ``M(π) = F ⊕ enc(π)`` that georecall assembles: F from the spec's
@@ -278,7 +278,7 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
         Confirm a witness with the ordinary checker (``run_check`` on the witness task).
     progress : bool
         Progress on stderr.
-    budget : Budget, int or None
+    budget : Budget or None
         The run's memory budget (``None``: the default budget): the certifier's estimate
         (:func:`certify_estimate`) is required against it before anything is built, and the confirming
         check runs under it.

@@ -332,7 +332,7 @@ def check_queries(
     progress: bool = False,
     decoder: str = "auto",
     forward: str = "auto",
-    budget: Budget | int | None = None,
+    budget: Budget | None = None,
     redecide=None,
     tight: float | None = None,
 ) -> CheckResult:
@@ -373,7 +373,7 @@ def check_queries(
         Progress on stderr.
     decoder, forward : str
         Implementations (``DECODERS``, ``FORWARDS``).
-    budget : Budget, int or None
+    budget : Budget or None
         The memory budget the chunks and the tables' blocks are sized from (``None``: the default budget).
     redecide : callable, optional
         ``redecide(tokens, position, answers) -> Certified``: decides again the queries this pass leaves
@@ -514,7 +514,7 @@ def check_decoding(
     progress: bool = False,
     decoder: str = "auto",
     forward: str = "auto",
-    budget: Budget | int | None = None,
+    budget: Budget | None = None,
     redecide=None,
 ) -> CheckResult:
     """Greedy chain-of-thought decoding of every prompt, scored against the true chain ``(Q, k)``.
@@ -543,7 +543,7 @@ def check_decoding(
         Progress on stderr.
     decoder, forward : str
         Implementations, as in :func:`check_queries`.
-    budget : Budget, int or None
+    budget : Budget or None
         The memory budget the chunks and the tables' blocks are sized from (``None``: the default budget).
     redecide : object, optional
         With a method ``chains(prompts, chains) -> (predictions, lo, hi, step_lo, step_hi)``: decodes again

@@ -64,7 +64,7 @@ READOUT_ROWS = 4096
 def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions: np.ndarray | None = None,
              arith: str = "exact", chunk: int | None = None, keep: bool = False, max_failures: int = 10,
              progress: bool = False, decoder: str = "auto", forward: str = "auto",
-             budget: Budget | int | None = None, integer: bool = False, decode: bool = False) -> CheckResult:
+             budget: Budget | None = None, integer: bool = False, decode: bool = False) -> CheckResult:
     """Accuracy and margins of the stored model's own function on every query (module docstring).
 
     The arguments are :func:`~georecall.verify.checking.check.check_queries`'s, so that this is a drop-in
@@ -93,7 +93,7 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
         Progress on stderr.
     decoder, forward : str
         The float pass's implementations (``check.DECODERS``, ``check.FORWARDS``).
-    budget : Budget, int or None
+    budget : Budget or None
         The run's memory budget.
     integer : bool
         Integer mode (``check_queries``'s proof of exact integer arithmetic; exact already, so ``arith`` is
@@ -145,7 +145,7 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
 
 
 def exact_margins(model: Model, tokens: np.ndarray, answers: np.ndarray, *, position: int | None = None,
-                  budget: Budget | int | None = None) -> Certified:
+                  budget: Budget | None = None) -> Certified:
     """Predictions and margins of ``model``'s stored weights computed without rounding (step 2 of the module
     docstring), for a few queries.
 
@@ -159,7 +159,7 @@ def exact_margins(model: Model, tokens: np.ndarray, answers: np.ndarray, *, posi
         ``(n,)`` expected output ids at ``position``.
     position : int, optional
         The read position (default: the last).
-    budget : Budget, int or None
+    budget : Budget or None
         Sizes the chunks.
 
     Returns
@@ -174,7 +174,7 @@ def exact_margins(model: Model, tokens: np.ndarray, answers: np.ndarray, *, posi
                                                  else position, np.asarray(answers, dtype=np.int64))
 
 
-def exact_bytes(model: Model, T: int, budget: Budget | int | None = None) -> int:
+def exact_bytes(model: Model, T: int, budget: Budget | None = None) -> int:
     """Bytes the exact re-decision may take on ``model`` with sequences of T tokens: its weights as Python
     integers (the read-out in blocks of :data:`READOUT_ROWS` rows) and one chunk of queries.
 
@@ -183,7 +183,7 @@ def exact_bytes(model: Model, T: int, budget: Budget | int | None = None) -> int
     model : Model
     T : int
         Positions per query.
-    budget : Budget, int or None
+    budget : Budget or None
         The budget whose chunk bytes size the exact pass's chunks.
 
     Returns

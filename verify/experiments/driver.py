@@ -75,7 +75,7 @@ def stderr_note(text: str) -> None:
 
 @contextlib.contextmanager
 def open_results(path: str, read: Callable[..., ResultsFile], *, lock_timeout: float | None,
-                 log: Callable[[str], None], budget: Budget | int | None) -> Iterator[ResultsFile]:
+                 log: Callable[[str], None], budget: Budget | None) -> Iterator[ResultsFile]:
     """Hold the results file's lock and yield what is in it (the driver appends while the lock is held).
 
     Parameters
@@ -89,7 +89,7 @@ def open_results(path: str, read: Callable[..., ResultsFile], *, lock_timeout: f
         Seconds to wait for the lock (``None``: wait, saying so once; ``0``: refuse at once).
     log : callable
         Receives the line counting skipped lines, and the lock's waiting note.
-    budget : Budget, int or None
+    budget : Budget or None
         Memory budget the file is counted against before it is parsed (passed to ``read``).
 
     Yields

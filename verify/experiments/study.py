@@ -452,7 +452,7 @@ def _usable(value) -> bool:
     return all(check(value[name]) for name, check in _OPTIONAL.items() if name in value)
 
 
-def read_study(path: str, *, budget: Budget | int | None = None) -> ResultsFile:
+def read_study(path: str, *, budget: Budget | None = None) -> ResultsFile:
     """Read a study file: torn lines (a writer killed mid-line), alien lines (not a study record, or one with
     a field of the wrong type) and duplicates (a key seen before) are counted and skipped. A missing file is
     empty. With ``budget`` (a memory budget) the file is counted against it before it is parsed.
@@ -461,7 +461,7 @@ def read_study(path: str, *, budget: Budget | int | None = None) -> ResultsFile:
     ----------
     path : str
         The JSONL file (missing: empty).
-    budget : Budget, int or None
+    budget : Budget or None
         Memory budget.
 
     Returns
@@ -490,7 +490,7 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
               scheduler: str | None = None, progress: bool | Callable[[dict], None] = True, *,
               lock_timeout: float | None = None, connect_timeout: float = 10.0, max_jobs: int | None = None,
               log: Callable[[str], None] | None = None, worker_timeout: float | None = None,
-              budget: Budget | int | None = None) -> list[dict]:
+              budget: Budget | None = None) -> list[dict]:
     """Run (or resume) the mechanism study; return the grid's records (trials and controls).
 
     Parameters
@@ -517,7 +517,7 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
     worker_timeout : float, optional
         Seconds without any Dask worker before the study gives up (default
         :data:`~georecall.verify.experiments.executors.WORKER_TIMEOUT`).
-    budget : Budget, int or None
+    budget : Budget or None
         Memory budget the existing results file is counted against before it is read.
 
     Raises

@@ -90,7 +90,7 @@ def _group_key(record: dict) -> str:
     return json.dumps({k: record.get(k) for k in fields}, sort_keys=True)
 
 
-def summarize(path: str, *, budget: Budget | int | None = None) -> dict:
+def summarize(path: str, *, budget: Budget | None = None) -> dict:
     """The study's document: per regime and per control, mean ± sd over seeds of every probe, the verdicts by
     the declared thresholds, and one line per claim.
 
@@ -98,7 +98,7 @@ def summarize(path: str, *, budget: Budget | int | None = None) -> dict:
     ----------
     path : str
         The study's results file.
-    budget : Budget, int or None
+    budget : Budget or None
         Memory budget the file is counted against before it is parsed.
 
     Returns

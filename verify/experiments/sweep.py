@@ -180,7 +180,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
           progress: bool | Callable[[ProgressInfo], None] = True, max_trials: int | None = None,
           scheduler: str | None = None, lock_timeout: float | None = None, connect_timeout: float = 10.0,
           log: Callable[[str], None] | None = None, worker_timeout: float = WORKER_TIMEOUT,
-          budget: Budget | int | None = None, search: str = "doubling", budget_hours: float | None = None,
+          budget: Budget | None = None, search: str = "doubling", budget_hours: float | None = None,
           step_seconds_fallback: Callable[[int, int, int], float] | None = None,
           on_estimate: Callable[[dict], None] | None = None) -> list[dict]:
     """Run (or resume) the threshold search for every configuration; return its threshold records.
@@ -214,7 +214,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         Receives one-line notes (skipped lines, lock waits, the dashboard, interruption); default: stderr.
     worker_timeout : float
         Seconds without any Dask worker before the sweep gives up (the records so far are kept).
-    budget : Budget, int or None
+    budget : Budget or None
         Memory budget the existing results file is counted against before it is read.
     search : str
         ``"doubling"`` (:class:`.sweep_search.ThresholdSearch`, from ``d_min``) or ``"predicted"``

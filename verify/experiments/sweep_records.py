@@ -150,14 +150,14 @@ def _is_sweep_record(value) -> bool:
     return all(check(value[name]) for name, check in _OPTIONAL.items() if name in value)
 
 
-def read_sweep(path: str, *, budget: Budget | int | None = None) -> ResultsFile:
+def read_sweep(path: str, *, budget: Budget | None = None) -> ResultsFile:
     """Read a results file: records de-duplicated by key, torn and alien lines counted and skipped.
 
     Parameters
     ----------
     path : str
         The JSONL file (missing: an empty result).
-    budget : Budget, int or None
+    budget : Budget or None
         A memory budget: the file is counted against it before it is parsed.
 
     Returns
@@ -177,7 +177,7 @@ def read_sweep(path: str, *, budget: Budget | int | None = None) -> ResultsFile:
     return read_jsonl(path, ResultsFile(), _is_sweep_record, key, budget=budget, what="sweep")
 
 
-def read_records(path: str, *, budget: Budget | int | None = None) -> list[dict]:
+def read_records(path: str, *, budget: Budget | None = None) -> list[dict]:
     """The usable records of a results file (skipped lines are not reported).
 
     Parameters

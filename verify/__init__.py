@@ -4,4 +4,4 @@ on a task and check it) ← :mod:`.training` (the NumPy trainer) ← :mod:`.expe
 study, probes, figures, demo) ← :mod:`.sections` (the rows of ``georecall verify``) and, beside it,
 :mod:`.cli` (the ``georecall`` command line, which finds those rows through their entry point); :mod:`.lm`
 (the ``lm`` extra) stands apart. Shared infrastructure lives outside: :mod:`georecall.io` (files),
-:mod:`georecall.memory` (the memory budget)."""
+:mod:`georecall.memory` (the memory budget; each command's estimate in :mod:`georecall.estimates`)."""

@@ -1,5 +1,6 @@
-"""benchmarks/child.py measures a command's own peak memory, not its parent's (see its docstring: ``ru_maxrss``
-carries the parent's high-water mark across exec, which made CI report pytest's peak as certify's)."""
+"""benchmarks/child.py measures a command's own peak memory, not its parent's (see its docstring:
+``ru_maxrss`` carries the parent's high-water mark across exec, which made CI report pytest's peak as
+certify's)."""
 
 from __future__ import annotations
 

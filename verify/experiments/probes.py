@@ -187,12 +187,6 @@ def _split(n: int, holdout: float, rng) -> tuple[np.ndarray, np.ndarray]:
     return order[n_test:], order[:n_test]
 
 
-def _lstsq(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """Least squares with an intercept column (``probe-hidden`` only): W of shape (features + 1, targets)."""
-    X1 = np.hstack([X, np.ones((X.shape[0], 1))])
-    return np.linalg.lstsq(X1, Y, rcond=None)[0]
-
-
 def _apply(W: np.ndarray, X: np.ndarray) -> np.ndarray:
     return X @ W[:-1] + W[-1]
 

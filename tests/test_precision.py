@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -30,8 +30,12 @@ def test_quantization_grid():
 
 
 @given(values=arrays(np.float64, st.integers(1, 40), elements=st.floats(-1e6, 1e6)), bits=st.integers(0, 6))
+@example(values=np.array([5e-324]), bits=3)  # a subnormal max|W|: δ underflowed to 0 and gave NaN
+@example(values=np.array([1e-310, -3e-311, 0.0]), bits=5)
+@example(values=np.array([1.7e308, -1e308, 3.0]), bits=6)
 def test_b_bits_means_at_most_two_to_the_b_values_per_tensor(values, bits):
     q = quantize_array(values, bits)
+    assert np.isfinite(q).all()
     assert np.unique(q).size <= 2**bits
     if bits >= 1 and np.abs(values).max() > 0:
         assert np.abs(q).max() == pytest.approx(np.abs(values).max())  # the top level is max|W|

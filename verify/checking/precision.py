@@ -77,8 +77,13 @@ def quantize_array(array: np.ndarray | None, bits: int) -> np.ndarray | None:
         return np.full_like(array, array.mean())
     if bits == 1:
         return np.where(array >= 0, top, -top).astype(array.dtype)
-    step = top / (2 ** (bits - 1) - 1)
-    return np.round(array / step) * step
+    # δ·round(W/δ) computed on W scaled by a power of two that brings max|W| to [0.5, 1): exact scaling both
+    # ways, so the same numbers as without it wherever nothing under- or overflows, and no 0/0 where δ itself
+    # would underflow (a subnormal max|W| gave NaN)
+    exponent = int(np.frexp(top)[1])
+    scaled = np.ldexp(array, -exponent)
+    step = float(np.ldexp(top, -exponent)) / (2 ** (bits - 1) - 1)
+    return np.ldexp(np.round(scaled / step) * step, exponent)
 
 
 def quantize(model: Model, bits: int) -> Model:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -391,7 +392,7 @@ def _frac(x) -> float | None:
 
 
 def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = None, *, seed: int,
-            prep: _Prepared) -> dict:
+            prep: _Prepared, workers: int | None = None) -> dict:
     """The probes, controls, power and verdict from a :func:`measure` dict (NumPy only).
 
     Parameters
@@ -405,6 +406,8 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
         The run seed (folds, shuffles, plantings).
     prep : _Prepared
         The prepared prompts (labels, classes, fact indices).
+    workers : int, optional
+        Threads (default two where two CPUs are available; the document does not depend on it).
 
     Returns
     -------
@@ -418,8 +421,41 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
     subj = [np.flatnonzero(prep.present[:, r]) for r in range(R)]
     groups = [probes.folds_of(s.size, FOLDS, _rng(seed, "lm-decode", r)) for r, s in enumerate(subj)]
     shuf = probes.shuffled(list(prep.label), prep.present, _rng(seed, "lm-shuffle"))
-    pw = power.decode_power(list(prep.label), Us, prep.present, width, groups, rng=_rng(seed, "lm-power"),
-                            draws=POWER_DRAWS)
+    # decoding and superposition per layer. Every layer (and the random-init model's) is fitted with the same
+    # folds, drawn afresh from each probe's own stream, so the layers are fitted together: per relation one
+    # batch of 2 × layers problems (the real labels and their shuffled control), per design one Gram matrix.
+    # Each probe draws from its own stream, so the two halves below are independent: they run in two threads
+    # where two CPUs are available (the same document either way).
+    nl = len(layers)
+    alone = m["alone"].astype(np.float64)
+    alone_r = m["alone_random"].astype(np.float64) if "alone_random" in m else None
+
+    def decoding() -> tuple:
+        pw = power.decode_power(list(prep.label), Us, prep.present, width, groups,
+                                rng=_rng(seed, "lm-power"), draws=POWER_DRAWS)
+        decoded = []
+        for r in range(R):
+            stack = [alone[subj[r], j] for j in range(nl)]
+            if alone_r is not None:
+                stack += [alone_r[subj[r], j] for j in range(nl)]
+            decoded.append(power.decode_vectors_stack(np.stack(stack), [prep.label[r, subj[r]],
+                                                                        shuf[r][subj[r]]], Us[r], groups[r],
+                                                      rng=_rng(seed, "lm-decode", r)))
+        return pw, decoded
+
+    def the_rest() -> tuple:
+        blocks = [Us[r][prep.label[r]] for r in range(R)]
+        Hs = [alone[:, j] for j in range(nl)] + ([alone_r[:, j] for j in range(nl)]
+                                                 if alone_r is not None else [])
+        sup_all = probes.superposition_fit_many(Hs, blocks, prep.present, folds=FOLDS,
+                                                rng=_rng(seed, "lm-sup"))
+        sup_sh = probes.superposition_fit_many(Hs[:nl], [Us[r][shuf[r]] for r in range(R)], prep.present,
+                                               folds=FOLDS, rng=_rng(seed, "lm-sup"))
+        return (sup_all, sup_sh, _planted_superposition(m, prep, Us, width, seed),
+                _patch_power(m, prep, seed), _lre_rows(m, prep, facts, seed))
+
+    (pw, decoded), (sup_all, sup_sh, (sup_power, iv_power), patch_power, lre) = _in_parallel(
+        [decoding, the_rest], _workers() if workers is None else workers)
     relations = []
     for r, rel in enumerate(facts.relations):
         rows = prep.fact_row[r][subj[r]]
@@ -432,42 +468,29 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
             row["random_first_token_accuracy"] = float(np.mean(m["answers_random"][rows]
                                                                == prep.fact_token[rows]))
         relations.append(row)
-    # decoding and superposition per layer
     layer_rows = []
     for j, layer in enumerate(layers):
-        H = m["alone"][:, j].astype(np.float64)
-        Hr = m["alone_random"][:, j].astype(np.float64) if "alone_random" in m else None
         per = []
         for r in range(R):
-            lab = prep.label[r, subj[r]]
-            # the real labels and the shuffled control with the same folds, sharing the fits' factorisations
-            res, sh = power.decode_vectors_many(H[subj[r]], [lab, shuf[r][subj[r]]], Us[r], groups[r],
-                                                rng=_rng(seed, "lm-decode", r))
+            res, sh = decoded[r][j]
             x: dict[str, Any] = {"relation": facts.relations[r].name}
             x.update({k: res[k] for k in ("n", "classes", "chance", "accuracy", "majority", "unseen",
                                      "accuracy_seen", "accuracy_unseen")})
             x["shuffled"] = sh["accuracy"]
             floor = max(res["chance"], res["majority"], sh["accuracy"])
-            if Hr is not None:
-                x["random_model"] = power.decode_vectors(Hr[subj[r]], lab, Us[r], groups[r],
-                                                         rng=_rng(seed, "lm-decode", r))["accuracy"]
+            if alone_r is not None:
+                x["random_model"] = decoded[r][nl + j][0]["accuracy"]
                 floor = max(floor, x["random_model"])
             x["decodable"] = bool(res["accuracy"] >= floor + THRESHOLDS["decode_margin"])
             word, why = power.verdict_word(x["decodable"], pw[r], unseen=res["unseen"], n=res["n"])
             x["verdict"], x["reason"] = word, why
             per.append(x)
-        blocks = [Us[r][prep.label[r]] for r in range(R)]
-        sup = probes.superposition_fit(H, blocks, prep.present, folds=FOLDS, rng=_rng(seed, "lm-sup"),
-                                       keep_maps=False)
-        sup_s = probes.superposition_fit(H, [Us[r][shuf[r]] for r in range(R)], prep.present, folds=FOLDS,
-                                         rng=_rng(seed, "lm-sup"), keep_maps=False)
+        sup, sup_s = sup_all[j], sup_sh[j]
         srow = {"r2": sup["r2"], "presence_r2": sup["presence_r2"], "shuffled_r2": sup_s["r2"]}
-        if Hr is not None:
-            srow["random_r2"] = probes.superposition_fit(Hr, blocks, prep.present, folds=FOLDS,
-                                                         rng=_rng(seed, "lm-sup"), keep_maps=False)["r2"]
+        if alone_r is not None:
+            srow["random_r2"] = sup_all[nl + j]["r2"]
         layer_rows.append({"layer": layer, "per_relation": per, "superposition": srow,
                            "decode_mean": float(np.mean([x["accuracy"] for x in per]))})
-    sup_power, iv_power = _planted_superposition(m, prep, Us, width, seed)
     # the model's own probes
     lens, patch = [], []
     for t in range(len(m["templates"])):
@@ -482,20 +505,10 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
             sel = prep.fact_rel[src] == r
             if sel.any():
                 per_rel[rel.name] = {"pairs": int(sel.sum()), "moved": moved[sel].mean(axis=0).tolist()}
-        pw_layers = []
-        if src.size:
-            fact_class = prep.label[prep.fact_rel, prep.fact_subj]
-            n_classes = [int(c.size) for c in prep.classes]
-            for q, layer in enumerate(p_layers):
-                pw_layers.append(controls.patch_power(
-                    m[f"prompt{t}"][:, layers.index(layer)].astype(np.float64), fact_class, prep.fact_rel,
-                    n_classes, src, dst, THRESHOLDS["patch_moved"],
-                    rng=_rng(seed, "lm-patch-power", t, layer), draws=POWER_DRAWS))
         patch.append({"pairs": int(src.size), "layers": p_layers,
                       "moved": moved.mean(axis=0).tolist() if src.size else [],
                       "kept": stayed.mean(axis=0).tolist() if src.size else [], "per_relation": per_rel,
-                      "power": pw_layers})
-    lre = _lre_rows(m, prep, facts, seed)
+                      "power": patch_power[t]})
     inter = _intervention_rows(m, prep, facts)
     doc = {"L": m["L"], "width": width, "subjects": len(facts.subjects), "relations_n": R,
            "facts": len(prep.fact_list), "templates": m["templates"], "folds": FOLDS, "layers": layer_rows,
@@ -508,6 +521,46 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
            "layer_list": list(layers)}
     doc["verdict"] = verdict(doc)
     return doc
+
+
+def _workers() -> int:
+    """Threads for the analysis: two where this process may use two CPUs, else one."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return 2 if cpus >= 2 else 1
+
+
+def _in_parallel(tasks: list[Callable[[], Any]], workers: int) -> list:
+    """Each task's result, in order; the tasks after the first in ``workers − 1`` threads beside it (NumPy's
+    factorisations, products and random draws release the GIL)."""
+    if workers < 2 or len(tasks) < 2:
+        return [task() for task in tasks]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=workers - 1) as pool:
+        pending = [pool.submit(task) for task in tasks[1:]]
+        first = tasks[0]()
+        return [first] + [f.result() for f in pending]
+
+
+def _patch_power(m: dict, prep: _Prepared, seed: int) -> list[list[dict]]:
+    """Per template, per patched layer, the planted control of patching (:func:`.controls.patch_power`)."""
+    out = []
+    layers = m["layers"]
+    fact_class = prep.label[prep.fact_rel, prep.fact_subj]
+    n_classes = [int(c.size) for c in prep.classes]
+    for t in range(len(m["templates"])):
+        src, dst = m[f"patch_src{t}"], m[f"patch_dst{t}"]
+        rows = []
+        if src.size:
+            for layer in (int(x) for x in m[f"patch_layers{t}"]):
+                rows.append(controls.patch_power(
+                    m[f"prompt{t}"][:, layers.index(layer)].astype(np.float64), fact_class, prep.fact_rel,
+                    n_classes, src, dst, THRESHOLDS["patch_moved"],
+                    rng=_rng(seed, "lm-patch-power", t, layer), draws=POWER_DRAWS))
+        out.append(rows)
+    return out
 
 
 def _lre_rows(m: dict, prep: _Prepared, facts: Facts, seed: int) -> list[dict]:

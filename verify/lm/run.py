@@ -144,16 +144,23 @@ def _rng(seed: int, name: str, *key: int) -> np.random.Generator:
 
 
 class _Prepared:
-    """Tokenized prompts (per template), the attributes' token classes, and the fact indices."""
+    """Tokenized prompts (per template), the attributes' token classes, and the fact indices.
 
-    def __init__(self, tokenizer, facts: Facts, templates: Sequence[int]):
+    Without a tokenizer (the analysis of a cached measurement), ``token_ids`` gives each relation's
+    candidates' first tokens (the measurement's ``cand_ids{r}``) and there are no prompts."""
+
+    def __init__(self, tokenizer, facts: Facts, templates: Sequence[int],
+                 token_ids: Sequence[np.ndarray] | None = None):
         self.facts = facts
         self.fact_list = facts.facts()
         R = len(facts.relations)
         self.classes: list[np.ndarray] = []
         self.cand_class: list[dict[str, int]] = []
-        for rel in facts.relations:
-            ids = extract.first_token_ids(tokenizer, [" " + c for c in rel.candidates])
+        self.cand_ids: list[np.ndarray] = []
+        for r, rel in enumerate(facts.relations):
+            ids = (extract.first_token_ids(tokenizer, [" " + c for c in rel.candidates]) if token_ids is None
+                   else np.asarray(token_ids[r], dtype=np.int64))
+            self.cand_ids.append(ids)
             uniq = np.unique(ids)
             self.classes.append(uniq)
             self.cand_class.append({c: int(np.searchsorted(uniq, t)) for c, t in zip(rel.candidates, ids)})
@@ -171,10 +178,12 @@ class _Prepared:
                 texts.append(PREFIX + t.replace("{}", s, 1))
                 spans.append((len(PREFIX) + start, len(PREFIX) + start + len(s)))
             self.prompt_texts.append(texts)
-            self.prompts.append(extract.encode(tokenizer, texts, spans))
+            if tokenizer is not None:
+                self.prompts.append(extract.encode(tokenizer, texts, spans))
             self.distinct.append(np.array([len(rel.templates) > tm for rel in facts.relations]))
-        self.alone = extract.encode(tokenizer, [PREFIX + s for s in facts.subjects],
-                                    [(len(PREFIX), len(PREFIX) + len(s)) for s in facts.subjects])
+        self.alone = (extract.encode(tokenizer, [PREFIX + s for s in facts.subjects],
+                                     [(len(PREFIX), len(PREFIX) + len(s)) for s in facts.subjects])
+                      if tokenizer is not None else None)
         n = len(facts.subjects)
         self.present = np.zeros((n, R), dtype=bool)
         self.label = np.zeros((R, n), dtype=np.int64)
@@ -240,8 +249,12 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
     prep = _Prepared(loaded.tokenizer, facts, tmpls)
     m: dict = {"L": L, "width": int(model.config.hidden_size), "layers": list(layers), "templates": tmpls,
                "lre_layers": list(lre_layers), "intervene_layers": list(intervene_layers)}
+    for r, ids in enumerate(prep.cand_ids):  # the tokenizer's part of the analysis: a cached rerun needs no
+        m[f"cand_ids{r}"] = ids              # tokenizer
     t0 = time.perf_counter()
-    m["alone"], _ = extract.run(model, prep.alone, layers, batch_size=batch_size)
+    alone = prep.alone
+    assert alone is not None  # a tokenizer was given
+    m["alone"], _ = extract.run(model, alone, layers, batch_size=batch_size)
     Uw = model.get_output_embeddings().weight.detach().float().numpy()
     for r in range(len(facts.relations)):
         m[f"U{r}"] = Uw[prep.classes[r]].astype(np.float64)
@@ -300,7 +313,7 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
     say(f"  interventions at layers {list(intervene_layers)} ({time.perf_counter() - t0:.0f} s)")
     if random_control:
         twin = random_like(loaded, seed)
-        m["alone_random"], _ = extract.run(twin.model, prep.alone, layers, batch_size=batch_size)
+        m["alone_random"], _ = extract.run(twin.model, alone, layers, batch_size=batch_size)
         del twin
         say(f"  random-init twin ({time.perf_counter() - t0:.0f} s)")
     m["measure_seconds"] = time.perf_counter() - t0
@@ -908,9 +921,8 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     key = _cache_key(loaded, facts, params)
     m = _load_cache(cache, key) if cache else None
     cached = m is not None
-    prep = _Prepared(loaded.tokenizer, facts, [template + k for k in range(TEMPLATES)])
     say(f"probe-lm: {loaded.description}, {L} layers, width {config.hidden_size}; "
-        f"{len(facts.subjects)} subjects, {len(facts.relations)} relations, {len(prep.fact_list)} facts"
+        f"{len(facts.subjects)} subjects, {len(facts.relations)} relations, {len(facts.facts())} facts"
         + ("; measurement read from the cache" if cached else ""))
     if m is None:
         if loaded.model is None:  # a light load (loader.load_light) and no usable cache: the weights now
@@ -920,6 +932,13 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
                     say=say)
         if cache:
             _save_cache(cache, key, m)
+    templates = [template + k for k in range(TEMPLATES)]
+    R = len(facts.relations)
+    if all(f"cand_ids{r}" in m for r in range(R)):  # no tokenizer needed (a cache written by measure)
+        prep = _Prepared(None, facts, templates, token_ids=[m[f"cand_ids{r}"] for r in range(R)])
+    else:
+        tokenizer = loaded.get_tokenizer() if hasattr(loaded, "get_tokenizer") else loaded.tokenizer
+        prep = _Prepared(tokenizer, facts, templates)
     t1 = time.perf_counter()
     doc = analyse(m, facts, seed=seed, prep=prep)
     doc["model"] = loaded.description

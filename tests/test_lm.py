@@ -581,7 +581,51 @@ def test_known_fact_probes_run_when_facts_are_known(tiny, monkeypatch):
     assert all(v is not None for v in doc["logit_lens"][0])
 
 
-# -------------------------------------------------------------------------- the cached rerun (issue 35)
+# -------------------------------------------------------------------------------- the fast paths (issue 35)
+
+
+@pytest.mark.parametrize("batch_size", [2, 64])
+def test_a_pass_resumed_at_the_edited_layer_equals_the_full_pass(tiny, batch_size):
+    """Streams: each edited pass starts at the edited layer from the unedited streams, and gives the full
+    pass's states and answers bit for bit (repeated sequences, several chunks, an edit elsewhere)."""
+    texts = ["The capital of Peru is", "Oslo is in", "ab", "The capital of Peru is", "Rome has a"]
+    spans = [(15, 19), (0, 4), (0, 1), (15, 19), (0, 4)]
+    b = extract.encode(tiny.tokenizer, texts, spans)
+    L = tiny.model.config.num_hidden_layers
+    streams = extract.Streams(tiny.model, b, list(range(L + 1)), batch_size)
+    assert streams.usable
+    rng = np.random.default_rng(0)
+    for layer in range(L + 1):
+        delta = rng.normal(size=(len(texts), 32)).astype(np.float32)
+        reads = list(range(layer + 1, L + 1))
+        for where in (None, b.last.numpy()):
+            ref = extract.run(tiny.model, b, reads, edits={layer: delta}, batch_size=batch_size,
+                              edit_positions=where)
+            got = extract.run(tiny.model, b, reads, edits={layer: delta}, batch_size=batch_size,
+                              edit_positions=where, streams=streams)
+            assert np.array_equal(ref[0], got[0]) and np.array_equal(ref[1], got[1])
+    # a read at or below the edited layer: the full pass (the streams are not used)
+    delta = rng.normal(size=(len(texts), 32)).astype(np.float32)
+    ref = extract.run(tiny.model, b, [1, 2], edits={1: delta}, batch_size=batch_size)
+    assert all(np.array_equal(x, y) for x, y in zip(ref, extract.run(
+        tiny.model, b, [1, 2], edits={1: delta}, batch_size=batch_size, streams=streams)))
+
+
+def test_measure_with_resumed_passes_equals_the_full_passes(tiny, monkeypatch):
+    """The whole measurement (patching, LRE, interventions: every fact declared known) with the passes
+    resumed at the edited layer and with every layer run: the same arrays, bit for bit."""
+    monkeypatch.setattr(extract, "continuation_match",
+                        lambda model, tok, prompts, conts, batch_size=32: (np.ones(len(prompts), bool),
+                                                                           np.ones(len(prompts), int)))
+    kwargs = dict(layers=[0, 1, 2], lre_layers=[0, 1], intervene_layers=[1], template=0, seed=0,
+                  random_control=False, batch_size=7, say=lambda _m: None)
+    fast = run.measure(tiny, _tiny_facts(), **kwargs)
+    monkeypatch.setattr(extract, "RESUMABLE", ())
+    slow = run.measure(tiny, _tiny_facts(), **kwargs)
+    assert set(fast) == set(slow) and "patched0" in fast and "lre_pred0" in fast and "iv_answers1" in fast
+    for key, value in fast.items():
+        if isinstance(value, np.ndarray):
+            assert np.array_equal(value, slow[key]), key
 
 
 def test_a_cached_rerun_needs_no_tokenizer_and_one_thread_or_two_agree(tiny, tmp_path):

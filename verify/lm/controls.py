@@ -38,15 +38,18 @@ constants were declared before the run they judge (issue 35, second part)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from georecall.verify.experiments import power
+from georecall.verify.experiments.ridge import cross_fit_batch, inner_parts, r2_score
 from georecall.verify.lm import probes
 
 __all__ = ["ASSOC_SHARPNESS", "LRE_NAMED", "LRE_STRENGTHS", "PATCH_NAMED", "PATCH_NOISE", "PATCH_STRENGTHS",
-           "PlantedReadout", "intervention_edits", "intervention_power", "intervention_scores", "lre_outputs",
-           "lre_power", "lre_scores", "patch_answers", "patch_power", "selective"]
+           "PlantedReadout", "draw_targets", "intervention_edits", "intervention_power",
+           "intervention_scores", "lre_outputs", "lre_power", "lre_scores", "patch_answers", "patch_power",
+           "selective"]
 
 LRE_STRENGTHS: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0)  # linear share λ (0: the negative control)
 LRE_NAMED = 0.5  # a negative LRE verdict is stated at: half the answer's logits linear in the state
@@ -164,9 +167,25 @@ def patch_answers(forward: Callable[[np.ndarray, np.ndarray], np.ndarray], H: np
     return np.asarray(forward(np.asarray(src), H[dst] - H[src]), dtype=np.int64)
 
 
-def intervention_edits(maps: Sequence[tuple[np.ndarray, Sequence[np.ndarray]]], Us: Sequence[np.ndarray],
+def draw_targets(Us: Sequence[np.ndarray], label: np.ndarray, facts: Sequence[tuple[int, int, int]],
+                 rng: np.random.Generator) -> list:
+    """The target class j of each fact (uniform over its relation's other classes), drawn in order; None for
+    a fact whose relation has one class (no draw): :func:`intervention_edits`'s draws, made beforehand."""
+    out: list = []
+    for _k, r, i in facts:
+        C = Us[r].shape[0]
+        if C < 2:
+            out.append(None)
+            continue
+        jc = int(rng.integers(C - 1))
+        out.append(jc + (jc >= int(label[r, i])))
+    return out
+
+
+def intervention_edits(maps: Sequence[tuple[np.ndarray, Any]], Us: Sequence[np.ndarray],
                        label: np.ndarray, facts: Sequence[tuple[int, int, int]], h_norm: np.ndarray,
-                       others: Sequence[list[int]], rng: np.random.Generator) -> dict:
+                       others: Sequence[list[int]], rng: np.random.Generator | None = None, *,
+                       targets: Sequence | None = None) -> dict:
     """The intervention directions ``Δ ∝ (U_j − U_a) A_r`` from cross-fitted superposition maps.
 
     Parameters
@@ -185,7 +204,10 @@ def intervention_edits(maps: Sequence[tuple[np.ndarray, Sequence[np.ndarray]]], 
     others : sequence of lists of int
         Per fact of ``facts``, the subject's other facts whose answers should stay.
     rng : numpy.random.Generator
-        The target class j of each fact (uniform over the other classes), drawn in order.
+        The target class j of each fact (uniform over the other classes), drawn in order
+        (:func:`draw_targets`).
+    targets : sequence, optional
+        Instead of ``rng``: the targets :func:`draw_targets` drew.
 
     Returns
     -------
@@ -199,14 +221,15 @@ def intervention_edits(maps: Sequence[tuple[np.ndarray, Sequence[np.ndarray]]], 
     for test, A in maps:
         for i in test:
             held[int(i)] = A
+    if targets is None:
+        if rng is None:
+            raise ValueError("intervention_edits needs rng or targets")
+        targets = draw_targets(Us, label, facts, rng)
     own, target, ratio, dirs, oth = [], [], [], [], []
-    for (k, r, i), ks in zip(facts, others):
-        C = Us[r].shape[0]
-        if C < 2:
+    for (k, r, i), ks, jc in zip(facts, others, targets):
+        if jc is None:
             continue
         a = int(label[r, i])
-        jc = int(rng.integers(C - 1))
-        jc += jc >= a
         A = held[i]
         v = Us[r][jc] - Us[r][a]
         d = A.apply(r, v) if hasattr(A, "apply") else v @ A[r]
@@ -479,6 +502,7 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
         ``superposition_negative`` (at ``negative_snr``) when that rule is given, ``draws``.
     """
     R = present.shape[1]
+    n = present.shape[0]
     rate = np.zeros((len(snrs), len(doses)))
     neg = np.zeros(len(doses))
     edited = np.zeros(len(snrs))
@@ -487,44 +511,77 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
     fact_rel = np.asarray(fact_rel, dtype=np.int64)
     fact_subj = np.asarray(fact_subj, dtype=np.int64)
     truth = np.array([labels[r][i] for r, i in zip(fact_rel, fact_subj)], dtype=np.int64)
+    design = probes._design([Us[r][np.asarray(labels[r])] for r in range(R)], present)
+    presence = present.astype(np.float64)
     for k, snr in enumerate(snrs):
+        # every draw of this SNR's plantings, in the order of the loop the estimator describes (planting,
+        # shuffle, the superposition fit's groups and inner folds, the targets); then the fits, together
+        plantings, runs = [], []
         for _ in range(draws):
             H, maps = power.planted_states(labels, Us, present, p, snr, rng, return_maps=True)
             readers = [(Us[r] - Us[r].mean(axis=0)) @ maps[r] for r in range(R)]  # (C_r, p)
+            del maps
             answer = _read(readers, fact_rel, H[fact_subj])
             ok = answer == truth
             fs = [f for f in facts if ok[f[0]]]
             oth = [[x for x in xs if ok[x]] for f, xs in zip(facts, others) if ok[f[0]]]
-            runs = [(list(labels), False)]
+            labs_runs = [(list(labels), False)]
             if negative_snr is not None and snr == negative_snr:
-                runs.append((probes.shuffled(list(labels), present, rng), True))
-            for labs, is_neg in runs:
-                blocks = [Us[r][labs[r]] for r in range(R)]
-                sup = probes.superposition_fit(H, blocks, present, folds=folds, rng=rng, keep_maps=True)
-                if superposition_rule is not None:
-                    if is_neg:
-                        sup_neg += superposition_rule(sup) / draws
-                    else:
-                        sup_rate[k] += superposition_rule(sup) / draws
-                ed = intervention_edits(sup["maps"], Us, np.array(labs), fs,
-                                        np.linalg.norm(H[fact_subj], axis=1), oth, rng)
-                del sup
-                if not is_neg:
-                    edited[k] += ed["own"].size / draws
-                if ed["own"].size == 0:
-                    continue
-                n_own = ed["own"].size
-                already = float(np.mean(answer[ed["own"]] == ed["target"]))
-                for q, dose in enumerate(doses):
-                    rows, deltas = intervention_deltas(ed, dose)
-                    ans = _read(readers, fact_rel[rows], H[fact_subj[rows]] + deltas)
-                    sc = intervention_scores(ans[:n_own], ans[n_own:], ed["target"], answer[ed["own"]],
-                                             answer[ed["others"]])
-                    hit = bool(rule(sc, already))
-                    if is_neg:
-                        neg[q] += hit / draws
-                    else:
-                        rate[k, q] += hit / draws
+                labs_runs.append((probes.shuffled(list(labels), present, rng), True))
+            plantings.append((H, readers, answer, fs, oth))
+            for labs, is_neg in labs_runs:
+                groups = probes.folds_of(n, folds, rng)
+                inner_x = inner_parts(n, groups, rng=rng)
+                inner_0 = inner_parts(n, groups, rng=rng)
+                targets = draw_targets(Us, np.array(labs), fs, rng)
+                runs.append((len(plantings) - 1, labs, is_neg, groups, inner_x, inner_0, targets))
+        fits: dict[int, tuple] = {}
+        for negative in (False, True):
+            idx = [q for q, run in enumerate(runs) if run[2] == negative]
+            if not idx:
+                continue
+            Y = np.stack([plantings[runs[q][0]][0] for q in idx])
+            if negative:
+                X = np.stack([probes._design([Us[r][runs[q][1][r]] for r in range(R)], present) for q in idx])
+            else:
+                X = design
+            full = cross_fit_batch(X, [Y], [runs[q][3] for q in idx], [runs[q][4] for q in idx],
+                                   keep_coef=True)
+            alone = cross_fit_batch(presence, [Y], [runs[q][3] for q in idx], [runs[q][5] for q in idx])
+            for j, q in enumerate(idx):
+                fits[q] = (X if X.ndim == 2 else X[j], full[j][0], alone[j][0])
+            del Y
+        for q, (h, labs, is_neg, groups, _ix, _i0, targets) in enumerate(runs):
+            H, readers, answer, fs, oth = plantings[h]
+            Xq, full, alone = fits.pop(q)
+            if superposition_rule is not None:
+                verdict = superposition_rule({"r2": r2_score(H, full["predictions"]),
+                                              "presence_r2": r2_score(H, alone["predictions"])})
+                if is_neg:
+                    sup_neg += verdict / draws
+                else:
+                    sup_rate[k] += verdict / draws
+            blocks_of = [(test, probes.BlockMaps(Xq[fit] - Xq[fit].mean(axis=0), C, Us[0].shape[1], R))
+                         for test, (fit, C) in zip(groups, full["coef"])]
+            ed = intervention_edits(blocks_of, Us, np.array(labs), fs, np.linalg.norm(H[fact_subj], axis=1),
+                                    oth, targets=targets)
+            del blocks_of
+            if not is_neg:
+                edited[k] += ed["own"].size / draws
+            if ed["own"].size == 0:
+                continue
+            n_own = ed["own"].size
+            already = float(np.mean(answer[ed["own"]] == ed["target"]))
+            for d, dose in enumerate(doses):
+                rows, deltas = intervention_deltas(ed, dose)
+                ans = _read(readers, fact_rel[rows], H[fact_subj[rows]] + deltas)
+                sc = intervention_scores(ans[:n_own], ans[n_own:], ed["target"], answer[ed["own"]],
+                                         answer[ed["others"]])
+                hit = bool(rule(sc, already))
+                if is_neg:
+                    neg[d] += hit / draws
+                else:
+                    rate[k, d] += hit / draws
     out = {"snrs": list(snrs), "doses": list(doses), "rate": rate.tolist(),
            "negative": neg.tolist() if negative_snr is not None else None, "edited": edited.tolist(),
            "draws": int(draws)}

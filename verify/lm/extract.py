@@ -20,7 +20,7 @@ import numpy as np
 
 from georecall.errors import InputError
 
-__all__ = ["Batch", "continuation_match", "decoder_parts", "encode", "first_token_ids", "hooks",
+__all__ = ["Batch", "Streams", "continuation_match", "decoder_parts", "encode", "first_token_ids", "hooks",
            "last_subject_token", "lens", "run", "subset"]
 
 
@@ -226,8 +226,83 @@ def hooks(model, layers: Sequence[int], store: dict, positions, edits: dict | No
             h.remove()
 
 
+# Decoders whose forward, given ``inputs_embeds``, runs exactly its blocks and final norm on them (no scaling
+# of the embeddings, positions from 0): for these an edited pass may start at the edited layer (Streams).
+RESUMABLE = ("llama",)
+
+
+@contextmanager
+def _blocks(model, start: int, stop: int):
+    """Run only blocks ``start..stop−1`` (0-based) of the decoder in the ``with`` body: the decoder's
+    ``layers`` list is replaced by that slice and restored after."""
+    import torch
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    kept = base.layers
+    base.layers = torch.nn.ModuleList(list(kept)[start:stop])
+    try:
+        yield base
+    finally:
+        base.layers = kept
+
+
+class Streams:
+    """The unedited residual stream of a batch's sequences (every position) at chosen layers, so that an
+    edited pass (:func:`run` with ``streams``) starts at the edited layer instead of recomputing the layers
+    below it, which the edit does not touch.
+
+    Computed lazily per chunk of :func:`run`'s chunking (``batch_size`` sequences, trimmed to the chunk's
+    longest), once for the chunk's distinct sequences, with the same padded length as the edited pass: a
+    sequence's states depend on the padded length, not on the other sequences of the chunk, so the resumed
+    pass gives the same tensors as the full one (tests/test_lm.py checks it bitwise).
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A decoder-only model whose type is in :data:`RESUMABLE` (else :func:`run` runs every layer).
+    batch : Batch
+        The sequences (as :func:`run` receives them).
+    layers : sequence of int
+        The layers at which edits will be made.
+    batch_size : int
+        :func:`run`'s chunk size.
+    """
+
+    def __init__(self, model, batch: Batch, layers: Sequence[int], batch_size: int = 64):
+        self.model, self.batch, self.batch_size = model, batch, batch_size
+        self.layers = sorted(set(int(x) for x in layers))
+        self.usable = getattr(model.config, "model_type", None) in RESUMABLE
+        self._chunks: dict[int, tuple] = {}
+
+    def at(self, lo: int, layer: int):
+        """The chunk starting at ``lo``: the unedited stream after layer ``layer``, (chunk, T, width)."""
+        import torch
+        if lo not in self._chunks:
+            hi = min(self.batch.input_ids.shape[0], lo + self.batch_size)
+            mask = self.batch.attention_mask[lo:hi]
+            keep = int(mask.sum(dim=1).max())
+            ids = self.batch.input_ids[lo:hi, :keep]
+            distinct, inverse = torch.unique(torch.cat([ids, mask[:, :keep]], dim=1), dim=0,
+                                             return_inverse=True)
+            store: dict = {}
+            emb, blocks = decoder_parts(self.model)
+            modules = [emb] + blocks
+            handles = [modules[x].register_forward_hook(
+                lambda _m, _a, out, x=x: store.__setitem__(x, out[0] if isinstance(out, tuple) else out))
+                for x in self.layers]
+            try:
+                with torch.inference_mode(), _blocks(self.model, 0, max(self.layers)) as base:
+                    base(input_ids=distinct[:, :keep], attention_mask=distinct[:, keep:], use_cache=False)
+            finally:
+                for h in handles:
+                    h.remove()
+            self._chunks[lo] = (store, inverse)
+        store, inverse = self._chunks[lo]
+        return store[layer][inverse]
+
+
 def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None, batch_size: int = 64,
-        progress: Callable[[int], None] | None = None, edit_positions=None) -> tuple[np.ndarray, np.ndarray]:
+        progress: Callable[[int], None] | None = None, edit_positions=None,
+        streams: Streams | None = None) -> tuple[np.ndarray, np.ndarray]:
     """States at each sequence's chosen position for ``layers``, and the logits' argmax at its last token.
 
     Parameters
@@ -246,6 +321,9 @@ def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None
         Called with the number of sequences done.
     edit_positions : (n,) array of int, optional
         Where the edits are added (default the chosen positions, where the states are read).
+    streams : Streams, optional
+        The unedited streams of ``batch`` (same ``batch_size``): with one edited layer among its layers and
+        every read layer above it, each pass starts at the edited layer (the same result).
 
     Returns
     -------
@@ -267,16 +345,31 @@ def run(model, batch: Batch, layers: Sequence[int], *, edits: dict | None = None
     head = model.get_output_embeddings()
     tensor_edits = {k: torch.as_tensor(np.asarray(v, dtype=np.float32)) for k, v in (edits or {}).items()}
     where = None if edit_positions is None else torch.as_tensor(np.asarray(edit_positions), dtype=torch.long)
-    with torch.no_grad():
+    start = None  # the edited layer, where a resumed pass starts
+    if (streams is not None and streams.usable and streams.batch_size == batch_size
+            and len(tensor_edits) == 1 and next(iter(tensor_edits)) in streams.layers
+            and all(x > next(iter(tensor_edits)) for x in layers)):
+        start = next(iter(tensor_edits))
+    with torch.inference_mode():
         for lo in range(0, n, batch_size):
             hi = min(n, lo + batch_size)
             mask = batch.attention_mask[lo:hi]
             keep = int(mask.sum(dim=1).max())  # right padding: trailing pad columns dropped
             store: dict = {}
             sub = {k: v[lo:hi] for k, v in tensor_edits.items()}
-            with hooks(model, layers, store, batch.positions[lo:hi], sub,
-                       None if where is None else where[lo:hi]):
-                final = base(input_ids=batch.input_ids[lo:hi, :keep], attention_mask=mask[:, :keep])
+            pos = batch.positions[lo:hi] if where is None else where[lo:hi]
+            if start is not None and streams is not None:
+                h = streams.at(lo, start).clone()
+                rows = torch.arange(hi - lo)
+                h[rows, pos] = h[rows, pos] + sub[start].to(h.dtype)
+                with hooks(model, layers, store, batch.positions[lo:hi]), \
+                        _blocks(model, start, len(decoder_parts(model)[1])) as part:
+                    final = part(inputs_embeds=h, attention_mask=mask[:, :keep], use_cache=False)
+            else:
+                with hooks(model, layers, store, batch.positions[lo:hi], sub,
+                           None if where is None else where[lo:hi]):
+                    final = base(input_ids=batch.input_ids[lo:hi, :keep], attention_mask=mask[:, :keep],
+                                 use_cache=False)
             for j, layer in enumerate(layers):
                 states[lo:hi, j] = store[layer].float().numpy()
             # the read-out at the last real token only (the model's own head, after the final norm)
@@ -327,7 +420,7 @@ def lens(model, states: np.ndarray, *, batch_size: int = 256) -> np.ndarray:
     head = model.get_output_embeddings()
     flat = np.asarray(states, dtype=np.float32).reshape(-1, states.shape[-1])
     out = np.zeros(flat.shape[0], dtype=np.int64)
-    with torch.no_grad():
+    with torch.inference_mode():
         for lo in range(0, flat.shape[0], batch_size):
             x = torch.as_tensor(flat[lo : lo + batch_size])
             out[lo : lo + batch_size] = head(base.norm(x)).argmax(dim=-1).numpy()
@@ -340,7 +433,7 @@ def lens_within(model, states: np.ndarray, candidates: np.ndarray) -> np.ndarray
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     W = model.get_output_embeddings().weight[torch.as_tensor(np.asarray(candidates, dtype=np.int64))]
     flat = np.asarray(states, dtype=np.float32).reshape(-1, states.shape[-1])
-    with torch.no_grad():
+    with torch.inference_mode():
         k = (base.norm(torch.as_tensor(flat)) @ W.T).argmax(dim=-1).numpy()
     return np.asarray(candidates)[k].reshape(states.shape[:-1])
 
@@ -382,20 +475,25 @@ def continuation_match(model, tokenizer, prompts: Sequence[str], continuations: 
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     head = model.get_output_embeddings()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    with torch.no_grad():
-        for lo in range(0, n, batch_size):
-            idx = [i for i in range(lo, min(n, lo + batch_size)) if ok[i]]
-            if not idx:
-                continue
+    # the sequences in order of length, so that a batch pads little (teacher forcing: a sequence's logits do
+    # not depend on the others in its batch; its padded length moves them by float rounding only)
+    order = [int(i) for i in np.argsort([len(f) for f in F], kind="stable") if ok[i]]
+    with torch.inference_mode():
+        for lo in range(0, len(order), batch_size):
+            idx = order[lo : lo + batch_size]
             T = max(len(F[i]) for i in idx)
             ids = torch.full((len(idx), T), pad, dtype=torch.long)
             mask = torch.zeros((len(idx), T), dtype=torch.long)
             for k, i in enumerate(idx):
                 ids[k, : len(F[i])] = torch.as_tensor(F[i])
                 mask[k, : len(F[i])] = 1
-            hidden = base(input_ids=ids, attention_mask=mask).last_hidden_state
-            for k, i in enumerate(idx):
-                a, b = len(P[i]) - 1, len(F[i]) - 1
-                pred = head(hidden[k, a:b]).argmax(dim=-1).numpy()
-                matched[i] = bool(np.array_equal(pred, np.asarray(F[i][a + 1 : b + 1])))
+            hidden = base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+            # the head once per batch, on every sequence's continuation rows together (one product with the
+            # unembedding instead of one per sequence: the unembedding is most of a small model's weights)
+            spans = [(len(P[i]) - 1, len(F[i]) - 1) for i in idx]
+            pred = head(torch.cat([hidden[k, a:b] for k, (a, b) in enumerate(spans)])).argmax(dim=-1).numpy()
+            at = 0
+            for (a, b), i in zip(spans, idx):
+                matched[i] = bool(np.array_equal(pred[at : at + b - a], np.asarray(F[i][a + 1 : b + 1])))
+                at += b - a
     return matched, lengths

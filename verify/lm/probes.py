@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from georecall.verify.experiments.ridge import cross_fit, r2_score
+from georecall.verify.experiments.ridge import cross_fit, cross_fit_many, r2_score
 
-__all__ = ["BlockMaps", "decode_relation", "folds_of", "shuffled", "superposition_fit"]
+__all__ = ["BlockMaps", "decode_relation", "folds_of", "shuffled", "superposition_fit",
+           "superposition_fit_many"]
 
 
 def folds_of(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -184,6 +185,32 @@ def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarr
     alphas = fitted["alphas"]
     maps = [(test, BlockMaps(Xc, C, q, len(blocks))) for test, (Xc, C) in zip(groups, fitted.get("dual", []))]
     return {"r2": r2_score(H, P), "presence_r2": r2_score(H, P0), "alphas": alphas, "maps": maps}
+
+
+def superposition_fit_many(Hs: list[np.ndarray], blocks: list[np.ndarray], present: np.ndarray, *, folds: int,
+                           rng: np.random.Generator) -> list[dict]:
+    """:func:`superposition_fit` (without maps) of several state matrices on one design, e.g. every layer's
+    subject states: entry i is what :func:`superposition_fit` gives ``Hs[i]`` with a generator in ``rng``'s
+    state (the same groups and inner folds; one Gram matrix and its eigen-decompositions serve every H).
+
+    Parameters
+    ----------
+    Hs : list of (n, p) arrays
+        The states.
+    blocks, present, folds, rng
+        As :func:`superposition_fit`.
+
+    Returns
+    -------
+    list of dict
+        ``r2``, ``presence_r2``, ``alphas`` and ``maps`` (empty) per H.
+    """
+    X = _design(blocks, present)
+    groups = folds_of(present.shape[0], folds, rng)
+    fitted = cross_fit_many(X, Hs, groups, rng=rng)
+    alone = cross_fit_many(present.astype(np.float64), Hs, groups, rng=rng)
+    return [{"r2": r2_score(H, f["predictions"]), "presence_r2": r2_score(H, f0["predictions"]),
+             "alphas": f["alphas"], "maps": []} for H, f, f0 in zip(Hs, fitted, alone)]
 
 
 def shuffled(labels_by_relation: list[np.ndarray], present: np.ndarray, rng: np.random.Generator

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -143,16 +144,23 @@ def _rng(seed: int, name: str, *key: int) -> np.random.Generator:
 
 
 class _Prepared:
-    """Tokenized prompts (per template), the attributes' token classes, and the fact indices."""
+    """Tokenized prompts (per template), the attributes' token classes, and the fact indices.
 
-    def __init__(self, tokenizer, facts: Facts, templates: Sequence[int]):
+    Without a tokenizer (the analysis of a cached measurement), ``token_ids`` gives each relation's
+    candidates' first tokens (the measurement's ``cand_ids{r}``) and there are no prompts."""
+
+    def __init__(self, tokenizer, facts: Facts, templates: Sequence[int],
+                 token_ids: Sequence[np.ndarray] | None = None):
         self.facts = facts
         self.fact_list = facts.facts()
         R = len(facts.relations)
         self.classes: list[np.ndarray] = []
         self.cand_class: list[dict[str, int]] = []
-        for rel in facts.relations:
-            ids = extract.first_token_ids(tokenizer, [" " + c for c in rel.candidates])
+        self.cand_ids: list[np.ndarray] = []
+        for r, rel in enumerate(facts.relations):
+            ids = (extract.first_token_ids(tokenizer, [" " + c for c in rel.candidates]) if token_ids is None
+                   else np.asarray(token_ids[r], dtype=np.int64))
+            self.cand_ids.append(ids)
             uniq = np.unique(ids)
             self.classes.append(uniq)
             self.cand_class.append({c: int(np.searchsorted(uniq, t)) for c, t in zip(rel.candidates, ids)})
@@ -170,10 +178,12 @@ class _Prepared:
                 texts.append(PREFIX + t.replace("{}", s, 1))
                 spans.append((len(PREFIX) + start, len(PREFIX) + start + len(s)))
             self.prompt_texts.append(texts)
-            self.prompts.append(extract.encode(tokenizer, texts, spans))
+            if tokenizer is not None:
+                self.prompts.append(extract.encode(tokenizer, texts, spans))
             self.distinct.append(np.array([len(rel.templates) > tm for rel in facts.relations]))
-        self.alone = extract.encode(tokenizer, [PREFIX + s for s in facts.subjects],
-                                    [(len(PREFIX), len(PREFIX) + len(s)) for s in facts.subjects])
+        self.alone = (extract.encode(tokenizer, [PREFIX + s for s in facts.subjects],
+                                     [(len(PREFIX), len(PREFIX) + len(s)) for s in facts.subjects])
+                      if tokenizer is not None else None)
         n = len(facts.subjects)
         self.present = np.zeros((n, R), dtype=bool)
         self.label = np.zeros((R, n), dtype=np.int64)
@@ -239,8 +249,12 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
     prep = _Prepared(loaded.tokenizer, facts, tmpls)
     m: dict = {"L": L, "width": int(model.config.hidden_size), "layers": list(layers), "templates": tmpls,
                "lre_layers": list(lre_layers), "intervene_layers": list(intervene_layers)}
+    for r, ids in enumerate(prep.cand_ids):  # the tokenizer's part of the analysis: a cached rerun needs no
+        m[f"cand_ids{r}"] = ids              # tokenizer
     t0 = time.perf_counter()
-    m["alone"], _ = extract.run(model, prep.alone, layers, batch_size=batch_size)
+    alone = prep.alone
+    assert alone is not None  # a tokenizer was given
+    m["alone"], _ = extract.run(model, alone, layers, batch_size=batch_size)
     Uw = model.get_output_embeddings().weight.detach().float().numpy()
     for r in range(len(facts.relations)):
         m[f"U{r}"] = Uw[prep.classes[r]].astype(np.float64)
@@ -284,10 +298,13 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
         out = np.zeros((src.size, len(p_layers)), dtype=np.int64)
         if src.size:
             sub = extract.subset(prep.prompts[t], src)
+            # each layer's pass starts at that layer, from the unedited streams of these prompts
+            streams = extract.Streams(model, sub, p_layers, batch_size)
             for q, layer in enumerate(p_layers):
 
                 def forward(rows, deltas, layer=layer):  # rows is src: ``sub`` holds their prompts
-                    return extract.run(model, sub, [], edits={layer: deltas}, batch_size=batch_size)[1]
+                    return extract.run(model, sub, [], edits={layer: deltas}, batch_size=batch_size,
+                                       streams=streams)[1]
 
                 out[:, q] = controls.patch_answers(forward, m[f"prompt{t}"][:, layers.index(layer)], src,
                                                    partner[src])
@@ -299,7 +316,7 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
     say(f"  interventions at layers {list(intervene_layers)} ({time.perf_counter() - t0:.0f} s)")
     if random_control:
         twin = random_like(loaded, seed)
-        m["alone_random"], _ = extract.run(twin.model, prep.alone, layers, batch_size=batch_size)
+        m["alone_random"], _ = extract.run(twin.model, alone, layers, batch_size=batch_size)
         del twin
         say(f"  random-init twin ({time.perf_counter() - t0:.0f} s)")
     m["measure_seconds"] = time.perf_counter() - t0
@@ -322,13 +339,19 @@ def _measure_lre(model, prep: _Prepared, m: dict, layers, lre_layers, seed, batc
         cand = prep.classes[r]
         pred = np.zeros((len(lre_layers), len(BETAS), kr.size), dtype=np.int64)
         pred_c = np.zeros_like(pred)
+        # the training prompts, once per fact scored (controls.lre_outputs' rows), and their unedited streams:
+        # each layer's passes start at that layer
+        rows_fd = np.repeat(train, kr.size)
+        sub = extract.subset(prompts, rows_fd, last[rows_fd])
+        streams = extract.Streams(model, sub, lre_layers, batch_size)
         for jl, layer in enumerate(lre_layers):
             j = layers.index(layer)
 
             def forward(rows, deltas, layer=layer):
-                sub = extract.subset(prompts, rows, last[rows])
-                o, _ = extract.run(model, sub, [L], edits={layer: deltas}, batch_size=batch_size,
-                                   edit_positions=subj_pos[rows])
+                same = np.array_equal(rows, rows_fd)
+                here = sub if same else extract.subset(prompts, rows, last[rows])
+                o, _ = extract.run(model, here, [L], edits={layer: deltas}, batch_size=batch_size,
+                                   edit_positions=subj_pos[rows], streams=streams if same else None)
                 return o[:, 0]
 
             out = controls.lre_outputs(forward, m["prompt0"][:, j], m["final0"], kr, train, BETAS, FD_STEP)
@@ -375,10 +398,12 @@ def _measure_interventions(model, prep: _Prepared, m: dict, layers, intervene_la
         res = None
         for q, dose in enumerate(doses):
             rows, delta = controls.intervention_deltas(ed, dose)
-            if res is None:
+            if res is None:  # the same prompts at every dose: their streams once, each pass from there
                 sub = extract.subset(prep.prompts[0], rows)
+                streams = extract.Streams(model, sub, [layer], batch_size)
                 res = np.zeros((len(doses), rows.size), dtype=np.int64)
-            _, res[q] = extract.run(model, sub, [], edits={layer: delta}, batch_size=batch_size)
+            _, res[q] = extract.run(model, sub, [], edits={layer: delta}, batch_size=batch_size,
+                                    streams=streams)
         m[f"iv_answers{layer}"] = res
 
 
@@ -391,7 +416,7 @@ def _frac(x) -> float | None:
 
 
 def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = None, *, seed: int,
-            prep: _Prepared) -> dict:
+            prep: _Prepared, workers: int | None = None) -> dict:
     """The probes, controls, power and verdict from a :func:`measure` dict (NumPy only).
 
     Parameters
@@ -405,6 +430,8 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
         The run seed (folds, shuffles, plantings).
     prep : _Prepared
         The prepared prompts (labels, classes, fact indices).
+    workers : int, optional
+        Threads (default two where two CPUs are available; the document does not depend on it).
 
     Returns
     -------
@@ -418,8 +445,41 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
     subj = [np.flatnonzero(prep.present[:, r]) for r in range(R)]
     groups = [probes.folds_of(s.size, FOLDS, _rng(seed, "lm-decode", r)) for r, s in enumerate(subj)]
     shuf = probes.shuffled(list(prep.label), prep.present, _rng(seed, "lm-shuffle"))
-    pw = power.decode_power(list(prep.label), Us, prep.present, width, groups, rng=_rng(seed, "lm-power"),
-                            draws=POWER_DRAWS)
+    # decoding and superposition per layer. Every layer (and the random-init model's) is fitted with the same
+    # folds, drawn afresh from each probe's own stream, so the layers are fitted together: per relation one
+    # batch of 2 × layers problems (the real labels and their shuffled control), per design one Gram matrix.
+    # Each probe draws from its own stream, so the two halves below are independent: they run in two threads
+    # where two CPUs are available (the same document either way).
+    nl = len(layers)
+    alone = m["alone"].astype(np.float64)
+    alone_r = m["alone_random"].astype(np.float64) if "alone_random" in m else None
+
+    def decoding() -> tuple:
+        pw = power.decode_power(list(prep.label), Us, prep.present, width, groups,
+                                rng=_rng(seed, "lm-power"), draws=POWER_DRAWS)
+        decoded = []
+        for r in range(R):
+            stack = [alone[subj[r], j] for j in range(nl)]
+            if alone_r is not None:
+                stack += [alone_r[subj[r], j] for j in range(nl)]
+            decoded.append(power.decode_vectors_stack(np.stack(stack), [prep.label[r, subj[r]],
+                                                                        shuf[r][subj[r]]], Us[r], groups[r],
+                                                      rng=_rng(seed, "lm-decode", r)))
+        return pw, decoded
+
+    def the_rest() -> tuple:
+        blocks = [Us[r][prep.label[r]] for r in range(R)]
+        Hs = [alone[:, j] for j in range(nl)] + ([alone_r[:, j] for j in range(nl)]
+                                                 if alone_r is not None else [])
+        sup_all = probes.superposition_fit_many(Hs, blocks, prep.present, folds=FOLDS,
+                                                rng=_rng(seed, "lm-sup"))
+        sup_sh = probes.superposition_fit_many(Hs[:nl], [Us[r][shuf[r]] for r in range(R)], prep.present,
+                                               folds=FOLDS, rng=_rng(seed, "lm-sup"))
+        return (sup_all, sup_sh, _planted_superposition(m, prep, Us, width, seed),
+                _patch_power(m, prep, seed), _lre_rows(m, prep, facts, seed))
+
+    (pw, decoded), (sup_all, sup_sh, (sup_power, iv_power), patch_power, lre) = _in_parallel(
+        [decoding, the_rest], _workers() if workers is None else workers)
     relations = []
     for r, rel in enumerate(facts.relations):
         rows = prep.fact_row[r][subj[r]]
@@ -432,42 +492,29 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
             row["random_first_token_accuracy"] = float(np.mean(m["answers_random"][rows]
                                                                == prep.fact_token[rows]))
         relations.append(row)
-    # decoding and superposition per layer
     layer_rows = []
     for j, layer in enumerate(layers):
-        H = m["alone"][:, j].astype(np.float64)
-        Hr = m["alone_random"][:, j].astype(np.float64) if "alone_random" in m else None
         per = []
         for r in range(R):
-            lab = prep.label[r, subj[r]]
-            # the real labels and the shuffled control with the same folds, sharing the fits' factorisations
-            res, sh = power.decode_vectors_many(H[subj[r]], [lab, shuf[r][subj[r]]], Us[r], groups[r],
-                                                rng=_rng(seed, "lm-decode", r))
+            res, sh = decoded[r][j]
             x: dict[str, Any] = {"relation": facts.relations[r].name}
             x.update({k: res[k] for k in ("n", "classes", "chance", "accuracy", "majority", "unseen",
                                      "accuracy_seen", "accuracy_unseen")})
             x["shuffled"] = sh["accuracy"]
             floor = max(res["chance"], res["majority"], sh["accuracy"])
-            if Hr is not None:
-                x["random_model"] = power.decode_vectors(Hr[subj[r]], lab, Us[r], groups[r],
-                                                         rng=_rng(seed, "lm-decode", r))["accuracy"]
+            if alone_r is not None:
+                x["random_model"] = decoded[r][nl + j][0]["accuracy"]
                 floor = max(floor, x["random_model"])
             x["decodable"] = bool(res["accuracy"] >= floor + THRESHOLDS["decode_margin"])
             word, why = power.verdict_word(x["decodable"], pw[r], unseen=res["unseen"], n=res["n"])
             x["verdict"], x["reason"] = word, why
             per.append(x)
-        blocks = [Us[r][prep.label[r]] for r in range(R)]
-        sup = probes.superposition_fit(H, blocks, prep.present, folds=FOLDS, rng=_rng(seed, "lm-sup"),
-                                       keep_maps=False)
-        sup_s = probes.superposition_fit(H, [Us[r][shuf[r]] for r in range(R)], prep.present, folds=FOLDS,
-                                         rng=_rng(seed, "lm-sup"), keep_maps=False)
+        sup, sup_s = sup_all[j], sup_sh[j]
         srow = {"r2": sup["r2"], "presence_r2": sup["presence_r2"], "shuffled_r2": sup_s["r2"]}
-        if Hr is not None:
-            srow["random_r2"] = probes.superposition_fit(Hr, blocks, prep.present, folds=FOLDS,
-                                                         rng=_rng(seed, "lm-sup"), keep_maps=False)["r2"]
+        if alone_r is not None:
+            srow["random_r2"] = sup_all[nl + j]["r2"]
         layer_rows.append({"layer": layer, "per_relation": per, "superposition": srow,
                            "decode_mean": float(np.mean([x["accuracy"] for x in per]))})
-    sup_power, iv_power = _planted_superposition(m, prep, Us, width, seed)
     # the model's own probes
     lens, patch = [], []
     for t in range(len(m["templates"])):
@@ -482,20 +529,10 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
             sel = prep.fact_rel[src] == r
             if sel.any():
                 per_rel[rel.name] = {"pairs": int(sel.sum()), "moved": moved[sel].mean(axis=0).tolist()}
-        pw_layers = []
-        if src.size:
-            fact_class = prep.label[prep.fact_rel, prep.fact_subj]
-            n_classes = [int(c.size) for c in prep.classes]
-            for q, layer in enumerate(p_layers):
-                pw_layers.append(controls.patch_power(
-                    m[f"prompt{t}"][:, layers.index(layer)].astype(np.float64), fact_class, prep.fact_rel,
-                    n_classes, src, dst, THRESHOLDS["patch_moved"],
-                    rng=_rng(seed, "lm-patch-power", t, layer), draws=POWER_DRAWS))
         patch.append({"pairs": int(src.size), "layers": p_layers,
                       "moved": moved.mean(axis=0).tolist() if src.size else [],
                       "kept": stayed.mean(axis=0).tolist() if src.size else [], "per_relation": per_rel,
-                      "power": pw_layers})
-    lre = _lre_rows(m, prep, facts, seed)
+                      "power": patch_power[t]})
     inter = _intervention_rows(m, prep, facts)
     doc = {"L": m["L"], "width": width, "subjects": len(facts.subjects), "relations_n": R,
            "facts": len(prep.fact_list), "templates": m["templates"], "folds": FOLDS, "layers": layer_rows,
@@ -508,6 +545,46 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
            "layer_list": list(layers)}
     doc["verdict"] = verdict(doc)
     return doc
+
+
+def _workers() -> int:
+    """Threads for the analysis: two where this process may use two CPUs, else one."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return 2 if cpus >= 2 else 1
+
+
+def _in_parallel(tasks: list[Callable[[], Any]], workers: int) -> list:
+    """Each task's result, in order; the tasks after the first in ``workers − 1`` threads beside it (NumPy's
+    factorisations, products and random draws release the GIL)."""
+    if workers < 2 or len(tasks) < 2:
+        return [task() for task in tasks]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=workers - 1) as pool:
+        pending = [pool.submit(task) for task in tasks[1:]]
+        first = tasks[0]()
+        return [first] + [f.result() for f in pending]
+
+
+def _patch_power(m: dict, prep: _Prepared, seed: int) -> list[list[dict]]:
+    """Per template, per patched layer, the planted control of patching (:func:`.controls.patch_power`)."""
+    out = []
+    layers = m["layers"]
+    fact_class = prep.label[prep.fact_rel, prep.fact_subj]
+    n_classes = [int(c.size) for c in prep.classes]
+    for t in range(len(m["templates"])):
+        src, dst = m[f"patch_src{t}"], m[f"patch_dst{t}"]
+        rows = []
+        if src.size:
+            for layer in (int(x) for x in m[f"patch_layers{t}"]):
+                rows.append(controls.patch_power(
+                    m[f"prompt{t}"][:, layers.index(layer)].astype(np.float64), fact_class, prep.fact_rel,
+                    n_classes, src, dst, THRESHOLDS["patch_moved"],
+                    rng=_rng(seed, "lm-patch-power", t, layer), draws=POWER_DRAWS))
+        out.append(rows)
+    return out
 
 
 def _lre_rows(m: dict, prep: _Prepared, facts: Facts, seed: int) -> list[dict]:
@@ -855,9 +932,8 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     key = _cache_key(loaded, facts, params)
     m = _load_cache(cache, key) if cache else None
     cached = m is not None
-    prep = _Prepared(loaded.tokenizer, facts, [template + k for k in range(TEMPLATES)])
     say(f"probe-lm: {loaded.description}, {L} layers, width {config.hidden_size}; "
-        f"{len(facts.subjects)} subjects, {len(facts.relations)} relations, {len(prep.fact_list)} facts"
+        f"{len(facts.subjects)} subjects, {len(facts.relations)} relations, {len(facts.facts())} facts"
         + ("; measurement read from the cache" if cached else ""))
     if m is None:
         if loaded.model is None:  # a light load (loader.load_light) and no usable cache: the weights now
@@ -867,6 +943,13 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
                     say=say)
         if cache:
             _save_cache(cache, key, m)
+    templates = [template + k for k in range(TEMPLATES)]
+    R = len(facts.relations)
+    if all(f"cand_ids{r}" in m for r in range(R)):  # no tokenizer needed (a cache written by measure)
+        prep = _Prepared(None, facts, templates, token_ids=[m[f"cand_ids{r}"] for r in range(R)])
+    else:
+        tokenizer = loaded.get_tokenizer() if hasattr(loaded, "get_tokenizer") else loaded.tokenizer
+        prep = _Prepared(tokenizer, facts, templates)
     t1 = time.perf_counter()
     doc = analyse(m, facts, seed=seed, prep=prep)
     doc["model"] = loaded.description

@@ -521,7 +521,7 @@ def _add_probe_lm(sub: _Subparsers) -> None:
                    help="skip the randomly initialised model of the same configuration")
     p.add_argument("--batch-size", type=_whole(1, 4096), default=64, help="sequences per forward pass (64)")
     p.add_argument("--threads", type=_whole(1, 1024), default=1,
-                   help="torch threads (default 1: on a shared machine one thread was 5x faster than two)")
+                   help="torch threads (default 1, as in the timings of docs/lm.md)")
     p.add_argument("--figures", default=None, metavar="DIR",
                    help="write lm_layers.{png,svg} here (lens, patching, LRE; power; dose-response; "
                    "matplotlib: in the lm and plot extras)")

@@ -14,8 +14,18 @@ import numpy as np
 import pytest
 
 from georecall.errors import InputError
-from georecall.verify.experiments import ridge
-from georecall.verify.lm import controls, extract, loader, run  # these import torch only inside functions
+from georecall.verify.experiments import power, ridge
+from georecall.verify.lm import (  # these import torch only inside functions
+    controls,
+    extract,
+    loader,
+    run,
+    run_analysis,
+    run_design,
+    run_measure,
+    run_report,
+    run_verdict,
+)
 from georecall.verify.lm import facts as lmfacts
 from georecall.verify.lm import probes as lmprobes
 
@@ -364,15 +374,15 @@ def _tiny_facts():
 @pytest.fixture(scope="module")
 def tiny_doc(tiny, tmp_path_factory):
     """One probe-lm run on the tiny model (3 plantings per SNR), its cache, and the rerun from the cache."""
-    old = run.POWER_DRAWS
-    run.POWER_DRAWS = 3
+    old = run_analysis.POWER_DRAWS
+    run_analysis.POWER_DRAWS = 3
     try:
         cache = str(tmp_path_factory.mktemp("cache") / "m.npz")
         doc = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=0, cache=cache)
         again = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=0, cache=cache)
         other = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=1, cache=cache)
     finally:
-        run.POWER_DRAWS = old
+        run_analysis.POWER_DRAWS = old
     return doc, again, other
 
 
@@ -381,13 +391,13 @@ def test_probe_lm_end_to_end_on_the_tiny_model(tiny, tiny_doc):
     assert [row["layer"] for row in doc["layers"]] == [0, 1, 2] and doc["templates"] == [0, 1]
     for rel in doc["relations"]:
         assert rel["facts"] == 8 and len(rel["known"]) == 2 and rel["power"]["draws"] == 3
-        assert rel["power"]["snrs"] == list(run.power.SNRS)
+        assert rel["power"]["snrs"] == list(power.SNRS)
     for row in doc["layers"]:
         for x in row["per_relation"]:
             # distinct answers under 5-fold cross-fitting: every held-out answer is unseen
             assert x["unseen"] == x["n"] == 8
             assert x["verdict"] in ("decodable", "not decodable", "cannot tell")
-    text = "\n".join(run.render_text(doc))
+    text = "\n".join(run_report.render_text(doc))
     assert "verdict: known facts" in text and "superposition power" in text
     from georecall.verify.cli.render import to_json
     json.loads(to_json({"command": "probe-lm", **doc}))
@@ -458,12 +468,12 @@ def test_verdict_encoding_needs_told_relations(tiny_doc):
     row = doc["layers"][0]
     for x in row["per_relation"]:
         x["verdict"] = "cannot tell"
-    assert run.verdict(doc)["encoding"]["0"] == "cannot tell"
+    assert run_verdict.verdict(doc)["encoding"]["0"] == "cannot tell"
     row["per_relation"] = [dict(row["per_relation"][0], relation=f"r{k}", verdict="not decodable")
                            for k in range(3)]
-    assert run.verdict(doc)["encoding"]["0"] == "no"  # three told, none decodable
+    assert run_verdict.verdict(doc)["encoding"]["0"] == "no"  # three told, none decodable
     row["per_relation"][0]["verdict"] = row["per_relation"][1]["verdict"] = "decodable"
-    v = run.verdict(doc)
+    v = run_verdict.verdict(doc)
     assert v["encoding"]["0"] == "yes" and v["decodable"] == {"r0": [0], "r1": [0]}
 
 
@@ -472,15 +482,15 @@ def test_verdict_superposition_negative_only_with_power(tiny_doc):
     sp = doc["superposition_power"]
     k = sp["snrs"].index(doc["thresholds"]["superposition_snr"])
     sp["positive"][k] = 0.5
-    lines = run.verdict(doc)["lines"]
+    lines = run_verdict.verdict(doc)["lines"]
     assert any("cannot tell" in line for line in lines if line.startswith("superposition"))
     sp["positive"][k] = 1.0
-    assert any("no layer (a planted" in line for line in run.verdict(doc)["lines"])
+    assert any("no layer (a planted" in line for line in run_verdict.verdict(doc)["lines"])
     s = doc["layers"][1]["superposition"]
     s.update(r2=0.9, presence_r2=0.1, shuffled_r2=0.2, random_r2=0.0)
-    assert run.verdict(doc)["superposition_layers"] == [1]
+    assert run_verdict.verdict(doc)["superposition_layers"] == [1]
     s["shuffled_r2"] = 0.85  # broken: the shuffled control explains as much
-    assert run.verdict(doc)["superposition_layers"] == []
+    assert run_verdict.verdict(doc)["superposition_layers"] == []
 
 
 def _power(key, grid, rate):
@@ -501,26 +511,26 @@ def test_verdict_lre_patching_and_interventions_follow_their_thresholds_and_powe
     snrs = doc["intervention_power"]["snrs"]
     doc["intervention_power"] = {"snrs": snrs, "doses": [4.0], "rate": [[1.0]] * len(snrs), "negative": [0.0],
                                  "edited": [10.0] * len(snrs), "draws": 10}
-    v = run.verdict(doc)
+    v = run_verdict.verdict(doc)
     assert v["lre_faithful"] == {"a": [1]} and v["patch_layers"][0] == [1] and v["selective"] == [[1, 4.0]]
     assert v["lre"] == {"a": {"1": "faithful"}} and v["interventions"] == {"1:4.0": "selective"}
     assert v["patching"][0] == {"0": "does not move", "1": "moves", "2": "does not move"}
     doc["lre"][0]["layers"][0]["bias_only"] = 0.7  # broken: the bias alone is as faithful
     doc["patching"][0]["moved"] = [0.0, 0.4, 0.2]
     doc["interventions"][0]["doses"][0]["stay"] = 0.5
-    v = run.verdict(doc)
+    v = run_verdict.verdict(doc)
     assert v["lre_faithful"] == {"a": []} and v["patch_layers"][0] == [] and v["selective"] == []
     # faithful among the candidates still (1.00 against 0.25): no negative verdict
     assert v["lre"] == {"a": {"1": "cannot tell"}}
     assert set(v["patching"][0].values()) == {"does not move"}
     assert v["interventions"] == {"1:4.0": "not selective"}
     doc["lre"][0]["layers"][0]["faithful_candidates"] = 0.3
-    assert run.verdict(doc)["lre"] == {"a": {"1": "not faithful"}}
+    assert run_verdict.verdict(doc)["lre"] == {"a": {"1": "not faithful"}}
     # the same failures with weak planted controls: cannot tell, never a negative verdict
     doc["lre"][0]["layers"][0]["power"] = _power("strengths", controls.LRE_STRENGTHS, 0.8)
     doc["patching"][0]["power"] = [_power("strengths", controls.PATCH_STRENGTHS, 0.8)] * 3
     doc["intervention_power"]["rate"] = [[0.8]] * len(snrs)
-    v = run.verdict(doc)
+    v = run_verdict.verdict(doc)
     assert v["lre"] == {"a": {"1": "cannot tell"}} and v["interventions"] == {"1:4.0": "cannot tell"}
     assert set(v["patching"][0].values()) == {"cannot tell"}
     assert any("cannot tell at 1:4.0" in line for line in v["lines"])
@@ -528,7 +538,7 @@ def test_verdict_lre_patching_and_interventions_follow_their_thresholds_and_powe
 
 def test_probe_lm_command_on_a_tiny_model_folder(tiny, tmp_path, capsys, monkeypatch):
     from georecall.verify.cli import main
-    monkeypatch.setattr(run, "POWER_DRAWS", 2)
+    monkeypatch.setattr(run_analysis, "POWER_DRAWS", 2)
     folder = tmp_path / "m"
     tiny.model.save_pretrained(folder)
     tiny.tokenizer.save_pretrained(folder)
@@ -563,21 +573,21 @@ def test_known_fact_probes_run_when_facts_are_known(tiny, monkeypatch):
     monkeypatch.setattr(extract, "continuation_match",
                         lambda model, tok, prompts, conts, batch_size=32: (np.ones(len(prompts), bool),
                                                                            np.ones(len(prompts), int)))
-    monkeypatch.setattr(run, "POWER_DRAWS", 1)
+    monkeypatch.setattr(run_analysis, "POWER_DRAWS", 1)
     doc = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=0,
                        random_control=False)
     assert [p["pairs"] for p in doc["patching"]] == [16, 16]  # distinct first tokens: everyone has a partner
     assert doc["patching"][0]["layers"] == [0, 1, 2] and doc["patching"][1]["layers"] == [1]
     assert all(x["told"] and x["held_out"] == 3 for x in doc["lre"])  # 8 known: 5 fit, 3 held out
-    assert [len(x["layers"][0]["sweep"]) for x in doc["lre"]] == [len(run.BETAS)] * 2
+    assert [len(x["layers"][0]["sweep"]) for x in doc["lre"]] == [len(run_design.BETAS)] * 2
     # every probe of the model's answer carries its planted control, at the run's shape
     assert all(x["layers"][0]["power"]["strengths"] == list(controls.LRE_STRENGTHS) for x in doc["lre"])
     assert [len(p["power"]) for p in doc["patching"]] == [3, 1]
     ivp = doc["intervention_power"]
-    assert len(ivp["rate"]) == len(ivp["snrs"]) and len(ivp["rate"][0]) == len(run.DOSES) + 1
+    assert len(ivp["rate"]) == len(ivp["snrs"]) and len(ivp["rate"][0]) == len(run_design.DOSES) + 1
     assert set(doc["verdict"]["lre"]) == {"capital", "speech"}
     (inter,) = doc["interventions"]
-    assert inter["edits"] == 16 and inter["others"] == 16 and len(inter["doses"]) == len(run.DOSES) + 1
+    assert inter["edits"] == 16 and inter["others"] == 16 and len(inter["doses"]) == len(run_design.DOSES) + 1
     assert all(v is not None for v in doc["logit_lens"][0])
 
 
@@ -619,9 +629,9 @@ def test_measure_with_resumed_passes_equals_the_full_passes(tiny, monkeypatch):
                                                                            np.ones(len(prompts), int)))
     kwargs = dict(layers=[0, 1, 2], lre_layers=[0, 1], intervene_layers=[1], template=0, seed=0,
                   random_control=False, batch_size=7, say=lambda _m: None)
-    fast = run.measure(tiny, _tiny_facts(), **kwargs)
+    fast = run_measure.measure(tiny, _tiny_facts(), **kwargs)
     monkeypatch.setattr(extract, "RESUMABLE", ())
-    slow = run.measure(tiny, _tiny_facts(), **kwargs)
+    slow = run_measure.measure(tiny, _tiny_facts(), **kwargs)
     assert set(fast) == set(slow) and "patched0" in fast and "lre_pred0" in fast and "iv_answers1" in fast
     for key, value in fast.items():
         if isinstance(value, np.ndarray):
@@ -631,8 +641,8 @@ def test_measure_with_resumed_passes_equals_the_full_passes(tiny, monkeypatch):
 def test_a_cached_rerun_needs_no_tokenizer_and_one_thread_or_two_agree(tiny, tmp_path):
     """The analysis of a cached measurement reads the candidates' first tokens from the cache (a light load
     of a GGUF file has no tokenizer), and its two threads give the one-thread document."""
-    old = run.POWER_DRAWS
-    run.POWER_DRAWS = 2
+    old = run_analysis.POWER_DRAWS
+    run_analysis.POWER_DRAWS = 2
     try:
         cache = str(tmp_path / "m.npz")
         doc = run.probe_lm(tiny, _tiny_facts(), intervene_layers=[1], lre_layers=[1], seed=0, cache=cache)
@@ -647,11 +657,11 @@ def test_a_cached_rerun_needs_no_tokenizer_and_one_thread_or_two_agree(tiny, tmp
             "layers": [0, 1, 2], "intervene_layers": [1], "lre_layers": [1], "template": 0, "seed": 0,
             "random_control": True}))
         assert m is not None
-        prep = run._Prepared(tiny.tokenizer, _tiny_facts(), [0, 1])
-        one = run.analyse(m, _tiny_facts(), seed=0, prep=prep, workers=1)
-        two = run.analyse(m, _tiny_facts(), seed=0, prep=prep, workers=2)
+        prep = run_measure._Prepared(tiny.tokenizer, _tiny_facts(), [0, 1])
+        one = run_analysis.analyse(m, _tiny_facts(), seed=0, prep=prep, workers=1)
+        two = run_analysis.analyse(m, _tiny_facts(), seed=0, prep=prep, workers=2)
     finally:
-        run.POWER_DRAWS = old
+        run_analysis.POWER_DRAWS = old
     strip = ("cached", "seconds", "analysis_seconds", "measure_seconds", "model")
     assert again["cached"]
     assert ({k: v for k, v in again.items() if k not in strip}

@@ -445,6 +445,7 @@ def run_probe_lm(p: ProbeLmParams) -> dict:
     est.add("torch and transformers", memory.GIB // 2, "—")
     est.require(p.budget)
     from georecall.verify.lm import run as lmrun  # the lm extra's package, as above
+    from georecall.verify.lm import run_design, run_report
     if not p.progress:
         loader.quiet()
     loader.set_threads(p.threads)
@@ -453,11 +454,11 @@ def run_probe_lm(p: ProbeLmParams) -> dict:
     loaded = loader.load_light(p.model) if cache and os.path.isfile(cache) else loader.load_model(p.model)
     config = loaded.model.config if loaded.model is not None else loaded.config
     L, width = int(config.num_hidden_layers), int(config.hidden_size)
-    n_seq = len(facts.subjects) + 3 * lmrun.TEMPLATES * len(facts.facts())
+    n_seq = len(facts.subjects) + 3 * run_design.TEMPLATES * len(facts.facts())
     est.add("states (subjects, prompts per template, final tokens; every layer), the superposition fits and "
             "the LRE products",
             4 * n_seq * (L + 1) * width * 2 + 8 * 16 * len(facts.relations) * width * width
-            + 8 * lmrun.LRE_TRAIN * len(facts.facts()) * width * 3, "--layers")
+            + 8 * run_design.LRE_TRAIN * len(facts.facts()) * width * 3, "--layers")
     est.require(p.budget)
     doc = lmrun.probe_lm(loaded, facts, layers=p.layers, intervene_layers=p.intervene_layers,
                          lre_layers=p.lre_layers, template=p.template, seed=p.seed,
@@ -471,7 +472,7 @@ def run_probe_lm(p: ProbeLmParams) -> dict:
               "intervene_layers": p.intervene_layers, "lre_layers": p.lre_layers, "cache": cache,
               "template": p.template, "random_control": not p.no_random_control, "batch_size": p.batch_size,
               "threads": p.threads, "figures": figures_dir, "seed": p.seed}
-    return document(p, params, est, **doc, text=lmrun.render_text(doc), figures=files)
+    return document(p, params, est, **doc, text=run_report.render_text(doc), figures=files)
 
 
 # ----------------------------------------------------------------------------------------------- export

@@ -13,6 +13,11 @@ extra: a real model's probes) builds on ``experiments`` (its ridge fits and powe
 command line imports it; ``export`` (the ``export``
 extra's targets) builds on ``checking`` and only the command line imports it.
 
+Inside ``lm/``, the parts of the ``probe-lm`` study: run_design (what is declared before a run) and
+run_verdict (the rules applied to a document) import none of the others; run_measure (the forward passes)
+builds on run_design, run_analysis on those three, run_report (the text) on run_design and run_verdict, and
+run (the driver) on any of them.
+
 Inside ``constructions/``, the modules of the one Model: model ← arithmetic ← forward ← decoding (the data,
 the error-bound arithmetic, THE forward pass, decoding), and storage (saving and loading) on model alone; each
 construction is one module (g1, a1, g2, a2_width, a2_depth, c1) that imports neither the registry nor the
@@ -240,21 +245,26 @@ MODEL_MODULES_ALLOWED = {
 }
 
 
-def model_module_back_edges(modules: dict[str, str]) -> list[str]:
-    """``importer -> imported`` for every import between the modules of the one Model
-    (:data:`MODEL_MODULES_ALLOWED`) that goes against their order."""
-    prefix = "georecall.constructions."
+def sibling_back_edges(modules: dict[str, str], prefix: str, allowed: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for every import between the sibling modules ``prefix + name`` named in
+    ``allowed`` (each name: the siblings it may import) that goes against their order."""
     bad = []
     for module, source in modules.items():
         mine = module.removeprefix(prefix)
-        if not module.startswith(prefix) or mine not in MODEL_MODULES_ALLOWED:
+        if not module.startswith(prefix) or mine not in allowed:
             continue
         for imported, _, _ in georecall_imports(source, module, set(modules)):
             theirs = imported.removeprefix(prefix)
-            if (imported.startswith(prefix) and theirs in MODEL_MODULES_ALLOWED and theirs != mine
-                    and theirs not in MODEL_MODULES_ALLOWED[mine]):
+            if (imported.startswith(prefix) and theirs in allowed and theirs != mine
+                    and theirs not in allowed[mine]):
                 bad.append(f"{module} -> {imported}")
     return bad
+
+
+def model_module_back_edges(modules: dict[str, str]) -> list[str]:
+    """``importer -> imported`` for every import between the modules of the one Model
+    (:data:`MODEL_MODULES_ALLOWED`) that goes against their order."""
+    return sibling_back_edges(modules, "georecall.constructions.", MODEL_MODULES_ALLOWED)
 
 
 def test_the_model_modules_import_in_their_order():
@@ -283,6 +293,46 @@ def test_the_model_modules_allowed_edges_pass():
         "georecall.constructions.forward": "from .arithmetic import matmul_rows",
         "georecall.constructions.storage": "from georecall.constructions.model import unflatten",
         "georecall.constructions.arithmetic": "from georecall.constructions.rounding import up"}) == []
+
+
+# Inside lm/: the parts of the probe-lm study (run.py, the driver, and its run_* siblings) import in their
+# order (what each may import of the others, beyond itself).
+RUN_MODULES_ALLOWED = {
+    "run_design": set(),
+    "run_verdict": set(),
+    "run_measure": {"run_design"},
+    "run_analysis": {"run_design", "run_measure", "run_verdict"},
+    "run_report": {"run_design", "run_verdict"},
+    "run": {"run_design", "run_measure", "run_analysis", "run_verdict", "run_report"},
+}
+RUN_PREFIX = "georecall.verify.lm."
+
+
+def test_the_probe_lm_study_modules_import_in_their_order():
+    assert all(RUN_PREFIX + name in MODULES for name in RUN_MODULES_ALLOWED)
+    assert sibling_back_edges(MODULES, RUN_PREFIX, RUN_MODULES_ALLOWED) == []
+
+
+@pytest.mark.parametrize("importer, line, imported", [
+    ("run_design", "from georecall.verify.lm.run_measure import measure", "run_measure"),
+    ("run_verdict", "def f():\n    from georecall.verify.lm import run_analysis\n", "run_analysis"),
+    ("run_measure", "from .run_analysis import analyse", "run_analysis"),
+    ("run_analysis", "from georecall.verify.lm.run import probe_lm", "run"),
+    ("run_report", "from georecall.verify.lm.run_measure import _Prepared", "run_measure"),
+])
+def test_a_planted_back_edge_between_the_probe_lm_study_modules_is_caught(importer, line, imported):
+    modules = {**MODULES, RUN_PREFIX + importer: line}
+    assert sibling_back_edges(modules, RUN_PREFIX, RUN_MODULES_ALLOWED) == [
+        f"{RUN_PREFIX}{importer} -> {RUN_PREFIX}{imported}"]
+
+
+def test_the_probe_lm_study_modules_allowed_edges_pass():
+    assert sibling_back_edges({
+        RUN_PREFIX + "run": "from georecall.verify.lm.run_analysis import analyse",
+        RUN_PREFIX + "run_analysis": "from .run_measure import _Prepared\nfrom .run_verdict import verdict",
+        RUN_PREFIX + "run_report": "from georecall.verify.lm import run_design, run_verdict",
+        RUN_PREFIX + "run_measure": "from georecall.verify.lm import controls, extract"},
+        RUN_PREFIX, RUN_MODULES_ALLOWED) == []
 
 
 # Inside constructions/: a construction is one module (CONTRIBUTING.md, "Adding a construction"). Each builds

@@ -116,8 +116,8 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     layers : sequence of int, optional
         Layers to probe (default every layer ``0..L``).
     intervene_layers, lre_layers : sequences of int, optional
-        Intervention and LRE layers (defaults :func:`default_intervene_layers`, :func:`default_lre_layers`);
-        each must be probed.
+        Intervention and LRE layers (defaults :func:`.run_design.default_intervene_layers`,
+        :func:`.run_design.default_lre_layers`); each must be probed.
     template : int
         The first prompt template of each relation (the last one when a relation has fewer); the second is
         the next.
@@ -136,13 +136,13 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     Returns
     -------
     dict
-        Plain data (:func:`analyse`), with ``model``, ``seconds`` and ``cached``.
+        Plain data (:func:`.run_analysis.analyse`), with ``model``, ``seconds`` and ``cached``.
 
     Raises
     ------
     InputError
         A layer outside ``0..L``, an intervention or LRE layer not probed, a relation with fewer subjects than
-        :data:`FOLDS`, or an attribute that tokenizes to nothing.
+        :data:`.run_design.FOLDS`, or an attribute that tokenizes to nothing.
     """
     say = progress or (lambda _m: None)
     config = loaded.model.config if loaded.model is not None else loaded.config

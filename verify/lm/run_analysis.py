@@ -38,12 +38,12 @@ def _frac(x) -> float | None:
 
 def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = None, *, seed: int,
             prep: _Prepared, workers: int | None = None) -> dict:
-    """The probes, controls, power and verdict from a :func:`measure` dict (NumPy only).
+    """The probes, controls, power and verdict from a :func:`.run_measure.measure` dict (NumPy only).
 
     Parameters
     ----------
     m : dict
-        :func:`measure`'s output (or the cache's).
+        :func:`.run_measure.measure`'s output (or the cache's).
     facts : Facts
         The facts measured.
     tokenizer_classes : unused

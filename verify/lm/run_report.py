@@ -21,7 +21,7 @@ def render_text(doc: dict) -> list[str]:
     Parameters
     ----------
     doc : dict
-        A :func:`probe_lm` document (with its ``verdict``).
+        A :func:`.run.probe_lm` document (with its ``verdict``).
 
     Returns
     -------

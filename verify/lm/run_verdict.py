@@ -12,7 +12,8 @@ __all__ = ["verdict"]
 
 
 def verdict(doc: dict) -> dict:
-    """Apply :data:`THRESHOLDS` to an :func:`analyse` document (the rules of ``docs/lm.md``).
+    """Apply :data:`.run_design.THRESHOLDS` to an :func:`.run_analysis.analyse` document (the rules of
+    ``docs/lm.md``).
 
     Parameters
     ----------

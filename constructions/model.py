@@ -49,7 +49,6 @@ of integers are exact in any order), and every attention output is checked to be
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -59,6 +58,7 @@ import numpy as np
 
 from georecall.constructions.rounding import U64, absmm, gamma, up
 from georecall.errors import InputError
+from georecall.moved import moved_names
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -692,21 +692,16 @@ def unflatten(
 
 # ------------------------------------------------------------------------------------ names that moved
 
-# Each name that lived here before the split, and the module it lives in now: ``from
-# georecall.constructions.model import forward`` keeps working (PEP 562). The import is lazy because every one
-# of those modules imports this one; code in the repository imports from the new modules.
-_MOVED: dict[str, str] = {
-    **dict.fromkeys(("EXACT_INTEGER_LIMIT", "IntegerModeError", "integer_bounds", "matmul_rows",
-                     "working_format"), "arithmetic"),
-    **dict.fromkeys(("Trace", "embed", "forward"), "forward"),
-    **dict.fromkeys(("DEFAULT_CHUNK_BYTES", "chunk_size", "greedy_decode", "iter_chunks", "predict"),
-                    "decoding"),
-    **dict.fromkeys(("load_model", "save_model"), "storage"),
+# Each name that lived here before the split, by the module it lives in now: ``from
+# georecall.constructions.model import forward`` keeps working (PEP 562), with a DeprecationWarning naming
+# the new module (georecall.moved). The import is lazy because every one of those modules imports this one;
+# code in the repository imports from the new modules.
+_MOVED: dict[str, tuple[str, ...]] = {
+    "georecall.constructions.arithmetic": (
+        "EXACT_INTEGER_LIMIT", "IntegerModeError", "integer_bounds", "matmul_rows", "working_format"),
+    "georecall.constructions.decoding": (
+        "DEFAULT_CHUNK_BYTES", "chunk_size", "greedy_decode", "iter_chunks", "predict"),
+    "georecall.constructions.forward": ("embed", "forward", "Trace"),
+    "georecall.constructions.storage": ("load_model", "save_model"),
 }
-
-
-def __getattr__(name: str):
-    """A name that moved to another module of ``constructions`` (:data:`_MOVED`), from that module."""
-    if name in _MOVED:
-        return getattr(importlib.import_module(f"georecall.constructions.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved_names(__name__, _MOVED)

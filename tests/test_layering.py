@@ -3,8 +3,8 @@ with ``ast`` (module-level and function-level imports, relative ones, and ``impo
 / ``__import__("...")`` with a literal name).
 
 Between the packages: theory ← constructions ← verify, bounds beside constructions; the shared infrastructure
-(``georecall.errors``, ``georecall.io``, ``georecall.memory`` with ``georecall.estimates`` and
-``georecall.npy_headers``) imports none of the four packages.
+(``georecall.errors``, ``georecall.io``, ``georecall.moved``, ``georecall.memory`` with
+``georecall.estimates`` and ``georecall.npy_headers``) imports none of the four packages.
 
 Inside ``verify/``: checking ← training ← experiments ← {sections, cli}. ``sections`` (the rows of ``georecall
 verify``) and ``cli`` (the command line) sit side by side and neither imports the other: the command line
@@ -47,7 +47,7 @@ ALLOWED = {
     "testing": {"infrastructure", "theory", "constructions", "bounds", "verify", "testing"},
 }
 INFRASTRUCTURE = {"georecall", "georecall.errors", "georecall.io", "georecall.memory", "georecall.estimates",
-                  "georecall.npy_headers"}
+                  "georecall.npy_headers", "georecall.moved"}
 
 # Inside verify/: what each subpackage may import from verify (beyond itself); ``georecall.verify`` itself (a
 # docstring) may be imported by any of them.

@@ -245,13 +245,15 @@ def test_the_names_that_moved_are_the_new_modules_own_and_still_importable_from_
 
     from georecall.constructions import model
 
-    for name, module_name in model._MOVED.items():
-        module = importlib.import_module(f"georecall.constructions.{module_name}")
+    moved = {name: home for home, names in model._MOVED.items() for name in names}
+    for name, home in moved.items():
+        module = importlib.import_module(home)
         assert name in module.__all__ and name not in model.__all__
-        assert getattr(model, name) is getattr(module, name)
-    assert set(model.__all__) | set(model._MOVED) == NAMES_BEFORE_THE_SPLIT
-    from georecall.constructions.model import forward as old_forward  # the import users wrote
-
+        with pytest.warns(DeprecationWarning, match=f"import it from {home}"):
+            assert getattr(model, name) is getattr(module, name)
+    assert set(model.__all__) | set(moved) == NAMES_BEFORE_THE_SPLIT
+    with pytest.warns(DeprecationWarning):
+        from georecall.constructions.model import forward as old_forward  # the import users wrote
     assert old_forward is forward
     with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
         model.not_a_name

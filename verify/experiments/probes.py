@@ -36,6 +36,7 @@ from georecall.constructions.forward import forward
 from georecall.constructions.model import Model
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
+from georecall.moved import moved_names
 from georecall.theory.tasks import Task, _as_rng, random_task
 from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
 from georecall.verify.experiments import power as _power
@@ -618,3 +619,15 @@ def _ridge_predict_many(X_fit: np.ndarray, Ys: list, X_test: np.ndarray, rng) ->
     """:func:`_ridge_predict` for several targets on the same rows (:func:`.ridge.fit_ridge_cv_many`: each
     target its own strength, one fold assignment): :func:`.power.decode_power`'s shared path."""
     return [fit.predict(X_test) for fit in fit_ridge_cv_many(X_fit, Ys, rng=rng)]
+
+
+# The public names that moved to sibling modules when this module was split by concept, by their new module:
+# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
+_MOVED: dict[str, tuple[str, ...]] = {
+    "georecall.verify.experiments.probes_hidden": (
+        "linear_relational_encoding", "load_hidden_states"),
+    "georecall.verify.experiments.probes_mechanism": (
+        "attribute_fits", "embed_wider", "functional_transfer", "inverse_table", "mechanism_probes",
+        "SUMMARY_FIELDS", "superposition_power"),
+}
+__getattr__ = moved_names(__name__, _MOVED)

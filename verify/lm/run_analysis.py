@@ -36,7 +36,7 @@ def _frac(x) -> float | None:
     return float(x.mean()) if x.size else None
 
 
-def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = None, *, seed: int,
+def analyse(m: dict, facts: Facts, *, seed: int,
             prep: _Prepared, workers: int | None = None) -> dict:
     """The probes, controls, power and verdict from a :func:`.run_measure.measure` dict (NumPy only).
 
@@ -46,7 +46,6 @@ def analyse(m: dict, facts: Facts, tokenizer_classes: list[np.ndarray] | None = 
         :func:`.run_measure.measure`'s output (or the cache's).
     facts : Facts
         The facts measured.
-    tokenizer_classes : unused
     seed : int
         The run seed (folds, shuffles, plantings).
     prep : _Prepared

@@ -62,6 +62,22 @@ def test_parse_round_trip_and_default_candidates():
     assert f.facts() == [(0, 0, "Paris"), (0, 1, "French"), (1, 0, "Rome"), (1, 1, "Italian")]
 
 
+def test_facts_digest_names_the_content_not_the_file(tmp_path):
+    import hashlib
+
+    f = lmfacts.parse_facts(_doc())
+    doc = _doc()
+    reordered = {k: doc[k] for k in reversed(list(doc))}  # the same document, its keys in reverse order
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(reordered, indent=3))
+    expected = hashlib.sha256(json.dumps(f.to_json(), sort_keys=True).encode()).hexdigest()
+    assert f.digest() == expected == lmfacts.load_facts(str(path)).digest()
+    changed = _doc()
+    changed["subjects"][1]["attributes"]["capital"] = "Milan"
+    changed["relations"][0]["candidates"] = ["Paris", "Rome", "Oslo", "Milan"]
+    assert lmfacts.parse_facts(changed).digest() != f.digest()
+
+
 @pytest.mark.parametrize("breaks, message", [
     (lambda d: d.pop("subjects"), "missing field 'subjects'"),
     (lambda d: d.update(format="x"), "'format' must be"),
@@ -553,6 +569,8 @@ def test_probe_lm_command_on_a_tiny_model_folder(tiny, tmp_path, capsys, monkeyp
     assert err == "" and doc["seed"] == 3 and doc["status"] == 0 and len(doc["layers"]) == 3
     assert "memory" in doc and doc["memory"]["total_gib"] > 0 and os.path.isfile(tmp_path / "c.npz")
     assert not doc["cached"]
+    assert doc["params"]["facts"] == str(facts)  # a user's facts: their path, and their content's digest
+    assert doc["params"]["facts_sha256"] == _tiny_facts().digest()
     assert main(argv + ["--json"]) == 0  # the cache matches: tokenizer and configuration only, no weights
     again = json.loads(capsys.readouterr().out)
     assert again["cached"] and again["verdict"] == doc["verdict"]

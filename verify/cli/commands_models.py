@@ -468,10 +468,11 @@ def run_probe_lm(p: ProbeLmParams) -> dict:
     if figures_dir is not None:
         from georecall.verify.lm.figure import figure  # the lm extra's package, as above
         files = figure(doc, figures_dir)
-    params = {"model": p.model, "facts": facts_path, "layers": p.layers,
-              "intervene_layers": p.intervene_layers, "lre_layers": p.lre_layers, "cache": cache,
-              "template": p.template, "random_control": not p.no_random_control, "batch_size": p.batch_size,
-              "threads": p.threads, "figures": figures_dir, "seed": p.seed}
+    # the bundled facts by name (not the install's path), any facts by content
+    params = {"model": p.model, "facts": p.facts or "bundled", "facts_sha256": facts.digest(),
+              "layers": p.layers, "intervene_layers": p.intervene_layers, "lre_layers": p.lre_layers,
+              "cache": cache, "template": p.template, "random_control": not p.no_random_control,
+              "batch_size": p.batch_size, "threads": p.threads, "figures": figures_dir, "seed": p.seed}
     return document(p, params, est, **doc, text=run_report.render_text(doc), figures=files)
 
 

@@ -25,6 +25,7 @@ file. Sorted by name, so the build is deterministic."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -90,6 +91,11 @@ class Facts:
                                                            for k, r in enumerate(self.relations)
                                                            if s in self.attributes[k]}}
                              for s in self.subjects]}
+
+    def digest(self) -> str:
+        """SHA-256 of the facts as a canonical JSON document (keys sorted): the same for the same facts
+        wherever the file lies and however its keys are ordered, so a record names its facts by content."""
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
 
 
 def bundled_facts_path() -> str:

@@ -50,7 +50,6 @@ streams), :mod:`.run_measure` (the forward passes), :mod:`.run_analysis` (the an
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -74,9 +73,8 @@ CACHE_FORMAT = "georecall-probe-lm-cache/2"
 
 
 def _cache_key(loaded, facts: Facts, params: dict) -> str:
-    h = hashlib.sha256(json.dumps(facts.to_json(), sort_keys=True).encode()).hexdigest()
-    return json.dumps({"format": CACHE_FORMAT, "model": loaded.source, "facts": h, "version": __version__,
-                       **params}, sort_keys=True)
+    return json.dumps({"format": CACHE_FORMAT, "model": loaded.source, "facts": facts.digest(),
+                       "version": __version__, **params}, sort_keys=True)
 
 
 def _load_cache(path: str, key: str) -> dict | None:

@@ -551,3 +551,14 @@ def test_a_failed_superposition_claim_needs_its_planted_control():
     met = [{"superposition": True}] * 2
     # a positive stands
     assert study_report.regime_verdicts(met, [0.0, 0.0])["superposition"]["verdict"] == "holds"
+
+
+def test_the_summary_says_why_it_cannot_tell():
+    """Records without a measured power (study version < 3) say so, not that the control was weak; the
+    version-3 records (power 1.00 in every trial) give "fails" with no "cannot tell"."""
+    docs = os.path.join(os.path.dirname(__file__), "..", "docs")
+    old = study_report.summarize(os.path.join(docs, "study_results.jsonl"))["verdicts"]["superposition"]["line"]
+    assert "power was not measured in every seed" in old and "detected in fewer than" not in old
+    new = study_report.summarize(os.path.join(docs, "study_results_v3.jsonl"))
+    assert "cannot tell" not in new["verdicts"]["superposition"]["line"]
+    assert all(e["verdicts"]["superposition"]["power"] >= 0.9 for e in new["regimes"])

@@ -62,7 +62,7 @@ def regime_verdicts(claims_per_seed: list[dict], powers: list[float | None] | No
     -------
     dict
         ``{claim: {"met", "n", "verdict"}}`` over :data:`.study_design.CLAIMS` (``superposition`` also
-        ``power``, the smallest per-seed power, when given).
+        ``power``, the smallest per-seed power, ``None`` when some seed's was not measured, when given).
     """
     out: dict[str, dict[str, Any]] = {}
     for claim in CLAIMS:
@@ -172,10 +172,15 @@ def summarize(path: str, *, budget: Budget | None = None) -> dict:
                  else f"holds in none of the {len(gd)} gradient-descent regimes")
         if partly:
             where += f"; partly (some seeds) in {', '.join(partly)}"
-        untold = [e["label"] for e in gd if e["verdicts"][claim]["verdict"] == "cannot tell"]
-        if untold:
+        untold = [e for e in gd if e["verdicts"][claim]["verdict"] == "cannot tell"]
+        weak = [e["label"] for e in untold if e["verdicts"][claim].get("power") is not None]
+        unmeasured = [e["label"] for e in untold if e["verdicts"][claim].get("power") is None]
+        if weak:
             where += (f"; cannot tell (no seed meets it, and its planted control is detected in fewer than "
-                      f"{POWER_REQUIRED:.0%} of the draws) in {', '.join(untold)}")
+                      f"{POWER_REQUIRED:.0%} of the draws) in {', '.join(weak)}")
+        if unmeasured:
+            where += (f"; cannot tell (no seed meets it, and its planted control's power was not measured in "
+                      f"every seed: records of study version < 3 have none) in {', '.join(unmeasured)}")
         line = (f"{claim} — {statement} [{_criterion(claim)}]: {where}. Controls: "
                 f"{'; '.join(controls) or 'none run'}. Constructions: {'; '.join(refs) or 'none run'}.")
         verdicts[claim] = {"holds": holds, "partly": partly, "controls": controls, "constructions": refs,

@@ -169,6 +169,52 @@ def test_every_cited_section_exists():
     assert checked >= 15
 
 
+def _unresolved_dotted_names(text: str) -> tuple[int, list[str]]:
+    """The dotted names of georecall's code in backticks (`verify.checking.check.check_queries`, with or
+    without the ``georecall.`` prefix) that do not resolve, or resolve only through a module's table of names
+    that moved (a DeprecationWarning); and how many were checked."""
+    import importlib
+    import re
+    import warnings
+
+    pattern = re.compile(r"`((?:georecall\.)?(?:verify|constructions|bounds|theory)(?:\.[A-Za-z_]\w*)+)"
+                         r"(?:\(\))?`")
+    bad, checked = [], 0
+    for name in pattern.findall(text):
+        checked += 1
+        parts = (name if name.startswith("georecall.") else f"georecall.{name}").split(".")
+        for k in range(len(parts), 1, -1):  # the longest importable module, then attributes
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", DeprecationWarning)
+                    obj = importlib.import_module(".".join(parts[:k]))
+                    for attribute in parts[k:]:
+                        obj = getattr(obj, attribute)
+                break
+            except (ImportError, AttributeError, DeprecationWarning):
+                continue
+        else:
+            bad.append(name)
+    return checked, bad
+
+
+def test_every_dotted_name_in_the_docs_resolves():
+    """A module or function the docs name by its dotted path exists there (modules get split and renamed)."""
+    root = pathlib.Path(__file__).parent.parent
+    checked, bad = 0, {}
+    for doc in [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").rglob("*.md"))]:
+        n, unresolved = _unresolved_dotted_names(doc.read_text())
+        checked += n
+        if unresolved:
+            bad[doc.name] = unresolved
+    assert bad == {} and checked >= 20
+    # the check itself: a stale path, an old path that now warns, and a good one
+    stale, moved = "verify.check.check_queries", "verify.checking.additive.run_additive"
+    good = "`verify.checking.additive_run.run_additive` `constructions.forward.forward()`"
+    planted = f"`{stale}` `{moved}` {good}"
+    assert _unresolved_dotted_names(planted) == (4, [stale, moved])
+
+
 def test_no_sentence_is_broken_after_a_lone_word():
     """An earlier mechanical re-wrap left lines like "# by" or "computed" between a full line and its
     continuation. A lone word whose previous line is full and whose next line continues the sentence is that

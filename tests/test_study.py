@@ -557,7 +557,8 @@ def test_the_summary_says_why_it_cannot_tell():
     """Records without a measured power (study version < 3) say so, not that the control was weak; the
     version-3 records (power 1.00 in every trial) give "fails" with no "cannot tell"."""
     docs = os.path.join(os.path.dirname(__file__), "..", "docs")
-    old = study_report.summarize(os.path.join(docs, "study_results.jsonl"))["verdicts"]["superposition"]["line"]
+    version_2 = study_report.summarize(os.path.join(docs, "study_results.jsonl"))
+    old = version_2["verdicts"]["superposition"]["line"]
     assert "power was not measured in every seed" in old and "detected in fewer than" not in old
     new = study_report.summarize(os.path.join(docs, "study_results_v3.jsonl"))
     assert "cannot tell" not in new["verdicts"]["superposition"]["line"]

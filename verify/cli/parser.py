@@ -111,7 +111,8 @@ def _build_parser() -> argparse.ArgumentParser:
     """
     parser = _Parser(prog="georecall", description="Executable, exactly checked statements of 'Geometric "
                      "Factual Recall in Transformers' (arXiv 2605.12426). Exit codes: 0 pass, 1 a check "
-                     "failed, 2 bad input or over the memory budget, 3 internal error, 130 interrupted.")
+                     "failed, 2 bad input or over the memory budget, 3 internal error, 130 interrupted, 143 "
+                     "terminated (SIGTERM).")
     parser.add_argument("--version", action="version", version=f"georecall {__version__}")
     sub = parser.add_subparsers(dest="group", required=True, parser_class=_Parser, metavar="COMMAND")
     for declare in DECLARATIONS:

@@ -183,12 +183,14 @@ def test_figures_command_draws_every_figure_in_nested_folders(tmp_path, capsys):
 
 def _nested_folders_at_the_dpi_and_formats_asked(tmp_path, capsys, formats):
     results = tmp_path / "results.jsonl"
-    results.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
+    results.write_text("\n".join(json.dumps(r) for r in _records()) + '\n{"kind": "thresh\n')  # one torn
     out = tmp_path / "a" / "b" / "c"
     code = main(["figures", "--from", str(results), "--out", str(out), "--format", *formats, "--dpi", "50",
                  "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["params"]["dpi"] == 50 and doc["params"]["formats"] == list(formats)
+    assert doc["problems"] == f"skipped 1 torn line(s) of {len(_records()) + 1}"
+    assert doc["notes"] == [f"Note: {results}: {doc['problems']}."]  # both record figures drawn
     names = {pathlib.Path(f).name for f in doc["files"]}
     assert names == {f"{n}.{e}" for n in ALL_FIGURES for e in formats}  # only the formats asked
     assert all(pathlib.Path(f).parent == out for f in doc["files"])
@@ -493,3 +495,27 @@ def test_relation_means_against_a_loop_over_queries():
             _, trace = forward(model, np.array([[6 + r, s]]), trace=True)
             rows.append(trace.hidden[0][0, -1])
         assert np.allclose(means[r], np.mean(rows, axis=0))
+
+
+def test_figures_say_what_the_results_file_did_not_give(tmp_path, capsys, monkeypatch):
+    """Skipped lines and a record figure the file had nothing for are said (on stdout, and in --json)."""
+    from georecall.verify.cli import commands_figures
+
+    drawn = []
+
+    def fake(records, out, **kw):  # draws the thresholds figure (the file has one) and a computed figure
+        drawn.append(records)
+        return [os.path.join(out, "thresholds.png"), os.path.join(out, "tradeoff.png")]
+
+    monkeypatch.setattr(commands_figures, "make_figures", fake)
+    results = tmp_path / "results.jsonl"
+    threshold = _records()[0]
+    results.write_text("not json\n" + json.dumps({"kind": "transfer"}) + "\n" + json.dumps(threshold) + "\n")
+    assert main(["figures", "--from", str(results), "--out", str(tmp_path / "fig")]) == 0
+    out = capsys.readouterr().out
+    assert f"Note: {results}: skipped 1 torn, 1 alien line(s) of 3." in out
+    assert "no usable transfer records" in out and "no usable threshold records" not in out
+    assert drawn == [[threshold]]
+    assert main(["figures", "--out", str(tmp_path / "fig"), "--json"]) == 0  # no file: nothing to say
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["notes"] == [] and doc["problems"] is None

@@ -56,7 +56,7 @@ def run_figures(p: FiguresParams) -> dict:
         A missing ``--from`` file, an unusable ``--out`` folder, no matplotlib, or the estimate over the
         budget.
     """
-    from georecall.verify.experiments.sweep_records import read_records  # scipy: kept off georecall --help
+    from georecall.verify.experiments.sweep_records import read_sweep  # scipy: kept off georecall --help
     est = Estimate("figures")
     if p.source:
         input_file(p.source, "results file")
@@ -67,12 +67,23 @@ def run_figures(p: FiguresParams) -> dict:
     out = output_dir(p.out)
     dpi, formats = figure_options(p)
     require_matplotlib()
-    records = read_records(p.source, budget=p.budget) if p.source else []
+    contents = read_sweep(p.source, budget=p.budget) if p.source else None
+    records = contents.records if contents is not None else []
     with figure_style(p.style):
         paths = make_figures(records, out, seed=p.seed, dpi=dpi, formats=formats)
+    notes = []
+    if contents is not None:  # what the file did not give: said, not silently left out
+        if contents.problems():
+            notes.append(f"Note: {p.source}: {contents.problems()}.")
+        drawn = {os.path.splitext(os.path.basename(path))[0] for path in paths}
+        for name, kind in (("thresholds", "threshold"), ("transfer", "transfer")):
+            if name not in drawn:
+                notes.append(f"Note: no usable {kind} records in {p.source}: the {name} figure was not "
+                             "drawn.")
     params = {"source": p.source, "out": out, "seed": p.seed, "dpi": dpi, "formats": list(formats),
               "style": p.style}
-    return document(p, params, est, files=paths)
+    return document(p, params, est, files=paths, problems=contents.problems() if contents else None,
+                    notes=notes)
 
 
 def run_demo(p: DemoParams) -> dict:

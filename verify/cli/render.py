@@ -433,7 +433,7 @@ _TEXT = {
     "transfer": _probe,
     "probe-hidden": _probe_hidden,
     "probe-lm": lambda doc: list(doc["text"]) + list(doc["figures"]),
-    "figures": lambda doc: list(doc["files"]),
+    "figures": lambda doc: list(doc["files"]) + list(doc["notes"]),
     "demo": lambda doc: list(doc["lines"]),
     "lecture": lambda doc: [f"executed {doc['cells']} cells in {doc['seconds']:.0f} s ({doc['images']} "
                             f"figures): {doc['notebook']}", f"the lecture page: {doc['html']}"],

@@ -1142,3 +1142,12 @@ def test_certify_is_exact_by_default_where_the_construction_allows_it(capsys):
     assert code == 0 and json.loads(out)["params"]["integer"] is False
     code, _, err = run(["certify", "single-hop", "--N", "64", "--R", "2", "--float", "--integer"], capsys)
     assert code == 2 and "exclude each other" in err
+
+
+def test_certify_progress_ends_at_the_count_it_certified(capsys):
+    """The progress line's last count is every query type (it once stopped at 1/R, which reads as a failure)."""
+    from georecall.verify.cli import main
+
+    assert main(["certify", "single-hop", "--construction", "geometric", "--N", "8", "--R", "3"]) == 0
+    err = capsys.readouterr().err
+    assert err.split("\r")[-1].strip() == "certified 3/3 query types"

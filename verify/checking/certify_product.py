@@ -223,7 +223,7 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
             result["failing"] += [(m_, qi, vals, live) for m_, vals in failing]
             result["failing"].sort(key=lambda f: f[0])
             del result["failing"][KEEP_FAILING:]
-            if progress and qi % 64 == 0:
+            if progress and (qi % 64 == 0 or qi + 1 == len(types)):  # the last one too: never a stale count
                 print(f"\r  certified {qi + 1}/{len(types)} query types", end="", file=sys.stderr, flush=True)
     except Unsupported as exc:
         return {"unsupported": str(exc)}

@@ -9,26 +9,40 @@ user's property tests get the same ones (choose with ``GEORECALL_HYPOTHESIS_PROF
 
 The ``slow`` marker (registered in pyproject.toml) tags long checks, excluded by default; run them with
 ``python -m pytest -m slow``.
+
+The machine's memory does not decide a test: in this process ``memory.available_bytes`` reads a fixed
+16 GiB (so the default budget is 8 GiB and an explicit ``--max-gib`` up to 16 is kept as given, whatever is
+free), except in tests marked ``machine_memory``, which read the machine's own. A test that runs georecall
+in a subprocess passes ``--max-gib`` where its outcome depends on the budget.
 """
 
 from __future__ import annotations
 
 import os
 
-import pytest
+# One BLAS thread, as the sweep's and study's worker processes run (executors._process_pool): float32 training
+# rounds differently on 1 and 2 threads (verify/experiments/blas.py), and tests compare records made in this
+# process with records made by workers. Set before NumPy loads its BLAS (a plugin that imports NumPy first,
+# such as pytest-randomly, makes this too late: the header line says which BLAS the run got).
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
 
-from georecall import usercode
-from georecall.constructions import registry
+import pytest  # noqa: E402
+
+from georecall import memory, usercode  # noqa: E402 (after the BLAS threads are set)
+from georecall.constructions import registry  # noqa: E402
 
 # The strategies the tests use are public: georecall.testing (users property-test their own constructions).
 # Importing it registers the hypothesis profiles and loads $GEORECALL_HYPOTHESIS_PROFILE (default:
 # deterministic).
-from georecall.testing import codebooks, models, tables, tasks  # noqa: F401
+from georecall.testing import codebooks, models, tables, tasks  # noqa: E402, F401
 
 
 def pytest_report_header(config):
     import georecall
-    return f"georecall {georecall.__version__} imported from {os.path.dirname(georecall.__file__)}"
+    from georecall.verify.experiments.blas import blas_description
+    return [f"georecall {georecall.__version__} imported from {os.path.dirname(georecall.__file__)}",
+            f"BLAS: {blas_description()}"]
 
 
 @pytest.fixture(autouse=True)
@@ -49,3 +63,14 @@ def _usercode_limits_restored():
     yield
     usercode.set_limits(timeout=before.timeout, budget=before.budget, json=before.json,
                         command=before.command)
+
+
+PINNED_AVAILABLE_BYTES = 16 * memory.GIB
+
+
+@pytest.fixture(autouse=True)
+def _available_memory_pinned(request, monkeypatch):
+    """The default budget and the cap of an explicit one do not depend on what the machine has free (tests
+    marked ``machine_memory`` read the machine)."""
+    if request.node.get_closest_marker("machine_memory") is None:
+        monkeypatch.setattr(memory, "available_bytes", lambda: PINNED_AVAILABLE_BYTES)

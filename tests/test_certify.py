@@ -1145,7 +1145,7 @@ def test_certify_is_exact_by_default_where_the_construction_allows_it(capsys):
 
 
 def test_certify_progress_ends_at_the_count_it_certified(capsys):
-    """The progress line's last count is every query type (it once stopped at 1/R, which reads as a failure)."""
+    """The progress line ends at every query type (it once stopped at 1/R, which reads as a failure)."""
     from georecall.verify.cli import main
 
     assert main(["certify", "single-hop", "--construction", "geometric", "--N", "8", "--R", "3"]) == 0

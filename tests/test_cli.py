@@ -340,7 +340,7 @@ def test_probe_holdout_leaves_one_subject_each_side(holdout, tmp_path, capsys):
     ) in (0, 1)
     capsys.readouterr()
     code, _, err = run(["probe", model, "--holdout", holdout], capsys)
-    assert code == 2 and "holdout" in err.lower() or "number" in err
+    assert code == 2 and ("holdout" in err.lower() or "number" in err)
 
 
 def test_probe_hidden_with_one_state_is_refused(tmp_path, capsys):

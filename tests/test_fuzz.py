@@ -637,15 +637,18 @@ def test_study_figures_folder_is_checked_before_the_work(tmp_path):
                  tmp=str(tmp_path))
 
 
-def test_study_has_a_memory_estimate_and_bounded_workers(tmp_path):
+def test_study_has_a_memory_estimate_and_bounded_workers(tmp_path, monkeypatch):
+    from georecall import estimates
+
+    monkeypatch.setattr(estimates, "worker_limit", lambda: 8)  # (4 per CPU on 2 CPUs, on any machine)
     out = tmp_path / "s.jsonl"
     _hostile(["study", "mechanism", "--quick", "--out", str(out), "--max-gib", "0.0001"], code=2,
              message="GiB", tmp=str(tmp_path))
-    _hostile(["study", "mechanism", "--quick", "--out", str(out), "--workers", "1024", "--json"], code=2,
+    _hostile(["study", "mechanism", "--quick", "--out", str(out), "--workers", "9", "--json"], code=2,
              message="worker processes", tmp=str(tmp_path))
-    _hostile(["study", "mechanism", "--quick", "--out", str(out), "--scheduler", "local:1024"], code=2,
+    _hostile(["study", "mechanism", "--quick", "--out", str(out), "--scheduler", "local:9"], code=2,
              message="worker processes", tmp=str(tmp_path))
-    _hostile(["sweep", "threshold", *SMALL["sweep threshold"][:-1], str(out), "--workers", "1024"], code=2,
+    _hostile(["sweep", "threshold", *SMALL["sweep threshold"][:-1], str(out), "--workers", "9"], code=2,
              message="worker processes", tmp=str(tmp_path))
     assert not out.exists()
 

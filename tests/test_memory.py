@@ -77,8 +77,14 @@ def test_default_budget_is_half_the_available_memory(monkeypatch):
         memory.budget_bytes(-1.0)
 
 
+@pytest.mark.machine_memory
 def test_available_bytes_reads_meminfo():
     assert memory.available_bytes() > 0
+
+
+def test_the_tests_see_a_fixed_available_memory():
+    """(tests/conftest.py) the default budget is the same on every machine: half of a pinned 16 GiB."""
+    assert memory.available_bytes() == 16 * memory.GIB and memory.Budget.default().gib == 8
 
 
 def test_estimate_require_refuses_and_passes():

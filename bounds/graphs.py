@@ -63,8 +63,9 @@ def validate_graph(graph: nx.MultiDiGraph, R: int | None = None) -> None:
     if R is None:
         raise InputError("the number of colours R is unknown: pass R or set graph.graph['R']")
     N = graph.number_of_nodes()
-    if sorted(graph.nodes) != list(range(N)):
-        raise InputError("vertices must be 0..N-1")
+    if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in graph.nodes) \
+            or sorted(graph.nodes) != list(range(N)):
+        raise InputError("vertices must be 0..N-1 (integer labels)")
     out_count = np.zeros((N, R), dtype=np.int64)
     in_count = np.zeros((N, R), dtype=np.int64)
     for u, v, colour in graph.edges(data="colour"):
@@ -127,8 +128,10 @@ def leaf_vector(task: Task, vertex: int, k: int) -> np.ndarray:
     Raises
     ------
     InputError
-        ``vertex`` outside ``[0, N)``, or k not a positive integer.
+        ``vertex`` not an integer in ``[0, N)``, or k not a positive integer.
     """
+    if isinstance(vertex, bool) or not isinstance(vertex, (int, np.integer)):
+        raise InputError(f"vertex must be an integer id, got {vertex!r}")
     if not 0 <= vertex < task.N:
         raise InputError(f"vertex {vertex} outside [0, {task.N})")
     return task.k_hop(k)[..., vertex].reshape(-1)
@@ -178,8 +181,8 @@ def gadget_task(N: int, R: int, k: int, M: int, leaves: np.ndarray | None = None
     Raises
     ------
     InputError
-        A size not a positive integer, N too small, or ``leaves`` of the wrong shape or not distinct, in range
-        and outside the roots and internal vertices.
+        A size not a positive integer, N too small, or ``leaves`` not integers, of the wrong shape, or not
+        distinct, in range and outside the roots and internal vertices.
     """
     N, R, k, M = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k), ("M", M)))
     internal_per_root = tree_size(R, k - 1)  # root and internal vertices, levels 0..k-1
@@ -192,7 +195,10 @@ def gadget_task(N: int, R: int, k: int, M: int, leaves: np.ndarray | None = None
     free = np.arange(M * internal_per_root, N)
     if leaves is None:
         leaves = rng.choice(free, size=(M, R**k), replace=False)
-    leaves = np.asarray(leaves, dtype=np.int64)
+    given = np.asarray(leaves)
+    if given.dtype.kind not in "iu":  # (a float 1.7 would be cast to vertex 1)
+        raise InputError(f"leaves must be integer vertex ids, got an array of {given.dtype}")
+    leaves = given.astype(np.int64)
     if leaves.shape != (M, R**k):
         raise InputError(f"leaves must have shape (M, R^k) = {(M, R**k)}, got {leaves.shape}")
     if np.unique(leaves).size != leaves.size or np.isin(leaves, internal).any() or (leaves < 0).any() \

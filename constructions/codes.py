@@ -186,10 +186,13 @@ def coherence(vectors: np.ndarray, chunk_bytes: int = 64 * 2**20) -> float:
     Raises
     ------
     InputError
-        A zero code, or codes of unequal norms.
+        A zero code, codes of unequal norms, or a code whose norm is not finite in float64.
     """
     vectors = np.asarray(vectors, dtype=np.float64)
     norms = np.einsum("ij,ij->i", vectors, vectors)
+    if norms.size and not np.isfinite(norms).all():  # an infinite entry, or a square overflowing float64
+        raise InputError("coherence needs codes of finite norm (an entry is infinite, NaN, or too large to "
+                         "square in float64)")
     if norms.size and (norms.min() <= 0 or not np.allclose(norms, norms[0], rtol=1e-9, atol=0)):
         raise InputError("coherence needs nonzero codes of equal norm")
     if vectors.shape[0] < 2:

@@ -148,7 +148,9 @@ class Task:
         """π_w for w = (r_1, ..., r_k) given in the order applied (r_1 first): a permutation of [N]."""
         perm = np.arange(self.N, dtype=np.int64)
         for r in relations_in_order_applied:
-            if not 0 <= int(r) < self.R:
+            if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+                raise InputError(f"relation ids must be integers, got {r!r}")
+            if not 0 <= r < self.R:
                 raise InputError(f"relation {r} outside [0, {self.R})")
             perm = self.table[int(r)][perm]
         return perm

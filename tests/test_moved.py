@@ -46,8 +46,10 @@ def test_every_module_with_a_moved_table_is_listed():
 
     found = {path for path in _source_files()
              if any(keeps_a_table(node) for node in ast.parse(path.read_text(encoding="utf-8")).body)}
-    listed = {pathlib.Path(importlib.import_module(m).__file__).resolve() for m in SPLIT_MODULES}
-    assert {p.resolve() for p in found} == listed
+    # by (package, file): the sources scanned are the repository's, the modules imported may be an installed
+    # wheel's (CI)
+    listed = {tuple(m.split(".")[-2:]) for m in SPLIT_MODULES}
+    assert {(p.parent.name, p.stem) for p in found} == listed
 
 
 @pytest.mark.parametrize("module_name", SPLIT_MODULES)

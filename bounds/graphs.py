@@ -16,7 +16,7 @@ import networkx as nx
 import numpy as np
 
 from georecall.errors import InputError
-from georecall.theory.tasks import Task, _as_rng, check_positive_int
+from georecall.theory.tasks import Task, _as_rng, check_positive_int, is_integer
 
 __all__ = ["from_graph", "gadget_leaves", "gadget_task", "leaf_vector", "to_graph", "tree_size",
            "validate_graph"]
@@ -63,8 +63,7 @@ def validate_graph(graph: nx.MultiDiGraph, R: int | None = None) -> None:
     if R is None:
         raise InputError("the number of colours R is unknown: pass R or set graph.graph['R']")
     N = graph.number_of_nodes()
-    if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in graph.nodes) \
-            or sorted(graph.nodes) != list(range(N)):
+    if not all(is_integer(v) for v in graph.nodes) or sorted(graph.nodes) != list(range(N)):
         raise InputError("vertices must be 0..N-1 (integer labels)")
     out_count = np.zeros((N, R), dtype=np.int64)
     in_count = np.zeros((N, R), dtype=np.int64)
@@ -130,7 +129,7 @@ def leaf_vector(task: Task, vertex: int, k: int) -> np.ndarray:
     InputError
         ``vertex`` not an integer in ``[0, N)``, or k not a positive integer.
     """
-    if isinstance(vertex, bool) or not isinstance(vertex, (int, np.integer)):
+    if not is_integer(vertex):
         raise InputError(f"vertex must be an integer id, got {vertex!r}")
     if not 0 <= vertex < task.N:
         raise InputError(f"vertex {vertex} outside [0, {task.N})")

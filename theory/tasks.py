@@ -30,6 +30,7 @@ __all__ = [
     "Attributes",
     "Task",
     "check_positive_int",
+    "is_integer",
     "paths",
     "random_task",
     "task_for_seed",
@@ -44,6 +45,21 @@ def _as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
     return np.random.default_rng(rng)
+
+
+def is_integer(value) -> bool:
+    """Whether ``value`` is a Python or NumPy integer (a bool is not; a float such as ``2.0`` is not).
+
+    Parameters
+    ----------
+    value
+        Any object.
+
+    Returns
+    -------
+    bool
+    """
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer))
 
 
 def check_positive_int(name: str, value: int, minimum: int = 1) -> int:
@@ -68,7 +84,7 @@ def check_positive_int(name: str, value: int, minimum: int = 1) -> int:
     InputError
         ``value`` is not an integer, or is below ``minimum`` (the message names ``name``).
     """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not is_integer(value):
         raise InputError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
         raise InputError(f"{name} must be >= {minimum}, got {value}")
@@ -148,7 +164,7 @@ class Task:
         """π_w for w = (r_1, ..., r_k) given in the order applied (r_1 first): a permutation of [N]."""
         perm = np.arange(self.N, dtype=np.int64)
         for r in relations_in_order_applied:
-            if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+            if not is_integer(r):
                 raise InputError(f"relation ids must be integers, got {r!r}")
             if not 0 <= r < self.R:
                 raise InputError(f"relation {r} outside [0, {self.R})")

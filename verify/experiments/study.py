@@ -60,7 +60,7 @@ from georecall.verify.experiments.study_design import (
     resolve,
 )
 from georecall.verify.training.parameters import init_model
-from georecall.verify.training.train import GROUPS, train, training_data
+from georecall.verify.training.train import GROUPS, RecordEvery, train, training_data
 
 __all__ = [
     "STUDY_VERSION",
@@ -72,6 +72,7 @@ __all__ = [
     "run_job",
     "run_study",
     "section_mechanism",
+    "time_estimate",
 ]
 
 # bump when a trial's meaning changes: records of another version are never reused (2: ridge probes, issue 21;
@@ -157,9 +158,20 @@ def _probe(model, task, seed: int, settings: dict, initial=None, retained: dict 
     return {"summary": summary, "claims": claims_met(summary), "details": _rounded(details)}
 
 
+def _point(model, task, tokens, answers, seed: int, settings: dict, initial, retained: dict) -> dict:
+    """One point of a trajectory: the accuracy on every query, the probes' summary and the claims met."""
+    probed = _probe(model, task, seed, settings, initial=initial, retained=retained)
+    return {"accuracy": check_queries(model, tokens, answers).accuracy, "summary": probed["summary"],
+            "claims": probed["claims"]}
+
+
 def run_job(job: dict) -> dict:
     """Run one job (in a worker): a ``"mechanism"`` trial (train, probe trained and initial weights) or a
     ``"control"`` (probe a construction). Returns its record.
+
+    A regime with ``trajectory_every`` also records the probes along training: ``trajectory``, one point
+    (``step``, ``accuracy``, ``summary``, ``claims``) every that many steps and one at the end (the final
+    model's, the same values as the record's own ``summary`` and ``claims``).
 
     Parameters
     ----------
@@ -188,10 +200,17 @@ def run_job(job: dict) -> dict:
     tokens, answers, positions, _ = training_data(task)
     initial, frozen = _initial_model(p, task, seed)
     before = check_queries(initial, tokens, answers).accuracy
+    tied = p["readout"] == "tied"
+    trajectory = None
+    if p.get("trajectory_every"):
+        trajectory = RecordEvery(p["trajectory_every"], lambda model, steps: _point(
+            model, task, tokens, answers, seed, job["probe"], initial, _retained(p, frozen, steps)),
+            initial, tie_readout=tied)
     result = train(initial, tokens, answers, steps=p["steps"], lr=p["lr"], frozen=frozen,
-                   weight_decay=_decay(p), tie_readout=p["readout"] == "tied", batch_size=p["batch_size"],
+                   weight_decay=_decay(p), tie_readout=tied, batch_size=p["batch_size"],
                    stop_at_accuracy=1.0 if p["stop"] == "100%" else None,
-                   rng=rng(seed, "batches", STREAM_KEY, p["d"], p["m"]))
+                   rng=rng(seed, "batches", STREAM_KEY, p["d"], p["m"]), callback=trajectory,
+                   optimizer=p.get("optimizer", "adam"), momentum=p.get("momentum", 0.0))
     trained_seconds = result.seconds
     final = check_queries(result.model, tokens, answers)
     training = {"steps": result.steps, "reached": bool(result.reached), "accuracy": final.accuracy,
@@ -200,8 +219,12 @@ def run_job(job: dict) -> dict:
     trained = _probe(result.model, task, seed, job["probe"], initial=initial,
                      retained=_retained(p, frozen, result.steps))
     untrained = _probe(initial, task, seed, job["probe"])
-    return {**job, "training": _rounded(training), **trained, "initial": untrained,
-            "seconds": round(time.perf_counter() - start, 3)}
+    record = {**job, "training": _rounded(training), **trained, "initial": untrained}
+    if trajectory is not None:
+        last = {"step": result.steps, "accuracy": final.accuracy, "summary": trained["summary"],
+                "claims": trained["claims"]}
+        record["trajectory"] = _rounded([*trajectory.points, last])
+    return {**record, "seconds": round(time.perf_counter() - start, 3)}
 
 
 # ------------------------------------------------------------------------------------------- the jobs
@@ -372,6 +395,44 @@ def estimate(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2), *, 
     return estimates.workers_estimate("study mechanism", worst, workers)
 
 
+# The time model of :func:`time_estimate`, measured on this project's machine (2 shared cores, load ≈ 10)
+# with full-batch structured steps: a step costs ≈ 0.65–1.4 ns per unit of N·R·(d·m + N·d) (N = 256…1024,
+# d = 20…48), and one set of probes ≈ 4 s at N = 256, d = 20, growing with N·d.
+_SECONDS_PER_UNIT = 1.2e-9
+_PROBE_SECONDS = 4.0
+
+
+def time_estimate(jobs: list[dict]) -> dict:
+    """Seconds of one core the jobs take, from the time model above (an estimate, not a promise).
+
+    Parameters
+    ----------
+    jobs : list of dict
+        Jobs of :func:`jobs_of`.
+
+    Returns
+    -------
+    dict
+        ``seconds`` (all jobs), ``jobs``, ``steps`` (training steps at most: a regime that stops at 100%
+        counts its whole budget) and ``probe_sets`` (probed models: trained, initial, every trajectory point,
+        controls).
+    """
+    seconds, steps, probe_sets = 0.0, 0, 0
+    for job in jobs:
+        if job["kind"] == "control":
+            probe_sets += 1
+            seconds += _PROBE_SECONDS * job["N"] / 256 * (1 + job.get("pad_d", 0) / 64)
+            continue
+        p = job["params"]
+        N, R, d, m = p["N"], p["R"], p["d"], p["m"]
+        sets = 2 + (p["steps"] - 1) // p["trajectory_every"] if p.get("trajectory_every") else 2
+        steps += p["steps"]
+        probe_sets += sets
+        seconds += p["steps"] * _SECONDS_PER_UNIT * N * R * (d * m + N * d)
+        seconds += sets * _PROBE_SECONDS * (N / 256) * (d / 20)
+    return {"seconds": seconds, "jobs": len(jobs), "steps": steps, "probe_sets": probe_sets}
+
+
 # ------------------------------------------------------------------------------------------- the file
 
 
@@ -539,6 +600,10 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
         have = {_identity(r) for r in contents.records}
         todo = [job for job in jobs if job["key"] not in have]
         if todo:
+            cost = time_estimate(todo)
+            log(f"study: estimate: {len(todo)} of {len(jobs)} job(s) to run, {cost['steps']:,} training "
+                f"steps at most and {cost['probe_sets']} probe sets: about {cost['seconds'] / 3600:.1f} h "
+                f"of one core on this project's machine (2 shared cores), divided among {workers} worker(s)")
             patience = WORKER_TIMEOUT if worker_timeout is None else worker_timeout
             drive(_Jobs(out, len(jobs), len(todo), progress, max_jobs), todo,
                   lambda: open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log,

@@ -167,3 +167,21 @@ def test_time_estimate_counts_steps_and_probe_sets():
     assert study.time_estimate([longer])["seconds"] > one["seconds"]
     bigger = [j for j in study.jobs_of("long", [0]) if j.get("regime") == "adamw-1 N=1024"]
     assert study.time_estimate(bigger)["seconds"] > one["seconds"]
+
+
+def test_trajectories_average_over_seeds_from_the_untrained_weights(tmp_path):
+    out = tmp_path / "long.jsonl"
+    records = study.run_study(str(out), _tiny_grid(4, 2), seeds=[0, 1], progress=False, log=lambda line: None)
+    t = study_report.trajectories(records)
+    assert t["steps"] == [0, 2, 4]
+    at_end = [r["trajectory"][-1]["summary"]["superposition_r2"] for r in records]
+    assert t["superposition_r2"][-1]["mean"] == pytest.approx(np.mean(at_end), abs=1e-6)
+    assert t["accuracy"][0]["mean"] == pytest.approx(np.mean([r["training"]["initial_accuracy"]
+                                                              for r in records]), abs=1e-6)
+    without = [{k: v for k, v in r.items() if k != "trajectory"} for r in records]
+    assert study_report.trajectories(without) is None
+    doc = study_report.summarize(str(out))
+    assert doc["regimes"][0]["trajectory"]["steps"] == [0, 2, 4]
+    pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
+    written = study_report.figures(doc, str(tmp_path / "fig"), formats=("png",))
+    assert any(path.endswith("mechanism_trajectory.png") for path in written)

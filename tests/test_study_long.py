@@ -185,3 +185,14 @@ def test_trajectories_average_over_seeds_from_the_untrained_weights(tmp_path):
     pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
     written = study_report.figures(doc, str(tmp_path / "fig"), formats=("png",))
     assert any(path.endswith("mechanism_trajectory.png") for path in written)
+
+
+def test_study_records_carry_the_components_probe():
+    grid = Grid("tiny-controls", BASE, (), TINY_PROBE, controls={"G1": ((64, 4),), "A1": ((64, 4),)})
+    records = {job["construction"]: study.run_job(job) for job in study.jobs_of(grid, [0])}
+    assert records["G1"]["summary"]["component_share"] == 1.0
+    assert records["G1"]["details"]["components"]["reading"] == "components"
+    assert records["A1"]["details"]["components"]["reading"] == "key"
+    (job,) = study.jobs_of(_tiny_grid(2, 1), [0])
+    record = study.run_job(job)
+    assert all("component_share" in p["summary"] for p in record["trajectory"])

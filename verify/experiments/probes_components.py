@@ -34,14 +34,17 @@ from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import Task
 from georecall.verify.experiments.ridge import fit_ridge_cv
 
-__all__ = ["COMPONENT_SHARE", "MIN_MOVED", "READINGS", "REACH", "components_or_key", "mixture_power",
-           "planted_mixture", "read_moves", "reading", "relation_moves", "summarize_moves", "wilson"]
+__all__ = ["COMPONENT_SHARE", "MIN_MOVED", "READINGS", "REACH", "SUMMARY_FIELDS", "components_or_key",
+           "mixture_power", "planted_mixture", "read_moves", "reading", "relation_moves", "summarize_moves",
+           "summary_of", "wilson"]
 
 REACH = 4.0  # the change is doubled from t = 1 until |t·Δ| >= REACH·|e_s| (at most _DOUBLINGS times)
 _DOUBLINGS = 24
 COMPONENT_SHARE = 0.9  # >= 0.9 of the moved interventions keep every other answer: components; <= 0.1: key
 MIN_MOVED = 20
 READINGS = ("components", "key", "mixed", "cannot tell")
+# what a study record's summary holds of this probe (:func:`summary_of`)
+SUMMARY_FIELDS = ("component_share", "components_follows", "components_moved", "rebuilt_accuracy")
 _STREAM = 41  # the probe's key in the "probes" stream of the seed contract
 
 
@@ -367,3 +370,21 @@ def mixture_power(model: Model, task: Task, *, seed: int = 0, draws: int = 20, s
             covered += lo <= 1 - r["key_moves"] / r["interventions"] <= hi
         out[f"{q:g}"] = {"expected": expected, "power": right / draws, "coverage": covered / draws}
     return out
+
+
+def summary_of(result: dict) -> dict:
+    """The probe's numbers under the study summary's names (:data:`SUMMARY_FIELDS`).
+
+    Parameters
+    ----------
+    result : dict
+        :func:`components_or_key`'s result.
+
+    Returns
+    -------
+    dict
+        ``component_share``, ``components_follows``, ``components_moved`` (the moved share) and
+        ``rebuilt_accuracy``.
+    """
+    return {"component_share": result["component_share"], "components_follows": result["follows"],
+            "components_moved": result["moved_share"], "rebuilt_accuracy": result["rebuilt_accuracy"]}

@@ -46,7 +46,7 @@ from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
 from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
 from georecall.verify.checking.report import claim_report
-from georecall.verify.experiments import probes, probes_mechanism
+from georecall.verify.experiments import probes, probes_components, probes_mechanism
 from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
 from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
@@ -76,8 +76,9 @@ __all__ = [
 ]
 
 # bump when a trial's meaning changes: records of another version are never reused (2: ridge probes, issue 21;
-# 3: the power columns decode_power and superposition_power, issue 35)
-STUDY_VERSION = 3
+# 3: the power columns decode_power and superposition_power, issue 35; 4: the components-vs-key probe,
+# issue 41)
+STUDY_VERSION = 4
 STREAM_KEY = 12  # the study's key in the init / batches / noise streams (issue 12)
 SEED_CONTRACT = 1
 
@@ -147,7 +148,13 @@ def _probe(model, task, seed: int, settings: dict, initial=None, retained: dict 
                                             transfer_steps=settings["transfer_steps"],
                                             encoder_steps=settings["encoder_steps"], lr=settings["lr"],
                                             retained=retained)
-    details = {"selectivity": {k: out["selectivity"][k] for k in ("units", "active_units", "mean_selectivity",
+    components = probes_components.components_or_key(model, task, seed=seed,
+                                                     holdout=settings["holdout"] or 0.25,
+                                                     subjects=settings["subjects"])
+    out["summary"].update(probes_components.summary_of(components))
+    details = {"components": {k: components[k] for k in ("reading", "moved", "interventions",
+                                                          "component_interval", "scale_median")},
+               "selectivity": {k: out["selectivity"][k] for k in ("units", "active_units", "mean_selectivity",
                                                                    "breadth_mean", "units_per_relation")},
                "functional": None if out["functional"] is None else
                {k: out["functional"][k] for k in ("start_accuracy_A", "steps")},

@@ -256,7 +256,8 @@ def d_axis_figure(axis: dict, thresholds: dict, fields: tuple):
 _TRAJECTORY_TITLES = {"accuracy": "facts answered", "superposition_r2": "superposition R²",
                       "follows": "interventions followed", "others_unchanged": "other relations unchanged",
                       "selective_fraction": "selective units", "gated_mass": "gated mass",
-                      "breadth_median": "breadth (median)", "zero_shot": "zero-shot transfer (best)"}
+                      "breadth_median": "breadth (median)", "zero_shot": "zero-shot transfer (best)",
+                      "component_share": "components, not a key", "rebuilt_accuracy": "fit's rebuild read"}
 _LINESTYLES = ("-", "--", ":", "-.")
 
 

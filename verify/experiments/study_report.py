@@ -19,7 +19,7 @@ import numpy as np
 
 from georecall.memory import Budget
 from georecall.verify.experiments import figures as drawing
-from georecall.verify.experiments import probes_mechanism
+from georecall.verify.experiments import probes_components, probes_mechanism
 from georecall.verify.experiments.study import read_study
 from georecall.verify.experiments.study_design import (
     CLAIMS,
@@ -39,7 +39,7 @@ __all__ = ["D_AXIS_FIELDS", "TRAJECTORY_FIELDS", "d_axis", "figures", "regime_ve
 # of facts answered and each claim's criterion quantities; ``zero_shot`` is the larger of the closed-form and
 # the functional transfer, as in the claim.
 TRAJECTORY_FIELDS = ("accuracy", "superposition_r2", "follows", "others_unchanged", "selective_fraction",
-                     "gated_mass", "breadth_median", "zero_shot")
+                     "gated_mass", "breadth_median", "zero_shot", "component_share", "rebuilt_accuracy")
 
 
 def _trajectory_point(point: dict) -> dict:
@@ -129,7 +129,7 @@ def regime_verdicts(claims_per_seed: list[dict], powers: list[float | None] | No
 
 
 def _fields() -> tuple[str, ...]:
-    return probes_mechanism.SUMMARY_FIELDS
+    return probes_mechanism.SUMMARY_FIELDS + probes_components.SUMMARY_FIELDS
 
 
 def _group_key(record: dict) -> str:

@@ -101,16 +101,18 @@ def test_a_long_record_is_read_and_summarized(tmp_path):
     assert len(records) == 1 and [p["step"] for p in records[0]["trajectory"]] == [2, 4]
     summary = study_report.summarize(str(out))
     assert [r["regime"] for r in summary["regimes"]] == ["tiny 4"]
-    notes: list[str] = []
-    again = study.run_study(str(out), _tiny_grid(4, 2), seeds=[0], progress=False, log=notes.append)
-    assert again == records and not any("estimate" in n for n in notes)  # resumed: nothing to run
+    lines: list[dict] = []
+    again = study.run_study(str(out), _tiny_grid(4, 2), seeds=[0], progress=lines.append,
+                            log=lambda line: None)
+    assert again == records and not lines  # resumed: nothing to run
 
 
 def test_the_estimate_is_said_before_the_run(tmp_path):
-    notes: list[str] = []
-    study.run_study(str(tmp_path / "r.jsonl"), _tiny_grid(2, None), seeds=[0], progress=False,
-                    log=notes.append)
-    assert notes and notes[0].startswith("study: estimate: 1 of 1 job(s) to run, 2 training steps")
+    lines: list[dict] = []
+    study.run_study(str(tmp_path / "r.jsonl"), _tiny_grid(2, None), seeds=[0], progress=lines.append,
+                    log=lambda line: None)
+    assert lines[0]["done"] == 0
+    assert "estimate: 2 training steps at most and 2 probe sets" in lines[0]["message"]
 
 
 def test_long_grid_declarations():

@@ -607,12 +607,8 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
         have = {_identity(r) for r in contents.records}
         todo = [job for job in jobs if job["key"] not in have]
         if todo:
-            cost = time_estimate(todo)
-            log(f"study: estimate: {len(todo)} of {len(jobs)} job(s) to run, {cost['steps']:,} training "
-                f"steps at most and {cost['probe_sets']} probe sets: about {cost['seconds'] / 3600:.1f} h "
-                f"of one core on this project's machine (2 shared cores), divided among {workers} worker(s)")
             patience = WORKER_TIMEOUT if worker_timeout is None else worker_timeout
-            drive(_Jobs(out, len(jobs), len(todo), progress, max_jobs), todo,
+            drive(_Jobs(out, len(jobs), len(todo), progress, max_jobs, time_estimate(todo)), todo,
                   lambda: open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log,
                                         worker_timeout=patience), workers=workers, path=out, log=log)
         return [r for r in read_study(out, budget=budget).records if _identity(r) in wanted]
@@ -624,10 +620,11 @@ class _Jobs(JobList):
 
     noun = "job"
 
-    def __init__(self, path: str, total: int, todo: int, progress, max_jobs: int | None):
+    def __init__(self, path: str, total: int, todo: int, progress, max_jobs: int | None, cost: dict):
         super().__init__()
         self.path, self.total, self.progress, self.max_jobs = path, total, progress, max_jobs
         self.done = total - todo
+        self.cost = cost
 
     def report(self, message: str) -> None:
         """One line on stderr, or ``{"done", "total", "new", "elapsed", "eta", "message"}`` to a callback."""
@@ -642,7 +639,11 @@ class _Jobs(JobList):
                   f"{message}", file=sys.stderr, flush=True)
 
     def opened(self, handle, units: int) -> None:
-        self.report(f"{units} job(s) to run on {handle.description}")
+        cost = self.cost
+        hours = cost["seconds"] / 3600
+        self.report(f"{units} job(s) to run on {handle.description}; estimate: {cost['steps']:,} training "
+                    f"steps at most and {cost['probe_sets']} probe sets, about {hours:.1f} h of one core on "
+                    f"this project's machine (2 shared cores)")
 
     def start(self, job: dict) -> list[Task]:
         return [Task(run_job, (job,), job, f"the job {_describe(job)}")]

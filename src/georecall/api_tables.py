@@ -1,6 +1,6 @@
 """The bound and count tables of the public API: ``gr.lower_bounds`` (lower bounds on d beside every
 construction's d; not called ``bounds``, the subpackage :mod:`georecall.bounds`) and ``gr.counts`` (the
-exact enumeration of |F_k| and |Trees_k|), each a :class:`Table`.
+exact enumeration of ``|F_k|`` and ``|Trees_k|``), each a :class:`Table`.
 
 Each is the command of the same name (``georecall bounds``, ``georecall count``) run from Python through
 :func:`georecall.api_command.run_command`: the same defaults, checks and rows.
@@ -86,8 +86,8 @@ def lower_bounds(N: int | Sequence[int] = 4096, R: int | Sequence[int] = 16,
 
 
 def counts(N: int = 5, R: int = 3, k: int = 2, **options: Any) -> Table:
-    """Enumerate all (N!)^R tasks and count the distinct k-hop answer tables |F_k| and depth-k leaf vectors
-    |Trees_k| for k = 1..k, beside their closed forms (small N only).
+    """Enumerate all (N!)^R tasks and count the distinct k-hop answer tables ``|F_k|`` and depth-k leaf
+    vectors ``|Trees_k|`` for k = 1..k, beside their closed forms (small N only).
 
     Parameters
     ----------

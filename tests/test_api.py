@@ -259,3 +259,17 @@ def test_export_names_the_install_line_from_a_clone_when_the_extra_is_missing(mo
         gr.export("/nonexistent/out", to="onnx")
     with pytest.raises(InputError, match="to must be one of"):
         gr.export("/nonexistent/out", to="tensorflow")
+
+
+def test_the_readme_python_example_runs_verbatim(tmp_path):
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## In Python"):]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    assert code.count("\n") <= 12 and "import georecall as gr" in code
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "PASS" in out.stdout and "CERTIFIED" in out.stdout and "True 1.0" in out.stdout

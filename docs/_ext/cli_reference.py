@@ -44,7 +44,8 @@ def commands(parser: argparse.ArgumentParser, prefix: str = "georecall") -> list
             if nested:
                 found.extend(nested)
             else:
-                found.append((words, helps.get(name) or "", sub.format_help()))
+                summary = (helps.get(name) or "").replace("%%", "%")  # argparse's escape, as --help shows it
+                found.append((words, summary, sub.format_help()))
     return found
 
 

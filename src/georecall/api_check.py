@@ -30,6 +30,13 @@ class CheckReport:
         Share of queries answered.
     min_margin : float
         Smallest margin over every query (exact in integer mode; a certified lower bound in float mode).
+
+    Examples
+    --------
+    >>> import georecall as gr
+    >>> report = gr.check("geometric", N=16, R=2, integer=True)
+    >>> report.passed, report.min_margin, report.to_dict()["achieved"]["d"]
+    (True, 4.0, 14)
     """
 
     def __init__(self, report) -> None:
@@ -79,6 +86,13 @@ class CertifyReport:
         ``verdict == "CERTIFIED"``.
     min_margin : float or None
         The smallest margin over every task and query.
+
+    Examples
+    --------
+    >>> import georecall as gr
+    >>> cert = gr.certify("geometric", N=16, R=2, integer=True)
+    >>> cert.verdict, cert.to_dict()["min_margin_exact"]
+    ('CERTIFIED', '4')
     """
 
     def __init__(self, certificate) -> None:

@@ -29,6 +29,13 @@ class Result(Mapping):
         The command ("train", "eval", "bounds", ...).
     passed : bool
         The command's outcome: True when it checks nothing or its check passed.
+
+    Examples
+    --------
+    >>> import georecall as gr
+    >>> result = gr.counts(N=3, R=1, k=1)
+    >>> result.command, result["params"]["N"], "rows" in result
+    ('count', 3, True)
     """
 
     def __init__(self, document: dict) -> None:
@@ -78,7 +85,7 @@ def _argv(options: Mapping[str, Any], flags: Mapping[str, Any]) -> list[str]:
             if not isinstance(value, bool):
                 raise InputError(f"{dest} is True or False, got {value!r}")
             if value:
-                words.append(flag)
+                words.append(action.option_strings[0])
             continue
         values = [value] if isinstance(value, (str, int, float)) or not isinstance(value, Sequence) else value
         texts = [str(v) for v in values]

@@ -27,6 +27,13 @@ class Table(Result):
         The table as the command prints it (Markdown for ``lower_bounds``, fixed-width text for ``counts``).
     passed : bool
         ``counts``: every count agrees with its closed form and sandwich; ``lower_bounds``: True.
+
+    Examples
+    --------
+    >>> import georecall as gr
+    >>> table = gr.counts(N=3, R=1, k=1)
+    >>> [row["F_k"] for row in table.rows], table.passed
+    ([6], True)
     """
 
     @property
@@ -38,7 +45,7 @@ class Table(Result):
         return self["text"]
 
 
-def _many(value: int | Sequence[int] | None) -> list | None:
+def _many(value: float | Sequence[float] | None) -> list | None:
     return None if value is None else list(value) if isinstance(value, Sequence) else [value]
 
 

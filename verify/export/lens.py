@@ -52,7 +52,7 @@ def _libraries():
         from transformer_lens.model_bridge import TransformerBridge
     except ImportError:
         raise InputError("--to transformer-lens needs PyTorch and TransformerLens 4.x: pip install "
-                         "'georecall[export]' (CPU: pip install torch==2.13.0 first)") from None
+                         "'.[export]' in georecall's clone (CPU: pip install torch==2.13.0 first)") from None
     return torch, TransformerBridge
 
 

@@ -591,7 +591,8 @@ def _add_export(sub: _Subparsers) -> None:
                        "TransformerBridge.boot_native) or ONNX Runtime (model.onnx: int64 tokens in, logits "
                        "at the last position out); then load it with the target's own library and check "
                        "every query there against georecall (answers, logits within the stated rounding "
-                       "bound, margins from the target's logits). Needs pip install 'georecall[export]'. "
+                       "bound, margins from the target's logits). Needs pip install '.[export]' in a clone "
+                       "of georecall ('.[export-tl]' for transformer-lens). "
                        "Exit 0 when the check passes, 1 when it fails, 2 on bad input (nothing written). "
                        "See docs/export.md.")
     p.add_argument("out", metavar="OUT", help="the folder to create (must not exist; written under a "

@@ -538,7 +538,9 @@ _TEXT = {
     "figures": lambda doc: list(doc["files"]) + list(doc["notes"]),
     "demo": lambda doc: list(doc["lines"]),
     "lecture": lambda doc: [f"executed {doc['cells']} cells in {doc['seconds']:.0f} s ({doc['images']} "
-                            f"figures): {doc['notebook']}", f"the lecture page: {doc['html']}"],
+                            f"figures): {doc['notebook']}", f"the lecture page: {doc['html']}",
+                            f"the slides ({doc.get('slide_count', 0)}, open offline in a browser): "
+                            f"{doc.get('slides')}"],
     "bounds": lambda doc: [doc["text"]],
     "export": _export,
 }

@@ -339,3 +339,28 @@ def test_demo_figures_prints_the_held_out_alignment(tmp_path, capsys):
     line = next(x for x in out.splitlines() if x.startswith("trained_vs_g1:"))
     assert "N = 32" in line and "held-out R²" in line
     assert (tmp_path / "trained_vs_g1.png").exists()
+
+
+@pytest.mark.slow
+@needs_teach
+def test_the_slider_cell_offers_live_widgets_where_the_notebook_runs_live(tmp_path):
+    """Run live (no GEORECALL_LECTURE_BUILD), the lecture's explore cell offers N, R and the gate as
+    ipywidgets sliders; built by georecall lecture it draws the static figure instead (the page and slide
+    tests)."""
+    pytest.importorskip("ipywidgets")
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = lecture.read_notebook(str(SOURCE))
+    cut = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "def explore" in c.source)
+    live = nbformat.v4.new_notebook(cells=[c for c in nb.cells[: cut + 1] if c.cell_type == "code"])
+    env = {k: v for k, v in os.environ.items() if k != "GEORECALL_LECTURE_BUILD"}
+    NotebookClient(live, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)
+    outputs = live.cells[-1].outputs
+    assert not [o for o in outputs if o.output_type == "error"]
+    views = [o for o in outputs if lecture.WIDGET in o.get("data", {})]
+    assert views, [o.get("data", {}).keys() for o in outputs]
+    state = json.dumps(live.metadata.get("widgets", {}))
+    for label in ('"N"', '"R"', "gate G'"):
+        assert label in state, label

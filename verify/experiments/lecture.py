@@ -230,7 +230,10 @@ def _inline_reveal(page: str) -> str:
          f"<style>{read('white.css')}</style>"),
     )
     for pattern, new in replacements:
-        page, found = re.subn(pattern, lambda _match, new=new: new, page)
+        def literal(_match: re.Match, text: str = new) -> str:  # the replacement as it is (no escapes)
+            return text
+
+        page, found = re.subn(pattern, literal, page)
         if found != 1:  # nbconvert's template changed: a deck without reveal.js must not be written
             raise RuntimeError(f"the slide template no longer has one {pattern!r}")
     return page

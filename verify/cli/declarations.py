@@ -591,8 +591,8 @@ def _add_export(sub: _Subparsers) -> None:
                        "TransformerBridge.boot_native) or ONNX Runtime (model.onnx: int64 tokens in, logits "
                        "at the last position out); then load it with the target's own library and check "
                        "every query there against georecall (answers, logits within the stated rounding "
-                       "bound, margins from the target's logits). Needs pip install '.[export]' in "
-                       "georecall's clone. "
+                       "bound, margins from the target's logits). Needs pip install '.[export]' in a clone "
+                       "of georecall ('.[export-tl]' for transformer-lens). "
                        "Exit 0 when the check passes, 1 when it fails, 2 on bad input (nothing written). "
                        "See docs/export.md.")
     p.add_argument("out", metavar="OUT", help="the folder to create (must not exist; written under a "
@@ -629,11 +629,14 @@ def _add_export(sub: _Subparsers) -> None:
 def _add_lecture(sub: _Subparsers) -> None:
     """``lecture`` (:class:`~.params.LectureParams`)."""
     p = sub.add_parser("lecture", parents=_shared("lecture"),
-                       help="execute the G1 lecture notebook and render it as one HTML page (teach extra)",
+                       help="execute the G1 lecture notebook and render it as a page and as slides (teach "
+                       "extra)",
                        description="Execute docs/notebooks/lecture.md (a jupytext notebook) from the first "
-                       "cell to the last and render it as one self-contained HTML page (figures embedded): "
-                       "DIR/lecture.html, with the executed DIR/lecture.ipynb beside it. Needs the teach "
-                       "extra: pip install '.[teach]'.")
+                       "cell to the last and render it as one self-contained HTML handout (figures "
+                       "embedded), DIR/lecture.html, and as slides that open offline in a browser (reveal.js "
+                       "bundled, one idea per slide, code hidden), DIR/lecture.slides.html, with the "
+                       "executed DIR/lecture.ipynb beside them. Needs the teach extra: pip install "
+                       "'.[teach]'.")
     p.add_argument("--out", default="lecture", metavar="DIR", help="output folder, created when missing")
     p.add_argument("--notebook", default=None, metavar="FILE.md",
                    help="the notebook source (default: docs/notebooks/lecture.md of this checkout)")

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 import numpy as np
 
-__all__ = ["jsonable", "report_table", "to_json", "to_text"]
+__all__ = ["interval_text", "jsonable", "plain_note", "report_table", "to_json", "to_text"]
 
 
 def jsonable(value):
@@ -278,10 +280,15 @@ def _probe(doc: dict) -> list[str]:
                      f"mean {_fmt(r['mean_selectivity'])} (chance {_fmt(r['chance_selectivity'])})")
     if "transfer" in doc:
         r = doc["transfer"]
-        lines.append("freeze and swap on new bijections: closed form "
-                     f"{_fmt(100 * r['closed_form_accuracy'])}%, "
-                     f"embeddings fitted ({r['fitted_steps']} steps) {_fmt(100 * r['fitted_accuracy'])}% "
-                     f"(chance {_fmt(100 * r['chance'])}%)")
+        lines += ["transfer to new facts: every weight is kept except the subjects' embeddings, made anew "
+                  "for brand-new bijections; accuracy on every new query (chance "
+                  f"{_fmt(100 * r['chance'])}%):",
+                  f"  closed form {_fmt(100 * r['closed_form_accuracy'])}%: each new subject's embedding "
+                  "computed, with no training, from its new attributes by the linear maps fitted on the old "
+                  "subjects (high when the model stores each attribute as a linear code, as G1 does)",
+                  f"  embeddings fitted ({r['fitted_steps']} steps) {_fmt(100 * r['fitted_accuracy'])}%: the "
+                  "new subjects' embeddings trained by gradient descent with every other weight frozen (how "
+                  "well the frozen layers read new facts written into the embeddings)"]
     if doc.get("appended"):
         lines.append(f"record appended to {doc['appended']}")
     return lines
@@ -321,14 +328,105 @@ def _probe_hidden(doc: dict) -> list[str]:
     return lines
 
 
+def _directed(x: float, digits: int, rounding: str) -> str:
+    """``x`` to ``digits`` significant digits rounded toward ``ROUND_FLOOR`` or ``ROUND_CEILING`` (from its
+    exact binary value), so that a printed lower end is never above the true one nor an upper end below."""
+    exact = Decimal(x)
+    if exact == 0:
+        return "0"
+    step = Decimal(1).scaleb(exact.adjusted() - digits + 1)
+    return format(exact.quantize(step, rounding=rounding), "g")
+
+
+def interval_text(lo: float, hi: float) -> tuple[str, str]:
+    """The two ends of an interval ``[lo, hi]`` printed with the digits that tell them apart.
+
+    The fewest significant digits (at least 4, at most 17) at which the two ends, each rounded to nearest,
+    differ; then ``lo`` is printed rounded down and ``hi`` rounded up at that many digits, so the printed
+    interval still contains the exact one. Equal ends print as the shortest text that reads back to the
+    float (``repr``).
+
+    Parameters
+    ----------
+    lo, hi : float
+        The ends, ``lo <= hi``, both finite.
+
+    Returns
+    -------
+    (str, str)
+    """
+    if lo == hi:
+        return repr(float(lo)), repr(float(hi))
+    digits = 4
+    while digits < 17 and f"{lo:.{digits}g}" == f"{hi:.{digits}g}":
+        digits += 1
+    return _directed(lo, digits, ROUND_FLOOR), _directed(hi, digits, ROUND_CEILING)
+
+
 def _span(m: dict | None) -> str:
-    """An eval margin interval as text: the value when exact, else ``[lo, hi] (width w)``."""
+    """An eval margin interval as text: the value when exact, else ``[lo, hi] (width w)``, with the digits
+    that tell its ends apart (:func:`interval_text`)."""
     if not m:
         return "n/a"
-    if m["lo"] == m["hi"]:
-        return f"{_fmt(m['lo'])} (exact)"
-    return f"[{_fmt(m['lo'])}, {_fmt(m['hi'])}] (width {m['width']:.1e})" if m.get("width") is not None \
-        else f"[{_fmt(m['lo'])}, {_fmt(m['hi'])}]"
+    lo, hi = m["lo"], m["hi"]
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"[{_fmt(lo)}, {_fmt(hi)}]"
+    if lo == hi:
+        return f"{repr(float(lo))} (exact)"
+    low, high = interval_text(lo, hi)
+    return f"[{low}, {high}] (width {m['width']:.1e})" if m.get("width") is not None else f"[{low}, {high}]"
+
+
+def _lower_end(m: dict | None) -> str:
+    """An interval's lower end to 6 significant digits rounded down (a table column)."""
+    lo = (m or {}).get("lo")
+    return _directed(lo, 6, ROUND_FLOOR) if isinstance(lo, float) and math.isfinite(lo) else _fmt(lo)
+
+
+# The reasons a fast path was not taken (verify/checking), each said for a user: what it means for them.
+_PLAIN_NOTES = (
+    (re.compile(r"decoder: n_out = (\d+) is not 2\^D for the D = (\d+) coordinates"),
+     lambda m: f"the answers were found by comparing all {m[1]} output logits of every query (the shortcut "
+               "for the paper's constructions, whose output layer is a table of ±λ sign codes, does not fit "
+               f"this model: it reads {m[2]} coordinates for {m[1]} answers, not 2^{m[2]}): the same result, "
+               "only slower"),
+    (re.compile(r"decoder: (read-out entries|two read-out rows)"),
+     lambda m: "the answers were found by comparing all output logits of every query (the shortcut for the "
+               "paper's constructions, whose output layer is a table of distinct ±λ sign codes, does not fit "
+               "this model's output layer): the same result, only slower"),
+    (re.compile(r"forward: "),
+     lambda m: "every query ran the full forward pass (the shortcut that adds up precomputed per-token "
+               "tables, for models whose layers act on each token separately, does not fit this model): "
+               "the same result, only slower"),
+    (re.compile(r"([\d,]+) queries left undecided by the tables' a-priori bound"),
+     lambda m: f"{m[1]} queries too close to call from the precomputed tables were decided by the full "
+               "forward pass"),
+)
+
+
+def plain_note(note: str) -> list[str]:
+    """The notes of a check (``"; "``-separated reasons, from verify/checking) in plain words: what each
+    means for the user; a reason not known here is kept as it is.
+
+    Parameters
+    ----------
+    note : str
+
+    Returns
+    -------
+    list of str
+        One sentence per reason.
+    """
+    out = []
+    for part in (p.strip() for p in note.split("; ") if p.strip()):
+        for pattern, say in _PLAIN_NOTES:
+            found = pattern.search(part)
+            if found:
+                out.append(say(found))
+                break
+        else:
+            out.append(part)
+    return out
 
 
 def _eval(doc: dict) -> list[str]:
@@ -345,16 +443,18 @@ def _eval(doc: dict) -> list[str]:
                                      doc.get("arith", "exact") == "exact" else ""),
              f"accuracy {100 * doc['accuracy']:.2f}% ({doc['n_correct']:,}/{doc['queries']:,} queries)"
              + (f"; {doc['ties']:,} ties (margin 0, counted wrong)" if doc["ties"] else ""),
-             f"margins (right logit minus the best other; intervals containing the exact value): "
-             f"min {_span(doc['min_margin'])}, mean {_span(doc['mean_margin'])}, "
-             f"1% {_span(q.get('q0.01'))}, median {_span(q.get('q0.5'))}",
+             "margins (right logit minus the best other; each interval contains the exact value):",
+             f"  min     {_span(doc['min_margin'])}",
+             f"  mean    {_span(doc['mean_margin'])}",
+             f"  1%      {_span(q.get('q0.01'))}",
+             f"  median  {_span(q.get('q0.5'))}",
              f"{'relation':>8}  {'queries':>9}  {'accuracy':>8}  {'min margin (lower end)':>22}  "
              f"{'mean margin (lower end)':>23}"]
     lines += [f"{r['relation']:>8}  {r['queries']:>9,}  {100 * (r['accuracy'] or 0):7.2f}%  "
-              f"{_fmt((r['min_margin'] or {}).get('lo')):>22}  {_fmt((r['mean_margin'] or {}).get('lo')):>23}"
+              f"{_lower_end(r['min_margin']):>22}  {_lower_end(r['mean_margin']):>23}"
               for r in doc["per_relation"]]
     if doc.get("note"):
-        lines.append(f"note: {doc['note']}")
+        lines += [f"note: {sentence}" for sentence in plain_note(doc["note"])]
     return lines
 
 
@@ -406,7 +506,9 @@ def _export(doc: dict) -> list[str]:
         return lines + ["not checked in the target (--no-check)"]
     lines.append(f"checked in {check['target']}: {check['correct']:,}/{check['queries']:,} queries right "
                  f"({check['decoding']}, {check['steps']} step(s)); answers differing from georecall: "
-                 f"{check['disagreements_with_georecall']} (+{check['within_rounding']} within rounding)")
+                 f"{check['disagreements_with_georecall']} (of them near-ties within rounding: "
+                 f"{check['within_rounding']}); right/wrong changed: "
+                 f"{check.get('right_or_wrong_changed', 0)}")
     lines.append(f"logits: max |target - georecall| = {_fmt(check['max_logit_difference'], 3)}, allowed "
                  f"<= {_fmt(check['max_allowed'], 3)} ({check['queries_outside_bound']} queries outside); "
                  f"margin min {_fmt(check['min_margin_target'])} (target's logits)"
@@ -436,7 +538,9 @@ _TEXT = {
     "figures": lambda doc: list(doc["files"]) + list(doc["notes"]),
     "demo": lambda doc: list(doc["lines"]),
     "lecture": lambda doc: [f"executed {doc['cells']} cells in {doc['seconds']:.0f} s ({doc['images']} "
-                            f"figures): {doc['notebook']}", f"the lecture page: {doc['html']}"],
+                            f"figures): {doc['notebook']}", f"the lecture page: {doc['html']}",
+                            f"the slides ({doc.get('slide_count', 0)}, open offline in a browser): "
+                            f"{doc.get('slides')}"],
     "bounds": lambda doc: [doc["text"]],
     "export": _export,
 }

@@ -32,8 +32,8 @@ def _onnx():
         import onnx
         from onnx import helper, numpy_helper
     except ImportError:
-        raise InputError("--to onnx needs onnx and onnxruntime: pip install '.[export]' in georecall's "
-                         "clone") from None
+        raise InputError("--to onnx needs onnx and onnxruntime: pip install '.[export]' in a clone of "
+                         "georecall") from None
     return onnx, helper, numpy_helper
 
 
@@ -41,7 +41,7 @@ def _runtime():
     try:
         import onnxruntime
     except ImportError:
-        raise InputError("--to onnx needs onnxruntime: pip install '.[export]' in georecall's clone") \
+        raise InputError("--to onnx needs onnxruntime: pip install '.[export]' in a clone of georecall") \
             from None
     return onnxruntime
 

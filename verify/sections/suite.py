@@ -491,48 +491,54 @@ def _case_name(spec: ConstructionSpec, case: dict) -> str:
     return ", ".join(words)
 
 
+# Nominal CPU seconds of the steps (benchmarks/bench_verify.py --steps, one BLAS thread), for the estimate of
+# the time left only: a construction case not named here counts _CASE_COST.
+_CASE_COSTS = {"A2b": 4.0, "G1": 0.3}
+_CASE_COST = 0.1
+
+
 def _construction_steps(hops: str, seed: int, budget: Budget, full: bool) -> list[Step]:
     return [Step(f"{hops} hop: {_case_name(spec, case)}",
-                 partial(_case_report, spec, case, seed, False, budget), 1.0 if spec.id == "A2b" else 0.3)
+                 partial(_case_report, spec, case, seed, False, budget), _CASE_COSTS.get(spec.id, _CASE_COST))
             for spec in registry.specs(hops) for case in spec.verify_cases]
 
 
 def _certified_steps(seed: int, budget: Budget, full: bool) -> list[Step]:
     def row(spec: ConstructionSpec) -> list[Report]:
         return [certified_row(spec, seed, False, budget)]
-    return [Step(f"certified for every task: {spec.id}", partial(row, spec), 0.3)
+    return [Step(f"certified for every task: {spec.id}", partial(row, spec), 0.5 if spec.id == "A1" else 0.2)
             for spec in certified_specs()]
 
 
 def _bounds_steps(seed: int, budget: Budget, full: bool) -> list[Step]:
     return [Step("counting: every (N!)^R task enumerated, trees searched, gadgets built",
-                 partial(bounds_checks.counting_reports, seed), 2.7),
+                 partial(bounds_checks.counting_reports, seed), 2.2),
             Step("bits needed and lower bounds: each construction quantized at its b and b - 1",
-                 partial(bits_and_bound_reports, seed, False, budget), 3.0)]
+                 partial(bits_and_bound_reports, seed, False, budget), 2.3)]
 
 
 def _training_steps(seed: int, budget: Budget, full: bool) -> list[Step]:
     N, R = TRAINING_SIZE
-    return [Step("gradients against finite differences (N = 7, d = 6)", lambda: [gradient_row(seed)], 0.2),
+    return [Step("gradients against finite differences (N = 7, d = 6)", lambda: [gradient_row(seed)], 0.1),
             Step(f"gradient descent at G1's d (N = {N}, R = {R})", lambda: [gd_row(seed, False, budget)],
-                 0.3),
+                 0.15),
             Step(f"capacity threshold, learned{' and frozen' if full else ''} embeddings (N = {N}, R = {R}, "
                  "one training per width tried)", lambda: [threshold_row(seed, False, budget=budget,
                                                                          frozen=full)],
-                 6.4 if full else 3.0)]
+                 5.5 if full else 2.3)]
 
 
 def _probes_steps(seed: int, budget: Budget, full: bool) -> list[Step]:
     N, R = PROBES_SIZE
     return [Step(f"probes on G1 and an untrained model (N = {N}, R = {R})",
-                 partial(section_probes, seed, False, budget), 0.6)]
+                 partial(section_probes, seed, False, budget), 0.7)]
 
 
 def _mechanism_steps(seed: int, budget: Budget, full: bool) -> list[Step]:
     R = 4 if full else MECHANISM_R
     return [Step(f"mechanism probes: G1, G1 wider, A1, a trained model, its initial weights (N = 256, "
                  f"R = {R})",
-                 partial(_section_mechanism, seed, False, budget, full), 8.0 if full else 2.4)]
+                 partial(_section_mechanism, seed, False, budget, full), 8.0 if full else 2.3)]
 
 
 def verify_steps(seed: int = 0, budget: Budget | None = None, full: bool = False) -> list[Step]:

@@ -183,3 +183,25 @@ def test_full_reaches_the_sections(monkeypatch, capsys):
     assert run(["verify", "--quiet", "--full"], capsys)[0] == 0
     assert run(["verify", "--quiet"], capsys)[0] == 0
     assert seen == [True, False]
+
+
+def test_verify_construction_counts_its_own_steps(capsys):
+    from georecall.constructions import registry
+
+    spec = registry.get("G2")
+    reports = suite.verify_reports([spec], progress=True)
+    lines = capsys.readouterr().err.strip().splitlines()
+    n = len(spec.verify_cases) + 2  # its cases, its certified row, its bits and bounds rows (one step)
+    assert len(lines) == n and all(line.startswith(f"[{i}/{n}] ") for i, line in enumerate(lines, 1))
+    assert [r.name for r in reports] == [r.name for r in suite.construction_reports(spec)]
+
+
+def test_verify_construction_refuses_a_spec_without_cases():
+    import dataclasses
+
+    from georecall.constructions import registry
+    from georecall.errors import InputError
+
+    bare = dataclasses.replace(registry.get("G1"), id="BARE", name="bare", verify_cases=())
+    with pytest.raises(InputError, match="lists no verify_cases"):
+        suite.verify_reports([bare])

@@ -481,7 +481,7 @@ def _case_name(spec: ConstructionSpec, case: dict) -> str:
     case = dict(case)
     N, R, k = case.pop("N"), case.pop("R"), case.pop("k", 1)
     codes, D = case.pop("codes", None), case.pop("D", None)
-    words = [f"{spec.id} {codes or spec.codes or 'own'} codes" + (f" (D = {D})" if D else ""),
+    words = [f"{spec.id} {codes or spec.codes or 'its own'} codes" + (f" (D = {D})" if D else ""),
              f"N = {N}, R = {R}" + (f", k = {k}" if k != 1 else "")]
     if case.pop("compare_integer", False):
         words.append("float64, then integer mode")
@@ -574,6 +574,23 @@ def verify_steps(seed: int = 0, budget: Budget | None = None, full: bool = False
     return steps
 
 
+def _spec_steps(specs: list[ConstructionSpec], seed: int, budget: Budget | None) -> list[Step]:
+    """The steps of ``verify --construction``: :func:`construction_reports` of each spec, a step per row."""
+    budget = as_budget(budget)
+    steps: list[Step] = []
+    for spec in specs:
+        if not spec.verify_cases:
+            raise InputError(f"{spec.label} lists no verify_cases: give its ConstructionSpec "
+                             "verify_cases=({'N': ..., 'R': ...},)")
+        steps += [Step(f"{_case_name(spec, case)}", partial(_case_report, spec, case, seed, False, budget),
+                       _CASE_COSTS.get(spec.id, _CASE_COST)) for case in spec.verify_cases]
+        steps.append(Step(f"certified for every task: {spec.id}",
+                          partial(lambda s: [certified_row(s, seed, False, budget)], spec), 0.2))
+        steps.append(Step(f"bits needed and lower bounds: {spec.id}",
+                          partial(bits_and_bound_reports, seed, False, budget, [spec]), 0.5))
+    return steps
+
+
 def _seconds(t: float) -> str:
     return f"{t:.0f} s" if t < 100 else f"{t / 60:.1f} min"
 
@@ -611,9 +628,7 @@ def verify_reports(specs: list[ConstructionSpec] | None = None, seed: int = 0, p
         A row over the budget, or a spec without ``verify_cases``.
     """
     with blas.limited_threads(1):
-        if specs is not None:
-            return [report for spec in specs for report in construction_reports(spec, seed, progress, budget)]
-        steps = verify_steps(seed, budget, full)
+        steps = verify_steps(seed, budget, full) if specs is None else _spec_steps(specs, seed, budget)
         total = sum(step.cost for step in steps)
         reports: list[Report] = []
         start, done = time.perf_counter(), 0.0

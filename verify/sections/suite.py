@@ -4,7 +4,10 @@ Each section is a function ``(seed, progress, budget) -> list[Report]``; ``SECTI
 ``georecall verify`` runs them, and :func:`verify_reports` runs them (the one function the ``verify`` command
 reaches, see CONTRIBUTING.md, "Layers"). A construction's rows are
 :func:`georecall.verify.checking.run.run_check` at the sizes its spec lists (``verify_cases``); the other rows
-check the trainer, the probes and the mechanism study.
+check the trainer, the probes and the mechanism study. :func:`verify_steps` splits the sections into one step
+per row (the progress line ``[i/n]`` with the time so far and an estimate of the time left);
+``verify --full`` (:data:`FULL_ONLY`) runs the mechanism row at the study's R = 4 and the frozen-embedding
+threshold beside the learned one, which ``verify`` leaves out to answer in about 30 seconds.
 Every function that allocates takes the run's :class:`~georecall.memory.Budget` (``None``: the default
 budget), requires the one estimate (``georecall.memory``) against it before building anything, and passes it
 on to the checker, whose chunks are sized from it.
@@ -44,6 +47,7 @@ from georecall.verify.training.parameters import init_model
 
 __all__ = [
     "FULL_ONLY",
+    "MECHANISM_R",
     "SECTIONS",
     "Step",
     "construction_reports",

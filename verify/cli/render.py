@@ -76,7 +76,7 @@ _LEGEND = ("d, m, margin: promised/achieved (or achieved); checked: queries (cla
 
 def _margin(value) -> str:
     if isinstance(value, float) and math.isfinite(value):
-        return f"{value:.3g}"
+        return f"{value:.4g}"
     return _fmt(value)
 
 
@@ -153,11 +153,12 @@ def report_table(reports: list[dict], width: int = WIDTH) -> str:
     out = [_LEGEND if len(_LEGEND) <= width else textwrap.fill(_LEGEND, width), line(header),
            line("-" * w for w in widths)]
     for row, note in zip(rows, notes):
-        names = textwrap.wrap(row[1], widths[1]) or [""]
+        names = textwrap.wrap(row[1], widths[1], break_on_hyphens=False) or [""]
         out.append(line((row[0], names[0], *row[2:])))
         out += [line(("", more) + ("",) * (len(header) - 2)) for more in names[1:]]
         for text in note:
-            out += textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ")
+            out += textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                                 break_on_hyphens=False)
     return "\n".join(out)
 
 

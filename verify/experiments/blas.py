@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = ["UNKNOWN", "blas_description", "blas_threads", "limited_threads", "numpys_openblas"]
 
@@ -35,7 +35,9 @@ _SYMBOLS = (
      "openblas_set_num_threads64_"),
     ("openblas_get_config", "openblas_get_corename", "openblas_get_num_threads", "openblas_set_num_threads"),
 )
-_CACHE: list[tuple[str, object, object] | None] = []  # (library and kernel, get threads, set threads)
+# (library and kernel, get threads, set threads or None)
+_Found = tuple[str, Callable[[], int], "Callable[[int], None] | None"]
+_CACHE: list[_Found | None] = []
 
 
 def _loaded_openblas() -> list[str]:
@@ -75,7 +77,7 @@ def numpys_openblas(paths: list[str], numpy_dir: str) -> str | None:
     return paths[0] if len(paths) == 1 else None
 
 
-def _describe(path: str) -> tuple[str, object, object] | None:
+def _describe(path: str) -> _Found | None:
     """``(library and kernel, get-threads function, set-threads function)`` of the OpenBLAS at ``path``."""
     try:
         lib = ctypes.CDLL(path)
@@ -97,7 +99,7 @@ def _describe(path: str) -> tuple[str, object, object] | None:
     return None
 
 
-def _library() -> tuple[str, object, object] | None:
+def _library() -> _Found | None:
     """NumPy's OpenBLAS, described once per process (None: another BLAS, or another platform)."""
     if not _CACHE:
         import numpy  # loads NumPy's BLAS before the process's map is read
@@ -115,7 +117,7 @@ def blas_threads() -> int | None:
     int or None
     """
     found = _library()
-    return None if found is None else int(found[1]())  # type: ignore[operator]
+    return None if found is None else int(found[1]())
 
 
 def blas_description() -> str:
@@ -134,7 +136,7 @@ def blas_description() -> str:
     found = _library()
     if found is None:
         return UNKNOWN
-    count = int(found[1]())  # type: ignore[operator]
+    count = int(found[1]())
     return f"{found[0]}, {count} thread{'s' if count != 1 else ''}"
 
 
@@ -170,8 +172,8 @@ def limited_threads(threads: int = 1) -> Iterator[int | None]:
     if setter is None or before is None or before <= threads:
         yield before
         return
-    setter(threads)  # type: ignore[operator]
+    setter(threads)
     try:
         yield threads
     finally:
-        setter(before)  # type: ignore[operator]
+        setter(before)

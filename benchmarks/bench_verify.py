@@ -13,7 +13,7 @@ row; ``--steps`` adds one in-process pass over ``suite.verify_steps`` with the C
 
 Target (issue 44): at most 30 s wall on a quiet 2-core machine and 40 CPU seconds. CPU seconds are what load
 inflates least; the load average is printed before and after. Run by hand: ``python
-benchmarks/bench_verify.py [--runs 3] [--env-runs 3] [--steps] [--full]``.
+benchmarks/bench_verify.py [--runs 3] [--env-runs 3] [--steps] [--full] [--keep doc.json]``.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def main() -> None:
                         help="runs with OPENBLAS_NUM_THREADS=1, interleaved (default: as many as --runs)")
     parser.add_argument("--steps", action="store_true", help="also each step's CPU seconds, in this process")
     parser.add_argument("--full", action="store_true", help="measure verify --full instead")
+    parser.add_argument("--keep", metavar="PATH", help="write the first run's JSON document to PATH")
     args = parser.parse_args()
     env_runs = args.runs if args.env_runs is None else args.env_runs
     print(f"georecall verify{' --full' if args.full else ''}: load average before {_load()}", flush=True)
@@ -83,6 +84,10 @@ def main() -> None:
             results["as installed"].append(_run(args.full, None))
         if i < env_runs:
             results["OPENBLAS_NUM_THREADS=1"].append(_run(args.full, {"OPENBLAS_NUM_THREADS": "1"}))
+    if args.keep:
+        first = next(runs[0][3] for runs in results.values() if runs)
+        with open(args.keep, "w", encoding="utf-8") as out:
+            json.dump(first, out)
     for name, runs in results.items():
         if not runs:
             continue

@@ -456,7 +456,8 @@ SECTIONS: list[tuple[str, Callable[..., list[Report]]]] = [
 ]
 
 
-# What ``verify --full`` adds, in words (``verify --help`` and the README say the same).
+# What ``verify --full`` adds, in words (``verify --help`` and the text summary say the same; the command line
+# cannot import this module, tests/test_verify_progress.py compares them).
 FULL_ONLY = ("the mechanism row at the study's R = 4 (verify: R = 2, the same checks and controls)",
              "the frozen-embedding capacity threshold beside the learned one (reported, not judged)")
 

@@ -125,7 +125,7 @@ def report_table(reports: list[dict], width: int = WIDTH) -> str:
     """
     import textwrap
 
-    header = ("result", "check", "N", "R", "k", "d", "m", "margin", "checked", "s")
+    header = ("", "check", "N", "R", "k", "d", "m", "margin", "checked", "s")  # first: PASS or FAIL
     rows, notes = [], []
     for rep in reports:
         p, a, r, params = rep["promise"], rep["achieved"], rep["check"], rep["params"]
@@ -141,15 +141,16 @@ def report_table(reports: list[dict], width: int = WIDTH) -> str:
         ))
         notes.append(_details(rep))
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    others = sum(w for k, w in enumerate(widths) if k != 1) + 2 * (len(header) - 1)
+    gaps = ["", "  ", "  ", " ", " ", "  ", "  ", "  ", "  ", "  "]  # before each column (N R k: one space)
+    others = sum(w for k, w in enumerate(widths) if k != 1) + sum(map(len, gaps))
     widths[1] = max(16, min(widths[1], width - others))
     right = {2, 3, 4, 8, 9}  # numbers align right
 
     def line(cells) -> str:
-        return "  ".join(str(c).rjust(w) if k in right else str(c).ljust(w)
-                         for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "".join(gap + (str(c).rjust(w) if k in right else str(c).ljust(w))
+                       for k, (gap, c, w) in enumerate(zip(gaps, cells, widths))).rstrip()
 
-    indent = " " * (widths[0] + 4)
+    indent = " " * (widths[0] + 4)  # under the check's name, two further in
     out = [_LEGEND if len(_LEGEND) <= width else textwrap.fill(_LEGEND, width), line(header),
            line("-" * w for w in widths)]
     for row, note in zip(rows, notes):

@@ -109,9 +109,9 @@ def run_verify(p: VerifyParams) -> dict:
     specs = None if chosen is None else [registry.get(c) for c in chosen]
     est = verify_estimate(specs, p.budget).require(p.budget)
     start = time.perf_counter()
-    reports = [rep.as_dict() for rep in verify_rows()(specs, p.seed, p.progress, p.budget)]
+    reports = [rep.as_dict() for rep in verify_rows()(specs, p.seed, p.progress, p.budget, full=p.full)]
     passed = all(rep["passed"] for rep in reports)
-    params = {"seed": p.seed} if specs is None else {"seed": p.seed, "constructions": chosen}
+    params = {"seed": p.seed, "full": p.full} if specs is None else {"seed": p.seed, "constructions": chosen}
     return document(p, params, est, passed=passed,
                     seconds=round(time.perf_counter() - start, 3), reports=reports)
 

@@ -71,45 +71,108 @@ def _fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
-def report_table(reports: list[dict]) -> str:
-    """A fixed-width PASS/FAIL table (sizes and margins, promised vs achieved) from report dicts.
+WIDTH = 100  # columns the report table and its detail lines fit in
+_LEGEND = ("d, m, margin: promised/achieved (or achieved); checked: queries (claims in a claim row); "
+           "s: seconds")
+
+
+def _margin(value) -> str:
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.4g}"
+    return _fmt(value)
+
+
+def _size(value) -> str:
+    """A size column's cell: whole numbers only (a row that reports something else says it in words)."""
+    return str(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else ""
+
+
+def _percent(values) -> str:
+    return ", ".join(f"{100 * v:.4g}%" for v in values)
+
+
+def _details(rep: dict) -> list[str]:
+    """What a row says in words under it: its ``detail`` and, for greedy decoding, the per-step accuracy."""
+    out = []
+    detail = rep.get("extra", {}).get("detail")
+    if detail:
+        out.append(str(detail))
+    forced = rep.get("extra", {}).get("teacher_forcing")
+    per_position = rep["check"].get("per_position")
+    if per_position is not None and forced:
+        final = rep["check"].get("final_accuracy")
+        out.append(f"greedy decoding: per-step accuracy {_percent(per_position)}, final answer "
+                   f"{_percent([final]) if final is not None else '—'}; teacher forcing: per-step accuracy "
+                   f"{_percent(forced.get('per_position') or [])}, min margin "
+                   f"{_margin(forced.get('min_margin'))}")
+    return out
+
+
+def report_table(reports: list[dict], width: int = WIDTH) -> str:
+    """A PASS/FAIL table of report dicts, at most ``width`` columns wide: one meaning per column (sizes and
+    margins promised/achieved, what was checked, seconds, verdict); a row's numbers that are not sizes (a
+    threshold, bits, gaps, greedy decoding's per-step accuracy) in words on indented lines under it.
 
     Parameters
     ----------
     reports : list of dict
         ``Report.as_dict()`` documents.
+    width : int
+        The most columns a line takes (a long check name wraps within its column).
 
     Returns
     -------
     str
-        The table.
+        A legend line, the header, the rows with their detail lines.
     """
-    header = ("check", "N", "R", "k", "d prom/ach", "m prom/ach", "margin prom/ach", "accuracy", "checked",
-              "time s", "verdict")
-    rows = []
+    import textwrap
+
+    header = ("", "check", "N", "R", "k", "d", "m", "margin", "checked", "s")  # first: PASS or FAIL
+    rows, notes = [], []
     for rep in reports:
         p, a, r, params = rep["promise"], rep["achieved"], rep["check"], rep["params"]
         margin = r.get("min_margin")
+        missing = margin is None or (isinstance(margin, float) and math.isnan(margin))
         rows.append((
-            rep["name"], _fmt(params.get("N", "")), _fmt(params.get("R", "")),
-            _fmt(params.get("k", 1 if p else "")),
-            f"{p['d']}/{a['d']}" if p else str(a.get("d", "")),
-            f"{p['m']}/{a['m']}" if p else str(a.get("m", "")),
-            f"{_fmt(p['margin'])}/{_fmt(margin)}" if p else _fmt(margin),
-            f"{100 * r['accuracy']:.2f}%", f"{r['n_queries']:,}", f"{r['seconds']:.2f}",
-            "PASS" if rep["passed"] else "FAIL",
+            "PASS" if rep["passed"] else "FAIL", rep["name"], _size(params.get("N")), _size(params.get("R")),
+            _size(params.get("k", 1 if p else None)),
+            f"{p['d']}/{a['d']}" if p else _size(a.get("d")),
+            f"{p['m']}/{a['m']}" if p else _size(a.get("m")),
+            f"{_margin(p['margin'])}/{_margin(margin)}" if p else ("" if missing else _margin(margin)),
+            f"{r['n_queries']:,}", f"{r['seconds']:.2f}",
         ))
+        notes.append(_details(rep))
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    gaps = ["", "  ", "  ", " ", " ", "  ", "  ", "  ", "  ", "  "]  # before each column (N R k: one space)
+    others = sum(w for k, w in enumerate(widths) if k != 1) + sum(map(len, gaps))
+    widths[1] = max(16, min(widths[1], width - others))
+    right = {2, 3, 4, 8, 9}  # numbers align right
 
     def line(cells) -> str:
-        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+        return "".join(gap + (str(c).rjust(w) if k in right else str(c).ljust(w))
+                       for k, (gap, c, w) in enumerate(zip(gaps, cells, widths))).rstrip()
 
-    return "\n".join([line(header), line("-" * w for w in widths)] + [line(row) for row in rows])
+    indent = " " * (widths[0] + 4)  # under the check's name, two further in
+    out = [_LEGEND if len(_LEGEND) <= width else textwrap.fill(_LEGEND, width), line(header),
+           line("-" * w for w in widths)]
+    for row, note in zip(rows, notes):
+        names = textwrap.wrap(row[1], widths[1], break_on_hyphens=False) or [""]
+        out.append(line((row[0], names[0], *row[2:])))
+        out += [line(("", more) + ("",) * (len(header) - 2)) for more in names[1:]]
+        for text in note:
+            out += textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                                 break_on_hyphens=False)
+    return "\n".join(out)
 
 
 def _failures(rep: dict) -> list[str]:
     out = []
     failures = rep["check"].get("failures") or []
+    check = rep["check"]
+    if check.get("accuracy", 1.0) < 1.0 and not (failures and "claim" in failures[0]):
+        right = check.get("n_correct", round(check["accuracy"] * check["n_queries"]))
+        out.append(f"  {rep['name']}: accuracy {100 * check['accuracy']:.2f}% ({right:,} of "
+                   f"{check['n_queries']:,} queries right)")
     for failure in failures:
         if "claim" in failure:
             continue
@@ -131,11 +194,6 @@ def _reports(doc: dict) -> list[str]:
     lines = [report_table(doc["reports"])]
     for rep in doc["reports"]:
         lines += _failures(rep)
-        forced = rep.get("extra", {}).get("teacher_forcing")
-        if rep["check"].get("per_position") is not None and forced:
-            lines.append(f"  greedy decoding: per-step accuracy {rep['check']['per_position']}, final-answer "
-                         f"accuracy {rep['check'].get('final_accuracy')}; teacher forcing: per-step accuracy "
-                         f"{forced.get('per_position')}, min margin {_fmt(forced.get('min_margin'))}")
     # which exact path computed a check (verify's table stays compact)
     if str(doc.get("command", "")).startswith("check"):
         for rep in doc["reports"]:
@@ -149,10 +207,14 @@ def _reports(doc: dict) -> list[str]:
 
 def _verify(doc: dict) -> list[str]:
     reports = doc["reports"]
+    params = doc.get("params") or {}
+    more = ([] if params.get("full", True) or "constructions" in params else
+            ["verify --full also runs (a few minutes): the mechanism row at the study's R = 4, and the",
+             "frozen-embedding capacity threshold beside the learned one"])
     return _reports(doc) + [
         f"\ngeorecall {doc['version']}, seed {doc['seed']}: "
         f"{sum(r['passed'] for r in reports)}/{len(reports)} "
-        f"checks passed in {doc['seconds']:.1f} s -> {'PASS' if doc['passed'] else 'FAIL'}"]
+        f"checks passed in {doc['seconds']:.1f} s -> {'PASS' if doc['passed'] else 'FAIL'}"] + more
 
 
 def _tradeoff(doc: dict) -> list[str]:

@@ -43,6 +43,8 @@ re-exports the public names of the others.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -79,6 +81,7 @@ from georecall.verify.checking.certify_relaxation import (
     CHUNK_BYTES,
     CHUNK_POINTS,
     MAX_POINTS,
+    Unsupported,
     float_allowance,
 )
 from georecall.verify.checking.certify_witness import realize, witness_for
@@ -102,6 +105,7 @@ __all__ = [
     "check_family",
     "compact_codes_apply",
     "declaration_tasks",
+    "exact_int",
     "family_fingerprint",
     "family_of_builder",
     "float_allowance",
@@ -154,6 +158,35 @@ class Certificate:
                 "units_enumerated": self.units_enumerated, "argmin": self.argmin, "witness": self.witness,
                 "reasons": self.reasons, "declaration": self.declaration, "seconds": round(self.seconds, 4),
                 "confirmation": self.confirmation, "family_verdict": self.family_verdict}
+
+
+def exact_int(name: str, value, minimum: int = 1) -> int:
+    """``value`` as an exact Python ``int``: any ``numbers.Integral`` (NumPy integers included; not a bool),
+    so that no count (``N ** len(live)``, points, chunks) is computed in a fixed-width integer.
+
+    Parameters
+    ----------
+    name : str
+        The parameter, for the message.
+    value : numbers.Integral
+    minimum : int
+        The smallest value allowed.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InputError
+        Not an integer, a bool, or below ``minimum`` (the message names ``name``).
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{name} must be an integer, got {value!r}")
+    exact = int.__index__(operator.index(value))  # a plain int, whatever subclass ``index`` returned
+    if exact < minimum:
+        raise InputError(f"{name} must be >= {minimum}, got {exact}")
+    return exact
 
 
 def compact_codes_apply(spec, codes: str | None, integer: bool) -> bool:
@@ -297,6 +330,8 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     """
     budget = as_budget(budget)
     start = time.perf_counter()
+    N, R, k, seed = exact_int("N", N), exact_int("R", R), exact_int("k", k), exact_int("seed", seed, 0)
+    D, max_points = (None if D is None else exact_int("D", D)), exact_int("max_points", max_points)
     spec = spec if not isinstance(spec, str) else registry.resolve(spec)
     options = {key: value for key, value in (options or {}).items() if value is not None}
     if "lam" in spec.accepts():
@@ -449,20 +484,25 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     Certificate
     """
     start = time.perf_counter()
+    N, R, k = exact_int("N", N), exact_int("R", R), exact_int("k", k)
+    max_points = exact_int("max_points", max_points)
     params = dict(params or {})
     out: dict[str, Any]  # as the certify_* functions return it: one value type per key
-    if encoding.array == "steps":
-        scale = (constants or {}).get("step_scale")
-        out = ({"unsupported": "steps need the family's step_scale"} if scale is None else
-               certify_steps(model, blocks, vectors, N, R, k, promise, step_scale=float(scale),
-                             integer=integer, progress=progress))
-    elif encoding.array == W2_ARRAY:
-        out = certify_rows(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
-                           attributes=attributes, max_points=max_points, progress=progress)
-    else:
-        out = certify_model(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
-                            attributes=attributes, symmetric=symmetric, max_points=max_points,
-                            progress=progress)
+    try:
+        if encoding.array == "steps":
+            scale = (constants or {}).get("step_scale")
+            out = ({"unsupported": "steps need the family's step_scale"} if scale is None else
+                   certify_steps(model, blocks, vectors, N, R, k, promise, step_scale=float(scale),
+                                 integer=integer, progress=progress))
+        elif encoding.array == W2_ARRAY:
+            out = certify_rows(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
+                               attributes=attributes, max_points=max_points, progress=progress)
+        else:
+            out = certify_model(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
+                                attributes=attributes, symmetric=symmetric, max_points=max_points,
+                                progress=progress)
+    except Unsupported as exc:  # e.g. a forward-error bound that overflows float64
+        out = {"unsupported": str(exc)}
     cert = Certificate("UNKNOWN", name, params, promise, integer)
     if "unsupported" in out:
         cert.reasons.append({"why": out["unsupported"]})
@@ -472,10 +512,13 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     cert.units_shut, cert.units_enumerated = out["shut"], out["enumerated"]
     cert.allowance = out["allowance"]
     types = out["types_list"]
-    if out["argmin"] is not None:
+    # one possible answer (the answer count, never an empty minimum): no competitor, every point answered;
+    # no margin exists, as for check (its minimum margin is then None)
+    unopposed = int(model.n_out) == 1 and out["points"] > 0
+    if out["argmin"] is not None and not unopposed:
         qi, values, live, S, scaled = out["argmin"]
         cert.min_margin = out["min"]
-        if integer:
+        if integer and math.isfinite(scaled):
             exact = Fraction(int(round(scaled)), S)
             cert.min_margin_exact = str(exact)
             cert.min_margin = float(exact)
@@ -485,9 +528,6 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     lower = None if cert.min_margin is None else cert.min_margin - cert.allowance
     complete = not out["reasons"]
     threshold = 0.0 if promise is None else promise.margin
-    # one answer only (N = 1, shared attributes): no competitor, every point answered; no margin exists,
-    # as for check (its minimum margin is then None)
-    unopposed = out["argmin"] is None and out["points"] > 0 and out["min"] == math.inf
     if unopposed:
         meets = True
     elif lower is None or cert.min_margin is None:

@@ -14,14 +14,23 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import sys
 import types
 
 import numpy as np
 import pytest
 
 from georecall.constructions import registry
+from georecall.constructions.canonical import (
+    canonical_array,
+    canonical_family,
+    canonical_model,
+    exact_float,
+    exact_str,
+    model_fingerprint,
+)
 from georecall.constructions.encoding import assemble_model
-from georecall.constructions.model import MLP, Layer
+from georecall.constructions.model import ATTENTION_KINDS, MLP, Attention, Layer
 from georecall.constructions.registry import ConstructionSpec
 from georecall.errors import InputError
 from georecall.theory.tasks import Task
@@ -30,6 +39,7 @@ from georecall.verify.checking import certify as cert
 from georecall.verify.checking import certify_relaxation
 from georecall.verify.checking.certify_relaxation import Lowest, Pieces
 from georecall.verify.checking.check import check_queries
+from georecall.verify.checking.run import run_check
 from georecall.verify.cli import main
 
 
@@ -231,3 +241,165 @@ def test_an_int64_size_never_overflows_the_count_of_points():
     c = cert.certify_built(planted.model, family.encoding, blocks, family.codes.vectors, np.int64(2**16),
                            np.int64(4), 1, family.promise, integer=True)
     assert c.verdict == "UNKNOWN" and "stay live" in c.reasons[0]["why"]
+
+
+# ------------------------------------------------------------ kind 4: type confusion inside the family
+
+
+class _Both(str):
+    """Equal to "softmax" and to "hard"."""
+
+    def __eq__(self, other):
+        return other in ("softmax", "hard")
+
+    __hash__ = str.__hash__
+
+
+class _Liar(float):
+    """A float whose ``float()`` is another number (1000: near-hard attention)."""
+
+    def __float__(self):
+        return 1000.0
+
+
+class _LyingArray(np.ndarray):
+    """An array whose ``astype`` returns another array (``honest``) instead of its own values."""
+
+    honest: np.ndarray
+
+    def astype(self, *args, **kwargs):
+        return self.honest.astype(*args, **kwargs)
+
+
+def _set(obj, **fields):
+    for name, value in fields.items():
+        object.__setattr__(obj, name, value)
+
+
+def _kind_both(N, R, k=1, **options):
+    """Softmax at β = 0.01 (nearly uniform: every task fails), its kind also equal to "hard"."""
+    family = registry.get("G2").family(N, R, k, **options)
+    _set(family.model.layers[0].attention, kind=_Both("softmax"), inverse_temperature=0.01)
+    return family
+
+
+def _beta_liar(N, R, k=1, **options):
+    """β = 0.01 stored (nearly uniform: tasks fail), 1000 when read with float()."""
+    family = registry.get("C1").family(N, R, k, **options)
+    _set(family.model.layers[0].attention, inverse_temperature=_Liar(0.01))
+    return family
+
+
+def _lying_w1(N, R, k=1, **options):
+    """W1 = 0 stored (no unit fires: tasks fail), the honest W1 when cast."""
+    family = registry.get("G1").family(N, R, k, **options)
+    mlp = family.model.layers[0].mlp
+    lying = np.zeros_like(mlp.W1).view(_LyingArray)
+    lying.honest = np.array(mlp.W1)
+    _set(mlp, W1=lying)
+    return family
+
+
+def _cached_value_outputs(N, R, k=1, **options):
+    """W_V = 0, with the honest W_V·W_O pre-filled in the cached property."""
+    family = registry.get("G2").family(N, R, k, **options)
+    att = family.model.layers[0].attention
+    honest = att.value_outputs
+    zero = Attention(att.kind, np.zeros_like(att.W_V), att.W_O, att.W_Q, att.W_K, att.inverse_temperature)
+    zero.__dict__["value_outputs"] = honest
+    layer = Layer(zero, family.model.layers[0].mlp)
+    return dataclasses.replace(family, model=dataclasses.replace(family.model, layers=(layer,)))
+
+
+def _spec_of(base: str, family, id_: str):
+    spec = registry.get(base)
+    return ConstructionSpec(id_, f"forged-{id_.lower()}", "test", None, spec.nominal_promise, hops=spec.hops,
+                            decoding=spec.decoding, options=spec.options, variants=spec.variants,
+                            task_encoding=spec.task_encoding, family=family)
+
+
+@pytest.mark.parametrize("base, family, k", [("G2", _kind_both, 2), ("C1", _beta_liar, 2),
+                                             ("G1", _lying_w1, 1), ("G2", _cached_value_outputs, 2)],
+                         ids=["str-subclass-kind", "float-subclass-beta", "ndarray-subclass", "cache"])
+def test_type_confusion_is_undone_before_certify_and_check(base, family, k):
+    """Certify and check speak of one canonical object: CERTIFIED only when check passes every task
+    (brute force, N = 2), and the object certify assembles holds only plain values."""
+    spec = _spec_of(base, family, "X4")
+    N, R = 2, 1 if k == 1 else 2
+    c = cert.certify(spec, N, R, k)
+    passes = [run_check(spec, N, R, k, task=task).passed for task in _all_tasks(N, R)]
+    assert not all(passes)  # the brute-force truth: some task fails (the object check builds is canonical)
+    assert c.verdict != "CERTIFIED", c.verdict
+    canon = canonical_family(family(N, R, k))
+    att, mlp = canon.model.layers[0].attention, canon.model.layers[0].mlp
+    assert type(att.kind) is str and type(att.inverse_temperature) is float
+    assert all(type(a) is np.ndarray and not a.flags.writeable for a in canon.model.arrays().values())
+    assert type(mlp.W1) is np.ndarray and "value_outputs" not in att.__dict__
+
+
+def test_a_cached_value_output_is_recomputed_so_the_zeroed_head_fails_everywhere():
+    spec = _spec_of("G2", _cached_value_outputs, "X5")
+    c = cert.certify(spec, 2, 2, 2)
+    assert c.verdict == "REFUTED"
+    assert not any(run_check(spec, 2, 2, 2, task=t).passed for t in _all_tasks(2, 2))
+
+
+def test_canonical_scalars_are_exact_and_refuse_what_is_not_their_declared_set():
+    assert type(exact_str(_Both("softmax"), "kind", ATTENTION_KINDS)) is str
+    with pytest.raises(InputError, match="kind must be one of"):
+        exact_str(_Both("linear"), "kind", ATTENTION_KINDS)
+    assert exact_float(_Liar(1000.0), "beta") == 1000.0
+    with pytest.raises(InputError, match="not exact"):
+        exact_float(2**60 + 1, "beta")
+    with pytest.raises(InputError, match="dtype"):
+        canonical_array(np.array([1, 2], dtype=object), "W1")
+    array = canonical_array(np.ones((2, 2)).view(_LyingArray), "W1")
+    assert type(array) is np.ndarray and array.sum() == 4 and not array.flags.writeable
+
+
+def test_the_fingerprint_is_of_the_canonical_values_and_sees_every_array_byte():
+    family = registry.get("G1").family(4, 2, 1)
+    fp = model_fingerprint(family.model)
+    assert fp.startswith("sha256:") and fp == model_fingerprint(canonical_model(family.model))
+    mlp = family.model.layers[0].mlp
+    b1 = np.array(mlp.b1)
+    b1[0] = np.nextafter(b1[0], np.inf)
+    assert model_fingerprint(_with_mlp(family, b1=b1).model) != fp
+
+
+# ------------------------------------------------------------------------- kind 5: impure families
+
+
+def test_a_family_honest_only_under_certifys_command_line_is_not_certified(monkeypatch):
+    def family(N, R, k=1, **options):
+        honest = registry.get("G1").family(N, R, k, **options)
+        if "certify" in sys.argv:
+            return honest
+        return dataclasses.replace(honest, model=honest.model.replace(unembedding=-honest.model.unembedding))
+
+    monkeypatch.setattr(sys, "argv", ["georecall", "certify", "single-hop"])
+    c = cert.certify(_spec_of("G1", family, "X7"), 8, 2)
+    assert c.verdict == "UNKNOWN" and c.family_verdict == "CERTIFIED"
+    assert "different F" in c.reasons[-1]["why"] and c.declaration["rebuilds"]["builds"] == 3
+
+
+def test_a_family_that_changes_from_its_third_call_is_not_certified():
+    calls = []
+
+    def family(N, R, k=1, **options):
+        calls.append(1)
+        honest = registry.get("G1").family(N, R, k, **options)
+        if len(calls) < 3:
+            return honest
+        return dataclasses.replace(honest, model=honest.model.replace(unembedding=-honest.model.unembedding))
+
+    c = cert.certify(_spec_of("G1", family, "X8"), 8, 2)
+    assert c.verdict == "UNKNOWN" and "different F" in c.reasons[-1]["why"]
+
+
+def test_the_certificate_records_the_fingerprint_of_what_it_certified():
+    a = cert.certify("G1", 16, 2, options={"integer": True})
+    b = cert.certify("G1", 16, 2, options={"integer": True}, seed=1)
+    assert a.fingerprint.startswith("sha256:") and a.as_dict()["fingerprint"] == a.fingerprint
+    assert a.fingerprint == cert.certify("G1", 16, 2, options={"integer": True}).fingerprint
+    assert a.fingerprint != b.fingerprint  # the seed is one of the options certified

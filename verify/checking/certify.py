@@ -42,9 +42,12 @@ re-exports the public names of the others.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import numbers
 import operator
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +58,7 @@ import numpy as np
 
 from georecall import estimates, memory
 from georecall.constructions import registry
+from georecall.constructions.canonical import canonical_family
 from georecall.constructions.encoding import TaskEncoding, assemble_model
 from georecall.constructions.model import Model
 from georecall.errors import InputError
@@ -98,6 +102,7 @@ __all__ = [
     "DeclarationError",
     "certify",
     "certify_built",
+    "certificate_fingerprint",
     "certify_estimate",
     "certify_model",
     "certify_rows",
@@ -143,6 +148,7 @@ class Certificate:
     seconds: float = 0.0
     confirmation: dict | None = None
     family_verdict: str | None = None  # the verdict on the assembled family (== verdict for a family spec)
+    fingerprint: str | None = None  # of the canonical family and options certified (certificate_fingerprint)
 
     @property
     def passed(self) -> bool:
@@ -157,7 +163,8 @@ class Certificate:
                 "query_types": self.query_types, "points": self.points, "units_shut": self.units_shut,
                 "units_enumerated": self.units_enumerated, "argmin": self.argmin, "witness": self.witness,
                 "reasons": self.reasons, "declaration": self.declaration, "seconds": round(self.seconds, 4),
-                "confirmation": self.confirmation, "family_verdict": self.family_verdict}
+                "confirmation": self.confirmation, "family_verdict": self.family_verdict,
+                "fingerprint": self.fingerprint}
 
 
 def exact_int(name: str, value, minimum: int = 1) -> int:
@@ -364,9 +371,14 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     certify_estimate(spec, N, R, k, codes, D, integer=integer, attributes=attributes).require(budget)
     structural = spec.assembles_family  # check builds exactly the family certified
     compact = compact_codes_apply(spec, codes, integer)
+    # the canonical object (constructions.canonical): plain arrays, exact scalars, no cache. A built-in
+    # family's plain read-only arrays are taken without a copy (nobody else holds them); any other is copied
+    trusted = structural and spec.family in _builtin_families()
     if structural:
-        family = build_family(spec, N, R, k, compact_binary_codes(N, D) if compact else codes, D, seed,
-                              options, attributes)
+        built = build_family(spec, N, R, k, compact_binary_codes(N, D) if compact else codes, D, seed,
+                             options, attributes)
+        family = _canonical(spec, built, trusted)
+        del built
         record = check_family(spec, family)
         if compact:
             record["codebook"] = ("binary codes at integer scale stored as float16 (every entry ±1, exact): "
@@ -374,11 +386,13 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     else:
         family, record = family_of_builder(spec, N, R, k, codes=codes, D=D, options=options, seed=seed,
                                            attributes=attributes, symmetric=symmetric)
+        family = _canonical(spec, family, False)
     encoding = family.encoding
-    blocks = np.asarray(family.layout[encoding.blocks])
+    blocks = np.array(family.layout[encoding.blocks], dtype=np.int64, copy=True)  # a plain index array
     params["codes"] = family.codes.kind
     params["D"] = family.codes.D
     params.update({key: family.constants[key] for key in ("gate", "beta") if key in family.constants})
+    fingerprint = certificate_fingerprint(family, params)
 
     def confirm_with_check(task: Task, prompt: list[int]) -> dict:
         """``check`` on the witness task (as ``georecall check --task`` runs it), and THE forward pass with
@@ -422,20 +436,36 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
                          name=label(family.codes.kind), params=params, constants=family.constants)
     cert.declaration = record
     cert.family_verdict = cert.verdict
+    cert.fingerprint = fingerprint
     if structural and cert.verdict == "CERTIFIED" and spec.id in registry.BUILTIN_IDS:
         # a built-in family is a function of (N, R, k, options, the seed's codes stream): tested against
         # check's build on every forward field (tests/test_certify.py), not rebuilt here (2^20 codes)
         record["deterministic"] = True
     elif structural and cert.verdict == "CERTIFIED":
         # check builds spec.builder = the family assembled on the task: the same object only if the family
-        # builder returns the same F again (a builder drawing from a global stream would not)
-        fingerprint = record["fingerprint"]
+        # builder returns the same F again (a builder drawing from a global stream, counting its calls or
+        # reading the command line would not). Built twice more, the last time with a neutral sys.argv: what
+        # an in-process rebuild can see; state it cannot see is not detected (docs/certify.md)
+        first = record["fingerprint"]
         del family
-        again = build_family(spec, N, R, k, codes, D, seed, options, attributes)
-        if family_fingerprint(again) != fingerprint:
+        calls = []
+        for neutral in (False, True):
+            saved = list(sys.argv)
+            if neutral:
+                sys.argv[:] = saved[:1]
+            try:
+                again = _canonical(spec, build_family(spec, N, R, k, codes, D, seed, options, attributes),
+                                   False)
+            finally:
+                sys.argv[:] = saved
+            calls.append(family_fingerprint(again))
+            del again
+        record["rebuilds"] = {"builds": 1 + len(calls), "same": all(f == first for f in calls)}
+        if not record["rebuilds"]["same"]:
             cert.verdict = "UNKNOWN"
-            cert.reasons.append({"why": "the family builder returned a different F on a second call with the "
-                                        "same options and seed: check would not build the object certified"})
+            cert.reasons.append({"why": "the family builder returned a different F on another call with the "
+                                        "same options and seed (builds compared: 3, the last with a neutral "
+                                        "sys.argv): check would not build the object certified"})
         record["deterministic"] = cert.verdict == "CERTIFIED"
     elif not structural and cert.verdict == "CERTIFIED":
         cert.verdict = "UNKNOWN"
@@ -449,6 +479,40 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
         cert.reasons.append({"why": "REFUTED: the ordinary checker fails the builder on the witness task"})
     cert.seconds = time.perf_counter() - start
     return cert
+
+
+def _builtin_families() -> set:
+    """The built-in constructions' family functions (georecall's own: nobody else holds their arrays)."""
+    return {registry.get(key).family for key in registry.BUILTIN_IDS} - {None}
+
+
+def _canonical(spec, family, trusted: bool):
+    """``canonical_family`` with its refusal as the spec's declaration error (named)."""
+    try:
+        return canonical_family(family, copy=not trusted)
+    except InputError as exc:
+        raise DeclarationError(f"{spec.label}: its family is not made of plain values: {exc}") from None
+
+
+def certificate_fingerprint(family, params: dict) -> str:
+    """``sha256:<hex>`` over the canonical family (``certify_family.family_fingerprint``: every forward
+    field, the codebook, the declared blocks, encoding, sizes, promise) and the certificate's options.
+
+    Parameters
+    ----------
+    family : Family
+        Canonical (``constructions.canonical.canonical_family``).
+    params : dict
+        The certificate's parameters (construction, sizes, codes, seed, options).
+
+    Returns
+    -------
+    str
+    """
+    digest = hashlib.sha256(b"georecall-certificate-1\0")
+    digest.update(family_fingerprint(family).encode())
+    digest.update(json.dumps(params, sort_keys=True, default=repr).encode())
+    return "sha256:" + digest.hexdigest()
 
 
 def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int,

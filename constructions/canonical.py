@@ -271,28 +271,43 @@ def canonical_family(family, *, copy: bool = True):
 
 
 def model_fingerprint(model: Model) -> str:
-    """A SHA-256 over the canonical model's forward fields (name, dtype, shape, bytes; scalars by their exact
-    repr), as ``sha256:<hex>``.
+    """A SHA-256 over the model's forward fields as plain values, ``sha256:<hex>``: each array's name, dtype,
+    shape and bytes read through a base-class view (no subclass method runs, nothing of the array's size is
+    copied: at N = 2^20 a check's entity table is hashed in row blocks), each scalar as its exact value
+    (``exact_str``, ``exact_float``). Equal for a model and its :func:`canonical_model` when its arrays
+    are already of a supported dtype in native byte order.
 
     Parameters
     ----------
     model : Model
-        Made canonical first (without copying arrays that are already plain).
 
     Returns
     -------
     str
+
+    Raises
+    ------
+    InputError
+        A scalar that is not of its declared type (as :func:`canonical_model`).
     """
-    canon = canonical_model(model, copy=False)
     digest = hashlib.sha256(b"georecall-model-fingerprint-1\0")
-    for name, value in forward_fields(canon).items():
+    for name, value in forward_fields(model).items():
         digest.update(name.encode() + b"\0")
         if isinstance(value, np.ndarray):
-            array = np.ascontiguousarray(value)
-            digest.update(f"{array.dtype.str}{array.shape}".encode())
-            for start in range(0, max(1, len(array)) if array.ndim else 1, 2**16):  # no full-size temporary
-                part = array[start : start + 2**16] if array.ndim else array
-                digest.update(np.ascontiguousarray(part).tobytes())
+            array = np.ndarray.view(value, np.ndarray)  # the raw buffer, as the base class reads it
+            if name != "readout_columns" and array.dtype.kind in "iub":
+                array = array.astype(np.float64)  # as canonical_model stores it (never an entity table)
+            elif name == "readout_columns":
+                array = array.astype(np.int64)
+            digest.update(f"{array.dtype.newbyteorder('=').str}{array.shape}".encode())
+            rows = max(1, 2**24 // max(1, array[0].nbytes)) if array.ndim and len(array) else 1
+            for start in range(0, len(array) if array.ndim else 1, rows):
+                part = array[start : start + rows] if array.ndim else array
+                digest.update(np.ascontiguousarray(part, dtype=part.dtype.newbyteorder("=")).tobytes())
+        elif name.endswith(".kind"):
+            digest.update(repr(exact_str(value, name)).encode())
+        elif name.endswith(".inverse_temperature"):
+            digest.update(repr(exact_float(value, name)).encode())
         else:
             digest.update(repr(value).encode())
     return "sha256:" + digest.hexdigest()

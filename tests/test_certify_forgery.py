@@ -33,7 +33,9 @@ from georecall.constructions.encoding import assemble_model
 from georecall.constructions.model import ATTENTION_KINDS, MLP, Attention, Layer
 from georecall.constructions.registry import ConstructionSpec
 from georecall.errors import InputError
+from georecall.theory import seeds
 from georecall.theory.tasks import Task
+from georecall.theory.tasks import task_for_seed as seeded_task  # THE seeded task
 from georecall.theory.tokens import queries
 from georecall.verify.checking import certify as cert
 from georecall.verify.checking import certify_relaxation
@@ -89,7 +91,7 @@ def test_a_non_finite_margin_is_the_lowest_failing_point_never_absent():
 
 def test_logits_that_overflow_are_never_certified():
     """G1's read-out scaled to 1e308: every logit overflows (finite weights); every task fails check."""
-    family = registry.get("G1").family(2, 1, 1, codes="sign", D=4)
+    family = registry.get("G1").family(2, 1, 1, codes="sign", D=8, rng=np.random.default_rng(1))
     model = family.model.replace(unembedding=family.model.unembedding * 1e308)
     planted = dataclasses.replace(family, model=model)
     with np.errstate(all="ignore"):
@@ -102,7 +104,7 @@ def test_logits_that_overflow_are_never_certified():
 def test_an_empty_minimum_is_not_unopposed_unless_there_is_one_answer(monkeypatch):
     """"Unopposed" comes from the answer count: an enumeration that recorded no minimum over two answers
     (every margin dropped) is not certified."""
-    family = registry.get("G1").family(2, 1, 1, codes="sign", D=4)
+    family = registry.get("G1").family(2, 1, 1, codes="sign", D=8, rng=np.random.default_rng(1))
     real = cert.certify_model
 
     def dropped(*args, **kwargs):
@@ -123,7 +125,7 @@ def test_an_empty_minimum_is_not_unopposed_unless_there_is_one_answer(monkeypatc
 
 @pytest.mark.parametrize("lam", [5e-324, 1e-323, 1.43e-322, 1e-321])
 def test_a_subnormal_read_out_is_never_certified_where_a_task_fails(lam):
-    family = registry.get("G1").family(2, 1, 1, codes="sign", D=8, lam=lam)
+    family = registry.get("G1").family(2, 1, 1, codes="sign", D=8, lam=lam, rng=np.random.default_rng(1))
     passes = _brute_passes(family)
     c = _certify_family(family)
     if not all(passes):
@@ -393,8 +395,11 @@ def test_a_family_that_changes_from_its_third_call_is_not_certified():
             return honest
         return dataclasses.replace(honest, model=honest.model.replace(unembedding=-honest.model.unembedding))
 
-    c = cert.certify(_spec_of("G1", family, "X8"), 8, 2)
+    c = cert.certify(_spec_of("G1", family, "X8"), 8, 2, falsify=False)
     assert c.verdict == "UNKNOWN" and "different F" in c.reasons[-1]["why"]
+    calls.clear()  # falsifying first, the checker's own builds (calls 2 to 4) already run the changed F
+    c = cert.certify(_spec_of("G1", family, "X8"), 8, 2)
+    assert c.verdict == "REFUTED" and c.confirmation["check_passed"] is False
 
 
 def test_the_certificate_records_the_fingerprint_of_what_it_certified():
@@ -403,3 +408,93 @@ def test_the_certificate_records_the_fingerprint_of_what_it_certified():
     assert a.fingerprint.startswith("sha256:") and a.as_dict()["fingerprint"] == a.fingerprint
     assert a.fingerprint == cert.certify("G1", 16, 2, options={"integer": True}).fingerprint
     assert a.fingerprint != b.fingerprint  # the seed is one of the options certified
+
+
+# ----------------------------------------------------------------------- falsify before relaxing
+
+
+def _gates_ajar(N, R, k=1, **options):
+    """G1 with every gate ajar (b1 + 3): units fire for foreign relations; at N = 4096, R = 16 the checker
+    finds 86 % of the seeded task's queries wrong, and the relaxation alone says UNKNOWN."""
+    family = registry.get("G1").family(N, R, k, **options)
+    return _with_mlp(family, b1=np.asarray(family.model.layers[0].mlp.b1) + 3.0)
+
+
+def _no_relaxation(*args, **kwargs):
+    raise AssertionError("the relaxation ran although the seeded task fails")
+
+
+def test_a_construction_whose_seeded_task_fails_is_refuted_before_any_relaxation(monkeypatch):
+    monkeypatch.setattr(cert, "certify_built", _no_relaxation)
+    spec = _spec_of("G1", _gates_ajar, "X9")
+    c = cert.certify(spec, 4096, 16, options={"integer": True})
+    assert c.verdict == "REFUTED" and c.declaration["falsification"]["failed_on"] == "the seeded task"
+    assert "before any relaxation" in c.reasons[0]["why"] and c.fingerprint.startswith("sha256:")
+    assert c.confirmation["check_passed"] is False and c.witness["margin"] <= 0
+    task = Task(np.asarray(c.witness_table))
+    assert not run_check(spec, 4096, 16, task=task, options={"integer": True}).passed
+
+
+def test_an_honest_construction_is_checked_on_drawn_tasks_before_it_is_certified():
+    c = cert.certify("G1", 16, 2, options={"integer": True})
+    falsification = c.declaration["falsification"]
+    assert c.verdict == "CERTIFIED" and falsification["tasks"] == 3
+    assert falsification["outcome"] == "no query wrong"
+    # the model check builds on the seeded task is the one certify checked there, and check says so
+    seeded = run_check("G1", 16, 2, options={"integer": True})
+    assert falsification["seeded_model_fingerprint"] == seeded.extra["fingerprint"]
+    assert seeded.extra["fingerprint"] == model_fingerprint(canonical_model(
+        assemble_model(canonical_family(registry.get("G1").family(
+            16, 2, 1, integer=True, rng=seeds.rng(0, "codes"))), seeded_task(16, 2, 0))))
+
+
+def test_check_prints_the_fingerprint_of_the_model_it_built(capsys):
+    code, out, _ = run(["check", "single-hop", "--N", "16", "--R", "2", "--integer"], capsys)
+    assert code == 0 and "model fingerprint sha256:" in out
+    code, certified, _ = run(["certify", "single-hop", "--N", "16", "--R", "2", "--integer"], capsys)
+    fingerprint = next(line for line in out.splitlines() if "model fingerprint" in line).split()[-1]
+    assert code == 0 and f"(as `check` prints it): {fingerprint}" in certified
+
+
+def test_unknown_has_its_own_exit_code_and_a_readable_summary(tmp_path, capsys):
+    module = tmp_path / "gates_ajar.py"
+    module.write_text(
+        "import dataclasses\n"
+        "import numpy as np\n"
+        "from georecall.constructions import registry\n"
+        "from georecall.constructions.model import MLP, Layer\n"
+        "def family(N, R, k=1, **options):\n"
+        "    f = registry.get('G1').family(N, R, k, **options)\n"
+        "    mlp = f.model.layers[0].mlp\n"
+        "    b1 = np.asarray(mlp.b1) + 3.0\n"
+        "    layer = Layer(f.model.layers[0].attention, MLP(mlp.W1, b1, mlp.W2, mlp.b2))\n"
+        "    return dataclasses.replace(f, model=dataclasses.replace(f.model, layers=(layer,)))\n"
+        "G = registry.get('G1')\n"
+        "SPEC = registry.ConstructionSpec('GA1', 'gates-ajar', 'test', None, G.nominal_promise,\n"
+        "    options=G.options, task_encoding=G.task_encoding, family=family)\n")
+    argv = ["certify", "single-hop", "--construction", f"{module}:SPEC", "--N", "16", "--R", "4", "--integer",
+            "--max-points", "2"]
+    code, out, _ = run(argv, capsys)
+    assert code == cert.UNKNOWN_STATUS == 4 and "UNKNOWN" in out
+    assert "{" not in out and len(out.strip().splitlines()) <= 16  # no raw dicts: one line per unit
+    assert "possibly on" in out and "--json" in out
+    code, out, _ = run([*argv, "--json"], capsys)
+    doc = json.loads(out)
+    registry.unregister("GA1")
+    assert code == 4 and doc["status"] == 4 and len(doc["reasons"]) == 4 and doc["reasons"][0]["units"]
+
+
+def test_a_saved_model_carries_its_fingerprint_and_eval_says_when_the_arrays_differ(tmp_path, capsys):
+    saved = tmp_path / "g1.npz"
+    code, out, _ = run(["check", "single-hop", "--N", "16", "--R", "2", "--integer", "--save", str(saved)],
+                       capsys)
+    checked = next(line for line in out.splitlines() if "model fingerprint" in line).split()[-1]
+    code, out, _ = run(["eval", str(saved), "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["fingerprint"] == doc["saved_fingerprint"] == checked
+    arrays = dict(np.load(saved, allow_pickle=False))
+    arrays["layers__0__mlp__b1"] = arrays["layers__0__mlp__b1"] + 1.0  # edited after saving
+    edited = tmp_path / "edited.npz"
+    np.savez(edited, **arrays)
+    code, out, _ = run(["eval", str(edited)], capsys)
+    assert "MISMATCH" in out and checked in out

@@ -63,8 +63,10 @@ from georecall.constructions.encoding import TaskEncoding, assemble_model
 from georecall.constructions.model import Model
 from georecall.errors import InputError
 from georecall.memory import Budget, as_budget
+from georecall.theory import seeds
 from georecall.theory.statements import Promise
-from georecall.theory.tasks import Task
+from georecall.theory.tasks import Task, random_task, task_for_seed
+from georecall.theory.tokens import queries as task_queries
 from georecall.verify.checking.certify_codes import compact_binary_codes
 from georecall.verify.checking.certify_family import (
     W2_ARRAY,
@@ -97,6 +99,7 @@ from georecall.verify.checking.run import run_check
 __all__ = [
     "CHUNK_POINTS",
     "MAX_POINTS",
+    "UNKNOWN_STATUS",
     "VERDICTS",
     "Certificate",
     "DeclarationError",
@@ -119,6 +122,7 @@ __all__ = [
 ]
 
 VERDICTS = ("CERTIFIED", "REFUTED", "UNKNOWN")
+UNKNOWN_STATUS = 4  # the exit code of UNKNOWN (0 CERTIFIED, 1 REFUTED, 2 bad input, 3 a bug)
 
 
 # ------------------------------------------------------------------------------------------ the verdict
@@ -286,7 +290,7 @@ def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str | None = None,
 def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: int | None = None,
             options: dict | None = None, seed: int = 0, attributes: str = "shared", symmetric: bool = False,
             max_points: int = MAX_POINTS, confirm: bool = True, progress: bool = False,
-            budget: Budget | None = None) -> Certificate:
+            budget: Budget | None = None, falsify: bool = True) -> Certificate:
     """Certify a construction for every task (module docstring), or refute it with a confirmed witness.
 
     The certified object is the family ``M(π) = F ⊕ enc(π)`` that georecall assembles: F from the spec's
@@ -316,6 +320,10 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
         Largest enumeration per query type before UNKNOWN.
     confirm : bool
         Confirm a witness with the ordinary checker (``run_check`` on the witness task).
+    falsify : bool
+        Before any relaxation, check THE seeded task (and, below ``FALSIFY_DRAWN_BELOW`` queries, two drawn
+        tasks) with the ordinary checker; a query wrong there is REFUTED at once (skipped above
+        ``FALSIFY_QUERIES`` queries per task).
     progress : bool
         Progress on stderr.
     budget : Budget or None
@@ -430,6 +438,32 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
                                  "margin": single.min_margin, "correct": single.exact},
                 "exact_margin": exact}
 
+    # falsify before relaxing: the ordinary checker on the seeded task (and, small, a few drawn ones); a
+    # query it finds wrong in exact arithmetic is a witness, and no relaxation is needed
+    falsified = _falsify(spec, N, R, k, codes=codes, D=D, options=options, seed=seed, attributes=attributes,
+                         symmetric=symmetric, budget=budget, record=record,
+                         family=family if structural and spec.decoding == "last" else None,
+                         integer=integer) if falsify else None
+    if falsified is not None:
+        task, failure, result = falsified
+        tokens = [int(t) for t in failure["tokens"]]
+        threshold = 0.0 if family.promise is None else family.promise.margin
+        refuted = Certificate("REFUTED", label(family.codes.kind), params, family.promise, integer,
+                              witness={"subject": tokens[-1],
+                                       "query_type": {"relations": [t - N for t in tokens if t >= N]},
+                                       "prompt_tokens": tokens, "margin": failure["margin"],
+                                       "promised": threshold},
+                              witness_table=task.table, declaration=record,
+                              family_verdict="REFUTED" if structural else None, fingerprint=fingerprint,
+                              confirmation={"check_passed": False, "accuracy": result.accuracy,
+                                            "min_margin": result.min_margin, "same_object": structural,
+                                            "wrong_queries": result.n_wrong, "queries": result.n_queries},
+                              reasons=[{"why": f"REFUTED before any relaxation: the ordinary checker finds "
+                                               f"{result.n_wrong:,} of {result.n_queries:,} "
+                                               f"{record['falsification']['queries']} wrong on "
+                                               f"{record['falsification']['failed_on']}"}])
+        refuted.seconds = time.perf_counter() - start
+        return refuted
     cert = certify_built(family.model, encoding, blocks, family.codes.vectors, N, R, k, family.promise,
                          integer=integer, attributes=attributes, symmetric=symmetric, max_points=max_points,
                          progress=progress, confirm=confirm_with_check if confirm else None,
@@ -479,6 +513,64 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
         cert.reasons.append({"why": "REFUTED: the ordinary checker fails the builder on the witness task"})
     cert.seconds = time.perf_counter() - start
     return cert
+
+
+FALSIFY_QUERIES = 2**18  # largest number of queries per task the falsification checks (else: skipped)
+FALSIFY_DRAWN_BELOW = 2**12  # below this many queries, two drawn tasks are checked beside the seeded one
+
+
+FALSIFY_SAMPLE = 2**12  # queries of a task checked first, spread over it (the rest only if they all pass)
+
+
+def _falsify(spec, N: int, R: int, k: int, *, codes, D, options: dict, seed: int, attributes: str,
+             symmetric: bool, budget: Budget, record: dict, family=None, integer: bool = False):
+    """The ordinary checker (``run_check``, what ``georecall check --task`` runs) on THE seeded task and,
+    below :data:`FALSIFY_DRAWN_BELOW` queries, two drawn tasks: ``(task, failure, CheckResult)`` for the
+    first query found wrong in exact arithmetic (status "wrong": certainly margin <= 0), else None. With
+    ``family`` (a family spec read at the last position), :data:`FALSIFY_SAMPLE` queries spread over each
+    task are checked first on ``F ⊕ enc(π)`` itself (``check_queries``, the checker's own function). Skipped
+    above :data:`FALSIFY_QUERIES` queries or when the check's own estimate is over the budget (recorded in
+    ``record["falsification"]``)."""
+    queries = N * R**k
+    if queries > FALSIFY_QUERIES:
+        record["falsification"] = {"tasks": 0, "skipped": f"{queries:,} queries per task > "
+                                                          f"{FALSIFY_QUERIES:,}"}
+        return None
+    seeded = None
+    tasks = [task_for_seed(N, R, seed, attributes=attributes, symmetric=symmetric)]  # type: ignore[arg-type]
+    names = ["the seeded task"]
+    if queries < FALSIFY_DRAWN_BELOW:
+        for i in (1, 2):
+            tasks.append(random_task(N, R, seeds.rng(seed, "task", i), attributes=attributes,  # type: ignore[arg-type]
+                                     symmetric=symmetric))
+            names.append(f"drawn task {i}")
+    for task, name in zip(tasks, names):
+        if family is not None and queries > FALSIFY_SAMPLE:
+            tokens, answers = task_queries(task, k)
+            pick = np.unique(np.linspace(0, len(tokens) - 1, FALSIFY_SAMPLE).astype(np.int64))
+            sample = check_queries(assemble_model(family, task), tokens[pick], answers[pick], integer=integer,
+                                   budget=budget)
+            wrong = [f for f in sample.failures if f.get("status") == "wrong"]
+            if wrong:
+                record["falsification"] = {"tasks": len(tasks), "failed_on": name,
+                                           "queries": "queries spread over the task"}
+                return task, wrong[0], sample
+        try:
+            report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**options},
+                               attributes=attributes, symmetric=symmetric, task=task,  # type: ignore[arg-type]
+                               budget=budget)
+        except InputError as exc:  # the check's own estimate over the budget, ...: no falsification
+            record["falsification"] = {"tasks": 0, "skipped": str(exc)}
+            return None
+        if name == "the seeded task":  # what `georecall check` prints for the same options
+            seeded = report.extra.get("fingerprint")
+        wrong = [f for f in report.result.failures if f.get("status") == "wrong"]
+        if wrong:
+            record["falsification"] = {"tasks": len(tasks), "failed_on": name, "queries": "queries"}
+            return task, wrong[0], report.result
+    record["falsification"] = {"tasks": len(tasks), "outcome": "no query wrong",
+                               "seeded_model_fingerprint": seeded}
+    return None
 
 
 def _builtin_families() -> set:

@@ -32,7 +32,7 @@ from georecall.constructions.canonical import (
 from georecall.constructions.encoding import assemble_model
 from georecall.constructions.model import ATTENTION_KINDS, MLP, Attention, Layer
 from georecall.constructions.registry import ConstructionSpec
-from georecall.errors import InputError
+from georecall.errors import ConditionError, InputError
 from georecall.theory import seeds
 from georecall.theory.tasks import Task
 from georecall.theory.tasks import task_for_seed as seeded_task  # THE seeded task
@@ -498,3 +498,33 @@ def test_a_saved_model_carries_its_fingerprint_and_eval_says_when_the_arrays_dif
     np.savez(edited, **arrays)
     code, out, _ = run(["eval", str(edited)], capsys)
     assert "MISMATCH" in out and checked in out
+
+
+# ----------------------------------------------------- kind 2 across the built-ins: subnormal read-outs
+
+
+_SUBNORMAL_CASES = [(key, lam) for key in ("G1", "A1", "G2", "C1", "A2a", "A2b")
+                    for lam in (5e-324, 1.43e-322, 1e-321)]
+
+
+@pytest.mark.parametrize("key, lam", _SUBNORMAL_CASES, ids=[f"{k}-{lam:g}" for k, lam in _SUBNORMAL_CASES])
+def test_no_built_in_with_a_subnormal_read_out_is_certified_where_a_task_fails(key, lam):
+    """Every built-in at λ in the subnormal range, float mode, N = 2 or 3, the relaxation alone (no
+    falsification), against the checker on every task (brute force): CERTIFIED only where every query of
+    every task is answered, and its certified margin (minimum less allowance, underflow included) is no
+    larger than any task's exact margin (the checker's interval: its lower end plus twice its rounding
+    bound is above the exact value). The checker itself may still FAIL such a task on the promise, whose
+    tolerance is relative (0 at subnormal magnitudes): that is the checker's statement, not certify's."""
+    spec = registry.get(key)
+    N, R, k = (3, 2, 1) if spec.hops == "single" else (2, 2, 2)
+    options = {"lam": lam}
+    try:
+        c = cert.certify(spec, N, R, k, options=options, falsify=False)
+    except (ConditionError, InputError):
+        return  # refused, naming the condition: never CERTIFIED
+    reports = [run_check(spec, N, R, k, options=options, task=task) for task in _all_tasks(N, R)]
+    if c.verdict == "CERTIFIED":
+        assert c.allowance > 0  # the underflow term: n·η per dot product
+        for r in reports:
+            assert r.result.n_correct == r.result.n_queries, (key, lam)
+            assert c.min_margin - c.allowance <= r.result.min_margin + 2 * r.result.rounding_bound, (key, lam)

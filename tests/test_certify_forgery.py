@@ -528,3 +528,16 @@ def test_no_built_in_with_a_subnormal_read_out_is_certified_where_a_task_fails(k
         for r in reports:
             assert r.result.n_correct == r.result.n_queries, (key, lam)
             assert c.min_margin - c.allowance <= r.result.min_margin + 2 * r.result.rounding_bound, (key, lam)
+
+
+def test_certify_built_makes_a_model_handed_to_it_canonical():
+    """The Python API: a model whose cached W_V·W_O is the honest one while W_V = 0 is certified as what it
+    computes (its cache dropped), never as the cache says."""
+    family = _cached_value_outputs(2, 2, 2)
+    c = cert.certify_built(family.model, family.encoding, np.asarray(family.layout[family.encoding.blocks]),
+                           family.codes.vectors, 2, 2, 2, family.promise)
+    assert c.verdict != "CERTIFIED"
+    honest = registry.get("G2").family(2, 2, 2)
+    c = cert.certify_built(honest.model, honest.encoding, np.asarray(honest.layout[honest.encoding.blocks]),
+                           honest.codes.vectors, 2, 2, 2, honest.promise)
+    assert c.verdict == "CERTIFIED"

@@ -58,7 +58,7 @@ import numpy as np
 
 from georecall import estimates, memory
 from georecall.constructions import registry
-from georecall.constructions.canonical import canonical_family
+from georecall.constructions.canonical import canonical_array, canonical_family, canonical_model
 from georecall.constructions.encoding import TaskEncoding, assemble_model
 from georecall.constructions.model import Model
 from georecall.errors import InputError
@@ -617,7 +617,9 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     Parameters
     ----------
     model : Model
-        The construction's model (any entity table: only the declared encoding is used).
+        The construction's model (any entity table: only the declared encoding is used); made canonical
+        first (``constructions.canonical``: plain arrays, exact scalars, no cache), as are the codebook and
+        the blocks.
     encoding, blocks, vectors
         The declared encoding, its ``(P, D)`` coordinates and the codebook.
     N, R, k : int
@@ -642,6 +644,10 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     start = time.perf_counter()
     N, R, k = exact_int("N", N), exact_int("R", R), exact_int("k", k)
     max_points = exact_int("max_points", max_points)
+    # the canonical object (a model certify assembled already is: nothing is copied then)
+    model = canonical_model(model, copy=False)
+    vectors = canonical_array(vectors, "the codebook", copy=False)
+    blocks = canonical_array(blocks, "the declared blocks", integer=True, copy=False)
     params = dict(params or {})
     out: dict[str, Any]  # as the certify_* functions return it: one value type per key
     try:

@@ -400,7 +400,7 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     params["codes"] = family.codes.kind
     params["D"] = family.codes.D
     params.update({key: family.constants[key] for key in ("gate", "beta") if key in family.constants})
-    fingerprint = certificate_fingerprint(family, params)
+    fingerprint = certificate_fingerprint(family, params, record.get("fingerprint"))
 
     def confirm_with_check(task: Task, prompt: list[int]) -> dict:
         """``check`` on the witness task (as ``georecall check --task`` runs it), and THE forward pass with
@@ -586,7 +586,7 @@ def _canonical(spec, family, trusted: bool):
         raise DeclarationError(f"{spec.label}: its family is not made of plain values: {exc}") from None
 
 
-def certificate_fingerprint(family, params: dict) -> str:
+def certificate_fingerprint(family, params: dict, family_hash: str | None = None) -> str:
     """``sha256:<hex>`` over the canonical family (``certify_family.family_fingerprint``: every forward
     field, the codebook, the declared blocks, encoding, sizes, promise) and the certificate's options.
 
@@ -596,13 +596,16 @@ def certificate_fingerprint(family, params: dict) -> str:
         Canonical (``constructions.canonical.canonical_family``).
     params : dict
         The certificate's parameters (construction, sizes, codes, seed, options).
+    family_hash : str, optional
+        ``family_fingerprint(family)`` when already computed (``check_family``'s record): not hashed again
+        (a 2^24-code codebook takes seconds).
 
     Returns
     -------
     str
     """
     digest = hashlib.sha256(b"georecall-certificate-1\0")
-    digest.update(family_fingerprint(family).encode())
+    digest.update((family_hash or family_fingerprint(family)).encode())
     digest.update(json.dumps(params, sort_keys=True, default=repr).encode())
     return "sha256:" + digest.hexdigest()
 

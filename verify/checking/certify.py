@@ -464,10 +464,11 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
                                                f"{record['falsification']['failed_on']}"}])
         refuted.seconds = time.perf_counter() - start
         return refuted
-    cert = certify_built(family.model, encoding, blocks, family.codes.vectors, N, R, k, family.promise,
-                         integer=integer, attributes=attributes, symmetric=symmetric, max_points=max_points,
-                         progress=progress, confirm=confirm_with_check if confirm else None,
-                         name=label(family.codes.kind), params=params, constants=family.constants)
+    cert = _certify_canonical(family.model, encoding, blocks, family.codes.vectors, N, R, k, family.promise,
+                              integer=integer, attributes=attributes, symmetric=symmetric,
+                              max_points=max_points, progress=progress,
+                              confirm=confirm_with_check if confirm else None, name=label(family.codes.kind),
+                              params=params, constants=family.constants)
     cert.declaration = record
     cert.family_verdict = cert.verdict
     cert.fingerprint = fingerprint
@@ -644,13 +645,24 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     -------
     Certificate
     """
+    # the canonical object (plain read-only arrays are not copied)
+    return _certify_canonical(canonical_model(model, copy=False), encoding,
+                              canonical_array(blocks, "the declared blocks", integer=True, copy=False),
+                              canonical_array(vectors, "the codebook", copy=False), exact_int("N", N),
+                              exact_int("R", R), exact_int("k", k), promise, integer=integer,
+                              attributes=attributes, symmetric=symmetric,
+                              max_points=exact_int("max_points", max_points), progress=progress,
+                              confirm=confirm, name=name, params=params, constants=constants)
+
+
+def _certify_canonical(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int,
+                       R: int, k: int, promise: Promise | None, *, integer: bool, attributes: str,
+                       symmetric: bool, max_points: int, progress: bool,
+                       confirm: Callable[[Task, list[int]], dict] | None, name: str, params: dict | None,
+                       constants: dict | None) -> Certificate:
+    """:func:`certify_built` on a model, codebook and blocks already canonical and sizes already exact ints
+    (``certify`` made them so itself; nothing outside this module calls it)."""
     start = time.perf_counter()
-    N, R, k = exact_int("N", N), exact_int("R", R), exact_int("k", k)
-    max_points = exact_int("max_points", max_points)
-    # the canonical object (a model certify assembled already is: nothing is copied then)
-    model = canonical_model(model, copy=False)
-    vectors = canonical_array(vectors, "the codebook", copy=False)
-    blocks = canonical_array(blocks, "the declared blocks", integer=True, copy=False)
     params = dict(params or {})
     out: dict[str, Any]  # as the certify_* functions return it: one value type per key
     try:

@@ -17,9 +17,11 @@ not rerun (2^20 needs 6.6 GiB); its earlier numbers are in the README.
 
 Issue 40 (canonical family, falsification first; falsification is skipped above 2^18 queries per task, so
 the 2^20 and 2^24 cases do the same work as before plus the canonical check of the family's arrays, which
-are taken without a copy). Measured on 2026-12-06 (load average 12.5; ``--no-check``): big (2^20) 7.48 s
-0.23 GiB (0.28), CERTIFIED, margin 4; g1-4096 3.12 s 0.08 GiB; refute-4096 (a construction whose seeded task
-fails, REFUTED by the checker before any relaxation) 3.2-4.1 s 0.09 GiB. huge (2^24) was not rerun.
+are taken without a copy). Measured on 2026-12-06 (``--no-check``): big (2^20) 5.73 s 0.23 GiB (0.28),
+CERTIFIED, margin 4, beside the code before issue 40 at 5.45 s 0.23 GiB, run one after the other at load 6.2;
+g1-4096 3.12 s 0.08 GiB (load 11.5); refute-4096 (a construction whose seeded task fails, REFUTED by the
+checker before any relaxation) 3.2-4.1 s 0.09 GiB, where the code before said UNKNOWN in 2.7-3.0 s (load 11).
+huge (2^24) was not rerun.
 
 Run by hand (nice it on a shared machine):
     nice -n 10 python benchmarks/bench_certify.py

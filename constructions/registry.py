@@ -23,6 +23,7 @@ import importlib.util
 import os
 import re
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -50,6 +51,7 @@ __all__ = [
     "COMMON_OPTIONS",
     "BitsClaim",
     "ConstructionSpec",
+    "assembled_family",
     "family_build",
     "get",
     "multi_hop_build",
@@ -224,8 +226,9 @@ class ConstructionSpec:
     @property
     def assembles_family(self) -> bool:
         """Whether ``build`` is exactly ``family_build(family)``: then ``check`` builds the family certify
-        proves, and certify may say CERTIFIED."""
-        return self.family is not None and getattr(self.build, "assembles", None) is self.family
+        proves, and certify may say CERTIFIED. Decided from the build's structure (:func:`assembled_family`),
+        never from an attribute a caller can set."""
+        return self.family is not None and assembled_family(self.build) is self.family
 
     def accepts(self) -> frozenset[str]:
         """Every builder option this construction takes: the common ones it declares, and its own."""
@@ -590,6 +593,37 @@ def family_build(family: Callable[..., Family]) -> Callable[..., Construction]:
     build.__doc__ = family.__doc__
     build.assembles = family  # type: ignore[attr-defined]  # a mark, read by assembles_family
     return build
+
+
+_FAMILY_BUILD_CODE = family_build(lambda *args, **kwargs: None).__code__
+
+
+def assembled_family(build) -> Callable[..., Family] | None:
+    """The family that ``build`` assembles, when ``build`` is one that :func:`family_build` made: a plain
+    function with its code, this module's globals, its defaults and one closure cell (the family). Read from
+    that structure only (the ``assembles`` attribute is informative and never read: anyone can set it).
+
+    Parameters
+    ----------
+    build : object
+        A spec's build.
+
+    Returns
+    -------
+    callable or None
+        The family in the closure, or None when ``build`` is not such a function.
+    """
+    if type(build) is not types.FunctionType or build.__code__ is not _FAMILY_BUILD_CODE:
+        return None
+    if build.__globals__ is not globals() or build.__defaults__ != (1,) or build.__kwdefaults__:
+        return None
+    cells = build.__closure__
+    if cells is None or len(cells) != 1:
+        return None
+    try:
+        return cells[0].cell_contents
+    except ValueError:  # an empty cell
+        return None
 
 
 def single_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:

@@ -24,6 +24,8 @@ from georecall.constructions import (
     registry,
     storage,  # the module: tests replace save_model there
 )
+from georecall.constructions.canonical import model_fingerprint
+from georecall.constructions.model import Model
 from georecall.constructions.registry import BitsClaim, ConstructionSpec
 from georecall.errors import InputError
 from georecall.memory import Budget, Estimate, as_budget
@@ -284,6 +286,7 @@ def run_check(
             dense_result = check_queries(dense_model, tokens, answers, integer=integer, keep=True,
                                          budget=budget)
             _storage_agreement(report, dense_result, integer)
+        report.extra["fingerprint"] = _fingerprint(built.model)
         return report
     same = integer or built.model.entity_embedding.dtype == np.dtype(dtype)
     model = built.model if same else built.model.astype(np.dtype(dtype))  # astype copies every array
@@ -311,7 +314,19 @@ def run_check(
     if compare_storage and model.compact:
         dense_result = check_decoding(model.with_dense_readout(), tokens, targets, keep=True, budget=budget)
         _storage_agreement(report, dense_result, integer)
+    report.extra["fingerprint"] = _fingerprint(model)
     return report
+
+
+FINGERPRINT_BYTES = 2**30  # larger models are not hashed by check (a SHA-256 of 1 GiB takes seconds)
+
+
+def _fingerprint(model: Model) -> str | None:
+    """``constructions.canonical.model_fingerprint`` of the model checked (its arrays read in row blocks,
+    never copied), or None above :data:`FINGERPRINT_BYTES`."""
+    if sum(int(a.nbytes) for a in model.arrays().values()) > FINGERPRINT_BYTES:
+        return None
+    return model_fingerprint(model)
 
 
 def _storage_agreement(report: Report, dense, integer: bool) -> None:

@@ -257,7 +257,7 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
     Returns
     -------
     dict
-        The document; ``status`` 0 only for CERTIFIED.
+        The document; ``status`` 0 for CERTIFIED, 1 REFUTED, ``certify.UNKNOWN_STATUS`` (4) UNKNOWN.
 
     Raises
     ------
@@ -302,7 +302,10 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
     doc["witness_file"] = written
     params = {**doc.pop("params"), "witness": witness, "max_points": p.max_points}
     doc.pop("passed")  # the certificate's: verdict == CERTIFIED
-    return document(p, params, est, passed=result.passed, **doc)
+    out = document(p, params, est, passed=result.passed, **doc)
+    if result.verdict == "UNKNOWN":  # no verdict is not a failure found: its own exit code
+        out["status"] = cert.UNKNOWN_STATUS
+    return out
 
 
 def run_precision(p: PrecisionParams) -> dict:

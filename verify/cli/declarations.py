@@ -50,9 +50,13 @@ def _add_certify(sub: _Subparsers) -> None:
                    "promised margin (CERTIFIED), or find a task where it fails (REFUTED, with a witness that "
                    "'check --task' confirms), or say which bound was not tight enough (UNKNOWN). Exit 0 only "
                    "for CERTIFIED.")
+    epilog = ("exit codes: 0 CERTIFIED, 1 REFUTED (a witness task the checker fails), 4 UNKNOWN (no verdict: "
+              "the reasons say which units or slots), 2 bad input, 3 a bug. The seeded task (and, small, two "
+              "drawn ones) is checked first: a query wrong there is REFUTED at once. What CERTIFIED speaks "
+              "of: docs/certify.md.")
     for hops in ("single", "multi"):
         p = group.add_parser(f"{hops}-hop", parents=_shared(f"certify {hops}-hop"),
-                             help=f"a {hops}-hop construction, every task",
+                             help=f"a {hops}-hop construction, every task", epilog=epilog,
                              description="Relax each slot of an entity's declared superposition to range "
                              "over the whole codebook, prove the MLP units off for every task by per-slot "
                              "maxima, enumerate the remaining slots exactly and compare the minimum margin "

@@ -202,6 +202,9 @@ def _reports(doc: dict) -> list[str]:
                 why = f" ({check['fallback']})" if check.get("fallback") else ""
                 lines.append(f"  {rep['name']}: forward pass {check.get('forward', 'dense')}, decoder "
                              f"{check.get('decoder', 'dense')}{why}")
+            if "fingerprint" in rep.get("extra", {}):  # of the model checked (docs/certify.md)
+                fingerprint = rep["extra"]["fingerprint"] or "not computed (over 1 GiB of weights)"
+                lines.append(f"  {rep['name']}: model fingerprint {fingerprint}")
     return lines
 
 
@@ -517,6 +520,11 @@ def _eval(doc: dict) -> list[str]:
               for r in doc["per_relation"]]
     if doc.get("note"):
         lines += [f"note: {sentence}" for sentence in plain_note(doc["note"])]
+    if doc.get("fingerprint"):  # of the model read (docs/certify.md)
+        saved = doc.get("saved_fingerprint")
+        lines.append(f"model fingerprint {doc['fingerprint']}" + (
+            "" if saved is None else " (the one saved)" if saved == doc["fingerprint"] else
+            f"; MISMATCH: the file was saved with {saved}, so these arrays are not the model saved"))
     return lines
 
 
@@ -551,12 +559,63 @@ def _certify(doc: dict) -> list[str]:
             shown = "passed" if conf["check_passed"] else "FAILED"  # certify's name for the check's `passed`
             lines.append(f"confirmed by check on the witness task: accuracy {conf['accuracy']:.6%}, min "
                          f"margin {_fmt(conf['min_margin'])}, check {shown}")
+    if doc.get("fingerprint"):
+        lines.append(f"certified object: the canonical family and options, {doc['fingerprint']}")
+        seeded = ((doc.get("declaration") or {}).get("falsification") or {}).get("seeded_model_fingerprint")
+        if seeded:
+            lines.append(f"  its model on the seeded task (as `check` prints it): {seeded}")
+    return lines + _certify_reasons(doc)
+
+
+def _certify_reasons(doc: dict) -> list[str]:
+    """The reasons, readable: one line per distinct reason (with how many query types it covers), then one
+    line per unit or slot it names (its bounds), at most :data:`_REASON_LINES` of them; the full detail is in
+    ``--json``."""
+    prefix = "unknown: " if doc["verdict"] == "UNKNOWN" else "note: "
+    groups: dict[str, list[dict]] = {}
     for reason in doc.get("reasons", []):
-        lines.append("unknown: " + reason.get("why", "")
-                     + (f" [{reason['query_type']}]" if "query_type" in reason else ""))
-        for unit in reason.get("units", [])[:4]:
-            lines.append(f"  {unit}")
+        groups.setdefault(reason.get("why", ""), []).append(reason)
+    lines: list[str] = []
+    cut = False
+    for why, group in groups.items():
+        where = [_query_label(r["query_type"]) for r in group if isinstance(r.get("query_type"), dict)]
+        shown = ", ".join(where[:3]) + (", ..." if len(where) > 3 else "")
+        lines.append(prefix + why + (f" [{len(where)} query type(s): {shown}]" if where else ""))
+        seen: list[str] = []
+        for reason in group:
+            for unit in reason.get("units", []):
+                line = _unit_line(unit)
+                if line not in seen:
+                    seen.append(line)
+        lines += [f"  {line}" for line in seen[:_REASON_LINES]]
+        cut = cut or len(seen) > _REASON_LINES or len(where) > 3
+    if cut:
+        lines.append("  (one line per unit or slot shown; every query type, unit and bound: --json)")
     return lines
+
+
+_REASON_LINES = 8
+
+
+def _query_label(label: dict) -> str:
+    return " ".join(f"{key} {value}" for key, value in label.items())
+
+
+def _unit_line(unit: dict) -> str:
+    """One unit or slot of an UNKNOWN reason, in words."""
+    if "unit" in unit and "max_preactivation" in unit:
+        slot = unit.get("reads_slot", {})
+        low, high = unit.get("slot_range", [None, None])
+        top = _fmt(unit["max_preactivation"])
+        return (f"unit {unit['unit']}: possibly on (its largest pre-activation {top} > 0); reads slot "
+                f"{slot.get('slot')} at position {slot.get('position')}, whose codes add "
+                f"[{_fmt(low)}, {_fmt(high)}]")
+    if "read_out_reads_slot" in unit:
+        slot = unit["read_out_reads_slot"]
+        return f"the read-out reads slot {slot.get('slot')} at position {slot.get('position')} directly"
+    if "unit" in unit and "fires_with" in unit:
+        return f"unit {unit['unit']} fires on the query with {_fmt(unit['fires_with'])}"
+    return ", ".join(f"{key} {value}" for key, value in unit.items())
 
 
 def _export(doc: dict) -> list[str]:

@@ -281,6 +281,9 @@ class _Session:
                    "error": _first_line(line)}
             if self.caught:
                 doc["warnings"] = _warning_lines(self.caught)
+            printed = self.printed.getvalue()
+            if printed:  # what the command's code (a user's construction included) printed before failing
+                doc["printed"] = printed[-10_000:]
             _emit(render.to_json(doc))
         return code
 

@@ -26,6 +26,7 @@ from typing import Any
 from georecall import __version__
 from georecall.constructions import registry
 from georecall.errors import InputError, UserCodeError
+from georecall.io import WRITE_ERRORS, write_error
 from georecall.verify.cli import commands, render
 from georecall.verify.cli import params as cli_params
 from georecall.verify.cli.declarations import DECLARATIONS
@@ -216,6 +217,13 @@ def main(argv: list[str] | None = None) -> int:
         return session.fail(143, "\ngeorecall: terminated (temporary files removed)")
     except KeyboardInterrupt:
         return session.fail(130, "\ngeorecall: interrupted")
+    except OSError as exc:  # a full or read-only disk met by a writer outside georecall.io (a figure, ...)
+        if exc.errno not in WRITE_ERRORS:
+            traceback.print_exc()
+            return session.fail(3, f"georecall {__version__}: internal error (a bug; please report it with "
+                                   "the traceback above)")
+        refusal = write_error(exc, exc.filename if exc.filename is not None else "the output")
+        return session.fail(2, f"georecall: error: {refusal}")
     except Exception:  # a bug, never disguised as bad input
         traceback.print_exc()
         return session.fail(3, f"georecall {__version__}: internal error (a bug; please report it with the "

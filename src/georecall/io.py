@@ -31,9 +31,11 @@ import errno
 import json
 import math
 import os
+import signal
 import stat
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -47,9 +49,10 @@ from georecall.estimates import results_file_estimate
 from georecall.memory import Budget
 from georecall.state_dict import from_state_dict, to_state_dict  # noqa: F401  (re-exported: docs/model_format.md)
 
-__all__ = ["MAX_LINE_BYTES", "FileLock", "LockTimeout", "ResultsFile", "append_jsonl", "atomic_write",
-           "check_path", "damaged_input", "lock_path", "parse_json", "read_jsonl", "temporary_prefix",
-           "strict_json", "validate_output_path", "WRITE_ERRORS", "WriteError", "write_error"]
+__all__ = ["MAX_LINE_BYTES", "WRITE_ERRORS", "FileLock", "LockTimeout", "ResultsFile", "WriteError",
+           "append_jsonl", "atomic_write", "check_path", "damaged_input", "lock_path", "parse_json",
+           "read_jsonl", "signals_deferred", "strict_json", "temporary_prefix", "validate_output_path",
+           "write_error"]
 
 # The longest results line read (the longest record georecall writes, a study record, is a few tens of kB);
 # a longer line is skipped and counted as alien, read in pieces of this size so it never sits in memory.
@@ -308,6 +311,27 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back (``pthread_sigmask``) for the body, delivering them when it ends: around
+    the creation of a temporary, so that a signal cannot land between the file's creation and the moment its
+    name is known to the code that removes it (in the main thread, on POSIX; elsewhere a no-op).
+
+    Yields
+    ------
+    None
+    """
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *,
                  encoding: str = "utf-8") -> str:
     """Write ``path`` atomically: a temporary file in the same directory, fsync, :func:`os.replace`.
@@ -340,7 +364,8 @@ def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
     try:  # the temporary is created inside the protected block: a signal at any instant removes it
-        fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), dir=directory)
+        with signals_deferred():  # (and none lands between its creation and ``tmp`` naming it)
+            fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), dir=directory)
         with os.fdopen(fd, "wb") as handle:
             if callable(data):
                 data(handle)

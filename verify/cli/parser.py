@@ -159,6 +159,16 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def _take_over_interrupts() -> None:
+    """Ctrl-C back to Python's ``KeyboardInterrupt`` once :func:`main`'s handlers are in place (the console
+    entry, :func:`georecall.verify.cli.main`, answered it itself while the modules were imported)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with contextlib.suppress(ValueError, OSError):
+        if getattr(signal.getsignal(signal.SIGINT), "early", False):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _debugging(argv: list[str]) -> bool:
     return "--debug" in argv or os.environ.get(DEBUG_VARIABLE, "").strip() not in ("", "0")
 
@@ -199,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     session = _Session(list(sys.argv[1:] if argv is None else argv))
     try:
+        _take_over_interrupts()
         return session.run()
     except UsageError as exc:
         return session.fail(2, _first_line(str(exc)))

@@ -28,7 +28,7 @@ import numpy as np
 from georecall import __version__
 from georecall.constructions.model import Model
 from georecall.errors import InputError
-from georecall.io import check_path, strict_json, temporary_prefix, write_error
+from georecall.io import check_path, signals_deferred, strict_json, temporary_prefix, write_error
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
 from georecall.verify.export.check import QuerySet, check_in_target, query_set
@@ -193,7 +193,8 @@ def export(model: Model, to: str, out: str, *, queries: QuerySet, task: Task | N
     module.graph(model, dtype)  # refuses what the target cannot run, before any file
     tmp = None
     try:  # the temporary folder is made inside the protected block: removed whatever instant a signal lands
-        tmp = tempfile.mkdtemp(prefix=temporary_prefix(path), dir=os.path.dirname(path))
+        with signals_deferred():  # no signal between the folder's creation and ``tmp`` naming it
+            tmp = tempfile.mkdtemp(prefix=temporary_prefix(path), dir=os.path.dirname(path))
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # a folder as mkdir would make it (mkdtemp's is private)

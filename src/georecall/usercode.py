@@ -1,8 +1,8 @@
-"""Containment of user code: a construction's module and builder (``--construction FILE.py:ATTR``) run under a
-time limit and a memory limit, and whatever they raise is reported as theirs.
+"""Containment of user code: a construction's module, builder and family (``--construction FILE.py:ATTR``)
+run under a time limit and a memory limit, and whatever they raise is reported as theirs.
 
 What :func:`limited` guarantees around a call into user code (the registry wraps the import of a user's
-module, its ``build`` and its ``nominal_promise`` in it):
+module, its ``build``, its ``family`` and its ``nominal_promise`` in it):
 
 - **Any exception is theirs**: a ``BaseException`` that is not an ``Exception`` (``SystemExit``,
   ``GeneratorExit``, a class of the user's own deriving from ``BaseException``) becomes a
@@ -20,8 +20,16 @@ module, its ``build`` and its ``nominal_promise`` in it):
   fails inside the user's code (a ``MemoryError``, reported as over the budget) instead of growing the
   process; the previous limit is restored afterwards. Linux and macOS; elsewhere no memory limit.
 - **The built model is measured**: :func:`require_model_fits` estimates the checker's peak from the arrays
-  the builder returned (not from the sizes its promise states) and refuses it over the budget before
-  anything is checked.
+  the builder (or the family) returned (not from the sizes its promise states) and refuses it over the
+  budget before anything is checked.
+- **Its words are computed inside the limits**: the text of what it raised (:func:`describe`) is taken while
+  the timer and the memory limit hold, so a ``__str__`` that raises, loops or allocates gives a fallback
+  ("its message could not be computed"), never an escape. The timer is disarmed even if its last alarm lands
+  while disarming, and an alarm already on its way afterwards is ignored: it never stops the process.
+- **Its output is its own**: ``sys.stdout`` and ``sys.stderr`` point at a buffer while it runs (closing them
+  closes nothing); afterwards the text goes on, under ``--json`` all of it to stdout, which the command line
+  keeps in the document's ``printed``, else each to its own stream. (Writes to the file descriptors
+  themselves, ``os.write(1, ...)``, are not captured.)
 
 Why in-process and not a child process: the builder's result is a Model of NumPy arrays, a Promise and the
 spec's callables, used directly by the checker; a child would have to send them back through a pipe
@@ -184,6 +192,7 @@ class _Contained:
         self.limits = limits
         self.fired = 0
         self.armed = False
+        self.installed = False
         self.outer = False
         self.memory_limit: int | None = None
         self.rlimit: tuple | None = None
@@ -219,6 +228,7 @@ class _Contained:
             self.previous_handler = signal.signal(signal.SIGALRM, self._expired)
         except (ValueError, OSError):  # pragma: no cover - not the main interpreter
             return
+        self.installed = True
         self.armed = True
         signal.setitimer(signal.ITIMER_REAL, timeout, 1.0)
 
@@ -226,15 +236,15 @@ class _Contained:
         """Stop the timer and restore the handler, even if the last alarm lands while doing so."""
         for _ in range(ABANDON_AFTER + 2):
             try:
-                if self.previous_handler is None:
+                if not self.installed:
                     return
                 self.armed = False
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 previous = self.previous_handler
-                if previous in (signal.SIG_DFL, None):
+                if previous in (signal.SIG_DFL, None):  # (None: a handler not set from Python)
                     previous = _stray_alarm
                 signal.signal(signal.SIGALRM, previous)
-                self.previous_handler = None
+                self.installed = False
                 return
             except BuildTimeout:  # the alarm landed in this very block: disarm again
                 continue

@@ -188,7 +188,7 @@ def test_a_hostile_family_is_one_line_in_every_command(families, command, attr, 
 
 
 def test_what_a_family_prints_lands_in_the_document(families, capsys):
-    code = main([*_argv("check", families, "PRINT"), "--json"])
+    code = main([*_argv("check", families, "PRINT", "--build-timeout", "600"), "--json"])
     out, err = capsys.readouterr()
     doc = json.loads(out)
     assert code == 0 and err == ""
@@ -196,13 +196,13 @@ def test_what_a_family_prints_lands_in_the_document(families, capsys):
 
 
 def test_text_mode_keeps_a_family_s_stderr_on_stderr(families, capsys):
-    code = main(_argv("check", families, "PRINT"))
+    code = main(_argv("check", families, "PRINT", "--build-timeout", "600"))
     out, err = capsys.readouterr()
     assert code == 0 and "and on stderr" in err and "and on stderr" not in out
 
 
 def test_a_family_closing_stdout_and_stderr_closes_nothing(families, capsys):
-    code = main([*_argv("check", families, "CLOSE"), "--json"])
+    code = main([*_argv("check", families, "CLOSE", "--build-timeout", "600"), "--json"])
     out, err = capsys.readouterr()
     assert code == 0 and json.loads(out)["status"] == 0 and err == ""
     assert not sys.stdout.closed and not sys.stderr.closed

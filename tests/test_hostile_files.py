@@ -57,7 +57,8 @@ def _damage(src: Path, kind: str, dst: Path) -> None:
         data = bytearray(src.read_bytes())
         with zipfile.ZipFile(src) as z:
             info = max(z.infolist(), key=lambda i: i.compress_size)
-        offset = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra) + info.compress_size // 2
+        offset = (info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+                  + info.compress_size // 2)
         data[offset] ^= 0xFF
         dst.write_bytes(bytes(data))
         return
@@ -112,8 +113,8 @@ def full_disk(tmp_path):
     """A 64 kB tmpfs, filled: every later write fails with ENOSPC (creating an empty file still works)."""
     where = tmp_path / "full"
     where.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root; CI runs as root): {proc.stderr.strip()[:120]}")
     try:
@@ -136,8 +137,9 @@ WRITERS = {
     "train --out": lambda d, m: [*MODEL_ARGS, "--out", str(d / "m.npz")],
     "check --save": lambda d, m: ["check", "single-hop", "--N", "8", "--R", "2", "--quiet", "--save",
                                   str(d / "c.npz")],
-    "sweep --out": lambda d, m: ["sweep", "threshold", "--N", "8", "--R", "1", "--modes", "learned", "--seeds",
-                                 "0", "--steps", "3", "--d-max", "8", "--quiet", "--out", str(d / "s.jsonl")],
+    "sweep --out": lambda d, m: ["sweep", "threshold", "--N", "8", "--R", "1", "--modes", "learned",
+                                 "--seeds", "0", "--steps", "3", "--d-max", "8", "--quiet", "--out",
+                                 str(d / "s.jsonl")],
     "transfer --append": lambda d, m: ["transfer", str(m), "--append", str(d / "t.jsonl")],
 }
 

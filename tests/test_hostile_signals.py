@@ -50,8 +50,8 @@ def _wait_for_handler(proc: subprocess.Popen) -> None:
 @pytest.mark.parametrize("argv", [["check", "single-hop", "--N", "64", "--R", "4"], ["count", "--N", "3"],
                                   ["verify"]])
 def test_a_signal_while_the_modules_import_is_one_document(signum, argv, tmp_path):
-    proc = subprocess.Popen([*ENTRY, *argv, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path)
+    proc = subprocess.Popen([*ENTRY, *argv, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp_path)
     _wait_for_handler(proc)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
@@ -69,8 +69,8 @@ def test_a_signal_during_training_leaves_no_file(signum, tmp_path):
     the model file nor a temporary."""
     out = tmp_path / "m.npz"
     proc = subprocess.Popen([*ENTRY, "train", "--N", "64", "--R", "4", "--d", "16", "--steps", "1000000",
-                             "--log-every", "1", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=tmp_path)
+                             "--log-every", "1", "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     first = proc.stderr.readline()  # a progress line: training has started
     assert first, proc.communicate()
     proc.send_signal(signum)

@@ -30,8 +30,8 @@ def _records() -> list[dict]:
     """Five timed trials on the step model R·(0.01 + 0.001·d) and two thresholds: R = 16 predicted at
     N = 64, each trial there ≈ 0.08 h, far over 0.01 h."""
     records = []
-    for R, d, ok, steps_run in ((2, 8, False, 200), (2, 10, True, 50), (4, 20, True, 150), (4, 16, False, 200),
-                                (2, 12, True, 100)):
+    for R, d, ok, steps_run in ((2, 8, False, 200), (2, 10, True, 50), (4, 20, True, 150),
+                                (4, 16, False, 200), (2, 12, True, 100)):
         records.append({**BASE, "kind": "trial", "R": R, "d": d, "reached": ok, "steps_run": steps_run,
                         "seconds": steps_run * _model(R, d), "seed": len(records)})
     for R, d_star in ((2, 10), (4, 20)):
@@ -60,8 +60,9 @@ def no_training(monkeypatch):
 
 
 def _budget_run(path, capsys, *extra):
-    code = main(["sweep", "threshold", "--N", "64", "--R", "16", "--modes", "learned", "--seeds", "0", "--steps",
-                 "200", "--search", "predicted", "--budget-hours", "0.01", "--out", str(path), *extra])
+    code = main(["sweep", "threshold", "--N", "64", "--R", "16", "--modes", "learned", "--seeds", "0",
+                 "--steps", "200", "--search", "predicted", "--budget-hours", "0.01", "--out", str(path),
+                 *extra])
     return code, *capsys.readouterr()
 
 

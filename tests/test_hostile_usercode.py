@@ -151,7 +151,8 @@ def _refused(argv, capsys, *needles) -> dict:
     code = main(argv)
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("georecall: error: ") and "your construction U" in lines[0], err
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("georecall: error: ") and "your construction U" in lines[0], err
     assert all(n in lines[0] for n in needles), (needles, err)
     code = main([*argv, "--json"])
     out, err = capsys.readouterr()

@@ -111,3 +111,12 @@ def test_signals_deferred_delivers_them_afterwards():
             os.kill(os.getpid(), signal.SIGINT)
             reached = True  # not interrupted inside the block
     assert reached
+
+
+def test_the_console_entry_imports_nothing_heavy_before_its_handlers():
+    """The early answer is only as early as the entry module's own imports: importing it (and the package
+    above it) loads no NumPy. A package ``__init__`` that imports the library eagerly would break this."""
+    proc = subprocess.run([sys.executable, "-c", "import sys, georecall.verify.cli; "
+                           "print(sorted(m for m in ('numpy', 'scipy', 'sympy') if m in sys.modules))"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr)

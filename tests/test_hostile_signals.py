@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -80,17 +81,38 @@ def test_a_signal_during_training_leaves_no_file(signum, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_temporary_is_created_with_signals_held_back(tmp_path, monkeypatch):
-    """A signal that lands right after the temporary's creation (here: raised by the creating call itself,
-    once the file exists) is delivered inside the block that removes it: nothing is left. Control: without
-    the deferral the same interruption would orphan the file (mkstemp does not clean up)."""
+@pytest.fixture
+def other_thread():
+    """A live thread besides the main one: the kernel may deliver a process's signal to it (NumPy's BLAS,
+    an executor and Dask start such threads), and then only Python's own handlers can hold it back."""
+    import threading
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    yield thread
+    stop.set()
+    thread.join()
+
+
+@pytest.mark.parametrize("delivery", ["process", "other thread"])
+def test_the_temporary_is_created_with_signals_held_back(delivery, tmp_path, monkeypatch, other_thread):
+    """A signal that lands right after the temporary's creation (here: sent by the creating call itself,
+    once the file exists; to the process, or to another thread) is answered inside the block that removes
+    it: nothing is left. Control: without the deferral the same interruption orphans the file (mkstemp does
+    not clean up)."""
     created = []
     real = tempfile.mkstemp
 
     def mkstemp_then_interrupt(*args, **kwargs):
         fd, name = real(*args, **kwargs)
         created.append(name)
-        os.kill(os.getpid(), signal.SIGINT)  # held back until the creation block ends
+        if delivery == "process":
+            os.kill(os.getpid(), signal.SIGINT)  # held back until the creation block ends
+        else:
+            signal.pthread_kill(other_thread.ident, signal.SIGINT)
+        for _ in range(500):  # Python code after the creation, as mkstemp's own is: where a signal the
+            time.sleep(0.001)  # kernel handed to another thread is answered (it arrives asynchronously)
         return fd, name
 
     monkeypatch.setattr(tempfile, "mkstemp", mkstemp_then_interrupt)

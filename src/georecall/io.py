@@ -313,23 +313,41 @@ def _fsync_directory(directory: str) -> None:
 
 @contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM back (``pthread_sigmask``) for the body, delivering them when it ends: around
-    the creation of a temporary, so that a signal cannot land between the file's creation and the moment its
-    name is known to the code that removes it (in the main thread, on POSIX; elsewhere a no-op).
+    """Hold Ctrl-C and SIGTERM back for the body, answering them when it ends: around the creation of a
+    temporary, so that a signal cannot land between the file's creation and the moment its name is known to
+    the code that removes it.
+
+    Python runs signal handlers in the main thread only, whichever thread the kernel delivers the signal to;
+    so the handlers are swapped for ones that note the signal, and the previous handler is called on exit
+    (``KeyboardInterrupt`` raised then, in the caller's protected block). In another thread: a no-op.
 
     Yields
     ------
     None
     """
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    noted: list[int] = []
+
+    def note(signum, frame) -> None:
+        noted.append(signum)
+
+    previous: dict[int, object] = {}
     try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, note)
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        if noted:
+            signum = noted[0]
+            handler = previous.get(signum)
+            if callable(handler):
+                handler(signum, None)  # raises (KeyboardInterrupt) here, in the caller's protected block
+            elif handler in (signal.SIG_DFL, None):
+                os.kill(os.getpid(), signum)  # its default action, now
 
 
 def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *,

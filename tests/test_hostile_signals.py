@@ -142,3 +142,14 @@ def test_the_console_entry_imports_nothing_heavy_before_its_handlers():
                            "print(sorted(m for m in ('numpy', 'scipy', 'sympy') if m in sys.modules))"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr)
+
+
+def test_an_in_process_caller_gets_its_signal_handlers_back(capsys):
+    """``main`` answers signals itself only while it runs: afterwards the caller's handlers are in place
+    again (a test runner's, a notebook's)."""
+    from georecall.verify.cli import main
+
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    assert main(["count", "--N", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == 0
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

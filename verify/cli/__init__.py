@@ -35,6 +35,8 @@ def _early_answer(argv: list[str]):
 
     def answer(signum, frame) -> None:
         code, line = _CODES.get(signum, (128 + signum, "georecall: stopped by a signal"))
+        if answer.done:  # the command's own document is out: stop without a second one
+            os._exit(code)
         try:
             if as_json:
                 doc = {"command": command, "version": __version__, "seed": None, "params": None,
@@ -45,6 +47,7 @@ def _early_answer(argv: list[str]):
             os._exit(code)
 
     answer.early = True  # type: ignore[attr-defined]  # parser.main hands Ctrl-C back to Python by this mark
+    answer.done = False  # type: ignore[attr-defined]
     return answer
 
 
@@ -65,15 +68,24 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
+    answer, previous = None, {}
     if threading.current_thread() is threading.main_thread():
         answer = _early_answer(args)
         with contextlib.suppress(ValueError, OSError):
-            signal.signal(signal.SIGINT, answer)  # until parser.main takes Ctrl-C over
-            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-                signal.signal(signal.SIGTERM, answer)  # until the command's own handler (and after it)
-    from georecall.verify.cli import parser  # heavy (startup cost): the handlers above answer meanwhile
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, answer)  # until parser.main takes it over
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # until the command's own handler
+                previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, answer)
+    try:
+        from georecall.verify.cli import parser  # heavy (startup cost): the handlers above answer meanwhile
 
-    return parser.main(args)
+        return parser.main(args)
+    finally:
+        if answer is not None:
+            answer.done = True  # type: ignore[attr-defined]
+            with contextlib.suppress(ValueError, OSError):  # a caller in-process gets its handlers back
+                for signum, handler in previous.items():
+                    if signal.getsignal(signum) is answer or signum == signal.SIGINT:
+                        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def __getattr__(name: str):

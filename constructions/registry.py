@@ -343,11 +343,18 @@ def get(key: str) -> ConstructionSpec:
 
 
 def _user_error(what: str, exc: BaseException) -> UserCodeError:
-    text = " ".join(str(exc).split())[:300]
+    text = usercode.describe(exc)  # under the limits: a __str__ that raises or loops gives a fallback
     error = UserCodeError(f"your construction {what} raised {type(exc).__name__}"
                           + (f": {text}" if text else ""))
     error.__cause__ = exc
     return error
+
+
+def _sizes(N=None, R=None) -> Task | None:
+    """(N, R) as :func:`usercode.require_model_fits` reads them (for the number of queries), if whole."""
+    if all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1 for x in (N, R)):
+        return types.SimpleNamespace(N=int(N), R=int(R))  # type: ignore[return-value]
+    return None
 
 
 def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
@@ -405,8 +412,9 @@ def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
 
         @functools.wraps(family)
         def guarded_family(*args, **kwargs) -> Family:
-            try:
-                result = family(*args, **kwargs)
+            try:  # the same containment as a builder: time, memory, BaseException, streams
+                with usercode.limited(f"your construction {spec.label}'s family"):
+                    result = family(*args, **kwargs)
             except InputError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the user's code
@@ -414,7 +422,12 @@ def _guarded(spec: ConstructionSpec) -> ConstructionSpec:
             if not isinstance(result, Family):
                 raise UserCodeError(f"your construction {spec.label}'s family returned a "
                                     f"{type(result).__name__}, not a Family")
+            if not isinstance(result.model, Model):
+                raise UserCodeError(f"your construction {spec.label}'s family returned a Family whose model "
+                                    f"is a {type(result.model).__name__}, not a Model")
             promise_ok(result.promise, "family's promise")
+            usercode.require_model_fits(result.model, f"your construction {spec.label}'s family",
+                                        _sizes(*args[:2]), args[2] if len(args) > 2 else kwargs.get("k", 1))
             return result
 
         guarded = dataclasses.replace(spec, build=None, family=guarded_family,

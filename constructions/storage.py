@@ -13,7 +13,7 @@ from georecall import __version__
 from georecall.constructions.canonical import model_fingerprint
 from georecall.constructions.model import Model, forward_fields, structure_of, unflatten
 from georecall.errors import InputError
-from georecall.io import atomic_write, damaged_input
+from georecall.io import atomic_write, damaged_input, parse_json
 
 __all__ = ["load_model", "save_model"]
 
@@ -99,10 +99,7 @@ def load_model(path: str) -> tuple[Model, dict]:
     with data, damaged_input(path, "model file"):  # a damaged member: one line, whatever NumPy raises
         if "__header__" not in data.files:
             raise InputError(f"{path!r} is not a georecall model (no __header__)")
-        try:
-            header = json.loads(str(data["__header__"]))
-        except (json.JSONDecodeError, ValueError) as exc:
-            raise InputError(f"{path!r}: the model header is not JSON ({exc.__class__.__name__})") from None
+        header = parse_json(str(data["__header__"]), path, "the model header")
         if not isinstance(header, dict) or not isinstance(header.get("structure"), list):
             raise InputError(f"{path!r}: the model header is not an object with a 'structure' list")
         if header.get("format") != "georecall-model-1":
@@ -120,6 +117,10 @@ def load_model(path: str) -> tuple[Model, dict]:
             isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2**62 for c in columns)):
         raise InputError(f"{path!r}: the model header's readout_columns is not a list of coordinates "
                          f"(integers >= 0)")
-    model = unflatten(header["structure"], arrays, meta=header.get("meta", {}),
-                      readout_columns=None if columns is None else np.array(columns, dtype=np.int64))
+    meta = header.get("meta", {})
+    if not isinstance(meta, dict):
+        raise InputError(f"{path!r}: the model header's meta is a {type(meta).__name__}, not an object")
+    with damaged_input(path, "model file"):  # arrays or a structure that make no Model: one line
+        model = unflatten(header["structure"], arrays, meta=meta,
+                          readout_columns=None if columns is None else np.array(columns, dtype=np.int64))
     return model, header

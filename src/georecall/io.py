@@ -31,23 +31,28 @@ import errno
 import json
 import math
 import os
+import signal
 import stat
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import IO
+
+import numpy as np
 
 from georecall.errors import InputError
 from georecall.estimates import results_file_estimate
 from georecall.memory import Budget
 from georecall.state_dict import from_state_dict, to_state_dict  # noqa: F401  (re-exported: docs/model_format.md)
 
-__all__ = ["MAX_LINE_BYTES", "FileLock", "LockTimeout", "ResultsFile", "append_jsonl", "atomic_write",
-           "check_path", "damaged_input", "lock_path", "read_jsonl", "temporary_prefix",
-           "validate_output_path"]
+__all__ = ["MAX_LINE_BYTES", "WRITE_ERRORS", "FileLock", "LockTimeout", "ResultsFile", "WriteError",
+           "append_jsonl", "atomic_write", "check_path", "damaged_input", "lock_path", "parse_json",
+           "read_jsonl", "signals_deferred", "strict_json", "temporary_prefix", "validate_output_path",
+           "write_error"]
 
 # The longest results line read (the longest record georecall writes, a study record, is a few tens of kB);
 # a longer line is skipped and counted as alien, read in pieces of this size so it never sits in memory.
@@ -225,6 +230,74 @@ def validate_output_path(path: str, *, suffix: str | None = None, what: str = "o
     return path
 
 
+# What a write can meet that is the disk's or the user's, not a bug: each becomes one line naming the path.
+WRITE_ERRORS: dict[int, str] = {
+    errno.ENOSPC: "no space left on the disk",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENAMETOOLONG: "the name is too long for the file system",
+    errno.EFBIG: "the file is too large for the file system",
+    errno.EIO: "an input/output error on the disk",
+}
+
+
+class WriteError(InputError):
+    """A write the disk refused (full, read-only, over quota, not permitted, a name too long): one line naming
+    the path and the reason.
+
+    Attributes
+    ----------
+    path : str
+        The file whose write failed (as the user named it).
+    reason : str
+        Why, in words ("no space left on the disk (No space left on device)").
+    """
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"cannot write {os.fspath(path)!r}: {reason}")
+        self.path = os.fspath(path)
+        self.reason = reason
+
+    def at(self, path: str) -> WriteError:
+        """The same refusal naming ``path`` (the file the user asked for, not the temporary written first).
+
+        Parameters
+        ----------
+        path : str
+
+        Returns
+        -------
+        WriteError
+        """
+        return WriteError(path, self.reason)
+
+
+def write_error(exc: BaseException, path: str) -> WriteError | None:
+    """The one-line refusal for an ``OSError`` met while writing ``path`` (the disk full, read-only, a quota,
+    permissions, a name too long), or None for any other exception (which stays what it is).
+
+    Parameters
+    ----------
+    exc : BaseException
+        What the write raised.
+    path : str
+        The file being written (named in the message).
+
+    Returns
+    -------
+    WriteError or None
+        ``cannot write '<path>': <reason>`` (a ``WriteError`` already raised is renamed to ``path``).
+    """
+    if isinstance(exc, WriteError):
+        return exc.at(path)
+    if not isinstance(exc, OSError) or exc.errno not in WRITE_ERRORS:
+        return None
+    return WriteError(path, f"{WRITE_ERRORS[exc.errno]} "
+                            f"({exc.strerror or errno.errorcode.get(exc.errno, exc.errno)})")
+
+
 def _fsync_directory(directory: str) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -236,6 +309,45 @@ def _fsync_directory(directory: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back for the body, answering them when it ends: around the creation of a
+    temporary, so that a signal cannot land between the file's creation and the moment its name is known to
+    the code that removes it.
+
+    Python runs signal handlers in the main thread only, whichever thread the kernel delivers the signal to;
+    so the handlers are swapped for ones that note the signal, and the previous handler is called on exit
+    (``KeyboardInterrupt`` raised then, in the caller's protected block). In another thread: a no-op.
+
+    Yields
+    ------
+    None
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+
+    def note(signum, frame) -> None:
+        noted.append(signum)
+
+    previous: dict[int, object] = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, note)
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        if noted:
+            signum = noted[0]
+            handler = previous.get(signum)
+            if callable(handler):
+                handler(signum, None)  # raises (KeyboardInterrupt) here, in the caller's protected block
+            elif handler in (signal.SIG_DFL, None):
+                os.kill(os.getpid(), signum)  # its default action, now
 
 
 def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *,
@@ -260,14 +372,18 @@ def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *
 
     Raises
     ------
+    InputError
+        The disk is full, read-only, over quota, not writable or the name too long (:func:`write_error`).
     Exception
-        Whatever the write or the callback raised (also ``KeyboardInterrupt``); the temporary file is removed
-        and an existing file at ``path`` is left as it was.
+        Whatever else the write or the callback raised (also ``KeyboardInterrupt``); in every case the
+        temporary file is removed and an existing file at ``path`` is left as it was.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), dir=directory)
-    try:
+    tmp = None
+    try:  # the temporary is created inside the protected block: a signal at any instant removes it
+        with signals_deferred():  # (and none lands between its creation and ``tmp`` naming it)
+            fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), dir=directory)
         with os.fdopen(fd, "wb") as handle:
             if callable(data):
                 data(handle)
@@ -289,11 +405,16 @@ def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        tmp = None
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        refusal = write_error(exc, path)
+        if refusal is not None:
+            raise refusal from None
         raise
     _fsync_directory(directory)
     return path
@@ -316,31 +437,72 @@ def append_jsonl(path: str, record: dict) -> None:
 
     Raises
     ------
+    InputError
+        The disk is full, read-only, ... (:func:`write_error`); the file is left at its previous length.
     OSError
-        The file cannot be opened or written.
+        The file cannot be opened or written for another reason.
     TypeError
         A value that JSON cannot encode.
     """
     line = json.dumps(_strict(record), sort_keys=True, allow_nan=False) + "\n"
-    with open(path, "a+b") as handle:
+    try:
+        handle = open(path, "a+b", buffering=0)  # unbuffered: a failed write fails here, not at close
+    except OSError as exc:
+        refusal = write_error(exc, path)
+        if refusal is not None:
+            raise refusal from None
+        raise
+    with handle:
         handle.seek(0, os.SEEK_END)
-        if handle.tell() > 0:
-            handle.seek(-1, os.SEEK_END)
-            if handle.read(1) != b"\n":
-                handle.write(b"\n")
-        handle.write(line.encode())
-        handle.flush()
-        os.fsync(handle.fileno())
+        size = handle.tell()
+        try:
+            data = line.encode()
+            if size > 0:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    data = b"\n" + data
+            view = memoryview(data)
+            while view:  # a raw write may write part of it
+                view = view[handle.write(view):]
+            os.fsync(handle.fileno())
+        except OSError as exc:  # a full disk mid-line: the file goes back to what it was, no partial line
+            with suppress(OSError):
+                handle.truncate(size)
+            refusal = write_error(exc, path)
+            if refusal is not None:
+                raise refusal from None
+            raise
 
 
 def _strict(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
     if isinstance(value, dict):
         return {k: _strict(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_strict(v) for v in value]
     return value
+
+
+def strict_json(value, **options) -> str:
+    """``json.dumps`` that never writes a non-finite number: NaN and ±inf become ``null`` (strict JSON,
+    whatever a report computed), NumPy scalars plain numbers.
+
+    Parameters
+    ----------
+    value : object
+        JSON data (dicts, lists, numbers, strings); NumPy scalars allowed.
+    **options
+        Passed to :func:`json.dumps` (``indent``, ``sort_keys``, ``default``); ``allow_nan`` is always False.
+
+    Returns
+    -------
+    str
+    """
+    options["allow_nan"] = False
+    return json.dumps(_strict(value), **options)
 
 
 @contextmanager
@@ -369,6 +531,38 @@ def damaged_input(path: str, what: str = "file") -> Iterator[None]:
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise InputError(f"cannot read {what} {os.fspath(path)!r}: {first}") from None
+
+
+def parse_json(text: str, path: str, what: str = "file"):
+    """Parse JSON read from ``path``: any failure (not JSON, nested past the interpreter's recursion limit,
+    an integer too long for Python) is one :class:`InputError` naming the file.
+
+    Parameters
+    ----------
+    text : str
+        The JSON text.
+    path : str
+        Where it was read (named in the message).
+    what : str
+        How the message names the text ("the model header").
+
+    Returns
+    -------
+    object
+        The parsed value.
+
+    Raises
+    ------
+    InputError
+        ``'<path>': <what> is not JSON (<why>)``.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InputError(f"{os.fspath(path)!r}: {what} is not JSON (nested too deeply)") from None
+    except ValueError as exc:  # JSONDecodeError, an integer of too many digits
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        raise InputError(f"{os.fspath(path)!r}: {what} is not JSON ({why})") from None
 
 
 def lock_path(path: str) -> str:
@@ -441,7 +635,13 @@ class FileLock:
             return self
         if self._fd is not None:
             raise RuntimeError(f"lock {self.path!r} is already held by this object")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            refusal = write_error(exc, self.path)
+            if refusal is not None:
+                raise refusal from None
+            raise
         start, told = time.monotonic(), False
         try:
             while True:
@@ -464,8 +664,11 @@ class FileLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:  # the pid is for the waiting message only: a full disk does not stop the lock
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
         self._fd = fd
         return self
 

@@ -1,8 +1,8 @@
-"""Containment of user code: a construction's module and builder (``--construction FILE.py:ATTR``) run under a
-time limit and a memory limit, and whatever they raise is reported as theirs.
+"""Containment of user code: a construction's module, builder and family (``--construction FILE.py:ATTR``)
+run under a time limit and a memory limit, and whatever they raise is reported as theirs.
 
 What :func:`limited` guarantees around a call into user code (the registry wraps the import of a user's
-module, its ``build`` and its ``nominal_promise`` in it):
+module, its ``build``, its ``family`` and its ``nominal_promise`` in it):
 
 - **Any exception is theirs**: a ``BaseException`` that is not an ``Exception`` (``SystemExit``,
   ``GeneratorExit``, a class of the user's own deriving from ``BaseException``) becomes a
@@ -20,8 +20,16 @@ module, its ``build`` and its ``nominal_promise`` in it):
   fails inside the user's code (a ``MemoryError``, reported as over the budget) instead of growing the
   process; the previous limit is restored afterwards. Linux and macOS; elsewhere no memory limit.
 - **The built model is measured**: :func:`require_model_fits` estimates the checker's peak from the arrays
-  the builder returned (not from the sizes its promise states) and refuses it over the budget before
-  anything is checked.
+  the builder (or the family) returned (not from the sizes its promise states) and refuses it over the
+  budget before anything is checked.
+- **Its words are computed inside the limits**: the text of what it raised (:func:`describe`) is taken while
+  the timer and the memory limit hold, so a ``__str__`` that raises, loops or allocates gives a fallback
+  ("its message could not be computed"), never an escape. The timer is disarmed even if its last alarm lands
+  while disarming, and an alarm already on its way afterwards is ignored: it never stops the process.
+- **Its output is its own**: ``sys.stdout`` and ``sys.stderr`` point at a buffer while it runs (closing them
+  closes nothing); afterwards the text goes on, under ``--json`` all of it to stdout, which the command line
+  keeps in the document's ``printed``, else each to its own stream. (Writes to the file descriptors
+  themselves, ``os.write(1, ...)``, are not captured.)
 
 Why in-process and not a child process: the builder's result is a Model of NumPy arrays, a Promise and the
 spec's callables, used directly by the checker; a child would have to send them back through a pipe
@@ -34,13 +42,13 @@ C extension, ``os._exit``) is the user's own program, run with the user's own ri
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,8 +63,8 @@ try:  # POSIX only
 except ImportError:  # pragma: no cover - Windows
     resource = None  # type: ignore[assignment]
 
-__all__ = ["ABANDON_AFTER", "DEFAULT_BUILD_TIMEOUT", "BuildTimeout", "Limits", "current_limits", "limited",
-           "require_model_fits", "set_limits"]
+__all__ = ["ABANDON_AFTER", "DEFAULT_BUILD_TIMEOUT", "BuildTimeout", "Limits", "current_limits", "describe",
+           "limited", "require_model_fits", "set_limits"]
 
 DEFAULT_BUILD_TIMEOUT = 600.0  # seconds: generous, a builder of the largest sizes the checker can take
 # Interruptions (one a second after the time limit) that user code may swallow before the process stops
@@ -139,21 +147,18 @@ def _address_space() -> int | None:
         return None
 
 
-@contextlib.contextmanager
-def _memory_limit(budget: Budget | None) -> Iterator[int | None]:
-    """``RLIMIT_AS`` lowered to the current size plus ``budget`` (yields the limit in bytes, or None)."""
+def _memory_limit(budget: Budget | None) -> tuple[int | None, tuple | None]:
+    """Lower ``RLIMIT_AS`` to the current size plus ``budget``; return (the limit in bytes, the previous
+    limits to restore), or (None, None) when no limit was set."""
     if budget is None or resource is None or not hasattr(resource, "RLIMIT_AS"):
-        yield None
-        return
+        return None, None
     used = _address_space()
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     except (OSError, ValueError):
-        yield None
-        return
+        return None, None
     if used is None:
-        yield None
-        return
+        return None, None
     limit = used + budget.max_bytes
     for existing in (soft, hard):
         if existing != resource.RLIM_INFINITY:
@@ -161,47 +166,156 @@ def _memory_limit(budget: Budget | None) -> Iterator[int | None]:
     try:
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     except (OSError, ValueError):
-        yield None
-        return
-    try:
-        yield limit
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        return None, None
+    return limit, (soft, hard)
 
 
-@contextlib.contextmanager
-def _time_limit(timeout: float | None, what: str) -> Iterator[bool]:
-    """A ``SIGALRM`` timer raising :class:`BuildTimeout` after ``timeout`` seconds, then every second (yields
-    whether it is armed)."""
-    if timeout is None or threading.current_thread() is not threading.main_thread() \
-            or not hasattr(signal, "setitimer"):
-        yield False
-        return
-
-    fired = [0]
-
-    def expired(signum, frame):
-        fired[0] += 1
-        if fired[0] > ABANDON_AFTER:  # the code swallowed every interruption: stop the process, say why
-            _abandon(f"{what} did not finish within {timeout:g} s (--build-timeout) and ignored "
-                     f"{ABANDON_AFTER} interruptions: stopped")
-        raise BuildTimeout(what)
-
-    try:
-        previous = signal.signal(signal.SIGALRM, expired)
-    except (ValueError, OSError):  # pragma: no cover - not the main interpreter
-        yield False
-        return
-    signal.setitimer(signal.ITIMER_REAL, timeout, 1.0)
-    try:
-        yield True
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def _stray_alarm(signum, frame) -> None:
+    """Installed after a time limit where the default action (stop the process) was: an alarm that was
+    already on its way when the timer was disarmed is ignored, never fatal."""
 
 
-@contextlib.contextmanager
-def limited(what: str) -> Iterator[None]:
+class _Captured(io.StringIO):
+    """What user code prints while it runs (``sys.stdout`` and ``sys.stderr`` point here); closing it, as a
+    builder that closes "stdout" does, closes nothing."""
+
+    def close(self) -> None:  # noqa: D401 - the user's close() of stdout is a no-op here
+        pass
+
+
+class _Contained:
+    """One call into user code under the limits (:func:`limited`): the memory limit, the timer, the
+    streams; and, on the way out, a failure worded while the limits still hold."""
+
+    def __init__(self, what: str, limits: Limits):
+        self.what = what
+        self.limits = limits
+        self.fired = 0
+        self.armed = False
+        self.installed = False
+        self.outer = False
+        self.memory_limit: int | None = None
+        self.rlimit: tuple | None = None
+        self.previous_handler = None
+        self.streams: tuple | None = None
+        self.out = _Captured()
+        self.err = _Captured()
+        self.last_resort = b""
+
+    # -- the timer
+    def _expired(self, signum, frame) -> None:
+        if not self.armed:  # an alarm already on its way when the timer was disarmed
+            return
+        self.fired += 1
+        if self.fired > ABANDON_AFTER:  # the code swallowed every interruption: stop the process, say why
+            _abandon(self.last_resort)
+        raise BuildTimeout(self.what)
+
+    def _arm(self) -> None:
+        timeout = self.limits.timeout
+        if timeout is None or threading.current_thread() is not threading.main_thread() \
+                or not hasattr(signal, "setitimer"):
+            return
+        # the last resort's words are made now, not while the user's code holds the stack
+        line = (f"georecall: error: {self.what} did not finish within {timeout:g} s (--build-timeout) and "
+                f"ignored {ABANDON_AFTER} interruptions: stopped")
+        doc = b""
+        if self.limits.json:
+            doc = (json.dumps({"command": self.limits.command, "version": __version__, "status": 2,
+                               "error": line}, indent=2) + "\n").encode()
+        self.last_resort = doc + b"\0" + (line + "\n").encode()
+        try:
+            self.previous_handler = signal.signal(signal.SIGALRM, self._expired)
+        except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+            return
+        self.installed = True
+        self.armed = True
+        signal.setitimer(signal.ITIMER_REAL, timeout, 1.0)
+
+    def _disarm(self) -> None:
+        """Stop the timer and restore the handler, even if the last alarm lands while doing so."""
+        for _ in range(ABANDON_AFTER + 2):
+            try:
+                if not self.installed:
+                    return
+                self.armed = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                previous = self.previous_handler
+                if previous in (signal.SIG_DFL, None):  # (None: a handler not set from Python)
+                    previous = _stray_alarm
+                signal.signal(signal.SIGALRM, previous)
+                self.installed = False
+                return
+            except BuildTimeout:  # the alarm landed in this very block: disarm again
+                continue
+
+    # -- the context
+    def __enter__(self) -> _Contained:
+        if getattr(_active, "depth", 0):  # nested (a builder calling a guarded builder): the outer limits
+            return self
+        self.outer = True
+        _active.depth = 1
+        self.streams = (sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = self.out, self.err
+        self.memory_limit, self.rlimit = _memory_limit(self.limits.budget)
+        self._arm()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if not self.outer:
+            return False
+        error: BaseException | None = None
+        try:  # the verdict and its words, computed while the time and memory limits still hold
+            error = self._judge(exc)
+        except BaseException:  # noqa: BLE001 - the limits expired while wording it: a plain fallback
+            error = _error(f"{self.what} raised {_type_name(exc)} (its message could not be computed)", exc)
+        finally:
+            self._release()
+        if error is None:
+            return False
+        if error is exc:
+            return False  # re-raised unchanged by the with statement
+        raise error
+
+    def _judge(self, exc: BaseException | None) -> BaseException | None:
+        """What the caller sees of ``exc``: None (no exception), ``exc`` itself (an ``Exception`` or an
+        interruption, for the caller), or a :class:`UserCodeError`."""
+        if exc is None:
+            return None
+        if isinstance(exc, BuildTimeout):
+            return _error(f"{self.what} did not finish within {self.limits.timeout:g} s (--build-timeout)",
+                          exc, cause=False)
+        if isinstance(exc, MemoryError) and self.memory_limit is not None:
+            budget = self.limits.budget.gib if self.limits.budget is not None else math.nan
+            return _error(f"{self.what} raised MemoryError under its memory limit (the run's budget of "
+                          f"{budget:.3g} GiB, --max-gib)", exc)
+        if isinstance(exc, (KeyboardInterrupt, Exception)):
+            return exc
+        # SystemExit, GeneratorExit, a user's own BaseException subclass
+        text = describe(exc)
+        return _error(f"{self.what} raised {_type_name(exc)}" + (f": {text}" if text else ""), exc)
+
+    def _release(self) -> None:
+        """Undo :meth:`__enter__`: timer, memory limit, streams (what the code printed goes on: under
+        ``--json`` all of it to stdout, which the command line keeps in the document; else each to its own
+        stream)."""
+        self._disarm()
+        if self.rlimit is not None and resource is not None:
+            with contextlib.suppress(OSError, ValueError):
+                resource.setrlimit(resource.RLIMIT_AS, self.rlimit)
+        if self.streams is not None:
+            out, err = self.streams
+            sys.stdout, sys.stderr = out, err
+            self.streams = None
+            for text, stream in ((self.out.getvalue(), out), (self.err.getvalue(), out if self.limits.json
+                                                               else err)):
+                if text:
+                    with contextlib.suppress(OSError, ValueError, AttributeError):
+                        stream.write(text)
+        _active.depth = 0
+
+
+def limited(what: str) -> contextlib.AbstractContextManager:
     """Run the body as user code under the current limits (:func:`set_limits`).
 
     Parameters
@@ -209,62 +323,87 @@ def limited(what: str) -> Iterator[None]:
     what : str
         How messages name the code ("your construction X's builder", "module 'my.py'").
 
+    Returns
+    -------
+    context manager
+        While it is open: the memory limit, the timer, and ``sys.stdout`` / ``sys.stderr`` captured (replayed
+        on exit: under ``--json`` into stdout, which the command line keeps in the document).
+
     Raises
     ------
     UserCodeError
         The time limit expired, an allocation failed under the memory limit, or the code raised a
-        ``BaseException`` that is neither an ``Exception`` nor a ``KeyboardInterrupt`` (its ``__cause__``).
+        ``BaseException`` that is neither an ``Exception`` nor a ``KeyboardInterrupt`` (its ``__cause__``);
+        the message is computed while the limits hold (a ``__str__`` that raises or loops gives a fallback).
     KeyboardInterrupt
         Passed unchanged (Ctrl-C, SIGTERM).
     Exception
-        Whatever else the code raised, unchanged, for the caller to report.
+        Whatever else the code raised, unchanged, for the caller to report (word it with :func:`describe`).
     """
-    depth = getattr(_active, "depth", 0)
-    limits = _limits
-    if depth:  # nested (a builder calling a guarded builder): the outer limits already apply
-        yield
-        return
-    _active.depth = 1
+    return _Contained(what, _limits)
+
+
+def describe(exc: BaseException, limit: int = 300) -> str:
+    """The text of an exception raised by user code, on one line, computed under the limits (a ``__str__``
+    that raises, loops or allocates gives a fallback, never an escape).
+
+    Parameters
+    ----------
+    exc : BaseException
+    limit : int
+        At most this many characters.
+
+    Returns
+    -------
+    str
+        The message ("" when it is empty), or "(its message could not be computed)".
+    """
+    fallback = "(its message could not be computed)"
     try:
-        with _memory_limit(limits.budget) as memory_limit, _time_limit(limits.timeout, what):
-            try:
-                yield
-            except MemoryError as exc:
-                if memory_limit is None:
-                    raise
-                budget = limits.budget.gib if limits.budget is not None else math.nan
-                raise _error(f"{what} raised MemoryError under its memory limit (the run's budget of "
-                             f"{budget:.3g} GiB, --max-gib)", exc) from exc
-    except BuildTimeout as exc:
-        raise _error(f"{what} did not finish within {limits.timeout:g} s (--build-timeout)", exc) from None
-    except (KeyboardInterrupt, Exception):
-        raise
-    except BaseException as exc:  # SystemExit, GeneratorExit, a user's own BaseException subclass
-        text = " ".join(str(exc).split())[:300]
-        raise _error(f"{what} raised {type(exc).__name__}" + (f": {text}" if text else ""), exc) from exc
-    finally:
-        _active.depth = 0
+        if getattr(_active, "depth", 0):  # already under the limits (and their timer)
+            text = str(exc)
+        else:
+            limits = _limits
+            brief = Limits(timeout=min(limits.timeout or 1.0, 1.0), budget=limits.budget, json=limits.json,
+                           command=limits.command)
+            with _Contained("the message of an exception", brief):
+                text = str(exc)
+        if not isinstance(text, str):
+            return fallback
+        return " ".join(text.split())[:limit]
+    except BaseException:  # noqa: BLE001 - whatever the user's __str__ does, a fallback
+        return fallback
 
 
-def _abandon(message: str) -> None:
+def _type_name(exc: BaseException | None) -> str:
+    try:
+        name = type(exc).__name__
+        return name if isinstance(name, str) and name.isidentifier() else "an exception"
+    except BaseException:  # noqa: BLE001 - a hostile metaclass
+        return "an exception"
+
+
+def _abandon(message: bytes) -> None:
     """The last resort against user code that swallows :class:`BuildTimeout`: one line on stderr (and,
     under ``--json``, one document on stdout), then exit 2 at once (``os._exit``: no cleanup can run
-    user code again; temporary files of atomic writes are not open during a build)."""
-    line = f"georecall: error: {message}"
-    try:  # the real streams: the command's stdout is being captured
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        if _limits.json:
-            doc = {"command": _limits.command, "version": __version__, "status": 2, "error": line}
-            os.write(1, (json.dumps(doc, indent=2) + "\n").encode())
-        os.write(2, (line + "\n").encode())
+    user code again; temporary files of atomic writes are not open during a build). ``message`` is
+    ``document NUL line``, made before the user's code ran: nothing here needs the Python stack."""
+    try:
+        doc, _, line = message.partition(b"\0")
+        for fd, data in ((1, doc), (2, line)):
+            if data:
+                with contextlib.suppress(BaseException):
+                    os.write(fd, data)
     finally:
         os._exit(2)
 
 
-def _error(message: str, cause: BaseException) -> UserCodeError:
+def _error(message: str, exc: BaseException | None, *, cause: bool = True) -> UserCodeError:
     error = UserCodeError(message)
-    error.__cause__ = cause
+    if cause:
+        error.__cause__ = exc
+    else:
+        error.__suppress_context__ = True
     return error
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from georecall import memory
 from georecall.constructions import registry
 from georecall.errors import InputError
-from georecall.io import atomic_write
+from georecall.io import WriteError, atomic_write, write_error
 from georecall.memory import Estimate
 from georecall.theory.tasks import Attributes
 from georecall.verify.checking import certify as cert
@@ -158,6 +158,12 @@ def _saved_atomically(save: str | None) -> Iterator[str | None]:
     try:
         yield tmp
         os.replace(tmp, save)
+    except (OSError, WriteError) as exc:  # a full or read-only disk: one line naming the file asked for, not
+        # the temporary the library wrote
+        refusal = write_error(exc, save)
+        if refusal is not None:
+            raise refusal from None
+        raise
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

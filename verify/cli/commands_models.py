@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -18,7 +17,7 @@ from georecall.constructions.model import ATTENTION_KINDS
 from georecall.constructions.storage import load_model
 from georecall.errors import InputError
 from georecall.estimates import query_bytes
-from georecall.io import append_jsonl, damaged_input
+from georecall.io import append_jsonl, damaged_input, parse_json
 from georecall.memory import Estimate
 from georecall.theory import seeds
 from georecall.theory.tasks import Task, task_for_seed
@@ -73,12 +72,12 @@ def _check_model_file(path: str, budget: memory.Budget, what: str) -> tuple[Esti
         raise InputError(f"{path!r}: the model header is not a JSON string")
     with damaged_input(path, "model file"), np.load(path, allow_pickle=False) as data:
         text = str(data["__header__"])
-    try:
-        header = json.loads(text)
-    except ValueError:
-        raise InputError(f"{path!r}: the model header is not valid JSON") from None
+    header = parse_json(text, path, "the model header")
     if not isinstance(header, dict) or header.get("format") != "georecall-model-1":
         raise InputError(f"{path!r} is not a georecall model (its header is not a georecall-model-1 object)")
+    if not isinstance(header.get("meta", {}), dict):
+        raise InputError(f"{path!r}: the model header's meta is a {type(header['meta']).__name__}, not an "
+                         "object")
     _check_structure(path, header.get("structure"))
     for m in members:
         if m.name != "__header__" and m.dtype.kind not in "fiub":
@@ -325,7 +324,7 @@ def _saved_fingerprint(path: str) -> str | None:
 def _model_record(path: str) -> dict:
     """The ``record`` of a model file's JSON header (parameters it was written with), or {}."""
     with damaged_input(path, "model file"), np.load(path, allow_pickle=False) as data:
-        header = json.loads(str(data["__header__"]))
+        header = parse_json(str(data["__header__"]), path, "the model header")
     record = header.get("record") if isinstance(header, dict) else None
     return record if isinstance(record, dict) else {}
 

@@ -26,6 +26,7 @@ from typing import Any
 from georecall import __version__
 from georecall.constructions import registry
 from georecall.errors import InputError, UserCodeError
+from georecall.io import WRITE_ERRORS, write_error
 from georecall.verify.cli import commands, render
 from georecall.verify.cli import params as cli_params
 from georecall.verify.cli.declarations import DECLARATIONS
@@ -159,6 +160,16 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def _take_over_interrupts() -> None:
+    """Ctrl-C back to Python's ``KeyboardInterrupt`` once :func:`main`'s handlers are in place (the console
+    entry, :func:`georecall.verify.cli.main`, answered it itself while the modules were imported)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with contextlib.suppress(ValueError, OSError):
+        if getattr(signal.getsignal(signal.SIGINT), "early", False):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _debugging(argv: list[str]) -> bool:
     return "--debug" in argv or os.environ.get(DEBUG_VARIABLE, "").strip() not in ("", "0")
 
@@ -199,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     session = _Session(list(sys.argv[1:] if argv is None else argv))
     try:
+        _take_over_interrupts()
         return session.run()
     except UsageError as exc:
         return session.fail(2, _first_line(str(exc)))
@@ -217,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         return session.fail(143, "\ngeorecall: terminated (temporary files removed)")
     except KeyboardInterrupt:
         return session.fail(130, "\ngeorecall: interrupted")
+    except OSError as exc:  # a full or read-only disk met by a writer outside georecall.io (a figure, ...)
+        if exc.errno not in WRITE_ERRORS:
+            traceback.print_exc()
+            return session.fail(3, f"georecall {__version__}: internal error (a bug; please report it with "
+                                   "the traceback above)")
+        refusal = write_error(exc, exc.filename if exc.filename is not None else "the output")
+        return session.fail(2, f"georecall: error: {refusal}")
     except Exception:  # a bug, never disguised as bad input
         traceback.print_exc()
         return session.fail(3, f"georecall {__version__}: internal error (a bug; please report it with the "
@@ -291,6 +310,9 @@ class _Session:
                    "error": _first_line(line)}
             if self.caught:
                 doc["warnings"] = _warning_lines(self.caught)
+            printed = self.printed.getvalue()
+            if printed:  # what the command's code (a user's construction included) printed before failing
+                doc["printed"] = printed[-10_000:]
             _emit(render.to_json(doc))
         return code
 

@@ -18,13 +18,67 @@ import numpy as np
 from georecall.theory import __version__
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.experiments.sweep_fit import predict_threshold
-from georecall.verify.experiments.sweep_records import _key, _same_settings
+from georecall.verify.experiments.sweep_records import MAX_COUNT, MAX_STEPS, MAX_WIDTH, _key, _same_settings
 from georecall.verify.experiments.sweep_search import _make_search
 from georecall.verify.experiments.sweep_trial import SEED_CONTRACT, TrialSettings
 from georecall.verify.training.parameters import init_model
 from georecall.verify.training.train import train, training_data
 
-__all__ = ["calibration", "cost_line", "estimate_cost", "measure_step_seconds", "step_seconds"]
+__all__ = ["calibration", "cost_line", "estimate_cost", "measure_step_seconds", "step_seconds", "timed",
+           "untimed"]
+
+
+def _whole(v, low: int, high: int) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and low <= v < high
+
+
+def _finite(v, low: float = 0.0) -> bool:
+    return (isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+            and v > low)
+
+
+def timed(record: dict) -> bool:
+    """Whether a trial record's numbers may enter an estimate: ``N``, ``R``, ``d`` whole and in range
+    (:data:`.sweep_records.MAX_WIDTH`, ``MAX_COUNT``), ``steps_run`` whole in [1, ``steps``], ``seconds``
+    finite and positive. The reader (:func:`.sweep_records.read_sweep`) already skips most damaged lines;
+    this is the estimate's own check, for records handed to it directly.
+
+    Parameters
+    ----------
+    record : dict
+
+    Returns
+    -------
+    bool
+    """
+    steps = record.get("steps")
+    return (_whole(record.get("N"), 2, MAX_COUNT) and _whole(record.get("R"), 1, MAX_COUNT)
+            and _whole(record.get("d"), 1, MAX_WIDTH) and _whole(steps, 1, MAX_STEPS)
+            and _whole(record.get("steps_run"), 1, int(steps) + 1) and _finite(record.get("seconds")))
+
+
+def _timed_rows(records: list[dict], N: int, settings: TrialSettings) -> list[dict]:
+    """The trial records at N with these settings whose timing is usable (:func:`timed`)."""
+    return [r for r in records if r.get("kind") == "trial" and r.get("N") == N and _same_settings(r, settings)
+            and r.get("steps_run") and r.get("seconds") and timed(r)]
+
+
+def untimed(records: list[dict], settings: TrialSettings) -> int:
+    """How many trial records with these settings carry a timing that :func:`timed` refuses (skipped by the
+    estimate, and said).
+
+    Parameters
+    ----------
+    records : list of dict
+    settings : TrialSettings
+
+    Returns
+    -------
+    int
+    """
+    return sum(1 for r in records if isinstance(r, dict) and r.get("kind") == "trial"
+               and _same_settings(r, settings) and ("steps_run" in r or "seconds" in r)
+               and r.get("seconds") is not None and not timed(r))
 
 
 def step_seconds(records: list[dict], N: int, settings: TrialSettings) -> Callable[[int, int], float] | None:
@@ -48,15 +102,14 @@ def step_seconds(records: list[dict], N: int, settings: TrialSettings) -> Callab
     callable or None
         ``(R, d) -> seconds``; ``None`` with fewer than two distinct (R, d) measured.
     """
-    rows = [r for r in records if r.get("kind") == "trial" and r["N"] == N and _same_settings(r, settings)
-            and r.get("steps_run") and r.get("seconds")]
+    rows = _timed_rows(records, N, settings)
     if len({(r["R"], r["d"]) for r in rows}) < 2:
         return None
     A = np.array([[r["R"], r["R"] * r["d"]] for r in rows], dtype=float)
     y = np.array([r["seconds"] / r["steps_run"] for r in rows], dtype=float)
     (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
     a, b = max(float(a), 0.0), max(float(b), 0.0)
-    if a == 0.0 and b == 0.0:
+    if not (math.isfinite(a) and math.isfinite(b)) or (a == 0.0 and b == 0.0):
         return None
     return lambda R, d: R * (a + b * d)
 
@@ -134,10 +187,10 @@ def calibration(records: list[dict], N: int, settings: TrialSettings,
         ``success_share`` (median ``steps_run / steps`` of the successful ones; 1 without any); ``None``
         without recorded trials at N.
     """
-    rows = [r for r in records if r.get("kind") == "trial" and r["N"] == N and _same_settings(r, settings)
-            and r.get("steps_run") and r.get("seconds")]
+    rows = _timed_rows(records, N, settings)
     ratios = [r["seconds"] / (rate(r["R"], r["d"]) * r["steps_run"]) for r in rows
               if rate(r["R"], r["d"]) > 0]
+    ratios = [x for x in ratios if math.isfinite(x) and x > 0]
     if not ratios:
         return None
     shares = [r["steps_run"] / r["steps"] for r in rows if r["reached"] and r["steps"]]
@@ -211,6 +264,9 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
             assert seconds is not None  # checked above
             d0 = max(int(round(prediction["d"])), 1)
             measured = seconds(N, R, d0)
+            if not _finite(measured):  # a measurement of nothing prices nothing: not counted, said
+                unknown.append((N, R, mode, seed))
+                continue
             rate = lambda R_, d, s0=measured, d0=d0: s0 * d / d0  # noqa: E731
         slowest = calibrated["slowest"] if calibrated else 1.0
         typical = calibrated["median"] if calibrated else 1.0
@@ -234,6 +290,10 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
                 worst, worst_hours = widths, hours
         expected = _simulate(search, prediction, known, range_, prediction["d"])
         expected_hours = cost(expected, typical, prediction["d"])
+        if (worst and not (math.isfinite(worst_hours) and worst_hours > 0)) \
+                or (expected and not (math.isfinite(expected_hours) and expected_hours > 0)):
+            unknown.append((N, R, mode, seed))  # work that trains is never free: no estimate, not a zero
+            continue
         total_trials += len(worst)
         total_hours += worst_hours
         exp_trials += len(expected)
@@ -243,7 +303,8 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
                            "expected_widths": expected, "expected_hours": expected_hours,
                            "calibration": calibrated})
     return {"trials": int(total_trials), "hours": total_hours, "expected_trials": int(exp_trials),
-            "expected_hours": exp_hours, "per_config": per_config, "unknown": unknown}
+            "expected_hours": exp_hours, "per_config": per_config, "unknown": unknown,
+            "skipped_timings": untimed(records, settings)}
 
 
 def cost_line(estimate: dict) -> str:
@@ -270,6 +331,9 @@ def cost_line(estimate: dict) -> str:
                      f"expected, with successes at {f['success_share']:.0%} of the steps)")
     elif estimate["per_config"]:
         parts.append(" (uncalibrated: no recorded trial at this N)")
+    if estimate.get("skipped_timings"):
+        parts.append(f"; {estimate['skipped_timings']} trial record(s) with a damaged timing (steps_run, "
+                     "seconds, or sizes out of range) skipped")
     if estimate["unknown"]:
         parts.append(f"; {len(estimate['unknown'])} configuration(s) without a prediction or a measured step "
                      "not counted")

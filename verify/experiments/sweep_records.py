@@ -28,8 +28,8 @@ from georecall.memory import Budget
 from georecall.verify.experiments.sweep_search import SEARCHES
 from georecall.verify.experiments.sweep_trial import _SETTINGS_KEY, MODES, TrialSettings
 
-__all__ = ["THRESHOLD_KEY", "TIMING_FIELDS", "TRIAL_KEY", "SweepFile", "read_records", "read_sweep",
-           "threshold_key", "trial_key"]
+__all__ = ["MAX_COUNT", "MAX_STEPS", "MAX_WIDTH", "THRESHOLD_KEY", "TIMING_FIELDS", "TRIAL_KEY", "SweepFile",
+           "read_records", "read_sweep", "threshold_key", "trial_key"]
 
 _CONFIG_KEY = ("N", "R", "mode", "seed", *_SETTINGS_KEY, "seed_contract", "version")
 TRIAL_KEY = (*_CONFIG_KEY, "d")
@@ -91,8 +91,16 @@ def _same_settings(record: dict, settings: TrialSettings) -> bool:
 SweepFile = ResultsFile  # the old name of what read_sweep returns (one results-file class)
 
 
-def _whole(low: int = 0):
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v < 2**63
+# Sizes no trial can have had: a width d past 2^24 means d×d weights of 2^48 numbers; N or R past 2^32, more
+# queries (N·R) than any trainer could hold. A record beyond them is damaged, and would fool the cost estimate
+# (a least-squares step model through a width of 2^62 prices every other trial at nothing).
+MAX_WIDTH = 2**24
+MAX_COUNT = 2**32
+MAX_STEPS = 2**40
+
+
+def _whole(low: int = 0, high: int = 2**63):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v < high
 
 
 def _real(v) -> bool:
@@ -113,13 +121,16 @@ def _maybe(check):
 
 # What the code reads of each kind of record, with the type it needs: a line that breaks any is alien.
 _FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
-    "trial": {"N": _whole(2), "R": _whole(1), "mode": lambda v: v in MODES, "seed": _whole(0), "d": _whole(1),
-              "reached": _flag, "steps": _whole(0), "lr": lambda v: _real(v) and v > 0,
+    "trial": {"N": _whole(2, MAX_COUNT), "R": _whole(1, MAX_COUNT), "mode": lambda v: v in MODES,
+              "seed": _whole(0), "d": _whole(1, MAX_WIDTH), "reached": _flag, "steps": _whole(0, MAX_STEPS),
+              "lr": lambda v: _real(v) and v > 0,
               "width_factor": _whole(1), "attention": _text, "dtype": _text, "version": _text},
-    "threshold": {"N": _whole(2), "R": _whole(1), "mode": lambda v: v in MODES, "seed": _whole(0),
-                  "d_star": _maybe(_whole(1)), "monotone": _flag,
-                  "trials": lambda v: isinstance(v, list) and len(v) <= 10_000 and all(map(_whole(1), v)),
-                  "steps": _whole(0), "lr": lambda v: _real(v) and v > 0, "width_factor": _whole(1),
+    "threshold": {"N": _whole(2, MAX_COUNT), "R": _whole(1, MAX_COUNT), "mode": lambda v: v in MODES,
+                  "seed": _whole(0), "d_star": _maybe(_whole(1, MAX_WIDTH)), "monotone": _flag,
+                  "trials": lambda v: isinstance(v, list) and len(v) <= 10_000
+                  and all(map(_whole(1, MAX_WIDTH), v)),
+                  "steps": _whole(0, MAX_STEPS), "lr": lambda v: _real(v) and v > 0,
+                  "width_factor": _whole(1),
                   "attention": _text, "dtype": _text, "version": _text},
     "transfer": {"closed_form_accuracy": lambda v: _real(v) and 0 <= v <= 1,
                  "fitted_accuracy": lambda v: _real(v) and 0 <= v <= 1},
@@ -127,7 +138,8 @@ _FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
 # Fields that older records may lack (their defaults are _DEFAULTS), checked when present.
 _OPTIONAL: dict[str, Callable[[Any], bool]] = {
     "k": _whole(1), "cot": _flag, "heads": _whole(1), "seed_contract": _maybe(_whole(0)),
-    "d_min": _whole(1), "d_max": _whole(1), "resolution": _whole(1), "seconds": _maybe(_real),
+    "d_min": _whole(1), "d_max": _whole(1), "resolution": _whole(1),
+    "seconds": _maybe(lambda v: _real(v) and v >= 0), "steps_run": _whole(0, MAX_STEPS),
     "label": _maybe(_text), "search": lambda v: v in SEARCHES, "prediction": _maybe(_real),
     "prediction_c": _maybe(_real),
     "blas": lambda v: _text(v) or isinstance(v, list) and len(v) <= 1000 and all(map(_text, v)),
@@ -147,7 +159,10 @@ def _is_sweep_record(value) -> bool:
         return False
     if not all(name in value and check(value[name]) for name, check in fields.items()):
         return False
-    return all(check(value[name]) for name, check in _OPTIONAL.items() if name in value)
+    if not all(check(value[name]) for name, check in _OPTIONAL.items() if name in value):
+        return False
+    # a trial cannot have run more steps than its budget
+    return value["kind"] != "trial" or value.get("steps_run", 0) <= value["steps"]
 
 
 def read_sweep(path: str, *, budget: Budget | None = None) -> ResultsFile:

@@ -20,7 +20,6 @@ complete) and returns the check's report (docs/export.md).
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import shutil
 import tempfile
@@ -30,6 +29,7 @@ import numpy as np
 from georecall import __version__
 from georecall.constructions.model import Model
 from georecall.errors import InputError
+from georecall.io import check_path, signals_deferred, strict_json, temporary_prefix, write_error
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
 from georecall.verify.export.check import QuerySet, check_in_target, query_set
@@ -107,6 +107,8 @@ def validate_out(out: str) -> str:
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
         raise InputError(f"output folder {out!r}: its parent {parent!r} is not a folder")
+    # the folder is first written under ".<name>.tmp-<pid>-XXXXXXXX": refused now, not after the work
+    check_path(path, what="output folder", names_beside=(temporary_prefix(path) + "X" * 8,), room_below=64)
     try:
         probe = tempfile.mkdtemp(prefix=".georecall-probe-", dir=parent)
     except OSError as exc:
@@ -190,11 +192,13 @@ def export(model: Model, to: str, out: str, *, queries: QuerySet, task: Task | N
     module = _target(to)
     path = validate_out(out)
     module.graph(model, dtype)  # refuses what the target cannot run, before any file
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-{os.getpid()}-", dir=os.path.dirname(path))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # a folder as mkdir would make it (mkdtemp's is private)
-    try:
+    tmp = None
+    try:  # the temporary folder is made inside the protected block: removed whatever instant a signal lands
+        with signals_deferred():  # no signal between the folder's creation and ``tmp`` naming it
+            tmp = tempfile.mkdtemp(prefix=temporary_prefix(path), dir=os.path.dirname(path))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # a folder as mkdir would make it (mkdtemp's is private)
         module.write(model, tmp, dtype, queries.longest)
         report = check_folder(model, to, tmp, queries, dtype=dtype, promise=promise) if check else None
         if task is not None:
@@ -208,13 +212,17 @@ def export(model: Model, to: str, out: str, *, queries: QuerySet, task: Task | N
                             "count": int(queries.prompts.shape[0])},
                 "check": report}
         with open(os.path.join(tmp, RECORD_FILE), "w", encoding="utf-8") as handle:
-            json.dump(info, handle, indent=1, default=str, allow_nan=False)
+            handle.write(strict_json(info, indent=1, default=str))  # a non-finite number is null, never NaN
         files = sorted(os.listdir(tmp))
         try:
             os.rename(tmp, path)
         except OSError as exc:
             raise InputError(f"cannot create the output folder {out!r}: {exc.strerror or exc}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        refusal = write_error(exc, path)  # a full or read-only disk: one line naming the folder
+        if refusal is not None:
+            raise refusal from None
         raise
     return {"out": path, "target": to, "dtype": str(np.dtype(dtype)), "files": files, "check": report}

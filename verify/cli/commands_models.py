@@ -313,19 +313,22 @@ def _as_float64(model, est: Estimate, budget: memory.Budget):
     return model
 
 
+def _file_header(path: str) -> dict:
+    """A model file's JSON header (``__header__``), read as every model file is (damage is exit 2)."""
+    with damaged_input(path, "model file"), np.load(path, allow_pickle=False) as data:
+        header = parse_json(str(data["__header__"]), path, "the model header")
+    return header if isinstance(header, dict) else {}
+
+
 def _saved_fingerprint(path: str) -> str | None:
     """The fingerprint a model file's header records (``save_model`` writes it), or None."""
-    with damaged_input(path, "model file"), np.load(path, allow_pickle=False) as data:
-        header = json.loads(str(data["__header__"]))
-    saved = header.get("fingerprint") if isinstance(header, dict) else None
+    saved = _file_header(path).get("fingerprint")
     return saved if isinstance(saved, str) else None
 
 
 def _model_record(path: str) -> dict:
     """The ``record`` of a model file's JSON header (parameters it was written with), or {}."""
-    with damaged_input(path, "model file"), np.load(path, allow_pickle=False) as data:
-        header = parse_json(str(data["__header__"]), path, "the model header")
-    record = header.get("record") if isinstance(header, dict) else None
+    record = _file_header(path).get("record")
     return record if isinstance(record, dict) else {}
 
 

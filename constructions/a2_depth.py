@@ -14,12 +14,12 @@ from georecall.constructions.building import (
 from georecall.constructions.codes import Codes
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.hops import (
-    _check_attention,
-    _constants,
-    _default_beta,
-    _geometry,
-    _model,
-    _shared,
+    check_attention,
+    code_geometry,
+    default_beta,
+    hop_constants,
+    hop_model,
+    require_shared_attributes,
 )
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import MLP, Layer
@@ -199,12 +199,12 @@ def a2_depth_family(
         The constants violate the construction's conditions (the promise's ``require``).
     """
     k = check_positive_int("k", k)
-    _check_attention(attention)
-    _shared(attributes)
+    check_attention(attention)
+    require_shared_attributes(attributes)
     codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, k + 1
-    beta = _default_beta(attention, beta, 1 / 16, k)
-    promise = a2_depth_promise(N, R, k, D, **_geometry(codes), beta=beta, lam=lam).require()
+    beta = default_beta(attention, beta, 1 / 16, k)
+    promise = a2_depth_promise(N, R, k, D, **code_geometry(codes), beta=beta, lam=lam).require()
     layout = Layout()
     S = layout.add("current_entity", D)
     rel = layout.add("relations", R)
@@ -241,6 +241,6 @@ def a2_depth_family(
             writes.append(g)
             gains.append(-1.0)
         layers.append(Layer(positional_heads(d, pos, targets, rel, writes, gains, attention, beta), mlp))
-    model = _model("A2b", N, k, codes, layout, E, Q, S, tuple(layers), pos, attention, lam)
-    constants = _constants(k, attention, lam, k, beta=beta, theta=theta, h=h, step_scale=1.0 / h)
+    model = hop_model("A2b", N, k, codes, layout, E, Q, S, tuple(layers), pos, attention, lam)
+    constants = hop_constants(k, attention, lam, k, beta=beta, theta=theta, h=h, step_scale=1.0 / h)
     return Family(model, promise, codes, constants, layout, A2B_ENCODING, N, R, k)

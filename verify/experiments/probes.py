@@ -37,7 +37,7 @@ from georecall.constructions.model import Model
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.moved import moved_names
-from georecall.theory.tasks import Task, _as_rng, random_task
+from georecall.theory.tasks import Task, as_rng, random_task
 from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
 from georecall.verify.experiments import power as _power
 from georecall.verify.experiments.ridge import RidgeFit, fit_ridge_cv, fit_ridge_cv_many, r_squared
@@ -260,7 +260,7 @@ def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
         A model whose shapes do not fit the task, a holdout outside [0, 1), fewer than two fit subjects, or
         non-finite embeddings (:func:`.ridge.fit_ridge_cv`).
     """
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     check_model_shapes(model, task)
     E = np.asarray(model.entity_embedding[: task.N], dtype=np.float64)
     U = np.asarray(model.full_unembedding(), dtype=np.float64)
@@ -351,7 +351,7 @@ def causal_intervention(model: Model, task: Task, encoding_maps: np.ndarray, *, 
     InputError
         No candidate subjects.
     """
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     N, R = task.N, task.R
     d = model.d
     pool = np.arange(N) if candidates is None else np.asarray(candidates)
@@ -507,7 +507,7 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
     """
     from georecall.verify.training.train import GROUPS, train  # the trainer's scipy: off georecall --help
 
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     if new_task is None:
         new_task = random_task(task.N, task.R, rng)
     tokens, answers = single_hop_queries(new_task)
@@ -592,7 +592,7 @@ def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int 
     FloatingPointError
         Freeze-and-swap's training diverged.
     """
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     check_model_shapes(model, task)
     accuracy = task_accuracy(model, task)
     readout = superposition_readout(model, task, holdout=holdout, rng=rng)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from georecall.errors import InputError
-from georecall.theory.tasks import _as_rng
+from georecall.theory.tasks import as_rng
 from georecall.verify.experiments import power as _power
 from georecall.verify.experiments.probes import _ridge_predict, _ridge_predict_many, _split
 from georecall.verify.experiments.ridge import fit_ridge_cv, fit_ridge_cv_many, r_squared
@@ -136,7 +136,7 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
         A holdout outside (0, 1), or fewer than two fit rows.
     """
     power = _power
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     n, R = attributes.shape
     if not 0 < holdout < 1:
         raise InputError(f"holdout must be in (0, 1) (the decoders are scored on held-out rows), got "

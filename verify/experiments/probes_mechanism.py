@@ -40,7 +40,7 @@ from georecall.constructions.model import MLP, Attention, Layer, Model
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng
-from georecall.theory.tasks import Task, _as_rng, random_task
+from georecall.theory.tasks import Task, as_rng, random_task
 from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
 from georecall.verify.experiments import power as _power
 from georecall.verify.experiments.probes import (
@@ -174,7 +174,7 @@ def _displacement(final: np.ndarray, start: np.ndarray | None, what: str, tolera
 def _attribute_fits(model: Model, task: Task, *, initial: Model | None, holdout: float, rng,
                     tolerance: float, retained: dict | None) -> tuple[dict, dict]:
     """:func:`attribute_fits`, with the forward fit and the subject split (for reuse) on the side."""
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     check_model_shapes(model, task)
     retained = {"E": 1.0, "U": 1.0, **(retained or {})}
     N, R = task.N, task.R
@@ -530,7 +530,7 @@ def embed_wider(model: Model, d: int, rng: np.random.Generator | int | None = No
         ``d`` not an integer, or smaller than the model's width.
     """
 
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     d0 = model.d
     if not isinstance(d, (int, np.integer)) or d < d0:
         raise InputError(f"the wider residual must have d >= the model's d = {d0}, got {d!r}")

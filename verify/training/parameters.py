@@ -25,7 +25,7 @@ import numpy as np
 from georecall.constructions.model import MLP, Attention, Layer, Model, unflatten
 from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng
-from georecall.theory.tasks import _as_rng, check_positive_int
+from georecall.theory.tasks import as_rng, check_positive_int
 from georecall.verify.training.groups import GROUPS
 
 __all__ = ["init_model", "params_of", "with_params"]
@@ -77,7 +77,7 @@ def init_model(
         if rng is not None:
             raise InputError("give rng or seed, not both")
         rng = seed_rng(seed, "init")
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     d_head = d_head or (d if attention == "uniform" else max(1, d // heads))
     n_out = N if n_out is None else n_out
     scales = _group_values("init_scale", init_scale, 1.0)

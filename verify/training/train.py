@@ -26,7 +26,7 @@ from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.moved import moved_names
 from georecall.theory.seeds import rng as seed_rng
-from georecall.theory.tasks import _as_rng, check_positive_int
+from georecall.theory.tasks import as_rng, check_positive_int
 from georecall.verify.checking.check import check_queries
 from georecall.verify.training.backward import PATHS, loss_and_grads
 from georecall.verify.training.groups import GROUPS, group_of
@@ -432,7 +432,7 @@ def train(
         if rng is not None:
             raise InputError("give rng or seed, not both")
         rng = seed_rng(seed, "batches")
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     tokens, answers = np.asarray(tokens, dtype=np.int64), np.asarray(answers, dtype=np.int64)
     n = tokens.shape[0]
     batch = n if batch_size is None else min(check_positive_int("batch_size", batch_size), n)

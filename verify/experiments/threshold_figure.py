@@ -26,7 +26,8 @@ import numpy as np
 
 from georecall.errors import InputError
 from georecall.io import validate_output_path
-from georecall.verify.experiments.figures import STYLE, _pyplot, save_figure
+from georecall.verify.experiments.figures import STYLE, save_figure
+from georecall.verify.experiments.plotting import import_pyplot
 from georecall.verify.experiments.sweep_fit import _BAND_FLOOR, _BAND_SIGMAS, fit_thresholds
 from georecall.verify.experiments.sweep_records import read_records
 
@@ -188,7 +189,7 @@ def capacity_grid_figure(records: list[dict], N: int = 4096, reference: dict | N
         Without matplotlib.
     """
 
-    plt = _pyplot()
+    plt = import_pyplot()
     thresholds = _thresholds(records, N)
     if not thresholds:
         return None

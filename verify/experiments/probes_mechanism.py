@@ -45,18 +45,18 @@ from georecall.verify.checking.exact import evaluate as check_queries  # the wei
 from georecall.verify.experiments import power as _power
 from georecall.verify.experiments.probes import (
     SELECTIVITY_THRESHOLD,
-    _apply,
-    _encoding_design,
-    _split,
-    _with_entities,
+    apply_affine,
     causal_intervention,
     check_model_shapes,
+    encoding_design,
     freeze_and_swap,
+    holdout_split,
     require_fit,
     superposition_readout,
     task_accuracy,
     unit_selectivity,
     warnings_for,
+    with_entities,
 )
 from georecall.verify.experiments.ridge import fit_ridge_cv, fit_ridge_cv_many, r_squared
 
@@ -116,7 +116,7 @@ def superposition_power(model: Model, task: Task, split: tuple[np.ndarray, np.nd
         return None
     rng = seed_rng(seed, "probes", 2000)
     U = np.asarray(model.full_unembedding(), dtype=np.float64)
-    X = _encoding_design(model, task.table)
+    X = encoding_design(model, task.table)
     labels = [task.table[r] for r in range(task.R)]
     hits = 0
     for _ in range(draws):
@@ -180,8 +180,8 @@ def _attribute_fits(model: Model, task: Task, *, initial: Model | None, holdout:
     N, R = task.N, task.R
     E = np.asarray(model.entity_embedding[:N], dtype=np.float64)
     U = np.asarray(model.full_unembedding()[:N], dtype=np.float64)
-    subjects_fit, subjects_test = _split(N, holdout, rng)
-    attributes_fit, attributes_test = _split(N, holdout, rng)
+    subjects_fit, subjects_test = holdout_split(N, holdout, rng)
+    attributes_fit, attributes_test = holdout_split(N, holdout, rng)
     forward_design = U[task.table.T].reshape(N, -1)  # row s: [u_{π_1(s)}, ..., u_{π_R(s)}]
     reverse_design = E[inverse_table(task.table).T].reshape(N, -1)  # row j: [e_{π_1^{-1}(j)}, ...]
     if initial is not None:
@@ -354,7 +354,7 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
         return E
 
     def with_E(E: np.ndarray) -> Model:
-        return _with_entities(model, np.vstack([E, extra]) if extra.size else E)
+        return with_entities(model, np.vstack([E, extra]) if extra.size else E)
 
     tokens_a, answers_a = single_hop_queries(task)
     tokens_b, answers_b = single_hop_queries(new_task)
@@ -469,7 +469,7 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
     transfer = freeze_and_swap(model, task, maps, steps=transfer_steps, lr=lr, rng=transfer_rng,
                                new_task=new_task) if transfer_steps is not None else None
     if transfer is None:  # the closed form costs one check: always report it
-        closed = _with_entities(model, np.vstack([_apply(maps, _encoding_design(model, new_task.table)),
+        closed = with_entities(model, np.vstack([apply_affine(maps, encoding_design(model, new_task.table)),
                                                   np.asarray(model.entity_embedding[task.N :])]))
         transfer = {"closed_form_accuracy": check_queries(closed, *single_hop_queries(new_task)).accuracy,
                     "fitted_accuracy": None, "chance": 1.0 / task.N}

@@ -62,20 +62,25 @@ from georecall.verify.experiments.driver import JobList, Stop, clock, drive, ope
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
 from georecall.verify.experiments.sweep_cost import cost_line, estimate_cost
 from georecall.verify.experiments.sweep_fit import predict_threshold
-from georecall.verify.experiments.sweep_records import _config_key, _real, read_sweep, threshold_key
+from georecall.verify.experiments.sweep_records import (
+    is_finite_real,
+    read_sweep,
+    record_config_key,
+    threshold_key,
+)
 from georecall.verify.experiments.sweep_search import (
     SEARCHES,
     PredictedSearch,
     ThresholdSearch,
-    _check_range,
-    _make_search,
-    _threshold_record,
+    check_search_range,
+    make_search,
+    threshold_record,
 )
 from georecall.verify.experiments.sweep_trial import (
     MODES,
     SEED_CONTRACT,
     TrialSettings,
-    _check_mode,
+    check_mode,
     run_trial,
 )
 
@@ -162,7 +167,7 @@ def _configs(Ns, Rs, modes, seeds) -> list[tuple]:
     for R in Rs:
         check_positive_int("R", R)
     for mode in modes:
-        _check_mode(mode)
+        check_mode(mode)
     for seed in seeds:
         try:
             check_seed(seed)
@@ -248,14 +253,14 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
     settings = settings.validate()
     if search not in SEARCHES:
         raise InputError(f"search must be one of {SEARCHES}, got {search!r}")
-    if budget_hours is not None and (isinstance(budget_hours, bool) or not _real(budget_hours)
+    if budget_hours is not None and (isinstance(budget_hours, bool) or not is_finite_real(budget_hours)
                                      or budget_hours <= 0):
         raise InputError(f"budget_hours must be a positive finite number, got {budget_hours!r}")
     workers = check_positive_int("workers", workers)
     if scheduler is not None and workers != 1:
         raise InputError(f"give either workers ({workers}) or a scheduler ({scheduler!r}), not both: a Dask "
                          f"cluster has its own workers")
-    _check_range(d_min, d_max, resolution)
+    check_search_range(d_min, d_max, resolution)
     if max_trials is not None:
         max_trials = check_positive_int("max_trials", max_trials)
     configs = _configs(Ns, Rs, modes, seeds)
@@ -275,7 +280,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         known: dict[tuple, dict[int, dict]] = {}
         for r in contents.records:
             if r["kind"] == "trial":
-                known.setdefault(_config_key(r), {})[r["d"]] = r
+                known.setdefault(record_config_key(r), {})[r["d"]] = r
         todo = [c for c in configs if threshold_key({**config_record(c), **keyed}) not in finished]
         if todo:
             estimate = estimate_cost(contents.records, todo, settings, search=search, **range_,
@@ -311,7 +316,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
                 log(text)
 
             searches = _Searches(path, settings, range_, known, len(configs), todo,
-                                 config_key=lambda c: _config_key(config_record(c)), search=search,
+                                 config_key=lambda c: record_config_key(config_record(c)), search=search,
                                  predictions=predictions,
                                  per_search=[len(r["trials"]) for r in contents.records
                                              if r["kind"] == "threshold"],
@@ -369,12 +374,12 @@ class _Searches(JobList):
         if config not in self.searches:  # made when it starts (the reused trials are the file's by then)
             prediction = None
             if self.search == "predicted":  # a resumed search keeps the prediction its trials recorded
-                earlier = [t for t in have.values() if _real(t.get("prediction"))]
+                earlier = [t for t in have.values() if is_finite_real(t.get("prediction"))]
                 prediction = ({"d": float(earlier[0]["prediction"]), "c": earlier[0].get("prediction_c")}
                               if earlier else self.predicted[config])
             self.predictions[config] = prediction
             outcomes = {d: bool(t["reached"]) for d, t in have.items()}
-            self.searches[config] = _make_search(self.search, prediction, outcomes, self.range_)
+            self.searches[config] = make_search(self.search, prediction, outcomes, self.range_)
             if self.search == "predicted":
                 self.reused += len(have)  # a predicted search takes every recorded trial at once
         search = self.searches[config]
@@ -388,7 +393,7 @@ class _Searches(JobList):
             return [Task(run_trial, (*config, d, self.settings), (config, d),
                          f"the trial N={N} R={R} {mode} seed {seed} d={d}")]
         blas = sorted({have[d].get("blas") or "not recorded" for d in search.visited if d in have})
-        record = _threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
+        record = threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
                                    **self.range_, search=self.search,
                                    extra={**self._prediction_fields(config), "blas": blas})
         append_jsonl(self.path, record)

@@ -18,8 +18,8 @@ import numpy as np
 from georecall.theory import __version__
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.experiments.sweep_fit import predict_threshold
-from georecall.verify.experiments.sweep_records import _key, _same_settings
-from georecall.verify.experiments.sweep_search import _make_search
+from georecall.verify.experiments.sweep_records import record_key, same_settings
+from georecall.verify.experiments.sweep_search import make_search
 from georecall.verify.experiments.sweep_trial import SEED_CONTRACT, TrialSettings
 from georecall.verify.training.parameters import init_model
 from georecall.verify.training.train import train, training_data
@@ -48,7 +48,7 @@ def step_seconds(records: list[dict], N: int, settings: TrialSettings) -> Callab
     callable or None
         ``(R, d) -> seconds``; ``None`` with fewer than two distinct (R, d) measured.
     """
-    rows = [r for r in records if r.get("kind") == "trial" and r["N"] == N and _same_settings(r, settings)
+    rows = [r for r in records if r.get("kind") == "trial" and r["N"] == N and same_settings(r, settings)
             and r.get("steps_run") and r.get("seconds")]
     if len({(r["R"], r["d"]) for r in rows}) < 2:
         return None
@@ -91,7 +91,7 @@ def _simulate(search: str, prediction: dict | None, known: dict[int, bool], rang
               threshold: float) -> list[int]:
     """The widths a search would still train if success were exactly ``d >= threshold`` (known trials are
     reused, not counted)."""
-    s = _make_search(search, prediction, known, range_)
+    s = make_search(search, prediction, known, range_)
     trained = []
     while not s.done:
         d = s.next_d
@@ -134,7 +134,7 @@ def calibration(records: list[dict], N: int, settings: TrialSettings,
         ``success_share`` (median ``steps_run / steps`` of the successful ones; 1 without any); ``None``
         without recorded trials at N.
     """
-    rows = [r for r in records if r.get("kind") == "trial" and r["N"] == N and _same_settings(r, settings)
+    rows = [r for r in records if r.get("kind") == "trial" and r["N"] == N and same_settings(r, settings)
             and r.get("steps_run") and r.get("seconds")]
     ratios = [r["seconds"] / (rate(r["R"], r["d"]) * r["steps_run"]) for r in rows
               if rate(r["R"], r["d"]) > 0]
@@ -186,8 +186,8 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
     range_ = {"d_min": d_min, "d_max": d_max, "resolution": resolution}
     known_by: dict[tuple, dict[int, bool]] = {}
     for r in records:
-        if r.get("kind") == "trial" and _same_settings(r, settings):
-            config = (r["N"], r["R"], r["mode"], r["seed"], *_key(r, ("seed_contract", "version")))
+        if r.get("kind") == "trial" and same_settings(r, settings):
+            config = (r["N"], r["R"], r["mode"], r["seed"], *record_key(r, ("seed_contract", "version")))
             known_by.setdefault(config, {})[r["d"]] = bool(r["reached"])
     rates: dict[int, Callable[[int, int], float] | None] = {}
     calibrations: dict[int, dict | None] = {}

@@ -318,7 +318,7 @@ def test_the_probe_lm_study_modules_import_in_their_order():
     ("run_verdict", "def f():\n    from georecall.verify.lm import run_analysis\n", "run_analysis"),
     ("run_measure", "from .run_analysis import analyse", "run_analysis"),
     ("run_analysis", "from georecall.verify.lm.run import probe_lm", "run"),
-    ("run_report", "from georecall.verify.lm.run_measure import _Prepared", "run_measure"),
+    ("run_report", "from georecall.verify.lm.run_measure import Prepared", "run_measure"),
 ])
 def test_a_planted_back_edge_between_the_probe_lm_study_modules_is_caught(importer, line, imported):
     modules = {**MODULES, RUN_PREFIX + importer: line}
@@ -329,7 +329,7 @@ def test_a_planted_back_edge_between_the_probe_lm_study_modules_is_caught(import
 def test_the_probe_lm_study_modules_allowed_edges_pass():
     assert sibling_back_edges({
         RUN_PREFIX + "run": "from georecall.verify.lm.run_analysis import analyse",
-        RUN_PREFIX + "run_analysis": "from .run_measure import _Prepared\nfrom .run_verdict import verdict",
+        RUN_PREFIX + "run_analysis": "from .run_measure import Prepared\nfrom .run_verdict import verdict",
         RUN_PREFIX + "run_report": "from georecall.verify.lm import run_design, run_verdict",
         RUN_PREFIX + "run_measure": "from georecall.verify.lm import controls, extract"},
         RUN_PREFIX, RUN_MODULES_ALLOWED) == []

@@ -675,7 +675,7 @@ def test_a_cached_rerun_needs_no_tokenizer_and_one_thread_or_two_agree(tiny, tmp
             "layers": [0, 1, 2], "intervene_layers": [1], "lre_layers": [1], "template": 0, "seed": 0,
             "random_control": True}))
         assert m is not None
-        prep = run_measure._Prepared(tiny.tokenizer, _tiny_facts(), [0, 1])
+        prep = run_measure.Prepared(tiny.tokenizer, _tiny_facts(), [0, 1])
         one = run_analysis.analyse(m, _tiny_facts(), seed=0, prep=prep, workers=1)
         two = run_analysis.analyse(m, _tiny_facts(), seed=0, prep=prep, workers=2)
     finally:

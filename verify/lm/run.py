@@ -65,7 +65,7 @@ from georecall.moved import moved_names
 from georecall.verify.lm.facts import Facts
 from georecall.verify.lm.run_analysis import analyse
 from georecall.verify.lm.run_design import FOLDS, TEMPLATES, default_intervene_layers, default_lre_layers
-from georecall.verify.lm.run_measure import _Prepared, measure
+from georecall.verify.lm.run_measure import Prepared, measure
 
 __all__ = ["probe_lm", "stderr_progress"]
 
@@ -181,10 +181,10 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     templates = [template + k for k in range(TEMPLATES)]
     R = len(facts.relations)
     if all(f"cand_ids{r}" in m for r in range(R)):  # no tokenizer needed (a cache written by measure)
-        prep = _Prepared(None, facts, templates, token_ids=[m[f"cand_ids{r}"] for r in range(R)])
+        prep = Prepared(None, facts, templates, token_ids=[m[f"cand_ids{r}"] for r in range(R)])
     else:
         tokenizer = loaded.get_tokenizer() if hasattr(loaded, "get_tokenizer") else loaded.tokenizer
-        prep = _Prepared(tokenizer, facts, templates)
+        prep = Prepared(tokenizer, facts, templates)
     t1 = time.perf_counter()
     doc = analyse(m, facts, seed=seed, prep=prep)
     doc["model"] = loaded.description

@@ -31,7 +31,7 @@ from georecall.verify.checking.check import check_queries
 from georecall.verify.training.backward import PATHS, loss_and_grads
 from georecall.verify.training.groups import GROUPS, group_of
 from georecall.verify.training.optimizers import EPS_FORMS, OPTIMIZERS, SGD, Adam, adam, sgd
-from georecall.verify.training.parameters import _group_values, params_of, with_params
+from georecall.verify.training.parameters import group_values, params_of, with_params
 from georecall.verify.training.train_structured import loss_and_grads_structured, structure_reason
 
 __all__ = [
@@ -439,7 +439,7 @@ def train(
     if max_rows is not None:
         check_positive_int("max_rows", max_rows)
     template, frozen = _template(model, dtype, frozenset(frozen), tie_readout)
-    decay = _group_values("weight_decay", weight_decay, 0.0)
+    decay = group_values("weight_decay", weight_decay, 0.0)
     decay_by_key = {key: decay[group_of(key)] for key in template.arrays() if decay[group_of(key)]}
     reason = structure_reason(template, tokens, positions)
     if path == "structured" and reason is not None:

@@ -511,7 +511,7 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
     fact_rel = np.asarray(fact_rel, dtype=np.int64)
     fact_subj = np.asarray(fact_subj, dtype=np.int64)
     truth = np.array([labels[r][i] for r, i in zip(fact_rel, fact_subj)], dtype=np.int64)
-    design = probes._design([Us[r][np.asarray(labels[r])] for r in range(R)], present)
+    design = probes.block_design([Us[r][np.asarray(labels[r])] for r in range(R)], present)
     presence = present.astype(np.float64)
     for k, snr in enumerate(snrs):
         # every draw of this SNR's plantings, in the order of the loop the estimator describes (planting,
@@ -542,7 +542,8 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
                 continue
             Y = np.stack([plantings[runs[q][0]][0] for q in idx])
             if negative:
-                X = np.stack([probes._design([Us[r][runs[q][1][r]] for r in range(R)], present) for q in idx])
+                X = np.stack([probes.block_design([Us[r][runs[q][1][r]] for r in range(R)], present)
+                              for q in idx])
             else:
                 X = design
             full = cross_fit_batch(X, [Y], [runs[q][3] for q in idx], [runs[q][4] for q in idx],

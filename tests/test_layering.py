@@ -3,7 +3,7 @@ with ``ast`` (module-level and function-level imports, relative ones, and ``impo
 / ``__import__("...")`` with a literal name).
 
 Between the packages: theory ← constructions ← verify, bounds beside constructions; the shared infrastructure
-(``georecall.errors``, ``georecall.io``, ``georecall.moved``, ``georecall.memory`` with
+(``georecall.errors``, ``georecall.io``, ``georecall.memory`` with
 ``georecall.estimates`` and ``georecall.npy_headers``) imports none of the four packages.
 
 Inside ``verify/``: checking ← training ← experiments ← {sections, cli}. ``sections`` (the rows of ``georecall
@@ -47,7 +47,7 @@ ALLOWED = {
     "testing": {"infrastructure", "theory", "constructions", "bounds", "verify", "testing"},
 }
 INFRASTRUCTURE = {"georecall", "georecall.errors", "georecall.io", "georecall.memory", "georecall.estimates",
-                  "georecall.npy_headers", "georecall.moved"}
+                  "georecall.npy_headers"}
 
 # Inside verify/: what each subpackage may import from verify (beyond itself); ``georecall.verify`` itself (a
 # docstring) may be imported by any of them.

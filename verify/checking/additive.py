@@ -50,7 +50,6 @@ from georecall.constructions.rounding import (
     softmax_weight_error,
     up,
 )
-from georecall.moved import moved_names
 
 __all__ = ["AdditivePlan", "NotAdditive", "TableFacts", "embedding_rows", "float_bounds", "integer_bounds",
            "plan_additive", "support", "table_facts"]
@@ -545,12 +544,3 @@ def float_bounds(plan: AdditivePlan, token_columns: Sequence[np.ndarray]) -> dic
         initial=0.0))), 0.0))
     forward_margin = float(up(2.0 * (up(top, n) + n * eta), 2))
     return {"e_v": e_v, "forward_margin": forward_margin, "u": u, "eta": eta, "K": K}
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.checking.additive_run": (
-        "run_additive",),
-}
-__getattr__ = moved_names(__name__, _MOVED)

@@ -36,7 +36,6 @@ from georecall.constructions.forward import forward
 from georecall.constructions.model import Model
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
-from georecall.moved import moved_names
 from georecall.theory.tasks import Task, as_rng, random_task
 from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
 from georecall.verify.experiments import power as _power
@@ -684,15 +683,3 @@ def ridge_predict_many(X_fit: np.ndarray, Ys: list, X_test: np.ndarray, rng) -> 
         The cross-validation folds' stream.
     """
     return [fit.predict(X_test) for fit in fit_ridge_cv_many(X_fit, Ys, rng=rng)]
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.experiments.probes_hidden": (
-        "linear_relational_encoding", "load_hidden_states"),
-    "georecall.verify.experiments.probes_mechanism": (
-        "attribute_fits", "embed_wider", "functional_transfer", "inverse_table", "mechanism_probes",
-        "SUMMARY_FIELDS", "superposition_power"),
-}
-__getattr__ = moved_names(__name__, _MOVED)

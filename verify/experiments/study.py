@@ -40,7 +40,6 @@ from georecall.constructions import registry
 from georecall.errors import InputError
 from georecall.io import ResultsFile, append_jsonl, read_jsonl, validate_output_path
 from georecall.memory import Budget
-from georecall.moved import moved_names
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
@@ -648,14 +647,3 @@ def section_mechanism(seed: int = 0, progress: bool = False, *, R: int = 4) -> l
                          checks, time.perf_counter() - start, {"d": params["d"], "m": params["m"]},
                          {"summaries": summaries, "claims": met, "trained_reached": bool(trained.reached),
                           "trained_steps": trained.steps, "thresholds": dict(THRESHOLDS)})]
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.experiments.study_design": (
-        "BASE", "CLAIMS", "D_STAR", "PROBE_SETTINGS", "QUICK_REGIMES", "REGIMES"),
-    "georecall.verify.experiments.study_report": (
-        "figures", "regime_verdicts", "render_summary", "summarize"),
-}
-__getattr__ = moved_names(__name__, _MOVED)

@@ -53,7 +53,6 @@ import numpy as np
 from georecall.errors import InputError
 from georecall.io import append_jsonl, validate_output_path
 from georecall.memory import Budget
-from georecall.moved import moved_names
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed
 from georecall.theory.tasks import check_positive_int
@@ -423,22 +422,3 @@ class _Searches(JobList):
         if self.max_trials is not None and self.tally.new >= self.max_trials:
             raise Stop
         return self.start(config)
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.experiments.sweep_cost": (
-        "calibration", "measure_step_seconds", "step_seconds"),
-    "georecall.verify.experiments.sweep_fit": (
-        "fit_thresholds", "summary_table"),
-    "georecall.verify.experiments.sweep_knowledge": (
-        "bits_per_parameter", "BITS_REFERENCES", "knowledge_bits", "knowledge_table", "model_parameters"),
-    "georecall.verify.experiments.sweep_records": (
-        "read_records", "SweepFile", "THRESHOLD_KEY", "TIMING_FIELDS", "TRIAL_KEY", "trial_key"),
-    "georecall.verify.experiments.sweep_search": (
-        "find_threshold",),
-    "georecall.verify.experiments.sweep_trial": (
-        "FROZEN_GROUPS",),
-}
-__getattr__ = moved_names(__name__, _MOVED)

@@ -61,7 +61,6 @@ import numpy as np
 from georecall import __version__
 from georecall.errors import InputError
 from georecall.io import atomic_write
-from georecall.moved import moved_names
 from georecall.verify.lm.facts import Facts
 from georecall.verify.lm.run_analysis import analyse
 from georecall.verify.lm.run_design import FOLDS, TEMPLATES, default_intervene_layers, default_lre_layers
@@ -199,16 +198,3 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
 def stderr_progress(message: str) -> None:
     """Progress lines on stderr."""
     print(message, file=sys.stderr, flush=True)
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.lm.run_design": (
-        "BETAS", "DOSES", "THRESHOLDS"),
-    "georecall.verify.lm.run_report": (
-        "render_text",),
-    "georecall.verify.lm.run_verdict": (
-        "verdict",),
-}
-__getattr__ = moved_names(__name__, _MOVED)

@@ -24,7 +24,6 @@ from georecall.constructions.model import Model
 from georecall.constructions.multi_hop import chains, multi_hop_queries
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
-from georecall.moved import moved_names
 from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import as_rng, check_positive_int
 from georecall.verify.checking.check import check_queries
@@ -482,14 +481,3 @@ def train(
     history.reached = verdict.exact
     history.seconds = time.perf_counter() - start
     return history
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.training.backward": (
-        "check_grads", "readout_backward", "softmax_cross_entropy"),
-    "georecall.verify.training.parameters": (
-        "init_model",),
-}
-__getattr__ = moved_names(__name__, _MOVED)

@@ -370,9 +370,12 @@ def test_probe_hidden_text_states_its_fits_and_warns_when_one_is_underdetermined
 
 
 def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch):
-    import georecall.verify.training.train as train_module
+    from georecall.verify.cli import commands_training  # the module that looks train up
 
-    monkeypatch.setattr(train_module, "train", lambda *a, **k: pytest.fail("trained before checking --out"))
+    def trained(*args, **kwargs):
+        pytest.fail("trained before checking --out")
+
+    monkeypatch.setattr(commands_training, "train", trained)
     code, _, err = run(["train", "--N", "8", "--R", "2", "--out", "/nonexistent/dir/m.npz"], capsys)
     assert code == 2 and "does not exist" in err
     code, _, err = run(["train", "--N", "8", "--R", "2", "--out", str(tmp_path)], capsys)
@@ -466,7 +469,7 @@ def test_ctrl_c_is_130_on_its_own_line(capsys, monkeypatch):
 
 
 def test_sweep_passes_scheduler_and_timeouts(tmp_path, capsys, monkeypatch):
-    import georecall.verify.experiments.sweep as sweep_module
+    from georecall.verify.cli import commands_training  # the module that looks sweep up
 
     seen = {}
 
@@ -474,7 +477,7 @@ def test_sweep_passes_scheduler_and_timeouts(tmp_path, capsys, monkeypatch):
         seen.update(kwargs)
         return []
 
-    monkeypatch.setattr(sweep_module, "sweep", fake_sweep)
+    monkeypatch.setattr(commands_training, "sweep", fake_sweep)
     code, out, err = run(
         [
             "sweep",

@@ -83,6 +83,7 @@ from georecall.verify.experiments.study_figures import (
     forward_reverse_figure,
     mechanism_figure,
 )
+from georecall.verify.experiments.sweep_fit import fit_thresholds
 
 __all__ = [
     "CATEGORIES",
@@ -145,7 +146,6 @@ def thresholds_figure(records: list[dict]):
     ImportError
         Without matplotlib (the message says how to install it).
     """
-    from georecall.verify.experiments.sweep_fit import fit_thresholds  # the trainer's scipy: off --help
     plt = import_pyplot()
     thresholds = [r for r in records if r.get("kind") == "threshold" and r.get("d_star") is not None]
     if not thresholds:

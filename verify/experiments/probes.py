@@ -40,6 +40,7 @@ from georecall.theory.tasks import Task, as_rng, random_task
 from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
 from georecall.verify.experiments import power as _power
 from georecall.verify.experiments.ridge import RidgeFit, fit_ridge_cv, fit_ridge_cv_many, r_squared
+from georecall.verify.training.train import GROUPS, train
 
 __all__ = [
     "SELECTIVITY_THRESHOLD",
@@ -547,7 +548,6 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
     FloatingPointError
         Training (b) diverged (a non-finite loss).
     """
-    from georecall.verify.training.train import GROUPS, train  # the trainer's scipy: off georecall --help
 
     rng = as_rng(rng)
     if new_task is None:

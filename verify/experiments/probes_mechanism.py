@@ -59,6 +59,8 @@ from georecall.verify.experiments.probes import (
     with_entities,
 )
 from georecall.verify.experiments.ridge import fit_ridge_cv, fit_ridge_cv_many, r_squared
+from georecall.verify.training.backward import loss_and_grads
+from georecall.verify.training.train import GROUPS, adam
 
 __all__ = [
     "SUMMARY_FIELDS",
@@ -331,8 +333,6 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
     FloatingPointError
         The encoder's training diverged (a non-finite loss).
     """
-    from georecall.verify.training.backward import loss_and_grads  # scipy: off georecall --help
-    from georecall.verify.training.train import GROUPS, adam
 
     require_fit(model, task)
     if new_task.N != task.N or new_task.R != task.R:

@@ -233,7 +233,8 @@ class ConstructionSpec:
 
 
 _REGISTRY: dict[str, ConstructionSpec] = {}
-_BUILTIN: frozenset[str] = frozenset()  # ids of the six built-in constructions (set after they register)
+# The built-in constructions' ids (set after they register): a user's spec never takes one, nor their names.
+BUILTIN_IDS: frozenset[str] = frozenset()
 
 
 def register(spec: ConstructionSpec, *, replace: bool = False) -> ConstructionSpec:
@@ -266,7 +267,7 @@ def register(spec: ConstructionSpec, *, replace: bool = False) -> ConstructionSp
         same = {spec.id.lower(), spec.name.lower()} & {other.id.lower(), other.name.lower()}
         if not same or other is spec:
             continue
-        if other.id in _BUILTIN:
+        if other.id in BUILTIN_IDS:
             raise InputError(f"construction {spec.label} collides with the built-in {other.label} on "
                              f"{sorted(same)}: a built-in is never shadowed; give yours its own id and name")
         if not (replace and other.id == spec.id):
@@ -497,14 +498,14 @@ def resolve(key: str) -> ConstructionSpec:
     spec = getattr(module, attr)
     if not isinstance(spec, ConstructionSpec):
         raise InputError(f"{key!r} is not a ConstructionSpec (got {type(spec).__name__})")
-    if any(spec is builtin for builtin in _REGISTRY.values() if builtin.id in _BUILTIN):
+    if any(spec is builtin for builtin in _REGISTRY.values() if builtin.id in BUILTIN_IDS):
         return spec
     known = _GUARDED.get(id(spec))
     if known is not None and known[0] is spec and _REGISTRY.get(known[1].id) is known[1]:
         return known[1]
     guarded = _guarded(spec)
     existing = _REGISTRY.get(spec.id)
-    register(guarded, replace=existing is not None and existing.id not in _BUILTIN
+    register(guarded, replace=existing is not None and existing.id not in BUILTIN_IDS
              and existing.name == spec.name)
     _GUARDED[id(spec)] = (spec, guarded)
     return guarded
@@ -743,5 +744,4 @@ register(
         family=multi_hop_family(c1_family),
     )
 )
-_BUILTIN = frozenset(_REGISTRY)
-BUILTIN_IDS = _BUILTIN  # the built-in constructions' ids: a user's spec never takes one, nor their names
+BUILTIN_IDS = frozenset(_REGISTRY)

@@ -136,7 +136,10 @@ def test_tradeoff_table_and_json(capsys):
 def test_bounds_command_formats(capsys):
     code, out, _ = run(["bounds", "--N", "1024", "4096", "--R", "4", "--k", "1", "2", "--json"], capsys)
     rows = json.loads(out)["rows"]
-    assert code == 0 and len(rows) == 2 * (6 + 4)
+    from georecall.constructions import registry
+
+    per_N = len(registry.specs()) + len(registry.specs("multi"))  # k = 1: every construction; k = 2: k-hop
+    assert code == 0 and len(rows) == 2 * per_N
     code, out, _ = run(
         ["bounds", "--N", "1024", "--R", "4", "--k", "1", "--format", "csv", "--quiet"], capsys
     )

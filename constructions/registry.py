@@ -30,15 +30,15 @@ from typing import Literal
 import numpy as np
 
 from georecall import usercode
-from georecall.constructions.a1 import a1_family, a1_nominal_promise
-from georecall.constructions.a2_depth import a2_depth_family, a2_depth_nominal_promise
-from georecall.constructions.a2_width import a2_width_family, a2_width_nominal_promise
+from georecall.constructions.a1 import A1_ENCODING, a1_family, a1_nominal_promise
+from georecall.constructions.a2_depth import A2B_ENCODING, a2_depth_family, a2_depth_nominal_promise
+from georecall.constructions.a2_width import A2A_ENCODING, a2_width_family, a2_width_nominal_promise
 from georecall.constructions.building import Construction, assemble, nominal_geometry
-from georecall.constructions.c1 import c1_family, c1_nominal_promise
+from georecall.constructions.c1 import C1_ENCODING, c1_family, c1_nominal_promise
 from georecall.constructions.codes import CODE_KINDS
 from georecall.constructions.encoding import Family, TaskEncoding
-from georecall.constructions.g1 import g1_family, g1_nominal_promise
-from georecall.constructions.g2 import g2_family, g2_nominal_promise
+from georecall.constructions.g1 import G1_ENCODING, g1_family, g1_nominal_promise
+from georecall.constructions.g2 import G2_ENCODING, g2_family, g2_nominal_promise
 from georecall.constructions.model import Model
 from georecall.errors import InputError, UserCodeError
 from georecall.theory.statements import Promise
@@ -171,7 +171,7 @@ class ConstructionSpec:
                 raise InputError(f"spec {self.id}: a family declares its task_encoding")
             if self.build is None:  # (a build given beside it, e.g. a wrapped one, is not the family's:
                 # certify then treats the spec as a builder of tasks: ``assembles_family``)
-                object.__setattr__(self, "build", family_build(self.family))
+                object.__setattr__(self, "build", family_build(self.family, self.task_encoding, self.label))
         elif self.build is None:
             raise InputError(f"spec {self.id}: give a build (taking the task) or a family (never seeing it)")
         if self.hops not in ("single", "multi"):
@@ -571,7 +571,8 @@ def multi_hop_build(builder: Callable[..., Construction]) -> Callable[..., Const
     return build
 
 
-def family_build(family: Callable[..., Family]) -> Callable[..., Construction]:
+def family_build(family: Callable[..., Family], encoding: TaskEncoding | None = None,
+                 label: str = "the spec") -> Callable[..., Construction]:
     """The one spec signature ``build(task, k=1, **options)`` for a family: ``assemble(family(task.N, task.R,
     k, attributes=task.attributes, **options), task)``, i.e. ``F ⊕ enc(π)`` (``single_hop.assemble``).
 
@@ -579,14 +580,28 @@ def family_build(family: Callable[..., Family]) -> Callable[..., Construction]:
     ----------
     family : callable
         ``family(N, R, k, *, attributes, **options) -> Family``.
+    encoding : TaskEncoding or None
+        The encoding the spec declares: a family that declares another is refused when it is built (as
+        ``certify`` refuses it), so ``check`` never assembles a task into slots the spec does not name.
+    label : str
+        The spec, for the message.
 
     Returns
     -------
     callable
         ``build(task, k=1, **options) -> Construction``.
+
+    Raises
+    ------
+    InputError
+        (from ``build``) The family's encoding contradicts ``encoding``.
     """
     def build(task: Task, k: int = 1, **options) -> Construction:
-        return assemble(family(task.N, task.R, k, attributes=task.attributes, **options), task)
+        made = family(task.N, task.R, k, attributes=task.attributes, **options)
+        if encoding is not None and made.encoding != encoding:
+            raise InputError(f"{label}: its family declares the task encoding {made.encoding.as_dict()}, the "
+                             f"spec {encoding.as_dict()}")
+        return assemble(made, task)
 
     build.__doc__ = family.__doc__
     build.assembles = family  # type: ignore[attr-defined]  # a mark, read by assembles_family
@@ -652,7 +667,7 @@ register(
         ),
         readout="code",
         bits=BitsClaim(1024, 8, needed=2, table=2, per_parameter=1),
-        task_encoding=TaskEncoding("relations", "blocks", "single"),
+        task_encoding=G1_ENCODING,
         family=single_hop_family(g1_family),
     )
 )
@@ -669,7 +684,7 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(256, 4, needed=3),
-        task_encoding=TaskEncoding("relations", "out", "single", array="layers.0.mlp.W2"),
+        task_encoding=A1_ENCODING,
         family=single_hop_family(a1_family),
     )
 )
@@ -686,7 +701,7 @@ register(
         verify_cases=({"N": 1024, "R": 3, "k": 3}, {"N": 256, "R": 3, "k": 2, "attention": "hard"}),
         readout="code",
         bits=BitsClaim(256, 3, 2, needed=2, table=2, per_parameter=1),
-        task_encoding=TaskEncoding("paths", "path_blocks", "paths"),
+        task_encoding=G2_ENCODING,
         family=multi_hop_family(g2_family),
     )
 )
@@ -704,7 +719,7 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(64, 2, 2, needed=4),
-        task_encoding=TaskEncoding("paths", "out", "paths", array="layers.0.mlp.W2"),
+        task_encoding=A2A_ENCODING,
         family=multi_hop_family(a2_width_family),
     )
 )
@@ -722,7 +737,7 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(64, 2, 2, needed=7),
-        task_encoding=TaskEncoding("relations", "current_entity", "paths", array="steps"),
+        task_encoding=A2B_ENCODING,
         family=multi_hop_family(a2_depth_family),
     )
 )
@@ -740,7 +755,7 @@ register(
         verify_cases=({"N": 1024, "R": 4, "k": 3},),
         readout="code",
         bits=BitsClaim(256, 3, 3, needed=2, table=2, per_parameter=1),
-        task_encoding=TaskEncoding("relations", "blocks", "cot"),
+        task_encoding=C1_ENCODING,
         family=multi_hop_family(c1_family),
     )
 )

@@ -13,8 +13,7 @@ construction needs would give: the registry entry below, and (here shared with G
 from __future__ import annotations
 
 from georecall.constructions import registry
-from georecall.constructions.encoding import TaskEncoding
-from georecall.constructions.g1 import g1_family, g1_nominal_promise
+from georecall.constructions.g1 import G1_ENCODING, g1_family, g1_nominal_promise
 from georecall.constructions.registry import BitsClaim, ConstructionSpec, single_hop_family
 
 DUMMY_ID = "G1X"
@@ -30,7 +29,7 @@ DUMMY = ConstructionSpec(
     verify_cases=({"N": 512, "R": 8, "compare_integer": True},),
     readout="code",
     bits=BitsClaim(1024, 8, needed=2, table=2, per_parameter=1),
-    task_encoding=TaskEncoding("relations", "blocks", "single"),
+    task_encoding=G1_ENCODING,
     family=single_hop_family(g1_family),
 )
 

@@ -57,6 +57,7 @@ def a2_width_promise(
     beta: float | None,
     lam: float = 1.0,
     norm_sq: float = 1.0,
+    construction: str = "A2a",
 ) -> Promise:
     """A2(a), k hops without CoT in one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
@@ -76,6 +77,10 @@ def a2_width_promise(
         The pair whose strict comparison decides that the codes are distinct (:func:`distinct_codes`).
     gate, beta, lam, norm_sq
         As in :func:`g2_promise`.
+
+    construction : str
+        The construction's id (A2a), named by the promise and its refusals; a spec reusing
+        this promise passes its own.
 
     Returns
     -------
@@ -97,7 +102,7 @@ def a2_width_promise(
     )
     params = model_params(N, R, d, k + 1, [("softmax", k, k + 1, R, m)])
     return Promise(
-        "A2a",
+        construction,
         "k hops, no CoT, one layer: one MLP unit per k-hop fact",
         d,
         m,
@@ -140,6 +145,7 @@ def a2_width_family(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
+    construction: str = "A2a",
 ) -> Family:
     """A2(a): k hops without CoT in one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
@@ -174,6 +180,10 @@ def a2_width_family(
     rng : numpy.random.Generator, int or None
         Random codes' stream.
 
+    construction : str
+        The construction's id (A2a), named by its promise, refusals and metadata; a spec
+        reusing this family passes its own.
+
     Returns
     -------
     Family
@@ -195,7 +205,8 @@ def a2_width_family(
     gap = codes.gap
     gate = 2.0 * gap if gate is None else float(gate)
     beta = default_beta(attention, beta, 1 / (4 * k), k)
-    promise = a2_width_promise(N, R, k, D, **code_geometry(codes), gate=gate, beta=beta, lam=lam).require()
+    promise = a2_width_promise(N, R, k, D, **code_geometry(codes), gate=gate, beta=beta, lam=lam,
+                               construction=construction).require()
     layout = Layout()
     S = layout.add("subject", D)
     groups = layout.add("gate_groups", k, R)
@@ -217,6 +228,6 @@ def a2_width_family(
     W2 = np.zeros((m, d))  # the declared rows (unit w·N + s writes a_{π_w(s)} on O) are left to the task
     b1 = np.full(m, -(codes.norm_sq + k * gate - gap))
     layers = (Layer(heads, MLP(W1, b1, W2, np.zeros(d))),)
-    model = hop_model("A2a", N, k, codes, layout, E, Q, out, layers, pos, attention, lam)
+    model = hop_model(construction, N, k, codes, layout, E, Q, out, layers, pos, attention, lam)
     return Family(model, promise, codes, hop_constants(k, attention, lam, k, gate=gate, beta=beta), layout,
                   A2A_ENCODING, N, R, k)

@@ -56,6 +56,7 @@ def g2_promise(
     beta: float | None,
     lam: float = 1.0,
     norm_sq: float = 1.0,
+    construction: str = "G2",
 ) -> Promise:
     """G2, k hops without CoT in one layer, by path blocks (docs/theory.md, "G2").
 
@@ -86,6 +87,10 @@ def g2_promise(
     lam, norm_sq
         As in :func:`g1_promise`.
 
+    construction : str
+        The construction's id (G2), named by the promise and its refusals; a spec reusing
+        this promise passes its own.
+
     Returns
     -------
     Promise
@@ -108,7 +113,7 @@ def g2_promise(
     T = k + 1
     params = model_params(N, R, d, T, [("softmax", k, T, R, m)])
     return Promise(
-        "G2",
+        construction,
         "k hops, no CoT, one layer: path blocks (exponential in k)",
         d,
         m,
@@ -153,6 +158,7 @@ def g2_family(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
+    construction: str = "G2",
 ) -> Family:
     """G2: k hops without CoT in one layer, by one block per relation path (exponential in k).
 
@@ -193,6 +199,10 @@ def g2_family(
     rng : numpy.random.Generator, int or None
         Random codes' stream.
 
+    construction : str
+        The construction's id (G2), named by its promise, refusals and metadata; a spec
+        reusing this family passes its own.
+
     Returns
     -------
     Family
@@ -215,7 +225,8 @@ def g2_family(
     l1, gap = codes.l1, codes.gap
     beta = default_beta(attention, beta, gap / (4 * k * gate * l1) if gap > 0 else 0.25, k)
     promise = g2_promise(
-        N, R, k, D, **code_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta, lam=lam
+        N, R, k, D, **code_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta, lam=lam,
+        construction=construction
     ).require()
 
     layout = Layout()
@@ -233,6 +244,6 @@ def g2_family(
     mlp = gated_selector(
         d, blocks, [groups[j - 1][path_rows[:, k - j]] for j in range(1, k + 1)], out, k * gate
     )
-    model = hop_model("G2", N, k, codes, layout, E, Q, out, (Layer(heads, mlp),), pos, attention, lam)
+    model = hop_model(construction, N, k, codes, layout, E, Q, out, (Layer(heads, mlp),), pos, attention, lam)
     return Family(model, promise, codes, hop_constants(k, attention, lam, k, gate=gate, beta=beta), layout,
                   G2_ENCODING, N, R, k)

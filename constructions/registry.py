@@ -608,13 +608,17 @@ def family_build(family: Callable[..., Family], encoding: TaskEncoding | None = 
     return build
 
 
-def single_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
+def single_hop_family(fn: Callable[..., Family], construction: str | None = None) -> Callable[..., Family]:
     """Adapt ``fn(N, R, codes, **options)`` to the family signature ``family(N, R, k=1, **options)``
     (``codes``, default ``"binary"``, passed positionally; ``k`` must be 1).
 
     Parameters
     ----------
     fn : callable
+        The module's family function.
+    construction : str or None
+        The id of the spec it serves, passed to ``fn`` as ``construction=`` (its promise, refusals and model
+        metadata then name it); None: ``fn``'s own default (a built-in's id).
 
     Returns
     -------
@@ -624,19 +628,25 @@ def single_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
         if k != 1:
             raise InputError(f"{fn.__name__} answers single-hop queries only (k = 1), got k = {k}")
         codes = options.pop("codes", "binary")
+        if construction is not None:
+            options["construction"] = construction
         return fn(N, R, codes, **options)
 
     family.__doc__ = fn.__doc__
     return family
 
 
-def multi_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
+def multi_hop_family(fn: Callable[..., Family], construction: str | None = None) -> Callable[..., Family]:
     """Adapt ``fn(N, R, k, codes, **options)`` to the family signature ``family(N, R, k=1, **options)``
     (``codes``, default ``"binary"``, passed positionally).
 
     Parameters
     ----------
     fn : callable
+        The module's family function.
+    construction : str or None
+        The id of the spec it serves, passed to ``fn`` as ``construction=`` (its promise, refusals and model
+        metadata then name it); None: ``fn``'s own default (a built-in's id).
 
     Returns
     -------
@@ -644,6 +654,8 @@ def multi_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
     """
     def family(N: int, R: int, k: int = 1, **options) -> Family:
         codes = options.pop("codes", "binary")
+        if construction is not None:
+            options["construction"] = construction
         return fn(N, R, k, codes, **options)
 
     family.__doc__ = fn.__doc__

@@ -30,7 +30,7 @@ DUMMY = ConstructionSpec(
     readout="code",
     bits=BitsClaim(1024, 8, needed=2, table=2, per_parameter=1),
     task_encoding=G1_ENCODING,
-    family=single_hop_family(g1_family),
+    family=single_hop_family(g1_family, construction=DUMMY_ID),
 )
 
 registry.register(DUMMY)

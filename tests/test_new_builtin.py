@@ -83,3 +83,30 @@ def test_check_refuses_a_declared_encoding_the_family_contradicts():
     assert run_check(spec(G1_ENCODING), 64, 2).passed
     with pytest.raises(InputError, match=r"G1E \(geometric-encoded\): its family declares the task encoding"):
         run_check(spec(A1_ENCODING), 64, 2)
+
+
+def test_a_family_reused_under_another_id_names_that_id():
+    """G1's family serving a spec "G1Y": its promise, its model's metadata and its refusal (a gate below the
+    theorem's bound) name G1Y, never G1; G1's own entry still names G1."""
+    import pytest
+
+    from georecall.constructions.g1 import g1_family
+    from georecall.constructions.registry import single_hop_family
+    from georecall.errors import ConditionError
+
+    reused = single_hop_family(g1_family, construction="G1Y")
+    family = reused(64, 2)
+    assert family.promise.result == "G1Y" and family.model.meta["construction"] == "G1Y"
+    with pytest.raises(ConditionError) as refused:
+        reused(64, 2, gate=0.01)
+    assert "G1Y" in str(refused.value) and "G1 " not in str(refused.value)
+    assert single_hop_family(g1_family)(64, 2).promise.result == "G1"
+    from georecall.constructions import multi_hop, single_hop
+    from georecall.constructions.registry import multi_hop_family
+
+    # every module's family takes the id of the spec it serves
+    for fn in (single_hop.a1_family, multi_hop.g2_family, multi_hop.a2_width_family,
+               multi_hop.a2_depth_family, multi_hop.c1_family):
+        adapt, k = (single_hop_family, 1) if fn is single_hop.a1_family else (multi_hop_family, 2)
+        made = adapt(fn, construction="Y")(16, 2, k)
+        assert made.promise.result == "Y" and made.model.meta["construction"] == "Y", fn.__name__

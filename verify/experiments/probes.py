@@ -37,7 +37,7 @@ from georecall.constructions.model import Model
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.tasks import Task, as_rng, random_task
-from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
+from georecall.verify.checking.exact import evaluate  # the weights' own, exact
 from georecall.verify.experiments import power as _power
 from georecall.verify.experiments.ridge import RidgeFit, fit_ridge_cv, fit_ridge_cv_many, r_squared
 from georecall.verify.training.train import GROUPS, train
@@ -126,7 +126,7 @@ def task_accuracy(model: Model, task: Task) -> dict:
 
     First in every probe report: probes of a model that does not answer its task describe something else.
     Every one of the N·R single-hop queries is run through THE forward pass
-    (:func:`~georecall.verify.checking.check.check_queries`).
+    (:func:`~georecall.verify.checking.exact.evaluate`).
 
     Parameters
     ----------
@@ -147,7 +147,7 @@ def task_accuracy(model: Model, task: Task) -> dict:
     """
     check_model_shapes(model, task)
     tokens, answers = single_hop_queries(task)
-    result = check_queries(model, tokens, answers)
+    result = evaluate(model, tokens, answers)
     return {"accuracy": float(result.accuracy), "correct": int(round(result.accuracy * answers.size)),
             "queries": int(answers.size), "chance": 1.0 / task.N}
 
@@ -557,12 +557,12 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
     rebuilt = apply_affine(encoding_maps, X)
     extra = np.asarray(model.entity_embedding[task.N :], dtype=np.float64)
     closed = with_entities(model, np.vstack([rebuilt, extra]))
-    closed_result = check_queries(closed, tokens, answers)
+    closed_result = evaluate(closed, tokens, answers)
     start = with_entities(model, np.vstack([rng.standard_normal(rebuilt.shape) * rebuilt.std(), extra]))
     trained = train(start, tokens, answers, steps=steps, lr=lr, rng=rng,
                     frozen=tuple(g for g in GROUPS if g != "entity_embedding"),
                     dtype=model.entity_embedding.dtype)
-    fitted = check_queries(trained.model, tokens, answers)
+    fitted = evaluate(trained.model, tokens, answers)
     return {"closed_form_accuracy": closed_result.accuracy,
             "closed_form_min_margin": closed_result.min_margin, "fitted_accuracy": fitted.accuracy,
             "fitted_steps": trained.steps, "chance": 1.0 / task.N}

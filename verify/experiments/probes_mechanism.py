@@ -41,7 +41,7 @@ from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng
 from georecall.theory.tasks import Task, as_rng, random_task
-from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
+from georecall.verify.checking.exact import evaluate  # the weights' own, exact
 from georecall.verify.experiments import power as _power
 from georecall.verify.experiments.probes import (
     SELECTIVITY_THRESHOLD,
@@ -359,7 +359,7 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
     tokens_a, answers_a = single_hop_queries(task)
     tokens_b, answers_b = single_hop_queries(new_task)
     params = {"A": maps[:-1].reshape(R, d, d).copy(), "c": maps[-1].copy()}
-    start_accuracy = check_queries(with_E(encode(params, task.table)), tokens_a, answers_a).accuracy
+    start_accuracy = evaluate(with_E(encode(params, task.table)), tokens_a, answers_a).accuracy
     state: dict[str, Any] = {"done": start_accuracy == 1.0, "steps": 0}
 
     def grad_fn(current: dict, step: int) -> dict:
@@ -381,8 +381,8 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
         return state["done"]
 
     final = adam(grad_fn, params, steps, lr=lr, callback=stop) if not state["done"] else params
-    accuracy_a = check_queries(with_E(encode(final, task.table)), tokens_a, answers_a).accuracy
-    zero_shot = check_queries(with_E(encode(final, new_task.table)), tokens_b, answers_b).accuracy
+    accuracy_a = evaluate(with_E(encode(final, task.table)), tokens_a, answers_a).accuracy
+    zero_shot = evaluate(with_E(encode(final, new_task.table)), tokens_b, answers_b).accuracy
     return {"start_accuracy_A": start_accuracy, "accuracy_A": accuracy_a, "zero_shot_B": zero_shot,
             "steps": int(state["steps"]), "chance": 1.0 / N}
 
@@ -471,7 +471,7 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
     if transfer is None:  # the closed form costs one check: always report it
         closed = with_entities(model, np.vstack([apply_affine(maps, encoding_design(model, new_task.table)),
                                                   np.asarray(model.entity_embedding[task.N :])]))
-        transfer = {"closed_form_accuracy": check_queries(closed, *single_hop_queries(new_task)).accuracy,
+        transfer = {"closed_form_accuracy": evaluate(closed, *single_hop_queries(new_task)).accuracy,
                     "fitted_accuracy": None, "chance": 1.0 / task.N}
     functional = (functional_transfer(model, task, new_task, maps, steps=encoder_steps, lr=lr)
                   if encoder_steps is not None else None)

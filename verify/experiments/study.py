@@ -43,11 +43,10 @@ from georecall.memory import Budget
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
-from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
+from georecall.verify.checking.exact import evaluate  # the weights' own, exact
 from georecall.verify.checking.report import claim_report
 from georecall.verify.experiments import probes, probes_mechanism
-from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
-from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note
+from georecall.verify.experiments.driver import Call, JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
 from georecall.verify.experiments.study_design import (
     GRIDS,
@@ -186,13 +185,13 @@ def run_job(job: dict) -> dict:
     task = task_for_seed(p["N"], p["R"], seed)
     tokens, answers, positions, _ = training_data(task)
     initial, frozen = _initial_model(p, task, seed)
-    before = check_queries(initial, tokens, answers).accuracy
+    before = evaluate(initial, tokens, answers).accuracy
     result = train(initial, tokens, answers, steps=p["steps"], lr=p["lr"], frozen=frozen,
                    weight_decay=_decay(p), tie_readout=p["readout"] == "tied", batch_size=p["batch_size"],
                    stop_at_accuracy=1.0 if p["stop"] == "100%" else None,
                    rng=rng(seed, "batches", STREAM_KEY, p["d"], p["m"]))
     trained_seconds = result.seconds
-    final = check_queries(result.model, tokens, answers)
+    final = evaluate(result.model, tokens, answers)
     training = {"steps": result.steps, "reached": bool(result.reached), "accuracy": final.accuracy,
                 "initial_accuracy": before, "final_loss": float(result.losses[-1]) if result.losses else None,
                 "path": result.path, "seconds": trained_seconds}
@@ -571,10 +570,10 @@ class _Jobs(JobList):
     def opened(self, handle, units: int) -> None:
         self.report(f"{units} job(s) to run on {handle.description}")
 
-    def start(self, job: dict) -> list[Task]:
-        return [Task(run_job, (job,), job, f"the job {_describe(job)}")]
+    def start(self, job: dict) -> list[Call]:
+        return [Call(run_job, (job,), job, f"the job {_describe(job)}")]
 
-    def accept(self, task: Task, record: dict) -> list[Task]:
+    def accept(self, task: Call, record: dict) -> list[Call]:
         append_jsonl(self.path, record)
         self.done += 1
         self.report(f"{_describe(record)} ({record['seconds']:.1f} s)")

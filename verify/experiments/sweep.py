@@ -56,8 +56,7 @@ from georecall.memory import Budget
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed
 from georecall.theory.tasks import check_positive_int
-from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
-from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note
+from georecall.verify.experiments.driver import Call, JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
 from georecall.verify.experiments.sweep_cost import cost_line, estimate_cost
 from georecall.verify.experiments.sweep_fit import predict_threshold
@@ -367,7 +366,7 @@ class _Searches(JobList):
     def opened(self, handle, units: int) -> None:
         self.report(f"{units} searches on {handle.description}")
 
-    def start(self, config: tuple) -> list[Task]:
+    def start(self, config: tuple) -> list[Call]:
         """Feed the search the trials the file already has; return its next trial, or finish it."""
         have = self.known.get(self.config_key(config), {})
         if config not in self.searches:  # made when it starts (the reused trials are the file's by then)
@@ -389,7 +388,7 @@ class _Searches(JobList):
         if not search.done:
             d = search.next_d
             assert d is not None  # a search that is not done has a next d
-            return [Task(run_trial, (*config, d, self.settings), (config, d),
+            return [Call(run_trial, (*config, d, self.settings), (config, d),
                          f"the trial N={N} R={R} {mode} seed {seed} d={d}")]
         blas = sorted({have[d].get("blas") or "not recorded" for d in search.visited if d in have})
         record = threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
@@ -410,7 +409,7 @@ class _Searches(JobList):
         c = prediction.get("c")
         return {"prediction": round(prediction["d"], 3), "prediction_c": None if c is None else round(c, 6)}
 
-    def accept(self, task: Task, record: dict) -> list[Task]:
+    def accept(self, task: Call, record: dict) -> list[Call]:
         config, d = task.tag
         record = {**record, **self._prediction_fields(config)}
         append_jsonl(self.path, record)

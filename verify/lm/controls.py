@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from georecall.verify.experiments import power
-from georecall.verify.experiments.ridge import cross_fit_batch, inner_parts, r2_score
+from georecall.verify.experiments.ridge import cross_fit_batch, inner_parts, r_squared
 from georecall.verify.lm import probes
 
 __all__ = ["ASSOC_SHARPNESS", "LRE_NAMED", "LRE_STRENGTHS", "PATCH_NAMED", "PATCH_NOISE", "PATCH_STRENGTHS",
@@ -556,8 +556,8 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
             H, readers, answer, fs, oth = plantings[h]
             Xq, full, alone = fits.pop(q)
             if superposition_rule is not None:
-                verdict = superposition_rule({"r2": r2_score(H, full["predictions"]),
-                                              "presence_r2": r2_score(H, alone["predictions"])})
+                verdict = superposition_rule({"r2": r_squared(H, full["predictions"]),
+                                              "presence_r2": r_squared(H, alone["predictions"])})
                 if is_neg:
                     sup_neg += verdict / draws
                 else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from georecall.verify.experiments.ridge import cross_fit, cross_fit_many, r2_score
+from georecall.verify.experiments.ridge import cross_fit, cross_fit_many, r_squared
 
 __all__ = ["BlockMaps", "block_design", "decode_relation", "folds_of", "shuffled", "superposition_fit",
            "superposition_fit_many"]
@@ -192,7 +192,7 @@ def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarr
     P0 = cross_fit(present.astype(np.float64), H, groups, rng=rng)["predictions"]
     alphas = fitted["alphas"]
     maps = [(test, BlockMaps(Xc, C, q, len(blocks))) for test, (Xc, C) in zip(groups, fitted.get("dual", []))]
-    return {"r2": r2_score(H, P), "presence_r2": r2_score(H, P0), "alphas": alphas, "maps": maps}
+    return {"r2": r_squared(H, P), "presence_r2": r_squared(H, P0), "alphas": alphas, "maps": maps}
 
 
 def superposition_fit_many(Hs: list[np.ndarray], blocks: list[np.ndarray], present: np.ndarray, *, folds: int,
@@ -217,7 +217,7 @@ def superposition_fit_many(Hs: list[np.ndarray], blocks: list[np.ndarray], prese
     groups = folds_of(present.shape[0], folds, rng)
     fitted = cross_fit_many(X, Hs, groups, rng=rng)
     alone = cross_fit_many(present.astype(np.float64), Hs, groups, rng=rng)
-    return [{"r2": r2_score(H, f["predictions"]), "presence_r2": r2_score(H, f0["predictions"]),
+    return [{"r2": r_squared(H, f["predictions"]), "presence_r2": r_squared(H, f0["predictions"]),
              "alphas": f["alphas"], "maps": []} for H, f, f0 in zip(Hs, fitted, alone)]
 
 

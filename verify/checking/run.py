@@ -45,6 +45,7 @@ __all__ = [
     "precision_scan",
     "run_check",
     "table_bits",
+    "validate_request",
 ]
 
 # What each option is called on the command line (for messages naming a refused option).
@@ -83,6 +84,59 @@ def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | 
     """
     code_option: dict[str, Any] = {} if codes is None else {"codes": codes}
     return estimates.check_estimate(spec, N, R, k, **code_option, **sizes)
+
+
+def _option_names(options) -> str:
+    """Options as a message names them: each with what it is and its flag (``codes [code kind (--codes)]``).
+    """
+    return ", ".join(f"{o} [{OPTION_FLAGS[o]}]" if o in OPTION_FLAGS else o for o in sorted(options))
+
+
+def validate_request(spec: ConstructionSpec, *, options: dict | None = None, codes: str | None = None,
+                     D: int | None = None, k: int | None = None, attributes: str = "shared",
+                     symmetric: bool = False) -> dict:
+    """What a spec is asked for, checked in one place with one wording (check, certify, precision, export):
+    the builder options it takes, the hops it answers and the variants it supports.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+    options : dict or None
+        Builder options; an option whose value is None is not asked.
+    codes, D : optional
+        The codebook kind and code length, when asked.
+    k : int or None
+        Hops (None: not checked).
+    attributes : str
+        ``"shared"`` or ``"disjoint"``.
+    symmetric : bool
+        Symmetric relations.
+
+    Returns
+    -------
+    dict
+        The options asked (None values dropped), with λ = 1 when the spec takes λ and none was given.
+
+    Raises
+    ------
+    InputError
+        An option the spec does not take (naming what it takes), ``k != 1`` for a single-hop spec, or a
+        variant it does not support.
+    """
+    options = {key: value for key, value in (options or {}).items() if value is not None}
+    if "lam" in spec.accepts():
+        options.setdefault("lam", 1.0)
+    asked = set(options) | {name for name, value in (("codes", codes), ("D", D)) if value is not None}
+    refused = asked - spec.accepts()
+    if refused:
+        raise InputError(f"{spec.label} does not take {_option_names(refused)}; it takes: "
+                         f"{_option_names(spec.accepts()) or 'no options'}")
+    if k is not None and spec.hops == "single" and k != 1:
+        raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
+    for variant, wanted in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
+        if wanted and variant not in spec.variants:
+            raise InputError(f"{spec.label} does not support {variant} relations/attributes")
+    return options
 
 
 def _spec(construction: str | ConstructionSpec) -> ConstructionSpec:
@@ -178,25 +232,9 @@ def run_check(
     """
     budget = as_budget(budget)
     spec = _spec(construction)
-    options = {key: value for key, value in (options or {}).items() if value is not None}
-    if "lam" in spec.accepts():
-        options.setdefault("lam", 1.0)
-    asked = set(options) | {name for name, value in (("codes", codes), ("D", D)) if value is not None}
-    refused = sorted(asked - spec.accepts())
-    if refused:
-        names = ", ".join(OPTION_FLAGS.get(o, o) for o in refused)
-        raise InputError(
-            f"{spec.label} does not take {names}; it takes: "
-            f"{', '.join(sorted(OPTION_FLAGS.get(o, o) for o in spec.accepts()))}"
-        )
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
-    if spec.hops == "single" and k != 1:
-        raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
     if dtype not in ("float32", "float64"):
         raise InputError(f"dtype must be float32 or float64, got {dtype!r}")
-    integer = bool(options.get("integer", False))
-    if bits is not None and integer:
-        raise InputError("--bits and --integer do not combine: quantized weights are not integers")
     if task is not None:
         if not isinstance(task, Task):
             raise InputError(f"task must be a Task, got {type(task).__name__}")
@@ -206,9 +244,11 @@ def run_check(
         if attributes != "shared" and attributes != task.attributes:
             raise InputError(f"attributes={attributes!r} disagrees with the task's {task.attributes!r}")
         attributes = task.attributes
-    for variant, wanted in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
-        if wanted and variant not in spec.variants:
-            raise InputError(f"{spec.label} does not support {variant} relations/attributes")
+    options = validate_request(spec, options=options, codes=codes, D=D, k=k, attributes=attributes,
+                               symmetric=symmetric)
+    integer = bool(options.get("integer", False))
+    if bits is not None and integer:
+        raise InputError("--bits and --integer do not combine: quantized weights are not integers")
     greedy = spec.decoding == "greedy"
     if estimate is None:  # the one guard of this check (a caller that made it passes it on)
         check_estimate(spec, N, R, k, codes, D=D, dtype=dtype, bits=bits, integer=integer,
@@ -490,10 +530,8 @@ def precision_scan(
             f"{'omit --k' if spec.hops == 'single' else 'give --k'}"
         )
     hops = 1 if k is None else k
+    validate_request(spec, codes=codes, D=D)
     code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
-    refused = sorted(set(code_options) - spec.accepts())
-    if refused:
-        raise InputError(f"{spec.label} does not take {', '.join(OPTION_FLAGS[o] for o in refused)}")
     if estimate is None:
         check_estimate(spec, N, R, hops, codes, D=D, bits=1, what="precision",
                        budget=budget).require(budget)

@@ -246,7 +246,7 @@ def run_check(
                                          symmetric=request.symmetric)
     built = _build(request, task)
     if request.bits is not None:
-        return _check_quantized(request, task, built)
+        return _check_quantized(request, task, built, request.bits)
     if request.spec.decoding == "greedy":
         return _check_greedy(request, task, built)
     return _check_last_token(request, task, built)
@@ -370,20 +370,20 @@ def _row(request: CheckRequest, task: Task, built) -> tuple[str, dict]:
     return name, params
 
 
-def _check_quantized(request: CheckRequest, task: Task, built) -> Report:
+def _check_quantized(request: CheckRequest, task: Task, built, bits: int) -> Report:
     """The check stage with ``bits``: the quantized model, every query exact (the margin promise, stated for
     exact weights, no longer applies)."""
     r = request
     name, params = _row(r, task, built)
     tokens, answers = queries(task, r.k)
-    model = quantize(built.model, r.bits).astype(np.dtype(r.dtype))
+    model = quantize(built.model, bits).astype(np.dtype(r.dtype))
     if r.spec.decoding == "greedy":
         result = check_decoding(model, tokens, teacher_forcing(task, r.k)[1], keep=r.keep,
                                 progress=r.progress,
                                 budget=r.budget)
     else:
         result = check_queries(model, tokens, answers, keep=r.keep, progress=r.progress, budget=r.budget)
-    return Report(f"{name} @{r.bits} bits", params, None, result, achieved_sizes(model),
+    return Report(f"{name} @{bits} bits", params, None, result, achieved_sizes(model),
                   {"promise (exact weights)": built.promise.as_dict()})
 
 

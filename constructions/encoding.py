@@ -30,6 +30,7 @@ from typing import Literal
 
 import numpy as np
 
+from georecall.constructions.canonical import canonical_family
 from georecall.constructions.codes import Codes
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import MLP, Layer, Model
@@ -243,13 +244,15 @@ def assemble_model(family: Family, task: Task) -> Model:
     Returns
     -------
     Model
-        Every field but the declared table is F's own object (no copy).
+        Built from the canonical family (``constructions.canonical.canonical_family``: plain read-only arrays
+        taken without a copy, anything else copied; exact scalars; no cache).
 
     Raises
     ------
     FamilyError, InputError
         An invalid family, or a task of other sizes.
     """
+    family = canonical_family(family, copy=False)  # plain values, no cache: what certify speaks of
     validate_family(family)
     if (task.N, task.R) != (family.N, family.R) or task.attributes != family.attributes:
         raise InputError(f"the task (N = {task.N}, R = {task.R}, {task.attributes}) is not the family's "

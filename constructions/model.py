@@ -87,7 +87,7 @@ def _read_only_throughout(array: np.ndarray) -> bool:
     not: its owner could still change it)."""
     current: object = array
     while isinstance(current, np.ndarray):
-        if current.flags.writeable:
+        if type(current) is not np.ndarray or current.flags.writeable:  # a subclass may override anything
             return False
         current = current.base
     return True
@@ -120,11 +120,12 @@ def _frozen_array(value, name: str, ndim: int) -> np.ndarray:
     tables, so a model of N = 2^20 entities is not copied); anything else is copied, so that no caller can
     change a Model's weights afterwards. Finiteness is checked in row blocks (no full-size temporary)."""
     given = np.asarray(value)
-    if (isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.flags.c_contiguous
-            and _read_only_throughout(value)):
+    if (type(value) is np.ndarray and value.dtype.kind == "f" and value.dtype.isnative
+            and value.flags.c_contiguous and _read_only_throughout(value)):
         array = value
-    else:
-        array = np.array(value, dtype=np.float64 if given.dtype.kind in "iub" else None, copy=True)
+    else:  # np.array(..., copy=True) of a subclass is a plain ndarray (subok=False): none of its methods run
+        dtype = np.float64 if given.dtype.kind in "iub" else given.dtype.newbyteorder("=")
+        array = np.array(value, dtype=dtype, copy=True)
     if array.dtype.kind != "f":
         raise InputError(f"{name} must be a floating-point array, got dtype {array.dtype}")
     if array.ndim != ndim:
@@ -153,8 +154,16 @@ class Attention:
     inverse_temperature: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.kind not in ATTENTION_KINDS:
+        # exact values of the declared types: a str or float subclass could compare or convert otherwise
+        kind = str.__str__(self.kind) if isinstance(self.kind, str) else self.kind
+        if type(kind) is not str or kind not in ATTENTION_KINDS:
             raise InputError(f"attention kind must be one of {ATTENTION_KINDS}, got {self.kind!r}")
+        object.__setattr__(self, "kind", kind)
+        beta = self.inverse_temperature
+        if isinstance(beta, (bool, np.bool_)) or not isinstance(beta, (int, float, np.integer, np.floating)):
+            raise InputError(f"inverse temperature must be a number, got {beta!r}")
+        object.__setattr__(self, "inverse_temperature",
+                           float.__float__(beta) if isinstance(beta, float) else float(np.float64(beta)))
         for name in ("W_V", "W_O", "W_Q", "W_K"):
             value = getattr(self, name)
             if value is not None:
@@ -324,7 +333,7 @@ class Model:
                 raise InputError(f"unembedding has width {self.unembedding.shape[1]}, but the entity "
                                  f"embedding has d = {d}")
         else:
-            columns = np.asarray(self.readout_columns)
+            columns = np.array(self.readout_columns, copy=True)  # a plain ndarray, whatever was given
             if columns.ndim != 1 or (columns.size and columns.dtype.kind not in "iu"):
                 raise InputError(f"readout_columns must be a 1-D integer array, got shape {columns.shape}, "
                                  f"dtype {columns.dtype}")

@@ -23,6 +23,7 @@ import importlib.util
 import os
 import re
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -50,6 +51,7 @@ __all__ = [
     "COMMON_OPTIONS",
     "BitsClaim",
     "ConstructionSpec",
+    "assembled_family",
     "family_build",
     "get",
     "multi_hop_build",
@@ -171,7 +173,7 @@ class ConstructionSpec:
                 raise InputError(f"spec {self.id}: a family declares its task_encoding")
             if self.build is None:  # (a build given beside it, e.g. a wrapped one, is not the family's:
                 # certify then treats the spec as a builder of tasks: ``assembles_family``)
-                object.__setattr__(self, "build", family_build(self.family, self.task_encoding, self.label))
+                object.__setattr__(self, "build", family_build(self.family))
         elif self.build is None:
             raise InputError(f"spec {self.id}: give a build (taking the task) or a family (never seeing it)")
         if self.hops not in ("single", "multi"):
@@ -224,8 +226,9 @@ class ConstructionSpec:
     @property
     def assembles_family(self) -> bool:
         """Whether ``build`` is exactly ``family_build(family)``: then ``check`` builds the family certify
-        proves, and certify may say CERTIFIED."""
-        return self.family is not None and getattr(self.build, "assembles", None) is self.family
+        proves, and certify may say CERTIFIED. Decided from the build's structure (:func:`assembled_family`),
+        never from an attribute a caller can set."""
+        return self.family is not None and assembled_family(self.build) is self.family
 
     def accepts(self) -> frozenset[str]:
         """Every builder option this construction takes: the common ones it declares, and its own."""
@@ -571,8 +574,7 @@ def multi_hop_build(builder: Callable[..., Construction]) -> Callable[..., Const
     return build
 
 
-def family_build(family: Callable[..., Family], encoding: TaskEncoding | None = None,
-                 label: str = "the spec") -> Callable[..., Construction]:
+def family_build(family: Callable[..., Family]) -> Callable[..., Construction]:
     """The one spec signature ``build(task, k=1, **options)`` for a family: ``assemble(family(task.N, task.R,
     k, attributes=task.attributes, **options), task)``, i.e. ``F ⊕ enc(π)`` (``single_hop.assemble``).
 
@@ -580,32 +582,49 @@ def family_build(family: Callable[..., Family], encoding: TaskEncoding | None = 
     ----------
     family : callable
         ``family(N, R, k, *, attributes, **options) -> Family``.
-    encoding : TaskEncoding or None
-        The encoding the spec declares: a family that declares another is refused when it is built (as
-        ``certify`` refuses it), so ``check`` never assembles a task into slots the spec does not name.
-    label : str
-        The spec, for the message.
 
     Returns
     -------
     callable
         ``build(task, k=1, **options) -> Construction``.
-
-    Raises
-    ------
-    InputError
-        (from ``build``) The family's encoding contradicts ``encoding``.
     """
     def build(task: Task, k: int = 1, **options) -> Construction:
-        made = family(task.N, task.R, k, attributes=task.attributes, **options)
-        if encoding is not None and made.encoding != encoding:
-            raise InputError(f"{label}: its family declares the task encoding {made.encoding.as_dict()}, the "
-                             f"spec {encoding.as_dict()}")
-        return assemble(made, task)
+        return assemble(family(task.N, task.R, k, attributes=task.attributes, **options), task)
 
     build.__doc__ = family.__doc__
     build.assembles = family  # type: ignore[attr-defined]  # a mark, read by assembles_family
     return build
+
+
+_FAMILY_BUILD_CODE = family_build(lambda *args, **kwargs: None).__code__
+
+
+def assembled_family(build) -> Callable[..., Family] | None:
+    """The family that ``build`` assembles, when ``build`` is one that :func:`family_build` made: a plain
+    function with its code, this module's globals, its defaults and one closure cell (the family). Read from
+    that structure only (the ``assembles`` attribute is informative and never read: anyone can set it).
+
+    Parameters
+    ----------
+    build : object
+        A spec's build.
+
+    Returns
+    -------
+    callable or None
+        The family in the closure, or None when ``build`` is not such a function.
+    """
+    if type(build) is not types.FunctionType or build.__code__ is not _FAMILY_BUILD_CODE:
+        return None
+    if build.__globals__ is not globals() or build.__defaults__ != (1,) or build.__kwdefaults__:
+        return None
+    cells = build.__closure__
+    if cells is None or len(cells) != 1:
+        return None
+    try:
+        return cells[0].cell_contents
+    except ValueError:  # an empty cell
+        return None
 
 
 def single_hop_family(fn: Callable[..., Family], construction: str | None = None) -> Callable[..., Family]:

@@ -10,6 +10,7 @@ import json
 import numpy as np
 
 from georecall import __version__
+from georecall.constructions.canonical import model_fingerprint
 from georecall.constructions.model import Model, forward_fields, structure_of, unflatten
 from georecall.errors import InputError
 from georecall.io import atomic_write, damaged_input
@@ -20,7 +21,8 @@ __all__ = ["load_model", "save_model"]
 def save_model(model: Model, path, extra_arrays: dict[str, np.ndarray] | None = None, **record) -> str:
     """Write a Model to ``.npz`` without pickle: every array under its ``Model.arrays()`` name, plus a JSON
     header (layer structure, attention kinds and temperatures, the compact read-out's columns, ``meta``, the
-    package version and ``record``).
+    package version, ``record`` and the model's ``fingerprint`` (``constructions.canonical.
+    model_fingerprint``), which ``eval`` compares with the model it reads back).
 
     Parameters
     ----------
@@ -47,6 +49,7 @@ def save_model(model: Model, path, extra_arrays: dict[str, np.ndarray] | None = 
         "readout_columns": None if model.readout_columns is None else model.readout_columns.tolist(),
         "meta": model.meta,
         "record": record,
+        "fingerprint": model_fingerprint(model),  # of the arrays written (docs/certify.md); eval compares
     }
     arrays = {key.replace(".", "__"): value for key, value in model.arrays().items()}
     scalars = {f"layers.{i}.attention.{name}" for i, s in enumerate(structure) if s["attention"] is not None

@@ -297,7 +297,7 @@ def test_scheduler_values_are_checked():
 
 def test_without_the_extra_a_scheduler_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed now raises ImportError
-    with pytest.raises(ValueError, match=r"pip install 'georecall\[distributed\]'"):
+    with pytest.raises(ValueError, match=r"pip install '\.\[distributed\]' in georecall's clone"):
         sweep(str(tmp_path / "r.jsonl"), **SMALL_GRID, settings=SETTINGS, progress=False,
               scheduler="tcp://127.0.0.1:8786")
 

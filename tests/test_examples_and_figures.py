@@ -88,7 +88,7 @@ def test_figures_are_written(tmp_path, capsys):
 def test_figures_without_matplotlib_say_how_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     code = main(["figures", "--out", str(tmp_path / "fig")])
-    assert code == 2 and "pip install 'georecall[plot]'" in capsys.readouterr().err
+    assert code == 2 and "pip install '.[plot]' in georecall's clone" in capsys.readouterr().err
 
 
 def test_probe_and_transfer_commands(tmp_path, capsys):

@@ -1,8 +1,9 @@
 """georecall export (verify/export/): every target answers every query as georecall does, checked in the
 target's own library; the torch door is the identity both ways; bad input is refused in one line with nothing
-written. Needs the export extra (pip install torch==2.13.0, then 'georecall[export]'); each target's tests
-skip, naming what is missing, without it. The tests that boot TransformerLens in a fresh process or run the
-docs are marked slow (TransformerLens takes seconds to import): CI runs this file with -m "slow or not slow".
+written. Needs the export extra (pip install torch==2.13.0, then '.[export]' in a clone; '.[export-tl]' for
+TransformerLens); each target's tests skip, naming what is missing, without it. The tests that boot
+TransformerLens in a fresh process or run the docs are marked slow (TransformerLens takes seconds to
+import): CI runs this file with -m "slow or not slow".
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def _have(target: str) -> bool:
 
 def _needs(target: str):
     missing = [name for name in LIBRARIES[target] if not _importable(name)]
-    return pytest.mark.skipif(bool(missing), reason=f"--to {target} needs the export extra: {missing} not "
-                              "installed (pip install torch==2.13.0 'georecall[export]')")
+    extra = "export-tl" if target == "transformer-lens" else "export"
+    return pytest.mark.skipif(bool(missing), reason=f"--to {target} needs the {extra} extra: {missing} not "
+                              f"installed (pip install torch==2.13.0 '.[{extra}]' in a clone of georecall)")
 
 
 def _importable(name: str) -> bool:
@@ -76,10 +78,9 @@ def _run_target(target: str, folder: Path, dtype: str):
             sys.path.remove(str(folder))
         net = module.load(str(folder))
         return lambda tokens: net(torch.from_numpy(tokens)).detach().numpy()
-    import transformer_lens.model_bridge.sources  # noqa: F401
-    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.model_bridge.sources import boot_native
     config = json.loads((folder / "config.json").read_text())
-    bridge = TransformerBridge.boot_native(config, dtype=torch.float64 if dtype == "float64" else None)
+    bridge = boot_native(config, dtype=torch.float64 if dtype == "float64" else None)
     bridge.load_state_dict(torch.load(folder / "state_dict.pt"), strict=True)
     return lambda tokens: bridge(torch.from_numpy(tokens))[:, -1].detach().numpy()
 
@@ -261,6 +262,48 @@ def test_the_check_fails_when_the_target_computes_something_else(target, tmp_pat
     assert report["check"]["accuracy"] < 1
 
 
+def _near_tie_model():
+    """A user's model (no promise) whose query ``<r, 0>`` is right by a margin of 1e-7, below the float32
+    check's logit allowance: no layers, the read-out of ``E[s]``."""
+    from georecall.theory.tasks import Task
+    model = Model(entity_embedding=np.eye(2), relation_embedding=np.zeros((1, 2)),
+                  unembedding=np.array([[1.0, 0.0], [1.0 - 1e-7, 1.0]]))
+    return model, Task(np.array([[0, 1]]))
+
+
+@pytest.mark.parametrize("planted", ["swapped", "tied"])
+def test_the_check_fails_when_an_answer_changes_within_the_allowance(planted):
+    """A planted wrong export: the target answers one query otherwise (or ties it), by less than the logits'
+    allowance. The check compares answers and their right/wrong on every query, so it fails; the same
+    target without the plant passes (the control)."""
+    from georecall.verify.export.check import check_in_target, query_set
+    from georecall.verify.export.graph import graph_of
+    model, task = _near_tie_model()
+    qs = query_set(task)
+    graph = graph_of(model, "float32")
+
+    def honest(tokens):
+        return forward(model, tokens)
+
+    def planted_run(tokens):
+        logits = forward(model, tokens).copy()
+        for row in np.flatnonzero(tokens[:, -1] == 0):
+            if planted == "swapped":
+                logits[row] = logits[row][::-1].copy()
+            else:
+                logits[row, 1] = logits[row, 0]
+        return logits
+
+    control = check_in_target(model, graph, honest, qs, target="planted")
+    assert control["passed"] and control["correct"] == 2
+    report = check_in_target(model, graph, planted_run, qs, target="planted")
+    assert report["queries_outside_bound"] == 0  # the plant hides inside the allowance
+    assert report["max_logit_difference"] <= report["max_allowed"]
+    assert not report["passed"] and report["right_or_wrong_changed"] == 1 and report["correct"] == 1
+    if planted == "swapped":
+        assert report["disagreements_with_georecall"] == 1 and report["within_rounding"] == 1
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_done_when_command_for_every_target(target, tmp_path, capsys):
     out = tmp_path / "OUT"
@@ -276,6 +319,28 @@ def test_the_done_when_command_for_every_target(target, tmp_path, capsys):
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temporary folder left
 
 
+@_needs("transformer-lens")
+@pytest.mark.parametrize("construction, k, N, R", [("G1", 1, 16, 2), ("G2", 2, 8, 2)])
+def test_transformer_lens_keeps_the_true_head_width_and_names_the_parts(construction, k, N, R, tmp_path):
+    """d_head is the model's widest d_k or d_v (no power-of-4 padding), and config.json names the residual
+    stream's coordinate ranges and each block's heads and units, so units read without georecall."""
+    from georecall.verify.export import export, query_set
+    task, built = _built(construction, k, N, R)
+    report = export(built.model, "transformer-lens", str(tmp_path / "OUT"), queries=query_set(task, k),
+                    promise=built.promise)
+    assert report["check"]["passed"]
+    config = json.loads((tmp_path / "OUT" / "config.json").read_text())
+    widths = [w for layer in built.model.layers if layer.attention is not None
+              for w in (layer.attention.W_V.shape[2],
+                        0 if layer.attention.W_Q is None else layer.attention.W_Q.shape[2])]
+    assert config["d_head"] == max(widths)
+    names = config["georecall"]
+    assert names["residual"] == built.model.meta["layout"] and names["D"] == built.model.meta["D"]
+    assert [b["name"] for b in names["blocks"]] == [f"blocks.{i}" for i in range(len(built.model.layers))]
+    mlps = [b["mlp"]["units"] for b in names["blocks"]]
+    assert mlps == [layer.mlp.width for layer in built.model.layers]
+
+
 FRESH = {
     "torch": """
         sys.path.insert(0, OUT)
@@ -284,9 +349,8 @@ FRESH = {
         run = lambda t: net(torch.from_numpy(t)).detach().numpy()
     """,
     "transformer-lens": """
-        import transformer_lens.model_bridge.sources
-        from transformer_lens.model_bridge import TransformerBridge
-        bridge = TransformerBridge.boot_native(json.load(open(os.path.join(OUT, "config.json"))))
+        from transformer_lens.model_bridge.sources import boot_native
+        bridge = boot_native(json.load(open(os.path.join(OUT, "config.json"))))
         bridge.load_state_dict(torch.load(os.path.join(OUT, "state_dict.pt")), strict=True)
         run = lambda t: bridge(torch.from_numpy(t))[:, -1].detach().numpy()
     """,
@@ -369,9 +433,9 @@ def test_hard_attention_is_refused_with_the_reason(target, tmp_path, capsys):
 def test_a_missing_target_library_is_refused(tmp_path, capsys, monkeypatch):
     for name in ("onnx", "onnxruntime", "torch", "transformer_lens"):
         monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
-    for target in ("torch", "transformer-lens", "onnx"):
+    for target, extra in (("torch", "export"), ("transformer-lens", "export-tl"), ("onnx", "export")):
         _refused(["export", "--N", "8", "--R", "2", "--to", target, str(tmp_path / "OUT")], capsys,
-                 "pip install 'georecall[export]'")
+                 f"pip install '.[{extra}]' in a clone of georecall")
     assert os.listdir(tmp_path) == []
 
 
@@ -429,8 +493,8 @@ def test_export_reads_the_shared_options_it_offers(tmp_path, capsys, monkeypatch
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _have("transformer-lens"), reason="docs/export.md needs TransformerLens (the export "
-                                                          "extra)")
+@pytest.mark.skipif(not _have("transformer-lens"), reason="docs/export.md needs TransformerLens (the "
+                                                          "export-tl extra)")
 def test_docs_export_code_runs_verbatim(tmp_path):
     text = (ROOT / "docs" / "export.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)

@@ -236,7 +236,7 @@ def test_missing_extra_is_one_line_exit_2(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     assert main(["probe-lm", "--model", "smollm2", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "pip install 'georecall[lm]'" in err[0]
+    assert len(err) == 1 and "pip install '.[lm]' in georecall's clone" in err[0]
 
 
 HAVE_LM = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))

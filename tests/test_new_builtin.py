@@ -64,27 +64,6 @@ def test_a_planted_hard_coded_list_fails_with_the_dummy_builtin(tmp_path):
     assert failed.returncode == 1 and "G1X" in failed.stdout
 
 
-def test_check_refuses_a_declared_encoding_the_family_contradicts():
-    """A spec whose family declares one task encoding while the spec declares another: ``check`` refuses it
-    (bad input, naming both), as ``certify`` does; the same family with its own encoding is checked."""
-    import pytest
-
-    from georecall.constructions.a1 import A1_ENCODING
-    from georecall.constructions.g1 import G1_ENCODING, g1_family, g1_nominal_promise
-    from georecall.constructions.registry import ConstructionSpec, single_hop_family
-    from georecall.errors import InputError
-    from georecall.verify.checking.run import run_check
-
-    def spec(encoding):
-        return ConstructionSpec("G1E", "geometric-encoded", "G1's family", None, g1_nominal_promise,
-                                options=frozenset({"gate"}), readout="code", task_encoding=encoding,
-                                family=single_hop_family(g1_family))
-
-    assert run_check(spec(G1_ENCODING), 64, 2).passed
-    with pytest.raises(InputError, match=r"G1E \(geometric-encoded\): its family declares the task encoding"):
-        run_check(spec(A1_ENCODING), 64, 2)
-
-
 def test_a_family_reused_under_another_id_names_that_id():
     """G1's family serving a spec "G1Y": its promise, its model's metadata and its refusal (a gate below the
     theorem's bound) name G1Y, never G1; G1's own entry still names G1."""

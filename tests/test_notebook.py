@@ -1,6 +1,7 @@
-"""The lecture (docs/notebooks/lecture.md): executed end to end, rendered to one self-contained HTML page, and
-opened in headless Chromium; and the rendered page committed beside it (docs/notebooks/lecture.html) checked
-against its source.
+"""The lecture (docs/notebooks/lecture.md): executed end to end, rendered to one self-contained HTML page and
+to slides, both opened in headless Chromium with no network (the slides as more than one slide); no debug line
+in the page; and the rendered page committed beside it (docs/notebooks/lecture.html) checked against its
+source.
 
 Executing the notebook takes about a minute, so those tests are ``slow`` (CI runs them in its slow step,
 after installing the teach extra and Debian's chromium). Each skips with its reason when the teach extra or
@@ -33,8 +34,10 @@ needs_teach = pytest.mark.skipif(not lecture.have_teach(), reason="the lecture n
                                  "install '.[teach]' (jupytext, nbclient, nbconvert, ipykernel, matplotlib)")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get "
                                     "install -y chromium)")
-CAPTION = re.compile(r"\[figure (\w+): (\d+) x (\d+) px\]")
+# Debug lines the page must not show: the figure captions it once printed, and printed dicts
+DEBUG = (re.compile(r"\[figure \w+: \d+ x \d+ px\]"), re.compile(r"\{'[\w ]+': "))
 IMAGE = re.compile(r'<img[^>]*src="data:image/png;base64,([^"]+)"')
+FETCHED = re.compile(r'<(script|img|link)[^>]*(src|href)="(https?:)?//')
 
 
 def _source_shows() -> list[str]:
@@ -65,22 +68,35 @@ def heatmap_pixels(pixels: np.ndarray) -> int:
     return int(np.sum(red | blue))
 
 
-def figures_in(page: str) -> list[tuple[str, int, int, np.ndarray]]:
-    """Each figure of a rendered page: its caption's name and size, and its decoded PNG (in page order)."""
-    captions = CAPTION.findall(page)
-    images = IMAGE.findall(page)
-    assert len(captions) == len(images), (len(captions), len(images))
-    return [(name, int(w), int(h), _decode(data)) for (name, w, h), data in zip(captions, images)]
+def shown_in(notebook: str) -> list[dict]:
+    """The figures of an executed notebook, in order: each one's name and size as ``show`` stated them in the
+    output's metadata."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    return [output.get("metadata", {}).get("georecall", {}) for cell in nb.cells if cell.cell_type == "code"
+            for output in cell.get("outputs", []) if "image/png" in output.get("data", {})]
 
 
-def check_figures(page: str) -> None:
-    """Every figure the source draws is in the page, in order, non-blank, at the size its caption states."""
-    figures = figures_in(page)
-    assert [name for name, *_ in figures] == _source_shows()
-    for name, width, height, pixels in figures:
-        assert abs(pixels.shape[1] - width) <= 2 and abs(pixels.shape[0] - height) <= 2, (name, pixels.shape)
-        assert 300 <= pixels.shape[1] <= 1100 and 200 <= pixels.shape[0] <= 850, (name, pixels.shape)
-        assert drawn(pixels), name
+def check_figures(page: str, notebook: str | None = None) -> None:
+    """Every figure the source draws is in the page, non-blank, at a readable size; with the executed
+    notebook, in the source's order and at the size ``show`` measured."""
+    images = [_decode(data) for data in IMAGE.findall(page)]
+    assert len(images) == len(_source_shows())
+    if notebook is not None:
+        stated = shown_in(notebook)
+        assert [s.get("figure") for s in stated] == _source_shows()
+        for s, pixels in zip(stated, images):
+            assert abs(pixels.shape[1] - s["width"]) <= 2 and abs(pixels.shape[0] - s["height"]) <= 2, s
+    for pixels in images:
+        assert 300 <= pixels.shape[1] <= 1100 and 200 <= pixels.shape[0] <= 850, pixels.shape
+        assert drawn(pixels)
+
+
+def debug_lines(page: str) -> list[str]:
+    """The lines of a page's text that are debug output (:data:`DEBUG`)."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    return [line for line in text.splitlines() if any(p.search(line) for p in DEBUG)]
 
 
 def test_the_source_draws_every_matrix_and_each_part():
@@ -113,9 +129,11 @@ def test_the_committed_page_is_rendered_from_the_current_source():
     text = html.unescape(re.sub(r"<[^>]+>", "", page))
     for cell in jupytext.read(str(SOURCE)).cells:
         if cell.cell_type == "code":
-            assert cell.source.strip() in text, cell.source.splitlines()[0]
+            hidden = "remove-input" in cell.metadata.get("tags", [])  # the setup cell: no code on the page
+            assert (cell.source.strip() in text) != hidden, cell.source.splitlines()[0]
     check_figures(page)
-    assert not re.search(r'<(script|img|link)[^>]*(src|href)="https?:', page)  # nothing fetched
+    assert not debug_lines(page)
+    assert not FETCHED.search(page)  # nothing fetched
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +164,29 @@ def test_the_lecture_executes_end_to_end(rendered):
 @needs_teach
 def test_the_rendered_page_holds_every_figure_drawn(rendered):
     page = pathlib.Path(rendered["html"]).read_text()
-    check_figures(page)
-    assert not re.search(r'<(script|img|link)[^>]*(src|href)="https?:', page)  # self-contained
+    check_figures(page, rendered["notebook"])
+    assert not FETCHED.search(page)  # self-contained
+
+
+@pytest.mark.slow
+@needs_teach
+def test_the_lecture_page_and_slides_have_no_debug_lines(rendered):
+    for path in (rendered["html"], rendered["slides"]):
+        page = pathlib.Path(path).read_text()
+        assert not debug_lines(page), debug_lines(page)[:3]
+    control = "<pre>[figure weights_Q: 733 x 312 px]\n{'p': 21, 'n': 48}</pre>"  # the lines it once printed
+    assert len(debug_lines(control)) == 2
+
+
+def test_the_source_prints_no_debug_lines():
+    """No code cell prints a figure's caption or a dict (the page is read by students)."""
+    import ast
+
+    code = "\n".join(re.findall(r"```python[^\n]*\n(.*?)```", SOURCE.read_text(), re.S))
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
+            text = ast.unparse(node)
+            assert "[figure" not in text and "encoding_fit" not in text, text
 
 
 def _screenshot(url: str, target: pathlib.Path, height: int = 6000) -> np.ndarray:
@@ -194,3 +233,134 @@ def test_lecture_refuses_a_missing_notebook_before_any_work(tmp_path, capsys):
 def test_the_default_notebook_is_this_checkouts():
     found = lecture.default_notebook()
     assert found is not None and os.path.samefile(found, SOURCE)
+
+
+# ---------------------------------------------------------------------------------------------- slides
+
+
+def _dom(url: str) -> str:
+    """The page's DOM after its scripts ran, in headless Chromium with every network request refused (a proxy
+    on a closed port): what a lecture hall without network shows."""
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--proxy-server=127.0.0.1:9", "--virtual-time-budget=5000", "--dump-dom", url],
+                          capture_output=True, text=True, timeout=180, check=True)
+    return done.stdout
+
+
+def _slide_shot(url: str, target: pathlib.Path) -> np.ndarray:
+    import matplotlib.image
+
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--proxy-server=127.0.0.1:9", "--virtual-time-budget=5000", "--window-size=1280,800",
+                    f"--screenshot={target}", url], check=True, capture_output=True, timeout=180)
+    return matplotlib.image.imread(str(target))
+
+
+@pytest.mark.slow
+@needs_teach
+@needs_chromium
+def test_the_slides_open_offline_as_more_than_one_slide(rendered, tmp_path):
+    """reveal.js (bundled, inlined) runs with no network: it lays the deck out as one present slide and the
+    others ahead of it; the first two slides' screenshots are drawn and differ; the negative control, the same
+    page without reveal.js, is laid out as no slide."""
+    slides = pathlib.Path(rendered["slides"])
+    page = slides.read_text()
+    assert not FETCHED.search(page)
+    dom = _dom(slides.as_uri())
+    classes = re.findall(r'<section[^>]*class="([^"]*)"', dom)
+    assert sum("present" in c.split() for c in classes) >= 1
+    assert sum("future" in c.split() for c in classes) >= 2
+    assert rendered["slide_count"] >= 10
+    first = _slide_shot(slides.as_uri() + "#/0", tmp_path / "slide0.png")
+    second = _slide_shot(slides.as_uri() + "#/1", tmp_path / "slide1.png")
+    assert drawn(first) and first.shape == second.shape and np.abs(first - second).max() > 0.5
+    import nbformat
+    opened = [c for c in nbformat.read(rendered["notebook"], as_version=4).cells
+              if c.metadata.get("slideshow", {}).get("slide_type") == "slide"]
+    figure = next(i for i, c in enumerate(opened) if any("image/png" in o.get("data", {})
+                                                          for o in c.get("outputs", [])))
+    shot = _slide_shot(slides.as_uri() + f"#/{figure}", tmp_path / "figure.png")
+    assert drawn(shot) and heatmap_pixels(shot) > 2000  # a figure slide shows its heatmap
+    without = tmp_path / "without.html"
+    without.write_text(re.sub(r"<script>.*?</script>", "", page, flags=re.S))
+    assert not re.findall(r'<section[^>]*class="[^"]*(present|future)', _dom(without.as_uri()))
+
+
+@needs_teach
+def test_slides_one_idea_per_slide_and_code_hidden():
+    """Each Markdown cell opens a slide, a figure opens its own, text output stays with its slide, a cell with
+    no output is skipped; the deck written from such a notebook has no code and inlines reveal.js."""
+    import nbformat
+
+    v4 = nbformat.v4
+    png = {"image/png": "iVBORw0KGgo="}
+    figure = v4.new_code_cell("show()", outputs=[v4.new_output("display_data", png)])
+    text = v4.new_code_cell("print('a table')", outputs=[v4.new_output("stream", text="a table\n")])
+    silent = v4.new_code_cell("x = secret_code_line = 1")
+    nb = v4.new_notebook(cells=[v4.new_markdown_cell("## idea"), text, figure, silent,
+                                v4.new_markdown_cell("## next idea")])
+    lecture.slide_types(nb)
+    kinds = [c.metadata["slideshow"]["slide_type"] for c in nb.cells]
+    assert kinds == ["slide", "-", "slide", "skip", "slide"]
+    deck = lecture.render_slides(nb)
+    assert "secret_code_line" not in deck and "print(&#39;a table" not in deck and "a table" in deck
+    assert not FETCHED.search(deck) and "Reveal.initialize" in deck and "reveal.js 5" in deck
+
+
+def test_lecture_offers_only_options_that_do_something(capsys):
+    with pytest.raises(SystemExit):
+        main(["lecture", "--help"])
+    text = capsys.readouterr().out
+    assert "--timeout" in text and "--notebook" in text
+    assert "--debug" not in text and "--build-timeout" not in text
+    assert main(["lecture", "--debug"]) == 2
+
+
+def test_trained_vs_g1_is_drawn_where_the_alignment_cannot_interpolate():
+    """demo --figures draws trained_vs_g1 at alignment_size(N, R): the alignment (d + 1 parameters) has
+    fewer parameters than its fit subjects there, and not at half that size (unless that is below N)."""
+    from georecall.verify.experiments import demo
+
+    for N, R in ((8, 2), (8, 1), (16, 4), (64, 2), (64, 8)):
+        size = demo.alignment_size(N, R)
+        D = int(np.ceil(np.log2(size)))
+        assert size >= N and 3 * size // 4 > R * D + R + D + 1
+        half = size // 2
+        if half >= N:
+            D = int(np.ceil(np.log2(half)))
+            assert 3 * half // 4 <= R * D + R + D + 1
+
+
+@pytest.mark.slow
+def test_demo_figures_prints_the_held_out_alignment(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["demo", "--figures", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("trained_vs_g1:"))
+    assert "N = 32" in line and "held-out R²" in line
+    assert (tmp_path / "trained_vs_g1.png").exists()
+
+
+@pytest.mark.slow
+@needs_teach
+def test_the_slider_cell_offers_live_widgets_where_the_notebook_runs_live(tmp_path):
+    """Run live (no GEORECALL_LECTURE_BUILD), the lecture's explore cell offers N, R and the gate as
+    ipywidgets sliders; built by georecall lecture it draws the static figure instead (the page and slide
+    tests)."""
+    pytest.importorskip("ipywidgets")
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = lecture.read_notebook(str(SOURCE))
+    cut = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "def explore" in c.source)
+    live = nbformat.v4.new_notebook(cells=[c for c in nb.cells[: cut + 1] if c.cell_type == "code"])
+    env = {k: v for k, v in os.environ.items() if k != "GEORECALL_LECTURE_BUILD"}
+    NotebookClient(live, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)
+    outputs = live.cells[-1].outputs
+    assert not [o for o in outputs if o.output_type == "error"]
+    views = [o for o in outputs if lecture.WIDGET in o.get("data", {})]
+    assert views, [o.get("data", {}).keys() for o in outputs]
+    state = json.dumps(live.metadata.get("widgets", {}))
+    for label in ('"N"', '"R"', "gate G'"):
+        assert label in state, label

@@ -313,6 +313,11 @@ def float_models(draw, dtype=None):
 TOKENS = np.array([[2, 0], [2, 1], [0, 1], [1, 0]])
 
 
+# On purpose: float_models draws entries up to 2^53 and casts some models to float32, whose products then
+# overflow to inf (and inf − inf to nan) in the float pass and its bounds. That is the case under test: the
+# bound becomes infinite, the query is re-decided exactly, and the verdict must still match the rationals.
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
+                            "ignore:invalid value encountered:RuntimeWarning")
 @settings(max_examples=40)
 @given(model=float_models(),
        paths=st.sampled_from([("dense", "dense"), ("auto", "auto"), ("dense", "auto"), ("tables", "dense")]))

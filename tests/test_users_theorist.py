@@ -1,11 +1,11 @@
 """A theorist's path (issue 23): property-testing a construction of one's own, and bound tables for a paper.
 
-Each test fails on the code before the fix it names: the README's hypothesis snippet run verbatim (it raised
-NameError, then DeadlineExceeded on a busy machine), the profiles registered by ``georecall.testing`` itself,
-the ready ``check_spec`` property, OH1's refusals, options not passed unless given, a spec's common options,
-``run_check`` with a task, refusals naming real flags, ``--construction`` on bounds/verify/tradeoff, the
-``--gaps`` table, ``--format`` on every table command, and paper-ready LaTeX (compiled by a real TeX engine
-when one is installed).
+Each test fails on the code before the fix it names: the hypothesis snippet of docs/your_construction.md (once
+the README's) run verbatim (it raised NameError, then DeadlineExceeded on a busy machine), the profiles
+registered by ``georecall.testing`` itself, the ready ``check_spec`` property, OH1's refusals, options not
+passed unless given, a spec's common options, ``run_check`` with a task, refusals naming real flags,
+``--construction`` on bounds/verify/tradeoff, the ``--gaps`` table, ``--format`` on every table command, and
+paper-ready LaTeX (compiled by a real TeX engine when one is installed).
 """
 
 from __future__ import annotations
@@ -60,11 +60,13 @@ def run(argv, capsys):
 
 
 def readme_snippet() -> str:
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    section = text[text.index("## Your own construction"):]
+    """The hypothesis snippet, from docs/theorist.md's "Property-testing it" section (issue 44: the README's
+    copy did not skip tasks outside the construction's conditions; the docs page is the snippet's home)."""
+    text = open(os.path.join(ROOT, "docs", "theorist.md"), encoding="utf-8").read()
+    section = text[text.index("## Property-testing it"):]
     section = section[:section.index("\n## ", 3)]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 1, "the README's 'Your own construction' section has one Python block"
+    assert len(blocks) == 1, "docs/theorist.md's 'Property-testing it' section has one Python block"
     return blocks[0]
 
 

@@ -1,7 +1,7 @@
 """Negative controls: every row of `georecall verify` fails on a deliberately broken input.
 
-(The bounds and counting rows have theirs in tests/test_bounds_checks.py; the mechanism row in
-tests/test_study.py.)"""
+(The bounds and counting rows have theirs in tests/test_bounds_checks.py; the mechanism row at the study's
+R = 4 in tests/test_study.py, at verify's R = 2 here.)"""
 
 from __future__ import annotations
 
@@ -104,8 +104,30 @@ def test_a_trainer_that_does_not_learn_fails_the_gd_row(monkeypatch):
     assert not suite.gd_row(0).passed
 
 
-def test_a_threshold_above_g1_fails_the_threshold_row():
-    assert not suite.threshold_row(0, steps=1).passed  # one Adam step never reaches 100%: no d* at all
+@pytest.mark.parametrize("frozen", [False, True])  # verify's row, and verify --full's
+def test_a_threshold_above_g1_fails_the_threshold_row(frozen):
+    report = suite.threshold_row(0, steps=1, frozen=frozen)  # one Adam step never reaches 100%: no d* at all
+    assert not report.passed
+    assert ("frozen" in report.extra) == frozen and "learned embeddings d* = none" in report.extra["detail"]
+
+
+def test_the_mechanism_row_at_verify_size_fails_when_the_wider_control_is_broken(monkeypatch):
+    """verify runs the mechanism row at R = 2 (suite.MECHANISM_R): its positive control can still fail there.
+    (tests/test_study.py breaks it at the study's R = 4, verify --full's size, as a slow test.)"""
+    from georecall.verify.experiments import probes_mechanism
+
+    real = probes_mechanism.embed_wider
+
+    def broken(model, d, rng=None):  # relation embeddings that open every gate: no selectivity
+        wide = real(model, d, rng)
+        Q = np.asarray(wide.relation_embedding)
+        return wide.replace(relation_embedding=np.tile(Q.sum(axis=0), (Q.shape[0], 1)))
+
+    monkeypatch.setattr(probes_mechanism, "embed_wider", broken)
+    (report,) = suite._section_mechanism(0, full=False)
+    assert report.params["R"] == suite.MECHANISM_R and not report.passed
+    failed = [name for name, ok in report.extra_checks.items() if not ok]
+    assert failed == [name for name in report.extra_checks if "embedded" in name]
 
 
 def test_an_imperfect_g1_fails_the_probe_row(monkeypatch):

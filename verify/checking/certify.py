@@ -42,7 +42,12 @@ re-exports the public names of the others.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import numbers
+import operator
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,11 +58,15 @@ import numpy as np
 
 from georecall import estimates, memory
 from georecall.constructions import registry
+from georecall.constructions.canonical import canonical_array, canonical_family, canonical_model
 from georecall.constructions.encoding import TaskEncoding, assemble_model
 from georecall.constructions.model import Model
+from georecall.errors import InputError
 from georecall.memory import Budget, as_budget
+from georecall.theory import seeds
 from georecall.theory.statements import Promise
-from georecall.theory.tasks import Task
+from georecall.theory.tasks import Task, random_task, task_for_seed
+from georecall.theory.tokens import queries as task_queries
 from georecall.verify.checking.certify_codes import compact_binary_codes
 from georecall.verify.checking.certify_family import (
     W2_ARRAY,
@@ -77,6 +86,7 @@ from georecall.verify.checking.certify_relaxation import (
     CHUNK_BYTES,
     CHUNK_POINTS,
     MAX_POINTS,
+    Unsupported,
     float_allowance,
 )
 from georecall.verify.checking.certify_witness import realize, witness_for
@@ -88,11 +98,13 @@ from georecall.verify.checking.run import run_check, validate_request
 __all__ = [
     "CHUNK_POINTS",
     "MAX_POINTS",
+    "UNKNOWN_STATUS",
     "VERDICTS",
     "Certificate",
     "DeclarationError",
     "certify",
     "certify_built",
+    "certificate_fingerprint",
     "certify_estimate",
     "certify_model",
     "certify_rows",
@@ -100,6 +112,7 @@ __all__ = [
     "check_family",
     "compact_codes_apply",
     "declaration_tasks",
+    "exact_int",
     "family_fingerprint",
     "family_of_builder",
     "float_allowance",
@@ -108,6 +121,7 @@ __all__ = [
 ]
 
 VERDICTS = ("CERTIFIED", "REFUTED", "UNKNOWN")
+UNKNOWN_STATUS = 4  # the exit code of UNKNOWN (0 CERTIFIED, 1 REFUTED, 2 bad input, 3 a bug)
 
 
 # ------------------------------------------------------------------------------------------ the verdict
@@ -137,6 +151,7 @@ class Certificate:
     seconds: float = 0.0
     confirmation: dict | None = None
     family_verdict: str | None = None  # the verdict on the assembled family (== verdict for a family spec)
+    fingerprint: str | None = None  # of the canonical family and options certified (certificate_fingerprint)
 
     @property
     def passed(self) -> bool:
@@ -151,7 +166,37 @@ class Certificate:
                 "query_types": self.query_types, "points": self.points, "units_shut": self.units_shut,
                 "units_enumerated": self.units_enumerated, "argmin": self.argmin, "witness": self.witness,
                 "reasons": self.reasons, "declaration": self.declaration, "seconds": round(self.seconds, 4),
-                "confirmation": self.confirmation, "family_verdict": self.family_verdict}
+                "confirmation": self.confirmation, "family_verdict": self.family_verdict,
+                "fingerprint": self.fingerprint}
+
+
+def exact_int(name: str, value, minimum: int = 1) -> int:
+    """``value`` as an exact Python ``int``: any ``numbers.Integral`` (NumPy integers included; not a bool),
+    so that no count (``N ** len(live)``, points, chunks) is computed in a fixed-width integer.
+
+    Parameters
+    ----------
+    name : str
+        The parameter, for the message.
+    value : numbers.Integral
+    minimum : int
+        The smallest value allowed.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InputError
+        Not an integer, a bool, or below ``minimum`` (the message names ``name``).
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{name} must be an integer, got {value!r}")
+    exact = int.__index__(operator.index(value))  # a plain int, whatever subclass ``index`` returned
+    if exact < minimum:
+        raise InputError(f"{name} must be >= {minimum}, got {exact}")
+    return exact
 
 
 def compact_codes_apply(spec, codes: str | None, integer: bool) -> bool:
@@ -244,7 +289,7 @@ def certify_estimate(spec, N: int, R: int, k: int = 1, codes: str | None = None,
 def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: int | None = None,
             options: dict | None = None, seed: int = 0, attributes: str = "shared", symmetric: bool = False,
             max_points: int = MAX_POINTS, confirm: bool = True, progress: bool = False,
-            budget: Budget | None = None) -> Certificate:
+            budget: Budget | None = None, falsify: bool = True) -> Certificate:
     """Certify a construction for every task (module docstring), or refute it with a confirmed witness.
 
     The certified object is the family ``M(π) = F ⊕ enc(π)`` that georecall assembles: F from the spec's
@@ -274,6 +319,10 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
         Largest enumeration per query type before UNKNOWN.
     confirm : bool
         Confirm a witness with the ordinary checker (``run_check`` on the witness task).
+    falsify : bool
+        Before any relaxation, check THE seeded task (and, below ``FALSIFY_DRAWN_BELOW`` queries, two drawn
+        tasks) with the ordinary checker; a query wrong there is REFUTED at once (skipped above
+        ``FALSIFY_QUERIES`` queries per task).
     progress : bool
         Progress on stderr.
     budget : Budget or None
@@ -295,6 +344,8 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     """
     budget = as_budget(budget)
     start = time.perf_counter()
+    N, R, k, seed = exact_int("N", N), exact_int("R", R), exact_int("k", k), exact_int("seed", seed, 0)
+    D, max_points = (None if D is None else exact_int("D", D)), exact_int("max_points", max_points)
     spec = spec if not isinstance(spec, str) else registry.resolve(spec)
     options = validate_request(spec, options=options, codes=codes, D=D, k=k, attributes=attributes,
                                symmetric=symmetric)
@@ -317,9 +368,14 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     certify_estimate(spec, N, R, k, codes, D, integer=integer, attributes=attributes).require(budget)
     structural = spec.assembles_family  # check builds exactly the family certified
     compact = compact_codes_apply(spec, codes, integer)
+    # the canonical object (constructions.canonical): plain arrays, exact scalars, no cache. A built-in
+    # family's plain read-only arrays are taken without a copy (nobody else holds them); any other is copied
+    trusted = structural and spec.family in _builtin_families()
     if structural:
-        family = build_family(spec, N, R, k, compact_binary_codes(N, D) if compact else codes, D, seed,
-                              options, attributes)
+        built = build_family(spec, N, R, k, compact_binary_codes(N, D) if compact else codes, D, seed,
+                             options, attributes)
+        family = _canonical(spec, built, trusted)
+        del built
         record = check_family(spec, family)
         if compact:
             record["codebook"] = ("binary codes at integer scale stored as float16 (every entry ±1, exact): "
@@ -327,11 +383,13 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     else:
         family, record = family_of_builder(spec, N, R, k, codes=codes, D=D, options=options, seed=seed,
                                            attributes=attributes, symmetric=symmetric)
+        family = _canonical(spec, family, False)
     encoding = family.encoding
-    blocks = np.asarray(family.layout[encoding.blocks])
+    blocks = np.array(family.layout[encoding.blocks], dtype=np.int64, copy=True)  # a plain index array
     params["codes"] = family.codes.kind
     params["D"] = family.codes.D
     params.update({key: family.constants[key] for key in ("gate", "beta") if key in family.constants})
+    fingerprint = certificate_fingerprint(family, params, record.get("fingerprint"))
 
     def confirm_with_check(task: Task, prompt: list[int]) -> dict:
         """``check`` on the witness task (as ``georecall check --task`` runs it), and THE forward pass with
@@ -369,26 +427,69 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
                                  "margin": single.min_margin, "correct": single.exact},
                 "exact_margin": exact}
 
-    cert = certify_built(family.model, encoding, blocks, family.codes.vectors, N, R, k, family.promise,
-                         integer=integer, attributes=attributes, symmetric=symmetric, max_points=max_points,
-                         progress=progress, confirm=confirm_with_check if confirm else None,
-                         name=label(family.codes.kind), params=params, constants=family.constants)
+    # falsify before relaxing: the ordinary checker on the seeded task (and, small, a few drawn ones); a
+    # query it finds wrong in exact arithmetic is a witness, and no relaxation is needed
+    falsified = _falsify(spec, N, R, k, codes=codes, D=D, options=options, seed=seed, attributes=attributes,
+                         symmetric=symmetric, budget=budget, record=record,
+                         family=family if structural and spec.decoding == "last" else None,
+                         integer=integer) if falsify else None
+    if falsified is not None:
+        task, failure, result = falsified
+        tokens = [int(t) for t in failure["tokens"]]
+        threshold = 0.0 if family.promise is None else family.promise.margin
+        refuted = Certificate("REFUTED", label(family.codes.kind), params, family.promise, integer,
+                              witness={"subject": tokens[-1],
+                                       "query_type": {"relations": [t - N for t in tokens if t >= N]},
+                                       "prompt_tokens": tokens, "margin": failure["margin"],
+                                       "promised": threshold},
+                              witness_table=task.table, declaration=record,
+                              family_verdict="REFUTED" if structural else None, fingerprint=fingerprint,
+                              confirmation={"check_passed": False, "accuracy": result.accuracy,
+                                            "min_margin": result.min_margin, "same_object": structural,
+                                            "wrong_queries": result.n_wrong, "queries": result.n_queries},
+                              reasons=[{"why": f"REFUTED before any relaxation: the ordinary checker finds "
+                                               f"{result.n_wrong:,} of {result.n_queries:,} "
+                                               f"{record['falsification']['queries']} wrong on "
+                                               f"{record['falsification']['failed_on']}"}])
+        refuted.seconds = time.perf_counter() - start
+        return refuted
+    cert = _certify_canonical(family.model, encoding, blocks, family.codes.vectors, N, R, k, family.promise,
+                              integer=integer, attributes=attributes, symmetric=symmetric,
+                              max_points=max_points, progress=progress,
+                              confirm=confirm_with_check if confirm else None, name=label(family.codes.kind),
+                              params=params, constants=family.constants)
     cert.declaration = record
     cert.family_verdict = cert.verdict
+    cert.fingerprint = fingerprint
     if structural and cert.verdict == "CERTIFIED" and spec.id in registry.BUILTIN_IDS:
         # a built-in family is a function of (N, R, k, options, the seed's codes stream): tested against
         # check's build on every forward field (tests/test_certify.py), not rebuilt here (2^20 codes)
         record["deterministic"] = True
     elif structural and cert.verdict == "CERTIFIED":
         # check builds spec.builder = the family assembled on the task: the same object only if the family
-        # builder returns the same F again (a builder drawing from a global stream would not)
-        fingerprint = record["fingerprint"]
+        # builder returns the same F again (a builder drawing from a global stream, counting its calls or
+        # reading the command line would not). Built twice more, the last time with a neutral sys.argv: what
+        # an in-process rebuild can see; state it cannot see is not detected (docs/certify.md)
+        first = record["fingerprint"]
         del family
-        again = build_family(spec, N, R, k, codes, D, seed, options, attributes)
-        if family_fingerprint(again) != fingerprint:
+        calls = []
+        for neutral in (False, True):
+            saved = list(sys.argv)
+            if neutral:
+                sys.argv[:] = saved[:1]
+            try:
+                again = _canonical(spec, build_family(spec, N, R, k, codes, D, seed, options, attributes),
+                                   False)
+            finally:
+                sys.argv[:] = saved
+            calls.append(family_fingerprint(again))
+            del again
+        record["rebuilds"] = {"builds": 1 + len(calls), "same": all(f == first for f in calls)}
+        if not record["rebuilds"]["same"]:
             cert.verdict = "UNKNOWN"
-            cert.reasons.append({"why": "the family builder returned a different F on a second call with the "
-                                        "same options and seed: check would not build the object certified"})
+            cert.reasons.append({"why": "the family builder returned a different F on another call with the "
+                                        "same options and seed (builds compared: 3, the last with a neutral "
+                                        "sys.argv): check would not build the object certified"})
         record["deterministic"] = cert.verdict == "CERTIFIED"
     elif not structural and cert.verdict == "CERTIFIED":
         cert.verdict = "UNKNOWN"
@@ -404,6 +505,101 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     return cert
 
 
+FALSIFY_QUERIES = 2**18  # largest number of queries per task the falsification checks (else: skipped)
+FALSIFY_DRAWN_BELOW = 2**12  # below this many queries, two drawn tasks are checked beside the seeded one
+
+
+FALSIFY_SAMPLE = 2**12  # queries of a task checked first, spread over it (the rest only if they all pass)
+
+
+def _falsify(spec, N: int, R: int, k: int, *, codes, D, options: dict, seed: int, attributes: str,
+             symmetric: bool, budget: Budget, record: dict, family=None, integer: bool = False):
+    """The ordinary checker (``run_check``, what ``georecall check --task`` runs) on THE seeded task and,
+    below :data:`FALSIFY_DRAWN_BELOW` queries, two drawn tasks: ``(task, failure, CheckResult)`` for the
+    first query found wrong in exact arithmetic (status "wrong": certainly margin <= 0), else None. With
+    ``family`` (a family spec read at the last position), :data:`FALSIFY_SAMPLE` queries spread over each
+    task are checked first on ``F ⊕ enc(π)`` itself (``check_queries``, the checker's own function). Skipped
+    above :data:`FALSIFY_QUERIES` queries or when the check's own estimate is over the budget (recorded in
+    ``record["falsification"]``)."""
+    queries = N * R**k
+    if queries > FALSIFY_QUERIES:
+        record["falsification"] = {"tasks": 0, "skipped": f"{queries:,} queries per task > "
+                                                          f"{FALSIFY_QUERIES:,}"}
+        return None
+    seeded = None
+    tasks = [task_for_seed(N, R, seed, attributes=attributes, symmetric=symmetric)]  # type: ignore[arg-type]
+    names = ["the seeded task"]
+    if queries < FALSIFY_DRAWN_BELOW:
+        for i in (1, 2):
+            tasks.append(random_task(N, R, seeds.rng(seed, "task", i), attributes=attributes,  # type: ignore[arg-type]
+                                     symmetric=symmetric))
+            names.append(f"drawn task {i}")
+    for task, name in zip(tasks, names):
+        if family is not None and queries > FALSIFY_SAMPLE:
+            tokens, answers = task_queries(task, k)
+            pick = np.unique(np.linspace(0, len(tokens) - 1, FALSIFY_SAMPLE).astype(np.int64))
+            sample = check_queries(assemble_model(family, task), tokens[pick], answers[pick], integer=integer,
+                                   budget=budget)
+            wrong = [f for f in sample.failures if f.get("status") == "wrong"]
+            if wrong:
+                record["falsification"] = {"tasks": len(tasks), "failed_on": name,
+                                           "queries": "queries spread over the task"}
+                return task, wrong[0], sample
+        try:
+            report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**options},
+                               attributes=attributes, symmetric=symmetric, task=task,  # type: ignore[arg-type]
+                               budget=budget)
+        except InputError as exc:  # the check's own estimate over the budget, ...: no falsification
+            record["falsification"] = {"tasks": 0, "skipped": str(exc)}
+            return None
+        if name == "the seeded task":  # what `georecall check` prints for the same options
+            seeded = report.extra.get("fingerprint")
+        wrong = [f for f in report.result.failures if f.get("status") == "wrong"]
+        if wrong:
+            record["falsification"] = {"tasks": len(tasks), "failed_on": name, "queries": "queries"}
+            return task, wrong[0], report.result
+    record["falsification"] = {"tasks": len(tasks), "outcome": "no query wrong",
+                               "seeded_model_fingerprint": seeded}
+    return None
+
+
+def _builtin_families() -> set:
+    """The built-in constructions' family functions (georecall's own: nobody else holds their arrays)."""
+    return {registry.get(key).family for key in registry.BUILTIN_IDS} - {None}
+
+
+def _canonical(spec, family, trusted: bool):
+    """``canonical_family`` with its refusal as the spec's declaration error (named)."""
+    try:
+        return canonical_family(family, copy=not trusted)
+    except InputError as exc:
+        raise DeclarationError(f"{spec.label}: its family is not made of plain values: {exc}") from None
+
+
+def certificate_fingerprint(family, params: dict, family_hash: str | None = None) -> str:
+    """``sha256:<hex>`` over the canonical family (``certify_family.family_fingerprint``: every forward
+    field, the codebook, the declared blocks, encoding, sizes, promise) and the certificate's options.
+
+    Parameters
+    ----------
+    family : Family
+        Canonical (``constructions.canonical.canonical_family``).
+    params : dict
+        The certificate's parameters (construction, sizes, codes, seed, options).
+    family_hash : str, optional
+        ``family_fingerprint(family)`` when already computed (``check_family``'s record): not hashed again
+        (a 2^24-code codebook takes seconds).
+
+    Returns
+    -------
+    str
+    """
+    digest = hashlib.sha256(b"georecall-certificate-1\0")
+    digest.update((family_hash or family_fingerprint(family)).encode())
+    digest.update(json.dumps(params, sort_keys=True, default=repr).encode())
+    return "sha256:" + digest.hexdigest()
+
+
 def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int,
                   R: int, k: int, promise: Promise | None, *, integer: bool = False,
                   attributes: str = "shared", symmetric: bool = False, max_points: int = MAX_POINTS,
@@ -414,7 +610,9 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     Parameters
     ----------
     model : Model
-        The construction's model (any entity table: only the declared encoding is used).
+        The construction's model (any entity table: only the declared encoding is used); made canonical
+        first (``constructions.canonical``: plain arrays, exact scalars, no cache), as are the codebook and
+        the blocks.
     encoding, blocks, vectors
         The declared encoding, its ``(P, D)`` coordinates and the codebook.
     N, R, k : int
@@ -436,21 +634,41 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     -------
     Certificate
     """
+    # the canonical object (plain read-only arrays are not copied)
+    return _certify_canonical(canonical_model(model, copy=False), encoding,
+                              canonical_array(blocks, "the declared blocks", integer=True, copy=False),
+                              canonical_array(vectors, "the codebook", copy=False), exact_int("N", N),
+                              exact_int("R", R), exact_int("k", k), promise, integer=integer,
+                              attributes=attributes, symmetric=symmetric,
+                              max_points=exact_int("max_points", max_points), progress=progress,
+                              confirm=confirm, name=name, params=params, constants=constants)
+
+
+def _certify_canonical(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int,
+                       R: int, k: int, promise: Promise | None, *, integer: bool, attributes: str,
+                       symmetric: bool, max_points: int, progress: bool,
+                       confirm: Callable[[Task, list[int]], dict] | None, name: str, params: dict | None,
+                       constants: dict | None) -> Certificate:
+    """:func:`certify_built` on a model, codebook and blocks already canonical and sizes already exact ints
+    (``certify`` made them so itself; nothing outside this module calls it)."""
     start = time.perf_counter()
     params = dict(params or {})
     out: dict[str, Any]  # as the certify_* functions return it: one value type per key
-    if encoding.array == "steps":
-        scale = (constants or {}).get("step_scale")
-        out = ({"unsupported": "steps need the family's step_scale"} if scale is None else
-               certify_steps(model, blocks, vectors, N, R, k, promise, step_scale=float(scale),
-                             integer=integer, progress=progress))
-    elif encoding.array == W2_ARRAY:
-        out = certify_rows(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
-                           attributes=attributes, max_points=max_points, progress=progress)
-    else:
-        out = certify_model(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
-                            attributes=attributes, symmetric=symmetric, max_points=max_points,
-                            progress=progress)
+    try:
+        if encoding.array == "steps":
+            scale = (constants or {}).get("step_scale")
+            out = ({"unsupported": "steps need the family's step_scale"} if scale is None else
+                   certify_steps(model, blocks, vectors, N, R, k, promise, step_scale=float(scale),
+                                 integer=integer, progress=progress))
+        elif encoding.array == W2_ARRAY:
+            out = certify_rows(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
+                               attributes=attributes, max_points=max_points, progress=progress)
+        else:
+            out = certify_model(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
+                                attributes=attributes, symmetric=symmetric, max_points=max_points,
+                                progress=progress)
+    except Unsupported as exc:  # e.g. a forward-error bound that overflows float64
+        out = {"unsupported": str(exc)}
     cert = Certificate("UNKNOWN", name, params, promise, integer)
     if "unsupported" in out:
         cert.reasons.append({"why": out["unsupported"]})
@@ -460,10 +678,13 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     cert.units_shut, cert.units_enumerated = out["shut"], out["enumerated"]
     cert.allowance = out["allowance"]
     types = out["types_list"]
-    if out["argmin"] is not None:
+    # one possible answer (the answer count, never an empty minimum): no competitor, every point answered;
+    # no margin exists, as for check (its minimum margin is then None)
+    unopposed = int(model.n_out) == 1 and out["points"] > 0
+    if out["argmin"] is not None and not unopposed:
         qi, values, live, S, scaled = out["argmin"]
         cert.min_margin = out["min"]
-        if integer:
+        if integer and math.isfinite(scaled):
             exact = Fraction(int(round(scaled)), S)
             cert.min_margin_exact = str(exact)
             cert.min_margin = float(exact)
@@ -473,9 +694,6 @@ def certify_built(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     lower = None if cert.min_margin is None else cert.min_margin - cert.allowance
     complete = not out["reasons"]
     threshold = 0.0 if promise is None else promise.margin
-    # one answer only (N = 1, shared attributes): no competitor, every point answered; no margin exists,
-    # as for check (its minimum margin is then None)
-    unopposed = out["argmin"] is None and out["points"] > 0 and out["min"] == math.inf
     if unopposed:
         meets = True
     elif lower is None or cert.min_margin is None:

@@ -16,6 +16,7 @@ from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task, paths
 from georecall.theory.tokens import queries
 from georecall.verify.checking.certify_relaxation import (
+    ETA,
     KEEP_FAILING,
     Lowest,
     QueryType,
@@ -121,7 +122,8 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
             top = att.inverse_temperature * B * B * max(col(att.W_Q[h]) * col(att.W_K[h])  # type: ignore[index]
                                                         for h in range(att.heads))
             werr = 2 * math.expm1(4 * u * top + 4 * u) + (T + 4) * 2 * u
-        e_base += gamma(T * att.heads * (2 * d + 2) + T + 8) * (B + pre) + werr * pre
+        n_y = T * att.heads * (2 * d + 2) + T + 8
+        e_base += gamma(n_y) * (B + pre) + werr * pre + n_y * ETA  # ETA: underflow, per product
         B += pre
     V = np.asarray(vectors[:N], dtype=np.float64)
     A_max = float(np.abs(V).max(initial=0.0))
@@ -138,7 +140,7 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
     first += u * np.abs(h_hat[:, None] * w_rows)
     second = (np.abs(h_hat * kappa - 1) + 3 * u * np.abs(h_hat * kappa)) * A_max
     third = 4 * u * np.abs(h_hat) * (np.abs(w_rows).max(axis=1) + kappa * A_max)
-    eta = float((first.max(axis=1) + second + third).max(initial=0.0)) * (1 + 8 * u)
+    eta = float((first.max(axis=1) + second + third).max(initial=0.0)) * (1 + 8 * u) + 8 * ETA
     W1_abs_S, W1_col = col(W1[S]), col(W1)
     rows_of = paths(R, k)
     types, failing_fire, reasons = [], [], []
@@ -153,7 +155,8 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
         z_rest = base[j] @ W1 + b1  # (paths, m)
         rest_abs = np.abs(base[j]) @ np.abs(W1) + np.abs(b1)
         sigma = (2 * gamma(d + 4) * (float(rest_abs.max(initial=0.0)) + A_max * W1_abs_S) + 2 * gamma(len(S))
-                 * A_max * W1_abs_S + e_base * W1_col + drift * W1_abs_S) * (1 + 8 * u)
+                 * A_max * W1_abs_S + e_base * W1_col + drift * W1_abs_S
+                 + 2 * (d + 4 + len(S)) * ETA) * (1 + 8 * u)
         for w in range(n_paths):
             r_j = types[w].label["relations"][j]
             z = AW + z_rest[w]
@@ -187,7 +190,7 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
     last = base[-1]
     row1 = float(np.abs(U_read).sum(axis=1).max(initial=0.0))
     B_v = float(np.abs(last).max(initial=0.0)) + A_max + k * eta
-    allowance = 8.0 * (row1 * (k * eta + e_base) + gamma(cols.size + 2) * B_v * row1)
+    allowance = 8.0 * (row1 * (k * eta + e_base) + gamma(cols.size + 2) * B_v * row1 + (cols.size + 2) * ETA)
     threshold = None if promise is None else promise.margin
     limit, floor = failure_limits(threshold, promise, False, allowance)
     result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": reasons[:16], "points": 0,

@@ -8,6 +8,7 @@ verdict.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 
@@ -17,7 +18,7 @@ from georecall.constructions.arithmetic import EXACT_INTEGER_LIMIT, integer_boun
 from georecall.constructions.decoding import iter_chunks
 from georecall.constructions.encoding import TaskEncoding
 from georecall.constructions.forward import forward
-from georecall.constructions.model import Model
+from georecall.constructions.model import MLP, Layer, Model
 from georecall.errors import InputError
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task, paths
@@ -270,7 +271,13 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     disjoint = attributes == "disjoint" and k == 1
     rows_of = paths(R, k)
     types = []
-    allowance = 0.0 if integer else float_allowance(model, T, 0)
+    # float mode: the family's declared columns of W2 are zero, but the assembled model's hold codes: the
+    # allowance is computed with every unit's declared columns at the codebook's largest magnitude, so the
+    # pre-activations' rounding reaches the margin through |W2| there
+    allowance = 0.0 if integer else float_allowance(_declared_bound(model, out_block, vectors), T, 0)
+    # a unit computed off whose pre-activation is within its rounding bound of 0 may be on: its output is at
+    # most 2·slack, and its effect on a margin joins the allowance below
+    slack = 0.0 if integer else preactivation_slack(model, np.asarray(model.entity_embedding), T, 0, 0.0)
     limit, floor = failure_limits(None if promise is None else promise.margin, promise, integer, allowance)
     result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": [], "points": 0, "shut": 0,
                     "enumerated": 0, "types": n, "allowance": allowance}
@@ -280,14 +287,17 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
         y = trace.residual[1][:, -1].astype(np.float64)
         h = trace.hidden[0][:, -1].astype(np.float64)
         base = y[:, cols] + b2 + h @ W2_rest
-        firing = h > 0
+        firing = (h > 0) | ~np.isfinite(h)  # a NaN unit is never "off"
         if not integer:
+            z = y @ mlp.W1.astype(np.float64) + mlp.b1.astype(np.float64)
+            maybe = (z > -slack) & ~firing
             # Float rounding turns exact zeros into specks (4e-16): units firing below 1e-9 of the largest
             # are left out of the enumeration and their largest effect on a margin joins the allowance.
             speck = (h <= 1e-9 * max(1.0, float(h.max(initial=0.0)))) & firing
-            if np.any(speck):
-                effect = 2 * float((h * speck).sum(axis=1).max()) * reach
-                result["allowance"] = max(result["allowance"], allowance + effect)
+            off_effect = 2 * slack * np.count_nonzero(maybe, axis=1)
+            extra = 2 * (np.where(speck, h, 0.0).sum(axis=1) + off_effect) * reach
+            if np.any(speck | maybe):
+                result["allowance"] = max(result["allowance"], allowance + float(extra.max()))
                 firing &= ~speck
         result["shut"] += int(firing.size - np.count_nonzero(firing))
         result["enumerated"] += int(np.count_nonzero(firing))
@@ -327,6 +337,16 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
         print(file=sys.stderr)
     result["types_list"] = types
     return result
+
+
+def _declared_bound(model: Model, out_block: np.ndarray, vectors: np.ndarray) -> Model:
+    """``model`` with W2's declared columns set to the codebook's largest magnitude (every unit may write any
+    code there): the magnitudes :func:`float_allowance` needs for the assembled models."""
+    mlp = model.layers[0].mlp
+    W2 = np.array(mlp.W2, dtype=np.float64)
+    W2[:, out_block] = abs_max(vectors)
+    layer = Layer(model.layers[0].attention, MLP(mlp.W1, mlp.b1, W2, mlp.b2))
+    return dataclasses.replace(model, layers=(layer,))
 
 
 def _enumerate_rows(N: int, base: np.ndarray, hs: np.ndarray, placed: np.ndarray, offset: int, cube,

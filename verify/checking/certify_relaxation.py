@@ -29,6 +29,7 @@ from georecall.verify.checking.decoders import dense_decode
 __all__ = [
     "CHUNK_BYTES",
     "CHUNK_POINTS",
+    "ETA",
     "KEEP_FAILING",
     "MAX_POINTS",
     "UNIT",
@@ -59,6 +60,8 @@ CHUNK_POINTS = 2**16  # points evaluated at once (at most)
 CHUNK_BYTES = 2**27  # the arrays of one chunk of points (``chunk_rows``)
 KEEP_FAILING = 64  # failing points kept (lowest margins first) for the search of a realizable one
 SCAN_BYTES = 2**24  # bytes of an array scanned at once (no temporary of a 2^24-code read-out's size)
+FAR = 800  # score gaps beyond which a softmax weight is 0 in float64 (e^-800 < 2^-1074)
+ETA = 2.0**-1074  # the smallest subnormal: a product's absolute underflow error is at most ETA / 2
 UNIT = -1  # the "position" of a slot that is an MLP unit's row (facts in W2: A1, A2(a))
 
 
@@ -149,13 +152,21 @@ class Pieces:
                 hits = np.array([score == top for score in scores], dtype=np.float64)
                 out[h] = hits / hits.sum()
                 continue
-            rounded = np.array([float(score) for score in scores])  # each within u·|score|
-            e = np.exp(rounded - rounded.max())
+            # the exact differences to the top score, each rounded once (relative u); a difference below
+            # -FAR gives exp() = 0 (true value < e^-FAR, far below the smallest subnormal): never converted,
+            # so no score of any size overflows a float (docs/theory.md)
+            top = max(scores)
+            gaps = [score - top for score in scores]
+            rounded = np.array([float(g) if g > -FAR else -np.inf for g in gaps])
+            e = np.exp(rounded)
             out[h] = e / e.sum()
-            # relative error of each weight: the scores' rounding (u·|s| each, twice through the difference)
-            # through exp, exp's and the normalization's own rounding (docs/theory.md)
-            spread = 2 * 2.0**-53 * float(np.abs(rounded).max(initial=0.0)) * (1 + 2.0**-50)
-            error = max(error, 2 * math.expm1(spread + 4 * 2.0**-53) + (T + 4) * 2.0**-52)
+            # relative error of each weight: the differences' rounding (u·|diff|) through exp, exp's and the
+            # normalization's own rounding; plus, as an absolute error per weight, the underflow (subnormal
+            # results, and the weights set to 0 beyond -FAR), counted relative to the weights' sum of 1
+            near = np.abs(rounded[np.isfinite(rounded)])
+            spread = 2.0**-53 * float(near.max(initial=0.0)) * (1 + 2.0**-50)
+            error = max(error, 2 * math.expm1(spread + 4 * 2.0**-53) + (T + 4) * 2.0**-52
+                        + 4 * T * 2.0**-1000)
         self.weight_error[T] = error
         return out
 
@@ -295,7 +306,9 @@ class Unsupported(ValueError):
 
 def float_allowance(model: Model, T: int, points_terms: int = 0, weight_error: float = 0.0) -> float:
     """A forward-error allowance for float64 margins: twice a bound on ``max_j |fl(logit_j) − logit_j|``
-    for THE forward pass and for the certifier's own evaluation (docs/theory.md).
+    for THE forward pass and for the certifier's own evaluation (docs/theory.md), underflow included (``n·η``
+    per dot product of length n, η = 2^-1074 the smallest subnormal: the relative ``γ_n`` terms vanish at
+    subnormal magnitudes, the absolute ones do not).
 
     Stage by stage, layer by layer, with ∞-norm magnitude bounds ``B`` (as ``integer_bounds``; ``|W|`` the
     largest column sum of absolute values) and ``γ_n = n·u/(1 − n·u)`` (u = 2^-53): embeddings exact;
@@ -323,10 +336,15 @@ def float_allowance(model: Model, T: int, points_terms: int = 0, weight_error: f
         softmax of exactly computed scores: ``Pieces.weights``); adds ``weight_error·B·Σ_h |W_V||W_O|`` to
         the attention output's error (the weights sum to 1).
 
+    Raises
+    ------
+    Unsupported
+        The bound overflows float64 (weights near its largest magnitudes).
+
     Returns
     -------
     float
-        The allowance (>= 0; the ``γ_n`` assume ``n·u < 1``, i.e. fewer than 2^53 terms, which holds at every
+        The allowance (> 0; the ``γ_n`` assume ``n·u < 1``, i.e. fewer than 2^53 terms, which holds at every
         size that fits in memory).
     """
     u = 2.0**-53
@@ -349,24 +367,31 @@ def float_allowance(model: Model, T: int, points_terms: int = 0, weight_error: f
         if att is not None:
             pre = B * sum(col(att.W_V[h]) * col(att.W_O[h]) for h in range(att.heads))
             B_y = B + pre
-            e = e + gamma(T * att.heads * (2 * d + 2) + T + 8 + extra) * B_y + weight_error * pre
+            n_y = T * att.heads * (2 * d + 2) + T + 8 + extra
+            # underflow: n·η per dot product, and each of T weights' absolute underflow through |W_V||W_O|
+            e = e + gamma(n_y) * B_y + weight_error * pre + n_y * ETA * (1 + 2 * T * sum(
+                col(att.W_V[h]) * col(att.W_O[h]) for h in range(att.heads)))
             B = B_y
         if layer.mlp is not None:
             mlp = layer.mlp
             B_z = B * col(mlp.W1) + float(np.abs(mlp.b1).max(initial=0.0))
-            e_z = col(mlp.W1) * e + gamma(d + 2 + extra) * B_z
+            e_z = col(mlp.W1) * e + gamma(d + 2 + extra) * B_z + (d + 2 + extra) * ETA
             B_v = B + B_z * col(mlp.W2) + float(np.abs(mlp.b2).max(initial=0.0))
-            e = e + col(mlp.W2) * e_z + gamma(mlp.width + 3) * B_v
+            e = e + col(mlp.W2) * e_z + gamma(mlp.width + 3) * B_v + (mlp.width + 3) * ETA
             B = B_v
     c = model.readout.columns.size
     U = model.readout.matrix
-    e_l = col(U.T) * e + gamma(c + 2) * B * col(U.T)
-    return 8.0 * e_l
+    e_l = col(U.T) * e + gamma(c + 2) * B * col(U.T) + (c + 2) * ETA
+    return _finite(8.0 * e_l)
 
 
 class Lowest:
     """The enumeration's running minimum over chunks of points: the lowest margin and its point, and the
-    :data:`KEEP_FAILING` lowest failing points (margin < ``limit`` or <= ``floor``), lowest first."""
+    :data:`KEEP_FAILING` lowest failing points (margin < ``limit`` or <= ``floor``), lowest first.
+
+    A non-finite margin (NaN, ±inf: logits that overflowed) is a failing point, recorded as ``-inf``: never
+    absent from the minimum. (One possible answer, where every margin is ``+inf``, is decided by the answer
+    count in ``certify.certify_built``, not here.)"""
 
     def __init__(self, n_live: int, limit: float, floor: float) -> None:
         self.low, self.low_values = math.inf, [0] * n_live
@@ -375,6 +400,9 @@ class Lowest:
 
     def add(self, margins: np.ndarray, values: list[np.ndarray]) -> None:
         """Fold in one chunk: ``margins[p]`` at the point whose j-th live slot is ``values[j][p]``."""
+        margins = np.asarray(margins, dtype=np.float64)
+        if not np.all(np.isfinite(margins)):
+            margins = np.where(np.isfinite(margins), margins, -np.inf)
         i = int(np.argmin(margins))
         if margins[i] < self.low:
             self.low, self.low_values = float(margins[i]), [int(v[i]) for v in values]
@@ -491,8 +519,18 @@ def preactivation_slack(model: Model, vectors: np.ndarray, T: int, terms: int, w
     B_y = B + pre
     n = T * (1 if att is None else att.heads) * (2 * d + 2) + T + 8 + terms + d + 2
     e_y = n * u / (1 - n * u) * B_y + weight_error * pre
+    e_y += n * ETA  # underflow: n·η per dot product
     B_z = B_y * col(mlp.W1) + float(np.abs(mlp.b1).max(initial=0.0))
-    return 4.0 * (n * u / (1 - n * u) * B_z + e_y * col(mlp.W1))
+    return _finite(4.0 * (n * u / (1 - n * u) * B_z + e_y * col(mlp.W1) + (d + 2 + terms) * ETA))
+
+
+def _finite(bound: float) -> float:
+    """A forward-error bound that is a finite float, or :class:`Unsupported` naming the overflow (an
+    infinite or NaN allowance would certify nothing and print as no number)."""
+    if not math.isfinite(bound):
+        raise Unsupported(f"float mode: the forward-error bound overflows ({bound}): the weights' magnitudes "
+                          "exceed what float64 can bound")
+    return bound
 
 
 def _row_blocks(array: np.ndarray, widen: bool = False):

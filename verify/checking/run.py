@@ -25,6 +25,8 @@ from georecall.constructions import (
     registry,
     storage,  # the module: tests replace save_model there
 )
+from georecall.constructions.canonical import model_fingerprint
+from georecall.constructions.model import Model
 from georecall.constructions.registry import BitsClaim, ConstructionSpec
 from georecall.errors import InputError
 from georecall.memory import Budget, Estimate, as_budget
@@ -401,6 +403,7 @@ def _check_last_token(request: CheckRequest, task: Task, built) -> Report:
         dense_result = check_queries(built.model.with_dense_readout(), tokens, answers, integer=r.integer,
                                      keep=True, budget=r.budget)
         _storage_agreement(report, dense_result, r.integer)
+    report.extra["fingerprint"] = _fingerprint(built.model)
     return report
 
 
@@ -426,7 +429,19 @@ def _check_greedy(request: CheckRequest, task: Task, built) -> Report:
     if r.compare_storage and model.compact:
         dense_result = check_decoding(model.with_dense_readout(), tokens, targets, keep=True, budget=r.budget)
         _storage_agreement(report, dense_result, r.integer)
+    report.extra["fingerprint"] = _fingerprint(model)
     return report
+
+
+FINGERPRINT_BYTES = 2**30  # larger models are not hashed by check (a SHA-256 of 1 GiB takes seconds)
+
+
+def _fingerprint(model: Model) -> str | None:
+    """``constructions.canonical.model_fingerprint`` of the model checked (its arrays read in row blocks,
+    never copied), or None above :data:`FINGERPRINT_BYTES`."""
+    if sum(int(a.nbytes) for a in model.arrays().values()) > FINGERPRINT_BYTES:
+        return None
+    return model_fingerprint(model)
 
 
 def _storage_agreement(report: Report, dense, integer: bool) -> None:

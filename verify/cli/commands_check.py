@@ -109,9 +109,9 @@ def run_verify(p: VerifyParams) -> dict:
     specs = None if chosen is None else [registry.get(c) for c in chosen]
     est = verify_estimate(specs, p.budget).require(p.budget)
     start = time.perf_counter()
-    reports = [rep.as_dict() for rep in verify_rows()(specs, p.seed, p.progress, p.budget)]
+    reports = [rep.as_dict() for rep in verify_rows()(specs, p.seed, p.progress, p.budget, full=p.full)]
     passed = all(rep["passed"] for rep in reports)
-    params = {"seed": p.seed} if specs is None else {"seed": p.seed, "constructions": chosen}
+    params = {"seed": p.seed, "full": p.full} if specs is None else {"seed": p.seed, "constructions": chosen}
     return document(p, params, est, passed=passed,
                     seconds=round(time.perf_counter() - start, 3), reports=reports)
 
@@ -257,7 +257,7 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
     Returns
     -------
     dict
-        The document; ``status`` 0 only for CERTIFIED.
+        The document; ``status`` 0 for CERTIFIED, 1 REFUTED, ``certify.UNKNOWN_STATUS`` (4) UNKNOWN.
 
     Raises
     ------
@@ -302,7 +302,10 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
     doc["witness_file"] = written
     params = {**doc.pop("params"), "witness": witness, "max_points": p.max_points}
     doc.pop("passed")  # the certificate's: verdict == CERTIFIED
-    return document(p, params, est, passed=result.passed, **doc)
+    out = document(p, params, est, passed=result.passed, **doc)
+    if result.verdict == "UNKNOWN":  # no verdict is not a failure found: its own exit code
+        out["status"] = cert.UNKNOWN_STATUS
+    return out
 
 
 def run_precision(p: PrecisionParams) -> dict:

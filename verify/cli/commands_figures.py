@@ -125,8 +125,13 @@ def run_demo(p: DemoParams) -> dict:
             drawn = {"construction": construction_figure(p.N, p.R, p.seed, query=numbers["query"],
                                                          relation_names=names)}
             drawn.update(weights_figures(p.N, p.R, p.seed, query=numbers["query"], relation_names=names))
-            drawn["trained_vs_g1"] = trained_beside_g1_figure(numbers["g1"], numbers["trained"],
-                                                              numbers["task"], relation_names=names)
+            honest = demo.trained_beside_g1(p.N, p.R, p.seed)  # a size where the alignment cannot interpolate
+            drawn["trained_vs_g1"] = trained_beside_g1_figure(honest["g1"], honest["trained"], honest["task"],
+                                                              relation_names=names, fit=honest["fit"])
+            lines.append(f"\ntrained_vs_g1: a model trained at N = {honest['N']} beside G1, its E aligned "
+                         f"onto G1's by least squares ({honest['p']} parameters per coordinate, fitted on "
+                         f"{honest['n']} subjects; smaller N would fit any E exactly): held-out R² "
+                         f"{honest['r2_held_out']:.2f}")
             for name, fig in drawn.items():
                 files += save_figure(fig, p.figures, name, dpi=dpi, formats=formats)
         lines.append(f"\nThe construction, its matrices and the trained model drawn: {', '.join(files)}")
@@ -160,6 +165,7 @@ def run_lecture(p: LectureParams) -> dict:
         raise InputError(f"no lecture notebook found: run from the repository checkout (it has "
                          f"{lecture.NOTEBOOK}) or give --notebook FILE.md")
     input_file(source, "notebook")
+    lecture.read_notebook(source)  # an unreadable notebook is refused before the output folder is made
     out = output_dir(p.out)
     os.makedirs(out, exist_ok=True)
     built = lecture.build_lecture(source, out, timeout=p.timeout)

@@ -13,6 +13,7 @@ import numpy as np
 
 from georecall import __version__, estimates, memory, npy_headers
 from georecall.constructions import registry
+from georecall.constructions.canonical import model_fingerprint
 from georecall.constructions.model import ATTENTION_KINDS
 from georecall.constructions.storage import load_model
 from georecall.errors import InputError
@@ -249,6 +250,7 @@ def run_eval(p: EvalParams) -> dict:
     """
     model, task, est = _load_model_and_task(p.model, p.task, p.budget, "eval")
     header_record = _model_record(p.model)
+    fingerprints = {"fingerprint": model_fingerprint(model), "saved_fingerprint": _saved_fingerprint(p.model)}
     k = p.k if p.k is not None else header_record.get("k", 1)
     recorded_cot = header_record.get("cot", False)
     if not isinstance(recorded_cot, bool):  # "false" would be true: refuse what would be misread
@@ -286,7 +288,8 @@ def run_eval(p: EvalParams) -> dict:
                     mode="greedy chain-of-thought decoding" if cot else "argmax at the last position",
                     source={key: header_record.get(key) for key in ("construction", "mode", "d", "steps")
                         if key in header_record}, **_evaluation(result, tokens, task.N, task.R, k),
-                    stored_dtype="+".join(sorted({str(a.dtype) for a in model.arrays().values()})))
+                    stored_dtype="+".join(sorted({str(a.dtype) for a in model.arrays().values()})),
+                    **fingerprints)
 
 
 def _arith_estimate(est: Estimate, model, arith: str, T: int, budget: memory.Budget) -> None:
@@ -309,6 +312,14 @@ def _as_float64(model, est: Estimate, budget: memory.Budget):
         est.add("weights cast to float64 (exactly)", cast, "the model's size").require(budget)
         return model.astype(np.float64)
     return model
+
+
+def _saved_fingerprint(path: str) -> str | None:
+    """The fingerprint a model file's header records (``save_model`` writes it), or None."""
+    with damaged_input(path, "model file"), np.load(path, allow_pickle=False) as data:
+        header = json.loads(str(data["__header__"]))
+    saved = header.get("fingerprint") if isinstance(header, dict) else None
+    return saved if isinstance(saved, str) else None
 
 
 def _model_record(path: str) -> dict:

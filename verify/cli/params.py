@@ -228,6 +228,7 @@ class VerifyParams(Params, Seeded, Json, Quiet, Budgeted):
     """``georecall verify`` (``declarations._add_verify``)."""
 
     construction: list[str] | None
+    full: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

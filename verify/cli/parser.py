@@ -46,6 +46,7 @@ CONFLICTS: tuple[tuple[str, str, Any], ...] = (
     ("workers", "scheduler", None),  # the scheduler's workers run the jobs
     ("bits", "integer", None),  # quantized weights are not integers
     ("model", "construction", None),  # export: a model file or a construction built for a task
+    ("full", "construction", None),  # verify: --full lengthens rows that --construction does not run
 )
 
 
@@ -237,7 +238,13 @@ class _Session:
         self.printed = io.StringIO()
 
     def run(self) -> int:
-        """Parse, refuse conflicts, build the typed parameters, run the command, print its document."""
+        """Parse, refuse conflicts, build the typed parameters, run the command, print its document. No
+        command at all (``georecall`` alone): the command list on stdout, exit 2."""
+        if not [a for a in self.argv if a != "--debug"]:
+            print(build_parser().format_help(), end="", flush=True)
+            print("georecall: error: give a command (listed above); georecall COMMAND --help shows its "
+                  "options", file=sys.stderr, flush=True)
+            return 2
         with _sigterm_as_interrupt(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("default")
             self.caught = caught
@@ -267,6 +274,9 @@ class _Session:
         if doc["command"] == "bounds" and params.progress and args.format in ("md", "latex"):
             print(f"{len(doc['rows'])} rows in {doc['seconds']:.2f} s; gap = d / d_min; a bound with d_min = "
                   f"0 is vacuous for that construction (its facts sit in P0, the MLP).", file=sys.stderr)
+        if doc["command"] == "bounds" and params.progress and not as_json:
+            for note in doc.get("notes") or []:  # why a gap row is empty (stderr: the table stays a table)
+                print(f"georecall: note: {note}", file=sys.stderr)
         return int(doc["status"])
 
     def fail(self, code: int, line: str) -> int:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 import numpy as np
 
-__all__ = ["jsonable", "report_table", "to_json", "to_text"]
+__all__ = ["interval_text", "jsonable", "plain_note", "report_table", "to_json", "to_text"]
 
 
 def jsonable(value):
@@ -69,45 +71,108 @@ def _fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
-def report_table(reports: list[dict]) -> str:
-    """A fixed-width PASS/FAIL table (sizes and margins, promised vs achieved) from report dicts.
+WIDTH = 100  # columns the report table and its detail lines fit in
+_LEGEND = ("d, m, margin: promised/achieved (or achieved); checked: queries (claims in a claim row); "
+           "s: seconds")
+
+
+def _margin(value) -> str:
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.4g}"
+    return _fmt(value)
+
+
+def _size(value) -> str:
+    """A size column's cell: whole numbers only (a row that reports something else says it in words)."""
+    return str(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else ""
+
+
+def _percent(values) -> str:
+    return ", ".join(f"{100 * v:.4g}%" for v in values)
+
+
+def _details(rep: dict) -> list[str]:
+    """What a row says in words under it: its ``detail`` and, for greedy decoding, the per-step accuracy."""
+    out = []
+    detail = rep.get("extra", {}).get("detail")
+    if detail:
+        out.append(str(detail))
+    forced = rep.get("extra", {}).get("teacher_forcing")
+    per_position = rep["check"].get("per_position")
+    if per_position is not None and forced:
+        final = rep["check"].get("final_accuracy")
+        out.append(f"greedy decoding: per-step accuracy {_percent(per_position)}, final answer "
+                   f"{_percent([final]) if final is not None else '—'}; teacher forcing: per-step accuracy "
+                   f"{_percent(forced.get('per_position') or [])}, min margin "
+                   f"{_margin(forced.get('min_margin'))}")
+    return out
+
+
+def report_table(reports: list[dict], width: int = WIDTH) -> str:
+    """A PASS/FAIL table of report dicts, at most ``width`` columns wide: one meaning per column (sizes and
+    margins promised/achieved, what was checked, seconds, verdict); a row's numbers that are not sizes (a
+    threshold, bits, gaps, greedy decoding's per-step accuracy) in words on indented lines under it.
 
     Parameters
     ----------
     reports : list of dict
         ``Report.as_dict()`` documents.
+    width : int
+        The most columns a line takes (a long check name wraps within its column).
 
     Returns
     -------
     str
-        The table.
+        A legend line, the header, the rows with their detail lines.
     """
-    header = ("check", "N", "R", "k", "d prom/ach", "m prom/ach", "margin prom/ach", "accuracy", "checked",
-              "time s", "verdict")
-    rows = []
+    import textwrap
+
+    header = ("", "check", "N", "R", "k", "d", "m", "margin", "checked", "s")  # first: PASS or FAIL
+    rows, notes = [], []
     for rep in reports:
         p, a, r, params = rep["promise"], rep["achieved"], rep["check"], rep["params"]
         margin = r.get("min_margin")
+        missing = margin is None or (isinstance(margin, float) and math.isnan(margin))
         rows.append((
-            rep["name"], _fmt(params.get("N", "")), _fmt(params.get("R", "")),
-            _fmt(params.get("k", 1 if p else "")),
-            f"{p['d']}/{a['d']}" if p else str(a.get("d", "")),
-            f"{p['m']}/{a['m']}" if p else str(a.get("m", "")),
-            f"{_fmt(p['margin'])}/{_fmt(margin)}" if p else _fmt(margin),
-            f"{100 * r['accuracy']:.2f}%", f"{r['n_queries']:,}", f"{r['seconds']:.2f}",
-            "PASS" if rep["passed"] else "FAIL",
+            "PASS" if rep["passed"] else "FAIL", rep["name"], _size(params.get("N")), _size(params.get("R")),
+            _size(params.get("k", 1 if p else None)),
+            f"{p['d']}/{a['d']}" if p else _size(a.get("d")),
+            f"{p['m']}/{a['m']}" if p else _size(a.get("m")),
+            f"{_margin(p['margin'])}/{_margin(margin)}" if p else ("" if missing else _margin(margin)),
+            f"{r['n_queries']:,}", f"{r['seconds']:.2f}",
         ))
+        notes.append(_details(rep))
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    gaps = ["", "  ", "  ", " ", " ", "  ", "  ", "  ", "  ", "  "]  # before each column (N R k: one space)
+    others = sum(w for k, w in enumerate(widths) if k != 1) + sum(map(len, gaps))
+    widths[1] = max(16, min(widths[1], width - others))
+    right = {2, 3, 4, 8, 9}  # numbers align right
 
     def line(cells) -> str:
-        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+        return "".join(gap + (str(c).rjust(w) if k in right else str(c).ljust(w))
+                       for k, (gap, c, w) in enumerate(zip(gaps, cells, widths))).rstrip()
 
-    return "\n".join([line(header), line("-" * w for w in widths)] + [line(row) for row in rows])
+    indent = " " * (widths[0] + 4)  # under the check's name, two further in
+    out = [_LEGEND if len(_LEGEND) <= width else textwrap.fill(_LEGEND, width), line(header),
+           line("-" * w for w in widths)]
+    for row, note in zip(rows, notes):
+        names = textwrap.wrap(row[1], widths[1], break_on_hyphens=False) or [""]
+        out.append(line((row[0], names[0], *row[2:])))
+        out += [line(("", more) + ("",) * (len(header) - 2)) for more in names[1:]]
+        for text in note:
+            out += textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                                 break_on_hyphens=False)
+    return "\n".join(out)
 
 
 def _failures(rep: dict) -> list[str]:
     out = []
     failures = rep["check"].get("failures") or []
+    check = rep["check"]
+    if check.get("accuracy", 1.0) < 1.0 and not (failures and "claim" in failures[0]):
+        right = check.get("n_correct", round(check["accuracy"] * check["n_queries"]))
+        out.append(f"  {rep['name']}: accuracy {100 * check['accuracy']:.2f}% ({right:,} of "
+                   f"{check['n_queries']:,} queries right)")
     for failure in failures:
         if "claim" in failure:
             continue
@@ -129,11 +194,6 @@ def _reports(doc: dict) -> list[str]:
     lines = [report_table(doc["reports"])]
     for rep in doc["reports"]:
         lines += _failures(rep)
-        forced = rep.get("extra", {}).get("teacher_forcing")
-        if rep["check"].get("per_position") is not None and forced:
-            lines.append(f"  greedy decoding: per-step accuracy {rep['check']['per_position']}, final-answer "
-                         f"accuracy {rep['check'].get('final_accuracy')}; teacher forcing: per-step accuracy "
-                         f"{forced.get('per_position')}, min margin {_fmt(forced.get('min_margin'))}")
     # which exact path computed a check (verify's table stays compact)
     if str(doc.get("command", "")).startswith("check"):
         for rep in doc["reports"]:
@@ -142,15 +202,22 @@ def _reports(doc: dict) -> list[str]:
                 why = f" ({check['fallback']})" if check.get("fallback") else ""
                 lines.append(f"  {rep['name']}: forward pass {check.get('forward', 'dense')}, decoder "
                              f"{check.get('decoder', 'dense')}{why}")
+            if "fingerprint" in rep.get("extra", {}):  # of the model checked (docs/certify.md)
+                fingerprint = rep["extra"]["fingerprint"] or "not computed (over 1 GiB of weights)"
+                lines.append(f"  {rep['name']}: model fingerprint {fingerprint}")
     return lines
 
 
 def _verify(doc: dict) -> list[str]:
     reports = doc["reports"]
+    params = doc.get("params") or {}
+    more = ([] if params.get("full", True) or "constructions" in params else
+            ["verify --full also runs (a few minutes): the mechanism row at the study's R = 4, and the",
+             "frozen-embedding capacity threshold beside the learned one"])
     return _reports(doc) + [
         f"\ngeorecall {doc['version']}, seed {doc['seed']}: "
         f"{sum(r['passed'] for r in reports)}/{len(reports)} "
-        f"checks passed in {doc['seconds']:.1f} s -> {'PASS' if doc['passed'] else 'FAIL'}"]
+        f"checks passed in {doc['seconds']:.1f} s -> {'PASS' if doc['passed'] else 'FAIL'}"] + more
 
 
 def _tradeoff(doc: dict) -> list[str]:
@@ -278,10 +345,15 @@ def _probe(doc: dict) -> list[str]:
                      f"mean {_fmt(r['mean_selectivity'])} (chance {_fmt(r['chance_selectivity'])})")
     if "transfer" in doc:
         r = doc["transfer"]
-        lines.append("freeze and swap on new bijections: closed form "
-                     f"{_fmt(100 * r['closed_form_accuracy'])}%, "
-                     f"embeddings fitted ({r['fitted_steps']} steps) {_fmt(100 * r['fitted_accuracy'])}% "
-                     f"(chance {_fmt(100 * r['chance'])}%)")
+        lines += ["transfer to new facts: every weight is kept except the subjects' embeddings, made anew "
+                  "for brand-new bijections; accuracy on every new query (chance "
+                  f"{_fmt(100 * r['chance'])}%):",
+                  f"  closed form {_fmt(100 * r['closed_form_accuracy'])}%: each new subject's embedding "
+                  "computed, with no training, from its new attributes by the linear maps fitted on the old "
+                  "subjects (high when the model stores each attribute as a linear code, as G1 does)",
+                  f"  embeddings fitted ({r['fitted_steps']} steps) {_fmt(100 * r['fitted_accuracy'])}%: the "
+                  "new subjects' embeddings trained by gradient descent with every other weight frozen (how "
+                  "well the frozen layers read new facts written into the embeddings)"]
     if doc.get("appended"):
         lines.append(f"record appended to {doc['appended']}")
     return lines
@@ -321,14 +393,105 @@ def _probe_hidden(doc: dict) -> list[str]:
     return lines
 
 
+def _directed(x: float, digits: int, rounding: str) -> str:
+    """``x`` to ``digits`` significant digits rounded toward ``ROUND_FLOOR`` or ``ROUND_CEILING`` (from its
+    exact binary value), so that a printed lower end is never above the true one nor an upper end below."""
+    exact = Decimal(x)
+    if exact == 0:
+        return "0"
+    step = Decimal(1).scaleb(exact.adjusted() - digits + 1)
+    return format(exact.quantize(step, rounding=rounding), "g")
+
+
+def interval_text(lo: float, hi: float) -> tuple[str, str]:
+    """The two ends of an interval ``[lo, hi]`` printed with the digits that tell them apart.
+
+    The fewest significant digits (at least 4, at most 17) at which the two ends, each rounded to nearest,
+    differ; then ``lo`` is printed rounded down and ``hi`` rounded up at that many digits, so the printed
+    interval still contains the exact one. Equal ends print as the shortest text that reads back to the
+    float (``repr``).
+
+    Parameters
+    ----------
+    lo, hi : float
+        The ends, ``lo <= hi``, both finite.
+
+    Returns
+    -------
+    (str, str)
+    """
+    if lo == hi:
+        return repr(float(lo)), repr(float(hi))
+    digits = 4
+    while digits < 17 and f"{lo:.{digits}g}" == f"{hi:.{digits}g}":
+        digits += 1
+    return _directed(lo, digits, ROUND_FLOOR), _directed(hi, digits, ROUND_CEILING)
+
+
 def _span(m: dict | None) -> str:
-    """An eval margin interval as text: the value when exact, else ``[lo, hi] (width w)``."""
+    """An eval margin interval as text: the value when exact, else ``[lo, hi] (width w)``, with the digits
+    that tell its ends apart (:func:`interval_text`)."""
     if not m:
         return "n/a"
-    if m["lo"] == m["hi"]:
-        return f"{_fmt(m['lo'])} (exact)"
-    return f"[{_fmt(m['lo'])}, {_fmt(m['hi'])}] (width {m['width']:.1e})" if m.get("width") is not None \
-        else f"[{_fmt(m['lo'])}, {_fmt(m['hi'])}]"
+    lo, hi = m["lo"], m["hi"]
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"[{_fmt(lo)}, {_fmt(hi)}]"
+    if lo == hi:
+        return f"{repr(float(lo))} (exact)"
+    low, high = interval_text(lo, hi)
+    return f"[{low}, {high}] (width {m['width']:.1e})" if m.get("width") is not None else f"[{low}, {high}]"
+
+
+def _lower_end(m: dict | None) -> str:
+    """An interval's lower end to 6 significant digits rounded down (a table column)."""
+    lo = (m or {}).get("lo")
+    return _directed(lo, 6, ROUND_FLOOR) if isinstance(lo, float) and math.isfinite(lo) else _fmt(lo)
+
+
+# The reasons a fast path was not taken (verify/checking), each said for a user: what it means for them.
+_PLAIN_NOTES = (
+    (re.compile(r"decoder: n_out = (\d+) is not 2\^D for the D = (\d+) coordinates"),
+     lambda m: f"the answers were found by comparing all {m[1]} output logits of every query (the shortcut "
+               "for the paper's constructions, whose output layer is a table of ±λ sign codes, does not fit "
+               f"this model: it reads {m[2]} coordinates for {m[1]} answers, not 2^{m[2]}): the same result, "
+               "only slower"),
+    (re.compile(r"decoder: (read-out entries|two read-out rows)"),
+     lambda m: "the answers were found by comparing all output logits of every query (the shortcut for the "
+               "paper's constructions, whose output layer is a table of distinct ±λ sign codes, does not fit "
+               "this model's output layer): the same result, only slower"),
+    (re.compile(r"forward: "),
+     lambda m: "every query ran the full forward pass (the shortcut that adds up precomputed per-token "
+               "tables, for models whose layers act on each token separately, does not fit this model): "
+               "the same result, only slower"),
+    (re.compile(r"([\d,]+) queries left undecided by the tables' a-priori bound"),
+     lambda m: f"{m[1]} queries too close to call from the precomputed tables were decided by the full "
+               "forward pass"),
+)
+
+
+def plain_note(note: str) -> list[str]:
+    """The notes of a check (``"; "``-separated reasons, from verify/checking) in plain words: what each
+    means for the user; a reason not known here is kept as it is.
+
+    Parameters
+    ----------
+    note : str
+
+    Returns
+    -------
+    list of str
+        One sentence per reason.
+    """
+    out = []
+    for part in (p.strip() for p in note.split("; ") if p.strip()):
+        for pattern, say in _PLAIN_NOTES:
+            found = pattern.search(part)
+            if found:
+                out.append(say(found))
+                break
+        else:
+            out.append(part)
+    return out
 
 
 def _eval(doc: dict) -> list[str]:
@@ -345,16 +508,23 @@ def _eval(doc: dict) -> list[str]:
                                      doc.get("arith", "exact") == "exact" else ""),
              f"accuracy {100 * doc['accuracy']:.2f}% ({doc['n_correct']:,}/{doc['queries']:,} queries)"
              + (f"; {doc['ties']:,} ties (margin 0, counted wrong)" if doc["ties"] else ""),
-             f"margins (right logit minus the best other; intervals containing the exact value): "
-             f"min {_span(doc['min_margin'])}, mean {_span(doc['mean_margin'])}, "
-             f"1% {_span(q.get('q0.01'))}, median {_span(q.get('q0.5'))}",
+             "margins (right logit minus the best other; each interval contains the exact value):",
+             f"  min     {_span(doc['min_margin'])}",
+             f"  mean    {_span(doc['mean_margin'])}",
+             f"  1%      {_span(q.get('q0.01'))}",
+             f"  median  {_span(q.get('q0.5'))}",
              f"{'relation':>8}  {'queries':>9}  {'accuracy':>8}  {'min margin (lower end)':>22}  "
              f"{'mean margin (lower end)':>23}"]
     lines += [f"{r['relation']:>8}  {r['queries']:>9,}  {100 * (r['accuracy'] or 0):7.2f}%  "
-              f"{_fmt((r['min_margin'] or {}).get('lo')):>22}  {_fmt((r['mean_margin'] or {}).get('lo')):>23}"
+              f"{_lower_end(r['min_margin']):>22}  {_lower_end(r['mean_margin']):>23}"
               for r in doc["per_relation"]]
     if doc.get("note"):
-        lines.append(f"note: {doc['note']}")
+        lines += [f"note: {sentence}" for sentence in plain_note(doc["note"])]
+    if doc.get("fingerprint"):  # of the model read (docs/certify.md)
+        saved = doc.get("saved_fingerprint")
+        lines.append(f"model fingerprint {doc['fingerprint']}" + (
+            "" if saved is None else " (the one saved)" if saved == doc["fingerprint"] else
+            f"; MISMATCH: the file was saved with {saved}, so these arrays are not the model saved"))
     return lines
 
 
@@ -389,12 +559,63 @@ def _certify(doc: dict) -> list[str]:
             shown = "passed" if conf["check_passed"] else "FAILED"  # certify's name for the check's `passed`
             lines.append(f"confirmed by check on the witness task: accuracy {conf['accuracy']:.6%}, min "
                          f"margin {_fmt(conf['min_margin'])}, check {shown}")
+    if doc.get("fingerprint"):
+        lines.append(f"certified object: the canonical family and options, {doc['fingerprint']}")
+        seeded = ((doc.get("declaration") or {}).get("falsification") or {}).get("seeded_model_fingerprint")
+        if seeded:
+            lines.append(f"  its model on the seeded task (as `check` prints it): {seeded}")
+    return lines + _certify_reasons(doc)
+
+
+def _certify_reasons(doc: dict) -> list[str]:
+    """The reasons, readable: one line per distinct reason (with how many query types it covers), then one
+    line per unit or slot it names (its bounds), at most :data:`_REASON_LINES` of them; the full detail is in
+    ``--json``."""
+    prefix = "unknown: " if doc["verdict"] == "UNKNOWN" else "note: "
+    groups: dict[str, list[dict]] = {}
     for reason in doc.get("reasons", []):
-        lines.append("unknown: " + reason.get("why", "")
-                     + (f" [{reason['query_type']}]" if "query_type" in reason else ""))
-        for unit in reason.get("units", [])[:4]:
-            lines.append(f"  {unit}")
+        groups.setdefault(reason.get("why", ""), []).append(reason)
+    lines: list[str] = []
+    cut = False
+    for why, group in groups.items():
+        where = [_query_label(r["query_type"]) for r in group if isinstance(r.get("query_type"), dict)]
+        shown = ", ".join(where[:3]) + (", ..." if len(where) > 3 else "")
+        lines.append(prefix + why + (f" [{len(where)} query type(s): {shown}]" if where else ""))
+        seen: list[str] = []
+        for reason in group:
+            for unit in reason.get("units", []):
+                line = _unit_line(unit)
+                if line not in seen:
+                    seen.append(line)
+        lines += [f"  {line}" for line in seen[:_REASON_LINES]]
+        cut = cut or len(seen) > _REASON_LINES or len(where) > 3
+    if cut:
+        lines.append("  (one line per unit or slot shown; every query type, unit and bound: --json)")
     return lines
+
+
+_REASON_LINES = 8
+
+
+def _query_label(label: dict) -> str:
+    return " ".join(f"{key} {value}" for key, value in label.items())
+
+
+def _unit_line(unit: dict) -> str:
+    """One unit or slot of an UNKNOWN reason, in words."""
+    if "unit" in unit and "max_preactivation" in unit:
+        slot = unit.get("reads_slot", {})
+        low, high = unit.get("slot_range", [None, None])
+        top = _fmt(unit["max_preactivation"])
+        return (f"unit {unit['unit']}: possibly on (its largest pre-activation {top} > 0); reads slot "
+                f"{slot.get('slot')} at position {slot.get('position')}, whose codes add "
+                f"[{_fmt(low)}, {_fmt(high)}]")
+    if "read_out_reads_slot" in unit:
+        slot = unit["read_out_reads_slot"]
+        return f"the read-out reads slot {slot.get('slot')} at position {slot.get('position')} directly"
+    if "unit" in unit and "fires_with" in unit:
+        return f"unit {unit['unit']} fires on the query with {_fmt(unit['fires_with'])}"
+    return ", ".join(f"{key} {value}" for key, value in unit.items())
 
 
 def _export(doc: dict) -> list[str]:
@@ -406,7 +627,9 @@ def _export(doc: dict) -> list[str]:
         return lines + ["not checked in the target (--no-check)"]
     lines.append(f"checked in {check['target']}: {check['correct']:,}/{check['queries']:,} queries right "
                  f"({check['decoding']}, {check['steps']} step(s)); answers differing from georecall: "
-                 f"{check['disagreements_with_georecall']} (+{check['within_rounding']} within rounding)")
+                 f"{check['disagreements_with_georecall']} (of them near-ties within rounding: "
+                 f"{check['within_rounding']}); right/wrong changed: "
+                 f"{check.get('right_or_wrong_changed', 0)}")
     lines.append(f"logits: max |target - georecall| = {_fmt(check['max_logit_difference'], 3)}, allowed "
                  f"<= {_fmt(check['max_allowed'], 3)} ({check['queries_outside_bound']} queries outside); "
                  f"margin min {_fmt(check['min_margin_target'])} (target's logits)"
@@ -436,7 +659,9 @@ _TEXT = {
     "figures": lambda doc: list(doc["files"]) + list(doc["notes"]),
     "demo": lambda doc: list(doc["lines"]),
     "lecture": lambda doc: [f"executed {doc['cells']} cells in {doc['seconds']:.0f} s ({doc['images']} "
-                            f"figures): {doc['notebook']}", f"the lecture page: {doc['html']}"],
+                            f"figures): {doc['notebook']}", f"the lecture page: {doc['html']}",
+                            f"the slides ({doc.get('slide_count', 0)}, open offline in a browser): "
+                            f"{doc.get('slides')}"],
     "bounds": lambda doc: [doc["text"]],
     "export": _export,
 }

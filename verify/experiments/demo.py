@@ -19,12 +19,14 @@ from georecall.errors import InputError
 from georecall.theory import seeds
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.checking.check import check_queries
+from georecall.verify.experiments.construction_figures import align_embeddings
 from georecall.verify.experiments.probes import superposition_readout, unit_selectivity
 from georecall.verify.training.parameters import init_model
 from georecall.verify.training.train import train
 
-__all__ = ["LIMITS", "SHOW_WEIGHTS_MAX_N", "check_show_weights", "check_size", "format_matrix",
-           "relation_names", "run_demo", "show_weights", "train_like_demo"]
+__all__ = ["LIMITS", "SHOW_WEIGHTS_MAX_N", "alignment_size", "check_show_weights", "check_size",
+           "format_matrix", "relation_names", "run_demo", "show_weights", "trained_beside_g1",
+           "train_like_demo"]
 
 LIMITS = {"N": 64, "R": 8}  # every code and every subject embedding is printed, and a model is trained
 SHOW_WEIGHTS_MAX_N = 16  # --show-weights prints E, Q, W1, b1, W2 and U in full: readable up to N = 16
@@ -198,6 +200,56 @@ def train_like_demo(task, d: int, seed: int = 0):
     tokens, answers = single_hop_queries(task)
     return train(init_model(task.N, task.R, d, 4 * d, rng=seeds.rng(seed, "init")), tokens, answers,
                  steps=2000, lr=1e-2, rng=seeds.rng(seed, "batches"))
+
+
+def alignment_size(N: int, R: int) -> int:
+    """The smallest N' >= N (a power of two, at most 4096) at which the alignment of a trained E onto G1's
+    (:func:`~georecall.verify.experiments.construction_figures.align_embeddings`: d + 1 parameters per
+    coordinate, fitted on three quarters of the subjects) has fewer parameters than fit subjects, so it cannot
+    interpolate: below it, any E aligns onto G1's exactly and the picture would say nothing.
+
+    Parameters
+    ----------
+    N, R : int
+
+    Returns
+    -------
+    int
+    """
+    n = max(N, 2)
+    while n < 4096:
+        D = int(np.ceil(np.log2(n)))
+        if 3 * n // 4 > R * D + R + D + 1:
+            break
+        n *= 2
+    return n
+
+
+def trained_beside_g1(N: int, R: int, seed: int = 0) -> dict:
+    """G1 and a model trained as the demo trains it (:func:`train_like_demo`) at the size where their
+    alignment is honest (:func:`alignment_size`), the subjects it is fitted on (three quarters, drawn from the
+    seed's ``probes`` stream), and its held-out R².
+
+    Parameters
+    ----------
+    N, R : int
+        The demo's sizes (the figure's N is ``alignment_size(N, R)``).
+    seed : int
+
+    Returns
+    -------
+    dict
+        ``N``, ``task``, ``g1``, ``trained`` (Models), ``fit`` (subject ids), ``r2_held_out``, ``p``
+        and ``n``.
+    """
+    size = alignment_size(N, R)
+    task = task_for_seed(size, R, seed)
+    g1 = build_g1(task, "binary", integer=True).model
+    trained = train_like_demo(task, g1.d, seed).model
+    fit = np.sort(seeds.rng(seed, "probes").permutation(size)[: 3 * size // 4])
+    alignment = align_embeddings(np.asarray(trained.entity_embedding)[:size], g1.entity_embedding, fit=fit)
+    return {"N": size, "task": task, "g1": g1, "trained": trained, "fit": fit,
+            "r2_held_out": alignment["r2_held_out"], "p": alignment["p"], "n": alignment["n"]}
 
 
 def _code(v) -> str:

@@ -26,7 +26,7 @@ on stderr, even under ``--quiet``, when nothing has finished for :data:`QUIET_NO
 :data:`WORKER_TIMEOUT`). A worker that Dask gave up on (``KilledWorker``: killed, e.g. for memory, on every
 attempt) is reported in one line by :meth:`ExecutorHandle.failure`.
 
-Dask is imported only for the last two (the optional extra ``georecall[distributed]``). The driver alone
+Dask is imported only for the last two (the optional ``distributed`` extra). The driver alone
 writes results: executors only return them. A worker lost mid-trial is handled by the engine: Dask
 reschedules the task on another worker; a broken local pool is restarted by :meth:`ExecutorHandle.restart`
 and the driver resubmits what was in flight.
@@ -52,7 +52,7 @@ from georecall.errors import InputError
 __all__ = ["DISTRIBUTED_HINT", "QUIET_NOTE", "WORKER_TIMEOUT", "ExecutorHandle", "InlineExecutor",
            "open_executor", "parse_scheduler", "probe_scheduler", "spawning_with_sigint_held"]
 
-DISTRIBUTED_HINT = "pip install 'georecall[distributed]'"
+DISTRIBUTED_HINT = "pip install '.[distributed]' in georecall's clone"
 WORKER_TIMEOUT = 120.0  # seconds without any Dask worker before a run gives up
 QUIET_NOTE = 60.0  # seconds without a finished result before one line says what the driver waits for
 _HANDSHAKE_LIMIT = 1 << 16  # bytes: a Dask handshake is about 60

@@ -43,7 +43,8 @@ __all__ = [
 ]
 
 
-PLOT_HINT = "drawing figures needs matplotlib: pip install 'georecall[plot]' (or pip install matplotlib)"
+PLOT_HINT = ("drawing figures needs matplotlib: pip install '.[plot]' in georecall's clone (or pip install "
+             "matplotlib)")
 FORMATS = ("png", "svg", "pdf")
 DEFAULT_FORMATS = ("png", "svg")
 DEFAULT_DPI = 150

@@ -45,7 +45,7 @@ from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
 from georecall.verify.checking.exact import evaluate  # the weights' own, exact
 from georecall.verify.checking.report import claim_report
-from georecall.verify.experiments import probes, probes_mechanism
+from georecall.verify.experiments import probes, probes_components, probes_mechanism
 from georecall.verify.experiments.driver import Call, JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
 from georecall.verify.experiments.study_design import (
@@ -58,7 +58,7 @@ from georecall.verify.experiments.study_design import (
     resolve,
 )
 from georecall.verify.training.parameters import init_model
-from georecall.verify.training.train import GROUPS, train, training_data
+from georecall.verify.training.train import GROUPS, RecordEvery, train, training_data
 
 __all__ = [
     "STUDY_VERSION",
@@ -70,11 +70,13 @@ __all__ = [
     "run_job",
     "run_study",
     "section_mechanism",
+    "time_estimate",
 ]
 
 # bump when a trial's meaning changes: records of another version are never reused (2: ridge probes, issue 21;
-# 3: the power columns decode_power and superposition_power, issue 35)
-STUDY_VERSION = 3
+# 3: the power columns decode_power and superposition_power, issue 35; 4: the components-vs-key probe,
+# issue 41)
+STUDY_VERSION = 4
 STREAM_KEY = 12  # the study's key in the init / batches / noise streams (issue 12)
 SEED_CONTRACT = 1
 
@@ -144,7 +146,13 @@ def _probe(model, task, seed: int, settings: dict, initial=None, retained: dict 
                                             transfer_steps=settings["transfer_steps"],
                                             encoder_steps=settings["encoder_steps"], lr=settings["lr"],
                                             retained=retained)
-    details = {"selectivity": {k: out["selectivity"][k] for k in ("units", "active_units", "mean_selectivity",
+    components = probes_components.components_or_key(model, task, seed=seed,
+                                                     holdout=settings["holdout"] or 0.25,
+                                                     subjects=settings["subjects"])
+    out["summary"].update(probes_components.summary_of(components))
+    details = {"components": {k: components[k] for k in ("reading", "moved", "interventions",
+                                                          "component_interval", "scale_median")},
+               "selectivity": {k: out["selectivity"][k] for k in ("units", "active_units", "mean_selectivity",
                                                                    "breadth_mean", "units_per_relation")},
                "functional": None if out["functional"] is None else
                {k: out["functional"][k] for k in ("start_accuracy_A", "steps")},
@@ -155,9 +163,20 @@ def _probe(model, task, seed: int, settings: dict, initial=None, retained: dict 
     return {"summary": summary, "claims": claims_met(summary), "details": _rounded(details)}
 
 
+def _point(model, task, tokens, answers, seed: int, settings: dict, initial, retained: dict) -> dict:
+    """One point of a trajectory: the accuracy on every query, the probes' summary and the claims met."""
+    probed = _probe(model, task, seed, settings, initial=initial, retained=retained)
+    return {"accuracy": evaluate(model, tokens, answers).accuracy, "summary": probed["summary"],
+            "claims": probed["claims"]}
+
+
 def run_job(job: dict) -> dict:
     """Run one job (in a worker): a ``"mechanism"`` trial (train, probe trained and initial weights) or a
     ``"control"`` (probe a construction). Returns its record.
+
+    A regime with ``trajectory_every`` also records the probes along training: ``trajectory``, one point
+    (``step``, ``accuracy``, ``summary``, ``claims``) every that many steps and one at the end (the final
+    model's, the same values as the record's own ``summary`` and ``claims``).
 
     Parameters
     ----------
@@ -186,10 +205,17 @@ def run_job(job: dict) -> dict:
     tokens, answers, positions, _ = training_data(task)
     initial, frozen = _initial_model(p, task, seed)
     before = evaluate(initial, tokens, answers).accuracy
+    tied = p["readout"] == "tied"
+    trajectory = None
+    if p.get("trajectory_every"):
+        trajectory = RecordEvery(p["trajectory_every"], lambda model, steps: _point(
+            model, task, tokens, answers, seed, job["probe"], initial, _retained(p, frozen, steps)),
+            initial, tie_readout=tied)
     result = train(initial, tokens, answers, steps=p["steps"], lr=p["lr"], frozen=frozen,
-                   weight_decay=_decay(p), tie_readout=p["readout"] == "tied", batch_size=p["batch_size"],
+                   weight_decay=_decay(p), tie_readout=tied, batch_size=p["batch_size"],
                    stop_at_accuracy=1.0 if p["stop"] == "100%" else None,
-                   rng=rng(seed, "batches", STREAM_KEY, p["d"], p["m"]))
+                   rng=rng(seed, "batches", STREAM_KEY, p["d"], p["m"]), callback=trajectory,
+                   optimizer=p.get("optimizer", "adam"), momentum=p.get("momentum", 0.0))
     trained_seconds = result.seconds
     final = evaluate(result.model, tokens, answers)
     training = {"steps": result.steps, "reached": bool(result.reached), "accuracy": final.accuracy,
@@ -198,8 +224,12 @@ def run_job(job: dict) -> dict:
     trained = _probe(result.model, task, seed, job["probe"], initial=initial,
                      retained=_retained(p, frozen, result.steps))
     untrained = _probe(initial, task, seed, job["probe"])
-    return {**job, "training": _rounded(training), **trained, "initial": untrained,
-            "seconds": round(time.perf_counter() - start, 3)}
+    record = {**job, "training": _rounded(training), **trained, "initial": untrained}
+    if trajectory is not None:
+        last = {"step": result.steps, "accuracy": final.accuracy, "summary": trained["summary"],
+                "claims": trained["claims"]}
+        record["trajectory"] = _rounded([*trajectory.points, last])
+    return {**record, "seconds": round(time.perf_counter() - start, 3)}
 
 
 # ------------------------------------------------------------------------------------------- the jobs
@@ -370,6 +400,44 @@ def estimate(grid: str | Grid = "default", seeds: Iterable[int] = (0, 1, 2), *, 
     return estimates.workers_estimate("study mechanism", worst, workers)
 
 
+# The time model of :func:`time_estimate`, measured on this project's machine (2 shared cores, load ≈ 10)
+# with full-batch structured steps: a step costs ≈ 0.65–1.4 ns per unit of N·R·(d·m + N·d) (N = 256…1024,
+# d = 20…48), and one set of probes ≈ 4 s at N = 256, d = 20, growing with N·d.
+_SECONDS_PER_UNIT = 1.2e-9
+_PROBE_SECONDS = 4.0
+
+
+def time_estimate(jobs: list[dict]) -> dict:
+    """Seconds of one core the jobs take, from the time model above (an estimate, not a promise).
+
+    Parameters
+    ----------
+    jobs : list of dict
+        Jobs of :func:`jobs_of`.
+
+    Returns
+    -------
+    dict
+        ``seconds`` (all jobs), ``jobs``, ``steps`` (training steps at most: a regime that stops at 100%
+        counts its whole budget) and ``probe_sets`` (probed models: trained, initial, every trajectory point,
+        controls).
+    """
+    seconds, steps, probe_sets = 0.0, 0, 0
+    for job in jobs:
+        if job["kind"] == "control":
+            probe_sets += 1
+            seconds += _PROBE_SECONDS * job["N"] / 256 * (1 + job.get("pad_d", 0) / 64)
+            continue
+        p = job["params"]
+        N, R, d, m = p["N"], p["R"], p["d"], p["m"]
+        sets = 2 + (p["steps"] - 1) // p["trajectory_every"] if p.get("trajectory_every") else 2
+        steps += p["steps"]
+        probe_sets += sets
+        seconds += p["steps"] * _SECONDS_PER_UNIT * N * R * (d * m + N * d)
+        seconds += sets * _PROBE_SECONDS * (N / 256) * (d / 20)
+    return {"seconds": seconds, "jobs": len(jobs), "steps": steps, "probe_sets": probe_sets}
+
+
 # ------------------------------------------------------------------------------------------- the file
 
 
@@ -538,7 +606,7 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
         todo = [job for job in jobs if job["key"] not in have]
         if todo:
             patience = WORKER_TIMEOUT if worker_timeout is None else worker_timeout
-            drive(_Jobs(out, len(jobs), len(todo), progress, max_jobs), todo,
+            drive(_Jobs(out, len(jobs), len(todo), progress, max_jobs, time_estimate(todo)), todo,
                   lambda: open_executor(scheduler, workers, connect_timeout=connect_timeout, message=log,
                                         worker_timeout=patience), workers=workers, path=out, log=log)
         return [r for r in read_study(out, budget=budget).records if _identity(r) in wanted]
@@ -550,10 +618,11 @@ class _Jobs(JobList):
 
     noun = "job"
 
-    def __init__(self, path: str, total: int, todo: int, progress, max_jobs: int | None):
+    def __init__(self, path: str, total: int, todo: int, progress, max_jobs: int | None, cost: dict):
         super().__init__()
         self.path, self.total, self.progress, self.max_jobs = path, total, progress, max_jobs
         self.done = total - todo
+        self.cost = cost
 
     def report(self, message: str) -> None:
         """One line on stderr, or ``{"done", "total", "new", "elapsed", "eta", "message"}`` to a callback."""
@@ -568,7 +637,11 @@ class _Jobs(JobList):
                   f"{message}", file=sys.stderr, flush=True)
 
     def opened(self, handle, units: int) -> None:
-        self.report(f"{units} job(s) to run on {handle.description}")
+        cost = self.cost
+        hours = cost["seconds"] / 3600
+        self.report(f"{units} job(s) to run on {handle.description}; estimate: {cost['steps']:,} training "
+                    f"steps at most and {cost['probe_sets']} probe sets, about {hours:.1f} h of one core on "
+                    f"this project's machine (2 shared cores)")
 
     def start(self, job: dict) -> list[Call]:
         return [Call(run_job, (job,), job, f"the job {_describe(job)}")]

@@ -6,6 +6,8 @@ decides a verdict.
   :data:`BASE` regime with a few fields changed (one factor at a time, except where a regime says otherwise);
 - :data:`D_STAR`: the capacity thresholds the widths are multiples of (README's measured values, or its fit);
 - the d axis (issue 21): widths as multiples of G1's d (:func:`d_axis_regimes`);
+- the long-training regimes (issue 41): :data:`LONG_FAMILIES` at :data:`LONG_SIZES`, 20,000 steps, the
+  probes recorded along training (:func:`long_regimes`);
 - :data:`GRIDS`: the grids (:class:`Grid`: base, regimes, probe budgets, controls), and :func:`resolve`, a
   regime's concrete parameters.
 """
@@ -30,6 +32,9 @@ __all__ = [
     "D_STAR",
     "GRIDS",
     "LONG",
+    "LONG_BASE",
+    "LONG_FAMILIES",
+    "LONG_SIZES",
     "POWER_REQUIRED",
     "PROBE_SETTINGS",
     "QUICK_BASE",
@@ -42,6 +47,7 @@ __all__ = [
     "claims_met",
     "d_axis_regimes",
     "g1_d",
+    "long_regimes",
     "resolve",
 ]
 
@@ -119,6 +125,9 @@ D_STAR: dict[tuple[int, int], dict] = {
     (4096, 4): {"d_star": 15, "source": "README fit 0.442·R·ln N (extrapolated)"},
     (256, 2): {"d_star": 5, "source": "README fit 0.442·R·ln N (extrapolated)"},
     (256, 4): {"d_star": 10, "source": "README measured"},
+    # issue 41 (the long regimes run at N = 512 too): the N-axis records (docs/thresholds_N_axis.jsonl, 500
+    # Adam steps, m = 4d) measured 10, 10, 12 over seeds 0-2; the largest is declared
+    (512, 4): {"d_star": 12, "source": "N-axis records, largest of seeds 0-2"},
 }
 
 
@@ -341,10 +350,68 @@ def _run_regimes() -> tuple[Regime, ...]:
 
 GRIDS["d-axis-run"] = replace(GRIDS["d-axis-run"], regimes=_run_regimes())
 
+
+# ------------------------------------------------ the long-training regimes (issue 41), declared before a run
+#
+# Does training past 1,000 steps change the verdict? Each family trains exactly 20,000 steps (no stop at 100%)
+# at N = 256, 512, 1024 and R = 4 (d = 2d*, m = 4d unless the family says otherwise), full batch, with every
+# probe run every 4,000 steps along training (the record's ``trajectory``) and at the end. The thresholds are
+# THRESHOLDS, unchanged. SGD's step size 0.1 (momentum 0.9) was chosen by a pilot of training alone, before
+# any probe of it (N = 256, seed 0, d = 20, 1,000 steps: lr 1e-2 answered 11% of the facts at loss 4.3; lr
+# 0.1 answered all of them at loss 1e-3).
+LONG_BASE: dict = {**BASE, "steps": 20_000, "stop": "none", "trajectory_every": 4_000}
+LONG_SIZES: tuple[tuple[int, int], ...] = ((256, 4), (512, 4), (1024, 4))
+LONG_FAMILIES: tuple[Regime, ...] = (
+    Regime("adamw-0.1", "20,000 steps, AdamW λ=0.1 on every group", {"decay": 0.1}),
+    Regime("adamw-1", "20,000 steps, AdamW λ=1 on every group", {"decay": 1.0}),
+    Regime("adamw-10", "20,000 steps, AdamW λ=10 on every group", {"decay": 10.0}),
+    # m ∈ {8, 2R}: at R = 4 the two are one width; d = 4d*, well above the threshold
+    Regime("small-mlp", "20,000 steps, Adam, MLP width m = 8 = 2R, d = 4d*", {"m": 8, "d_factor": 4}),
+    Regime("small-init", "20,000 steps, Adam, every group initialised at 0.1× the fan-in scale",
+           {"init_scale": 0.1}),
+    Regime("small-init+wd", "20,000 steps, 0.1× init, AdamW λ=1 on every group",
+           {"init_scale": 0.1, "decay": 1.0}),
+    Regime("sgd-momentum", "20,000 steps, plain SGD (lr 0.1, momentum 0.9, no decay)",
+           {"optimizer": "sgd", "momentum": 0.9, "lr": 0.1}),
+)
+
+
+def long_regimes(families: tuple[Regime, ...] = LONG_FAMILIES,
+                 sizes: tuple[tuple[int, int], ...] = LONG_SIZES) -> tuple[Regime, ...]:
+    """The long-training regimes ``"{family} N={N}"``, smallest N first (a run that stops early has the
+    cheap sizes of every family).
+
+    Parameters
+    ----------
+    families : tuple of Regime
+        The training families (their changes to :data:`LONG_BASE`).
+    sizes : tuple of (N, R)
+        The sizes each family runs at.
+
+    Returns
+    -------
+    tuple of Regime
+    """
+    return tuple(Regime(f"{family.name} N={N}", f"{family.description}; N={N}, R={R}",
+                        {**family.changes, "N": N, "R": R}, family=family.name)
+                 for N, R in sizes for family in families)
+
+
+# The long grid: controls (G1 at every size, A1 at the smallest) first, then the regimes in declared order;
+# the probes' budgets are the default grid's (the transfer fit is a criterion there too)
+GRIDS["long"] = Grid("long", LONG_BASE, long_regimes(), PROBE_SETTINGS,
+                     controls={"G1": None, "A1": ((256, 4),)},
+                     control_probe={"A1": {"transfer_steps": 50, "encoder_steps": 50}}, ordered=True)
+
 _PARAMS = tuple(BASE)
+# Fields a regime may add that BASE does not hold (issue 41), so that the resolved parameters of every earlier
+# regime, and with them its records' keys, stay as they were: ``m`` (the MLP width, instead of
+# ``width_factor·d``), ``optimizer`` ("adam": Adam/AdamW; "sgd": SGD with ``momentum`` and the same decoupled
+# decay) and ``trajectory_every`` (probe the model every that many steps during training).
+_EXTRA_PARAMS = ("m", "optimizer", "momentum", "trajectory_every")
 _CHOICES = {"attention": ("uniform", "softmax"), "init": ("fan-in", "g1+noise", "g1-selector"),
             "readout": ("untied", "tied", "frozen"), "decay_groups": ("all", "mlp", "embeddings"),
-            "stop": ("100%", "none")}
+            "stop": ("100%", "none"), "optimizer": ("adam", "sgd")}
 
 
 def g1_d(N: int, R: int) -> int:
@@ -384,12 +451,13 @@ def resolve(base: dict, regime: Regime) -> dict:
     InputError
         An unknown field, a value outside its choices, or an (N, R) without a declared d* and no ``d``.
     """
-    unknown = set(regime.changes) - set(_PARAMS)
+    known = (*_PARAMS, *_EXTRA_PARAMS)
+    unknown = (set(regime.changes) | set(base)) - set(known)
     if unknown:
-        raise InputError(f"regime {regime.name!r}: unknown fields {sorted(unknown)}; fields: {list(_PARAMS)}")
+        raise InputError(f"regime {regime.name!r}: unknown fields {sorted(unknown)}; fields: {list(known)}")
     p = {**base, **regime.changes}
     for name, choices in _CHOICES.items():
-        if p[name] not in choices:
+        if name in p and p[name] not in choices:
             raise InputError(f"regime {regime.name!r}: {name} must be one of {choices}, got {p[name]!r}")
     N, R = check_positive_int("N", p["N"]), check_positive_int("R", p["R"])
     if p["init"] == "fan-in":
@@ -405,11 +473,15 @@ def resolve(base: dict, regime: Regime) -> dict:
             d = int(math.ceil(p["d_factor"] * D_STAR[(N, R)]["d_star"]))
         else:
             raise InputError(f"regime {regime.name!r}: no declared d* for N={N}, R={R} (D_STAR); give d")
-        m = p["width_factor"] * d
+        m = p["width_factor"] * d if p.get("m") is None else check_positive_int("m", p["m"])
     else:
         promise = registry.get("G1").nominal_promise(N, R, 1)
         d, m = promise.d, promise.m
     check_positive_int("steps", p["steps"])
     if p["batch_size"] is not None:
         check_positive_int("batch_size", p["batch_size"])
+    if p.get("trajectory_every") is not None:
+        check_positive_int("trajectory_every", p["trajectory_every"])
+    if "momentum" in p and not (isinstance(p["momentum"], (int, float)) and 0 <= p["momentum"] < 1):
+        raise InputError(f"regime {regime.name!r}: momentum must be in [0, 1), got {p['momentum']!r}")
     return {**p, "d": d, "m": m}

@@ -1,6 +1,6 @@
 """The mechanism study's figures (optional ``plot`` extra): its criterion quantities
-(:func:`mechanism_figure`), forward vs reverse fit (:func:`forward_reverse_figure`) and every criterion
-quantity across widths (:func:`d_axis_figure`)."""
+(:func:`mechanism_figure`), forward vs reverse fit (:func:`forward_reverse_figure`), every criterion
+quantity across widths (:func:`d_axis_figure`) and along training (:func:`trajectory_figure`)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ __all__ = [
     "d_axis_figure",
     "forward_reverse_figure",
     "mechanism_figure",
+    "trajectory_figure",
 ]
 
 
@@ -248,3 +249,72 @@ def d_axis_figure(axis: dict, thresholds: dict, fields: tuple):
     return fig
 
 
+
+
+# ------------------------------------------------------------------------------- along training (issue 41)
+
+_TRAJECTORY_TITLES = {"accuracy": "facts answered", "superposition_r2": "superposition R²",
+                      "follows": "interventions followed", "others_unchanged": "other relations unchanged",
+                      "selective_fraction": "selective units", "gated_mass": "gated mass",
+                      "breadth_median": "breadth (median)", "zero_shot": "zero-shot transfer (best)",
+                      "component_share": "components, not a key", "rebuilt_accuracy": "fit's rebuild read"}
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def trajectory_figure(doc: dict, thresholds: dict, fields: tuple):
+    """The probes against the training step, per regime with a trajectory (mean over seeds): one panel per
+    quantity, a colour per family, a line style per N, the claim's threshold as a grey line.
+
+    Parameters
+    ----------
+    doc : dict
+        :func:`.study_report.summarize`'s document (regimes with ``trajectory``).
+    thresholds : dict
+        The declared thresholds (:data:`.study_design.THRESHOLDS`).
+    fields : tuple of str
+        The quantities, one panel each (:data:`.study_report.TRAJECTORY_FIELDS`).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib.
+    """
+    plt = import_pyplot()
+    from matplotlib.lines import Line2D
+
+    rows = [e for e in doc["regimes"] if e.get("trajectory")]
+    families = list(dict.fromkeys(e.get("family") or e["regime"] for e in rows))
+    sizes = sorted({e["params"]["N"] for e in rows})
+    colours = plt.get_cmap("tab10")
+    columns = 4
+    panels = math.ceil(len(fields) / columns)
+    with plt.rc_context(rc_params()):
+        fig, axes = plt.subplots(panels, columns, figsize=(11, 2.6 * panels + 1.2), squeeze=False)
+        for ax, name in zip(axes.flat, fields):
+            for e in rows:
+                t = e["trajectory"]
+                colour = colours(families.index(e.get("family") or e["regime"]) % 10)
+                style = _LINESTYLES[sizes.index(e["params"]["N"]) % len(_LINESTYLES)]
+                ys = [np.nan if s["mean"] is None else s["mean"] for s in t[name]]
+                ax.plot(t["steps"], ys, color=colour, linestyle=style, linewidth=1.3, marker="o",
+                        markersize=3)
+            if name in thresholds:  # every criterion quantity is named as its threshold
+                ax.axhline(thresholds[name], color="0.55", linewidth=1.0, linestyle="--")
+            ax.set_title(_TRAJECTORY_TITLES.get(name, name), fontsize=minimum_font() + 1)
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_xlabel("training step", fontsize=minimum_font())
+        for ax in list(axes.flat)[len(fields):]:
+            ax.set_visible(False)
+        handles = [Line2D([], [], color=colours(i % 10), label=f) for i, f in enumerate(families)]
+        handles += [Line2D([], [], color="black", linestyle=_LINESTYLES[i % len(_LINESTYLES)],
+                           label=f"N = {N}") for i, N in enumerate(sizes)]
+        handles.append(Line2D([], [], color="0.55", linestyle="--", label="claim's threshold"))
+        fig.legend(handles=handles, loc="lower center", ncol=min(6, len(handles)), frameon=False,
+                   fontsize=minimum_font())
+        fig.suptitle("the probes along training (mean over seeds)")
+        fig.tight_layout(rect=(0, 0.1 if len(handles) > 6 else 0.06, 1, 1))
+    return fig

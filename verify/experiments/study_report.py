@@ -19,7 +19,7 @@ import numpy as np
 
 from georecall.memory import Budget
 from georecall.verify.experiments import figures as drawing
-from georecall.verify.experiments import probes_mechanism
+from georecall.verify.experiments import probes_components, probes_mechanism
 from georecall.verify.experiments.study import read_study
 from georecall.verify.experiments.study_design import (
     CLAIMS,
@@ -30,8 +30,56 @@ from georecall.verify.experiments.study_design import (
     THRESHOLDS,
     g1_d,
 )
+from georecall.verify.experiments.study_figures import trajectory_figure
 
-__all__ = ["D_AXIS_FIELDS", "d_axis", "figures", "regime_verdicts", "render_summary", "summarize"]
+__all__ = ["D_AXIS_FIELDS", "TRAJECTORY_FIELDS", "d_axis", "figures", "regime_verdicts", "render_summary",
+           "summarize", "trajectories"]
+
+# What the trajectory figure draws against the training step (a regime with ``trajectory_every``): the share
+# of facts answered and each claim's criterion quantities; ``zero_shot`` is the larger of the closed-form and
+# the functional transfer, as in the claim.
+TRAJECTORY_FIELDS = ("accuracy", "superposition_r2", "follows", "others_unchanged", "selective_fraction",
+                     "gated_mass", "breadth_median", "zero_shot", "component_share", "rebuilt_accuracy")
+
+
+def _trajectory_point(point: dict) -> dict:
+    s = point.get("summary") or {}
+    transfer = [v for k in ("closed_form_transfer", "functional_zero_shot") if (v := s.get(k)) is not None]
+    values = {"accuracy": point.get("accuracy"), "zero_shot": max(transfer) if transfer else None}
+    return {"step": point.get("step"),
+            **{f: values[f] if f in values else s.get(f) for f in TRAJECTORY_FIELDS}}
+
+
+def trajectories(records: list[dict]) -> dict | None:
+    """The probes along training of one regime's records: per step, mean ± sd over seeds of
+    :data:`TRAJECTORY_FIELDS`; step 0 is the untrained weights (the record's ``initial`` probes).
+
+    Parameters
+    ----------
+    records : list of dict
+        Mechanism records of one regime (those without a ``trajectory`` are skipped).
+
+    Returns
+    -------
+    dict or None
+        ``steps`` (sorted) and per field a list of :func:`_stats` per step; ``None`` when no record has a
+        trajectory.
+    """
+    points: dict[int, list[dict]] = {}
+    for r in records:
+        trajectory = r.get("trajectory")
+        if not isinstance(trajectory, list):
+            continue
+        start = {"step": 0, "accuracy": r["training"].get("initial_accuracy"),
+                 "summary": r["initial"]["summary"]}
+        for point in [start, *trajectory]:
+            if isinstance(point, dict) and isinstance(point.get("step"), int):
+                points.setdefault(point["step"], []).append(_trajectory_point(point))
+    if not points:
+        return None
+    steps = sorted(points)
+    return {"steps": steps,
+            **{f: [_stats([p[f] for p in points[s]]) for s in steps] for f in TRAJECTORY_FIELDS}}
 
 
 def _stats(values: list) -> dict:
@@ -81,7 +129,7 @@ def regime_verdicts(claims_per_seed: list[dict], powers: list[float | None] | No
 
 
 def _fields() -> tuple[str, ...]:
-    return probes_mechanism.SUMMARY_FIELDS
+    return probes_mechanism.SUMMARY_FIELDS + probes_components.SUMMARY_FIELDS
 
 
 def _group_key(record: dict) -> str:
@@ -153,6 +201,9 @@ def summarize(path: str, *, budget: Budget | None = None) -> dict:
             initial_verdicts=regime_verdicts([r["initial"]["claims"] for r in records],
                                              [r["initial"]["summary"].get("superposition_power")
                                               for r in records]))
+        trajectory = trajectories(records)
+        if trajectory is not None:
+            entry["trajectory"] = trajectory
         regimes.append(entry)
     regimes.sort(key=lambda e: (e["grid"] or "", e["control"], order.get(e["regime"], len(order))))
     constructions.sort(key=lambda e: (e["construction"], e["N"], e["R"], e.get("pad_d") or 0))
@@ -425,13 +476,16 @@ def figures(doc: dict, out_dir: str, *, log: Callable[[str], None] | None = None
     """
     log = log or (lambda text: print(f"georecall: {text}", file=sys.stderr, flush=True))
     if not drawing.have_matplotlib():
-        log("matplotlib is not installed: no figures (pip install 'georecall[plot]')")
+        log("matplotlib is not installed: no figures (pip install '.[plot]' in georecall's clone)")
         return []
     options: dict[str, Any] = {"dpi": drawing.DEFAULT_DPI if dpi is None else dpi,
                                "formats": tuple(formats) if formats else drawing.DEFAULT_FORMATS}
     os.makedirs(out_dir, exist_ok=True)
     written = drawing.save_figure(drawing.mechanism_figure(doc, THRESHOLDS), out_dir, "mechanism", **options)
     written += drawing.save_figure(drawing.forward_reverse_figure(doc), out_dir, "forward_reverse", **options)
+    if any(e.get("trajectory") for e in doc["regimes"]):
+        written += drawing.save_figure(trajectory_figure(doc, THRESHOLDS, TRAJECTORY_FIELDS), out_dir,
+                                       "mechanism_trajectory", **options)
     axis = doc.get("d_axis")
     if axis and axis.get("series"):
         written += drawing.save_figure(drawing.d_axis_figure(axis, THRESHOLDS, D_AXIS_FIELDS), out_dir,

@@ -7,7 +7,8 @@ refusing what it cannot run), ``write(model, folder, dtype, context)`` and ``run
 folder loaded by the target's own library, as tokens -> logits). The computation they all run and its
 rounding bound are written once (:mod:`.graph`), the check in the target once (:mod:`.check`). Only these
 modules import torch, transformer_lens, onnx or onnxruntime, and only when a target is used (the ``export``
-extra: ``pip install 'georecall[export]'``)::
+extra for torch and ONNX, ``export-tl`` for TransformerLens: ``pip install '.[export]'`` or
+``'.[export-tl]'`` in a clone of georecall)::
 
     from georecall.verify.export import export, query_set
     report = export(model, "transformer-lens", "OUT", queries=query_set(task), promise=built.promise)

@@ -10,9 +10,12 @@ own predictions) the target's logits at the read position are compared with geor
   float64 pass's: the same first-order terms (products of length n within ``γ_n``, one rounding per sum, the
   stored weights' rounding) with ``u = 2^-53`` and georecall's float64 weights, no larger term by term than
   the target's (whose ``u`` is at least as large and whose weights are cast from those);
-- **answers**: the target's argmax equals georecall's wherever georecall's margin exceeds twice the largest
-  bound (elsewhere rounding could flip a near-tie: counted as ``within_rounding``, never as agreement), and
-  is compared with the task's answer (accuracy);
+- **answers**: the target's argmax equals georecall's on **every** query, and each query is right in the
+  target exactly when it is right in georecall (the sign of its margin over the task's answer is the same):
+  any change fails the check, whatever the logits' allowance. A change where georecall's own margin is
+  within twice the largest bound (a near-tie rounding could flip) is also counted as ``within_rounding``, to
+  say why it may have happened, but it fails all the same: the model that leaves must answer as the model
+  checked;
 - **margins**: recomputed from the target's own logits (top minus runner-up; a tie is 0 and wrong); for a
   construction, its smallest margin must reach the promise less twice the bound (two logits, each within
   the bound: :func:`~georecall.verify.checking.report.margin_reaches`).
@@ -129,7 +132,7 @@ def check_in_target(model: Model, graph: Graph, run: Runner, qs: QuerySet, *, ta
     min_margin_target = np.full(n, np.inf)
     min_margin_georecall = np.full(n, np.inf)
     worst_diff = worst_bound = worst_ratio = 0.0
-    outside = disagree = within_rounding = 0
+    outside = disagree = within_rounding = sign_changes = 0
     for part in iter_chunks(n, chunk):
         seq = qs.prompts[part]
         for step in range(qs.steps):
@@ -146,10 +149,13 @@ def check_in_target(model: Model, graph: Graph, run: Runner, qs: QuerySet, *, ta
             best_r, margin_r = _top_two(ref)
             decided = margin_r > 2 * allowed
             differ = best_t != best_r
-            disagree += int(np.count_nonzero(differ & decided))
+            disagree += int(np.count_nonzero(differ))
             within_rounding += int(np.count_nonzero(differ & ~decided))
             margin_t = np.where(margin_t > 0, margin_t, 0.0)
-            correct[part] &= (best_t == qs.answers[part, step]) & (margin_t > 0)
+            right_t = (best_t == qs.answers[part, step]) & (margin_t > 0)
+            right_r = (best_r == qs.answers[part, step]) & (margin_r > 0)
+            sign_changes += int(np.count_nonzero(right_t != right_r))
+            correct[part] &= right_t
             min_margin_target[part] = np.minimum(min_margin_target[part], margin_t)
             min_margin_georecall[part] = np.minimum(min_margin_georecall[part], margin_r)
             if qs.greedy:  # the target's own prediction is fed back, as a user's decoding loop would
@@ -169,12 +175,13 @@ def check_in_target(model: Model, graph: Graph, run: Runner, qs: QuerySet, *, ta
         "max_difference_over_allowed": worst_ratio,
         "disagreements_with_georecall": disagree,
         "within_rounding": within_rounding,
+        "right_or_wrong_changed": sign_changes,
         "min_margin_target": float(min_margin_target.min(initial=np.inf)),
         "min_margin_georecall": float(min_margin_georecall.min(initial=np.inf)),
         "bound": "twice the first-order rounding bound of the target's computation in its dtype (exp "
                  "within 4 ulps): once for the target, once for georecall's float64 pass",
     }
-    passed = outside == 0 and disagree == 0
+    passed = outside == 0 and disagree == 0 and sign_changes == 0
     if promise is not None:
         report["promise_margin"] = float(promise.margin)
         # a margin is a difference of two logits, each within bound of its exact value: worst_bound (2·bound)

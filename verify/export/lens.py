@@ -2,16 +2,17 @@
 
 The folder holds ``config.json`` (fields of ``TransformerBridgeConfig``) and ``state_dict.pt`` (the keys
 ``TransformerBridge.state_dict()`` shows after ``boot_native``, which its ``load_state_dict`` accepts
-strictly), so that a process that never imports georecall loads it::
+strictly), so that a process that never imports georecall loads it, with no import for its side effect::
 
     import json, torch
-    from transformer_lens.model_bridge import TransformerBridge
-    import transformer_lens.model_bridge.sources            # attaches boot_native
-    bridge = TransformerBridge.boot_native(json.load(open(f"{OUT}/config.json")))
+    from transformer_lens.model_bridge.sources import boot_native
+    bridge = boot_native(json.load(open(f"{OUT}/config.json")))
     bridge.load_state_dict(torch.load(f"{OUT}/state_dict.pt"), strict=True)
     logits = bridge(tokens)[:, -1]                          # tokens: int64 (batch, T), georecall's ids
 
 (a float64 export boots with ``dtype=torch.float64``: ``load_state_dict`` would cast into float32 weights).
+``config.json`` also names what the model's parts are (its ``"georecall"`` entry, which TransformerLens
+ignores: :func:`units_of`): the residual stream's named coordinate ranges and each block's heads and units.
 
 How georecall's model maps onto TransformerLens's native architecture (normalization off, ReLU MLP, learned
 absolute positions, causal softmax attention with scores divided by ``√d_head``, biases everywhere):
@@ -22,9 +23,13 @@ absolute positions, causal softmax attention with scores divided by ``√d_head`
   and ``n_ctx`` is the longest sequence the task needs;
 - **uniform attention** (the causal mean over ``u <= t``) has no TransformerLens kind: it is built exactly as
   zero ``W_Q`` and ``W_K`` — every score is 0 and the causal softmax of zeros is exactly ``1/(t + 1)``;
-- **softmax attention** with georecall's explicit β: TransformerLens divides scores by ``√d_head``, so
-  ``d_head`` is padded (with zero columns) to a power of 4, making ``√d_head`` a power of two, and ``W_Q`` is
-  stored as ``β·√d_head·W_Q``: the scores are ``β·<q, k>`` (one rounding, in the bound);
+- **``d_head`` is the model's own**: the widest head's key width ``d_k`` or value width ``d_v``. Where
+  TransformerLens does not allow the model's shape it is padded with zero columns: its native attention has
+  one ``d_head`` for queries, keys and values alike, so a head whose ``d_v`` differs from its ``d_k`` (G2, C1:
+  ``d_v = 2`` beside ``d_k = D``), or a layer narrower than the widest, is padded to the widest;
+- **softmax attention** with georecall's explicit β: the config sets ``attn_scale = 2`` (TransformerLens then
+  divides scores by 2 instead of ``√d_head``: exact, a power of two) and ``W_Q`` is stored as ``2·β·W_Q``: the
+  scores are ``β·<q, k>`` (one rounding, in the bound);
 - every layer has attention and an MLP (TransformerLens blocks do): a missing one is zero and adds exact
   zeros; heads and MLP units are padded with zeros to the largest layer's;
 - **hard attention** (an idealization, β -> ∞) is refused: no finite softmax computes it.
@@ -42,32 +47,31 @@ from georecall.constructions.model import Model
 from georecall.errors import InputError
 from georecall.verify.export.graph import Graph, exportable, graph_of
 
-__all__ = ["config_of", "graph", "load", "require", "runner", "write"]
+__all__ = ["ATTN_SCALE", "config_of", "graph", "load", "require", "runner", "units_of", "write"]
+
+# TransformerLens divides scores by this (a power of two: exact); 1.0 it refuses for d_head > 1
+ATTN_SCALE = 2.0
 
 
 def _libraries():
     try:
         import torch
-        import transformer_lens.model_bridge.sources  # noqa: F401  (attaches boot_native)
-        from transformer_lens.model_bridge import TransformerBridge
+        from transformer_lens.model_bridge.sources import boot_native
     except ImportError:
         raise InputError("--to transformer-lens needs PyTorch and TransformerLens 4.x: pip install "
-                         "'georecall[export]' (CPU: pip install torch==2.13.0 first)") from None
-    return torch, TransformerBridge
+                         "'.[export-tl]' in a clone of georecall (CPU: pip install torch==2.13.0 first)") \
+            from None
+    return torch, boot_native
 
 
 def _head_width(model: Model) -> int:
-    """``d_head``: the widest head (``d_k`` or ``d_v``) rounded up to a power of 4 (so ``√d_head`` is a power
-    of two)."""
+    """``d_head``: the widest head's ``d_k`` or ``d_v`` (TransformerLens has one width for both)."""
     widest = 1
     for layer in model.layers:
         att = layer.attention
         if att is not None:
             widest = max(widest, att.W_V.shape[2], 0 if att.W_Q is None else att.W_Q.shape[2])
-    width = 1
-    while width < widest:
-        width *= 4
-    return width
+    return widest
 
 
 def _sizes(model: Model) -> tuple[int, int, int]:
@@ -85,7 +89,7 @@ def graph(model: Model, dtype) -> Graph:
     """What the bridge stores and computes (padded heads and units, ``W_Q`` scaled by ``β·√d_head``)."""
     exportable(model, "TransformerLens")
     heads, width, mlp = _sizes(model)
-    g = graph_of(model, dtype, beta_in_queries=float(np.sqrt(width)), heads=heads, head_width=width,
+    g = graph_of(model, dtype, beta_in_queries=ATTN_SCALE, heads=heads, head_width=width,
                  mlp_width=mlp, every_part=True)
     if mlp == 0:  # attn_only: no block has an MLP
         g = dataclasses.replace(g, layers=tuple(dataclasses.replace(layer, mlp=None) for layer in g.layers))
@@ -112,10 +116,59 @@ def config_of(model: Model, context: int) -> dict:
         "n_ctx": model.max_positions or max(context, 1),
         "d_vocab": model.n_entities + model.n_relations, "d_vocab_out": model.n_out,
         "act_fn": "relu", "normalization_type": None, "attention_dir": "causal",
+        "use_attn_scale": True, "attn_scale": ATTN_SCALE,
         "positional_embedding_type": "standard", "original_architecture": "georecall",
         "init_weights": False, "tokenizer_prepends_bos": False, "default_prepend_bos": False,
         "model_name": f"georecall-{model.meta.get('construction', 'model')}",
+        "georecall": units_of(model),
     }
+
+
+def units_of(model: Model) -> dict:
+    """What the exported model's parts are, in TransformerLens's names (the ``"georecall"`` entry of
+    ``config.json``; TransformerLens ignores a field it does not know).
+
+    Parameters
+    ----------
+    model : Model
+
+    Returns
+    -------
+    dict
+        ``residual``: the named coordinate ranges of ``d_model`` (``[start, stop)`` and the shape they
+        are read in, e.g. G1's ``blocks`` of shape ``(R, D)``: block ``B_r`` is coordinates
+        ``start + r·D ...``), from the construction's layout (empty for a model without one); ``blocks``: per
+        TransformerLens block its attention (kind, β, each head's own ``d_k`` and ``d_v`` inside the
+        exported ``d_head``) and MLP width; ``tokens``: georecall's ids; the construction's own sizes
+        (``D``, ``k``) when it has them.
+    """
+    _, width, _ = _sizes(model)
+    blocks = []
+    for i, layer in enumerate(model.layers):
+        att, mlp = layer.attention, layer.mlp
+        entry: dict = {"name": f"blocks.{i}"}
+        if att is None:
+            entry["attn"] = "none: zero weights, adds exact zeros"
+        else:
+            d_k = 0 if att.W_Q is None else int(att.W_Q.shape[2])
+            entry["attn"] = {
+                "kind": att.kind, "heads": att.heads, "d_k": d_k, "d_v": int(att.W_V.shape[2]),
+                "d_head": width,
+                "beta": None if att.kind == "uniform" else float(att.inverse_temperature),
+                "how": ("the causal mean: zero W_Q and W_K, so every score is 0" if att.kind == "uniform" else
+                        f"W_Q stored as {ATTN_SCALE:g}·β·W_Q; TransformerLens divides scores by attn_scale = "
+                        f"{ATTN_SCALE:g}, so the scores are β·<q, k>"),
+                "padding": "columns past d_k (queries, keys) or d_v (values) are zero",
+            }
+        entry["mlp"] = ("none: zero weights" if mlp is None else
+                        {"units": int(mlp.width), "activation": "relu", "hook": f"blocks.{i}.mlp.hook_post"})
+        blocks.append(entry)
+    layout = model.meta.get("layout") if isinstance(model.meta.get("layout"), dict) else {}
+    sizes = {key: model.meta[key] for key in ("construction", "D", "k") if key in model.meta}
+    return {"residual": layout, "blocks": blocks, **sizes,
+            "tokens": {"entities": [0, model.n_entities], "relations": [model.n_entities,
+                                                                       model.n_entities + model.n_relations],
+                       "order": "<r_k, ..., r_1, s>: the subject last; logits at the last position"}}
 
 
 def _state(g: Graph, config: dict) -> dict[str, np.ndarray]:
@@ -181,11 +234,11 @@ def load(folder: str, dtype=None):
     -------
     TransformerBridge
     """
-    torch, TransformerBridge = _libraries()
+    torch, boot_native = _libraries()
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
         config = json.load(handle)
     as_torch = torch.float64 if dtype is not None and np.dtype(dtype) == np.float64 else None
-    bridge = TransformerBridge.boot_native(config, dtype=as_torch)
+    bridge = boot_native(config, dtype=as_torch)
     bridge.load_state_dict(torch.load(os.path.join(folder, "state_dict.pt"), weights_only=True), strict=True)
     return bridge.eval()
 

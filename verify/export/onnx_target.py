@@ -32,7 +32,8 @@ def _onnx():
         import onnx
         from onnx import helper, numpy_helper
     except ImportError:
-        raise InputError("--to onnx needs onnx and onnxruntime: pip install 'georecall[export]'") from None
+        raise InputError("--to onnx needs onnx and onnxruntime: pip install '.[export]' in a clone of "
+                         "georecall") from None
     return onnx, helper, numpy_helper
 
 
@@ -40,7 +41,8 @@ def _runtime():
     try:
         import onnxruntime
     except ImportError:
-        raise InputError("--to onnx needs onnxruntime: pip install 'georecall[export]'") from None
+        raise InputError("--to onnx needs onnxruntime: pip install '.[export]' in a clone of georecall") \
+            from None
     return onnxruntime
 
 

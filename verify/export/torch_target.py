@@ -37,8 +37,8 @@ def _torch():
     try:
         import torch
     except ImportError:
-        raise InputError("--to torch needs PyTorch: pip install 'georecall[export]' (CPU: pip install "
-                         "torch==2.13.0 first)") from None
+        raise InputError("--to torch needs PyTorch: pip install '.[export]' in a clone of georecall (CPU: "
+                         "pip install torch==2.13.0 first)") from None
     return torch
 
 

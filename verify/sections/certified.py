@@ -31,7 +31,7 @@ from georecall.verify.checking.planted import (
 from georecall.verify.checking.report import Report, claim_report
 from georecall.verify.checking.run import run_check
 
-__all__ = ["CONTROLS", "NOT_RARE", "certified_row", "control_checks", "section_certified"]
+__all__ = ["CONTROLS", "NOT_RARE", "certified_row", "certified_specs", "control_checks", "section_certified"]
 
 # The negative control of each construction: (planted spec, N, R, k, options), small enough to run in seconds.
 # Facts stored in an MLP (A1, A2(a): a unit firing on a foreign query; A2(b): a pair that leaks onto its
@@ -120,8 +120,10 @@ def certified_row(spec: ConstructionSpec, seed: int = 0, progress: bool = False,
         both = case.pop("compare_integer", False)
         for options in ([case, {**case, "integer": True}] if both else [case]):
             if progress:
-                print(f"{spec.label}: certify {codes or 'default'} codes N={N} R={R} k={k} {options}",
-                      file=sys.stderr, flush=True)
+                mode = ", integer mode" if options.get("integer") else ""
+                more = "".join(f", {key} {value}" for key, value in options.items() if key != "integer")
+                print(f"{spec.label}: certify {codes or 'default'} codes, N = {N}, R = {R}, k = {k}{mode}"
+                      f"{more}", file=sys.stderr, flush=True)
             named = {} if codes is None else {"codes": codes}
             cert = certify(spec, N, R, k, **named, D=D, options=options, seed=seed, budget=budget)
             label = f"{cert.name} N={N} R={R} k={k}"
@@ -171,5 +173,16 @@ def section_certified(seed: int = 0, progress: bool = False, budget: Budget | No
     list of Report
     """
     budget = as_budget(budget)
+    return [certified_row(spec, seed, progress, budget) for spec in certified_specs()]
+
+
+def certified_specs() -> list[ConstructionSpec]:
+    """The registered constructions that get a "certified for every task" row: all but the planted
+    counterexamples (controls, not rows, even when a ``MODULE:ATTR`` lookup has registered them).
+
+    Returns
+    -------
+    list of ConstructionSpec
+    """
     controls = (*PLANTED, *NOT_RARE, *ADVERSARIAL)
-    return [certified_row(spec, seed, progress, budget) for spec in registry.specs() if spec not in controls]
+    return [spec for spec in registry.specs() if spec not in controls]

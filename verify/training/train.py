@@ -43,6 +43,7 @@ __all__ = [
     "Callback",
     "EpochBatches",
     "PrintEvery",
+    "RecordEvery",
     "StepState",
     "StopAtBatchAccuracy",
     "StopAtCheckedAccuracy",
@@ -237,6 +238,49 @@ class PrintEvery(Callback):
         if step % self.every == 0:
             print(f"step {step:6d}  loss {state.loss:.5f}  accuracy {100 * state.accuracy:6.2f}%  "
                   f"({time.perf_counter() - self.start:.1f} s)", file=sys.stderr, flush=True)
+        return False
+
+
+class RecordEvery(Callback):
+    """A trajectory: every ``every`` updates, ``measure(model, steps)`` on the weights after that many updates
+    (``steps`` = every, 2·every, …, below the run's last step; the final model is the caller's to measure).
+
+    Parameters
+    ----------
+    every : int
+        Updates between two points.
+    measure : callable
+        ``measure(model, steps) -> dict``: what to record of the model after ``steps`` updates.
+    initial : Model
+        The model given to :func:`train` (its structure is the trained model's).
+    tie_readout : bool, dtype
+        As given to :func:`train`.
+
+    Attributes
+    ----------
+    points : list of dict
+        ``{"step": steps, **measure(model, steps)}`` per point, in order.
+
+    Raises
+    ------
+    InputError
+        ``every`` is not a positive integer.
+    """
+
+    def __init__(self, every: int, measure: Callable[[Model, int], dict], initial: Model, *,
+                 tie_readout: bool = False, dtype=np.float32):
+        self.every = check_positive_int("every", every)
+        self.measure, self.tie_readout = measure, tie_readout
+        self.template, _ = _template(initial, dtype, frozenset(), tie_readout)
+        self.points: list[dict] = []
+
+    def on_step(self, step: int, state: StepState) -> bool:
+        # before the update of `step`: the parameters are those after `step` updates
+        if step and step % self.every == 0:
+            params = state.params
+            if self.tie_readout:
+                params = {**params, "unembedding": params["entity_embedding"]}
+            self.points.append({"step": step, **self.measure(with_params(self.template, params), step)})
         return False
 
 

@@ -1,0 +1,154 @@
+"""A command's result in Python: run a ``georecall`` command from keyword arguments and keep its document.
+
+The verbs of :mod:`georecall` that have a command of their own (``counts``, ``bounds``, ``train``,
+``probe``, ``evaluate``, ``export``) are that command, called from Python: :func:`run_command` turns the
+keyword arguments into the command's options, lets the command line's own parser check and complete them
+(its defaults, ranges and choices: one place, so Python and the terminal cannot disagree), builds the
+command's typed parameters and runs the command function the terminal runs. What comes back is a
+:class:`Result`: the command's document (``to_dict()``, the same as ``--json``), its outcome (``passed``)
+and its terminal rendering (``repr``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from georecall.errors import InputError
+
+__all__ = ["Result", "run_command"]
+
+
+class Result(Mapping):
+    """The outcome of a command run from Python: its result document, read like a dict.
+
+    Attributes
+    ----------
+    command : str
+        The command ("train", "eval", "bounds", ...).
+    passed : bool
+        The command's outcome: True when it checks nothing or its check passed.
+
+    Examples
+    --------
+    >>> import georecall as gr
+    >>> result = gr.counts(N=3, R=1, k=1)
+    >>> result.command, result["params"]["N"], "rows" in result
+    ('count', 3, True)
+    """
+
+    def __init__(self, document: dict) -> None:
+        self._doc = document
+
+    @property
+    def command(self) -> str:
+        return self._doc["command"]
+
+    @property
+    def passed(self) -> bool:
+        return self._doc["status"] == 0
+
+    def to_dict(self) -> dict:
+        """The result document (what ``georecall COMMAND --json`` prints, before JSON encoding).
+
+        Returns
+        -------
+        dict
+        """
+        return self._doc
+
+    def __getitem__(self, key: str) -> Any:
+        return self._doc[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._doc)
+
+    def __len__(self) -> int:
+        return len(self._doc)
+
+    def __repr__(self) -> str:
+        from georecall.verify.cli import render  # the command line's renderer, imported when shown
+
+        return render.to_text(self._doc)
+
+
+def _argv(options: Mapping[str, Any], flags: Mapping[str, Any]) -> list[str]:
+    """The command-line words of ``options`` (by dest), with ``flags`` the parser's actions by dest."""
+    words: list[str] = []
+    for dest, value in options.items():
+        action = flags[dest]
+        if value is None:
+            continue
+        flag = action.option_strings[0] if action.option_strings else None
+        if action.nargs == 0:  # store_true
+            if not isinstance(value, bool):
+                raise InputError(f"{dest} is True or False, got {value!r}")
+            if value:
+                words.append(action.option_strings[0])
+            continue
+        values = [value] if isinstance(value, (str, int, float)) or not isinstance(value, Sequence) else value
+        texts = [str(v) for v in values]
+        if flag is None:
+            words.extend(texts)
+        else:
+            words.append(flag)
+            words.extend(texts)
+    return words
+
+
+def run_command(command: str, **options: Any) -> Result:
+    """Run the ``georecall`` command ``command`` with ``options`` (keyword names are the options' dests:
+    ``--batch-size`` is ``batch_size``) and return its result.
+
+    Parameters
+    ----------
+    command : str
+        The command, as typed ("train", "eval", "check single-hop").
+    **options
+        Its options. ``None`` leaves an option at the parser's default; ``True``/``False`` set or leave a
+        switch; a list gives a multi-valued option.
+
+    Returns
+    -------
+    Result
+
+    Raises
+    ------
+    TypeError
+        An option the command does not have.
+    InputError
+        A value the command's parser or the command itself refuses (its message names the option).
+
+    Examples
+    --------
+    >>> from georecall.api_command import run_command
+    >>> run_command("count", N=3, R=1, k=1).passed
+    True
+    """
+    from georecall.verify.cli import commands, params, parser  # the command line: imported when run
+    from georecall.verify.cli.options import UsageError
+
+    words = command.split()
+    top = parser.build_parser()
+    sub = top
+    for word in words:  # down the sub-command parsers: "check single-hop" is two levels
+        level = next(a for a in sub._actions if isinstance(a, argparse._SubParsersAction))
+        if word not in level.choices:
+            raise InputError(f"georecall has no command {command!r}")
+        sub = level.choices[word]
+    flags = {a.dest: a for a in sub._actions if a.dest != "help"}
+    unknown = sorted(set(options) - set(flags))
+    if unknown:
+        known = sorted(d for d in flags if d not in params.STRUCTURE and d != "command")
+        raise TypeError(f"{command} takes no option {', '.join(unknown)}; it takes {', '.join(known)}")
+    positional = {d: v for d, v in options.items() if not flags[d].option_strings}
+    named = {d: v for d, v in options.items() if flags[d].option_strings}
+    argv = [*words, *_argv(positional, flags), "--quiet" if "quiet" in flags and "quiet" not in options
+            else "", *_argv(named, flags)]
+    try:
+        namespace = top.parse_args([w for w in argv if w != ""])
+        p = params.build(namespace)
+    except UsageError as exc:
+        raise InputError(str(exc)) from None
+    return Result(commands.COMMANDS[p.command](p))

@@ -1,0 +1,252 @@
+"""Model files in the public API: ``gr.load`` and ``gr.save`` a model (``.npz``, no pickle, the task table
+beside the weights), ``gr.evaluate`` one on every query of its task, ``gr.export`` one to PyTorch,
+TransformerLens or ONNX Runtime.
+
+The format is :mod:`georecall.constructions.storage`'s (docs/model_format.md). ``evaluate`` and ``export``
+are the commands ``georecall eval`` and ``georecall export`` run from Python
+(:func:`georecall.api_command.run_command`); a model given as an object is first written to a temporary
+file with its task, so both read exactly what the command line reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from georecall.api_command import Result, run_command
+
+__all__ = ["evaluate", "export", "load", "model_file", "save"]
+
+
+def load(path: str):
+    """Read a model file written by :func:`save`, ``gr.train(out=...)``, ``gr.check(save=...)`` or the
+    command line.
+
+    Parameters
+    ----------
+    path : str
+        The ``.npz`` file.
+
+    Returns
+    -------
+    Model
+        The weights (:class:`georecall.constructions.model.Model`), ready for :func:`evaluate`,
+        :func:`georecall.probe` or the forward pass.
+
+    Raises
+    ------
+    InputError
+        A file that is missing, damaged, or not a georecall model.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import georecall as gr
+    >>> task = gr.task(16, 2)
+    >>> path = os.path.join(tempfile.mkdtemp(), "g1.npz")
+    >>> path = gr.save(gr.build("geometric", task).model, path, task=task)
+    >>> gr.load(path).n_entities
+    16
+    """
+    from georecall.constructions import storage  # numpy and the model: imported when a file is read
+
+    return storage.load_model(path)[0]
+
+
+def save(model, path: str, *, task=None, **record: Any) -> str:
+    """Write ``model`` to ``path`` (``.npz`` added when missing), atomically, without pickle.
+
+    Parameters
+    ----------
+    model : Model
+        The weights (``gr.build(...).model``, ``gr.load(...)``, ``gr.train(...).model``).
+    path : str
+        Where to write.
+    task : Task, optional
+        Stored beside the weights (``task_table``), so that :func:`evaluate` and ``georecall eval`` need no
+        ``--task``.
+    **record
+        JSON-able facts for the file's header (``k``, ``construction``, ``seed``, ...).
+
+    Returns
+    -------
+    str
+        The path written (``.npz`` added when missing).
+
+    Raises
+    ------
+    InputError
+        A path that cannot be written.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import georecall as gr
+    >>> task = gr.task(16, 2)
+    >>> path = os.path.join(tempfile.mkdtemp(), "g1.npz")
+    >>> gr.save(gr.build("geometric", task).model, path, task=task, construction="G1") == path
+    True
+    """
+    from georecall.constructions import storage  # as in load()
+
+    extra = {} if task is None else {"task_table": task.table}
+    if task is not None:
+        record = {"N": task.N, "R": task.R, **record}
+    return storage.save_model(model, path, extra_arrays=extra, **record)
+
+
+@contextlib.contextmanager
+def model_file(model, task, what: str, **record: Any) -> Iterator[str]:
+    """``model`` itself when it is a path; else a temporary model file holding it (and ``task``).
+
+    Parameters
+    ----------
+    model : Model or path
+        The model, or its file.
+    task : Task or None
+        Stored beside a model written here.
+    what : str
+        The calling function, for messages.
+    **record
+        Further fields of the file written.
+    """
+    if isinstance(model, (str, os.PathLike)):
+        yield os.fspath(model)
+        return
+    from georecall.constructions.model import Model  # the check of the argument's type, when one is given
+    from georecall.errors import InputError
+
+    if not isinstance(model, Model):
+        raise InputError(f"{what} takes a Model or a model file's path, got {type(model).__name__}")
+    with tempfile.TemporaryDirectory(prefix="georecall-") as folder:
+        path = os.path.join(folder, "model.npz")
+        save(model, path, task=task, **record)
+        yield path
+
+
+def evaluate(model, *, task=None, k: int | None = None, cot: bool = False, arith: str = "exact",
+             **options: Any) -> Result:
+    """Accuracy and logit margins of a model on every query of its task, overall and per relation: what
+    ``georecall eval`` prints.
+
+    Every margin is an interval ``[lo, hi]`` that contains the exact margin of the stored weights (``arith =
+    "exact"``); a query counts as right when its exact margin is positive.
+
+    Parameters
+    ----------
+    model : Model or str
+        The weights, or a model file's path.
+    task : Task, optional
+        The task (needed for a Model object, or a file that stores none).
+    k : int, optional
+        Hops of the queries (default: the k the file records, else 1).
+    cot : bool
+        Greedy chain-of-thought decoding.
+    arith : {"exact", "float64", "float32", "float16"}
+        Exact (the stored weights' own function), or the verdict of a computation in that dtype.
+    **options
+        The rest of ``georecall eval``'s options.
+
+    Returns
+    -------
+    Result
+        ``result["accuracy"]``, ``result["min_margin"]``, ``result["per_relation"]``, ...
+
+    Raises
+    ------
+    InputError
+        A missing or damaged file, no task, or sizes that do not fit the task.
+
+    Examples
+    --------
+    >>> import georecall as gr
+    >>> task = gr.task(16, 2)
+    >>> result = gr.evaluate(gr.build("geometric", task).model, task=task)
+    >>> result["accuracy"], result["queries"]
+    (1.0, 32)
+    """
+    from georecall.errors import InputError  # imported with the command
+
+    if task is None and not isinstance(model, (str, os.PathLike)):
+        raise InputError("evaluate needs the task of a Model object: evaluate(model, task=gr.task(N, R))")
+    stored_task = task if not isinstance(model, (str, os.PathLike)) else None
+    with contextlib.ExitStack() as stack:
+        path = stack.enter_context(model_file(model, stored_task, "evaluate"))
+        table_path = None
+        if task is not None and stored_task is None:  # a file, and a task given beside it
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="georecall-"))
+            table_path = os.path.join(folder, "task.npy")
+            import numpy as np  # a task given beside a file: written for the command to read
+
+            np.save(table_path, task.table)
+        return run_command("eval", model=path, task=table_path, k=k, cot=cot, arith=arith, **options)
+
+
+_EXPORT_LIBRARIES = {"torch": ("torch",), "transformer-lens": ("torch", "transformer_lens"),
+                     "onnx": ("onnx", "onnxruntime")}
+
+
+def export(out: str, *, to: str = "torch", construction: str | None = None, model: str | None = None,
+           N: int | None = None, R: int | None = None, k: int | None = None, **options: Any) -> Result:
+    """Write a construction built for a task (or a model file) as a new folder ``out`` for PyTorch,
+    TransformerLens or ONNX Runtime, then load it with that library and check every query there: what
+    ``georecall export`` does (docs/export.md).
+
+    Needs the ``export`` extra, installed from a clone of georecall (it is not on the package index):
+    ``pip install '.[export]'``.
+
+    Parameters
+    ----------
+    out : str
+        The folder to create (must not exist).
+    to : {"torch", "transformer-lens", "onnx"}
+        The target library.
+    construction : str, optional
+        A construction to build on THE seeded task (default ``"geometric"``; not with ``model``).
+    model : str, optional
+        A model file to export instead.
+    N, R, k : int, optional
+        Sizes of the construction's task (defaults as ``georecall export``).
+    **options
+        The rest of ``georecall export``'s options (``seed``, ``codes``, ``D``, ``dtype``, ``no_check``, ...).
+
+    Returns
+    -------
+    Result
+        ``result.passed``: every query checked in the target agrees with georecall.
+
+    Raises
+    ------
+    ImportError
+        The target's library is not installed (the message gives the install line).
+    InputError
+        ``out`` exists, an unknown target or construction, or bad sizes.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import georecall as gr
+    >>> out = os.path.join(tempfile.mkdtemp(), "g1")
+    >>> try:
+    ...     result = gr.export(out, to="onnx", N=16, R=2)
+    ... except ImportError as exc:
+    ...     print("pip install '.[export]'" in str(exc))
+    ... else:
+    ...     print(result.passed)
+    True
+    """
+    import importlib.util
+
+    from georecall.errors import InputError  # imported with the command
+
+    if to not in _EXPORT_LIBRARIES:
+        raise InputError(f"export: to must be one of {', '.join(_EXPORT_LIBRARIES)}, got {to!r}")
+    missing = [name for name in _EXPORT_LIBRARIES[to] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"export to {to} needs {', '.join(missing)}: the export extra, installed from a "
+                          "clone of georecall (it is not on the package index): pip install '.[export]'")
+    return run_command("export", out=out, to=to, construction=construction, model=model, N=N, R=R, k=k,
+                       **options)

@@ -1,0 +1,182 @@
+"""Hostile input to `georecall lecture` (issue 45, verify/experiments/lecture.py): unreadable notebooks, cells
+that time out, kill their kernel, turn an output into a folder or signal georecall, and Ctrl-C or SIGTERM
+during a lecture. Each case: its exit code (2 for bad input, 130 / 143 for an interruption), one line on
+stderr, one strict JSON document under ``--json``, and no file or temporary left behind (no output folder
+for a notebook refused before any work, no ``.*.tmp-*`` file ever).
+
+The cases that run a kernel start a fresh Python kernel each (a few seconds): they are ``slow``. Every case
+skips, with the reason, without the teach extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from georecall.verify.cli import main
+from georecall.verify.experiments import lecture
+
+needs_teach = pytest.mark.skipif(not lecture.have_teach(), reason="the lecture needs the teach extra: pip "
+                                 "install '.[teach]' (jupytext, nbclient, nbconvert, ipykernel, matplotlib)")
+pytestmark = needs_teach
+
+HEADER = ("---\njupyter:\n  jupytext:\n    text_representation:\n      extension: .md\n"
+          "      format_name: markdown\n---\n\n")
+
+# Nine (and more) kinds of unreadable notebook: each is refused naming the file and what is wrong
+UNREADABLE = {
+    "not_json.ipynb": (b"{not json", "is not JSON"),
+    "empty.ipynb": (b"", "is not JSON"),
+    "a_list.ipynb": (b"[1, 2]", "its JSON is a list"),
+    "wrong_schema.ipynb": (b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": '
+                           b'[{"cell_type": "bogus"}]}', "cannot be read"),
+    "cells_not_a_list.ipynb": (b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": 5}',
+                               "cannot be read"),
+    "nbformat3.ipynb": (b'{"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": []}',
+                        "has nbformat 3"),
+    "nbformat99.ipynb": (b'{"nbformat": 99, "nbformat_minor": 0, "metadata": {}, "cells": []}',
+                         "has nbformat 99"),
+    "deep.ipynb": (b"[" * 100_000 + b"]" * 100_000, "is not JSON"),
+    "binary.md": (bytes(range(256)) * 4, "is a binary file"),
+    "latin1.md": ("# café\n".encode("latin-1"), "is not UTF-8"),
+    "bad_yaml.md": (b"---\njupyter: [unclosed\n---\n\n# x\n", "cannot be read"),
+}
+
+
+def _leftovers(folder: Path) -> list[str]:
+    """Temporaries anywhere under ``folder`` (``.name.tmp-*``, the atomic writers' and export's)."""
+    return [str(p) for p in folder.rglob("*") if ".tmp-" in p.name]
+
+
+@pytest.mark.parametrize("name", sorted(UNREADABLE))
+def test_an_unreadable_notebook_is_one_line_naming_it(name, tmp_path, capsys):
+    data, what = UNREADABLE[name]
+    source = tmp_path / name
+    source.write_bytes(data)
+    out = tmp_path / "out"
+    code = main(["lecture", "--notebook", str(source), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("georecall: error:"), err
+    assert str(source) in err[0] and what in err[0], err
+    assert not out.exists() and not _leftovers(tmp_path)
+    code = main(["lecture", "--notebook", str(source), "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert code == 2 and doc["status"] == 2 and what in doc["error"] and str(source) in doc["error"]
+    assert len(captured.err.strip().splitlines()) <= 1
+    assert not out.exists()
+
+
+def test_a_readable_notebook_is_read(tmp_path):
+    """The control: the same reader takes a well-formed notebook of each format."""
+    (tmp_path / "ok.md").write_text(HEADER + "# title\n\n```python\nx = 1\n```\n")
+    assert len(lecture.read_notebook(str(tmp_path / "ok.md")).cells) == 2
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    nbformat.write(nb, str(tmp_path / "ok.ipynb"))
+    assert len(lecture.read_notebook(str(tmp_path / "ok.ipynb")).cells) == 1
+
+
+# -------------------------------------------------------------------------------------- cells that run
+
+
+def _notebook(folder: Path, code: str) -> Path:
+    path = folder / "nb.md"
+    path.write_text(HEADER + "# a lecture\n\n```python\n" + textwrap.dedent(code).strip() + "\n```\n")
+    return path
+
+
+def _cli(args: list[str], **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "georecall.verify.cli", "lecture", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kwargs)
+
+
+CELLS = {
+    "times_out": ("import time\ntime.sleep(60)", ["--timeout", "10"], 2, "ran past --timeout 10 s"),
+    "kills_its_kernel": ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", [], 2, "kernel died"),
+    "raises": ("raise ValueError('a broken cell')", [], 2, "a broken cell"),
+    "turns_the_output_into_a_folder": ("import os\nos.mkdir('nb.ipynb')", [], 2, "nb.ipynb"),
+    "terminates_georecall": ("import os, signal, time\nos.kill(os.getppid(), signal.SIGTERM)\ntime.sleep(30)",
+                             [], 143, "terminated"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CELLS))
+def test_a_hostile_cell_is_one_line_and_leaves_no_temporary(case, tmp_path):
+    code, extra, status, needle = CELLS[case]
+    source = _notebook(tmp_path, code)
+    out = tmp_path / "out"
+    process = _cli(["--notebook", str(source), "--out", str(out), "--json", *extra])
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == status, (stdout, stderr)
+    doc = json.loads(stdout)
+    assert doc["status"] == status and needle in json.dumps(doc), doc
+    assert len(stderr.strip().splitlines()) <= 1, stderr
+    assert "Traceback" not in stderr
+    assert not _leftovers(tmp_path)
+    written = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert written in ([], ["nb.ipynb"]), written  # nothing but the folder the cell itself made
+    process = _cli(["--notebook", str(source), "--out", str(tmp_path / "text"), *extra])
+    stdout, stderr = process.communicate(timeout=300)
+    lines = stderr.strip().splitlines()
+    assert process.returncode == status and len(lines) == 1 and needle in lines[0], stderr
+
+
+# ------------------------------------------------------------------------------------------- signals
+
+
+def _kernel_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (not yet reaped by its parent) is not running
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_lecture_exits_130_or_143_with_one_document(sig, status, tmp_path):
+    """Ctrl-C or SIGTERM while a cell runs: the kernel is stopped, one JSON document, the exit code of the
+    signal, nothing written (no notebook, page, slides or temporary)."""
+    marker = tmp_path / "kernel.pid"
+    source = _notebook(tmp_path, f"""
+        import os, time
+        open({str(marker)!r} + ".part", "w").write(str(os.getpid()))
+        os.replace({str(marker)!r} + ".part", {str(marker)!r})
+        time.sleep(120)
+    """)
+    out = tmp_path / "out"
+    process = _cli(["--notebook", str(source), "--out", str(out), "--json"])
+    for _ in range(1200):  # the kernel started and runs the cell (a readiness wait, not a timed assertion)
+        if marker.exists() or process.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert marker.exists(), process.communicate(timeout=60)
+    kernel = int(marker.read_text())
+    process.send_signal(sig)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == status, (stdout, stderr)
+    doc = json.loads(stdout)
+    assert doc["status"] == status
+    assert len(stderr.strip().splitlines()) <= 1 and "Traceback" not in stderr, stderr
+    assert not _leftovers(tmp_path)
+    assert not out.exists() or sorted(os.listdir(out)) == []
+    for _ in range(300):
+        if not _kernel_alive(kernel):
+            break
+        time.sleep(0.1)
+    assert not _kernel_alive(kernel), "the kernel outlived the lecture"

@@ -38,7 +38,7 @@ def test_precision_refuses_codes_a_spec_does_not_take_as_check_does():
     g1 = registry.get("G1")
     own_codes = dataclasses.replace(g1, id="G1C", name="own-codes", common=frozenset({"lam"}))
     line = _refusal(lambda: validate_request(own_codes, codes="sign"))
-    assert line.startswith("G1C (own-codes) does not take codes [code kind (--codes)]; it takes: ")
+    assert line.startswith("G1C (own-codes) does not take code kind (--codes); it takes: ")
     assert _refusal(lambda: precision_scan(own_codes, 16, 2, codes="sign")) == line
     assert _refusal(lambda: run_check(own_codes, 16, 2, codes="sign")) == line
 

@@ -92,9 +92,8 @@ def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | 
 
 
 def _option_names(options) -> str:
-    """Options as a message names them: each with what it is and its flag (``codes [code kind (--codes)]``).
-    """
-    return ", ".join(f"{o} [{OPTION_FLAGS[o]}]" if o in OPTION_FLAGS else o for o in sorted(options))
+    """Options as a message names them: what each is and its flag (``code kind (--codes)``)."""
+    return ", ".join(sorted(OPTION_FLAGS.get(o, o) for o in options))
 
 
 def validate_request(spec: ConstructionSpec, *, options: dict | None = None, codes: str | None = None,

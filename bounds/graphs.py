@@ -16,7 +16,7 @@ import networkx as nx
 import numpy as np
 
 from georecall.errors import InputError
-from georecall.theory.tasks import Task, _as_rng, check_positive_int, is_integer
+from georecall.theory.tasks import Task, as_rng, check_positive_int, is_integer
 
 __all__ = ["from_graph", "gadget_leaves", "gadget_task", "leaf_vector", "to_graph", "tree_size",
            "validate_graph"]
@@ -188,7 +188,7 @@ def gadget_task(N: int, R: int, k: int, M: int, leaves: np.ndarray | None = None
     need = M * tree_size(R, k)
     if N < need:
         raise InputError(f"the gadget family needs N >= M·(1 + R + ... + R^k) = {need}; got N = {N}")
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     # Vertex layout: root/internal vertices of root i occupy a contiguous range, level by level (BFS order).
     internal = np.arange(M * internal_per_root).reshape(M, internal_per_root)
     free = np.arange(M * internal_per_root, N)

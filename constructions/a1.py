@@ -50,6 +50,7 @@ def a1_promise(
     gain: float = 2.0,
     n_out: int | None = None,
     norm_sq: float = 1.0,
+    construction: str = "A1",
 ) -> Promise:
     """A1, associative memory (the baseline): one MLP unit per fact, frozen fact-independent embeddings.
 
@@ -72,6 +73,10 @@ def a1_promise(
     lam, gain, n_out, norm_sq
         As in :func:`g1_promise`.
 
+    construction : str
+        The construction's id (A1), named by the promise and its refusals; a spec reusing
+        this promise passes its own.
+
     Returns
     -------
     Promise
@@ -91,7 +96,7 @@ def a1_promise(
         distinct_codes(*distinct),
     )
     return Promise(
-        "A1",
+        construction,
         "associative-memory baseline (one unit per fact)",
         d,
         m,
@@ -132,6 +137,7 @@ def a1_family(
     gain: float = 2.0,
     integer: bool = False,
     rng: np.random.Generator | int | None = None,
+    construction: str = "A1",
 ) -> Family:
     """A1: associative memory, the view the paper argues against: facts live in MLP units, one per fact.
 
@@ -169,6 +175,10 @@ def a1_family(
     rng : numpy.random.Generator or int or None
         The random source of sign and Gaussian codes.
 
+    construction : str
+        The construction's id (A1), named by its promise, refusals and metadata; a spec
+        reusing this family passes its own.
+
     Returns
     -------
     Family
@@ -187,7 +197,8 @@ def a1_family(
     D = codes.D
     c1, c2 = attention_constants(gain)
     promise = a1_promise(N, R, D, gap=codes.gap, distinct=(codes.distinct_lhs, codes.distinct_rhs), lam=lam,
-                         gain=gain, n_out=n_answers, norm_sq=codes.norm_sq).require()
+                         gain=gain, n_out=n_answers, norm_sq=codes.norm_sq,
+                         construction=construction).require()
     integral = float(lam).is_integer() and float(gain).is_integer() and gain % 2 == 0
     if integer and not (codes.integer and integral):
         raise ConditionError("integer mode needs ±1 codes, integer λ and an even gain g")
@@ -226,6 +237,6 @@ def a1_family(
         relation_embedding=Q,
         **readout,
         layers=(Layer(uniform_gain_attention(d, gain), MLP(W1, np.full(m, -theta), W2, np.zeros(d))),),
-        meta=single_hop_meta("A1", attributes, codes, layout, integer=integer, **constants),
+        meta=single_hop_meta(construction, attributes, codes, layout, integer=integer, **constants),
     )
     return Family(model, promise, codes, constants, layout, A1_ENCODING, N, R, 1, attributes)

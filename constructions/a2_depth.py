@@ -14,12 +14,12 @@ from georecall.constructions.building import (
 from georecall.constructions.codes import Codes
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.hops import (
-    _check_attention,
-    _constants,
-    _default_beta,
-    _geometry,
-    _model,
-    _shared,
+    check_attention,
+    code_geometry,
+    default_beta,
+    hop_constants,
+    hop_model,
+    require_shared_attributes,
 )
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import MLP, Layer
@@ -58,6 +58,7 @@ def a2_depth_promise(
     beta: float | None,
     lam: float = 1.0,
     norm_sq: float = 1.0,
+    construction: str = "A2b",
 ) -> Promise:
     """A2(b), k hops without CoT in k layers, each an associative MLP of width ``2·N·R`` (one clipped unit
     pair per single-hop fact) that maps (current entity, relation of this hop) to the next entity.
@@ -82,6 +83,10 @@ def a2_depth_promise(
     beta, lam, norm_sq
         As in :func:`g2_promise`.
 
+    construction : str
+        The construction's id (A2b), named by the promise and its refusals; a spec reusing
+        this promise passes its own.
+
     Returns
     -------
     Promise
@@ -104,7 +109,7 @@ def a2_depth_promise(
     params = model_params(N, R, d, k + 1, layers)
     # Fact-specific: W2 of the shared MLP, 2·D entries per clipped pair (v, r) writing ±(a_{π_r(v)} − a_v)/h.
     return Promise(
-        "A2b",
+        construction,
         "k hops, no CoT, k layers: one associative MLP of width O(N·R), shared by the hops",
         d,
         m,
@@ -146,6 +151,7 @@ def a2_depth_family(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
+    construction: str = "A2b",
 ) -> Family:
     """A2(b): k hops without CoT in k layers, each an associative MLP of width ``2·N·R`` (the depth side of
     the tradeoff: ``d = D + 2R + k + 1 = O(log N + R + k)``).
@@ -185,6 +191,10 @@ def a2_depth_family(
     rng : numpy.random.Generator, int or None
         Random codes' stream.
 
+    construction : str
+        The construction's id (A2b), named by its promise, refusals and metadata; a spec
+        reusing this family passes its own.
+
     Returns
     -------
     Family
@@ -199,12 +209,13 @@ def a2_depth_family(
         The constants violate the construction's conditions (the promise's ``require``).
     """
     k = check_positive_int("k", k)
-    _check_attention(attention)
-    _shared(attributes)
+    check_attention(attention)
+    require_shared_attributes(attributes)
     codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, k + 1
-    beta = _default_beta(attention, beta, 1 / 16, k)
-    promise = a2_depth_promise(N, R, k, D, **_geometry(codes), beta=beta, lam=lam).require()
+    beta = default_beta(attention, beta, 1 / 16, k)
+    promise = a2_depth_promise(N, R, k, D, **code_geometry(codes), beta=beta, lam=lam,
+                               construction=construction).require()
     layout = Layout()
     S = layout.add("current_entity", D)
     rel = layout.add("relations", R)
@@ -241,6 +252,6 @@ def a2_depth_family(
             writes.append(g)
             gains.append(-1.0)
         layers.append(Layer(positional_heads(d, pos, targets, rel, writes, gains, attention, beta), mlp))
-    model = _model("A2b", N, k, codes, layout, E, Q, S, tuple(layers), pos, attention, lam)
-    constants = _constants(k, attention, lam, k, beta=beta, theta=theta, h=h, step_scale=1.0 / h)
+    model = hop_model(construction, N, k, codes, layout, E, Q, S, tuple(layers), pos, attention, lam)
+    constants = hop_constants(k, attention, lam, k, beta=beta, theta=theta, h=h, step_scale=1.0 / h)
     return Family(model, promise, codes, constants, layout, A2B_ENCODING, N, R, k)

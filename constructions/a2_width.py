@@ -14,13 +14,13 @@ from georecall.constructions.building import (
 from georecall.constructions.codes import Codes
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.hops import (
-    _check_attention,
-    _constants,
-    _default_beta,
-    _geometry,
-    _hop_heads,
-    _model,
-    _shared,
+    check_attention,
+    code_geometry,
+    default_beta,
+    hop_constants,
+    hop_heads,
+    hop_model,
+    require_shared_attributes,
 )
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import MLP, Layer
@@ -57,6 +57,7 @@ def a2_width_promise(
     beta: float | None,
     lam: float = 1.0,
     norm_sq: float = 1.0,
+    construction: str = "A2a",
 ) -> Promise:
     """A2(a), k hops without CoT in one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
@@ -76,6 +77,10 @@ def a2_width_promise(
         The pair whose strict comparison decides that the codes are distinct (:func:`distinct_codes`).
     gate, beta, lam, norm_sq
         As in :func:`g2_promise`.
+
+    construction : str
+        The construction's id (A2a), named by the promise and its refusals; a spec reusing
+        this promise passes its own.
 
     Returns
     -------
@@ -97,7 +102,7 @@ def a2_width_promise(
     )
     params = model_params(N, R, d, k + 1, [("softmax", k, k + 1, R, m)])
     return Promise(
-        "A2a",
+        construction,
         "k hops, no CoT, one layer: one MLP unit per k-hop fact",
         d,
         m,
@@ -140,6 +145,7 @@ def a2_width_family(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
+    construction: str = "A2a",
 ) -> Family:
     """A2(a): k hops without CoT in one layer, one MLP unit per k-hop fact (``m = N·R^k``).
 
@@ -174,6 +180,10 @@ def a2_width_family(
     rng : numpy.random.Generator, int or None
         Random codes' stream.
 
+    construction : str
+        The construction's id (A2a), named by its promise, refusals and metadata; a spec
+        reusing this family passes its own.
+
     Returns
     -------
     Family
@@ -188,14 +198,15 @@ def a2_width_family(
         The constants violate the construction's conditions (the promise's ``require``).
     """
     k = check_positive_int("k", k)
-    _check_attention(attention)
-    _shared(attributes)
+    check_attention(attention)
+    require_shared_attributes(attributes)
     codes = resolve_codes(N, codes, D, rng, False)
     D, T, n_paths = codes.D, k + 1, R**k
     gap = codes.gap
     gate = 2.0 * gap if gate is None else float(gate)
-    beta = _default_beta(attention, beta, 1 / (4 * k), k)
-    promise = a2_width_promise(N, R, k, D, **_geometry(codes), gate=gate, beta=beta, lam=lam).require()
+    beta = default_beta(attention, beta, 1 / (4 * k), k)
+    promise = a2_width_promise(N, R, k, D, **code_geometry(codes), gate=gate, beta=beta, lam=lam,
+                               construction=construction).require()
     layout = Layout()
     S = layout.add("subject", D)
     groups = layout.add("gate_groups", k, R)
@@ -206,7 +217,7 @@ def a2_width_family(
     E[:, S] = codes.vectors[:N]
     Q = np.zeros((R, d))
     Q[np.arange(R), groups[0]] = 1.0
-    heads = _hop_heads(d, pos, groups, k, gate, attention, beta)
+    heads = hop_heads(d, pos, groups, k, gate, attention, beta)
     # unit u = path·N + s listens to (s, path) and writes the code of π_path(s)
     path_rows = paths(R, k)
     W1 = np.zeros((d, m))
@@ -217,6 +228,6 @@ def a2_width_family(
     W2 = np.zeros((m, d))  # the declared rows (unit w·N + s writes a_{π_w(s)} on O) are left to the task
     b1 = np.full(m, -(codes.norm_sq + k * gate - gap))
     layers = (Layer(heads, MLP(W1, b1, W2, np.zeros(d))),)
-    model = _model("A2a", N, k, codes, layout, E, Q, out, layers, pos, attention, lam)
-    return Family(model, promise, codes, _constants(k, attention, lam, k, gate=gate, beta=beta), layout,
+    model = hop_model(construction, N, k, codes, layout, E, Q, out, layers, pos, attention, lam)
+    return Family(model, promise, codes, hop_constants(k, attention, lam, k, gate=gate, beta=beta), layout,
                   A2A_ENCODING, N, R, k)

@@ -5,7 +5,7 @@ Integer mode: :func:`integer_bounds` bounds every intermediate a-priori below ``
 so the float64 pass is exact integer arithmetic (docs/theory.md, "Integer mode"). Float mode with
 ``errors=True``: :class:`_Rounding` carries the standard forward-error bound beside every array, in the unit
 roundoff and underflow bound of :func:`working_format` (docs/theory.md, "Sound float mode"). The underscore
-names (``_Tracked``, ``_Arithmetic``, ``_arithmetic``, ``_Rounding``, ``_cast_error``, ``_require_integral``)
+names (``Tracked``, ``Arithmetic``, ``pass_arithmetic``, ``_Rounding``, ``cast_error``, ``require_integral``)
 are the forward pass's internals, shared with ``constructions.forward`` only.
 """
 
@@ -21,12 +21,17 @@ from georecall.errors import InputError
 
 __all__ = [
     "EXACT_INTEGER_LIMIT",
+    "Arithmetic",
     "IntegerModeError",
+    "Tracked",
     "abs_max",
+    "cast_error",
     "integer_bounds",
     "is_integral",
     "logit_bound",
     "matmul_rows",
+    "pass_arithmetic",
+    "require_integral",
     "working_format",
 ]
 
@@ -63,7 +68,20 @@ def abs_max(array: np.ndarray) -> float:
     return max(float(array.max(initial=0.0)), -float(array.min(initial=0.0)))
 
 
-def _require_integral(name: str, array: np.ndarray) -> None:
+def require_integral(name: str, array: np.ndarray) -> None:
+    """Refuse a non-integral array in integer mode.
+
+    Parameters
+    ----------
+    name : str
+        What the array is, for the message.
+    array : numpy.ndarray
+
+    Raises
+    ------
+    IntegerModeError
+        When an entry of ``array`` is not an integer.
+    """
     if not is_integral(array):
         raise IntegerModeError(f"integer mode: {name} is not integral")
 
@@ -177,18 +195,18 @@ def integer_bounds(model: Model, T: int) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
-class _Tracked:
+class Tracked:
     """An array computed by the pass and, in float mode with ``errors=True``, a float64 bound on its
     distance from the same quantity in exact real arithmetic (``None`` when not tracked)."""
 
     value: np.ndarray
     error: np.ndarray | None = None
 
-    def __getitem__(self, index) -> _Tracked:
-        return _Tracked(self.value[index], None if self.error is None else self.error[index])
+    def __getitem__(self, index) -> Tracked:
+        return Tracked(self.value[index], None if self.error is None else self.error[index])
 
 
-class _Arithmetic:
+class Arithmetic:
     """How one pass computes: its working dtype, integer mode, and (float mode with ``errors=True``) the
     rounding bookkeeping (:class:`_Rounding`) that carries a bound beside every array.
 
@@ -199,24 +217,24 @@ class _Arithmetic:
     def __init__(self, dtype: np.dtype, integer: bool, rounding: _Rounding | None) -> None:
         self.dtype, self.integer, self.rounding = dtype, integer, rounding
 
-    def plus(self, a: _Tracked, b: _Tracked | None) -> _Tracked:
+    def plus(self, a: Tracked, b: Tracked | None) -> Tracked:
         """``a + b`` (a new array; ``a`` itself when ``b`` is absent: a missing sublayer adds nothing)."""
         if b is None:
             return a
         value = a.value + b.value
-        return _Tracked(value, None if self.rounding is None else self.rounding.add(value, a.error, b.error))
+        return Tracked(value, None if self.rounding is None else self.rounding.add(value, a.error, b.error))
 
-    def plus_bias(self, a: _Tracked, bias: np.ndarray) -> _Tracked:
+    def plus_bias(self, a: Tracked, bias: np.ndarray) -> Tracked:
         """``a + bias``, in place: ``a`` is a fresh array (the result of :meth:`plus` or :meth:`times`)."""
         np.add(a.value, bias, out=a.value)
-        return _Tracked(a.value, None if self.rounding is None else self.rounding.add(a.value, a.error))
+        return Tracked(a.value, None if self.rounding is None else self.rounding.add(a.value, a.error))
 
-    def times(self, a: _Tracked, W: np.ndarray) -> _Tracked:
+    def times(self, a: Tracked, W: np.ndarray) -> Tracked:
         """``a @ W`` (:func:`matmul_rows`: one matrix product over every leading dimension)."""
         value = matmul_rows(a.value, W)
-        return _Tracked(value, None if self.rounding is None else self.rounding.product(a.value, a.error, W))
+        return Tracked(value, None if self.rounding is None else self.rounding.product(a.value, a.error, W))
 
-    def relu(self, a: _Tracked) -> _Tracked:
+    def relu(self, a: Tracked) -> Tracked:
         """``ReLU(a)``, in place. ReLU is 1-Lipschitz, so the bound carries over, except that a unit computed
         <= 0 whose exact value may be positive by at most (computed + bound) keeps only that much of it:
         ``min(e, max(0, â + e))``, which is ``e`` where ``â > 0`` (the sum rounded up)."""
@@ -229,20 +247,29 @@ class _Arithmetic:
             room *= 1.0 + 2.0**-51
             error = np.minimum(room, error, out=room)
         np.maximum(a.value, 0, out=a.value)
-        return _Tracked(a.value, error)
+        return Tracked(a.value, error)
 
 
-def _arithmetic(model: Model, *, integer: bool, errors: bool) -> _Arithmetic:
+def pass_arithmetic(model: Model, *, integer: bool, errors: bool) -> Arithmetic:
     """The pass's arithmetic. The working dtype is float64 in integer mode (casting integer weights of any
     float dtype to float64 is exact, so every product is formed in float64, where :func:`integer_bounds`
     proves it exact) and the entity table's dtype otherwise (products with a wider weight array promote,
     as NumPy does). With ``errors`` in float mode, the rounding bookkeeping uses the unit roundoff ``u`` and
     the underflow bound of the least precise format in play. When the model mixes formats, an operation may
     round twice (in the wider format, then when stored in the narrower one: ``|fl_c(fl_f(s)) − s| <= (u_c +
-    u_f + u_c·u_f)·|result|``), so ``u`` is then ``u_c + 2·u_f``."""
+    u_f + u_c·u_f)·|result|``), so ``u`` is then ``u_c + 2·u_f``.
+
+    Parameters
+    ----------
+    model : Model
+    integer : bool
+        Integer mode.
+    errors : bool
+        Whether float mode tracks a rounding bound beside every array.
+    """
     dtype = np.dtype(np.float64) if integer else model.entity_embedding.dtype
     rounding = _Rounding(*working_format(model)) if errors and not integer else None
-    return _Arithmetic(dtype, integer, rounding)
+    return Arithmetic(dtype, integer, rounding)
 
 
 def working_format(model: Model) -> tuple[float, float]:
@@ -267,9 +294,17 @@ def working_format(model: Model) -> tuple[float, float]:
     return u, eta
 
 
-def _cast_error(stored: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+def cast_error(stored: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
     """``|stored − stored.astype(dtype)|`` entrywise (float64, rounded up), or None when every value of
-    ``stored``'s dtype is exact in ``dtype`` (a safe cast)."""
+    ``stored``'s dtype is exact in ``dtype`` (a safe cast).
+
+    Parameters
+    ----------
+    stored : numpy.ndarray
+        An array as the model stores it.
+    dtype : numpy.dtype
+        The working dtype it is cast to.
+    """
     if np.can_cast(stored.dtype, dtype, casting="safe"):
         return None
     wide = stored.astype(np.float64)
@@ -336,7 +371,7 @@ class _Rounding:
                 out += absmm(ax, e_W, extra=2)
         return out
 
-    def score(self, q: _Tracked, k: _Tracked, dots: np.ndarray, scores: np.ndarray, causal: np.ndarray,
+    def score(self, q: Tracked, k: Tracked, dots: np.ndarray, scores: np.ndarray, causal: np.ndarray,
               beta: float) -> np.ndarray:
         """Error of the scores ``fl(fl(β)·fl(q·k))`` given the bounds of ``q`` and ``k``: the dot product's
         (length d_k, both factors inexact), β's own rounding to the working dtype, the product's."""

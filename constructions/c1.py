@@ -14,12 +14,12 @@ from georecall.constructions.building import (
 from georecall.constructions.codes import Codes
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.hops import (
-    _check_attention,
-    _constants,
-    _default_beta,
-    _geometry,
-    _model,
-    _shared,
+    check_attention,
+    code_geometry,
+    default_beta,
+    hop_constants,
+    hop_model,
+    require_shared_attributes,
 )
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import Layer
@@ -56,6 +56,7 @@ def c1_promise(
     beta: float | None,
     lam: float = 1.0,
     norm_sq: float = 1.0,
+    construction: str = "C1",
 ) -> Promise:
     """C1, k hops with chain-of-thought in one layer: the G1 selector applied once per generated token.
 
@@ -75,6 +76,10 @@ def c1_promise(
         The pair whose strict comparison decides that the codes are distinct (:func:`distinct_codes`).
     max_abs, max_l1, gate, beta, lam, norm_sq
         As in :func:`g2_promise`.
+
+    construction : str
+        The construction's id (C1), named by the promise and its refusals; a spec reusing
+        this promise passes its own.
 
     Returns
     -------
@@ -96,7 +101,7 @@ def c1_promise(
     )
     params = model_params(N, R, d, 2 * k, [("softmax", 1, 2 * k, R, m)])
     return Promise(
-        "C1",
+        construction,
         "k hops with chain-of-thought, one layer (linear in R, additive in k)",
         d,
         m,
@@ -141,6 +146,7 @@ def c1_family(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
+    construction: str = "C1",
 ) -> Family:
     """C1: k hops with chain-of-thought in one layer: the G1 selector applied at every generated token.
 
@@ -180,6 +186,10 @@ def c1_family(
     rng : numpy.random.Generator, int or None
         Random codes' stream.
 
+    construction : str
+        The construction's id (C1), named by its promise, refusals and metadata; a spec
+        reusing this family passes its own.
+
     Returns
     -------
     Family
@@ -194,15 +204,16 @@ def c1_family(
         The constants violate the construction's conditions (the promise's ``require``).
     """
     k = check_positive_int("k", k)
-    _check_attention(attention)
-    _shared(attributes)
+    check_attention(attention)
+    require_shared_attributes(attributes)
     codes = resolve_codes(N, codes, D, rng, False)
     D, T = codes.D, 2 * k
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
     l1, gap = codes.l1, codes.gap
-    beta = _default_beta(attention, beta, gap / (4 * gate * l1) if gap > 0 else 0.25, T - 1)
+    beta = default_beta(attention, beta, gap / (4 * gate * l1) if gap > 0 else 0.25, T - 1)
     promise = c1_promise(
-        N, R, k, D, **_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta, lam=lam
+        N, R, k, D, **code_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta, lam=lam,
+        construction=construction
     ).require()
     layout = Layout()
     blocks = layout.add("blocks", R, D)
@@ -217,6 +228,6 @@ def c1_family(
         d, pos, [{q: 2 * k - 1 - q for q in range(T)}], gates, [gates], [gate], attention, beta
     )
     mlp = gated_selector(d, blocks, [gates], out, gate)
-    model = _model("C1", N, k, codes, layout, E, Q, out, (Layer(head, mlp),), pos, attention, lam)
-    return Family(model, promise, codes, _constants(k, attention, lam, T - 1, gate=gate, beta=beta), layout,
-                  C1_ENCODING, N, R, k)
+    model = hop_model(construction, N, k, codes, layout, E, Q, out, (Layer(head, mlp),), pos, attention, lam)
+    return Family(model, promise, codes, hop_constants(k, attention, lam, T - 1, gate=gate, beta=beta),
+                  layout, C1_ENCODING, N, R, k)

@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 
 from georecall.errors import ConditionError, InputError
-from georecall.theory.tasks import _as_rng, check_positive_int
+from georecall.theory.tasks import as_rng, check_positive_int
 
 __all__ = [
     "CODE_KINDS",
@@ -264,7 +264,7 @@ def make_codes(
         bits = (np.arange(N, dtype=np.int64)[:, None] >> np.arange(D, dtype=np.int64)) & 1
         signs = 1.0 - 2.0 * bits
     elif kind == "sign":
-        signs = 1.0 - 2.0 * _as_rng(rng).integers(0, 2, size=(N, D)).astype(np.float64)
+        signs = 1.0 - 2.0 * as_rng(rng).integers(0, 2, size=(N, D)).astype(np.float64)
     else:
         if scale == "integer":
             raise InputError("gaussian codes have no integer scale; use scale='unit' or ±1 codes")
@@ -296,7 +296,7 @@ def _gaussian_codes(N: int, D: int, rng) -> Codes:
     certified distinct when ``min_i |a_i|² − max_{i≠j} <a_i, a_j> > 2γ`` computed values apart; otherwise
     ``distinct`` is False and the builders refuse them. Exact duplicate rows are never certified.
     """
-    vectors = _as_rng(rng).standard_normal((N, D))
+    vectors = as_rng(rng).standard_normal((N, D))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     vectors.setflags(write=False)
     norms = np.einsum("ij,ij->i", vectors, vectors)

@@ -13,12 +13,12 @@ from typing import Literal
 import numpy as np
 
 from georecall.constructions.arithmetic import (
-    _Arithmetic,
-    _arithmetic,
-    _cast_error,
-    _require_integral,
-    _Tracked,
+    Arithmetic,
+    Tracked,
+    cast_error,
     matmul_rows,
+    pass_arithmetic,
+    require_integral,
 )
 from georecall.constructions.model import Attention, Model
 from georecall.constructions.rounding import gamma, hard_weight_error, softmax_weight_error, up
@@ -116,7 +116,7 @@ def forward(
     prefixes once for every head (:func:`_prefix_sums`), ``W_V·W_O`` is formed once per head
     (:attr:`Attention.value_outputs`), every product is one matrix product over the batch
     (:func:`matmul_rows`), the read-out reads only the coordinates ``U`` reads (:attr:`Model.readout`), and
-    the working dtype is chosen once (:func:`_arithmetic`).
+    the working dtype is chosen once (:func:`pass_arithmetic`).
 
     Parameters
     ----------
@@ -154,7 +154,7 @@ def forward(
     """
     if at not in ("last", "all"):
         raise InputError(f"at must be 'last' or 'all', got {at!r}")
-    op = _arithmetic(model, integer=integer, errors=errors)
+    op = pass_arithmetic(model, integer=integer, errors=errors)
     x = _embedding(model, tokens, op)                                   # x_t = [E; Q][token_t] + P[t]
     T = x.value.shape[1]
     record = Trace(residual=[x.value]) if trace else None
@@ -181,7 +181,7 @@ def forward(
 # docstring says what it computes and why it equals the plain formula.
 
 
-def _embedding(model: Model, tokens: np.ndarray, arithmetic: _Arithmetic) -> _Tracked:
+def _embedding(model: Model, tokens: np.ndarray, arithmetic: Arithmetic) -> Tracked:
     """``x_t = [E; Q][token_t] + P[t]`` (:func:`embed`). Bound: the gather is exact, the position sum rounds
     once (``u·|x|``), and a table stored in a wider format than the working dtype (Q or P; E defines the
     working dtype) adds its rows' exact cast errors."""
@@ -190,8 +190,8 @@ def _embedding(model: Model, tokens: np.ndarray, arithmetic: _Arithmetic) -> _Tr
     if arithmetic.rounding is not None:
         P = model.position_embedding
         error = arithmetic.rounding.u * np.abs(x.astype(np.float64)) if P is not None else np.zeros(x.shape)
-        e_Q = _cast_error(model.relation_embedding, x.dtype)
-        e_P = None if P is None else _cast_error(P[: x.shape[1]], x.dtype)
+        e_Q = cast_error(model.relation_embedding, x.dtype)
+        e_P = None if P is None else cast_error(P[: x.shape[1]], x.dtype)
         if e_Q is not None or e_P is not None:
             tokens = np.asarray(tokens)
             if e_Q is not None:
@@ -200,7 +200,7 @@ def _embedding(model: Model, tokens: np.ndarray, arithmetic: _Arithmetic) -> _Tr
             if e_P is not None:
                 error += e_P[None]
             error = up(error, 3)
-    return _Tracked(x, error)
+    return Tracked(x, error)
 
 
 def _rows_read_later(layer: int, n_layers: int, at: str, T: int) -> slice:
@@ -212,8 +212,8 @@ def _rows_read_later(layer: int, n_layers: int, at: str, T: int) -> slice:
     return slice(0, T)
 
 
-def _attention(att: Attention | None, x: _Tracked, rows: slice, arithmetic: _Arithmetic,
-               layer: int) -> tuple[_Tracked | None, np.ndarray | None]:
+def _attention(att: Attention | None, x: Tracked, rows: slice, arithmetic: Arithmetic,
+               layer: int) -> tuple[Tracked | None, np.ndarray | None]:
     """``Attn(x)_t = Σ_h Σ_{u<=t} a_h(t, u) · x_u W_V[h] W_O[h]`` at the positions ``rows`` given every
     state ``x (B, T, d)``, and the weights ``a_h`` ``(H, B, |rows|, T)`` (None for uniform attention, whose
     weights are ``1/(t + 1)``; both None without attention)."""
@@ -224,8 +224,8 @@ def _attention(att: Attention | None, x: _Tracked, rows: slice, arithmetic: _Ari
     return _scored_attention(att, x, rows, arithmetic)
 
 
-def _uniform_attention(att: Attention, x: _Tracked, rows: slice, arithmetic: _Arithmetic,
-                       layer: int) -> _Tracked:
+def _uniform_attention(att: Attention, x: Tracked, rows: slice, arithmetic: Arithmetic,
+                       layer: int) -> Tracked:
     """Uniform attention, ``a_h(t, u) = 1/(t + 1)``, computed as ``(Σ_h S_t · (W_V W_O)_h) / (t + 1)`` with
     ``S_t = Σ_{u<=t} x_u``: the plain formula with the mean's linearity used twice (sum the states, then
     multiply; divide once, after the heads' sum), so that with integer weights the only non-integer step is
@@ -236,11 +236,11 @@ def _uniform_attention(att: Attention, x: _Tracked, rows: slice, arithmetic: _Ar
     total = _through_heads(att, heads, x.value.dtype, arithmetic)             # Σ_h S_t (W_V W_O)_h
     out = _divided_by_count(total, positions + 1, arithmetic)                  # / (t + 1)
     if arithmetic.integer:
-        _require_integral(f"layer {layer} uniform attention output", out.value)
+        require_integral(f"layer {layer} uniform attention output", out.value)
     return out
 
 
-def _prefix_sums(x: _Tracked, rows: slice, arithmetic: _Arithmetic) -> _Tracked:
+def _prefix_sums(x: Tracked, rows: slice, arithmetic: Arithmetic) -> Tracked:
     """``S_t = Σ_{u<=t} x_u`` for ``t`` in ``rows``: one cumulative sum over the positions (one plain sum
     when a single position is asked), shared by every head. Bound: a sum of at most T terms in any order,
     ``γ_T·Σ|x_u| + Σ e_u``."""
@@ -258,11 +258,11 @@ def _prefix_sums(x: _Tracked, rows: slice, arithmetic: _Arithmetic) -> _Tracked:
         assert x.error is not None
         error = up(gamma(T, arithmetic.rounding.u) * prefix(np.abs(x.value.astype(np.float64)))
                    + prefix(x.error), T)
-    return _Tracked(sums, error)
+    return Tracked(sums, error)
 
 
-def _through_heads(att: Attention, inputs: Iterable[_Tracked], dtype: np.dtype,
-                   arithmetic: _Arithmetic) -> _Tracked:
+def _through_heads(att: Attention, inputs: Iterable[Tracked], dtype: np.dtype,
+                   arithmetic: Arithmetic) -> Tracked:
     """``Σ_h z_h · (W_V W_O)_h`` for the per-head inputs ``z_h`` (``(B, P, d)``, taken one head at a time),
     accumulated in the residual's ``dtype``.
 
@@ -291,24 +291,24 @@ def _through_heads(att: Attention, inputs: Iterable[_Tracked], dtype: np.dtype,
             abs_terms += np.abs(term.astype(np.float64))
     assert out is not None  # every Attention has at least one head
     if rounding is None:
-        return _Tracked(out)
+        return Tracked(out)
     assert err is not None and abs_terms is not None
-    return _Tracked(out, up(err + gamma(att.heads, rounding.u) * abs_terms, att.heads))
+    return Tracked(out, up(err + gamma(att.heads, rounding.u) * abs_terms, att.heads))
 
 
-def _divided_by_count(total: _Tracked, counts: np.ndarray, arithmetic: _Arithmetic) -> _Tracked:
+def _divided_by_count(total: Tracked, counts: np.ndarray, arithmetic: Arithmetic) -> Tracked:
     """``total_t / count_t`` (in place) for the positions' counts ``t + 1``, exact integers in any format."""
     out = total.value
     out /= counts.astype(out.dtype)[None, :, None]
     if arithmetic.rounding is None:
-        return _Tracked(out)
+        return Tracked(out)
     assert total.error is not None
     rounding = arithmetic.rounding
-    return _Tracked(out, rounding.add(out, total.error / counts[None, :, None]) + rounding.eta)
+    return Tracked(out, rounding.add(out, total.error / counts[None, :, None]) + rounding.eta)
 
 
-def _scored_attention(att: Attention, x: _Tracked, rows: slice,
-                      arithmetic: _Arithmetic) -> tuple[_Tracked, np.ndarray]:
+def _scored_attention(att: Attention, x: Tracked, rows: slice,
+                      arithmetic: Arithmetic) -> tuple[Tracked, np.ndarray]:
     """Softmax or hard attention: per head, the weights ``a_h(t, u)`` from the scores, the mixture ``z_{h,t}
     = Σ_{u<=t} a_h(t, u)·x_u``, then ``Σ_h z_h (W_V W_O)_h`` (:func:`_through_heads`); one head at a time (a
     generator), so at most one head's mixture is held. Returns the output and every head's weights."""
@@ -317,7 +317,7 @@ def _scored_attention(att: Attention, x: _Tracked, rows: slice,
 
     causal = _causal(rows, T)
 
-    def mixtures() -> Iterator[_Tracked]:
+    def mixtures() -> Iterator[Tracked]:
         for h in range(att.heads):
             scores = _scores(att, h, x, rows, causal, arithmetic)     # β·<x_t W_Q[h], x_u W_K[h]>, u <= t
             a = _attention_weights(att.kind, scores, causal, x.value.dtype, arithmetic)  # a_h(t, u)
@@ -332,8 +332,8 @@ def _causal(rows: slice, T: int) -> np.ndarray:
     return np.arange(T)[rows][:, None] >= np.arange(T)[None, :]
 
 
-def _scores(att: Attention, h: int, x: _Tracked, rows: slice, causal: np.ndarray,
-            arithmetic: _Arithmetic) -> _Tracked:
+def _scores(att: Attention, h: int, x: Tracked, rows: slice, causal: np.ndarray,
+            arithmetic: Arithmetic) -> Tracked:
     """Head h's scores ``β·<x_t W_Q[h], x_u W_K[h]>`` ``(B, |rows|, T)``, ``−∞`` where ``u > t``. Bound: the
     two products', the dot product's (length d_k), β's own rounding to the working dtype and the product by
     it (:meth:`_Rounding.score`)."""
@@ -344,12 +344,12 @@ def _scores(att: Attention, h: int, x: _Tracked, rows: slice, causal: np.ndarray
     scores = att.inverse_temperature * dots
     scores = np.where(causal, scores, -np.inf)
     if arithmetic.rounding is None:
-        return _Tracked(scores)
-    return _Tracked(scores, arithmetic.rounding.score(q, k, dots, scores, causal, att.inverse_temperature))
+        return Tracked(scores)
+    return Tracked(scores, arithmetic.rounding.score(q, k, dots, scores, causal, att.inverse_temperature))
 
 
-def _attention_weights(kind: str, scores: _Tracked, causal: np.ndarray, dtype: np.dtype,
-                       arithmetic: _Arithmetic) -> _Tracked:
+def _attention_weights(kind: str, scores: Tracked, causal: np.ndarray, dtype: np.dtype,
+                       arithmetic: Arithmetic) -> Tracked:
     """``softmax_u`` of the scores (:func:`_softmax_lastaxis`, in the scores' dtype), or, for hard
     attention, uniform over the positions attaining the maximal score (in the residual's ``dtype``). Bound:
     the interval softmax (``rounding.softmax_weight_error``) or every position whose score may tie the
@@ -362,13 +362,13 @@ def _attention_weights(kind: str, scores: _Tracked, causal: np.ndarray, dtype: n
         w /= w.sum(axis=-1, keepdims=True)
     rounding = arithmetic.rounding
     if rounding is None:
-        return _Tracked(w)
+        return Tracked(w)
     assert scores.error is not None
     visible = np.broadcast_to(causal, s.shape)
     if kind == "softmax":
-        return _Tracked(w, softmax_weight_error(s, scores.error, w, visible,
+        return Tracked(w, softmax_weight_error(s, scores.error, w, visible,
                                                 rel=gamma(s.shape[-1] + 8, rounding.u)))
-    return _Tracked(w, hard_weight_error(s, scores.error, visible))
+    return Tracked(w, hard_weight_error(s, scores.error, visible))
 
 
 def _softmax_lastaxis(scores: np.ndarray) -> np.ndarray:
@@ -380,21 +380,21 @@ def _softmax_lastaxis(scores: np.ndarray) -> np.ndarray:
     return scores
 
 
-def _mixture(a: _Tracked, x: _Tracked, arithmetic: _Arithmetic) -> _Tracked:
+def _mixture(a: Tracked, x: Tracked, arithmetic: Arithmetic) -> Tracked:
     """``z_t = Σ_{u<=t} a(t, u)·x_u`` for the weights ``a (B, |rows|, T)`` (zero where ``u > t``), one batched
     matrix product ``a @ x``. Bound: a dot product of length T with both factors inexact."""
     z = a.value @ x.value
     rounding = arithmetic.rounding
     if rounding is None:
-        return _Tracked(z)
+        return Tracked(z)
     assert a.error is not None and x.error is not None
     T = x.value.shape[1]
     aw, ax = a.value.astype(np.float64), np.abs(x.value.astype(np.float64))
     e_w, e_x = a.error, x.error
-    return _Tracked(z, up(gamma(T, rounding.u) * (aw @ ax) + e_w @ ax + aw @ e_x + e_w @ e_x, T + 4))
+    return Tracked(z, up(gamma(T, rounding.u) * (aw @ ax) + e_w @ ax + aw @ e_x + e_w @ e_x, T + 4))
 
 
-def _readout(model: Model, x: _Tracked, arithmetic: _Arithmetic) -> _Tracked:
+def _readout(model: Model, x: Tracked, arithmetic: Arithmetic) -> Tracked:
     """``logits = x U^T``, reading only the residual coordinates ``U`` reads (:attr:`Model.readout`): a zero
     column of ``U`` contributes exact zeros to every logit, so ``x[:, columns] @ U[:, columns]^T`` is the
     same sum without its zero terms, whatever the storage (dense, or compact ``readout_columns``). ``U`` is
@@ -406,15 +406,15 @@ def _readout(model: Model, x: _Tracked, arithmetic: _Arithmetic) -> _Tracked:
     logits = matmul_rows(read.value, U_t)
     rounding = arithmetic.rounding
     if rounding is None:
-        return _Tracked(logits)
-    e_U = _cast_error(readout.matrix.T, read.value.dtype)  # U stored wider than the residual: its cast
+        return Tracked(logits)
+    e_U = cast_error(readout.matrix.T, read.value.dtype)  # U stored wider than the residual: its cast
     if e_U is None:
-        return _Tracked(logits, rounding.product(read.value, read.error, readout.matrix.T))
-    return _Tracked(logits, rounding.product(read.value, read.error, U_t, e_W=e_U))
+        return Tracked(logits, rounding.product(read.value, read.error, readout.matrix.T))
+    return Tracked(logits, rounding.product(read.value, read.error, U_t, e_W=e_U))
 
 
-def _record_layer(record: Trace, y: _Tracked, weights: np.ndarray | None, h: _Tracked | None,
-                  x: _Tracked) -> None:
+def _record_layer(record: Trace, y: Tracked, weights: np.ndarray | None, h: Tracked | None,
+                  x: Tracked) -> None:
     """Append one layer's intermediates to the trace: the residual after attention and after the MLP, the
     attention weights and the post-ReLU hidden activation (None where the layer has no such part)."""
     record.residual.append(y.value)
@@ -423,7 +423,7 @@ def _record_layer(record: Trace, y: _Tracked, weights: np.ndarray | None, h: _Tr
     record.hidden.append(None if h is None else h.value)
 
 
-def _returned(logits: _Tracked, errors: bool, record: Trace | None):
+def _returned(logits: Tracked, errors: bool, record: Trace | None):
     """What :func:`forward` returns: the logits, then their bound (``errors``; zeros in integer mode, whose
     exactness the caller proved), then the trace (``trace``)."""
     out: tuple = (logits.value,)

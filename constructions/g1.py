@@ -59,6 +59,7 @@ def g1_promise(
     gain: float = 2.0,
     n_out: int | None = None,
     norm_sq: float = 1.0,
+    construction: str = "G1",
 ) -> Promise:
     """G1, geometric single hop (the paper's Theorem 4.1; docs/theory.md, "G1").
 
@@ -88,6 +89,10 @@ def g1_promise(
     norm_sq : float
         ``|a|²``, for the logits' scale.
 
+    construction : str
+        The construction's id (G1), named by the promise and its refusals; a spec reusing
+        this promise passes its own.
+
     Returns
     -------
     Promise
@@ -108,7 +113,7 @@ def g1_promise(
         Condition("gate: c2·G > c1·max|a| (unasked relations' units stay off)", c2 * gate, c1 * max_abs),
     )
     return Promise(
-        "G1",
+        construction,
         "Theorem 4.1 (geometric single hop)",
         d,
         m,
@@ -150,6 +155,7 @@ def g1_family(
     gain: float = 2.0,
     integer: bool = False,
     rng: np.random.Generator | int | None = None,
+    construction: str = "G1",
 ) -> Family:
     """G1: block superposition + ReLU-gated relation selector (the paper's Theorem 4.1).
 
@@ -198,6 +204,10 @@ def g1_family(
     rng : numpy.random.Generator or int or None
         The random source of sign and Gaussian codes.
 
+    construction : str
+        The construction's id (G1), named by its promise, refusals and metadata; a spec
+        reusing this family passes its own.
+
     Returns
     -------
     Family
@@ -225,7 +235,7 @@ def g1_family(
             f"2^-27·c1·max|a|); got c2·G = {c2 * gate:.4g} > {GATE_RANGE * c1 * codes.max_abs:.4g}")
     promise = g1_promise(N, R, D, gap=codes.gap, distinct=(codes.distinct_lhs, codes.distinct_rhs),
                          max_abs=codes.max_abs, gate=gate, lam=lam, gain=gain, n_out=n_answers,
-                         norm_sq=codes.norm_sq).require()
+                         norm_sq=codes.norm_sq, construction=construction).require()
     if integer and not (codes.integer and float(gate).is_integer() and float(lam).is_integer()
                         and float(gain).is_integer() and gain % 2 == 0):
         raise ConditionError("integer mode needs ±1 codes and integer G, λ and an even gain g")
@@ -249,5 +259,5 @@ def g1_family(
     constants = {"gate": gate, "lambda": lam, "gain": gain, "c1": c1, "c2": c2}
     model = Model(entity_embedding=E, relation_embedding=Q, **readout,
                   layers=(Layer(uniform_gain_attention(d, gain), mlp),),
-                  meta=single_hop_meta("G1", attributes, codes, layout, integer=integer, **constants))
+                  meta=single_hop_meta(construction, attributes, codes, layout, integer=integer, **constants))
     return Family(model, promise, codes, constants, layout, G1_ENCODING, N, R, 1, attributes)

@@ -14,13 +14,13 @@ from georecall.constructions.building import (
 from georecall.constructions.codes import Codes
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.hops import (
-    _check_attention,
-    _constants,
-    _default_beta,
-    _geometry,
-    _hop_heads,
-    _model,
-    _shared,
+    check_attention,
+    code_geometry,
+    default_beta,
+    hop_constants,
+    hop_heads,
+    hop_model,
+    require_shared_attributes,
 )
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import Layer
@@ -56,6 +56,7 @@ def g2_promise(
     beta: float | None,
     lam: float = 1.0,
     norm_sq: float = 1.0,
+    construction: str = "G2",
 ) -> Promise:
     """G2, k hops without CoT in one layer, by path blocks (docs/theory.md, "G2").
 
@@ -86,6 +87,10 @@ def g2_promise(
     lam, norm_sq
         As in :func:`g1_promise`.
 
+    construction : str
+        The construction's id (G2), named by the promise and its refusals; a spec reusing
+        this promise passes its own.
+
     Returns
     -------
     Promise
@@ -108,7 +113,7 @@ def g2_promise(
     T = k + 1
     params = model_params(N, R, d, T, [("softmax", k, T, R, m)])
     return Promise(
-        "G2",
+        construction,
         "k hops, no CoT, one layer: path blocks (exponential in k)",
         d,
         m,
@@ -153,6 +158,7 @@ def g2_family(
     attention: str = "softmax",
     lam: float = 1.0,
     rng: np.random.Generator | int | None = None,
+    construction: str = "G2",
 ) -> Family:
     """G2: k hops without CoT in one layer, by one block per relation path (exponential in k).
 
@@ -193,6 +199,10 @@ def g2_family(
     rng : numpy.random.Generator, int or None
         Random codes' stream.
 
+    construction : str
+        The construction's id (G2), named by its promise, refusals and metadata; a spec
+        reusing this family passes its own.
+
     Returns
     -------
     Family
@@ -207,15 +217,16 @@ def g2_family(
         The constants violate the construction's conditions (the promise's ``require``).
     """
     k = check_positive_int("k", k)
-    _check_attention(attention)
-    _shared(attributes)
+    check_attention(attention)
+    require_shared_attributes(attributes)
     codes = resolve_codes(N, codes, D, rng, False)
     D, n_paths, T = codes.D, R**k, k + 1
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
     l1, gap = codes.l1, codes.gap
-    beta = _default_beta(attention, beta, gap / (4 * k * gate * l1) if gap > 0 else 0.25, k)
+    beta = default_beta(attention, beta, gap / (4 * k * gate * l1) if gap > 0 else 0.25, k)
     promise = g2_promise(
-        N, R, k, D, **_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta, lam=lam
+        N, R, k, D, **code_geometry(codes), max_abs=codes.max_abs, max_l1=l1, gate=gate, beta=beta, lam=lam,
+        construction=construction
     ).require()
 
     layout = Layout()
@@ -228,11 +239,11 @@ def g2_family(
     E = np.zeros((0, d))  # the declared table, left out: the task adds e_s = Σ_w J_{B_w} a_{π_w(s)}
     Q = np.zeros((R, d))
     Q[np.arange(R), groups[0]] = 1.0
-    heads = _hop_heads(d, pos, groups, k, gate, attention, beta)
+    heads = hop_heads(d, pos, groups, k, gate, attention, beta)
     path_rows = paths(R, k)  # columns r_k..r_1: hop j's relation is column k - j
     mlp = gated_selector(
         d, blocks, [groups[j - 1][path_rows[:, k - j]] for j in range(1, k + 1)], out, k * gate
     )
-    model = _model("G2", N, k, codes, layout, E, Q, out, (Layer(heads, mlp),), pos, attention, lam)
-    return Family(model, promise, codes, _constants(k, attention, lam, k, gate=gate, beta=beta), layout,
+    model = hop_model(construction, N, k, codes, layout, E, Q, out, (Layer(heads, mlp),), pos, attention, lam)
+    return Family(model, promise, codes, hop_constants(k, attention, lam, k, gate=gate, beta=beta), layout,
                   G2_ENCODING, N, R, k)

@@ -8,7 +8,7 @@ THE forward pass reads (:data:`FORWARD_FIELDS`). The rest lives beside it, one c
 forward pass, which defines what a model computes: its body is the model's equations in order, and each
 speed trick is a named helper whose docstring says why it equals the plain formula),
 ``constructions.decoding`` (chunked predictions, greedy decoding) and ``constructions.storage`` (saving and
-loading). The names that moved are still importable from here (``_MOVED``), for old code.
+loading).
 
 Alternative evaluation paths. Four faster paths compute (parts of) the same function where a structure
 allows it, each checked against THE forward pass by the tests (docs/theory.md, "Evaluation paths"): the
@@ -58,7 +58,6 @@ import numpy as np
 
 from georecall.constructions.rounding import U64, absmm, gamma, up
 from georecall.errors import InputError
-from georecall.moved import moved_names
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -697,20 +696,3 @@ def unflatten(
     if extra:
         raise InputError(f"unexpected model array(s) {sorted(extra)} for a {len(structure)}-layer structure")
     return model
-
-
-# ------------------------------------------------------------------------------------ names that moved
-
-# Each name that lived here before the split, by the module it lives in now: ``from
-# georecall.constructions.model import forward`` keeps working (PEP 562), with a DeprecationWarning naming
-# the new module (georecall.moved). The import is lazy because every one of those modules imports this one;
-# code in the repository imports from the new modules.
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.constructions.arithmetic": (
-        "EXACT_INTEGER_LIMIT", "IntegerModeError", "integer_bounds", "matmul_rows", "working_format"),
-    "georecall.constructions.decoding": (
-        "DEFAULT_CHUNK_BYTES", "chunk_size", "greedy_decode", "iter_chunks", "predict"),
-    "georecall.constructions.forward": ("embed", "forward", "Trace"),
-    "georecall.constructions.storage": ("load_model", "save_model"),
-}
-__getattr__ = moved_names(__name__, _MOVED)

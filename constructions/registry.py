@@ -31,15 +31,15 @@ from typing import Literal
 import numpy as np
 
 from georecall import usercode
-from georecall.constructions.a1 import a1_family, a1_nominal_promise
-from georecall.constructions.a2_depth import a2_depth_family, a2_depth_nominal_promise
-from georecall.constructions.a2_width import a2_width_family, a2_width_nominal_promise
+from georecall.constructions.a1 import A1_ENCODING, a1_family, a1_nominal_promise
+from georecall.constructions.a2_depth import A2B_ENCODING, a2_depth_family, a2_depth_nominal_promise
+from georecall.constructions.a2_width import A2A_ENCODING, a2_width_family, a2_width_nominal_promise
 from georecall.constructions.building import Construction, assemble, nominal_geometry
-from georecall.constructions.c1 import c1_family, c1_nominal_promise
+from georecall.constructions.c1 import C1_ENCODING, c1_family, c1_nominal_promise
 from georecall.constructions.codes import CODE_KINDS
 from georecall.constructions.encoding import Family, TaskEncoding
-from georecall.constructions.g1 import g1_family, g1_nominal_promise
-from georecall.constructions.g2 import g2_family, g2_nominal_promise
+from georecall.constructions.g1 import G1_ENCODING, g1_family, g1_nominal_promise
+from georecall.constructions.g2 import G2_ENCODING, g2_family, g2_nominal_promise
 from georecall.constructions.model import Model
 from georecall.errors import InputError, UserCodeError
 from georecall.theory.statements import Promise
@@ -236,7 +236,8 @@ class ConstructionSpec:
 
 
 _REGISTRY: dict[str, ConstructionSpec] = {}
-_BUILTIN: frozenset[str] = frozenset()  # ids of the six built-in constructions (set after they register)
+# The built-in constructions' ids (set after they register): a user's spec never takes one, nor their names.
+BUILTIN_IDS: frozenset[str] = frozenset()
 
 
 def register(spec: ConstructionSpec, *, replace: bool = False) -> ConstructionSpec:
@@ -269,7 +270,7 @@ def register(spec: ConstructionSpec, *, replace: bool = False) -> ConstructionSp
         same = {spec.id.lower(), spec.name.lower()} & {other.id.lower(), other.name.lower()}
         if not same or other is spec:
             continue
-        if other.id in _BUILTIN:
+        if other.id in BUILTIN_IDS:
             raise InputError(f"construction {spec.label} collides with the built-in {other.label} on "
                              f"{sorted(same)}: a built-in is never shadowed; give yours its own id and name")
         if not (replace and other.id == spec.id):
@@ -513,14 +514,14 @@ def resolve(key: str) -> ConstructionSpec:
     spec = getattr(module, attr)
     if not isinstance(spec, ConstructionSpec):
         raise InputError(f"{key!r} is not a ConstructionSpec (got {type(spec).__name__})")
-    if any(spec is builtin for builtin in _REGISTRY.values() if builtin.id in _BUILTIN):
+    if any(spec is builtin for builtin in _REGISTRY.values() if builtin.id in BUILTIN_IDS):
         return spec
     known = _GUARDED.get(id(spec))
     if known is not None and known[0] is spec and _REGISTRY.get(known[1].id) is known[1]:
         return known[1]
     guarded = _guarded(spec)
     existing = _REGISTRY.get(spec.id)
-    register(guarded, replace=existing is not None and existing.id not in _BUILTIN
+    register(guarded, replace=existing is not None and existing.id not in BUILTIN_IDS
              and existing.name == spec.name)
     _GUARDED[id(spec)] = (spec, guarded)
     return guarded
@@ -639,13 +640,17 @@ def assembled_family(build) -> Callable[..., Family] | None:
         return None
 
 
-def single_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
+def single_hop_family(fn: Callable[..., Family], construction: str | None = None) -> Callable[..., Family]:
     """Adapt ``fn(N, R, codes, **options)`` to the family signature ``family(N, R, k=1, **options)``
     (``codes``, default ``"binary"``, passed positionally; ``k`` must be 1).
 
     Parameters
     ----------
     fn : callable
+        The module's family function.
+    construction : str or None
+        The id of the spec it serves, passed to ``fn`` as ``construction=`` (its promise, refusals and model
+        metadata then name it); None: ``fn``'s own default (a built-in's id).
 
     Returns
     -------
@@ -655,19 +660,25 @@ def single_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
         if k != 1:
             raise InputError(f"{fn.__name__} answers single-hop queries only (k = 1), got k = {k}")
         codes = options.pop("codes", "binary")
+        if construction is not None:
+            options["construction"] = construction
         return fn(N, R, codes, **options)
 
     family.__doc__ = fn.__doc__
     return family
 
 
-def multi_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
+def multi_hop_family(fn: Callable[..., Family], construction: str | None = None) -> Callable[..., Family]:
     """Adapt ``fn(N, R, k, codes, **options)`` to the family signature ``family(N, R, k=1, **options)``
     (``codes``, default ``"binary"``, passed positionally).
 
     Parameters
     ----------
     fn : callable
+        The module's family function.
+    construction : str or None
+        The id of the spec it serves, passed to ``fn`` as ``construction=`` (its promise, refusals and model
+        metadata then name it); None: ``fn``'s own default (a built-in's id).
 
     Returns
     -------
@@ -675,6 +686,8 @@ def multi_hop_family(fn: Callable[..., Family]) -> Callable[..., Family]:
     """
     def family(N: int, R: int, k: int = 1, **options) -> Family:
         codes = options.pop("codes", "binary")
+        if construction is not None:
+            options["construction"] = construction
         return fn(N, R, k, codes, **options)
 
     family.__doc__ = fn.__doc__
@@ -698,7 +711,7 @@ register(
         ),
         readout="code",
         bits=BitsClaim(1024, 8, needed=2, table=2, per_parameter=1),
-        task_encoding=TaskEncoding("relations", "blocks", "single"),
+        task_encoding=G1_ENCODING,
         family=single_hop_family(g1_family),
     )
 )
@@ -715,7 +728,7 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(256, 4, needed=3),
-        task_encoding=TaskEncoding("relations", "out", "single", array="layers.0.mlp.W2"),
+        task_encoding=A1_ENCODING,
         family=single_hop_family(a1_family),
     )
 )
@@ -732,7 +745,7 @@ register(
         verify_cases=({"N": 1024, "R": 3, "k": 3}, {"N": 256, "R": 3, "k": 2, "attention": "hard"}),
         readout="code",
         bits=BitsClaim(256, 3, 2, needed=2, table=2, per_parameter=1),
-        task_encoding=TaskEncoding("paths", "path_blocks", "paths"),
+        task_encoding=G2_ENCODING,
         family=multi_hop_family(g2_family),
     )
 )
@@ -750,7 +763,7 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(64, 2, 2, needed=4),
-        task_encoding=TaskEncoding("paths", "out", "paths", array="layers.0.mlp.W2"),
+        task_encoding=A2A_ENCODING,
         family=multi_hop_family(a2_width_family),
     )
 )
@@ -768,7 +781,7 @@ register(
         facts_in="mlp",
         readout="code",
         bits=BitsClaim(64, 2, 2, needed=7),
-        task_encoding=TaskEncoding("relations", "current_entity", "paths", array="steps"),
+        task_encoding=A2B_ENCODING,
         family=multi_hop_family(a2_depth_family),
     )
 )
@@ -786,9 +799,8 @@ register(
         verify_cases=({"N": 1024, "R": 4, "k": 3},),
         readout="code",
         bits=BitsClaim(256, 3, 3, needed=2, table=2, per_parameter=1),
-        task_encoding=TaskEncoding("relations", "blocks", "cot"),
+        task_encoding=C1_ENCODING,
         family=multi_hop_family(c1_family),
     )
 )
-_BUILTIN = frozenset(_REGISTRY)
-BUILTIN_IDS = _BUILTIN  # the built-in constructions' ids: a user's spec never takes one, nor their names
+BUILTIN_IDS = frozenset(_REGISTRY)

@@ -31,9 +31,8 @@ def fast(monkeypatch):
     """Smaller cases of every row (the smallest exact b is the same there: ``georecall precision``)."""
     monkeypatch.setattr(bounds_checks, "COUNT_CASES", [(3, 1, 3), (3, 2, 3), (4, 2, 3)])
     monkeypatch.setattr(bounds_checks, "GOLDEN_TREES", {7: bounds_checks.GOLDEN_TREES[7]})
-    smaller = {"G1": (256, 4, 1), "A1": (256, 4, 1), "G2": (64, 2, 2), "A2a": (64, 2, 2), "A2b": (64, 2, 2),
-               "C1": (64, 2, 2)}
-    cases = [(spec, dataclasses.replace(claim, **dict(zip("NRk", smaller[spec.id]))))
+    smaller = {"single": (256, 4, 1), "multi": (64, 2, 2)}  # by kind: every registered construction has one
+    cases = [(spec, dataclasses.replace(claim, **dict(zip("NRk", smaller[spec.hops]))))
              for spec, claim in bounds_checks.precision_cases()]
     monkeypatch.setattr(bounds_checks, "precision_cases", lambda: cases)
 

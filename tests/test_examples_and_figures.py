@@ -208,7 +208,7 @@ def test_every_dotted_name_in_the_docs_resolves():
         if unresolved:
             bad[doc.name] = unresolved
     assert bad == {} and checked >= 20
-    # the check itself: a stale path, an old path that now warns, and a good one
+    # the check itself: a stale path, an old path (its name moved to a sibling module), and a good one
     stale, moved = "verify.check.check_queries", "verify.checking.additive.run_additive"
     good = "`verify.checking.additive_run.run_additive` `constructions.forward.forward()`"
     planted = f"`{stale}` `{moved}` {good}"

@@ -114,7 +114,7 @@ def _stand_in(*args, **kwargs):
     it, tests/test_figures.py::test_every_figure_is_legible and the slow cases below)."""
     import matplotlib.pyplot as plt
 
-    with plt.rc_context(plotting._rc()):  # the active style (figure_style), as every figure draws
+    with plt.rc_context(plotting.rc_params()):  # the active style (figure_style), as every figure draws
         fig, ax = plt.subplots(figsize=(4, 3))
         ax.plot([0, 1], [0, 1])
         ax.set_title("stand-in")

@@ -15,8 +15,8 @@ Sites of the audit left out here, and why:
 - ``ConstructionSpec``'s ``hops`` and ``readout`` checks: tested (tests/test_architecture.py,
   tests/test_compact_readout.py).
 
-No listed site was unreachable through a public path; the library-level holdout guard (``probes._split``) is
-reached through ``probes.superposition_readout``.
+No listed site was unreachable through a public path; the library-level holdout guard
+(``probes.holdout_split``) is reached through ``probes.superposition_readout``.
 """
 
 from __future__ import annotations

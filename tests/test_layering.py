@@ -3,7 +3,7 @@ with ``ast`` (module-level and function-level imports, relative ones, and ``impo
 / ``__import__("...")`` with a literal name).
 
 Between the packages: theory ← constructions ← verify, bounds beside constructions; the shared infrastructure
-(``georecall.errors``, ``georecall.io``, ``georecall.moved``, ``georecall.memory`` with
+(``georecall.errors``, ``georecall.io``, ``georecall.memory`` with
 ``georecall.estimates`` and ``georecall.npy_headers``) imports none of the four packages.
 
 Inside ``verify/``: checking ← training ← experiments ← {sections, cli}. ``sections`` (the rows of ``georecall
@@ -49,7 +49,7 @@ ALLOWED = {
     "api": {"infrastructure", "theory", "constructions", "bounds", "verify", "api"},
 }
 INFRASTRUCTURE = {"georecall", "georecall.errors", "georecall.io", "georecall.memory", "georecall.estimates",
-                  "georecall.npy_headers", "georecall.moved"}
+                  "georecall.npy_headers"}
 
 # Inside verify/: what each subpackage may import from verify (beyond itself); ``georecall.verify`` itself (a
 # docstring) may be imported by any of them.
@@ -325,7 +325,7 @@ def test_the_probe_lm_study_modules_import_in_their_order():
     ("run_verdict", "def f():\n    from georecall.verify.lm import run_analysis\n", "run_analysis"),
     ("run_measure", "from .run_analysis import analyse", "run_analysis"),
     ("run_analysis", "from georecall.verify.lm.run import probe_lm", "run"),
-    ("run_report", "from georecall.verify.lm.run_measure import _Prepared", "run_measure"),
+    ("run_report", "from georecall.verify.lm.run_measure import Prepared", "run_measure"),
 ])
 def test_a_planted_back_edge_between_the_probe_lm_study_modules_is_caught(importer, line, imported):
     modules = {**MODULES, RUN_PREFIX + importer: line}
@@ -336,7 +336,7 @@ def test_a_planted_back_edge_between_the_probe_lm_study_modules_is_caught(import
 def test_the_probe_lm_study_modules_allowed_edges_pass():
     assert sibling_back_edges({
         RUN_PREFIX + "run": "from georecall.verify.lm.run_analysis import analyse",
-        RUN_PREFIX + "run_analysis": "from .run_measure import _Prepared\nfrom .run_verdict import verdict",
+        RUN_PREFIX + "run_analysis": "from .run_measure import Prepared\nfrom .run_verdict import verdict",
         RUN_PREFIX + "run_report": "from georecall.verify.lm import run_design, run_verdict",
         RUN_PREFIX + "run_measure": "from georecall.verify.lm import controls, extract"},
         RUN_PREFIX, RUN_MODULES_ALLOWED) == []

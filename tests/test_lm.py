@@ -174,11 +174,16 @@ def test_cross_fit_kernel_form_equals_the_primal_fits(n, p):
         np.testing.assert_allclose(got["W"][g], ref.coef, rtol=1e-7, atol=1e-9)
 
 
-def test_r2_score():
+def test_r_squared():
+    """The one R² (the lm extra's fits use the probes'): 1 for exact predictions, 0 for the column means, and
+    on a constant target (R² undefined) 1 when it is predicted exactly, else 0: never nan, which no strict
+    JSON document holds."""
     Y = np.arange(6.0).reshape(3, 2)
-    assert ridge.r2_score(Y, Y) == 1.0
-    assert ridge.r2_score(Y, np.broadcast_to(Y.mean(0), Y.shape)) == 0.0
-    assert np.isnan(ridge.r2_score(np.ones((3, 2)), Y))
+    assert ridge.r_squared(Y, Y) == 1.0
+    assert ridge.r_squared(Y, np.broadcast_to(Y.mean(0), Y.shape)) == 0.0
+    assert ridge.r_squared(Y, Y[::-1]) < 0  # worse than the column means
+    assert ridge.r_squared(np.ones((3, 2)), Y) == 0.0
+    assert ridge.r_squared(np.ones((3, 2)), np.ones((3, 2))) == 1.0
 
 
 # ----------------------------------------------------------------------------------------------- probes
@@ -675,7 +680,7 @@ def test_a_cached_rerun_needs_no_tokenizer_and_one_thread_or_two_agree(tiny, tmp
             "layers": [0, 1, 2], "intervene_layers": [1], "lre_layers": [1], "template": 0, "seed": 0,
             "random_control": True}))
         assert m is not None
-        prep = run_measure._Prepared(tiny.tokenizer, _tiny_facts(), [0, 1])
+        prep = run_measure.Prepared(tiny.tokenizer, _tiny_facts(), [0, 1])
         one = run_analysis.analyse(m, _tiny_facts(), seed=0, prep=prep, workers=1)
         two = run_analysis.analyse(m, _tiny_facts(), seed=0, prep=prep, workers=2)
     finally:

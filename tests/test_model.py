@@ -228,32 +228,3 @@ def test_models_copy_writable_arrays_and_take_frozen_ones_as_they_are():
     bad.setflags(write=False)
     with pytest.raises(ValueError, match="non-finite"):
         Model(np.ones((3, 2)), np.zeros((1, 2)), bad)
-
-
-# The public names of constructions/model.py before it was split by concept: each is still importable from it.
-NAMES_BEFORE_THE_SPLIT = {
-    "ATTENTION_KINDS", "Attention", "EXACT_INTEGER_LIMIT", "IntegerModeError", "Layer", "MLP", "Model",
-    "Readout", "Trace", "chunk_size", "embed", "FORWARD_FIELDS", "NOT_READ_BY_FORWARD", "flatten", "forward",
-    "forward_arrays", "forward_fields", "forward_fingerprint", "freeze_if_new", "greedy_decode",
-    "integer_bounds", "iter_chunks", "load_model", "matmul_rows", "nonzero_columns", "predict", "save_model",
-    "structure_of", "unflatten", "working_format", "DEFAULT_CHUNK_BYTES",
-}
-
-
-def test_the_names_that_moved_are_the_new_modules_own_and_still_importable_from_model():
-    import importlib
-
-    from georecall.constructions import model
-
-    moved = {name: home for home, names in model._MOVED.items() for name in names}
-    for name, home in moved.items():
-        module = importlib.import_module(home)
-        assert name in module.__all__ and name not in model.__all__
-        with pytest.warns(DeprecationWarning, match=f"import it from {home}"):
-            assert getattr(model, name) is getattr(module, name)
-    assert set(model.__all__) | set(moved) == NAMES_BEFORE_THE_SPLIT
-    with pytest.warns(DeprecationWarning):
-        from georecall.constructions.model import forward as old_forward  # the import users wrote
-    assert old_forward is forward
-    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
-        model.not_a_name

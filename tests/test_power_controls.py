@@ -206,7 +206,7 @@ def test_superposition_maps_in_dual_form_equal_the_primal_blocks():
     present = rng.random((n, R)) < 0.8
     H = rng.standard_normal((n, p))
     fit = lmprobes.superposition_fit(H, blocks, present, folds=4, rng=np.random.default_rng(1))
-    X = lmprobes._design(blocks, present)
+    X = lmprobes.block_design(blocks, present)
     same = np.random.default_rng(1)  # the groups, then the inner folds, from one stream as in the fit
     W = cross_fit(X, H, lmprobes.folds_of(n, 4, same), rng=same, keep_W=True)["W"]
     for (_test, A), Wg in zip(fit["maps"], W):

@@ -43,16 +43,16 @@ def test_the_table_states_both_fits_with_their_standard_errors():
 
 def test_the_figure_is_legible_and_none_without_records(tmp_path):
     pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
-    from georecall.verify.experiments import figures as F
+    from georecall.verify.experiments import plotting as P
 
     assert TF.capacity_grid_figure([_record(2, "learned", 0, None)]) is None
     fig = TF.capacity_grid_figure(RECORDS)
-    assert F.text_overlaps(fig) == [] and F.small_texts(fig) == []
+    assert P.text_overlaps(fig) == [] and P.small_texts(fig) == []
     assert fig.get_size_inches()[0] <= 11
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any("N = 1024 (0.1.0, range over 3 seeds)" in t for t in labels)
     assert any("band predicted from R ≤ 4" in t for t in labels)
-    F._pyplot().close(fig)
+    P.import_pyplot().close(fig)
     path = tmp_path / "r.jsonl"
     fields = {"steps": 500, "lr": 0.01, "width_factor": 4, "attention": "uniform", "dtype": "float32",
               "version": "0.2.0", "trials": []}
@@ -81,12 +81,12 @@ def test_an_unfinished_search_is_the_bracket_its_trials_leave_and_is_listed_with
 
 def test_the_figure_draws_unfinished_searches_legibly(tmp_path):
     pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
-    from georecall.verify.experiments import figures as F
+    from georecall.verify.experiments import plotting as P
 
     records = [*RECORDS[:7], _trial(16, "learned", 0, 62, False), _trial(16, "frozen", 0, 140, False)]
     fig = TF.capacity_grid_figure(records)
-    assert F.text_overlaps(fig) == [] and F.small_texts(fig) == []
+    assert P.text_overlaps(fig) == [] and P.small_texts(fig) == []
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert sum("search unfinished" in t for t in labels) == 2
     assert fig.axes[0].get_xlim()[1] >= 16 * math.log(4096)  # the R = 16 bars are inside the axes
-    F._pyplot().close(fig)
+    P.import_pyplot().close(fig)

@@ -28,6 +28,7 @@ from georecall.theory import seeds
 
 __all__ = [
     "Attributes",
+    "as_rng",
     "Task",
     "check_positive_int",
     "is_integer",
@@ -40,8 +41,14 @@ __all__ = [
 Attributes = Literal["shared", "disjoint"]
 
 
-def _as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
-    """Accept a Generator or a seed; never touch global RNG state."""
+def as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
+    """A random generator from a Generator or a seed; never touches the global RNG state.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator, int or None
+        A generator (returned as it is) or a seed for ``numpy.random.default_rng`` (None: fresh entropy).
+    """
     if isinstance(rng, np.random.Generator):
         return rng
     return np.random.default_rng(rng)
@@ -247,7 +254,7 @@ def random_task(
     """
     N = check_positive_int("N", N)
     R = check_positive_int("R", R)
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     if symmetric:
         if N % 2:
             raise InputError(f"symmetric relations are perfect matchings and need N even; got N = {N}")

@@ -18,7 +18,7 @@ from typing import Any
 
 from georecall.api_command import Result, run_command
 
-__all__ = ["evaluate", "export", "load", "save"]
+__all__ = ["evaluate", "export", "load", "model_file", "save"]
 
 
 def load(path: str):
@@ -99,8 +99,20 @@ def save(model, path: str, *, task=None, **record: Any) -> str:
 
 
 @contextlib.contextmanager
-def _as_file(model, task, what: str, **record: Any) -> Iterator[str]:
-    """``model`` itself when it is a path; else a temporary model file holding it (and ``task``)."""
+def model_file(model, task, what: str, **record: Any) -> Iterator[str]:
+    """``model`` itself when it is a path; else a temporary model file holding it (and ``task``).
+
+    Parameters
+    ----------
+    model : Model or path
+        The model, or its file.
+    task : Task or None
+        Stored beside a model written here.
+    what : str
+        The calling function, for messages.
+    **record
+        Further fields of the file written.
+    """
     if isinstance(model, (str, os.PathLike)):
         yield os.fspath(model)
         return
@@ -162,7 +174,7 @@ def evaluate(model, *, task=None, k: int | None = None, cot: bool = False, arith
         raise InputError("evaluate needs the task of a Model object: evaluate(model, task=gr.task(N, R))")
     stored_task = task if not isinstance(model, (str, os.PathLike)) else None
     with contextlib.ExitStack() as stack:
-        path = stack.enter_context(_as_file(model, stored_task, "evaluate"))
+        path = stack.enter_context(model_file(model, stored_task, "evaluate"))
         table_path = None
         if task is not None and stored_task is None:  # a file, and a task given beside it
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="georecall-"))

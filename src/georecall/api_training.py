@@ -13,7 +13,7 @@ import tempfile
 from typing import Any
 
 from georecall.api_command import Result, run_command
-from georecall.api_models import _as_file, load
+from georecall.api_models import load, model_file
 
 __all__ = ["TrainResult", "probe", "train"]
 
@@ -151,5 +151,5 @@ def probe(model, *, task=None, holdout: float = 0.25, subjects: int = 256, seed:
 
     if task is None and not isinstance(model, (str, os.PathLike)):
         raise InputError("probe needs the task of a Model object: probe(model, task=gr.task(N, R))")
-    with _as_file(model, task, "probe") as path:
+    with model_file(model, task, "probe") as path:
         return run_command("probe", model=path, holdout=holdout, subjects=subjects, seed=seed, **options)

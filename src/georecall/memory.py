@@ -21,7 +21,6 @@ import warnings
 from dataclasses import dataclass, field
 
 from georecall.errors import InputError
-from georecall.moved import moved_names
 
 __all__ = [
     "BOUNDED_ARRAYS",
@@ -343,16 +342,3 @@ def checker_chunk_bytes(width: int, T: int, n_queries: int, budget: Budget | Non
     """
     queries = min(queries_per_chunk(width, T, array_bytes(budget)), max(1, n_queries))
     return CHUNK_COPIES * BOUNDED_ARRAYS * queries * max(1, int(width)) * max(1, int(T)) * 8
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.estimates": (
-        "bounds_estimate", "check_estimate", "code_length", "count_estimate", "count_tasks_log2",
-        "file_estimate", "hidden_states_estimate", "probe_estimate", "query_bytes", "results_file_estimate",
-        "train_estimate", "worker_limit", "workers_estimate"),
-    "georecall.npy_headers": (
-        "Member", "npy_member", "npz_members"),
-}
-__getattr__ = moved_names(__name__, _MOVED)

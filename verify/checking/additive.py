@@ -50,10 +50,9 @@ from georecall.constructions.rounding import (
     softmax_weight_error,
     up,
 )
-from georecall.moved import moved_names
 
-__all__ = ["AdditivePlan", "NotAdditive", "TableFacts", "float_bounds", "integer_bounds", "plan_additive",
-           "support", "table_facts"]
+__all__ = ["AdditivePlan", "NotAdditive", "TableFacts", "embedding_rows", "float_bounds", "integer_bounds",
+           "plan_additive", "support", "table_facts"]
 
 # Largest table of a group position (distinct tokens × m), and the largest number of groups.
 MAX_GROUP_TABLE = 2**24
@@ -167,8 +166,15 @@ class AdditivePlan:
     info: dict = field(default_factory=dict)
 
 
-def _embedding_rows(model: Model, ids: np.ndarray) -> np.ndarray:
-    """Rows of ``[E; Q]`` for token ids, without the concatenated table (which copies E)."""
+def embedding_rows(model: Model, ids: np.ndarray) -> np.ndarray:
+    """Rows of ``[E; Q]`` for token ids, without the concatenated table (which copies E).
+
+    Parameters
+    ----------
+    model : Model
+    ids : numpy.ndarray
+        Token ids: entities below ``model.n_entities``, relations above.
+    """
     N = model.n_entities
     ids = np.asarray(ids)
     if ids.size and ids.max() < N:
@@ -318,7 +324,7 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
         if tokens.size * max(width, columns.size) > MAX_GROUP_TABLE:
             raise NotAdditive(f"position {u} holds {tokens.size} distinct tokens that change the result: too "
                               "many to enumerate as groups")
-        emb = _embedding_rows(model, tokens).astype(np.float64)
+        emb = embedding_rows(model, tokens).astype(np.float64)
         Mu = M[u]
         pre = None if Mu is None else emb @ Mu
         read = emb @ C[u][:, columns]
@@ -538,12 +544,3 @@ def float_bounds(plan: AdditivePlan, token_columns: Sequence[np.ndarray]) -> dic
         initial=0.0))), 0.0))
     forward_margin = float(up(2.0 * (up(top, n) + n * eta), 2))
     return {"e_v": e_v, "forward_margin": forward_margin, "u": u, "eta": eta, "K": K}
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.checking.additive_run": (
-        "run_additive",),
-}
-__getattr__ = moved_names(__name__, _MOVED)

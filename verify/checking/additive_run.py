@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from georecall.verify.checking.additive import AdditivePlan, _embedding_rows
+from georecall.verify.checking.additive import AdditivePlan, embedding_rows
 
 __all__ = ["BLOCK_BYTES", "run_additive"]
 
@@ -221,7 +221,7 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
         elif kind == "Q":
             emb = model.relation_embedding[b0 - model.n_entities : b1 - model.n_entities, rows_used]
         else:
-            emb = _embedding_rows(model, ids)[:, rows_used]
+            emb = embedding_rows(model, ids)[:, rows_used]
         Et = np.ascontiguousarray(emb.T, dtype=dtype)  # (supp, block): feature-major
         del emb
         table = colmax = None

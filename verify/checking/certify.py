@@ -74,7 +74,6 @@ from georecall.verify.checking.certify_family import (
     build_family,
     build_on_task,
     check_family,
-    code_options,
     declaration_tasks,
     family_fingerprint,
     family_of_builder,
@@ -94,7 +93,7 @@ from georecall.verify.checking.certify_witness import realize, witness_for
 from georecall.verify.checking.check import check_decoding, check_queries
 from georecall.verify.checking.decoders import DENSE_BLOCK_ELEMENTS
 from georecall.verify.checking.exact import exact_margins
-from georecall.verify.checking.run import run_check
+from georecall.verify.checking.run import run_check, validate_request
 
 __all__ = [
     "CHUNK_POINTS",
@@ -348,18 +347,8 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     N, R, k, seed = exact_int("N", N), exact_int("R", R), exact_int("k", k), exact_int("seed", seed, 0)
     D, max_points = (None if D is None else exact_int("D", D)), exact_int("max_points", max_points)
     spec = spec if not isinstance(spec, str) else registry.resolve(spec)
-    options = {key: value for key, value in (options or {}).items() if value is not None}
-    if "lam" in spec.accepts():
-        options.setdefault("lam", 1.0)
-    refused = sorted((set(options) | set(code_options(codes, D))) - spec.accepts())
-    if refused:
-        raise InputError(f"{spec.label} does not take {', '.join(refused)}; it takes "
-                         f"{', '.join(sorted(spec.accepts())) or 'no options'}")
-    if spec.hops == "single" and k != 1:
-        raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
-    for variant, asked in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
-        if asked and variant not in spec.variants:
-            raise InputError(f"{spec.label} does not support {variant} relations/attributes")
+    options = validate_request(spec, options=options, codes=codes, D=D, k=k, attributes=attributes,
+                               symmetric=symmetric)
     integer = bool(options.get("integer", False))
     attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
 

@@ -40,7 +40,6 @@ from georecall.constructions.model import Model, flatten, forward_arrays, unflat
 from georecall.constructions.rounding import format_of
 from georecall.errors import InputError
 from georecall.memory import Budget
-from georecall.moved import moved_names
 from georecall.verify.checking.additive import NotAdditive, plan_additive
 from georecall.verify.checking.additive_run import run_additive
 from georecall.verify.checking.decoders import (
@@ -640,12 +639,3 @@ def check_decoding(
     if keep:
         result.predictions, result.margins, result.margin_highs = predictions, margins, highs
     return result
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.checking.report": (
-        "achieved_sizes", "check_construction", "claim_report", "margin_reaches", "Report"),
-}
-__getattr__ = moved_names(__name__, _MOVED)

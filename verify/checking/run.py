@@ -15,6 +15,7 @@ command line.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,9 +38,11 @@ from georecall.verify.checking.precision import CODEBOOK, quantize, smallest_exa
 from georecall.verify.checking.report import Report, achieved_sizes, check_construction, margin_reaches
 
 __all__ = [
+    "CheckRequest",
     "OPTION_FLAGS",
     "check_estimate",
     "check_multi_hop",
+    "check_request",
     "check_single_hop",
     "not_covered",
     "per_parameter_bits",
@@ -47,6 +50,7 @@ __all__ = [
     "precision_scan",
     "run_check",
     "table_bits",
+    "validate_request",
 ]
 
 # What each option is called on the command line (for messages naming a refused option).
@@ -87,6 +91,58 @@ def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | 
     return estimates.check_estimate(spec, N, R, k, **code_option, **sizes)
 
 
+def _option_names(options) -> str:
+    """Options as a message names them: what each is and its flag (``code kind (--codes)``)."""
+    return ", ".join(sorted(OPTION_FLAGS.get(o, o) for o in options))
+
+
+def validate_request(spec: ConstructionSpec, *, options: dict | None = None, codes: str | None = None,
+                     D: int | None = None, k: int | None = None, attributes: str = "shared",
+                     symmetric: bool = False) -> dict:
+    """What a spec is asked for, checked in one place with one wording (check, certify, precision, export):
+    the builder options it takes, the hops it answers and the variants it supports.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+    options : dict or None
+        Builder options; an option whose value is None is not asked.
+    codes, D : optional
+        The codebook kind and code length, when asked.
+    k : int or None
+        Hops (None: not checked).
+    attributes : str
+        ``"shared"`` or ``"disjoint"``.
+    symmetric : bool
+        Symmetric relations.
+
+    Returns
+    -------
+    dict
+        The options asked (None values dropped), with λ = 1 when the spec takes λ and none was given.
+
+    Raises
+    ------
+    InputError
+        An option the spec does not take (naming what it takes), ``k != 1`` for a single-hop spec, or a
+        variant it does not support.
+    """
+    options = {key: value for key, value in (options or {}).items() if value is not None}
+    if "lam" in spec.accepts():
+        options.setdefault("lam", 1.0)
+    asked = set(options) | {name for name, value in (("codes", codes), ("D", D)) if value is not None}
+    refused = asked - spec.accepts()
+    if refused:
+        raise InputError(f"{spec.label} does not take {_option_names(refused)}; it takes: "
+                         f"{_option_names(spec.accepts()) or 'no options'}")
+    if k is not None and spec.hops == "single" and k != 1:
+        raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
+    for variant, wanted in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
+        if wanted and variant not in spec.variants:
+            raise InputError(f"{spec.label} does not support {variant} relations/attributes")
+    return options
+
+
 def _spec(construction: str | ConstructionSpec) -> ConstructionSpec:
     return construction if isinstance(construction, ConstructionSpec) else registry.resolve(construction)
 
@@ -115,6 +171,10 @@ def run_check(
 ) -> Report:
     """Build a registered construction on THE seeded task (``task_for_seed(N, R, seed)``) and check every
     query.
+
+    A driver over named stages: validate (:func:`check_request`, a :class:`CheckRequest`) → estimate →
+    build (and save) → check, in one of three shapes: a quantized model (``bits``), the last position's
+    argmax, or greedy decoding with teacher forcing (a chain-of-thought spec).
 
     Before anything is built, the one memory estimate (:func:`georecall.estimates.check_estimate`: weights,
     codes, every query, the checker's chunks) is required against ``budget``; over it, the check is refused
@@ -178,27 +238,76 @@ def run_check(
         Bad sizes or options, a task that does not fit, an unsupported variant, or an estimate over the
         budget (raised before anything is built).
     """
-    budget = as_budget(budget)
+    request = check_request(construction, N, R, k, seed=seed, codes=codes, D=D, options=options, dtype=dtype,
+                            bits=bits, attributes=attributes, symmetric=symmetric, task=task, save=save,
+                            keep=keep, budget=budget, progress=progress, compare_storage=compare_storage)
+    if estimate is None:  # the one guard of this check (a caller that made it passes it on)
+        _estimate(request).require(request.budget)
+    task = request.task or task_for_seed(request.N, request.R, request.seed, attributes=request.attributes,
+                                         symmetric=request.symmetric)
+    built = _build(request, task)
+    if request.bits is not None:
+        return _check_quantized(request, task, built, request.bits)
+    if request.spec.decoding == "greedy":
+        return _check_greedy(request, task, built)
+    return _check_last_token(request, task, built)
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """What :func:`run_check` was asked, validated (:func:`check_request`): the stages (estimate, build,
+    check) read it and nothing else. Fields as :func:`run_check`'s parameters; ``options`` without the unset
+    ones and with λ's default; ``attributes`` the task's when a task is given; ``budget`` resolved."""
+
+    spec: ConstructionSpec
+    N: int
+    R: int
+    k: int
+    seed: int
+    codes: str | None
+    D: int | None
+    options: dict
+    dtype: str
+    bits: int | None
+    attributes: Attributes
+    symmetric: bool
+    task: Task | None
+    save: str | None
+    keep: bool
+    budget: Budget
+    progress: bool
+    compare_storage: bool
+
+    @property
+    def integer(self) -> bool:
+        """Integer mode (the builder's ``integer`` option)."""
+        return bool(self.options.get("integer", False))
+
+    @property
+    def code_options(self) -> dict:
+        """``codes`` and ``D``, passed to the builder only when given."""
+        return {name: value for name, value in (("codes", self.codes), ("D", self.D)) if value is not None}
+
+
+def check_request(construction: str | ConstructionSpec, N: int, R: int, k: int = 1, *, seed: int = 0,
+                  codes: str | None = None, D: int | None = None, options: dict | None = None,
+                  dtype: str = "float64", bits: int | None = None, attributes: Attributes = "shared",
+                  symmetric: bool = False, task: Task | None = None, save: str | None = None,
+                  keep: bool = False, budget: Budget | None = None, progress: bool = False,
+                  compare_storage: bool = False) -> CheckRequest:
+    """The validate stage of :func:`run_check`: its arguments checked (sizes, dtype, the task's fit, what the
+    spec takes: :func:`validate_request`) into a :class:`CheckRequest`. Parameters as :func:`run_check`'s.
+
+    Raises
+    ------
+    InputError
+        Bad sizes, dtype or options, a task that does not fit, an unsupported variant, or ``bits`` with
+        integer mode.
+    """
     spec = _spec(construction)
-    options = {key: value for key, value in (options or {}).items() if value is not None}
-    if "lam" in spec.accepts():
-        options.setdefault("lam", 1.0)
-    asked = set(options) | {name for name, value in (("codes", codes), ("D", D)) if value is not None}
-    refused = sorted(asked - spec.accepts())
-    if refused:
-        names = ", ".join(OPTION_FLAGS.get(o, o) for o in refused)
-        raise InputError(
-            f"{spec.label} does not take {names}; it takes: "
-            f"{', '.join(sorted(OPTION_FLAGS.get(o, o) for o in spec.accepts()))}"
-        )
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))
-    if spec.hops == "single" and k != 1:
-        raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
     if dtype not in ("float32", "float64"):
         raise InputError(f"dtype must be float32 or float64, got {dtype!r}")
-    integer = bool(options.get("integer", False))
-    if bits is not None and integer:
-        raise InputError("--bits and --integer do not combine: quantized weights are not integers")
     if task is not None:
         if not isinstance(task, Task):
             raise InputError(f"task must be a Task, got {type(task).__name__}")
@@ -208,112 +317,117 @@ def run_check(
         if attributes != "shared" and attributes != task.attributes:
             raise InputError(f"attributes={attributes!r} disagrees with the task's {task.attributes!r}")
         attributes = task.attributes
-    for variant, wanted in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
-        if wanted and variant not in spec.variants:
-            raise InputError(f"{spec.label} does not support {variant} relations/attributes")
-    greedy = spec.decoding == "greedy"
-    if estimate is None:  # the one guard of this check (a caller that made it passes it on)
-        check_estimate(spec, N, R, k, codes, D=D, dtype=dtype, bits=bits, integer=integer,
-                       attributes=attributes, what=f"checking {spec.label}", budget=budget).require(budget)
-    if task is None:
-        task = task_for_seed(N, R, seed, attributes=attributes, symmetric=symmetric)
-    code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
-    built = spec.builder(task, k, rng=seeds.rng(seed, "codes"), **code_options, **options)
-    if save is not None:
-        storage.save_model(
-            built.model,
-            save,
-            extra_arrays={"task_table": task.table},
-            N=task.N,
-            R=task.R,
-            k=k,
-            construction=spec.id,
-            codes=built.codes.kind,
-            seed=seed,
-            options=options,
-        )
-    attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
-    # the row says what its verdict rests on: exact integers, or certified float margins (exact verdicts)
-    name = f"{spec.id} {built.codes.kind}{' int (exact)' if integer else ' float (certified)'}" + (
+    options = validate_request(spec, options=options, codes=codes, D=D, k=k, attributes=attributes,
+                               symmetric=symmetric)
+    if bits is not None and options.get("integer", False):
+        raise InputError("--bits and --integer do not combine: quantized weights are not integers")
+    return CheckRequest(spec, N, R, k, seed, codes, D, options, dtype, bits, attributes, symmetric, task,
+                        save, keep, as_budget(budget), progress, compare_storage)
+
+
+def _estimate(request: CheckRequest) -> Estimate:
+    """The estimate stage: this check's one memory estimate (:func:`check_estimate`)."""
+    r = request
+    return check_estimate(r.spec, r.N, r.R, r.k, r.codes, D=r.D, dtype=r.dtype, bits=r.bits,
+                          integer=r.integer,
+                          attributes=r.attributes, what=f"checking {r.spec.label}", budget=r.budget)
+
+
+def _build(request: CheckRequest, task: Task):
+    """The build stage: the construction on ``task`` (codes from the seed's ``codes`` stream), saved when
+    asked."""
+    r = request
+    built = r.spec.builder(task, r.k, rng=seeds.rng(r.seed, "codes"), **r.code_options, **r.options)
+    if r.save is not None:
+        storage.save_model(built.model, r.save, extra_arrays={"task_table": task.table}, N=task.N, R=task.R,
+                           k=r.k, construction=r.spec.id, codes=built.codes.kind, seed=r.seed,
+                           options=r.options)
+    return built
+
+
+def _row(request: CheckRequest, task: Task, built) -> tuple[str, dict]:
+    """The report's name (what its verdict rests on: exact integers, or certified float margins) and
+    parameters."""
+    r = request
+    attention = r.options.get("attention", "softmax" if r.spec.hops == "multi" else None)
+    name = f"{r.spec.id} {built.codes.kind}{' int (exact)' if r.integer else ' float (certified)'}" + (
         " (hard attn, idealized)" if attention == "hard" else ""
     )
     params = {
         "N": task.N,
         "R": task.R,
-        "k": k,
+        "k": r.k,
         "D": built.codes.D,
-        "construction": spec.id,
+        "construction": r.spec.id,
         "codes": built.codes.kind,
-        "seed": seed,
-        "dtype": "float64" if integer else dtype,
-        "bits": bits,
+        "seed": r.seed,
+        "dtype": "float64" if r.integer else r.dtype,
+        "bits": r.bits,
         "attributes": task.attributes,
-        "symmetric": symmetric,
-        **options,
+        "symmetric": r.symmetric,
+        **r.options,
         **{key: built.constants[key] for key in ("gate", "beta") if key in built.constants},
     }
-    tokens, answers = queries(task, k)
-    if bits is not None:
-        model = quantize(built.model, bits).astype(np.dtype(dtype))
-        if greedy:
-            result = check_decoding(model, tokens, teacher_forcing(task, k)[1], keep=keep, progress=progress,
-                                    budget=budget)
-        else:
-            result = check_queries(model, tokens, answers, keep=keep, progress=progress, budget=budget)
-        return Report(
-            f"{name} @{bits} bits",
-            params,
-            None,
-            result,
-            achieved_sizes(model),
-            {"promise (exact weights)": built.promise.as_dict()},
-        )
-    if not greedy:
-        report = check_construction(
-            name,
-            params,
-            built,
-            tokens,
-            answers,
-            integer=integer,
-            dtype=None if integer else np.dtype(dtype),
-            keep=keep or compare_storage,
-            progress=progress,
-            budget=budget,
-        )
-        if compare_storage and built.model.compact:
-            dense_model = built.model.with_dense_readout()
-            dense_result = check_queries(dense_model, tokens, answers, integer=integer, keep=True,
-                                         budget=budget)
-            _storage_agreement(report, dense_result, integer)
-        report.extra["fingerprint"] = _fingerprint(built.model)
-        return report
-    same = integer or built.model.entity_embedding.dtype == np.dtype(dtype)
-    model = built.model if same else built.model.astype(np.dtype(dtype))  # astype copies every array
-    forced_tokens, targets, positions = teacher_forcing(task, k)
-    greedy_result = check_decoding(model, tokens, targets, keep=keep or compare_storage, progress=progress,
-                                   budget=budget)
-    forced = check_queries(model, forced_tokens, targets, positions=positions, budget=budget)
-    report = Report(
-        name,
-        params,
-        built.promise,
-        greedy_result,
-        achieved_sizes(built.model),
-        {
-            "constants": built.constants,
-            "codes": built.codes.kind,
-            "mu": built.codes.mu,
-            "teacher_forcing": forced.as_dict(),
-        },
-    )
+    return name, params
+
+
+def _check_quantized(request: CheckRequest, task: Task, built, bits: int) -> Report:
+    """The check stage with ``bits``: the quantized model, every query exact (the margin promise, stated for
+    exact weights, no longer applies)."""
+    r = request
+    name, params = _row(r, task, built)
+    tokens, answers = queries(task, r.k)
+    model = quantize(built.model, bits).astype(np.dtype(r.dtype))
+    if r.spec.decoding == "greedy":
+        result = check_decoding(model, tokens, teacher_forcing(task, r.k)[1], keep=r.keep,
+                                progress=r.progress,
+                                budget=r.budget)
+    else:
+        result = check_queries(model, tokens, answers, keep=r.keep, progress=r.progress, budget=r.budget)
+    return Report(f"{name} @{bits} bits", params, None, result, achieved_sizes(model),
+                  {"promise (exact weights)": built.promise.as_dict()})
+
+
+def _check_last_token(request: CheckRequest, task: Task, built) -> Report:
+    """The check stage of a construction read at the last position: every query against the promise, and the
+    dense storage of a compact read-out when asked."""
+    r = request
+    name, params = _row(r, task, built)
+    tokens, answers = queries(task, r.k)
+    report = check_construction(name, params, built, tokens, answers, integer=r.integer,
+                                dtype=None if r.integer else np.dtype(r.dtype),
+                                                                      keep=r.keep or r.compare_storage,
+                                progress=r.progress, budget=r.budget)
+    if r.compare_storage and built.model.compact:
+        dense_result = check_queries(built.model.with_dense_readout(), tokens, answers, integer=r.integer,
+                                     keep=True, budget=r.budget)
+        _storage_agreement(report, dense_result, r.integer)
+    report.extra["fingerprint"] = _fingerprint(built.model)
+    return report
+
+
+def _check_greedy(request: CheckRequest, task: Task, built) -> Report:
+    """The check stage of a chain-of-thought construction: greedy decoding of every chain (the report's
+    result) and every step under teacher forcing (its extra checks)."""
+    r = request
+    name, params = _row(r, task, built)
+    tokens, _ = queries(task, r.k)
+    same = r.integer or built.model.entity_embedding.dtype == np.dtype(r.dtype)
+    model = built.model if same else built.model.astype(np.dtype(r.dtype))  # astype copies every array
+    forced_tokens, targets, positions = teacher_forcing(task, r.k)
+    greedy_result = check_decoding(model, tokens, targets, keep=r.keep or r.compare_storage,
+                                   progress=r.progress, budget=r.budget)
+    forced = check_queries(model, forced_tokens, targets, positions=positions, budget=r.budget)
+    report = Report(name, params, built.promise, greedy_result, achieved_sizes(built.model),
+                    {"constants": built.constants, "codes": built.codes.kind, "mu": built.codes.mu,
+                     "teacher_forcing": forced.as_dict()})
     report.extra_checks["teacher forcing: every step exact"] = forced.exact
     report.extra_checks["teacher forcing: margin >= promise"] = margin_reaches(
         forced.min_margin, built.promise.margin, forced.dtype, scale=forced.logit_bound,
         bound=forced.rounding_bound)
-    if compare_storage and model.compact:
-        dense_result = check_decoding(model.with_dense_readout(), tokens, targets, keep=True, budget=budget)
-        _storage_agreement(report, dense_result, integer)
+    if r.compare_storage and model.compact:
+        dense_result = check_decoding(model.with_dense_readout(), tokens, targets, keep=True, budget=r.budget)
+        _storage_agreement(report, dense_result, r.integer)
     report.extra["fingerprint"] = _fingerprint(model)
     return report
 
@@ -505,10 +619,8 @@ def precision_scan(
             f"{'omit --k' if spec.hops == 'single' else 'give --k'}"
         )
     hops = 1 if k is None else k
+    validate_request(spec, codes=codes, D=D)
     code_options = {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
-    refused = sorted(set(code_options) - spec.accepts())
-    if refused:
-        raise InputError(f"{spec.label} does not take {', '.join(OPTION_FLAGS[o] for o in refused)}")
     if estimate is None:
         check_estimate(spec, N, R, hops, codes, D=D, bits=1, what="precision",
                        budget=budget).require(budget)

@@ -31,6 +31,7 @@ from georecall.verify.experiments.figures import (
     trained_beside_g1_figure,
     weights_figures,
 )
+from georecall.verify.experiments.sweep_records import read_sweep
 
 __all__ = [
     "run_demo",
@@ -56,7 +57,6 @@ def run_figures(p: FiguresParams) -> dict:
         A missing ``--from`` file, an unusable ``--out`` folder, no matplotlib, or the estimate over the
         budget.
     """
-    from georecall.verify.experiments.sweep_records import read_sweep  # scipy: kept off georecall --help
     est = Estimate("figures")
     if p.source:
         input_file(p.source, "results file")

@@ -514,10 +514,7 @@ def _export_construction(p: ExportParams):
     options = {name: value for name, value in (("attention", p.attention), ("beta", p.beta),
                                                ("gate", p.gate)) if value is not None}
     codes = {name: value for name, value in (("codes", p.codes), ("D", p.D)) if value is not None}
-    refused = sorted((set(options) | set(codes)) - spec.accepts())
-    if refused:
-        flags = ", ".join(checking.OPTION_FLAGS.get(o, o) for o in refused)
-        raise InputError(f"{spec.label} does not take {flags}")
+    checking.validate_request(spec, options=options, codes=p.codes, D=p.D)
     if p.cot:
         raise InputError("--cot is for a model file: a construction decodes as its spec says")
     if p.attention == "hard":

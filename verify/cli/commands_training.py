@@ -32,6 +32,12 @@ from georecall.verify.cli.params import (
     TrainParams,
 )
 from georecall.verify.experiments import study, study_design, study_report
+from georecall.verify.experiments.sweep import sweep
+from georecall.verify.experiments.sweep_cost import measure_step_seconds
+from georecall.verify.experiments.sweep_fit import fit_thresholds, summary_table
+from georecall.verify.experiments.sweep_trial import FROZEN_GROUPS, TrialSettings
+from georecall.verify.training.parameters import init_model
+from georecall.verify.training.train import train, training_data
 
 __all__ = [
     "run_study_mechanism",
@@ -76,10 +82,8 @@ def _train_estimate(p: TrainParams, m: int) -> tuple[Estimate, int | None]:
 
 def _knowledge(p: TrainParams, model, frozen: tuple[str, ...], reached: bool) -> dict:
     """Bits of knowledge the task holds, per parameter of the trained model (all, and the trained ones)."""
-    from georecall.verify.experiments.sweep_knowledge import (  # scipy: not --help
-        BITS_REFERENCES,
-        knowledge_bits,
-    )
+    # networkx (sweep_knowledge counts with bounds.counting): kept off georecall --help
+    from georecall.verify.experiments.sweep_knowledge import BITS_REFERENCES, knowledge_bits
     bits = knowledge_bits(p.N, p.R, p.k)
     n_params = model.parameter_count()
     arrays = model.arrays()
@@ -110,9 +114,6 @@ def run_train(p: TrainParams) -> dict:
     FloatingPointError
         Training diverged (exit 1).
     """
-    from georecall.verify.experiments.sweep_trial import FROZEN_GROUPS  # scipy: kept off georecall --help
-    from georecall.verify.training.parameters import init_model
-    from georecall.verify.training.train import train, training_data
     _train_options(p)
     require_enumerable(p.N, p.R, p.k)
     out = output_path(p.out, suffix=".npz", what="model file") if p.out else None
@@ -180,12 +181,8 @@ def run_sweep_threshold(p: SweepThresholdParams) -> dict:
         unwritable ``--out``, the estimate over the budget, or what the sweep refuses (a damaged results
         file, a lock held, no Dask scheduler).
     """
-    # scipy: kept off georecall --help
-    from georecall.verify.experiments.sweep import sweep
-    from georecall.verify.experiments.sweep_cost import measure_step_seconds
-    from georecall.verify.experiments.sweep_fit import fit_thresholds, summary_table
+    # networkx (sweep_knowledge counts with bounds.counting): kept off georecall --help
     from georecall.verify.experiments.sweep_knowledge import bits_per_parameter, knowledge_table
-    from georecall.verify.experiments.sweep_trial import TrialSettings
     if p.d_min > p.d_max:
         raise InputError(f"--d-min ({p.d_min}) must not exceed --d-max ({p.d_max})")
     # N >= 2, --lr, --lock-timeout and --connect-timeout in range: the parser's types; --scheduler: its params

@@ -1,10 +1,10 @@
 """The building blocks of the ``georecall`` parser: its argparse classes (one-line errors, defaults in the
-help), the argparse types of the paper's letters (``_N``, ``_R``, ``_k`` ... within :data:`~.common.LIMITS`),
-the shared options and which command takes which (:data:`SHARED`), and the option groups several commands
-declare (sizes, figure files, table formats, ``--construction``, ``--style``).
+help), the argparse types of the paper's letters (``parse_N``, ``parse_R``, ``parse_k`` ... within
+:data:`~.common.LIMITS`), the shared options and which command takes which (:data:`SHARED`), and the option
+groups several commands declare (sizes, figure files, table formats, ``--construction``, ``--style``).
 
-The underscore names are the command line's own (:mod:`.declarations` declares every command with them), not
-a public interface."""
+:mod:`.declarations` declares every command with them; :mod:`.parser` builds the parser from those
+declarations."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ from georecall.constructions import registry
 from georecall.constructions.codes import CODE_KINDS
 from georecall.verify.cli.common import LIMITS
 
-__all__ = ["DEBUG_VARIABLE", "SHARED", "UsageError"]
+__all__ = [
+    "DEBUG_VARIABLE", "SHARED", "Parser", "RawDescription", "Subparsers", "UsageError", "add_figure_options",
+    "add_group", "add_sizes", "add_style", "add_table_options", "add_user_constructions", "code_kinds",
+    "construction_choices", "parse_D", "parse_N", "parse_R", "parse_bits", "parse_d", "parse_fraction",
+    "parse_heads", "parse_k", "parse_lr", "parse_m", "parse_positive_int", "parse_seed", "parse_steps",
+    "real_number", "shared_parents", "whole_number",
+]
 
 DEBUG_VARIABLE = "GEORECALL_DEBUG"  # set to 1: a user construction's exception is shown with its traceback
 
@@ -44,7 +50,10 @@ class _Formatter(argparse.HelpFormatter):
         return f"{text} (default {_shown(default)})".replace("%", "%%").replace("%%%%", "%%")
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """The parser class of every ``georecall`` (sub)command: exact option names, every default in the help,
+    and a usage error raised as :class:`UsageError` (one line, exit 2) instead of argparse's exit."""
+
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", _Formatter)
         kwargs.setdefault("allow_abbrev", False)  # exact options: --seed must not silently mean --seeds
@@ -54,18 +63,28 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-class _RawDescription(_Formatter):
-    """The options' help as :class:`_Formatter`; the description printed as written (a table of figures)."""
+class RawDescription(_Formatter):
+    """A help formatter: the options' help with their defaults; the description printed as written (a table
+    of figures)."""
 
     def _fill_text(self, text, width, indent):
         return "".join(indent + line for line in text.splitlines(keepends=True))
 
 
-_Subparsers = argparse._SubParsersAction  # what add_subparsers returns; each command's parser is added to it
+Subparsers = argparse._SubParsersAction  # what add_subparsers returns; each command's parser is added to it
+"""The type of what ``add_subparsers`` returns; each command's parser is added to it."""
 
 
-def _whole(minimum: int, maximum: int | None = None):
-    """An argparse type: a whole number in ``[minimum, maximum]``."""
+def whole_number(minimum: int, maximum: int | None = None):
+    """An argparse type: a whole number in ``[minimum, maximum]``.
+
+    Parameters
+    ----------
+    minimum : int
+        The smallest value accepted.
+    maximum : int or None
+        The largest value accepted (None: no upper bound).
+    """
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -79,8 +98,16 @@ def _whole(minimum: int, maximum: int | None = None):
     return parse
 
 
-def _real(minimum: float | None = None, maximum: float | None = None, *, positive: bool = False):
-    """An argparse type: a finite real number (strictly positive when ``positive``) within the bounds."""
+def real_number(minimum: float | None = None, maximum: float | None = None, *, positive: bool = False):
+    """An argparse type: a finite real number (strictly positive when ``positive``) within the bounds.
+
+    Parameters
+    ----------
+    minimum, maximum : float or None
+        The bounds (None: unbounded on that side).
+    positive : bool
+        Refuse zero and negative numbers.
+    """
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -99,39 +126,65 @@ def _real(minimum: float | None = None, maximum: float | None = None, *, positiv
 
 
 L = LIMITS
-_positive_int, _seed = _whole(1), _whole(0, 2**63 - 1)
-_N, _R, _k, _D = _whole(1, L["N"]), _whole(1, L["R"]), _whole(1, L["k"]), _whole(1, L["D"])
-_d, _m, _heads, _steps = _whole(1, L["d"]), _whole(1, L["m"]), _whole(1, L["heads"]), _whole(1, L["steps"])
-_bits = _whole(1, L["bits"])
-_lr = _real(positive=True, maximum=1e6)
-_fraction = _real(minimum=0.0, maximum=1.0)
+parse_positive_int, parse_seed = whole_number(1), whole_number(0, 2**63 - 1)
+parse_N, parse_R = whole_number(1, L["N"]), whole_number(1, L["R"])
+parse_k, parse_D = whole_number(1, L["k"]), whole_number(1, L["D"])
+parse_d, parse_m, parse_heads, parse_steps = (whole_number(1, L["d"]), whole_number(1, L["m"]),
+                                              whole_number(1, L["heads"]), whole_number(1, L["steps"]))
+parse_bits = whole_number(1, L["bits"])
+# The argparse types of the paper's letters and of the shared numbers, each within its LIMITS entry.
+parse_lr = real_number(positive=True, maximum=1e6)
+parse_fraction = real_number(minimum=0.0, maximum=1.0)
 
 
-def _add_sizes(p: argparse.ArgumentParser, N, R) -> None:
-    """--N and --R in the paper's letters; lists (several values) when the defaults are lists."""
+def add_sizes(p: argparse.ArgumentParser, N, R) -> None:
+    """Declare --N and --R in the paper's letters; lists (several values) when the defaults are lists.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The command's parser.
+    N, R : int or list of int
+        Their defaults.
+    """
     many = isinstance(N, list)
     extra: dict[str, Any] = {"nargs": "+"} if many else {}
     more = " (one or more)" if many else ""
-    p.add_argument("--N", type=_N, default=N, **extra,
+    p.add_argument("--N", type=parse_N, default=N, **extra,
                    help=f"number of entities N (subjects and attributes){more}")
-    p.add_argument("--R", type=_R, default=R, **extra,
+    p.add_argument("--R", type=parse_R, default=R, **extra,
                    help=f"number of relations R, each a bijection π_r of [N]{more}")
 
 
-def _add_figure_options(p: argparse.ArgumentParser) -> None:
-    """--dpi and --format of the figures (``dest="formats"``: not a table format, no conflict with --json)."""
-    p.add_argument("--dpi", type=_whole(30, 1200), default=None,
+def add_figure_options(p: argparse.ArgumentParser) -> None:
+    """Declare --dpi and --format of the figures (``dest="formats"``: not a table format, no conflict with
+    --json).
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The command's parser.
+    """
+    p.add_argument("--dpi", type=whole_number(30, 1200), default=None,
                    help="resolution of PNG files in dots per inch, 30..1200 (default 150; vector formats "
                         "ignore it)")
     p.add_argument("--format", dest="formats", nargs="+", choices=("png", "svg", "pdf"), default=None,
                    metavar="{png,svg,pdf}", help="file formats, one or more (default png svg)")
 
 
-def _choices(hops: str) -> str:
+def construction_choices(hops: str) -> str:
+    """The registered constructions of one kind, ``"name (id), ..."``, for a help text.
+
+    Parameters
+    ----------
+    hops : str
+        ``"single"`` or ``"multi"`` (:func:`georecall.constructions.registry.specs`).
+    """
     return ", ".join(f"{spec.name} ({spec.id})" for spec in registry.specs(hops))
 
 
-def _code_kinds() -> tuple[str, ...]:
+def code_kinds() -> tuple[str, ...]:
+    """The codebook kinds a ``--codes`` option offers."""
     return tuple(CODE_KINDS)
 
 
@@ -182,15 +235,26 @@ _SEED_HELP = {
 }
 
 
-def _shared(command: str) -> list[_Parser]:
-    """The parent parser holding the shared options that ``command`` takes (:data:`SHARED`)."""
+def shared_parents(command: str) -> list[Parser]:
+    """The parent parser holding the shared options that ``command`` takes (:data:`SHARED`).
+
+    Parameters
+    ----------
+    command : str
+        A row of :data:`SHARED`.
+
+    Raises
+    ------
+    ValueError
+        When the row names an unknown option (a typo in the table).
+    """
     names = SHARED[command]
     unknown = set(names) - {"seed", "json", "quiet", "max-gib"}
     if unknown:  # a typo in the table would otherwise drop an option silently
         raise ValueError(f"SHARED[{command!r}] names unknown options {sorted(unknown)}")
-    parent = _Parser(add_help=False)
+    parent = Parser(add_help=False)
     if "seed" in names:
-        parent.add_argument("--seed", type=_seed, default=0, metavar="S", help=_SEED_HELP.get(
+        parent.add_argument("--seed", type=parse_seed, default=0, metavar="S", help=_SEED_HELP.get(
             command, "run seed S: the task is a function of (N, R, S); every other random choice draws from "
                      "its own named stream of S"))
     if "json" in names:
@@ -200,7 +264,7 @@ def _shared(command: str) -> list[_Parser]:
     if "quiet" in names:
         parent.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     if "max-gib" in names:
-        parent.add_argument("--max-gib", type=_real(positive=True, maximum=2.0**20), default=None,
+        parent.add_argument("--max-gib", type=real_number(positive=True, maximum=2.0**20), default=None,
                             metavar="G",
                             help="memory budget in GiB: refuse (exit 2, naming the estimate and what to "
                                  "lower) a job whose estimated peak exceeds it (default: half the machine's "
@@ -212,7 +276,7 @@ def _shared(command: str) -> list[_Parser]:
     parent.add_argument("--debug", action="store_true",  # every other command may run your construction
                         help=f"show the traceback of an exception raised by your own construction (also: "
                              f"{DEBUG_VARIABLE}=1)")
-    parent.add_argument("--build-timeout", type=_real(positive=True, maximum=1e7),
+    parent.add_argument("--build-timeout", type=real_number(positive=True, maximum=1e7),
                         default=usercode.DEFAULT_BUILD_TIMEOUT, metavar="SECONDS",
                         help="time limit of each call into your own construction's code (its module, "
                              "builder, nominal_promise): past it, exit 2 naming it (default: "
@@ -235,8 +299,16 @@ class _FormatAction(argparse.Action):
             namespace.json = True
 
 
-def _add_table_options(p: argparse.ArgumentParser, default: str) -> None:
-    """--format, --columns, --caption and --label of a command that prints a table."""
+def add_table_options(p: argparse.ArgumentParser, default: str) -> None:
+    """Declare --format, --columns, --caption and --label of a command that prints a table.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The command's parser.
+    default : str
+        The default format (``"md"`` or ``"text"``; ``"text"`` offers text too).
+    """
     formats = ("md", "csv", "json", "latex") if default == "md" else ("text", "md", "csv", "json", "latex")
     p.add_argument("--format", choices=formats, default=default, action=_FormatAction,
                    help="output format (json is the same document as --json; latex is a booktabs tabular, "
@@ -249,21 +321,45 @@ def _add_table_options(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--label", default=None, help="LaTeX: \\label of the table float")
 
 
-def _add_user_constructions(p: argparse.ArgumentParser, which: str) -> None:
+def add_user_constructions(p: argparse.ArgumentParser, which: str) -> None:
+    """Declare --construction: registered names or ids, or the user's own ``MODULE:ATTR`` / ``FILE.py:ATTR``.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The command's parser.
+    which : str
+        Which constructions the command takes, for the help text.
+    """
     p.add_argument("--construction", action="extend", nargs="+", default=None, metavar="NAME",
                    help=f"only these constructions ({which}; one or more): a registered name or id, or "
                         "MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec (default: every "
                         "registered one)")
 
 
-def _group(sub: _Subparsers, name: str, help_: str, description: str) -> _Subparsers:
+def add_group(sub: Subparsers, name: str, help_: str, description: str) -> Subparsers:
     """A command with sub-commands of its own (``check KIND``, ``sweep KIND``, ``study KIND``): their parsers'
-    container."""
+    container.
+
+    Parameters
+    ----------
+    sub : Subparsers
+        The container the command is added to.
+    name, help_, description : str
+        The command's name, its one-line help and its description.
+    """
     group = sub.add_parser(name, help=help_, description=description)
-    return group.add_subparsers(dest="target", required=True, parser_class=_Parser, metavar="KIND")
+    return group.add_subparsers(dest="target", required=True, parser_class=Parser, metavar="KIND")
 
 
-def _add_style(p: argparse.ArgumentParser) -> None:
+def add_style(p: argparse.ArgumentParser) -> None:
+    """Declare --style, the figures' type sizes.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The command's parser.
+    """
     p.add_argument("--style", choices=("default", "talk"), default="default",
                    help="type sizes: default (tick labels 10 pt) or talk (14 pt, for a lecture hall)")
 

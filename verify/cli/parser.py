@@ -30,7 +30,7 @@ from georecall.io import WRITE_ERRORS, write_error
 from georecall.verify.cli import commands, render
 from georecall.verify.cli import params as cli_params
 from georecall.verify.cli.declarations import DECLARATIONS
-from georecall.verify.cli.options import DEBUG_VARIABLE, SHARED, UsageError, _Parser
+from georecall.verify.cli.options import DEBUG_VARIABLE, SHARED, Parser, UsageError
 
 __all__ = ["CONFLICTS", "DEBUG_VARIABLE", "SHARED", "UsageError", "build_parser", "given_options", "main",
            "refuse_conflicts"]
@@ -111,12 +111,12 @@ def _build_parser() -> argparse.ArgumentParser:
     argparse.ArgumentParser
         The parser; each sub-command sets ``command`` (a key of ``commands.COMMANDS``).
     """
-    parser = _Parser(prog="georecall", description="Executable, exactly checked statements of 'Geometric "
+    parser = Parser(prog="georecall", description="Executable, exactly checked statements of 'Geometric "
                      "Factual Recall in Transformers' (arXiv 2605.12426). Exit codes: 0 pass, 1 a check "
                      "failed, 2 bad input or over the memory budget, 3 internal error, 130 interrupted, 143 "
                      "terminated (SIGTERM).")
     parser.add_argument("--version", action="version", version=f"georecall {__version__}")
-    sub = parser.add_subparsers(dest="group", required=True, parser_class=_Parser, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="group", required=True, parser_class=Parser, metavar="COMMAND")
     for declare in DECLARATIONS:
         declare(sub)
     return parser

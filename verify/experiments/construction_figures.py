@@ -17,10 +17,10 @@ from georecall.constructions.single_hop import build_g1, single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.experiments.plotting import (
-    _locator,
-    _pyplot,
-    _rc,
-    _small,
+    import_pyplot,
+    minimum_font,
+    rc_params,
+    tick_locator,
 )
 
 __all__ = [
@@ -67,7 +67,7 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
     InputError
         N or R not a positive integer, or sizes G1 refuses.
     """
-    plt = _pyplot()
+    plt = import_pyplot()
     names = list(relation_names) if relation_names is not None else [f"r{r}" for r in range(R)]
     task = task_for_seed(N, R, seed)
     built = build_g1(task, "binary", integer=True)
@@ -83,7 +83,7 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
     groups = g1_groups(model, names)
     coords, unit_groups = groups["coordinates"], groups["units"]
 
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig = plt.figure(figsize=(11, 8.2), layout="constrained")
         grid = fig.add_gridspec(2, 2, height_ratios=[1.1, 1], width_ratios=[1, 1])
         ax_e, ax_w = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
@@ -93,11 +93,11 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
         image = ax_e.imshow(E, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
         bar = fig.colorbar(image, ax=ax_e, fraction=0.05, pad=0.02)
         bar.set_label("entry")
-        bar.ax.yaxis.set_major_locator(_locator(4, integer=False))
+        bar.ax.yaxis.set_major_locator(tick_locator(4, integer=False))
         ax_e.add_patch(Rectangle((-0.5, s - 0.5), d, 1, fill=False, ec="k", lw=2))
         ax_e.set_title(f"E: subject embeddings (N = {N} rows, d = {d})")
         ax_e.set_ylabel(f"subject s (boxed: s = {s})")
-        ax_e.yaxis.set_major_locator(_locator(min(N, 8)))
+        ax_e.yaxis.set_major_locator(tick_locator(min(N, 8)))
         _group_ticks(ax_e, "x", coords, top=True)
         ax_e.set_xlabel("block B_r holds the code a of π_r(s)")
 
@@ -105,7 +105,7 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
         image = ax_w.imshow(W1, cmap="RdBu_r", vmin=-wl, vmax=wl, aspect="auto", interpolation="nearest")
         bar = fig.colorbar(image, ax=ax_w, fraction=0.05, pad=0.02)
         bar.set_label("weight")
-        bar.ax.yaxis.set_major_locator(_locator(4, integer=False))
+        bar.ax.yaxis.set_major_locator(tick_locator(4, integer=False))
         ax_w.set_title(f"W1 (d = {d} × m = {m}): unit (r, i, σ) reads σ·B_r[i] + g_r")
         ax_w.set_xlabel("hidden units (r, i, σ), grouped by relation r")
         ax_w.set_ylabel("residual coordinate")
@@ -126,11 +126,11 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
         ax_h.set_title(f"query ⟨{names[r]}, {s}⟩: hidden units")
         ax_h.set_xlabel(f"hidden unit (green: relation {names[r]}'s, gate open)")
         ax_h.set_ylabel("value")
-        ax_h.xaxis.set_major_locator(_locator(6))
+        ax_h.xaxis.set_major_locator(tick_locator(6))
         from matplotlib.patches import Patch
         ax_h.legend(handles=[Patch(color="0.75", label="pre-activation W1·y + b1"),
                              Patch(color="tab:green", label="after the ReLU")], loc="upper left",
-                    fontsize=_small())
+                    fontsize=minimum_font())
 
         row = np.asarray(logits[0], dtype=float)
         answer = int(task.table[r, s])
@@ -139,7 +139,7 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
         ax_l.set_title(f"logits λ·c1·⟨a_j, a_answer⟩: answer {answer}, margin {top2[-1] - top2[-2]:g}")
         ax_l.set_xlabel(f"attribute j (green: π_{names[r]}({s}) = {answer})")
         ax_l.set_ylabel("logit")
-        ax_l.xaxis.set_major_locator(_locator(min(N, 8)))
+        ax_l.xaxis.set_major_locator(tick_locator(min(N, 8)))
         fig.suptitle(f"G1 (Theorem 4.1), binary codes at integer scale: N = {N}, R = {R}, D = {D}, "
                      f"seed {seed}")
         _finish(fig)
@@ -256,7 +256,7 @@ def _cell_numbers(ax, matrix: np.ndarray, fmt: Callable[[float], str]) -> bool:
     rows, cols = matrix.shape
     if rows * cols > MAX_CELL_NUMBERS:
         return False
-    size = _small()
+    size = minimum_font()
     cell_w = ax.bbox.width / cols * 72 / fig.dpi  # points
     cell_h = ax.bbox.height / rows * 72 / fig.dpi
     widest = max(len(fmt(v)) for v in matrix.ravel())
@@ -315,19 +315,19 @@ def matrix_figure(matrix, *, title: str, row_title: str, column_title: str,
     ImportError
         Without matplotlib.
     """
-    plt = _pyplot()
+    plt = import_pyplot()
     M = np.asarray(matrix, dtype=float)
     n_rows, n_cols = M.shape
     if size is None:
         size = (min(11.0, max(6.0, 2.8 + 0.42 * n_cols)), min(8.5, max(3.6, 1.9 + 0.36 * n_rows)))
     lim = max(float(np.abs(M).max()), 1e-12)
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig, ax = plt.subplots(figsize=size, layout="constrained")
         image = ax.imshow(M, cmap="RdBu_r" if signed else "Greens", vmin=-lim if signed else 0.0, vmax=lim,
                           aspect="auto", interpolation="nearest")
         bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
         bar.set_label(colour_label)
-        bar.ax.yaxis.set_major_locator(_locator(4, integer=False))
+        bar.ax.yaxis.set_major_locator(tick_locator(4, integer=False))
         ax.set_title(title)
         ax.set_ylabel(row_title)
         ax.set_xlabel(column_title)
@@ -582,12 +582,12 @@ def _selectivity_panel(ax, fig, means: np.ndarray, names: Sequence[str], title: 
     image = ax.imshow(share[:, order], cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
     bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
     bar.set_label("share of activation")
-    bar.ax.yaxis.set_major_locator(_locator(2, integer=False))
+    bar.ax.yaxis.set_major_locator(tick_locator(2, integer=False))
     ax.set_yticks(range(len(names)), list(names))
     ax.set_ylabel("asked relation")
     ax.set_xlabel(f"hidden unit, by preferred relation\n({int(active.sum())} of {means.shape[1]} ever fire; "
                   "grey: silent)")
-    ax.xaxis.set_major_locator(_locator(6))
+    ax.xaxis.set_major_locator(tick_locator(6))
     ax.set_title(title)
 
 
@@ -618,13 +618,13 @@ def trained_beside_g1_figure(g1_model, trained_model, task, *, relation_names: S
     InputError
         A model without an MLP.
     """
-    plt = _pyplot()
+    plt = import_pyplot()
     names = list(relation_names) if relation_names is not None else [f"cipher{r}" for r in range(task.R)]
     E_g1 = np.asarray(g1_model.entity_embedding, dtype=np.float64)
     alignment = align_embeddings(np.asarray(trained_model.entity_embedding)[: task.N], E_g1, fit=fit)
     groups = g1_groups(g1_model, names)["coordinates"]
     lim = float(np.abs(E_g1).max()) or 1.0
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig, axes = plt.subplots(2, 2, figsize=(11, 8.2), layout="constrained")
         for ax, matrix, title in ((axes[0, 0], E_g1, f"G1's E (N = {task.N}, d = {E_g1.shape[1]})"),
                                   (axes[0, 1], alignment["aligned"], "trained E, aligned onto G1's")):
@@ -632,10 +632,10 @@ def trained_beside_g1_figure(g1_model, trained_model, task, *, relation_names: S
                               interpolation="nearest")
             bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
             bar.set_label("entry")
-            bar.ax.yaxis.set_major_locator(_locator(2, integer=False))
+            bar.ax.yaxis.set_major_locator(tick_locator(2, integer=False))
             ax.set_title(title)
             ax.set_ylabel("subject s")
-            ax.yaxis.set_major_locator(_locator(8))
+            ax.yaxis.set_major_locator(tick_locator(8))
             _group_ticks(ax, "x", groups, top=True)
         held = alignment["r2_held_out"]
         fit_text = (f"least squares, p = {alignment['p']}, n = {alignment['n']}\nR² {alignment['r2_fit']:.2f}"

@@ -21,6 +21,8 @@ from georecall.theory.tasks import task_for_seed
 from georecall.verify.checking.check import check_queries
 from georecall.verify.experiments.construction_figures import align_embeddings
 from georecall.verify.experiments.probes import superposition_readout, unit_selectivity
+from georecall.verify.training.parameters import init_model
+from georecall.verify.training.train import train
 
 __all__ = ["LIMITS", "SHOW_WEIGHTS_MAX_N", "alignment_size", "check_show_weights", "check_size",
            "format_matrix", "relation_names", "run_demo", "show_weights", "trained_beside_g1",
@@ -195,8 +197,6 @@ def train_like_demo(task, d: int, seed: int = 0):
     -------
     TrainResult
     """
-    from georecall.verify.training.parameters import init_model  # the trainer's scipy: off georecall --help
-    from georecall.verify.training.train import train
     tokens, answers = single_hop_queries(task)
     return train(init_model(task.N, task.R, d, 4 * d, rng=seeds.rng(seed, "init")), tokens, answers,
                  steps=2000, lr=1e-2, rng=seeds.rng(seed, "batches"))

@@ -67,23 +67,23 @@ from georecall.verify.experiments.plotting import (
     STYLE,
     STYLES,
     TALK,
-    _check_output,
-    _locator,
-    _pyplot,
-    _rc,
-    _small,
+    check_figure_output,
     figure_style,
     have_matplotlib,
+    import_pyplot,
     minimum_font,
+    rc_params,
     save_figure,
     small_texts,
     text_overlaps,
+    tick_locator,
 )
 from georecall.verify.experiments.study_figures import (
     d_axis_figure,
     forward_reverse_figure,
     mechanism_figure,
 )
+from georecall.verify.experiments.sweep_fit import fit_thresholds
 
 __all__ = [
     "CATEGORIES",
@@ -146,13 +146,12 @@ def thresholds_figure(records: list[dict]):
     ImportError
         Without matplotlib (the message says how to install it).
     """
-    from georecall.verify.experiments.sweep_fit import fit_thresholds  # the trainer's scipy: off --help
-    plt = _pyplot()
+    plt = import_pyplot()
     thresholds = [r for r in records if r.get("kind") == "threshold" and r.get("d_star") is not None]
     if not thresholds:
         return None
     fits = fit_thresholds(thresholds)
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig, ax = plt.subplots(figsize=(6, 4.5))
         for mode, marker, colour in (("learned", "o", "tab:blue"), ("frozen", "s", "tab:orange")):
             rows = [r for r in thresholds if r["mode"] == mode]
@@ -195,9 +194,9 @@ def tradeoff_figure(N: int = 4096, R: int = 4, k_max: int = 4):
         N or R not a positive integer.
     """
     from georecall.bounds.tables import bound_rows  # networkx: kept off georecall --help
-    plt = _pyplot()
+    plt = import_pyplot()
     rows = bound_rows([N], [R], list(range(1, k_max + 1)), [1])
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig, ax = plt.subplots(figsize=(6, 4.5))
         for name, what, colour in (("G2", "no CoT", "tab:blue"), ("C1", "CoT", "tab:orange")):
             mine = [r for r in rows if r["construction"] == name]
@@ -236,7 +235,7 @@ def _margin_panel(ax, margins: np.ndarray, promised: float, title: str) -> None:
                     xycoords="axes fraction", xytext=(0.08, 0.82), textcoords="axes fraction", va="center",
                     arrowprops=dict(arrowstyle="->", color="k"))
     ax.set_xlim(left, right)
-    ax.xaxis.set_major_locator(_locator(4, integer=False))
+    ax.xaxis.set_major_locator(tick_locator(4, integer=False))
     ax.set_title(title)
     ax.set_xlabel("logit margin")
     ax.set_ylabel("queries")
@@ -265,7 +264,7 @@ def margins_figure(seed: int = 0):
     RuntimeError
         A check kept no margins (a bug).
     """
-    plt = _pyplot()
+    plt = import_pyplot()
     g1 = check_single_hop(1024, 8, codes="sign", D=48, seed=seed, keep=True)
     task = random_task(256, 3, np.random.default_rng(seed))
     c1 = build_c1(task, 3)
@@ -273,7 +272,7 @@ def margins_figure(seed: int = 0):
     decoded = check_decoding(c1.model, tokens, chains(task, 3), keep=True)
     if g1.promise is None or g1.result.margins is None or decoded.margins is None:
         raise RuntimeError("the checks kept no margins")
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
         _margin_panel(axes[0], g1.result.margins, g1.promise.margin,
                       f"G1, sign codes, N = 1024, R = 8 (min {g1.result.min_margin:.3g})")
@@ -310,11 +309,11 @@ def transfer_figure(records: list[dict]):
     ImportError
         Without matplotlib.
     """
-    plt = _pyplot()
+    plt = import_pyplot()
     transfers = [r for r in records if r.get("kind") == "transfer"]
     if not transfers:
         return None
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig, ax = plt.subplots(figsize=(min(11.0, max(5.0, 2.2 * len(transfers) + 1.5)), 4.5))
         bars = np.arange(len(transfers))
         ax.bar(bars - 0.2, [r["closed_form_accuracy"] for r in transfers], 0.4, color="tab:blue",
@@ -335,7 +334,7 @@ def transfer_figure(records: list[dict]):
         ax.set_ylim(0, 1.3)
         ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
         ax.set_title("freeze and swap: new bijections, subject embeddings rebuilt")
-        ax.legend(loc="upper center", ncol=3, fontsize=_small())
+        ax.legend(loc="upper center", ncol=3, fontsize=minimum_font())
     return fig
 
 
@@ -378,8 +377,8 @@ def make_figures(records: list[dict], out_dir: str, *, seed: int = 0, N: int = 4
     InputError
         A figure file that cannot be written (:func:`georecall.io.validate_output_path`).
     """
-    _pyplot()
-    dpi, formats = _check_output(dpi, formats)
+    import_pyplot()
+    dpi, formats = check_figure_output(dpi, formats)
     os.makedirs(out_dir, exist_ok=True)
     written: list[str] = []
     builders: list[tuple[str, Callable[[], Any]]] = [

@@ -22,7 +22,7 @@ import numpy as np
 
 from georecall.errors import InputError
 from georecall.io import validate_output_path
-from georecall.verify.experiments.plotting import STYLE, _pyplot, save_figure
+from georecall.verify.experiments.plotting import STYLE, import_pyplot, save_figure
 from georecall.verify.experiments.sweep_models import (
     HELD_OUT_N,
     budget_bound,
@@ -164,7 +164,7 @@ def n_axis_figure(records: list[dict], report: dict | None = None):
     ImportError
         Without matplotlib.
     """
-    plt = _pyplot()
+    plt = import_pyplot()
     report = n_axis_report(records) if report is None else report
     points = n_axis_points(records)["points"]
     if not points:

@@ -1,7 +1,7 @@
 """What every figure shares (optional ``plot`` extra: matplotlib): the style and its talk variant, matplotlib
 imported on demand, saving at ``dpi`` in each of ``formats`` (written atomically), and the legibility
 measures the tests run on every figure (:func:`text_overlaps`, :func:`small_texts`) with the greedy label
-placement that avoids collisions (``_place_labels``).
+placement that avoids collisions (``place_labels``).
 
 Its underscore names are the figure modules' own (:mod:`.figures`, :mod:`.construction_figures`,
 :mod:`.study_figures`, :mod:`.threshold_figure`), not a public interface."""
@@ -29,12 +29,17 @@ __all__ = [
     "STYLE",
     "STYLES",
     "TALK",
+    "check_figure_output",
     "figure_style",
     "have_matplotlib",
+    "import_pyplot",
     "minimum_font",
+    "place_labels",
+    "rc_params",
     "save_figure",
     "small_texts",
     "text_overlaps",
+    "tick_locator",
 ]
 
 
@@ -82,24 +87,20 @@ def figure_style(name: str):
         _ACTIVE_STYLE.reset(token)
 
 
-def _rc() -> dict:
-    """The rc parameters of the active style (:func:`figure_style`)."""
+def rc_params() -> dict:
+    """The rc parameters of the active style (:func:`figure_style`), for ``plt.rc_context``."""
     return STYLES[_ACTIVE_STYLE.get()]
 
 
-def _small() -> float:
-    """The smallest text of the active style: its tick-label size (9 pt in the default style)."""
-    return MIN_FONT_PT if _ACTIVE_STYLE.get() == "default" else float(_rc()["xtick.labelsize"])
-
-
 def minimum_font() -> float:
-    """The smallest legible text (points) of the active style: :data:`MIN_FONT_PT` by default, 14 in talk.
+    """The smallest legible text (points) of the active style, its tick-label size: :data:`MIN_FONT_PT` by
+    default, 14 in talk.
 
     Returns
     -------
     float
     """
-    return _small()
+    return MIN_FONT_PT if _ACTIVE_STYLE.get() == "default" else float(rc_params()["xtick.labelsize"])
 
 # Categories of the mechanism study's rows: colour and marker, the same in both study figures
 CATEGORIES = {
@@ -118,7 +119,14 @@ def have_matplotlib() -> bool:
     return True
 
 
-def _pyplot():
+def import_pyplot():
+    """``matplotlib.pyplot`` on the Agg backend, imported on demand (the ``plot`` extra).
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib (the message says how to install it).
+    """
     try:
         import matplotlib
     except ImportError:
@@ -128,7 +136,21 @@ def _pyplot():
     return plt
 
 
-def _check_output(dpi: int, formats: Iterable[str]) -> tuple[int, tuple[str, ...]]:
+def check_figure_output(dpi: int, formats: Iterable[str]) -> tuple[int, tuple[str, ...]]:
+    """The resolution and the formats (deduplicated) of figure files, checked before any drawing.
+
+    Parameters
+    ----------
+    dpi : int
+        Dots per inch, 30..1200.
+    formats : iterable of str
+        A non-empty subset of :data:`FORMATS`.
+
+    Raises
+    ------
+    ValueError
+        Either is out of range.
+    """
     formats = tuple(dict.fromkeys(formats))
     if not formats or any(f not in FORMATS for f in formats):
         raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {formats!r}")
@@ -166,7 +188,7 @@ def save_figure(fig, out_dir: str, name: str, *, dpi: int = DEFAULT_DPI,
     InputError
         A target that cannot be written (:func:`georecall.io.validate_output_path`).
     """
-    dpi, formats = _check_output(dpi, formats)
+    dpi, formats = check_figure_output(dpi, formats)
     paths = []
     try:
         for ext in formats:
@@ -175,13 +197,13 @@ def save_figure(fig, out_dir: str, name: str, *, dpi: int = DEFAULT_DPI,
             def draw(handle, fmt: str = ext) -> None:
                 # a figure laid out by its layout engine fits its canvas already; the others are cropped
                 tight = None if fig.get_layout_engine() is not None else "tight"
-                with _pyplot().rc_context(EDITABLE):  # text as text in SVG, embedded fonts in PDF
+                with import_pyplot().rc_context(EDITABLE):  # text as text in SVG, embedded fonts in PDF
                     fig.savefig(handle, format=fmt, dpi=dpi, bbox_inches=tight)
 
             atomic_write(target, draw)
             paths.append(target)
     finally:
-        _pyplot().close(fig)
+        import_pyplot().close(fig)
     return paths
 
 
@@ -280,12 +302,23 @@ def _distance(point, box) -> float:
     return math.hypot(dx, dy)
 
 
-def _place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str], *,
+def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str], *,
                   fontsize: float | None = None) -> list[str]:
     """Annotate each point with its label where the label touches no other label, point, axes edge or tick
     label (greedy: eight directions at growing distance, a thin leader line when away from the point).
-    Returns the labels that found no free place (left out, never drawn on top of each other)."""
-    fontsize = _small() if fontsize is None else fontsize
+    Returns the labels that found no free place (left out, never drawn on top of each other).
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    points : sequence of (float, float)
+        The points, in data coordinates.
+    labels : sequence of str
+        One per point.
+    fontsize : float or None
+        Their size (None: :func:`minimum_font`).
+    """
+    fontsize = minimum_font() if fontsize is None else fontsize
     fig = ax.figure
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
@@ -325,6 +358,15 @@ def _place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[st
     return left_out
 
 
-def _locator(n: int, integer: bool = True):
+def tick_locator(n: int, integer: bool = True):
+    """A tick locator of at most ``n`` bins (at least two ticks; whole numbers when ``integer``).
+
+    Parameters
+    ----------
+    n : int
+        Bins.
+    integer : bool
+        Ticks at whole numbers only.
+    """
     from matplotlib.ticker import MaxNLocator
     return MaxNLocator(nbins=n, min_n_ticks=2, integer=integer)

@@ -36,25 +36,31 @@ from georecall.constructions.forward import forward
 from georecall.constructions.model import Model
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
-from georecall.moved import moved_names
-from georecall.theory.tasks import Task, _as_rng, random_task
-from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
+from georecall.theory.tasks import Task, as_rng, random_task
+from georecall.verify.checking.exact import evaluate  # the weights' own, exact
 from georecall.verify.experiments import power as _power
 from georecall.verify.experiments.ridge import RidgeFit, fit_ridge_cv, fit_ridge_cv_many, r_squared
+from georecall.verify.training.train import GROUPS, train
 
 __all__ = [
     "SELECTIVITY_THRESHOLD",
+    "apply_affine",
     "causal_intervention",
     "check_model_shapes",
+    "encoding_design",
     "freeze_and_swap",
+    "holdout_split",
     "probe_all",
     "r_squared",
     "reference_models",
     "require_fit",
+    "ridge_predict",
+    "ridge_predict_many",
     "superposition_readout",
     "task_accuracy",
     "unit_selectivity",
     "warnings_for",
+    "with_entities",
 ]
 
 SELECTIVITY_THRESHOLD = 0.9  # relation-selective unit: >= 90% of its mean activation on one relation
@@ -120,7 +126,7 @@ def task_accuracy(model: Model, task: Task) -> dict:
 
     First in every probe report: probes of a model that does not answer its task describe something else.
     Every one of the N·R single-hop queries is run through THE forward pass
-    (:func:`~georecall.verify.checking.check.check_queries`).
+    (:func:`~georecall.verify.checking.exact.evaluate`).
 
     Parameters
     ----------
@@ -141,7 +147,7 @@ def task_accuracy(model: Model, task: Task) -> dict:
     """
     check_model_shapes(model, task)
     tokens, answers = single_hop_queries(task)
-    result = check_queries(model, tokens, answers)
+    result = evaluate(model, tokens, answers)
     return {"accuracy": float(result.accuracy), "correct": int(round(result.accuracy * answers.size)),
             "queries": int(answers.size), "chance": 1.0 / task.N}
 
@@ -177,8 +183,22 @@ def warnings_for(accuracy: dict, fits: dict[str, dict]) -> list[str]:
     return out
 
 
-def _split(n: int, holdout: float, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Random train / held-out index split (held-out = fit set when ``holdout == 0``)."""
+def holdout_split(n: int, holdout: float, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Random train / held-out index split (held-out = fit set when ``holdout == 0``).
+
+    Parameters
+    ----------
+    n : int
+        Rows.
+    holdout : float
+        The held-out share, in [0, 1).
+    rng : numpy.random.Generator
+
+    Raises
+    ------
+    InputError
+        ``holdout`` outside [0, 1).
+    """
     if not 0 <= holdout < 1:
         raise InputError(f"holdout must be in [0, 1), got {holdout}")
     order = rng.permutation(n)
@@ -188,12 +208,28 @@ def _split(n: int, holdout: float, rng) -> tuple[np.ndarray, np.ndarray]:
     return order[n_test:], order[:n_test]
 
 
-def _apply(W: np.ndarray, X: np.ndarray) -> np.ndarray:
+def apply_affine(W: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """``X @ W[:-1] + W[-1]``: an affine map stored with its bias as the last row.
+
+    Parameters
+    ----------
+    W : numpy.ndarray
+        The map, ``(p + 1, q)``.
+    X : numpy.ndarray
+        The rows, ``(n, p)``.
+    """
     return X @ W[:-1] + W[-1]
 
 
-def _encoding_design(model: Model, table: np.ndarray) -> np.ndarray:
-    """Rows ``[u_{π_1(s)}, ..., u_{π_R(s)}]`` (N × R·d) for a task table (R, N)."""
+def encoding_design(model: Model, table: np.ndarray) -> np.ndarray:
+    """Rows ``[u_{π_1(s)}, ..., u_{π_R(s)}]`` (N × R·d) for a task table (R, N).
+
+    Parameters
+    ----------
+    model : Model
+    table : numpy.ndarray
+        The task table, ``(R, N)``.
+    """
     U = np.asarray(model.full_unembedding(), dtype=np.float64)
     return U[table.T].reshape(table.shape[1], -1)
 
@@ -260,12 +296,12 @@ def superposition_readout(model: Model, task: Task, *, holdout: float = 0.25,
         A model whose shapes do not fit the task, a holdout outside [0, 1), fewer than two fit subjects, or
         non-finite embeddings (:func:`.ridge.fit_ridge_cv`).
     """
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     check_model_shapes(model, task)
     E = np.asarray(model.entity_embedding[: task.N], dtype=np.float64)
     U = np.asarray(model.full_unembedding(), dtype=np.float64)
-    fit, test = _split(task.N, holdout, rng) if split is None else split
-    X = _encoding_design(model, task.table)
+    fit, test = holdout_split(task.N, holdout, rng) if split is None else split
+    X = encoding_design(model, task.table)
     if forward is None:
         forward = fit_ridge_cv(X[fit], E[fit], rng=rng)
     encoding_r2 = r_squared(E[test], forward.predict(X[test]))
@@ -298,17 +334,24 @@ def _add_power(per_relation: list[dict], E: np.ndarray, U: np.ndarray, task: Tas
     labels = [task.table[r] for r in range(task.R)]
     pw = _power.decode_power(labels, [U] * task.R, np.ones((task.N, task.R), dtype=bool), E.shape[1],
                              [[test]] * task.R, rng=prng, snrs=(_power.NAMED_SNR,), draws=draws,
-                             predict=_ridge_predict, predict_many=_ridge_predict_many)
+                             predict=ridge_predict, predict_many=ridge_predict_many)
     for r, entry in enumerate(per_relation):
-        res = _power.decode_vectors(E, labels[r], U, [test], rng=prng, predict=_ridge_predict)
+        res = _power.decode_vectors(E, labels[r], U, [test], rng=prng, predict=ridge_predict)
         word, why = _power.verdict_word(_power.detected(res), pw[r], unseen=res["unseen"], n=res["n"])
         entry.update({"vector_accuracy": res["accuracy"], "held_out": res["n"], "unseen": res["unseen"],
                       "accuracy_seen": res["accuracy_seen"], "accuracy_unseen": res["accuracy_unseen"],
                       "chance": res["chance"], "power": pw[r], "verdict": word, "reason": why})
 
 
-def _with_entities(model: Model, E: np.ndarray) -> Model:
-    """The same model with a different entity table (e.g. extra, intervened rows appended)."""
+def with_entities(model: Model, E: np.ndarray) -> Model:
+    """The same model with a different entity table (e.g. extra, intervened rows appended).
+
+    Parameters
+    ----------
+    model : Model
+    E : numpy.ndarray
+        The new entity table (cast to the model's dtype).
+    """
     return replace(model, entity_embedding=np.asarray(E, dtype=model.entity_embedding.dtype))
 
 
@@ -351,7 +394,7 @@ def causal_intervention(model: Model, task: Task, encoding_maps: np.ndarray, *, 
     InputError
         No candidate subjects.
     """
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     N, R = task.N, task.R
     d = model.d
     pool = np.arange(N) if candidates is None else np.asarray(candidates)
@@ -367,7 +410,7 @@ def causal_intervention(model: Model, task: Task, encoding_maps: np.ndarray, *, 
     new = (current + rng.integers(1, N, size=current.size)) % N  # uniform over j != π_r(s)
     delta = np.einsum("kd,kde->ke", U[new] - U[current], A[Rr])
     intervened = E[S] + delta
-    extended = _with_entities(model, np.vstack([E, intervened]))
+    extended = with_entities(model, np.vstack([E, intervened]))
     n_int = intervened.shape[0]
     ids = N + np.arange(n_int)
     # every intervened subject asked every relation: tokens ⟨relation, intervened entity⟩
@@ -505,22 +548,21 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
     FloatingPointError
         Training (b) diverged (a non-finite loss).
     """
-    from georecall.verify.training.train import GROUPS, train  # the trainer's scipy: off georecall --help
 
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     if new_task is None:
         new_task = random_task(task.N, task.R, rng)
     tokens, answers = single_hop_queries(new_task)
-    X = _encoding_design(model, new_task.table)
-    rebuilt = _apply(encoding_maps, X)
+    X = encoding_design(model, new_task.table)
+    rebuilt = apply_affine(encoding_maps, X)
     extra = np.asarray(model.entity_embedding[task.N :], dtype=np.float64)
-    closed = _with_entities(model, np.vstack([rebuilt, extra]))
-    closed_result = check_queries(closed, tokens, answers)
-    start = _with_entities(model, np.vstack([rng.standard_normal(rebuilt.shape) * rebuilt.std(), extra]))
+    closed = with_entities(model, np.vstack([rebuilt, extra]))
+    closed_result = evaluate(closed, tokens, answers)
+    start = with_entities(model, np.vstack([rng.standard_normal(rebuilt.shape) * rebuilt.std(), extra]))
     trained = train(start, tokens, answers, steps=steps, lr=lr, rng=rng,
                     frozen=tuple(g for g in GROUPS if g != "entity_embedding"),
                     dtype=model.entity_embedding.dtype)
-    fitted = check_queries(trained.model, tokens, answers)
+    fitted = evaluate(trained.model, tokens, answers)
     return {"closed_form_accuracy": closed_result.accuracy,
             "closed_form_min_margin": closed_result.min_margin, "fitted_accuracy": fitted.accuracy,
             "fitted_steps": trained.steps, "chance": 1.0 / task.N}
@@ -592,7 +634,7 @@ def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int 
     FloatingPointError
         Freeze-and-swap's training diverged.
     """
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     check_model_shapes(model, task)
     accuracy = task_accuracy(model, task)
     readout = superposition_readout(model, task, holdout=holdout, rng=rng)
@@ -609,25 +651,35 @@ def probe_all(model: Model, task: Task, *, holdout: float = 0.25, subjects: int 
     return out
 
 
-def _ridge_predict(X_fit: np.ndarray, Y_fit: np.ndarray, X_test: np.ndarray, rng) -> tuple[np.ndarray, dict]:
-    """The probes' ridge rule (:func:`.ridge.fit_ridge_cv`) as a decoder for :func:`.power.decode_vectors`."""
+def ridge_predict(X_fit: np.ndarray, Y_fit: np.ndarray, X_test: np.ndarray, rng) -> tuple[np.ndarray, dict]:
+    """The probes' ridge rule (:func:`.ridge.fit_ridge_cv`) as a decoder for :func:`.power.decode_vectors`.
+
+    Parameters
+    ----------
+    X_fit, Y_fit : numpy.ndarray
+        The fit rows and their targets.
+    X_test : numpy.ndarray
+        The rows to predict.
+    rng : numpy.random.Generator
+        The cross-validation folds' stream.
+    """
     fit = fit_ridge_cv(X_fit, Y_fit, rng=rng)
     return fit.predict(X_test), fit.describe()
 
 
-def _ridge_predict_many(X_fit: np.ndarray, Ys: list, X_test: np.ndarray, rng) -> list[np.ndarray]:
-    """:func:`_ridge_predict` for several targets on the same rows (:func:`.ridge.fit_ridge_cv_many`: each
-    target its own strength, one fold assignment): :func:`.power.decode_power`'s shared path."""
+def ridge_predict_many(X_fit: np.ndarray, Ys: list, X_test: np.ndarray, rng) -> list[np.ndarray]:
+    """:func:`ridge_predict` for several targets on the same rows (:func:`.ridge.fit_ridge_cv_many`: each
+    target its own strength, one fold assignment): :func:`.power.decode_power`'s shared path.
+
+    Parameters
+    ----------
+    X_fit : numpy.ndarray
+        The fit rows.
+    Ys : list of numpy.ndarray
+        The targets.
+    X_test : numpy.ndarray
+        The rows to predict.
+    rng : numpy.random.Generator
+        The cross-validation folds' stream.
+    """
     return [fit.predict(X_test) for fit in fit_ridge_cv_many(X_fit, Ys, rng=rng)]
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.experiments.probes_hidden": (
-        "linear_relational_encoding", "load_hidden_states"),
-    "georecall.verify.experiments.probes_mechanism": (
-        "attribute_fits", "embed_wider", "functional_transfer", "inverse_table", "mechanism_probes",
-        "SUMMARY_FIELDS", "superposition_power"),
-}
-__getattr__ = moved_names(__name__, _MOVED)

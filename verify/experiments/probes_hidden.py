@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from georecall.errors import InputError
-from georecall.theory.tasks import _as_rng
+from georecall.theory.tasks import as_rng
 from georecall.verify.experiments import power as _power
-from georecall.verify.experiments.probes import _ridge_predict, _ridge_predict_many, _split
+from georecall.verify.experiments.probes import holdout_split, ridge_predict, ridge_predict_many
 from georecall.verify.experiments.ridge import fit_ridge_cv, fit_ridge_cv_many, r_squared
 
 __all__ = ["HIDDEN_SNRS", "linear_relational_encoding", "load_hidden_states"]
@@ -136,12 +136,12 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
         A holdout outside (0, 1), or fewer than two fit rows.
     """
     power = _power
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     n, R = attributes.shape
     if not 0 < holdout < 1:
         raise InputError(f"holdout must be in (0, 1) (the decoders are scored on held-out rows), got "
                          f"{holdout}")
-    fit, test = _split(n, holdout, rng)
+    fit, test = holdout_split(n, holdout, rng)
     if len(fit) < 2 or len(test) < 1:
         raise InputError(f"the probes need at least two fit rows and one held-out row; {n} row(s) with "
                          f"holdout {holdout} leave {len(fit)} and {len(test)}")
@@ -156,8 +156,8 @@ def linear_relational_encoding(states: np.ndarray, attributes: np.ndarray, *, ho
             vectors.append(np.eye(values.size))
     groups = [test]
     pw = power.decode_power(labels, vectors, np.ones((n, R), dtype=bool), states.shape[1], [groups] * R,
-                            rng=rng, predict=_ridge_predict, snrs=HIDDEN_SNRS,
-                            predict_many=_ridge_predict_many)
+                            rng=rng, predict=ridge_predict, snrs=HIDDEN_SNRS,
+                            predict_many=ridge_predict_many)
     per_relation = []
     # every relation and its shuffled control on the same fit rows: one factorisation (fit_ridge_cv_many;
     # each target its own strength, one fold assignment)

@@ -40,25 +40,27 @@ from georecall.constructions.model import MLP, Attention, Layer, Model
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng
-from georecall.theory.tasks import Task, _as_rng, random_task
-from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
+from georecall.theory.tasks import Task, as_rng, random_task
+from georecall.verify.checking.exact import evaluate  # the weights' own, exact
 from georecall.verify.experiments import power as _power
 from georecall.verify.experiments.probes import (
     SELECTIVITY_THRESHOLD,
-    _apply,
-    _encoding_design,
-    _split,
-    _with_entities,
+    apply_affine,
     causal_intervention,
     check_model_shapes,
+    encoding_design,
     freeze_and_swap,
+    holdout_split,
     require_fit,
     superposition_readout,
     task_accuracy,
     unit_selectivity,
     warnings_for,
+    with_entities,
 )
 from georecall.verify.experiments.ridge import fit_ridge_cv, fit_ridge_cv_many, r_squared
+from georecall.verify.training.backward import loss_and_grads
+from georecall.verify.training.train import GROUPS, adam
 
 __all__ = [
     "SUMMARY_FIELDS",
@@ -116,7 +118,7 @@ def superposition_power(model: Model, task: Task, split: tuple[np.ndarray, np.nd
         return None
     rng = seed_rng(seed, "probes", 2000)
     U = np.asarray(model.full_unembedding(), dtype=np.float64)
-    X = _encoding_design(model, task.table)
+    X = encoding_design(model, task.table)
     labels = [task.table[r] for r in range(task.R)]
     hits = 0
     for _ in range(draws):
@@ -174,14 +176,14 @@ def _displacement(final: np.ndarray, start: np.ndarray | None, what: str, tolera
 def _attribute_fits(model: Model, task: Task, *, initial: Model | None, holdout: float, rng,
                     tolerance: float, retained: dict | None) -> tuple[dict, dict]:
     """:func:`attribute_fits`, with the forward fit and the subject split (for reuse) on the side."""
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     check_model_shapes(model, task)
     retained = {"E": 1.0, "U": 1.0, **(retained or {})}
     N, R = task.N, task.R
     E = np.asarray(model.entity_embedding[:N], dtype=np.float64)
     U = np.asarray(model.full_unembedding()[:N], dtype=np.float64)
-    subjects_fit, subjects_test = _split(N, holdout, rng)
-    attributes_fit, attributes_test = _split(N, holdout, rng)
+    subjects_fit, subjects_test = holdout_split(N, holdout, rng)
+    attributes_fit, attributes_test = holdout_split(N, holdout, rng)
     forward_design = U[task.table.T].reshape(N, -1)  # row s: [u_{π_1(s)}, ..., u_{π_R(s)}]
     reverse_design = E[inverse_table(task.table).T].reshape(N, -1)  # row j: [e_{π_1^{-1}(j)}, ...]
     if initial is not None:
@@ -331,8 +333,6 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
     FloatingPointError
         The encoder's training diverged (a non-finite loss).
     """
-    from georecall.verify.training.backward import loss_and_grads  # scipy: off georecall --help
-    from georecall.verify.training.train import GROUPS, adam
 
     require_fit(model, task)
     if new_task.N != task.N or new_task.R != task.R:
@@ -354,12 +354,12 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
         return E
 
     def with_E(E: np.ndarray) -> Model:
-        return _with_entities(model, np.vstack([E, extra]) if extra.size else E)
+        return with_entities(model, np.vstack([E, extra]) if extra.size else E)
 
     tokens_a, answers_a = single_hop_queries(task)
     tokens_b, answers_b = single_hop_queries(new_task)
     params = {"A": maps[:-1].reshape(R, d, d).copy(), "c": maps[-1].copy()}
-    start_accuracy = check_queries(with_E(encode(params, task.table)), tokens_a, answers_a).accuracy
+    start_accuracy = evaluate(with_E(encode(params, task.table)), tokens_a, answers_a).accuracy
     state: dict[str, Any] = {"done": start_accuracy == 1.0, "steps": 0}
 
     def grad_fn(current: dict, step: int) -> dict:
@@ -381,8 +381,8 @@ def functional_transfer(model: Model, task: Task, new_task: Task, encoding_maps:
         return state["done"]
 
     final = adam(grad_fn, params, steps, lr=lr, callback=stop) if not state["done"] else params
-    accuracy_a = check_queries(with_E(encode(final, task.table)), tokens_a, answers_a).accuracy
-    zero_shot = check_queries(with_E(encode(final, new_task.table)), tokens_b, answers_b).accuracy
+    accuracy_a = evaluate(with_E(encode(final, task.table)), tokens_a, answers_a).accuracy
+    zero_shot = evaluate(with_E(encode(final, new_task.table)), tokens_b, answers_b).accuracy
     return {"start_accuracy_A": start_accuracy, "accuracy_A": accuracy_a, "zero_shot_B": zero_shot,
             "steps": int(state["steps"]), "chance": 1.0 / N}
 
@@ -469,9 +469,9 @@ def mechanism_probes(model: Model, task: Task, *, initial: Model | None = None, 
     transfer = freeze_and_swap(model, task, maps, steps=transfer_steps, lr=lr, rng=transfer_rng,
                                new_task=new_task) if transfer_steps is not None else None
     if transfer is None:  # the closed form costs one check: always report it
-        closed = _with_entities(model, np.vstack([_apply(maps, _encoding_design(model, new_task.table)),
+        closed = with_entities(model, np.vstack([apply_affine(maps, encoding_design(model, new_task.table)),
                                                   np.asarray(model.entity_embedding[task.N :])]))
-        transfer = {"closed_form_accuracy": check_queries(closed, *single_hop_queries(new_task)).accuracy,
+        transfer = {"closed_form_accuracy": evaluate(closed, *single_hop_queries(new_task)).accuracy,
                     "fitted_accuracy": None, "chance": 1.0 / task.N}
     functional = (functional_transfer(model, task, new_task, maps, steps=encoder_steps, lr=lr)
                   if encoder_steps is not None else None)
@@ -530,7 +530,7 @@ def embed_wider(model: Model, d: int, rng: np.random.Generator | int | None = No
         ``d`` not an integer, or smaller than the model's width.
     """
 
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     d0 = model.d
     if not isinstance(d, (int, np.integer)) or d < d0:
         raise InputError(f"the wider residual must have d >= the model's d = {d0}, got {d!r}")

@@ -42,7 +42,7 @@ from georecall.errors import InputError
 
 __all__ = ["ALPHAS", "LM_RULE", "PROBE_RULE", "RELATIVE_ALPHAS", "RidgeFit", "Rule", "cross_fit",
            "cross_fit_batch", "cross_fit_many", "fit_ridge_cv", "fit_ridge_cv_many", "inner_parts",
-           "r2_score", "r_squared"]
+           "r_squared"]
 
 RELATIVE_ALPHAS: tuple[float, ...] = tuple(10.0 ** k for k in range(-8, 3))
 ALPHAS = np.logspace(-4, 4, 17)  # probe-lm's grid: multiples of the fit rows' mean squared singular value
@@ -110,9 +110,12 @@ def r_squared(Y: np.ndarray, Y_hat: np.ndarray) -> float:
     -------
     float
         At most 1, negative when the predictions are worse than the column means. When Y is constant
-        (``SS_tot = 0``): 1.0 if it is predicted exactly, else 0.0.
+        (``SS_tot = 0``, where the ratio is undefined): 1.0 if it is predicted exactly, else 0.0, so a
+        document's R² is always a finite number. The one R² of georecall: the probes, the mechanism study's
+        fits and the ``lm`` extra's superposition fits all report this one.
     """
     Y = np.asarray(Y, dtype=np.float64)
+    Y_hat = np.asarray(Y_hat, dtype=np.float64)
     ss_res = float(np.sum((Y - Y_hat) ** 2))
     ss_tot = float(np.sum((Y - Y.mean(axis=0)) ** 2))
     if ss_tot == 0:
@@ -361,25 +364,6 @@ def fit_ridge_cv_many(X: np.ndarray, Ys: list, *, rng: np.random.Generator,
                             scale=scale, n=n, p=p, folds=folds if len(grid) > 1 else 0, rank=rank,
                             cv_error=cv_errors[t]))
     return out
-
-
-def r2_score(Y, P) -> float:
-    """Coefficient of determination of predictions ``P`` for ``Y``, pooled over columns (1 − SSE/SST).
-
-    Parameters
-    ----------
-    Y, P : (n, q) arrays
-        Observed values and predictions.
-
-    Returns
-    -------
-    float
-        ``nan`` when ``Y`` has no variance.
-    """
-    Y = np.asarray(Y, dtype=np.float64)
-    P = np.asarray(P, dtype=np.float64)
-    sst = float(np.sum((Y - Y.mean(axis=0)) ** 2))
-    return float("nan") if sst == 0 else 1.0 - float(np.sum((Y - P) ** 2)) / sst
 
 
 def _centred(K: np.ndarray, A: np.ndarray, T: np.ndarray) -> np.ndarray:

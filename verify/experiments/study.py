@@ -40,15 +40,13 @@ from georecall.constructions import registry
 from georecall.errors import InputError
 from georecall.io import ResultsFile, append_jsonl, read_jsonl, validate_output_path
 from georecall.memory import Budget
-from georecall.moved import moved_names
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
-from georecall.verify.checking.exact import evaluate as check_queries  # the weights' own, exact
+from georecall.verify.checking.exact import evaluate  # the weights' own, exact
 from georecall.verify.checking.report import claim_report
 from georecall.verify.experiments import probes, probes_components, probes_mechanism
-from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
-from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note
+from georecall.verify.experiments.driver import Call, JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
 from georecall.verify.experiments.study_design import (
     GRIDS,
@@ -168,7 +166,7 @@ def _probe(model, task, seed: int, settings: dict, initial=None, retained: dict 
 def _point(model, task, tokens, answers, seed: int, settings: dict, initial, retained: dict) -> dict:
     """One point of a trajectory: the accuracy on every query, the probes' summary and the claims met."""
     probed = _probe(model, task, seed, settings, initial=initial, retained=retained)
-    return {"accuracy": check_queries(model, tokens, answers).accuracy, "summary": probed["summary"],
+    return {"accuracy": evaluate(model, tokens, answers).accuracy, "summary": probed["summary"],
             "claims": probed["claims"]}
 
 
@@ -206,7 +204,7 @@ def run_job(job: dict) -> dict:
     task = task_for_seed(p["N"], p["R"], seed)
     tokens, answers, positions, _ = training_data(task)
     initial, frozen = _initial_model(p, task, seed)
-    before = check_queries(initial, tokens, answers).accuracy
+    before = evaluate(initial, tokens, answers).accuracy
     tied = p["readout"] == "tied"
     trajectory = None
     if p.get("trajectory_every"):
@@ -219,7 +217,7 @@ def run_job(job: dict) -> dict:
                    rng=rng(seed, "batches", STREAM_KEY, p["d"], p["m"]), callback=trajectory,
                    optimizer=p.get("optimizer", "adam"), momentum=p.get("momentum", 0.0))
     trained_seconds = result.seconds
-    final = check_queries(result.model, tokens, answers)
+    final = evaluate(result.model, tokens, answers)
     training = {"steps": result.steps, "reached": bool(result.reached), "accuracy": final.accuracy,
                 "initial_accuracy": before, "final_loss": float(result.losses[-1]) if result.losses else None,
                 "path": result.path, "seconds": trained_seconds}
@@ -645,10 +643,10 @@ class _Jobs(JobList):
                     f"steps at most and {cost['probe_sets']} probe sets, about {hours:.1f} h of one core on "
                     f"this project's machine (2 shared cores)")
 
-    def start(self, job: dict) -> list[Task]:
-        return [Task(run_job, (job,), job, f"the job {_describe(job)}")]
+    def start(self, job: dict) -> list[Call]:
+        return [Call(run_job, (job,), job, f"the job {_describe(job)}")]
 
-    def accept(self, task: Task, record: dict) -> list[Task]:
+    def accept(self, task: Call, record: dict) -> list[Call]:
         append_jsonl(self.path, record)
         self.done += 1
         self.report(f"{_describe(record)} ({record['seconds']:.1f} s)")
@@ -721,14 +719,3 @@ def section_mechanism(seed: int = 0, progress: bool = False, *, R: int = 4) -> l
                          checks, time.perf_counter() - start, {"d": params["d"], "m": params["m"]},
                          {"summaries": summaries, "claims": met, "trained_reached": bool(trained.reached),
                           "trained_steps": trained.steps, "thresholds": dict(THRESHOLDS)})]
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.experiments.study_design": (
-        "BASE", "CLAIMS", "D_STAR", "PROBE_SETTINGS", "QUICK_REGIMES", "REGIMES"),
-    "georecall.verify.experiments.study_report": (
-        "figures", "regime_verdicts", "render_summary", "summarize"),
-}
-__getattr__ = moved_names(__name__, _MOVED)

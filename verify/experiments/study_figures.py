@@ -12,10 +12,10 @@ import numpy as np
 
 from georecall.verify.experiments.plotting import (
     CATEGORIES,
-    _place_labels,
-    _pyplot,
-    _rc,
-    _small,
+    import_pyplot,
+    minimum_font,
+    place_labels,
+    rc_params,
 )
 
 __all__ = [
@@ -79,7 +79,7 @@ def mechanism_figure(doc: dict, thresholds: dict):
     ImportError
         Without matplotlib.
     """
-    plt = _pyplot()
+    plt = import_pyplot()
     rows = _study_rows(doc)
     untrained = [e["initial"] for e in doc["regimes"] if e["params"]["init"] == "fan-in"]
     panels = (("superposition\nR²", "superposition_r2", thresholds["superposition_r2"]),
@@ -91,7 +91,7 @@ def mechanism_figure(doc: dict, thresholds: dict):
     y = np.arange(len(rows))
     colours = [CATEGORIES[c][1] for _, c, _ in rows]
     height = 0.21 * len(rows) + 2.0
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig, axes = plt.subplots(1, len(panels), figsize=(11, height), sharey=True)
         for ax, (title, key, threshold) in zip(axes, panels):
             means = [s[key]["mean"] if s[key]["mean"] is not None else np.nan for _, _, s in rows]
@@ -105,7 +105,7 @@ def mechanism_figure(doc: dict, thresholds: dict):
             low = float(np.nanmin(means)) if np.isfinite(np.nanmin(means)) else 0.0
             ax.set_xlim(min(0.0, low - 0.05), 1.05)
             ax.set_xticks([0, 0.5, 1], ["0", ".5", "1"])
-        axes[0].set_yticks(y, [name for name, _, _ in rows], fontsize=_small())
+        axes[0].set_yticks(y, [name for name, _, _ in rows], fontsize=minimum_font())
         axes[0].invert_yaxis()  # once: the axes share y
         from matplotlib.lines import Line2D
         present = list(dict.fromkeys(c for _, c, _ in rows))
@@ -139,14 +139,14 @@ def forward_reverse_figure(doc: dict):
     ImportError
         Without matplotlib.
     """
-    plt = _pyplot()
+    plt = import_pyplot()
     merged: dict[tuple[float, float], list[tuple[str, str, Any]]] = {}
     for name, category, s in _study_rows(doc):
         f, r = s["forward_r2"], s["reverse_r2"]
         if f["mean"] is None or r["mean"] is None:
             continue
         merged.setdefault((round(r["mean"], 3), round(f["mean"], 3)), []).append((name, category, (f, r)))
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig, ax = plt.subplots(figsize=(7.5, 6.5))
         ax.plot([-0.2, 1.05], [-0.2, 1.05], color="gray", lw=0.8, ls=":")
         points, labels = [], []
@@ -171,10 +171,10 @@ def forward_reverse_figure(doc: dict):
         # controls and constructions first: they are few and the point of the comparison
         order = sorted(range(len(points)), key=lambda i: 0 if any(
             c != "trained" for _, c, _ in list(merged.values())[i]) else 1)
-        left_out = _place_labels(ax, [points[i] for i in order], [labels[i] for i in order])
+        left_out = place_labels(ax, [points[i] for i in order], [labels[i] for i in order])
         if left_out:
             ax.text(0.02, 0.98, f"{len(left_out)} crowded regimes unlabelled (named in mechanism.png)",
-                    transform=ax.transAxes, va="top", fontsize=_small(), color="0.3")
+                    transform=ax.transAxes, va="top", fontsize=minimum_font(), color="0.3")
     return fig
 
 
@@ -205,13 +205,13 @@ def d_axis_figure(axis: dict, thresholds: dict, fields: tuple):
     ValueError
         An axis without series (nothing to draw).
     """
-    plt = _pyplot()
+    plt = import_pyplot()
     if not axis or not axis.get("series"):
         raise ValueError("the summary has no d axis to draw")
     columns = 3
     rows = math.ceil(len(fields) / columns)
     markers = "osD^v<>ph"
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig, axes = plt.subplots(rows, columns, figsize=(11, 8.5), squeeze=False, sharex=True)
         for ax, (title, key, threshold_key) in zip(axes.ravel(), fields):
             for i, item in enumerate(axis["series"]):
@@ -283,7 +283,7 @@ def trajectory_figure(doc: dict, thresholds: dict, fields: tuple):
     ImportError
         Without matplotlib.
     """
-    plt = _pyplot()
+    plt = import_pyplot()
     from matplotlib.lines import Line2D
 
     rows = [e for e in doc["regimes"] if e.get("trajectory")]
@@ -292,7 +292,7 @@ def trajectory_figure(doc: dict, thresholds: dict, fields: tuple):
     colours = plt.get_cmap("tab10")
     columns = 4
     panels = math.ceil(len(fields) / columns)
-    with plt.rc_context(_rc()):
+    with plt.rc_context(rc_params()):
         fig, axes = plt.subplots(panels, columns, figsize=(11, 2.6 * panels + 1.2), squeeze=False)
         for ax, name in zip(axes.flat, fields):
             for e in rows:
@@ -304,9 +304,9 @@ def trajectory_figure(doc: dict, thresholds: dict, fields: tuple):
                         markersize=3)
             if name in thresholds:  # every criterion quantity is named as its threshold
                 ax.axhline(thresholds[name], color="0.55", linewidth=1.0, linestyle="--")
-            ax.set_title(_TRAJECTORY_TITLES.get(name, name), fontsize=_small() + 1)
+            ax.set_title(_TRAJECTORY_TITLES.get(name, name), fontsize=minimum_font() + 1)
             ax.set_ylim(-0.03, 1.03)
-            ax.set_xlabel("training step", fontsize=_small())
+            ax.set_xlabel("training step", fontsize=minimum_font())
         for ax in list(axes.flat)[len(fields):]:
             ax.set_visible(False)
         handles = [Line2D([], [], color=colours(i % 10), label=f) for i, f in enumerate(families)]
@@ -314,7 +314,7 @@ def trajectory_figure(doc: dict, thresholds: dict, fields: tuple):
                            label=f"N = {N}") for i, N in enumerate(sizes)]
         handles.append(Line2D([], [], color="0.55", linestyle="--", label="claim's threshold"))
         fig.legend(handles=handles, loc="lower center", ncol=min(6, len(handles)), frameon=False,
-                   fontsize=_small())
+                   fontsize=minimum_font())
         fig.suptitle("the probes along training (mean over seeds)")
         fig.tight_layout(rect=(0, 0.1 if len(handles) > 6 else 0.06, 1, 1))
     return fig

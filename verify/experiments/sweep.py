@@ -53,29 +53,32 @@ import numpy as np
 from georecall.errors import InputError
 from georecall.io import append_jsonl, validate_output_path
 from georecall.memory import Budget
-from georecall.moved import moved_names
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed
 from georecall.theory.tasks import check_positive_int
-from georecall.verify.experiments.driver import Call as Task  # the driver's Call; the body still says Task
-from georecall.verify.experiments.driver import JobList, Stop, clock, drive, open_results, stderr_note
+from georecall.verify.experiments.driver import Call, JobList, Stop, clock, drive, open_results, stderr_note
 from georecall.verify.experiments.executors import WORKER_TIMEOUT, open_executor
 from georecall.verify.experiments.sweep_cost import cost_line, estimate_cost
 from georecall.verify.experiments.sweep_fit import predict_threshold
-from georecall.verify.experiments.sweep_records import _config_key, _real, read_sweep, threshold_key
+from georecall.verify.experiments.sweep_records import (
+    is_finite_real,
+    read_sweep,
+    record_config_key,
+    threshold_key,
+)
 from georecall.verify.experiments.sweep_search import (
     SEARCHES,
     PredictedSearch,
     ThresholdSearch,
-    _check_range,
-    _make_search,
-    _threshold_record,
+    check_search_range,
+    make_search,
+    threshold_record,
 )
 from georecall.verify.experiments.sweep_trial import (
     MODES,
     SEED_CONTRACT,
     TrialSettings,
-    _check_mode,
+    check_mode,
     run_trial,
 )
 
@@ -162,7 +165,7 @@ def _configs(Ns, Rs, modes, seeds) -> list[tuple]:
     for R in Rs:
         check_positive_int("R", R)
     for mode in modes:
-        _check_mode(mode)
+        check_mode(mode)
     for seed in seeds:
         try:
             check_seed(seed)
@@ -248,14 +251,14 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
     settings = settings.validate()
     if search not in SEARCHES:
         raise InputError(f"search must be one of {SEARCHES}, got {search!r}")
-    if budget_hours is not None and (isinstance(budget_hours, bool) or not _real(budget_hours)
+    if budget_hours is not None and (isinstance(budget_hours, bool) or not is_finite_real(budget_hours)
                                      or budget_hours <= 0):
         raise InputError(f"budget_hours must be a positive finite number, got {budget_hours!r}")
     workers = check_positive_int("workers", workers)
     if scheduler is not None and workers != 1:
         raise InputError(f"give either workers ({workers}) or a scheduler ({scheduler!r}), not both: a Dask "
                          f"cluster has its own workers")
-    _check_range(d_min, d_max, resolution)
+    check_search_range(d_min, d_max, resolution)
     if max_trials is not None:
         max_trials = check_positive_int("max_trials", max_trials)
     configs = _configs(Ns, Rs, modes, seeds)
@@ -275,7 +278,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         known: dict[tuple, dict[int, dict]] = {}
         for r in contents.records:
             if r["kind"] == "trial":
-                known.setdefault(_config_key(r), {})[r["d"]] = r
+                known.setdefault(record_config_key(r), {})[r["d"]] = r
         todo = [c for c in configs if threshold_key({**config_record(c), **keyed}) not in finished]
         if todo:
             estimate = estimate_cost(contents.records, todo, settings, search=search, **range_,
@@ -311,7 +314,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
                 log(text)
 
             searches = _Searches(path, settings, range_, known, len(configs), todo,
-                                 config_key=lambda c: _config_key(config_record(c)), search=search,
+                                 config_key=lambda c: record_config_key(config_record(c)), search=search,
                                  predictions=predictions,
                                  per_search=[len(r["trials"]) for r in contents.records
                                              if r["kind"] == "threshold"],
@@ -363,18 +366,18 @@ class _Searches(JobList):
     def opened(self, handle, units: int) -> None:
         self.report(f"{units} searches on {handle.description}")
 
-    def start(self, config: tuple) -> list[Task]:
+    def start(self, config: tuple) -> list[Call]:
         """Feed the search the trials the file already has; return its next trial, or finish it."""
         have = self.known.get(self.config_key(config), {})
         if config not in self.searches:  # made when it starts (the reused trials are the file's by then)
             prediction = None
             if self.search == "predicted":  # a resumed search keeps the prediction its trials recorded
-                earlier = [t for t in have.values() if _real(t.get("prediction"))]
+                earlier = [t for t in have.values() if is_finite_real(t.get("prediction"))]
                 prediction = ({"d": float(earlier[0]["prediction"]), "c": earlier[0].get("prediction_c")}
                               if earlier else self.predicted[config])
             self.predictions[config] = prediction
             outcomes = {d: bool(t["reached"]) for d, t in have.items()}
-            self.searches[config] = _make_search(self.search, prediction, outcomes, self.range_)
+            self.searches[config] = make_search(self.search, prediction, outcomes, self.range_)
             if self.search == "predicted":
                 self.reused += len(have)  # a predicted search takes every recorded trial at once
         search = self.searches[config]
@@ -385,10 +388,10 @@ class _Searches(JobList):
         if not search.done:
             d = search.next_d
             assert d is not None  # a search that is not done has a next d
-            return [Task(run_trial, (*config, d, self.settings), (config, d),
+            return [Call(run_trial, (*config, d, self.settings), (config, d),
                          f"the trial N={N} R={R} {mode} seed {seed} d={d}")]
         blas = sorted({have[d].get("blas") or "not recorded" for d in search.visited if d in have})
-        record = _threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
+        record = threshold_record(N, R, mode, seed, self.settings, dict(search.visited), search.lo,
                                    **self.range_, search=self.search,
                                    extra={**self._prediction_fields(config), "blas": blas})
         append_jsonl(self.path, record)
@@ -406,7 +409,7 @@ class _Searches(JobList):
         c = prediction.get("c")
         return {"prediction": round(prediction["d"], 3), "prediction_c": None if c is None else round(c, 6)}
 
-    def accept(self, task: Task, record: dict) -> list[Task]:
+    def accept(self, task: Call, record: dict) -> list[Call]:
         config, d = task.tag
         record = {**record, **self._prediction_fields(config)}
         append_jsonl(self.path, record)
@@ -418,22 +421,3 @@ class _Searches(JobList):
         if self.max_trials is not None and self.tally.new >= self.max_trials:
             raise Stop
         return self.start(config)
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.experiments.sweep_cost": (
-        "calibration", "measure_step_seconds", "step_seconds"),
-    "georecall.verify.experiments.sweep_fit": (
-        "fit_thresholds", "summary_table"),
-    "georecall.verify.experiments.sweep_knowledge": (
-        "bits_per_parameter", "BITS_REFERENCES", "knowledge_bits", "knowledge_table", "model_parameters"),
-    "georecall.verify.experiments.sweep_records": (
-        "read_records", "SweepFile", "THRESHOLD_KEY", "TIMING_FIELDS", "TRIAL_KEY", "trial_key"),
-    "georecall.verify.experiments.sweep_search": (
-        "find_threshold",),
-    "georecall.verify.experiments.sweep_trial": (
-        "FROZEN_GROUPS",),
-}
-__getattr__ = moved_names(__name__, _MOVED)

@@ -18,8 +18,14 @@ import numpy as np
 from georecall.theory import __version__
 from georecall.theory.tasks import task_for_seed
 from georecall.verify.experiments.sweep_fit import predict_threshold
-from georecall.verify.experiments.sweep_records import MAX_COUNT, MAX_STEPS, MAX_WIDTH, _key, _same_settings
-from georecall.verify.experiments.sweep_search import _make_search
+from georecall.verify.experiments.sweep_records import (
+    MAX_COUNT,
+    MAX_STEPS,
+    MAX_WIDTH,
+    record_key,
+    same_settings,
+)
+from georecall.verify.experiments.sweep_search import make_search
 from georecall.verify.experiments.sweep_trial import SEED_CONTRACT, TrialSettings
 from georecall.verify.training.parameters import init_model
 from georecall.verify.training.train import train, training_data
@@ -59,7 +65,7 @@ def timed(record: dict) -> bool:
 
 def _timed_rows(records: list[dict], N: int, settings: TrialSettings) -> list[dict]:
     """The trial records at N with these settings whose timing is usable (:func:`timed`)."""
-    return [r for r in records if r.get("kind") == "trial" and r.get("N") == N and _same_settings(r, settings)
+    return [r for r in records if r.get("kind") == "trial" and r.get("N") == N and same_settings(r, settings)
             and r.get("steps_run") and r.get("seconds") and timed(r)]
 
 
@@ -77,7 +83,7 @@ def untimed(records: list[dict], settings: TrialSettings) -> int:
     int
     """
     return sum(1 for r in records if isinstance(r, dict) and r.get("kind") == "trial"
-               and _same_settings(r, settings) and ("steps_run" in r or "seconds" in r)
+               and same_settings(r, settings) and ("steps_run" in r or "seconds" in r)
                and r.get("seconds") is not None and not timed(r))
 
 
@@ -144,7 +150,7 @@ def _simulate(search: str, prediction: dict | None, known: dict[int, bool], rang
               threshold: float) -> list[int]:
     """The widths a search would still train if success were exactly ``d >= threshold`` (known trials are
     reused, not counted)."""
-    s = _make_search(search, prediction, known, range_)
+    s = make_search(search, prediction, known, range_)
     trained = []
     while not s.done:
         d = s.next_d
@@ -239,8 +245,8 @@ def estimate_cost(records: list[dict], configs: list[tuple], settings: TrialSett
     range_ = {"d_min": d_min, "d_max": d_max, "resolution": resolution}
     known_by: dict[tuple, dict[int, bool]] = {}
     for r in records:
-        if r.get("kind") == "trial" and _same_settings(r, settings):
-            config = (r["N"], r["R"], r["mode"], r["seed"], *_key(r, ("seed_contract", "version")))
+        if r.get("kind") == "trial" and same_settings(r, settings):
+            config = (r["N"], r["R"], r["mode"], r["seed"], *record_key(r, ("seed_contract", "version")))
             known_by.setdefault(config, {})[r["d"]] = bool(r["reached"])
     rates: dict[int, Callable[[int, int], float] | None] = {}
     calibrations: dict[int, dict | None] = {}

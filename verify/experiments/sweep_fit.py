@@ -10,13 +10,13 @@ import warnings
 
 import numpy as np
 
-from georecall.verify.experiments.sweep_records import _same_settings
+from georecall.verify.experiments.sweep_records import same_settings
 from georecall.verify.experiments.sweep_trial import MODES, TrialSettings
 
-__all__ = ["fit_thresholds", "predict_threshold", "summary_table"]
+__all__ = ["BAND_FLOOR", "BAND_SIGMAS", "fit_thresholds", "predict_threshold", "summary_table"]
 
-_BAND_SIGMAS = 3.0  # the cost estimate covers thresholds within c ± max(3 standard errors, 10% of c)
-_BAND_FLOOR = 0.10
+BAND_SIGMAS = 3.0  # the cost estimate covers thresholds within c ± max(3 standard errors, 10% of c)
+BAND_FLOOR = 0.10
 
 
 def predict_threshold(records: list[dict], N: int, R: int, mode: str, settings: TrialSettings) -> dict | None:
@@ -44,7 +44,7 @@ def predict_threshold(records: list[dict], N: int, R: int, mode: str, settings: 
         N"`` or ``"every N"``); ``None`` when no record reached 100%.
     """
     rows = [r for r in records if r.get("kind") == "threshold" and r["mode"] == mode
-            and r.get("d_star") is not None and _same_settings(r, settings)]
+            and r.get("d_star") is not None and same_settings(r, settings)]
     same = [r for r in rows if r["N"] == N]
     use, basis = (same, "same N") if same else (rows, "every N")
     if not use:
@@ -52,7 +52,7 @@ def predict_threshold(records: list[dict], N: int, R: int, mode: str, settings: 
     fit = fit_thresholds(use)[mode]
     x = R * math.log(N)
     c, se = fit["c"], fit["c_stderr"]
-    half = max(_BAND_SIGMAS * (se or 0.0), _BAND_FLOOR * c)
+    half = max(BAND_SIGMAS * (se or 0.0), BAND_FLOOR * c)
     return {"d": c * x, "c": c, "c_stderr": se, "band": ((c - half) * x, (c + half) * x),
             "points": fit["points"], "basis": basis}
 

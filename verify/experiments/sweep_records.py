@@ -26,12 +26,13 @@ from typing import Any
 from georecall.io import ResultsFile, read_jsonl
 from georecall.memory import Budget
 from georecall.verify.experiments.sweep_search import SEARCHES
-from georecall.verify.experiments.sweep_trial import _SETTINGS_KEY, MODES, TrialSettings
+from georecall.verify.experiments.sweep_trial import MODES, SETTINGS_KEY, TrialSettings
 
 __all__ = ["MAX_COUNT", "MAX_STEPS", "MAX_WIDTH", "THRESHOLD_KEY", "TIMING_FIELDS", "TRIAL_KEY", "SweepFile",
-           "read_records", "read_sweep", "threshold_key", "trial_key"]
+           "is_finite_real", "read_records", "read_sweep", "record_config_key", "record_key", "same_settings",
+           "threshold_key", "trial_key"]
 
-_CONFIG_KEY = ("N", "R", "mode", "seed", *_SETTINGS_KEY, "seed_contract", "version")
+_CONFIG_KEY = ("N", "R", "mode", "seed", *SETTINGS_KEY, "seed_contract", "version")
 TRIAL_KEY = (*_CONFIG_KEY, "d")
 THRESHOLD_KEY = (*_CONFIG_KEY, "d_min", "d_max", "resolution", "search")
 TIMING_FIELDS = ("seconds",)
@@ -44,7 +45,14 @@ _REQUIRED = {"trial": ("N", "R", "mode", "seed", "d", "reached", "steps", "lr", 
                            "width_factor", "attention", "dtype", "version")}
 
 
-def _key(record: dict, fields: tuple) -> tuple:
+def record_key(record: dict, fields: tuple) -> tuple:
+    """The values of ``fields`` in a record, an absent field read as its default (an older record's).
+
+    Parameters
+    ----------
+    record : dict
+    fields : tuple of str
+    """
     return tuple(record.get(name, _DEFAULTS.get(name)) for name in fields)
 
 
@@ -61,7 +69,7 @@ def trial_key(record: dict) -> tuple:
     tuple
         Its :data:`TRIAL_KEY` values, in that order (fields older records lack take their defaults).
     """
-    return _key(record, TRIAL_KEY)
+    return record_key(record, TRIAL_KEY)
 
 
 def threshold_key(record: dict) -> tuple:
@@ -77,15 +85,28 @@ def threshold_key(record: dict) -> tuple:
     tuple
         Its :data:`THRESHOLD_KEY` values, in that order (fields older records lack take their defaults).
     """
-    return _key(record, THRESHOLD_KEY)
+    return record_key(record, THRESHOLD_KEY)
 
 
-def _config_key(record: dict) -> tuple:
-    return _key(record, _CONFIG_KEY)
+def record_config_key(record: dict) -> tuple:
+    """The configuration a record belongs to: sizes, mode, seed, trial settings, seed contract and version.
+
+    Parameters
+    ----------
+    record : dict
+    """
+    return record_key(record, _CONFIG_KEY)
 
 
-def _same_settings(record: dict, settings: TrialSettings) -> bool:
-    return _key(record, _SETTINGS_KEY) == settings.key()
+def same_settings(record: dict, settings: TrialSettings) -> bool:
+    """Whether a record was made with these trial settings.
+
+    Parameters
+    ----------
+    record : dict
+    settings : TrialSettings
+    """
+    return record_key(record, SETTINGS_KEY) == settings.key()
 
 
 SweepFile = ResultsFile  # the old name of what read_sweep returns (one results-file class)
@@ -103,7 +124,14 @@ def _whole(low: int = 0, high: int = 2**63):
     return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v < high
 
 
-def _real(v) -> bool:
+def is_finite_real(v) -> bool:
+    """Whether ``v`` is a finite int or float (not a bool).
+
+    Parameters
+    ----------
+    v
+        Any value read from a record.
+    """
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -123,25 +151,25 @@ def _maybe(check):
 _FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "trial": {"N": _whole(2, MAX_COUNT), "R": _whole(1, MAX_COUNT), "mode": lambda v: v in MODES,
               "seed": _whole(0), "d": _whole(1, MAX_WIDTH), "reached": _flag, "steps": _whole(0, MAX_STEPS),
-              "lr": lambda v: _real(v) and v > 0,
+              "lr": lambda v: is_finite_real(v) and v > 0,
               "width_factor": _whole(1), "attention": _text, "dtype": _text, "version": _text},
     "threshold": {"N": _whole(2, MAX_COUNT), "R": _whole(1, MAX_COUNT), "mode": lambda v: v in MODES,
                   "seed": _whole(0), "d_star": _maybe(_whole(1, MAX_WIDTH)), "monotone": _flag,
                   "trials": lambda v: isinstance(v, list) and len(v) <= 10_000
                   and all(map(_whole(1, MAX_WIDTH), v)),
-                  "steps": _whole(0, MAX_STEPS), "lr": lambda v: _real(v) and v > 0,
+                  "steps": _whole(0, MAX_STEPS), "lr": lambda v: is_finite_real(v) and v > 0,
                   "width_factor": _whole(1),
                   "attention": _text, "dtype": _text, "version": _text},
-    "transfer": {"closed_form_accuracy": lambda v: _real(v) and 0 <= v <= 1,
-                 "fitted_accuracy": lambda v: _real(v) and 0 <= v <= 1},
+    "transfer": {"closed_form_accuracy": lambda v: is_finite_real(v) and 0 <= v <= 1,
+                 "fitted_accuracy": lambda v: is_finite_real(v) and 0 <= v <= 1},
 }
 # Fields that older records may lack (their defaults are _DEFAULTS), checked when present.
 _OPTIONAL: dict[str, Callable[[Any], bool]] = {
     "k": _whole(1), "cot": _flag, "heads": _whole(1), "seed_contract": _maybe(_whole(0)),
     "d_min": _whole(1), "d_max": _whole(1), "resolution": _whole(1),
-    "seconds": _maybe(lambda v: _real(v) and v >= 0), "steps_run": _whole(0, MAX_STEPS),
-    "label": _maybe(_text), "search": lambda v: v in SEARCHES, "prediction": _maybe(_real),
-    "prediction_c": _maybe(_real),
+    "seconds": _maybe(lambda v: is_finite_real(v) and v >= 0), "steps_run": _whole(0, MAX_STEPS),
+    "label": _maybe(_text), "search": lambda v: v in SEARCHES, "prediction": _maybe(is_finite_real),
+    "prediction_c": _maybe(is_finite_real),
     "blas": lambda v: _text(v) or isinstance(v, list) and len(v) <= 1000 and all(map(_text, v)),
 }
 

@@ -23,9 +23,10 @@ from dataclasses import asdict
 from georecall.errors import InputError
 from georecall.theory import __version__
 from georecall.theory.tasks import check_positive_int
-from georecall.verify.experiments.sweep_trial import SEED_CONTRACT, TrialSettings, _check_mode, run_trial
+from georecall.verify.experiments.sweep_trial import SEED_CONTRACT, TrialSettings, check_mode, run_trial
 
-__all__ = ["SEARCHES", "PredictedSearch", "ThresholdSearch", "find_threshold"]
+__all__ = ["SEARCHES", "PredictedSearch", "ThresholdSearch", "check_search_range", "find_threshold",
+           "make_search", "threshold_record"]
 
 SEARCHES = ("doubling", "predicted")
 
@@ -199,17 +200,53 @@ class PredictedSearch:
         return self.next_d is None
 
 
-def _make_search(search: str, prediction: dict | None, known: dict[int, bool], range_: dict):
+def make_search(search: str, prediction: dict | None, known: dict[int, bool], range_: dict):
+    """The search rule of one threshold search: doubling, or starting from a prediction.
+
+    Parameters
+    ----------
+    search : str
+        ``"doubling"`` or ``"predicted"`` (:data:`SEARCHES`).
+    prediction : dict or None
+        The prediction (``"d"``), needed for a predicted search.
+    known : dict of int to bool
+        Widths already tried and whether they reached 100 %.
+    range_ : dict
+        ``d_min``, ``d_max`` and ``resolution``.
+    """
     if search == "doubling":
         return ThresholdSearch(range_["d_min"], range_["d_max"], range_["resolution"])
     assert prediction is not None  # sweep refuses a predicted search without a prediction
     return PredictedSearch(prediction["d"], range_["d_min"], range_["d_max"], range_["resolution"], known)
 
 
-def _threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSettings,
+def threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSettings,
                       outcomes: dict[int, bool], last_failure: int | None, d_min: int, d_max: int,
                       resolution: int, search: str = "doubling",
                       extra: dict | None = None) -> dict:
+    """The record of one finished threshold search: d* (the smallest width that reached 100 %), the last
+    failure, whether the outcomes were monotone in d, the range and the settings.
+
+    Parameters
+    ----------
+    N, R : int
+        Sizes.
+    mode : str
+        ``"learned"`` or ``"frozen"``.
+    seed : int
+        The run seed.
+    settings : TrialSettings
+    outcomes : dict of int to bool
+        Each width tried and whether it reached 100 %.
+    last_failure : int or None
+        The largest width that failed.
+    d_min, d_max, resolution : int
+        The search range.
+    search : str
+        The search rule.
+    extra : dict or None
+        Fields added to the record.
+    """
     successes = [d for d, ok in outcomes.items() if ok]
     failures = [d for d, ok in outcomes.items() if not ok]
     monotone = not successes or not failures or max(failures) < min(successes)
@@ -220,7 +257,18 @@ def _threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSetti
             "seed_contract": SEED_CONTRACT, "version": __version__}
 
 
-def _check_range(d_min: int, d_max: int, resolution: int) -> None:
+def check_search_range(d_min: int, d_max: int, resolution: int) -> None:
+    """Refuse a search range that is not ``1 <= d_min <= d_max`` with a positive resolution.
+
+    Parameters
+    ----------
+    d_min, d_max, resolution : int
+
+    Raises
+    ------
+    InputError
+        A value not a positive integer, or ``d_min > d_max``.
+    """
     for name, value in (("d_min", d_min), ("d_max", d_max), ("resolution", resolution)):
         check_positive_int(name, value)
     if d_min > d_max:
@@ -249,8 +297,8 @@ def find_threshold(N: int, R: int, mode: str, seed: int, settings: TrialSettings
     dict
         The ``"threshold"`` record.
     """
-    _check_mode(mode)
-    _check_range(d_min, d_max, resolution)
+    check_mode(mode)
+    check_search_range(d_min, d_max, resolution)
     known = dict(known or {})
     search = ThresholdSearch(d_min, d_max, resolution)
     while not search.done:
@@ -263,5 +311,5 @@ def find_threshold(N: int, R: int, mode: str, seed: int, settings: TrialSettings
         search.feed(known[d]["reached"])
     outcomes = {d: bool(t["reached"]) for d, t in known.items()}
     blas = sorted({t.get("blas") or "not recorded" for t in known.values()})
-    return _threshold_record(N, R, mode, seed, settings, outcomes, search.lo, d_min, d_max, resolution,
+    return threshold_record(N, R, mode, seed, settings, outcomes, search.lo, d_min, d_max, resolution,
                              extra={"blas": blas})

@@ -24,12 +24,14 @@ from georecall.verify.experiments.blas import blas_description
 from georecall.verify.training.parameters import init_model
 from georecall.verify.training.train import train, training_data
 
-__all__ = ["FROZEN_GROUPS", "MODES", "SEED_CONTRACT", "TrialSettings", "run_trial"]
+__all__ = ["FROZEN_GROUPS", "MODES", "SEED_CONTRACT", "SETTINGS_KEY", "TrialSettings", "check_mode",
+           "run_trial"]
 
 MODES = ("learned", "frozen")
 FROZEN_GROUPS = {"learned": (), "frozen": ("entity_embedding", "relation_embedding")}
 SEED_CONTRACT = 1  # records carry it: trials seeded otherwise (before theory/seeds.py) are never reused
-_SETTINGS_KEY = ("steps", "lr", "width_factor", "attention", "dtype", "k", "cot", "heads")
+# The fields of a trial record that are its settings (TrialSettings.key()).
+SETTINGS_KEY = ("steps", "lr", "width_factor", "attention", "dtype", "k", "cot", "heads")
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class TrialSettings:
 
     def key(self) -> tuple:
         """The settings part of a record's key, in :data:`.sweep_records.TRIAL_KEY` order."""
-        return tuple(getattr(self, name) for name in _SETTINGS_KEY)
+        return tuple(getattr(self, name) for name in SETTINGS_KEY)
 
     def validate(self) -> TrialSettings:
         """Check every field (``InputError``, one line, naming the field); return ``self``."""
@@ -89,7 +91,18 @@ def _mode_id(mode: str) -> int:
     return MODES.index(mode)
 
 
-def _check_mode(mode: str) -> str:
+def check_mode(mode: str) -> str:
+    """The mode, refused unless it is one of :data:`MODES`.
+
+    Parameters
+    ----------
+    mode : str
+
+    Raises
+    ------
+    InputError
+        Another mode.
+    """
     if mode not in MODES:
         raise InputError(f"mode must be one of {MODES}, got {mode!r}")
     return mode
@@ -117,7 +130,7 @@ def run_trial(N: int, R: int, mode: str, seed: int, d: int, settings: TrialSetti
         The record: every :data:`TRIAL_KEY` field, the outcome, the trainer's path (``train_path``: dense or
         structure-aware) and the timing field ``seconds``.
     """
-    _check_mode(mode)
+    check_mode(mode)
     task = task_for_seed(N, R, seed)
     tokens, answers, positions, T = training_data(task, settings.k, settings.cot)
     trial = (_mode_id(mode), d)

@@ -26,8 +26,9 @@ import numpy as np
 
 from georecall.errors import InputError
 from georecall.io import validate_output_path
-from georecall.verify.experiments.figures import STYLE, _pyplot, save_figure
-from georecall.verify.experiments.sweep_fit import _BAND_FLOOR, _BAND_SIGMAS, fit_thresholds
+from georecall.verify.experiments.figures import STYLE, save_figure
+from georecall.verify.experiments.plotting import import_pyplot
+from georecall.verify.experiments.sweep_fit import BAND_FLOOR, BAND_SIGMAS, fit_thresholds
 from georecall.verify.experiments.sweep_records import read_records
 
 __all__ = ["N1024_SUMMARY", "capacity_grid_figure", "grid_rows", "grid_table", "main", "unfinished_searches"]
@@ -188,7 +189,7 @@ def capacity_grid_figure(records: list[dict], N: int = 4096, reference: dict | N
         Without matplotlib.
     """
 
-    plt = _pyplot()
+    plt = import_pyplot()
     thresholds = _thresholds(records, N)
     if not thresholds:
         return None
@@ -205,7 +206,7 @@ def capacity_grid_figure(records: list[dict], N: int = 4096, reference: dict | N
             beyond = rows + [u for u in open_searches if u["mode"] == mode]
             if mode in early and any(r["R"] > 4 for r in beyond):
                 c, se = early[mode]["c"], early[mode]["c_stderr"] or 0.0
-                half = max(_BAND_SIGMAS * se, _BAND_FLOOR * c)
+                half = max(BAND_SIGMAS * se, BAND_FLOOR * c)
                 ax.fill_between(grid, (c - half) * grid, (c + half) * grid, color=colour, alpha=0.12, lw=0,
                                 label=f"{mode}: band predicted from R ≤ 4 ({c:.2f} ± {half:.2f})")
             if rows:

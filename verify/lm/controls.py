@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from georecall.verify.experiments import power
-from georecall.verify.experiments.ridge import cross_fit_batch, inner_parts, r2_score
+from georecall.verify.experiments.ridge import cross_fit_batch, inner_parts, r_squared
 from georecall.verify.lm import probes
 
 __all__ = ["ASSOC_SHARPNESS", "LRE_NAMED", "LRE_STRENGTHS", "PATCH_NAMED", "PATCH_NOISE", "PATCH_STRENGTHS",
@@ -511,7 +511,7 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
     fact_rel = np.asarray(fact_rel, dtype=np.int64)
     fact_subj = np.asarray(fact_subj, dtype=np.int64)
     truth = np.array([labels[r][i] for r, i in zip(fact_rel, fact_subj)], dtype=np.int64)
-    design = probes._design([Us[r][np.asarray(labels[r])] for r in range(R)], present)
+    design = probes.block_design([Us[r][np.asarray(labels[r])] for r in range(R)], present)
     presence = present.astype(np.float64)
     for k, snr in enumerate(snrs):
         # every draw of this SNR's plantings, in the order of the loop the estimator describes (planting,
@@ -542,7 +542,8 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
                 continue
             Y = np.stack([plantings[runs[q][0]][0] for q in idx])
             if negative:
-                X = np.stack([probes._design([Us[r][runs[q][1][r]] for r in range(R)], present) for q in idx])
+                X = np.stack([probes.block_design([Us[r][runs[q][1][r]] for r in range(R)], present)
+                              for q in idx])
             else:
                 X = design
             full = cross_fit_batch(X, [Y], [runs[q][3] for q in idx], [runs[q][4] for q in idx],
@@ -555,8 +556,8 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
             H, readers, answer, fs, oth = plantings[h]
             Xq, full, alone = fits.pop(q)
             if superposition_rule is not None:
-                verdict = superposition_rule({"r2": r2_score(H, full["predictions"]),
-                                              "presence_r2": r2_score(H, alone["predictions"])})
+                verdict = superposition_rule({"r2": r_squared(H, full["predictions"]),
+                                              "presence_r2": r_squared(H, alone["predictions"])})
                 if is_neg:
                     sup_neg += verdict / draws
                 else:

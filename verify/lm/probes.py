@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from georecall.verify.experiments.ridge import cross_fit, cross_fit_many, r2_score
+from georecall.verify.experiments.ridge import cross_fit, cross_fit_many, r_squared
 
-__all__ = ["BlockMaps", "decode_relation", "folds_of", "shuffled", "superposition_fit",
+__all__ = ["BlockMaps", "block_design", "decode_relation", "folds_of", "shuffled", "superposition_fit",
            "superposition_fit_many"]
 
 
@@ -99,8 +99,16 @@ def decode_relation(H: np.ndarray, labels: np.ndarray, V: np.ndarray, *, folds: 
             "n": int(n), "classes": int(V.shape[0]), "alphas": alphas}
 
 
-def _design(blocks: list[np.ndarray], present: np.ndarray) -> np.ndarray:
-    """Concatenated per-relation attribute vectors (zeros where absent) and the 0/1 presence columns."""
+def block_design(blocks: list[np.ndarray], present: np.ndarray) -> np.ndarray:
+    """Concatenated per-relation attribute vectors (zeros where absent) and the 0/1 presence columns.
+
+    Parameters
+    ----------
+    blocks : list of numpy.ndarray
+        Per relation, its attribute vectors (one row per subject).
+    present : numpy.ndarray
+        ``(n, R)`` booleans: whether the subject has a known fact of relation r.
+    """
     parts = [np.where(present[:, r : r + 1], B, 0.0) for r, B in enumerate(blocks)]
     return np.concatenate(parts + [present.astype(np.float64)], axis=1)
 
@@ -176,7 +184,7 @@ def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarr
     InputError
         A held-out group that leaves fewer than two fit rows.
     """
-    X = _design(blocks, present)
+    X = block_design(blocks, present)
     q = blocks[0].shape[1]
     groups = folds_of(H.shape[0], folds, rng)
     fitted = cross_fit(X, H, groups, rng=rng, keep_dual=keep_maps)
@@ -184,7 +192,7 @@ def superposition_fit(H: np.ndarray, blocks: list[np.ndarray], present: np.ndarr
     P0 = cross_fit(present.astype(np.float64), H, groups, rng=rng)["predictions"]
     alphas = fitted["alphas"]
     maps = [(test, BlockMaps(Xc, C, q, len(blocks))) for test, (Xc, C) in zip(groups, fitted.get("dual", []))]
-    return {"r2": r2_score(H, P), "presence_r2": r2_score(H, P0), "alphas": alphas, "maps": maps}
+    return {"r2": r_squared(H, P), "presence_r2": r_squared(H, P0), "alphas": alphas, "maps": maps}
 
 
 def superposition_fit_many(Hs: list[np.ndarray], blocks: list[np.ndarray], present: np.ndarray, *, folds: int,
@@ -205,11 +213,11 @@ def superposition_fit_many(Hs: list[np.ndarray], blocks: list[np.ndarray], prese
     list of dict
         ``r2``, ``presence_r2``, ``alphas`` and ``maps`` (empty) per H.
     """
-    X = _design(blocks, present)
+    X = block_design(blocks, present)
     groups = folds_of(present.shape[0], folds, rng)
     fitted = cross_fit_many(X, Hs, groups, rng=rng)
     alone = cross_fit_many(present.astype(np.float64), Hs, groups, rng=rng)
-    return [{"r2": r2_score(H, f["predictions"]), "presence_r2": r2_score(H, f0["predictions"]),
+    return [{"r2": r_squared(H, f["predictions"]), "presence_r2": r_squared(H, f0["predictions"]),
              "alphas": f["alphas"], "maps": []} for H, f, f0 in zip(Hs, fitted, alone)]
 
 

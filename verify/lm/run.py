@@ -61,11 +61,10 @@ import numpy as np
 from georecall import __version__
 from georecall.errors import InputError
 from georecall.io import atomic_write
-from georecall.moved import moved_names
 from georecall.verify.lm.facts import Facts
 from georecall.verify.lm.run_analysis import analyse
 from georecall.verify.lm.run_design import FOLDS, TEMPLATES, default_intervene_layers, default_lre_layers
-from georecall.verify.lm.run_measure import _Prepared, measure
+from georecall.verify.lm.run_measure import Prepared, measure
 
 __all__ = ["probe_lm", "stderr_progress"]
 
@@ -181,10 +180,10 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
     templates = [template + k for k in range(TEMPLATES)]
     R = len(facts.relations)
     if all(f"cand_ids{r}" in m for r in range(R)):  # no tokenizer needed (a cache written by measure)
-        prep = _Prepared(None, facts, templates, token_ids=[m[f"cand_ids{r}"] for r in range(R)])
+        prep = Prepared(None, facts, templates, token_ids=[m[f"cand_ids{r}"] for r in range(R)])
     else:
         tokenizer = loaded.get_tokenizer() if hasattr(loaded, "get_tokenizer") else loaded.tokenizer
-        prep = _Prepared(tokenizer, facts, templates)
+        prep = Prepared(tokenizer, facts, templates)
     t1 = time.perf_counter()
     doc = analyse(m, facts, seed=seed, prep=prep)
     doc["model"] = loaded.description
@@ -199,16 +198,3 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
 def stderr_progress(message: str) -> None:
     """Progress lines on stderr."""
     print(message, file=sys.stderr, flush=True)
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.lm.run_design": (
-        "BETAS", "DOSES", "THRESHOLDS"),
-    "georecall.verify.lm.run_report": (
-        "render_text",),
-    "georecall.verify.lm.run_verdict": (
-        "verdict",),
-}
-__getattr__ = moved_names(__name__, _MOVED)

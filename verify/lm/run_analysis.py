@@ -23,9 +23,9 @@ from georecall.verify.lm.run_design import (
     LRE_TRAIN,
     POWER_DRAWS,
     THRESHOLDS,
-    _rng,
+    stream_rng,
 )
-from georecall.verify.lm.run_measure import _edit_facts, _Prepared
+from georecall.verify.lm.run_measure import Prepared, edit_facts
 from georecall.verify.lm.run_verdict import verdict
 
 __all__ = ["analyse"]
@@ -37,7 +37,7 @@ def _frac(x) -> float | None:
 
 
 def analyse(m: dict, facts: Facts, *, seed: int,
-            prep: _Prepared, workers: int | None = None) -> dict:
+            prep: Prepared, workers: int | None = None) -> dict:
     """The probes, controls, power and verdict from a :func:`.run_measure.measure` dict (NumPy only).
 
     Parameters
@@ -48,7 +48,7 @@ def analyse(m: dict, facts: Facts, *, seed: int,
         The facts measured.
     seed : int
         The run seed (folds, shuffles, plantings).
-    prep : _Prepared
+    prep : Prepared
         The prepared prompts (labels, classes, fact indices).
     workers : int, optional
         Threads (default two where two CPUs are available; the document does not depend on it).
@@ -63,8 +63,8 @@ def analyse(m: dict, facts: Facts, *, seed: int,
     width = m["width"]
     Us = [m[f"U{r}"] for r in range(R)]
     subj = [np.flatnonzero(prep.present[:, r]) for r in range(R)]
-    groups = [probes.folds_of(s.size, FOLDS, _rng(seed, "lm-decode", r)) for r, s in enumerate(subj)]
-    shuf = probes.shuffled(list(prep.label), prep.present, _rng(seed, "lm-shuffle"))
+    groups = [probes.folds_of(s.size, FOLDS, stream_rng(seed, "lm-decode", r)) for r, s in enumerate(subj)]
+    shuf = probes.shuffled(list(prep.label), prep.present, stream_rng(seed, "lm-shuffle"))
     # decoding and superposition per layer. Every layer (and the random-init model's) is fitted with the same
     # folds, drawn afresh from each probe's own stream, so the layers are fitted together: per relation one
     # batch of 2 × layers problems (the real labels and their shuffled control), per design one Gram matrix.
@@ -76,7 +76,7 @@ def analyse(m: dict, facts: Facts, *, seed: int,
 
     def decoding() -> tuple:
         pw = power.decode_power(list(prep.label), Us, prep.present, width, groups,
-                                rng=_rng(seed, "lm-power"), draws=POWER_DRAWS)
+                                rng=stream_rng(seed, "lm-power"), draws=POWER_DRAWS)
         decoded = []
         for r in range(R):
             stack = [alone[subj[r], j] for j in range(nl)]
@@ -84,7 +84,7 @@ def analyse(m: dict, facts: Facts, *, seed: int,
                 stack += [alone_r[subj[r], j] for j in range(nl)]
             decoded.append(power.decode_vectors_stack(np.stack(stack), [prep.label[r, subj[r]],
                                                                         shuf[r][subj[r]]], Us[r], groups[r],
-                                                      rng=_rng(seed, "lm-decode", r)))
+                                                      rng=stream_rng(seed, "lm-decode", r)))
         return pw, decoded
 
     def the_rest() -> tuple:
@@ -92,9 +92,9 @@ def analyse(m: dict, facts: Facts, *, seed: int,
         Hs = [alone[:, j] for j in range(nl)] + ([alone_r[:, j] for j in range(nl)]
                                                  if alone_r is not None else [])
         sup_all = probes.superposition_fit_many(Hs, blocks, prep.present, folds=FOLDS,
-                                                rng=_rng(seed, "lm-sup"))
+                                                rng=stream_rng(seed, "lm-sup"))
         sup_sh = probes.superposition_fit_many(Hs[:nl], [Us[r][shuf[r]] for r in range(R)], prep.present,
-                                               folds=FOLDS, rng=_rng(seed, "lm-sup"))
+                                               folds=FOLDS, rng=stream_rng(seed, "lm-sup"))
         return (sup_all, sup_sh, _planted_superposition(m, prep, Us, width, seed),
                 _patch_power(m, prep, seed), _lre_rows(m, prep, facts, seed))
 
@@ -188,7 +188,7 @@ def _in_parallel(tasks: list[Callable[[], Any]], workers: int) -> list:
         return [first] + [f.result() for f in pending]
 
 
-def _patch_power(m: dict, prep: _Prepared, seed: int) -> list[list[dict]]:
+def _patch_power(m: dict, prep: Prepared, seed: int) -> list[list[dict]]:
     """Per template, per patched layer, the planted control of patching (:func:`.controls.patch_power`)."""
     out = []
     layers = m["layers"]
@@ -202,12 +202,12 @@ def _patch_power(m: dict, prep: _Prepared, seed: int) -> list[list[dict]]:
                 rows.append(controls.patch_power(
                     m[f"prompt{t}"][:, layers.index(layer)].astype(np.float64), fact_class, prep.fact_rel,
                     n_classes, src, dst, THRESHOLDS["patch_moved"],
-                    rng=_rng(seed, "lm-patch-power", t, layer), draws=POWER_DRAWS))
+                    rng=stream_rng(seed, "lm-patch-power", t, layer), draws=POWER_DRAWS))
         out.append(rows)
     return out
 
 
-def _lre_rows(m: dict, prep: _Prepared, facts: Facts, seed: int) -> list[dict]:
+def _lre_rows(m: dict, prep: Prepared, facts: Facts, seed: int) -> list[dict]:
     T = THRESHOLDS
     out = []
     for r, rel in enumerate(facts.relations):
@@ -230,14 +230,14 @@ def _lre_rows(m: dict, prep: _Prepared, facts: Facts, seed: int) -> list[dict]:
             row["power"] = controls.lre_power(
                 H, labels, int(prep.classes[r].size), LRE_TRAIN, BETAS, FD_STEP,
                 lambda sc: controls.lre_rule(sc, T["lre_faithful"], T["lre_gain"], candidates=True),
-                rng=_rng(seed, "lm-lre-power", r, layer), draws=POWER_DRAWS)
+                rng=stream_rng(seed, "lm-lre-power", r, layer), draws=POWER_DRAWS)
             rows.append(row)
         out.append({"relation": rel.name, "known": k_known, "told": True, "train": LRE_TRAIN,
                     "held_out": int((~is_train).sum()), "layers": rows})
     return out
 
 
-def _planted_superposition(m: dict, prep: _Prepared, Us, width: int, seed: int) -> tuple[dict, dict]:
+def _planted_superposition(m: dict, prep: Prepared, Us, width: int, seed: int) -> tuple[dict, dict]:
     """The superposition fit and the intervention estimator on planted superposition states of the real
     run's shape (:func:`.controls.intervention_power`; the same plantings and fits serve both, and every
     intervention layer: the plantings do not depend on it).
@@ -249,7 +249,7 @@ def _planted_superposition(m: dict, prep: _Prepared, Us, width: int, seed: int) 
         the intervention power (:func:`.controls.intervention_power`).
     """
     T = THRESHOLDS
-    facts, others = _edit_facts(prep, m["known0"])
+    facts, others = edit_facts(prep, m["known0"])
 
     def sup_rule(fit: dict) -> bool:
         return bool(fit["r2"] >= T["superposition_r2"]
@@ -260,7 +260,7 @@ def _planted_superposition(m: dict, prep: _Prepared, Us, width: int, seed: int) 
         list(DOSES) + ["fitted"],
         lambda sc, already: controls.selective(sc, already, T["intervention_success"], T["intervention_gain"],
                                                T["intervention_stay"]),
-        rng=_rng(seed, "lm-iv-power"), superposition_rule=sup_rule, negative_snr=T["intervention_snr"],
+        rng=stream_rng(seed, "lm-iv-power"), superposition_rule=sup_rule, negative_snr=T["intervention_snr"],
         draws=POWER_DRAWS)
     sup = {"snrs": list(iv["snrs"]), "positive": iv.pop("superposition"),
            "negative": [iv["superposition_negative"] if x == T["superposition_snr"] == T["intervention_snr"]
@@ -269,7 +269,7 @@ def _planted_superposition(m: dict, prep: _Prepared, Us, width: int, seed: int) 
     return sup, iv
 
 
-def _intervention_rows(m: dict, prep: _Prepared, facts: Facts) -> list[dict]:
+def _intervention_rows(m: dict, prep: Prepared, facts: Facts) -> list[dict]:
     out = []
     for layer in m["intervene_layers"]:
         own = m[f"iv_own{layer}"]

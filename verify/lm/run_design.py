@@ -13,7 +13,7 @@ from georecall.verify.experiments import power
 from georecall.verify.lm import controls
 
 __all__ = ["BETAS", "DOSES", "FD_STEP", "FOLDS", "LRE_MIN_TEST", "LRE_TRAIN", "POWER_DRAWS", "PREFIX",
-           "TEMPLATES", "THRESHOLDS", "default_intervene_layers", "default_lre_layers"]
+           "TEMPLATES", "THRESHOLDS", "default_intervene_layers", "default_lre_layers", "stream_rng"]
 
 # Declared before the runs they judge (docs/lm.md, "Thresholds"); changing them changes the verdict only.
 # The first seven date from the first SmolLM2 run; the rest (power, known facts, LRE, patching) from issue
@@ -89,5 +89,16 @@ _KEYS = {"lm-shuffle": 1000, "lm-decode": 1001, "lm-sup": 1002, "lm-intervene": 
          "lm-iv-power": 1010}
 
 
-def _rng(seed: int, name: str, *key: int) -> np.random.Generator:
+def stream_rng(seed: int, name: str, *key: int) -> np.random.Generator:
+    """The study's named random stream ``name`` of run seed ``seed`` (one stream per use, further keyed).
+
+    Parameters
+    ----------
+    seed : int
+        The run seed.
+    name : str
+        The stream's name (a key of the declared streams).
+    *key : int
+        Further keys (a layer, a relation).
+    """
     return seeds.rng(seed, "probes", _KEYS[name], *key)

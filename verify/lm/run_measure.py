@@ -1,6 +1,6 @@
 """The measurement of the ``probe-lm`` study (:mod:`.run`): every forward pass of the model (:func:`measure`;
 what is measured is listed in :mod:`.run`'s docstring), with the prompts and fact indices it is read on
-(:class:`_Prepared`, which the analysis of a cached measurement rebuilds without a tokenizer)."""
+(:class:`Prepared`, which the analysis of a cached measurement rebuilds without a tokenizer)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from georecall.verify.lm.run_design import (
     LRE_TRAIN,
     PREFIX,
     TEMPLATES,
-    _rng,
+    stream_rng,
 )
 
-__all__ = ["measure"]
+__all__ = ["Prepared", "edit_facts", "measure"]
 
 
-class _Prepared:
+class Prepared:
     """Tokenized prompts (per template), the attributes' token classes, and the fact indices.
 
     Without a tokenizer (the analysis of a cached measurement), ``token_ids`` gives each relation's
@@ -130,7 +130,7 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
     model = loaded.model
     L = int(model.config.num_hidden_layers)
     tmpls = [template + k for k in range(TEMPLATES)]
-    prep = _Prepared(loaded.tokenizer, facts, tmpls)
+    prep = Prepared(loaded.tokenizer, facts, tmpls)
     m: dict = {"L": L, "width": int(model.config.hidden_size), "layers": list(layers), "templates": tmpls,
                "lre_layers": list(lre_layers), "intervene_layers": list(intervene_layers)}
     for r, ids in enumerate(prep.cand_ids):  # the tokenizer's part of the analysis: a cached rerun needs no
@@ -174,7 +174,7 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
         partner = -np.ones(nf, dtype=np.int64)
         for r in range(len(facts.relations)):
             kr = np.flatnonzero(known & (prep.fact_rel == r))
-            partner[kr] = _derangement_pairs(kr, prep.fact_token, _rng(seed, "lm-patch", t, r))
+            partner[kr] = _derangement_pairs(kr, prep.fact_token, stream_rng(seed, "lm-patch", t, r))
         src = np.flatnonzero(partner >= 0)
         m[f"patch_src{t}"], m[f"patch_dst{t}"] = src, partner[src]
         p_layers = list(layers) if t == 0 else [x for x in layers if x in lre_layers]
@@ -207,7 +207,7 @@ def measure(loaded, facts: Facts, *, layers: Sequence[int], lre_layers: Sequence
     return m
 
 
-def _measure_lre(model, prep: _Prepared, m: dict, layers, lre_layers, seed, batch_size, say, t0) -> None:
+def _measure_lre(model, prep: Prepared, m: dict, layers, lre_layers, seed, batch_size, say, t0) -> None:
     L = m["L"]
     known = m["known0"]
     prompts = prep.prompts[0]
@@ -217,7 +217,7 @@ def _measure_lre(model, prep: _Prepared, m: dict, layers, lre_layers, seed, batc
         kr = np.flatnonzero(known & (prep.fact_rel == r))
         if kr.size < LRE_TRAIN + LRE_MIN_TEST:
             continue
-        kr = kr[_rng(seed, "lm-lre", r).permutation(kr.size)]
+        kr = kr[stream_rng(seed, "lm-lre", r).permutation(kr.size)]
         train = kr[:LRE_TRAIN]
         m[f"lre_facts{r}"], m[f"lre_train{r}"] = kr, train
         cand = prep.classes[r]
@@ -245,8 +245,15 @@ def _measure_lre(model, prep: _Prepared, m: dict, layers, lre_layers, seed, batc
     say(f"  LRE at layers {list(lre_layers)} ({time.perf_counter() - t0:.0f} s)")
 
 
-def _edit_facts(prep: _Prepared, known: np.ndarray) -> tuple[list[tuple[int, int, int]], list[list[int]]]:
-    """The known facts to edit, as (fact, relation, subject), and per fact the subject's other known facts."""
+def edit_facts(prep: Prepared, known: np.ndarray) -> tuple[list[tuple[int, int, int]], list[list[int]]]:
+    """The known facts to edit, as (fact, relation, subject), and per fact the subject's other known facts.
+
+    Parameters
+    ----------
+    prep : Prepared
+    known : numpy.ndarray
+        Per fact, whether the model knows it.
+    """
     facts, others = [], []
     for k in np.flatnonzero(known):
         r, i = int(prep.fact_rel[k]), int(prep.fact_subj[k])
@@ -255,21 +262,21 @@ def _edit_facts(prep: _Prepared, known: np.ndarray) -> tuple[list[tuple[int, int
     return facts, others
 
 
-def _measure_interventions(model, prep: _Prepared, m: dict, layers, intervene_layers, seed,
+def _measure_interventions(model, prep: Prepared, m: dict, layers, intervene_layers, seed,
                            batch_size) -> None:
     known = m["known0"]
     R = len(prep.facts.relations)
-    facts, others = _edit_facts(prep, known)
+    facts, others = edit_facts(prep, known)
     Us = [m[f"U{r}"] for r in range(R)]
     for layer in intervene_layers:
         j = layers.index(layer)
         H = m["alone"][:, j].astype(np.float64)
         blocks = [Us[r][prep.label[r]] for r in range(R)]
-        sup = probes.superposition_fit(H, blocks, prep.present, folds=FOLDS, rng=_rng(seed, "lm-sup"),
+        sup = probes.superposition_fit(H, blocks, prep.present, folds=FOLDS, rng=stream_rng(seed, "lm-sup"),
                                        keep_maps=True)
         h_norm = np.linalg.norm(m["prompt0"][:, j].astype(np.float64), axis=1)
         ed = controls.intervention_edits(sup["maps"], Us, prep.label, facts, h_norm, others,
-                                         _rng(seed, "lm-intervene", layer))
+                                         stream_rng(seed, "lm-intervene", layer))
         own = ed["own"]
         m[f"iv_own{layer}"] = own
         m[f"iv_target{layer}"] = np.array([int(prep.classes[prep.fact_rel[k]][c])

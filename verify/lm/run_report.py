@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from georecall.verify.lm.run_design import LRE_TRAIN
-from georecall.verify.lm.run_verdict import _rate_at
+from georecall.verify.lm.run_verdict import rate_at
 
 __all__ = ["render_text"]
 
@@ -88,7 +88,7 @@ def render_text(doc: dict) -> list[str]:
                      f"{_f(bestl['bias_only'])} / {_f(bestl['bias_only_candidates'])}; per layer "
                      "faithful (power at λ " f"{T['lre_named']:g}) verdict: "
                      + ", ".join(f"{y['layer']}:{_f(y['faithful'])} "
-                                 f"({_f(_rate_at(y['power'], 'strengths', T['lre_named']))}) "
+                                 f"({_f(rate_at(y['power'], 'strengths', T['lre_named']))}) "
                                  f"{words[str(y['layer'])]}" for y in x["layers"]))
     for x in doc["interventions"]:
         if not x.get("edits"):
@@ -103,8 +103,8 @@ def render_text(doc: dict) -> list[str]:
         if p["power"]:
             lines.append(f"patching power, template {doc['templates'][t]} (planted readout, share read at "
                          f"the patched position {T['patch_named']:g}; λ = 0 the negative control): "
-                         + ", ".join(f"{layer}:{_f(_rate_at(pw, 'strengths', T['patch_named']))}"
-                                     f"/{_f(_rate_at(pw, 'strengths', 0.0))}"
+                         + ", ".join(f"{layer}:{_f(rate_at(pw, 'strengths', T['patch_named']))}"
+                                     f"/{_f(rate_at(pw, 'strengths', 0.0))}"
                                      for layer, pw in zip(p["layers"], p["power"])))
     ivp = doc["intervention_power"]
     k = ivp["snrs"].index(T["intervention_snr"])

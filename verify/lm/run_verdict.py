@@ -8,7 +8,7 @@ import numpy as np
 
 from georecall.verify.lm import controls
 
-__all__ = ["verdict"]
+__all__ = ["rate_at", "verdict"]
 
 
 def verdict(doc: dict) -> dict:
@@ -63,7 +63,7 @@ def verdict(doc: dict) -> dict:
                                  if controls.lre_rule(y, T["lre_faithful"], T["lre_gain"])]
         words = {}
         for y in x["layers"]:
-            rate = _rate_at(y["power"], "strengths", T["lre_named"])
+            rate = rate_at(y["power"], "strengths", T["lre_named"])
             if controls.lre_rule(y, T["lre_faithful"], T["lre_gain"]):
                 words[y["layer"]] = "faithful"
             elif not controls.lre_rule(y, T["lre_faithful"], T["lre_gain"], candidates=True) and rate >= req:
@@ -81,7 +81,7 @@ def verdict(doc: dict) -> dict:
                 words[layer] = "cannot tell"
             elif p["moved"][j] >= T["patch_moved"]:
                 words[layer] = "moves"
-            elif p["power"] and _rate_at(p["power"][j], "strengths", T["patch_named"]) >= req:
+            elif p["power"] and rate_at(p["power"][j], "strengths", T["patch_named"]) >= req:
                 words[layer] = "does not move"
             else:
                 words[layer] = "cannot tell"
@@ -169,7 +169,16 @@ def verdict(doc: dict) -> dict:
             "intervention_power": iv_rate, "lines": lines}
 
 
-def _rate_at(pw: dict, key: str, strength: float) -> float:
-    """A control's detection rate at a declared strength (0 where that strength was not planted)."""
+def rate_at(pw: dict, key: str, strength: float) -> float:
+    """A control's detection rate at a declared strength (0 where that strength was not planted).
+
+    Parameters
+    ----------
+    pw : dict
+        The control's power record (its strengths under ``key``, its rates under ``"rate"``).
+    key : str
+        The strengths' field.
+    strength : float
+    """
     xs = [float(v) for v in pw[key]]
     return float(pw["rate"][xs.index(float(strength))]) if float(strength) in xs else 0.0

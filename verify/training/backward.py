@@ -20,7 +20,7 @@ from georecall.constructions.arithmetic import matmul_rows
 from georecall.constructions.forward import forward
 from georecall.constructions.model import Attention, Layer, Model
 from georecall.errors import InputError
-from georecall.theory.tasks import _as_rng
+from georecall.theory.tasks import as_rng
 from georecall.verify.training.groups import GROUPS, group_of
 from georecall.verify.training.parameters import params_of, with_params
 from georecall.verify.training.train_structured import loss_and_grads_structured, structure_reason
@@ -338,7 +338,7 @@ def check_grads(model: Model, tokens, answers, *, positions=None, frozen=(), rng
     AssertionError
         The first parameter whose two values differ.
     """
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     model = model.astype(np.float64)
     tokens, answers = np.asarray(tokens), np.asarray(answers)
     frozen = frozenset(frozen)

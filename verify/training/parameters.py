@@ -25,10 +25,10 @@ import numpy as np
 from georecall.constructions.model import MLP, Attention, Layer, Model, unflatten
 from georecall.errors import InputError
 from georecall.theory.seeds import rng as seed_rng
-from georecall.theory.tasks import _as_rng, check_positive_int
+from georecall.theory.tasks import as_rng, check_positive_int
 from georecall.verify.training.groups import GROUPS
 
-__all__ = ["init_model", "params_of", "with_params"]
+__all__ = ["group_values", "init_model", "params_of", "with_params"]
 
 
 def init_model(
@@ -77,10 +77,10 @@ def init_model(
         if rng is not None:
             raise InputError("give rng or seed, not both")
         rng = seed_rng(seed, "init")
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     d_head = d_head or (d if attention == "uniform" else max(1, d // heads))
     n_out = N if n_out is None else n_out
-    scales = _group_values("init_scale", init_scale, 1.0)
+    scales = group_values("init_scale", init_scale, 1.0)
     if tied_readout and n_out != N:
         raise InputError(f"a tied read-out U = E needs n_out == N, got n_out = {n_out}, N = {N}")
 
@@ -114,8 +114,23 @@ def init_model(
     return Model(E, Q, U, tuple(built), P, meta=meta)
 
 
-def _group_values(name: str, value, default: float) -> dict[str, float]:
-    """``{group: float}`` from one number (every group) or a mapping over ``GROUPS`` (others: ``default``)."""
+def group_values(name: str, value, default: float) -> dict[str, float]:
+    """``{group: float}`` from one number (every group) or a mapping over ``GROUPS`` (others: ``default``).
+
+    Parameters
+    ----------
+    name : str
+        The option's name, for the message.
+    value : float or mapping
+        One number, or a number per group.
+    default : float
+        The value of a group the mapping leaves out.
+
+    Raises
+    ------
+    InputError
+        The mapping names an unknown group.
+    """
     if isinstance(value, Mapping):
         unknown = set(value) - set(GROUPS)
         if unknown:

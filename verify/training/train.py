@@ -24,14 +24,13 @@ from georecall.constructions.model import Model
 from georecall.constructions.multi_hop import chains, multi_hop_queries
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
-from georecall.moved import moved_names
 from georecall.theory.seeds import rng as seed_rng
-from georecall.theory.tasks import _as_rng, check_positive_int
+from georecall.theory.tasks import as_rng, check_positive_int
 from georecall.verify.checking.check import check_queries
 from georecall.verify.training.backward import PATHS, loss_and_grads
 from georecall.verify.training.groups import GROUPS, group_of
 from georecall.verify.training.optimizers import EPS_FORMS, OPTIMIZERS, SGD, Adam, adam, sgd
-from georecall.verify.training.parameters import _group_values, params_of, with_params
+from georecall.verify.training.parameters import group_values, params_of, with_params
 from georecall.verify.training.train_structured import loss_and_grads_structured, structure_reason
 
 __all__ = [
@@ -476,14 +475,14 @@ def train(
         if rng is not None:
             raise InputError("give rng or seed, not both")
         rng = seed_rng(seed, "batches")
-    rng = _as_rng(rng)
+    rng = as_rng(rng)
     tokens, answers = np.asarray(tokens, dtype=np.int64), np.asarray(answers, dtype=np.int64)
     n = tokens.shape[0]
     batch = n if batch_size is None else min(check_positive_int("batch_size", batch_size), n)
     if max_rows is not None:
         check_positive_int("max_rows", max_rows)
     template, frozen = _template(model, dtype, frozenset(frozen), tie_readout)
-    decay = _group_values("weight_decay", weight_decay, 0.0)
+    decay = group_values("weight_decay", weight_decay, 0.0)
     decay_by_key = {key: decay[group_of(key)] for key in template.arrays() if decay[group_of(key)]}
     reason = structure_reason(template, tokens, positions)
     if path == "structured" and reason is not None:
@@ -526,14 +525,3 @@ def train(
     history.reached = verdict.exact
     history.seconds = time.perf_counter() - start
     return history
-
-
-# The public names that moved to sibling modules when this module was split by concept, by their new module:
-# still importable from here, with a DeprecationWarning naming the new module (georecall.moved).
-_MOVED: dict[str, tuple[str, ...]] = {
-    "georecall.verify.training.backward": (
-        "check_grads", "readout_backward", "softmax_cross_entropy"),
-    "georecall.verify.training.parameters": (
-        "init_model",),
-}
-__getattr__ = moved_names(__name__, _MOVED)

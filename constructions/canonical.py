@@ -136,7 +136,7 @@ def canonical_array(value, name: str, *, integer: bool = False, copy: bool = Tru
     if integer:
         if given.size and given.dtype.kind not in "iu":
             raise InputError(f"{name} must hold integers, got dtype {given.dtype}")
-        dtype = np.dtype(np.int64)
+        dtype: np.dtype = np.dtype(np.int64)
     else:
         dtype = given.dtype.newbyteorder("=") if given.dtype.kind == "f" else given.dtype
         if given.dtype.kind in "iub":
@@ -248,7 +248,7 @@ def canonical_family(family, *, copy: bool = True):
             raise InputError(f"the family's {name} must be an integer, got {value!r}")
         return int.__index__(value.__index__())
 
-    constants = {}
+    constants: dict[str, str | bool | int | float] = {}
     for key, value in dict(family.constants).items():
         key = exact_str(key, "a family constant's name")
         if isinstance(value, str):

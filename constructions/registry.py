@@ -609,7 +609,7 @@ def family_build(family: Callable[..., Family]) -> Callable[..., Construction]:
     return build
 
 
-_FAMILY_BUILD_CODE = family_build(lambda *args, **kwargs: None).__code__
+_FAMILY_BUILD_CODE = family_build(lambda *args, **kwargs: None).__code__  # type: ignore[arg-type]
 
 
 def assembled_family(build) -> Callable[..., Family] | None:

@@ -10,7 +10,7 @@ the task every command builds from ``(N, R, seed)`` (:func:`georecall.theory.tas
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["build", "construction", "list_constructions", "task"]
 
@@ -82,7 +82,8 @@ def construction(name: str):
     return registry.resolve(name)
 
 
-def task(N: int, R: int, seed: int = 0, *, attributes: str = "shared", symmetric: bool = False):
+def task(N: int, R: int, seed: int = 0, *, attributes: Literal["shared", "disjoint"] = "shared",
+         symmetric: bool = False):
     """THE task of a run: R random bijections of the N entities, a function of ``(N, R, seed)`` alone, the
     same one every command builds.
 

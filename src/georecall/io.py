@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -333,21 +333,21 @@ def signals_deferred() -> Iterator[None]:
     def note(signum, frame) -> None:
         noted.append(signum)
 
-    previous: dict[int, object] = {}
+    previous: dict[int, Any] = {}
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, note)
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
         if noted:
-            signum = noted[0]
-            handler = previous.get(signum)
+            first = noted[0]
+            handler = previous.get(first)
             if callable(handler):
-                handler(signum, None)  # raises (KeyboardInterrupt) here, in the caller's protected block
+                handler(first, None)  # raises (KeyboardInterrupt) here, in the caller's protected block
             elif handler in (signal.SIG_DFL, None):
-                os.kill(os.getpid(), signum)  # its default action, now
+                os.kill(os.getpid(), first)  # its default action, now
 
 
 def atomic_write(path: str, data: bytes | str | Callable[[IO[bytes]], object], *,

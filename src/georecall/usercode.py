@@ -50,6 +50,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -196,7 +197,7 @@ class _Contained:
         self.outer = False
         self.memory_limit: int | None = None
         self.rlimit: tuple | None = None
-        self.previous_handler = None
+        self.previous_handler: Any = None
         self.streams: tuple | None = None
         self.out = _Captured()
         self.err = _Captured()
@@ -261,7 +262,7 @@ class _Contained:
         self._arm()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if not self.outer:
             return False
         error: BaseException | None = None

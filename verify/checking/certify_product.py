@@ -343,6 +343,7 @@ def _declared_bound(model: Model, out_block: np.ndarray, vectors: np.ndarray) ->
     """``model`` with W2's declared columns set to the codebook's largest magnitude (every unit may write any
     code there): the magnitudes :func:`float_allowance` needs for the assembled models."""
     mlp = model.layers[0].mlp
+    assert mlp is not None, "the assembled single-hop models have an MLP"
     W2 = np.array(mlp.W2, dtype=np.float64)
     W2[:, out_block] = abs_max(vectors)
     layer = Layer(model.layers[0].attention, MLP(mlp.W1, mlp.b1, W2, mlp.b2))

@@ -35,7 +35,7 @@ def _early_answer(argv: list[str]):
 
     def answer(signum, frame) -> None:
         code, line = _CODES.get(signum, (128 + signum, "georecall: stopped by a signal"))
-        if answer.done:  # the command's own document is out: stop without a second one
+        if answer.done:  # type: ignore[attr-defined]  # the command's own document is out: stop without a second one
             os._exit(code)
         try:
             if as_json:
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return parser.main(args)
     finally:
         if answer is not None:
-            answer.done = True  # type: ignore[attr-defined]
+            answer.done = True
             with contextlib.suppress(ValueError, OSError):  # a caller in-process gets its handlers back
                 for signum, handler in previous.items():
                     if signal.getsignal(signum) is answer or signum == signal.SIGINT:

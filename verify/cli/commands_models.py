@@ -249,7 +249,8 @@ def run_eval(p: EvalParams) -> dict:
     """
     model, task, est = _load_model_and_task(p.model, p.task, p.budget, "eval")
     header_record = _model_record(p.model)
-    fingerprints = {"fingerprint": model_fingerprint(model), "saved_fingerprint": _saved_fingerprint(p.model)}
+    fingerprints: dict[str, Any] = {"fingerprint": model_fingerprint(model),
+                                    "saved_fingerprint": _saved_fingerprint(p.model)}
     k = p.k if p.k is not None else header_record.get("k", 1)
     recorded_cot = header_record.get("cot", False)
     if not isinstance(recorded_cot, bool):  # "false" would be true: refuse what would be misread

@@ -258,7 +258,7 @@ _TRAJECTORY_TITLES = {"accuracy": "facts answered", "superposition_r2": "superpo
                       "selective_fraction": "selective units", "gated_mass": "gated mass",
                       "breadth_median": "breadth (median)", "zero_shot": "zero-shot transfer (best)",
                       "component_share": "components, not a key", "rebuilt_accuracy": "fit's rebuild read"}
-_LINESTYLES = ("-", "--", ":", "-.")
+_LINESTYLES: tuple[Any, ...] = ("-", "--", ":", "-.")
 
 
 def trajectory_figure(doc: dict, thresholds: dict, fields: tuple):

@@ -35,12 +35,12 @@ __all__ = ["calibration", "cost_line", "estimate_cost", "measure_step_seconds", 
 
 
 def _whole(v, low: int, high: int) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and low <= v < high
+    return bool(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and low <= v < high)
 
 
 def _finite(v, low: float = 0.0) -> bool:
-    return (isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
-            and v > low)
+    return bool(isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+                and v > low)
 
 
 def timed(record: dict) -> bool:
@@ -60,7 +60,8 @@ def timed(record: dict) -> bool:
     steps = record.get("steps")
     return (_whole(record.get("N"), 2, MAX_COUNT) and _whole(record.get("R"), 1, MAX_COUNT)
             and _whole(record.get("d"), 1, MAX_WIDTH) and _whole(steps, 1, MAX_STEPS)
-            and _whole(record.get("steps_run"), 1, int(steps) + 1) and _finite(record.get("seconds")))
+            and _whole(record.get("steps_run"), 1, int(steps) + 1)  # type: ignore[arg-type]  # steps: whole
+            and _finite(record.get("seconds")))
 
 
 def _timed_rows(records: list[dict], N: int, settings: TrialSettings) -> list[dict]:

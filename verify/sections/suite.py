@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -565,7 +566,7 @@ def verify_steps(seed: int = 0, budget: Budget | None = None, full: bool = False
     list of Step
     """
     budget = as_budget(budget)
-    split = {section_single_hop: partial(_construction_steps, "single"),
+    split: dict[Any, Any] = {section_single_hop: partial(_construction_steps, "single"),
              section_multi_hop: partial(_construction_steps, "multi"),
              section_certified: _certified_steps, section_bounds: _bounds_steps,
              section_training: _training_steps, section_probes: _probes_steps,

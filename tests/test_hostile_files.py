@@ -193,6 +193,18 @@ def test_a_read_only_disk_is_one_line_naming_the_path(read_only_disk, capsys):
     assert list(read_only_disk.iterdir()) == []
 
 
+def test_a_read_only_disk_under_a_folder_writer_names_the_folder(read_only_disk, capsys):
+    """A folder writer (``figures --out``; ``demo --figures`` and ``lecture --out`` share the check) names the
+    folder the user gave, not the probe it tried, in the writer's words; nothing is created."""
+    folder = read_only_disk / "figs"
+    _refused(["figures", "--out", str(folder)], capsys, f"cannot write {str(folder)!r}",
+             "the file system is read-only")
+    code = main(["demo", "--N", "4", "--R", "1", "--figures", str(folder)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and repr(str(folder)) in err[0] and "read-only" in err[0], err
+    assert list(read_only_disk.iterdir()) == []
+
+
 def test_atomic_write_on_a_read_only_disk_names_it(read_only_disk):
     """The writer itself (reached when the disk turns read-only after the check): one line, nothing left."""
     with pytest.raises(InputError, match="the file system is read-only"):

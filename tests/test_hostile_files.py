@@ -1,6 +1,6 @@
 """One reader and one writer: a damaged model file (a flipped byte in a compressed member, a header nested
 100,000 deep, ``meta`` an int or a list) is exit 2 with one line naming the file; on a real full file system
-(a 64 kB tmpfs mounted here; skipped, with the reason, where mounting is not allowed) every output-writing
+(a 64 kB tmpfs, tests/conftest.py; skipped, with the reason, where mounting is not allowed) every output-writing
 command is exit 2 with one line naming the path and the disk, and leaves no partial or temporary file; an
 export folder name whose temporary name is too long is refused before the work; non-finite numbers never
 reach a JSON file. Each case asserts the exit code, one line on stderr, one strict JSON document with
@@ -176,12 +176,20 @@ def test_demo_figures_on_a_full_disk_is_one_line_naming_the_path(full_disk, caps
     _no_partial_file(full_disk)
 
 
+FIGURE_WRITERS = {
+    "figures --out": lambda d: ["figures", "--out", str(d), "--format", "png"],
+    "study mechanism --figures": lambda d: ["study", "mechanism", "--summary",
+                                            str(Path(__file__).resolve().parent.parent / "docs"
+                                                / "study_results.jsonl"), "--figures", str(d)],
+}
+
+
 @needs_matplotlib
-def test_figures_on_a_full_disk_is_one_line_naming_the_path(full_disk, capsys):
-    """``figures --out`` (the figure writer with --json): one line, one strict document, no partial file."""
+@pytest.mark.parametrize("writer", list(FIGURE_WRITERS))
+def test_figures_on_a_full_disk_is_one_line_naming_the_path(writer, full_disk, capsys):
+    """The figure writers with --json: one line, one strict document, no partial file."""
     figures = full_disk / "figs"
-    _refused(["figures", "--out", str(figures), "--format", "png"], capsys, str(figures),
-             "no space left on the disk")
+    _refused(FIGURE_WRITERS[writer](figures), capsys, str(figures), "no space left on the disk")
     _no_partial_file(full_disk)
 
 

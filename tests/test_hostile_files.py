@@ -1,7 +1,8 @@
 """One reader and one writer: a damaged model file (a flipped byte in a compressed member, a header nested
 100,000 deep, ``meta`` an int or a list) is exit 2 with one line naming the file; on a real full file system
-(a 64 kB tmpfs, tests/conftest.py; skipped, with the reason, where mounting is not allowed) every output-writing
-command is exit 2 with one line naming the path and the disk, and leaves no partial or temporary file; an
+(a 64 kB tmpfs, tests/conftest.py; skipped, with the reason, where mounting is not allowed) every
+output-writing command is exit 2 with one line naming the path and the disk (a read-only one: "read-only"),
+and leaves no partial or temporary file; an
 export folder name whose temporary name is too long is refused before the work; non-finite numbers never
 reach a JSON file. Each case asserts the exit code, one line on stderr, one strict JSON document with
 ``--json``, and what is left on disk."""

@@ -74,3 +74,51 @@ def _available_memory_pinned(request, monkeypatch):
     marked ``machine_memory`` read the machine)."""
     if request.node.get_closest_marker("machine_memory") is None:
         monkeypatch.setattr(memory, "available_bytes", lambda: PINNED_AVAILABLE_BYTES)
+
+
+# ------------------------------------------------------------------------- real full / read-only disks
+
+
+def _tmpfs(where, options: str):
+    """Mount a tmpfs at ``where`` (made here), or skip with the reason where mounting is not allowed."""
+    import subprocess
+    where.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root; CI runs as root): {proc.stderr.strip()[:120]}")
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 kB tmpfs, filled: every later write fails with ENOSPC (creating an empty file or a folder still
+    works). Shared by the full-disk tests of every writer (test_hostile_files, test_export,
+    test_hostile_lecture)."""
+    import subprocess
+    where = tmp_path / "full"
+    _tmpfs(where, "size=64k")
+    try:
+        with open(where / "filler", "wb", buffering=0) as handle:
+            try:
+                while handle.write(b"\0" * 4096):
+                    pass
+            except OSError:
+                pass
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+@pytest.fixture
+def read_only_disk(tmp_path):
+    """A tmpfs remounted read-only: every write fails with EROFS (even root's)."""
+    import subprocess
+    where = tmp_path / "ro"
+    _tmpfs(where, "size=64k")
+    try:
+        proc = subprocess.run(["mount", "-o", "remount,ro", str(where)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot remount the tmpfs read-only: {proc.stderr.strip()[:120]}")
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)

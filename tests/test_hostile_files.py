@@ -1,7 +1,8 @@
 """One reader and one writer: a damaged model file (a flipped byte in a compressed member, a header nested
 100,000 deep, ``meta`` an int or a list) is exit 2 with one line naming the file; on a real full file system
-(a 64 kB tmpfs mounted here; skipped, with the reason, where mounting is not allowed) every output-writing
-command is exit 2 with one line naming the path and the disk, and leaves no partial or temporary file; an
+(a 64 kB tmpfs, tests/conftest.py; skipped, with the reason, where mounting is not allowed) every
+output-writing command is exit 2 with one line naming the path and the disk (a read-only one: "read-only"),
+and leaves no partial or temporary file; an
 export folder name whose temporary name is too long is refused before the work; non-finite numbers never
 reach a JSON file. Each case asserts the exit code, one line on stderr, one strict JSON document with
 ``--json``, and what is left on disk."""
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -108,25 +108,8 @@ def test_parse_json_names_the_file():
 # ------------------------------------------------------------------------------------- full file system
 
 
-@pytest.fixture
-def full_disk(tmp_path):
-    """A 64 kB tmpfs, filled: every later write fails with ENOSPC (creating an empty file still works)."""
-    where = tmp_path / "full"
-    where.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root; CI runs as root): {proc.stderr.strip()[:120]}")
-    try:
-        with open(where / "filler", "wb", buffering=0) as handle:
-            try:
-                while handle.write(b"\0" * 4096):
-                    pass
-            except OSError:
-                pass
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], capture_output=True)
+# full_disk and read_only_disk: tests/conftest.py (a real tmpfs, skipped with the reason where it cannot be
+# mounted)
 
 
 def _left(where: Path) -> list[str]:
@@ -154,6 +137,90 @@ def test_a_full_disk_is_one_line_naming_the_path(writer, full_disk, model_file, 
     assert all(not name.startswith(".") for name in left), left
     for name in left:
         assert (full_disk / name).stat().st_size == 0, (name, left)
+
+
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_matplotlib = pytest.mark.skipif(not _have_matplotlib(), reason="figures need the plot extra "
+                                      "(matplotlib): pip install '.[plot]'")
+
+
+def _no_partial_file(where: Path) -> None:
+    """Nothing but empty folders (a figure folder the command made) under ``where``: no temporary, no
+    partial file."""
+    left = [p for p in where.rglob("*") if p.name != "filler" and not p.is_dir()]
+    assert left == [], left
+
+
+@needs_matplotlib
+def test_demo_figures_on_a_full_disk_is_one_line_naming_the_path(full_disk, capsys):
+    """The demo is text only (no --json): exit 2 and one line naming the figure and the disk; nothing in the
+    folder. With --json, the one strict document the parser gives for the option it does not take."""
+    figures = full_disk / "figs"
+    argv = ["demo", "--N", "4", "--R", "1", "--figures", str(figures)]
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("georecall: error: cannot write"), err
+    assert str(figures) in err[0] and "no space left on the disk" in err[0], err
+    _no_partial_file(full_disk)
+    code = main([*argv, "--json"])
+    captured = capsys.readouterr()
+    doc = _strict(captured.out)
+    assert code == 2 and doc["status"] == 2 and "--json" in doc["error"], doc
+    assert len(captured.err.strip().splitlines()) == 1
+    _no_partial_file(full_disk)
+
+
+FIGURE_WRITERS = {
+    "figures --out": lambda d: ["figures", "--out", str(d), "--format", "png"],
+    "study mechanism --figures": lambda d: ["study", "mechanism", "--summary",
+                                            str(Path(__file__).resolve().parent.parent / "docs"
+                                                / "study_results.jsonl"), "--figures", str(d)],
+}
+
+
+@needs_matplotlib
+@pytest.mark.parametrize("writer", list(FIGURE_WRITERS))
+def test_figures_on_a_full_disk_is_one_line_naming_the_path(writer, full_disk, capsys):
+    """The figure writers with --json: one line, one strict document, no partial file."""
+    figures = full_disk / "figs"
+    _refused(FIGURE_WRITERS[writer](figures), capsys, str(figures), "no space left on the disk")
+    _no_partial_file(full_disk)
+
+
+def test_a_read_only_disk_is_one_line_naming_the_path(read_only_disk, capsys):
+    """EROFS (a tmpfs remounted read-only; root cannot write there either): refused before the work by the
+    output check, one line naming the path and "read-only", nothing created."""
+    target = read_only_disk / "m.npz"
+    _refused([*MODEL_ARGS, "--out", str(target)], capsys, repr(str(target)), "read-only")
+    assert list(read_only_disk.iterdir()) == []
+
+
+def test_a_read_only_disk_under_a_folder_writer_names_the_folder(read_only_disk, capsys):
+    """A folder writer (``figures --out``; ``demo --figures`` and ``lecture --out`` share the check) names the
+    folder the user gave, not the probe it tried, in the writer's words; nothing is created."""
+    folder = read_only_disk / "figs"
+    _refused(["figures", "--out", str(folder)], capsys, f"cannot write {str(folder)!r}",
+             "the file system is read-only")
+    code = main(["demo", "--N", "4", "--R", "1", "--figures", str(folder)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and repr(str(folder)) in err[0] and "read-only" in err[0], err
+    assert list(read_only_disk.iterdir()) == []
+
+
+def test_atomic_write_on_a_read_only_disk_names_it(read_only_disk):
+    """The writer itself (reached when the disk turns read-only after the check): one line, nothing left."""
+    with pytest.raises(InputError, match="the file system is read-only"):
+        atomic_write(str(read_only_disk / "x.bin"), b"\1")
+    with pytest.raises(InputError, match="the file system is read-only"):
+        append_jsonl(str(read_only_disk / "r.jsonl"), {"a": 1})
+    assert list(read_only_disk.iterdir()) == []
 
 
 def test_atomic_write_and_append_on_a_full_disk_leave_the_file_as_it_was(full_disk):

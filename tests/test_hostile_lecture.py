@@ -180,3 +180,44 @@ def test_an_interrupted_lecture_exits_130_or_143_with_one_document(sig, status, 
             break
         time.sleep(0.1)
     assert not _kernel_alive(kernel), "the kernel outlived the lecture"
+
+
+# ------------------------------------------------------------------------------------------ a full disk
+
+
+def _no_partial_file(where: Path) -> None:
+    left = [str(p) for p in where.rglob("*") if p.name != "filler" and not p.is_dir()]
+    assert left == [], left
+
+
+def test_a_full_disk_is_one_line_naming_the_file(full_disk, tmp_path, capsys, monkeypatch):
+    """``lecture --out`` on a full tmpfs (tests/conftest.py; skipped where it cannot be mounted): exit 2, one
+    line naming the notebook written and the disk, one strict JSON document with --json, no partial or
+    temporary file. The cells are not run here (no kernel: the write is what is tested; the slow test below
+    runs one)."""
+    monkeypatch.setattr(lecture, "_run", lambda client, interrupt: None)
+    source = _notebook(tmp_path, "x = 1")
+    out = full_disk / "lecture"
+    argv = ["lecture", "--notebook", str(source), "--out", str(out)]
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("georecall: error: cannot write"), err
+    assert repr(str(out / "nb.ipynb")) in err[0] and "no space left on the disk" in err[0], err
+    _no_partial_file(full_disk)
+    code = main([*argv, "--json"])
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+    assert code == 2 and doc["status"] == 2 and "no space left on the disk" in doc["error"], doc
+    assert captured.err.strip().splitlines() == [doc["error"]]
+    _no_partial_file(full_disk)
+
+
+@pytest.mark.slow
+def test_a_full_disk_after_the_cells_ran_is_one_line(full_disk, tmp_path):
+    """The same with a real kernel, in a fresh process: the cells run, the first write fails, exit 2."""
+    source = _notebook(tmp_path, "x = 1")
+    proc = _cli(["--notebook", str(source), "--out", str(full_disk / "lecture")])
+    out, err = proc.communicate(timeout=120)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "no space left on the disk" in lines[0], err
+    _no_partial_file(full_disk)

@@ -219,14 +219,13 @@ def validate_output_path(path: str, *, suffix: str | None = None, what: str = "o
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise InputError(f"{what} {path!r}: directory {directory!r} is not writable "
-                         f"({exc.strerror or exc})") from None
+        raise InputError(f"{what} {path!r}: directory {directory!r} is not writable{_why(exc)}") from None
     if os.path.exists(path):
         try:
             with open(path, "ab"):
                 pass
         except OSError as exc:
-            raise InputError(f"{what} {path!r} is not writable ({exc.strerror or exc})") from None
+            raise InputError(f"{what} {path!r} is not writable{_why(exc)}") from None
     return path
 
 
@@ -241,6 +240,13 @@ WRITE_ERRORS: dict[int, str] = {
     errno.EFBIG: "the file is too large for the file system",
     errno.EIO: "an input/output error on the disk",
 }
+
+
+def _why(exc: OSError) -> str:
+    """``: <the reason in words> (<strerror>)`` for a refusal in :data:`WRITE_ERRORS` (the same words the
+    writer uses: "the file system is read-only"), else `` (<strerror>)``."""
+    detail = f"({exc.strerror or exc})"
+    return f": {WRITE_ERRORS[exc.errno]} {detail}" if exc.errno in WRITE_ERRORS else f" {detail}"
 
 
 class WriteError(InputError):

@@ -4,13 +4,14 @@ input paths validated before the work, the construction a command names, the fig
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 
 from georecall import __version__, estimates, memory, npy_headers
 from georecall.constructions import registry
 from georecall.errors import InputError
-from georecall.io import check_path, validate_output_path
+from georecall.io import check_path, validate_output_path, write_error
 from georecall.memory import Estimate
 from georecall.theory.tasks import Attributes, Task
 from georecall.verify.cli.params import (
@@ -222,6 +223,12 @@ def output_dir(path: str, what: str = "output folder") -> str:
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise InputError(f"{what} {path!r}: {parent!r} is a file, so the folder cannot be created")
+    try:  # a real probe, so that a full, read-only or forbidden folder is named as the user gave it
+        os.rmdir(tempfile.mkdtemp(prefix=".georecall-probe-", dir=parent))
+    except OSError as exc:
+        refusal = write_error(exc, path)
+        raise (refusal if refusal is not None else
+               InputError(f"{what} {path!r}: {parent!r} is not writable ({exc.strerror or exc})")) from None
     output_path(os.path.join(parent, ".georecall-probe"), what=what)
     return path
 

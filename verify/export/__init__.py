@@ -111,8 +111,10 @@ def validate_out(out: str) -> str:
     check_path(path, what="output folder", names_beside=(temporary_prefix(path) + "X" * 8,), room_below=64)
     try:
         probe = tempfile.mkdtemp(prefix=".georecall-probe-", dir=parent)
-    except OSError as exc:
-        raise InputError(f"output folder {out!r}: cannot write in {parent!r} ({exc.strerror or exc})") \
+    except OSError as exc:  # a full or read-only disk in the writer's words, naming the folder
+        refusal = write_error(exc, out)
+        raise (refusal if refusal is not None else
+               InputError(f"output folder {out!r}: cannot write in {parent!r} ({exc.strerror or exc})")) \
             from None
     os.rmdir(probe)
     return path

@@ -46,6 +46,7 @@ import numpy as np
 from georecall.constructions.model import Model
 from georecall.errors import InputError
 from georecall.verify.export.graph import Graph, exportable, graph_of
+from georecall.verify.export.torch_target import save_state
 
 __all__ = ["ATTN_SCALE", "config_of", "graph", "load", "require", "runner", "units_of", "write"]
 
@@ -215,8 +216,8 @@ def write(model: Model, folder: str, dtype, context: int) -> None:
     torch, _ = _libraries()
     config = config_of(model, context)
     state = _state(graph(model, dtype), config)
-    torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()},
-               os.path.join(folder, "state_dict.pt"))
+    save_state(torch, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()},
+               os.path.join(folder, "state_dict.pt"))  # a full disk stays an OSError
     with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as handle:
         json.dump(config, handle, indent=1)
 

@@ -16,6 +16,7 @@ The module computes, per layer, ``v = x W_V``, ``a = softmax(attention_scale·q 
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ from georecall.errors import InputError
 from georecall.state_dict import from_state_dict, to_state_dict
 from georecall.verify.export.graph import Graph, exportable, graph_of
 
-__all__ = ["config_of", "graph", "import_folder", "require", "runner", "write"]
+__all__ = ["config_of", "graph", "import_folder", "require", "runner", "save_state", "write"]
 
 MODULE_FILE = "georecall_module.py"
 
@@ -116,11 +117,31 @@ def write(model: Model, folder: str, dtype, context: int = 0) -> None:
     exportable(model, "PyTorch")
     cast = model.astype(np.dtype(dtype))
     state = {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in _state(cast).items()}
-    torch.save(state, os.path.join(folder, "state_dict.pt"))
+    save_state(torch, state, os.path.join(folder, "state_dict.pt"))
     with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as handle:
         json.dump(config_of(cast, dtype), handle, indent=1, default=str)
     shutil.copyfile(os.path.join(os.path.dirname(__file__), "torch_module.py"),
                     os.path.join(folder, MODULE_FILE))
+
+
+def save_state(torch, state: dict, path: str) -> None:
+    """``torch.save(state, path)`` with the disk's refusals kept as ``OSError``: serialised in memory, then
+    written by Python. (``torch.save`` to a path on a full disk raises a ``RuntimeError``,
+    "PytorchStreamWriter failed writing file ...", which :func:`georecall.io.write_error` cannot tell from a
+    bug.)
+
+    Parameters
+    ----------
+    torch : module
+    state : dict
+        Name -> tensor.
+    path : str
+        The file (in the export's temporary folder).
+    """
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    with open(path, "wb") as handle:
+        handle.write(buffer.getbuffer())
 
 
 def _module_file(folder: str):

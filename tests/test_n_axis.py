@@ -103,6 +103,19 @@ def test_no_held_out_octave_cannot_tell():
     assert result["verdict"] == "cannot tell"
 
 
+def test_a_partly_run_held_out_octave_decides_nothing():
+    """The protocol scores the whole octave: with only R = 2's three seeds at 2^13 the scores are shown but
+    the verdict is "cannot tell"; the complete octave decides (the control)."""
+    full = _grid(_log_law)
+    partial = [r for r in full if r["N"] < 8192 or r["R"] == 2]
+    held = compare_models(partial)["learned"]
+    assert held["held_out"]["n"] == 3 and held["held_out"]["rmse_log"] is not None
+    assert not held["held_out"]["complete"] and "(4, 0)" in held["held_out"]["incomplete"]
+    assert held["verdict"] == "cannot tell"
+    control = compare_models(full)["learned"]
+    assert control["held_out"]["complete"] and control["verdict"] == "log N"
+
+
 def test_aic_by_hand():
     assert aic(0.5, 10, 2) == pytest.approx(10 * math.log(0.05) + 4)
     assert aic(0.0, 10, 3) == -math.inf

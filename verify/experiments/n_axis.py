@@ -118,6 +118,9 @@ def n_axis_table(report: dict) -> str:
             margin = "tie" if h["winner"] is None else f"{h['winner']} by ×{h['margin']:.3g}"
             lines.append(f"  held-out N = {h['N']} (fit on {h['fit_n']} searches, {h['n']} predicted): "
                          f"RMSE ln d*: M_log {h['rmse_log']:.4f}, M_pow {h['rmse_pow']:.4f} ({margin})")
+            if h.get("incomplete"):
+                lines.append(f"  the held-out octave is incomplete ({h['incomplete']}): "
+                             "it decides nothing yet")
         lines.append(f"  ΔAIC = AIC(M_log) − AIC(M_pow) = {_num(e['delta_aic'], '.2f')}")
         lines.append(f"  verdict: {e['verdict']}")
     lines.append(f"paper's claim (learned: log N, frozen: power of N) met: {report['claim_met']}")

@@ -428,7 +428,16 @@ def compare_models(points: list[dict], held_out_N: int = HELD_OUT_N) -> dict[str
                 if held["rmse_log"] != held["rmse_pow"]:
                     held["winner"] = "M_log" if held["rmse_log"] < held["rmse_pow"] else "M_pow"
                     held["margin"] = hi / lo if lo > 0 else math.inf
+        # The protocol scores the whole octave: every (R, seed) searched below it must be searched at it too;
+        # a partly run octave is reported but decides nothing ("cannot tell").
+        expected = {(p["R"], p["seed"]) for p in train}
+        missing = sorted(expected - {(p["R"], p["seed"]) for p in test})
+        held["complete"] = bool(test) and not missing
+        if test and missing:
+            held["incomplete"] = (f"{len(expected) - len(missing)} of {len(expected)} searches; missing "
+                                  "(R, seed) " + ", ".join(f"({r}, {s})" for r, s in missing))
         entry["held_out"] = held
-        entry["verdict"] = verdict(held["rmse_log"], held["rmse_pow"], entry["delta_aic"])
+        decided = verdict(held["rmse_log"], held["rmse_pow"], entry["delta_aic"])
+        entry["verdict"] = decided if held["complete"] else "cannot tell"
         out[mode] = entry
     return out

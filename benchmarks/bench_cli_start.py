@@ -1,6 +1,6 @@
 """Benchmark: the start-up time of ``georecall --help`` (issue 42: "georecall --help stays as fast as it is").
 
-Runs ``python -c "from georecall.verify.cli import main; main(['--help'])"`` (what the console script runs)
+Runs ``python -c "from georecall.cli import main; main(['--help'])"`` (what the console script runs)
 ``--repeats`` times in fresh processes and prints the median wall time, with the heavy libraries the start-up
 imported (scipy, networkx, sympy, matplotlib, torch) and how many georecall modules it loaded. A timing, not a
 test: run it by hand, before and after a change to the imports, on the same machine.
@@ -21,7 +21,7 @@ import time
 
 CHILD = """
 import contextlib, io, json, sys
-from georecall.verify.cli import main
+from georecall.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     try:
         main(["--help"])

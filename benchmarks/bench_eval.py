@@ -27,12 +27,12 @@ import time
 
 import numpy as np
 
+from georecall.cli import main
 from georecall.constructions import registry
 from georecall.constructions.storage import save_model
 from georecall.theory.tasks import task_for_seed
-from georecall.verify.cli import main
-from georecall.verify.training.parameters import init_model
-from georecall.verify.training.train import train, training_data
+from georecall.training.parameters import init_model
+from georecall.training.train import train, training_data
 
 
 def eval_seconds(path: str) -> tuple[float, dict]:

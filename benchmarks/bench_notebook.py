@@ -2,7 +2,7 @@
 at most 2 minutes on 2 cores (its kernel's start included), and each figure it or ``georecall figures`` draws
 takes at most 10 s (built and saved as PNG and SVG).
 
-The notebook is executed ``--reps`` times through :func:`georecall.verify.experiments.lecture.build_lecture`
+The notebook is executed ``--reps`` times through :func:`georecall.experiments.lecture.build_lecture`
 (the same path as ``georecall lecture``), each figure is drawn ``--reps`` times, interleaved with the others,
 and the minimum over repetitions is reported, so that load from other processes inflates no figure more than
 another. Needs the teach extra (``pip install '.[teach]'``). Run by hand from the checkout:
@@ -22,8 +22,8 @@ FIGURE_TARGET = 10.0
 
 def figure_builders() -> dict:
     """Every figure the lecture or ``georecall figures`` computes (those from records excepted)."""
-    from georecall.verify.experiments import figures as F
-    from georecall.verify.experiments.demo import relation_names
+    from georecall.experiments import figures as F
+    from georecall.experiments.demo import relation_names
 
     names = relation_names(2)
     builders = {
@@ -42,7 +42,7 @@ def figure_builders() -> dict:
 
 
 def time_figures(reps: int, folder: str) -> dict[str, float]:
-    from georecall.verify.experiments.figures import save_figure
+    from georecall.experiments.figures import save_figure
 
     best: dict[str, float] = {}
     builders = figure_builders()
@@ -55,7 +55,7 @@ def time_figures(reps: int, folder: str) -> dict[str, float]:
 
 
 def time_notebook(reps: int, folder: str) -> float:
-    from georecall.verify.experiments import lecture
+    from georecall.experiments import lecture
 
     source = lecture.default_notebook()
     if source is None:

@@ -56,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="bench_probe_lm_")
     cache = args.cache or os.path.join(folder, "lm_cache.npz")
-    command = [sys.executable, "-m", "georecall.verify.cli", "probe-lm", "--model", "smollm2", "--cache",
+    command = [sys.executable, "-m", "georecall.cli", "probe-lm", "--model", "smollm2", "--cache",
                cache, "--json"]
     first = timed(command)
     print(json.dumps({"step": "first (measures unless the cache matches)", **first}))

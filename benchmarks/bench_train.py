@@ -27,8 +27,8 @@ import numpy as np
 
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.theory.tasks import random_task
-from georecall.verify.training.parameters import init_model
-from georecall.verify.training.train import train
+from georecall.training.parameters import init_model
+from georecall.training.train import train
 
 
 def numpy_step_times(model, tokens, answers, steps: int, batch: int | None, path: str) -> list[float]:
@@ -109,9 +109,9 @@ def torch_step_times(N, R, d, m, B, steps: int) -> list[float] | None:
 
 def profile_structured(model, tokens, answers, batch: int, reps: int) -> dict[str, float]:
     """Minimum seconds per phase of the structured step, timed by wrapping its building blocks."""
-    import georecall.verify.training.train_structured as ts
-    from georecall.verify.training.parameters import params_of, with_params
-    from georecall.verify.training.train import adam
+    import georecall.training.train_structured as ts
+    from georecall.training.parameters import params_of, with_params
+    from georecall.training.train import adam
 
     rng = np.random.default_rng(0)
     params = params_of(model)
@@ -197,7 +197,7 @@ def grid_profile(N: int, R: int, d: int, m: int, reps: int) -> None:
     interleaved repetitions: on a machine shared with other jobs, wall time measures the neighbours, CPU
     time what the step itself spends.
     """
-    import georecall.verify.training.train_structured as ts
+    import georecall.training.train_structured as ts
 
     task = random_task(N, R, 0)
     tokens, answers = single_hop_queries(task)

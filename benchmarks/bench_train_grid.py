@@ -15,7 +15,7 @@ minimum and the median over every step of every repetition are reported, with th
 the minimum is what the step costs when the neighbours leave the cores free, the median what the grid sees on
 a shared machine. CPU seconds count every thread of the process (BLAS threads and the read-out's two
 element-wise threads). The two thread counts round differently (sweep records carry ``blas``, see
-``verify/experiments/blas.py``), so their trials are different runs: this benchmark measures time only.
+``src/georecall/experiments/blas.py``), so their trials are different runs: this benchmark measures time only.
 
 Run by hand: ``python benchmarks/bench_train_grid.py [--reps 2] [--steps 3] [--shapes 8x72 16x64]``.
 ``--profile`` adds, per shape and thread count, where a step's CPU time goes (``bench_train.py
@@ -34,8 +34,8 @@ _CHILD = r"""
 import json, os, sys, time
 import numpy as np
 from georecall.theory.tasks import task_for_seed
-from georecall.verify.experiments.blas import blas_description
-from georecall.verify.training.train import init_model, train, training_data
+from georecall.experiments.blas import blas_description
+from georecall.training.train import init_model, train, training_data
 N, R, d, steps = (int(v) for v in sys.argv[1:5])
 tokens, answers, _, _ = training_data(task_for_seed(N, R, 0))
 model = init_model(N, R, d, 4 * d, rng=0)

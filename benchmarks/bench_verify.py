@@ -55,7 +55,7 @@ def _run(full: bool, env: dict[str, str] | None) -> tuple[float, float, float | 
 
 def step_costs(full: bool) -> list[tuple[str, float, float]]:
     """``(step name, CPU seconds, wall seconds)`` of each step of ``verify``, in this process."""
-    from georecall.verify.experiments import blas
+    from georecall.experiments import blas
     from georecall.verify.sections import suite
 
     out = []

@@ -34,7 +34,7 @@ def _report():
         out.write(kib)
 atexit.register(_report)
 sys.argv = ['georecall', *sys.argv[2:]]
-runpy.run_module('georecall.verify.cli', run_name='__main__', alter_sys=True)
+runpy.run_module('georecall.cli', run_name='__main__', alter_sys=True)
 """
 
 

@@ -14,7 +14,7 @@ Alternative evaluation paths. Four faster paths compute (parts of) the same func
 allows it, each checked against THE forward pass by the tests (docs/theory.md, "Evaluation paths"): the
 token-additive tables forward (``verify/checking/additive.py``; ``tests/test_additive.py``), the hypercube
 decoder (``verify/checking/decoders.py``; ``tests/test_decoders.py``), the trainer's structure-aware step
-(``verify/training/train_structured.py``; ``tests/test_train_structured.py``) and certify's product-set
+(``src/georecall/training/train_structured.py``; ``tests/test_train_structured.py``) and certify's product-set
 evaluation (``verify/checking/certify.py``; the brute-force tests of ``tests/test_certify.py``);
 ``tests/test_soundness.py`` compares every path's verdicts with exact rational arithmetic. THE forward pass
 itself is tested against an exact reference and its captured outputs (``tests/test_forward_reference.py``).

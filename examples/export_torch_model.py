@@ -88,7 +88,7 @@ def torch_module(N: int, R: int, d: int, m: int, heads: int, d_head: int, positi
 def with_torch(out: str) -> None:
     import torch
 
-    from georecall.verify.cli import main
+    from georecall.cli import main
 
     torch.manual_seed(SEED)
     task = task_for_seed(N, R, SEED)
@@ -161,7 +161,7 @@ def torch_layout_forward(sd: dict, tokens: np.ndarray, heads: int) -> np.ndarray
 
 
 def without_torch(out: str) -> None:
-    from georecall.verify.cli import main
+    from georecall.cli import main
 
     print("PyTorch is not installed: the state_dict is drawn with NumPy in PyTorch's layout")
     task = task_for_seed(N, R, SEED)

@@ -7,10 +7,10 @@ unit selectivity, and freeze-and-swap transfer to new bijections.
 import numpy as np
 
 from georecall.constructions.single_hop import single_hop_queries
+from georecall.experiments.probes import probe_all
 from georecall.theory.tasks import random_task
-from georecall.verify.experiments.probes import probe_all
-from georecall.verify.training.parameters import init_model
-from georecall.verify.training.train import train
+from georecall.training.parameters import init_model
+from georecall.training.train import train
 
 rng = np.random.default_rng(0)
 N, R, d = 1024, 4, 32  # the encoding fit has R·d = 128 features per subject: N must be well above

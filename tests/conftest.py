@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 
 # One BLAS thread, as the sweep's and study's worker processes run (executors._process_pool): float32 training
-# rounds differently on 1 and 2 threads (verify/experiments/blas.py), and tests compare records made in this
-# process with records made by workers. Set before NumPy loads its BLAS (a plugin that imports NumPy first,
-# such as pytest-randomly, makes this too late: the header line says which BLAS the run got).
+# rounds differently on 1 and 2 threads (src/georecall/experiments/blas.py), and tests compare records made in
+# this process with records made by workers. Set before NumPy loads its BLAS (a plugin that imports NumPy
+# first, such as pytest-randomly, makes this too late: the header line says which BLAS the run got).
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
@@ -40,7 +40,7 @@ from georecall.testing import codebooks, models, tables, tasks  # noqa: E402, F4
 
 def pytest_report_header(config):
     import georecall
-    from georecall.verify.experiments.blas import blas_description
+    from georecall.experiments.blas import blas_description
     return [f"georecall {georecall.__version__} imported from {os.path.dirname(georecall.__file__)}",
             f"BLAS: {blas_description()}"]
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import georecall as gr
+from georecall.cli import main
 from georecall.errors import InputError
-from georecall.verify.cli import main
 
 
 def cli_json(argv, capsys):

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import georecall
+from georecall.cli import main
 from georecall.constructions import registry
 from georecall.constructions.arithmetic import IntegerModeError, integer_bounds
 from georecall.constructions.codes import make_codes
@@ -27,7 +28,6 @@ from georecall.theory import seeds
 from georecall.theory import tasks as tasks_module
 from georecall.theory.tasks import random_task, task_for_seed
 from georecall.verify.checking.run import run_check
-from georecall.verify.cli import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,7 +65,7 @@ def test_unrelated_top_level_packages_named_like_our_folders_break_nothing(tmp_p
     (tmp_path / "theory.py").write_text("raise ImportError('a user script')\n")
     (tmp_path / "constructions.py").write_text("raise ImportError('a user script')\n")
     code = (
-        "from georecall.verify.cli import main; raise SystemExit(main(['tradeoff', '--N', '64', '--R', '2', "
+        "from georecall.cli import main; raise SystemExit(main(['tradeoff', '--N', '64', '--R', '2', "
         "'--k-max', '2', '--json']))"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
@@ -189,7 +189,7 @@ def test_the_same_seed_gives_the_same_task_in_every_command(tmp_path, monkeypatc
     assert main(["check", "single-hop", "--N", "16", "--R", "2", "--seed", "7", "--quiet"]) == 0
     assert main(["precision", "--N", "16", "--R", "2", "--seed", "7", "--max-bits", "4"]) == 0
     assert main(["train", "--N", "16", "--R", "2", "--d", "8", "--steps", "2", "--seed", "7", "--quiet"]) == 0
-    from georecall.verify.experiments import sweep, sweep_trial
+    from georecall.experiments import sweep, sweep_trial
 
     sweep.sweep(
         str(tmp_path / "t.jsonl"),

@@ -26,6 +26,7 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from georecall import memory
+from georecall.cli import main
 from georecall.constructions import registry
 from georecall.constructions.codes import make_codes
 from georecall.constructions.encoding import FamilyError, TaskEncoding, assemble_model, validate_family
@@ -66,7 +67,6 @@ from georecall.verify.checking.planted import (
     rare_task,
 )
 from georecall.verify.checking.run import run_check
-from georecall.verify.cli import main
 from georecall.verify.sections import certified
 
 
@@ -1151,7 +1151,7 @@ def test_certify_is_exact_by_default_where_the_construction_allows_it(capsys):
 
 def test_certify_progress_ends_at_the_count_it_certified(capsys):
     """The progress line ends at every query type (it once stopped at 1/R, which reads as a failure)."""
-    from georecall.verify.cli import main
+    from georecall.cli import main
 
     assert main(["certify", "single-hop", "--construction", "geometric", "--N", "8", "--R", "3"]) == 0
     err = capsys.readouterr().err

@@ -20,6 +20,7 @@ import types
 import numpy as np
 import pytest
 
+from georecall.cli import main
 from georecall.constructions import registry
 from georecall.constructions.canonical import (
     canonical_array,
@@ -42,7 +43,6 @@ from georecall.verify.checking import certify_relaxation
 from georecall.verify.checking.certify_relaxation import Lowest, Pieces
 from georecall.verify.checking.check import check_queries
 from georecall.verify.checking.run import run_check
-from georecall.verify.cli import main
 
 
 def _all_tasks(N: int, R: int):

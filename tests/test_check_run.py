@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from georecall import estimates, memory
+from georecall.cli import main
 from georecall.errors import InputError
 from georecall.memory import Budget
 from georecall.verify.checking import run
-from georecall.verify.cli import main
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from georecall.verify.cli import main
+from georecall.cli import main
 
 
 def run(argv, capsys):
@@ -94,7 +94,7 @@ def test_a_failing_check_exits_1(monkeypatch, capsys):
 def test_console_script_verify_passes():
     """The main job, as a user runs it (a subprocess through the installed entry point's module)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "georecall.verify.cli", "verify", "--json", "--quiet"],
+        [sys.executable, "-m", "georecall.cli", "verify", "--json", "--quiet"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -248,7 +248,7 @@ def test_train_command_with_hops_and_cot(capsys):
 
 
 def _parsers():
-    from georecall.verify.cli import build_parser
+    from georecall.cli import build_parser
 
     stack, seen = [build_parser()], []
     while stack:
@@ -373,7 +373,7 @@ def test_probe_hidden_text_states_its_fits_and_warns_when_one_is_underdetermined
 
 
 def test_output_paths_are_checked_before_the_work(tmp_path, capsys, monkeypatch):
-    from georecall.verify.cli import commands_training  # the module that looks train up
+    from georecall.cli import commands_training  # the module that looks train up
 
     def trained(*args, **kwargs):
         pytest.fail("trained before checking --out")
@@ -419,7 +419,7 @@ def test_interrupted_save_leaves_no_file(tmp_path, capsys, monkeypatch):
 
 
 def test_json_is_strict_and_stderr_is_empty(capsys, monkeypatch):
-    import georecall.verify.cli.commands as commands
+    import georecall.cli.commands as commands
 
     real = commands.run_tradeoff
 
@@ -450,7 +450,7 @@ def test_verify_json_prints_no_progress(capsys, monkeypatch):
 
 
 def test_an_internal_error_is_exit_3_with_traceback(capsys, monkeypatch):
-    import georecall.verify.cli.commands as commands
+    import georecall.cli.commands as commands
 
     def broken(p):
         raise ValueError("operands could not be broadcast together with shapes (3,) (4,)")
@@ -461,7 +461,7 @@ def test_an_internal_error_is_exit_3_with_traceback(capsys, monkeypatch):
 
 
 def test_ctrl_c_is_130_on_its_own_line(capsys, monkeypatch):
-    import georecall.verify.cli.commands as commands
+    import georecall.cli.commands as commands
 
     def interrupted(p):
         raise KeyboardInterrupt
@@ -472,7 +472,7 @@ def test_ctrl_c_is_130_on_its_own_line(capsys, monkeypatch):
 
 
 def test_sweep_passes_scheduler_and_timeouts(tmp_path, capsys, monkeypatch):
-    from georecall.verify.cli import commands_training  # the module that looks sweep up
+    from georecall.cli import commands_training  # the module that looks sweep up
 
     seen = {}
 
@@ -537,7 +537,7 @@ def _offered(sub) -> set[str]:
 
 
 def test_every_command_has_its_row_of_shared_options():
-    from georecall.verify.cli.parser import SHARED, build_parser
+    from georecall.cli.parser import SHARED, build_parser
 
     commands = _commands(build_parser())
     assert set(commands) == set(SHARED)
@@ -546,7 +546,7 @@ def test_every_command_has_its_row_of_shared_options():
 
 
 class _Reads:
-    """Which attributes of the typed parameters (``georecall.verify.cli.params``) a command reads, while
+    """Which attributes of the typed parameters (``georecall.cli.params``) a command reads, while
     installed on :class:`Params` (reads by ``_doc``, which copies the seed and the budget into every document,
     and by the parameters' own methods do not count: they are not a use)."""
 
@@ -554,7 +554,7 @@ class _Reads:
         self.read: set[str] = set()
 
     def install(self, monkeypatch):
-        from georecall.verify.cli.params import Params
+        from georecall.cli.params import Params
 
         real = object.__getattribute__
         reads = self.read
@@ -601,9 +601,9 @@ def test_every_shared_option_offered_is_read_by_its_command(tmp_path, capsys, mo
 
     import numpy as np
 
-    from georecall.verify.cli import commands_figures
-    from georecall.verify.cli.parser import SHARED
-    from georecall.verify.experiments import study
+    from georecall.cli import commands_figures
+    from georecall.cli.parser import SHARED
+    from georecall.experiments import study
     from georecall.verify.sections import suite
 
     pytest.importorskip("matplotlib", reason="figures needs the optional plot extra")
@@ -687,7 +687,7 @@ def test_help_shows_every_default_and_no_internal_references():
     import argparse
     import re
 
-    from georecall.verify.cli.parser import build_parser
+    from georecall.cli.parser import build_parser
 
     for command, sub in _commands(build_parser()).items():
         text = sub.format_help()
@@ -701,7 +701,7 @@ def test_help_shows_every_default_and_no_internal_references():
 
 
 def test_given_options_are_the_typed_ones_whatever_the_defaults():
-    from georecall.verify.cli.parser import given_options
+    from georecall.cli.parser import given_options
 
     assert given_options(["bounds"]) == set()
     assert given_options(["bounds", "--format", "md", "--N", "64"]) == {"format", "N"}
@@ -715,7 +715,7 @@ def test_an_unwritable_stdout_is_one_line_not_a_bug(extra):
     """A full disk under stdout is exit 2 with one line, not an internal error (review finding)."""
     with open("/dev/full", "w") as full:
         argv = ["tradeoff", "--N", "64", "--R", "2", "--k-max", "2", *extra]
-        proc = subprocess.run([sys.executable, "-m", "georecall.verify.cli", *argv], stdout=full,
+        proc = subprocess.run([sys.executable, "-m", "georecall.cli", *argv], stdout=full,
                               stderr=subprocess.PIPE, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "georecall: error: cannot write the output: No space left on device"]

@@ -1,4 +1,4 @@
-"""The typed parameters (georecall.verify.cli.params): each command's dataclass declares exactly its parser's
+"""The typed parameters (georecall.cli.params): each command's dataclass declares exactly its parser's
 options, the conversion refuses any drift, the budget is built once, and each option is validated once."""
 
 import argparse
@@ -9,10 +9,10 @@ import typing
 
 import pytest
 
+from georecall.cli import commands, main, params
+from georecall.cli.parser import SHARED, build_parser
 from georecall.errors import InputError
 from georecall.memory import GIB, Budget
-from georecall.verify.cli import commands, main, params
-from georecall.verify.cli.parser import SHARED, build_parser
 
 
 def _commands(parser) -> dict[str, argparse.ArgumentParser]:

@@ -15,9 +15,9 @@ from georecall.constructions.storage import load_model, save_model
 from georecall.errors import InputError
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import single_hop_queries
+from georecall.training.backward import loss_and_grads
 from georecall.verify.checking.check import check_queries
 from georecall.verify.checking.precision import quantize
-from georecall.verify.training.backward import loss_and_grads
 
 
 def compact_copy(dense: Model, columns: np.ndarray) -> Model:
@@ -211,7 +211,7 @@ def test_a_read_only_view_of_a_writable_array_is_copied():
 def test_unflatten_keeps_compact_storage_only_for_the_same_widths():
     from georecall.constructions import registry
     from georecall.constructions.model import flatten, structure_of
-    from georecall.verify.training.parameters import init_model
+    from georecall.training.parameters import init_model
 
     g1 = registry.get("G1").build(task_for_seed(16, 2, 0)).model
     other = init_model(16, 2, g1.unembedding.shape[1], 8, rng=0)  # d equal to g1's compact width
@@ -223,7 +223,7 @@ def test_unflatten_keeps_compact_storage_only_for_the_same_widths():
 
 def test_the_structured_step_refuses_a_compact_read_out():
     from georecall.constructions import registry
-    from georecall.verify.training.train_structured import loss_and_grads_structured
+    from georecall.training.train_structured import loss_and_grads_structured
 
     task = task_for_seed(8, 2, 3)
     model = registry.get("G1").build(task).model

@@ -17,10 +17,10 @@ import uuid
 import pytest
 
 from georecall.errors import InputError
-from georecall.verify.experiments.executors import parse_scheduler, spawning_with_sigint_held
-from georecall.verify.experiments.sweep import sweep
-from georecall.verify.experiments.sweep_records import read_sweep
-from georecall.verify.experiments.sweep_trial import TrialSettings
+from georecall.experiments.executors import parse_scheduler, spawning_with_sigint_held
+from georecall.experiments.sweep import sweep
+from georecall.experiments.sweep_records import read_sweep
+from georecall.experiments.sweep_trial import TrialSettings
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds processes through /proc")
 
@@ -34,8 +34,8 @@ SMALL_GRID = {"Ns": [32], "Rs": [2], "modes": ["learned", "frozen"], "seeds": [0
 SCRIPT = textwrap.dedent("""
     import json, signal, sys
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from georecall.verify.experiments.sweep import sweep
-    from georecall.verify.experiments.sweep_trial import TrialSettings
+    from georecall.experiments.sweep import sweep
+    from georecall.experiments.sweep_trial import TrialSettings
     if __name__ == "__main__":
         args = json.loads(sys.argv[1])
         args["settings"] = TrialSettings(**args["settings"])
@@ -178,7 +178,7 @@ def _worker_survives_a_ctrl_c_while_starting(held: bool) -> bool:
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    from georecall.verify.experiments.executors import _local_worker_init
+    from georecall.experiments.executors import _local_worker_init
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_local_worker_init, initargs=(os.getpid(),))
     try:

@@ -84,8 +84,8 @@ def test_the_command_reference_covers_every_command_of_the_parser():
         import cli_reference
     finally:
         sys.path.remove(str(DOCS / "_ext"))
-    from georecall.verify.cli import params
-    from georecall.verify.cli.parser import build_parser
+    from georecall.cli import params
+    from georecall.cli.parser import build_parser
 
     found = cli_reference.commands(build_parser())
     assert {words.removeprefix("georecall ") for words, _, _ in found} == set(params.PARAMS)

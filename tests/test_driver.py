@@ -1,4 +1,4 @@
-"""The one job driver (verify/experiments/driver.py) of sweeps and studies.
+"""The one job driver (src/georecall/experiments/driver.py) of sweeps and studies.
 
 The records a sweep and a study write through the driver are compared byte for byte (timing fields masked)
 with records made without it: the trials and searches run by ``find_threshold`` in this process, the study's
@@ -14,13 +14,13 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 
 from georecall.errors import InputError
+from georecall.experiments import driver, study, study_design
+from georecall.experiments import sweep as sweep_module
+from georecall.experiments.executors import ExecutorHandle, InlineExecutor
+from georecall.experiments.sweep import sweep
+from georecall.experiments.sweep_search import find_threshold
+from georecall.experiments.sweep_trial import TrialSettings
 from georecall.io import append_jsonl
-from georecall.verify.experiments import driver, study, study_design
-from georecall.verify.experiments import sweep as sweep_module
-from georecall.verify.experiments.executors import ExecutorHandle, InlineExecutor
-from georecall.verify.experiments.sweep import sweep
-from georecall.verify.experiments.sweep_search import find_threshold
-from georecall.verify.experiments.sweep_trial import TrialSettings
 
 SETTINGS = TrialSettings(steps=200)
 CONFIGS = [(32, R, mode, seed) for R in (2, 3) for mode in ("learned", "frozen") for seed in (0, 1)]

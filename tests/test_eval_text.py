@@ -1,4 +1,4 @@
-"""What `eval` and `transfer` print for a person (verify/cli/render.py): margin intervals with the digits that
+"""What `eval` and `transfer` print for a person (georecall.cli.render): margin intervals with the digits that
 tell their ends apart (and still contain the exact value), notes in plain words, and the two transfer numbers
 explained."""
 
@@ -11,11 +11,11 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
+from georecall.cli import main
+from georecall.cli.render import interval_text, plain_note
 from georecall.constructions import registry
 from georecall.constructions.storage import save_model
 from georecall.theory.tasks import task_for_seed
-from georecall.verify.cli import main
-from georecall.verify.cli.render import interval_text, plain_note
 
 
 @pytest.mark.parametrize("lo, hi", [(5.109, 5.109 + 9.4e-8), (0.6666667151, 0.6666667151 + 8.2e-12),

@@ -217,8 +217,8 @@ def test_equal_readout_rows_after_a_softmax_are_an_exact_tie():
 
 
 def _trained_model():
-    from georecall.verify.training.parameters import init_model
-    from georecall.verify.training.train import train, training_data
+    from georecall.training.parameters import init_model
+    from georecall.training.train import train, training_data
 
     task = task_for_seed(16, 2, 0)
     tokens, answers, positions, _ = training_data(task, 1, False)
@@ -267,8 +267,8 @@ def test_storage_does_not_change_answers(source, trained):
 def test_a_float32_file_and_its_float64_copy_get_the_same_eval_probe_and_transfer(tmp_path, trained, capsys):
     import json
 
+    from georecall.cli import main
     from georecall.constructions.storage import save_model
-    from georecall.verify.cli import main
 
     model, task = trained
     docs = {}
@@ -300,8 +300,8 @@ def test_arith_gives_a_dtypes_own_verdict_labelled():
 def test_eval_arith_float32_is_labelled_in_text_and_json(tmp_path, capsys):
     import json
 
+    from georecall.cli import main
     from georecall.constructions.storage import save_model
-    from georecall.verify.cli import main
 
     task = task_for_seed(16, 2, 0)
     path = save_model(registry.get("geometric").build(task).model, str(tmp_path / "g1.npz"),
@@ -317,8 +317,8 @@ def test_eval_arith_float32_is_labelled_in_text_and_json(tmp_path, capsys):
 def test_eval_counts_the_exact_redecision_in_its_memory_estimate(tmp_path, capsys):
     import json
 
+    from georecall.cli import main
     from georecall.constructions.storage import save_model
-    from georecall.verify.cli import main
 
     task = task_for_seed(16, 2, 0)
     path = save_model(registry.get("geometric").build(task).model.astype(np.float32),
@@ -355,7 +355,7 @@ def test_chains_that_the_float_bound_leaves_open_are_decoded_again_exactly():
 def test_eval_help_and_the_format_doc_say_what_accuracy_and_margin_mean(capsys):
     import os
 
-    from georecall.verify.cli import main
+    from georecall.cli import main
 
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
@@ -370,7 +370,7 @@ def test_eval_help_and_the_format_doc_say_what_accuracy_and_margin_mean(capsys):
 def test_train_reports_the_trained_weights_exact_accuracy(capsys):
     import json
 
-    from georecall.verify.cli import main
+    from georecall.cli import main
 
     code = main(["train", "--N", "8", "--R", "2", "--d", "8", "--steps", "300", "--json", "--quiet"])
     assert code in (0, 1)

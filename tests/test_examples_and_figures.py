@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from georecall.verify.cli import main
+from georecall.cli import main
 
 EXAMPLES = sorted((pathlib.Path(__file__).parent.parent / "examples").glob("*.py"))
 
@@ -29,7 +29,7 @@ def test_example_runs(path, capsys):
 
 
 def test_demo_prints_the_walkthrough(capsys):
-    from georecall.verify.experiments.demo import run_demo
+    from georecall.experiments.demo import run_demo
     numbers = run_demo(seed=0)
     out = capsys.readouterr().out
     assert numbers["exact"] and numbers["margin"] == 4.0 and numbers["trained_reached"]
@@ -41,7 +41,7 @@ def test_demo_sizes_and_names():
     """demo takes --N and --R (validated); its relation names are labels of bijections, not kinship words
     (mother, wife: not bijections, and a bijection may have fixed points)."""
     from georecall.errors import InputError
-    from georecall.verify.experiments.demo import run_demo
+    from georecall.experiments.demo import run_demo
 
     lines = []
     numbers = run_demo(6, 3, seed=4, out=lines.append)
@@ -121,7 +121,7 @@ def test_probe_hidden_command(tmp_path, capsys):
 
 def test_walkthrough_shows_what_the_demo_prints():
     """docs/walkthrough.md quotes `georecall demo`; its G1 part (exact integers) must match the code today."""
-    from georecall.verify.experiments.demo import run_demo
+    from georecall.experiments.demo import run_demo
 
     lines = []
     run_demo(seed=0, out=lines.append)
@@ -244,8 +244,8 @@ def test_no_sentence_is_broken_after_a_lone_word():
 def test_demo_shows_the_weights_as_numbers(capsys):
     """`demo --show-weights` prints E, Q, W1, b1, W2 and U; E's rows are checked against binary codes built by
     hand (entry i of a_j is −1 where bit i of j is set), and N > 16 is refused in one line."""
+    from georecall.experiments.demo import run_demo
     from georecall.theory.tasks import task_for_seed
-    from georecall.verify.experiments.demo import run_demo
 
     lines = []
     run_demo(8, 2, seed=0, out=lines.append, weights=True)

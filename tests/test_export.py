@@ -1,4 +1,4 @@
-"""georecall export (verify/export/): every target answers every query as georecall does, checked in the
+"""georecall export (georecall.exporters): every target answers every query as georecall does, checked in the
 target's own library; the torch door is the identity both ways; bad input is refused in one line with nothing
 written. Needs the export extra (pip install torch==2.13.0, then '.[export]' in a clone; '.[export-tl]' for
 TransformerLens); each target's tests skip, naming what is missing, without it. The tests that boot
@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from georecall.cli import main
 from georecall.constructions import registry
 from georecall.constructions.forward import forward
 from georecall.constructions.model import Model
 from georecall.constructions.storage import load_model
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import chains, queries
-from georecall.verify.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = {"torch": ("torch",), "transformer-lens": ("torch", "transformer_lens"),
@@ -103,7 +103,7 @@ def _answers_in_target(run, task, k: int, greedy: bool):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("construction, k, N, R", CASES)
 def test_every_target_answers_every_query_with_the_margin(target, construction, k, N, R, tmp_path):
-    from georecall.verify.export import export, query_set
+    from georecall.exporters import export, query_set
     spec = registry.get(construction)
     task, built = _built(construction, k, N, R)
     greedy = spec.decoding == "greedy"
@@ -125,8 +125,8 @@ def test_every_target_answers_every_query_with_the_margin(target, construction, 
 def test_the_graph_computes_the_forward_pass(construction, k, N, R):
     """Each target's graph (padded heads, β folded into W_Q for TransformerLens) is the same function as
     THE forward pass: an independent float64 implementation agrees with it to rounding."""
-    from georecall.verify.export import graph as graphs
-    from georecall.verify.export.lens import _sizes
+    from georecall.exporters import graph as graphs
+    from georecall.exporters.lens import _sizes
     task, built = _built(construction, k, N, R)
     model = built.model
     tokens, _ = queries(task, k)
@@ -168,7 +168,7 @@ def _trained_model(tmp_path) -> Path:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("construction, k", [("G1", 1), ("A1", 1), ("G2", 2), ("C1", 2), ("A2b", 2)])
 def test_torch_import_of_export_is_the_identity_bit_for_bit(construction, k, dtype, tmp_path):
-    from georecall.verify.export import torch_target
+    from georecall.exporters import torch_target
     _, built = _built(construction, k, 8, 2)
     model = built.model.astype(np.dtype(dtype))
     torch_target.write(model, str(tmp_path), dtype)
@@ -177,7 +177,7 @@ def test_torch_import_of_export_is_the_identity_bit_for_bit(construction, k, dty
 
 @_needs("torch")
 def test_torch_import_of_export_of_a_trained_model_file(tmp_path):
-    from georecall.verify.export import torch_target
+    from georecall.exporters import torch_target
     model, _ = load_model(str(_trained_model(tmp_path)))
     folder = tmp_path / "t"
     folder.mkdir()
@@ -190,7 +190,7 @@ def test_torch_import_refuses_a_readout_nonzero_off_its_columns(tmp_path):
     import torch
 
     from georecall.errors import InputError
-    from georecall.verify.export import torch_target
+    from georecall.exporters import torch_target
     _, built = _built("G1", 1, 8, 2)
     torch_target.write(built.model, str(tmp_path), "float64")
     state = torch.load(tmp_path / "state_dict.pt")
@@ -233,7 +233,7 @@ def test_the_bound_holds_where_float32_really_rounds(target, tmp_path, capsys):
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_check_fails_when_the_target_computes_something_else(target, tmp_path, monkeypatch):
     """Positive controls of the check: logits moved beyond the bound, and an answer flipped."""
-    from georecall.verify import export as exporting
+    from georecall import exporters as exporting
     task, built = _built("G1", 1, 16, 2)
     qs = exporting.query_set(task)
     module = exporting._target(target)
@@ -276,8 +276,8 @@ def test_the_check_fails_when_an_answer_changes_within_the_allowance(planted):
     """A planted wrong export: the target answers one query otherwise (or ties it), by less than the logits'
     allowance. The check compares answers and their right/wrong on every query, so it fails; the same
     target without the plant passes (the control)."""
-    from georecall.verify.export.check import check_in_target, query_set
-    from georecall.verify.export.graph import graph_of
+    from georecall.exporters.check import check_in_target, query_set
+    from georecall.exporters.graph import graph_of
     model, task = _near_tie_model()
     qs = query_set(task)
     graph = graph_of(model, "float32")
@@ -324,7 +324,7 @@ def test_the_done_when_command_for_every_target(target, tmp_path, capsys):
 def test_transformer_lens_keeps_the_true_head_width_and_names_the_parts(construction, k, N, R, tmp_path):
     """d_head is the model's widest d_k or d_v (no power-of-4 padding), and config.json names the residual
     stream's coordinate ranges and each block's heads and units, so units read without georecall."""
-    from georecall.verify.export import export, query_set
+    from georecall.exporters import export, query_set
     task, built = _built(construction, k, N, R)
     report = export(built.model, "transformer-lens", str(tmp_path / "OUT"), queries=query_set(task, k),
                     promise=built.promise)
@@ -463,7 +463,7 @@ def test_model_and_construction_do_not_combine(tmp_path, capsys):
 
 @_needs("onnx")
 def test_a_failure_while_writing_leaves_nothing(tmp_path, capsys, monkeypatch):
-    from georecall.verify.export import onnx_target
+    from georecall.exporters import onnx_target
     real = onnx_target.write
 
     def broken(model, folder, *args):
@@ -473,7 +473,7 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(onnx_target, "write", broken)
     from georecall.io import WriteError
     with pytest.raises(WriteError, match="no space left on the disk"):  # the disk's refusal: one line
-        from georecall.verify.export import export, query_set
+        from georecall.exporters import export, query_set
         task, built = _built("G1", 1, 8, 2)
         export(built.model, "onnx", str(tmp_path / "OUT"), queries=query_set(task))
     assert os.listdir(tmp_path) == []
@@ -506,7 +506,7 @@ def test_the_torch_targets_save_keeps_a_full_disk_an_oserror(full_disk):
     import io
     import types
 
-    from georecall.verify.export import lens, torch_target
+    from georecall.exporters import lens, torch_target
 
     def save(obj, f):
         if not isinstance(f, io.BytesIO):
@@ -545,7 +545,7 @@ def test_docs_export_code_runs_verbatim(tmp_path):
     for block in shells:
         for line in block.strip().splitlines():
             if line.startswith("georecall export"):
-                done = subprocess.run([sys.executable, "-m", "georecall.verify.cli", *line.split()[1:]],
+                done = subprocess.run([sys.executable, "-m", "georecall.cli", *line.split()[1:]],
                                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
                 assert done.returncode == 0, done.stderr[-2000:]
     done = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=tmp_path, capture_output=True,

@@ -11,12 +11,12 @@ import sys
 import numpy as np
 import pytest
 
-from georecall.verify.cli import main
+from georecall.cli import main
 
 pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
 
-from georecall.verify.experiments import figures as F  # noqa: E402
-from georecall.verify.experiments import plotting, study, study_design, study_figures, study_report  # noqa: E402
+from georecall.experiments import figures as F  # noqa: E402
+from georecall.experiments import plotting, study, study_design, study_figures, study_report  # noqa: E402
 
 ROOT = pathlib.Path(__file__).parent.parent
 ALL_FIGURES = ("thresholds", "tradeoff", "margins", "transfer", "construction", "weights_E", "weights_Q",
@@ -129,7 +129,7 @@ def _stand_in_matrices(*args, which=F.WEIGHTS, **kwargs):
 def cheap_drawing(monkeypatch):
     """The computed figures (checks at N = 4096, a training run, eight matrices) replaced by stand-ins in
     the figures command and the demo; the figures from records are drawn as they are."""
-    from georecall.verify.cli import commands_figures
+    from georecall.cli import commands_figures
 
     for name in ("tradeoff_figure", "margins_figure", "construction_figure", "_trained_vs_g1"):
         monkeypatch.setattr(F, name, _stand_in)
@@ -349,7 +349,7 @@ def test_the_matrices_are_named_in_the_words_of_the_printed_query():
     """At R = 8 the panels said "B0..B7" while the query said "cipher7", and W1's axis only "gate rows"."""
     import matplotlib.pyplot as plt
 
-    from georecall.verify.experiments.demo import relation_names
+    from georecall.experiments.demo import relation_names
 
     figs = F.weights_figures(16, 8, 1, relation_names=relation_names(8))
     assert set(figs) == {"weights_E", "weights_Q", "weights_W1", "weights_W2", "weights_U", "attention"}
@@ -485,7 +485,7 @@ def test_alignment_recovers_a_planted_map_and_not_noise():
 def test_relation_means_against_a_loop_over_queries():
     from georecall.constructions.forward import forward
     from georecall.theory.tasks import task_for_seed
-    from georecall.verify.training.parameters import init_model
+    from georecall.training.parameters import init_model
 
     task = task_for_seed(6, 3, 2)
     model = init_model(6, 3, 7, 12, rng=1, dtype=np.float64)
@@ -500,7 +500,7 @@ def test_relation_means_against_a_loop_over_queries():
 
 def test_figures_say_what_the_results_file_did_not_give(tmp_path, capsys, monkeypatch):
     """Skipped lines and a record figure the file had nothing for are said (on stdout, and in --json)."""
-    from georecall.verify.cli import commands_figures
+    from georecall.cli import commands_figures
 
     drawn = []
 

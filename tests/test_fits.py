@@ -1,4 +1,4 @@
-"""Ridge with cross-validated strength (verify/experiments/ridge.py, the toy probes' rule): against an
+"""Ridge with cross-validated strength (src/georecall/experiments/ridge.py, the toy probes' rule): against an
 independent normal-equation solve, the CV rule against a brute-force loop, and the reachability of the
 superposition criterion at the study's (N, R, d) — where plain least squares fails and the ridge fit does
 not."""
@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from georecall.errors import InputError
+from georecall.experiments.ridge import RELATIVE_ALPHAS, fit_ridge_cv, fit_ridge_cv_many, r_squared
 from georecall.theory.tasks import random_task
-from georecall.verify.experiments.ridge import RELATIVE_ALPHAS, fit_ridge_cv, fit_ridge_cv_many, r_squared
 
 
 def normal_equations(X, Y, alpha):

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from georecall.verify.cli import main
+from georecall.cli import main
 
 LONG = os.environ.get("GEORECALL_FUZZ") == "long"
 FUZZ = settings(
@@ -565,7 +565,7 @@ RESULTS_LINES = {
 
 
 def test_a_planted_study_record_is_usable_so_the_bad_ones_test_their_field():
-    from georecall.verify.experiments import study
+    from georecall.experiments import study
     assert study._usable(_mechanism_record())
     assert not any(study._usable(json.loads(json.dumps(_mechanism_record(**change))))
                    for change in BAD_STUDY_RECORDS.values())
@@ -599,7 +599,7 @@ def test_a_results_file_is_counted_in_the_budget(tmp_path):
                  ["figures", "--from", str(path), "--out", str(tmp_path / "figs")]):
         _hostile(argv + ["--max-gib", "0.5"], code=2, message="GiB", tmp=str(tmp_path))
     # without a budget that small the over-long line is skipped in pieces, never held whole
-    from georecall.verify.experiments.sweep_records import read_sweep
+    from georecall.experiments.sweep_records import read_sweep
     tracemalloc.start()
     try:
         contents = read_sweep(str(path))
@@ -611,7 +611,7 @@ def test_a_results_file_is_counted_in_the_budget(tmp_path):
 
 
 def test_a_transfer_record_without_its_accuracies_is_alien():
-    from georecall.verify.experiments.sweep_records import _is_sweep_record
+    from georecall.experiments.sweep_records import _is_sweep_record
     assert _is_sweep_record({"kind": "transfer", "closed_form_accuracy": 1.0, "fitted_accuracy": 0.5})
     assert not _is_sweep_record({"kind": "transfer", "fitted_accuracy": 0.5})
     assert not _is_sweep_record({"kind": "transfer", "closed_form_accuracy": "1", "fitted_accuracy": 0.5})
@@ -655,7 +655,7 @@ def test_study_has_a_memory_estimate_and_bounded_workers(tmp_path, monkeypatch):
 
 def test_study_estimate_bounds_a_jobs_traced_peak():
     """The estimate of a job is an upper bound of what the job allocates (a tiny grid, traced)."""
-    from georecall.verify.experiments import study, study_design
+    from georecall.experiments import study, study_design
     tiny = study_design.Grid("tiny", {**study_design.BASE, "N": 32, "R": 2, "d": 8, "steps": 5},
                              (study_design.Regime("base", "tiny"),),
                              {**study_design.PROBE_SETTINGS, "subjects": 8, "transfer_steps": 2,
@@ -835,7 +835,7 @@ def test_refusals_print_a_failure_document(argv):
 def test_warnings_become_fields_of_the_document(monkeypatch):
     import warnings
 
-    from georecall.verify.cli import commands
+    from georecall.cli import commands
     real = commands.COMMANDS["tradeoff"]
 
     def noisy(p):
@@ -866,7 +866,7 @@ def test_sigterm_during_a_save_removes_the_temporary_file(tmp_path):
     import sys
     import time
 
-    script = ("import sys\nfrom georecall.verify.cli import main\n"
+    script = ("import sys\nfrom georecall.cli import main\n"
               "from georecall.verify.checking import run\nreal = run.check_single_hop\n"
               "def slow(*a, **k):\n    import time\n    with open(k['save'], 'wb') as f: f.write(b'x')\n"
               "    open(sys.argv[2], 'w').close()\n    time.sleep(120)\n"
@@ -950,7 +950,7 @@ def test_a_peer_that_is_not_a_dask_scheduler(tmp_path, kind, command):
 def test_a_killed_worker_is_one_line():
     distributed = pytest.importorskip("distributed")
     from georecall.errors import InputError
-    from georecall.verify.experiments.executors import ExecutorHandle, InlineExecutor
+    from georecall.experiments.executors import ExecutorHandle, InlineExecutor
     handle = ExecutorHandle("address", InlineExecutor(), "Dask scheduler tcp://x:1", client=object())
     error = handle.failure(distributed.KilledWorker("task", "tcp://w:1", 3))
     assert isinstance(error, InputError) and "\n" not in str(error) and "died" in str(error)
@@ -1037,7 +1037,7 @@ def test_a_scheduler_killed_mid_run_is_one_line_without_dasks_traceback(tmp_path
         argv = ["sweep", "threshold", "--N", "64", "128", "--R", "2", "4", "--seeds", "0", "1", "--modes",
                 "learned", "--steps", "200", "--d-max", "64", "--out", str(out), "--scheduler", address,
                 "--connect-timeout", "60", "--quiet"]
-        run = subprocess.Popen([sys.executable, "-m", "georecall.verify.cli", *argv], stderr=subprocess.PIPE,
+        run = subprocess.Popen([sys.executable, "-m", "georecall.cli", *argv], stderr=subprocess.PIPE,
                                text=True)
         while not (out.exists() and out.read_text().count("\n") >= 1):  # a hang guard only
             assert run.poll() is None, run.stderr.read()
@@ -1076,8 +1076,8 @@ def test_a_worker_killed_for_memory_is_one_line(tmp_path):
 def test_out_of_memory_blames_a_user_construction_only_when_one_is_in_play(tmp_path, monkeypatch):
     """A user's spec whose promise understates what it builds can pass the estimate and then run out of
     memory: exit 2 naming it. With only built-ins, running out of memory under the estimate is a bug."""
+    from georecall.cli import commands
     from georecall.constructions import registry
-    from georecall.verify.cli import commands
 
     def greedy(p):
         raise MemoryError()

@@ -40,13 +40,13 @@ from georecall.constructions.registry import BitsClaim, ConstructionSpec
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.constructions.storage import load_model, save_model
 from georecall.errors import InputError
+from georecall.experiments.executors import open_executor, parse_scheduler
+from georecall.experiments.probes import superposition_readout
 from georecall.io import validate_output_path
 from georecall.theory.statements import beta_for_leakage
 from georecall.theory.tasks import Task
-from georecall.verify.experiments.executors import open_executor, parse_scheduler
-from georecall.verify.experiments.probes import superposition_readout
-from georecall.verify.training.parameters import init_model
-from georecall.verify.training.train import train
+from georecall.training.parameters import init_model
+from georecall.training.train import train
 
 # ------------------------------------------------------------------------------------------------ helpers
 

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from georecall import memory, usercode
+from georecall.cli import main
 from georecall.errors import InputError, UserCodeError
 from georecall.io import check_path, validate_output_path
-from georecall.verify.cli import main
 
 LONG_NAME = "a" * 245  # a legal file name whose temporary name ".<name>.tmp-<pid>-XXXXXXXX" is not
 LONG_FOLDER = "d" * 300  # longer than any file system's NAME_MAX
@@ -357,7 +357,7 @@ def test_limited_lets_exceptions_and_interrupts_through():
 def test_a_builder_swallowing_the_timeout_is_stopped(user_module):
     """A builder that catches every interruption: after ABANDON_AFTER of them the process stops, with one
     line and, under --json, one document (a subprocess: the stop is os._exit)."""
-    proc = subprocess.run([sys.executable, "-m", "georecall.verify.cli", *check(user_module, "SWALLOW"),
+    proc = subprocess.run([sys.executable, "-m", "georecall.cli", *check(user_module, "SWALLOW"),
                            "--build-timeout", "0.2", "--json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert json.loads(proc.stdout)["status"] == 2
@@ -415,7 +415,7 @@ def test_json_on_a_dask_cluster_prints_nothing_on_stderr(tmp_path):
     run prints nothing there at exit 0 (a subprocess: the workers inherit its environment)."""
     pytest.importorskip("distributed", reason="the distributed extra is not installed")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
-    proc = subprocess.run([sys.executable, "-m", "georecall.verify.cli", "sweep", "threshold", "--N", "8",
+    proc = subprocess.run([sys.executable, "-m", "georecall.cli", "sweep", "threshold", "--N", "8",
                            "--R", "2", "--seeds", "0", "--scheduler", "local:2", "--out",
                            str(tmp_path / "r.jsonl"), "--json"], capture_output=True, text=True, timeout=600,
                           env=env)
@@ -445,7 +445,7 @@ def test_a_scheduler_value_is_validated_whole(value, capsys):
 
 
 def test_well_formed_scheduler_values_pass_validation():
-    from georecall.verify.cli.params import check_scheduler
+    from georecall.cli.params import check_scheduler
 
     for value in ("local:2", "tcp://127.0.0.1:8786", "tcp://[::1]:8786", "tcp://my-host.example:1"):
         check_scheduler(value)
@@ -453,7 +453,7 @@ def test_well_formed_scheduler_values_pass_validation():
 
 @pytest.mark.parametrize("value", ["local:2\n", " local:2", "local:\u00b2", "tcp://host:1 ", "local: 2"])
 def test_the_library_scheduler_parser_is_as_strict_as_the_command_line(value):
-    from georecall.verify.experiments.executors import parse_scheduler
+    from georecall.experiments.executors import parse_scheduler
 
     assert parse_scheduler("local:2") == ("local", 2)  # the control: the clean spelling is accepted
     with pytest.raises(InputError):

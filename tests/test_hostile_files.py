@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from georecall.cli import main
 from georecall.errors import InputError
 from georecall.io import append_jsonl, atomic_write, parse_json, strict_json
-from georecall.verify.cli import main
 
 MODEL_ARGS = ["train", "--N", "8", "--R", "2", "--d", "8", "--steps", "3", "--quiet"]
 
@@ -238,7 +238,7 @@ def test_atomic_write_and_append_on_a_full_disk_leave_the_file_as_it_was(full_di
 def test_an_export_name_whose_temporary_is_too_long_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
     """245 characters: a legal name, but ".<name>.tmp-<pid>-XXXXXXXX" is not. Refused by the parameters'
     check, before any model is built (the builder is replaced by one that fails the test)."""
-    from georecall.verify.cli import commands_models
+    from georecall.cli import commands_models
 
     def no_build(*args, **kwargs):
         raise AssertionError("built before the output name was checked")
@@ -260,8 +260,8 @@ def test_export_writes_its_record_through_the_strict_writer():
     """The export record (which carries the check report) is written by strict_json, not json.dump."""
     import inspect
 
-    from georecall.verify import export
+    from georecall import exporters  # the export extra's package: imported where this test needs it
 
-    source = inspect.getsource(export.export)
+    source = inspect.getsource(exporters.export)
     assert "strict_json(" in source and "json.dump(" not in source
-    assert os.path.basename(export.__file__) == "__init__.py"
+    assert os.path.basename(exporters.__file__) == "__init__.py"

@@ -1,4 +1,4 @@
-"""Hostile input to `georecall lecture` (issue 45, verify/experiments/lecture.py): unreadable notebooks, cells
+"""Hostile input to `georecall lecture` (issue 45, georecall.experiments.lecture): unreadable notebooks, cells
 that time out, kill their kernel, turn an output into a folder or signal georecall, and Ctrl-C or SIGTERM
 during a lecture. Each case: its exit code (2 for bad input, 130 / 143 for an interruption), one line on
 stderr, one strict JSON document under ``--json``, and no file or temporary left behind (no output folder
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from georecall.verify.cli import main
-from georecall.verify.experiments import lecture
+from georecall.cli import main
+from georecall.experiments import lecture
 
 needs_teach = pytest.mark.skipif(not lecture.have_teach(), reason="the lecture needs the teach extra: pip "
                                  "install '.[teach]' (jupytext, nbclient, nbconvert, ipykernel, matplotlib)")
@@ -96,7 +96,7 @@ def _notebook(folder: Path, code: str) -> Path:
 
 def _cli(args: list[str], **kwargs) -> subprocess.Popen:
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "georecall.verify.cli", "lecture", *args],
+    return subprocess.Popen([sys.executable, "-m", "georecall.cli", "lecture", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kwargs)
 
 

@@ -1,5 +1,5 @@
 """Signals at any moment: Ctrl-C and SIGTERM give 130 / 143 with one line and, under ``--json``, one strict
-document from the first instruction (the console entry, ``georecall.verify.cli:main``, answers them before
+document from the first instruction (the console entry, ``georecall.cli:main``, answers them before
 the heavy imports), during the work, and an atomic write never leaves its temporary whatever instant the
 signal lands (the temporary is created with the signals held back, inside the block that removes it).
 
@@ -24,7 +24,7 @@ from georecall import io
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self") or sys.platform != "linux",
                                 reason="reads a process's signal handlers from /proc (Linux)")
 
-ENTRY = [sys.executable, "-c", "import sys; from georecall.verify.cli import main; sys.exit(main())"]
+ENTRY = [sys.executable, "-c", "import sys; from georecall.cli import main; sys.exit(main())"]
 CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
@@ -138,7 +138,7 @@ def test_signals_deferred_delivers_them_afterwards():
 def test_the_console_entry_imports_nothing_heavy_before_its_handlers():
     """The early answer is only as early as the entry module's own imports: importing it (and the package
     above it) loads no NumPy. A package ``__init__`` that imports the library eagerly would break this."""
-    proc = subprocess.run([sys.executable, "-c", "import sys, georecall.verify.cli; "
+    proc = subprocess.run([sys.executable, "-c", "import sys, georecall.cli; "
                            "print(sorted(m for m in ('numpy', 'scipy', 'sympy') if m in sys.modules))"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr)
@@ -147,7 +147,7 @@ def test_the_console_entry_imports_nothing_heavy_before_its_handlers():
 def test_an_in_process_caller_gets_its_signal_handlers_back(capsys):
     """``main`` answers signals itself only while it runs: afterwards the caller's handlers are in place
     again (a test runner's, a notebook's)."""
-    from georecall.verify.cli import main
+    from georecall.cli import main
 
     before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
     assert main(["count", "--N", "3", "--json"]) == 0

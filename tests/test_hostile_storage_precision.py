@@ -13,11 +13,11 @@ import json
 import numpy as np
 import pytest
 
+from georecall.cli import main
 from georecall.constructions import registry
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries
 from georecall.verify.checking.report import check_construction, margin_reaches
-from georecall.verify.cli import main
 
 SINGLE_HOP = [spec.id for spec in registry.specs("single") if spec.id in registry.BUILTIN_IDS]
 

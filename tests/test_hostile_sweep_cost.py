@@ -11,11 +11,11 @@ from dataclasses import asdict
 
 import pytest
 
+from georecall.cli import main
+from georecall.experiments import sweep as sweep_module
+from georecall.experiments.sweep_cost import cost_line, estimate_cost, step_seconds, timed
+from georecall.experiments.sweep_trial import SEED_CONTRACT, TrialSettings
 from georecall.theory import __version__
-from georecall.verify.cli import main
-from georecall.verify.experiments import sweep as sweep_module
-from georecall.verify.experiments.sweep_cost import cost_line, estimate_cost, step_seconds, timed
-from georecall.verify.experiments.sweep_trial import SEED_CONTRACT, TrialSettings
 
 SETTINGS = TrialSettings(steps=200)
 BASE = {**asdict(SETTINGS), "N": 64, "seed": 0, "seed_contract": SEED_CONTRACT, "version": __version__,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from georecall import memory, usercode
+from georecall.cli import main
 from georecall.errors import UserCodeError
-from georecall.verify.cli import main
 
 FAMILIES = '''
 import dataclasses, sys, time
@@ -243,7 +243,7 @@ def test_after_a_limited_call_a_stray_alarm_cannot_kill_the_process():
 def test_deep_recursion_under_the_timer_is_one_line_and_one_document(families):
     """The timer fires while the builder is ~10^4 frames deep: exit 2 and one document, never death by
     SIGALRM (a subprocess: the failure this guards against is the process's own death)."""
-    proc = subprocess.run([sys.executable, "-m", "georecall.verify.cli", "check", "single-hop", "--N", "8",
+    proc = subprocess.run([sys.executable, "-m", "georecall.cli", "check", "single-hop", "--N", "8",
                            "--R", "2", "--construction", f"{families}:RECURSE", "--build-timeout", "1",
                            "--json"], capture_output=True, text=True, timeout=120, cwd=families.parent)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])

@@ -1,17 +1,15 @@
-"""Import direction, between the packages and inside ``verify/``, read from the installed package's sources
-with ``ast`` (module-level and function-level imports, relative ones, and ``importlib.import_module("...")``
-/ ``__import__("...")`` with a literal name).
+"""Import direction between georecall's packages, read from the installed package's sources with ``ast``
+(module-level and function-level imports, relative ones, and ``importlib.import_module("...")`` /
+``__import__("...")`` with a literal name). CONTRIBUTING.md, "Where things go", draws the same stack.
 
-Between the packages: theory ← constructions ← verify, bounds beside constructions; the shared infrastructure
-(``georecall.errors``, ``georecall.io``, ``georecall.memory`` with
-``georecall.estimates`` and ``georecall.npy_headers``) imports none of the four packages.
-
-Inside ``verify/``: checking ← training ← experiments ← {sections, cli}. ``sections`` (the rows of ``georecall
-verify``) and ``cli`` (the command line) sit side by side and neither imports the other: the command line
-finds the rows through their entry point (``georecall.verify_rows`` in pyproject.toml). ``lm`` (the ``lm``
-extra: a real model's probes) builds on ``experiments`` (its ridge fits and power controls) and only the
-command line imports it; ``export`` (the ``export``
-extra's targets) builds on ``checking`` and only the command line imports it.
+theory ← constructions ← verify.checking ← training ← experiments ← verify.sections, with bounds beside
+constructions; the shared infrastructure (``georecall.errors``, ``georecall.io``, ``georecall.memory`` with
+``georecall.estimates`` and ``georecall.npy_headers``) imports none of them. ``verify.sections`` (the rows of
+``georecall verify``) and ``cli`` (the command line) sit side by side and neither imports the other: the
+command line finds the rows through their entry point (``georecall.verify_rows`` in pyproject.toml). ``lm``
+(the ``lm`` extra: a real model's probes) builds on ``experiments`` (its ridge fits and power controls) and
+only the command line imports it; ``exporters`` (the ``export`` extra's targets) builds on ``verify.checking``
+and only the command line imports it. The public API (``georecall.api_*``) is the top.
 
 Inside ``lm/``, the parts of the ``probe-lm`` study: run_design (what is declared before a run) and
 run_verdict (the rules applied to a document) import none of the others; run_measure (the forward passes)
@@ -36,51 +34,44 @@ import pytest
 
 import georecall
 
-# What each layer may import from georecall (beyond itself). ``georecall.testing`` is a user-facing helper
-# above everything and may import anything.
+# What each layer may import from georecall (beyond itself). ``georecall.verify`` itself (a docstring) may be
+# imported by any layer above the infrastructure.
+_BELOW_CHECKING = {"infrastructure", "theory", "constructions", "bounds", "verify"}
+_BELOW_SECTIONS = _BELOW_CHECKING | {"checking", "training", "experiments"}
 ALLOWED = {
     "infrastructure": {"infrastructure"},
     "theory": {"infrastructure", "theory"},
     "constructions": {"infrastructure", "theory", "constructions"},
     "bounds": {"infrastructure", "theory", "constructions", "bounds"},
-    "verify": {"infrastructure", "theory", "constructions", "bounds", "verify"},
-    "testing": {"infrastructure", "theory", "constructions", "bounds", "verify", "testing"},
+    "verify": _BELOW_CHECKING,
+    "checking": _BELOW_CHECKING | {"checking"},
+    "training": _BELOW_CHECKING | {"checking", "training"},
+    "experiments": _BELOW_SECTIONS,
+    "sections": _BELOW_SECTIONS | {"sections"},
+    "lm": _BELOW_SECTIONS | {"lm"},
+    "exporters": _BELOW_CHECKING | {"checking", "exporters"},
+    "cli": _BELOW_SECTIONS | {"lm", "exporters", "cli"},
+    # ``georecall.testing`` is a user-facing helper above the library and may import any of it
+    "testing": _BELOW_SECTIONS | {"sections", "lm", "exporters", "cli", "testing"},
     # the public API (``georecall.api_*``, the verbs ``import georecall as gr`` gives) sits on top of all
-    "api": {"infrastructure", "theory", "constructions", "bounds", "verify", "api"},
+    "api": _BELOW_SECTIONS | {"sections", "lm", "exporters", "cli", "testing", "api"},
 }
 INFRASTRUCTURE = {"georecall", "georecall.errors", "georecall.io", "georecall.memory", "georecall.estimates",
                   "georecall.npy_headers"}
-
-# Inside verify/: what each subpackage may import from verify (beyond itself); ``georecall.verify`` itself (a
-# docstring) may be imported by any of them.
-VERIFY_ALLOWED = {
-    "checking": {"checking"},
-    "training": {"checking", "training"},
-    "experiments": {"checking", "training", "experiments"},
-    "sections": {"checking", "training", "experiments", "sections"},
-    "cli": {"checking", "training", "experiments", "lm", "export", "cli"},
-    "lm": {"checking", "training", "experiments", "lm"},
-    "export": {"checking", "export"},
-    "root": set(),
-}
 ROWS_ENTRY_POINT = "georecall.verify_rows"
 
 
 def layer_of(module: str) -> str:
-    """The layer of a georecall module name (``georecall.verify.checking.check`` → ``verify``)."""
+    """The layer of a georecall module name (``georecall.verify.checking.check`` → ``checking``,
+    ``georecall.experiments.sweep`` → ``experiments``, ``georecall.verify`` → ``verify``)."""
     if module in INFRASTRUCTURE:
         return "infrastructure"
-    part = module.split(".")[1]
-    if part.startswith("api_"):
-        return "api"
-    return part if part in ALLOWED else "infrastructure"
-
-
-def verify_layer_of(module: str) -> str:
-    """The subpackage of a module inside verify/ (``georecall.verify.checking.check`` → ``checking``;
-    ``georecall.verify`` → ``root``)."""
     parts = module.split(".")
-    return parts[2] if len(parts) > 2 else "root"
+    if parts[1].startswith("api_"):
+        return "api"
+    if parts[1] == "verify" and len(parts) > 2:
+        return parts[2]
+    return parts[1] if parts[1] in ALLOWED else "infrastructure"
 
 
 def _literal_import(node: ast.Call) -> str | None:
@@ -127,20 +118,14 @@ def georecall_imports(source: str, module: str, known: set[str] = frozenset()
 
 
 def back_edges(modules: dict[str, str]) -> list[str]:
-    """``importer -> imported`` for every import that goes against the layering (between the packages, or
-    between the subpackages of verify/)."""
+    """``importer -> imported`` for every import that goes against the layering."""
     bad = []
     known = set(modules)
     for module, source in modules.items():
         mine = layer_of(module)
         for imported, _, _ in georecall_imports(source, module, known):
-            theirs = layer_of(imported)
-            if theirs not in ALLOWED[mine]:
+            if layer_of(imported) not in ALLOWED[mine]:
                 bad.append(f"{module} -> {imported}")
-            elif mine == theirs == "verify":
-                inner, target = verify_layer_of(module), verify_layer_of(imported)
-                if target != "root" and target != inner and target not in VERIFY_ALLOWED[inner]:
-                    bad.append(f"{module} -> {imported}")
     return bad
 
 
@@ -200,45 +185,49 @@ def test_a_back_edge_planted_in_the_real_tree_is_caught():
      "georecall.verify.checking"),
     ("georecall.theory.tasks", "import georecall.constructions.codes", "georecall.constructions.codes"),
     ("georecall.io", "from georecall.theory.tasks import Task", "georecall.theory.tasks"),
-    ("georecall.memory", "def f():\n    from georecall.verify.cli import main\n", "georecall.verify.cli"),
+    ("georecall.memory", "def f():\n    from georecall.cli import main\n", "georecall.cli"),
     ("georecall.estimates", "from georecall.constructions.registry import get",
      "georecall.constructions.registry"),
     # the public API is the top: nothing below it imports a verb
     ("georecall.verify.checking.run", "from georecall.api_check import check", "georecall.api_check"),
     ("georecall.io", "def f():\n    import georecall.api_models\n", "georecall.api_models"),
-    # inside verify/: module level, function level, relative, by name, and the two tops of the stack
+    # along the stack: module level, function level, relative, by name, and the two tops of the stack
     ("georecall.verify.checking.certify", "from georecall.verify.sections.suite import run_check",
      "georecall.verify.sections.suite"),
-    ("georecall.verify.checking.check", "def f():\n    from ..training.train import train\n",
-     "georecall.verify.training.train"),
-    ("georecall.verify.training.train", "class A:\n    def f(self):\n"
-     "        from georecall.verify.experiments.probes import probe_all\n",
-     "georecall.verify.experiments.probes"),
-    ("georecall.verify.experiments.figures", "import georecall.verify.sections.suite",
+    ("georecall.verify.checking.check", "def f():\n    from ...training.train import train\n",
+     "georecall.training.train"),
+    ("georecall.training.train", "class A:\n    def f(self):\n"
+     "        from georecall.experiments.probes import probe_all\n",
+     "georecall.experiments.probes"),
+    ("georecall.experiments.figures", "import georecall.verify.sections.suite",
      "georecall.verify.sections.suite"),
-    ("georecall.verify.cli.commands",
+    ("georecall.cli.commands",
      "import importlib\nimportlib.import_module('georecall.verify.sections')", "georecall.verify.sections"),
-    ("georecall.verify.sections.suite", "from georecall.verify.cli.commands import COMMANDS",
-     "georecall.verify.cli.commands"),
-    ("georecall.verify.experiments.sweep", "from georecall.verify.lm.probes import decode_relation",
-     "georecall.verify.lm.probes"),
-    ("georecall.verify.lm.run", "from georecall.verify.sections.suite import verify_reports",
+    ("georecall.verify.sections.suite", "from georecall.cli.commands import COMMANDS",
+     "georecall.cli.commands"),
+    ("georecall.experiments.sweep", "from georecall.lm.probes import decode_relation",
+     "georecall.lm.probes"),
+    ("georecall.lm.run", "from georecall.verify.sections.suite import verify_reports",
      "georecall.verify.sections.suite"),
-    ("georecall.verify.export.check", "from georecall.verify.experiments.probes import superposition_readout",
-     "georecall.verify.experiments.probes"),
+    ("georecall.exporters.check", "from georecall.experiments.probes import superposition_readout",
+     "georecall.experiments.probes"),
+    ("georecall.training.train", "from ..cli import main", "georecall.cli"),
+    ("georecall.verify.checking.run", "from georecall.training import train", "georecall.training"),
 ])
 def test_a_planted_back_edge_is_caught(importer, line, imported):
     assert back_edges({importer: line}) == [f"{importer} -> {imported}"]
 
 
 def test_allowed_edges_pass():
-    assert back_edges({"georecall.verify.cli.parser": "from georecall.constructions import registry",
+    assert back_edges({"georecall.cli.parser": "from georecall.constructions import registry",
                        "georecall.bounds.tables": "from georecall.constructions.codes import make_codes",
                        "georecall.constructions.model": "from georecall.io import atomic_write",
                        "georecall.verify.sections.suite":
                            "from georecall.verify.checking.run import run_check",
-                       "georecall.verify.cli.commands": "def f():\n    from georecall.verify.lm import run\n",
-                       "georecall.verify.experiments.figures": "from ..checking import run",
+                       "georecall.cli.commands": "def f():\n    from georecall.lm import run\n",
+                       "georecall.experiments.figures": "from ..verify.checking import run",
+                       "georecall.training.train": "from georecall.verify.checking import check",
+                       "georecall.cli.commands_models": "from ..exporters import check",
                        "georecall.verify.checking.run": "from georecall.verify import checking"}) == []
 
 
@@ -312,7 +301,7 @@ RUN_MODULES_ALLOWED = {
     "run_report": {"run_design", "run_verdict"},
     "run": {"run_design", "run_measure", "run_analysis", "run_verdict", "run_report"},
 }
-RUN_PREFIX = "georecall.verify.lm."
+RUN_PREFIX = "georecall.lm."
 
 
 def test_the_probe_lm_study_modules_import_in_their_order():
@@ -321,11 +310,11 @@ def test_the_probe_lm_study_modules_import_in_their_order():
 
 
 @pytest.mark.parametrize("importer, line, imported", [
-    ("run_design", "from georecall.verify.lm.run_measure import measure", "run_measure"),
-    ("run_verdict", "def f():\n    from georecall.verify.lm import run_analysis\n", "run_analysis"),
+    ("run_design", "from georecall.lm.run_measure import measure", "run_measure"),
+    ("run_verdict", "def f():\n    from georecall.lm import run_analysis\n", "run_analysis"),
     ("run_measure", "from .run_analysis import analyse", "run_analysis"),
-    ("run_analysis", "from georecall.verify.lm.run import probe_lm", "run"),
-    ("run_report", "from georecall.verify.lm.run_measure import Prepared", "run_measure"),
+    ("run_analysis", "from georecall.lm.run import probe_lm", "run"),
+    ("run_report", "from georecall.lm.run_measure import Prepared", "run_measure"),
 ])
 def test_a_planted_back_edge_between_the_probe_lm_study_modules_is_caught(importer, line, imported):
     modules = {**MODULES, RUN_PREFIX + importer: line}
@@ -335,10 +324,10 @@ def test_a_planted_back_edge_between_the_probe_lm_study_modules_is_caught(import
 
 def test_the_probe_lm_study_modules_allowed_edges_pass():
     assert sibling_back_edges({
-        RUN_PREFIX + "run": "from georecall.verify.lm.run_analysis import analyse",
+        RUN_PREFIX + "run": "from georecall.lm.run_analysis import analyse",
         RUN_PREFIX + "run_analysis": "from .run_measure import Prepared\nfrom .run_verdict import verdict",
-        RUN_PREFIX + "run_report": "from georecall.verify.lm import run_design, run_verdict",
-        RUN_PREFIX + "run_measure": "from georecall.verify.lm import controls, extract"},
+        RUN_PREFIX + "run_report": "from georecall.lm import run_design, run_verdict",
+        RUN_PREFIX + "run_measure": "from georecall.lm import controls, extract"},
         RUN_PREFIX, RUN_MODULES_ALLOWED) == []
 
 
@@ -382,18 +371,18 @@ def test_a_construction_reaching_up_or_sideways_is_caught(importer, line, import
 def test_from_a_package_import_a_module_names_the_module():
     known = {"georecall.verify.checking.run"}
     source = "from georecall.verify.checking import run, Report"
-    assert [name for name, _, _ in georecall_imports(source, "georecall.verify.cli.commands", known)] == [
+    assert [name for name, _, _ in georecall_imports(source, "georecall.cli.commands", known)] == [
         "georecall.verify.checking.run", "georecall.verify.checking"]
 
 
 def test_the_command_line_reaches_the_verify_rows_only_through_their_entry_point():
     (entry,) = importlib.metadata.entry_points(group=ROWS_ENTRY_POINT)
     assert entry.value.startswith("georecall.verify.sections.")
-    cli = {name: source for name, source in MODULES.items() if name.startswith("georecall.verify.cli")}
+    cli = {name: source for name, source in MODULES.items() if name.startswith("georecall.cli")}
     assert cli and not [name for source_name, source in cli.items()
                         for name, _, _ in georecall_imports(source, source_name, set(MODULES))
                         if name.startswith("georecall.verify.sections")]
-    from georecall.verify.cli.commands import verify_rows  # the test's own subject, imported where used
+    from georecall.cli.commands import verify_rows  # the test's own subject, imported where used
     from georecall.verify.sections.suite import verify_reports
     assert verify_rows() is verify_reports
 
@@ -404,8 +393,8 @@ def test_every_function_level_import_of_georecall_says_why():
 
 def test_a_function_level_import_without_a_reason_is_caught():
     source = ("def f():\n    x = 1\n    from georecall.theory import seeds\n    return seeds\n\n"
-              "def g():\n    # startup: scipy\n    from georecall.verify.training import train\n"
+              "def g():\n    # startup: scipy\n    from georecall.training import train\n"
               "    from georecall.theory import tasks\n    return train, tasks\n\n"
-              "def h():\n    from georecall.verify.lm import extract  # torch\n")
-    assert unexplained_function_imports({"georecall.verify.cli.commands": source}) == [
-        "georecall.verify.cli.commands:3"]
+              "def h():\n    from georecall.lm import extract  # torch\n")
+    assert unexplained_function_imports({"georecall.cli.commands": source}) == [
+        "georecall.cli.commands:3"]

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from georecall.errors import InputError
-from georecall.verify.experiments import power, ridge
-from georecall.verify.lm import (  # these import torch only inside functions
+from georecall.experiments import power, ridge
+from georecall.lm import (  # these import torch only inside functions
     controls,
     extract,
     loader,
@@ -26,8 +26,8 @@ from georecall.verify.lm import (  # these import torch only inside functions
     run_report,
     run_verdict,
 )
-from georecall.verify.lm import facts as lmfacts
-from georecall.verify.lm import probes as lmprobes
+from georecall.lm import facts as lmfacts
+from georecall.lm import probes as lmprobes
 
 # ----------------------------------------------------------------------------------------------- facts
 
@@ -223,16 +223,16 @@ def test_superposition_fit_exact_on_superposed_states_and_lower_when_shuffled():
 
 
 def test_core_cli_does_not_import_torch():
-    code = ("import sys; from georecall.verify.cli import build_parser; "
+    code = ("import sys; from georecall.cli import build_parser; "
             "build_parser().parse_args(['probe-lm', "
-            "'--model', 'x']); import georecall.verify.cli.commands; "
+            "'--model', 'x']); import georecall.cli.commands; "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_missing_extra_is_one_line_exit_2(monkeypatch, capsys):
-    from georecall.verify.cli import main
+    from georecall.cli import main
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     assert main(["probe-lm", "--model", "smollm2", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -420,7 +420,7 @@ def test_probe_lm_end_to_end_on_the_tiny_model(tiny, tiny_doc):
             assert x["verdict"] in ("decodable", "not decodable", "cannot tell")
     text = "\n".join(run_report.render_text(doc))
     assert "verdict: known facts" in text and "superposition power" in text
-    from georecall.verify.cli.render import to_json
+    from georecall.cli.render import to_json
     json.loads(to_json({"command": "probe-lm", **doc}))
     assert not doc["cached"] and again["cached"] and not other["cached"]  # the key holds the seed
     strip = ("cached", "seconds", "analysis_seconds", "measure_seconds")
@@ -558,7 +558,7 @@ def test_verdict_lre_patching_and_interventions_follow_their_thresholds_and_powe
 
 
 def test_probe_lm_command_on_a_tiny_model_folder(tiny, tmp_path, capsys, monkeypatch):
-    from georecall.verify.cli import main
+    from georecall.cli import main
     monkeypatch.setattr(run_analysis, "POWER_DRAWS", 2)
     folder = tmp_path / "m"
     tiny.model.save_pretrained(folder)

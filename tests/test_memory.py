@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from georecall import estimates, memory, npy_headers
+from georecall.cli import main
 from georecall.errors import InputError
-from georecall.verify.cli import main
 
 
 def run(argv, capsys):
@@ -187,7 +187,7 @@ def test_count_limit_is_checked_without_a_factorial(monkeypatch, capsys):
 def test_a_full_batch_over_budget_is_computed_in_pieces_not_refused(capsys):
     import json
 
-    from georecall.verify.cli import main
+    from georecall.cli import main
 
     full = estimates.train_estimate(2048, 4, 32, 128).total
     budget_gib = 0.98 * full / 2**30  # the full batch does not fit; pieces of it do

@@ -16,6 +16,7 @@ import runpy
 import numpy as np
 import pytest
 
+from georecall.cli import main
 from georecall.constructions import registry
 from georecall.constructions.forward import forward
 from georecall.constructions.model import unflatten
@@ -24,7 +25,6 @@ from georecall.errors import InputError
 from georecall.io import from_state_dict, to_state_dict
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries
-from georecall.verify.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = runpy.run_path(os.path.join(ROOT, "examples", "export_torch_model.py"), run_name="example")

@@ -18,12 +18,12 @@ from georecall.constructions.multi_hop import (
     chains,
     multi_hop_queries,
 )
+from georecall.experiments.tradeoff import tradeoff_rows
 from georecall.memory import Budget
 from georecall.theory.statements import softmax_leakage
 from georecall.theory.tasks import Task, random_task
 from georecall.verify.checking.check import check_decoding, check_queries
 from georecall.verify.checking.run import check_multi_hop
-from georecall.verify.experiments.tradeoff import tradeoff_rows
 
 NO_COT = [build_g2, build_a2_width, build_a2_depth]
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from georecall.errors import InputError
-from georecall.verify.experiments import n_axis, sweep_models
-from georecall.verify.experiments.sweep_models import (
+from georecall.experiments import n_axis, sweep_models
+from georecall.experiments.sweep_models import (
     PROTOCOL_SETTINGS,
     aic,
     budget_bound,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from georecall.cli import main
 from georecall.constructions import registry
-from georecall.verify.cli import main
 
 MODULE = str(Path(__file__).parent / "throwaway_construction.py")
 SPEC, WRONG = f"{MODULE}:SPEC", f"{MODULE}:SPEC_WRONG_BITS"

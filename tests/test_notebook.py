@@ -22,8 +22,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from georecall.verify.cli import main
-from georecall.verify.experiments import lecture
+from georecall.cli import main
+from georecall.experiments import lecture
 
 ROOT = pathlib.Path(__file__).parent.parent
 SOURCE = ROOT / "docs" / "notebooks" / "lecture.md"
@@ -319,7 +319,7 @@ def test_lecture_offers_only_options_that_do_something(capsys):
 def test_trained_vs_g1_is_drawn_where_the_alignment_cannot_interpolate():
     """demo --figures draws trained_vs_g1 at alignment_size(N, R): the alignment (d + 1 parameters) has
     fewer parameters than its fit subjects there, and not at half that size (unless that is below N)."""
-    from georecall.verify.experiments import demo
+    from georecall.experiments import demo
 
     for N, R in ((8, 2), (8, 1), (16, 4), (64, 2), (64, 8)):
         size = demo.alignment_size(N, R)

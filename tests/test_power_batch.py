@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from georecall.errors import InputError
-from georecall.verify.experiments import power, ridge
-from georecall.verify.lm import controls
-from georecall.verify.lm import probes as lmprobes
+from georecall.experiments import power, ridge
+from georecall.lm import controls
+from georecall.lm import probes as lmprobes
 
 
 def _close(a, b):

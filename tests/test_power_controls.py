@@ -1,4 +1,4 @@
-"""The planted controls of probe-lm's probes of the model's own answer (verify/lm/controls.py; no torch).
+"""The planted controls of probe-lm's probes of the model's own answer (georecall.lm.controls; no torch).
 
 Each estimator is checked against an independent reference (a linear forward has an exact Jacobian; the
 patching and intervention rules by hand), then each control on planted structure: the positive control is
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from georecall.verify.lm import controls
+from georecall.lm import controls
 
 BETAS = (0.0, 0.5, 1.0, 2.0, 4.0)
 
@@ -197,8 +197,8 @@ def test_intervention_power_detects_a_planted_superposition_and_not_shuffled_fac
 
 def test_superposition_maps_in_dual_form_equal_the_primal_blocks():
     """BlockMaps applies v @ A_r without forming A_r: against the primal coefficients of the same fit."""
-    from georecall.verify.experiments.ridge import cross_fit
-    from georecall.verify.lm import probes as lmprobes
+    from georecall.experiments.ridge import cross_fit
+    from georecall.lm import probes as lmprobes
 
     rng = np.random.default_rng(7)
     n, R, q, p = 40, 3, 5, 6
@@ -219,8 +219,8 @@ def test_superposition_maps_in_dual_form_equal_the_primal_blocks():
 def test_decoding_several_labelings_at_once_equals_one_at_a_time():
     """decode_vectors_many (shared factorisations) gives each labeling what decode_vectors gives it alone with
     a generator in the same state: bit for bit, since the same operations run."""
-    from georecall.verify.experiments import power
-    from georecall.verify.lm.probes import folds_of
+    from georecall.experiments import power
+    from georecall.lm.probes import folds_of
 
     rng = np.random.default_rng(8)
     n, p, C = 30, 12, 7
@@ -231,7 +231,7 @@ def test_decoding_several_labelings_at_once_equals_one_at_a_time():
     for lab, got in zip(labs, many):
         alone = power.decode_vectors(H, lab, V, groups, rng=np.random.default_rng(3))
         assert got["accuracy"] == alone["accuracy"] and (got["correct"] == alone["correct"]).all()
-    from georecall.verify.experiments.ridge import cross_fit, cross_fit_many
+    from georecall.experiments.ridge import cross_fit, cross_fit_many
 
     Ys = [V[lab] for lab in labs] + [rng.standard_normal(n)]
     shared = cross_fit_many(H, Ys, groups, rng=np.random.default_rng(4), keep_W=True)

@@ -40,7 +40,7 @@ def private_uses(source: str, module: str, known: set[str]) -> list[str]:
     source : str
         The module's text.
     module : str
-        Its dotted name (``georecall.verify.cli.parser``).
+        Its dotted name (``georecall.cli.parser``).
     known : set of str
         The dotted names of every georecall module (to tell ``from package import module`` from a name).
     """
@@ -115,26 +115,26 @@ def all_private_uses(modules: dict[str, str]) -> list[str]:
 
 
 def test_no_module_uses_another_modules_private_names():
-    assert len(MODULES) > 100 and "georecall.verify.cli.options" in MODULES
+    assert len(MODULES) > 100 and "georecall.cli.options" in MODULES
     assert all_private_uses(MODULES) == []
 
 
 def test_planted_private_imports_in_the_real_tree_are_caught():
     """The real sources plus a temporary module using private names in each way the test knows."""
-    planted = {**MODULES, "georecall.verify.cli.planted": (
-        "from georecall.verify.cli.options import Parser, _Formatter\n"
+    planted = {**MODULES, "georecall.cli.planted": (
+        "from georecall.cli.options import Parser, _Formatter\n"
         "from . import options\n"
         "import georecall.constructions.arithmetic as arithmetic\n"
         "def f():\n"
-        "    from ..checking.run import _not_there  # relative, at function level\n"
+        "    from ..verify.checking.run import _not_there  # relative, at function level\n"
         "    getattr(arithmetic, '_Rounding')\n"
         "    return options._shown(1), georecall.theory.tasks._hidden\n")}
     assert all_private_uses(planted) == [
-        "georecall.verify.cli.planted:1 georecall.verify.cli.options._Formatter",
-        "georecall.verify.cli.planted:5 georecall.verify.checking.run._not_there",
-        "georecall.verify.cli.planted:6 georecall.constructions.arithmetic._Rounding",
-        "georecall.verify.cli.planted:7 georecall.theory.tasks._hidden",
-        "georecall.verify.cli.planted:7 georecall.verify.cli.options._shown",
+        "georecall.cli.planted:1 georecall.cli.options._Formatter",
+        "georecall.cli.planted:5 georecall.verify.checking.run._not_there",
+        "georecall.cli.planted:6 georecall.constructions.arithmetic._Rounding",
+        "georecall.cli.planted:7 georecall.cli.options._shown",
+        "georecall.cli.planted:7 georecall.theory.tasks._hidden",
     ]
 
 

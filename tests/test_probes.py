@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 from georecall.constructions.model import Model
 from georecall.constructions.single_hop import build_a1, build_g1
+from georecall.experiments import probes, probes_hidden, probes_mechanism
 from georecall.testing import tables
 from georecall.theory.tasks import random_task
-from georecall.verify.experiments import probes, probes_hidden, probes_mechanism
-from georecall.verify.training.parameters import init_model
+from georecall.training.parameters import init_model
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +317,7 @@ def test_g1_embedded_wider_has_the_same_logits_and_meets_every_claim(d):
     coordinate, p = R·d features far above the 192 fit subjects — and every criterion is still met."""
     from georecall.constructions.forward import forward
     from georecall.constructions.single_hop import single_hop_queries
-    from georecall.verify.experiments.study_design import claims_met
+    from georecall.experiments.study_design import claims_met
 
     task = random_task(256, 4, 3)
     g1 = build_g1(task, "binary").model
@@ -380,7 +380,7 @@ def test_every_fit_reports_p_n_and_its_chosen_strength(g1_case):
 
 
 def _trained_file(tmp_path, steps="3"):
-    from georecall.verify.cli import main
+    from georecall.cli import main
 
     path = str(tmp_path / "m.npz")
     assert main(["train", "--N", "32", "--R", "2", "--d", "8", "--steps", steps, "--out", path,
@@ -390,8 +390,8 @@ def _trained_file(tmp_path, steps="3"):
 
 @pytest.mark.parametrize("command", [["probe"], ["transfer", "--steps", "2"]])
 def test_the_reproducer_with_two_extra_entity_rows_exits_2(command, tmp_path, capsys):
+    from georecall.cli import main
     from georecall.constructions.storage import load_model, save_model
-    from georecall.verify.cli import main
 
     model, header = load_model(_trained_file(tmp_path))
     E = np.asarray(model.entity_embedding)
@@ -408,7 +408,7 @@ def test_the_reproducer_with_two_extra_entity_rows_exits_2(command, tmp_path, ca
 def test_a_random_models_probe_report_says_it_answers_about_1_over_n(tmp_path, capsys):
     import json
 
-    from georecall.verify.cli import main
+    from georecall.cli import main
 
     path = _trained_file(tmp_path, steps="1")
     capsys.readouterr()
@@ -428,7 +428,7 @@ def test_the_forward_probe_meets_the_threshold_at_d_256_where_ols_would_fail(mon
     """The study's (N, R, d) = (1024, 4, 256): a model whose embeddings are an exact superposition of its
     attribute vectors (spanning d_G1 = 54 directions, +1% bulk) plus 2% other variance. The probe's forward
     R² meets 0.95; the same probe with plain least squares (the issue-12 estimator) does not."""
-    from georecall.verify.experiments import ridge
+    from georecall.experiments import ridge
 
     rng = np.random.default_rng(0)
     N, R, d = 1024, 4, 256
@@ -448,7 +448,7 @@ def test_the_forward_probe_meets_the_threshold_at_d_256_where_ols_would_fail(mon
 
 # ----------------------------------------------------------------------------- power and "cannot tell"
 
-from georecall.verify.experiments import power  # noqa: E402
+from georecall.experiments import power  # noqa: E402
 
 
 def _shape(rng, n=120, R=2, C=30, q=12):
@@ -472,7 +472,7 @@ def test_planted_mechanism_is_detected_and_its_shuffled_control_is_not():
 
 
 def probes_folds(n, k, rng):
-    from georecall.verify.lm.probes import folds_of
+    from georecall.lm.probes import folds_of
     return folds_of(n, k, rng)
 
 
@@ -558,7 +558,7 @@ def test_probe_hidden_with_ids_only_says_cannot_tell_and_why(g1_vectors):
 def test_probe_hidden_command_with_attribute_vectors(g1_vectors, tmp_path, capsys):
     import json
 
-    from georecall.verify.cli import main
+    from georecall.cli import main
     E, U, task = g1_vectors
     np.savez(tmp_path / "g1.npz", states=E, attributes=task.table.T, attribute_vectors=U)
     assert main(["probe-hidden", str(tmp_path / "g1.npz"), "--json"]) == 0

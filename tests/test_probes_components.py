@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from georecall.errors import InputError
-from georecall.theory.tasks import task_for_seed
-from georecall.verify.experiments import probes, probes_components
-from georecall.verify.experiments.probes_components import (
+from georecall.experiments import probes, probes_components
+from georecall.experiments.probes_components import (
     components_or_key,
     mixture_power,
     planted_mixture,
@@ -17,6 +16,7 @@ from georecall.verify.experiments.probes_components import (
     reading,
     wilson,
 )
+from georecall.theory.tasks import task_for_seed
 
 
 @pytest.fixture(scope="module")

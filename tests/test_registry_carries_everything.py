@@ -10,10 +10,10 @@ import json
 
 import pytest
 
+from georecall.cli import main
 from georecall.constructions import registry
 from georecall.constructions.registry import BitsClaim, ConstructionSpec
 from georecall.errors import InputError
-from georecall.verify.cli import main
 from georecall.verify.sections import bounds_checks, suite
 
 G1, G2 = registry.get("G1"), registry.get("G2")

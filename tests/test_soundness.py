@@ -234,7 +234,7 @@ TIE = ConstructionSpec("R2", "repro-tie", "issue 18 item 2", build("tie"), nomin
 @pytest.mark.parametrize("name, extra", [("INT32", ["--integer"]), ("TIE", [])])
 def test_reproducers_fail_through_the_cli(tmp_path, name, extra):
     (tmp_path / "repro.py").write_text(textwrap.dedent(SPEC_FILE))
-    proc = subprocess.run([sys.executable, "-m", "georecall.verify.cli", "check", "single-hop",
+    proc = subprocess.run([sys.executable, "-m", "georecall.cli", "check", "single-hop",
                            "--construction", f"{tmp_path / 'repro.py'}:{name}", "--N", "1", "--R", "1",
                            "--json", *extra],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
@@ -412,7 +412,7 @@ def test_the_readout_clamp_is_bounded_and_documented_as_inexact():
     """Issue 18, item 4: where every wrong-class probability is below e^-60 the structured read-out's
     gradient is of order e^-60, not the exact (much smaller) one; the difference stays within the documented
     bound c·e^-60·|U_j − U_a| summed over the wrong classes."""
-    from georecall.verify.training.train_structured import readout_cross_entropy
+    from georecall.training.train_structured import readout_cross_entropy
 
     n, n_out = 4, 5
     U = np.eye(n_out)  # the logits are y itself

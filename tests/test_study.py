@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from georecall.errors import InputError
+from georecall.experiments import study, study_design, study_report
+from georecall.experiments.probes_mechanism import SUMMARY_FIELDS
 from georecall.io import FileLock, LockTimeout
-from georecall.verify.experiments import study, study_design, study_report
-from georecall.verify.experiments.probes_mechanism import SUMMARY_FIELDS
 
 # ---------------------------------------------------------------------------------------- thresholds
 
@@ -202,13 +202,13 @@ def test_resume_after_sigkill_loses_nothing(tmp_path):
     """The driver killed by SIGKILL mid-study: the rerun ends with the records of an uninterrupted run."""
     path = tmp_path / "study.jsonl"
     script = textwrap.dedent(f"""
-        from georecall.verify.experiments import study
+        from georecall.experiments import study
         from tests_tiny_grid import TINY
         study.run_study({str(path)!r}, TINY, seeds=(0, 1, 2), progress=False)
     """)
     helper = tmp_path / "tests_tiny_grid.py"
     helper.write_text(textwrap.dedent("""
-        from georecall.verify.experiments import study_design
+        from georecall.experiments import study_design
         TINY = study_design.Grid(
             "tiny", {**study_design.BASE, "N": 48, "R": 2, "d": 8, "steps": 60},
             (study_design.Regime("base", "tiny"),
@@ -350,7 +350,7 @@ def test_quick_grid_runs_within_five_minutes_and_summarizes(tmp_path):
 def test_the_verify_row_fails_when_the_wider_control_is_broken(monkeypatch):
     """The positive control can fail: a 'wider G1' whose relation embeddings open every gate meets no
     selectivity criterion, and the row says so."""
-    from georecall.verify.experiments import probes_mechanism
+    from georecall.experiments import probes_mechanism
 
     real = probes_mechanism.embed_wider
 
@@ -427,8 +427,8 @@ def test_the_retained_share_matches_the_trainers_decay():
     """With a zero gradient, AdamW only decays: after T updates θ = (1 − lr·λ)^T·θ⁰, the share _retained
     removes; and a trained run of T steps reports T updates applied."""
     from georecall.theory.tasks import random_task
-    from georecall.verify.training.parameters import init_model
-    from georecall.verify.training.train import adam, train, training_data
+    from georecall.training.parameters import init_model
+    from georecall.training.train import adam, train, training_data
 
     theta = np.random.default_rng(0).standard_normal((5, 3))
     out = adam(lambda params, step: {"E": np.zeros_like(params["E"])}, {"E": theta}, 40, lr=1e-2,
@@ -501,7 +501,7 @@ def test_the_figure_across_d_is_drawn(tmp_path):
 def test_knowledge_bits_are_r_log2_n_factorial_and_the_k_hop_count():
     import math
 
-    from georecall.verify.experiments.sweep_knowledge import knowledge_bits
+    from georecall.experiments.sweep_knowledge import knowledge_bits
 
     for N, R in ((2, 1), (10, 3), (4096, 4)):
         assert knowledge_bits(N, R)["bits"] == pytest.approx(R * math.lgamma(N + 1) / math.log(2), rel=1e-12)
@@ -511,8 +511,8 @@ def test_knowledge_bits_are_r_log2_n_factorial_and_the_k_hop_count():
 
 
 def test_model_parameters_match_the_hand_count():
-    from georecall.verify.experiments.sweep_knowledge import model_parameters
-    from georecall.verify.experiments.sweep_trial import TrialSettings
+    from georecall.experiments.sweep_knowledge import model_parameters
+    from georecall.experiments.sweep_trial import TrialSettings
 
     N, R, d = 4096, 4, 16
     m = 4 * d
@@ -522,7 +522,7 @@ def test_model_parameters_match_the_hand_count():
 
 
 def test_the_committed_n4096_records_give_about_1_3_to_1_5_bits_per_parameter():
-    from georecall.verify.experiments.sweep_knowledge import (
+    from georecall.experiments.sweep_knowledge import (
         BITS_REFERENCES,
         bits_per_parameter,
         knowledge_table,

@@ -7,10 +7,8 @@ import numpy as np
 import pytest
 
 from georecall.errors import InputError
-from georecall.theory.seeds import rng
-from georecall.theory.tasks import task_for_seed
-from georecall.verify.experiments import study, study_report
-from georecall.verify.experiments.study_design import (
+from georecall.experiments import study, study_report
+from georecall.experiments.study_design import (
     BASE,
     D_STAR,
     GRIDS,
@@ -21,8 +19,10 @@ from georecall.verify.experiments.study_design import (
     Regime,
     resolve,
 )
-from georecall.verify.training.parameters import init_model, params_of
-from georecall.verify.training.train import RecordEvery, train, training_data
+from georecall.theory.seeds import rng
+from georecall.theory.tasks import task_for_seed
+from georecall.training.parameters import init_model, params_of
+from georecall.training.train import RecordEvery, train, training_data
 
 TINY_PROBE = {"holdout": 0.25, "subjects": 16, "transfer_steps": None, "encoder_steps": 5, "lr": 1e-2}
 

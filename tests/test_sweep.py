@@ -21,24 +21,24 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from georecall.errors import InputError
-from georecall.io import FileLock, LockTimeout
-from georecall.theory import __version__
-from georecall.theory.seeds import rng
-from georecall.theory.tasks import task_for_seed
-from georecall.verify.experiments.sweep import ProgressInfo, _StderrProgress, sweep
-from georecall.verify.experiments.sweep_cost import cost_line, estimate_cost, step_seconds
-from georecall.verify.experiments.sweep_fit import fit_thresholds, predict_threshold, summary_table
-from georecall.verify.experiments.sweep_records import (
+from georecall.experiments.sweep import ProgressInfo, _StderrProgress, sweep
+from georecall.experiments.sweep_cost import cost_line, estimate_cost, step_seconds
+from georecall.experiments.sweep_fit import fit_thresholds, predict_threshold, summary_table
+from georecall.experiments.sweep_records import (
     THRESHOLD_KEY,
     TRIAL_KEY,
     read_sweep,
     threshold_key,
     trial_key,
 )
-from georecall.verify.experiments.sweep_search import PredictedSearch, ThresholdSearch
-from georecall.verify.experiments.sweep_trial import SEED_CONTRACT, TrialSettings, run_trial
-from georecall.verify.training.parameters import init_model
-from georecall.verify.training.train import train, training_data
+from georecall.experiments.sweep_search import PredictedSearch, ThresholdSearch
+from georecall.experiments.sweep_trial import SEED_CONTRACT, TrialSettings, run_trial
+from georecall.io import FileLock, LockTimeout
+from georecall.theory import __version__
+from georecall.theory.seeds import rng
+from georecall.theory.tasks import task_for_seed
+from georecall.training.parameters import init_model
+from georecall.training.train import train, training_data
 
 SETTINGS = TrialSettings(steps=200)
 GRID = {"Ns": [32], "Rs": [2], "modes": ("learned",), "seeds": (0,)}
@@ -298,8 +298,8 @@ def test_a_trial_that_kills_its_worker_every_time_is_one_line_after_four_attempt
     from concurrent.futures import Executor, Future
     from concurrent.futures.process import BrokenProcessPool
 
-    from georecall.verify.experiments import executors
-    from georecall.verify.experiments import sweep as sweep_module
+    from georecall.experiments import executors
+    from georecall.experiments import sweep as sweep_module
 
     class Doomed(Executor):
         def submit(self, fn, /, *args, **kwargs):
@@ -418,7 +418,7 @@ def _seed_file(path):
 
 
 def test_a_predicted_sweep_reuses_every_recorded_trial_and_a_rerun_trains_nothing(tmp_path, monkeypatch):
-    from georecall.verify.experiments import sweep as sweep_module
+    from georecall.experiments import sweep as sweep_module
 
     path = str(tmp_path / "r.jsonl")
     _seed_file(path)
@@ -541,7 +541,7 @@ def _simulated(prediction, threshold):
 
 
 def test_a_run_over_its_budget_is_refused_in_one_line_before_any_trial(tmp_path, capsys):
-    from georecall.verify.cli import main
+    from georecall.cli import main
 
     path = str(tmp_path / "r.jsonl")
     _seed_file(path)
@@ -583,8 +583,8 @@ def test_a_killed_predicted_sweep_loses_at_most_the_trial_in_progress(tmp_path):
     start = len(_lines(path))
     script = tmp_path / "run.py"
     script.write_text("import json, sys\n"
-                      "from georecall.verify.experiments.sweep import sweep\n"
-                      "from georecall.verify.experiments.sweep_trial import TrialSettings\n"
+                      "from georecall.experiments.sweep import sweep\n"
+                      "from georecall.experiments.sweep_trial import TrialSettings\n"
                       "a = json.loads(sys.argv[1]); a['settings'] = TrialSettings(**a['settings'])\n"
                       "sweep(**a)\n")
     args = {"path": path, **grid, "settings": {"steps": SETTINGS.steps}, "progress": False,
@@ -630,7 +630,7 @@ def test_a_predicted_sweep_on_a_dask_cluster_gives_the_records_of_one_in_this_pr
 def test_every_trial_records_its_blas_and_a_threshold_lists_the_blas_of_its_trials(tmp_path, monkeypatch):
     """A search that mixes arithmetics says so: a planted trial from another BLAS (and one from before the
     field) is reused, and the threshold record names all of them; without a plant it names one."""
-    import georecall.verify.experiments.sweep_trial as trial_module
+    import georecall.experiments.sweep_trial as trial_module
 
     monkeypatch.setattr(trial_module, "blas_description", lambda: "FakeBLAS 1.0 Kernel, 1 thread")
     clean = sweep(str(tmp_path / "clean.jsonl"), **GRID, settings=SETTINGS, d_min=2, d_max=64, progress=False)
@@ -648,14 +648,14 @@ def test_every_trial_records_its_blas_and_a_threshold_lists_the_blas_of_its_tria
 def test_the_blas_description_names_numpys_openblas_and_its_threads_or_says_unknown():
     import scipy.sparse  # noqa: F401  (the trainer loads SciPy's OpenBLAS beside NumPy's)
 
-    from georecall.verify.experiments.blas import UNKNOWN, blas_description
+    from georecall.experiments.blas import UNKNOWN, blas_description
 
     text = blas_description()
     assert text == UNKNOWN or ("OpenBLAS" in text and text.rstrip("s").endswith(" thread"))
 
 
 def test_numpys_own_openblas_is_told_from_scipys():
-    from georecall.verify.experiments.blas import numpys_openblas
+    from georecall.experiments.blas import numpys_openblas
 
     site = "/x/site-packages"
     numpy_lib = f"{site}/numpy.libs/libscipy_openblas64_-1.so"

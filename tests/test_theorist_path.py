@@ -12,11 +12,11 @@ import re
 
 import pytest
 
+from georecall.cli import main
 from georecall.constructions import registry
 from georecall.constructions.arithmetic import IntegerModeError
 from georecall.errors import ConditionError
 from georecall.verify.checking.run import run_check
-from georecall.verify.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "theorist.md")

@@ -1,4 +1,4 @@
-"""The capacity-grid figure and table (verify/experiments/threshold_figure.py): rows, ratios, fits and
+"""The capacity-grid figure and table (src/georecall/experiments/threshold_figure.py): rows, ratios, fits and
 legibility."""
 
 import json
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from georecall.verify.experiments import threshold_figure as TF
+from georecall.experiments import threshold_figure as TF
 
 
 def _record(R, mode, seed, d_star, N=4096):
@@ -43,7 +43,7 @@ def test_the_table_states_both_fits_with_their_standard_errors():
 
 def test_the_figure_is_legible_and_none_without_records(tmp_path):
     pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
-    from georecall.verify.experiments import plotting as P
+    from georecall.experiments import plotting as P
 
     assert TF.capacity_grid_figure([_record(2, "learned", 0, None)]) is None
     fig = TF.capacity_grid_figure(RECORDS)
@@ -81,7 +81,7 @@ def test_an_unfinished_search_is_the_bracket_its_trials_leave_and_is_listed_with
 
 def test_the_figure_draws_unfinished_searches_legibly(tmp_path):
     pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
-    from georecall.verify.experiments import plotting as P
+    from georecall.experiments import plotting as P
 
     records = [*RECORDS[:7], _trial(16, "learned", 0, 62, False), _trial(16, "frozen", 0, 140, False)]
     fig = TF.capacity_grid_figure(records)

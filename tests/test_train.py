@@ -10,16 +10,16 @@ from hypothesis import strategies as st
 from georecall.constructions.multi_hop import multi_hop_queries
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.constructions.storage import load_model, save_model
+from georecall.experiments.sweep import sweep
+from georecall.experiments.sweep_fit import fit_thresholds
+from georecall.experiments.sweep_records import read_records
+from georecall.experiments.sweep_search import find_threshold
+from georecall.experiments.sweep_trial import TrialSettings
 from georecall.theory.tasks import random_task
+from georecall.training.backward import check_grads
+from georecall.training.parameters import init_model
+from georecall.training.train import GROUPS, train
 from georecall.verify.checking.check import check_queries
-from georecall.verify.experiments.sweep import sweep
-from georecall.verify.experiments.sweep_fit import fit_thresholds
-from georecall.verify.experiments.sweep_records import read_records
-from georecall.verify.experiments.sweep_search import find_threshold
-from georecall.verify.experiments.sweep_trial import TrialSettings
-from georecall.verify.training.backward import check_grads
-from georecall.verify.training.parameters import init_model
-from georecall.verify.training.train import GROUPS, train
 
 
 @given(N=st.integers(2, 8), R=st.integers(1, 3), d=st.integers(2, 7), m=st.integers(1, 6),
@@ -52,7 +52,7 @@ def test_teacher_forcing_gradients(attention, seed):
 def test_gradient_checker_can_fail():
     model = init_model(5, 2, 4, 3, rng=0, dtype=np.float64)
     tokens, answers = single_hop_queries(random_task(5, 2, 0))
-    import georecall.verify.training.backward as tr
+    import georecall.training.backward as tr
     original = tr.loss_and_grads
 
     def wrong(*args, **kwargs):
@@ -196,7 +196,7 @@ def test_fit_recovers_a_planted_constant():
 
 
 def test_training_data_for_hops_and_chain_of_thought():
-    from georecall.verify.training.train import training_data
+    from georecall.training.train import training_data
     task = random_task(10, 2, 0)
     tokens, answers, positions, T = training_data(task, 1)
     assert tokens.shape == (20, 2) and positions is None and T == 2
@@ -209,8 +209,8 @@ def test_training_data_for_hops_and_chain_of_thought():
 
 @pytest.mark.parametrize("cot", [False, True])
 def test_two_hop_training_reaches_100_percent_and_decodes(cot):
+    from georecall.training.train import training_data
     from georecall.verify.checking.check import check_decoding
-    from georecall.verify.training.train import training_data
     task = random_task(32, 2, 1)
     tokens, answers, positions, T = training_data(task, 2, cot)
     model = init_model(32, 2, 16, 64, attention="softmax", heads=2, positions=T, rng=2)
@@ -236,7 +236,7 @@ def test_sweep_records_carry_hops_and_cot(tmp_path):
 def test_every_query_exactly_once_per_epoch():
     """10 queries, batch 4: epochs of batches 4, 4, 2; after whole epochs every query was seen equally often
     (the old schedule gave counts [4,3,4,4,2,3,4,4,3,5] after 9 steps)."""
-    import georecall.verify.training.train as tr
+    import georecall.training.train as tr
     task = random_task(5, 2, 0)
     tokens, answers = single_hop_queries(task)
     seen, sizes = [], []
@@ -261,7 +261,7 @@ def test_every_query_exactly_once_per_epoch():
 
 
 def test_epoch_batches_cover_each_epoch():
-    from georecall.verify.training.train import EpochBatches
+    from georecall.training.train import EpochBatches
     batches = EpochBatches(11, 3, np.random.default_rng(0))
     seen, ends = [], []
     for _ in range(8):  # two epochs of 4 batches (3, 3, 3, 2)
@@ -299,7 +299,7 @@ def _adam_reference(theta0, grads, lr, b1, b2, eps, form, wd):
 @pytest.mark.parametrize("form", ["standard", "hat"])
 @pytest.mark.parametrize("wd", [0.0, 0.3])
 def test_adam_matches_the_formulas(form, wd):
-    from georecall.verify.training.train import adam
+    from georecall.training.train import adam
     rng = np.random.default_rng(0)
     theta0 = rng.standard_normal(50)
     scales = 10.0 ** rng.uniform(-6, 0, 50)  # tiny gradients, where the two ε forms differ
@@ -315,7 +315,7 @@ def test_adam_matches_the_formulas(form, wd):
 
 
 def test_adam_rejects_an_unknown_eps_form():
-    from georecall.verify.training.train import adam
+    from georecall.training.train import adam
     with pytest.raises(ValueError, match="eps_form"):
         adam(lambda p, s: {}, {"w": np.zeros(2)}, 1, eps_form="kingma")
 
@@ -362,7 +362,7 @@ def test_init_scale_per_group_and_seed_streams():
 
 
 def test_tied_readout_sums_the_two_gradients():
-    from georecall.verify.training.backward import loss_and_grads
+    from georecall.training.backward import loss_and_grads
     task = random_task(8, 2, 0)
     tokens, answers = single_hop_queries(task)
     model = init_model(8, 2, 6, 5, rng=0, dtype=np.float64, tied_readout=True)
@@ -406,8 +406,8 @@ def test_single_hop_softmax_attention_with_positions_trains():
 def test_a_batch_computed_in_pieces_follows_the_same_trajectory(path, k, cot):
     """max_rows splits each batch's gradient into pieces; weighted by size they are the batch's gradient."""
     from georecall.theory.tasks import task_for_seed
-    from georecall.verify.training.parameters import init_model
-    from georecall.verify.training.train import train, training_data
+    from georecall.training.parameters import init_model
+    from georecall.training.train import train, training_data
 
     task = task_for_seed(12, 2, 0)
     tokens, answers, positions, T = training_data(task, k, cot)
@@ -432,7 +432,7 @@ def test_softmax_probabilities_stay_out_of_the_subnormal_range(dtype):
     """Confident rows (shifted logits down to −200) would put float32 probabilities in the subnormal range,
     where exp and the read-out products run several times slower: they are clamped at e^−60, and the loss and
     the logits' gradient still equal a float64 log-sum-exp reference to rounding."""
-    from georecall.verify.training.backward import LOGIT_FLOOR, softmax_cross_entropy
+    from georecall.training.backward import LOGIT_FLOOR, softmax_cross_entropy
 
     rng = np.random.default_rng(0)
     confident, ordinary = rng.uniform(-200.0, 0.0, size=(64, 300)), rng.normal(size=(64, 300))

@@ -14,10 +14,10 @@ import pytest
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.errors import InputError
 from georecall.theory.tasks import random_task
+from georecall.training.backward import loss_and_grads
+from georecall.training.parameters import init_model, params_of, with_params
+from georecall.training.train import train, training_data
 from georecall.verify.checking.check import check_queries
-from georecall.verify.training.backward import loss_and_grads
-from georecall.verify.training.parameters import init_model, params_of, with_params
-from georecall.verify.training.train import train, training_data
 
 # ------------------------------------------------------------------------- the reference, written out
 
@@ -181,7 +181,7 @@ def test_divergence_names_the_step():
 
 def test_a_callback_object_stops_at_an_epoch_end():
     """A Callback passed as ``callback``: its on_epoch_end runs after the update that ends each epoch."""
-    from georecall.verify.training.train import Callback
+    from georecall.training.train import Callback
 
     class AfterEpochs(Callback):
         def __init__(self, epochs):
@@ -204,7 +204,7 @@ def test_a_callback_object_stops_at_an_epoch_end():
 
 
 def test_the_epoch_end_check_stops_only_when_the_check_says_so():
-    from georecall.verify.training.train import StepState, StopAtCheckedAccuracy
+    from georecall.training.train import StepState, StopAtCheckedAccuracy
 
     state = StepState({}, {}, 0.0, 0.0)
     calls = []
@@ -214,7 +214,7 @@ def test_the_epoch_end_check_stops_only_when_the_check_says_so():
 
 
 def test_the_batch_accuracy_stop_needs_the_threshold():
-    from georecall.verify.training.train import StepState, StopAtBatchAccuracy
+    from georecall.training.train import StepState, StopAtBatchAccuracy
 
     assert StopAtBatchAccuracy(1.0).on_step(0, StepState({}, {}, 0.1, 1.0))
     assert not StopAtBatchAccuracy(1.0).on_step(0, StepState({}, {}, 0.1, 0.99))
@@ -224,7 +224,7 @@ def test_the_batch_accuracy_stop_needs_the_threshold():
 
 
 def test_optimizer_state_is_a_small_object_that_counts_its_updates():
-    from georecall.verify.training.train import SGD, Adam
+    from georecall.training.train import SGD, Adam
 
     adam = Adam(lr=0.1)
     params = adam.start({"w": np.ones(3), "still": np.ones(2)})

@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 from georecall.constructions.single_hop import single_hop_queries
 from georecall.theory.tasks import random_task
-from georecall.verify.training.backward import loss_and_grads
-from georecall.verify.training.parameters import init_model
-from georecall.verify.training.train import GROUPS, train, training_data
-from georecall.verify.training.train_structured import (
+from georecall.training.backward import loss_and_grads
+from georecall.training.parameters import init_model
+from georecall.training.train import GROUPS, train, training_data
+from georecall.training.train_structured import (
     loss_and_grads_structured,
     readout_cross_entropy,
     structure_reason,
@@ -138,7 +138,7 @@ def test_structured_training_reaches_100_percent_with_a_tied_readout():
 @given(attention=st.sampled_from(["uniform", "none"]), heads=st.integers(1, 2),
        positions=st.sampled_from([None, 2]), seed=st.integers(0, 2**31))
 def test_structured_gradients_match_central_differences(attention, heads, positions, seed):
-    from georecall.verify.training.backward import check_grads
+    from georecall.training.backward import check_grads
     rng = np.random.default_rng(seed)
     model = init_model(7, 3, 5, 6, attention=attention, heads=heads, positions=positions, rng=rng,
                        dtype=np.float64)

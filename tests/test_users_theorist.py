@@ -27,12 +27,12 @@ import pytest
 
 from georecall.bounds import lower
 from georecall.bounds.tables import bound_rows, gap_rows, latex_escape, render, render_table
+from georecall.cli import main
+from georecall.cli.parser import build_parser
 from georecall.constructions import registry
 from georecall.errors import ConditionError, InputError
 from georecall.theory.tasks import Task, task_for_seed
 from georecall.verify.checking.run import OPTION_FLAGS, run_check
-from georecall.verify.cli import main
-from georecall.verify.cli.parser import build_parser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "my_construction.py")

@@ -9,10 +9,10 @@ import re
 
 import pytest
 
+from georecall.cli import main, render
+from georecall.experiments import blas
 from georecall.verify.checking.check import CheckResult
 from georecall.verify.checking.report import Report, claim_report
-from georecall.verify.cli import main, render
-from georecall.verify.experiments import blas
 from georecall.verify.sections import suite
 
 

@@ -83,7 +83,7 @@ def test_a_dense_storage_that_computes_otherwise_fails_the_row(monkeypatch, spec
 
 
 def test_a_wrong_gradient_fails_the_gradient_row(monkeypatch):
-    from georecall.verify.training import backward
+    from georecall.training import backward
 
     real = backward.loss_and_grads
 
@@ -97,7 +97,7 @@ def test_a_wrong_gradient_fails_the_gradient_row(monkeypatch):
 
 
 def test_a_trainer_that_does_not_learn_fails_the_gd_row(monkeypatch):
-    from georecall.verify.training import train
+    from georecall.training import train
 
     real = train.train
     monkeypatch.setattr(train, "train", lambda *a, **k: real(*a, **{**k, "steps": 1}))  # a budget of one step
@@ -114,7 +114,7 @@ def test_a_threshold_above_g1_fails_the_threshold_row(frozen):
 def test_the_mechanism_row_at_verify_size_fails_when_the_wider_control_is_broken(monkeypatch):
     """verify runs the mechanism row at R = 2 (suite.MECHANISM_R): its positive control can still fail there.
     (tests/test_study.py breaks it at the study's R = 4, verify --full's size, as a slow test.)"""
-    from georecall.verify.experiments import probes_mechanism
+    from georecall.experiments import probes_mechanism
 
     real = probes_mechanism.embed_wider
 
@@ -131,7 +131,7 @@ def test_the_mechanism_row_at_verify_size_fails_when_the_wider_control_is_broken
 
 
 def test_an_imperfect_g1_fails_the_probe_row(monkeypatch):
-    from georecall.verify.experiments import probes
+    from georecall.experiments import probes
 
     real = probes.probe_all
 

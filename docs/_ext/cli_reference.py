@@ -2,7 +2,7 @@
 argument parser each time the site is built, so it cannot drift from what ``georecall COMMAND --help`` says.
 
 :func:`render` walks the parser that ``georecall`` itself runs
-(:func:`georecall.verify.cli.parser.build_parser`) and writes, for every command, its one-line help and its
+(:func:`georecall.cli.parser.build_parser`) and writes, for every command, its one-line help and its
 full ``--help`` text. The file is generated into the source folder before Sphinx reads it (``builder-inited``)
 and is not committed (``.gitignore``).
 """
@@ -59,7 +59,7 @@ def render() -> str:
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = WIDTH
     try:
-        from georecall.verify.cli.parser import build_parser  # the parser georecall runs
+        from georecall.cli.parser import build_parser  # the parser georecall runs
 
         parser = build_parser()
         found = commands(parser)

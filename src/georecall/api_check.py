@@ -68,7 +68,7 @@ class CheckReport:
         return self.report.as_dict()
 
     def __repr__(self) -> str:
-        from georecall.verify.cli import render  # the command line's table, imported when shown
+        from georecall.cli import render  # the command line's table, imported when shown
 
         return render.report_table([self.to_dict()])
 
@@ -120,7 +120,7 @@ class CertifyReport:
         return self.certificate.as_dict()
 
     def __repr__(self) -> str:
-        from georecall.verify.cli import render  # as in CheckReport
+        from georecall.cli import render  # as in CheckReport
 
         doc = self.to_dict()
         return render.to_text({**doc, "command": "certify single-hop",

@@ -68,7 +68,7 @@ class Result(Mapping):
         return len(self._doc)
 
     def __repr__(self) -> str:
-        from georecall.verify.cli import render  # the command line's renderer, imported when shown
+        from georecall.cli import render  # the command line's renderer, imported when shown
 
         return render.to_text(self._doc)
 
@@ -126,8 +126,8 @@ def run_command(command: str, **options: Any) -> Result:
     >>> run_command("count", N=3, R=1, k=1).passed
     True
     """
-    from georecall.verify.cli import commands, params, parser  # the command line: imported when run
-    from georecall.verify.cli.options import UsageError
+    from georecall.cli import commands, params, parser  # the command line: imported when run
+    from georecall.cli.options import UsageError
 
     words = command.split()
     top = parser.build_parser()

@@ -198,7 +198,7 @@ def models(draw, max_N: int = 8, max_R: int = 3, max_d: int = 8, max_m: int = 8,
     seed = draw(st.integers(0, 2**32 - 1))
     # the trainer and the checker's sections (scipy, networkx: about 0.5 s) are imported when a strategy or a
     # check first runs, not when a user's test module imports georecall.testing
-    from georecall.verify.training.parameters import init_model
+    from georecall.training.parameters import init_model
 
     return init_model(N, R, d, m, attention=attention, heads=heads, layers=layers, positions=positions,
                       rng=np.random.default_rng(seed), dtype=dtype)

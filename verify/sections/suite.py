@@ -28,23 +28,23 @@ from georecall import estimates
 from georecall.constructions import registry
 from georecall.constructions.registry import ConstructionSpec
 from georecall.errors import InputError
+from georecall.experiments import blas, probes, study
+from georecall.experiments.sweep_search import find_threshold
+from georecall.experiments.sweep_trial import TrialSettings
 from georecall.memory import Budget, as_budget
 from georecall.theory import seeds
 from georecall.theory.tasks import task_for_seed
 from georecall.theory.tokens import queries
+
+# modules, not names: tests replace their functions
+from georecall.training import backward
+from georecall.training import train as trainer
+from georecall.training.parameters import init_model
 from georecall.verify.checking.report import Report, claim_report
 from georecall.verify.checking.run import run_check  # a module name here: tests replace it in this module
-from georecall.verify.experiments import blas, probes, study
-from georecall.verify.experiments.sweep_search import find_threshold
-from georecall.verify.experiments.sweep_trial import TrialSettings
 from georecall.verify.sections import bounds_checks
 from georecall.verify.sections.bounds_checks import bits_and_bound_reports, section_bounds
 from georecall.verify.sections.certified import certified_row, certified_specs, section_certified
-
-# modules, not names: tests replace their functions
-from georecall.verify.training import backward
-from georecall.verify.training import train as trainer
-from georecall.verify.training.parameters import init_model
 
 __all__ = [
     "FULL_ONLY",
@@ -440,9 +440,9 @@ MECHANISM_R = 2  # relations of the mechanism row in ``verify`` (d = 2d* = 10); 
 
 def _section_mechanism(seed: int = 0, progress: bool = False, budget: Budget | None = None,
                        full: bool = True) -> list[Report]:
-    """The mechanism study's row (verify/experiments/study.py): probe values against the controls, at the
-    study's R = 4 with ``full``, else at :data:`MECHANISM_R` (the same checks and controls, a quarter of the
-    time). The study does not take a budget yet: ``budget`` is accepted for the one section signature."""
+    """The mechanism study's row (src/georecall/experiments/study.py): probe values against the controls, at
+    the study's R = 4 with ``full``, else at :data:`MECHANISM_R` (the same checks and controls, a quarter of
+    the time). The study does not take a budget yet: ``budget`` is accepted for the one section signature."""
     return study.section_mechanism(seed, progress, **({} if full else {"R": MECHANISM_R}))
 
 
@@ -606,7 +606,7 @@ def verify_reports(specs: list[ConstructionSpec] | None = None, seed: int = 0, p
     """Every row of ``georecall verify``: the steps of :func:`verify_steps` in order, or with ``specs`` only
     those constructions' rows (:func:`construction_reports`, ``verify --construction``).
 
-    OpenBLAS runs one thread meanwhile (:func:`~georecall.verify.experiments.blas.limited_threads`): the rows'
+    OpenBLAS runs one thread meanwhile (:func:`~georecall.experiments.blas.limited_threads`): the rows'
     products are small, and two threads on a shared machine made ``verify`` several times slower.
 
     Parameters

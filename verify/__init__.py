@@ -1,7 +1,6 @@
-"""The harness, by concern, in layers imported only downward (CONTRIBUTING.md, "Layers inside verify/"):
-:mod:`.checking` (the exhaustive checker, its evaluation paths, and :mod:`.checking.run`: build a construction
-on a task and check it) ← :mod:`.training` (the NumPy trainer) ← :mod:`.experiments` (sweeps, the mechanism
-study, probes, figures, demo) ← :mod:`.sections` (the rows of ``georecall verify``) and, beside it,
-:mod:`.cli` (the ``georecall`` command line, which finds those rows through their entry point); :mod:`.lm`
-(the ``lm`` extra) stands apart. Shared infrastructure lives outside: :mod:`georecall.io` (files),
-:mod:`georecall.memory` (the memory budget; each command's estimate in :mod:`georecall.estimates`)."""
+"""The harness: :mod:`.checking` (the exhaustive checker, its evaluation paths, certification for every task,
+and :mod:`.checking.run`: build a construction on a task and check every query) and :mod:`.sections` (the
+rows of ``georecall verify``, which the command line finds through their entry point). The checker sits below
+the trainer (:mod:`georecall.training` confirms a trained model with it) and the rows above the experiments
+(:mod:`georecall.experiments`). Where everything else lives, and the one stack the imports follow:
+CONTRIBUTING.md, "Where things go"."""

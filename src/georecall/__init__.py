@@ -18,9 +18,12 @@ one implementation): :mod:`georecall.api_catalog` (constructions, tasks, buildin
 (``__getattr__``), so ``import georecall`` loads neither NumPy's companions (scipy, networkx) nor any extra.
 
 Subpackages: :mod:`georecall.theory` (tasks, promises), :mod:`georecall.constructions` (hand-built weights and
-THE forward pass), :mod:`georecall.bounds` (counting and lower bounds), :mod:`georecall.verify` (checker,
-trainer, sweeps, probes, command line). :mod:`georecall.testing` holds the hypothesis strategies the tests
-use.
+THE forward pass), :mod:`georecall.bounds` (counting and lower bounds), :mod:`georecall.verify` (the checker
+and the rows of ``georecall verify``), :mod:`georecall.training` (the NumPy trainer),
+:mod:`georecall.experiments` (sweeps, the mechanism study, probes, figures), :mod:`georecall.lm` and
+:mod:`georecall.exporters` (the ``lm`` and ``export`` extras) and :mod:`georecall.cli` (the command line).
+:mod:`georecall.testing` holds hypothesis strategies for users' tests. The layout, module by module:
+CONTRIBUTING.md, "Where things go".
 """
 
 __version__ = "0.2.0"

@@ -9,17 +9,16 @@ from georecall.constructions.building import (
     Construction,
     assemble,
     nominal_geometry,
-    resolve_codes,
 )
 from georecall.constructions.codes import Codes
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.hops import (
-    check_attention,
     code_geometry,
     default_beta,
     hop_constants,
+    hop_family_docstring,
+    hop_family_inputs,
     hop_model,
-    require_shared_attributes,
 )
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import MLP, Layer
@@ -139,6 +138,7 @@ def build_a2_depth(task: Task, k: int, codes: Codes | str = "binary", **options)
     return assemble(a2_depth_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)
 
 
+@hop_family_docstring
 def a2_depth_family(
     N: int,
     R: int,
@@ -175,25 +175,7 @@ def a2_depth_family(
     N, R : int
         Entities and relations (the family is built without a task: :func:`~georecall.constructions.
         single_hop.assemble` adds the task's part of each pair's step, ``a_{π_r(v)}/h``).
-    k : int
-        Hops, >= 1.
-    codes : Codes or str
-        A codebook, or its kind ("binary", "sign", "gaussian").
-    D : int, optional
-        Code length (default: the kind's).
-    beta : float, optional
-        Softmax inverse temperature (default: the one meeting the leakage target); ignored for hard
-        attention.
-    attention : str
-        "softmax", or "hard" (the ε = 0 idealization, labelled as such).
-    lam : float
-        Read-out scale λ.
-    rng : numpy.random.Generator, int or None
-        Random codes' stream.
-
-    construction : str
-        The construction's id (A2b), named by its promise, refusals and metadata; a spec
-        reusing this family passes its own.
+    {hop family parameters}
 
     Returns
     -------
@@ -201,17 +183,9 @@ def a2_depth_family(
         The model with the task-independent part of W2, its promise (checked: ``Promise.require``), codes,
         constants (``step_scale`` = 1/h) and layout, and :data:`A2B_ENCODING`.
 
-    Raises
-    ------
-    InputError
-        ``k`` is not a whole number >= 1, an unknown attention kind, bad codes.
-    ConditionError
-        The constants violate the construction's conditions (the promise's ``require``).
+    {hop family raises}
     """
-    k = check_positive_int("k", k)
-    check_attention(attention)
-    require_shared_attributes(attributes)
-    codes = resolve_codes(N, codes, D, rng, False)
+    k, codes = hop_family_inputs(N, k, codes, D, rng, attention, attributes)
     D, T = codes.D, k + 1
     beta = default_beta(attention, beta, 1 / 16, k)
     promise = a2_depth_promise(N, R, k, D, **code_geometry(codes), beta=beta, lam=lam,

@@ -9,18 +9,17 @@ from georecall.constructions.building import (
     Construction,
     assemble,
     nominal_geometry,
-    resolve_codes,
 )
 from georecall.constructions.codes import Codes
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.hops import (
-    check_attention,
     code_geometry,
     default_beta,
     hop_constants,
+    hop_family_docstring,
+    hop_family_inputs,
     hop_heads,
     hop_model,
-    require_shared_attributes,
 )
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import Layer
@@ -145,6 +144,7 @@ def build_g2(task: Task, k: int, codes: Codes | str = "binary", **options) -> Co
     return assemble(g2_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)
 
 
+@hop_family_docstring
 def g2_family(
     N: int,
     R: int,
@@ -181,27 +181,7 @@ def g2_family(
     N, R : int
         Entities and relations (the family is built without a task: :func:`~georecall.constructions.
         single_hop.assemble` adds the declared entity table or W2 rows).
-    k : int
-        Hops, >= 1.
-    codes : Codes or str
-        A codebook, or its kind ("binary", "sign", "gaussian").
-    D : int, optional
-        Code length (default: the kind's).
-    gate : float, optional
-        Gate constant G (default: the one in the leakage inequality above).
-    beta : float, optional
-        Softmax inverse temperature (default: the one meeting the leakage target); ignored for hard
-        attention.
-    attention : str
-        "softmax", or "hard" (the ε = 0 idealization, labelled as such).
-    lam : float
-        Read-out scale λ.
-    rng : numpy.random.Generator, int or None
-        Random codes' stream.
-
-    construction : str
-        The construction's id (G2), named by its promise, refusals and metadata; a spec
-        reusing this family passes its own.
+    {hop family parameters}
 
     Returns
     -------
@@ -209,17 +189,9 @@ def g2_family(
         The model without the declared table, its promise (checked: ``Promise.require``), codes, constants,
         layout and encoding.
 
-    Raises
-    ------
-    InputError
-        ``k`` is not a whole number >= 1, an unknown attention kind, bad codes.
-    ConditionError
-        The constants violate the construction's conditions (the promise's ``require``).
+    {hop family raises}
     """
-    k = check_positive_int("k", k)
-    check_attention(attention)
-    require_shared_attributes(attributes)
-    codes = resolve_codes(N, codes, D, rng, False)
+    k, codes = hop_family_inputs(N, k, codes, D, rng, attention, attributes)
     D, n_paths, T = codes.D, R**k, k + 1
     gate = 2.0 * codes.max_abs if gate is None else float(gate)
     l1, gap = codes.l1, codes.gap

@@ -7,8 +7,12 @@ Its public names are the shared parts of the k-hop construction modules (:mod:`.
 
 from __future__ import annotations
 
+import inspect
+import textwrap
+
 import numpy as np
 
+from georecall.constructions.building import resolve_codes
 from georecall.constructions.codes import Codes
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import Model
@@ -22,9 +26,104 @@ from georecall.theory.statements import (
     beta_for_leakage,
     softmax_leakage,
 )
+from georecall.theory.tasks import check_positive_int
 
-__all__ = ["check_attention", "code_geometry", "default_beta", "hop_constants", "hop_heads", "hop_model",
+__all__ = ["HOP_FAMILY_PARAMETERS", "HOP_FAMILY_RAISES", "check_attention", "code_geometry", "default_beta",
+           "hop_constants", "hop_family_docstring", "hop_family_inputs", "hop_heads", "hop_model",
            "require_shared_attributes"]
+
+# The k-hop families' common keyword parameters, described once: :func:`hop_family_docstring` puts the entries
+# of a family's own parameters where its docstring says ``{hop family parameters}``.
+HOP_FAMILY_PARAMETERS = {
+    "k": "k : int\n    Hops, >= 1.",
+    "codes": 'codes : Codes or str\n    A codebook, or its kind ("binary", "sign", "gaussian").',
+    "D": "D : int, optional\n    Code length (default: the kind's).",
+    "gate": "gate : float, optional\n    Gate constant G (default: the one in the leakage inequality above).",
+    "beta": "beta : float, optional\n    Softmax inverse temperature (default: the one meeting the leakage "
+            "target); ignored for hard\n    attention.",
+    "attention": 'attention : str\n    "softmax", or "hard" (the ε = 0 idealization, labelled as such).',
+    "lam": "lam : float\n    Read-out scale λ.",
+    "rng": "rng : numpy.random.Generator, int or None\n    Random codes' stream.",
+    "construction": "construction : str\n    The construction's id (default: this family's), named by its "
+                    "promise, refusals and metadata;\n    a spec reusing this family passes its own.",
+}
+# ... and what every k-hop family raises, where its docstring says ``{hop family raises}``.
+HOP_FAMILY_RAISES = """Raises
+------
+InputError
+    ``k`` is not a whole number >= 1, an unknown attention kind, bad codes.
+ConditionError
+    The constants violate the construction's conditions (the promise's ``require``)."""
+
+
+def hop_family_docstring(family):
+    """Complete a k-hop family's docstring: ``{hop family parameters}`` becomes the entries of
+    :data:`HOP_FAMILY_PARAMETERS` for the parameters ``family`` has (in its signature's order), and
+    ``{hop family raises}`` becomes :data:`HOP_FAMILY_RAISES`; each at the placeholder's indentation.
+
+    Parameters
+    ----------
+    family : callable
+        A k-hop family whose docstring holds the placeholders (used as a decorator).
+
+    Returns
+    -------
+    callable
+        ``family``, its ``__doc__`` completed.
+
+    Raises
+    ------
+    ValueError
+        The docstring lacks a placeholder (a family documents these parameters in one place or not at all).
+
+    Examples
+    --------
+    >>> from georecall.constructions.a2_depth import a2_depth_family
+    >>> "Hops, >= 1." in a2_depth_family.__doc__, "gate :" in a2_depth_family.__doc__
+    (True, False)
+    """
+    doc = family.__doc__
+    if not doc:  # ``python -OO`` strips docstrings: nothing to complete
+        return family
+    names = [name for name in inspect.signature(family).parameters if name in HOP_FAMILY_PARAMETERS]
+    texts = {"{hop family parameters}": "\n".join(HOP_FAMILY_PARAMETERS[name] for name in names),
+             "{hop family raises}": HOP_FAMILY_RAISES}
+    for placeholder, text in texts.items():
+        line = next((line for line in doc.splitlines() if line.strip() == placeholder), None)
+        if line is None:
+            raise ValueError(f"{family.__name__}'s docstring has no line {placeholder!r}")
+        indent = line[: len(line) - len(line.lstrip())]
+        doc = doc.replace(line, textwrap.indent(text, indent))
+    family.__doc__ = doc
+    return family
+
+
+def hop_family_inputs(N: int, k, codes: Codes | str, D: int | None, rng, attention: str,
+                      attributes: str) -> tuple[int, Codes]:
+    """What every k-hop family checks and resolves first: the hop count, the attention kind, shared
+    attributes, and the codebook (for ``N`` entities; ``D`` and ``rng`` as the family's).
+
+    Parameters
+    ----------
+    N : int
+        Entities.
+    k, codes, D, rng, attention, attributes
+        As the family was given them.
+
+    Returns
+    -------
+    tuple of (int, Codes)
+        ``k`` as a whole number >= 1 and the resolved codebook.
+
+    Raises
+    ------
+    InputError
+        ``k`` is not a whole number >= 1, an unknown attention kind, attributes not shared, bad codes.
+    """
+    k = check_positive_int("k", k)
+    check_attention(attention)
+    require_shared_attributes(attributes)
+    return k, resolve_codes(N, codes, D, rng, False)
 
 
 def check_attention(attention: str) -> None:

@@ -164,3 +164,53 @@ def test_smallest_entity_sets(construction, N):
     """N = 1 has no wrong answer (margin +inf, promise finite); N = 2 has codes of length 1."""
     report = check_multi_hop(N, 2, 2, construction=construction)
     assert report.passed and report.result.min_margin > 0  # passed: the promise met (up to rounding)
+
+
+# The k-hop families' shared docstring sections (constructions.hops.hop_family_docstring)
+
+def test_each_k_hop_family_documents_exactly_its_own_parameters():
+    import inspect
+
+    from georecall.constructions import hops
+    from georecall.constructions.a2_depth import a2_depth_family
+    from georecall.constructions.a2_width import a2_width_family
+    from georecall.constructions.c1 import c1_family
+    from georecall.constructions.g2 import g2_family
+
+    for family in (g2_family, c1_family, a2_width_family, a2_depth_family):
+        doc = family.__doc__
+        assert "{hop family" not in doc and "ConditionError" in doc, family.__name__
+        documented = {name for name, text in hops.HOP_FAMILY_PARAMETERS.items()
+                      if f"\n    {text.splitlines()[0]}\n" in doc}
+        assert documented == set(hops.HOP_FAMILY_PARAMETERS) & set(inspect.signature(family).parameters)
+    assert "gate : float" not in a2_depth_family.__doc__  # A2(b) has no gate: its entry is left out
+
+
+def test_a_family_docstring_without_the_placeholders_is_refused():
+    from georecall.constructions.hops import hop_family_docstring
+
+    def family(N, R, k, *, D=None):
+        """A family.
+
+        Parameters
+        ----------
+        k : int
+            Hops.
+        """
+
+    with pytest.raises(ValueError, match="hop family parameters"):
+        hop_family_docstring(family)
+
+    def documented(N, R, k, *, D=None):
+        """A family.
+
+        Parameters
+        ----------
+        {hop family parameters}
+
+        {hop family raises}
+        """
+
+    doc = hop_family_docstring(documented).__doc__
+    assert "    k : int\n            Hops, >= 1.\n" in doc and "    D : int, optional\n" in doc
+    assert "gate :" not in doc and "        InputError\n" in doc

@@ -323,11 +323,11 @@ def test_integer_promises_are_integers():
 
 
 def test_the_docs_property_test_snippet_is_the_one_in_georecall_testing():
-    """The snippet's home is docs/theorist.md (issue 44: it skips tasks outside the conditions, as check_spec
-    does); georecall.testing's docstring shows the same one."""
+    """The snippet's home is docs/your_construction.md (issue 44: it skips tasks outside the conditions, as
+    check_spec does); georecall.testing's docstring shows the same one."""
     import georecall.testing as testing
 
     snippet = textwrap.dedent(testing.__doc__.split("::")[1]).strip()
     assert "report = run_check(SPEC, task.N, task.R, task=task)" in snippet and "assume(False)" in snippet
-    docs = open(os.path.join(REPO, "docs", "theorist.md"), encoding="utf-8").read()
+    docs = open(os.path.join(REPO, "docs", "your_construction.md"), encoding="utf-8").read()
     assert snippet in docs

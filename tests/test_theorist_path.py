@@ -1,4 +1,4 @@
-"""docs/theorist.md, run (issue 44): the property-test snippet skips tasks outside a construction's
+"""docs/your_construction.md, run (issue 44): the property-test snippet skips tasks outside a construction's
 conditions as ``check_spec`` does (the README's copy errored on a drawn N = 1); a user's construction opts
 into integer mode by declaring it, and the check proves it; which decoder a user's construction gets and
 why; ``bounds --gaps`` says why a row is empty and what to pass."""
@@ -19,7 +19,7 @@ from georecall.errors import ConditionError
 from georecall.verify.checking.run import run_check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOC = os.path.join(ROOT, "docs", "theorist.md")
+DOC = os.path.join(ROOT, "docs", "your_construction.md")
 
 
 @pytest.fixture(autouse=True)

@@ -19,8 +19,8 @@ Importing it registers two hypothesis profiles and loads one of them (``GEORECAL
   heads, layers, positions) for gradient and forward-pass properties.
 
 A property test of your own construction (a ``ConstructionSpec``, see ``examples/my_construction.py``),
-with the ready property :func:`check_spec` and written out with the strategies (docs/theorist.md's snippet,
-run from the repository's folder; a task outside the construction's conditions is skipped, as
+with the ready property :func:`check_spec` and written out with the strategies (docs/your_construction.md's
+snippet, run from the repository's folder; a task outside the construction's conditions is skipped, as
 :func:`check_spec` does)::
 
     from hypothesis import assume, given

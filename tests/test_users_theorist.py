@@ -61,7 +61,8 @@ def run(argv, capsys):
 
 def readme_snippet() -> str:
     """The hypothesis snippet, from docs/your_construction.md's "Property-testing it" section (issue 44: the
-    README's copy did not skip tasks outside the construction's conditions; the docs page is the snippet's home)."""
+    README's copy did not skip tasks outside the construction's conditions; the docs page is the snippet's
+    home)."""
     text = open(os.path.join(ROOT, "docs", "your_construction.md"), encoding="utf-8").read()
     section = text[text.index("## Property-testing it"):]
     section = section[:section.index("\n## ", 3)]

@@ -62,7 +62,8 @@ def counts(root: pathlib.Path = ROOT) -> dict:
                 n = code_lines(lines, node)
                 if n > LONG_FUNCTION:
                     long_functions.append({"function": f"{name}:{node.lineno} {node.name}", "code_lines": n})
-                function_imports |= {f"{name}:{inner.lineno}" for inner in ast.walk(node) if is_own_import(inner)}
+                function_imports |= {f"{name}:{inner.lineno}" for inner in ast.walk(node)
+                                     if is_own_import(inner)}
     return {
         "functions_over_80_code_lines": sorted(long_functions, key=lambda f: -f["code_lines"]),
         "modules_over_500_lines": sorted(long_modules, key=lambda m: -m["lines"]),

@@ -101,8 +101,7 @@ def build(model: Model, dtype, context: int):
 
 
 class _Builder:
-    """The graph's nodes and initializers in the order they are added (each method returns the name of what
-    it adds, so that stages chain)."""
+    """The graph's nodes and initializers in the order added (each method returns the name it adds)."""
 
     def __init__(self, helper, numpy_helper) -> None:
         self.helper, self.numpy_helper = helper, numpy_helper
@@ -121,8 +120,7 @@ class _Builder:
 
 
 def _sequence_masks(b: _Builder, dtype: np.dtype, T_max: int) -> None:
-    """The input's length and the causal masks cut to it: ``mask_t`` (0 / −∞, for softmax) and ``uniform_t``
-    (the weights ``1/(t + 1)``)."""
+    """The input's length and the causal masks cut to it (``mask_t`` 0 / −∞, ``uniform_t``)."""
     causal = np.tril(np.ones((T_max, T_max), dtype=bool))
     b.const("mask", np.where(causal, 0.0, -np.inf).astype(dtype))
     b.const("uniform", (causal / np.arange(1, T_max + 1)[:, None]).astype(dtype))
@@ -157,8 +155,7 @@ def _heads(b: _Builder, W, H: int, d: int, width: int, name: str, source: str, p
 
 
 def _attention(b: _Builder, att, x: str, p: str) -> str:
-    """One attention layer: ``y = x + concat(a v) W_O`` with softmax weights of ``β·q kᵀ`` under the causal
-    mask, or the uniform weights."""
+    """One attention layer ``y = x + concat(a v) W_O`` (masked softmax of ``β·q kᵀ``, or uniform)."""
     H, d, d_v = att.W_V.stored.shape
     v = _heads(b, att.W_V.stored, H, d, d_v, "v", x, p)
     if att.W_Q is None:

@@ -545,8 +545,7 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
 
 
 class _Planting(NamedTuple):
-    """One draw of planted states: the states, the planted model's readers, its answer to every fact, and
-    the facts it answers right (with, per fact, the subject's other facts it answers right)."""
+    """One draw of planted states: the states, readers, answers and the facts answered right."""
 
     H: np.ndarray
     readers: list
@@ -556,8 +555,7 @@ class _Planting(NamedTuple):
 
 
 class _Run(NamedTuple):
-    """One run of the estimator on a planting: its labels (shuffled for the negative control), the
-    superposition fit's groups and inner folds, and the edits' targets."""
+    """One run of the estimator on a planting: its labels, folds and the edits' targets."""
 
     planting: int
     labels: list
@@ -572,8 +570,7 @@ def _draw_runs(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], present: 
                snr: float, facts: Sequence[tuple[int, int, int]], others: Sequence[list[int]],
                fact_rel: np.ndarray, fact_subj: np.ndarray, truth: np.ndarray, folds: int, shuffle: bool, *,
                rng: np.random.Generator, draws: int) -> tuple[list[_Planting], list[_Run]]:
-    """Every draw of one SNR's plantings and runs, in the order of the loop the estimator describes
-    (planting, shuffle, the superposition fit's groups and inner folds, the targets)."""
+    """One SNR's plantings and runs, drawn in the estimator's order (planting, shuffle, folds, targets)."""
     R, n = present.shape[1], present.shape[0]
     plantings: list[_Planting] = []
     runs: list[_Run] = []
@@ -600,8 +597,7 @@ def _draw_runs(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], present: 
 
 def _fit_runs(plantings: list[_Planting], runs: list[_Run], Us: Sequence[np.ndarray], present: np.ndarray,
               design: np.ndarray) -> dict[int, tuple]:
-    """Per run, its design and its superposition fit (with the coefficients) and presence-only fit, the
-    runs with the real labels fitted together and the negative control's together."""
+    """Per run, its design and its superposition and presence-only fits (batched per kind of labels)."""
     R = present.shape[1]
     presence = present.astype(np.float64)
     fits: dict[int, tuple] = {}

@@ -89,8 +89,7 @@ def _lens_and_patching(ax, doc: dict) -> None:
 
 
 def _lre_curves(ax, doc: dict) -> None:
-    """LRE faithfulness per layer, its bias-alone control and its planted power (means over the relations
-    told)."""
+    """LRE faithfulness per layer, its bias-alone control and its power (means over relations told)."""
     told = [x for x in doc["lre"] if x["told"]]
     if not told:
         return
@@ -110,8 +109,7 @@ def _lre_curves(ax, doc: dict) -> None:
 
 
 def _power_panel(ax, doc: dict) -> None:
-    """Middle panel: each relation's decoding power against the planted SNR, the shuffled-label control and
-    the required rate."""
+    """Middle panel: each relation's decoding power against the planted SNR, with its controls."""
     T = doc["thresholds"]
     for x in doc["relations"]:
         pw = x["power"]
@@ -130,8 +128,7 @@ def _power_panel(ax, doc: dict) -> None:
 
 
 def _intervention_panel(ax, doc: dict) -> None:
-    """Right panel: per layer, the interventions' dose-response (answer becomes j, others stay), and the
-    planted control's selective share per dose."""
+    """Right panel: the interventions' dose-response per layer and the planted control per dose."""
     for x in doc["interventions"]:
         if not x.get("edits"):
             continue

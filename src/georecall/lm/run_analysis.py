@@ -33,6 +33,7 @@ __all__ = ["analyse"]
 
 
 def _frac(x) -> float | None:
+    """The mean of a boolean array, or None when it is empty."""
     x = np.asarray(x)
     return float(x.mean()) if x.size else None
 
@@ -87,8 +88,7 @@ def analyse(m: dict, facts: Facts, *, seed: int,
 
 @dataclass(frozen=True)
 class _Inputs:
-    """What both halves of the analysis read: per relation the class vectors, the subjects present, the
-    cross-fitting folds and the shuffled labels; the subjects' states per layer (and the random model's)."""
+    """What both halves of the analysis read: class vectors, subjects, folds, shuffles and states."""
 
     R: int
     width: int
@@ -102,13 +102,12 @@ class _Inputs:
 
 
 def _inputs(m: dict, prep: Prepared, facts: Facts, seed: int) -> _Inputs:
-    """The shared inputs of a measurement: folds and shuffles drawn from their own streams, states in float64.
-
-    Every layer (and the random-init model's) is fitted with the same folds, drawn afresh from each probe's
-    own stream, so the layers are fitted together: per relation one batch of 2 × layers problems (the real
-    labels and their shuffled control), per design one Gram matrix. Each probe draws from its own stream, so
-    the two halves are independent: they run in two threads where two CPUs are available (the same document
-    either way)."""
+    """The shared inputs of a measurement (folds and shuffles each from its own stream)."""
+    # Every layer (and the random-init model's) is fitted with the same folds, drawn afresh from each probe's
+    # own stream, so the layers are fitted together: per relation one batch of 2 × layers problems (the real
+    # labels and their shuffled control), per design one Gram matrix. Each probe draws from its own stream, so
+    # the two halves of analyse are independent: they run in two threads where two CPUs are available (the
+    # same document either way).
     R = len(facts.relations)
     subj = [np.flatnonzero(prep.present[:, r]) for r in range(R)]
     return _Inputs(
@@ -120,8 +119,7 @@ def _inputs(m: dict, prep: Prepared, facts: Facts, seed: int) -> _Inputs:
 
 
 def _decoding(inp: _Inputs, prep: Prepared, seed: int) -> tuple[list, list]:
-    """The decoding probe's planted power per relation, and per relation its decoding of every layer (the
-    real labels and the shuffled control; the random model's layers after the real ones)."""
+    """Decoding's planted power per relation, and each relation's decoding of every layer."""
     pw = power.decode_power(list(prep.label), inp.Us, prep.present, inp.width, inp.groups,
                             rng=stream_rng(seed, "lm-power"), draws=POWER_DRAWS)
     decoded = []
@@ -137,8 +135,7 @@ def _decoding(inp: _Inputs, prep: Prepared, seed: int) -> tuple[list, list]:
 
 
 def _fits_and_controls(inp: _Inputs, m: dict, prep: Prepared, facts: Facts, seed: int) -> tuple:
-    """The superposition fits of every layer (real and shuffled labels), the planted superposition and
-    intervention controls, the patching controls and the LRE rows."""
+    """The superposition fits (real and shuffled labels), the planted controls and the LRE rows."""
     R, nl = inp.R, inp.nl
     blocks = [inp.Us[r][prep.label[r]] for r in range(R)]
     Hs = [inp.alone[:, j] for j in range(nl)] + ([inp.alone_r[:, j] for j in range(nl)]
@@ -152,8 +149,7 @@ def _fits_and_controls(inp: _Inputs, m: dict, prep: Prepared, facts: Facts, seed
 
 
 def _relation_rows(inp: _Inputs, m: dict, prep: Prepared, facts: Facts, pw: list) -> list[dict]:
-    """Per relation: its facts and classes, the model's first-token accuracy, its known facts per template,
-    and the decoding probe's power."""
+    """Per relation: facts, classes, first-token accuracy, known facts and decoding power."""
     relations = []
     for r, rel in enumerate(facts.relations):
         rows = prep.fact_row[r][inp.subj[r]]
@@ -171,8 +167,7 @@ def _relation_rows(inp: _Inputs, m: dict, prep: Prepared, facts: Facts, pw: list
 
 def _layer_rows(inp: _Inputs, facts: Facts, layers: list, decoded: list, pw: list, sup_all: list,
                 sup_sh: list) -> list[dict]:
-    """Per layer: each relation's decoding against its controls with its verdict word, and the superposition
-    fit with its controls."""
+    """Per layer: each relation's decoding against its controls, and the superposition fit."""
     nl = inp.nl
     layer_rows = []
     for j, layer in enumerate(layers):
@@ -211,8 +206,7 @@ def _logit_lens(m: dict, prep: Prepared) -> list[list[float | None]]:
 
 
 def _patching_rows(m: dict, prep: Prepared, facts: Facts, patch_power: list) -> list[dict]:
-    """Per template, activation patching: the share of pairs whose answer moves to the other subject's (or
-    stays), per layer and per relation, with the planted controls' power."""
+    """Per template, the share of pairs that patching moves, per layer and relation, with power."""
     patch = []
     for t in range(len(m["templates"])):
         src, dst = m[f"patch_src{t}"], m[f"patch_dst{t}"]
@@ -272,6 +266,7 @@ def _patch_power(m: dict, prep: Prepared, seed: int) -> list[list[dict]]:
 
 
 def _lre_rows(m: dict, prep: Prepared, facts: Facts, seed: int) -> list[dict]:
+    """Per relation, LRE's held-out scores per layer with its planted control (or why not told)."""
     T = THRESHOLDS
     out = []
     for r, rel in enumerate(facts.relations):
@@ -334,6 +329,7 @@ def _planted_superposition(m: dict, prep: Prepared, Us, width: int, seed: int) -
 
 
 def _intervention_rows(m: dict, prep: Prepared, facts: Facts) -> list[dict]:
+    """Per intervention layer, each dose's success, change and stay shares over the edits."""
     out = []
     for layer in m["intervene_layers"]:
         own = m[f"iv_own{layer}"]

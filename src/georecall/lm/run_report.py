@@ -12,6 +12,7 @@ __all__ = ["render_text"]
 
 
 def _f(x, nd=2) -> str:
+    """A number with ``nd`` decimals, or a dash for None and non-finite values."""
     return "—" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{nd}f}"
 
 
@@ -68,8 +69,7 @@ def _relation_lines(doc: dict) -> list[str]:
 
 
 def _layer_lines(doc: dict) -> list[str]:
-    """Per layer: decoding, the encoding verdict, superposition R² with its controls, logit lens and
-    patching."""
+    """Per layer: decoding, encoding, superposition R² with its controls, logit lens and patching."""
     lines = ["per layer: decoding mean, relations decodable / told, superposition R² (shuffled, "
              "presence only, random model), logit lens and patching (share of known facts / pairs) per "
              "template"]

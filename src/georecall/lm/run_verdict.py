@@ -65,8 +65,7 @@ def _decoding(doc: dict) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
 
 
 def _encoding(doc: dict, T: dict) -> dict:
-    """Per layer, linear relational encoding: ``yes`` where a declared share of the relations told decode,
-    ``no`` where fewer do, ``cannot tell`` where too few relations are told."""
+    """Per layer, linear relational encoding: yes, no, or cannot tell (too few relations told)."""
     enc: dict = {}
     for row in doc["layers"]:
         told = [x for x in row["per_relation"] if x["verdict"] != "cannot tell"]
@@ -79,8 +78,7 @@ def _encoding(doc: dict, T: dict) -> dict:
 
 
 def _superposition(doc: dict, T: dict) -> tuple[list, float]:
-    """The layers whose superposition fit passes (R² high enough and above every control), and the planted
-    control's detection rate at the declared SNR."""
+    """The layers whose superposition fit beats every control, and the planted control's rate."""
     sp = doc["superposition_power"]
     sup_rate = sp["positive"][sp["snrs"].index(T["superposition_snr"])]
     sup_layers = []
@@ -93,8 +91,7 @@ def _superposition(doc: dict, T: dict) -> tuple[list, float]:
 
 
 def _lre(doc: dict, T: dict) -> tuple[dict, dict]:
-    """Per relation told, the layers where LRE is faithful, and per layer its word (``faithful``, ``not
-    faithful`` only where also failing among the candidates with power, else ``cannot tell``)."""
+    """Per relation told, LRE's faithful layers and each layer's word (negative only with power)."""
     req = T["power_required"]
     lre_ok: dict = {}
     lre_words: dict = {}
@@ -117,8 +114,7 @@ def _lre(doc: dict, T: dict) -> tuple[dict, dict]:
 
 
 def _patching(doc: dict, T: dict) -> tuple[list[list], list[dict]]:
-    """Per template, the patched layers that move the answer, and per layer its word (``moves``, ``does not
-    move`` only where the planted readout is detected with power, else ``cannot tell``)."""
+    """Per template, the layers where patching moves the answer and each layer's word."""
     req = T["power_required"]
     patch_layers = [[p["layers"][j] for j, v in enumerate(p["moved"]) if v >= T["patch_moved"]]
                     for p in doc["patching"]]
@@ -139,8 +135,7 @@ def _patching(doc: dict, T: dict) -> tuple[list[list], list[dict]]:
 
 
 def _interventions(doc: dict, T: dict) -> tuple[list[tuple], dict[str, str], dict[str, float]]:
-    """The selective (layer, dose) edits, each edit's word (``selective``, ``not selective`` only where the
-    planted control is selective with power, else ``cannot tell``), and that control's rate per dose."""
+    """The selective (layer, dose) edits, each edit's word and the planted control's rate per dose."""
     req = T["power_required"]
     ivp = doc["intervention_power"]
     iv_rate = dict(zip([str(d) for d in ivp["doses"]], ivp["rate"][ivp["snrs"].index(T["intervention_snr"])]))

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -121,42 +121,9 @@ def from_state_dict(state: Mapping, *, heads: int = 1, attention_scale: str | fl
         A missing, misshapen, unknown or unrepresentable key (LayerNorm, a nonzero attention or read-out
         bias), or an inconsistent number of heads.
     """
-    if not isinstance(state, Mapping):
-        raise InputError(f"a state_dict is a mapping of names to arrays, got {type(state).__name__}")
-    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
-        raise InputError(f"heads must be a whole number >= 1, got {heads!r}")
-    for key in state:
-        if _NORM.search(str(key) + "."):
-            raise InputError(f"state_dict[{key!r}] looks like a normalization layer (LayerNorm/RMSNorm): "
-                             "georecall's forward pass has none (docs/model_format.md)")
-    known = {"embed.weight", "entity_embed.weight", "relation_embed.weight", "pos_embed.weight",
-             "unembed.weight", "unembed.bias"}
-    unknown = sorted(k for k in state if k not in known and not _LAYER_KEY.match(str(k)))
-    if unknown:
-        raise InputError(f"unknown state_dict key(s) {unknown[:5]}: the schema is in docs/model_format.md")
-    cast = (lambda a: a) if dtype is None else (lambda a: a.astype(dtype))
-
-    def get(key: str, ndim: int) -> np.ndarray:
-        if key not in state:
-            raise InputError(f"state_dict has no {key!r}")
-        array = _array(state[key], key)
-        if array.ndim != ndim:
-            raise InputError(f"state_dict[{key!r}] must be {ndim}-D, got shape {array.shape}")
-        return cast(array)
-
-    if "embed.weight" in state:
-        if "entity_embed.weight" in state or "relation_embed.weight" in state:
-            raise InputError("give either embed.weight (one token table) or entity_embed.weight and "
-                             "relation_embed.weight, not both")
-        table = get("embed.weight", 2)
-        if N is None or isinstance(N, bool) or not isinstance(N, int) or not 1 <= N < table.shape[0]:
-            raise InputError(f"embed.weight has {table.shape[0]} rows (N entities, then R relations): pass "
-                             f"N with 1 <= N < {table.shape[0]}, got N = {N!r}")
-        E, Q = table[:N], table[N:]
-    else:
-        E, Q = get("entity_embed.weight", 2), get("relation_embed.weight", 2)
-        if N is not None and N != E.shape[0]:
-            raise InputError(f"entity_embed.weight has {E.shape[0]} rows, but N = {N} was given")
+    _check_keys(state, heads)
+    get = _reader(state, dtype)
+    E, Q = _embeddings(state, N, get)
     d = E.shape[1]
     P = get("pos_embed.weight", 2) if "pos_embed.weight" in state else None
     _zero_or_refuse(state, "unembed.bias", "read-out bias")
@@ -173,52 +140,119 @@ def from_state_dict(state: Mapping, *, heads: int = 1, attention_scale: str | fl
                          + ("" if P is None else f", pos_embed.weight {P.shape[1]}"))
     structure: list[dict] = []
     for i in indices:
-        p, a = f"layers.{i}.", f"layers.{i}.attention."
-        layer: dict = {"attention": None, "mlp": False}
-        for x in "qkvo":  # with or without the layer's attention weights: a nonzero bias is never dropped
-            _zero_or_refuse(state, f"{p}attn.{x}_proj.bias", "attention bias")
-        if any(f"{p}attn.{x}_proj.weight" in state for x in "qkvo"):
-            v, o = get(f"{p}attn.v_proj.weight", 2), get(f"{p}attn.o_proj.weight", 2)
-            if v.shape[1] != d or v.shape[0] % heads or o.shape != (d, v.shape[0]):
-                raise InputError(f"layer {i}: v_proj.weight {v.shape} and o_proj.weight {o.shape} must be "
-                                 f"(H·d_v, d) and (d, H·d_v) with H = {heads}, d = {d}")
-            d_v = v.shape[0] // heads
-            arrays[a + "W_V"] = v.reshape(heads, d_v, d).transpose(0, 2, 1)
-            arrays[a + "W_O"] = o.T.reshape(heads, d_v, d)
-            has_qk = [f"{p}attn.{x}_proj.weight" in state for x in "qk"]
-            if any(has_qk) and not all(has_qk):
-                raise InputError(f"layer {i}: q_proj and k_proj come together (neither: uniform attention)")
-            if all(has_qk):
-                q, k = get(f"{p}attn.q_proj.weight", 2), get(f"{p}attn.k_proj.weight", 2)
-                if q.shape != k.shape or q.shape[1] != d or q.shape[0] % heads:
-                    raise InputError(f"layer {i}: q_proj.weight {q.shape} and k_proj.weight {k.shape} must "
-                                     f"both be (H·d_k, d) with H = {heads}, d = {d}")
-                d_k = q.shape[0] // heads
-                try:
-                    beta = 1 / math.sqrt(d_k) if attention_scale == "sqrt_dk" else float(attention_scale)
-                except (TypeError, ValueError):
-                    beta = math.nan
-                if not (math.isfinite(beta) and beta > 0):
-                    raise InputError(f"attention_scale must be 'sqrt_dk' or a positive number, got "
-                                     f"{attention_scale!r}")
-                arrays[a + "W_Q"] = q.reshape(heads, d_k, d).transpose(0, 2, 1)
-                arrays[a + "W_K"] = k.reshape(heads, d_k, d).transpose(0, 2, 1)
-                layer["attention"] = {"kind": "softmax", "inverse_temperature": beta}
-            else:
-                layer["attention"] = {"kind": "uniform", "inverse_temperature": 1.0}
-        if f"{p}mlp.fc1.weight" in state or f"{p}mlp.fc2.weight" in state:
-            fc1, fc2 = get(f"{p}mlp.fc1.weight", 2), get(f"{p}mlp.fc2.weight", 2)
-            m = fc1.shape[0]
-            arrays[p + "mlp.W1"], arrays[p + "mlp.W2"] = fc1.T, fc2.T
-            arrays[p + "mlp.b1"] = get(f"{p}mlp.fc1.bias", 1) if f"{p}mlp.fc1.bias" in state else \
-                np.zeros(m, fc1.dtype)
-            arrays[p + "mlp.b2"] = get(f"{p}mlp.fc2.bias", 1) if f"{p}mlp.fc2.bias" in state else \
-                np.zeros(d, fc2.dtype)
-            layer["mlp"] = True
-        elif f"{p}mlp.fc1.bias" in state or f"{p}mlp.fc2.bias" in state:
-            raise InputError(f"layer {i}: MLP biases without fc1.weight and fc2.weight")
-        structure.append(layer)
+        attention = _attention(state, i, d, heads, attention_scale, get, arrays)
+        structure.append({"attention": attention, "mlp": _mlp(state, i, d, get, arrays)})
     return structure, arrays
+
+
+def _check_keys(state: Mapping, heads: int) -> None:
+    """Refuse a state that is no mapping, a bad number of heads, normalization keys and unknown keys."""
+    if not isinstance(state, Mapping):
+        raise InputError(f"a state_dict is a mapping of names to arrays, got {type(state).__name__}")
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+        raise InputError(f"heads must be a whole number >= 1, got {heads!r}")
+    for key in state:
+        if _NORM.search(str(key) + "."):
+            raise InputError(f"state_dict[{key!r}] looks like a normalization layer (LayerNorm/RMSNorm): "
+                             "georecall's forward pass has none (docs/model_format.md)")
+    known = {"embed.weight", "entity_embed.weight", "relation_embed.weight", "pos_embed.weight",
+             "unembed.weight", "unembed.bias"}
+    unknown = sorted(k for k in state if k not in known and not _LAYER_KEY.match(str(k)))
+    if unknown:
+        raise InputError(f"unknown state_dict key(s) {unknown[:5]}: the schema is in docs/model_format.md")
+
+
+def _reader(state: Mapping, dtype) -> Callable[[str, int], np.ndarray]:
+    """``get(key, ndim)``: ``state[key]`` as an array of ``ndim`` dimensions, cast to ``dtype`` if given."""
+    cast = (lambda a: a) if dtype is None else (lambda a: a.astype(dtype))
+
+    def get(key: str, ndim: int) -> np.ndarray:
+        if key not in state:
+            raise InputError(f"state_dict has no {key!r}")
+        array = _array(state[key], key)
+        if array.ndim != ndim:
+            raise InputError(f"state_dict[{key!r}] must be {ndim}-D, got shape {array.shape}")
+        return cast(array)
+
+    return get
+
+
+def _embeddings(state: Mapping, N, get: Callable[[str, int], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The entity and relation embeddings ``E``, ``Q``: one token table split at ``N``, or two tables."""
+    if "embed.weight" in state:
+        if "entity_embed.weight" in state or "relation_embed.weight" in state:
+            raise InputError("give either embed.weight (one token table) or entity_embed.weight and "
+                             "relation_embed.weight, not both")
+        table = get("embed.weight", 2)
+        if N is None or isinstance(N, bool) or not isinstance(N, int) or not 1 <= N < table.shape[0]:
+            raise InputError(f"embed.weight has {table.shape[0]} rows (N entities, then R relations): pass "
+                             f"N with 1 <= N < {table.shape[0]}, got N = {N!r}")
+        return table[:N], table[N:]
+    E, Q = get("entity_embed.weight", 2), get("relation_embed.weight", 2)
+    if N is not None and N != E.shape[0]:
+        raise InputError(f"entity_embed.weight has {E.shape[0]} rows, but N = {N} was given")
+    return E, Q
+
+
+def _attention(state: Mapping, i: int, d: int, heads: int, attention_scale: str | float,
+               get: Callable[[str, int], np.ndarray], arrays: dict[str, np.ndarray]) -> dict | None:
+    """Layer ``i``'s attention (its kind and β, or None), its per-head arrays added to ``arrays``."""
+    p, a = f"layers.{i}.", f"layers.{i}.attention."
+    for x in "qkvo":  # with or without the layer's attention weights: a nonzero bias is never dropped
+        _zero_or_refuse(state, f"{p}attn.{x}_proj.bias", "attention bias")
+    if not any(f"{p}attn.{x}_proj.weight" in state for x in "qkvo"):
+        return None
+    v, o = get(f"{p}attn.v_proj.weight", 2), get(f"{p}attn.o_proj.weight", 2)
+    if v.shape[1] != d or v.shape[0] % heads or o.shape != (d, v.shape[0]):
+        raise InputError(f"layer {i}: v_proj.weight {v.shape} and o_proj.weight {o.shape} must be "
+                         f"(H·d_v, d) and (d, H·d_v) with H = {heads}, d = {d}")
+    d_v = v.shape[0] // heads
+    arrays[a + "W_V"] = v.reshape(heads, d_v, d).transpose(0, 2, 1)
+    arrays[a + "W_O"] = o.T.reshape(heads, d_v, d)
+    has_qk = [f"{p}attn.{x}_proj.weight" in state for x in "qk"]
+    if any(has_qk) and not all(has_qk):
+        raise InputError(f"layer {i}: q_proj and k_proj come together (neither: uniform attention)")
+    if not all(has_qk):
+        return {"kind": "uniform", "inverse_temperature": 1.0}
+    q, k = get(f"{p}attn.q_proj.weight", 2), get(f"{p}attn.k_proj.weight", 2)
+    if q.shape != k.shape or q.shape[1] != d or q.shape[0] % heads:
+        raise InputError(f"layer {i}: q_proj.weight {q.shape} and k_proj.weight {k.shape} must "
+                         f"both be (H·d_k, d) with H = {heads}, d = {d}")
+    d_k = q.shape[0] // heads
+    beta = _beta(d_k, attention_scale)
+    arrays[a + "W_Q"] = q.reshape(heads, d_k, d).transpose(0, 2, 1)
+    arrays[a + "W_K"] = k.reshape(heads, d_k, d).transpose(0, 2, 1)
+    return {"kind": "softmax", "inverse_temperature": beta}
+
+
+def _beta(d_k: int, attention_scale: str | float) -> float:
+    """A softmax layer's β: ``1/√d_k`` for ``"sqrt_dk"``, else the positive number given."""
+    try:
+        beta = 1 / math.sqrt(d_k) if attention_scale == "sqrt_dk" else float(attention_scale)
+    except (TypeError, ValueError):
+        beta = math.nan
+    if not (math.isfinite(beta) and beta > 0):
+        raise InputError(f"attention_scale must be 'sqrt_dk' or a positive number, got "
+                         f"{attention_scale!r}")
+    return beta
+
+
+def _mlp(state: Mapping, i: int, d: int, get: Callable[[str, int], np.ndarray],
+         arrays: dict[str, np.ndarray]) -> bool:
+    """Whether layer ``i`` has an MLP, its arrays (zero biases where none are given) added to ``arrays``."""
+    p = f"layers.{i}."
+    if f"{p}mlp.fc1.weight" in state or f"{p}mlp.fc2.weight" in state:
+        fc1, fc2 = get(f"{p}mlp.fc1.weight", 2), get(f"{p}mlp.fc2.weight", 2)
+        m = fc1.shape[0]
+        arrays[p + "mlp.W1"], arrays[p + "mlp.W2"] = fc1.T, fc2.T
+        arrays[p + "mlp.b1"] = get(f"{p}mlp.fc1.bias", 1) if f"{p}mlp.fc1.bias" in state else \
+            np.zeros(m, fc1.dtype)
+        arrays[p + "mlp.b2"] = get(f"{p}mlp.fc2.bias", 1) if f"{p}mlp.fc2.bias" in state else \
+            np.zeros(d, fc2.dtype)
+        return True
+    if f"{p}mlp.fc1.bias" in state or f"{p}mlp.fc2.bias" in state:
+        raise InputError(f"layer {i}: MLP biases without fc1.weight and fc2.weight")
+    return False
 
 
 def to_state_dict(model, *, token_table: bool = True, attention_scale: str | float = "sqrt_dk"

@@ -77,82 +77,19 @@ def build(model: Model, dtype, context: int):
     dtype = np.dtype(dtype)
     elem = onnx.TensorProto.FLOAT if dtype == np.float32 else onnx.TensorProto.DOUBLE
     T_max = model.max_positions or max(context, 1)
-    nodes, inits = [], []
-
-    def const(name: str, value) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(value), name))
-        return name
-
-    def node(op: str, inputs: list[str], output: str, **attrs) -> str:
-        nodes.append(helper.make_node(op, inputs, [output], **attrs))
-        return output
-
-    causal = np.tril(np.ones((T_max, T_max), dtype=bool))
-    const("mask", np.where(causal, 0.0, -np.inf).astype(dtype))
-    const("uniform", (causal / np.arange(1, T_max + 1)[:, None]).astype(dtype))
-    const("zero2", np.zeros(2, dtype=np.int64))
-    const("one", np.array(1, dtype=np.int64))
-    const("last", np.array(-1, dtype=np.int64))
-    node("Shape", ["tokens"], "shape")
-    node("Gather", ["shape", "one"], "seq", axis=0)
-    node("Unsqueeze", ["seq", const("axis0", np.zeros(1, dtype=np.int64))], "seq1")
-    node("Concat", ["seq1", "seq1"], "seq2", axis=0)
-    node("Slice", ["mask", "zero2", "seq2"], "mask_t")
-    node("Slice", ["uniform", "zero2", "seq2"], "uniform_t")
-    x = node("Gather", [const("table", g.table.stored), "tokens"], "embedded", axis=0)
-    if g.positions is not None:
-        start = const("start0", np.zeros(1, np.int64))
-        node("Slice", [const("positions", g.positions.stored), start, "seq1"], "positions_t")
-        x = node("Add", [x, "positions_t"], "x_in")
+    b = _Builder(helper, numpy_helper)
+    _sequence_masks(b, dtype, T_max)
+    x = _embedding(b, g)
     for i, layer in enumerate(g.layers):
         p = f"layer{i}_"
-        att = layer.attention
-        y = x
-        if att is not None:
-            H, d, d_v = att.W_V.stored.shape
-
-            def heads(W, width: int, name: str, source: str) -> str:
-                """``source @ W`` for every head at once, as ``(batch, H, T, width)``."""
-                flat = const(p + name, W.transpose(1, 0, 2).reshape(d, H * width))
-                node("MatMul", [source, flat], p + name + "_flat")
-                node("Reshape", [p + name + "_flat", const(p + name + "_shape",
-                                                           np.array([0, 0, H, width], np.int64))],
-                     p + name + "_split")
-                return node("Transpose", [p + name + "_split"], p + name + "_heads", perm=[0, 2, 1, 3])
-
-            v = heads(att.W_V.stored, d_v, "v", x)
-            if att.W_Q is None:
-                weights = "uniform_t"
-            else:
-                assert att.W_K is not None and att.factor is not None
-                d_k = att.W_Q.stored.shape[2]
-                q = heads(att.W_Q.stored, d_k, "q", x)
-                k = heads(att.W_K.stored, d_k, "k", x)
-                node("Transpose", [k], p + "kT", perm=[0, 1, 3, 2])
-                node("MatMul", [q, p + "kT"], p + "dots")
-                node("Mul", [p + "dots", const(p + "beta", att.factor.stored)], p + "scores")
-                node("Add", [p + "scores", "mask_t"], p + "masked")
-                weights = node("Softmax", [p + "masked"], p + "weights", axis=-1)
-            node("MatMul", [weights, v], p + "z")
-            node("Transpose", [p + "z"], p + "zT", perm=[0, 2, 1, 3])
-            node("Reshape", [p + "zT", const(p + "z_shape", np.array([0, 0, H * d_v], np.int64))], p + "zcat")
-            node("MatMul", [p + "zcat", const(p + "W_O", att.W_O.stored)], p + "attn")
-            y = node("Add", [x, p + "attn"], p + "y")
-        x = y
-        if layer.mlp is not None:
-            mlp = layer.mlp
-            node("MatMul", [y, const(p + "W1", mlp.W1.stored)], p + "pre0")
-            node("Add", [p + "pre0", const(p + "b1", mlp.b1.stored)], p + "pre")
-            node("Relu", [p + "pre"], p + "hidden")
-            node("MatMul", [p + "hidden", const(p + "W2", mlp.W2.stored)], p + "out0")
-            node("Add", [p + "out0", const(p + "b2", mlp.b2.stored)], p + "out")
-            x = node("Add", [y, p + "out"], p + "x")
-    node("Gather", [x, "last"], "x_read", axis=1)
-    node("MatMul", ["x_read", const("U_T", np.ascontiguousarray(g.unembedding.stored.T))], "logits")
+        y = x if layer.attention is None else _attention(b, layer.attention, x, p)
+        x = y if layer.mlp is None else _mlp(b, layer.mlp, y, p)
+    b.node("Gather", [x, "last"], "x_read", axis=1)
+    b.node("MatMul", ["x_read", b.const("U_T", np.ascontiguousarray(g.unembedding.stored.T))], "logits")
     proto = helper.make_graph(
-        nodes, "georecall",
+        b.nodes, "georecall",
         [helper.make_tensor_value_info("tokens", onnx.TensorProto.INT64, ["batch", "sequence"])],
-        [helper.make_tensor_value_info("logits", elem, ["batch", model.n_out])], inits)
+        [helper.make_tensor_value_info("logits", elem, ["batch", model.n_out])], b.inits)
     result = helper.make_model(proto, opset_imports=[helper.make_opsetid("", OPSET)],
                                producer_name="georecall")
     result.ir_version = 8
@@ -161,6 +98,93 @@ def build(model: Model, dtype, context: int):
                                     "tokens": "entity s is s, relation r is N + r"})
     onnx.checker.check_model(result)
     return result
+
+
+class _Builder:
+    """The graph's nodes and initializers in the order added (each method returns the name it adds)."""
+
+    def __init__(self, helper, numpy_helper) -> None:
+        self.helper, self.numpy_helper = helper, numpy_helper
+        self.nodes: list = []
+        self.inits: list = []
+
+    def const(self, name: str, value) -> str:
+        """An initializer ``name`` holding ``value``."""
+        self.inits.append(self.numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], output: str, **attrs) -> str:
+        """A node ``op`` of ``inputs`` with the one output ``output``."""
+        self.nodes.append(self.helper.make_node(op, inputs, [output], **attrs))
+        return output
+
+
+def _sequence_masks(b: _Builder, dtype: np.dtype, T_max: int) -> None:
+    """The input's length and the causal masks cut to it (``mask_t`` 0 / −∞, ``uniform_t``)."""
+    causal = np.tril(np.ones((T_max, T_max), dtype=bool))
+    b.const("mask", np.where(causal, 0.0, -np.inf).astype(dtype))
+    b.const("uniform", (causal / np.arange(1, T_max + 1)[:, None]).astype(dtype))
+    b.const("zero2", np.zeros(2, dtype=np.int64))
+    b.const("one", np.array(1, dtype=np.int64))
+    b.const("last", np.array(-1, dtype=np.int64))
+    b.node("Shape", ["tokens"], "shape")
+    b.node("Gather", ["shape", "one"], "seq", axis=0)
+    b.node("Unsqueeze", ["seq", b.const("axis0", np.zeros(1, dtype=np.int64))], "seq1")
+    b.node("Concat", ["seq1", "seq1"], "seq2", axis=0)
+    b.node("Slice", ["mask", "zero2", "seq2"], "mask_t")
+    b.node("Slice", ["uniform", "zero2", "seq2"], "uniform_t")
+
+
+def _embedding(b: _Builder, g: Graph) -> str:
+    """The residual stream's input: the tokens' embeddings, plus the positions' when the model has them."""
+    x = b.node("Gather", [b.const("table", g.table.stored), "tokens"], "embedded", axis=0)
+    if g.positions is not None:
+        start = b.const("start0", np.zeros(1, np.int64))
+        b.node("Slice", [b.const("positions", g.positions.stored), start, "seq1"], "positions_t")
+        x = b.node("Add", [x, "positions_t"], "x_in")
+    return x
+
+
+def _heads(b: _Builder, W, H: int, d: int, width: int, name: str, source: str, p: str) -> str:
+    """``source @ W`` for every head at once, as ``(batch, H, T, width)``."""
+    flat = b.const(p + name, W.transpose(1, 0, 2).reshape(d, H * width))
+    b.node("MatMul", [source, flat], p + name + "_flat")
+    shape = b.const(p + name + "_shape", np.array([0, 0, H, width], np.int64))
+    b.node("Reshape", [p + name + "_flat", shape], p + name + "_split")
+    return b.node("Transpose", [p + name + "_split"], p + name + "_heads", perm=[0, 2, 1, 3])
+
+
+def _attention(b: _Builder, att, x: str, p: str) -> str:
+    """One attention layer ``y = x + concat(a v) W_O`` (masked softmax of ``β·q kᵀ``, or uniform)."""
+    H, d, d_v = att.W_V.stored.shape
+    v = _heads(b, att.W_V.stored, H, d, d_v, "v", x, p)
+    if att.W_Q is None:
+        weights = "uniform_t"
+    else:
+        assert att.W_K is not None and att.factor is not None
+        d_k = att.W_Q.stored.shape[2]
+        q = _heads(b, att.W_Q.stored, H, d, d_k, "q", x, p)
+        k = _heads(b, att.W_K.stored, H, d, d_k, "k", x, p)
+        b.node("Transpose", [k], p + "kT", perm=[0, 1, 3, 2])
+        b.node("MatMul", [q, p + "kT"], p + "dots")
+        b.node("Mul", [p + "dots", b.const(p + "beta", att.factor.stored)], p + "scores")
+        b.node("Add", [p + "scores", "mask_t"], p + "masked")
+        weights = b.node("Softmax", [p + "masked"], p + "weights", axis=-1)
+    b.node("MatMul", [weights, v], p + "z")
+    b.node("Transpose", [p + "z"], p + "zT", perm=[0, 2, 1, 3])
+    b.node("Reshape", [p + "zT", b.const(p + "z_shape", np.array([0, 0, H * d_v], np.int64))], p + "zcat")
+    b.node("MatMul", [p + "zcat", b.const(p + "W_O", att.W_O.stored)], p + "attn")
+    return b.node("Add", [x, p + "attn"], p + "y")
+
+
+def _mlp(b: _Builder, mlp, y: str, p: str) -> str:
+    """One MLP layer: ``x = y + (ReLU(y W1 + b1) W2 + b2)``."""
+    b.node("MatMul", [y, b.const(p + "W1", mlp.W1.stored)], p + "pre0")
+    b.node("Add", [p + "pre0", b.const(p + "b1", mlp.b1.stored)], p + "pre")
+    b.node("Relu", [p + "pre"], p + "hidden")
+    b.node("MatMul", [p + "hidden", b.const(p + "W2", mlp.W2.stored)], p + "out0")
+    b.node("Add", [p + "out0", b.const(p + "b2", mlp.b2.stored)], p + "out")
+    return b.node("Add", [y, p + "out"], p + "x")
 
 
 def write(model: Model, folder: str, dtype, context: int) -> None:

@@ -38,7 +38,7 @@ constants were declared before the run they judge (issue 35, second part)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -502,7 +502,6 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
         ``superposition_negative`` (at ``negative_snr``) when that rule is given, ``draws``.
     """
     R = present.shape[1]
-    n = present.shape[0]
     rate = np.zeros((len(snrs), len(doses)))
     neg = np.zeros(len(doses))
     edited = np.zeros(len(snrs))
@@ -512,74 +511,27 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
     fact_subj = np.asarray(fact_subj, dtype=np.int64)
     truth = np.array([labels[r][i] for r, i in zip(fact_rel, fact_subj)], dtype=np.int64)
     design = probes.block_design([Us[r][np.asarray(labels[r])] for r in range(R)], present)
-    presence = present.astype(np.float64)
     for k, snr in enumerate(snrs):
-        # every draw of this SNR's plantings, in the order of the loop the estimator describes (planting,
-        # shuffle, the superposition fit's groups and inner folds, the targets); then the fits, together
-        plantings, runs = [], []
-        for _ in range(draws):
-            H, maps = power.planted_states(labels, Us, present, p, snr, rng, return_maps=True)
-            readers = [(Us[r] - Us[r].mean(axis=0)) @ maps[r] for r in range(R)]  # (C_r, p)
-            del maps
-            answer = _read(readers, fact_rel, H[fact_subj])
-            ok = answer == truth
-            fs = [f for f in facts if ok[f[0]]]
-            oth = [[x for x in xs if ok[x]] for f, xs in zip(facts, others) if ok[f[0]]]
-            labs_runs = [(list(labels), False)]
-            if negative_snr is not None and snr == negative_snr:
-                labs_runs.append((probes.shuffled(list(labels), present, rng), True))
-            plantings.append((H, readers, answer, fs, oth))
-            for labs, is_neg in labs_runs:
-                groups = probes.folds_of(n, folds, rng)
-                inner_x = inner_parts(n, groups, rng=rng)
-                inner_0 = inner_parts(n, groups, rng=rng)
-                targets = draw_targets(Us, np.array(labs), fs, rng)
-                runs.append((len(plantings) - 1, labs, is_neg, groups, inner_x, inner_0, targets))
-        fits: dict[int, tuple] = {}
-        for negative in (False, True):
-            idx = [q for q, run in enumerate(runs) if run[2] == negative]
-            if not idx:
-                continue
-            Y = np.stack([plantings[runs[q][0]][0] for q in idx])
-            if negative:
-                X = np.stack([probes.block_design([Us[r][runs[q][1][r]] for r in range(R)], present)
-                              for q in idx])
-            else:
-                X = design
-            full = cross_fit_batch(X, [Y], [runs[q][3] for q in idx], [runs[q][4] for q in idx],
-                                   keep_coef=True)
-            alone = cross_fit_batch(presence, [Y], [runs[q][3] for q in idx], [runs[q][5] for q in idx])
-            for j, q in enumerate(idx):
-                fits[q] = (X if X.ndim == 2 else X[j], full[j][0], alone[j][0])
-            del Y
-        for q, (h, labs, is_neg, groups, _ix, _i0, targets) in enumerate(runs):
-            H, readers, answer, fs, oth = plantings[h]
-            Xq, full, alone = fits.pop(q)
+        shuffle = negative_snr is not None and snr == negative_snr
+        plantings, runs = _draw_runs(labels, Us, present, p, snr, facts, others, fact_rel, fact_subj, truth,
+                                     folds, shuffle, rng=rng, draws=draws)
+        fits = _fit_runs(plantings, runs, Us, present, design)
+        for q, run in enumerate(runs):
+            planting = plantings[run.planting]
+            fit = fits.pop(q)
             if superposition_rule is not None:
-                verdict = superposition_rule({"r2": r_squared(H, full["predictions"]),
-                                              "presence_r2": r_squared(H, alone["predictions"])})
-                if is_neg:
+                verdict = _superposition_verdict(planting, fit, superposition_rule)
+                if run.negative:
                     sup_neg += verdict / draws
                 else:
                     sup_rate[k] += verdict / draws
-            blocks_of = [(test, probes.BlockMaps(Xq[fit] - Xq[fit].mean(axis=0), C, Us[0].shape[1], R))
-                         for test, (fit, C) in zip(groups, full["coef"])]
-            ed = intervention_edits(blocks_of, Us, np.array(labs), fs, np.linalg.norm(H[fact_subj], axis=1),
-                                    oth, targets=targets)
-            del blocks_of
-            if not is_neg:
+            ed = _run_edits(planting, run, fit, Us, fact_subj)
+            if not run.negative:
                 edited[k] += ed["own"].size / draws
             if ed["own"].size == 0:
                 continue
-            n_own = ed["own"].size
-            already = float(np.mean(answer[ed["own"]] == ed["target"]))
-            for d, dose in enumerate(doses):
-                rows, deltas = intervention_deltas(ed, dose)
-                ans = _read(readers, fact_rel[rows], H[fact_subj[rows]] + deltas)
-                sc = intervention_scores(ans[:n_own], ans[n_own:], ed["target"], answer[ed["own"]],
-                                         answer[ed["others"]])
-                hit = bool(rule(sc, already))
-                if is_neg:
+            for d, hit in enumerate(_dose_hits(planting, ed, doses, rule, fact_rel, fact_subj)):
+                if run.negative:
                     neg[d] += hit / draws
                 else:
                     rate[k, d] += hit / draws
@@ -590,3 +542,114 @@ def intervention_power(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], p
         out["superposition"] = sup_rate.tolist()
         out["superposition_negative"] = float(sup_neg) if negative_snr is not None else None
     return out
+
+
+class _Planting(NamedTuple):
+    """One draw of planted states: the states, readers, answers and the facts answered right."""
+
+    H: np.ndarray
+    readers: list
+    answer: np.ndarray
+    facts: list
+    others: list
+
+
+class _Run(NamedTuple):
+    """One run of the estimator on a planting: its labels, folds and the edits' targets."""
+
+    planting: int
+    labels: list
+    negative: bool
+    groups: list
+    inner_x: list
+    inner_0: list
+    targets: list
+
+
+def _draw_runs(labels: Sequence[np.ndarray], Us: Sequence[np.ndarray], present: np.ndarray, p: int,
+               snr: float, facts: Sequence[tuple[int, int, int]], others: Sequence[list[int]],
+               fact_rel: np.ndarray, fact_subj: np.ndarray, truth: np.ndarray, folds: int, shuffle: bool, *,
+               rng: np.random.Generator, draws: int) -> tuple[list[_Planting], list[_Run]]:
+    """One SNR's plantings and runs, drawn in the estimator's order (planting, shuffle, folds, targets)."""
+    R, n = present.shape[1], present.shape[0]
+    plantings: list[_Planting] = []
+    runs: list[_Run] = []
+    for _ in range(draws):
+        H, maps = power.planted_states(labels, Us, present, p, snr, rng, return_maps=True)
+        readers = [(Us[r] - Us[r].mean(axis=0)) @ maps[r] for r in range(R)]  # (C_r, p)
+        del maps
+        answer = _read(readers, fact_rel, H[fact_subj])
+        ok = answer == truth
+        fs = [f for f in facts if ok[f[0]]]
+        oth = [[x for x in xs if ok[x]] for f, xs in zip(facts, others) if ok[f[0]]]
+        labs_runs = [(list(labels), False)]
+        if shuffle:
+            labs_runs.append((probes.shuffled(list(labels), present, rng), True))
+        plantings.append(_Planting(H, readers, answer, fs, oth))
+        for labs, is_neg in labs_runs:
+            groups = probes.folds_of(n, folds, rng)
+            inner_x = inner_parts(n, groups, rng=rng)
+            inner_0 = inner_parts(n, groups, rng=rng)
+            targets = draw_targets(Us, np.array(labs), fs, rng)
+            runs.append(_Run(len(plantings) - 1, labs, is_neg, groups, inner_x, inner_0, targets))
+    return plantings, runs
+
+
+def _fit_runs(plantings: list[_Planting], runs: list[_Run], Us: Sequence[np.ndarray], present: np.ndarray,
+              design: np.ndarray) -> dict[int, tuple]:
+    """Per run, its design and its superposition and presence-only fits (batched per kind of labels)."""
+    R = present.shape[1]
+    presence = present.astype(np.float64)
+    fits: dict[int, tuple] = {}
+    for negative in (False, True):
+        idx = [q for q, run in enumerate(runs) if run.negative == negative]
+        if not idx:
+            continue
+        Y = np.stack([plantings[runs[q].planting].H for q in idx])
+        if negative:
+            X = np.stack([probes.block_design([Us[r][runs[q].labels[r]] for r in range(R)], present)
+                          for q in idx])
+        else:
+            X = design
+        full = cross_fit_batch(X, [Y], [runs[q].groups for q in idx], [runs[q].inner_x for q in idx],
+                               keep_coef=True)
+        alone = cross_fit_batch(presence, [Y], [runs[q].groups for q in idx], [runs[q].inner_0 for q in idx])
+        for j, q in enumerate(idx):
+            fits[q] = (X if X.ndim == 2 else X[j], full[j][0], alone[j][0])
+        del Y
+    return fits
+
+
+def _superposition_verdict(planting: _Planting, fit: tuple, rule: Callable[[dict], bool]) -> bool:
+    """Whether the superposition rule passes on a run's fits (the held-out R² of the fit and of presence)."""
+    _X, full, alone = fit
+    return rule({"r2": r_squared(planting.H, full["predictions"]),
+                 "presence_r2": r_squared(planting.H, alone["predictions"])})
+
+
+def _run_edits(planting: _Planting, run: _Run, fit: tuple, Us: Sequence[np.ndarray],
+               fact_subj: np.ndarray) -> dict:
+    """The run's intervention edits (:func:`intervention_edits`) from its cross-fitted superposition maps."""
+    Xq, full, _alone = fit
+    R = len(Us)
+    blocks_of = [(test, probes.BlockMaps(Xq[fit_rows] - Xq[fit_rows].mean(axis=0), C, Us[0].shape[1], R))
+                 for test, (fit_rows, C) in zip(run.groups, full["coef"])]
+    return intervention_edits(blocks_of, Us, np.array(run.labels), planting.facts,
+                              np.linalg.norm(planting.H[fact_subj], axis=1), planting.others,
+                              targets=run.targets)
+
+
+def _dose_hits(planting: _Planting, ed: dict, doses: Sequence, rule: Callable[[dict, float], bool],
+               fact_rel: np.ndarray, fact_subj: np.ndarray) -> list[bool]:
+    """Per dose, whether the edits added to the planted states pass ``rule`` on the planted model's answer."""
+    H, readers, answer = planting.H, planting.readers, planting.answer
+    n_own = ed["own"].size
+    already = float(np.mean(answer[ed["own"]] == ed["target"]))
+    hits = []
+    for dose in doses:
+        rows, deltas = intervention_deltas(ed, dose)
+        ans = _read(readers, fact_rel[rows], H[fact_subj[rows]] + deltas)
+        sc = intervention_scores(ans[:n_own], ans[n_own:], ed["target"], answer[ed["own"]],
+                                 answer[ed["others"]])
+        hits.append(bool(rule(sc, already)))
+    return hits

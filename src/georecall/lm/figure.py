@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import IO
 
+import numpy as np
+
 from georecall.io import atomic_write
 
 __all__ = ["figure"]
@@ -42,11 +44,35 @@ def figure(doc: dict, out: str) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
     os.makedirs(out, exist_ok=True)
-    layers = doc["layer_list"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 5.6))
-    ax = axes[0]
+    _known_facts_panel(axes[0], doc)
+    _power_panel(axes[1], doc)
+    _intervention_panel(axes[2], doc)
+    fig.suptitle(f"{doc['model']}: {doc['subjects']} subjects, {doc['relations_n']} relations", fontsize=10)
+    fig.tight_layout()
+    paths = _save(fig, out)
+    plt.close(fig)
+    return paths
+
+
+def _known_facts_panel(ax, doc: dict) -> None:
+    """Left panel: per layer, the model's own probes of known facts (lens, patching, LRE) and decoding."""
+    layers = doc["layer_list"]
+    _lens_and_patching(ax, doc)
+    _lre_curves(ax, doc)
+    ax.plot(layers, [row["decode_mean"] for row in doc["layers"]], "-", color="grey",
+            label="decoding into U (mean of relations)")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("share")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # below: no data hidden
+    ax.set_title("known facts: lens, patching, LRE", fontsize=10)
+
+
+def _lens_and_patching(ax, doc: dict) -> None:
+    """Per template, the logit lens and the share of pairs patching moves (and template 0's planted power)."""
+    layers = doc["layer_list"]
     styles = ["-", "--"]
     for t, tm in enumerate(doc["templates"]):
         lens = [np.nan if v is None else v for v in doc["logit_lens"][t]]
@@ -60,29 +86,30 @@ def figure(doc: dict, out: str) -> list[str]:
                      for pw in doc["patching"][t]["power"]]
             ax.plot(doc["patching"][t]["layers"], rates, ":", color="tab:red", lw=1,
                     label=f"patching power (planted share {named:g}), template {tm}")
+
+
+def _lre_curves(ax, doc: dict) -> None:
+    """LRE faithfulness per layer, its bias-alone control and its power (means over relations told)."""
     told = [x for x in doc["lre"] if x["told"]]
-    if told:
-        lre_layers = doc["lre_layers"]
-        ax.plot(lre_layers, [np.mean([x["layers"][k]["faithful"] for x in told])
-                             for k in range(len(lre_layers))], "o-", color="tab:green",
-                label=f"LRE faithful (mean of {len(told)} relations)")
-        ax.plot(lre_layers, [np.mean([x["layers"][k]["bias_only"] for x in told])
-                             for k in range(len(lre_layers))], "o:", color="tab:green", ms=3,
-                label="LRE bias alone")
-        if "power" in told[0]["layers"][0]:
-            named = float(doc["thresholds"]["lre_named"])
-            ax.plot(lre_layers, [np.mean([x["layers"][k]["power"]["rate"][
-                [float(v) for v in x["layers"][k]["power"]["strengths"]].index(named)] for x in told])
-                for k in range(len(lre_layers))], "x", color="tab:green", ms=7,
-                label=f"LRE power (planted linear share {named:g}; mean)")
-    ax.plot(layers, [row["decode_mean"] for row in doc["layers"]], "-", color="grey",
-            label="decoding into U (mean of relations)")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("share")
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # below: no data hidden
-    ax.set_title("known facts: lens, patching, LRE", fontsize=10)
-    ax = axes[1]
+    if not told:
+        return
+    lre_layers = doc["lre_layers"]
+    ax.plot(lre_layers, [np.mean([x["layers"][k]["faithful"] for x in told])
+                         for k in range(len(lre_layers))], "o-", color="tab:green",
+            label=f"LRE faithful (mean of {len(told)} relations)")
+    ax.plot(lre_layers, [np.mean([x["layers"][k]["bias_only"] for x in told])
+                         for k in range(len(lre_layers))], "o:", color="tab:green", ms=3,
+            label="LRE bias alone")
+    if "power" in told[0]["layers"][0]:
+        named = float(doc["thresholds"]["lre_named"])
+        ax.plot(lre_layers, [np.mean([x["layers"][k]["power"]["rate"][
+            [float(v) for v in x["layers"][k]["power"]["strengths"]].index(named)] for x in told])
+            for k in range(len(lre_layers))], "x", color="tab:green", ms=7,
+            label=f"LRE power (planted linear share {named:g}; mean)")
+
+
+def _power_panel(ax, doc: dict) -> None:
+    """Middle panel: each relation's decoding power against the planted SNR, with its controls."""
     T = doc["thresholds"]
     for x in doc["relations"]:
         pw = x["power"]
@@ -98,7 +125,10 @@ def figure(doc: dict, out: str) -> list[str]:
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=6, ncol=2)
     ax.set_title("power of the decoding probe (planted, same shape)", fontsize=10)
-    ax = axes[2]
+
+
+def _intervention_panel(ax, doc: dict) -> None:
+    """Right panel: the interventions' dose-response per layer and the planted control per dose."""
     for x in doc["interventions"]:
         if not x.get("edits"):
             continue
@@ -121,8 +151,10 @@ def figure(doc: dict, out: str) -> list[str]:
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7, loc="center left")
     ax.set_title("intervention h + Δ, Δ ∝ A_r(U_j − U_a)", fontsize=10)
-    fig.suptitle(f"{doc['model']}: {doc['subjects']} subjects, {doc['relations_n']} relations", fontsize=10)
-    fig.tight_layout()
+
+
+def _save(fig, out: str) -> list[str]:
+    """Write the figure as ``lm_layers.png`` and ``.svg`` into ``out``, atomically at 130 dpi; the paths."""
     paths = []
     for ext in ("png", "svg"):
         path = os.path.join(out, f"lm_layers.{ext}")
@@ -131,5 +163,4 @@ def figure(doc: dict, out: str) -> list[str]:
             fig.savefig(f, format=ext, dpi=130)
         atomic_write(path, save)
         paths.append(path)
-    plt.close(fig)
     return paths

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ __all__ = ["analyse"]
 
 
 def _frac(x) -> float | None:
+    """The mean of a boolean array, or None when it is empty."""
     x = np.asarray(x)
     return float(x.mean()) if x.size else None
 
@@ -39,6 +41,11 @@ def _frac(x) -> float | None:
 def analyse(m: dict, facts: Facts, *, seed: int,
             prep: Prepared, workers: int | None = None) -> dict:
     """The probes, controls, power and verdict from a :func:`.run_measure.measure` dict (NumPy only).
+
+    A driver over named stages: the shared inputs (folds, shuffles, states), then two independent halves in
+    parallel (decoding with its power; the superposition fits and the planted controls of the model's own
+    probes), then the document's rows (relations, layers, logit lens, patching, interventions) and the
+    verdict.
 
     Parameters
     ----------
@@ -58,51 +65,94 @@ def analyse(m: dict, facts: Facts, *, seed: int,
     dict
         Plain data (the ``--json`` document's body).
     """
-    R = len(facts.relations)
-    layers = m["layers"]
-    width = m["width"]
-    Us = [m[f"U{r}"] for r in range(R)]
-    subj = [np.flatnonzero(prep.present[:, r]) for r in range(R)]
-    groups = [probes.folds_of(s.size, FOLDS, stream_rng(seed, "lm-decode", r)) for r, s in enumerate(subj)]
-    shuf = probes.shuffled(list(prep.label), prep.present, stream_rng(seed, "lm-shuffle"))
-    # decoding and superposition per layer. Every layer (and the random-init model's) is fitted with the same
-    # folds, drawn afresh from each probe's own stream, so the layers are fitted together: per relation one
-    # batch of 2 × layers problems (the real labels and their shuffled control), per design one Gram matrix.
-    # Each probe draws from its own stream, so the two halves below are independent: they run in two threads
-    # where two CPUs are available (the same document either way).
-    nl = len(layers)
-    alone = m["alone"].astype(np.float64)
-    alone_r = m["alone_random"].astype(np.float64) if "alone_random" in m else None
-
-    def decoding() -> tuple:
-        pw = power.decode_power(list(prep.label), Us, prep.present, width, groups,
-                                rng=stream_rng(seed, "lm-power"), draws=POWER_DRAWS)
-        decoded = []
-        for r in range(R):
-            stack = [alone[subj[r], j] for j in range(nl)]
-            if alone_r is not None:
-                stack += [alone_r[subj[r], j] for j in range(nl)]
-            decoded.append(power.decode_vectors_stack(np.stack(stack), [prep.label[r, subj[r]],
-                                                                        shuf[r][subj[r]]], Us[r], groups[r],
-                                                      rng=stream_rng(seed, "lm-decode", r)))
-        return pw, decoded
-
-    def the_rest() -> tuple:
-        blocks = [Us[r][prep.label[r]] for r in range(R)]
-        Hs = [alone[:, j] for j in range(nl)] + ([alone_r[:, j] for j in range(nl)]
-                                                 if alone_r is not None else [])
-        sup_all = probes.superposition_fit_many(Hs, blocks, prep.present, folds=FOLDS,
-                                                rng=stream_rng(seed, "lm-sup"))
-        sup_sh = probes.superposition_fit_many(Hs[:nl], [Us[r][shuf[r]] for r in range(R)], prep.present,
-                                               folds=FOLDS, rng=stream_rng(seed, "lm-sup"))
-        return (sup_all, sup_sh, _planted_superposition(m, prep, Us, width, seed),
-                _patch_power(m, prep, seed), _lre_rows(m, prep, facts, seed))
-
+    inp = _inputs(m, prep, facts, seed)
     (pw, decoded), (sup_all, sup_sh, (sup_power, iv_power), patch_power, lre) = _in_parallel(
-        [decoding, the_rest], _workers() if workers is None else workers)
+        [lambda: _decoding(inp, prep, seed), lambda: _fits_and_controls(inp, m, prep, facts, seed)],
+        _workers() if workers is None else workers)
+    layers = m["layers"]
+    doc = {"L": m["L"], "width": inp.width, "subjects": len(facts.subjects), "relations_n": inp.R,
+           "facts": len(prep.fact_list), "templates": m["templates"], "folds": FOLDS,
+           "layers": _layer_rows(inp, facts, layers, decoded, pw, sup_all, sup_sh),
+           "relations": _relation_rows(inp, m, prep, facts, pw), "superposition_power": sup_power,
+           "logit_lens": _logit_lens(m, prep), "patching": _patching_rows(m, prep, facts, patch_power),
+           "lre": lre, "lre_layers": m["lre_layers"], "betas": list(BETAS),
+           "interventions": _intervention_rows(m, prep, facts),
+           "intervene_layers": m["intervene_layers"], "doses": list(DOSES) + ["fitted"],
+           "intervention_power": iv_power, "lre_strengths": list(controls.LRE_STRENGTHS),
+           "patch_strengths": list(controls.PATCH_STRENGTHS),
+           "thresholds": dict(THRESHOLDS), "snrs": list(power.SNRS), "draws": POWER_DRAWS,
+           "layer_list": list(layers)}
+    doc["verdict"] = verdict(doc)
+    return doc
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What both halves of the analysis read: class vectors, subjects, folds, shuffles and states."""
+
+    R: int
+    width: int
+    nl: int
+    Us: list
+    subj: list
+    groups: list
+    shuf: list
+    alone: np.ndarray
+    alone_r: np.ndarray | None
+
+
+def _inputs(m: dict, prep: Prepared, facts: Facts, seed: int) -> _Inputs:
+    """The shared inputs of a measurement (folds and shuffles each from its own stream)."""
+    # Every layer (and the random-init model's) is fitted with the same folds, drawn afresh from each probe's
+    # own stream, so the layers are fitted together: per relation one batch of 2 × layers problems (the real
+    # labels and their shuffled control), per design one Gram matrix. Each probe draws from its own stream, so
+    # the two halves of analyse are independent: they run in two threads where two CPUs are available (the
+    # same document either way).
+    R = len(facts.relations)
+    subj = [np.flatnonzero(prep.present[:, r]) for r in range(R)]
+    return _Inputs(
+        R=R, width=m["width"], nl=len(m["layers"]), Us=[m[f"U{r}"] for r in range(R)], subj=subj,
+        groups=[probes.folds_of(s.size, FOLDS, stream_rng(seed, "lm-decode", r)) for r, s in enumerate(subj)],
+        shuf=probes.shuffled(list(prep.label), prep.present, stream_rng(seed, "lm-shuffle")),
+        alone=m["alone"].astype(np.float64),
+        alone_r=m["alone_random"].astype(np.float64) if "alone_random" in m else None)
+
+
+def _decoding(inp: _Inputs, prep: Prepared, seed: int) -> tuple[list, list]:
+    """Decoding's planted power per relation, and each relation's decoding of every layer."""
+    pw = power.decode_power(list(prep.label), inp.Us, prep.present, inp.width, inp.groups,
+                            rng=stream_rng(seed, "lm-power"), draws=POWER_DRAWS)
+    decoded = []
+    for r in range(inp.R):
+        sub = inp.subj[r]
+        stack = [inp.alone[sub, j] for j in range(inp.nl)]
+        if inp.alone_r is not None:
+            stack += [inp.alone_r[sub, j] for j in range(inp.nl)]
+        labelings = [prep.label[r, sub], inp.shuf[r][sub]]
+        decoded.append(power.decode_vectors_stack(np.stack(stack), labelings, inp.Us[r], inp.groups[r],
+                                                  rng=stream_rng(seed, "lm-decode", r)))
+    return pw, decoded
+
+
+def _fits_and_controls(inp: _Inputs, m: dict, prep: Prepared, facts: Facts, seed: int) -> tuple:
+    """The superposition fits (real and shuffled labels), the planted controls and the LRE rows."""
+    R, nl = inp.R, inp.nl
+    blocks = [inp.Us[r][prep.label[r]] for r in range(R)]
+    Hs = [inp.alone[:, j] for j in range(nl)] + ([inp.alone_r[:, j] for j in range(nl)]
+                                                 if inp.alone_r is not None else [])
+    sup_all = probes.superposition_fit_many(Hs, blocks, prep.present, folds=FOLDS,
+                                            rng=stream_rng(seed, "lm-sup"))
+    sup_sh = probes.superposition_fit_many(Hs[:nl], [inp.Us[r][inp.shuf[r]] for r in range(R)], prep.present,
+                                           folds=FOLDS, rng=stream_rng(seed, "lm-sup"))
+    return (sup_all, sup_sh, _planted_superposition(m, prep, inp.Us, inp.width, seed),
+            _patch_power(m, prep, seed), _lre_rows(m, prep, facts, seed))
+
+
+def _relation_rows(inp: _Inputs, m: dict, prep: Prepared, facts: Facts, pw: list) -> list[dict]:
+    """Per relation: facts, classes, first-token accuracy, known facts and decoding power."""
     relations = []
     for r, rel in enumerate(facts.relations):
-        rows = prep.fact_row[r][subj[r]]
+        rows = prep.fact_row[r][inp.subj[r]]
         row = {"relation": rel.name, "facts": int(rows.size), "classes": int(prep.classes[r].size),
                "first_token_accuracy": float(np.mean(m["answers0"][rows] == prep.fact_token[rows])),
                "known": [int(m[f"known{t}"][rows].sum()) for t in range(len(m["templates"]))],
@@ -112,17 +162,24 @@ def analyse(m: dict, facts: Facts, *, seed: int,
             row["random_first_token_accuracy"] = float(np.mean(m["answers_random"][rows]
                                                                == prep.fact_token[rows]))
         relations.append(row)
+    return relations
+
+
+def _layer_rows(inp: _Inputs, facts: Facts, layers: list, decoded: list, pw: list, sup_all: list,
+                sup_sh: list) -> list[dict]:
+    """Per layer: each relation's decoding against its controls, and the superposition fit."""
+    nl = inp.nl
     layer_rows = []
     for j, layer in enumerate(layers):
         per = []
-        for r in range(R):
+        for r in range(inp.R):
             res, sh = decoded[r][j]
             x: dict[str, Any] = {"relation": facts.relations[r].name}
             x.update({k: res[k] for k in ("n", "classes", "chance", "accuracy", "majority", "unseen",
                                      "accuracy_seen", "accuracy_unseen")})
             x["shuffled"] = sh["accuracy"]
             floor = max(res["chance"], res["majority"], sh["accuracy"])
-            if alone_r is not None:
+            if inp.alone_r is not None:
                 x["random_model"] = decoded[r][nl + j][0]["accuracy"]
                 floor = max(floor, x["random_model"])
             x["decodable"] = bool(res["accuracy"] >= floor + THRESHOLDS["decode_margin"])
@@ -131,15 +188,27 @@ def analyse(m: dict, facts: Facts, *, seed: int,
             per.append(x)
         sup, sup_s = sup_all[j], sup_sh[j]
         srow = {"r2": sup["r2"], "presence_r2": sup["presence_r2"], "shuffled_r2": sup_s["r2"]}
-        if alone_r is not None:
+        if inp.alone_r is not None:
             srow["random_r2"] = sup_all[nl + j]["r2"]
         layer_rows.append({"layer": layer, "per_relation": per, "superposition": srow,
                            "decode_mean": float(np.mean([x["accuracy"] for x in per]))})
-    # the model's own probes
-    lens, patch = [], []
+    return layer_rows
+
+
+def _logit_lens(m: dict, prep: Prepared) -> list[list[float | None]]:
+    """Per template, per layer, the share of known facts whose logit-lens answer is the fact's first token."""
+    lens = []
+    nl = len(m["layers"])
     for t in range(len(m["templates"])):
         known = m[f"known{t}"]
-        lens.append([_frac(m[f"lens{t}"][known, j] == prep.fact_token[known]) for j in range(len(layers))])
+        lens.append([_frac(m[f"lens{t}"][known, j] == prep.fact_token[known]) for j in range(nl)])
+    return lens
+
+
+def _patching_rows(m: dict, prep: Prepared, facts: Facts, patch_power: list) -> list[dict]:
+    """Per template, the share of pairs that patching moves, per layer and relation, with power."""
+    patch = []
+    for t in range(len(m["templates"])):
         src, dst = m[f"patch_src{t}"], m[f"patch_dst{t}"]
         p_layers = [int(x) for x in m[f"patch_layers{t}"]]
         moved = m[f"patched{t}"] == prep.fact_token[dst][:, None]
@@ -153,18 +222,7 @@ def analyse(m: dict, facts: Facts, *, seed: int,
                       "moved": moved.mean(axis=0).tolist() if src.size else [],
                       "kept": stayed.mean(axis=0).tolist() if src.size else [], "per_relation": per_rel,
                       "power": patch_power[t]})
-    inter = _intervention_rows(m, prep, facts)
-    doc = {"L": m["L"], "width": width, "subjects": len(facts.subjects), "relations_n": R,
-           "facts": len(prep.fact_list), "templates": m["templates"], "folds": FOLDS, "layers": layer_rows,
-           "relations": relations, "superposition_power": sup_power, "logit_lens": lens, "patching": patch,
-           "lre": lre, "lre_layers": m["lre_layers"], "betas": list(BETAS), "interventions": inter,
-           "intervene_layers": m["intervene_layers"], "doses": list(DOSES) + ["fitted"],
-           "intervention_power": iv_power, "lre_strengths": list(controls.LRE_STRENGTHS),
-           "patch_strengths": list(controls.PATCH_STRENGTHS),
-           "thresholds": dict(THRESHOLDS), "snrs": list(power.SNRS), "draws": POWER_DRAWS,
-           "layer_list": list(layers)}
-    doc["verdict"] = verdict(doc)
-    return doc
+    return patch
 
 
 def _workers() -> int:
@@ -208,6 +266,7 @@ def _patch_power(m: dict, prep: Prepared, seed: int) -> list[list[dict]]:
 
 
 def _lre_rows(m: dict, prep: Prepared, facts: Facts, seed: int) -> list[dict]:
+    """Per relation, LRE's held-out scores per layer with its planted control (or why not told)."""
     T = THRESHOLDS
     out = []
     for r, rel in enumerate(facts.relations):
@@ -270,6 +329,7 @@ def _planted_superposition(m: dict, prep: Prepared, Us, width: int, seed: int) -
 
 
 def _intervention_rows(m: dict, prep: Prepared, facts: Facts) -> list[dict]:
+    """Per intervention layer, each dose's success, change and stay shares over the edits."""
     out = []
     for layer in m["intervene_layers"]:
         own = m[f"iv_own{layer}"]

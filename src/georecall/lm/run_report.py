@@ -12,6 +12,7 @@ __all__ = ["render_text"]
 
 
 def _f(x, nd=2) -> str:
+    """A number with ``nd`` decimals, or a dash for None and non-finite values."""
     return "—" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{nd}f}"
 
 
@@ -28,22 +29,33 @@ def render_text(doc: dict) -> list[str]:
     list of str
         The lines, without newlines.
     """
+    return (_header_lines(doc) + _relation_lines(doc) + _layer_lines(doc) + [_superposition_power_line(doc)]
+            + _lre_lines(doc) + _intervention_lines(doc) + _patching_power_lines(doc)
+            + [_intervention_power_line(doc)] + ["verdict: " + v for v in doc["verdict"]["lines"]])
+
+
+def _header_lines(doc: dict) -> list[str]:
+    """What was run: the model, the facts, the cross-fitting and the decoding probe with its power."""
     T = doc["thresholds"]
-    snr_i = doc["snrs"].index(T["named_snr"])
-    lines = [f"{doc['model']}: {doc['L']} layers, width {doc['width']}; {doc['subjects']} subjects, "
-             f"{doc['relations_n']} relations, {doc['facts']} facts; templates {doc['templates']}; "
-             f"{doc['folds']}-fold cross-fitting over subjects, ridge strength by 5-fold CV on the fit rows",
-             "decoding: subject state -> attribute vector (ridge), ranked by cosine among all candidates; "
-             f"power = detection rate of a planted mechanism of the same shape at SNR {T['named_snr']:g} "
-             f"({doc['draws']} draws; negative control: the same with shuffled labels)"]
+    return [f"{doc['model']}: {doc['L']} layers, width {doc['width']}; {doc['subjects']} subjects, "
+            f"{doc['relations_n']} relations, {doc['facts']} facts; templates {doc['templates']}; "
+            f"{doc['folds']}-fold cross-fitting over subjects, ridge strength by 5-fold CV on the fit rows",
+            "decoding: subject state -> attribute vector (ridge), ranked by cosine among all candidates; "
+            f"power = detection rate of a planted mechanism of the same shape at SNR {T['named_snr']:g} "
+            f"({doc['draws']} draws; negative control: the same with shuffled labels)"]
+
+
+def _relation_lines(doc: dict) -> list[str]:
+    """The table of relations, each at its best decoding layer, with its controls, power and verdict."""
+    snr_i = doc["snrs"].index(doc["thresholds"]["named_snr"])
     best: dict[str, tuple] = {}
     for row in doc["layers"]:
         for x in row["per_relation"]:
             if x["relation"] not in best or x["accuracy"] > best[x["relation"]][1]["accuracy"]:
                 best[x["relation"]] = (row["layer"], x)
-    lines.append(f"  {'relation':<26} {'facts':>5} {'known':>9} {'1st':>4} {'cls':>4} {'unseen':>6} "
-                 f"{'chance':>6} {'layer':>5} {'acc':>4} {'seen':>4} {'unsn':>4} {'ctrl':>4} {'power':>5} "
-                 f"{'neg':>4}  verdict (best layer)")
+    lines = [f"  {'relation':<26} {'facts':>5} {'known':>9} {'1st':>4} {'cls':>4} {'unseen':>6} "
+             f"{'chance':>6} {'layer':>5} {'acc':>4} {'seen':>4} {'unsn':>4} {'ctrl':>4} {'power':>5} "
+             f"{'neg':>4}  verdict (best layer)"]
     for rel in doc["relations"]:
         layer, x = best[rel["relation"]]
         ctrl = max(x["majority"], x["shuffled"], x.get("random_model", 0.0))
@@ -53,9 +65,14 @@ def render_text(doc: dict) -> list[str]:
                      f"{_f(x['chance'], 3):>6} {layer:>5} {_f(x['accuracy']):>4} {_f(x['accuracy_seen']):>4} "
                      f"{_f(x['accuracy_unseen']):>4} {_f(ctrl):>4} {_f(rel['power']['positive'][snr_i]):>5} "
                      f"{_f(rel['power']['negative'][snr_i]):>4}  {x['verdict']}")
-    lines.append("per layer: decoding mean, relations decodable / told, superposition R² (shuffled, "
-                 "presence only, random model), logit lens and patching (share of known facts / pairs) per "
-                 "template")
+    return lines
+
+
+def _layer_lines(doc: dict) -> list[str]:
+    """Per layer: decoding, encoding, superposition R² with its controls, logit lens and patching."""
+    lines = ["per layer: decoding mean, relations decodable / told, superposition R² (shuffled, "
+             "presence only, random model), logit lens and patching (share of known facts / pairs) per "
+             "template"]
     for j, row in enumerate(doc["layers"]):
         per = row["per_relation"]
         s = row["superposition"]
@@ -69,13 +86,23 @@ def render_text(doc: dict) -> list[str]:
                      f"R² {_f(s['r2'])} ({_f(s['shuffled_r2'])}, {_f(s['presence_r2'])}, "
                      f"{_f(s.get('random_r2'))})  lens {lens}"
                      f"  patch {patch}")
+    return lines
+
+
+def _superposition_power_line(doc: dict) -> str:
+    """The superposition probe's power per planted SNR, with its shuffled control."""
     sp = doc["superposition_power"]
-    lines.append("superposition power (planted, same shape): "
-                 + ", ".join(f"SNR {a:g}: {_f(b)} (shuffled {_f(c)})"
-                             for a, b, c in zip(sp["snrs"], sp["positive"], sp["negative"])))
-    lines.append(f"LRE (template {doc['templates'][0]}, {LRE_TRAIN} training facts, β chosen on them from "
-                 f"{[b for b in doc['betas'] if b]}; held-out faithfulness vocabulary / candidates, "
-                 f"bias alone):")
+    return ("superposition power (planted, same shape): "
+            + ", ".join(f"SNR {a:g}: {_f(b)} (shuffled {_f(c)})"
+                        for a, b, c in zip(sp["snrs"], sp["positive"], sp["negative"])))
+
+
+def _lre_lines(doc: dict) -> list[str]:
+    """LRE per relation: its best layer, and per layer faithfulness, power and verdict (or why not told)."""
+    T = doc["thresholds"]
+    lines = [f"LRE (template {doc['templates'][0]}, {LRE_TRAIN} training facts, β chosen on them from "
+             f"{[b for b in doc['betas'] if b]}; held-out faithfulness vocabulary / candidates, "
+             f"bias alone):"]
     for x in doc["lre"]:
         if not x["told"]:
             lines.append(f"  {x['relation']:<26} cannot tell: {x['reason']}")
@@ -90,6 +117,12 @@ def render_text(doc: dict) -> list[str]:
                      + ", ".join(f"{y['layer']}:{_f(y['faithful'])} "
                                  f"({_f(rate_at(y['power'], 'strengths', T['lre_named']))}) "
                                  f"{words[str(y['layer'])]}" for y in x["layers"]))
+    return lines
+
+
+def _intervention_lines(doc: dict) -> list[str]:
+    """Per intervention layer, its edits and each dose's success, changes and stays."""
+    lines = []
     for x in doc["interventions"]:
         if not x.get("edits"):
             lines.append(f"interventions at layer {x['layer']}: no edit")
@@ -99,6 +132,13 @@ def render_text(doc: dict) -> list[str]:
                      f"{_f(x['fitted_ratio_median'], 3)}; "
                      + "; ".join(f"dose {d['dose']}: -> j {_f(d['success'])}, changed {_f(d['changed'])}, "
                                  f"stay {_f(d['stay'])}" for d in x["doses"]))
+    return lines
+
+
+def _patching_power_lines(doc: dict) -> list[str]:
+    """Per template with a planted patching control, its rate per layer at the named share and at 0."""
+    T = doc["thresholds"]
+    lines = []
     for t, p in enumerate(doc["patching"]):
         if p["power"]:
             lines.append(f"patching power, template {doc['templates'][t]} (planted readout, share read at "
@@ -106,12 +146,16 @@ def render_text(doc: dict) -> list[str]:
                          + ", ".join(f"{layer}:{_f(rate_at(pw, 'strengths', T['patch_named']))}"
                                      f"/{_f(rate_at(pw, 'strengths', 0.0))}"
                                      for layer, pw in zip(p["layers"], p["power"])))
+    return lines
+
+
+def _intervention_power_line(doc: dict) -> str:
+    """The intervention estimator's selective share per dose on planted superposition states."""
+    T = doc["thresholds"]
     ivp = doc["intervention_power"]
     k = ivp["snrs"].index(T["intervention_snr"])
-    lines.append(f"intervention power (the estimator on planted superposition states, SNR "
-                 f"{T['intervention_snr']:g}; selective share per dose, shuffled facts in brackets): "
-                 + ", ".join(f"{d}: {_f(a)} ({_f(b)})" for d, a, b in zip(
-                     ivp["doses"], ivp["rate"][k], ivp["negative"] or [None] * len(ivp["doses"])))
-                 + f"; {ivp['edited'][k]:.0f} facts edited per planting")
-    lines.extend("verdict: " + v for v in doc["verdict"]["lines"])
-    return lines
+    return (f"intervention power (the estimator on planted superposition states, SNR "
+            f"{T['intervention_snr']:g}; selective share per dose, shuffled facts in brackets): "
+            + ", ".join(f"{d}: {_f(a)} ({_f(b)})" for d, a, b in zip(
+                ivp["doses"], ivp["rate"][k], ivp["negative"] or [None] * len(ivp["doses"])))
+            + f"; {ivp['edited'][k]:.0f} facts edited per planting")

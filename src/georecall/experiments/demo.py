@@ -357,8 +357,7 @@ def _show_scales(task, built, all_tokens: np.ndarray, answers: np.ndarray, out: 
 
 
 def _show_trained(task, d: int, seed: int, tokens: np.ndarray, out: Callable[[str], None]):
-    """Train a model of G1's width on the same facts (:func:`train_like_demo`), print what it learned
-    (its check, the shown query, the superposition read-out, the units' selectivity); return its result."""
+    """Train a model of G1's width on the same facts and print what it learned; return its result."""
     N = task.N
     all_tokens, answers = single_hop_queries(task)
     out(f"\n== A trained model on the same facts: d = {d}, m = {4 * d}, uniform attention, Adam, full batch")

@@ -634,8 +634,7 @@ def _stack(arrays: list, what: str) -> np.ndarray:
 
 
 def _batch_inputs(X, Ys: list, groups: list, inner: list) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The features and the targets of :func:`cross_fit_batch` as float64 arrays (targets ``(·, n, q)``),
-    checked against the number of problems and the features' rows."""
+    """The features and targets as float64 (targets (·, n, q)), checked against the problems."""
     X = np.asarray(X, dtype=np.float64)
     B = len(groups)
     if len(inner) != B or X.ndim not in (2, 3) or (X.ndim == 3 and X.shape[0] != B):
@@ -654,10 +653,8 @@ def _batch_inputs(X, Ys: list, groups: list, inner: list) -> tuple[np.ndarray, l
 
 def _inner_errors(K: np.ndarray, KYs: list[np.ndarray], fits: np.ndarray, folds: list, g: int,
                   grid: np.ndarray) -> np.ndarray:
-    """The inner cross-validation error of every strength of ``grid`` ((B, grid)), per problem and target
-    ((B, targets, grid)), over the inner ``folds`` (per problem, or one list shared) of held-out group ``g``
-    whose fit rows are ``fits``."""
-    n, S = K.shape[-1], len(folds)
+    """A held-out group's inner cross-validation errors (B, targets, grid), every strength at once."""
+    n, S = K.shape[-1], len(folds)  # folds: per problem, or one list shared by all (S = 1)
     errors = np.zeros((grid.shape[0], len(KYs), grid.shape[1]))
     for j in range(len(folds[0])):
         try:
@@ -685,8 +682,7 @@ def _inner_errors(K: np.ndarray, KYs: list[np.ndarray], fits: np.ndarray, folds:
 def _fit_group(outs: list[list[dict]], K: np.ndarray, Kff: np.ndarray, tests: np.ndarray, fits: np.ndarray,
                targets: list[np.ndarray], errors: np.ndarray, grid: np.ndarray, base: np.ndarray,
                keep_coef: bool) -> None:
-    """Fit each problem and target on the group's fit rows at the strength its inner errors choose, and
-    write the held-out predictions, the strength (and the dual coefficients) into ``outs``."""
+    """Each problem's fit at its chosen strength; its held-out predictions written into ``outs``."""
     B, S = grid.shape[0], tests.shape[0]
     pick = np.arange(B)
     lam, U = np.linalg.eigh(Kff)

@@ -211,8 +211,7 @@ def _construction_entry(records: list[dict]) -> dict[str, Any]:
 
 
 def _regime_entry(records: list[dict]) -> dict[str, Any]:
-    """A regime's entry: its statistics over seeds, its declaration, its training, the probes and verdicts
-    of its untrained weights, and its trajectory when recorded."""
+    """A regime's entry: seed statistics, declaration, training, untrained probes, trajectory."""
     first = records[0]
     fields = _fields()
     entry = _seed_statistics(records)
@@ -240,8 +239,7 @@ def _regime_entry(records: list[dict]) -> dict[str, Any]:
 
 
 def _claim_verdict(claim: str, statement: str, regimes: list[dict], constructions: list[dict]) -> dict:
-    """One claim's verdict over the study: the regimes where it holds, partly holds or cannot tell, the
-    controls' and constructions' verdicts, and its one-line statement."""
+    """One claim's verdict: where it holds, partly holds or cannot tell, and its one-line statement."""
     gd = [e for e in regimes if not e["control"]]
     holds = [e["label"] for e in gd if e["verdicts"][claim]["verdict"] == "holds"]
     partly = [f"{e['label']} ({e['verdicts'][claim]['met']}/{e['verdicts'][claim]['n']})" for e in gd
@@ -267,8 +265,7 @@ def _claim_verdict(claim: str, statement: str, regimes: list[dict], construction
 
 
 def _calibration(regimes: list[dict], constructions: list[dict]) -> dict[str, bool | None]:
-    """Whether the references calibrate the probes: G1 meets every claim in every seed, A1 and every
-    untrained model none (``None``: not run)."""
+    """Whether G1 meets every claim, and A1 and untrained weights none (``None``: not run)."""
     g1 = [e for e in constructions if e["construction"] == "G1"]
     a1 = [e for e in constructions if e["construction"] == "A1"]
     fan_in = [e for e in regimes if e["params"]["init"] == "fan-in"]

@@ -207,8 +207,7 @@ def _known_trials(records: list[dict]) -> dict[tuple, dict[int, dict]]:
 
 
 def _predictions(records: list[dict], todo: list[tuple], settings: TrialSettings, search: str) -> dict:
-    """The threshold each configuration of a predicted search starts from (``{}`` for a doubling one),
-    fitted to the file as it is now; refuses a configuration that has none."""
+    """Where a predicted search starts, per configuration (``{}`` for doubling); refuses one with none."""
     if search != "predicted":
         return {}
     # from the file as it is now, whatever the executor runs first

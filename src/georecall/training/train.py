@@ -447,8 +447,7 @@ class _Run:
 
 def _validate(settings: TrainSettings, tokens, answers, rng, seed
               ) -> tuple[TrainSettings, np.random.Generator, np.ndarray, np.ndarray]:
-    """The settings checked (``steps`` and the effective ``batch_size`` as ints), the batch order's generator,
-    and the data as int64."""
+    """The settings checked (steps, batch size as ints), the batch order's generator, the data as int64."""
     if settings.optimizer not in OPTIMIZERS:
         raise InputError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {settings.optimizer!r}")
     if settings.path not in PATHS:
@@ -525,8 +524,7 @@ def _loop(run: _Run, callbacks: list[Callback], steps: int) -> tuple[TrainResult
 
 def _confirm(history: TrainResult, params: dict[str, np.ndarray], run: _Run, tie_readout: bool,
              start: float) -> TrainResult:
-    """The history completed by the trained model, ``reached`` as the exhaustive checker finds it, and the
-    seconds since ``start``."""
+    """The history completed: the trained model, ``reached`` by the exhaustive checker, the seconds."""
     history.model = with_params(run.template, {**params, "unembedding": params["entity_embedding"]}
                                 if tie_readout else params)
     # reached: every fact certified in exact arithmetic of the trained weights (checked in float64: the cast

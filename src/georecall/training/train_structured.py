@@ -295,8 +295,7 @@ def _sort_batch(model: Model, tokens: np.ndarray, answers: np.ndarray) -> _Sorte
 
 
 def _input_tables(model: Model, E_batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The stacked inputs ``X = [E_batch; Q]``, their terms before the MLP ``A = [A^E; A^Q]``
-    ((U_s + R) × d), and ``M = Σ_h W_V[h] W_O[h]`` (None without attention)."""
+    """The stacked inputs X = [E_batch; Q], their pre-MLP terms A = [A^E; A^Q], and M = Σ_h W_V W_O."""
     dtype = model.entity_embedding.dtype
     half = dtype.type(0.5)
     U_s = E_batch.shape[0]
@@ -311,7 +310,7 @@ def _input_tables(model: Model, E_batch: np.ndarray) -> tuple[np.ndarray, np.nda
         if P is not None:
             A[U_s:] += P[1] + ((P[0] + P[1]) @ M) * half
     else:
-        M = None
+        M = None  # no attention: M = 0
         A = np.zeros_like(X)
         A[:U_s] = E_batch
         if P is not None:
@@ -320,8 +319,7 @@ def _input_tables(model: Model, E_batch: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def _structured_forward(A: np.ndarray, mlp, batch: _SortedBatch) -> tuple[np.ndarray, np.ndarray]:
-    """The MLP's hidden activations ``h = ReLU(P^E[s] + P^Q[r])`` and the final residual
-    ``y = A^E[s] + A^Q[r] + h W2 + b2``, from the tables ``P = A W1`` (+ b1 on the relation rows)."""
+    """The MLP's hidden h = ReLU(P^E[s] + P^Q[r]) and the residual y = A^E[s] + A^Q[r] + h W2 + b2."""
     U_s = batch.entities.size
     tables = A @ mlp.W1
     tables[U_s:] += mlp.b1
@@ -339,8 +337,7 @@ def _structured_forward(A: np.ndarray, mlp, batch: _SortedBatch) -> tuple[np.nda
 
 def _input_grads(model: Model, batch: _SortedBatch, X: np.ndarray, M: np.ndarray | None, dA: np.ndarray,
                  frozen: frozenset[str]) -> dict[str, np.ndarray]:
-    """The gradients of E, Q, the attention and the position rows (those not frozen) from
-    ``dA = [∂A^E; ∂A^Q]``, through ``A = [E_batch; Q] + ½ X M`` (and the position terms)."""
+    """The gradients of E, Q, attention and position rows (those trained) from dA = [∂A^E; ∂A^Q]."""
     E, P = model.entity_embedding, model.position_embedding
     att = model.layers[0].attention
     dtype = E.dtype

@@ -256,6 +256,127 @@ def _code(v) -> str:
     return "[" + " ".join(f"{int(x):+d}" for x in v) + "]"
 
 
+def _show_task(task, names: list[str], seed: int, out: Callable[[str], None]) -> None:
+    """Print the task: each relation's bijection of the symbols."""
+    N, R = task.N, task.R
+    width = max(len(n) for n in names)
+    out(f"== The task: R = {R} bijections π_r of the N = {N} symbols 0..{N - 1} (seed {seed})")
+    out("  each relation is a substitution cipher: every symbol to one symbol, no two to the same one (a "
+        "symbol may encode to itself)")
+    for r in range(R):
+        out(f"  {names[r]:>{width}}: " + "  ".join(f"{s}->{task.table[r, s]}" for s in range(N)))
+
+
+def _show_g1(built, task, names: list[str], out: Callable[[str], None]) -> None:
+    """Print G1's sizes, its attribute codes and its subject embeddings, block by block."""
+    N, R = task.N, task.R
+    model, codes = built.model, built.codes
+    layout = Layout.from_dict(model.meta["layout"])  # the residual blocks by name, as the builder made them
+    D = codes.D
+    out(f"\n== G1 (Theorem 4.1) with binary ±1 codes, D = ⌈log2 N⌉ = {D}: d = R·D + R + D = {model.d}, "
+        f"m = 2·R·D = {model.mlp_width}")
+    out(f"  residual coordinates: a block B_r of D = {D} per relation, one gate coordinate g_r per relation, "
+        f"an output block O of D")
+    out("  attribute codes a_j (entry i is -1 where bit i of j is set):")
+    for j in range(N):
+        out(f"    a_{j} = {_code(codes.vectors[j])}")
+    out("  subject embeddings: block B_r of e_s holds the code of π_r(s) (block superposition)")
+    for s in range(N):
+        blocks = "  ".join(f"B_{names[r]}={_code(model.entity_embedding[s, layout['blocks'][r]])}"
+                           for r in range(R))
+        attrs = ", ".join(str(task.table[r, s]) for r in range(R))
+        out(f"    e_{s}: {blocks}   (= codes of {attrs})")
+
+
+def _show_constants(built, out: Callable[[str], None]) -> None:
+    """Print G1's constants (gain, c1, c2, gate, σ, λ, μ) and the margin they promise."""
+    codes, consts = built.codes, built.constants
+    D = codes.D
+    gate, c1, c2, lam, gain = consts["gate"], consts["c1"], consts["c2"], consts["lambda"], consts["gain"]
+    norm2 = int(round(float(codes.vectors[0] @ codes.vectors[0])))
+    out("\n== The constants (docs/theory.md, sections \"Attention constants\" and \"G1\")")
+    out(f"  g = {gain:g}: attention gain. One uniform head with W_V = I, W_O = g·I: on ⟨r, s⟩ the last "
+        f"position receives e_s + g·(q_r + e_s)/2")
+    out(f"  c1 = 1 + g/2 = {c1:g}, c2 = g/2 = {c2:g}: so the MLP sees y = c1·e_s + c2·q_r")
+    out(f"  G = {gate:g}: gate constant. The relation embedding is q_r = G·1_(g_r); the gate shuts the other "
+        f"relations once c2·G > c1·max|a| = {c1 * codes.max_abs:g}")
+    out("  σ = ±1: the sign of a hidden unit. Unit (r, i, σ) computes ReLU(σ·y_(B_r, i) + y_(g_r) − c2·G); "
+        "the pair σ = ±1 copies y_(B_r, i), because ReLU(t) − ReLU(−t) = t")
+    out(f"  λ = {lam:g}: read-out scale. Row j of the read-out is λ·a_j on block O, so "
+        f"logit_j = λ·<a_j, output>")
+    mu = 1 - 2 / D if D > 1 else -1.0
+    out(f"  μ = max_(i≠j) <a_i, a_j>/|a|² = {mu:.4g}: the codes' coherence (binary codes: 1 − 2/D); "
+        f"|a|² = {norm2}")
+    out(f"  promised margin λ·c1·|a|²(1 − μ) = {built.promise.margin:g}")
+
+
+def _show_query(built, task, names: list[str], tokens: np.ndarray, out: Callable[[str], None]) -> float:
+    """Print one query through G1 (the gates, each relation's hidden units, the logits); return its margin."""
+    R = task.R
+    model, codes, consts = built.model, built.codes, built.constants
+    layout = Layout.from_dict(model.meta["layout"])
+    gate, c1, c2 = consts["gate"], consts["c1"], consts["c2"]
+    width = max(len(n) for n in names)
+    r, s = int(tokens[0, 0]) - task.N, int(tokens[0, 1])
+    logits, trace = forward(model, tokens, trace=True)
+    y = trace.residual[1][0, -1]
+    gates = y[layout["gates"]]
+    answer = int(task.table[r, s])
+    out(f"\n== Query: what does {names[r]} turn {s} into? tokens ⟨{names[r]}, {s}⟩; answer "
+        f"π_{names[r]}({s}) = {answer}")
+    out(f"  after uniform attention the MLP sees y = {c1:g}·e_s + {c2:g}·q_r; gate coordinates y_g = "
+        f"{gates.astype(int).tolist()} (c2·G = {c2 * gate:g} on the asked relation's gate)")
+    hidden = trace.hidden[0][0, -1].reshape(R, codes.D, 2)
+    for rr in range(R):
+        state = "open" if gates[rr] > 0 else "shut"
+        detail = ("  -> pass σ·c1·a, ReLU(t) − ReLU(−t) = t" if gates[rr] > 0
+                  else f"  -> every pre-activation <= c1·max|a| − c2·G = "
+                       f"{c1 * codes.max_abs - c2 * gate:g} < 0")
+        out(f"  units of {names[rr]:>{width}} (gate {state}): max activation {hidden[rr].max():g}{detail}")
+    out(f"  logits λ·c1·<a_j, a_answer>: {logits[0].astype(int).tolist()}")
+    top = np.sort(logits[0])
+    out(f"  argmax = {int(logits[0].argmax())}, margin = {top[-1] - top[-2]:g} (promised >= "
+        f"{built.promise.margin:g})")
+    return float(top[-1] - top[-2])
+
+
+def _show_scales(task, built, all_tokens: np.ndarray, answers: np.ndarray, out: Callable[[str], None]):
+    """Print G1 at integer and at unit scale; return the unit-scale model's exhaustive check."""
+    D = built.codes.D
+    unit = build_g1(task, "binary", integer=False)
+    unit_result = check_queries(unit.model, all_tokens, answers)
+    out("\n== Two scales of one construction")
+    out(f"  integer scale (above; `georecall check single-hop --integer`): code entries ±1, |a|² = D = {D}, "
+        f"margin λ·c1·|a|²(1 − μ) = 2·λ·c1 = {built.promise.margin:g}; every weight, activation and "
+        f"logit is an integer")
+    out(f"  unit scale (`georecall check single-hop`, the default): entries ±1/√D, |a|² = 1, margin "
+        f"λ·c1·(1 − μ) = 4/D = {unit.promise.margin:.4g} (measured: {unit_result.n_correct}/"
+        f"{unit_result.n_queries} right, min margin {unit_result.min_margin:.4g}); the same argmax on every "
+        "query, the margin divided by D (0.3333 at N = 4096, D = 12)")
+    return unit_result
+
+
+def _show_trained(task, d: int, seed: int, tokens: np.ndarray, out: Callable[[str], None]):
+    """Train a model of G1's width on the same facts and print what it learned; return its result."""
+    N = task.N
+    all_tokens, answers = single_hop_queries(task)
+    out(f"\n== A trained model on the same facts: d = {d}, m = {4 * d}, uniform attention, Adam, full batch")
+    trained = train_like_demo(task, d, seed)
+    logits_t = forward(trained.model, tokens)[0]
+    top_t = np.sort(logits_t)
+    result = check_queries(trained.model, all_tokens, answers)
+    readout = superposition_readout(trained.model, task, holdout=0.0, rng=seeds.rng(seed, "probes"))
+    selectivity = unit_selectivity(trained.model, task)
+    out(f"  trained for {trained.steps} steps: {result.n_correct}/{result.n_queries} right, min margin "
+        f"{result.min_margin:.3g}")
+    out(f"  same query: argmax = {int(logits_t.argmax())}, margin = {top_t[-1] - top_t[-2]:.3g}")
+    out(f"  e_s as a superposition of its attribute vectors: in-sample R² = {readout['encoding_r2']:.3f} "
+        f"(with N = {N} subjects this fit has many parameters; see `georecall probe` at larger N)")
+    out(f"  hidden units relation-selective: {100 * selectivity['selective_fraction']:.0f}% of "
+        f"{selectivity['active_units']} active (G1: 100%)")
+    return trained
+
+
 def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None] = print,
              weights: bool = False) -> dict:
     """Print the walk-through of G1 at (N, R) and of a model trained on the same task.
@@ -289,104 +410,22 @@ def run_demo(N: int = 8, R: int = 2, *, seed: int = 0, out: Callable[[str], None
     if weights:
         check_show_weights(N)
     names = relation_names(R)
-    width = max(len(n) for n in names)
     task = task_for_seed(N, R, seed)
-    out(f"== The task: R = {R} bijections π_r of the N = {N} symbols 0..{N - 1} (seed {seed})")
-    out("  each relation is a substitution cipher: every symbol to one symbol, no two to the same one (a "
-        "symbol may encode to itself)")
-    for r in range(R):
-        out(f"  {names[r]:>{width}}: " + "  ".join(f"{s}->{task.table[r, s]}" for s in range(N)))
-
+    _show_task(task, names, seed, out)
     built = build_g1(task, "binary", integer=True)
-    model, codes = built.model, built.codes
-    layout = Layout.from_dict(model.meta["layout"])  # the residual blocks by name, as the builder made them
-    D = codes.D
-    consts = built.constants
-    gate, c1, c2, lam, gain = consts["gate"], consts["c1"], consts["c2"], consts["lambda"], consts["gain"]
-    norm2 = int(round(float(codes.vectors[0] @ codes.vectors[0])))
-    out(f"\n== G1 (Theorem 4.1) with binary ±1 codes, D = ⌈log2 N⌉ = {D}: d = R·D + R + D = {model.d}, "
-        f"m = 2·R·D = {model.mlp_width}")
-    out(f"  residual coordinates: a block B_r of D = {D} per relation, one gate coordinate g_r per relation, "
-        f"an output block O of D")
-    out("  attribute codes a_j (entry i is -1 where bit i of j is set):")
-    for j in range(N):
-        out(f"    a_{j} = {_code(codes.vectors[j])}")
-    out("  subject embeddings: block B_r of e_s holds the code of π_r(s) (block superposition)")
-    for s in range(N):
-        blocks = "  ".join(f"B_{names[r]}={_code(model.entity_embedding[s, layout['blocks'][r]])}"
-                           for r in range(R))
-        attrs = ", ".join(str(task.table[r, s]) for r in range(R))
-        out(f"    e_{s}: {blocks}   (= codes of {attrs})")
-
-    out("\n== The constants (docs/theory.md, sections \"Attention constants\" and \"G1\")")
-    out(f"  g = {gain:g}: attention gain. One uniform head with W_V = I, W_O = g·I: on ⟨r, s⟩ the last "
-        f"position receives e_s + g·(q_r + e_s)/2")
-    out(f"  c1 = 1 + g/2 = {c1:g}, c2 = g/2 = {c2:g}: so the MLP sees y = c1·e_s + c2·q_r")
-    out(f"  G = {gate:g}: gate constant. The relation embedding is q_r = G·1_(g_r); the gate shuts the other "
-        f"relations once c2·G > c1·max|a| = {c1 * codes.max_abs:g}")
-    out("  σ = ±1: the sign of a hidden unit. Unit (r, i, σ) computes ReLU(σ·y_(B_r, i) + y_(g_r) − c2·G); "
-        "the pair σ = ±1 copies y_(B_r, i), because ReLU(t) − ReLU(−t) = t")
-    out(f"  λ = {lam:g}: read-out scale. Row j of the read-out is λ·a_j on block O, so "
-        f"logit_j = λ·<a_j, output>")
-    mu = 1 - 2 / D if D > 1 else -1.0
-    out(f"  μ = max_(i≠j) <a_i, a_j>/|a|² = {mu:.4g}: the codes' coherence (binary codes: 1 − 2/D); "
-        f"|a|² = {norm2}")
-    out(f"  promised margin λ·c1·|a|²(1 − μ) = {built.promise.margin:g}")
+    _show_g1(built, task, names, out)
+    _show_constants(built, out)
     if weights:
-        show_weights(model, task, codes, names, out)
-
+        show_weights(built.model, task, built.codes, names, out)
     s, r = 5 % N, R - 1
     tokens = np.array([[N + r, s]])
-    logits, trace = forward(model, tokens, trace=True)
-    y = trace.residual[1][0, -1]
-    gates = y[layout["gates"]]
-    answer = int(task.table[r, s])
-    out(f"\n== Query: what does {names[r]} turn {s} into? tokens ⟨{names[r]}, {s}⟩; answer "
-        f"π_{names[r]}({s}) = {answer}")
-    out(f"  after uniform attention the MLP sees y = {c1:g}·e_s + {c2:g}·q_r; gate coordinates y_g = "
-        f"{gates.astype(int).tolist()} (c2·G = {c2 * gate:g} on the asked relation's gate)")
-    hidden = trace.hidden[0][0, -1].reshape(R, D, 2)
-    for rr in range(R):
-        state = "open" if gates[rr] > 0 else "shut"
-        detail = ("  -> pass σ·c1·a, ReLU(t) − ReLU(−t) = t" if gates[rr] > 0
-                  else f"  -> every pre-activation <= c1·max|a| − c2·G = "
-                       f"{c1 * codes.max_abs - c2 * gate:g} < 0")
-        out(f"  units of {names[rr]:>{width}} (gate {state}): max activation {hidden[rr].max():g}{detail}")
-    out(f"  logits λ·c1·<a_j, a_answer>: {logits[0].astype(int).tolist()}")
-    top = np.sort(logits[0])
-    out(f"  argmax = {int(logits[0].argmax())}, margin = {top[-1] - top[-2]:g} (promised >= "
-        f"{built.promise.margin:g})")
+    margin = _show_query(built, task, names, tokens, out)
     all_tokens, answers = single_hop_queries(task)
-    exhaustive = check_queries(model, all_tokens, answers, integer=True)
+    exhaustive = check_queries(built.model, all_tokens, answers, integer=True)
     out(f"  every one of the N·R = {N * R} queries: {exhaustive.n_correct}/{exhaustive.n_queries} right, "
         f"min margin {exhaustive.min_margin:g}, in exact integer arithmetic")
-
-    unit = build_g1(task, "binary", integer=False)
-    unit_result = check_queries(unit.model, all_tokens, answers)
-    out("\n== Two scales of one construction")
-    out(f"  integer scale (above; `georecall check single-hop --integer`): code entries ±1, |a|² = D = {D}, "
-        f"margin λ·c1·|a|²(1 − μ) = 2·λ·c1 = {built.promise.margin:g}; every weight, activation and "
-        f"logit is an integer")
-    out(f"  unit scale (`georecall check single-hop`, the default): entries ±1/√D, |a|² = 1, margin "
-        f"λ·c1·(1 − μ) = 4/D = {unit.promise.margin:.4g} (measured: {unit_result.n_correct}/"
-        f"{unit_result.n_queries} right, min margin {unit_result.min_margin:.4g}); the same argmax on every "
-        "query, the margin divided by D (0.3333 at N = 4096, D = 12)")
-
-    d = model.d
-    out(f"\n== A trained model on the same facts: d = {d}, m = {4 * d}, uniform attention, Adam, full batch")
-    trained = train_like_demo(task, d, seed)
-    logits_t = forward(trained.model, tokens)[0]
-    top_t = np.sort(logits_t)
-    result = check_queries(trained.model, all_tokens, answers)
-    readout = superposition_readout(trained.model, task, holdout=0.0, rng=seeds.rng(seed, "probes"))
-    selectivity = unit_selectivity(trained.model, task)
-    out(f"  trained for {trained.steps} steps: {result.n_correct}/{result.n_queries} right, min margin "
-        f"{result.min_margin:.3g}")
-    out(f"  same query: argmax = {int(logits_t.argmax())}, margin = {top_t[-1] - top_t[-2]:.3g}")
-    out(f"  e_s as a superposition of its attribute vectors: in-sample R² = {readout['encoding_r2']:.3f} "
-        f"(with N = {N} subjects this fit has many parameters; see `georecall probe` at larger N)")
-    out(f"  hidden units relation-selective: {100 * selectivity['selective_fraction']:.0f}% of "
-        f"{selectivity['active_units']} active (G1: 100%)")
-    return {"exact": exhaustive.exact, "margin": float(top[-1] - top[-2]),
+    unit_result = _show_scales(task, built, all_tokens, answers, out)
+    trained = _show_trained(task, built.model.d, seed, tokens, out)
+    return {"exact": exhaustive.exact, "margin": margin,
             "unit_margin": float(unit_result.min_margin), "trained_reached": trained.reached,
-            "query": (s, r), "relations": names, "g1": model, "trained": trained.model, "task": task}
+            "query": (s, r), "relations": names, "g1": built.model, "trained": trained.model, "task": task}

@@ -633,6 +633,78 @@ def _stack(arrays: list, what: str) -> np.ndarray:
         raise InputError(f"{what} differs in size between the problems") from None
 
 
+def _batch_inputs(X, Ys: list, groups: list, inner: list) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The features and targets as float64 (targets (·, n, q)), checked against the problems."""
+    X = np.asarray(X, dtype=np.float64)
+    B = len(groups)
+    if len(inner) != B or X.ndim not in (2, 3) or (X.ndim == 3 and X.shape[0] != B):
+        raise InputError(f"{B} problems but {len(inner)} inner splits and features of shape {X.shape}")
+    n = X.shape[-2]
+    targets = []
+    for Y in Ys:
+        Y = np.asarray(Y, dtype=np.float64)
+        if Y.ndim == 1:
+            Y = Y[:, None]
+        if Y.ndim not in (2, 3) or Y.shape[-2] != n or (Y.ndim == 3 and Y.shape[0] != B):
+            raise InputError(f"targets of shape {Y.shape} for {B} problems of {n} rows")
+        targets.append(Y)
+    return X, targets
+
+
+def _inner_errors(K: np.ndarray, KYs: list[np.ndarray], fits: np.ndarray, folds: list, g: int,
+                  grid: np.ndarray) -> np.ndarray:
+    """A held-out group's inner cross-validation errors (B, targets, grid), every strength at once."""
+    n, S = K.shape[-1], len(folds)  # folds: per problem, or one list shared by all (S = 1)
+    errors = np.zeros((grid.shape[0], len(KYs), grid.shape[1]))
+    for j in range(len(folds[0])):
+        try:
+            parts = _stack([fits[b][np.asarray(folds[b][j], dtype=np.int64)] for b in range(S)],
+                           f"inner fold {j} of group {g}")
+        except IndexError:
+            raise InputError(f"inner fold {j} of group {g} is outside its fit rows") from None
+        trs = _minus(n, fits, parts, f"inner fold {j} of group {g}")
+        lam, U = np.linalg.eigh(_centred_batch(K, trs, trs)[0])
+        lam = np.maximum(lam, 0.0)
+        Ut = np.swapaxes(U, 1, 2)
+        KU = _centred_batch(K, parts, trs)[0] @ U  # (B, |P|, k)
+        Gm = np.swapaxes(KU, 1, 2) @ KU
+        D = 1.0 / (lam[:, None, :] + grid[:, :, None])  # (B, grid, k): every strength at once
+        for t, KY in enumerate(KYs):
+            M = Ut @ _centred_batch(KY, trs, trs)[0] @ U
+            cross, means, total = _centred_batch(KY, parts, trs)
+            c = np.sum(KU * (cross @ U), axis=1)
+            r2 = _sq_batch(KY, parts, means, total)
+            errors[:, t] += (r2[:, None] - 2.0 * (D @ c[:, :, None])[:, :, 0]
+                             + np.einsum("bgi,bgi->bg", np.broadcast_to(D @ (Gm * M), D.shape), D))
+    return errors
+
+
+def _fit_group(outs: list[list[dict]], K: np.ndarray, Kff: np.ndarray, tests: np.ndarray, fits: np.ndarray,
+               targets: list[np.ndarray], errors: np.ndarray, grid: np.ndarray, base: np.ndarray,
+               keep_coef: bool) -> None:
+    """Each problem's fit at its chosen strength; its held-out predictions written into ``outs``."""
+    B, S = grid.shape[0], tests.shape[0]
+    pick = np.arange(B)
+    lam, U = np.linalg.eigh(Kff)
+    lam = np.maximum(lam, 0.0)
+    Ut = np.swapaxes(U, 1, 2)
+    KtU = _centred_batch(K, tests, fits)[0] @ U
+    for t, Y in enumerate(targets):
+        best = _best_rows(errors[:, t], grid)
+        d = 1.0 / (lam + grid[pick, best][:, None])  # (B, k)
+        Yf = _rows_of(Y, fits)
+        my = Yf.mean(axis=1)
+        Yc = Yf - my[:, None, :]
+        pred = my[:, None, :] + ((KtU * d[:, None, :]) @ Ut) @ Yc
+        coef = U @ (d[:, :, None] * (Ut @ Yc)) if keep_coef else None
+        for b in range(B):
+            out = outs[b][t]
+            out["predictions"][tests[b if S > 1 else 0]] = pred[b if pred.shape[0] > 1 else 0]
+            out["alphas"].append(float(base[best[b]]))
+            if coef is not None:
+                out["coef"].append((fits[b if S > 1 else 0], coef[b if coef.shape[0] > 1 else 0]))
+
+
 def cross_fit_batch(X, Ys: list, groups: list, inner: list, *, alphas=None, keep_coef: bool = False,
                     rule: Rule = LM_RULE) -> list[list[dict]]:
     """:func:`cross_fit_many` of B problems at once: one estimator, its steps batched over the problems.
@@ -677,19 +749,9 @@ def cross_fit_batch(X, Ys: list, groups: list, inner: list, *, alphas=None, keep
         A group that leaves fewer than two fit rows; problems whose groups or inner folds differ in size;
         targets whose rows are not the features'.
     """
-    X = np.asarray(X, dtype=np.float64)
     B = len(groups)
-    if len(inner) != B or X.ndim not in (2, 3) or (X.ndim == 3 and X.shape[0] != B):
-        raise InputError(f"{B} problems but {len(inner)} inner splits and features of shape {X.shape}")
+    X, targets = _batch_inputs(X, Ys, groups, inner)
     n, p = X.shape[-2], X.shape[-1]
-    targets = []
-    for Y in Ys:
-        Y = np.asarray(Y, dtype=np.float64)
-        if Y.ndim == 1:
-            Y = Y[:, None]
-        if Y.ndim not in (2, 3) or Y.shape[-2] != n or (Y.ndim == 3 and Y.shape[0] != B):
-            raise InputError(f"targets of shape {Y.shape} for {B} problems of {n} rows")
-        targets.append(Y)
     base = np.asarray(rule.alphas if alphas is None else alphas, dtype=np.float64)
     outs: list[list[dict]] = [[{"predictions": np.zeros((n, Y.shape[-1])), "alphas": []} for Y in targets]
                               for _ in range(B)]
@@ -704,7 +766,6 @@ def cross_fit_batch(X, Ys: list, groups: list, inner: list, *, alphas=None, keep
         raise InputError("every problem needs the same number of held-out groups and inner splits")
     K = X @ (X.T if X.ndim == 2 else np.swapaxes(X, 1, 2))
     KYs = [Y @ (Y.T if Y.ndim == 2 else np.swapaxes(Y, 1, 2)) for Y in targets]
-    pick = np.arange(B)
     # splits shared by every problem (the same lists): index arrays of one row, broadcast over the problems
     shared = all(groups[b] is groups[0] and inner[b] is inner[0] for b in range(B))
     S = 1 if shared else B
@@ -717,43 +778,6 @@ def cross_fit_batch(X, Ys: list, groups: list, inner: list, *, alphas=None, keep
         scale = np.array([rule.fit_scale(float(np.trace(Kff[b])), fits.shape[1], p)
                           for b in range(Kff.shape[0])])
         grid = np.broadcast_to(base[None, :] * scale[:, None], (B, base.size))
-        errors = np.zeros((B, len(targets), base.size))
-        for j in range(len(inner[0][g])):
-            try:
-                parts = _stack([fits[b][np.asarray(inner[b][g][j], dtype=np.int64)] for b in range(S)],
-                               f"inner fold {j} of group {g}")
-            except IndexError:
-                raise InputError(f"inner fold {j} of group {g} is outside its fit rows") from None
-            trs = _minus(n, fits, parts, f"inner fold {j} of group {g}")
-            lam, U = np.linalg.eigh(_centred_batch(K, trs, trs)[0])
-            lam = np.maximum(lam, 0.0)
-            Ut = np.swapaxes(U, 1, 2)
-            KU = _centred_batch(K, parts, trs)[0] @ U  # (B, |P|, k)
-            Gm = np.swapaxes(KU, 1, 2) @ KU
-            D = 1.0 / (lam[:, None, :] + grid[:, :, None])  # (B, grid, k): every strength at once
-            for t, KY in enumerate(KYs):
-                M = Ut @ _centred_batch(KY, trs, trs)[0] @ U
-                cross, means, total = _centred_batch(KY, parts, trs)
-                c = np.sum(KU * (cross @ U), axis=1)
-                r2 = _sq_batch(KY, parts, means, total)
-                errors[:, t] += (r2[:, None] - 2.0 * (D @ c[:, :, None])[:, :, 0]
-                                 + np.einsum("bgi,bgi->bg", np.broadcast_to(D @ (Gm * M), D.shape), D))
-        lam, U = np.linalg.eigh(Kff)
-        lam = np.maximum(lam, 0.0)
-        Ut = np.swapaxes(U, 1, 2)
-        KtU = _centred_batch(K, tests, fits)[0] @ U
-        for t, Y in enumerate(targets):
-            best = _best_rows(errors[:, t], grid)
-            d = 1.0 / (lam + grid[pick, best][:, None])  # (B, k)
-            Yf = _rows_of(Y, fits)
-            my = Yf.mean(axis=1)
-            Yc = Yf - my[:, None, :]
-            pred = my[:, None, :] + ((KtU * d[:, None, :]) @ Ut) @ Yc
-            coef = U @ (d[:, :, None] * (Ut @ Yc)) if keep_coef else None
-            for b in range(B):
-                out = outs[b][t]
-                out["predictions"][tests[b if S > 1 else 0]] = pred[b if pred.shape[0] > 1 else 0]
-                out["alphas"].append(float(base[best[b]]))
-                if coef is not None:
-                    out["coef"].append((fits[b if S > 1 else 0], coef[b if coef.shape[0] > 1 else 0]))
+        errors = _inner_errors(K, KYs, fits, [inner[b][g] for b in range(S)], g, grid)
+        _fit_group(outs, K, Kff, tests, fits, targets, errors, grid, base, keep_coef)
     return outs

@@ -168,78 +168,108 @@ def summarize(path: str, *, budget: Budget | None = None) -> dict:
     for record in contents.records:
         groups.setdefault(_group_key(record), []).append(record)
     order = {r.name: i for g in GRIDS.values() for i, r in enumerate(g.regimes)}
-    fields = _fields()
     regimes: list[dict[str, Any]] = []
     constructions: list[dict[str, Any]] = []
     for records in groups.values():
         records.sort(key=lambda r: r["seed"])
-        first = records[0]
-        entry = {"seeds": [r["seed"] for r in records], "n": len(records),
-                 "trained": {f: _stats([r["summary"].get(f) for r in records]) for f in fields},
-                 "verdicts": regime_verdicts([r["claims"] for r in records],
-                                             [r["summary"].get("superposition_power") for r in records]),
-                 "seconds": float(sum(r.get("seconds", 0.0) for r in records))}
-        if first["kind"] == "control":
-            constructions.append({"construction": first["construction"], "N": first["N"], "R": first["R"],
-                                  "d": first.get("d"), "m": first.get("m"), "pad_d": first.get("pad_d"),
-                                  "grid": first.get("grid"), "version": first.get("version"), **entry})
-            continue
-        p = first["params"]
-        training = [r["training"] for r in records]
-        entry.update(
-            regime=first["regime"], description=first.get("description", ""), family=first.get("family"),
-            control=bool(first.get("control")), grid=first.get("grid"), version=first.get("version"),
-            params={k: p.get(k) for k in ("N", "R", "d", "m", "attention", "init", "init_scale", "readout",
-                                          "decay", "decay_groups", "steps", "stop", "batch_size", "noise",
-                                          "lr", "lam", "d_g1_factor")},
-            training={"reached": sum(bool(t["reached"]) for t in training),
-                      "steps": _stats([t["steps"] for t in training]),
-                      "accuracy": _stats([t["accuracy"] for t in training]),
-                      "final_loss": _stats([t["final_loss"] for t in training]),
-                      "seconds": _stats([t["seconds"] for t in training])},
-            initial={f: _stats([r["initial"]["summary"].get(f) for r in records]) for f in fields},
-            initial_verdicts=regime_verdicts([r["initial"]["claims"] for r in records],
-                                             [r["initial"]["summary"].get("superposition_power")
-                                              for r in records]))
-        trajectory = trajectories(records)
-        if trajectory is not None:
-            entry["trajectory"] = trajectory
-        regimes.append(entry)
+        if records[0]["kind"] == "control":
+            constructions.append(_construction_entry(records))
+        else:
+            regimes.append(_regime_entry(records))
     regimes.sort(key=lambda e: (e["grid"] or "", e["control"], order.get(e["regime"], len(order))))
     constructions.sort(key=lambda e: (e["construction"], e["N"], e["R"], e.get("pad_d") or 0))
     names = [e["regime"] for e in regimes]
     for e in regimes:  # the same regime name under two versions or grids: say which
         e["label"] = (e["regime"] if names.count(e["regime"]) == 1
                       else f"{e['regime']} [{e['grid']} {e['version']}]")
-    verdicts: dict[str, dict[str, Any]] = {}
-    for claim, statement in CLAIMS.items():
-        gd = [e for e in regimes if not e["control"]]
-        holds = [e["label"] for e in gd if e["verdicts"][claim]["verdict"] == "holds"]
-        partly = [f"{e['label']} ({e['verdicts'][claim]['met']}/{e['verdicts'][claim]['n']})" for e in gd
-                  if e["verdicts"][claim]["verdict"] == "partly"]
-        controls = [f"{e['label']}: {e['verdicts'][claim]['verdict']}" for e in regimes if e["control"]]
-        refs = [f"{_construction_label(e)}: {e['verdicts'][claim]['verdict']}" for e in constructions]
-        where = (f"holds in {len(holds)} of {len(gd)} gradient-descent regimes ({', '.join(holds)})" if holds
-                 else f"holds in none of the {len(gd)} gradient-descent regimes")
-        if partly:
-            where += f"; partly (some seeds) in {', '.join(partly)}"
-        untold = [e for e in gd if e["verdicts"][claim]["verdict"] == "cannot tell"]
-        weak = [e["label"] for e in untold if e["verdicts"][claim].get("power") is not None]
-        unmeasured = [e["label"] for e in untold if e["verdicts"][claim].get("power") is None]
-        if weak:
-            where += (f"; cannot tell (no seed meets it, and its planted control is detected in fewer than "
-                      f"{POWER_REQUIRED:.0%} of the draws) in {', '.join(weak)}")
-        if unmeasured:
-            where += (f"; cannot tell (no seed meets it, and its planted control's power was not measured in "
-                      f"every seed: records of study version < 3 have none) in {', '.join(unmeasured)}")
-        line = (f"{claim} — {statement} [{_criterion(claim)}]: {where}. Controls: "
-                f"{'; '.join(controls) or 'none run'}. Constructions: {'; '.join(refs) or 'none run'}.")
-        verdicts[claim] = {"holds": holds, "partly": partly, "controls": controls, "constructions": refs,
-                           "line": line}
+    verdicts = {claim: _claim_verdict(claim, statement, regimes, constructions)
+                for claim, statement in CLAIMS.items()}
+    return {"file": path, "problems": contents.problems(), "thresholds": dict(THRESHOLDS),
+            "claims": dict(CLAIMS), "regimes": regimes, "constructions": constructions, "verdicts": verdicts,
+            "calibration": _calibration(regimes, constructions),
+            "seconds": float(sum(e["seconds"] for e in regimes + constructions)),
+            "d_star": {f"N={N}, R={R}": v for (N, R), v in D_STAR.items()},
+            "d_axis": d_axis(regimes, constructions)}
+
+
+def _seed_statistics(records: list[dict]) -> dict[str, Any]:
+    """One group's statistics over its seeds (sorted): its trained models' probes, verdicts and seconds."""
+    fields = _fields()
+    return {"seeds": [r["seed"] for r in records], "n": len(records),
+            "trained": {f: _stats([r["summary"].get(f) for r in records]) for f in fields},
+            "verdicts": regime_verdicts([r["claims"] for r in records],
+                                        [r["summary"].get("superposition_power") for r in records]),
+            "seconds": float(sum(r.get("seconds", 0.0) for r in records))}
+
+
+def _construction_entry(records: list[dict]) -> dict[str, Any]:
+    """A construction's entry (a control of kind ``control``): its sizes and its statistics over seeds."""
+    first = records[0]
+    return {"construction": first["construction"], "N": first["N"], "R": first["R"],
+            "d": first.get("d"), "m": first.get("m"), "pad_d": first.get("pad_d"),
+            "grid": first.get("grid"), "version": first.get("version"), **_seed_statistics(records)}
+
+
+def _regime_entry(records: list[dict]) -> dict[str, Any]:
+    """A regime's entry: seed statistics, declaration, training, untrained probes, trajectory."""
+    first = records[0]
+    fields = _fields()
+    entry = _seed_statistics(records)
+    p = first["params"]
+    training = [r["training"] for r in records]
+    entry.update(
+        regime=first["regime"], description=first.get("description", ""), family=first.get("family"),
+        control=bool(first.get("control")), grid=first.get("grid"), version=first.get("version"),
+        params={k: p.get(k) for k in ("N", "R", "d", "m", "attention", "init", "init_scale", "readout",
+                                      "decay", "decay_groups", "steps", "stop", "batch_size", "noise",
+                                      "lr", "lam", "d_g1_factor")},
+        training={"reached": sum(bool(t["reached"]) for t in training),
+                  "steps": _stats([t["steps"] for t in training]),
+                  "accuracy": _stats([t["accuracy"] for t in training]),
+                  "final_loss": _stats([t["final_loss"] for t in training]),
+                  "seconds": _stats([t["seconds"] for t in training])},
+        initial={f: _stats([r["initial"]["summary"].get(f) for r in records]) for f in fields},
+        initial_verdicts=regime_verdicts([r["initial"]["claims"] for r in records],
+                                         [r["initial"]["summary"].get("superposition_power")
+                                          for r in records]))
+    trajectory = trajectories(records)
+    if trajectory is not None:
+        entry["trajectory"] = trajectory
+    return entry
+
+
+def _claim_verdict(claim: str, statement: str, regimes: list[dict], constructions: list[dict]) -> dict:
+    """One claim's verdict: where it holds, partly holds or cannot tell, and its one-line statement."""
+    gd = [e for e in regimes if not e["control"]]
+    holds = [e["label"] for e in gd if e["verdicts"][claim]["verdict"] == "holds"]
+    partly = [f"{e['label']} ({e['verdicts'][claim]['met']}/{e['verdicts'][claim]['n']})" for e in gd
+              if e["verdicts"][claim]["verdict"] == "partly"]
+    controls = [f"{e['label']}: {e['verdicts'][claim]['verdict']}" for e in regimes if e["control"]]
+    refs = [f"{_construction_label(e)}: {e['verdicts'][claim]['verdict']}" for e in constructions]
+    where = (f"holds in {len(holds)} of {len(gd)} gradient-descent regimes ({', '.join(holds)})" if holds
+             else f"holds in none of the {len(gd)} gradient-descent regimes")
+    if partly:
+        where += f"; partly (some seeds) in {', '.join(partly)}"
+    untold = [e for e in gd if e["verdicts"][claim]["verdict"] == "cannot tell"]
+    weak = [e["label"] for e in untold if e["verdicts"][claim].get("power") is not None]
+    unmeasured = [e["label"] for e in untold if e["verdicts"][claim].get("power") is None]
+    if weak:
+        where += (f"; cannot tell (no seed meets it, and its planted control is detected in fewer than "
+                  f"{POWER_REQUIRED:.0%} of the draws) in {', '.join(weak)}")
+    if unmeasured:
+        where += (f"; cannot tell (no seed meets it, and its planted control's power was not measured in "
+                  f"every seed: records of study version < 3 have none) in {', '.join(unmeasured)}")
+    line = (f"{claim} — {statement} [{_criterion(claim)}]: {where}. Controls: "
+            f"{'; '.join(controls) or 'none run'}. Constructions: {'; '.join(refs) or 'none run'}.")
+    return {"holds": holds, "partly": partly, "controls": controls, "constructions": refs, "line": line}
+
+
+def _calibration(regimes: list[dict], constructions: list[dict]) -> dict[str, bool | None]:
+    """Whether G1 meets every claim, and A1 and untrained weights none (``None``: not run)."""
     g1 = [e for e in constructions if e["construction"] == "G1"]
     a1 = [e for e in constructions if e["construction"] == "A1"]
     fan_in = [e for e in regimes if e["params"]["init"] == "fan-in"]
-    calibration = {  # None: not run
+    return {
         "G1 meets every claim in every seed": all(
             v["verdict"] == "holds" for e in g1 for v in e["verdicts"].values()) if g1 else None,
         "A1 meets no claim in any seed": all(
@@ -247,11 +277,6 @@ def summarize(path: str, *, budget: Budget | None = None) -> dict:
         "untrained weights meet no claim in any seed": all(
             v["met"] == 0 for e in fan_in for v in e["initial_verdicts"].values()) if fan_in else None,
     }
-    return {"file": path, "problems": contents.problems(), "thresholds": dict(THRESHOLDS),
-            "claims": dict(CLAIMS), "regimes": regimes, "constructions": constructions, "verdicts": verdicts,
-            "calibration": calibration, "seconds": float(sum(e["seconds"] for e in regimes + constructions)),
-            "d_star": {f"N={N}, R={R}": v for (N, R), v in D_STAR.items()},
-            "d_axis": d_axis(regimes, constructions)}
 
 
 def _construction_label(e: dict) -> str:

@@ -179,6 +179,66 @@ def _configs(Ns, Rs, modes, seeds) -> list[tuple]:
     return configs
 
 
+def _check_options(search: str, budget_hours, workers, scheduler, d_min, d_max, resolution,
+                   max_trials) -> tuple[int, int | None]:
+    """The driver's options checked (one line each); ``workers`` and ``max_trials`` as ints."""
+    if search not in SEARCHES:
+        raise InputError(f"search must be one of {SEARCHES}, got {search!r}")
+    if budget_hours is not None and (isinstance(budget_hours, bool) or not is_finite_real(budget_hours)
+                                     or budget_hours <= 0):
+        raise InputError(f"budget_hours must be a positive finite number, got {budget_hours!r}")
+    workers = check_positive_int("workers", workers)
+    if scheduler is not None and workers != 1:
+        raise InputError(f"give either workers ({workers}) or a scheduler ({scheduler!r}), not both: a Dask "
+                         f"cluster has its own workers")
+    check_search_range(d_min, d_max, resolution)
+    if max_trials is not None:
+        max_trials = check_positive_int("max_trials", max_trials)
+    return workers, max_trials
+
+
+def _known_trials(records: list[dict]) -> dict[tuple, dict[int, dict]]:
+    """The trials already in the file: ``{config key: {d: record}}``."""
+    known: dict[tuple, dict[int, dict]] = {}
+    for r in records:
+        if r["kind"] == "trial":
+            known.setdefault(record_config_key(r), {})[r["d"]] = r
+    return known
+
+
+def _predictions(records: list[dict], todo: list[tuple], settings: TrialSettings, search: str) -> dict:
+    """Where a predicted search starts, per configuration (``{}`` for doubling); refuses one with none."""
+    if search != "predicted":
+        return {}
+    # from the file as it is now, whatever the executor runs first
+    predictions = {(N, R, mode, seed): predict_threshold(records, N, R, mode, settings)
+                   for N, R, mode, seed in todo}
+    missing = [c for c, p in predictions.items() if p is None]
+    if missing:
+        N, R, mode, seed = missing[0]
+        raise InputError(f"no threshold record of mode {mode} with these settings to predict "
+                         f"N={N} R={R} from: run a doubling search first (search='doubling')")
+    return predictions
+
+
+def _check_cost(estimate: dict, budget_hours: float | None, log: Callable[[str], None],
+                on_estimate: Callable[[dict], None] | None) -> None:
+    """Log the estimated cost, hand it to ``on_estimate``, and refuse it above ``budget_hours``."""
+    if estimate["per_config"]:
+        log(cost_line(estimate))
+    if on_estimate is not None:
+        on_estimate(estimate)
+    if budget_hours is not None:
+        if estimate["unknown"]:
+            raise InputError(f"cannot estimate the cost of {len(estimate['unknown'])} "
+                             f"configuration(s) (no prediction or no measured step) within "
+                             f"budget_hours = {budget_hours:g}")
+        if estimate["hours"] > budget_hours:
+            raise InputError(f"the estimated cost, {estimate['hours']:.2f} h at most "
+                             f"({estimate['trials']} trials), exceeds the budget of "
+                             f"{budget_hours:g} h")
+
+
 def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSettings = TrialSettings(),
           d_min: int = 4, d_max: int = 1024, resolution: int = 2, workers: int = 1,
           progress: bool | Callable[[ProgressInfo], None] = True, max_trials: int | None = None,
@@ -249,18 +309,8 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         Re-raised after the workers are stopped (within about a second) and a note is logged.
     """
     settings = settings.validate()
-    if search not in SEARCHES:
-        raise InputError(f"search must be one of {SEARCHES}, got {search!r}")
-    if budget_hours is not None and (isinstance(budget_hours, bool) or not is_finite_real(budget_hours)
-                                     or budget_hours <= 0):
-        raise InputError(f"budget_hours must be a positive finite number, got {budget_hours!r}")
-    workers = check_positive_int("workers", workers)
-    if scheduler is not None and workers != 1:
-        raise InputError(f"give either workers ({workers}) or a scheduler ({scheduler!r}), not both: a Dask "
-                         f"cluster has its own workers")
-    check_search_range(d_min, d_max, resolution)
-    if max_trials is not None:
-        max_trials = check_positive_int("max_trials", max_trials)
+    workers, max_trials = _check_options(search, budget_hours, workers, scheduler, d_min, d_max, resolution,
+                                         max_trials)
     configs = _configs(Ns, Rs, modes, seeds)
     path = validate_output_path(path, what="results file")
     log = log if log is not None else stderr_note
@@ -275,36 +325,13 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
     wanted = {threshold_key({**config_record(c), **keyed}) for c in configs}
     with open_results(path, read_sweep, lock_timeout=lock_timeout, log=log, budget=budget) as contents:
         finished = {threshold_key(r) for r in contents.records if r["kind"] == "threshold"}
-        known: dict[tuple, dict[int, dict]] = {}
-        for r in contents.records:
-            if r["kind"] == "trial":
-                known.setdefault(record_config_key(r), {})[r["d"]] = r
+        known = _known_trials(contents.records)
         todo = [c for c in configs if threshold_key({**config_record(c), **keyed}) not in finished]
         if todo:
             estimate = estimate_cost(contents.records, todo, settings, search=search, **range_,
                                      seconds=step_seconds_fallback)
-            predictions = {}
-            if search == "predicted":  # from the file as it is now, whatever the executor runs first
-                predictions = {(N, R, mode, seed): predict_threshold(contents.records, N, R, mode, settings)
-                               for N, R, mode, seed in todo}
-                missing = [c for c, p in predictions.items() if p is None]
-                if missing:
-                    N, R, mode, seed = missing[0]
-                    raise InputError(f"no threshold record of mode {mode} with these settings to predict "
-                                     f"N={N} R={R} from: run a doubling search first (search='doubling')")
-            if estimate["per_config"]:
-                log(cost_line(estimate))
-            if on_estimate is not None:
-                on_estimate(estimate)
-            if budget_hours is not None:
-                if estimate["unknown"]:
-                    raise InputError(f"cannot estimate the cost of {len(estimate['unknown'])} "
-                                     f"configuration(s) (no prediction or no measured step) within "
-                                     f"budget_hours = {budget_hours:g}")
-                if estimate["hours"] > budget_hours:
-                    raise InputError(f"the estimated cost, {estimate['hours']:.2f} h at most "
-                                     f"({estimate['trials']} trials), exceeds the budget of "
-                                     f"{budget_hours:g} h")
+            predictions = _predictions(contents.records, todo, settings, search)
+            _check_cost(estimate, budget_hours, log, on_estimate)
             reporter = _StderrProgress() if progress is True else (progress if callable(progress) else None)
             close = getattr(reporter, "close", None)
 

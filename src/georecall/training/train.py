@@ -6,6 +6,10 @@ backward pass; one-layer single-hop models with uniform attention train through 
 :mod:`.train_structured` when it applies, ``train(path="auto")``, which gives the same gradients) with
 Adam/AdamW/SGD (:mod:`.optimizers`), from the weights of :mod:`.parameters` (``init_model``).
 
+The trainer is :func:`run_training`, a driver over named stages (validate → initialise → the loop → confirm
+by the exhaustive checker) that take one :class:`TrainSettings`; :func:`train` takes the same settings as
+keyword arguments.
+
 Randomness: ``train`` draws the batch order from its own generator (``seed=S`` → the ``"batches"`` stream of
 the seed contract, ``theory.seeds``); the initialisation is ``init_model``'s (the ``"init"`` stream).
 """
@@ -16,7 +20,8 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +53,10 @@ __all__ = [
     "StopAtBatchAccuracy",
     "StopAtCheckedAccuracy",
     "TrainResult",
+    "TrainSettings",
     "adam",
     "group_of",
+    "run_training",
     "sgd",
     "train",
     "training_data",
@@ -366,6 +373,214 @@ def _template(model: Model, dtype, frozen: frozenset, tie_readout: bool) -> tupl
     return template, frozen | {"unembedding"} if "entity_embedding" in frozen else frozen
 
 
+@dataclass(frozen=True)
+class TrainSettings:
+    """How :func:`train` trains: every setting of the loop, apart from the data, the randomness of the batch
+    order and the callback.
+
+    Each field is the keyword parameter of :func:`train` of the same name, with the same default and meaning
+    (see there); ``frozen`` is kept as a frozenset of groups. The settings are checked when a run starts
+    (:func:`run_training`), not when they are made, so that the errors come in the order :func:`train` gives
+    them.
+
+    Attributes
+    ----------
+    steps : int
+        Optimizer updates at most.
+    lr : float
+        Learning rate.
+    optimizer : str
+        ``"adam"`` or ``"sgd"`` (:data:`OPTIMIZERS`).
+    batch_size : int or None
+        ``None``: full batch; else minibatch epochs (:class:`EpochBatches`).
+    frozen : frozenset of str
+        Groups (``GROUPS``) that receive no update.
+    dtype
+        The training dtype.
+    stop_at_accuracy : float or None
+        The share of the queries at which training stops (``None``: train all ``steps``).
+    log_every : int
+        One line on stderr every that many steps (0: none).
+    weight_decay : float or mapping
+        Decoupled weight decay: one λ, or ``{group: λ}``.
+    eps, eps_form, betas, momentum
+        Adam's ε, its form and (β1, β2); SGD's momentum.
+    tie_readout : bool
+        Train with ``U = E``.
+    path : str
+        ``"auto"``, ``"dense"`` or ``"structured"``.
+    max_rows : int or None
+        The largest piece of a batch computed at once (``None``: one piece).
+    """
+
+    steps: int = 1000
+    lr: float = 1e-2
+    optimizer: str = "adam"
+    batch_size: int | None = None
+    frozen: frozenset[str] = frozenset()
+    dtype: Any = np.float32
+    stop_at_accuracy: float | None = 1.0
+    log_every: int = 0
+    weight_decay: float | Mapping[str, float] = 0.0
+    eps: float = 1e-8
+    eps_form: str = "standard"
+    betas: tuple[float, float] = (0.9, 0.999)
+    momentum: float = 0.0
+    tie_readout: bool = False
+    path: str = "auto"
+    max_rows: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "frozen", frozenset(self.frozen))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the loop runs on, prepared by :func:`_initialise`."""
+
+    template: Model
+    objective: _Objective
+    descent: Adam | SGD
+    batches: EpochBatches | None
+    path: str
+
+
+def _validate(settings: TrainSettings, tokens, answers, rng, seed
+              ) -> tuple[TrainSettings, np.random.Generator, np.ndarray, np.ndarray]:
+    """The settings checked (steps, batch size as ints), the batch order's generator, the data as int64."""
+    if settings.optimizer not in OPTIMIZERS:
+        raise InputError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {settings.optimizer!r}")
+    if settings.path not in PATHS:
+        raise InputError(f"path must be one of {PATHS}, got {settings.path!r}")
+    unknown = settings.frozen - set(GROUPS)
+    if unknown:
+        raise InputError(f"unknown parameter groups {sorted(unknown)}; groups are {GROUPS}")
+    steps = check_positive_int("steps", settings.steps)
+    if seed is not None:
+        if rng is not None:
+            raise InputError("give rng or seed, not both")
+        rng = seed_rng(seed, "batches")
+    rng = as_rng(rng)
+    tokens, answers = np.asarray(tokens, dtype=np.int64), np.asarray(answers, dtype=np.int64)
+    n = tokens.shape[0]
+    size = settings.batch_size
+    batch = n if size is None else min(check_positive_int("batch_size", size), n)
+    if settings.max_rows is not None:
+        check_positive_int("max_rows", settings.max_rows)
+    return replace(settings, steps=steps, batch_size=batch), rng, tokens, answers
+
+
+def _initialise(model: Model, tokens, answers, positions, settings: TrainSettings,
+                rng: np.random.Generator) -> _Run:
+    """The model to train, the gradient path that applies, its objective, the optimizer, the batch order."""
+    template, frozen = _template(model, settings.dtype, settings.frozen, settings.tie_readout)
+    decay = group_values("weight_decay", settings.weight_decay, 0.0)
+    decay_by_key = {key: decay[group_of(key)] for key in template.arrays() if decay[group_of(key)]}
+    reason = structure_reason(template, tokens, positions)
+    if settings.path == "structured" and reason is not None:
+        raise InputError(f"the structured step does not apply: {reason}")
+    path = "structured" if settings.path != "dense" and reason is None else "dense"
+    objective = _Objective(template, tokens, answers, positions, frozen, path, settings.max_rows,
+                           settings.tie_readout, settings.lr)
+    descent = (Adam(settings.lr, settings.betas[0], settings.betas[1], settings.eps, settings.eps_form,
+                    decay_by_key) if settings.optimizer == "adam" else SGD(settings.lr, settings.momentum,
+                                                                           decay_by_key))
+    n, batch = tokens.shape[0], settings.batch_size
+    batches = EpochBatches(n, batch, rng) if batch is not None and batch < n else None
+    return _Run(template, objective, descent, batches, path)
+
+
+def _callbacks(settings: TrainSettings, run: _Run, callback: Callable | Callback | None,
+               start: float) -> list[Callback]:
+    """The loop's callbacks, in order: the log line, the early stop, the caller's."""
+    callbacks: list[Callback] = [PrintEvery(settings.log_every, start)] if settings.log_every else []
+    if settings.stop_at_accuracy is not None:
+        callbacks.append(StopAtBatchAccuracy(settings.stop_at_accuracy) if run.batches is None else
+                         StopAtCheckedAccuracy(settings.stop_at_accuracy, run.objective.accuracy))
+    if callback is not None:
+        callbacks.append(callback if isinstance(callback, Callback) else CallFunction(callback))
+    return callbacks
+
+
+def _loop(run: _Run, callbacks: list[Callback], steps: int) -> tuple[TrainResult, dict[str, np.ndarray]]:
+    """The descent itself: the run's history (steps, losses, accuracies, epochs) and the final parameters."""
+    history = TrainResult(run.template, 0, False, path=run.path)
+    params = run.descent.start(params_of(run.template))
+    for step in range(steps):
+        batch_of_step, epoch_ends = run.batches.next() if run.batches is not None else (slice(None), True)
+        loss, grads, accuracy = run.objective(params, batch_of_step, step)
+        history.losses.append(loss)
+        history.accuracies.append(accuracy)
+        state = StepState(params, grads, loss, accuracy)
+        if any(c.on_step(step, state) for c in callbacks):
+            break
+        run.descent.update(params, grads)
+        history.steps = step + 1
+        if epoch_ends and step + 1 < steps and any(c.on_epoch_end(step, state) for c in callbacks):
+            break
+    history.epochs = run.batches.epochs if run.batches is not None else history.steps
+    return history, params
+
+
+def _confirm(history: TrainResult, params: dict[str, np.ndarray], run: _Run, tie_readout: bool,
+             start: float) -> TrainResult:
+    """The history completed: the trained model, ``reached`` by the exhaustive checker, the seconds."""
+    history.model = with_params(run.template, {**params, "unembedding": params["entity_embedding"]}
+                                if tie_readout else params)
+    # reached: every fact certified in exact arithmetic of the trained weights (checked in float64: the cast
+    # is exact, and the float64 rounding bound is far tighter than the float32 one)
+    objective = run.objective
+    verdict = check_queries(history.model.astype(np.float64), objective.tokens, objective.answers,
+                            positions=objective.positions)
+    history.reached = verdict.exact
+    history.seconds = time.perf_counter() - start
+    return history
+
+
+def run_training(model: Model, tokens: np.ndarray, answers: np.ndarray,
+                 settings: TrainSettings = TrainSettings(), *, positions: np.ndarray | None = None,
+                 rng: np.random.Generator | int | None = None, seed: int | None = None,
+                 callback: Callable | Callback | None = None) -> TrainResult:
+    """Train ``model`` on (tokens, answers) with ``settings``: :func:`train` with its settings in one object.
+
+    The stages: validate the settings and the data; initialise the model to train, its objective, the
+    optimizer and the batch order; the loop (:class:`Callback` hooks around each update); confirm the trained
+    model on every query with the exhaustive checker.
+
+    Parameters
+    ----------
+    model : Model
+        The initial weights; not modified.
+    tokens, answers : ndarray
+        The queries ``(n, T)`` and their answers (``(n,)``, or ``(n, P)`` read at ``positions``).
+    settings : TrainSettings
+        How to train.
+    positions : ndarray or None
+        Where answers are read (teacher forcing); ``None``: at the last position.
+    rng, seed
+        The batch order's randomness (at most one), as in :func:`train`.
+    callback : callable or Callback, optional
+        As in :func:`train`.
+
+    Returns
+    -------
+    TrainResult
+        The final model, confirmed by the exhaustive checker (``reached``), and the run's history.
+
+    Raises
+    ------
+    InputError
+        As :func:`train`.
+    FloatingPointError
+        A non-finite loss or weight, naming the step.
+    """
+    settings, rng, tokens, answers = _validate(settings, tokens, answers, rng, seed)
+    run = _initialise(model, tokens, answers, positions, settings, rng)
+    start = time.perf_counter()
+    history, params = _loop(run, _callbacks(settings, run, callback, start), settings.steps)
+    return _confirm(history, params, run, settings.tie_readout, start)
+
+
 def train(
     model: Model,
     tokens: np.ndarray,
@@ -396,7 +611,9 @@ def train(
 
     The loop: for each step, the batch's loss and gradient; the callbacks (:class:`Callback`: early
     stopping, ``log_every``, ``callback``), any of which may stop before the update; the optimizer's update
-    (:class:`Adam` or :class:`SGD`); at an epoch's end, the callbacks again.
+    (:class:`Adam` or :class:`SGD`); at an epoch's end, the callbacks again. ``train`` gathers its keyword
+    settings into a :class:`TrainSettings` and runs :func:`run_training` (validate → initialise → the loop →
+    confirm by the exhaustive checker), which callers holding the settings as one object may call directly.
 
     Parameters
     ----------
@@ -463,65 +680,9 @@ def train(
     FloatingPointError
         A non-finite loss or weight, naming the step.
     """
-    if optimizer not in OPTIMIZERS:
-        raise InputError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
-    if path not in PATHS:
-        raise InputError(f"path must be one of {PATHS}, got {path!r}")
-    unknown = frozenset(frozen) - set(GROUPS)
-    if unknown:
-        raise InputError(f"unknown parameter groups {sorted(unknown)}; groups are {GROUPS}")
-    steps = check_positive_int("steps", steps)
-    if seed is not None:
-        if rng is not None:
-            raise InputError("give rng or seed, not both")
-        rng = seed_rng(seed, "batches")
-    rng = as_rng(rng)
-    tokens, answers = np.asarray(tokens, dtype=np.int64), np.asarray(answers, dtype=np.int64)
-    n = tokens.shape[0]
-    batch = n if batch_size is None else min(check_positive_int("batch_size", batch_size), n)
-    if max_rows is not None:
-        check_positive_int("max_rows", max_rows)
-    template, frozen = _template(model, dtype, frozenset(frozen), tie_readout)
-    decay = group_values("weight_decay", weight_decay, 0.0)
-    decay_by_key = {key: decay[group_of(key)] for key in template.arrays() if decay[group_of(key)]}
-    reason = structure_reason(template, tokens, positions)
-    if path == "structured" and reason is not None:
-        raise InputError(f"the structured step does not apply: {reason}")
-    step_path = "structured" if path != "dense" and reason is None else "dense"
-
-    objective = _Objective(template, tokens, answers, positions, frozen, step_path, max_rows, tie_readout, lr)
-    descent = (Adam(lr, betas[0], betas[1], eps, eps_form, decay_by_key) if optimizer == "adam" else
-               SGD(lr, momentum, decay_by_key))
-    batches = EpochBatches(n, batch, rng) if batch < n else None
-    start = time.perf_counter()
-    callbacks: list[Callback] = [PrintEvery(log_every, start)] if log_every else []
-    if stop_at_accuracy is not None:
-        callbacks.append(StopAtBatchAccuracy(stop_at_accuracy) if batches is None else
-                         StopAtCheckedAccuracy(stop_at_accuracy, objective.accuracy))
-    if callback is not None:
-        callbacks.append(callback if isinstance(callback, Callback) else CallFunction(callback))
-
-    history = TrainResult(template, 0, False, path=step_path)
-    params = descent.start(params_of(template))
-    for step in range(steps):
-        batch_of_step, epoch_ends = batches.next() if batches is not None else (slice(None), True)
-        loss, grads, accuracy = objective(params, batch_of_step, step)
-        history.losses.append(loss)
-        history.accuracies.append(accuracy)
-        state = StepState(params, grads, loss, accuracy)
-        if any(c.on_step(step, state) for c in callbacks):
-            break
-        descent.update(params, grads)
-        history.steps = step + 1
-        if epoch_ends and step + 1 < steps and any(c.on_epoch_end(step, state) for c in callbacks):
-            break
-
-    history.epochs = batches.epochs if batches is not None else history.steps
-    history.model = with_params(template, {**params, "unembedding": params["entity_embedding"]}
-                                if tie_readout else params)
-    # reached: every fact certified in exact arithmetic of the trained weights (checked in float64: the cast
-    # is exact, and the float64 rounding bound is far tighter than the float32 one)
-    verdict = check_queries(history.model.astype(np.float64), tokens, answers, positions=positions)
-    history.reached = verdict.exact
-    history.seconds = time.perf_counter() - start
-    return history
+    settings = TrainSettings(steps=steps, lr=lr, optimizer=optimizer, batch_size=batch_size, frozen=frozen,
+                             dtype=dtype, stop_at_accuracy=stop_at_accuracy, log_every=log_every,
+                             weight_decay=weight_decay, eps=eps, eps_form=eps_form, betas=betas,
+                             momentum=momentum, tie_readout=tie_readout, path=path, max_rows=max_rows)
+    return run_training(model, tokens, answers, settings, positions=positions, rng=rng, seed=seed,
+                        callback=callback)

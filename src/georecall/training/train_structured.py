@@ -44,6 +44,7 @@ are added over contiguous row ranges. The entity and relation tables are stacked
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
@@ -254,6 +255,127 @@ def readout_cross_entropy(y: np.ndarray, U: np.ndarray, answers: np.ndarray, wan
     return loss * inv_n, predictions, dy, dU
 
 
+def _trains(frozen: frozenset[str], key: str) -> bool:
+    """Whether the parameter ``key`` gets a gradient (its group is not in ``frozen``)."""
+    return group_of(key) not in frozen
+
+
+@dataclass(frozen=True)
+class _SortedBatch:
+    """A batch sorted by relation, and the distinct subjects it asks about."""
+
+    order: np.ndarray  # the sort (the predictions are put back in the batch's order by it)
+    relation: np.ndarray  # each sorted query's relation r
+    answers: np.ndarray  # each sorted query's answer
+    segments: list[tuple[int, int, int]]  # (r, start, stop): the rows of relation r, for each r present
+    entities: np.ndarray  # the distinct subjects (U_s of them)
+    inverse: np.ndarray  # each sorted query's subject, as a row of ``entities``
+    E_batch: np.ndarray  # their embeddings
+
+
+def _sort_batch(model: Model, tokens: np.ndarray, answers: np.ndarray) -> _SortedBatch:
+    """The queries grouped by relation (contiguous row ranges) and their distinct subjects."""
+    E = model.entity_embedding
+    N, R = model.n_entities, model.n_relations
+    tokens = np.asarray(tokens)
+    answers = np.asarray(answers)
+    B = tokens.shape[0]
+    relation = tokens[:, 0] - N
+    order = np.argsort(relation, kind="stable")  # group the queries by relation: contiguous row ranges
+    relation, subject, answers = relation[order], tokens[order, 1], answers[order]
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(relation, minlength=R))])
+    segments = [(j, int(bounds[j]), int(bounds[j + 1])) for j in range(R) if bounds[j + 1] > bounds[j]]
+    if B == N * R and np.array_equal(np.bincount(subject, minlength=N), np.full(N, R)):
+        entities, inverse = np.arange(N), subject  # every entity present: no gather of E
+        E_batch = E
+    else:
+        entities, inverse = np.unique(subject, return_inverse=True)
+        E_batch = E[entities]
+    return _SortedBatch(order, relation, answers, segments, entities, inverse, E_batch)
+
+
+def _input_tables(model: Model, E_batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The stacked inputs X = [E_batch; Q], their pre-MLP terms A = [A^E; A^Q], and M = Σ_h W_V W_O."""
+    dtype = model.entity_embedding.dtype
+    half = dtype.type(0.5)
+    U_s = E_batch.shape[0]
+    att = model.layers[0].attention
+    X = np.concatenate([E_batch, model.relation_embedding])
+    P = model.position_embedding
+    if att is not None:
+        M = att.value_outputs.sum(axis=0).astype(dtype, copy=False)
+        A = X @ M
+        A *= half
+        A[:U_s] += E_batch
+        if P is not None:
+            A[U_s:] += P[1] + ((P[0] + P[1]) @ M) * half
+    else:
+        M = None  # no attention: M = 0
+        A = np.zeros_like(X)
+        A[:U_s] = E_batch
+        if P is not None:
+            A[U_s:] = P[1]
+    return X, A, M
+
+
+def _structured_forward(A: np.ndarray, mlp, batch: _SortedBatch) -> tuple[np.ndarray, np.ndarray]:
+    """The MLP's hidden h = ReLU(P^E[s] + P^Q[r]) and the residual y = A^E[s] + A^Q[r] + h W2 + b2."""
+    U_s = batch.entities.size
+    tables = A @ mlp.W1
+    tables[U_s:] += mlp.b1
+    h = np.take(tables, batch.inverse, axis=0)
+    for j, a, b in batch.segments:
+        h[a:b] += tables[U_s + j]
+    np.maximum(h, 0, out=h)
+    y = h @ mlp.W2
+    y += np.take(A, batch.inverse, axis=0)
+    shift = A[U_s:] + mlp.b2
+    for j, a, b in batch.segments:
+        y[a:b] += shift[j]
+    return h, y
+
+
+def _input_grads(model: Model, batch: _SortedBatch, X: np.ndarray, M: np.ndarray | None, dA: np.ndarray,
+                 frozen: frozenset[str]) -> dict[str, np.ndarray]:
+    """The gradients of E, Q, attention and position rows (those trained) from dA = [∂A^E; ∂A^Q]."""
+    E, P = model.entity_embedding, model.position_embedding
+    att = model.layers[0].attention
+    dtype = E.dtype
+    half = dtype.type(0.5)
+    N, U_s = model.n_entities, batch.entities.size
+    grads: dict[str, np.ndarray] = {}
+    sigma = dA[U_s:].sum(axis=0)
+    if M is None:
+        dX = np.zeros_like(dA)
+    else:
+        dX = dA @ M.T
+        dX *= half
+    dX[:U_s] += dA[:U_s]  # [∂E_batch; ∂Q]
+    if _trains(frozen, "entity_embedding"):
+        if U_s == N:
+            grads["entity_embedding"] = dX[:U_s]
+        else:
+            dE = np.zeros_like(E)
+            dE[batch.entities] = dX[:U_s]
+            grads["entity_embedding"] = dE
+    if _trains(frozen, "relation_embedding"):
+        grads["relation_embedding"] = dX[U_s:]
+    if att is not None and _trains(frozen, "attention"):
+        dM = X.T @ dA
+        if P is not None:
+            dM += np.outer(P[0] + P[1], sigma)
+        dM *= half
+        grads["layers.0.attention.W_V"] = np.einsum("ij,hkj->hik", dM, att.W_O).astype(dtype, copy=False)
+        grads["layers.0.attention.W_O"] = np.einsum("hji,jk->hik", att.W_V, dM).astype(dtype, copy=False)
+    if P is not None and _trains(frozen, "position_embedding"):
+        dP = np.zeros_like(P)
+        through = (sigma @ M.T) * half if M is not None else np.zeros_like(sigma)
+        dP[0] = through
+        dP[1] = sigma + through
+        grads["position_embedding"] = dP
+    return grads
+
+
 def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndarray,
                               frozen: frozenset[str] = frozenset(), *, chunk_rows: int | None = None):
     """Mean cross-entropy and gradients of a one-layer single-hop model through the structured step.
@@ -293,68 +415,21 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     if model.compact:
         raise InputError("the structured step trains a dense read-out: use model.with_dense_readout() "
                          "(train() does)")
-
-    def need(key: str) -> bool:
-        return group_of(key) not in frozen
-
-    E, Q, U = model.entity_embedding, model.relation_embedding, model.unembedding
-    dtype = E.dtype
-    half = dtype.type(0.5)
-    N, R = model.n_entities, model.n_relations
-    layer = model.layers[0]
-    mlp, att = layer.mlp, layer.attention
+    dtype = model.entity_embedding.dtype
+    R = model.n_relations
+    mlp, att = model.layers[0].mlp, model.layers[0].attention
     assert mlp is not None  # the caller checked structure_reason, which requires an MLP
-    tokens = np.asarray(tokens)
-    answers = np.asarray(answers)
-    B = tokens.shape[0]
-    relation = tokens[:, 0] - N
-    order = np.argsort(relation, kind="stable")  # group the queries by relation: contiguous row ranges
-    relation, subject, answers = relation[order], tokens[order, 1], answers[order]
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(relation, minlength=R))])
-    segments = [(j, int(bounds[j]), int(bounds[j + 1])) for j in range(R) if bounds[j + 1] > bounds[j]]
-    if B == N * R and np.array_equal(np.bincount(subject, minlength=N), np.full(N, R)):
-        entities, inverse = np.arange(N), subject  # every entity present: no gather of E
-        E_batch = E
-    else:
-        entities, inverse = np.unique(subject, return_inverse=True)
-        E_batch = E[entities]
-    # ---- tables, stacked so that each product is one call: X = [E_batch; Q], A = [A^E; A^Q] ((U_s + R) × d),
-    # P^{E,Q} = A W1 (+ b1 on the relation rows)
-    U_s = entities.size
-    X = np.concatenate([E_batch, Q])
-    P = model.position_embedding
-    if att is not None:
-        M = att.value_outputs.sum(axis=0).astype(dtype, copy=False)
-        A = X @ M
-        A *= half
-        A[:U_s] += E_batch
-        if P is not None:
-            A[U_s:] += P[1] + ((P[0] + P[1]) @ M) * half
-    else:
-        M = None
-        A = np.zeros_like(X)
-        A[:U_s] = E_batch
-        if P is not None:
-            A[U_s:] = P[1]
-    tables = A @ mlp.W1
-    tables[U_s:] += mlp.b1
-    # ---- forward: h = ReLU(P^E[s] + P^Q[r]), y = A^E[s] + A^Q[r] + h W2 + b2
-    h = np.take(tables, inverse, axis=0)
-    for j, a, b in segments:
-        h[a:b] += tables[U_s + j]
-    np.maximum(h, 0, out=h)
-    y = h @ mlp.W2
-    y += np.take(A, inverse, axis=0)
-    shift = A[U_s:] + mlp.b2
-    for j, a, b in segments:
-        y[a:b] += shift[j]
-    loss, predictions, g, dU = readout_cross_entropy(y, U, answers, need("unembedding"), chunk_rows)
+    batch = _sort_batch(model, tokens, answers)
+    X, A, M = _input_tables(model, batch.E_batch)
+    h, y = _structured_forward(A, mlp, batch)
+    loss, predictions, g, dU = readout_cross_entropy(y, model.unembedding, batch.answers,
+                                                     _trains(frozen, "unembedding"), chunk_rows)
     del y
     grads: dict[str, np.ndarray] = {}
     if dU is not None:
         grads["unembedding"] = dU
     # ---- backward through the MLP
-    want_mlp = need("mlp")
+    want_mlp = _trains(frozen, "mlp")
     if want_mlp:
         grads["layers.0.mlp.W2"] = h.T @ g
         grads["layers.0.mlp.b2"] = g.sum(axis=0)
@@ -362,51 +437,22 @@ def loss_and_grads_structured(model: Model, tokens: np.ndarray, answers: np.ndar
     delta *= h > 0
     del h
     # one sparse product scatters by subject and by relation: G = [G^E; G^Q] = [S_s; S_r] δ
-    scatter = _scatter_matrix(np.concatenate([inverse, U_s + relation]), np.tile(np.arange(B), 2),
+    U_s, B = batch.entities.size, batch.relation.size
+    scatter = _scatter_matrix(np.concatenate([batch.inverse, U_s + batch.relation]), np.tile(np.arange(B), 2),
                               (U_s + R, B), dtype)
     G = scatter @ delta
     del delta
     if want_mlp:
         grads["layers.0.mlp.W1"] = np.ascontiguousarray((G.T @ A).T)  # fewer thread syncs in OpenBLAS
         grads["layers.0.mlp.b1"] = G[U_s:].sum(axis=0)
-    want_E, want_Q = need("entity_embedding"), need("relation_embedding")
-    want_att = att is not None and need("attention")
-    want_P = P is not None and need("position_embedding")
-    if not (want_E or want_Q or want_att or want_P):
-        return loss, grads, _unsorted(predictions, order)
-    dA = G @ mlp.W1.T  # [∂A^E; ∂A^Q]
-    dA += scatter @ g
-    sigma = dA[U_s:].sum(axis=0)
-    if M is None:
-        dX = np.zeros_like(dA)
-    else:
-        dX = dA @ M.T
-        dX *= half
-    dX[:U_s] += dA[:U_s]  # [∂E_batch; ∂Q]
-    if want_E:
-        if U_s == N:
-            grads["entity_embedding"] = dX[:U_s]
-        else:
-            dE = np.zeros_like(E)
-            dE[entities] = dX[:U_s]
-            grads["entity_embedding"] = dE
-    if want_Q:
-        grads["relation_embedding"] = dX[U_s:]
-    if want_att:
-        assert att is not None  # want_att implies an attention block
-        dM = X.T @ dA
-        if P is not None:
-            dM += np.outer(P[0] + P[1], sigma)
-        dM *= half
-        grads["layers.0.attention.W_V"] = np.einsum("ij,hkj->hik", dM, att.W_O).astype(dtype, copy=False)
-        grads["layers.0.attention.W_O"] = np.einsum("hji,jk->hik", att.W_V, dM).astype(dtype, copy=False)
-    if want_P:
-        dP = np.zeros_like(P)
-        through = (sigma @ M.T) * half if M is not None else np.zeros_like(sigma)
-        dP[0] = through
-        dP[1] = sigma + through
-        grads["position_embedding"] = dP
-    return loss, grads, _unsorted(predictions, order)
+    # ---- backward to the inputs, when some of them are trained
+    if (_trains(frozen, "entity_embedding") or _trains(frozen, "relation_embedding")
+            or (att is not None and _trains(frozen, "attention"))
+            or (model.position_embedding is not None and _trains(frozen, "position_embedding"))):
+        dA = G @ mlp.W1.T  # [∂A^E; ∂A^Q]
+        dA += scatter @ g
+        grads.update(_input_grads(model, batch, X, M, dA, frozen))
+    return loss, grads, _unsorted(predictions, batch.order)
 
 
 def _unsorted(values: np.ndarray, order: np.ndarray) -> np.ndarray:

@@ -388,19 +388,15 @@ class _Request:
     progress: bool
     budget: Budget
     falsify: bool
+    integer: bool  # integer mode (the ``integer`` option)
+    attention: str | None  # the attention option, or the multi-hop default
     structural: bool  # spec.assembles_family: check builds exactly the family certified
     compact: bool  # compact_codes_apply: the family gets a compact binary codebook
 
-    @property
-    def integer(self) -> bool:
-        """Integer mode (the ``integer`` option)."""
-        return bool(self.options.get("integer", False))
-
     def label(self, kind: str) -> str:
         """The certificate's name for codes of ``kind``."""
-        attention = self.options.get("attention", "softmax" if self.spec.hops == "multi" else None)
         return f"{self.spec.id} {kind}{' int' if self.integer else ''}" + (
-            " (hard attn, idealized)" if attention == "hard" else "")
+            " (hard attn, idealized)" if self.attention == "hard" else "")
 
 
 def _request(spec, N, R, k, *, codes, D, options, seed, attributes, symmetric, max_points, confirm, progress,
@@ -412,8 +408,9 @@ def _request(spec, N, R, k, *, codes, D, options, seed, attributes, symmetric, m
     options = validate_request(spec, options=options, codes=codes, D=D, k=k, attributes=attributes,
                                symmetric=symmetric)
     integer = bool(options.get("integer", False))
+    attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
     return _Request(spec, N, R, k, codes, D, options, seed, attributes, symmetric, max_points, confirm,
-                    progress, budget, falsify, structural=spec.assembles_family,
+                    progress, budget, falsify, integer, attention, structural=spec.assembles_family,
                     compact=compact_codes_apply(spec, codes, integer))
 
 

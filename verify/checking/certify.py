@@ -36,12 +36,14 @@ are certified layer by layer (:func:`certify_steps`).
 Modules, one concept each: ``certify_family`` (the family and what is checked of it), ``certify_relaxation``
 (query types, the linear pieces, the float allowances), ``certify_product`` (units shut, live slots
 enumerated), ``certify_layers`` (A2(b) layer by layer), ``certify_witness`` (tasks that realize a failing
-point); this module holds the verdict (:class:`Certificate`, :func:`certify`, :func:`certify_built`) and
-re-exports the public names of the others.
+point), ``certify_check`` (the ordinary checker: falsification first, a witness confirmed); this module
+holds the verdict (:class:`Certificate`, :func:`certify`, :func:`certify_built`) and re-exports the public
+names of the others.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -59,25 +61,22 @@ import numpy as np
 from georecall import estimates, memory
 from georecall.constructions import registry
 from georecall.constructions.canonical import canonical_array, canonical_family, canonical_model
-from georecall.constructions.encoding import TaskEncoding, assemble_model
+from georecall.constructions.encoding import TaskEncoding
 from georecall.constructions.model import Model
 from georecall.errors import InputError
 from georecall.memory import Budget, as_budget
-from georecall.theory import seeds
 from georecall.theory.statements import Promise
-from georecall.theory.tasks import Task, random_task, task_for_seed
-from georecall.theory.tokens import queries as task_queries
+from georecall.theory.tasks import Task
+from georecall.verify.checking.certify_check import confirm_with_check, falsify_with_check
 from georecall.verify.checking.certify_codes import compact_binary_codes
 from georecall.verify.checking.certify_family import (
     W2_ARRAY,
     DeclarationError,
     build_family,
-    build_on_task,
     check_family,
     declaration_tasks,
     family_fingerprint,
     family_of_builder,
-    same_fields,
     without_declared,
 )
 from georecall.verify.checking.certify_layers import certify_steps
@@ -90,10 +89,8 @@ from georecall.verify.checking.certify_relaxation import (
     float_allowance,
 )
 from georecall.verify.checking.certify_witness import realize, witness_for
-from georecall.verify.checking.check import check_decoding, check_queries
 from georecall.verify.checking.decoders import DENSE_BLOCK_ELEMENTS
-from georecall.verify.checking.exact import exact_margins
-from georecall.verify.checking.run import run_check, validate_request
+from georecall.verify.checking.run import validate_request
 
 __all__ = [
     "CHUNK_POINTS",
@@ -320,9 +317,9 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     confirm : bool
         Confirm a witness with the ordinary checker (``run_check`` on the witness task).
     falsify : bool
-        Before any relaxation, check THE seeded task (and, below ``FALSIFY_DRAWN_BELOW`` queries, two drawn
-        tasks) with the ordinary checker; a query wrong there is REFUTED at once (skipped above
-        ``FALSIFY_QUERIES`` queries per task).
+        Before any relaxation, check THE seeded task (and, below ``certify_check.FALSIFY_DRAWN_BELOW``
+        queries, two drawn tasks) with the ordinary checker; a query wrong there is REFUTED at once (skipped
+        above ``certify_check.FALSIFY_QUERIES`` queries per task).
     progress : bool
         Progress on stderr.
     budget : Budget or None
@@ -344,6 +341,67 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
     """
     budget = as_budget(budget)
     start = time.perf_counter()
+    req = _request(spec, N, R, k, codes=codes, D=D, options=options, seed=seed, attributes=attributes,
+                   symmetric=symmetric, max_points=max_points, confirm=confirm, progress=progress,
+                   budget=budget, falsify=falsify)
+    params = _params(req)
+    if req.spec.task_encoding is None:
+        return _undeclared(req, params, start)
+    certify_estimate(req.spec, req.N, req.R, req.k, req.codes, req.D, integer=req.integer,
+                     attributes=req.attributes).require(req.budget)
+    family, record = _checked_family(req)
+    _family_params(params, family)
+    fingerprint = certificate_fingerprint(family, params, record.get("fingerprint"))
+    # falsify before relaxing: the ordinary checker on the seeded task (and, small, a few drawn ones); a
+    # query it finds wrong in exact arithmetic is a witness, and no relaxation is needed
+    falsified = falsify_with_check(
+        req.spec, req.N, req.R, req.k, codes=req.codes, D=req.D, options=req.options, seed=req.seed,
+        attributes=req.attributes, symmetric=req.symmetric, budget=req.budget, record=record,
+        family=family if req.structural and req.spec.decoding == "last" else None,
+        integer=req.integer) if req.falsify else None
+    if falsified is not None:
+        cert = _refuted_by_check(req, family, record, params, fingerprint, falsified)
+    else:
+        cert = _relaxed(req, family, record, params, fingerprint)
+        del family  # the builder's rebuilds below hold one family at a time
+        _builder_verdict(req, cert, record)
+    cert.seconds = time.perf_counter() - start
+    return cert
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What :func:`certify` was asked, validated (:func:`_request`)."""
+
+    spec: Any  # ConstructionSpec, resolved
+    N: int
+    R: int
+    k: int
+    codes: str | None
+    D: int | None
+    options: dict  # as validate_request returns them
+    seed: int
+    attributes: str
+    symmetric: bool
+    max_points: int
+    confirm: bool
+    progress: bool
+    budget: Budget
+    falsify: bool
+    integer: bool  # integer mode (the ``integer`` option)
+    attention: str | None  # the attention option, or the multi-hop default
+    structural: bool  # spec.assembles_family: check builds exactly the family certified
+    compact: bool  # compact_codes_apply: the family gets a compact binary codebook
+
+    def label(self, kind: str) -> str:
+        """The certificate's name for codes of ``kind``."""
+        return f"{self.spec.id} {kind}{' int' if self.integer else ''}" + (
+            " (hard attn, idealized)" if self.attention == "hard" else "")
+
+
+def _request(spec, N, R, k, *, codes, D, options, seed, attributes, symmetric, max_points, confirm, progress,
+             budget, falsify) -> _Request:
+    """Decide whether the request is well formed: exact integer sizes, the spec resolved, options it takes."""
     N, R, k, seed = exact_int("N", N), exact_int("R", R), exact_int("k", k), exact_int("seed", seed, 0)
     D, max_points = (None if D is None else exact_int("D", D)), exact_int("max_points", max_points)
     spec = spec if not isinstance(spec, str) else registry.resolve(spec)
@@ -351,140 +409,112 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
                                symmetric=symmetric)
     integer = bool(options.get("integer", False))
     attention = options.get("attention", "softmax" if spec.hops == "multi" else None)
+    return _Request(spec, N, R, k, codes, D, options, seed, attributes, symmetric, max_points, confirm,
+                    progress, budget, falsify, integer, attention, structural=spec.assembles_family,
+                    compact=compact_codes_apply(spec, codes, integer))
 
-    def label(kind: str) -> str:
-        return f"{spec.id} {kind}{' int' if integer else ''}" + (
-            " (hard attn, idealized)" if attention == "hard" else "")
 
-    params = {"construction": spec.id, "N": N, "R": R, "k": k, "codes": codes, "D": D, "seed": seed,
-              "attributes": attributes, "symmetric": symmetric, "integer": integer,
-              **{key: v for key, v in options.items() if key != "integer"}}
-    if spec.task_encoding is None:
-        where = "its MLP" if spec.facts_in == "mlp" else "arrays it does not declare"
-        return Certificate("UNKNOWN", label(codes or "default codes"), params, None, integer, reasons=[{
-            "why": f"{spec.label} declares no task encoding: its facts live in {where}, and the certifier's "
-                   "argument (a declared task table, every other field task-independent) does not apply; no "
-                   "verdict for every task is given"}], seconds=time.perf_counter() - start)
-    certify_estimate(spec, N, R, k, codes, D, integer=integer, attributes=attributes).require(budget)
-    structural = spec.assembles_family  # check builds exactly the family certified
-    compact = compact_codes_apply(spec, codes, integer)
+def _params(req: _Request) -> dict:
+    """The certificate's parameters as asked (codes and D are replaced by the family's own once built)."""
+    return {"construction": req.spec.id, "N": req.N, "R": req.R, "k": req.k, "codes": req.codes,
+            "D": req.D, "seed": req.seed, "attributes": req.attributes, "symmetric": req.symmetric,
+            "integer": req.integer,
+            **{key: v for key, v in req.options.items() if key != "integer"}}
+
+
+def _undeclared(req: _Request, params: dict, start: float) -> Certificate:
+    """UNKNOWN for a spec that declares no task encoding: the certifier's argument does not apply."""
+    spec = req.spec
+    where = "its MLP" if spec.facts_in == "mlp" else "arrays it does not declare"
+    name = req.label(req.codes or "default codes")
+    return Certificate("UNKNOWN", name, params, None, req.integer, reasons=[{
+        "why": f"{spec.label} declares no task encoding: its facts live in {where}, and the certifier's "
+               "argument (a declared task table, every other field task-independent) does not apply; no "
+               "verdict for every task is given"}], seconds=time.perf_counter() - start)
+
+
+def _checked_family(req: _Request):
+    """Build the canonical family certified and decide whether it meets the certificate's assumptions:
+    ``(family, record)``; the spec's task-free family, or a task-taking builder's build on one task."""
+    spec = req.spec
     # the canonical object (constructions.canonical): plain arrays, exact scalars, no cache. A built-in
     # family's plain read-only arrays are taken without a copy (nobody else holds them); any other is copied
-    trusted = structural and spec.family in _builtin_families()
-    if structural:
-        built = build_family(spec, N, R, k, compact_binary_codes(N, D) if compact else codes, D, seed,
-                             options, attributes)
+    if req.structural:
+        trusted = spec.family in _builtin_families()
+        codes = compact_binary_codes(req.N, req.D) if req.compact else req.codes
+        built = build_family(spec, req.N, req.R, req.k, codes, req.D, req.seed, req.options, req.attributes)
         family = _canonical(spec, built, trusted)
         del built
         record = check_family(spec, family)
-        if compact:
+        if req.compact:
             record["codebook"] = ("binary codes at integer scale stored as float16 (every entry ±1, exact): "
                                   "the values make_codes gives, so the family check builds in every value")
-    else:
-        family, record = family_of_builder(spec, N, R, k, codes=codes, D=D, options=options, seed=seed,
-                                           attributes=attributes, symmetric=symmetric)
-        family = _canonical(spec, family, False)
-    encoding = family.encoding
-    blocks = np.array(family.layout[encoding.blocks], dtype=np.int64, copy=True)  # a plain index array
+        return family, record
+    family, record = family_of_builder(spec, req.N, req.R, req.k, codes=req.codes, D=req.D,
+                                       options=req.options, seed=req.seed, attributes=req.attributes,
+                                       symmetric=req.symmetric)
+    return _canonical(spec, family, False), record
+
+
+def _family_params(params: dict, family) -> None:
+    """Set the codes, D and constants in ``params`` to the family's own (what was certified)."""
     params["codes"] = family.codes.kind
     params["D"] = family.codes.D
     params.update({key: family.constants[key] for key in ("gate", "beta") if key in family.constants})
-    fingerprint = certificate_fingerprint(family, params, record.get("fingerprint"))
 
-    def confirm_with_check(task: Task, prompt: list[int]) -> dict:
-        """``check`` on the witness task (as ``georecall check --task`` runs it), and THE forward pass with
-        dense logits on the witness query itself; ``same_object``: the checked model equals the family's
-        ``F ⊕ enc(witness)`` on every field the forward pass reads."""
-        report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**options},
-                           attributes=attributes, symmetric=symmetric, task=task,  # type: ignore[arg-type]
-                           budget=budget)
-        rebuilt = build_on_task(spec, task, k, codes, D, seed, options)
-        same = not same_fields(rebuilt.model, assemble_model(family, task), values_only=compact)
-        tokens = np.asarray([prompt], dtype=np.int64)
-        if spec.decoding == "greedy":
-            target = task.table[prompt[k - 1] - N, prompt[k]]  # step 1's answer; then the true chain
-            chain = [int(target)]
-            for t in range(2, k + 1):
-                chain.append(int(task.table[prompt[k - t] - N, chain[-1]]))
-            single = check_decoding(rebuilt.model, tokens, np.asarray([chain]), forward="dense",
-                                    decoder="dense")
-        else:
-            s_, path = prompt[-1], [t - N for t in prompt[:-1]][::-1]
-            answer = int(task.compose(path)[s_]) + (path[0] * N if attributes == "disjoint" else 0)
-            single = check_queries(rebuilt.model, tokens, np.asarray([answer]), integer=integer,
-                                   forward="dense", decoder="dense")
-        exact = tolerance = None
-        if report.passed and spec.decoding != "greedy":  # not confirmed: the witness query's exact margin
-            ex = exact_margins(rebuilt.model, tokens, np.asarray([answer]), budget=budget)
-            exact = [float(ex.lo[0]), float(ex.hi[0])]
-            if not integer and report.promise is not None:  # report.margin_reaches's allowance
-                tolerance = report.result.rounding_bound + 1e3 * float(np.finfo(np.float64).eps) * max(
-                    abs(report.promise.margin), report.result.logit_bound)
-        return {"check_passed": report.passed, "min_margin": report.result.min_margin,
-                "check_tolerance": tolerance,
-                "accuracy": report.result.accuracy, "same_object": same,
-                "forward_pass": {"forward": single.forward, "decoder": single.decoder,
-                                 "margin": single.min_margin, "correct": single.exact},
-                "exact_margin": exact}
 
-    # falsify before relaxing: the ordinary checker on the seeded task (and, small, a few drawn ones); a
-    # query it finds wrong in exact arithmetic is a witness, and no relaxation is needed
-    falsified = _falsify(spec, N, R, k, codes=codes, D=D, options=options, seed=seed, attributes=attributes,
-                         symmetric=symmetric, budget=budget, record=record,
-                         family=family if structural and spec.decoding == "last" else None,
-                         integer=integer) if falsify else None
-    if falsified is not None:
-        task, failure, result = falsified
-        tokens = [int(t) for t in failure["tokens"]]
-        threshold = 0.0 if family.promise is None else family.promise.margin
-        refuted = Certificate("REFUTED", label(family.codes.kind), params, family.promise, integer,
-                              witness={"subject": tokens[-1],
-                                       "query_type": {"relations": [t - N for t in tokens if t >= N]},
-                                       "prompt_tokens": tokens, "margin": failure["margin"],
-                                       "promised": threshold},
-                              witness_table=task.table, declaration=record,
-                              family_verdict="REFUTED" if structural else None, fingerprint=fingerprint,
-                              confirmation={"check_passed": False, "accuracy": result.accuracy,
-                                            "min_margin": result.min_margin, "same_object": structural,
-                                            "wrong_queries": result.n_wrong, "queries": result.n_queries},
-                              reasons=[{"why": f"REFUTED before any relaxation: the ordinary checker finds "
-                                               f"{result.n_wrong:,} of {result.n_queries:,} "
-                                               f"{record['falsification']['queries']} wrong on "
-                                               f"{record['falsification']['failed_on']}"}])
-        refuted.seconds = time.perf_counter() - start
-        return refuted
-    cert = _certify_canonical(family.model, encoding, blocks, family.codes.vectors, N, R, k, family.promise,
-                              integer=integer, attributes=attributes, symmetric=symmetric,
-                              max_points=max_points, progress=progress,
-                              confirm=confirm_with_check if confirm else None, name=label(family.codes.kind),
-                              params=params, constants=family.constants)
+def _refuted_by_check(req: _Request, family, record: dict, params: dict, fingerprint: str,
+                      falsified) -> Certificate:
+    """REFUTED before any relaxation: the ordinary checker found a query wrong (``falsify_with_check``)."""
+    task, failure, result = falsified
+    N, structural = req.N, req.structural
+    tokens = [int(t) for t in failure["tokens"]]
+    threshold = 0.0 if family.promise is None else family.promise.margin
+    return Certificate("REFUTED", req.label(family.codes.kind), params, family.promise, req.integer,
+                       witness={"subject": tokens[-1],
+                                "query_type": {"relations": [t - N for t in tokens if t >= N]},
+                                "prompt_tokens": tokens, "margin": failure["margin"],
+                                "promised": threshold},
+                       witness_table=task.table, declaration=record,
+                       family_verdict="REFUTED" if structural else None, fingerprint=fingerprint,
+                       confirmation={"check_passed": False, "accuracy": result.accuracy,
+                                     "min_margin": result.min_margin, "same_object": structural,
+                                     "wrong_queries": result.n_wrong, "queries": result.n_queries},
+                       reasons=[{"why": f"REFUTED before any relaxation: the ordinary checker finds "
+                                        f"{result.n_wrong:,} of {result.n_queries:,} "
+                                        f"{record['falsification']['queries']} wrong on "
+                                        f"{record['falsification']['failed_on']}"}])
+
+
+def _relaxed(req: _Request, family, record: dict, params: dict, fingerprint: str) -> Certificate:
+    """The family's verdict over the product set (relax, prove, enumerate; a witness confirmed by check)."""
+    encoding = family.encoding
+    blocks = np.array(family.layout[encoding.blocks], dtype=np.int64, copy=True)  # a plain index array
+    confirm = functools.partial(
+        confirm_with_check, req.spec, family, N=req.N, R=req.R, k=req.k, codes=req.codes, D=req.D,
+        options=req.options, seed=req.seed, attributes=req.attributes, symmetric=req.symmetric,
+        integer=req.integer, compact=req.compact, budget=req.budget) if req.confirm else None
+    cert = _certify_canonical(family.model, encoding, blocks, family.codes.vectors, req.N, req.R, req.k,
+                              family.promise, integer=req.integer, attributes=req.attributes,
+                              symmetric=req.symmetric, max_points=req.max_points, progress=req.progress,
+                              confirm=confirm, name=req.label(family.codes.kind), params=params,
+                              constants=family.constants)
     cert.declaration = record
     cert.family_verdict = cert.verdict
     cert.fingerprint = fingerprint
+    return cert
+
+
+def _builder_verdict(req: _Request, cert: Certificate, record: dict) -> None:
+    """Decide whether the family's verdict is the construction's: a built-in family is; another family only
+    if rebuilding it gives the same F; a task-taking builder is never CERTIFIED."""
+    spec, structural = req.spec, req.structural
     if structural and cert.verdict == "CERTIFIED" and spec.id in registry.BUILTIN_IDS:
         # a built-in family is a function of (N, R, k, options, the seed's codes stream): tested against
         # check's build on every forward field (tests/test_certify.py), not rebuilt here (2^20 codes)
         record["deterministic"] = True
     elif structural and cert.verdict == "CERTIFIED":
-        # check builds spec.builder = the family assembled on the task: the same object only if the family
-        # builder returns the same F again (a builder drawing from a global stream, counting its calls or
-        # reading the command line would not). Built twice more, the last time with a neutral sys.argv: what
-        # an in-process rebuild can see; state it cannot see is not detected (docs/certify.md)
-        first = record["fingerprint"]
-        del family
-        calls = []
-        for neutral in (False, True):
-            saved = list(sys.argv)
-            if neutral:
-                sys.argv[:] = saved[:1]
-            try:
-                again = _canonical(spec, build_family(spec, N, R, k, codes, D, seed, options, attributes),
-                                   False)
-            finally:
-                sys.argv[:] = saved
-            calls.append(family_fingerprint(again))
-            del again
-        record["rebuilds"] = {"builds": 1 + len(calls), "same": all(f == first for f in calls)}
+        record["rebuilds"] = _rebuilds(req, record["fingerprint"])
         if not record["rebuilds"]["same"]:
             cert.verdict = "UNKNOWN"
             cert.reasons.append({"why": "the family builder returned a different F on another call with the "
@@ -501,66 +531,31 @@ def certify(spec, N: int, R: int, k: int = 1, *, codes: str | None = None, D: in
                                     "...)) to certify the construction"})
     if cert.verdict == "REFUTED" and cert.confirmation is not None and not structural:
         cert.reasons.append({"why": "REFUTED: the ordinary checker fails the builder on the witness task"})
-    cert.seconds = time.perf_counter() - start
-    return cert
 
 
-FALSIFY_QUERIES = 2**18  # largest number of queries per task the falsification checks (else: skipped)
-FALSIFY_DRAWN_BELOW = 2**12  # below this many queries, two drawn tasks are checked beside the seeded one
+def _rebuilds(req: _Request, first: str) -> dict:
+    """Decide whether the family builder returns the same F again (``first``: its fingerprint).
 
-
-FALSIFY_SAMPLE = 2**12  # queries of a task checked first, spread over it (the rest only if they all pass)
-
-
-def _falsify(spec, N: int, R: int, k: int, *, codes, D, options: dict, seed: int, attributes: str,
-             symmetric: bool, budget: Budget, record: dict, family=None, integer: bool = False):
-    """The ordinary checker (``run_check``, what ``georecall check --task`` runs) on THE seeded task and,
-    below :data:`FALSIFY_DRAWN_BELOW` queries, two drawn tasks: ``(task, failure, CheckResult)`` for the
-    first query found wrong in exact arithmetic (status "wrong": certainly margin <= 0), else None. With
-    ``family`` (a family spec read at the last position), :data:`FALSIFY_SAMPLE` queries spread over each
-    task are checked first on ``F ⊕ enc(π)`` itself (``check_queries``, the checker's own function). Skipped
-    above :data:`FALSIFY_QUERIES` queries or when the check's own estimate is over the budget (recorded in
-    ``record["falsification"]``)."""
-    queries = N * R**k
-    if queries > FALSIFY_QUERIES:
-        record["falsification"] = {"tasks": 0, "skipped": f"{queries:,} queries per task > "
-                                                          f"{FALSIFY_QUERIES:,}"}
-        return None
-    seeded = None
-    tasks = [task_for_seed(N, R, seed, attributes=attributes, symmetric=symmetric)]  # type: ignore[arg-type]
-    names = ["the seeded task"]
-    if queries < FALSIFY_DRAWN_BELOW:
-        for i in (1, 2):
-            tasks.append(random_task(N, R, seeds.rng(seed, "task", i), attributes=attributes,  # type: ignore[arg-type]
-                                     symmetric=symmetric))
-            names.append(f"drawn task {i}")
-    for task, name in zip(tasks, names):
-        if family is not None and queries > FALSIFY_SAMPLE:
-            tokens, answers = task_queries(task, k)
-            pick = np.unique(np.linspace(0, len(tokens) - 1, FALSIFY_SAMPLE).astype(np.int64))
-            sample = check_queries(assemble_model(family, task), tokens[pick], answers[pick], integer=integer,
-                                   budget=budget)
-            wrong = [f for f in sample.failures if f.get("status") == "wrong"]
-            if wrong:
-                record["falsification"] = {"tasks": len(tasks), "failed_on": name,
-                                           "queries": "queries spread over the task"}
-                return task, wrong[0], sample
+    check builds spec.builder = the family assembled on the task: the same object only if the family builder
+    returns the same F again (a builder drawing from a global stream, counting its calls or reading the
+    command line would not). Built twice more, the last time with a neutral sys.argv: what an in-process
+    rebuild can see; state it cannot see is not detected (docs/certify.md).
+    """
+    calls = []
+    for neutral in (False, True):
+        saved = list(sys.argv)
+        if neutral:
+            sys.argv[:] = saved[:1]
         try:
-            report = run_check(spec, N, R, k, seed=seed, codes=codes, D=D, options={**options},
-                               attributes=attributes, symmetric=symmetric, task=task,  # type: ignore[arg-type]
-                               budget=budget)
-        except InputError as exc:  # the check's own estimate over the budget, ...: no falsification
-            record["falsification"] = {"tasks": 0, "skipped": str(exc)}
-            return None
-        if name == "the seeded task":  # what `georecall check` prints for the same options
-            seeded = report.extra.get("fingerprint")
-        wrong = [f for f in report.result.failures if f.get("status") == "wrong"]
-        if wrong:
-            record["falsification"] = {"tasks": len(tasks), "failed_on": name, "queries": "queries"}
-            return task, wrong[0], report.result
-    record["falsification"] = {"tasks": len(tasks), "outcome": "no query wrong",
-                               "seeded_model_fingerprint": seeded}
-    return None
+            built = build_family(req.spec, req.N, req.R, req.k, req.codes, req.D, req.seed, req.options,
+                                 req.attributes)
+            again = _canonical(req.spec, built, False)
+            del built
+        finally:
+            sys.argv[:] = saved
+        calls.append(family_fingerprint(again))
+        del again
+    return {"builds": 1 + len(calls), "same": all(f == first for f in calls)}
 
 
 def _builtin_families() -> set:
@@ -653,6 +648,28 @@ def _certify_canonical(model: Model, encoding: TaskEncoding, blocks: np.ndarray,
     (``certify`` made them so itself; nothing outside this module calls it)."""
     start = time.perf_counter()
     params = dict(params or {})
+    out = _product_set(model, encoding, blocks, vectors, N, R, k, promise, integer=integer,
+                       attributes=attributes, symmetric=symmetric, max_points=max_points, progress=progress,
+                       constants=constants)
+    cert = Certificate("UNKNOWN", name, params, promise, integer)
+    if "unsupported" in out:
+        cert.reasons.append({"why": out["unsupported"]})
+        cert.seconds = time.perf_counter() - start
+        return cert
+    # one possible answer (the answer count, never an empty minimum): no competitor, every point answered;
+    # no margin exists, as for check (its minimum margin is then None)
+    unopposed = int(model.n_out) == 1 and out["points"] > 0
+    _record_minimum(cert, out, integer, unopposed)
+    _verdict(cert, out, model, encoding, N, R, k, attributes=attributes, symmetric=symmetric,
+             unopposed=unopposed, confirm=confirm)
+    cert.seconds = time.perf_counter() - start
+    return cert
+
+
+def _product_set(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vectors: np.ndarray, N: int,
+                 R: int, k: int, promise: Promise | None, *, integer: bool, attributes: str, symmetric: bool,
+                 max_points: int, progress: bool, constants: dict | None) -> dict[str, Any]:
+    """The minimum over the product set, by the computation the declared array calls for (or unsupported)."""
     out: dict[str, Any]  # as the certify_* functions return it: one value type per key
     try:
         if encoding.array == "steps":
@@ -669,18 +686,15 @@ def _certify_canonical(model: Model, encoding: TaskEncoding, blocks: np.ndarray,
                                 progress=progress)
     except Unsupported as exc:  # e.g. a forward-error bound that overflows float64
         out = {"unsupported": str(exc)}
-    cert = Certificate("UNKNOWN", name, params, promise, integer)
-    if "unsupported" in out:
-        cert.reasons.append({"why": out["unsupported"]})
-        cert.seconds = time.perf_counter() - start
-        return cert
+    return out
+
+
+def _record_minimum(cert: Certificate, out: dict[str, Any], integer: bool, unopposed: bool) -> None:
+    """The counts, the minimum margin (exact in integer mode), its point and the reasons, into ``cert``."""
     cert.query_types, cert.points = out["types"], out["points"]
     cert.units_shut, cert.units_enumerated = out["shut"], out["enumerated"]
     cert.allowance = out["allowance"]
     types = out["types_list"]
-    # one possible answer (the answer count, never an empty minimum): no competitor, every point answered;
-    # no margin exists, as for check (its minimum margin is then None)
-    unopposed = int(model.n_out) == 1 and out["points"] > 0
     if out["argmin"] is not None and not unopposed:
         qi, values, live, S, scaled = out["argmin"]
         cert.min_margin = out["min"]
@@ -691,17 +705,31 @@ def _certify_canonical(model: Model, encoding: TaskEncoding, blocks: np.ndarray,
         cert.argmin = {"query_type": types[qi].label,
                        "slots": [{"position": u, "slot": b, "code": j} for (u, b), j in zip(live, values)]}
     cert.reasons += out["reasons"]
+
+
+def _meets_promise(cert: Certificate, integer: bool, unopposed: bool) -> bool:
+    """Whether the minimum (less the float allowance) reaches the promised margin."""
+    lower = None if cert.min_margin is None else cert.min_margin - cert.allowance
+    threshold = 0.0 if cert.promise is None else cert.promise.margin
+    if unopposed:
+        return True
+    if lower is None or cert.min_margin is None:
+        return False
+    if integer:
+        return cert.min_margin > 0 and cert.min_margin >= threshold
+    # float: certified margin > 0, and the minimum within the forward-error allowance of the promise
+    return lower > 0 and cert.min_margin >= threshold - cert.allowance
+
+
+def _verdict(cert: Certificate, out: dict[str, Any], model: Model, encoding: TaskEncoding, N: int, R: int,
+             k: int, *, attributes: str, symmetric: bool, unopposed: bool,
+             confirm: Callable[[Task, list[int]], dict] | None) -> None:
+    """CERTIFIED, REFUTED by a witness task, or UNKNOWN with the reason why, into ``cert``."""
+    promise, types = cert.promise, out["types_list"]
     lower = None if cert.min_margin is None else cert.min_margin - cert.allowance
     complete = not out["reasons"]
     threshold = 0.0 if promise is None else promise.margin
-    if unopposed:
-        meets = True
-    elif lower is None or cert.min_margin is None:
-        meets = False
-    elif integer:
-        meets = cert.min_margin > 0 and cert.min_margin >= threshold
-    else:  # float: certified margin > 0, and the minimum within the forward-error allowance of the promise
-        meets = lower > 0 and cert.min_margin >= threshold - cert.allowance
+    meets = _meets_promise(cert, cert.integer, unopposed)
     sizes_ok = promise is None or (model.d == promise.d and model.mlp_width == promise.m)
     if complete and meets and sizes_ok:
         cert.verdict = "CERTIFIED"
@@ -710,7 +738,7 @@ def _certify_canonical(model: Model, encoding: TaskEncoding, blocks: np.ndarray,
         _report_witness(cert, task, s, types[w], margin, threshold, confirm)
     elif out["failing"]:
         found = witness_for(out["failing"], types, N, R, k, attributes, symmetric,
-                             "paths" if encoding.array == "steps" else encoding.slots)
+                            "paths" if encoding.array == "steps" else encoding.slots)
         if found is None:
             cert.reasons.append({"why": f"{len(out['failing'])} point(s) of the product set fall below the "
                                         "promise, but the search found no task realizing one",
@@ -727,8 +755,6 @@ def _certify_canonical(model: Model, encoding: TaskEncoding, blocks: np.ndarray,
                                     f"{cert.min_margin:.6g} minus the allowance {cert.allowance:.3g}) does "
                                     f"not reach the promise {threshold:.6g}, and no point is definitely "
                                     "below it"})
-    cert.seconds = time.perf_counter() - start
-    return cert
 
 
 def _report_witness(cert: Certificate, task: Task, s: int, qt, margin: float, threshold: float,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -129,101 +130,16 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
     if model.layers[0].mlp is None:
         return {"unsupported": "the model has no MLP"}
     if integer:
-        for name, array in model.arrays().items():
-            # an array that is the codebook's own memory (a read-out sharing it) is checked once, below
-            if name != "entity_embedding" and not same_memory(array, vectors[:len(array)]) and \
-                    not is_integral(array):
-                raise InputError(f"integer mode: weight {name} is not integral (certify it in float mode: "
-                                 "--float)")
-        if not is_integral(vectors):
-            raise InputError("integer mode: the codebook is not integral (certify it in float mode: --float)")
+        _require_integral(model, vectors)
     vectors = vectors[:N]  # in its own dtype (float16 for a compact codebook: every chunk is cast exactly)
-    pieces = Pieces(model, blocks, vectors, integer)
-    mlp = model.layers[0].mlp
-    b1, b2 = mlp.b1.astype(np.float64), mlp.b2.astype(np.float64)
-    W2 = mlp.W2.astype(np.float64)
-    cols = pieces.cols
-    W2_read = W2[:, cols]
-    U_read = model.readout.matrix
-    cube = binary_hypercube(vectors, U_read) or detect_hypercube(U_read, np.arange(cols.size))[0]
-    if cube is None:  # the dense decoder reads U as float64 (no copy of a float64 read-out)
-        U_read = np.asarray(U_read, dtype=np.float64)
-    U_row_l1 = row_l1_max(U_read)
-    disjoint = attributes == "disjoint"
-    types = query_types(encoding, N, R, k, disjoint)
-    amax = abs_max(vectors)
+    ctx = _product(model, blocks, vectors, N, promise, integer, max_points)
+    types = query_types(encoding, N, R, k, attributes == "disjoint")
     result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": [], "points": 0, "shut": 0,
                     "enumerated": 0, "types": len(types), "scale_max": 1, "allowance": 0.0}
-    threshold = None if promise is None else promise.margin
-    allowance_by_T: dict[int, float] = {}
-    slack_by_T: dict[int, float] = {}
-    memo: dict[bytes, tuple] = {}
     try:
         for qi, qt in enumerate(types):
-            T = len(qt.tokens)
-            piece = pieces.at(T)
-            S = piece["scale"]
-            c_pre = S * b1.copy()
-            c_read = S * b2[cols].copy()
-            for u, tok in enumerate(qt.tokens):
-                pu = piece["u"][u]
-                c_pre += pu["pos_pre"]
-                c_read += pu["pos_read"]
-                if tok >= 0:
-                    c_pre += pu["rel_pre"][tok - N]
-                    c_read += pu["rel_read"][tok - N]
-            slots = [(u, b) for u in qt.entity_positions for b in range(blocks.shape[0])]
-            zmax = c_pre.copy()
-            for u, b in slots:
-                zmax += piece["u"][u]["hi"][b]
-            slack = 0.0  # integer mode: zmax is exact
-            if not integer:
-                if T not in allowance_by_T:
-                    terms = len(slots) * blocks.shape[1]
-                    werr = pieces.weight_error.get(T, 0.0)
-                    allowance_by_T[T] = codebook_allowance(model, vectors, T, terms, werr)
-                    slack_by_T[T] = preactivation_slack(model, vectors, T, terms, werr)
-                result["allowance"] = max(result["allowance"], allowance_by_T[T])
-                slack = slack_by_T[T]
-            active = np.flatnonzero(zmax > -slack)  # off for every task: proved only at <= -slack
-            result["shut"] += int(zmax.size - active.size)
-            result["enumerated"] += int(active.size)
-            live = [qt.answer]
-            for u, b in slots:
-                if (u, b) == qt.answer:
-                    continue
-                pu = piece["u"][u]
-                if pu["H_any"][b] or np.any(pu["G_any"][b][active]):
-                    live.append((u, b))
-            n_points = N ** len(live)
-            if n_points > max_points:
-                result["reasons"].append(_reason(qt, live, active, zmax, piece, S, blocks.shape[0]))
+            if not _certify_type(ctx, qi, qt, result):
                 continue
-            if integer:
-                g_col = max(float(np.abs(piece["u"][u]["G"][b]).sum(axis=0).max(initial=0)) for u, b in live)
-                bound = float(np.abs(c_pre).max(initial=0)) + len(live) * amax * g_col
-                vb = float(np.abs(c_read).max(initial=0)) + bound * float(np.abs(W2_read).sum(axis=0).max(
-                    initial=0)) + len(live) * amax * max(float(np.abs(piece["u"][u]["H"][b]).sum(axis=0).max(
-                        initial=0)) for u, b in live)
-                _bound_check(bound, 2 * vb * U_row_l1 + 1)
-            G_raw = [piece["u"][u]["G"][b][:, active] for u, b in live]
-            H_raw = [piece["u"][u]["H"][b] for u, b in live]
-            limit, floor = failure_limits(threshold, promise, integer, allowance_by_T.get(T, 0.0))
-            # Query types whose restricted arrays are identical give identical margins at every point
-            # (G1's relations, by symmetry): computed once, exactly the same function of the same numbers.
-            key = content_key(N, S, qt.offset, limit, floor, c_pre[active], c_read, W2_read[active], *G_raw,
-                              *H_raw)
-            if key not in memo:
-                memo[key] = _enumerate(N, len(live), c_pre[active], c_read, G_raw, H_raw, W2_read[active],
-                                       vectors, qt.offset, S, cube, U_read, limit, floor)
-            low, low_values, failing, count = memo[key]
-            result["points"] += count
-            if low < result["min"]:
-                result["min"] = low
-                result["argmin"] = (qi, low_values, live, S, low * S)
-            result["failing"] += [(m_, qi, vals, live) for m_, vals in failing]
-            result["failing"].sort(key=lambda f: f[0])
-            del result["failing"][KEEP_FAILING:]
             if progress and (qi % 64 == 0 or qi + 1 == len(types)):  # the last one too: never a stale count
                 print(f"\r  certified {qi + 1}/{len(types)} query types", end="", file=sys.stderr, flush=True)
     except Unsupported as exc:
@@ -232,6 +148,164 @@ def certify_model(model: Model, encoding: TaskEncoding, blocks: np.ndarray, vect
         print(file=sys.stderr)
     result["types_list"] = types
     return result
+
+
+def _require_integral(model: Model, vectors: np.ndarray) -> None:
+    """Decide whether integer mode applies: every weight but the entity table, and the codebook, integral."""
+    for name, array in model.arrays().items():
+        # an array that is the codebook's own memory (a read-out sharing it) is checked once, below
+        if name != "entity_embedding" and not same_memory(array, vectors[:len(array)]) and \
+                not is_integral(array):
+            raise InputError(f"integer mode: weight {name} is not integral (certify it in float mode: "
+                             "--float)")
+    if not is_integral(vectors):
+        raise InputError("integer mode: the codebook is not integral (certify it in float mode: --float)")
+
+
+@dataclasses.dataclass
+class _Product:
+    """What :func:`certify_model` reads for every query type (:func:`_product`), and its caches."""
+
+    model: Model
+    blocks: np.ndarray
+    vectors: np.ndarray  # the first N codes
+    N: int
+    promise: Promise | None
+    integer: bool
+    max_points: int
+    pieces: Pieces
+    b1: np.ndarray
+    b2: np.ndarray
+    W2_read: np.ndarray  # W2 on the read-out's columns
+    cols: np.ndarray
+    U_read: np.ndarray
+    cube: Any  # the hypercube decoder, or None
+    U_row_l1: float
+    amax: float
+    allowance_by_T: dict[int, float] = dataclasses.field(default_factory=dict)
+    slack_by_T: dict[int, float] = dataclasses.field(default_factory=dict)
+    memo: dict[bytes, tuple] = dataclasses.field(default_factory=dict)
+
+
+def _product(model: Model, blocks: np.ndarray, vectors: np.ndarray, N: int, promise: Promise | None,
+             integer: bool, max_points: int) -> _Product:
+    """The linear pieces, the MLP's biases and read-out rows, and the decoder the read-out allows."""
+    pieces = Pieces(model, blocks, vectors, integer)
+    mlp = model.layers[0].mlp
+    assert mlp is not None, "certify_model checked the MLP"
+    b1, b2 = mlp.b1.astype(np.float64), mlp.b2.astype(np.float64)
+    W2 = mlp.W2.astype(np.float64)
+    cols = pieces.cols
+    W2_read = W2[:, cols]
+    U_read = model.readout.matrix
+    cube = binary_hypercube(vectors, U_read) or detect_hypercube(U_read, np.arange(cols.size))[0]
+    if cube is None:  # the dense decoder reads U as float64 (no copy of a float64 read-out)
+        U_read = np.asarray(U_read, dtype=np.float64)
+    return _Product(model, blocks, vectors, N, promise, integer, max_points, pieces, b1, b2, W2_read, cols,
+                    U_read, cube, row_l1_max(U_read), abs_max(vectors))
+
+
+def _type_constants(ctx: _Product, piece: dict, qt: QueryType) -> tuple[np.ndarray, np.ndarray]:
+    """The part of every pre-activation and read-out coordinate that no entity slot moves (scaled by S)."""
+    S, N = piece["scale"], ctx.N
+    c_pre = S * ctx.b1.copy()
+    c_read = S * ctx.b2[ctx.cols].copy()
+    for u, tok in enumerate(qt.tokens):
+        pu = piece["u"][u]
+        c_pre += pu["pos_pre"]
+        c_read += pu["pos_read"]
+        if tok >= 0:
+            c_pre += pu["rel_pre"][tok - N]
+            c_read += pu["rel_read"][tok - N]
+    return c_pre, c_read
+
+
+def _active_units(ctx: _Product, piece: dict, T: int, c_pre: np.ndarray, slots: list,
+                  result: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Which units may be on for some task (their maximum over the product set above ``-slack``):
+    ``(active, zmax)``; the counts and float mode's allowance go into ``result``."""
+    zmax = c_pre.copy()
+    for u, b in slots:
+        zmax += piece["u"][u]["hi"][b]
+    slack = 0.0  # integer mode: zmax is exact
+    if not ctx.integer:
+        if T not in ctx.allowance_by_T:
+            terms = len(slots) * ctx.blocks.shape[1]
+            werr = ctx.pieces.weight_error.get(T, 0.0)
+            ctx.allowance_by_T[T] = codebook_allowance(ctx.model, ctx.vectors, T, terms, werr)
+            ctx.slack_by_T[T] = preactivation_slack(ctx.model, ctx.vectors, T, terms, werr)
+        result["allowance"] = max(result["allowance"], ctx.allowance_by_T[T])
+        slack = ctx.slack_by_T[T]
+    active = np.flatnonzero(zmax > -slack)  # off for every task: proved only at <= -slack
+    result["shut"] += int(zmax.size - active.size)
+    result["enumerated"] += int(active.size)
+    return active, zmax
+
+
+def _live_slots(piece: dict, qt: QueryType, slots: list, active: np.ndarray) -> list:
+    """The slots enumerated jointly: the answer slot, and every slot a unit not proved off or the read-out
+    reads."""
+    live = [qt.answer]
+    for u, b in slots:
+        if (u, b) == qt.answer:
+            continue
+        pu = piece["u"][u]
+        if pu["H_any"][b] or np.any(pu["G_any"][b][active]):
+            live.append((u, b))
+    return live
+
+
+def _integer_range(ctx: _Product, piece: dict, live: list, c_pre: np.ndarray, c_read: np.ndarray) -> None:
+    """Decide whether every intermediate of the enumeration stays below 2^53 (integer mode)."""
+    g_col = max(float(np.abs(piece["u"][u]["G"][b]).sum(axis=0).max(initial=0)) for u, b in live)
+    bound = float(np.abs(c_pre).max(initial=0)) + len(live) * ctx.amax * g_col
+    vb = float(np.abs(c_read).max(initial=0)) + bound * float(np.abs(ctx.W2_read).sum(axis=0).max(
+        initial=0)) + len(live) * ctx.amax * max(float(np.abs(piece["u"][u]["H"][b]).sum(axis=0).max(
+            initial=0)) for u, b in live)
+    _bound_check(bound, 2 * vb * ctx.U_row_l1 + 1)
+
+
+def _certify_type(ctx: _Product, qi: int, qt: QueryType, result: dict) -> bool:
+    """One query type: units shut, live slots enumerated (or a reason, UNKNOWN), folded into ``result``;
+    whether it was enumerated."""
+    T = len(qt.tokens)
+    piece = ctx.pieces.at(T)
+    S, P = piece["scale"], ctx.blocks.shape[0]
+    c_pre, c_read = _type_constants(ctx, piece, qt)
+    slots = [(u, b) for u in qt.entity_positions for b in range(P)]
+    active, zmax = _active_units(ctx, piece, T, c_pre, slots, result)
+    live = _live_slots(piece, qt, slots, active)
+    if ctx.N ** len(live) > ctx.max_points:
+        result["reasons"].append(_reason(qt, live, active, zmax, piece, S, P))
+        return False
+    if ctx.integer:
+        _integer_range(ctx, piece, live, c_pre, c_read)
+    G_raw = [piece["u"][u]["G"][b][:, active] for u, b in live]
+    H_raw = [piece["u"][u]["H"][b] for u, b in live]
+    threshold = None if ctx.promise is None else ctx.promise.margin
+    limit, floor = failure_limits(threshold, ctx.promise, ctx.integer, ctx.allowance_by_T.get(T, 0.0))
+    # Query types whose restricted arrays are identical give identical margins at every point
+    # (G1's relations, by symmetry): computed once, exactly the same function of the same numbers.
+    key = content_key(ctx.N, S, qt.offset, limit, floor, c_pre[active], c_read, ctx.W2_read[active], *G_raw,
+                      *H_raw)
+    if key not in ctx.memo:
+        ctx.memo[key] = _enumerate(ctx.N, len(live), c_pre[active], c_read, G_raw, H_raw, ctx.W2_read[active],
+                                   ctx.vectors, qt.offset, S, ctx.cube, ctx.U_read, limit, floor)
+    low, low_values, failing, count = ctx.memo[key]
+    _fold(result, count, low, (qi, low_values, live, S, low * S),
+          [(m_, qi, vals, live) for m_, vals in failing])
+    return True
+
+
+def _fold(result: dict, count: int, low: float, argmin: tuple, failing: list) -> None:
+    """Fold one enumeration into ``result``: its points, a new minimum, the lowest failing points."""
+    result["points"] += count
+    if low < result["min"]:
+        result["min"] = low
+        result["argmin"] = argmin
+    result["failing"] += failing
+    result["failing"].sort(key=lambda f: f[0])
+    del result["failing"][KEEP_FAILING:]
 
 
 def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, vectors: np.ndarray, N: int,
@@ -249,11 +323,60 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     """
     if len(model.layers) != 1 or model.layers[0].mlp is None:
         return {"unsupported": "facts in W2 are certified for one-layer models with an MLP only"}
-    mlp = model.layers[0].mlp
     cols = model.readout.columns
     at = np.searchsorted(cols, out_block)
     if np.any(at >= cols.size) or not np.array_equal(cols[np.minimum(at, cols.size - 1)], out_block):
         return {"unsupported": "the read-out does not read every declared column of W2"}
+    ctx = _rows(model, out_block, at, vectors, N, R, k, promise, integer, attributes, max_points)
+    n = ctx.tokens.shape[0]
+    result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": [], "points": 0, "shut": 0,
+                    "enumerated": 0, "types": n, "allowance": ctx.allowance}
+    types: list[QueryType] = []
+    for part in iter_chunks(n, max(1, 2**22 // max(1, ctx.mlp.width))):
+        base, h, firing = _firing(ctx, part, result)
+        for i, q in enumerate(range(part.start, part.stop)):  # queries of a chunk: grouped below by memo
+            types.append(_certify_query(ctx, q, base[i], h[i], firing[i], result))
+        if progress:
+            print(f"\r  certified {part.stop:,}/{n:,} queries", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    result["types_list"] = types
+    return result
+
+
+@dataclasses.dataclass
+class _Rows:
+    """What :func:`certify_rows` reads for every query (:func:`_rows`), and its memo."""
+
+    model: Model
+    mlp: MLP
+    N: int
+    k: int
+    integer: bool
+    disjoint: bool
+    max_points: int
+    tokens: np.ndarray  # every query, index w·N + s
+    rows_of: np.ndarray  # the paths' relations
+    cols: np.ndarray
+    placed: np.ndarray  # a_j on the read-out's columns, (N, cols)
+    W2_rest: np.ndarray  # W2 on the read-out's columns, the declared ones zero
+    b2: np.ndarray
+    U_read: np.ndarray
+    cube: Any  # the hypercube decoder, or None
+    reach: float  # the largest |logit| one code on the block makes
+    allowance: float
+    slack: float
+    limit: float
+    floor: float
+    memo: dict[bytes, tuple] = dataclasses.field(default_factory=dict)
+
+
+def _rows(model: Model, out_block: np.ndarray, at: np.ndarray, vectors: np.ndarray, N: int, R: int, k: int,
+          promise: Promise | None, integer: bool, attributes: str, max_points: int) -> _Rows:
+    """The queries, the task-independent part of the read-out, the decoder and float mode's allowances."""
+    mlp = model.layers[0].mlp
+    assert mlp is not None, "certify_rows checked the MLP"
+    cols = model.readout.columns
     vectors = np.asarray(vectors[:N], dtype=np.float64)
     placed = np.zeros((N, cols.size))
     placed[:, at] = vectors  # a_j on the read-out's columns
@@ -262,15 +385,12 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     b2 = mlp.b2.astype(np.float64)[cols]
     dummy = Task(np.tile(np.arange(N, dtype=np.int64), (R, 1)))
     tokens, _ = queries(dummy, k)
-    n, T = tokens.shape
+    T = tokens.shape[1]
     if integer:
         integer_bounds(model, T)
     U_read = np.asarray(model.readout.matrix, dtype=np.float64)  # (no copy of float64)
     cube, _ = detect_hypercube(U_read, np.arange(cols.size))
     reach = float(np.abs(placed @ U_read.T).max(initial=0.0))  # largest |logit| one code on the block makes
-    disjoint = attributes == "disjoint" and k == 1
-    rows_of = paths(R, k)
-    types = []
     # float mode: the family's declared columns of W2 are zero, but the assembled model's hold codes: the
     # allowance is computed with every unit's declared columns at the codebook's largest magnitude, so the
     # pre-activations' rounding reaches the margin through |W2| there
@@ -279,64 +399,63 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     # most 2·slack, and its effect on a margin joins the allowance below
     slack = 0.0 if integer else preactivation_slack(model, np.asarray(model.entity_embedding), T, 0, 0.0)
     limit, floor = failure_limits(None if promise is None else promise.margin, promise, integer, allowance)
-    result: dict = {"min": math.inf, "argmin": None, "failing": [], "reasons": [], "points": 0, "shut": 0,
-                    "enumerated": 0, "types": n, "allowance": allowance}
-    memo: dict[bytes, tuple] = {}
-    for part in iter_chunks(n, max(1, 2**22 // max(1, mlp.width))):
-        _, trace = forward(model, tokens[part], integer=integer, trace=True)
-        y = trace.residual[1][:, -1].astype(np.float64)
-        h = trace.hidden[0][:, -1].astype(np.float64)
-        base = y[:, cols] + b2 + h @ W2_rest
-        firing = (h > 0) | ~np.isfinite(h)  # a NaN unit is never "off"
-        if not integer:
-            z = y @ mlp.W1.astype(np.float64) + mlp.b1.astype(np.float64)
-            maybe = (z > -slack) & ~firing
-            # Float rounding turns exact zeros into specks (4e-16): units firing below 1e-9 of the largest
-            # are left out of the enumeration and their largest effect on a margin joins the allowance.
-            speck = (h <= 1e-9 * max(1.0, float(h.max(initial=0.0)))) & firing
-            off_effect = 2 * slack * np.count_nonzero(maybe, axis=1)
-            extra = 2 * (np.where(speck, h, 0.0).sum(axis=1) + off_effect) * reach
-            if np.any(speck | maybe):
-                result["allowance"] = max(result["allowance"], allowance + float(extra.max()))
-                firing &= ~speck
-        result["shut"] += int(firing.size - np.count_nonzero(firing))
-        result["enumerated"] += int(np.count_nonzero(firing))
-        for i, q in enumerate(range(part.start, part.stop)):  # queries of a chunk: grouped below by memo
-            w, subject = divmod(q, N)
-            label = ({"relation": w} if k == 1
-                     else {"path": w, "relations": [int(r) for r in rows_of[w][::-1]]})
-            qt = QueryType([int(t) for t in tokens[q]], [], (UNIT, q), w * N if disjoint else 0,
-                            {**label, "subject": subject}, {})
-            types.append(qt)
-            others = np.flatnonzero(firing[i])
-            others = others[others != q]
-            live = [q] + others.tolist()
-            if N ** len(live) > max_points:
-                result["reasons"].append({"query_type": qt.label, "units": [
-                    {"unit": int(u), "fires_with": float(h[i, u])} for u in others[:8]],
-                    "why": f"{others.size} unit(s) besides the query's own fire on it: enumerating their "
-                           "answers jointly exceeds the limit"})
-                continue
-            hs = h[i, live]
-            key = content_key(base[i], hs, np.asarray([qt.offset]))
-            if key not in memo:
-                memo[key] = _enumerate_rows(N, base[i], hs, placed, qt.offset, cube, U_read, limit, floor)
-            low, low_values, failing, count = memo[key]
-            result["points"] += count
-            slots = [(UNIT, u) for u in live]
-            if low < result["min"]:
-                result["min"] = low
-                result["argmin"] = (q, low_values, slots, 1, low)
-            if failing:
-                result["failing"] += [(m_, q, vals, slots) for m_, vals in failing]
-                result["failing"].sort(key=lambda f: f[0])
-                del result["failing"][KEEP_FAILING:]
-        if progress:
-            print(f"\r  certified {part.stop:,}/{n:,} queries", end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
-    result["types_list"] = types
-    return result
+    return _Rows(model, mlp, N, k, integer, attributes == "disjoint" and k == 1, max_points, tokens,
+                 paths(R, k), cols, placed, W2_rest, b2, U_read, cube, reach, allowance, slack, limit, floor)
+
+
+def _firing(ctx: _Rows, part: slice, result: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """THE forward pass on a chunk of queries: the read-out residual without the declared rows, the hidden
+    activations, and which units fire (float mode: specks and units that may be on join the allowance)."""
+    mlp, integer = ctx.mlp, ctx.integer
+    _, trace = forward(ctx.model, ctx.tokens[part], integer=integer, trace=True)
+    y = trace.residual[1][:, -1].astype(np.float64)
+    h = trace.hidden[0][:, -1].astype(np.float64)
+    base = y[:, ctx.cols] + ctx.b2 + h @ ctx.W2_rest
+    firing = (h > 0) | ~np.isfinite(h)  # a NaN unit is never "off"
+    if not integer:
+        z = y @ mlp.W1.astype(np.float64) + mlp.b1.astype(np.float64)
+        maybe = (z > -ctx.slack) & ~firing
+        # Float rounding turns exact zeros into specks (4e-16): units firing below 1e-9 of the largest
+        # are left out of the enumeration and their largest effect on a margin joins the allowance.
+        speck = (h <= 1e-9 * max(1.0, float(h.max(initial=0.0)))) & firing
+        off_effect = 2 * ctx.slack * np.count_nonzero(maybe, axis=1)
+        extra = 2 * (np.where(speck, h, 0.0).sum(axis=1) + off_effect) * ctx.reach
+        if np.any(speck | maybe):
+            result["allowance"] = max(result["allowance"], ctx.allowance + float(extra.max()))
+            firing &= ~speck
+    result["shut"] += int(firing.size - np.count_nonzero(firing))
+    result["enumerated"] += int(np.count_nonzero(firing))
+    return base, h, firing
+
+
+def _certify_query(ctx: _Rows, q: int, base: np.ndarray, h: np.ndarray, firing: np.ndarray,
+                   result: dict) -> QueryType:
+    """One query: its answer's unit and the units firing on it enumerated jointly (or a reason, UNKNOWN),
+    folded into ``result``; its query type."""
+    N, k = ctx.N, ctx.k
+    w, subject = divmod(q, N)
+    label = ({"relation": w} if k == 1
+             else {"path": w, "relations": [int(r) for r in ctx.rows_of[w][::-1]]})
+    qt = QueryType([int(t) for t in ctx.tokens[q]], [], (UNIT, q), w * N if ctx.disjoint else 0,
+                   {**label, "subject": subject}, {})
+    others = np.flatnonzero(firing)
+    others = others[others != q]
+    live = [q] + others.tolist()
+    if N ** len(live) > ctx.max_points:
+        result["reasons"].append({"query_type": qt.label, "units": [
+            {"unit": int(u), "fires_with": float(h[u])} for u in others[:8]],
+            "why": f"{others.size} unit(s) besides the query's own fire on it: enumerating their "
+                   "answers jointly exceeds the limit"})
+        return qt
+    hs = h[live]
+    key = content_key(base, hs, np.asarray([qt.offset]))
+    if key not in ctx.memo:
+        ctx.memo[key] = _enumerate_rows(N, base, hs, ctx.placed, qt.offset, ctx.cube, ctx.U_read, ctx.limit,
+                                        ctx.floor)
+    low, low_values, failing, count = ctx.memo[key]
+    slots = [(UNIT, u) for u in live]
+    _fold(result, count, low, (q, low_values, slots, 1, low), [(m_, q, vals, slots) for m_, vals in failing])
+    return qt
 
 
 def _declared_bound(model: Model, out_block: np.ndarray, vectors: np.ndarray) -> Model:

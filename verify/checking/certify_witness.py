@@ -265,37 +265,15 @@ def step_witness(model: Model, block: np.ndarray, vectors: np.ndarray, step_scal
                        dtype=np.int64)  # query index w·N + s
     budget = [max(20, min(max_nodes, 2 * 10**7 // max(1, every.shape[0])))]  # bounded work in all
 
-    def evaluate(table: np.ndarray, s: int, w: int) -> tuple[float, int, list[tuple[int, int]]]:
-        """The lowest margin over every query of the task and its query, and the slots the pairs firing on
-        query (s, w) read, layer by layer, the strongest first."""
-        stepped = step_model(model, block, vectors, step_scale, table)
-        answers = np.arange(N)
-        for j in range(k):  # r_1 first: column k − 1 − j of the paths
-            answers = table[rows[:, k - 1 - j][:, None], answers[None, :] if j == 0 else answers]
-        answers = np.asarray(answers).reshape(-1)
-        logits = np.array(forward(stepped, every), dtype=np.float64)
-        at = np.arange(every.shape[0])
-        right = logits[at, answers]
-        logits[at, answers] = -np.inf
-        margins = right - logits.max(axis=1) if logits.shape[1] > 1 else np.full(at.size, np.inf)
-        worst = int(np.argmin(margins))
-        _, trace = forward(stepped, every[w * N + s : w * N + s + 1], trace=True)
-        read: list[tuple[int, int]] = []
-        for hidden in trace.hidden:
-            h = np.asarray(hidden, dtype=np.float64).reshape(-1, hidden.shape[-1])[-1]
-            pairs = np.maximum(h[0::2], h[1::2])
-            for p in np.flatnonzero(pairs > 0)[np.argsort(-pairs[pairs > 0], kind="stable")]:
-                slot = divmod(int(p), N)
-                if slot not in read:
-                    read.append(slot)
-        return float(margins[worst]), worst, read
-
     def search(fwd: list[dict[int, int]], bwd: list[dict[int, int]], s: int, w: int):
+        """Whether some completion of the partial injections fails, depth first on the slots firing pairs
+        read: the witness ``(task, subject, path index, margin)`` or None."""
         budget[0] -= 1
         table = _complete(N, R, fwd, False)
         if table is None:
             return None
-        margin, worst, read = evaluate(table, s, w)
+        margin, worst, read = _step_evaluate(model, block, vectors, step_scale, N, k, rows, every, table, s,
+                                             w)
         if margin < limit or margin <= floor:
             w_fail, s_fail = divmod(worst, N)
             return Task(table), s_fail, w_fail, margin
@@ -320,24 +298,61 @@ def step_witness(model: Model, block: np.ndarray, vectors: np.ndarray, step_scal
         if budget[0] <= 0 or (j, w, c) in seen:
             break
         seen.add((j, w, c))
-        applied = [int(r) for r in rows[w][::-1]]
-        fwd: list[dict[int, int]] = [dict() for _ in range(R)]
-        bwd: list[dict[int, int]] = [dict() for _ in range(R)]
-        if j == 0:
-            s = c
-        else:  # a chain s -> ... -> c over the path's first j relations
-            reached = realize(N, R, [(applied[:j], c)], max_nodes=200)
-            if reached is None:
-                continue
-            task, s = reached
-            at = s
-            for r in applied[:j]:
-                nxt = int(task.table[r, at])
-                if at in fwd[r] and fwd[r][at] != nxt:
-                    break
-                fwd[r][at], bwd[r][nxt] = nxt, at
-                at = nxt
+        start = _chain_start(N, R, [int(r) for r in rows[w][::-1]], j, c)
+        if start is None:
+            continue
+        fwd, bwd, s = start
         found = search(fwd, bwd, s, w)
         if found is not None:
             return found
     return None
+
+
+def _step_evaluate(model: Model, block: np.ndarray, vectors: np.ndarray, step_scale: float, N: int, k: int,
+                   rows: np.ndarray, every: np.ndarray, table: np.ndarray, s: int,
+                   w: int) -> tuple[float, int, list[tuple[int, int]]]:
+    """The lowest margin over every query of the task and its query, and the slots the pairs firing on
+    query (s, w) read, layer by layer, the strongest first."""
+    stepped = step_model(model, block, vectors, step_scale, table)
+    answers = np.arange(N)
+    for j in range(k):  # r_1 first: column k − 1 − j of the paths
+        answers = table[rows[:, k - 1 - j][:, None], answers[None, :] if j == 0 else answers]
+    answers = np.asarray(answers).reshape(-1)
+    logits = np.array(forward(stepped, every), dtype=np.float64)
+    at = np.arange(every.shape[0])
+    right = logits[at, answers]
+    logits[at, answers] = -np.inf
+    margins = right - logits.max(axis=1) if logits.shape[1] > 1 else np.full(at.size, np.inf)
+    worst = int(np.argmin(margins))
+    _, trace = forward(stepped, every[w * N + s : w * N + s + 1], trace=True)
+    read: list[tuple[int, int]] = []
+    for hidden in trace.hidden:
+        h = np.asarray(hidden, dtype=np.float64).reshape(-1, hidden.shape[-1])[-1]
+        pairs = np.maximum(h[0::2], h[1::2])
+        for p in np.flatnonzero(pairs > 0)[np.argsort(-pairs[pairs > 0], kind="stable")]:
+            slot = divmod(int(p), N)
+            if slot not in read:
+                read.append(slot)
+    return float(margins[worst]), worst, read
+
+
+def _chain_start(N: int, R: int, applied: list[int], j: int, c: int):
+    """Where the search starts for a failure at layer ``j`` in state ``c``: the partial injections
+    ``(fwd, bwd)`` of a chain s -> ... -> c over the path's first j relations, and the subject s (None when
+    no task has such a chain)."""
+    fwd: list[dict[int, int]] = [dict() for _ in range(R)]
+    bwd: list[dict[int, int]] = [dict() for _ in range(R)]
+    if j == 0:
+        return fwd, bwd, c
+    reached = realize(N, R, [(applied[:j], c)], max_nodes=200)
+    if reached is None:
+        return None
+    task, s = reached
+    at = s
+    for r in applied[:j]:
+        nxt = int(task.table[r, at])
+        if at in fwd[r] and fwd[r][at] != nxt:
+            break
+        fwd[r][at], bwd[r][nxt] = nxt, at
+        at = nxt
+    return fwd, bwd, s

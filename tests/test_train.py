@@ -99,6 +99,19 @@ def test_frozen_groups_do_not_change_and_others_do():
         assert np.array_equal(before[key], after[key]) == frozen, key
 
 
+def test_frozen_given_as_a_one_shot_iterator_freezes_its_groups():
+    """Before TrainSettings, the first check used a one-shot iterator up and nothing was frozen."""
+    task = random_task(16, 2, 0)
+    tokens, answers = single_hop_queries(task)
+    model = init_model(16, 2, 8, 16, rng=3)
+    result = train(model, tokens, answers, steps=20, rng=0, frozen=iter(("entity_embedding", "attention")),
+                   stop_at_accuracy=None)
+    before, after = model.arrays(), result.model.arrays()
+    for key in before:
+        frozen = key == "entity_embedding" or ".attention." in key
+        assert np.array_equal(before[key], after[key]) == frozen, key
+
+
 def test_same_seed_same_run():
     task = random_task(24, 3, 0)
     tokens, answers = single_hop_queries(task)

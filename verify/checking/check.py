@@ -441,15 +441,15 @@ def check_queries(
     run = _readout_model(model, model.readout.columns) if cube is not None else model
     array_bytes = memory.array_bytes(budget)
     chunk = chunk or chunk_size(model, tokens.shape[1], array_bytes)
-    queries = _Queries(run, tokens, column_answers, read_at, positions is None, integer, reading, sink, chunk,
-                       progress)
+    qs = _Queries(run, tokens, column_answers, read_at, positions is None, integer, reading, sink, chunk,
+                  progress)
     if len(plans) == len(read_at):  # the token-additive pass at every read position
         # "auto" in float mode: a query the tables' a-priori bound leaves undecided is decided again by THE
         # forward pass with its own (a-posteriori, usually much smaller) bound; both bound the same margins
-        pending = _tables_pass(queries, plans, array_bytes, forward == "auto" and not integer, tight)
-        used, fallback = "tables", _dense_retry(queries, pending, why_decoder)
+        pending = _tables_pass(qs, plans, array_bytes, forward == "auto" and not integer, tight)
+        used, fallback = "tables", _dense_retry(qs, pending, why_decoder)
     else:
-        _dense_pass(queries, None, None)
+        _dense_pass(qs, None, None)
         used, fallback = "dense", "; ".join(r for r in (why_decoder, why_forward) if r)
     sink.finish(tokens, read_at, column_answers, redecide)
     return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward=used,

@@ -167,13 +167,7 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
         stats["blocks"] += 1
         for group, s, e in layout.by_block[b]:
             idx = slice(s, e) if layout.order is None else layout.order[s:e]
-            span: slice | np.ndarray
-            if layout.steps is not None and layout.steps[e - 1] - layout.steps[s] == e - s - 1:
-                first = int(last[s]) - b0  # last tokens l, l + 1, ..., l + n − 1
-                span = slice(first, first + e - s)
-            else:
-                span = np.asarray(last[idx], dtype=np.int64) - b0
-            vT = tables.residual(block, group, span)
+            vT = tables.residual(block, group, layout.span(last, idx, s, e, b0))
             stats["groups"] += 1
             consume(idx, vT.T)
         if progress and len(layout.by_block) > 1 and bi % 8 == 0:
@@ -214,6 +208,14 @@ class _Layout:
     order: np.ndarray | None
     steps: np.ndarray | None
     by_block: dict[int, list[tuple[int, int, int]]]
+
+    def span(self, last: np.ndarray, idx: slice | np.ndarray, s: int, e: int, b0: int) -> slice | np.ndarray:
+        """The last tokens of the range ``[s, e)`` (the queries ``idx``) as positions in the block from
+        ``b0``: a slice when they are consecutive ids, else an index array."""
+        if self.steps is not None and self.steps[e - 1] - self.steps[s] == e - s - 1:
+            first = int(last[s]) - b0  # last tokens l, l + 1, ..., l + n − 1
+            return slice(first, first + e - s)
+        return np.asarray(last[idx], dtype=np.int64) - b0
 
 
 def _layout(plan: AdditivePlan, token_columns: Sequence[np.ndarray], block_bytes: int) -> _Layout:

@@ -260,6 +260,32 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
         Integer mode: from :func:`integer_bounds` (a weight not integral, or a bound at or over 2^53).
     """
     T = len(token_columns)
+    _check_applies(model, T, integer)
+    supp_E = table_facts(model, "entity_embedding").support
+    supp_Q = table_facts(model, "relation_embedding").support
+    weights, VO = _attention_weights(model, T, np.union1d(supp_E, supp_Q))
+    C = _position_maps(model.d, T, weights, VO, integer)
+    mlp = model.layers[0].mlp
+    W1 = None if mlp is None else mlp.W1.astype(np.float64)
+    M = [None if W1 is None else Cu @ W1 for Cu in C]
+    dtype = np.dtype(np.float64) if integer else model.entity_embedding.dtype
+    const_pre, const_read = _position_constants(model, C, M, columns)
+    W2_read = None if mlp is None else np.ascontiguousarray(mlp.W2[:, columns], dtype=dtype)
+    plan = AdditivePlan(model, T, columns, integer, dtype, weights, C, M, const_pre, const_read,
+                        W2_read=W2_read)
+    n_groups = _add_groups(plan, token_columns, supp_E, supp_Q)
+    plan.info = {"T": T, "groups": n_groups, "group_positions": list(plan.group_positions),
+                 "supp_E": supp_E, "supp_Q": supp_Q}
+    if integer:
+        plan.info["integer_bounds"] = integer_bounds(plan)
+    else:
+        plan.info["float_bounds"] = float_bounds(plan, token_columns)
+    return plan
+
+
+def _check_applies(model: Model, T: int, integer: bool) -> None:
+    """Refuse (NotAdditive) a model that is not one layer, queries without tokens or longer than the model's
+    positions, and integer mode without uniform attention."""
     if len(model.layers) != 1:
         raise NotAdditive(f"the model has {len(model.layers)} layers, the token-additive pass needs one")
     if T < 1:
@@ -267,16 +293,15 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
     P = model.position_embedding
     if P is not None and T > P.shape[0]:
         raise NotAdditive(f"sequence length {T} exceeds the model's {P.shape[0]} positions")
-    layer = model.layers[0]
-    mlp = layer.mlp
-    att = layer.attention
+    att = model.layers[0].attention
     if integer and att is not None and att.kind != "uniform":
         raise NotAdditive(f"integer mode needs uniform attention, not {att.kind}")
-    supp_E = table_facts(model, "entity_embedding").support
-    supp_Q = table_facts(model, "relation_embedding").support
-    supp = np.union1d(supp_E, supp_Q)
-    weights, VO = _attention_weights(model, T, supp)
-    d = model.d
+
+
+def _position_maps(d: int, T: int, weights: np.ndarray, VO: list[np.ndarray],
+                   integer: bool) -> list[np.ndarray]:
+    """``C_u = Σ_h w_h[u]·W_V[h]·W_O[h] + [u = T − 1]·I`` for each position u; in integer mode the uniform
+    weights' ``Σ_h W_V·W_O / T``, refused (NotAdditive) when that is not an integer matrix."""
     q = T - 1
     C = []
     if integer and VO:
@@ -295,23 +320,37 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
         if u == q:
             Cu[np.arange(d), np.arange(d)] += 1.0
         C.append(Cu)
-    W1 = None if mlp is None else mlp.W1.astype(np.float64)
-    M = [None if W1 is None else Cu @ W1 for Cu in C]
-    dtype = np.dtype(np.float64) if integer else model.entity_embedding.dtype
+    return C
+
+
+def _position_constants(model: Model, C: list[np.ndarray], M: list[np.ndarray | None],
+                        columns: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """The terms every query shares: ``b1`` plus the position embeddings' ``P[u]·M_u`` (None without an
+    MLP), and ``b2[c]`` plus their ``P[u]·C_u[:, c]`` on the read columns."""
+    mlp = model.layers[0].mlp
+    P = model.position_embedding
     const_pre = None if mlp is None else mlp.b1.astype(np.float64).copy()
     const_read = np.zeros(columns.size) if mlp is None else mlp.b2[columns].astype(np.float64)
     if P is not None:
-        for u in range(T):
+        for u in range(len(C)):
             Pu = P[u].astype(np.float64)
             if mlp is not None:
                 const_pre += Pu @ M[u]
             const_read += Pu @ C[u][:, columns]
-    W2_read = None if mlp is None else np.ascontiguousarray(mlp.W2[:, columns], dtype=dtype)
-    plan = AdditivePlan(model, T, columns, integer, dtype, weights, C, M, const_pre, const_read,
-                        W2_read=W2_read)
+    return const_pre, const_read
+
+
+def _add_groups(plan: AdditivePlan, token_columns: Sequence[np.ndarray], supp_E: np.ndarray,
+                supp_Q: np.ndarray) -> int:
+    """Sort each position before the last into a constant one (its rows folded into the plan's constants) or
+    a group position (its tokens and table rows appended to the plan); the number of groups. NotAdditive
+    when a group position has too many distinct tokens or there are too many groups."""
+    model, columns, C, M = plan.model, plan.columns, plan.C, plan.M
+    mlp = model.layers[0].mlp
+    const_pre, const_read = plan.const_pre, plan.const_read
     V = model.n_entities + model.n_relations
     n_groups = 1
-    for u in range(q):
+    for u in range(plan.T - 1):
         column = np.asarray(token_columns[u])
         present = np.zeros(V, dtype=bool)
         present[column] = True
@@ -340,13 +379,7 @@ def plan_additive(model: Model, token_columns: Sequence[np.ndarray], columns: np
         plan.group_tokens.append(tokens)
         plan.group_pre.append(pre)
         plan.group_read.append(read)
-    plan.info = {"T": T, "groups": n_groups, "group_positions": list(plan.group_positions),
-                 "supp_E": supp_E, "supp_Q": supp_Q}
-    if integer:
-        plan.info["integer_bounds"] = integer_bounds(plan)
-    else:
-        plan.info["float_bounds"] = float_bounds(plan, token_columns)
-    return plan
+    return n_groups
 
 
 def integer_bounds(plan: AdditivePlan) -> dict[str, float]:
@@ -466,13 +499,29 @@ def float_bounds(plan: AdditivePlan, token_columns: Sequence[np.ndarray]) -> dic
     att, mlp = layer.attention, layer.mlp
     u, eta = format_of(plan.dtype, *(a.dtype for a in model.arrays().values()))
     T, d, cols = plan.T, model.d, plan.columns
+    X_all = _token_magnitudes(model, token_columns)  # (T, d)
+    H = 0 if att is None else att.heads
+    d_v = 0 if att is None else att.W_V.shape[2]
+    m = 0 if mlp is None else mlp.width
+    K = 2 * T + d_v + 2 * d + H + m + 16
+    gK = gamma(K, u)
+    A, A_w = _attention_terms(plan, X_all, u, eta, gK)
+    y = up(X_all[T - 1] + A, 1)
+    v, e_v = _read_terms(plan, y, A_w, gK)
+    forward_margin = _margin_rounding(model, cols, v, e_v, u, eta)
+    return {"e_v": e_v, "forward_margin": forward_margin, "u": u, "eta": eta, "K": K}
+
+
+def _token_magnitudes(model: Model, token_columns: Sequence[np.ndarray]) -> np.ndarray:
+    """``X (T, d)``: per position u and coordinate, the largest ``|emb| + |P_u|`` over the embedding tables
+    of the kinds of token (entity, relation) present at u, rounded up."""
     N = model.n_entities
     P = model.position_embedding
     colmax: dict[str, np.ndarray] = {}
     X = []
-    for t in range(T):
+    for t in range(len(token_columns)):
         column = np.asarray(token_columns[t])
-        Xu = np.zeros(d)
+        Xu = np.zeros(model.d)
         if column.size and column.min() < N:
             colmax.setdefault("E", _column_max_abs(model, "entity_embedding"))
             Xu = np.maximum(Xu, colmax["E"])
@@ -482,65 +531,95 @@ def float_bounds(plan: AdditivePlan, token_columns: Sequence[np.ndarray]) -> dic
         if P is not None:
             Xu = up(Xu + np.abs(P[t].astype(np.float64)), 1)
         X.append(Xu)
-    X_all = np.array(X)  # (T, d)
-    H = 0 if att is None else att.heads
-    d_v = 0 if att is None else att.W_V.shape[2]
-    m = 0 if mlp is None else mlp.width
-    K = 2 * T + d_v + 2 * d + H + m + 16
-    gK = gamma(K, u)
-    A = np.zeros(d)
-    A_w = np.zeros(d)
-    if att is not None:
-        w = np.asarray(plan.weights, dtype=np.float64)  # (H, T)
-        if att.kind == "uniform":
-            e_w = np.zeros_like(w)
-            w_bar = np.full_like(w, 1.0 / T)
-        else:
-            assert att.W_Q is not None and att.W_K is not None
-            delta = np.zeros((H, T))
-            scores = np.zeros((H, T))
-            if P is not None:
-                aP = np.abs(P[:T].astype(np.float64))
-                beta = abs(float(att.inverse_temperature))
-                for h in range(H):
-                    aq = absmm(aP[T - 1], np.abs(att.W_Q[h].astype(np.float64)))
-                    ak = absmm(aP, np.abs(att.W_K[h].astype(np.float64)))
-                    dot_abs = absmm(ak, aq[:, None])[:, 0]
-                    n = 2 * d + att.W_Q.shape[2] + 4
-                    # THE forward's scores in the working precision (and the tables' in float64, a smaller u)
-                    delta[h] = up(2.0 * (beta * (1 + u) * (gamma(n, u) * dot_abs + n * eta)
-                                         + 2 * u * beta * dot_abs + eta), 8)
-                    q = P[T - 1].astype(np.float64) @ att.W_Q[h]
-                    k = P[:T].astype(np.float64) @ att.W_K[h]
-                    scores[h] = att.inverse_temperature * (k @ q)
-            visible = np.ones((H, T), dtype=bool)
-            if att.kind == "softmax":
-                err = softmax_weight_error(scores, delta, w, visible, rel=gamma(T + 8, u))
-            else:
-                err = hard_weight_error(scores, delta, visible)
-            e_w = up(2.0 * err, 1)  # |ŵ_tables − w| and |ŵ_forward − w| are both within 2·err
-            w_bar = np.minimum(up(w + err, 1), 1.0)
-        for h in range(H):  # through d_v: |W_V·W_O| <= |W_V|·|W_O| without a d × d array
-            aV, aO = np.abs(att.W_V[h].astype(np.float64)), np.abs(att.W_O[h].astype(np.float64))
-            A = A + absmm(absmm(absmm(w_bar[h][None, :], X_all), aV), aO)[0]
-            A_w = A_w + absmm(absmm(absmm(e_w[h][None, :], X_all), aV), aO)[0]
-        A_w = up(A_w * (1 + gK), 2)
-    y = up(X_all[T - 1] + A, 1)
-    if mlp is not None:
-        absW1 = np.abs(mlp.W1.astype(np.float64))
-        absW2 = np.abs(mlp.W2[:, cols].astype(np.float64))
-        p = up(absmm(y[None, :], absW1)[0] + np.abs(mlp.b1.astype(np.float64)), 1)
-        e_p = up(gK * p + absmm(A_w[None, :], absW1)[0], 2)
-        v = up(y[cols] + absmm((p + e_p)[None, :], absW2)[0] + np.abs(mlp.b2[cols].astype(np.float64)), 2)
-        e_v = up(gK * v + A_w[cols] + absmm(e_p[None, :], absW2)[0], 3)
+    return np.array(X)
+
+
+def _attention_terms(plan: AdditivePlan, X_all: np.ndarray, u: float, eta: float,
+                     gK: float) -> tuple[np.ndarray, np.ndarray]:
+    """``A = Σ_{h,u} w̄_{hu}·X_u·|W_V||W_O|``, the attention output's magnitude, and ``A_w``, the weight
+    uncertainty's share of its rounding (both 0 without attention)."""
+    att = plan.model.layers[0].attention
+    A = np.zeros(plan.model.d)
+    A_w = np.zeros(plan.model.d)
+    if att is None:
+        return A, A_w
+    w_bar, e_w = _weight_bounds(plan, u, eta)
+    for h in range(att.heads):  # through d_v: |W_V·W_O| <= |W_V|·|W_O| without a d × d array
+        aV, aO = np.abs(att.W_V[h].astype(np.float64)), np.abs(att.W_O[h].astype(np.float64))
+        A = A + absmm(absmm(absmm(w_bar[h][None, :], X_all), aV), aO)[0]
+        A_w = A_w + absmm(absmm(absmm(e_w[h][None, :], X_all), aV), aO)[0]
+    return A, up(A_w * (1 + gK), 2)
+
+
+def _weight_bounds(plan: AdditivePlan, u: float, eta: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(w̄, e_w)``, each ``(H, T)``: an upper bound on every attention weight and on its computed values'
+    distance from it (exactly 1/T and 0 for uniform attention; an interval softmax or a certified argmax
+    around the scores otherwise)."""
+    att = plan.model.layers[0].attention
+    assert att is not None
+    T = plan.T
+    w = np.asarray(plan.weights, dtype=np.float64)  # (H, T)
+    if att.kind == "uniform":
+        return np.full_like(w, 1.0 / T), np.zeros_like(w)
+    scores, delta = _score_bounds(plan.model, T, u, eta)
+    visible = np.ones((att.heads, T), dtype=bool)
+    if att.kind == "softmax":
+        err = softmax_weight_error(scores, delta, w, visible, rel=gamma(T + 8, u))
     else:
+        err = hard_weight_error(scores, delta, visible)
+    e_w = up(2.0 * err, 1)  # |ŵ_tables − w| and |ŵ_forward − w| are both within 2·err
+    return np.minimum(up(w + err, 1), 1.0), e_w
+
+
+def _score_bounds(model: Model, T: int, u: float, eta: float) -> tuple[np.ndarray, np.ndarray]:
+    """The attention scores ``(H, T)`` at the last position and a bound on their rounding (both 0 without
+    position embeddings: the heads read only position coordinates)."""
+    att = model.layers[0].attention
+    assert att is not None and att.W_Q is not None and att.W_K is not None
+    H, d, P = att.heads, model.d, model.position_embedding
+    delta = np.zeros((H, T))
+    scores = np.zeros((H, T))
+    if P is not None:
+        aP = np.abs(P[:T].astype(np.float64))
+        beta = abs(float(att.inverse_temperature))
+        for h in range(H):
+            aq = absmm(aP[T - 1], np.abs(att.W_Q[h].astype(np.float64)))
+            ak = absmm(aP, np.abs(att.W_K[h].astype(np.float64)))
+            dot_abs = absmm(ak, aq[:, None])[:, 0]
+            n = 2 * d + att.W_Q.shape[2] + 4
+            # THE forward's scores in the working precision (and the tables' in float64, a smaller u)
+            delta[h] = up(2.0 * (beta * (1 + u) * (gamma(n, u) * dot_abs + n * eta)
+                                 + 2 * u * beta * dot_abs + eta), 8)
+            q = P[T - 1].astype(np.float64) @ att.W_Q[h]
+            k = P[:T].astype(np.float64) @ att.W_K[h]
+            scores[h] = att.inverse_temperature * (k @ q)
+    return scores, delta
+
+
+def _read_terms(plan: AdditivePlan, y: np.ndarray, A_w: np.ndarray,
+                gK: float) -> tuple[np.ndarray, np.ndarray]:
+    """``v``, the magnitude of the read residual on the read columns, and ``e_v``, the bound on its rounding,
+    from the magnitude ``y`` of the residual after attention (through the MLP when there is one)."""
+    mlp, cols = plan.model.layers[0].mlp, plan.columns
+    if mlp is None:
         v = y[cols]
-        e_v = up(gK * v + A_w[cols], 2)
+        return v, up(gK * v + A_w[cols], 2)
+    absW1 = np.abs(mlp.W1.astype(np.float64))
+    absW2 = np.abs(mlp.W2[:, cols].astype(np.float64))
+    p = up(absmm(y[None, :], absW1)[0] + np.abs(mlp.b1.astype(np.float64)), 1)
+    e_p = up(gK * p + absmm(A_w[None, :], absW1)[0], 2)
+    v = up(y[cols] + absmm((p + e_p)[None, :], absW2)[0] + np.abs(mlp.b2[cols].astype(np.float64)), 2)
+    return v, up(gK * v + A_w[cols] + absmm(e_p[None, :], absW2)[0], 3)
+
+
+def _margin_rounding(model: Model, cols: np.ndarray, v: np.ndarray, e_v: np.ndarray, u: float,
+                     eta: float) -> float:
+    """The bound on a margin's rounding: twice the largest logit's, ``γ_n·(v + e_v)·|U_j| + e_v·|U_j|`` over
+    the ``n`` read columns, plus ``2n·η`` for underflow."""
     n = cols.size
     g_n = gamma(n, u)
     weight = up(g_n * (v + e_v) + e_v, 2)
     U_read = model.unembedding_on(cols)
     top = float(_scan(U_read, lambda acc, b: max(acc, float((np.abs(b.astype(np.float64)) @ weight).max(
         initial=0.0))), 0.0))
-    forward_margin = float(up(2.0 * (up(top, n) + n * eta), 2))
-    return {"e_v": e_v, "forward_margin": forward_margin, "u": u, "eta": eta, "K": K}
+    return float(up(2.0 * (up(top, n) + n * eta), 2))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -153,8 +154,33 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
     ValueError
         Not ``plan.T`` columns, a column not of shape ``(Q,)``, or a token id outside ``[0, N + R)``.
     """
-    model = plan.model
-    V = model.n_entities + model.n_relations
+    Q = _checked_queries(plan, token_columns)
+    stats = {"groups": 0, "blocks": 0, "units": 0, "live_units": 0}
+    if Q == 0:
+        return stats
+    layout = _layout(plan, token_columns, block_bytes)
+    tables = _Tables(plan, layout.radix, stats)
+    last = token_columns[-1]
+    for bi, b in enumerate(sorted(layout.by_block)):
+        b0 = layout.lo + b * layout.block
+        block = tables.block(b0, min(layout.hi, b0 + layout.block))
+        stats["blocks"] += 1
+        for group, s, e in layout.by_block[b]:
+            idx = slice(s, e) if layout.order is None else layout.order[s:e]
+            vT = tables.residual(block, group, layout.span(last, idx, s, e, b0))
+            stats["groups"] += 1
+            consume(idx, vT.T)
+        if progress and len(layout.by_block) > 1 and bi % 8 == 0:
+            print(f"\r  tables: block {bi + 1}/{len(layout.by_block)}", end="", file=sys.stderr, flush=True)
+    if progress and len(layout.by_block) > 1:
+        print(file=sys.stderr)
+    return stats
+
+
+def _checked_queries(plan: AdditivePlan, token_columns: Sequence[np.ndarray]) -> int:
+    """The number Q of queries, once every token column is checked to be ``(Q,)`` ids in ``[0, N + R)``
+    (ValueError otherwise) and there are ``plan.T`` of them."""
+    V = plan.model.n_entities + plan.model.n_relations
     Q = len(token_columns[-1])
     if len(token_columns) != plan.T:
         raise ValueError(f"plan is for T = {plan.T} tokens, got {len(token_columns)} columns")
@@ -165,28 +191,46 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
         if Q and (column.min() < 0 or column.max() >= V):
             raise ValueError(f"token ids must lie in [0, {V}); column {u} has "
                              f"[{column.min()}, {column.max()}]")
-    stats = {"groups": 0, "blocks": 0, "units": 0, "live_units": 0}
-    if Q == 0:
-        return stats
+    return Q
+
+
+@dataclass
+class _Layout:
+    """How the queries fall into (group, block) pairs: blocks of ``block`` consecutive last-token ids from
+    ``lo`` up to ``hi``; per block its pairs as ``(group, start, end)``, ranges of the queries taken in
+    ``order`` (None: their own order); the radix of each group position; and ``steps``, the running count of
+    last tokens one above their predecessor (contiguity in O(1); None when the queries are reordered)."""
+
+    lo: int
+    hi: int
+    block: int
+    radix: np.ndarray
+    order: np.ndarray | None
+    steps: np.ndarray | None
+    by_block: dict[int, list[tuple[int, int, int]]]
+
+    def span(self, last: np.ndarray, idx: slice | np.ndarray, s: int, e: int, b0: int) -> slice | np.ndarray:
+        """The last tokens of the range ``[s, e)`` (the queries ``idx``) as positions in the block from
+        ``b0``: a slice when they are consecutive ids, else an index array."""
+        if self.steps is not None and self.steps[e - 1] - self.steps[s] == e - s - 1:
+            first = int(last[s]) - b0  # last tokens l, l + 1, ..., l + n − 1
+            return slice(first, first + e - s)
+        return np.asarray(last[idx], dtype=np.int64) - b0
+
+
+def _layout(plan: AdditivePlan, token_columns: Sequence[np.ndarray], block_bytes: int) -> _Layout:
+    """The (group, block) layout of at least one query (:class:`_Layout`), blocks sized from
+    ``block_bytes``."""
+    model = plan.model
+    Q = len(token_columns[-1])
     mlp = model.layers[0].mlp
     m = 0 if mlp is None else mlp.width
     last = token_columns[-1]
     lo, hi = int(np.min(last)), int(np.max(last)) + 1
     block = max(1, block_bytes // (8 * max(m, plan.columns.size, 1)))
     n_blocks = -(-(hi - lo) // block)
-    key, radix = _group_keys(plan, token_columns, lo, block, n_blocks, V)
-    ordered = bool(np.all(key[1:] >= key[:-1])) if Q > 1 else True
-    if ordered:  # e.g. the canonical query order: every (group, block) is a contiguous range of queries
-        order = None
-        starts = np.concatenate([[0], np.flatnonzero(key[1:] != key[:-1]) + 1])
-        keys = key[starts].astype(np.int64)
-        ends = np.concatenate([starts[1:], [Q]])
-    else:
-        order = np.argsort(key, kind="stable")
-        counts = np.bincount(key, minlength=int(key.max()) + 1)
-        keys = np.flatnonzero(counts)
-        ends = np.cumsum(counts)[keys]
-        starts = ends - counts[keys]
+    key, radix = _group_keys(plan, token_columns, lo, block, n_blocks, model.n_entities + model.n_relations)
+    order, keys, starts, ends = _key_ranges(key)
     del key
     steps = None
     if order is None and Q > 1:  # steps[i] = #{j < i : last[j + 1] == last[j] + 1}: contiguity in O(1)
@@ -199,29 +243,69 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
     by_block: dict[int, list[tuple[int, int, int]]] = {}
     for k, s, e in zip(keys.tolist(), starts.tolist(), ends.tolist()):
         by_block.setdefault(k % n_blocks, []).append((k // n_blocks, s, e))
-    dtype = plan.dtype
-    q_last = plan.T - 1
-    products: dict[str, tuple[_SparseProduct | None, _SparseProduct]] = {}
-    w2_products: dict[bytes, _SparseProduct] = {}
-    supp_E, supp_Q = plan.info["supp_E"], plan.info["supp_Q"]
-    const_pre = None if plan.const_pre is None else plan.const_pre
-    for bi, b in enumerate(sorted(by_block)):
-        b0 = lo + b * block
-        b1 = min(hi, b0 + block)
-        ids = np.arange(b0, b1)
+    return _Layout(lo, hi, block, radix, order, steps, by_block)
+
+
+def _key_ranges(key: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct keys, ascending, each with the range ``[start, end)`` of its queries in an order: None
+    (the queries' own) when the keys are already sorted, else a stable sort by key."""
+    Q = key.size
+    ordered = bool(np.all(key[1:] >= key[:-1])) if Q > 1 else True
+    if ordered:  # e.g. the canonical query order: every (group, block) is a contiguous range of queries
+        starts = np.concatenate([[0], np.flatnonzero(key[1:] != key[:-1]) + 1])
+        ends = np.concatenate([starts[1:], [Q]])
+        return None, key[starts].astype(np.int64), starts, ends
+    order = np.argsort(key, kind="stable")
+    counts = np.bincount(key, minlength=int(key.max()) + 1)
+    keys = np.flatnonzero(counts)
+    ends = np.cumsum(counts)[keys]
+    return order, keys, ends - counts[keys], ends
+
+
+@dataclass
+class _Block:
+    """One block of last-token ids from ``b0``: their embeddings on the rows used, feature-major (``Et``), and
+    what is computed from them once: the pre-activations (``table``: one BLAS product for the block; None:
+    computed per group by ``pre_product``), an upper bound on each unit's (``colmax``; None without an MLP)
+    and the read table (``read_table``, None when it is all zero)."""
+
+    b0: int
+    Et: np.ndarray
+    pre_product: _SparseProduct | None
+    table: np.ndarray | None
+    colmax: np.ndarray | None
+    read_table: np.ndarray | None
+
+
+class _Tables:
+    """The sums of :func:`run_additive`: each block's tables (:meth:`block`), then each group's read residual
+    from them (:meth:`residual`), with the products built once per kind of block and per set of live units,
+    and the units counted in ``stats``."""
+
+    def __init__(self, plan: AdditivePlan, radix: np.ndarray, stats: dict[str, int]) -> None:
+        self.plan, self.radix, self.stats = plan, radix, stats
+        mlp = plan.model.layers[0].mlp
+        self.m = 0 if mlp is None else mlp.width
+        self.products: dict[str, tuple[_SparseProduct | None, _SparseProduct]] = {}
+        self.w2_products: dict[bytes, _SparseProduct] = {}
+
+    def block(self, b0: int, b1: int) -> _Block:
+        """The tables of the last-token ids ``[b0, b1)``."""
+        plan, model, dtype = self.plan, self.plan.model, self.plan.dtype
+        supp_E, supp_Q = plan.info["supp_E"], plan.info["supp_Q"]
         kind = "E" if b1 <= model.n_entities else ("Q" if b0 >= model.n_entities else "EQ")
         rows_used = {"E": supp_E, "Q": supp_Q, "EQ": np.union1d(supp_E, supp_Q)}[kind].astype(np.intp)
-        if kind not in products:
-            Mq = plan.M[q_last]
-            products[kind] = (None if Mq is None else _SparseProduct(Mq[rows_used].T, dtype),
-                              _SparseProduct(plan.C[q_last][rows_used][:, plan.columns].T, dtype))
-        pre_product, read_product = products[kind]
+        if kind not in self.products:
+            Mq = plan.M[plan.T - 1]
+            self.products[kind] = (None if Mq is None else _SparseProduct(Mq[rows_used].T, dtype),
+                                   _SparseProduct(plan.C[plan.T - 1][rows_used][:, plan.columns].T, dtype))
+        pre_product, read_product = self.products[kind]
         if kind == "E":
             emb = model.entity_embedding[b0:b1, rows_used]
         elif kind == "Q":
             emb = model.relation_embedding[b0 - model.n_entities : b1 - model.n_entities, rows_used]
         else:
-            emb = embedding_rows(model, ids)[:, rows_used]
+            emb = embedding_rows(model, np.arange(b0, b1))[:, rows_used]
         Et = np.ascontiguousarray(emb.T, dtype=dtype)  # (supp, block): feature-major
         del emb
         table = colmax = None
@@ -233,54 +317,49 @@ def run_additive(plan: AdditivePlan, token_columns: Sequence[np.ndarray],
                 colmax = table.max(axis=1)
         read_zero = read_product.sparse and read_product.slots == 0
         read_table = None if read_zero else read_product(Et)  # (D, block)
-        stats["blocks"] += 1
-        for group, s, e in by_block[b]:
-            idx = slice(s, e) if order is None else order[s:e]
-            n = e - s
-            local: slice | np.ndarray
-            span: slice | np.ndarray
-            if steps is not None and steps[e - 1] - steps[s] == n - 1:  # last tokens l, l + 1, ..., l + n − 1
-                first = int(last[s]) - b0
-                local = span = slice(first, first + n)
-            else:
-                local = np.asarray(last[idx], dtype=np.int64) - b0
-                span = local
-            g_read = plan.const_read.copy()
-            g_pre = None if const_pre is None else const_pre.copy()
-            for j in range(len(plan.group_positions)):
-                digit = (group // int(radix[j])) % plan.group_tokens[j].size
-                g_read += plan.group_read[j][digit]
-                rows = plan.group_pre[j]
-                if g_pre is not None and rows is not None:
-                    g_pre += rows[digit]
-            if read_table is None:
-                vT = np.empty((plan.columns.size, n), dtype=dtype)
-                vT[...] = g_read.astype(dtype)[:, None]
-            else:
-                vT = read_table[:, span] + g_read.astype(dtype)[:, None]
-            if colmax is not None and g_pre is not None and plan.W2_read is not None:
-                g = g_pre.astype(dtype)
-                # colmax bounds every computed entry of a unit's row, so fl(colmax + g) <= 0 means that every
-                # fl(entry + g) <= 0 (monotone rounding): the unit outputs exactly 0 on this whole group.
-                live = np.flatnonzero(colmax + g > 0)
-                stats["units"] += m
-                stats["live_units"] += live.size
-                if live.size:
-                    if table is not None:
-                        hT = table[live][:, span] if isinstance(span, slice) else table[live][:, local]
-                    else:
-                        assert pre_product is not None
-                        hT = pre_product(Et, rows=live, cols=span)
-                    hT += g[live][:, None]
-                    np.maximum(hT, 0, out=hT)
-                    live_key = live.tobytes()
-                    if live_key not in w2_products:
-                        w2_products[live_key] = _SparseProduct(plan.W2_read[live].T, dtype)
-                    vT += w2_products[live_key](hT)
-            stats["groups"] += 1
-            consume(idx, vT.T)
-        if progress and len(by_block) > 1 and bi % 8 == 0:
-            print(f"\r  tables: block {bi + 1}/{len(by_block)}", end="", file=sys.stderr, flush=True)
-    if progress and len(by_block) > 1:
-        print(file=sys.stderr)
-    return stats
+        return _Block(b0, Et, pre_product, table, colmax, read_table)
+
+    def group_rows(self, group: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The constant read and pre-activation rows of ``group`` (its tokens at the group positions) added to
+        the plan's constants (pre: None without an MLP)."""
+        plan = self.plan
+        g_read = plan.const_read.copy()
+        g_pre = None if plan.const_pre is None else plan.const_pre.copy()
+        for j in range(len(plan.group_positions)):
+            digit = (group // int(self.radix[j])) % plan.group_tokens[j].size
+            g_read += plan.group_read[j][digit]
+            rows = plan.group_pre[j]
+            if g_pre is not None and rows is not None:
+                g_pre += rows[digit]
+        return g_read, g_pre
+
+    def residual(self, block: _Block, group: int, span: slice | np.ndarray) -> np.ndarray:
+        """The read residual ``vT (D, n)`` of the queries of ``group`` whose last tokens are ``b0 + span``."""
+        plan, dtype = self.plan, self.plan.dtype
+        g_read, g_pre = self.group_rows(group)
+        if block.read_table is None:
+            n = span.stop - span.start if isinstance(span, slice) else span.size
+            vT = np.empty((plan.columns.size, n), dtype=dtype)
+            vT[...] = g_read.astype(dtype)[:, None]
+        else:
+            vT = block.read_table[:, span] + g_read.astype(dtype)[:, None]
+        if block.colmax is not None and g_pre is not None and plan.W2_read is not None:
+            g = g_pre.astype(dtype)
+            # colmax bounds every computed entry of a unit's row, so fl(colmax + g) <= 0 means that every
+            # fl(entry + g) <= 0 (monotone rounding): the unit outputs exactly 0 on this whole group.
+            live = np.flatnonzero(block.colmax + g > 0)
+            self.stats["units"] += self.m
+            self.stats["live_units"] += live.size
+            if live.size:
+                if block.table is not None:
+                    hT = block.table[live][:, span]
+                else:
+                    assert block.pre_product is not None
+                    hT = block.pre_product(block.Et, rows=live, cols=span)
+                hT += g[live][:, None]
+                np.maximum(hT, 0, out=hT)
+                live_key = live.tobytes()
+                if live_key not in self.w2_products:
+                    self.w2_products[live_key] = _SparseProduct(plan.W2_read[live].T, dtype)
+                vT += self.w2_products[live_key](hT)
+        return vT

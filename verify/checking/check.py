@@ -40,7 +40,7 @@ from georecall.constructions.model import Model, flatten, forward_arrays, unflat
 from georecall.constructions.rounding import format_of
 from georecall.errors import InputError
 from georecall.memory import Budget
-from georecall.verify.checking.additive import NotAdditive, plan_additive
+from georecall.verify.checking.additive import AdditivePlan, NotAdditive, plan_additive
 from georecall.verify.checking.additive_run import run_additive
 from georecall.verify.checking.decoders import (
     Certified,
@@ -293,14 +293,41 @@ def _readout_model(model: Model, columns: np.ndarray) -> Model:
                      readout_columns=columns if columns.size < model.d else None)
 
 
-def _certify(cube: Hypercube | None, v: np.ndarray, e_v: np.ndarray | None, answers: np.ndarray,
-             U_read: np.ndarray | None, u: float, eta: float) -> Certified:
-    """Predictions and certified margin intervals from the read residual ``v`` (error bound ``e_v``; None:
-    exact)."""
-    if cube is not None:
-        return hypercube_certify(cube, v, e_v, answers, u, eta)
-    assert U_read is not None  # callers build U_read exactly when there is no hypercube decoder
-    return dense_certify(v, e_v, answers, U_read, u, eta)
+@dataclass(frozen=True)
+class _Reading:
+    """How a pass's output becomes predictions and certified margins: through the hypercube codebook
+    ``cube`` or, without one, the dense read-out ``U_read``, in the working format ``(u, η)``."""
+
+    cube: Hypercube | None
+    U_read: np.ndarray | None
+    u: float
+    eta: float
+
+    @property
+    def decoder(self) -> str:
+        """The decoder this reading is: ``"hypercube"`` or ``"dense"``."""
+        return "hypercube" if self.cube is not None else "dense"
+
+    def of_residual(self, v: np.ndarray, e_v: np.ndarray | None, answers: np.ndarray) -> Certified:
+        """Predictions and certified margin intervals from the read residual ``v`` (error bound ``e_v``; None:
+        exact)."""
+        if self.cube is not None:
+            return hypercube_certify(self.cube, v, e_v, answers, self.u, self.eta)
+        assert self.U_read is not None  # built exactly when there is no hypercube decoder
+        return dense_certify(v, e_v, answers, self.U_read, self.u, self.eta)
+
+    def of_pass(self, out: np.ndarray, err: np.ndarray | None, answers: np.ndarray) -> Certified:
+        """Predictions and certified margin intervals from THE forward pass's output ``out`` (its logits, or
+        under the hypercube decoder the read coordinates) with its a-posteriori bound ``err``."""
+        if self.cube is not None:
+            return hypercube_certify(self.cube, out, err, answers, self.u, self.eta)
+        return certify_logits(out, err, answers)
+
+
+def _reading(model: Model, cube: Hypercube | None, integer: bool) -> _Reading:
+    """The reading of ``model``'s passes with the decoder ``cube`` (None: dense), in its working format."""
+    U_read = None if cube is not None else model.readout.matrix
+    return _Reading(cube, U_read, *_working_format(model, integer))
 
 
 def _working_format(model: Model, integer: bool) -> tuple[float, float]:
@@ -397,6 +424,42 @@ def check_queries(
     IntegerModeError
         ``integer=True`` on a model whose pass is not exact in float64.
     """
+    tokens, answers = _query_arrays(model, tokens, answers, positions)
+    start = time.perf_counter()
+    read_at = [tokens.shape[1] - 1] if positions is None else [int(p) for p in positions]
+    cube, why_decoder = _choose_decoder(model, decoder)
+    tally = _Tally(tokens.shape[0], len(read_at), keep, max_failures, answers.shape)
+    column_answers = answers[:, None] if positions is None else answers
+    sink = _Deferring(tally, len(read_at), redecide is not None and not integer, tight)
+    plans, why_forward = _plan_tables(model, forward, tokens, read_at, integer)
+    kind = {"decoder": "hypercube" if cube is not None else "dense", "integer": integer,
+            "logit_bound": logit_bound(model),
+            "dtype": "float64" if integer else str(model.entity_embedding.dtype)}
+    reading = _reading(model, cube, integer)
+    if integer:  # THE forward pass must be exact (on the tables path too: else they certify another function)
+        integer_bounds(model, tokens.shape[1])
+    run = _readout_model(model, model.readout.columns) if cube is not None else model
+    array_bytes = memory.array_bytes(budget)
+    chunk = chunk or chunk_size(model, tokens.shape[1], array_bytes)
+    qs = _Queries(run, tokens, column_answers, read_at, positions is None, integer, reading, sink, chunk,
+                  progress)
+    if len(plans) == len(read_at):  # the token-additive pass at every read position
+        # "auto" in float mode: a query the tables' a-priori bound leaves undecided is decided again by THE
+        # forward pass with its own (a-posteriori, usually much smaller) bound; both bound the same margins
+        pending = _tables_pass(qs, plans, array_bytes, forward == "auto" and not integer, tight)
+        used, fallback = "tables", _dense_retry(qs, pending, why_decoder)
+    else:
+        _dense_pass(qs, None, None)
+        used, fallback = "dense", "; ".join(r for r in (why_decoder, why_forward) if r)
+    sink.finish(tokens, read_at, column_answers, redecide)
+    return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward=used,
+                        fallback=fallback, **kind)
+
+
+def _query_arrays(model: Model, tokens: np.ndarray, answers: np.ndarray,
+                  positions: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``tokens`` and ``answers`` as int64 arrays, refused (ValueError) when their shapes disagree or an
+    answer lies outside the read-out."""
     tokens = np.asarray(tokens, dtype=np.int64)
     answers = np.asarray(answers, dtype=np.int64)
     n = tokens.shape[0] if tokens.ndim == 2 else -1
@@ -406,101 +469,105 @@ def check_queries(
                          f"got {tokens.shape} and {answers.shape}")
     if answers.size and (answers.min() < 0 or answers.max() >= model.n_out):
         raise ValueError(f"answers must lie in [0, {model.n_out})")
-    start = time.perf_counter()
-    read_at = [tokens.shape[1] - 1] if positions is None else [int(p) for p in positions]
-    cube, why_decoder = _choose_decoder(model, decoder)
-    columns = model.readout.columns  # the residual coordinates the read-out reads (the cube's too)
-    U_read = None if cube is not None else model.readout.matrix
-    tally = _Tally(n, len(read_at), keep, max_failures, answers.shape)
-    column_answers = answers[:, None] if positions is None else answers
-    sink = _Deferring(tally, len(read_at), redecide is not None and not integer, tight)
-    plans = []
+    return tokens, answers
+
+
+def _plan_tables(model: Model, forward_: str, tokens: np.ndarray, read_at: list[int],
+                 integer: bool) -> tuple[list[AdditivePlan], str]:
+    """The token-additive plans of the read positions, up to the first one it does not apply to; and the
+    reason it does not (or asked for)."""
+    plans: list[AdditivePlan] = []
     why_forward = ""
     for p in read_at:
-        plan, why_forward = _choose_forward(model, forward, columns, [tokens[:, u] for u in range(p + 1)],
-                                            integer)
+        plan, why_forward = _choose_forward(model, forward_, model.readout.columns,
+                                            [tokens[:, u] for u in range(p + 1)], integer)
         if plan is None:
             break
         plans.append(plan)
-    kind = {"decoder": "hypercube" if cube is not None else "dense", "integer": integer,
-            "logit_bound": logit_bound(model),
-            "dtype": "float64" if integer else str(model.entity_embedding.dtype)}
-    u, eta = _working_format(model, integer)
-    if integer:  # THE forward pass must be exact (on the tables path too: else they certify another function)
-        integer_bounds(model, tokens.shape[1])
-    run = _readout_model(model, columns) if cube is not None else model
-    array_bytes = memory.array_bytes(budget)
-    chunk = chunk or chunk_size(model, tokens.shape[1], array_bytes)
+    return plans, why_forward
 
-    def dense(selected: np.ndarray | None, wanted: list[np.ndarray] | None) -> None:
-        """THE forward pass with its a-posteriori bound on the queries ``selected`` (all when None), recording
-        at read position i only the queries in ``wanted[i]`` (all when None)."""
-        total = n if selected is None else selected.size
-        for c, part in enumerate(iter_chunks(total, chunk)):
-            rows = part if selected is None else selected[part]
-            out, err = forward_pass(run, tokens[rows], at="last" if positions is None else "all",
-                                    integer=integer, errors=True)
-            outs = [(out, err)] if positions is None else [(out[:, p], err[:, p]) for p in read_at]
-            for i, (o, e) in enumerate(outs):
-                q: slice | np.ndarray = rows
-                if wanted is not None and not isinstance(rows, slice):
-                    take = np.isin(rows, wanted[i])
-                    q, o, e = rows[take], o[take], e[take]
-                expected = column_answers[q, i]
-                e_or_none = None if integer else e
-                cert = (hypercube_certify(cube, o, e_or_none, expected, u, eta) if cube is not None
-                        else certify_logits(o, e_or_none, expected))
-                sink.add(q, i, cert.predictions, cert.lo, None if integer else cert.hi, cert.margins)
-            if progress and c % 8 == 0:
-                print(f"\r  checked {part.stop:,}/{total:,} queries", end="", file=sys.stderr, flush=True)
-        if progress:
-            print(file=sys.stderr)
 
-    if len(plans) == len(read_at):  # the token-additive pass at every read position
-        # "auto" in float mode: a query the tables' a-priori bound leaves undecided is decided again by THE
-        # forward pass with its own (a-posteriori, usually much smaller) bound; both bound the same margins
-        retry = forward == "auto" and not integer
-        pending: list[list[np.ndarray]] = [[] for _ in read_at]
-        for i, (p, plan) in enumerate(zip(read_at, plans)):
-            bounds = plan.info.get("float_bounds")
-            e_v = None if bounds is None else bounds["e_v"]
-            slack = 0.0 if bounds is None else bounds["forward_margin"]
+@dataclass
+class _Queries:
+    """What every pass over the queries of a :func:`check_queries` shares: the model it runs (``run``: with
+    the hypercube decoder, the one whose logits are the read coordinates), the queries and their answers per
+    read position, the reading of an output and the sink its verdicts go to."""
 
-            def consume(queries, v, i=i, e_v=e_v, slack=slack):
-                expected = column_answers[queries, i]
-                cert = _certify(cube, v, e_v, expected, U_read, u, eta)
-                lo = _lowered(cert, slack)
-                pred, hi, computed = cert.predictions, cert.hi, cert.margins
-                if retry:
-                    open_ = ~(lo > 0) & (hi > 0)
-                    if tight is not None:
-                        open_ |= _loose(lo, hi, computed, tight)
-                    if open_.any():
-                        q = (np.arange(queries.start, queries.stop) if isinstance(queries, slice)
-                             else np.asarray(queries))
-                        pending[i].append(q[open_])
-                        keep = ~open_
-                        queries, pred, lo = q[keep], pred[keep], lo[keep]
-                        hi, computed = hi[keep], computed[keep]
-                sink.add(queries, i, pred, lo, None if integer else hi, computed)
-            run_additive(plan, [tokens[:, u] for u in range(p + 1)], consume, block_bytes=array_bytes,
-                         progress=progress)
-        note = why_decoder
-        if any(pending):
-            wanted = [np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
-                      for parts in pending]
-            selected = np.unique(np.concatenate(wanted))
-            dense(selected, wanted)
-            note = "; ".join(r for r in (why_decoder, f"{selected.size:,} queries left undecided by the "
-                                         "tables' a-priori bound were decided by THE forward pass") if r)
-        sink.finish(tokens, read_at, column_answers, redecide)
-        return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="tables",
-                            fallback=note, **kind)
-    dense(None, None)
-    sink.finish(tokens, read_at, column_answers, redecide)
-    reasons = "; ".join(r for r in (why_decoder, why_forward) if r)
-    return tally.result(tokens, answers, seconds=time.perf_counter() - start, forward="dense",
-                        fallback=reasons, **kind)
+    run: Model
+    tokens: np.ndarray
+    column_answers: np.ndarray  # (Q, P): the expected answer at each read position
+    read_at: list[int]
+    last_only: bool  # read at the last position only (no ``positions``)
+    integer: bool
+    reading: _Reading
+    sink: _Deferring
+    chunk: int
+    progress: bool
+
+
+def _dense_pass(qs: _Queries, selected: np.ndarray | None, wanted: list[np.ndarray] | None) -> None:
+    """THE forward pass with its a-posteriori bound on the queries ``selected`` (all when None), recording
+    at read position i only the queries in ``wanted[i]`` (all when None)."""
+    total = qs.tokens.shape[0] if selected is None else selected.size
+    for c, part in enumerate(iter_chunks(total, qs.chunk)):
+        rows = part if selected is None else selected[part]
+        out, err = forward_pass(qs.run, qs.tokens[rows], at="last" if qs.last_only else "all",
+                                integer=qs.integer, errors=True)
+        outs = [(out, err)] if qs.last_only else [(out[:, p], err[:, p]) for p in qs.read_at]
+        for i, (o, e) in enumerate(outs):
+            q: slice | np.ndarray = rows
+            if wanted is not None and not isinstance(rows, slice):
+                take = np.isin(rows, wanted[i])
+                q, o, e = rows[take], o[take], e[take]
+            cert = qs.reading.of_pass(o, None if qs.integer else e, qs.column_answers[q, i])
+            qs.sink.add(q, i, cert.predictions, cert.lo, None if qs.integer else cert.hi, cert.margins)
+        if qs.progress and c % 8 == 0:
+            print(f"\r  checked {part.stop:,}/{total:,} queries", end="", file=sys.stderr, flush=True)
+    if qs.progress:
+        print(file=sys.stderr)
+
+
+def _tables_pass(qs: _Queries, plans: list[AdditivePlan], array_bytes: int, retry: bool,
+                 tight: float | None) -> list[list[np.ndarray]]:
+    """The token-additive pass at every read position; with ``retry``, the queries its a-priori bound leaves
+    open (and, with ``tight``, loose) are set aside: returned per read position, for THE forward pass."""
+    pending: list[list[np.ndarray]] = [[] for _ in qs.read_at]
+    for i, (p, plan) in enumerate(zip(qs.read_at, plans)):
+        bounds = plan.info.get("float_bounds")
+        e_v = None if bounds is None else bounds["e_v"]
+        slack = 0.0 if bounds is None else bounds["forward_margin"]
+
+        def consume(queries, v, i=i, e_v=e_v, slack=slack):
+            cert = qs.reading.of_residual(v, e_v, qs.column_answers[queries, i])
+            lo = _lowered(cert, slack)
+            pred, hi, computed = cert.predictions, cert.hi, cert.margins
+            if retry:
+                open_ = ~(lo > 0) & (hi > 0)
+                if tight is not None:
+                    open_ |= _loose(lo, hi, computed, tight)
+                if open_.any():
+                    q = (np.arange(queries.start, queries.stop) if isinstance(queries, slice)
+                         else np.asarray(queries))
+                    pending[i].append(q[open_])
+                    keep = ~open_
+                    queries, pred, lo = q[keep], pred[keep], lo[keep]
+                    hi, computed = hi[keep], computed[keep]
+            qs.sink.add(queries, i, pred, lo, None if qs.integer else hi, computed)
+        run_additive(plan, [qs.tokens[:, u] for u in range(p + 1)], consume, block_bytes=array_bytes,
+                     progress=qs.progress)
+    return pending
+
+
+def _dense_retry(qs: _Queries, pending: list[list[np.ndarray]], why_decoder: str) -> str:
+    """THE forward pass on the queries the tables set aside (``pending``, per read position); the result's
+    ``fallback`` note, which says how many there were."""
+    if not any(pending):
+        return why_decoder
+    wanted = [np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64) for parts in pending]
+    selected = np.unique(np.concatenate(wanted))
+    _dense_pass(qs, selected, wanted)
+    return "; ".join(r for r in (why_decoder, f"{selected.size:,} queries left undecided by the "
+                                 "tables' a-priori bound were decided by THE forward pass") if r)
 
 
 def check_decoding(
@@ -568,53 +635,89 @@ def check_decoding(
     if model.n_out != model.n_entities:
         raise ValueError("decoding feeds predictions back as entities: needs n_out == N")
     start = time.perf_counter()
-    n, k = chains.shape
     cube, why_decoder = _choose_decoder(model, decoder)
-    columns = model.readout.columns  # the residual coordinates the read-out reads (the cube's too)
-    U_read = None if cube is not None else model.readout.matrix
-    predictions = np.empty(chains.shape, dtype=np.int64)
-    margins = np.empty(chains.shape, dtype=np.float64)  # certified lower bounds
-    highs = np.empty(chains.shape, dtype=np.float64)  # upper bounds on the exact margins
-    computed = np.empty(chains.shape, dtype=np.float64)
-    u, eta = _working_format(model, False)
-    T0 = prompts.shape[1]
+    steps = _Steps(prompts, chains, _reading(model, cube, False), progress)
     array_bytes = memory.array_bytes(budget)
-    used_tables = True
+    used_tables, why_forward = _decode_by_tables(model, forward, steps, array_bytes)
+    if not used_tables:
+        run = _readout_model(model, model.readout.columns) if cube is not None else model
+        _decode_dense(run, steps, chunk or chunk_size(model, prompts.shape[1] + chains.shape[1], array_bytes))
+    per_query, per_query_hi, n_redecided = _chain_verdicts(steps, redecide)
+    n = chains.shape[0]
+    tally = _Tally(n, 1, False, max_failures, (n,))
+    tally.add(slice(0, n), 0, steps.predictions[:, -1], per_query, per_query_hi, steps.computed.min(axis=1))
+    result = tally.result(prompts, chains[:, -1], seconds=time.perf_counter() - start,
+                          decoder=steps.reading.decoder, forward="tables" if used_tables else "dense",
+                          fallback="; ".join(r for r in (why_decoder, why_forward) if r),
+                          dtype=str(model.entity_embedding.dtype), logit_bound=logit_bound(model))
+    result.per_position = (steps.margins > 0).mean(axis=0).tolist()
+    result.final_accuracy = float((steps.predictions[:, -1] == chains[:, -1]).mean()) if n else 1.0
+    result.n_redecided = n_redecided
+    if keep:
+        result.predictions, result.margins = steps.predictions, steps.margins
+        result.margin_highs = steps.highs
+    return result
+
+
+class _Steps:
+    """The decoding steps of a :func:`check_decoding`: its prompts and true chains, the reading of an output,
+    and per (chain, step) the prediction and the certified margin interval, filled in by :meth:`record`."""
+
+    def __init__(self, prompts: np.ndarray, chains: np.ndarray, reading: _Reading, progress: bool) -> None:
+        self.prompts, self.chains, self.reading, self.progress = prompts, chains, reading, progress
+        self.predictions = np.empty(chains.shape, dtype=np.int64)
+        self.margins = np.empty(chains.shape, dtype=np.float64)  # certified lower bounds
+        self.highs = np.empty(chains.shape, dtype=np.float64)  # upper bounds on the exact margins
+        self.computed = np.empty(chains.shape, dtype=np.float64)
+
+    def record(self, queries, t: int, cert: Certified, slack: float = 0.0) -> None:
+        """Store step ``t`` of the chains ``queries``, its lower bounds lowered by ``slack``."""
+        self.predictions[queries, t], self.margins[queries, t] = cert.predictions, _lowered(cert, slack)
+        self.highs[queries, t], self.computed[queries, t] = cert.hi, cert.margins
+
+
+def _decode_by_tables(model: Model, forward_: str, steps: _Steps, array_bytes: int) -> tuple[bool, str]:
+    """Every step by the token-additive pass, the generated tokens as further positions; whether it applied to
+    every step (else THE forward pass redoes them all) and the reason it did not."""
+    prompts, chains = steps.prompts, steps.chains
     why_forward = ""
-
-    def record(queries, t, cert: Certified, slack: float = 0.0) -> None:
-        predictions[queries, t], margins[queries, t] = cert.predictions, _lowered(cert, slack)
-        highs[queries, t], computed[queries, t] = cert.hi, cert.margins
-
-    for t in range(k):
-        token_columns = [prompts[:, u] for u in range(T0)] + [predictions[:, j] for j in range(t)]
-        plan, why_forward = _choose_forward(model, forward, columns, token_columns, False)
+    for t in range(chains.shape[1]):
+        token_columns = ([prompts[:, u] for u in range(prompts.shape[1])]
+                         + [steps.predictions[:, j] for j in range(t)])
+        plan, why_forward = _choose_forward(model, forward_, model.readout.columns, token_columns, False)
         if plan is None:
-            used_tables = False
-            break
+            return False, why_forward
         bounds = plan.info["float_bounds"]
 
         def consume(queries, v, t=t, bounds=bounds):
-            record(queries, t, _certify(cube, v, bounds["e_v"], chains[queries, t], U_read, u, eta),
-                   bounds["forward_margin"])
-        run_additive(plan, token_columns, consume, block_bytes=array_bytes, progress=progress)
-    if not used_tables:
-        run = _readout_model(model, columns) if cube is not None else model
-        chunk = chunk or chunk_size(model, T0 + k, array_bytes)
-        for i, part in enumerate(iter_chunks(n, chunk)):
-            seq = prompts[part]
-            for t in range(k):
-                out, err = forward_pass(run, seq, errors=True)
-                expected = chains[part, t]
-                record(part, t, hypercube_certify(cube, out, err, expected, u, eta) if cube is not None
-                       else certify_logits(out, err, expected))
-                seq = np.concatenate([seq, predictions[part, t : t + 1]], axis=1)
-            if progress and i % 8 == 0:
-                print(f"\r  decoded {part.stop:,}/{n:,} chains", end="", file=sys.stderr, flush=True)
-        if progress:
-            print(file=sys.stderr)
+            steps.record(queries, t, steps.reading.of_residual(v, bounds["e_v"], chains[queries, t]),
+                         bounds["forward_margin"])
+        run_additive(plan, token_columns, consume, block_bytes=array_bytes, progress=steps.progress)
+    return True, why_forward
+
+
+def _decode_dense(run: Model, steps: _Steps, chunk: int) -> None:
+    """Every step by THE forward pass, chunk by chunk of prompts, each prediction fed back."""
+    n, k = steps.chains.shape
+    for i, part in enumerate(iter_chunks(n, chunk)):
+        seq = steps.prompts[part]
+        for t in range(k):
+            out, err = forward_pass(run, seq, errors=True)
+            steps.record(part, t, steps.reading.of_pass(out, err, steps.chains[part, t]))
+            seq = np.concatenate([seq, steps.predictions[part, t : t + 1]], axis=1)
+        if steps.progress and i % 8 == 0:
+            print(f"\r  decoded {part.stop:,}/{n:,} chains", end="", file=sys.stderr, flush=True)
+    if steps.progress:
+        print(file=sys.stderr)
+
+
+def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each chain's certified margin interval ``(lo, hi)``, with the open chains decoded again by
+    ``redecide`` (which overwrites their steps); and how many were."""
     # A chain is exact when every step is certified; certainly wrong when its first uncertified step is
     # certainly wrong (the steps before it fed exactly the true tokens back); undecided otherwise.
+    n, k = steps.chains.shape
+    margins, highs = steps.margins, steps.highs
     per_query = margins.min(axis=1) if k else np.full(n, np.inf)
     open_step = margins <= 0
     first = open_step.argmax(axis=1) if k else np.zeros(n, dtype=np.int64)
@@ -624,18 +727,6 @@ def check_decoding(
     redecided = (np.flatnonzero(open_chain) if redecide is not None and k else np.zeros(0, dtype=np.int64))
     if len(redecided):
         q = redecided
-        predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q] = redecide.chains(prompts[q],
-                                                                                                   chains[q])
-    tally = _Tally(n, 1, False, max_failures, (n,))
-    tally.add(slice(0, n), 0, predictions[:, -1], per_query, per_query_hi, computed.min(axis=1))
-    result = tally.result(prompts, chains[:, -1], seconds=time.perf_counter() - start,
-                          decoder="hypercube" if cube is not None else "dense",
-                          forward="tables" if used_tables else "dense",
-                          fallback="; ".join(r for r in (why_decoder, why_forward) if r),
-                          dtype=str(model.entity_embedding.dtype), logit_bound=logit_bound(model))
-    result.per_position = (margins > 0).mean(axis=0).tolist()
-    result.final_accuracy = float((predictions[:, -1] == chains[:, -1]).mean()) if n else 1.0
-    result.n_redecided = len(redecided)
-    if keep:
-        result.predictions, result.margins, result.margin_highs = predictions, margins, highs
-    return result
+        steps.predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q] = redecide.chains(
+            steps.prompts[q], steps.chains[q])
+    return per_query, per_query_hi, len(redecided)

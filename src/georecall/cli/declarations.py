@@ -35,6 +35,7 @@ from georecall.cli.options import (  # the command line's own building blocks
     whole_number,
 )
 from georecall.experiments.demo import LIMITS as DEMO_LIMITS
+from georecall.experiments import study_design
 from georecall.experiments.demo import SHOW_WEIGHTS_MAX_N as DEMO_SHOW_MAX_N
 from georecall.verify.checking.certify import MAX_POINTS
 
@@ -382,6 +383,12 @@ def _add_sweep(sub: Subparsers) -> None:
     p.set_defaults(command="sweep threshold")
 
 
+# A few words on some of the declared grids, for --grid's help (which lists every grid study_design.GRIDS
+# declares, with or without a note).
+_GRID_NOTES = {"d-axis": "the width axis", "d-axis-run": "the part of it run on 2 cores",
+               "long": "20,000 steps, no stop at 100%%, probed along training"}
+
+
 def _add_study(sub: Subparsers) -> None:
     """``study mechanism`` (:class:`~.params.StudyMechanismParams`)."""
     group = add_group(sub, "study", "studies of trained models",
@@ -398,8 +405,9 @@ def _add_study(sub: Subparsers) -> None:
     p.add_argument("--quick", action="store_true",
                    help="the small grid (N = 256, R = 4, a few regimes) instead of the default one")
     p.add_argument("--grid", default=None, metavar="NAME",
-                   help="a declared grid by name: default, quick, d-axis (the width axis), d-axis-run (the "
-                        "part of it run on 2 cores; docs/study.md)")
+                   help="a declared grid by name: " + ", ".join(
+                       name + (f" ({_GRID_NOTES[name]})" if name in _GRID_NOTES else "")
+                       for name in study_design.GRIDS) + "; docs/study.md")
     p.add_argument("--seeds", type=parse_seed, nargs="+", default=[0, 1, 2], metavar="S",
                    help="run seeds S: the task is a function of (N, R, S)")
     p.add_argument("--workers", type=whole_number(1, 1024), default=1, metavar="W",

@@ -53,17 +53,9 @@ __all__ = [
     "validate_request",
 ]
 
-# What each option is called on the command line (for messages naming a refused option).
-OPTION_FLAGS = {
-    "gate": "gate constant G (--gate)",
-    "beta": "softmax inverse temperature β (--beta)",
-    "attention": "attention kind (--attention)",
-    "gain": "attention gain g (Python only: options={'gain': g})",
-    "integer": "integer mode (--integer)",
-    "lam": "read-out scale λ (--lam)",
-    "D": "code length D (--D)",
-    "codes": "code kind (--codes)",
-}
+# What each shared builder option is called in a message naming a refused option (its declaration's ``what``;
+# an option a spec declares itself is named by its own declaration: ``registry.option_text``).
+OPTION_FLAGS = {name: option.what for name, option in registry.BUILDER_OPTIONS.items()}
 
 
 def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | None, **sizes) -> Estimate:
@@ -89,11 +81,6 @@ def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | 
     """
     code_option: dict[str, Any] = {} if codes is None else {"codes": codes}
     return estimates.check_estimate(spec, N, R, k, **code_option, **sizes)
-
-
-def _option_names(options) -> str:
-    """Options as a message names them: what each is and its flag (``code kind (--codes)``)."""
-    return ", ".join(sorted(OPTION_FLAGS.get(o, o) for o in options))
 
 
 def validate_request(spec: ConstructionSpec, *, options: dict | None = None, codes: str | None = None,
@@ -133,8 +120,8 @@ def validate_request(spec: ConstructionSpec, *, options: dict | None = None, cod
     asked = set(options) | {name for name, value in (("codes", codes), ("D", D)) if value is not None}
     refused = asked - spec.accepts()
     if refused:
-        raise InputError(f"{spec.label} does not take {_option_names(refused)}; it takes: "
-                         f"{_option_names(spec.accepts()) or 'no options'}")
+        raise InputError(f"{spec.label} does not take {registry.option_text(refused, spec)}; it takes: "
+                         f"{registry.option_text(spec.accepts(), spec) or 'no options'}")
     if k is not None and spec.hops == "single" and k != 1:
         raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
     for variant, wanted in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
@@ -472,6 +459,7 @@ def check_single_hop(
     gate: float | None = None,
     beta: float | None = None,
     lam: float = 1.0,
+    options: dict | None = None,
     **kwargs,
 ) -> Report:
     """:func:`run_check` for a single-hop construction (G1 by default).
@@ -488,6 +476,8 @@ def check_single_hop(
         Integer mode (exact margins).
     gate, beta, lam : float or None
         Builder constants (``None``: the builder's defaults).
+    options : dict, optional
+        Further builder options (a spec's own), beside those above.
     **kwargs
         The rest of :func:`run_check`'s keywords (``budget``, ``dtype``, ``bits``, ``attributes``, ...).
 
@@ -503,8 +493,9 @@ def check_single_hop(
     spec = _spec(construction)
     if spec.hops != "single":
         raise InputError(f"{spec.label} is a k-hop construction: use check multi-hop")
-    options = {"gate": gate, "beta": beta, "lam": lam, **({"integer": True} if integer else {})}
-    return run_check(spec, N, R, 1, seed=seed, codes=codes, D=D, options=options, **kwargs)
+    named = {"gate": gate, "beta": beta, "lam": lam, **({"integer": True} if integer else {})}
+    return run_check(spec, N, R, 1, seed=seed, codes=codes, D=D, options={**named, **(options or {})},
+                     **kwargs)
 
 
 def check_multi_hop(
@@ -519,6 +510,7 @@ def check_multi_hop(
     beta: float | None = None,
     gate: float | None = None,
     seed: int = 0,
+    options: dict | None = None,
     **kwargs,
 ) -> Report:
     """:func:`run_check` for a k-hop construction (G2 by default), softmax or (idealized) hard attention.
@@ -535,6 +527,8 @@ def check_multi_hop(
         "softmax" or "hard" (the idealization, labelled).
     beta, gate : float or None
         Builder constants (``None``: the builder's defaults).
+    options : dict, optional
+        Further builder options (a spec's own), beside those above.
     **kwargs
         The rest of :func:`run_check`'s keywords (``budget``, ``keep``, ``progress``, ...).
 
@@ -558,7 +552,7 @@ def check_multi_hop(
         seed=seed,
         codes=codes,
         D=D,
-        options={"attention": attention, "beta": beta, "gate": gate},
+        options={"attention": attention, "beta": beta, "gate": gate, **(options or {})},
         **kwargs,
     )
 

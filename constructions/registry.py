@@ -56,6 +56,7 @@ __all__ = [
     "ConstructionSpec",
     "assembled_family",
     "builder_option",
+    "encoding_contradiction",
     "family_build",
     "get",
     "multi_hop_build",
@@ -840,6 +841,28 @@ def assembled_family(build) -> Callable[..., Family] | None:
         return cells[0].cell_contents
     except ValueError:  # an empty cell
         return None
+
+
+def encoding_contradiction(spec: ConstructionSpec, family: Family) -> str:
+    """Whether a family built for ``spec`` declares the spec's own task encoding: ``""`` when it does, else
+    the refusal's wording (``check`` and ``certify`` refuse such a spec: the task enters the model as the
+    family says, while ``certify`` argues from the spec's declaration).
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+    family : Family
+        What ``spec.family`` returned.
+
+    Returns
+    -------
+    str
+        ``""``, or ``"<label>: its family declares {...}, the spec {...}"``.
+    """
+    if family.encoding == spec.task_encoding:
+        return ""
+    declared = None if spec.task_encoding is None else spec.task_encoding.as_dict()
+    return f"{spec.label}: its family declares {family.encoding.as_dict()}, the spec {declared}"
 
 
 def single_hop_family(fn: Callable[..., Family], construction: str | None = None) -> Callable[..., Family]:

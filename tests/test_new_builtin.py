@@ -144,3 +144,50 @@ def test_a_builder_option_reaches_the_command_line_from_its_declaration_alone(ca
         "attention gain g (Python only: options={'gain': g}), code kind (--codes), code length D (--D), gate "
         "constant G (--gate), integer mode (--integer), read-out scale λ (--lam)")
 
+
+# --------------------------------------------------- a declared task encoding the family contradicts
+
+PLANTED_SPEC = """
+from georecall.constructions.a1 import A1_ENCODING
+from georecall.constructions.g1 import g1_family, g1_nominal_promise
+from georecall.constructions.registry import ConstructionSpec, single_hop_family
+
+# G1's family, its entry declaring A1's encoding (facts in W2) by mistake: the family declares G1's
+SPEC = ConstructionSpec("G1E", "geometric-misdeclared", "G1 with a wrong declaration", None,
+                        g1_nominal_promise, options=frozenset({"gate", "gain", "integer"}),
+                        task_encoding=A1_ENCODING, family=single_hop_family(g1_family, construction="G1E"))
+"""
+
+
+def test_check_refuses_a_declared_encoding_the_family_contradicts_as_certify_does(tmp_path, capsys):
+    """A spec declaring a task encoding its family contradicts: ``check`` refuses it before any query, with
+    certify's error and wording (exit 2 on the command line), and certify still refuses it; the honest G1
+    entry is checked as before."""
+    import pytest
+
+    from georecall.cli import main
+    from georecall.verify.checking import certify as cert
+    from georecall.verify.checking.certify_family import DeclarationError
+    from georecall.verify.checking.run import run_check
+
+    planted = tmp_path / "planted.py"
+    planted.write_text(PLANTED_SPEC)
+    namespace: dict = {}
+    exec(PLANTED_SPEC, namespace)
+    spec = namespace["SPEC"]
+    assert spec.assembles_family  # check builds the family certify proves: the declaration must be its
+    with pytest.raises(DeclarationError) as checked:
+        run_check(spec, 16, 2)
+    with pytest.raises(DeclarationError) as certified:
+        cert.certify(spec, 16, 2)
+    assert str(checked.value) == str(certified.value)
+    assert str(checked.value).startswith("G1E (geometric-misdeclared): its family declares {")
+    assert "the spec {" in str(checked.value) and "'layers.0.mlp.W2'" in str(checked.value)
+    lines = []
+    for command in ("check", "certify"):
+        code = main([command, "single-hop", "--construction", f"{planted}:SPEC", "--N", "16", "--R", "2"])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "", (command, err)
+        lines.append(err)
+    assert lines[0] == lines[1] == f"georecall: error: {checked.value}\n"
+    assert run_check("G1", 16, 2).passed  # the honest declaration

@@ -25,6 +25,7 @@ from georecall.constructions import (
     registry,
     storage,  # the module: tests replace save_model there
 )
+from georecall.constructions.building import Construction, assemble
 from georecall.constructions.canonical import model_fingerprint
 from georecall.constructions.model import Model
 from georecall.constructions.registry import BitsClaim, ConstructionSpec
@@ -33,6 +34,7 @@ from georecall.memory import Budget, Estimate, as_budget
 from georecall.theory import seeds
 from georecall.theory.tasks import Attributes, Task, check_positive_int, task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
+from georecall.verify.checking.certify_family import DeclarationError  # certify's refusal, shared
 from georecall.verify.checking.check import check_decoding, check_queries
 from georecall.verify.checking.precision import CODEBOOK, quantize, smallest_exact_bits
 from georecall.verify.checking.report import Report, achieved_sizes, check_construction, margin_reaches
@@ -320,11 +322,32 @@ def _estimate(request: CheckRequest) -> Estimate:
                           attributes=r.attributes, what=f"checking {r.spec.label}", budget=r.budget)
 
 
-def _build(request: CheckRequest, task: Task):
+def _build(request: CheckRequest, task: Task) -> Construction:
     """The build stage: the construction on ``task`` (codes from the seed's ``codes`` stream), saved when
-    asked."""
+    asked.
+
+    A spec whose build is its family assembled on the task (``spec.assembles_family``: the object certify
+    proves) is built as that build does, ``assemble(family(N, R, k, attributes=..., **options), task)``, in
+    two steps so that the family's declared task encoding is compared with the spec's first: a family that
+    contradicts it is refused (:class:`~.certify_family.DeclarationError`, certify's wording). The build
+    itself (``registry.family_build``, whose one closure cell ``assembles_family`` reads) is left as it is.
+
+    Raises
+    ------
+    DeclarationError
+        The family declares another task encoding than the spec.
+    """
     r = request
-    built = r.spec.builder(task, r.k, rng=seeds.rng(r.seed, "codes"), **r.code_options, **r.options)
+    keywords = {"rng": seeds.rng(r.seed, "codes"), **r.code_options, **r.options}
+    family = r.spec.family
+    if family is not None and r.spec.assembles_family:
+        made = family(task.N, task.R, r.k, attributes=task.attributes, **keywords)
+        contradiction = registry.encoding_contradiction(r.spec, made)
+        if contradiction:
+            raise DeclarationError(contradiction)
+        built = assemble(made, task)
+    else:
+        built = r.spec.builder(task, r.k, **keywords)
     if r.save is not None:
         storage.save_model(built.model, r.save, extra_arrays={"task_table": task.table}, N=task.N, R=task.R,
                            k=r.k, construction=r.spec.id, codes=built.codes.kind, seed=r.seed,

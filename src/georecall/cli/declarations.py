@@ -353,7 +353,7 @@ def _add_sweep(sub: Subparsers) -> None:
 # A few words on some of the declared grids, for --grid's help (which lists every grid study_design.GRIDS
 # declares, with or without a note).
 _GRID_NOTES = {"d-axis": "the width axis", "d-axis-run": "the part of it run on 2 cores",
-               "long": "20,000 steps, no stop at 100%%, probed along training"}
+               "long": "20,000 steps with no stop at 100%%, probed along the way"}
 
 
 def _add_study(sub: Subparsers) -> None:

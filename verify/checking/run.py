@@ -25,6 +25,7 @@ from georecall.constructions import (
     registry,
     storage,  # the module: tests replace save_model there
 )
+from georecall.constructions.building import Construction, assemble
 from georecall.constructions.canonical import model_fingerprint
 from georecall.constructions.model import Model
 from georecall.constructions.registry import BitsClaim, ConstructionSpec
@@ -33,6 +34,7 @@ from georecall.memory import Budget, Estimate, as_budget
 from georecall.theory import seeds
 from georecall.theory.tasks import Attributes, Task, check_positive_int, task_for_seed
 from georecall.theory.tokens import queries, teacher_forcing
+from georecall.verify.checking.certify_family import DeclarationError  # certify's refusal, shared
 from georecall.verify.checking.check import check_decoding, check_queries
 from georecall.verify.checking.precision import CODEBOOK, quantize, smallest_exact_bits
 from georecall.verify.checking.report import Report, achieved_sizes, check_construction, margin_reaches
@@ -53,17 +55,9 @@ __all__ = [
     "validate_request",
 ]
 
-# What each option is called on the command line (for messages naming a refused option).
-OPTION_FLAGS = {
-    "gate": "gate constant G (--gate)",
-    "beta": "softmax inverse temperature β (--beta)",
-    "attention": "attention kind (--attention)",
-    "gain": "attention gain g (Python only: options={'gain': g})",
-    "integer": "integer mode (--integer)",
-    "lam": "read-out scale λ (--lam)",
-    "D": "code length D (--D)",
-    "codes": "code kind (--codes)",
-}
+# What each shared builder option is called in a message naming a refused option (its declaration's ``what``;
+# an option a spec declares itself is named by its own declaration: ``registry.option_text``).
+OPTION_FLAGS = {name: option.what for name, option in registry.BUILDER_OPTIONS.items()}
 
 
 def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | None, **sizes) -> Estimate:
@@ -89,11 +83,6 @@ def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | 
     """
     code_option: dict[str, Any] = {} if codes is None else {"codes": codes}
     return estimates.check_estimate(spec, N, R, k, **code_option, **sizes)
-
-
-def _option_names(options) -> str:
-    """Options as a message names them: what each is and its flag (``code kind (--codes)``)."""
-    return ", ".join(sorted(OPTION_FLAGS.get(o, o) for o in options))
 
 
 def validate_request(spec: ConstructionSpec, *, options: dict | None = None, codes: str | None = None,
@@ -133,8 +122,8 @@ def validate_request(spec: ConstructionSpec, *, options: dict | None = None, cod
     asked = set(options) | {name for name, value in (("codes", codes), ("D", D)) if value is not None}
     refused = asked - spec.accepts()
     if refused:
-        raise InputError(f"{spec.label} does not take {_option_names(refused)}; it takes: "
-                         f"{_option_names(spec.accepts()) or 'no options'}")
+        raise InputError(f"{spec.label} does not take {registry.option_text(refused, spec)}; it takes: "
+                         f"{registry.option_text(spec.accepts(), spec) or 'no options'}")
     if k is not None and spec.hops == "single" and k != 1:
         raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
     for variant, wanted in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
@@ -333,11 +322,32 @@ def _estimate(request: CheckRequest) -> Estimate:
                           attributes=r.attributes, what=f"checking {r.spec.label}", budget=r.budget)
 
 
-def _build(request: CheckRequest, task: Task):
+def _build(request: CheckRequest, task: Task) -> Construction:
     """The build stage: the construction on ``task`` (codes from the seed's ``codes`` stream), saved when
-    asked."""
+    asked.
+
+    A spec whose build is its family assembled on the task (``spec.assembles_family``: the object certify
+    proves) is built as that build does, ``assemble(family(N, R, k, attributes=..., **options), task)``, in
+    two steps so that the family's declared task encoding is compared with the spec's first: a family that
+    contradicts it is refused (:class:`~.certify_family.DeclarationError`, certify's wording). The build
+    itself (``registry.family_build``, whose one closure cell ``assembles_family`` reads) is left as it is.
+
+    Raises
+    ------
+    DeclarationError
+        The family declares another task encoding than the spec.
+    """
     r = request
-    built = r.spec.builder(task, r.k, rng=seeds.rng(r.seed, "codes"), **r.code_options, **r.options)
+    keywords = {"rng": seeds.rng(r.seed, "codes"), **r.code_options, **r.options}
+    family = r.spec.family
+    if family is not None and r.spec.assembles_family:
+        made = family(task.N, task.R, r.k, attributes=task.attributes, **keywords)
+        contradiction = registry.encoding_contradiction(r.spec, made)
+        if contradiction:
+            raise DeclarationError(contradiction)
+        built = assemble(made, task)
+    else:
+        built = r.spec.builder(task, r.k, **keywords)
     if r.save is not None:
         storage.save_model(built.model, r.save, extra_arrays={"task_table": task.table}, N=task.N, R=task.R,
                            k=r.k, construction=r.spec.id, codes=built.codes.kind, seed=r.seed,
@@ -472,6 +482,7 @@ def check_single_hop(
     gate: float | None = None,
     beta: float | None = None,
     lam: float = 1.0,
+    options: dict | None = None,
     **kwargs,
 ) -> Report:
     """:func:`run_check` for a single-hop construction (G1 by default).
@@ -488,6 +499,8 @@ def check_single_hop(
         Integer mode (exact margins).
     gate, beta, lam : float or None
         Builder constants (``None``: the builder's defaults).
+    options : dict, optional
+        Further builder options (a spec's own), beside those above.
     **kwargs
         The rest of :func:`run_check`'s keywords (``budget``, ``dtype``, ``bits``, ``attributes``, ...).
 
@@ -503,8 +516,9 @@ def check_single_hop(
     spec = _spec(construction)
     if spec.hops != "single":
         raise InputError(f"{spec.label} is a k-hop construction: use check multi-hop")
-    options = {"gate": gate, "beta": beta, "lam": lam, **({"integer": True} if integer else {})}
-    return run_check(spec, N, R, 1, seed=seed, codes=codes, D=D, options=options, **kwargs)
+    named = {"gate": gate, "beta": beta, "lam": lam, **({"integer": True} if integer else {})}
+    return run_check(spec, N, R, 1, seed=seed, codes=codes, D=D, options={**named, **(options or {})},
+                     **kwargs)
 
 
 def check_multi_hop(
@@ -519,6 +533,7 @@ def check_multi_hop(
     beta: float | None = None,
     gate: float | None = None,
     seed: int = 0,
+    options: dict | None = None,
     **kwargs,
 ) -> Report:
     """:func:`run_check` for a k-hop construction (G2 by default), softmax or (idealized) hard attention.
@@ -535,6 +550,8 @@ def check_multi_hop(
         "softmax" or "hard" (the idealization, labelled).
     beta, gate : float or None
         Builder constants (``None``: the builder's defaults).
+    options : dict, optional
+        Further builder options (a spec's own), beside those above.
     **kwargs
         The rest of :func:`run_check`'s keywords (``budget``, ``keep``, ``progress``, ...).
 
@@ -558,7 +575,7 @@ def check_multi_hop(
         seed=seed,
         codes=codes,
         D=D,
-        options={"attention": attention, "beta": beta, "gate": gate},
+        options={"attention": attention, "beta": beta, "gate": gate, **(options or {})},
         **kwargs,
     )
 

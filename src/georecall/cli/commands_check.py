@@ -216,7 +216,8 @@ def run_check_single_hop(p: CheckSingleHopParams) -> dict:
                                         codes=p.codes, D=p.D, seed=p.seed, integer=p.integer, gate=p.gate,
                                         beta=p.beta, lam=p.lam, dtype=p.dtype, bits=p.bits,
                                         attributes=p.attributes, symmetric=p.symmetric, task=task, save=tmp,
-                                        budget=p.budget, estimate=est, progress=p.progress)
+                                        budget=p.budget, estimate=est, progress=p.progress,
+                                        options=p.builder_options)
     return _check_document(p, rep, est, save)
 
 
@@ -246,7 +247,8 @@ def run_check_multi_hop(p: CheckMultiHopParams) -> dict:
     task = task_file(p.task, p.N, p.R, "shared", False) if p.task else None
     rep = checking.check_multi_hop(p.N, p.R, p.k, construction=spec,  # type: ignore[arg-type]  # a spec works
                                    codes=p.codes, D=p.D, attention=p.attention, beta=p.beta, gate=p.gate,
-                                   seed=p.seed, task=task, budget=p.budget, estimate=est, progress=p.progress)
+                                   seed=p.seed, task=task, budget=p.budget, estimate=est, progress=p.progress,
+                                   options=p.builder_options)
     return _check_document(p, rep, est, None)
 
 
@@ -288,6 +290,7 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
         options = {"gate": p.gate, "lam": lam, **({"integer": True} if integer else {})}
     else:
         k, options = p.k, {"attention": p.attention, "beta": p.beta, "gate": p.gate}
+    options.update(p.builder_options or {})  # the options a spec declares itself, as given
     if integer and p.codes == "gaussian":
         raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
     if symmetric and p.N % 2:

@@ -514,6 +514,7 @@ def _export_construction(p: ExportParams):
     binary_codes_fit(code_kind(p.codes, spec), p.D, p.N)
     options = {name: value for name, value in (("attention", p.attention), ("beta", p.beta),
                                                ("gate", p.gate)) if value is not None}
+    options.update(p.builder_options or {})  # the options a spec declares itself, as given
     codes = {name: value for name, value in (("codes", p.codes), ("D", p.D)) if value is not None}
     checking.validate_request(spec, options=options, codes=p.codes, D=p.D)
     if p.cot:
@@ -542,6 +543,7 @@ def _export_model_file(p: ExportParams):
     assert p.model is not None
     given = [flag for flag, value in (("--codes", p.codes), ("--D", p.D), ("--attention", p.attention),
                                       ("--beta", p.beta), ("--gate", p.gate)) if value is not None]
+    given += ["--" + name.replace("_", "-") for name in p.builder_options or {}]  # a spec's own options
     if given:
         raise InputError(f"{', '.join(given)} build a construction: a model file (--model) is exported as "
                          "it is")

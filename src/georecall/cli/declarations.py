@@ -10,16 +10,16 @@ from georecall.cli.options import (  # the command line's own building blocks
     L,
     RawDescription,
     Subparsers,
+    add_builder_option,
     add_figure_options,
     add_group,
+    add_own_options,
     add_sizes,
     add_style,
     add_table_options,
     add_user_constructions,
-    code_kinds,
     construction_choices,
     parse_bits,
-    parse_D,
     parse_d,
     parse_fraction,
     parse_heads,
@@ -34,6 +34,7 @@ from georecall.cli.options import (  # the command line's own building blocks
     shared_parents,
     whole_number,
 )
+from georecall.experiments import study_design
 from georecall.experiments.demo import LIMITS as DEMO_LIMITS
 from georecall.experiments.demo import SHOW_WEIGHTS_MAX_N as DEMO_SHOW_MAX_N
 from georecall.verify.checking.certify import MAX_POINTS
@@ -44,7 +45,6 @@ __all__ = ["DECLARATIONS"]
 def _add_certify(sub: Subparsers) -> None:
     """``certify single-hop|multi-hop``: one verdict for every task (verify/checking/certify.py;
     :class:`~.params.CertifySingleHopParams`, :class:`~.params.CertifyMultiHopParams`)."""
-    codes = code_kinds()
     group = add_group(sub, "certify", "certify a construction for every task at once",
                    "Prove that a construction answers every query of EVERY task ((N!)^R of them) with its "
                    "promised margin (CERTIFIED), or find a task where it fails (REFUTED, with a witness that "
@@ -66,27 +66,19 @@ def _add_certify(sub: Subparsers) -> None:
                        help=f"a registered {hops}-hop construction: " + construction_choices(hops)
                        + "; or MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec")
         add_sizes(p, N=4096 if hops == "single" else 256, R=16 if hops == "single" else 3)
+        command = f"certify {hops}-hop"
         if hops == "multi":
             p.add_argument("--k", type=parse_k, default=2, help="number of hops k (default 2)")
-            p.add_argument("--attention", choices=("softmax", "hard"), default="softmax",
-                           help="softmax (default) or hard (an idealization: β -> ∞)")
-            p.add_argument("--beta", type=real_number(positive=True), default=None,
-                           help="inverse temperature β of the positional heads (default: from the leakage "
-                                "inequality)")
-        p.add_argument("--codes", choices=codes, default=None,
-                       help="attribute codes a_i (default: the construction's own, binary for the built-in "
-                            "ones)")
-        p.add_argument("--D", type=parse_D, default=None, help="code length D (default as for check)")
-        p.add_argument("--gate", type=real_number(positive=True), default=None, help="gate constant G")
+            add_builder_option(p, command, "attention")
+            add_builder_option(p, command, "beta")
+        add_builder_option(p, command, "codes")
+        add_builder_option(p, command, "D")
+        add_builder_option(p, command, "gate")
         if hops == "single":
-            p.add_argument("--integer", action="store_true",
-                           help="±1 codes and integer constants: certify in exact integer arithmetic (the "
-                                "default where the construction allows it: binary or sign codes, no --lam "
-                                "or --gate given)")
+            add_builder_option(p, command, "integer")
             p.add_argument("--float", action="store_true",
                            help="certify in floating point with a stated rounding allowance instead")
-            p.add_argument("--lam", type=real_number(positive=True, maximum=1e12), default=1.0,
-                           help="read-out scale λ (default 1)")
+            add_builder_option(p, command, "lam")
             p.add_argument("--attributes", choices=("shared", "disjoint"), default="shared",
                            help="shared or disjoint attribute sets (as for check)")
             p.add_argument("--symmetric", action="store_true",
@@ -96,7 +88,8 @@ def _add_certify(sub: Subparsers) -> None:
                             f"(default {MAX_POINTS:,})")
         p.add_argument("--witness", default=None, metavar="WITNESS.npy",
                        help="when REFUTED, write the witness task here as an (R, N) table (atomically)")
-        p.set_defaults(command=f"certify {hops}-hop")
+        add_own_options(p, command, hops)
+        p.set_defaults(command=command)
 
 
 def _add_verify(sub: Subparsers) -> None:
@@ -125,7 +118,7 @@ def _add_check(sub: Subparsers) -> None:
 
 def _add_check_single_hop(sub: Subparsers) -> None:
     """``check single-hop`` (:class:`~.params.CheckSingleHopParams`)."""
-    codes = code_kinds()
+    command = "check single-hop"
     p = sub.add_parser("single-hop", parents=shared_parents("check single-hop"),
                              help="a single-hop construction on R random bijections of [N]: all N·R queries",
                              description="Build a single-hop construction on R random bijections π_r of [N] "
@@ -134,25 +127,8 @@ def _add_check_single_hop(sub: Subparsers) -> None:
     p.add_argument("--construction", default="geometric", metavar="NAME",
                    help="a registered single-hop construction: " + construction_choices("single")
                    + "; or MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec")
-    p.add_argument("--codes", choices=codes, default=None,
-                   help="attribute codes a_i: binary (the bits of i as ±1), random sign, normalised Gaussian "
-                        "(default: the construction's own, binary for the built-in ones; refused by one that "
-                        "takes none)")
-    p.add_argument("--D", type=parse_D, default=None,
-                   help="code length D (default: ceil(log2 N) for binary codes; 2 ln(N²/2δ)/t² with t = 1/2, "
-                        "δ = 1e-3 for random codes)")
-    p.add_argument("--integer", action="store_true",
-                   help="±1 codes and integer constants (integer scale): prove every activation and logit is "
-                        "an exact integer")
-    p.add_argument("--gate", type=real_number(positive=True), default=None, metavar="G",
-                   help="gate constant G of G1's ReLU selector: the relation embedding is q_r = G·1_{g_r} "
-                        "(default 2·c1·max|a|/c2, twice the smallest G that shuts the other relations' "
-                        "units)")
-    p.add_argument("--beta", type=real_number(positive=True), default=None, metavar="β",
-                   help="softmax inverse temperature β (constructions with softmax heads only; G1 and A1 "
-                        "have none and refuse it)")
-    p.add_argument("--lam", type=real_number(positive=True, maximum=1e12), default=1.0, metavar="λ",
-                   help="read-out scale λ: the read-out rows are U_j = λ·a_j on the output block")
+    for name in ("codes", "D", "integer", "gate", "beta", "lam"):
+        add_builder_option(p, command, name)
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="working precision of the float mode (integer mode always uses float64)")
     p.add_argument("--bits", type=parse_bits, default=None, metavar="b",
@@ -169,12 +145,13 @@ def _add_check_single_hop(sub: Subparsers) -> None:
     p.add_argument("--task", default=None, metavar="TABLE.npy",
                    help="check this task, an (R, N) table of bijections (e.g. a witness of certify), instead "
                         "of THE seeded one")
-    p.set_defaults(command="check single-hop")
+    add_own_options(p, command, "single")
+    p.set_defaults(command=command)
 
 
 def _add_check_multi_hop(sub: Subparsers) -> None:
     """``check multi-hop`` (:class:`~.params.CheckMultiHopParams`)."""
-    codes = code_kinds()
+    command = "check multi-hop"
     p = sub.add_parser("multi-hop", parents=shared_parents("check multi-hop"),
                              help="G2, A2(a), A2(b) or C1 on k-hop queries: all N·R^k of them",
                              description="Build a k-hop construction and check all N·R^k queries "
@@ -183,23 +160,16 @@ def _add_check_multi_hop(sub: Subparsers) -> None:
     p.add_argument("--construction", default="path-blocks", metavar="NAME",
                    help="a registered k-hop construction: " + construction_choices("multi")
                    + "; or MODULE:ATTR / FILE.py:ATTR naming your own ConstructionSpec")
-    p.add_argument("--gate", type=real_number(positive=True), default=None, metavar="G",
-                   help="gate constant G of the AND units (default: twice its bound)")
+    add_builder_option(p, command, "gate")
     add_sizes(p, N=256, R=3)
     p.add_argument("--k", type=parse_k, default=2, help=f"number of hops k, 1 <= k <= {L['k']}")
-    p.add_argument("--codes", choices=codes, default=None,
-                   help="attribute codes a_i (default: the construction's own, binary for the built-in ones)")
-    p.add_argument("--D", type=parse_D, default=None, help="code length D (default as for check single-hop)")
-    p.add_argument("--attention", choices=("softmax", "hard"), default="softmax",
-                   help="softmax (β from the leakage inequality) or hard (an idealization: β -> ∞, leakage "
-                        "ε = 0)")
-    p.add_argument("--beta", type=real_number(positive=True), default=None, metavar="β",
-                   help="inverse temperature β of the positional heads (default: the smallest β whose "
-                        "leakage ε = n/(e^β + n) leaves half the margin)")
+    for name in ("codes", "D", "attention", "beta"):
+        add_builder_option(p, command, name)
     p.add_argument("--task", default=None, metavar="TABLE.npy",
                    help="check this task, an (R, N) table of bijections (e.g. a witness of certify), instead "
                         "of THE seeded one")
-    p.set_defaults(command="check multi-hop")
+    add_own_options(p, command, "multi")
+    p.set_defaults(command=command)
 
 
 def _add_tradeoff(sub: Subparsers) -> None:
@@ -259,7 +229,6 @@ def _add_count(sub: Subparsers) -> None:
 
 def _add_precision(sub: Subparsers) -> None:
     """``precision`` (:class:`~.params.PrecisionParams`)."""
-    codes = code_kinds()
     p = sub.add_parser("precision", parents=shared_parents("precision"),
                        help="smallest bits per parameter keeping a check exact",
                        description="Quantize every weight tensor to a b-bit uniform symmetric grid (step "
@@ -270,10 +239,9 @@ def _add_precision(sub: Subparsers) -> None:
                         + "); with --k a k-hop one (" + construction_choices("multi") + ")")
     p.add_argument("--k", type=parse_k, default=None, help="number of hops k: check a k-hop construction "
                                                       "(default: single hop)")
-    p.add_argument("--codes", choices=codes, default=None,
-                   help="attribute codes a_i (default: the construction's own, binary for the built-in ones)")
+    add_builder_option(p, "precision", "codes")
     add_sizes(p, N=1024, R=8)
-    p.add_argument("--D", type=parse_D, default=None, help="code length D (default as for check single-hop)")
+    add_builder_option(p, "precision", "D")
     p.add_argument("--max-bits", type=parse_bits, default=24, metavar="B",
                    help="largest b tried, 1 <= B <= 64")
     add_table_options(p, "text")
@@ -382,6 +350,12 @@ def _add_sweep(sub: Subparsers) -> None:
     p.set_defaults(command="sweep threshold")
 
 
+# A few words on some of the declared grids, for --grid's help (which lists every grid study_design.GRIDS
+# declares, with or without a note).
+_GRID_NOTES = {"d-axis": "the width axis", "d-axis-run": "the part of it run on 2 cores",
+               "long": "20,000 steps with no stop at 100%%, probed along the way"}
+
+
 def _add_study(sub: Subparsers) -> None:
     """``study mechanism`` (:class:`~.params.StudyMechanismParams`)."""
     group = add_group(sub, "study", "studies of trained models",
@@ -398,8 +372,9 @@ def _add_study(sub: Subparsers) -> None:
     p.add_argument("--quick", action="store_true",
                    help="the small grid (N = 256, R = 4, a few regimes) instead of the default one")
     p.add_argument("--grid", default=None, metavar="NAME",
-                   help="a declared grid by name: default, quick, d-axis (the width axis), d-axis-run (the "
-                        "part of it run on 2 cores; docs/study.md)")
+                   help="a declared grid by name: " + ", ".join(
+                       name + (f" ({_GRID_NOTES[name]})" if name in _GRID_NOTES else "")
+                       for name in study_design.GRIDS) + "; docs/study.md")
     p.add_argument("--seeds", type=parse_seed, nargs="+", default=[0, 1, 2], metavar="S",
                    help="run seeds S: the task is a function of (N, R, S)")
     p.add_argument("--workers", type=whole_number(1, 1024), default=1, metavar="W",
@@ -631,20 +606,15 @@ def _add_export(sub: Subparsers) -> None:
                         "model file's recorded k)")
     p.add_argument("--cot", action="store_true",
                    help="a model file is decoded greedily (chain of thought; default: as the file records)")
-    p.add_argument("--codes", choices=code_kinds(), default=None, help="attribute codes a_i (construction)")
-    p.add_argument("--D", type=parse_D, default=None, help="code length D (construction)")
-    p.add_argument("--attention", choices=("softmax", "hard"), default=None,
-                   help="attention of a k-hop construction (hard, an idealization, cannot be exported)")
-    p.add_argument("--beta", type=real_number(positive=True), default=None, metavar="β",
-                   help="inverse temperature β of a k-hop construction's positional heads")
-    p.add_argument("--gate", type=real_number(positive=True), default=None, metavar="G",
-                   help="gate constant G")
+    for name in ("codes", "D", "attention", "beta", "gate"):
+        add_builder_option(p, "export", name)
     p.add_argument("--task", default=None, metavar="TABLE.npy",
                    help="the task, an (R, N) table of bijections, instead of THE seeded one (or the one a "
                         "model file stores)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                    help="every array stored, and computed by the target, in this precision")
     p.add_argument("--no-check", action="store_true", help="write the folder without the check in the target")
+    add_own_options(p, "export", None)
     p.set_defaults(command="export")
 
 

@@ -18,8 +18,9 @@ from georecall.constructions import registry
 from georecall.constructions.codes import CODE_KINDS
 
 __all__ = [
-    "DEBUG_VARIABLE", "SHARED", "Parser", "RawDescription", "Subparsers", "UsageError", "add_figure_options",
-    "add_group", "add_sizes", "add_style", "add_table_options", "add_user_constructions", "code_kinds",
+    "BUILDER_OPTION_DEST", "DEBUG_VARIABLE", "OPTION_TYPES", "SHARED", "Parser", "RawDescription",
+    "Subparsers", "UsageError", "add_builder_option", "add_figure_options", "add_group", "add_own_options",
+    "add_sizes", "add_style", "add_table_options", "add_user_constructions", "code_kinds",
     "construction_choices", "parse_D", "parse_N", "parse_R", "parse_bits", "parse_d", "parse_fraction",
     "parse_heads", "parse_k", "parse_lr", "parse_m", "parse_positive_int", "parse_seed", "parse_steps",
     "real_number", "shared_parents", "whole_number",
@@ -135,6 +136,97 @@ parse_bits = whole_number(1, L["bits"])
 # The argparse types of the paper's letters and of the shared numbers, each within its LIMITS entry.
 parse_lr = real_number(positive=True, maximum=1e6)
 parse_fraction = real_number(minimum=0.0, maximum=1.0)
+
+
+# How the command line reads each kind of builder option (registry.OPTION_KINDS; a flag and a choice have no
+# type: argparse's store_true and choices).
+OPTION_TYPES: dict[str, Any] = {
+    "flag": None, "choice": None, "positive": real_number(positive=True),
+    "scale": real_number(positive=True, maximum=1e12), "length": parse_D, "text": str,
+}
+# The dest of the builder options a spec declares itself: one dict, name -> value given (None: none given).
+BUILDER_OPTION_DEST = "builder_options"
+
+
+def _argparse_keywords(option: registry.BuilderOption, command: str) -> dict[str, Any]:
+    """``add_argument``'s keywords for a builder option in ``command``'s wording."""
+    wording = option.wording(command)
+    if option.kind == "flag":
+        return {"action": "store_true", "help": wording["help"]}
+    keywords: dict[str, Any] = {"default": wording["default"], "help": wording["help"]}
+    if option.kind == "choice":
+        keywords["choices"] = option.choices
+    else:
+        keywords["type"] = OPTION_TYPES[option.kind]
+    if wording["metavar"] is not None:
+        keywords["metavar"] = wording["metavar"]
+    return keywords
+
+
+def add_builder_option(p: argparse.ArgumentParser, command: str, name: str) -> None:
+    """Declare a shared builder option (``registry.BUILDER_OPTIONS``) as its declaration says, in the wording
+    of ``command``; its dest is its name.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The command's parser.
+    command : str
+        The command (``"check single-hop"``), for the declaration's ``per_command`` wording.
+    name : str
+        The option's name (a key of ``registry.BUILDER_OPTIONS``).
+
+    Raises
+    ------
+    KeyError
+        No shared declaration of that name (a bug in the command's declaration).
+    """
+    option = registry.BUILDER_OPTIONS[name]
+    p.add_argument(option.flag, dest=option.name, **_argparse_keywords(option, command))
+
+
+class _OwnOption(argparse.Action):
+    """A builder option a spec declares itself: its value goes into the dict :data:`BUILDER_OPTION_DEST`
+    under the option's name (a new dict each time: the default is never mutated)."""
+
+    def __init__(self, *args, name: str, **kwargs):
+        self.name = name
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = dict(getattr(namespace, self.dest, None) or {})
+        given[self.name] = True if self.nargs == 0 else values
+        setattr(namespace, self.dest, given)
+
+
+def add_own_options(p: argparse.ArgumentParser, command: str, hops: str | None) -> None:
+    """Declare the builder options that registered specs declare themselves (``ConstructionSpec.own_options``
+    of the specs of ``hops``, each name once, the first declaration kept), gathered into one dict,
+    :data:`BUILDER_OPTION_DEST` (None when none is given). An option whose flag the command already has is not
+    offered there (it stays a Python option).
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The command's parser.
+    command : str
+        The command, for the declarations' ``per_command`` wording.
+    hops : {"single", "multi"} or None
+        The specs the command builds (None: every one).
+    """
+    p.set_defaults(**{BUILDER_OPTION_DEST: None})
+    for spec in registry.specs(hops):
+        for option in spec.own_options:
+            if option.flag in p._option_string_actions:  # declared by an earlier spec, or the command's own
+                continue
+            keywords = _argparse_keywords(option, command)
+            if option.kind == "flag":
+                keywords = {"nargs": 0, "help": keywords["help"]}
+            else:
+                keywords.pop("default")
+                keywords.setdefault("metavar", option.name.upper())
+            p.add_argument(option.flag, dest=BUILDER_OPTION_DEST, action=_OwnOption, name=option.name,
+                           default=None, **keywords)
 
 
 def add_sizes(p: argparse.ArgumentParser, N, R) -> None:

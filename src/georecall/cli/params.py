@@ -28,7 +28,7 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from georecall import usercode
 from georecall.errors import InputError
@@ -243,6 +243,7 @@ class CheckParams(Params, Seeded, Json, Quiet, Budgeted):
     gate: float | None
     beta: float | None
     task: str | None
+    builder_options: dict[str, Any] | None  # the options a spec declares itself, as given (None: none)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,6 +279,7 @@ class CertifyParams(Params, Seeded, Json, Quiet, Budgeted):
     gate: float | None
     max_points: int
     witness: str | None
+    builder_options: dict[str, Any] | None  # the options a spec declares itself, as given (None: none)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -526,6 +528,7 @@ class ExportParams(Params, Seeded, Json, Quiet, Budgeted):
     task: str | None
     dtype: str
     no_check: bool
+    builder_options: dict[str, Any] | None  # the options a spec declares itself, as given (None: none)
 
 
 # Each command's parameters (the keys are ``commands.COMMANDS``'s).

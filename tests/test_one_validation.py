@@ -46,3 +46,15 @@ def test_precision_refuses_codes_a_spec_does_not_take_as_check_does():
 def test_a_request_within_the_spec_passes_with_lambdas_default():
     assert validate_request(registry.get("G2"), options={"beta": None, "gate": 3.0}, k=2) == {
         "gate": 3.0, "lam": 1.0}
+
+
+def test_the_python_api_build_refuses_with_the_same_line_as_check():
+    import georecall as gr
+
+    task = gr.task(16, 2)
+    g1 = registry.get("G1")
+    for asked in ({"options": {"beta": 2.0}}, {"k": 2}):
+        k = asked.get("k", 1)
+        options = asked.get("options", {})
+        by_check = _refusal(lambda: run_check(g1, 16, 2, k, options=options))
+        assert _refusal(lambda: gr.build("geometric", task, k=k, **options)) == by_check

@@ -164,17 +164,13 @@ def build(name: str, task, *, k: int | None = None, seed: int = 0, codes: str | 
     >>> built.model.d == built.promise.d
     True
     """
-    from georecall.errors import InputError  # imported with the builders, when asked
-    from georecall.theory import seeds
-    from georecall.verify.checking.run import OPTION_FLAGS
+    from georecall.theory import seeds  # imported with the builders, when asked
+    from georecall.verify.checking.run import validate_request
 
     spec = construction(name)
     k = (1 if spec.hops == "single" else 2) if k is None else k
-    if spec.hops == "single" and k != 1:
-        raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
     given = {key: value for key, value in options.items() if value is not None}
     code_options = {key: value for key, value in (("codes", codes), ("D", D)) if value is not None}
-    refused = sorted((set(given) | set(code_options)) - spec.accepts())
-    if refused:
-        raise InputError(f"{spec.label} does not take {', '.join(OPTION_FLAGS.get(o, o) for o in refused)}")
+    # the one validation (and wording) of what a spec is asked for, as check and certify use
+    validate_request(spec, options=given, codes=codes, D=D, k=k, attributes=task.attributes)
     return spec.builder(task, k, rng=seeds.rng(seed, "codes"), **code_options, **given)

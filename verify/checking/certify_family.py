@@ -14,6 +14,7 @@ import hashlib
 
 import numpy as np
 
+from georecall.constructions import registry
 from georecall.constructions.encoding import Family, FamilyError, TaskEncoding, validate_family
 from georecall.constructions.model import MLP, Layer, Model, forward_fields
 from georecall.constructions.single_hop import Construction
@@ -302,9 +303,9 @@ def check_family(spec, family: Family) -> dict:
         validate_family(family)
     except FamilyError as exc:
         raise DeclarationError(f"{spec.label}: {exc}") from None
-    if family.encoding != spec.task_encoding:
-        raise DeclarationError(f"{spec.label}: its family declares {family.encoding.as_dict()}, the spec "
-                               f"{None if spec.task_encoding is None else spec.task_encoding.as_dict()}")
+    contradiction = registry.encoding_contradiction(spec, family)
+    if contradiction:
+        raise DeclarationError(contradiction)
     return {"object": "the family F ⊕ enc(π), F from a build that never saw a task", "tasks_built": 0,
             "checked": ["F1 declared table absent from F", "F2 declared block shape", "F3 codebook",
                         "F4 sizes", "F5 query kind", "encoding = the spec's"],

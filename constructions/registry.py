@@ -24,9 +24,9 @@ import os
 import re
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from georecall import usercode
 from georecall.constructions.a1 import A1_ENCODING, a1_family, a1_nominal_promise
 from georecall.constructions.a2_depth import A2B_ENCODING, a2_depth_family, a2_depth_nominal_promise
 from georecall.constructions.a2_width import A2A_ENCODING, a2_width_family, a2_width_nominal_promise
+from georecall.constructions.builder_options import BUILDER_OPTIONS, BuilderOption
 from georecall.constructions.building import Construction, assemble, nominal_geometry
 from georecall.constructions.c1 import C1_ENCODING, c1_family, c1_nominal_promise
 from georecall.constructions.codes import CODE_KINDS
@@ -47,12 +48,9 @@ from georecall.theory.tasks import Task
 
 __all__ = [
     "BOUNDS",
-    "BUILDER_OPTIONS",
     "BUILTIN_IDS",
     "COMMON_OPTIONS",
-    "OPTION_KINDS",
     "BitsClaim",
-    "BuilderOption",
     "ConstructionSpec",
     "assembled_family",
     "builder_option",
@@ -74,137 +72,6 @@ __all__ = [
 # Options every builder takes: the codebook, its length, the read-out scale and the codes' random stream.
 COMMON_OPTIONS = frozenset({"codes", "D", "lam"})
 BOUNDS = ("total_information", "tradeoff", "chain_of_thought")
-
-
-# How the command line reads a builder option's value: a flag (given or not), one of ``choices``, a finite
-# positive number, a positive number up to 1e12 (a scale), a code length (a whole number within the command
-# line's limit on D), or any text.
-OPTION_KINDS = ("flag", "choice", "positive", "scale", "length", "text")
-
-
-@dataclass(frozen=True)
-class BuilderOption:
-    """One builder option, declared once: what the command line offers for it and how a refusal names it.
-
-    The command-line commands that build a construction (``check``, ``certify``, ``export``) add their
-    builder options from these declarations and pass what was given to the builder under ``name``: the
-    shared ones (:data:`BUILDER_OPTIONS`) where each command offers them, and a spec's own
-    (``ConstructionSpec.own_options``) on every such command of its hops, with no edit to the command line.
-
-    Attributes
-    ----------
-    name : the builder's keyword; on the command line ``--name`` (underscores written as dashes)
-    kind : how the command line reads the value (one of :data:`OPTION_KINDS`)
-    help : the option's help text
-    what : how a message names it (``"gate constant G (--gate)"``); default ``"name (--name)"``
-    metavar : the value's name in the help (None: argparse's own)
-    choices : the values a ``"choice"`` option takes
-    default : the value when not given (None, or False for a flag: not passed to the builder)
-    per_command : the wording of one command, where it differs: command (``"check single-hop"``, or its
-        first word, ``"certify"``) -> the ``help``, ``metavar`` or ``default`` it uses instead
-    """
-
-    name: str
-    kind: str
-    help: str
-    what: str = ""
-    metavar: str | None = None
-    choices: tuple[str, ...] = ()
-    default: Any = None
-    per_command: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise InputError(f"a builder option's name is a Python identifier, got {self.name!r}")
-        if self.kind not in OPTION_KINDS:
-            raise InputError(f"builder option {self.name!r}: kind must be one of {OPTION_KINDS}, got "
-                             f"{self.kind!r}")
-        object.__setattr__(self, "choices", tuple(self.choices))
-        if (self.kind == "choice") != bool(self.choices):
-            raise InputError(f"builder option {self.name!r}: choices are given exactly for kind 'choice'")
-        for command, wording in self.per_command.items():
-            if not set(wording) <= {"help", "metavar", "default"}:
-                raise InputError(f"builder option {self.name!r}: per_command[{command!r}] may set help, "
-                                 f"metavar and default, got {sorted(wording)}")
-        if not self.what:
-            object.__setattr__(self, "what", f"{self.name} ({self.flag})")
-
-    @property
-    def flag(self) -> str:
-        """The option on the command line: ``--name`` with underscores as dashes."""
-        return "--" + self.name.replace("_", "-")
-
-    def wording(self, command: str) -> dict[str, Any]:
-        """The help, metavar and default ``command`` declares it with: the option's own, with the command's
-        (or its first word's) ``per_command`` entry over them.
-
-        Parameters
-        ----------
-        command : str
-            The command (``"check single-hop"``).
-
-        Returns
-        -------
-        dict
-            ``help``, ``metavar`` and ``default``.
-        """
-        own = {"help": self.help, "metavar": self.metavar, "default": self.default}
-        return {**own, **self.per_command.get(command, self.per_command.get(command.split()[0], {}))}
-
-
-_CODES_HELP = "attribute codes a_i (default: the construction's own, binary for the built-in ones)"
-# The builder options of the built-in constructions, each declared once: the common ones (COMMON_OPTIONS) and
-# those a spec lists in ``options`` (``gain`` is offered in Python only). Each command-line command that
-# builds a construction offers some of them, in the wording of ``per_command``.
-BUILDER_OPTIONS: dict[str, BuilderOption] = {option.name: option for option in (
-    BuilderOption(
-        "codes", "choice", _CODES_HELP, "code kind (--codes)", choices=tuple(CODE_KINDS), per_command={
-            "check single-hop": {"help": "attribute codes a_i: binary (the bits of i as ±1), random sign, "
-                                 "normalised Gaussian (default: the construction's own, binary for the "
-                                 "built-in ones; refused by one that takes none)"},
-            "export": {"help": "attribute codes a_i (construction)"}}),
-    BuilderOption(
-        "D", "length", "code length D (default as for check single-hop)", "code length D (--D)", per_command={
-            "check single-hop": {"help": "code length D (default: ceil(log2 N) for binary codes; "
-                                 "2 ln(N²/2δ)/t² with t = 1/2, δ = 1e-3 for random codes)"},
-            "certify": {"help": "code length D (default as for check)"},
-            "export": {"help": "code length D (construction)"}}),
-    BuilderOption(
-        "lam", "scale", "read-out scale λ: the read-out rows are U_j = λ·a_j on the output block",
-        "read-out scale λ (--lam)", metavar="λ", default=1.0,
-        per_command={"certify": {"help": "read-out scale λ (default 1)", "metavar": None}}),
-    BuilderOption(
-        "gate", "positive", "gate constant G", "gate constant G (--gate)", metavar="G", per_command={
-            "check single-hop": {"help": "gate constant G of G1's ReLU selector: the relation embedding is "
-                                 "q_r = G·1_{g_r} (default 2·c1·max|a|/c2, twice the smallest G that shuts "
-                                 "the other relations' units)"},
-            "check multi-hop": {"help": "gate constant G of the AND units (default: twice its bound)"},
-            "certify": {"metavar": None}}),
-    BuilderOption(
-        "beta", "positive", "inverse temperature β of a k-hop construction's positional heads",
-        "softmax inverse temperature β (--beta)", metavar="β", per_command={
-            "check single-hop": {"help": "softmax inverse temperature β (constructions with softmax heads "
-                                 "only; G1 and A1 have none and refuse it)"},
-            "check multi-hop": {"help": "inverse temperature β of the positional heads (default: the "
-                                "smallest β whose leakage ε = n/(e^β + n) leaves half the margin)"},
-            "certify": {"help": "inverse temperature β of the positional heads (default: from the leakage "
-                        "inequality)", "metavar": None}}),
-    BuilderOption(
-        "attention", "choice", "softmax (β from the leakage inequality) or hard (an idealization: β -> ∞, "
-        "leakage ε = 0)", "attention kind (--attention)", choices=("softmax", "hard"), default="softmax",
-        per_command={
-            "certify": {"help": "softmax (default) or hard (an idealization: β -> ∞)"},
-            "export": {"help": "attention of a k-hop construction (hard, an idealization, cannot be "
-                       "exported)", "default": None}}),
-    BuilderOption("gain", "positive", "attention gain g",
-                  "attention gain g (Python only: options={'gain': g})"),
-    BuilderOption(
-        "integer", "flag", "±1 codes and integer constants (integer scale): prove every activation and logit "
-        "is an exact integer", "integer mode (--integer)", default=False, per_command={
-            "certify": {"help": "±1 codes and integer constants: certify in exact integer arithmetic (the "
-                        "default where the construction allows it: binary or sign codes, no --lam or --gate "
-                        "given)"}}),
-)}
 
 
 @dataclass(frozen=True)
@@ -264,7 +131,7 @@ class ConstructionSpec:
     decoding : "last" (argmax at the last position) or "greedy" (chain-of-thought decoding of k tokens)
     bound : the lower bound that governs a model of its kind (one of ``BOUNDS``)
     options : builder options beyond the common ones (``gate``, ``beta``, ``attention``, ``gain``,
-        ``integer``, each declared in :data:`BUILDER_OPTIONS`, or its own)
+        ``integer``, each declared in :data:`~.builder_options.BUILDER_OPTIONS`, or its own)
     variants : task variants it supports beyond shared attributes ("disjoint", "symmetric")
     verify_cases : keyword sets (N, R, k, codes, D, options...) that ``georecall verify`` checks
     facts_in : where the facts live: "embeddings" (the bounds count them through d) or "mlp" (they are P0, the
@@ -282,9 +149,9 @@ class ConstructionSpec:
         for the built-ins), or None: its codes are its own (a builder that does not take ``codes``, e.g.
         one-hot codes by definition), never assumed to be binary. A spec whose ``common`` leaves out
         ``codes`` has None
-    own_options : the declarations (:class:`BuilderOption`) of builder options of its own, not in
-        :data:`BUILDER_OPTIONS`; their names join ``options``, and the command line offers them on its
-        commands that build a construction of these hops
+    own_options : the declarations (:class:`~.builder_options.BuilderOption`) of builder options of its
+        own, not in :data:`~.builder_options.BUILDER_OPTIONS`; their names join ``options``, and the command
+        line offers them on its commands that build a construction of these hops
     """
 
     id: str
@@ -470,8 +337,9 @@ def specs(hops: str | None = None) -> list[ConstructionSpec]:
 
 
 def builder_option(name: str, hops: str | None = None) -> BuilderOption | None:
-    """The declaration of builder option ``name``: the shared one (:data:`BUILDER_OPTIONS`), else the first
-    registered spec's (of ``hops``, when given) that declares it in ``own_options``.
+    """The declaration of builder option ``name``: the shared one
+    (:data:`~.builder_options.BUILDER_OPTIONS`), else the first registered spec's (of ``hops``, when given)
+    that declares it in ``own_options``.
 
     Parameters
     ----------

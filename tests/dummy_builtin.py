@@ -15,9 +15,10 @@ scale λ multiplied by s), which the command line offers as ``--scale-readout`` 
 from __future__ import annotations
 
 from georecall.constructions import registry
+from georecall.constructions.builder_options import BuilderOption
 from georecall.constructions.encoding import Family
 from georecall.constructions.g1 import G1_ENCODING, g1_family, g1_nominal_promise
-from georecall.constructions.registry import BitsClaim, BuilderOption, ConstructionSpec, single_hop_family
+from georecall.constructions.registry import BitsClaim, ConstructionSpec, single_hop_family
 
 DUMMY_ID = "G1X"
 # The dummy's own builder option: declared here once, offered by check, certify and export.

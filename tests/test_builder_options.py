@@ -1,6 +1,7 @@
-"""Builder options are declared once, in the registry (``registry.BuilderOption``): the command line reads
-every kind, a spec's own declaration is checked when the spec is made, and a refusal names an option from its
-declaration. ``tests/test_new_builtin.py`` shows a new option reaching the command line end to end."""
+"""Builder options are declared once, in ``constructions.builder_options`` (``BuilderOption``): the command
+line reads every kind, a spec's own declaration is checked when the spec is made, and a refusal names an
+option from its declaration. ``tests/test_new_builtin.py`` shows a new option reaching the command line
+end to end."""
 
 import argparse
 import re
@@ -11,14 +12,9 @@ from georecall.cli import main
 from georecall.cli.options import OPTION_TYPES
 from georecall.cli.parser import build_parser
 from georecall.constructions import registry
+from georecall.constructions.builder_options import BUILDER_OPTIONS, OPTION_KINDS, BuilderOption
 from georecall.constructions.g1 import G1_ENCODING, g1_family, g1_nominal_promise
-from georecall.constructions.registry import (
-    BUILDER_OPTIONS,
-    OPTION_KINDS,
-    BuilderOption,
-    ConstructionSpec,
-    single_hop_family,
-)
+from georecall.constructions.registry import ConstructionSpec, single_hop_family
 from georecall.errors import InputError
 from georecall.experiments import study_design
 from georecall.verify.checking.run import validate_request

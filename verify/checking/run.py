@@ -22,6 +22,7 @@ import numpy as np
 
 from georecall import estimates
 from georecall.constructions import (
+    builder_options,
     registry,
     storage,  # the module: tests replace save_model there
 )
@@ -57,7 +58,7 @@ __all__ = [
 
 # What each shared builder option is called in a message naming a refused option (its declaration's ``what``;
 # an option a spec declares itself is named by its own declaration: ``registry.option_text``).
-OPTION_FLAGS = {name: option.what for name, option in registry.BUILDER_OPTIONS.items()}
+OPTION_FLAGS = {name: option.what for name, option in builder_options.BUILDER_OPTIONS.items()}
 
 
 def check_estimate(spec: ConstructionSpec, N: int, R: int, k: int, codes: str | None, **sizes) -> Estimate:

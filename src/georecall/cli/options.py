@@ -14,7 +14,7 @@ from typing import Any
 
 from georecall import usercode
 from georecall.cli.common import LIMITS
-from georecall.constructions import registry
+from georecall.constructions import builder_options, registry
 from georecall.constructions.codes import CODE_KINDS
 
 __all__ = [
@@ -138,8 +138,8 @@ parse_lr = real_number(positive=True, maximum=1e6)
 parse_fraction = real_number(minimum=0.0, maximum=1.0)
 
 
-# How the command line reads each kind of builder option (registry.OPTION_KINDS; a flag and a choice have no
-# type: argparse's store_true and choices).
+# How the command line reads each kind of builder option (builder_options.OPTION_KINDS; a flag and a choice
+# have no type: argparse's store_true and choices).
 OPTION_TYPES: dict[str, Any] = {
     "flag": None, "choice": None, "positive": real_number(positive=True),
     "scale": real_number(positive=True, maximum=1e12), "length": parse_D, "text": str,
@@ -148,7 +148,7 @@ OPTION_TYPES: dict[str, Any] = {
 BUILDER_OPTION_DEST = "builder_options"
 
 
-def _argparse_keywords(option: registry.BuilderOption, command: str) -> dict[str, Any]:
+def _argparse_keywords(option: builder_options.BuilderOption, command: str) -> dict[str, Any]:
     """``add_argument``'s keywords for a builder option in ``command``'s wording."""
     wording = option.wording(command)
     if option.kind == "flag":
@@ -164,8 +164,8 @@ def _argparse_keywords(option: registry.BuilderOption, command: str) -> dict[str
 
 
 def add_builder_option(p: argparse.ArgumentParser, command: str, name: str) -> None:
-    """Declare a shared builder option (``registry.BUILDER_OPTIONS``) as its declaration says, in the wording
-    of ``command``; its dest is its name.
+    """Declare a shared builder option (``builder_options.BUILDER_OPTIONS``) as its declaration says, in the
+    wording of ``command``; its dest is its name.
 
     Parameters
     ----------
@@ -174,14 +174,14 @@ def add_builder_option(p: argparse.ArgumentParser, command: str, name: str) -> N
     command : str
         The command (``"check single-hop"``), for the declaration's ``per_command`` wording.
     name : str
-        The option's name (a key of ``registry.BUILDER_OPTIONS``).
+        The option's name (a key of ``builder_options.BUILDER_OPTIONS``).
 
     Raises
     ------
     KeyError
         No shared declaration of that name (a bug in the command's declaration).
     """
-    option = registry.BUILDER_OPTIONS[name]
+    option = builder_options.BUILDER_OPTIONS[name]
     p.add_argument(option.flag, dest=option.name, **_argparse_keywords(option, command))
 
 

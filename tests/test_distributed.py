@@ -215,7 +215,7 @@ def test_two_concurrent_sweeps_on_one_file_write_every_record_once(tmp_path, sma
     """Issue 11 item 3: two sweeps started together on one file: each waits for the lock (this test holds
     it until both say so, so that they truly overlap however busy the machine is), then the first runs
     everything and the second finds everything done."""
-    from georecall.io import FileLock
+    from georecall.results_files import FileLock
     path = str(tmp_path / "r.jsonl")
     with FileLock(path):
         drivers = [_Driver(tmp_path, path, log=None, **SMALL_GRID) for _ in range(2)]

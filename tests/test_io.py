@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 
 from georecall.io import (
-    FileLock,
-    LockTimeout,
     append_jsonl,
     atomic_write,
     lock_path,
     validate_output_path,
 )
+from georecall.results_files import FileLock, LockTimeout
 
 
 def _leftovers(directory) -> list[str]:
@@ -194,7 +193,7 @@ def test_the_lock_dies_with_a_holder_killed_by_sigkill(tmp_path):
     path = str(tmp_path / "r.jsonl")
     script = textwrap.dedent(f"""
         import sys, time
-        from georecall.io import FileLock
+        from georecall.results_files import FileLock
         FileLock({path!r}).acquire()
         print("locked", flush=True)
         time.sleep(60)

@@ -56,8 +56,8 @@ ALLOWED = {
     # the public API (``georecall.api_*``, the verbs ``import georecall as gr`` gives) sits on top of all
     "api": _BELOW_SECTIONS | {"sections", "lm", "exporters", "cli", "testing", "api"},
 }
-INFRASTRUCTURE = {"georecall", "georecall.errors", "georecall.io", "georecall.memory", "georecall.estimates",
-                  "georecall.npy_headers"}
+INFRASTRUCTURE = {"georecall", "georecall.errors", "georecall.io", "georecall.results_files",
+                  "georecall.memory", "georecall.estimates", "georecall.npy_headers"}
 ROWS_ENTRY_POINT = "georecall.verify_rows"
 
 

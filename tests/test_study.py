@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from georecall.errors import InputError
 from georecall.experiments import study, study_design, study_report
 from georecall.experiments.probes_mechanism import SUMMARY_FIELDS
-from georecall.io import FileLock, LockTimeout
+from georecall.results_files import FileLock, LockTimeout
 
 # ---------------------------------------------------------------------------------------- thresholds
 

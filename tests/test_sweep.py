@@ -33,7 +33,7 @@ from georecall.experiments.sweep_records import (
 )
 from georecall.experiments.sweep_search import PredictedSearch, ThresholdSearch
 from georecall.experiments.sweep_trial import SEED_CONTRACT, TrialSettings, run_trial
-from georecall.io import FileLock, LockTimeout
+from georecall.results_files import FileLock, LockTimeout
 from georecall.theory import __version__
 from georecall.theory.seeds import rng
 from georecall.theory.tasks import task_for_seed

@@ -35,8 +35,8 @@ from typing import Any
 
 from georecall.errors import InputError
 from georecall.experiments.executors import ExecutorHandle
-from georecall.io import FileLock, ResultsFile
 from georecall.memory import Budget
+from georecall.results_files import FileLock, ResultsFile
 
 __all__ = ["ATTEMPTS", "Call", "JobList", "Stop", "Tally", "clock", "drive", "stderr_note", "open_results"]
 
@@ -94,12 +94,12 @@ def open_results(path: str, read: Callable[..., ResultsFile], *, lock_timeout: f
 
     Yields
     ------
-    georecall.io.ResultsFile
+    georecall.results_files.ResultsFile
         The usable records and the counts of skipped lines.
 
     Raises
     ------
-    georecall.io.LockTimeout
+    georecall.results_files.LockTimeout
         Another process holds the lock beyond ``lock_timeout``.
     InputError
         The file cannot be read, or is larger than ``budget`` allows.

@@ -18,7 +18,7 @@ from ``rng(seed, "noise", 12)``; the probes use the ``probes`` and ``transfer`` 
 the same new task B for every model of one ``(N, R, seed)``).
 
 The results file is JSONL, written only by the driver (the process that called :func:`run_study`) under the
-advisory lock of :class:`georecall.io.FileLock`; trials run on the executors of
+advisory lock of :class:`georecall.results_files.FileLock`; trials run on the executors of
 :mod:`.executors` (this process, local processes, or Dask). Every record carries its key
 (regime, seed, resolved parameters, probe settings, study version, package version, seed contract); a rerun
 skips every job whose key is in the file, so an interrupted study loses at most the jobs in flight.
@@ -50,8 +50,9 @@ from georecall.experiments.study_design import (
     claims_met,
     resolve,
 )
-from georecall.io import ResultsFile, append_jsonl, read_jsonl, validate_output_path
+from georecall.io import append_jsonl, validate_output_path
 from georecall.memory import Budget
+from georecall.results_files import ResultsFile, read_jsonl
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
@@ -533,7 +534,7 @@ def read_study(path: str, *, budget: Budget | None = None) -> ResultsFile:
 
     Returns
     -------
-    georecall.io.ResultsFile
+    georecall.results_files.ResultsFile
         The usable records (the first of each key) and the counts of skipped lines.
 
     Raises

@@ -25,8 +25,8 @@ from typing import Any
 
 from georecall.experiments.sweep_search import SEARCHES
 from georecall.experiments.sweep_trial import MODES, SETTINGS_KEY, TrialSettings
-from georecall.io import ResultsFile, read_jsonl
 from georecall.memory import Budget
+from georecall.results_files import ResultsFile, read_jsonl
 
 __all__ = ["MAX_COUNT", "MAX_STEPS", "MAX_WIDTH", "THRESHOLD_KEY", "TIMING_FIELDS", "TRIAL_KEY", "SweepFile",
            "is_finite_real", "read_records", "read_sweep", "record_config_key", "record_key", "same_settings",
@@ -205,7 +205,7 @@ def read_sweep(path: str, *, budget: Budget | None = None) -> ResultsFile:
 
     Returns
     -------
-    georecall.io.ResultsFile
+    georecall.results_files.ResultsFile
 
     Raises
     ------

@@ -110,7 +110,29 @@ def a1_promise(
 
 def a1_nominal_promise(N: int, R: int, k: int = 1) -> Promise:
     """A1's promise at binary codes of length ``D = ⌈log2 N⌉`` and its default constants: the
-    registry's ``nominal_promise`` (the sizes of the tables and memory estimates)."""
+    registry's ``nominal_promise`` (the sizes of the tables and memory estimates).
+
+    Parameters
+    ----------
+    N : int
+        Entities.
+    R : int
+        Relations.
+    k : int
+        Hops per query; ignored (a single hop), taken so that every registry entry's
+        ``nominal_promise`` has the signature ``(N, R, k)``.
+
+    Returns
+    -------
+    Promise
+        As :func:`a1_promise` at those codes and constants
+        (:func:`~georecall.constructions.building.nominal_geometry`).
+
+    Raises
+    ------
+    InputError
+        N or R not a positive integer.
+    """
     D, geometry = nominal_geometry(N)
     return a1_promise(N, R, D, **geometry)
 
@@ -119,9 +141,26 @@ def build_a1(task: Task, codes: Codes | str = "binary", **options) -> Constructi
     """A1 on ``task``: ``assemble(a1_family(task.N, task.R, codes, attributes=task.attributes, ...), task)``
     (:func:`a1_family` states the construction; options as there).
 
+    Parameters
+    ----------
+    task : Task
+        The facts; its N, R and attribute variant (``task.attributes``) size the family.
+    codes : Codes or str
+        The codebook, or its kind (``"binary"``, ``"sign"``, ``"gaussian"``).
+    **options
+        The keyword options of :func:`a1_family`:
+        ``D``, ``lam``, ``gain``, ``integer``, ``rng``, ``construction``.
+
     Returns
     -------
     Construction
+        The family's model with ``task``'s declared table, its promise, codes, constants and layout.
+
+    Raises
+    ------
+    ConditionError, FamilyError, InputError
+        As :func:`a1_family` (outside its conditions, a codebook that does not fit) and
+        :func:`~georecall.constructions.building.assemble` (``task`` does not fit the family).
     """
     return assemble(a1_family(task.N, task.R, codes, attributes=task.attributes, **options), task)
 

@@ -59,12 +59,33 @@ def _row_blocks(array: np.ndarray):
 
 def is_integral(array: np.ndarray) -> bool:
     """Whether every entry of ``array`` is an integer (NaN is not), scanned in row blocks: no temporary the
-    size of the array (an entity table at N = 2^20 is 3 GiB)."""
+    size of the array (an entity table at N = 2^20 is 3 GiB).
+
+    Parameters
+    ----------
+    array : numpy.ndarray
+        Any float or integer array; blocks are taken along its first axis.
+
+    Returns
+    -------
+    bool
+        True when ``array == rint(array)`` everywhere (an empty array is integral).
+    """
     return all(np.array_equal(block, np.rint(block)) for block in _row_blocks(array))
 
 
 def abs_max(array: np.ndarray) -> float:
-    """``max |array|`` (0 when empty) without forming ``|array|``."""
+    """``max |array|`` (0 when empty) without forming ``|array|``: ``max(max(array, 0), −min(array, 0))``.
+
+    Parameters
+    ----------
+    array : numpy.ndarray
+        A real array of any shape.
+
+    Returns
+    -------
+    float
+    """
     return max(float(array.max(initial=0.0)), -float(array.min(initial=0.0)))
 
 

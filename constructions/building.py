@@ -111,11 +111,53 @@ def nominal_geometry(N: int) -> tuple[int, dict]:
 
 
 def single_hop_meta(construction: str, attributes: str, codes: Codes, layout: Layout, **constants) -> dict:
+    """The ``meta`` of a single-hop family's model (G1, A1): JSON-able facts about the weights' origin, which
+    never change what the model computes.
+
+    Parameters
+    ----------
+    construction : str
+        The construction's id (``"G1"``, ``"A1"``, or the id of a spec reusing the family).
+    attributes : str
+        The answer ids' variant, ``"shared"`` or ``"disjoint"``.
+    codes : Codes
+        The codebook; its kind and length D are recorded.
+    layout : Layout
+        The residual layout, recorded as :meth:`Layout.as_dict` gives it.
+    **constants
+        The family's constants (``lam``, ``gate``, ``integer``, ...), recorded as given.
+
+    Returns
+    -------
+    dict
+        ``{"construction", "attributes", "codes", "D", "layout", **constants}``.
+    """
     return {"construction": construction, "attributes": attributes, "codes": codes.kind, "D": codes.D,
             "layout": layout.as_dict(), **constants}
 
 
 def answer_count(N: int, R: int, attributes: str) -> int:
+    """The number of answer ids (the read-out's rows ``n_out``): ``N`` when the R relations share the
+    entities' ids as answers, ``N·R`` when each relation has its own disjoint set of N answers.
+
+    Parameters
+    ----------
+    N : int
+        Entities.
+    R : int
+        Relations.
+    attributes : str
+        ``"shared"`` or ``"disjoint"``.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    InputError
+        ``attributes`` neither ``"shared"`` nor ``"disjoint"``.
+    """
     if attributes not in ("shared", "disjoint"):
         raise InputError(f"attributes must be 'shared' or 'disjoint', got {attributes!r}")
     return N * R if attributes == "disjoint" else N

@@ -133,6 +133,16 @@ class Family:
 def declared_blocks(family: Family) -> np.ndarray:
     """The declared coordinates ``family.layout[family.encoding.blocks]`` as an int64 array.
 
+    Parameters
+    ----------
+    family : Family
+        Its encoding names the layout block that holds the declared table's coordinates.
+
+    Returns
+    -------
+    numpy.ndarray
+        The block's residual coordinates, int64, in the block's shape (as ``Layout[name]`` gives them).
+
     Raises
     ------
     FamilyError

@@ -261,6 +261,9 @@ class MLP:
 
 @dataclass(frozen=True, eq=False)
 class Layer:
+    """One residual block of THE forward pass: ``y_t = x_t + Attn(x)_t``, then ``x'_t = y_t + MLP(y_t)``; a
+    part that is None adds nothing (``attention=None``: ``y = x``; ``mlp=None``: ``x' = y``)."""
+
     attention: Attention | None = None
     mlp: MLP | None = None
 

@@ -119,20 +119,79 @@ def _declared_entity_check(model: Model, answers: np.ndarray, blocks: np.ndarray
 
 def code_options(codes, D) -> dict:
     """``codes`` and ``D`` as builder options, each only when given (a spec that does not take them is never
-    passed them)."""
+    passed them).
+
+    Parameters
+    ----------
+    codes : Codes or str or None
+        The codebook or its kind, or None (not given).
+    D : int or None
+        The code length, or None (not given).
+
+    Returns
+    -------
+    dict
+        ``{"codes": codes, "D": D}`` without the entries that are None.
+    """
     return {name: value for name, value in (("codes", codes), ("D", D)) if value is not None}
 
 
 def build_on_task(spec, task: Task, k: int, codes, D: int | None, seed: int, options: dict) -> Construction:
     """``spec.builder`` as ``check`` calls it: code options only when given, the codes stream of the
-    seed."""
+    seed.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+        Its ``builder(task, k, *, rng, [codes], [D], **options)`` is called.
+    task : Task
+        The facts to build on.
+    k : int
+        Hops.
+    codes : Codes or str or None
+        The codebook or its kind; passed only when not None.
+    D : int or None
+        The code length; passed only when not None.
+    seed : int
+        The run's seed; the builder's ``rng`` is its ``"codes"`` stream (:func:`georecall.theory.seeds.rng`).
+    options : dict
+        The builder's own options, passed as keywords.
+
+    Returns
+    -------
+    Construction
+        What the builder returns (anything it raises propagates).
+    """
     return spec.builder(task, k, rng=seeds.rng(seed, "codes"), **code_options(codes, D), **options)
 
 
 def build_family(spec, N: int, R: int, k: int, codes, D: int | None, seed: int, options: dict,
                  attributes: str) -> Family:
     """``spec.family`` as ``check`` reaches it (through ``spec.builder``, the family assembled on the
-    task): the same options and codes stream, and no task."""
+    task): the same options and codes stream, and no task.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+        Its ``family(N, R, k, *, attributes, rng, [codes], [D], **options)`` is called.
+    N, R, k : int
+        Entities, relations and hops.
+    codes : Codes or str or None
+        The codebook or its kind; passed only when not None.
+    D : int or None
+        The code length; passed only when not None.
+    seed : int
+        The run's seed; the family's ``rng`` is its ``"codes"`` stream (:func:`georecall.theory.seeds.rng`).
+    options : dict
+        The builder's own options, passed as keywords.
+    attributes : str
+        ``"shared"`` or ``"disjoint"``.
+
+    Returns
+    -------
+    Family
+        What ``spec.family`` returns (anything it raises propagates).
+    """
     return spec.family(N, R, k, attributes=attributes, rng=seeds.rng(seed, "codes"),
                        **code_options(codes, D), **options)
 
@@ -178,7 +237,22 @@ def without_declared(model: Model, encoding: TaskEncoding, blocks: np.ndarray) -
 def same_fields(a: Model, b: Model, *, values_only: bool = False) -> str:
     """'' when the two models agree exactly on every field THE forward pass reads (``FORWARD_FIELDS``), else
     the first field that differs. ``values_only``: arrays are compared by shape and values, not dtype (a
-    compact codebook's float16 read-out against the float64 one: the same numbers)."""
+    compact codebook's float16 read-out against the float64 one: the same numbers).
+
+    Parameters
+    ----------
+    a, b : Model
+        The two models (:func:`~georecall.constructions.model.forward_fields` of each is compared).
+    values_only : bool
+        Compare arrays by shape and values only, not by dtype. Other fields are compared by type and
+        ``repr`` (floats by their exact repr, never by a tolerance).
+
+    Returns
+    -------
+    str
+        ``""`` when they agree; otherwise the name of the first field that differs, or ``"the fields [...]"``
+        naming the fields only one of them has.
+    """
     fa, fb = forward_fields(a), forward_fields(b)
     if fa.keys() != fb.keys():
         return f"the fields {sorted(set(fa) ^ set(fb))}"

@@ -53,6 +53,37 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
     leave the codebook and nothing is certified; with ``search``, :func:`~georecall.verify.checking.
     certify_witness.step_witness` then looks for a task whose query fails (branching on the slots the
     firing pairs read), returned as ``"step_witness"``: ``(task, subject, path index, margin)``.
+
+    Parameters
+    ----------
+    model : Model
+        The construction's model with its declared table removed (W2 and the entity table zero off S).
+    block : numpy.ndarray
+        The declared state block S: the residual coordinates a code occupies (integer).
+    vectors : numpy.ndarray
+        The codebook ``(>= N, D)``; its first N rows are the codes a state ranges over.
+    N, R, k : int
+        Entities, relations and hops (one layer per hop).
+    promise : Promise or None
+        Its ``margin`` sets which margins count as failing (None: margin > 0 only).
+    step_scale : float
+        κ, the scale of the declared rows ``±κ·a_{π_r(v)}`` (the family's ``constants["step_scale"]``).
+    integer : bool
+        Integer mode: not supported (the answer is ``{"unsupported": ...}``).
+    progress : bool
+        Progress per layer on stderr.
+    search : bool
+        Search a failing task when the argument fails (otherwise the answer gives no verdict).
+
+    Returns
+    -------
+    dict
+        ``{"unsupported": reason}`` in integer mode or for a model outside the argument's shape (one MLP
+        shared by the layers in on/off unit pairs, attention on positions only). Otherwise the keys of
+        :func:`~georecall.verify.checking.certify_product.certify_model` (``"min"``, ``"argmin"``,
+        ``"failing"``, ``"reasons"``, ``"points"``, ``"shut"``, ``"enumerated"``, ``"types"``,
+        ``"allowance"``, ``"types_list"``) and ``"drift_per_layer"`` (η); when some pair is not decided, no
+        margins, and ``"step_witness"`` when the search found a failing task.
     """
     if integer:
         return {"unsupported": "steps (A2(b)) are certified in float mode (use --float)"}

@@ -320,6 +320,44 @@ def certify_rows(model: Model, encoding: TaskEncoding, out_block: np.ndarray, ve
     residual is then ``base(q) + Σ_{u fires} h_u(q)·a_{j_u}`` on the declared columns, with ``j_u`` unit u's
     answer; relaxing the ``j_u`` to range independently over the codebook, the live slots of query q are its
     own answer's unit (unit index = query index) and the units that fire on it, enumerated jointly.
+
+    Parameters
+    ----------
+    model : Model
+        The construction's model; one layer with an MLP (otherwise the answer is ``{"unsupported": ...}``).
+    encoding : TaskEncoding
+        The declared task encoding (accepted for the common signature; the queries come from N, R and k).
+    out_block : numpy.ndarray
+        The declared columns of W2 (integer), each of which the read-out must read.
+    vectors : numpy.ndarray
+        The codebook ``(>= N, D)``; its first N rows are the codes a unit's answer ranges over.
+    N, R, k : int
+        Entities, relations and hops (one unit per query).
+    promise : Promise or None
+        Its ``margin`` sets which points count as failing (None: margin > 0 only).
+    integer : bool
+        Integer mode: the hidden activations are proved exact by ``integer_bounds`` and margins are exact.
+    attributes : {"shared", "disjoint"}
+        Disjoint attributes (single hop) offset each relation's answer ids by ``ρ·N``.
+    max_points : int
+        Largest joint enumeration per query; a query above it gets a reason (UNKNOWN).
+    progress : bool
+        Progress on stderr.
+
+    Returns
+    -------
+    dict
+        As :func:`certify_model`: ``{"unsupported": reason}`` when the model is not one layer with an MLP or
+        the read-out misses a declared column; otherwise ``"min"``, ``"argmin"``, ``"failing"``,
+        ``"reasons"``, ``"points"``, ``"shut"``, ``"enumerated"``, ``"types"`` (one per query),
+        ``"allowance"`` and ``"types_list"``.
+
+    Raises
+    ------
+    IntegerModeError
+        Integer mode, when ``integer_bounds`` cannot prove the forward pass exact.
+    Unsupported
+        Float mode, when the forward-error allowance overflows float64.
     """
     if len(model.layers) != 1 or model.layers[0].mlp is None:
         return {"unsupported": "facts in W2 are certified for one-layer models with an MLP only"}

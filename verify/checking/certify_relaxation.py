@@ -83,6 +83,31 @@ class QueryType:
 
 
 def query_types(encoding: TaskEncoding, N: int, R: int, k: int, disjoint: bool) -> list[QueryType]:
+    """Every query type of a task encoding, in the order the certificate reports them: one per relation ρ
+    (``"single"``: tokens ``[ρ, s]``, slot ρ of the entity at position 1), one per path w of the R^k
+    (``"paths"``: tokens ``[r_k, ..., r_1, s]``, slot w of the entity at position k), or one per path and
+    step t = 1..k (``"cot"``: the path's tokens then the entities ``v_0 = s, ..., v_{t−1}``, slot ``r_t``
+    of ``v_{t−1}`` at position ``k + t − 1``).
+
+    Parameters
+    ----------
+    encoding : TaskEncoding
+        Its ``queries`` (``"single"``, ``"paths"`` or ``"cot"``) chooses the shape.
+    N : int
+        Entities (relation ρ's token is ``N + ρ``).
+    R : int
+        Relations.
+    k : int
+        Hops (unused for ``"single"``).
+    disjoint : bool
+        Disjoint attributes: relation ρ's answer ids are offset by ``ρ·N`` (single-hop queries only).
+
+    Returns
+    -------
+    list of QueryType
+        Tokens with -1 at the entity positions, the entity positions, the answer ``(position, slot)``, the
+        answer id offset, the label, and each entity position's prefix of relations from the subject.
+    """
     out = []
     if encoding.queries == "single":
         for rho in range(R):
@@ -242,7 +267,24 @@ class Pieces:
 
 def exact_scores(P: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray, beta: float, T: int) -> list[Fraction]:
     """``β·<P[u] W_K, P[T−1] W_Q>`` for u < T as exact rationals of the stored floats (only nonzero entries
-    enter: the positional heads' P and W are one-hot)."""
+    enter: the positional heads' P and W are one-hot).
+
+    Parameters
+    ----------
+    P : numpy.ndarray
+        ``(T', d)`` position embedding, ``T' >= T``.
+    W_Q, W_K : numpy.ndarray
+        ``(d, d_k)`` one head's query and key maps.
+    beta : float
+        The head's inverse temperature β.
+    T : int
+        Sequence length; the query is at position ``T − 1``.
+
+    Returns
+    -------
+    list of Fraction
+        The T scores, exactly (the sums of products of the floats' exact values).
+    """
     def row(vector: np.ndarray, W: np.ndarray) -> dict[int, Fraction]:
         out: dict[int, Fraction] = {}
         for i in np.flatnonzero(vector):
@@ -433,7 +475,22 @@ def chunk_rows(per_point_bytes: int) -> int:
 
 def point_chunks(N: int, n_live: int, rows: int = CHUNK_POINTS):
     """The N^n_live joint points in chunks of ``rows``: ``(idx, values)``, where ``values[j]`` is the j-th
-    live slot's code index at each point (the mixed-radix digits of ``idx``, least significant first)."""
+    live slot's code index at each point (the mixed-radix digits of ``idx``, least significant first).
+
+    Parameters
+    ----------
+    N : int
+        Codes per slot (the radix).
+    n_live : int
+        Live slots (the digits).
+    rows : int
+        Points per chunk (the last may be shorter).
+
+    Yields
+    ------
+    (numpy.ndarray, list of numpy.ndarray)
+        ``idx`` the chunk's int64 point indices, and ``n_live`` int64 arrays of the same length.
+    """
     n_points = N**n_live
     for start in range(0, n_points, rows):
         idx = np.arange(start, min(n_points, start + rows), dtype=np.int64)
@@ -446,6 +503,20 @@ def point_chunks(N: int, n_live: int, rows: int = CHUNK_POINTS):
 
 
 def content_key(*parts) -> bytes:
+    """A SHA-256 digest of ``parts``' contents, each as an array's shape, dtype and bytes: equal keys mean
+    equal numbers (up to a hash collision), so a memo keyed by it reuses a computation only for identical
+    inputs (query types whose restricted arrays coincide, as G1's relations do by symmetry).
+
+    Parameters
+    ----------
+    *parts : array_like
+        Arrays or scalars (each passed through ``numpy.ascontiguousarray``).
+
+    Returns
+    -------
+    bytes
+        The 32-byte digest.
+    """
     digest = hashlib.sha256()
     for part in parts:
         array = np.ascontiguousarray(part)
@@ -457,7 +528,22 @@ def content_key(*parts) -> bytes:
 def decode_distinct(v: np.ndarray, answers: np.ndarray, U_read: np.ndarray) -> np.ndarray:
     """Dense margins of rows ``v`` with their answers, decoding each distinct (row, answer) once: rows are
     grouped by a 64-bit hash of their bytes, and the grouping is then checked exactly (every row equal to its
-    group's representative, bit for bit); on any collision every row is decoded."""
+    group's representative, bit for bit); on any collision every row is decoded.
+
+    Parameters
+    ----------
+    v : numpy.ndarray
+        ``(n, D)`` float64 read residuals (their bytes are grouped as ``uint64`` words).
+    answers : numpy.ndarray
+        ``(n,)`` integer answer ids.
+    U_read : numpy.ndarray
+        ``(n_out, D)``: the read-out on the read coordinates.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n,)`` float64 margins, equal to ``dense_decode(v, answers, U_read)[1]``.
+    """
     bits = np.ascontiguousarray(v).view(np.uint64)
     key = answers.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     with np.errstate(over="ignore"):
@@ -474,7 +560,25 @@ def failure_limits(threshold: float | None, promise: Promise | None, integer: bo
             allowance: float) -> tuple[float, float]:
     """Margins below the first value, or at most the second, are definite failures: below the promise (in
     float mode by more than the forward-error allowance, never a multiple of the logit scale) or not
-    positive."""
+    positive.
+
+    Parameters
+    ----------
+    threshold : float or None
+        The promised margin, or None without a promise.
+    promise : Promise or None
+        The promise (unused: ``threshold`` carries its margin).
+    integer : bool
+        Integer mode: margins are exact, no allowance.
+    allowance : float
+        The float-mode forward-error allowance (:func:`float_allowance`).
+
+    Returns
+    -------
+    (float, float)
+        Integer mode ``(threshold or 0, 0)``; float mode ``(threshold − allowance, −allowance)``, with
+        ``−inf`` first when there is no promise.
+    """
     if integer:
         return (threshold if threshold is not None else 0.0), 0.0
     if threshold is None:
@@ -484,7 +588,19 @@ def failure_limits(threshold: float | None, promise: Promise | None, integer: bo
 
 def stand_in(model: Model, vectors: np.ndarray) -> Model:
     """``model`` with a one-row entity table holding the codebook's largest magnitude: the magnitudes the
-    forward-error bounds need (the family's own table is left out)."""
+    forward-error bounds need (the family's own table is left out).
+
+    Parameters
+    ----------
+    model : Model
+        The family's model; everything but its entity table is kept.
+    vectors : numpy.ndarray
+        The codebook; its largest absolute entry fills the ``(1, d)`` table.
+
+    Returns
+    -------
+    Model
+    """
     bound = abs_max(vectors)
     return Model(np.full((1, model.d), bound), model.relation_embedding, model.unembedding, model.layers,
                  model.position_embedding, readout_columns=model.readout_columns)
@@ -492,7 +608,30 @@ def stand_in(model: Model, vectors: np.ndarray) -> Model:
 
 def codebook_allowance(model: Model, vectors: np.ndarray, T: int, terms: int,
                        weight_error: float = 0.0) -> float:
-    """:func:`float_allowance` with the entity table's magnitude taken from the codebook."""
+    """:func:`float_allowance` with the entity table's magnitude taken from the codebook.
+
+    Parameters
+    ----------
+    model : Model
+        The family's model (its entity table is replaced by :func:`stand_in`).
+    vectors : numpy.ndarray
+        The codebook.
+    T : int
+        Sequence length of the queries.
+    terms : int
+        Extra terms per summation of the certifier's own evaluation (``points_terms`` there).
+    weight_error : float
+        A bound on each attention weight's relative rounding beyond ``γ_{T+8}``, as there.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    Unsupported
+        As :func:`float_allowance`: the bound overflows float64.
+    """
     return float_allowance(stand_in(model, vectors), T, terms, weight_error)
 
 
@@ -500,7 +639,32 @@ def preactivation_slack(model: Model, vectors: np.ndarray, T: int, terms: int, w
     """A bound on the float64 error of the certifier's per-unit maximum ``c_u + Σ_slot max_j <a_j, w>``
     (float mode): ``4·(γ_n·B_z + e_y·|W1|)`` with B_z the pre-activations' magnitude bound and e_y the
     attention output's error, as in :func:`float_allowance`. A unit is proved off only when its computed
-    maximum is <= −slack; one within the slack is enumerated instead (sound either way)."""
+    maximum is <= −slack; one within the slack is enumerated instead (sound either way).
+
+    Parameters
+    ----------
+    model : Model
+        The family's model; its first layer's attention and MLP are read (the MLP must exist).
+    vectors : numpy.ndarray
+        The codebook (its largest magnitude stands in for the entity table: :func:`stand_in`).
+    T : int
+        Sequence length of the queries.
+    terms : int
+        Extra terms per summation of the certifier's own evaluation (the slot terms).
+    weight_error : float
+        A bound on each attention weight's relative rounding beyond ``γ_{T+8}``
+        (:func:`float_allowance`).
+
+    Returns
+    -------
+    float
+        The slack.
+
+    Raises
+    ------
+    Unsupported
+        The bound overflows float64 (weights too large to bound).
+    """
     u = 2.0**-53
     probe = stand_in(model, vectors)
     d = model.d

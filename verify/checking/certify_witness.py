@@ -176,6 +176,36 @@ def _complete(N: int, R: int, fwd, symmetric: bool) -> np.ndarray | None:
 
 def witness_for(failing, types: list[QueryType], N: int, R: int, k: int, attributes: str,
                 symmetric: bool, slots: str) -> tuple[Task, int, QueryType, float, list[int]] | None:
+    """A task that realizes one of the product set's failing points, or None: the failing points are tried
+    lowest margin first; each becomes constraints ``π_path(start) = j`` (every live slot's relations from
+    the subject, or from the unit's own entity for a slot that is an MLP unit's row, must reach the code
+    index j the point gave it), and :func:`realize` searches a task satisfying them all.
+
+    Parameters
+    ----------
+    failing : list of (float, int, list of int, list of (int, int))
+        The certifier's failing points ``(margin, query type index, code indices, live slots)``, lowest
+        first; a live slot is ``(entity position, slot)``, position ``UNIT`` for a unit's row (slot
+        ``b = w·N + e``).
+    types : list of QueryType
+        The query types the indices refer to (:func:`~georecall.verify.checking.certify_relaxation.
+        query_types`).
+    N, R, k : int
+        Entities, relations and hops.
+    attributes : str
+        The task's attribute variant, ``"shared"`` or ``"disjoint"``.
+    symmetric : bool
+        Search symmetric tasks only (relations fixed-point-free involutions).
+    slots : str
+        ``"paths"`` when a slot is one of the R^k paths (in :func:`~georecall.theory.tasks.paths` order),
+        otherwise a slot is a relation.
+
+    Returns
+    -------
+    (Task, int, QueryType, float, list of int) or None
+        The task, its subject, the failing point's query type, margin and code indices; None when no
+        failing point is realized by a task within :func:`realize`'s search budget.
+    """
     rows = paths(R, k) if slots == "paths" else None
     for margin, qi, values, live in failing:
         qt = types[qi]

@@ -208,7 +208,20 @@ PLANTED = (PAIR_G1, PAIR_G1_SIGN, PAIR_G1_SYMMETRIC, PAIR_G1_DISJOINT, PAIR_G2, 
 
 def rare_task(N: int, R: int) -> Task:
     """A task with the rare property ``π_0(0) = π_1(0) = 0``: even relations the identity, odd ones
-    ``s ↦ −s mod N`` (every relation fixes 0, and relations 0 and 1 differ elsewhere)."""
+    ``s ↦ −s mod N`` (every relation fixes 0, and relations 0 and 1 differ elsewhere).
+
+    Parameters
+    ----------
+    N : int
+        Entities (>= 1).
+    R : int
+        Relations (>= 2 for the property, which reads relations 0 and 1).
+
+    Returns
+    -------
+    Task
+        The ``(R, N)`` table, shared attributes.
+    """
     s = np.arange(N, dtype=np.int64)
     return Task(np.stack([s if r % 2 == 0 else (-s) % N for r in range(R)]))
 

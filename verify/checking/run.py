@@ -286,13 +286,52 @@ def check_request(construction: str | ConstructionSpec, N: int, R: int, k: int =
                   keep: bool = False, budget: Budget | None = None, progress: bool = False,
                   compare_storage: bool = False) -> CheckRequest:
     """The validate stage of :func:`run_check`: its arguments checked (sizes, dtype, the task's fit, what the
-    spec takes: :func:`validate_request`) into a :class:`CheckRequest`. Parameters as :func:`run_check`'s.
+    spec takes: :func:`validate_request`) into a :class:`CheckRequest`. Parameters as :func:`run_check`'s
+    (but ``estimate``, which is the next stage's).
+
+    Parameters
+    ----------
+    construction : str or ConstructionSpec
+        A registered id or name, ``MODULE:ATTR``, or a spec (resolved by ``registry.resolve``).
+    N, R, k : int
+        Entities, relations, hops (1 for a single-hop construction); each must be a positive integer.
+    seed : int
+        The run seed (task and codes streams).
+    codes, D : str, int or None
+        Codebook kind and length (``None``: the builder's default).
+    options : dict, optional
+        The builder's own options; ``None`` values are dropped.
+    dtype : str
+        Working precision, "float32" or "float64".
+    bits : int, optional
+        Quantize every weight tensor to ``2^bits`` values first.
+    attributes, symmetric
+        Task variant; with ``task``, ``attributes`` is the task's own (a non-default value must agree).
+    task : Task, optional
+        Check on this task instead of the seeded one; its N and R must be ``N`` and ``R``.
+    save : str, optional
+        Where to save the built model.
+    keep : bool
+        Keep per-query predictions and margins in the result.
+    budget : Budget, optional
+        The run's memory budget (``None``: ``Budget.default()``).
+    progress : bool
+        Progress on stderr.
+    compare_storage : bool
+        Also check the dense storage of a compact read-out.
+
+    Returns
+    -------
+    CheckRequest
+        The checked arguments, ``options`` as :func:`validate_request` returns them and the budget resolved.
 
     Raises
     ------
     InputError
         Bad sizes, dtype or options, a task that does not fit, an unsupported variant, or ``bits`` with
-        integer mode.
+        integer mode; an unknown construction (and whatever else ``registry.resolve`` refuses).
+    UserCodeError
+        A user's construction module raised while being imported.
     """
     spec = _spec(construction)
     N, R, k = (check_positive_int(n, v) for n, v in (("N", N), ("R", R), ("k", k)))

@@ -57,7 +57,27 @@ PRECISION_COLUMNS = ("bits", "exact", "accuracy", "min_margin")
 def table_format(p: Table, json_flag: bool, default: str = "text") -> str:
     """The table format of a table command: ``--format`` (json also by ``--json``, which the parser refuses
     beside another ``--format``: ``parser.CONFLICTS``); ``--columns``/``--caption``/``--label`` are refused
-    where they do nothing."""
+    where they do nothing.
+
+    Parameters
+    ----------
+    p : Table
+        The command's parameters (``format``, ``columns``, ``caption``, ``label``).
+    json_flag : bool
+        ``--json`` was given.
+    default : str
+        The format without ``--format`` or ``--json``.
+
+    Returns
+    -------
+    str
+        ``"json"`` with ``--json``, else ``--format`` or ``default``.
+
+    Raises
+    ------
+    InputError
+        ``--columns`` with a format other than md, csv or latex; ``--caption`` or ``--label`` without latex.
+    """
     fmt = "json" if json_flag else p.format or default
     if p.columns is not None and fmt not in ("md", "csv", "latex"):
         raise InputError(f"--columns chooses the columns of an md, csv or latex table, not of {fmt}")
@@ -77,6 +97,32 @@ def _columns(p: Table) -> list[str] | None:
 
 
 def table_text(p: Table, fmt: str, rows: list[dict], columns, headers) -> str:
+    """A table command's rows rendered as ``fmt`` (:func:`~georecall.bounds.tables.render_table`), or ``""``
+    for the text and json formats, which the command prints itself.
+
+    Parameters
+    ----------
+    p : Table
+        The command's parameters: ``--columns`` (comma-separated) chooses the columns, ``--caption`` and
+        ``--label`` the LaTeX caption and label.
+    fmt : str
+        The format (:func:`table_format`): "text", "json", "md", "csv" or "latex".
+    rows : list of dict
+        The rows.
+    columns : sequence of str
+        The command's default columns, used without ``--columns``.
+    headers : mapping
+        Key -> (Markdown header, LaTeX header).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    InputError
+        ``--columns`` naming no column, or a column that no row has.
+    """
     from georecall.bounds.tables import render_table  # networkx, scipy: kept off georecall --help
     if fmt in ("text", "json"):
         return ""

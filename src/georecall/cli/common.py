@@ -292,7 +292,17 @@ def resolve_spec(name: str, hops: str | None) -> registry.ConstructionSpec:
 
 
 def count_results_file(est: Estimate, path: str) -> None:
-    """Count an existing results file (read before the work) in ``est``."""
+    """Count an existing results file (read before the work) in ``est``: the one part of
+    :func:`~georecall.estimates.results_file_estimate` for its size, added to ``est``; nothing when there is
+    no such file.
+
+    Parameters
+    ----------
+    est : Estimate
+        The command's estimate (changed in place).
+    path : str
+        The results file.
+    """
     if os.path.isfile(path):
         part = estimates.results_file_estimate(est.what, path, os.path.getsize(path)).parts[0]
         est.add(*part)
@@ -300,7 +310,27 @@ def count_results_file(est: Estimate, path: str) -> None:
 
 def user_constructions(names: list[str] | None, hops: str | None = None) -> list[str] | None:
     """The ids of ``--construction`` (registered names, ``MODULE:ATTR`` or ``FILE.py:ATTR``; a user's
-    construction is imported and registered), or None for every registered one."""
+    construction is imported and registered), or None for every registered one.
+
+    Parameters
+    ----------
+    names : list of str or None
+        The ``--construction`` values; none given means every registered construction.
+    hops : str or None
+        ``"single"`` or ``"multi"``: every named construction must have that number of hops; None: any.
+
+    Returns
+    -------
+    list of str or None
+        The ids, each once, in the order first named; None when ``names`` is empty or None.
+
+    Raises
+    ------
+    InputError
+        An unknown construction (whatever ``registry.resolve`` refuses), or one of the other number of hops.
+    UserCodeError
+        A user's construction module raised while being imported.
+    """
     if not names:
         return None
     ids = []
@@ -315,7 +345,29 @@ def user_constructions(names: list[str] | None, hops: str | None = None) -> list
 
 def task_file(path: str, N: int, R: int, attributes: Attributes, symmetric: bool) -> Task:
     """The task in an ``(R, N)`` ``.npy`` table (``check --task``), validated: shape, integer ids, bijections
-    (perfect matchings with ``--symmetric``)."""
+    (perfect matchings with ``--symmetric``).
+
+    Parameters
+    ----------
+    path : str
+        The ``.npy`` file.
+    N, R : int
+        The sizes asked for: the table must have shape ``(R, N)``.
+    attributes : {"shared", "disjoint"}
+        The task's attribute variant.
+    symmetric : bool
+        Every relation must be a perfect matching (a fixed-point-free involution).
+
+    Returns
+    -------
+    Task
+
+    Raises
+    ------
+    InputError
+        A missing, unreadable or damaged file, another shape, non-integer ids, a relation that is not a
+        bijection, or, with ``symmetric``, not a perfect matching.
+    """
     member = npy_headers.npy_member(input_file(path, "task file"))
     if member.shape != (R, N):
         raise InputError(f"task file {path!r} holds a table of shape {member.shape}, expected (R, N) = "
@@ -335,14 +387,37 @@ def task_file(path: str, N: int, R: int, attributes: Attributes, symmetric: bool
 
 
 def figure_options(p: FigureFiles) -> tuple[int, tuple[str, ...]]:
-    """``--dpi`` and ``--format`` with their defaults: ``(dpi, formats)``, each format once."""
+    """``--dpi`` and ``--format`` with their defaults: ``(dpi, formats)``, each format once.
+
+    Parameters
+    ----------
+    p : FigureFiles
+        The command's ``dpi`` and ``formats`` (None: the defaults ``DEFAULT_DPI``, ``DEFAULT_FORMATS``).
+
+    Returns
+    -------
+    (int, tuple of str)
+    """
     dpi = DEFAULT_DPI if p.dpi is None else p.dpi
     formats = tuple(dict.fromkeys(p.formats or DEFAULT_FORMATS))
     return dpi, formats
 
 
 def figure_files_need_a_folder(p: FigureFiles, figures: str | None) -> None:
-    """Refuse ``--dpi`` / ``--format`` without ``--figures DIR`` (the commands where figures are optional)."""
+    """Refuse ``--dpi`` / ``--format`` without ``--figures DIR`` (the commands where figures are optional).
+
+    Parameters
+    ----------
+    p : FigureFiles
+        The command's ``--dpi`` and ``--format``.
+    figures : str or None
+        The ``--figures`` folder, or None when not given.
+
+    Raises
+    ------
+    InputError
+        ``--dpi`` or ``--format`` given without ``--figures``.
+    """
     if figures is None and (p.dpi is not None or p.formats):
         raise InputError("--dpi and --format apply to --figures DIR: add it, or leave them out")
 

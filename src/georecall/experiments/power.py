@@ -234,7 +234,20 @@ def _score_stack(predictions: np.ndarray, labels: np.ndarray, V: np.ndarray,
 
 
 def detected(result: dict, margin: float = DECODE_MARGIN) -> bool:
-    """The decode rule: held-out accuracy ≥ max(chance, majority) + ``margin``."""
+    """The decode rule: held-out accuracy ≥ max(chance, majority) + ``margin``.
+
+    Parameters
+    ----------
+    result : dict
+        A :func:`decode_vectors` result; its ``accuracy``, ``chance`` and ``majority`` are read.
+    margin : float
+        The required excess over the better of chance and the majority answer (default
+        :data:`DECODE_MARGIN`, 0.20).
+
+    Returns
+    -------
+    bool
+    """
     return result["accuracy"] >= max(result["chance"], result["majority"]) + margin
 
 

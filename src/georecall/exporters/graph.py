@@ -143,6 +143,9 @@ class GraphMLP:
 
 @dataclass(frozen=True, eq=False)
 class GraphLayer:
+    """One layer of a :class:`Graph`, as :class:`~georecall.constructions.model.Layer`: the residual adds the
+    attention's output, then the MLP's; a part that is None is absent from the target."""
+
     attention: GraphAttention | None
     mlp: GraphMLP | None
 

@@ -87,7 +87,26 @@ def require() -> None:
 
 
 def graph(model: Model, dtype) -> Graph:
-    """What the bridge stores and computes (padded heads and units, ``W_Q`` scaled by ``β·√d_head``)."""
+    """What the bridge stores and computes (padded heads and units, ``W_Q`` scaled by ``β·√d_head``): every
+    attention padded to the model's most heads and widest head, every MLP to its widest, every layer given
+    both parts (zero ones add exact zeros), except that a model with no MLP at all has none (``attn_only``).
+
+    Parameters
+    ----------
+    model : Model
+        The model to export.
+    dtype : numpy dtype
+        The target's dtype (every stored array is cast to it).
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    InputError
+        Hard attention (:func:`~georecall.exporters.graph.exportable`).
+    """
     exportable(model, "TransformerLens")
     heads, width, mlp = _sizes(model)
     g = graph_of(model, dtype, beta_in_queries=ATTN_SCALE, heads=heads, head_width=width,

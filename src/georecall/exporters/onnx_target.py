@@ -53,7 +53,24 @@ def require() -> None:
 
 
 def graph(model: Model, dtype) -> Graph:
-    """What the ONNX graph stores and computes (``c = β``)."""
+    """What the ONNX graph stores and computes (``c = β``).
+
+    Parameters
+    ----------
+    model : Model
+        The model to export.
+    dtype : numpy dtype
+        The target's dtype (every stored array is cast to it).
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    InputError
+        Hard attention (:func:`~georecall.exporters.graph.exportable`).
+    """
     exportable(model, "ONNX Runtime")
     return graph_of(model, dtype)
 

@@ -77,7 +77,24 @@ def require() -> None:
 
 
 def graph(model: Model, dtype) -> Graph:
-    """What the module stores and computes (:func:`~georecall.exporters.graph.graph_of`: ``c = β``)."""
+    """What the module stores and computes (:func:`~georecall.exporters.graph.graph_of`: ``c = β``).
+
+    Parameters
+    ----------
+    model : Model
+        The model to export.
+    dtype : numpy dtype
+        The target's dtype (every stored array is cast to it).
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    InputError
+        Hard attention (:func:`~georecall.exporters.graph.exportable`).
+    """
     exportable(model, "PyTorch")
     return graph_of(model, dtype)
 

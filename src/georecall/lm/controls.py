@@ -170,7 +170,24 @@ def patch_answers(forward: Callable[[np.ndarray, np.ndarray], np.ndarray], H: np
 def draw_targets(Us: Sequence[np.ndarray], label: np.ndarray, facts: Sequence[tuple[int, int, int]],
                  rng: np.random.Generator) -> list:
     """The target class j of each fact (uniform over its relation's other classes), drawn in order; None for
-    a fact whose relation has one class (no draw): :func:`intervention_edits`'s draws, made beforehand."""
+    a fact whose relation has one class (no draw): :func:`intervention_edits`'s draws, made beforehand.
+
+    Parameters
+    ----------
+    Us : sequence of (C_r, q) arrays
+        Each relation's class vectors (only their counts C_r are read).
+    label : (R, n_subjects) int array
+        Each subject's class per relation.
+    facts : sequence of (fact, relation, subject)
+        The facts, in order.
+    rng : numpy.random.Generator
+        One ``integers(C_r − 1)`` draw per fact whose relation has two classes or more.
+
+    Returns
+    -------
+    list of (int or None)
+        Per fact, its target class (never its own class), or None.
+    """
     out: list = []
     for _k, r, i in facts:
         C = Us[r].shape[0]
@@ -259,14 +276,53 @@ def intervention_deltas(edits: dict, dose) -> tuple[np.ndarray, np.ndarray]:
 def intervention_scores(answers_own: np.ndarray, answers_other: np.ndarray, target: np.ndarray,
                         base_own: np.ndarray, base_other: np.ndarray) -> dict:
     """``success`` (the edited answer is the target), ``changed`` and ``stay`` (the other answers unchanged;
-    None without other facts)."""
+    None without other facts).
+
+    Parameters
+    ----------
+    answers_own : (n_edits,) array
+        The edited facts' answers after the edit.
+    answers_other : (n_others,) array
+        The other facts' answers after the edit (may be empty).
+    target : (n_edits,) array
+        Each edit's target class.
+    base_own : (n_edits,) array
+        The edited facts' answers without the edit.
+    base_other : (n_others,) array
+        The other facts' answers without the edit.
+
+    Returns
+    -------
+    dict
+        ``success`` (the fraction of edited answers equal to the target), ``changed`` (the fraction that
+        differ from their unedited answer) and ``stay`` (the fraction of other answers unchanged, or None).
+    """
     return {"success": float(np.mean(answers_own == target)),
             "changed": float(np.mean(answers_own != base_own)),
             "stay": float(np.mean(answers_other == base_other)) if answers_other.size else None}
 
 
 def selective(score: dict, already: float, success: float, gain: float, stay: float) -> bool:
-    """The intervention rule: success ≥ ``success``, success − already ≥ ``gain``, stay ≥ ``stay``."""
+    """The intervention rule: success ≥ ``success``, success − already ≥ ``gain``, stay ≥ ``stay``.
+
+    Parameters
+    ----------
+    score : dict
+        An :func:`intervention_scores` result; a ``stay`` of None (no other facts) fails the rule.
+    already : float
+        The fraction of edited facts whose unedited answer already is the target (the baseline the gain
+        is measured from).
+    success : float
+        The least success rate.
+    gain : float
+        The least success above ``already``.
+    stay : float
+        The least fraction of the other facts' answers unchanged.
+
+    Returns
+    -------
+    bool
+    """
     return bool(score["success"] >= success and score["success"] - already >= gain
                 and score["stay"] is not None and score["stay"] >= stay)
 

@@ -196,5 +196,11 @@ def probe_lm(loaded, facts: Facts, *, layers: Sequence[int] | None = None,
 
 
 def stderr_progress(message: str) -> None:
-    """Progress lines on stderr."""
+    """Progress lines on stderr: ``message`` and a newline, flushed.
+
+    Parameters
+    ----------
+    message : str
+        The line.
+    """
     print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,201 @@
+"""Every public name of georecall has a docstring, and every public function that takes parameters describes
+them in a NumPy-style ``Parameters`` section (the standard CONTRIBUTING.md and /work/shared/STYLE.md set).
+
+Public means: a module-level function or class whose name has no leading underscore and, when its module
+has a literal ``__all__``, is listed there (a computed one, as ``georecall/__init__.py``'s, counts as none:
+every name without an underscore is checked). Parameters are the function's arguments other than ``self``
+and ``cls`` (positional, keyword-only, ``*args`` and ``**kwargs``); a ``@typing.overload`` signature needs
+neither. The sources are read with ``ast`` from the installed package, as ``tests/test_private_names.py``
+reads them (an editable install's folders included); a source that does not parse fails the test (nothing
+is skipped)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from test_private_names import installed_sources  # a sibling test module (pytest imports by rootdir)
+
+MODULES = installed_sources()
+
+# A NumPy section heading: the word on its own line, underlined with dashes on the next.
+_PARAMETERS = re.compile(r"^\s*Parameters\s*\n\s*-{3,}\s*$", re.MULTILINE)
+
+
+def _declared_all(tree: ast.Module) -> set[str] | None:
+    """The names a module's literal ``__all__`` lists, or None when it has none (or not a literal one)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            try:
+                return set(ast.literal_eval(value))
+            except ValueError:
+                return None
+    return None
+
+
+def _is_overload(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any((isinstance(d, ast.Name) and d.id == "overload")
+               or (isinstance(d, ast.Attribute) and d.attr == "overload") for d in node.decorator_list)
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    arguments = node.args
+    names = [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
+    names += [a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    return [name for name in names if name not in ("self", "cls")]
+
+
+def docstring_problems(source: str, module: str) -> list[str]:
+    """``module:line name: problem`` for every public function or class of ``source`` (the text of
+    ``module``) without a docstring, and every public function with parameters whose docstring has no
+    ``Parameters`` section.
+
+    Parameters
+    ----------
+    source : str
+        The module's text.
+    module : str
+        Its dotted name (``georecall.cli.common``), used in the messages.
+
+    Returns
+    -------
+    list of str
+        The problems, in the order of the source; empty when there are none.
+
+    Raises
+    ------
+    SyntaxError
+        When ``source`` does not parse.
+    """
+    tree = ast.parse(source)
+    listed = _declared_all(tree)
+    found = []
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if node.name.startswith("_") or (listed is not None and node.name not in listed):
+            continue
+        if not isinstance(node, ast.ClassDef) and _is_overload(node):
+            continue
+        docstring = ast.get_docstring(node)
+        where = f"{module}:{node.lineno} {node.name}"
+        if not docstring:
+            found.append(f"{where}: no docstring")
+        elif not isinstance(node, ast.ClassDef) and _parameters(node) and not _PARAMETERS.search(docstring):
+            found.append(f"{where}: no Parameters section")
+    return found
+
+
+def all_docstring_problems(modules: dict[str, str]) -> list[str]:
+    return [problem for module, source in sorted(modules.items())
+            for problem in docstring_problems(source, module)]
+
+
+def test_every_public_name_has_a_docstring_and_its_parameters():
+    assert len(MODULES) > 100 and "georecall.constructions.g1" in MODULES
+    assert all_docstring_problems(MODULES) == []
+
+
+_PLANTED_BAD = '''
+__all__ = ["Bare", "bare", "prose", "underlined_wrong"]
+
+
+class Bare:
+    pass
+
+
+def bare(x):
+    return x
+
+
+def prose(x, *, y=1):
+    """Returns ``x`` plus ``y``; ``x`` is an int and ``y`` another."""
+    return x + y
+
+
+def underlined_wrong(x):
+    """Adds one.
+
+    Parameters: x, an int.
+    """
+    return x + 1
+'''
+
+_PLANTED_GOOD = '''
+from typing import overload
+
+__all__ = ["Good", "nothing_to_say", "described", "typed"]
+
+
+class Good:
+    """A class needs a docstring, not a Parameters section."""
+
+    def method(self, x):
+        return x
+
+
+def nothing_to_say():
+    """No parameters: a summary is enough."""
+
+
+def described(self, x, *rest, key=0, **more):
+    """Adds.
+
+    Parameters
+    ----------
+    x : int
+        The first term.
+    *rest : int
+        More terms.
+    key : int
+        Ignored.
+    **more
+        Ignored.
+    """
+
+
+@overload
+def typed(x: int) -> int: ...
+def typed(x):
+    """Itself.
+
+    Parameters
+    ----------
+    x : object
+        Returned as is.
+    """
+    return x
+
+
+def unlisted(x):
+    return x
+
+
+def _private(x):
+    return x
+'''
+
+
+def test_a_planted_module_without_docstrings_is_caught_in_the_real_tree():
+    planted = {**MODULES, "georecall.cli.planted": _PLANTED_BAD}
+    assert all_docstring_problems(planted) == [
+        "georecall.cli.planted:5 Bare: no docstring",
+        "georecall.cli.planted:9 bare: no docstring",
+        "georecall.cli.planted:13 prose: no Parameters section",
+        "georecall.cli.planted:18 underlined_wrong: no Parameters section",
+    ]
+
+
+def test_a_planted_module_with_its_docstrings_passes():
+    assert docstring_problems(_PLANTED_GOOD, "georecall.cli.planted") == []
+
+
+def test_without_all_every_underscore_free_name_is_public():
+    source = "def shown(x):\n    return x\n\n\ndef _hidden(x):\n    return x\n"
+    assert docstring_problems(source, "georecall.x") == ["georecall.x:1 shown: no docstring"]

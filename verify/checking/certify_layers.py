@@ -57,7 +57,8 @@ def certify_steps(model: Model, block: np.ndarray, vectors: np.ndarray, N: int, 
     Parameters
     ----------
     model : Model
-        The construction's model with its declared table removed (W2 and the entity table zero off S).
+        The family's model (without the task's part of W2, as a :class:`Family` holds it): one MLP shared by
+        every layer, W2 and the entity table written on the declared block S only, ``b2 = 0``.
     block : numpy.ndarray
         The declared state block S: the residual coordinates a code occupies (integer).
     vectors : numpy.ndarray

@@ -1,5 +1,5 @@
 """Every public name of georecall has a docstring, and every public function that takes parameters describes
-them in a NumPy-style ``Parameters`` section (the standard CONTRIBUTING.md and /work/shared/STYLE.md set).
+them in a NumPy-style ``Parameters`` section (the standard CONTRIBUTING.md sets).
 
 Public means: a module-level function or class whose name has no leading underscore and, when its module
 has a literal ``__all__``, is listed there (a computed one, as ``georecall/__init__.py``'s, counts as none:

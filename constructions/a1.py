@@ -14,6 +14,7 @@ from georecall.constructions.building import (
     single_hop_meta,
 )
 from georecall.constructions.codes import Codes
+from georecall.constructions.docstring_templates import nominal_promise_docstring, task_builder_docstring
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.layout import Layout
 from georecall.constructions.model import MLP, Layer, Model
@@ -108,61 +109,10 @@ def a1_promise(
     )
 
 
+@nominal_promise_docstring("A1", a1_promise)
 def a1_nominal_promise(N: int, R: int, k: int = 1) -> Promise:
-    """A1's promise at binary codes of length ``D = ⌈log2 N⌉`` and its default constants: the
-    registry's ``nominal_promise`` (the sizes of the tables and memory estimates).
-
-    Parameters
-    ----------
-    N : int
-        Entities.
-    R : int
-        Relations.
-    k : int
-        Hops per query; ignored (a single hop), taken so that every registry entry's
-        ``nominal_promise`` has the signature ``(N, R, k)``.
-
-    Returns
-    -------
-    Promise
-        As :func:`a1_promise` at those codes and constants
-        (:func:`~georecall.constructions.building.nominal_geometry`).
-
-    Raises
-    ------
-    InputError
-        N or R not a positive integer.
-    """
     D, geometry = nominal_geometry(N)
     return a1_promise(N, R, D, **geometry)
-
-
-def build_a1(task: Task, codes: Codes | str = "binary", **options) -> Construction:
-    """A1 on ``task``: ``assemble(a1_family(task.N, task.R, codes, attributes=task.attributes, ...), task)``
-    (:func:`a1_family` states the construction; options as there).
-
-    Parameters
-    ----------
-    task : Task
-        The facts; its N, R and attribute variant (``task.attributes``) size the family.
-    codes : Codes or str
-        The codebook, or its kind (``"binary"``, ``"sign"``, ``"gaussian"``).
-    **options
-        The keyword options of :func:`a1_family`:
-        ``D``, ``lam``, ``gain``, ``integer``, ``rng``, ``construction``.
-
-    Returns
-    -------
-    Construction
-        The family's model with ``task``'s declared table, its promise, codes, constants and layout.
-
-    Raises
-    ------
-    ConditionError, FamilyError, InputError
-        As :func:`a1_family` (outside its conditions, a codebook that does not fit) and
-        :func:`~georecall.constructions.building.assemble` (``task`` does not fit the family).
-    """
-    return assemble(a1_family(task.N, task.R, codes, attributes=task.attributes, **options), task)
 
 
 def a1_family(
@@ -279,3 +229,8 @@ def a1_family(
         meta=single_hop_meta(construction, attributes, codes, layout, integer=integer, **constants),
     )
     return Family(model, promise, codes, constants, layout, A1_ENCODING, N, R, 1, attributes)
+
+
+@task_builder_docstring("A1", a1_family)
+def build_a1(task: Task, codes: Codes | str = "binary", **options) -> Construction:
+    return assemble(a1_family(task.N, task.R, codes, attributes=task.attributes, **options), task)

@@ -11,6 +11,7 @@ from georecall.constructions.building import (
     nominal_geometry,
 )
 from georecall.constructions.codes import Codes
+from georecall.constructions.docstring_templates import nominal_promise_docstring, task_builder_docstring
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.hops import (
     code_geometry,
@@ -113,62 +114,10 @@ def a2_width_promise(
     )
 
 
+@nominal_promise_docstring("A2(a)", a2_width_promise)
 def a2_width_nominal_promise(N: int, R: int, k: int) -> Promise:
-    """A2(a)'s promise at binary codes of length ``D = ⌈log2 N⌉`` and its default constants: the
-    registry's ``nominal_promise`` (the sizes of the tables and memory estimates).
-
-    Parameters
-    ----------
-    N : int
-        Entities.
-    R : int
-        Relations.
-    k : int
-        Hops per query (>= 1).
-
-    Returns
-    -------
-    Promise
-        As :func:`a2_width_promise` at those codes and constants
-        (:func:`~georecall.constructions.building.nominal_geometry`).
-
-    Raises
-    ------
-    InputError
-        N, R or k not a positive integer.
-    """
     D, geometry = nominal_geometry(N)
     return a2_width_promise(N, R, k, D, **geometry, gate=2 * geometry["gap"], beta=None)
-
-
-def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", **options) -> Construction:
-    """A2(a) on ``task``: ``assemble(a2_width_family(task.N, task.R, k, codes, ...), task)``
-    (:func:`a2_width_family` states the construction; options as there).
-
-    Parameters
-    ----------
-    task : Task
-        The facts; its N, R and attribute variant (``task.attributes``) size the family.
-    k : int
-        Hops per query.
-    codes : Codes or str
-        The codebook, or its kind (``"binary"``, ``"sign"``, ``"gaussian"``).
-    **options
-        The keyword options of :func:`a2_width_family`:
-        ``D``, ``gate``, ``beta``, ``attention``, ``lam``, ``rng``, ``construction``.
-
-    Returns
-    -------
-    Construction
-        The family's model with ``task``'s declared table, its promise, codes, constants and layout.
-
-    Raises
-    ------
-    ConditionError, FamilyError, InputError
-        As :func:`a2_width_family` (outside its conditions, a codebook that does not fit) and
-        :func:`~georecall.constructions.building.assemble` (``task`` does not fit the family).
-    """
-    return assemble(a2_width_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)
 
 
 @hop_family_docstring
@@ -243,3 +192,8 @@ def a2_width_family(
     model = hop_model(construction, N, k, codes, layout, E, Q, out, layers, pos, attention, lam)
     return Family(model, promise, codes, hop_constants(k, attention, lam, k, gate=gate, beta=beta), layout,
                   A2A_ENCODING, N, R, k)
+
+
+@task_builder_docstring("A2(a)", a2_width_family)
+def build_a2_width(task: Task, k: int, codes: Codes | str = "binary", **options) -> Construction:
+    return assemble(a2_width_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)

@@ -11,6 +11,7 @@ from georecall.constructions.building import (
     nominal_geometry,
 )
 from georecall.constructions.codes import Codes
+from georecall.constructions.docstring_templates import nominal_promise_docstring, task_builder_docstring
 from georecall.constructions.encoding import Family, TaskEncoding
 from georecall.constructions.hops import (
     code_geometry,
@@ -124,64 +125,12 @@ def g2_promise(
     )
 
 
+@nominal_promise_docstring("G2", g2_promise)
 def g2_nominal_promise(N: int, R: int, k: int) -> Promise:
-    """G2's promise at binary codes of length ``D = ⌈log2 N⌉`` and its default constants: the
-    registry's ``nominal_promise`` (the sizes of the tables and memory estimates).
-
-    Parameters
-    ----------
-    N : int
-        Entities.
-    R : int
-        Relations.
-    k : int
-        Hops per query (>= 1).
-
-    Returns
-    -------
-    Promise
-        As :func:`g2_promise` at those codes and constants
-        (:func:`~georecall.constructions.building.nominal_geometry`).
-
-    Raises
-    ------
-    InputError
-        N, R or k not a positive integer.
-    """
     D, geometry = nominal_geometry(N)
     return g2_promise(
         N, R, k, D, **geometry, max_abs=D**-0.5, max_l1=D**0.5, gate=2 * D**-0.5, beta=None
     )
-
-
-def build_g2(task: Task, k: int, codes: Codes | str = "binary", **options) -> Construction:
-    """G2 on ``task``: ``assemble(g2_family(task.N, task.R, k, codes, ...), task)`` (:func:`g2_family` states
-    the construction; options as there).
-
-    Parameters
-    ----------
-    task : Task
-        The facts; its N, R and attribute variant (``task.attributes``) size the family.
-    k : int
-        Hops per query.
-    codes : Codes or str
-        The codebook, or its kind (``"binary"``, ``"sign"``, ``"gaussian"``).
-    **options
-        The keyword options of :func:`g2_family`:
-        ``D``, ``gate``, ``beta``, ``attention``, ``lam``, ``rng``, ``construction``.
-
-    Returns
-    -------
-    Construction
-        The family's model with ``task``'s declared table, its promise, codes, constants and layout.
-
-    Raises
-    ------
-    ConditionError, FamilyError, InputError
-        As :func:`g2_family` (outside its conditions, a codebook that does not fit) and
-        :func:`~georecall.constructions.building.assemble` (``task`` does not fit the family).
-    """
-    return assemble(g2_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)
 
 
 @hop_family_docstring
@@ -259,3 +208,8 @@ def g2_family(
     model = hop_model(construction, N, k, codes, layout, E, Q, out, (Layer(heads, mlp),), pos, attention, lam)
     return Family(model, promise, codes, hop_constants(k, attention, lam, k, gate=gate, beta=beta), layout,
                   G2_ENCODING, N, R, k)
+
+
+@task_builder_docstring("G2", g2_family)
+def build_g2(task: Task, k: int, codes: Codes | str = "binary", **options) -> Construction:
+    return assemble(g2_family(task.N, task.R, k, codes, attributes=task.attributes, **options), task)

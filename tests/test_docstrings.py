@@ -5,13 +5,18 @@ Public means: a module-level function or class whose name has no leading undersc
 has a literal ``__all__``, is listed there (a computed one, as ``georecall/__init__.py``'s, counts as none:
 every name without an underscore is checked). Parameters are the function's arguments other than ``self``
 and ``cls`` (positional, keyword-only, ``*args`` and ``**kwargs``); a ``@typing.overload`` signature needs
-neither. The sources are read with ``ast`` from the installed package, as ``tests/test_private_names.py``
+neither. A decorated function without a docstring in its source is looked up once imported: a decorator
+may write it (``constructions/docstring_templates.py`` does, for the six ``build_*`` and
+``*_nominal_promise``), and the runtime text is what users and the docs site read. The sources are read with
+``ast`` from the installed package, as ``tests/test_private_names.py``
 reads them (an editable install's folders included); a source that does not parse fails the test (nothing
 is skipped)."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import re
 
 from test_private_names import installed_sources  # a sibling test module (pytest imports by rootdir)
@@ -42,6 +47,15 @@ def _declared_all(tree: ast.Module) -> set[str] | None:
 def _is_overload(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return any((isinstance(d, ast.Name) and d.id == "overload")
                or (isinstance(d, ast.Attribute) and d.attr == "overload") for d in node.decorator_list)
+
+
+def _runtime_docstring(module: str, name: str) -> str | None:
+    """``module.name``'s docstring once imported (what a decorator made of it), or None when the module
+    does not import (a planted source) or has no such name."""
+    try:
+        return inspect.getdoc(getattr(importlib.import_module(module), name))
+    except (ImportError, AttributeError):
+        return None
 
 
 def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
@@ -84,6 +98,8 @@ def docstring_problems(source: str, module: str) -> list[str]:
         if not isinstance(node, ast.ClassDef) and _is_overload(node):
             continue
         docstring = ast.get_docstring(node)
+        if not docstring and node.decorator_list:
+            docstring = _runtime_docstring(module, node.name)
         where = f"{module}:{node.lineno} {node.name}"
         if not docstring:
             found.append(f"{where}: no docstring")
@@ -199,3 +215,15 @@ def test_a_planted_module_with_its_docstrings_passes():
 def test_without_all_every_underscore_free_name_is_public():
     source = "def shown(x):\n    return x\n\n\ndef _hidden(x):\n    return x\n"
     assert docstring_problems(source, "georecall.x") == ["georecall.x:1 shown: no docstring"]
+
+
+def test_a_docstring_written_by_a_decorator_counts_and_a_bare_decorated_function_does_not():
+    from georecall.constructions import g1
+    from georecall.constructions.g1 import g1_nominal_promise
+
+    source = inspect.getsource(g1)
+    assert '@nominal_promise_docstring("G1", g1_promise)' in source  # documented only at run time
+    assert "Parameters\n----------" in g1_nominal_promise.__doc__
+    assert docstring_problems(source, "georecall.constructions.g1") == []
+    planted = "@decorated\ndef bare(x):\n    return x\n"
+    assert docstring_problems(planted, "georecall.cli.planted") == ["georecall.cli.planted:2 bare: no docstring"]

@@ -53,6 +53,7 @@ class Bound:
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
+        """The bound as a JSON-able dict: every field, and the georecall ``version``."""
         return {**asdict(self), "version": __version__}
 
 

@@ -239,26 +239,76 @@ class Arithmetic:
         self.dtype, self.integer, self.rounding = dtype, integer, rounding
 
     def plus(self, a: Tracked, b: Tracked | None) -> Tracked:
-        """``a + b`` (a new array; ``a`` itself when ``b`` is absent: a missing sublayer adds nothing)."""
+        """``a + b`` (a new array; ``a`` itself when ``b`` is absent: a missing sublayer adds nothing).
+
+        Parameters
+        ----------
+        a : Tracked
+            The left term.
+        b : Tracked or None
+            The right term, or None.
+
+        Returns
+        -------
+        Tracked
+            The sum, with the bound on its rounding when tracking.
+        """
         if b is None:
             return a
         value = a.value + b.value
         return Tracked(value, None if self.rounding is None else self.rounding.add(value, a.error, b.error))
 
     def plus_bias(self, a: Tracked, bias: np.ndarray) -> Tracked:
-        """``a + bias``, in place: ``a`` is a fresh array (the result of :meth:`plus` or :meth:`times`)."""
+        """``a + bias``, in place: ``a`` is a fresh array (the result of :meth:`plus` or :meth:`times`).
+
+        Parameters
+        ----------
+        a : Tracked
+            The array, overwritten with the sum.
+        bias : numpy.ndarray
+            Added to every row (broadcast).
+
+        Returns
+        -------
+        Tracked
+            The sum (``a``'s array), with the bound on its rounding when tracking.
+        """
         np.add(a.value, bias, out=a.value)
         return Tracked(a.value, None if self.rounding is None else self.rounding.add(a.value, a.error))
 
     def times(self, a: Tracked, W: np.ndarray) -> Tracked:
-        """``a @ W`` (:func:`matmul_rows`: one matrix product over every leading dimension)."""
+        """``a @ W`` (:func:`matmul_rows`: one matrix product over every leading dimension).
+
+        Parameters
+        ----------
+        a : Tracked
+            The left factor, ``(..., n)``.
+        W : numpy.ndarray
+            The weight, ``(n, k)``.
+
+        Returns
+        -------
+        Tracked
+            The product ``(..., k)``, with the bound on its rounding when tracking.
+        """
         value = matmul_rows(a.value, W)
         return Tracked(value, None if self.rounding is None else self.rounding.product(a.value, a.error, W))
 
     def relu(self, a: Tracked) -> Tracked:
         """``ReLU(a)``, in place. ReLU is 1-Lipschitz, so the bound carries over, except that a unit computed
         <= 0 whose exact value may be positive by at most (computed + bound) keeps only that much of it:
-        ``min(e, max(0, â + e))``, which is ``e`` where ``â > 0`` (the sum rounded up)."""
+        ``min(e, max(0, â + e))``, which is ``e`` where ``â > 0`` (the sum rounded up).
+
+        Parameters
+        ----------
+        a : Tracked
+            The pre-activations, overwritten with their ReLU.
+
+        Returns
+        -------
+        Tracked
+            The activations (``a``'s array), with their bound when tracking.
+        """
         error = a.error
         if self.rounding is not None:
             assert error is not None

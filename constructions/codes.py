@@ -66,14 +66,17 @@ class Codes:
 
     @property
     def N(self) -> int:
+        """Codes: the number of code vectors, N (rows of ``vectors``)."""
         return self.vectors.shape[0]
 
     @property
     def D(self) -> int:
+        """Code length: the number of coordinates of each code vector, D."""
         return self.vectors.shape[1]
 
     @property
     def integer(self) -> bool:
+        """Whether every entry of ``vectors`` is an integer (whatever the dtype)."""
         return bool(np.all(self.vectors == np.round(self.vectors)))
 
     @property

@@ -87,12 +87,26 @@ class TaskEncoding:
 
     def answers(self, task: Task, k: int) -> np.ndarray:
         """The declared ``(P, N)`` table: the answer (a row of the codebook) each slot holds for each
-        entity."""
+        entity.
+
+        Parameters
+        ----------
+        task : Task
+            The task.
+        k : int
+            Hops: read only for path slots, whose table is ``task.k_hop(k)`` with its R^k paths as rows.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``task.table`` for relation slots, else the ``(R^k, N)`` k-hop answers.
+        """
         if self.slots == "relations":
             return task.table
         return task.k_hop(k).reshape(-1, task.N)
 
     def as_dict(self) -> dict:
+        """The declaration as a JSON-able dict: ``array``, ``slots``, ``blocks`` and ``queries``."""
         return {"array": self.array, "slots": self.slots, "blocks": self.blocks, "queries": self.queries}
 
 

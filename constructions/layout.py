@@ -37,7 +37,25 @@ class Layout:
         self.d = 0
 
     def add(self, name: str, *shape: int) -> np.ndarray:
-        """Allocate ``prod(shape)`` new coordinates under ``name``; returns their indices with that shape."""
+        """Allocate ``prod(shape)`` new coordinates under ``name``; returns their indices with that shape.
+
+        Parameters
+        ----------
+        name : str
+            The block's name (new to this layout).
+        *shape : int
+            The block's shape (at least one non-negative integer).
+
+        Returns
+        -------
+        numpy.ndarray
+            The new coordinates (int64), consecutive from the previous width d, shaped ``shape``.
+
+        Raises
+        ------
+        InputError
+            ``name`` is already allocated, or ``shape`` is empty or not non-negative integers.
+        """
         if name in self._blocks:
             raise InputError(f"layout block {name!r} is already allocated")
         if not shape or any(
@@ -60,7 +78,17 @@ class Layout:
         return self.d
 
     def span(self, name: str) -> slice:
-        """The block's coordinates as a slice ``start:stop``."""
+        """The block's coordinates as a slice ``start:stop``.
+
+        Parameters
+        ----------
+        name : str
+            An allocated block (``KeyError`` otherwise).
+
+        Returns
+        -------
+        slice
+        """
         start, shape = self._blocks[name]
         return slice(start, start + math.prod(shape))
 
@@ -73,7 +101,22 @@ class Layout:
 
     @classmethod
     def from_dict(cls, blocks: dict[str, dict]) -> Layout:
-        """Rebuild a layout from :meth:`as_dict` (e.g. a model's ``meta["layout"]``), checking contiguity."""
+        """Rebuild a layout from :meth:`as_dict` (e.g. a model's ``meta["layout"]``), checking contiguity.
+
+        Parameters
+        ----------
+        blocks : dict
+            ``{name: {"start": .., "shape": [..]}}`` in allocation order (``stop`` is not read).
+
+        Returns
+        -------
+        Layout
+
+        Raises
+        ------
+        InputError
+            A block that does not start where the previous one stopped, or an invalid shape.
+        """
         layout = cls()
         for name, block in blocks.items():
             if block["start"] != layout.d:

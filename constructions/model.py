@@ -189,6 +189,7 @@ class Attention:
 
     @property
     def heads(self) -> int:
+        """Heads: the number of attention heads, H."""
         return self.W_V.shape[0]
 
     @cached_property
@@ -219,7 +220,26 @@ class Attention:
         working dtype), given ``|x̂|`` and ``|x̂ − x| <= e_x``; through ``d_v`` (no ``d × d`` array): with
         ``|V̂O| <= |W_V||W_O|(1 + g)(1 + cast)`` and ``|V̂O − VO| <= (g + cast·(1 + g))·|W_V||W_O|``, ``g =
         γ_{d_v}`` in float64, it is ``(γ_d·|x̂| + e_x)·|V̂O| + (|x̂| + e_x)·|V̂O − VO|`` (without the
-        product's ``d·η``)."""
+        product's ``d·η``).
+
+        Parameters
+        ----------
+        x_abs : numpy.ndarray
+            ``|x̂|``, rows of width d.
+        e_x : numpy.ndarray
+            A bound on ``|x̂ − x|``, entrywise (broadcast with ``x_abs``).
+        h : int
+            The head.
+        gamma_d : float
+            ``γ_d`` of the working dtype: the relative rounding bound of a length-d dot product.
+        cast : float
+            The relative rounding of casting ``V̂O_h`` to the working dtype (0 in float64).
+
+        Returns
+        -------
+        numpy.ndarray
+            The bound, rows of width d, rounded up.
+        """
         aV, aO = np.abs(self.W_V[h].astype(np.float64)), np.abs(self.W_O[h].astype(np.float64))
         g = gamma(self.W_V.shape[2], U64)
         left = x_abs * gamma_d
@@ -231,7 +251,18 @@ class Attention:
         return up(out, 2, out=out)
 
     def value_output(self, h: int) -> np.ndarray:
-        """``W_V[h] @ W_O[h]`` (d × d)."""
+        """``W_V[h] @ W_O[h]`` (d × d).
+
+        Parameters
+        ----------
+        h : int
+            The head.
+
+        Returns
+        -------
+        numpy.ndarray
+            The read-only float64 row ``h`` of :attr:`value_outputs`.
+        """
         return self.value_outputs[h]
 
 
@@ -256,6 +287,7 @@ class MLP:
 
     @property
     def width(self) -> int:
+        """MLP width: the number of hidden units, m (columns of ``W1``)."""
         return self.W1.shape[1]
 
 
@@ -389,7 +421,17 @@ class Model:
 
     def unembedding_on(self, columns: np.ndarray) -> np.ndarray:
         """``U[:, columns]`` of the dense unembedding, ``(n_out, len(columns))``, for increasing ``columns``;
-        the read-out's own matrix (no copy) when ``columns`` are exactly the coordinates it reads."""
+        the read-out's own matrix (no copy) when ``columns`` are exactly the coordinates it reads.
+
+        Parameters
+        ----------
+        columns : array_like of int
+            Increasing residual coordinates in [0, d).
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         readout, columns = self.readout, np.asarray(columns, dtype=np.int64)
         if np.array_equal(columns, readout.columns):
             return readout.matrix
@@ -409,22 +451,27 @@ class Model:
 
     @property
     def d(self) -> int:
+        """Width: the residual dimension, d (columns of the entity embedding)."""
         return self.entity_embedding.shape[1]
 
     @property
     def n_entities(self) -> int:
+        """Entities: the number of entity tokens, N (rows of the entity embedding)."""
         return self.entity_embedding.shape[0]
 
     @property
     def n_relations(self) -> int:
+        """Relations: the number of relation tokens, R (rows of the relation embedding)."""
         return self.relation_embedding.shape[0]
 
     @property
     def n_out(self) -> int:
+        """Outputs: the number of logits the read-out gives (rows of the unembedding ``U``)."""
         return self.unembedding.shape[0]
 
     @property
     def max_positions(self) -> int | None:
+        """Positions: the number of rows of the position embedding ``P``, or None when the model has none."""
         return None if self.position_embedding is None else self.position_embedding.shape[0]
 
     @property
@@ -433,6 +480,18 @@ class Model:
         return max((layer.mlp.width for layer in self.layers if layer.mlp is not None), default=0)
 
     def relation_token(self, r) -> np.ndarray | int:
+        """The token id of relation ``r``: ``r + N`` (relation tokens follow the N entity tokens).
+
+        Parameters
+        ----------
+        r : int or array_like of int
+            Relation ids, in [0, R) (not checked).
+
+        Returns
+        -------
+        numpy.ndarray or numpy.int64
+            ``r + N``, of ``r``'s shape (a NumPy integer for an int).
+        """
         return np.asarray(r) + self.n_entities
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -465,12 +524,37 @@ class Model:
     def astype(self, dtype) -> Model:
         """The same model with every array cast to ``dtype`` (float32 for speed, float64 for exactness); the
         storage of the unembedding is kept; an array already in ``dtype`` is shared, a cast one is not copied
-        again."""
+        again.
+
+        Parameters
+        ----------
+        dtype : numpy dtype or str
+            The arrays' new dtype.
+
+        Returns
+        -------
+        Model
+        """
         return unflatten(self, {key: freeze_if_new(value.astype(dtype, copy=False), value)
                                 for key, value in flatten(self).items()})
 
     def replace(self, **arrays: np.ndarray) -> Model:
-        """The same model with some arrays (by ``Model.arrays()`` name) replaced."""
+        """The same model with some arrays (by ``Model.arrays()`` name) replaced.
+
+        Parameters
+        ----------
+        **arrays : numpy.ndarray
+            The new arrays, by name (``entity_embedding=...``; a layer's as ``**{"layers.0.mlp.W1": ...}``).
+
+        Returns
+        -------
+        Model
+
+        Raises
+        ------
+        InputError
+            A name that is not one of the model's arrays (or new arrays the model refuses).
+        """
         unknown = set(arrays) - set(flatten(self))
         if unknown:
             raise InputError(f"no such weight array(s): {sorted(unknown)}")

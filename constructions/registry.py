@@ -228,6 +228,7 @@ class ConstructionSpec:
 
     @property
     def label(self) -> str:
+        """The spec's id and name, as tables show it: ``"G1 (geometric)"``."""
         return f"{self.id} ({self.name})"
 
     @property

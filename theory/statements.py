@@ -42,9 +42,12 @@ class Condition:
 
     @property
     def holds(self) -> bool:
+        """Whether the inequality holds: ``lhs > rhs`` (strict) or ``lhs >= rhs``."""
         return self.lhs > self.rhs if self.strict else self.lhs >= self.rhs
 
     def describe(self) -> str:
+        """The inequality with its values, for a message: ``"TEXT: need LHS > RHS"`` (6 significant
+        digits)."""
         op = ">" if self.strict else ">="
         return f"{self.text}: need {self.lhs:.6g} {op} {self.rhs:.6g}"
 
@@ -67,6 +70,7 @@ class Promise:
     logit_scale: float = 0.0
 
     def violations(self) -> list[Condition]:
+        """The conditions that do not hold, in their order (empty when the promise applies)."""
         return [c for c in self.conditions if not c.holds]
 
     def require(self) -> Promise:
@@ -79,6 +83,8 @@ class Promise:
         return self
 
     def as_dict(self) -> dict:
+        """The promise as a JSON-able dict: its sizes, margin, logit scale and every condition with its values
+        and whether it holds."""
         return {
             "result": self.result,
             "reference": self.reference,

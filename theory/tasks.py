@@ -131,15 +131,35 @@ class Task:
 
     @classmethod
     def from_table(cls, table, attributes: Attributes = "shared") -> Task:
-        """Validate a user-supplied ``(R, N)`` table of bijections and wrap it."""
+        """Validate a user-supplied ``(R, N)`` table of bijections and wrap it.
+
+        Parameters
+        ----------
+        table : array_like of int
+            ``table[r, s] = π_r(s)``, each row a permutation of [N].
+        attributes : {"shared", "disjoint"}
+            Whether every relation answers in [N] or in an answer set of its own (the class docstring).
+
+        Returns
+        -------
+        Task
+
+        Raises
+        ------
+        InputError
+            A table that is not integer, not ``(R, N)`` with R, N >= 1, or has a row that is not a
+            bijection; or unknown ``attributes``.
+        """
         return cls(np.asarray(table), attributes)
 
     @property
     def N(self) -> int:
+        """Entities: the number of subjects, N (columns of ``table``)."""
         return self.table.shape[1]
 
     @property
     def R(self) -> int:
+        """Relations: the number of bijections, R (rows of ``table``)."""
         return self.table.shape[0]
 
     @property
@@ -158,6 +178,21 @@ class Task:
 
         Built by k fancy-indexing steps over whole tables (no loop over N or over paths):
         ``A_1 = table`` and ``A_j = table[:, A_{j-1}]``, whose new leading axis is the hop applied last.
+
+        Parameters
+        ----------
+        k : int
+            Hops, at least 1.
+
+        Returns
+        -------
+        numpy.ndarray
+            The int64 answers (``table`` itself when k = 1).
+
+        Raises
+        ------
+        InputError
+            ``k`` is not a positive integer, or the task's attributes are not shared.
         """
         k = check_positive_int("k", k)
         if self.attributes != "shared":
@@ -168,7 +203,23 @@ class Task:
         return answers
 
     def compose(self, relations_in_order_applied) -> np.ndarray:
-        """π_w for w = (r_1, ..., r_k) given in the order applied (r_1 first): a permutation of [N]."""
+        """π_w for w = (r_1, ..., r_k) given in the order applied (r_1 first): a permutation of [N].
+
+        Parameters
+        ----------
+        relations_in_order_applied : iterable of int
+            Relation ids in [0, R), the first applied first (empty: the identity).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``perm[s] = π_{r_k}(...π_{r_1}(s))``, int64, shape ``(N,)``.
+
+        Raises
+        ------
+        InputError
+            A relation id that is not an integer or is outside [0, R).
+        """
         perm = np.arange(self.N, dtype=np.int64)
         for r in relations_in_order_applied:
             if not is_integer(r):

@@ -44,18 +44,23 @@ class CheckReport:
 
     @property
     def passed(self) -> bool:
+        """Every query answered, the promised d and m achieved, the promised margin reached (the checker's
+        ``Report.passed``)."""
         return self.report.passed
 
     @property
     def name(self) -> str:
+        """What was checked ("G1 binary float (certified)")."""
         return self.report.name
 
     @property
     def accuracy(self) -> float:
+        """Share of queries answered, from 0 to 1."""
         return self.report.result.accuracy
 
     @property
     def min_margin(self) -> float:
+        """Smallest margin over every query (exact in integer mode; a certified lower bound in float mode)."""
         return self.report.result.min_margin
 
     def to_dict(self) -> dict:
@@ -100,14 +105,17 @@ class CertifyReport:
 
     @property
     def verdict(self) -> str:
+        """The certifier's verdict: "CERTIFIED", "REFUTED" or "UNKNOWN"."""
         return self.certificate.verdict
 
     @property
     def passed(self) -> bool:
+        """Whether the verdict is "CERTIFIED"."""
         return self.certificate.passed
 
     @property
     def min_margin(self) -> float | None:
+        """The smallest margin over every task and query, or None when the certificate has none."""
         return self.certificate.min_margin
 
     def to_dict(self) -> dict:

@@ -43,10 +43,12 @@ class Result(Mapping):
 
     @property
     def command(self) -> str:
+        """The command that produced the document ("train", "eval", "bounds", ...)."""
         return self._doc["command"]
 
     @property
     def passed(self) -> bool:
+        """The command's outcome: its document's ``status`` is 0 (it checks nothing, or its check passed)."""
         return self._doc["status"] == 0
 
     def to_dict(self) -> dict:

@@ -38,10 +38,13 @@ class Table(Result):
 
     @property
     def rows(self) -> list[dict]:
+        """The rows, one dict per row with every key (the ``--format json`` rows)."""
         return self["rows"]
 
     @property
     def text(self) -> str:
+        """The table as the command prints it (Markdown for ``lower_bounds``, fixed-width text for
+        ``counts``)."""
         return self["text"]
 
 

@@ -42,6 +42,7 @@ class TrainResult(Result):
 
     @property
     def reached(self) -> bool:
+        """Every training query answered (exactly, on the trained weights' own function)."""
         return bool(self["reached"])
 
 

@@ -56,6 +56,7 @@ class QuerySet:
 
     @property
     def steps(self) -> int:
+        """Answers per query: the number of tokens read or decoded per query (columns of ``answers``)."""
         return self.answers.shape[1]
 
     @property

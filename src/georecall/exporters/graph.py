@@ -124,10 +124,12 @@ class GraphAttention:
 
     @property
     def uniform(self) -> bool:
+        """Whether attention is uniform: no ``W_Q``, or ``W_Q`` and ``W_K`` both all zero (every score 0)."""
         return self.W_Q is None or not (np.any(self.W_Q.exact) or np.any(self.W_K.exact))  # type: ignore
 
     @property
     def heads(self) -> int:
+        """Heads: the number of attention heads, H."""
         return self.W_V.exact.shape[0]
 
 

@@ -234,7 +234,22 @@ class Estimate:
     parts: list[tuple[str, int, str]] = field(default_factory=list)
 
     def add(self, label: str, nbytes: int, lower: str) -> Estimate:
-        """Add a part of ``nbytes`` bytes; ``lower`` names the parameters that shrink it. Returns ``self``."""
+        """Add a part of ``nbytes`` bytes; ``lower`` names the parameters that shrink it. Returns ``self``.
+
+        Parameters
+        ----------
+        label : str
+            What the part holds, as messages name it.
+        nbytes : int
+            Its bytes (a negative number counts as 0).
+        lower : str
+            The command-line parameter(s) that shrink it.
+
+        Returns
+        -------
+        Estimate
+            ``self``, so that parts chain.
+        """
         self.parts.append((label, max(0, int(nbytes)), lower))
         return self
 

@@ -152,9 +152,13 @@ class Certificate:
 
     @property
     def passed(self) -> bool:
+        """Whether the verdict is "CERTIFIED"."""
         return self.verdict == "CERTIFIED"
 
     def as_dict(self) -> dict:
+        """The certificate as a JSON-able dict (what ``georecall certify --json`` reports): every field but
+        ``witness_table``, the promise as its dict, ``passed``, and ``certified_margin = min_margin −
+        allowance``."""
         return {"name": self.name, "verdict": self.verdict, "passed": self.passed, "params": self.params,
                 "promise": None if self.promise is None else self.promise.as_dict(), "integer": self.integer,
                 "min_margin": self.min_margin, "min_margin_exact": self.min_margin_exact,

@@ -32,10 +32,12 @@ class CompactBinaryCodes(Codes):
 
     @property
     def integer(self) -> bool:
+        """True: the ±1 entries are integers (known by construction, not scanned)."""
         return True
 
     @property
     def l1(self) -> float:
+        """``D``: every code's ``|a|_1`` (±1 entries; known by construction, not scanned)."""
         return float(self.D)
 
 

@@ -152,10 +152,16 @@ class Pieces:
         self.token_support = np.flatnonzero(supp)
 
     def weights(self, T: int) -> np.ndarray:
-        """The heads' weights at the read position T − 1 of a T-token query. Scores read positions only
-        (checked exactly); they are computed as exact rationals of the stored floats, so hard attention's
+        """The heads' weights ``(H, T)`` at the read position T − 1 of a T-token query. Scores read positions
+        only (checked exactly); they are computed as exact rationals of the stored floats, so hard attention's
         maximal positions are decided exactly (never ``==`` on floats); softmax weights are float64 values of
-        the exact scores, their rounding bounded in :attr:`weight_error`."""
+        the exact scores, their rounding bounded in :attr:`weight_error`.
+
+        Parameters
+        ----------
+        T : int
+            The query's length in tokens (``Unsupported``: a query or key map reading token coordinates).
+        """
         att = self.att
         if att is None:
             return np.zeros((0, T))
@@ -196,6 +202,16 @@ class Pieces:
         return out
 
     def at(self, T: int) -> dict:
+        """The pieces of a T-token query, computed once per T: ``scale`` (S), ``weights`` (:meth:`weights`)
+        and per position ``u`` the maps through W1 (``rel_pre``, ``pos_pre``, ``G``, with ``G``'s extremes
+        ``hi``, ``lo``) and the read-out (``rel_read``, ``pos_read``, ``H``), and which slots they read
+        (``G_any``, ``H_any``).
+
+        Parameters
+        ----------
+        T : int
+            The query's length in tokens (integer mode refuses attention that is not uniform: ``InputError``).
+        """
         if T in self._cache:
             return self._cache[T]
         model, att, mlp = self.model, self.att, self.mlp
@@ -322,7 +338,13 @@ class SparseRight:
             self.value[rank, rows] = self.W.T[rows, cols]
 
     def add_to(self, out: np.ndarray, X: np.ndarray) -> None:
-        """``out += X @ W``."""
+        """``out += X @ W``.
+
+        Parameters
+        ----------
+        out, X : numpy.ndarray
+            ``(n, b)``, added to in place, and ``(n, a)``.
+        """
         if not self.sparse:
             out += X @ self.W
             return
@@ -331,7 +353,13 @@ class SparseRight:
 
     def add_to_T(self, outT: np.ndarray, XT: np.ndarray) -> None:
         """``outT += (X @ W).T = W.T @ X.T`` for coordinate-major ``XT (a, n)``, ``outT (b, n)``: the sparse
-        case gathers whole rows of ``XT`` (contiguous), the same products and sums as :meth:`add_to`."""
+        case gathers whole rows of ``XT`` (contiguous), the same products and sums as :meth:`add_to`.
+
+        Parameters
+        ----------
+        outT, XT : numpy.ndarray
+            ``(b, n)``, added to in place, and ``(a, n)``.
+        """
         if not self.sparse:
             outT += self.W.T @ XT
             return
@@ -441,7 +469,13 @@ class Lowest:
         self.limit, self.floor = limit, floor
 
     def add(self, margins: np.ndarray, values: list[np.ndarray]) -> None:
-        """Fold in one chunk: ``margins[p]`` at the point whose j-th live slot is ``values[j][p]``."""
+        """Fold in one chunk: ``margins[p]`` at the point whose j-th live slot is ``values[j][p]``.
+
+        Parameters
+        ----------
+        margins, values : numpy.ndarray, list of numpy.ndarray
+            The chunk's ``(n,)`` margins (a non-finite one counts as ``-inf``), one ``(n,)`` array per slot.
+        """
         margins = np.asarray(margins, dtype=np.float64)
         if not np.all(np.isfinite(margins)):
             margins = np.where(np.isfinite(margins), margins, -np.inf)

@@ -94,10 +94,12 @@ class CheckResult:
 
     @property
     def accuracy(self) -> float:
+        """Share of queries answered, ``n_correct / n_queries`` (1.0 when there are none)."""
         return self.n_correct / self.n_queries if self.n_queries else 1.0
 
     @property
     def exact(self) -> bool:
+        """Whether every query is answered: ``n_correct == n_queries``."""
         return self.n_correct == self.n_queries
 
     @property
@@ -116,6 +118,9 @@ class CheckResult:
         return "float with bound"
 
     def as_dict(self) -> dict:
+        """The result as a JSON-able dict: the counts, accuracy, mode, bounds, minimum margin and its query,
+        the first failures and how it ran (no arrays; ``fallback``, ``per_position`` and ``final_accuracy``
+        only when set)."""
         return {"n_queries": self.n_queries, "n_correct": self.n_correct, "accuracy": self.accuracy,
                 "exact": self.exact, "n_undecided": self.n_undecided, "n_wrong": self.n_wrong,
                 "mode": self.mode, "rounding_bound": self.rounding_bound, "arith": self.arith,

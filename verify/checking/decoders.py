@@ -82,6 +82,7 @@ class Hypercube:
 
     @property
     def D(self) -> int:
+        """Code length: the number of read-out columns, D (the read-out has ``2^D`` rows)."""
         return int(self.columns.size)
 
     @cached_property

@@ -118,6 +118,8 @@ class Report:
 
     @property
     def passed(self) -> bool:
+        """The verdict: every query answered and every extra check holding, and with a promise the promised d
+        and m achieved and its margin reached (:attr:`basis` not None)."""
         if not self.result.exact or not all(self.extra_checks.values()):
             return False
         if self.promise is None:
@@ -125,6 +127,9 @@ class Report:
         return self.basis is not None
 
     def as_dict(self) -> dict:
+        """The report as a JSON-able dict (one entry of ``georecall check --json``'s ``reports``), with
+        ``storage`` (the margins before and after storage) when the weights were stored in a coarser
+        format."""
         doc = {"name": self.name, "passed": self.passed, "params": self.params,
                "promise": None if self.promise is None else self.promise.as_dict(),
                "achieved": self.achieved, "check": self.result.as_dict(), "extra": self.extra,

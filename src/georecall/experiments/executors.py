@@ -71,6 +71,23 @@ class InlineExecutor(Executor):
         """Run ``fn(*args, **kwargs)`` now; return a finished future holding its result or exception.
 
         ``KeyboardInterrupt`` and ``SystemExit`` are not captured: they propagate to the caller at once.
+
+        Parameters
+        ----------
+        fn : callable
+            The call.
+        *args, **kwargs
+            Its arguments.
+
+        Returns
+        -------
+        concurrent.futures.Future
+            Done: its result, or the ``Exception`` the call raised.
+
+        Raises
+        ------
+        RuntimeError
+            After :meth:`shutdown`.
         """
         if self._shutdown:
             raise RuntimeError("cannot schedule new futures after shutdown")
@@ -82,7 +99,13 @@ class InlineExecutor(Executor):
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Refuse further submissions."""
+        """Refuse further submissions.
+
+        Parameters
+        ----------
+        wait, cancel_futures : bool
+            Ignored: every submitted call has already finished.
+        """
         self._shutdown = True
 
 

@@ -68,13 +68,25 @@ class Rule:
     split: str
 
     def fit_scale(self, sum_squares: float, n: int, p: int) -> float:
-        """``s̄²`` of centred fit rows with ``|X_c|_F² = sum_squares`` (1 when that is 0)."""
+        """``s̄²`` of centred fit rows with ``|X_c|_F² = sum_squares`` (1 when that is 0).
+
+        Parameters
+        ----------
+        sum_squares, n, p
+            ``|X_c|_F²``, and the rows' number and width (divided by p; by ``min(n, p)`` for ``"rank"``).
+        """
         s = sum_squares / max(1, p if self.scale == "features" else min(n, p))
         return float(s) if s > 0 else 1.0
 
     def parts(self, n: int, folds: int, rng: np.random.Generator) -> list[np.ndarray]:
-        """The k-fold parts of ``range(n)`` (k = ``min(folds, n)``), from one permutation drawn from
-        ``rng``."""
+        """The k-fold parts of ``range(n)`` (k = ``min(folds, n)``), arrays of row indices, from one
+        permutation drawn from ``rng``.
+
+        Parameters
+        ----------
+        n, folds, rng
+            Rows to split, folds asked for, and the ``numpy.random.Generator`` that draws the permutation.
+        """
         k = int(min(folds, n))
         if self.split == "residues":
             assignment = rng.permutation(n) % k

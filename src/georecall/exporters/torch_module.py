@@ -105,7 +105,20 @@ class GeorecallModule(nn.Module):
         self.to(DTYPES[config.get("dtype", "float32")])
 
     def forward(self, tokens: torch.Tensor, at: str = "last") -> torch.Tensor:
-        """Logits at the last position ``(batch, n_out)`` (``at="all"``: every position)."""
+        """Logits at the last position ``(batch, n_out)`` (``at="all"``: every position).
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            ``(batch, T)`` int64 token ids.
+        at : str
+            ``"last"`` (the default) or ``"all"``.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(batch, n_out)``, or ``(batch, T, n_out)`` with ``at="all"``.
+        """
         x = self.embed(tokens)
         if hasattr(self, "pos_embed"):
             x = x + self.pos_embed.weight[: tokens.shape[1]]

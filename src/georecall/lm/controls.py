@@ -365,7 +365,18 @@ class PlantedReadout:
         self.answers = self(self.H).argmax(axis=1)
 
     def linear(self, X: np.ndarray) -> np.ndarray:
-        """``Lin(X)``: the affine interpolation of the stored one-hots."""
+        """``Lin(X)``: the affine interpolation of the stored one-hots.
+
+        Parameters
+        ----------
+        X : array_like
+            ``(m, width)`` states.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(m, C)``: ``zbar + (X − mu) @ B``.
+        """
         return self.zbar + (np.asarray(X, dtype=np.float64) - self.mu) @ self.B
 
     def __call__(self, X: np.ndarray) -> np.ndarray:

@@ -274,7 +274,20 @@ class Streams:
         self._chunks: dict[int, tuple] = {}
 
     def at(self, lo: int, layer: int):
-        """The chunk starting at ``lo``: the unedited stream after layer ``layer``, (chunk, T, width)."""
+        """The chunk starting at ``lo``: the unedited stream after layer ``layer``, (chunk, T, width).
+
+        Parameters
+        ----------
+        lo : int
+            The chunk's first sequence (as :func:`run`'s chunking starts it).
+        layer : int
+            One of the ``layers`` given.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(chunk, T, width)``, T the chunk's longest sequence.
+        """
         import torch
         if lo not in self._chunks:
             hi = min(self.batch.input_ids.shape[0], lo + self.batch_size)

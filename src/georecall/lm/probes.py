@@ -135,7 +135,20 @@ class BlockMaps:
         self.Xc, self.C, self.q, self.R = Xc, C, q, R
 
     def apply(self, r: int, v: np.ndarray) -> np.ndarray:
-        """``v @ A[r]`` for a (q,) vector (or (m, q) rows)."""
+        """``v @ A[r]`` for a (q,) vector (or (m, q) rows).
+
+        Parameters
+        ----------
+        r : int
+            The relation.
+        v : array_like
+            A (q,) vector or (m, q) rows.
+
+        Returns
+        -------
+        numpy.ndarray
+            (p,) or (m, p).
+        """
         return (self.Xc[:, r * self.q : (r + 1) * self.q] @ np.asarray(v).T).T @ self.C
 
     def __getitem__(self, r: int) -> np.ndarray:

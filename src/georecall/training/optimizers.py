@@ -167,7 +167,18 @@ class Adam:
             raise InputError(f"eps_form must be one of {EPS_FORMS}, got {self.eps_form!r}")
 
     def start(self, params: dict) -> dict:
-        """Fresh state for ``params`` (see :meth:`SGD.start`); the copies are C-contiguous."""
+        """Fresh state for ``params`` (see :meth:`SGD.start`); the copies are C-contiguous.
+
+        Parameters
+        ----------
+        params : dict
+            Initial parameters (not modified).
+
+        Returns
+        -------
+        dict
+            C-contiguous copies of them, which :meth:`update` changes in place.
+        """
         params = {k: np.array(v, order="C") for k, v in params.items()}
         self.t = 0
         self.m1 = {k: np.zeros_like(v) for k, v in params.items()}

@@ -210,6 +210,18 @@ class StopAtBatchAccuracy(Callback):
         self.threshold = threshold
 
     def on_step(self, step: int, state: StepState) -> bool:
+        """Stop when the step's batch accuracy (of the weights before its update) reaches ``threshold``.
+
+        Parameters
+        ----------
+        step, state
+            As in :meth:`Callback.on_step`.
+
+        Returns
+        -------
+        bool
+            Whether to stop (the update of ``step`` is then skipped).
+        """
         return state.accuracy >= self.threshold
 
 
@@ -221,6 +233,19 @@ class StopAtCheckedAccuracy(Callback):
         self.threshold, self.accuracy = threshold, accuracy
 
     def on_epoch_end(self, step: int, state: StepState) -> bool:
+        """Stop when ``accuracy(params, step + 1)``, the check of the weights after ``step + 1`` updates,
+        reaches ``threshold``.
+
+        Parameters
+        ----------
+        step, state
+            As in :meth:`Callback.on_epoch_end`.
+
+        Returns
+        -------
+        bool
+            Whether to stop.
+        """
         return self.accuracy(state.params, step + 1) >= self.threshold
 
 
@@ -231,6 +256,18 @@ class CallFunction(Callback):
         self.function = function
 
     def on_step(self, step: int, state: StepState) -> bool:
+        """Call ``function(params, step, grads)``; a true value stops.
+
+        Parameters
+        ----------
+        step, state
+            As in :meth:`Callback.on_step`.
+
+        Returns
+        -------
+        bool
+            The function's value, as a bool.
+        """
         return bool(self.function(state.params, step, state.grads))
 
 
@@ -242,6 +279,19 @@ class PrintEvery(Callback):
         self.every, self.start = every, start
 
     def on_step(self, step: int, state: StepState) -> bool:
+        """Print one line on stderr when ``step`` is a multiple of ``every`` (step, loss, batch accuracy in %,
+        seconds since ``start``); never stops.
+
+        Parameters
+        ----------
+        step, state
+            As in :meth:`Callback.on_step`.
+
+        Returns
+        -------
+        bool
+            False.
+        """
         if step % self.every == 0:
             print(f"step {step:6d}  loss {state.loss:.5f}  accuracy {100 * state.accuracy:6.2f}%  "
                   f"({time.perf_counter() - self.start:.1f} s)", file=sys.stderr, flush=True)
@@ -282,6 +332,19 @@ class RecordEvery(Callback):
         self.points: list[dict] = []
 
     def on_step(self, step: int, state: StepState) -> bool:
+        """Record a point when ``step`` is a positive multiple of ``every``: ``measure`` of the weights after
+        ``step`` updates (``state.params``, before this step's update); never stops.
+
+        Parameters
+        ----------
+        step, state
+            As in :meth:`Callback.on_step`.
+
+        Returns
+        -------
+        bool
+            False.
+        """
         # before the update of `step`: the parameters are those after `step` updates
         if step and step % self.every == 0:
             params = state.params

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from georecall.constructions.array_scans import abs_max, is_integral
 from georecall.constructions.model import Model
 from georecall.constructions.rounding import absmm, format_of, gamma, up
 from georecall.errors import InputError
@@ -24,10 +25,8 @@ __all__ = [
     "Arithmetic",
     "IntegerModeError",
     "Tracked",
-    "abs_max",
     "cast_error",
     "integer_bounds",
-    "is_integral",
     "logit_bound",
     "matmul_rows",
     "pass_arithmetic",
@@ -42,51 +41,6 @@ EXACT_INTEGER_LIMIT = 2.0**53
 class IntegerModeError(InputError, ArithmeticError):
     """Integer mode could not prove that the forward pass computed in exact integer arithmetic: the model
     is not integer-scaled (bad input for integer mode: exit 2; float mode checks it)."""
-
-
-_BLOCK_BYTES = 1 << 23  # rows at a time for the whole-table scans below: no table-sized temporary
-
-
-def _row_blocks(array: np.ndarray):
-    """``array`` in consecutive blocks of rows of about ``_BLOCK_BYTES`` each (the whole array when 0-d)."""
-    if array.ndim == 0:
-        yield array
-        return
-    rows = max(1, _BLOCK_BYTES // max(1, array[:1].nbytes))
-    for start in range(0, array.shape[0], rows):
-        yield array[start:start + rows]
-
-
-def is_integral(array: np.ndarray) -> bool:
-    """Whether every entry of ``array`` is an integer (NaN is not), scanned in row blocks: no temporary the
-    size of the array (an entity table at N = 2^20 is 3 GiB).
-
-    Parameters
-    ----------
-    array : numpy.ndarray
-        Any float or integer array; blocks are taken along its first axis.
-
-    Returns
-    -------
-    bool
-        True when ``array == rint(array)`` everywhere (an empty array is integral).
-    """
-    return all(np.array_equal(block, np.rint(block)) for block in _row_blocks(array))
-
-
-def abs_max(array: np.ndarray) -> float:
-    """``max |array|`` (0 when empty) without forming ``|array|``: ``max(max(array, 0), −min(array, 0))``.
-
-    Parameters
-    ----------
-    array : numpy.ndarray
-        A real array of any shape.
-
-    Returns
-    -------
-    float
-    """
-    return max(float(array.max(initial=0.0)), -float(array.min(initial=0.0)))
 
 
 def require_integral(name: str, array: np.ndarray) -> None:

@@ -280,7 +280,7 @@ def test_integer_modes_whole_table_scans_make_no_table_sized_temporary():
 def test_is_integral_and_abs_max_agree_with_the_whole_array_expressions(rows):
     """Row blocks change no answer: a non-integer (or NaN, or the largest magnitude) in any block, the first
     or the last, is found, compared with the whole-array expressions as the reference."""
-    from georecall.constructions import arithmetic
+    from georecall.constructions import array_scans
 
     rng = np.random.default_rng(rows)
     table = rng.integers(-5, 6, size=(rows, 64)).astype(np.float64)
@@ -288,7 +288,32 @@ def test_is_integral_and_abs_max_agree_with_the_whole_array_expressions(rows):
         for value in (0.5, np.nan, -1e6, 3.0):
             broken = table.copy()
             broken[where, -1] = value
-            assert arithmetic.is_integral(broken) == bool(np.array_equal(broken, np.rint(broken)))
+            assert array_scans.is_integral(broken) == bool(np.array_equal(broken, np.rint(broken)))
             if not np.isnan(value):
-                assert arithmetic.abs_max(broken) == float(np.abs(broken).max())
-    assert arithmetic.is_integral(np.zeros((0, 3))) and arithmetic.abs_max(np.zeros((0, 3))) == 0.0
+                assert array_scans.abs_max(broken) == float(np.abs(broken).max())
+    assert array_scans.is_integral(np.zeros((0, 3))) and array_scans.abs_max(np.zeros((0, 3))) == 0.0
+
+
+@pytest.mark.parametrize("rows", [1, 7, 40000])
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_row_norms_and_column_extremes_agree_with_the_whole_array_expressions(rows, dtype):
+    """The largest row l1 norm, the column extremes and a NaN's |max| from row blocks (several at 40,000 rows:
+    one block is 8 MiB) against the whole-array expressions, the largest row in the first, middle or last
+    block."""
+    from georecall.constructions import array_scans
+
+    assert array_scans.SCAN_BYTES < 40000 * 64 * 8  # many blocks at the largest size
+    rng = np.random.default_rng(rows)
+    table = rng.integers(-5, 6, size=(rows, 64)).astype(dtype)
+    for where in {0, rows // 2, rows - 1}:
+        planted = table.copy()
+        planted[where] = 100
+        wide = planted.astype(np.float64)
+        assert array_scans.row_l1_max(planted) == float(np.abs(wide).sum(axis=1).max())
+        top, bottom = array_scans.column_extremes(planted)
+        assert np.array_equal(top, wide.max(axis=0)) and np.array_equal(bottom, wide.min(axis=0))
+        planted[where, 0] = np.nan
+        assert np.isnan(array_scans.abs_max(planted))
+    assert array_scans.row_l1_max(np.zeros((0, 3))) == 0.0
+    with pytest.raises(ValueError, match="no rows"):
+        array_scans.column_extremes(np.zeros((0, 3)))

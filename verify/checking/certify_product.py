@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from georecall.constructions.arithmetic import EXACT_INTEGER_LIMIT, integer_bounds
+from georecall.constructions.array_scans import abs_max, is_integral, row_l1_max
 from georecall.constructions.decoding import iter_chunks
 from georecall.constructions.encoding import TaskEncoding
 from georecall.constructions.forward import forward
@@ -34,18 +35,15 @@ from georecall.verify.checking.certify_relaxation import (
     QueryType,
     SparseRight,
     Unsupported,
-    abs_max,
     chunk_rows,
     codebook_allowance,
     content_key,
     decode_distinct,
     failure_limits,
     float_allowance,
-    is_integral,
     point_chunks,
     preactivation_slack,
     query_types,
-    row_l1_max,
 )
 from georecall.verify.checking.decoders import dense_decode, detect_hypercube, hypercube_decode
 

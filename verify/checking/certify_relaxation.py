@@ -19,6 +19,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from georecall.constructions.array_scans import abs_max, column_extremes
 from georecall.constructions.encoding import TaskEncoding
 from georecall.constructions.model import Model
 from georecall.errors import InputError
@@ -38,20 +39,16 @@ __all__ = [
     "QueryType",
     "SparseRight",
     "Unsupported",
-    "abs_max",
     "chunk_rows",
     "codebook_allowance",
-    "column_extremes",
     "content_key",
     "decode_distinct",
     "exact_scores",
     "failure_limits",
     "float_allowance",
-    "is_integral",
     "point_chunks",
     "preactivation_slack",
     "query_types",
-    "row_l1_max",
     "stand_in",
 ]
 
@@ -59,7 +56,6 @@ MAX_POINTS = 2**24  # largest product of enumerated slot codebooks per query typ
 CHUNK_POINTS = 2**16  # points evaluated at once (at most)
 CHUNK_BYTES = 2**27  # the arrays of one chunk of points (``chunk_rows``)
 KEEP_FAILING = 64  # failing points kept (lowest margins first) for the search of a realizable one
-SCAN_BYTES = 2**24  # bytes of an array scanned at once (no temporary of a 2^24-code read-out's size)
 FAR = 800  # score gaps beyond which a softmax weight is 0 in float64 (e^-800 < 2^-1074)
 ETA = 2.0**-1074  # the smallest subnormal: a product's absolute underflow error is at most ETA / 2
 UNIT = -1  # the "position" of a slot that is an MLP unit's row (facts in W2: A1, A2(a))
@@ -729,81 +725,3 @@ def _finite(bound: float) -> float:
         raise Unsupported(f"float mode: the forward-error bound overflows ({bound}): the weights' magnitudes "
                           "exceed what float64 can bound")
     return bound
-
-
-def _row_blocks(array: np.ndarray, widen: bool = False):
-    """Row blocks of ``array`` of about :data:`SCAN_BYTES` each; ``widen``: float16 blocks as float32
-    (exact, and faster to compute with)."""
-    rows = max(1, SCAN_BYTES // max(1, array[0].nbytes if array.ndim and len(array) else 1))
-    for start in range(0, len(array) if array.ndim else 1, rows):
-        block = array[start : start + rows] if array.ndim else array
-        yield block.astype(np.float32) if widen and block.dtype == np.float16 else block
-
-
-def is_integral(array: np.ndarray) -> bool:
-    """Whether every entry of ``array`` is an integer (exact comparison with its rounding), scanned in row
-    blocks.
-
-    Parameters
-    ----------
-    array : numpy.ndarray
-
-    Returns
-    -------
-    bool
-    """
-    return all(np.array_equal(block, np.rint(block)) for block in _row_blocks(np.asarray(array), True))
-
-
-def row_l1_max(array: np.ndarray) -> float:
-    """``max_i Σ_j |array[i, j]|`` in float64, scanned in row blocks (0 for no rows).
-
-    Parameters
-    ----------
-    array : numpy.ndarray
-        2-D.
-
-    Returns
-    -------
-    float
-    """
-    return max((float(np.abs(block).sum(axis=1, dtype=np.float64).max(initial=0.0))
-                for block in _row_blocks(array, True)), default=0.0)
-
-
-def abs_max(array: np.ndarray) -> float:
-    """``max |array|`` as a float (0 for an empty array), scanned in row blocks (no temporary of the
-    array's size).
-
-    Parameters
-    ----------
-    array : numpy.ndarray
-
-    Returns
-    -------
-    float
-    """
-    blocks = _row_blocks(np.asarray(array))
-    return max((float(np.abs(block).max(initial=0.0)) for block in blocks), default=0.0)
-
-
-def column_extremes(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(array.max(axis=0), array.min(axis=0))`` as float64, scanned in row blocks (float16 widened to
-    float32 first: exact, and far faster to reduce).
-
-    Parameters
-    ----------
-    array : numpy.ndarray
-        2-D, at least one row.
-
-    Returns
-    -------
-    (numpy.ndarray, numpy.ndarray)
-    """
-    top = bottom = None
-    for block in _row_blocks(np.asarray(array), True):
-        hi, lo = block.max(axis=0).astype(np.float64), block.min(axis=0).astype(np.float64)
-        top = hi if top is None else np.maximum(top, hi)
-        bottom = lo if bottom is None else np.minimum(bottom, lo)
-    assert top is not None and bottom is not None
-    return top, bottom

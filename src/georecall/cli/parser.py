@@ -158,7 +158,8 @@ def _load_named_construction(argv: list[str]) -> InputError | None:
     The spec, or what loading it raised, is kept for the command (``common.resolve_spec`` within
     ``common.constructions_loaded_once``): the module runs once, and a refusal is raised where it is raised
     without this look ahead. Returns that refusal (None: nothing refused)."""
-    if not any(arg == "--construction" or arg.startswith("--construction=") for arg in argv):
+    if not any(arg == "--construction" or arg.startswith("--construction=") for arg in argv) or \
+            not any(":" in arg for arg in argv):  # the common line: no parser built twice
         return None
     command = _command_parser(build_parser(), argv)
     if command is None or BUILDER_OPTION_DEST not in command._defaults:  # offers no spec's own options

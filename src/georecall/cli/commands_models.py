@@ -21,6 +21,7 @@ from georecall.cli.common import (
     output_path,
     require_enumerable,
     require_matplotlib,
+    resolve_spec,
     task_file,
 )
 from georecall.cli.params import (
@@ -31,7 +32,6 @@ from georecall.cli.params import (
     ProbeParams,
     TransferParams,
 )
-from georecall.constructions import registry
 from georecall.constructions.canonical import model_fingerprint
 from georecall.constructions.model import ATTENTION_KINDS
 from georecall.constructions.storage import load_model
@@ -506,7 +506,7 @@ def _export_construction(p: ExportParams):
     """The construction of ``--construction`` built for THE seeded task (or ``--task``): model, task,
     queries, promise, record and the memory estimate (required before the build)."""
     from georecall.exporters import query_set  # the export extra's torch: only when exporting
-    spec = registry.resolve(p.construction or "geometric")
+    spec = resolve_spec(p.construction or "geometric", None)  # a user's: loaded once per command line
     k = p.k if p.k is not None else (1 if spec.hops == "single" else 2)
     if spec.hops == "single" and k != 1:
         raise InputError(f"{spec.label} answers single-hop queries: --k must be 1, got {k}")

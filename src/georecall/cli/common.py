@@ -3,8 +3,10 @@ input paths validated before the work, the construction a command names, the fig
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -30,6 +32,7 @@ __all__ = [
     "LIMITS",
     "binary_codes_fit",
     "code_kind",
+    "constructions_loaded_once",
     "count_results_file",
     "document",
     "figure_files_need_a_folder",
@@ -265,8 +268,33 @@ def input_file(path: str, what: str) -> str:
     return path
 
 
+# While one command line runs (:func:`constructions_loaded_once`): each user's construction it named, by its
+# key, with what loading it gave (the spec, or the refusal); None outside a run.
+_LOADED: dict[str, registry.ConstructionSpec | InputError] | None = None
+
+
+@contextlib.contextmanager
+def constructions_loaded_once() -> Iterator[None]:
+    """While the ``with`` block runs (one command line), :func:`resolve_spec` loads each ``MODULE:ATTR`` /
+    ``FILE.py:ATTR`` once: the parser's look ahead at ``--construction`` (for the spec's own options) and the
+    command get the same spec, or the same refusal, from one run of the user's module.
+
+    Yields
+    ------
+    None
+    """
+    global _LOADED
+    outer, _LOADED = _LOADED, {}
+    try:
+        yield
+    finally:
+        _LOADED = outer
+
+
 def resolve_spec(name: str, hops: str | None) -> registry.ConstructionSpec:
-    """The construction a command names (``registry.resolve``), of ``hops`` hops when given.
+    """The construction a command names (``registry.resolve``), of ``hops`` hops when given. Within
+    :func:`constructions_loaded_once`, a user's ``MODULE:ATTR`` / ``FILE.py:ATTR`` is loaded the first time
+    only; later calls give its spec again, or raise again what loading it raised.
 
     Parameters
     ----------
@@ -282,13 +310,30 @@ def resolve_spec(name: str, hops: str | None) -> registry.ConstructionSpec:
     Raises
     ------
     InputError
-        An unknown construction, or one of the other number of hops.
+        An unknown construction (whatever ``registry.resolve`` refuses), or one of the other number of hops.
+    UserCodeError
+        A user's construction module raised while being imported.
     """
-    spec = registry.resolve(name)
+    spec = _loaded_once(name)
     if hops is not None and spec.hops != hops:
         other = "multi-hop" if spec.hops == "multi" else "single-hop"
         raise InputError(f"{spec.label} is a {spec.hops}-hop construction: use check {other}")
     return spec
+
+
+def _loaded_once(name: str) -> registry.ConstructionSpec:
+    """``registry.resolve(name)``; a user's construction once per command line (:data:`_LOADED`)."""
+    if _LOADED is None or not isinstance(name, str) or ":" not in name:
+        return registry.resolve(name)
+    if name not in _LOADED:
+        try:
+            _LOADED[name] = registry.resolve(name)
+        except InputError as exc:  # UserCodeError included: raised again, with its cause, when named again
+            _LOADED[name] = exc
+    loaded = _LOADED[name]
+    if isinstance(loaded, InputError):
+        raise loaded
+    return loaded
 
 
 def count_results_file(est: Estimate, path: str) -> None:

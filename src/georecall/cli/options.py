@@ -203,7 +203,9 @@ def add_own_options(p: argparse.ArgumentParser, command: str, hops: str | None) 
     """Declare the builder options that registered specs declare themselves (``ConstructionSpec.own_options``
     of the specs of ``hops``, each name once, the first declaration kept), gathered into one dict,
     :data:`BUILDER_OPTION_DEST` (None when none is given). An option whose flag the command already has is not
-    offered there (it stays a Python option).
+    offered there (it stays a Python option). A user's spec named on the command line (``--construction
+    MODULE:ATTR`` / ``FILE.py:ATTR``) is among them: :mod:`.parser` loads it, which registers it, before it
+    builds the parser.
 
     Parameters
     ----------

@@ -23,14 +23,23 @@ import traceback
 import warnings
 from typing import Any
 
-from georecall import __version__
+from georecall import __version__, usercode
 from georecall.cli import commands, render
 from georecall.cli import params as cli_params
+from georecall.cli.common import constructions_loaded_once, resolve_spec
 from georecall.cli.declarations import DECLARATIONS
-from georecall.cli.options import DEBUG_VARIABLE, SHARED, Parser, UsageError
+from georecall.cli.options import (
+    BUILDER_OPTION_DEST,
+    DEBUG_VARIABLE,
+    SHARED,
+    Parser,
+    UsageError,
+    shared_parents,
+)
 from georecall.constructions import registry
 from georecall.errors import InputError, UserCodeError
 from georecall.io import WRITE_ERRORS, write_error
+from georecall.memory import Budget
 
 __all__ = ["CONFLICTS", "DEBUG_VARIABLE", "SHARED", "UsageError", "build_parser", "given_options", "main",
            "refuse_conflicts"]
@@ -123,6 +132,63 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 build_parser = _build_parser  # the public name (main looks it up at call time; tests may replace it)
+
+
+def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser | None:
+    """The parser of the command that ``argv`` names (``check single-hop``: the ``single-hop`` parser of
+    ``check``), or None when ``argv`` names none."""
+    words = iter(arg for arg in argv if not arg.startswith("-"))
+    while True:
+        kinds = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if kinds is None:
+            return parser
+        word = next(words, None)
+        if word not in kinds.choices:
+            return None
+        parser = kinds.choices[word]
+
+
+def _load_named_construction(argv: list[str]) -> InputError | None:
+    """Load the user's construction that ``argv`` names (``--construction MODULE:ATTR`` / ``FILE.py:ATTR``)
+    before ``argv`` is parsed, so that the parser offers its spec's own options: a loaded spec is registered,
+    and ``options.add_own_options`` declares the options of the registered specs. Only for a command that
+    offers them (check, certify, export); the module runs under the limits of the line's
+    ``--build-timeout``, ``--max-gib`` and ``--json``, as it would when the command loads it.
+
+    The spec, or what loading it raised, is kept for the command (``common.resolve_spec`` within
+    ``common.constructions_loaded_once``): the module runs once, and a refusal is raised where it is raised
+    without this look ahead. Returns that refusal (None: nothing refused)."""
+    if not any(arg == "--construction" or arg.startswith("--construction=") for arg in argv) or \
+            not any(":" in arg for arg in argv):  # the common line: no parser built twice
+        return None
+    command = _command_parser(build_parser(), argv)
+    if command is None or BUILDER_OPTION_DEST not in command._defaults:  # offers no spec's own options
+        return None
+    ahead = Parser(add_help=False, parents=shared_parents(command.get_default("command")))
+    for action in command._actions:  # --construction as the command declares it (one value or several)
+        if action.dest == "construction":
+            ahead._add_action(action)  # shared, as argparse's parents= shares it
+    try:
+        named, _ = ahead.parse_known_args(argv)
+    except UsageError:  # a bad value of these options: the parser says so, in its own words
+        return None
+    given = named.construction if isinstance(named.construction, list) else [named.construction]
+    keys = [key for key in dict.fromkeys(given) if isinstance(key, str) and ":" in key]
+    if not keys:
+        return None
+    before, refused = usercode.current_limits(), None
+    usercode.set_limits(timeout=named.build_timeout, budget=Budget.from_gib(getattr(named, "max_gib", None)),
+                        json=getattr(named, "json", False), command=command.get_default("command"))
+    try:
+        for key in keys:
+            try:
+                resolve_spec(key, None)
+            except InputError as exc:  # UserCodeError too: kept, raised again when the command names it
+                refused = refused or exc
+    finally:
+        usercode.set_limits(timeout=before.timeout, budget=before.budget, json=before.json,
+                            command=before.command)
+    return refused
 
 
 def _say(message: str) -> None:
@@ -264,16 +330,32 @@ class _Session:
             print("georecall: error: give a command (listed above); georecall COMMAND --help shows its "
                   "options", file=sys.stderr, flush=True)
             return 2
-        with _sigterm_as_interrupt(), warnings.catch_warnings(record=True) as caught:
+        with _sigterm_as_interrupt(), warnings.catch_warnings(record=True) as caught, \
+                constructions_loaded_once():
             warnings.simplefilter("default")
             self.caught = caught
-            args = build_parser().parse_args(self.argv)
+            # a user's construction named on the line is loaded before parsing (its spec's own options); what
+            # its module prints or warns is held back until the command runs, where it would load it
+            loading = io.StringIO()
+            with contextlib.redirect_stdout(loading), warnings.catch_warnings(record=True) as early:
+                warnings.simplefilter("default")
+                refused = _load_named_construction(self.argv)
+            try:
+                args = build_parser().parse_args(self.argv)
+            except UsageError:
+                if refused is None:
+                    raise
+                self.printed.write(loading.getvalue())
+                caught.extend(early)
+                raise refused  # noqa: B904 - the construction that did not load is the cause: its line
             self.command = args.command
             self.params = {key: value for key, value in vars(args).items()
                            if key not in cli_params.STRUCTURE}
             refuse_conflicts(args, given_options(self.argv))
             params = cli_params.build(args)  # typed, once; the budget is created here
             self.json = isinstance(params, cli_params.Json) and params.json
+            self.printed.write(loading.getvalue())
+            caught.extend(early)
             with contextlib.redirect_stdout(self.printed):
                 doc = commands.COMMANDS[args.command](params)
             lines = _warning_lines(caught)

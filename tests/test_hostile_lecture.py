@@ -128,8 +128,26 @@ def test_a_hostile_cell_is_one_line_and_leaves_no_temporary(case, tmp_path):
     assert written in ([], ["nb.ipynb"]), written  # nothing but the folder the cell itself made
     process = _cli(["--notebook", str(source), "--out", str(tmp_path / "text"), *extra])
     stdout, stderr = process.communicate(timeout=300)
-    lines = stderr.strip().splitlines()
+    progress = [line for line in stderr.strip().splitlines() if line.startswith("lecture: ")]
+    lines = [line for line in stderr.strip().splitlines() if not line.startswith("lecture: ")]
+    assert progress and progress[0].startswith("lecture: running the 1 code cells"), stderr  # no --json
     assert process.returncode == status and len(lines) == 1 and needle in lines[0], stderr
+
+
+@pytest.mark.slow
+def test_a_lecture_shows_its_progress_and_json_keeps_stderr_empty(tmp_path):
+    """Without --json a line as the kernel starts and one per code cell run ([i/n]); with --json none."""
+    source = tmp_path / "nb.md"
+    source.write_text(HEADER + "# a lecture\n\n```python\nx = 1\n```\n\ntext\n\n```python\ny = x + 1\n```\n")
+    process = _cli(["--notebook", str(source), "--out", str(tmp_path / "text")])
+    _, stderr = process.communicate(timeout=300)
+    lines = stderr.strip().splitlines()
+    assert process.returncode == 0, stderr
+    assert lines[0].startswith("lecture: running the 2 code cells of ") and "kernel" in lines[0], lines
+    assert [line.split(" cells run")[0] for line in lines[1:]] == ["lecture: [1/2]", "lecture: [2/2]"], lines
+    process = _cli(["--notebook", str(source), "--out", str(tmp_path / "json"), "--json"])
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0 and stderr == "" and json.loads(stdout)["cells"] == 2, stderr
 
 
 # ------------------------------------------------------------------------------------------- signals

@@ -168,7 +168,7 @@ def run_lecture(p: LectureParams) -> dict:
     lecture.read_notebook(source)  # an unreadable notebook is refused before the output folder is made
     out = output_dir(p.out)
     os.makedirs(out, exist_ok=True)
-    built = lecture.build_lecture(source, out, timeout=p.timeout)
+    built = lecture.build_lecture(source, out, timeout=p.timeout, progress=not p.json)
     params = {"out": out, "notebook": source, "timeout": p.timeout}
     return document(p, params, None, **built)
 

@@ -30,6 +30,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -330,7 +331,8 @@ def _written(path: str, data: str, what: str) -> str:
         raise InputError(f"cannot write the {what} {path!r}: {exc.strerror or exc}") from None
 
 
-def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: str = "python3") -> dict:
+def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: str = "python3",
+                  progress: bool = False) -> dict:
     """Execute ``notebook`` (jupytext Markdown) end to end and write ``out_dir/<name>.ipynb``, the handout
     ``out_dir/<name>.html`` and the slides ``out_dir/<name>.slides.html``.
 
@@ -350,6 +352,8 @@ def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: st
         The longest one cell may run, in seconds.
     kernel : str
         The Jupyter kernel's name.
+    progress : bool
+        A line on stderr as the kernel starts and as each code cell finishes (``[i/n]``, seconds so far).
 
     Returns
     -------
@@ -379,10 +383,24 @@ def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: st
     html_path = validate_output_path(os.path.join(out_dir, f"{name}.html"), what="lecture page")
     slides_path = validate_output_path(os.path.join(out_dir, f"{name}.slides.html"), what="lecture slides")
     nb.metadata["kernelspec"] = {"name": kernel, "display_name": "Python 3", "language": "python"}
-    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel,
-                            resources={"metadata": {"path": os.path.abspath(out_dir)}})
-    interrupt = _Interrupt()
     start = time.perf_counter()
+    code_cells = sum(1 for cell in nb.cells if cell.cell_type == "code")
+    done = 0
+
+    def cell_finished(cell, **_) -> None:
+        nonlocal done
+        if cell.cell_type == "code":
+            done += 1
+            print(f"lecture: [{done}/{code_cells}] cells run, {time.perf_counter() - start:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel,
+                            resources={"metadata": {"path": os.path.abspath(out_dir)}},
+                            **({"on_cell_executed": cell_finished} if progress else {}))
+    interrupt = _Interrupt()
+    if progress:
+        print(f"lecture: running the {code_cells} code cells of {notebook} in a fresh {kernel} kernel",
+              file=sys.stderr, flush=True)
     try:
         _run(client, interrupt)
     except CellTimeoutError:

@@ -133,3 +133,60 @@ def test_a_cot_bound_made_too_strong_fails_the_gap_row(monkeypatch, fast):
 
     monkeypatch.setattr(lower, "chain_of_thought", tripled)
     assert failing_rows(section_bounds(0)) == [ROWS[4]]
+
+
+# ------------------------------------------------------------------ rows that check nothing, and their sizes
+
+
+def test_a_construction_without_a_bits_claim_leaves_both_rows_not_covered():
+    """A planted construction that makes no bits claim: its bits and bounds rows check nothing, so they are
+    not covered (the reason said), never a PASS and never a failure; the same construction with its claim is
+    the control (covered, passed)."""
+    from georecall.constructions import registry
+
+    g1 = registry.get("G1")
+    bare = dataclasses.replace(g1, id="NOCLAIM", name="no-claim", bits=None)
+    rows = bounds_checks.bits_and_bound_reports(0, specs=[bare])
+    assert [r.name for r in rows] == ROWS[3:]
+    for row in rows:
+        doc = row.as_dict()
+        assert row.not_covered == "NOCLAIM makes no bits claim" and doc["not_covered"] == row.not_covered
+        assert not row.passed and not doc["passed"] and row.result.n_queries == 0
+        assert not [name for name, ok in row.extra_checks.items() if not ok]  # nothing failed either
+    control = bounds_checks.bits_and_bound_reports(0, specs=[g1])
+    assert all(r.not_covered is None and r.passed and r.result.n_queries > 0 for r in control)
+
+
+def test_a_gap_row_whose_every_bound_is_vacuous_is_not_covered(monkeypatch):
+    """A governing bound planted vacuous (d_min = 0) gives the gap row nothing to check: not covered."""
+    from georecall.constructions import registry
+
+    real = lower.total_information
+    monkeypatch.setattr(lower, "total_information",
+                        lambda N, R, k=1, b=1, P0=0: dataclasses.replace(real(N, R, k, b, P0), d_min=0))
+    bits, gaps = bounds_checks.bits_and_bound_reports(0, specs=[registry.get("G1")])
+    assert bits.passed and bits.not_covered is None
+    assert not gaps.passed and gaps.not_covered is not None and "vacuous" in gaps.not_covered
+
+
+def test_the_bits_and_gap_rows_name_the_sizes_they_measured(fast):
+    """Each construction's N and R (and k above 1) in the rows' words; with one set of sizes, in the rows'
+    parameters too (the table's N, R, k columns)."""
+    from georecall.constructions import registry
+
+    def words(N, R, k):
+        return f"N = {N}, R = {R}" + (f", k = {k}" if k > 1 else "")
+
+    bits, gaps = bounds_checks.bits_and_bound_reports(0)
+    sizes = {spec.id: (claim.N, claim.R, claim.k) for spec, claim in bounds_checks.precision_cases()}
+    assert len(set(sizes.values())) > 1  # two sets of sizes: the columns cannot hold them, the words do
+    assert not {"N", "R", "k"} & (set(bits.params) | set(gaps.params))
+    for name, (N, R, k) in sizes.items():
+        b = bits.extra["records"][name]["smallest_exact_bits"]
+        assert f"{name} {b} at {words(N, R, k)}" in bits.extra["detail"], bits.extra["detail"]
+        assert f"{name} at {words(N, R, k)}: " in gaps.extra["detail"], gaps.extra["detail"]
+    g1 = registry.get("G1")
+    assert g1.bits is not None
+    for row in bounds_checks.bits_and_bound_reports(0, specs=[g1]):
+        assert (row.params["N"], row.params["R"], row.params["k"]) == (g1.bits.N, g1.bits.R, g1.bits.k)
+        assert f"at {words(g1.bits.N, g1.bits.R, 1)}" in row.extra["detail"]

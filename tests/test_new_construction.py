@@ -64,10 +64,15 @@ def test_verify_runs_every_row_of_it_the_bits_row_included(capsys):
     assert set(bits["extra_checks"]) == {"TA1 N=32 R=2 k=1: smallest exact b = 2",
                                          "TA1 N=32 R=2 k=1: b - 1 = 1 fails"}
     assert [row["construction"] for row in bounds["extra"]["gap table"]] == ["TA1"]
+    # at N = 32 its governing bound is vacuous (d_min = 0): the bounds row checked nothing, so it is not
+    # covered (no PASS, no failure), and says why
+    assert bounds["extra"]["gap table"][0]["needed_d_min"] == 0 and not bounds["extra_checks"]
+    assert not bounds["passed"] and "vacuous" in bounds["not_covered"]
 
 
 def test_a_wrong_bits_claim_fails_the_bits_row(capsys):
     doc = run(capsys, "verify", "--construction", WRONG, code=1)
-    failed = [report["name"] for report in doc["reports"] if not report["passed"]]
+    failed = [report["name"] for report in doc["reports"]
+              if not report["passed"] and not report["not_covered"]]
     assert failed == ["bits needed: smallest exact b, b-1 fails"]
     assert not doc["reports"][2]["extra_checks"]["TA1x N=32 R=2 k=1: smallest exact b = 1"]

@@ -1,7 +1,9 @@
-"""``georecall verify`` as a newcomer meets it (issue 44): one progress line per step with ``[i/n]``, the time
-so far and an estimate of the time left; a result table that fits 100 columns, each row's numbers that are
-not sizes said in words under it; ``--full`` named and refused where it does nothing; OpenBLAS on one thread
-while the rows run; ``georecall`` alone prints the command list (exit 2)."""
+"""``georecall verify`` as a newcomer meets it (issue 44): one progress line per step with ``[i/n steps]``,
+the time so far and an estimate of the time left (steps, not the checks of the summary: a step may give two
+rows); a result table that fits 100 columns, each row's numbers that are not sizes said in words under it;
+a row that checked nothing shown NOT COVERED, counted apart and no failure; ``--full`` named and refused where
+it does nothing; OpenBLAS on one thread while the rows run; ``georecall`` alone prints the command list (exit
+2)."""
 
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ def test_progress_lines_count_steps_and_estimate_the_time_left(monkeypatch, caps
     lines = capsys.readouterr().err.strip().splitlines()
     assert [r.name for r in reports] == ["a", "b"] and len(lines) == 2
     for i, (line, title) in enumerate(zip(lines, ["first section", "second section"]), 1):
-        assert re.fullmatch(rf"\[{i}/2\] {title} … \d+ s elapsed, about \d+ s left", line), line
+        assert re.fullmatch(rf"\[{i}/2 steps\] {title} … \d+ s elapsed, about \d+ s left", line), line
     suite.verify_reports(progress=False)
     assert capsys.readouterr().err == ""
 
@@ -147,6 +149,61 @@ def test_the_table_checks_its_width_against_a_narrower_limit():
     assert max(len(line) for line in table.splitlines()) > 60
 
 
+def test_a_claim_row_with_nothing_to_check_is_not_covered():
+    """A claim row without claims checked nothing: not covered (its reason said), never a PASS; one claim
+    makes it covered again (the control)."""
+    empty = claim_report("nothing", {}, {}, 0.0, {})
+    assert empty.not_covered == "no claim to check" and not empty.passed
+    assert empty.as_dict()["not_covered"] == "no claim to check" and not empty.as_dict()["passed"]
+    said = claim_report("nothing", {}, {}, 0.0, {}, not_covered="X makes no bits claim")
+    assert said.not_covered == "X makes no bits claim" and not said.passed
+    held = claim_report("something", {}, {"holds": True}, 0.0, {}, not_covered="unused: a claim was checked")
+    assert held.not_covered is None and held.passed and held.as_dict()["not_covered"] is None
+
+
+def test_the_table_shows_a_row_that_checked_nothing_as_not_covered():
+    planted = claim_report("bits needed", {}, {}, 0.0, {}, not_covered="X makes no claim")
+    rows = _sample_reports()[:3] + [planted]
+    text = render.to_text(_doc(rows, full=True))
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    row = next(i for i, line in enumerate(lines) if "bits needed" in line)
+    assert lines[row].startswith("NOT COVERED  bits needed") and "PASS" not in lines[row]
+    assert lines[row + 1].strip() == "not covered: X makes no claim"  # why, under its row
+    assert "3/3 checks passed, 1 not covered in 1.0 s" in text  # counted apart, not as passed
+    assert "4/4" not in text and "3/4" not in text
+
+
+def _planted_sections(*rows):
+    """One section (one step) whose rows are claim rows: ``True`` passes, ``False`` fails, ``None`` checks
+    nothing."""
+    def section(seed, progress, budget=None):
+        return [claim_report(f"row {i}", {}, {} if ok is None else {"holds": ok}, 0.0, {})
+                for i, ok in enumerate(rows)]
+    return [("planted section", section)]
+
+
+def test_a_not_covered_row_leaves_the_exit_code_and_counts_apart(monkeypatch, capsys):
+    """Planted rows through the command: a not-covered row is no failure (exit 0), counted apart in the
+    summary and said in --json; a failing row beside it still fails the run (exit 1). The progress counts
+    steps (one here) and says so; the summary counts checks (two here)."""
+    import json
+
+    monkeypatch.setattr(suite, "SECTIONS", _planted_sections(True, True, None))
+    code, out, err = run(["verify"], capsys)
+    summary = r"seed 0: {}/2 checks passed, 1 not covered in [\d.]+ s -> {}$"
+    assert code == 0 and re.search(summary.format(2, "PASS"), out, re.M)
+    assert re.match(r"\[1/1 steps\] planted section … ", err), err
+    code, out, _ = run(["verify", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["passed"] and doc["status"] == 0
+    assert [(r["passed"], r["not_covered"]) for r in doc["reports"]] == [
+        (True, None), (True, None), (False, "no claim to check")]
+    monkeypatch.setattr(suite, "SECTIONS", _planted_sections(True, False, None))
+    code, out, _ = run(["verify", "--quiet"], capsys)
+    assert code == 1 and re.search(summary.format(1, "FAIL"), out, re.M)
+
+
 # ------------------------------------------------------------------------------------------ command line
 
 
@@ -192,7 +249,7 @@ def test_verify_construction_counts_its_own_steps(capsys):
     reports = suite.verify_reports([spec], progress=True)
     lines = capsys.readouterr().err.strip().splitlines()
     n = len(spec.verify_cases) + 2  # its cases, its certified row, its bits and bounds rows (one step)
-    assert len(lines) == n and all(line.startswith(f"[{i}/{n}] ") for i, line in enumerate(lines, 1))
+    assert len(lines) == n and all(line.startswith(f"[{i}/{n} steps] ") for i, line in enumerate(lines, 1))
     assert [r.name for r in reports] == [r.name for r in suite.construction_reports(spec)]
 
 

@@ -1,6 +1,7 @@
 """A check's report and its verdict: a named check with its parameters, the promise, what was achieved and
 whether it passed (:class:`Report`, whose ``passed`` is the one name of a check's outcome from here to the
-exit code); the comparison of an achieved margin with the promised one (:func:`margin_reaches`); the
+exit code, and whose ``not_covered`` says why a row that checked nothing is neither a PASS nor a failure);
+the comparison of an achieved margin with the promised one (:func:`margin_reaches`); the
 exhaustive check of a built construction against its promise (:func:`check_construction`); and a report for
 claims that are not query checks (:func:`claim_report`).
 """
@@ -76,7 +77,12 @@ def margin_reaches(achieved: float, promised: float, dtype: str | np.dtype = "fl
 
 @dataclass
 class Report:
-    """A named check with its parameters, the promise, what was achieved and the verdict."""
+    """A named check with its parameters, the promise, what was achieved and the verdict.
+
+    A row that checked nothing (a claim row without claims, e.g. the bits row of a construction that makes
+    no bits claim) is **not covered**: ``not_covered`` holds why, its ``passed`` is False (it proves
+    nothing), and it is no failure either: ``georecall verify`` counts it apart and its exit code ignores it.
+    """
 
     name: str
     params: dict
@@ -89,6 +95,8 @@ class Report:
     # certified margin of the weights as built, before storage rounding (:func:`check_construction`).
     before_storage: CheckResult | None = None
     storage_dtype: str | None = None
+    # Why the row checked nothing ("not covered"; None: it covered what its name says).
+    not_covered: str | None = None
 
     def _stored_margin_reaches(self) -> bool:
         assert self.promise is not None
@@ -119,7 +127,10 @@ class Report:
     @property
     def passed(self) -> bool:
         """The verdict: every query answered and every extra check holding, and with a promise the promised d
-        and m achieved and its margin reached (:attr:`basis` not None)."""
+        and m achieved and its margin reached (:attr:`basis` not None); never for a row that checked nothing
+        (:attr:`not_covered` set)."""
+        if self.not_covered is not None:
+            return False
         if not self.result.exact or not all(self.extra_checks.values()):
             return False
         if self.promise is None:
@@ -128,9 +139,10 @@ class Report:
 
     def as_dict(self) -> dict:
         """The report as a JSON-able dict (one entry of ``georecall check --json``'s ``reports``), with
-        ``storage`` (the margins before and after storage) when the weights were stored in a coarser
-        format."""
-        doc = {"name": self.name, "passed": self.passed, "params": self.params,
+        ``not_covered`` (why the row checked nothing, or None), and ``storage`` (the margins before and after
+        storage) when the weights were stored in a coarser format."""
+        doc = {"name": self.name, "passed": self.passed, "not_covered": self.not_covered,
+               "params": self.params,
                "promise": None if self.promise is None else self.promise.as_dict(),
                "achieved": self.achieved, "check": self.result.as_dict(), "extra": self.extra,
                "extra_checks": self.extra_checks,
@@ -218,7 +230,7 @@ def _holds_exactly(model: Model, dtype: np.dtype) -> bool:
 
 
 def claim_report(name: str, params: dict, checks: dict[str, bool], seconds: float, achieved: dict,
-                 extra: dict | None = None) -> Report:
+                 extra: dict | None = None, not_covered: str | None = None) -> Report:
     """A report for claims that are not query checks (counts, bounds): each named check is one 'query'.
 
     Parameters
@@ -235,13 +247,16 @@ def claim_report(name: str, params: dict, checks: dict[str, bool], seconds: floa
         What was achieved (recorded as is).
     extra : dict, optional
         Further fields for the report.
+    not_covered : str, optional
+        Why there is nothing to check, said when ``checks`` is empty (default "no claim to check").
 
     Returns
     -------
     Report
         No promise; its result counts ``len(checks)`` queries, the true claims correct (min margin NaN), one
         failure record per false claim (``"claim"`` its name); ``extra_checks`` holds every claim, so the
-        report passes exactly when all claims hold (also when ``checks`` is empty).
+        report passes exactly when all claims hold. With ``checks`` empty it is not covered
+        (``Report.not_covered`` holds the reason): a row that checked nothing is never a PASS.
     """
     ok = sum(bool(v) for v in checks.values())
     failures = [{"query": i, "tokens": [], "expected": 1, "predicted": 0, "margin": 0.0, "claim": name}
@@ -249,4 +264,6 @@ def claim_report(name: str, params: dict, checks: dict[str, bool], seconds: floa
     result = CheckResult(len(checks), ok, float("nan"), -1, failures, seconds=seconds)
     report = Report(name, params, None, result, achieved, extra or {})
     report.extra_checks.update({k: bool(v) for k, v in checks.items()})
+    if not checks:
+        report.not_covered = not_covered or "no claim to check"
     return report

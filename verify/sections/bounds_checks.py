@@ -13,7 +13,8 @@ Every row is a claim that a broken input makes FAIL (``tests/test_bounds_checks.
 4. **bits needed: smallest exact b, b−1 fails** — each registered construction with a bits claim
    (``ConstructionSpec.bits``, a :class:`~georecall.constructions.registry.BitsClaim`) quantized per tensor
    (``checking.precision``) at the smallest exact b, and at b − 1, which must fail; the smallest b must be the
-   claimed ``needed``; constructions without a claim are listed as not covered; at least one construction's
+   claimed ``needed``; constructions without a claim are listed as not covered (a row with no claim to check
+   is not covered, ``Report.not_covered``: never a PASS, never a failure); at least one construction's
    quantization at its b must change the model (else the row would only re-run the unquantized checks);
    embeddings claimed to fit ``per_parameter``-bit per-coordinate codebooks (G1, G2, C1: 1 bit) must.
 5. **lower bounds <= verified constructions** — for each construction just verified exact at b bits, the
@@ -303,7 +304,10 @@ def bits_and_bound_reports(seed: int = 0, progress: bool = False, budget: Budget
     Returns
     -------
     list of Report
-        The two rows; a construction without a bits claim is named in both as not covered.
+        The two rows, each naming the sizes it measured (N, R, k per construction in its detail; in its
+        parameters too when every construction was measured at the same sizes); a construction without a bits
+        claim is named in both as not covered, and a row that checks nothing is not covered
+        (``Report.not_covered``), never a PASS.
     """
     budget = as_budget(budget)
     reports = []
@@ -312,22 +316,22 @@ def bits_and_bound_reports(seed: int = 0, progress: bool = False, budget: Budget
     checks, records, instances = precision_checks(seed, progress, budget, specs)
     summary = " ".join(f"{n}:{r['smallest_exact_bits']}" for n, r in records.items())
     uncovered = not_covered() if specs is None else [s.id for s in specs if s.bits is None]
-    # a restricted run where no construction claims anything says so in the rows' names (no claim to check)
-    none = (f" (not covered: {', '.join(uncovered)} makes no bits claim)" if specs is not None and not records
-            else "")
+    # a row that checks nothing (no construction here claims anything) is not covered, and says why
+    no_claim = (f"{', '.join(uncovered)} makes no bits claim" if uncovered
+                else "no construction makes a bits claim")
     # the claims are at binary codes; a construction without a codes option at its own (never called binary)
     kinds = {s.id: "binary" if s.codes is not None else "its own"
              for s in (specs if specs is not None else [s for s, _ in precision_cases()]) if s.id in records}
     codes = "binary" if set(kinds.values()) <= {"binary"} else kinds
-    said = ", ".join(f"{n} {r['smallest_exact_bits']}" for n, r in records.items())
-    detail = (f"smallest bits per parameter keeping every query exact: {said}" if records else
-              "no construction here makes a bits claim") + (
-        f"; not covered (no bits claim): {', '.join(uncovered)}" if uncovered else "")
-    reports.append(claim_report(f"bits needed: smallest exact b, b-1 fails{none}",
-                                {"seed": seed, "codes": codes, **chosen}, checks,
-                                time.perf_counter() - start, {"d": summary, "m": ""},
+    said = "; ".join(f"{n} {r['smallest_exact_bits']} at {_sizes(r)}" for n, r in records.items())
+    # (a row without records is not covered: its reason, not its detail, says why)
+    detail = (f"smallest bits per parameter keeping every query exact: {said}" + (
+        f"; not covered (no bits claim): {', '.join(uncovered)}" if uncovered else "")) if records else ""
+    reports.append(claim_report("bits needed: smallest exact b, b-1 fails",
+                                {"seed": seed, "codes": codes, **chosen, **_shared_sizes(records.values())},
+                                checks, time.perf_counter() - start, {"d": summary, "m": ""},
                                 {"records": records, "not covered (no bits claim)": uncovered,
-                                 "detail": detail}))
+                                 "detail": detail}, not_covered=no_claim))
 
     start = time.perf_counter()
     checks, table = gap_checks(instances)
@@ -336,14 +340,31 @@ def bits_and_bound_reports(seed: int = 0, progress: bool = False, budget: Budget
     gap = " ".join([f"{first['construction']} gap"] + [
         f"{first[f'{label}_gap'] or 'vacuous'}@b={first[f'{label}_b']}" for label in shown]) if first else ""
     gaps = "; ".join(
-        f"{r['construction']} " + ", ".join(
+        f"{r['construction']} at {_sizes(r)}: " + ", ".join(
             (f"{r[f'{label}_gap']:.3g}" if r[f"{label}_gap"] else "vacuous") + f" at b = {r[f'{label}_b']}"
             for label in ("needed", "per_parameter") if f"{label}_b" in r)
         for r in table)
-    detail = (f"gap d / d_min of the governing bound (reported, not checked): {gaps}" if gaps
-              else "no verified instance to compare")
-    reports.append(claim_report(f"lower bounds <= verified constructions{none}", {"seed": seed, **chosen},
+    detail = f"gap d / d_min of the governing bound (reported, not checked): {gaps}" if gaps else ""
+    why = (no_claim if not records else "no verified instance to compare" if not table
+           else "every governing lower bound is vacuous here (d_min = 0)")
+    reports.append(claim_report("lower bounds <= verified constructions",
+                                {"seed": seed, **chosen, **_shared_sizes(table)},
                                 checks, time.perf_counter() - start, {"d": gap, "m": ""},
                                 {"gap table": table, "not covered (no bits claim)": uncovered,
-                                 "detail": detail}))
+                                 "detail": detail}, not_covered=why))
     return reports
+
+
+def _sizes(row: dict) -> str:
+    """The sizes a bits record or a gap row measured, in words (k only when above 1)."""
+    return f"N = {row['N']}, R = {row['R']}" + (f", k = {row['k']}" if row["k"] != 1 else "")
+
+
+def _shared_sizes(rows) -> dict:
+    """``{"N", "R", "k"}`` of the rows when they all measured the same sizes (the table's columns show
+    them), else ``{}`` (each row's sizes are named in its detail)."""
+    sizes = {(row["N"], row["R"], row["k"]) for row in rows}
+    if len(sizes) != 1:
+        return {}
+    (N, R, k), = sizes
+    return {"N": N, "R": R, "k": k}

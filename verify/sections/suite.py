@@ -5,7 +5,8 @@ Each section is a function ``(seed, progress, budget) -> list[Report]``; ``SECTI
 reaches, see CONTRIBUTING.md, "Layers"). A construction's rows are
 :func:`georecall.verify.checking.run.run_check` at the sizes its spec lists (``verify_cases``); the other rows
 check the trainer, the probes and the mechanism study. :func:`verify_steps` splits the sections into one step
-per row (the progress line ``[i/n]`` with the time so far and an estimate of the time left);
+per row where it can (the progress line ``[i/n steps]`` with the time so far and an estimate of the time
+left; a step may give more than one row, so ``n`` counts steps, not the checks of the summary);
 ``verify --full`` (:data:`FULL_ONLY`) runs the mechanism row at the study's R = 4 and the frozen-embedding
 threshold beside the learned one, which ``verify`` leaves out to answer in about 30 seconds.
 Every function that allocates takes the run's :class:`~georecall.memory.Budget` (``None``: the default
@@ -132,7 +133,7 @@ def construction_reports(spec: ConstructionSpec, seed: int = 0, progress: bool =
     """Every row of ``georecall verify`` that concerns one construction (``verify --construction``): its
     checks at the sizes its spec lists (``verify_cases``), its "certified for every task" row, and the "bits
     needed" and "lower bounds <= verified constructions" rows for it alone (its bits claim re-measured; a
-    spec without a claim is named there as not covered).
+    spec without a claim is named there, and a row that checks nothing is not covered, never a PASS).
 
     Parameters
     ----------
@@ -616,8 +617,8 @@ def verify_reports(specs: list[ConstructionSpec] | None = None, seed: int = 0, p
     seed : int
         The run seed.
     progress : bool
-        One line per step on stderr before it runs: ``[i/n]``, what it checks, the time so far and an
-        estimate of the time left.
+        One line per step on stderr before it runs: ``[i/n steps]``, what it checks, the time so far and
+        an estimate of the time left (a step may give more than one row: ``n`` counts steps, not rows).
     budget : Budget, optional
         The run's memory budget, passed to every section.
     full : bool
@@ -643,7 +644,7 @@ def verify_reports(specs: list[ConstructionSpec] | None = None, seed: int = 0, p
             if progress:
                 pace = elapsed / done if done > 0 and elapsed > 1 else 1.0  # seconds per nominal second
                 left = max(0.0, total - done) * pace
-                print(f"[{i}/{len(steps)}] {step.name} … {_seconds(elapsed)} elapsed, about "
+                print(f"[{i}/{len(steps)} steps] {step.name} … {_seconds(elapsed)} elapsed, about "
                       f"{_seconds(left)} left", file=sys.stderr, flush=True)
             reports += step.run()
             done += step.cost

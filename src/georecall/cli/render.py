@@ -92,8 +92,11 @@ def _percent(values) -> str:
 
 
 def _details(rep: dict) -> list[str]:
-    """What a row says in words under it: its ``detail`` and, for greedy decoding, the per-step accuracy."""
+    """What a row says in words under it: why it is not covered, its ``detail`` and, for greedy decoding, the
+    per-step accuracy."""
     out = []
+    if rep.get("not_covered") is not None:
+        out.append(f"not covered: {rep['not_covered']}")
     detail = rep.get("extra", {}).get("detail")
     if detail:
         out.append(str(detail))
@@ -166,7 +169,10 @@ def report_table(reports: list[dict], width: int = WIDTH) -> str:
 
 
 def _verdict(rep: dict) -> str:
-    """PASS, FAIL, or PASS* (the promise less storage rounding: docs/precision.md)."""
+    """PASS, FAIL, PASS* (the promise less storage rounding: docs/precision.md), or NOT COVERED (a row that
+    checked nothing: neither a PASS nor a failure)."""
+    if rep.get("not_covered") is not None:
+        return "NOT COVERED"
     if not rep["passed"]:
         return "FAIL"
     return "PASS*" if (rep.get("storage") or {}).get("basis") == "promise less storage rounding" else "PASS"
@@ -228,10 +234,12 @@ def _verify(doc: dict) -> list[str]:
     more = ([] if params.get("full", True) or "constructions" in params else
             ["verify --full also runs (a few minutes): the mechanism row at the study's R = 4, and the",
              "frozen-embedding capacity threshold beside the learned one"])
+    uncovered = sum(r.get("not_covered") is not None for r in reports)
+    passed = sum(bool(r["passed"]) for r in reports)
     return _reports(doc) + [
-        f"\ngeorecall {doc['version']}, seed {doc['seed']}: "
-        f"{sum(r['passed'] for r in reports)}/{len(reports)} "
-        f"checks passed in {doc['seconds']:.1f} s -> {'PASS' if doc['passed'] else 'FAIL'}"] + more
+        f"\ngeorecall {doc['version']}, seed {doc['seed']}: {passed}/{len(reports) - uncovered} checks passed"
+        + (f", {uncovered} not covered" if uncovered else "")
+        + f" in {doc['seconds']:.1f} s -> {'PASS' if doc['passed'] else 'FAIL'}"] + more
 
 
 def _tradeoff(doc: dict) -> list[str]:

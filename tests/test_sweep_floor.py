@@ -201,3 +201,20 @@ def test_the_capacity_grid_leaves_censored_searches_out_and_lists_them():
     text = TF.grid_table([measured, censored])
     assert "left out: R = 2 learned seed 1: d* ≤ 16 (censored at the floor of its search, d_min = 16)" in text
     assert "1 searches" in text
+
+
+def test_the_figures_leave_censored_searches_out_and_say_how_many():
+    pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
+    from georecall.experiments import plotting as P
+    from georecall.experiments.figures import thresholds_figure
+
+    measured = _threshold(4096, 2, "learned", 0, 8)
+    censored = _threshold(4096, 2, "learned", 1, 16, trials=[16], d_min=16, censored="floor")
+    assert thresholds_figure([censored]) is None and TF.capacity_grid_figure([censored]) is None
+    for fig in (thresholds_figure([measured, censored]), TF.capacity_grid_figure([measured, censored])):
+        ax = fig.axes[0]
+        assert "1 search(es) censored at d_min left out" in ax.get_title()
+        drawn = {float(y) for c in ax.collections for _, y in c.get_offsets()}
+        assert 8 in drawn and 16 not in drawn
+        assert P.text_overlaps(fig) == [] and P.small_texts(fig) == []
+        P.import_pyplot().close(fig)

@@ -177,7 +177,9 @@ def test_duplicates_do_not_reach_summaries_or_fits(tmp_path):
     again = sweep(str(twice), [32], [2], seeds=(0, 1), settings=SETTINGS, progress=False)
     assert _strip(again) == _strip(records) and len(again) == 4
     assert summary_table(again) == summary_table(records)
-    assert fit_thresholds(again)["learned"]["points"] == 2
+    # (learned at N = 32 reaches 100 % at d_min = 4: both its searches are censored at the floor, not fitted)
+    fits = fit_thresholds(again)
+    assert fits == fit_thresholds(records) and fits["frozen"]["points"] == 2 and "learned" not in fits
     assert len(_lines(twice)) == 2 * len(_lines(once))  # reading never rewrites the file
 
 
@@ -413,8 +415,9 @@ def test_a_predicted_search_resumed_from_its_first_trials_takes_the_uninterrupte
 
 
 def _seed_file(path):
-    """A doubling search at R = 2 (so that R = 3 can be predicted)."""
-    sweep(path, [32], [2], modes=("learned",), seeds=(0,), settings=SETTINGS, progress=False)
+    """A doubling search at R = 2 (so that R = 3 can be predicted), from d_min = 2: it fails there and reaches
+    100 % at 4 (from the default d_min = 4 its d* would be censored at the floor, and predict nothing)."""
+    sweep(path, [32], [2], modes=("learned",), seeds=(0,), settings=SETTINGS, progress=False, d_min=2)
 
 
 def test_a_predicted_sweep_reuses_every_recorded_trial_and_a_rerun_trains_nothing(tmp_path, monkeypatch):
@@ -545,6 +548,10 @@ def test_a_run_over_its_budget_is_refused_in_one_line_before_any_trial(tmp_path,
 
     path = str(tmp_path / "r.jsonl")
     _seed_file(path)
+    # keep one trial at N = 32 (d = 4; the threshold record still says the search failed at d = 2)
+    kept = [line for line in _lines(path) if json.loads(line).get("d") != 2]
+    with open(path, "w") as handle:
+        handle.write("\n".join(kept) + "\n")
     before = _lines(path)
     with pytest.raises(InputError, match=r"cannot estimate the cost"):  # one trial at N = 32: no step model
         sweep(path, [32], [4], modes=("learned",), seeds=(0,), settings=SETTINGS, progress=False,

@@ -323,7 +323,8 @@ def _sweep(doc: dict) -> list[str]:
                      f"± "
                      f"{_fmt(fit['c_seed_std'])}, {fit['points']} points, {fit['non_monotone']} "
                      f"non-monotone, "
-                     f"{fit['unreached']} never reached); power law d* ∝ N^p·R^q: {exponents}")
+                     f"{fit['unreached']} never reached and {fit.get('censored', 0)} censored at --d-min, "
+                     f"left out); power law d* ∝ N^p·R^q: {exponents}")
     lines += doc.get("notes", [])
     lines.append(f"records in {doc['out']}")
     return lines

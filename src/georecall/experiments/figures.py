@@ -80,6 +80,7 @@ from georecall.experiments.study_figures import (
     mechanism_figure,
 )
 from georecall.experiments.sweep_fit import fit_thresholds
+from georecall.experiments.sweep_records import is_floor_censored
 from georecall.theory import seeds
 from georecall.theory.tasks import random_task, task_for_seed
 from georecall.verify.checking.check import check_decoding
@@ -134,12 +135,13 @@ def thresholds_figure(records: list[dict]):
     ----------
     records : list of dict
         Sweep records; those of ``kind == "threshold"`` with a ``d_star`` are drawn (``mode``, ``N``, ``R``,
-        ``d_star``, ``seed``), the others ignored.
+        ``d_star``, ``seed``), the others ignored; searches censored at the floor of their range (d* only an
+        upper bound, :func:`.sweep_records.is_floor_censored`) are left out, their number in the title.
 
     Returns
     -------
     matplotlib.figure.Figure or None
-        ``None`` when there is no threshold record with a ``d_star``.
+        ``None`` when there is no threshold record with a measured ``d_star``.
 
     Raises
     ------
@@ -148,6 +150,8 @@ def thresholds_figure(records: list[dict]):
     """
     plt = import_pyplot()
     thresholds = [r for r in records if r.get("kind") == "threshold" and r.get("d_star") is not None]
+    left_out = sum(is_floor_censored(r) for r in thresholds)
+    thresholds = [r for r in thresholds if not is_floor_censored(r)]
     if not thresholds:
         return None
     fits = fit_thresholds(thresholds)
@@ -164,7 +168,8 @@ def thresholds_figure(records: list[dict]):
             ax.plot(grid, fits[mode]["c"] * grid, linestyle="--", color=colour)
         ax.set_xlabel("R · ln N")
         ax.set_ylabel("capacity threshold d*")
-        ax.set_title("smallest d reaching 100% (gradient descent)")
+        ax.set_title("smallest d reaching 100% (gradient descent)"
+                     + (f"\n{left_out} search(es) censored at d_min left out" if left_out else ""))
         ax.legend(loc="upper left")
     return fig
 

@@ -56,8 +56,9 @@ def n_axis_report(records: list[dict], held_out_N: int = HELD_OUT_N) -> dict:
     -------
     dict
         ``comparison`` (:func:`.sweep_models.compare_models`), ``spread``, ``budget`` (per search),
-        ``frozen_over_learned``, ``searches`` (counts: fitted, unreached, superseded, other settings, at the
-        floor ``d* = d_min``), ``claim_met`` (learned "log N" and frozen "power of N").
+        ``frozen_over_learned``, ``searches`` (counts: fitted, unreached, censored at the floor and left
+        out, superseded, other settings, fitted with ``d* = d_min``), ``claim_met`` (learned "log N" and
+        frozen "power of N").
     """
     chosen = n_axis_points(records)
     points = chosen["points"]
@@ -66,6 +67,7 @@ def n_axis_report(records: list[dict], held_out_N: int = HELD_OUT_N) -> dict:
     return {"comparison": comparison, "spread": seed_spread(points), "budget": budget_bound(records, points),
             "frozen_over_learned": frozen_over_learned(points),
             "searches": {"fitted": len(points), "unreached": len(chosen["unreached"]),
+                         "censored": len(chosen["censored"]),
                          "superseded": chosen["superseded"], "other_settings": chosen["other_settings"],
                          "at_floor": sum(p["d_star"] == p.get("d_min") for p in points)},
             "claim_met": verdicts.get("learned") == "log N" and verdicts.get("frozen") == "power of N"}
@@ -93,8 +95,10 @@ def n_axis_table(report: dict) -> str:
     str
     """
     s = report["searches"]
-    lines = [f"searches fitted: {s['fitted']} (unreached {s['unreached']}, superseded {s['superseded']}, "
-             f"other settings {s['other_settings']}, d* at the search's floor {s['at_floor']})", ""]
+    censored = f"censored at the floor and left out {s['censored']}, " if s.get("censored") else ""
+    lines = [f"searches fitted: {s['fitted']} (unreached {s['unreached']}, {censored}"
+             f"superseded {s['superseded']}, other settings {s['other_settings']}, "
+             f"d* at the search's floor {s['at_floor']})", ""]
     for mode, e in report["comparison"].items():
         lines.append(f"{mode} (n = {e['n']}):")
         for name in ("M_log", "M_pow"):

@@ -25,7 +25,9 @@ For each configuration (N, R, mode, seed), ``mode`` = ``learned`` (every paramet
   and the first success until they are ``resolution`` apart (``search="doubling"``, the default); or
   (``search="predicted"``, :class:`.sweep_search.PredictedSearch`) starts at ``c·R·ln N`` fitted to the
   threshold records already in the file (:func:`.sweep_fit.predict_threshold`), takes every recorded trial of
-  the configuration into its bracket, gallops outward from the prediction and bisects. Before the first trial
+  the configuration into its bracket, gallops outward from the prediction and bisects. A search whose smallest
+  width tried reached 100 % only bounds d* from above: its record says ``"censored": "floor"`` and the fits
+  and predictions leave it out (:mod:`.sweep_search`, "Censoring"). Before the first trial
   the sweep logs the estimated cost (:func:`.sweep_cost.estimate_cost`: trials × measured seconds per step ×
   steps, calibrated on the recorded trials' own seconds, :func:`.sweep_cost.calibration`) and, given
   ``budget_hours``, refuses a run whose worst case exceeds it.
@@ -57,8 +59,10 @@ from georecall.experiments.sweep_cost import cost_line, estimate_cost
 from georecall.experiments.sweep_fit import predict_threshold
 from georecall.experiments.sweep_records import (
     is_finite_real,
+    is_floor_censored,
     read_sweep,
     record_config_key,
+    same_settings,
     threshold_key,
 )
 from georecall.experiments.sweep_search import (
@@ -216,8 +220,12 @@ def _predictions(records: list[dict], todo: list[tuple], settings: TrialSettings
     missing = [c for c, p in predictions.items() if p is None]
     if missing:
         N, R, mode, seed = missing[0]
+        censored = sum(1 for r in records if r.get("kind") == "threshold" and r["mode"] == mode
+                       and is_floor_censored(r) and same_settings(r, settings))
+        left_out = (f" ({censored} censored at the floor of its search, d* only an upper bound, left out)"
+                    if censored else "")
         raise InputError(f"no threshold record of mode {mode} with these settings to predict "
-                         f"N={N} R={R} from: run a doubling search first (search='doubling')")
+                         f"N={N} R={R} from{left_out}: run a doubling search first (search='doubling')")
     return predictions
 
 
@@ -424,7 +432,9 @@ class _Searches(JobList):
         append_jsonl(self.path, record)
         self.visited_trials.append(len(search.visited))
         self.done += 1
-        self.report(f"N={N} R={R} {mode} seed {seed}: d* = {record['d_star']}")
+        found = (f"d* ≤ {record['d_star']} (censored at d_min)" if is_floor_censored(record)
+                 else f"d* = {record['d_star']}")
+        self.report(f"N={N} R={R} {mode} seed {seed}: {found}")
         return []
 
     def _prediction_fields(self, config: tuple) -> dict:

@@ -1,6 +1,10 @@
 """Fitting the capacity thresholds of a sweep (:mod:`.sweep`): ``d* = c·R·ln N`` (and a power law) per mode,
 the threshold a predicted search starts from (:func:`predict_threshold`, with the band the cost estimate
 covers), and the table of d* per configuration.
+
+Censored searches are left out of every fit and mean, and counted: those that never reached 100 % (``d_star``
+``None``, censored at the ceiling: ``unreached``) and those whose smallest width tried reached it (censored
+at the floor, :func:`.sweep_records.is_floor_censored`: ``censored``), whose d* is only an upper bound.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from georecall.experiments.sweep_records import same_settings
+from georecall.experiments.sweep_records import is_floor_censored, same_settings
 from georecall.experiments.sweep_trial import MODES, TrialSettings
 
 __all__ = ["BAND_FLOOR", "BAND_SIGMAS", "fit_thresholds", "predict_threshold", "summary_table"]
@@ -23,7 +27,8 @@ def predict_threshold(records: list[dict], N: int, R: int, mode: str, settings: 
     """The threshold predicted for (N, R, mode) by ``d* = c·R·ln N`` fitted to earlier threshold records.
 
     The fit (:func:`fit_thresholds`) uses the records of that mode and the same settings at the same N when
-    there are any (the constant c drifts with N for frozen embeddings), else those at every N.
+    there are any (the constant c drifts with N for frozen embeddings), else those at every N; searches
+    censored at the floor of their range (d* only an upper bound) are left out and counted.
 
     Parameters
     ----------
@@ -41,10 +46,13 @@ def predict_threshold(records: list[dict], N: int, R: int, mode: str, settings: 
     dict or None
         ``d`` (the prediction), ``c``, ``c_stderr`` (``None`` when the fit is exact), ``band`` (the widths
         ``(c ∓ max(3·stderr, 0.1·c))·R·ln N`` the cost estimate covers), ``points`` and ``basis`` (``"same
-        N"`` or ``"every N"``); ``None`` when no record reached 100%.
+        N"`` or ``"every N"``) and ``censored`` (the searches of that mode and settings left out as
+        censored at the floor); ``None`` when no record has a measured d*.
     """
     rows = [r for r in records if r.get("kind") == "threshold" and r["mode"] == mode
             and r.get("d_star") is not None and same_settings(r, settings)]
+    censored = [r for r in rows if is_floor_censored(r)]
+    rows = [r for r in rows if not is_floor_censored(r)]
     same = [r for r in rows if r["N"] == N]
     use, basis = (same, "same N") if same else (rows, "every N")
     if not use:
@@ -54,7 +62,8 @@ def predict_threshold(records: list[dict], N: int, R: int, mode: str, settings: 
     c, se = fit["c"], fit["c_stderr"]
     half = max(BAND_SIGMAS * (se or 0.0), BAND_FLOOR * c)
     return {"d": c * x, "c": c, "c_stderr": se, "band": ((c - half) * x, (c + half) * x),
-            "points": fit["points"], "basis": basis}
+            "points": fit["points"], "basis": basis,
+            "censored": sum(r["N"] == N for r in censored) if basis == "same N" else len(censored)}
 
 
 def fit_thresholds(records: list[dict]) -> dict[str, dict]:
@@ -65,20 +74,22 @@ def fit_thresholds(records: list[dict]) -> dict[str, dict]:
     ----------
     records : list of dict
         Threshold records (``mode``, ``N``, ``R``, ``seed``, ``d_star``, ``monotone``); searches that never
-        reached 100% (``d_star`` None) are counted as ``unreached``, not fitted.
+        reached 100% (``d_star`` None) are counted as ``unreached``, those censored at the floor
+        (:func:`.sweep_records.is_floor_censored`) as ``censored``, neither fitted.
 
     Returns
     -------
     dict
         Per mode with at least one d*: ``c``, ``c_stderr`` (None when the fit is exact), ``c_per_seed``,
         ``c_seed_mean``, ``c_seed_std`` (ddof 1), ``power_law`` (``log_a`` and ``p_N`` / ``q_R`` where
-        fitted), ``points``, ``non_monotone``, ``unreached``.
+        fitted), ``points``, ``non_monotone``, ``unreached``, ``censored``.
     """
     from scipy.optimize import curve_fit
 
     out = {}
     for mode in MODES:
-        rows = [r for r in records if r["mode"] == mode and r["d_star"] is not None]
+        rows = [r for r in records if r["mode"] == mode and r["d_star"] is not None
+                and not is_floor_censored(r)]
         if not rows:
             continue
         x = np.array([r["R"] * math.log(r["N"]) for r in rows], dtype=float)
@@ -104,7 +115,8 @@ def fit_thresholds(records: list[dict]) -> dict[str, dict]:
                      "c_per_seed": per_seed, "c_seed_mean": float(values.mean()),
                      "c_seed_std": float(values.std(ddof=1)) if values.size > 1 else 0.0,
                      "points": len(rows), "non_monotone": sum(not r["monotone"] for r in rows),
-                     "unreached": sum(1 for r in records if r["mode"] == mode and r["d_star"] is None)}
+                     "unreached": sum(1 for r in records if r["mode"] == mode and r["d_star"] is None),
+                     "censored": sum(1 for r in records if r["mode"] == mode and is_floor_censored(r))}
     return out
 
 
@@ -119,14 +131,22 @@ def summary_table(records: list[dict]) -> str:
     Returns
     -------
     str
-        One line per (N, R, mode): d* per seed, their mean (over the searches that reached 100%) and R·ln N.
+        One line per (N, R, mode): d* per seed (``≤16`` for a search censored at the floor), their mean (over
+        the searches that measured a d*) and R·ln N; then one line per search censored at the floor.
     """
     groups: dict[tuple, list] = {}
     for r in records:
-        groups.setdefault((r["N"], r["R"], r["mode"]), []).append(r["d_star"])
+        groups.setdefault((r["N"], r["R"], r["mode"]), []).append(r)
     lines = [f"{'N':>6} {'R':>3} {'mode':>8}  {'d* per seed':<20} {'mean':>7} {'R·lnN':>7}"]
-    for (N, R, mode), values in sorted(groups.items()):
-        reached = [v for v in values if v is not None]
-        mean = f"{np.mean(reached):7.1f}" if reached else "      —"
-        lines.append(f"{N:>6} {R:>3} {mode:>8}  {values!s:<20} {mean} {R * math.log(N):7.1f}")
+    for (N, R, mode), rows in sorted(groups.items()):
+        values = "[" + ", ".join(f"≤{r['d_star']}" if is_floor_censored(r) else str(r["d_star"])
+                                 for r in rows) + "]"
+        measured = [r["d_star"] for r in rows if r["d_star"] is not None and not is_floor_censored(r)]
+        mean = f"{np.mean(measured):7.1f}" if measured else "      —"
+        lines.append(f"{N:>6} {R:>3} {mode:>8}  {values:<20} {mean} {R * math.log(N):7.1f}")
+    for r in records:
+        if is_floor_censored(r):
+            lines.append(f"N={r['N']} R={r['R']} {r['mode']} seed {r['seed']}: d* ≤ {r['d_star']} "
+                         f"(censored at --d-min): its smallest width tried reached 100 %; left out of the "
+                         f"means, fits and bits per parameter (search again with a smaller --d-min)")
     return "\n".join(lines)

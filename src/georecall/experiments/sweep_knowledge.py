@@ -9,6 +9,7 @@ import numpy as np
 
 from georecall.bounds.counting import F_lower, log2_product
 from georecall.constructions import registry
+from georecall.experiments.sweep_records import is_floor_censored
 from georecall.experiments.sweep_trial import FROZEN_GROUPS, TrialSettings
 from georecall.theory.tasks import check_positive_int, task_for_seed
 from georecall.training.parameters import init_model
@@ -81,10 +82,11 @@ def model_parameters(N: int, R: int, d: int, settings: TrialSettings) -> dict:
 def bits_per_parameter(records: list[dict]) -> list[dict]:
     """Bits of knowledge per parameter at the capacity threshold, per (N, R, k, mode) of threshold records.
 
-    For every seed with a d*: ``knowledge_bits(N, R, k)`` over the parameter count of the model trained at
-    d* (all parameters; ``per_trained_parameter``: over the parameters not frozen in that mode). Beside them:
-    the same ratio for the constructions at (N, R, k) (their nominal sizes: G1 and A1 for one hop, G2 and C1
-    for k hops) and :data:`BITS_REFERENCES`.
+    For every seed with a measured d*: ``knowledge_bits(N, R, k)`` over the parameter count of the model
+    trained at d* (all parameters; ``per_trained_parameter``: over the parameters not frozen in that mode); a
+    search censored at the floor of its range, whose d* is only an upper bound, is left out
+    (:func:`.sweep_records.is_floor_censored`). Beside them: the same ratio for the constructions at (N, R,
+    k) (their nominal sizes: G1 and A1 for one hop, G2 and C1 for k hops) and :data:`BITS_REFERENCES`.
 
     Parameters
     ----------
@@ -99,7 +101,8 @@ def bits_per_parameter(records: list[dict]) -> list[dict]:
     """
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        if r.get("kind", "threshold") == "threshold" and r.get("d_star") is not None:
+        measured = r.get("d_star") is not None and not is_floor_censored(r)
+        if r.get("kind", "threshold") == "threshold" and measured:
             groups.setdefault((r["N"], r["R"], r.get("k", 1), bool(r.get("cot")), r["mode"]), []).append(r)
     rows = []
     for (N, R, k, cot, mode), group in sorted(groups.items()):

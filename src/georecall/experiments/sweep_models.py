@@ -3,7 +3,8 @@
 
 - *Points* (:func:`n_axis_points`): one threshold record per search (N, R, mode, seed) with the protocol's
   trial settings; a search recorded twice counts once (the later record: the protocol's own search, which
-  reuses the trials of an earlier one); searches that never reached 100 % are counted, not fitted.
+  reuses the trials of an earlier one); searches that never reached 100 % and searches censored at the floor
+  of their range (d* only an upper bound, :func:`.sweep_records.is_floor_censored`) are counted, not fitted.
 - *Fits* (:func:`fit_log_model`, :func:`fit_power_model`): unweighted least squares on ln d*; M_pow is linear
   in (1, ln N, ln R); M_log is fitted by ``scipy.optimize.least_squares`` started from the linear fit of d* on
   (1, R·ln N). Standard errors from the fit's covariance ``σ²·(JᵀJ)⁻¹``, ``σ² = RSS/(n − k)``.
@@ -25,7 +26,7 @@ import warnings
 import numpy as np
 
 from georecall.errors import InputError
-from georecall.experiments.sweep_records import TRIAL_KEY, threshold_key, trial_key
+from georecall.experiments.sweep_records import TRIAL_KEY, is_floor_censored, threshold_key, trial_key
 
 __all__ = ["BUDGET_FRACTION", "HELD_OUT_N", "PROTOCOL_SETTINGS", "VERDICTS", "aic", "budget_bound",
            "compare_models", "fit_log_model", "fit_power_model", "frozen_over_learned", "n_axis_points",
@@ -59,9 +60,10 @@ def n_axis_points(records: list[dict], settings: dict | None = None) -> dict:
     Returns
     -------
     dict
-        ``points`` (the threshold records with a d*, file order, the later record of a search recorded
-        twice), ``unreached`` (those without a d*), ``superseded`` (earlier records of a search recorded
-        again), ``other_settings`` (threshold records with other settings, not used).
+        ``points`` (the threshold records with a measured d*, file order, the later record of a search
+        recorded twice), ``unreached`` (those without a d*), ``censored`` (those censored at the floor, d*
+        only an upper bound), ``superseded`` (earlier records of a search recorded again),
+        ``other_settings`` (threshold records with other settings, not used).
     """
     settings = PROTOCOL_SETTINGS if settings is None else settings
     chosen: dict[tuple, dict] = {}
@@ -78,8 +80,9 @@ def n_axis_points(records: list[dict], settings: dict | None = None) -> dict:
             del chosen[key]  # re-inserted below: the later record, in its own file position
         chosen[key] = r
     rows = list(chosen.values())
-    return {"points": [r for r in rows if r["d_star"] is not None],
+    return {"points": [r for r in rows if r["d_star"] is not None and not is_floor_censored(r)],
             "unreached": [r for r in rows if r["d_star"] is None],
+            "censored": [r for r in rows if is_floor_censored(r)],
             "superseded": superseded, "other_settings": other}
 
 

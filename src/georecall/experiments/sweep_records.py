@@ -13,6 +13,9 @@ search as ``{"kind": "threshold"}``; only the driver writes it (:mod:`.sweep`).
   trials are different runs. The field is not part of the key (each trial is judged exactly on its own
   weights, and a search may resume on another machine), but a threshold record lists every ``blas`` its
   trials used, so a search that mixed arithmetics says so (``"not recorded"``: trials from before the field).
+- *Censoring.* A threshold record with ``"censored": "floor"`` has a d* that is only an upper bound (the
+  smallest width tried reached 100 %, :func:`.sweep_search.floor_censored`); :func:`is_floor_censored` is
+  how every fit and summary tells, and leaves it out. A record without the key reads as before.
 - *Reading* (:func:`read_sweep`) skips and counts torn lines (not JSON: a writer killed mid-line), alien lines
   (JSON that is not a sweep record) and duplicates (a key seen before; the first record wins).
 """
@@ -23,14 +26,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from georecall.experiments.sweep_search import SEARCHES
+from georecall.experiments.sweep_search import FLOOR, SEARCHES
 from georecall.experiments.sweep_trial import MODES, SETTINGS_KEY, TrialSettings
 from georecall.memory import Budget
 from georecall.results_files import ResultsFile, read_jsonl
 
 __all__ = ["MAX_COUNT", "MAX_STEPS", "MAX_WIDTH", "THRESHOLD_KEY", "TIMING_FIELDS", "TRIAL_KEY", "SweepFile",
-           "is_finite_real", "read_records", "read_sweep", "record_config_key", "record_key", "same_settings",
-           "threshold_key", "trial_key"]
+           "is_finite_real", "is_floor_censored", "read_records", "read_sweep", "record_config_key",
+           "record_key", "same_settings", "threshold_key", "trial_key"]
 
 _CONFIG_KEY = ("N", "R", "mode", "seed", *SETTINGS_KEY, "seed_contract", "version")
 TRIAL_KEY = (*_CONFIG_KEY, "d")
@@ -135,6 +138,24 @@ def is_finite_real(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def is_floor_censored(record: dict) -> bool:
+    """Whether a threshold record's d* is censored at the floor of its search (only an upper bound).
+
+    Parameters
+    ----------
+    record : dict
+        A threshold record.
+
+    Returns
+    -------
+    bool
+        ``True`` for ``"censored": "floor"`` with a d*; ``False`` for a record without the key (a measured
+        threshold, or one written before the key existed, read as before) and for one that never reached
+        100 %.
+    """
+    return record.get("censored") == FLOOR and record.get("d_star") is not None
+
+
 def _text(v) -> bool:
     return isinstance(v, str) and len(v) <= 1000
 
@@ -169,7 +190,7 @@ _OPTIONAL: dict[str, Callable[[Any], bool]] = {
     "d_min": _whole(1), "d_max": _whole(1), "resolution": _whole(1),
     "seconds": _maybe(lambda v: is_finite_real(v) and v >= 0), "steps_run": _whole(0, MAX_STEPS),
     "label": _maybe(_text), "search": lambda v: v in SEARCHES, "prediction": _maybe(is_finite_real),
-    "prediction_c": _maybe(is_finite_real),
+    "prediction_c": _maybe(is_finite_real), "censored": lambda v: v == FLOOR,
     "blas": lambda v: _text(v) or isinstance(v, list) and len(v) <= 1000 and all(map(_text, v)),
 }
 

@@ -11,6 +11,14 @@ Monotonicity. Bisection assumes that success is monotone in d. Every trial the s
 threshold record says ``monotone: false`` if some failing d lies above some successful d (the threshold is
 then the smallest successful d found, and the record is flagged rather than trusted).
 
+Censoring. A search can end without bracketing the threshold from both sides. At the ceiling: no trial up to
+``d_max`` reached 100 % (``d_star`` is ``None``; ``last_failure`` is the largest width tried). At the floor:
+the smallest width tried reached 100 % with no failure below it while a smaller width could have been tried
+(``d_star > SMALLEST_WIDTH``, typically ``d_star == d_min``): d* is then only an upper bound, and the record
+says ``"censored": "floor"`` (:func:`floor_censored`). A search whose smallest success is ``SMALLEST_WIDTH``
+itself measured its threshold (nothing below could be tried) and is not censored. Records without the key
+(every record written before it existed, and every search that is not floor-censored) read as before.
+
 :func:`find_threshold` runs one search in this process; :func:`.sweep.sweep` runs many at once on executors.
 """
 
@@ -25,10 +33,12 @@ from georecall.experiments.sweep_trial import SEED_CONTRACT, TrialSettings, chec
 from georecall.theory import __version__
 from georecall.theory.tasks import check_positive_int
 
-__all__ = ["SEARCHES", "PredictedSearch", "ThresholdSearch", "check_search_range", "find_threshold",
-           "make_search", "threshold_record"]
+__all__ = ["FLOOR", "SEARCHES", "SMALLEST_WIDTH", "PredictedSearch", "ThresholdSearch", "check_search_range",
+           "find_threshold", "floor_censored", "make_search", "threshold_record"]
 
 SEARCHES = ("doubling", "predicted")
+SMALLEST_WIDTH = 1  # the smallest width d a search may try (check_search_range: d_min >= 1)
+FLOOR = "floor"  # the value of a threshold record's "censored" key when d* is only an upper bound
 
 
 class ThresholdSearch:
@@ -220,12 +230,34 @@ def make_search(search: str, prediction: dict | None, known: dict[int, bool], ra
     return PredictedSearch(prediction["d"], range_["d_min"], range_["d_max"], range_["resolution"], known)
 
 
+def floor_censored(outcomes: dict[int, bool]) -> bool:
+    """Whether outcomes leave d* censored at the floor: the smallest success has no failure below it, and a
+    smaller width (down to :data:`SMALLEST_WIDTH`) could have been tried.
+
+    Parameters
+    ----------
+    outcomes : dict of int to bool
+        Each width tried and whether it reached 100 %.
+
+    Returns
+    -------
+    bool
+        ``False`` when nothing reached 100 % (censored at the ceiling instead: ``d_star`` is ``None``).
+    """
+    successes = [d for d, ok in outcomes.items() if ok]
+    if not successes:
+        return False
+    d_star = min(successes)
+    return d_star > SMALLEST_WIDTH and not any(d < d_star for d, ok in outcomes.items() if not ok)
+
+
 def threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSettings,
                       outcomes: dict[int, bool], last_failure: int | None, d_min: int, d_max: int,
                       resolution: int, search: str = "doubling",
                       extra: dict | None = None) -> dict:
     """The record of one finished threshold search: d* (the smallest width that reached 100 %), the last
-    failure, whether the outcomes were monotone in d, the range and the settings.
+    failure, whether the outcomes were monotone in d, the range and the settings; ``"censored": "floor"``
+    when d* is only an upper bound (:func:`floor_censored`), the key absent otherwise.
 
     Parameters
     ----------
@@ -250,10 +282,11 @@ def threshold_record(N: int, R: int, mode: str, seed: int, settings: TrialSettin
     successes = [d for d, ok in outcomes.items() if ok]
     failures = [d for d, ok in outcomes.items() if not ok]
     monotone = not successes or not failures or max(failures) < min(successes)
+    censored = {"censored": FLOOR} if floor_censored(outcomes) else {}
     return {"kind": "threshold", "N": N, "R": R, "mode": mode, "seed": seed,
             "d_star": min(successes) if successes else None, "last_failure": last_failure,
             "trials": sorted(outcomes), "monotone": monotone, "d_min": d_min, "d_max": d_max,
-            "resolution": resolution, "search": search, **(extra or {}), **asdict(settings),
+            "resolution": resolution, "search": search, **censored, **(extra or {}), **asdict(settings),
             "seed_contract": SEED_CONTRACT, "version": __version__}
 
 

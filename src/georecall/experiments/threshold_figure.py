@@ -28,7 +28,7 @@ from georecall.errors import InputError
 from georecall.experiments.figures import STYLE, save_figure
 from georecall.experiments.plotting import import_pyplot
 from georecall.experiments.sweep_fit import BAND_FLOOR, BAND_SIGMAS, fit_thresholds
-from georecall.experiments.sweep_records import read_records
+from georecall.experiments.sweep_records import is_floor_censored, read_records
 from georecall.io import validate_output_path
 
 __all__ = ["N1024_SUMMARY", "capacity_grid_figure", "grid_rows", "grid_table", "main", "unfinished_searches"]
@@ -45,16 +45,22 @@ _MARKERS = {"learned": "o", "frozen": "s"}
 
 
 def _thresholds(records: list[dict], N: int) -> list[dict]:
-    """The threshold records at N with a d*, one per (R, mode, seed): the first in file order."""
+    """The threshold records at N with a measured d*, one per (R, mode, seed): the first in file order (those
+    censored at the floor, d* only an upper bound, are left out: :func:`_censored`)."""
     seen, out = set(), []
     for r in records:
-        if r.get("kind") != "threshold" or r.get("N") != N or r.get("d_star") is None:
+        if r.get("kind") != "threshold" or r.get("N") != N or r.get("d_star") is None or is_floor_censored(r):
             continue
         key = (r["R"], r["mode"], r["seed"])
         if key not in seen:
             seen.add(key)
             out.append(r)
     return out
+
+
+def _censored(records: list[dict], N: int) -> list[dict]:
+    """The threshold records at N censored at the floor of their search (left out of the table and fits)."""
+    return [r for r in records if r.get("kind") == "threshold" and r.get("N") == N and is_floor_censored(r)]
 
 
 def grid_rows(records: list[dict], N: int = 4096) -> list[dict]:
@@ -163,6 +169,9 @@ def grid_table(records: list[dict], N: int = 4096) -> str:
             se = "exact fit" if fit["c_stderr"] is None else f"± {fit['c_stderr']:.3f} (standard error)"
             lines.append(f"{mode}, {label}: c = {fit['c']:.3f} {se}, seeds' spread {fit['c_seed_std']:.3f}, "
                          f"{fit['points']} searches")
+    for r in _censored(records, N):
+        lines.append(f"left out: R = {r['R']} {r['mode']} seed {r['seed']}: d* ≤ {r['d_star']} (censored at "
+                     f"the floor of its search, d_min = {r.get('d_min')})")
     return "\n".join(lines)
 
 
@@ -248,7 +257,9 @@ def capacity_grid_figure(records: list[dict], N: int = 4096, reference: dict | N
         ax.set_ylim(0, None)
         ax.set_xlabel("R · ln N")
         ax.set_ylabel("capacity threshold d*")
-        ax.set_title("smallest d that memorizes every fact (m = 4d, ≤ 500 Adam steps)")
+        left_out = len(_censored(records, N))
+        ax.set_title("smallest d that memorizes every fact (m = 4d, ≤ 500 Adam steps)"
+                     + (f"\n{left_out} search(es) censored at d_min left out" if left_out else ""))
         ax.legend(loc="upper left", fontsize=9, frameon=False)
         fig.tight_layout()
     return fig

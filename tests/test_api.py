@@ -163,6 +163,40 @@ def test_certify_is_the_command_lines_certify(capsys):
         gr.certify("geometric", N=16, R=2, attention="hard")
 
 
+@pytest.mark.parametrize("python, argv", [
+    ({}, []),  # integer where the construction has an integer scale: both say "G1 binary int"
+    ({"integer": False}, ["--float"]),
+    ({"lam": 2.0}, ["--lam", "2"]),  # a real constant asked for: float64 in both
+    ({"codes": "sign"}, ["--codes", "sign"]),
+])
+def test_certify_defaults_are_the_command_lines(python, argv, capsys):
+    # the same request gives the same certificate (its fingerprint, its name) from Python and the terminal
+    cert = gr.certify("geometric", N=16, R=2, **python).to_dict()
+    code, doc = cli_json(["certify", "single-hop", "--N", "16", "--R", "2", *argv], capsys)
+    assert cert["fingerprint"] == doc["fingerprint"] and cert["name"] == doc["name"]
+    assert cert["params"]["integer"] == doc["params"]["integer"] == (python.get("integer", True) and
+                                                                     "lam" not in python)
+
+
+def test_certify_multi_hop_is_the_command_lines_object(capsys):
+    # the attention kind the family has is recorded whether it was asked for (the command line always asks)
+    cert = gr.certify("path-blocks", N=8, R=2).to_dict()
+    code, doc = cli_json(["certify", "multi-hop", "--N", "8", "--R", "2"], capsys)
+    assert cert["fingerprint"] == doc["fingerprint"] and cert["params"]["attention"] == "softmax"
+
+
+@pytest.mark.parametrize("name, argv", [
+    ("geometric", ["single-hop", "--N", "16", "--R", "2"]),
+    ("path-blocks", ["multi-hop", "--N", "8", "--R", "2"]),
+])
+def test_check_parameters_are_the_command_lines(name, argv, capsys):
+    mine = gr.check(name, N=16 if name == "geometric" else 8, R=2).to_dict()
+    code, doc = cli_json(["check", *argv], capsys)
+    theirs = doc["reports"][0]
+    assert mine["name"] == theirs["name"]
+    assert mine["params"] == {key: value for key, value in theirs["params"].items() if key != "save"}
+
+
 # ------------------------------------------------------------------------------------------ the tables
 
 

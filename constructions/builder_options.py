@@ -143,7 +143,7 @@ BUILDER_OPTIONS: dict[str, BuilderOption] = {option.name: option for option in (
             "export": {"help": "attention of a k-hop construction (hard, an idealization, cannot be "
                        "exported)", "default": None}}),
     BuilderOption("gain", "positive", "attention gain g",
-                  "attention gain g (Python only: options={'gain': g})"),
+                  "attention gain g (Python only: gain=g in gr.check, gr.certify, gr.build)"),
     BuilderOption(
         "integer", "flag", "±1 codes and integer constants (integer scale): prove every activation and logit "
         "is an exact integer", "integer mode (--integer)", default=False, per_command={

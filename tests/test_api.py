@@ -263,6 +263,40 @@ def test_save_load_evaluate_round_trip(tmp_path, capsys):
         gr.evaluate([1, 2], task=task)
 
 
+def test_load_and_evaluate_say_the_same_of_a_missing_or_wrong_path(tmp_path):
+    for path, message in [(tmp_path / "missing.npz", "no such model file"),
+                          (tmp_path, "is a directory, not a file")]:
+        refusals = []
+        for verb in (gr.load, gr.evaluate):
+            with pytest.raises(InputError, match=message) as info:
+                verb(str(path))
+            refusals.append(str(info.value))
+        assert refusals[0] == refusals[1]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: gr.lower_bounds(N=0), "N must be a whole number >= 1, got 0"),
+    (lambda: gr.train(N=64, R=2, d=0), "d must be a whole number >= 1, got 0"),
+    (lambda: gr.train(N=8, R=2, batch_size=0), "batch_size must be a whole number >= 1, got 0"),
+    (lambda: gr.train(N=8, R=2, optimizer="x"), "optimizer must be one of 'adam', 'sgd', got 'x'"),
+    (lambda: gr.train(N=[8, 9], R=2), "N takes one value, got [8, 9]"),
+    (lambda: gr.counts(N=3, R=1, k=1, json=True, format="text"),
+     "json and format text do not combine: give one of them"),
+])
+def test_a_refusal_in_python_names_the_python_parameter(call, message):
+    with pytest.raises(InputError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_the_command_line_keeps_its_own_words(capsys):
+    assert main(["bounds", "--N", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "georecall bounds: argument --N: expected a whole number >= 1, got 0"
+    assert main(["count", "--N", "3", "--R", "1", "--k", "1", "--json", "--format", "text"]) == 2
+    assert "--json and --format text do not combine" in capsys.readouterr().err
+
+
 def test_evaluate_sees_a_broken_model(tmp_path):
     task = gr.task(16, 2)
     model = gr.build("geometric", task).model

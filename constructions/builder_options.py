@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from georecall.constructions.codes import CODE_KINDS
 from georecall.errors import InputError
 
-__all__ = ["BUILDER_OPTIONS", "OPTION_KINDS", "BuilderOption"]
+if TYPE_CHECKING:  # the registry imports this module: its spec type is named for the annotations only
+    from georecall.constructions.registry import ConstructionSpec
+
+__all__ = ["BUILDER_OPTIONS", "OPTION_KINDS", "BuilderOption", "integer_by_default"]
 
 
 # How the command line reads a builder option's value: a flag (given or not), one of ``choices``, a finite
@@ -140,7 +143,7 @@ BUILDER_OPTIONS: dict[str, BuilderOption] = {option.name: option for option in (
             "export": {"help": "attention of a k-hop construction (hard, an idealization, cannot be "
                        "exported)", "default": None}}),
     BuilderOption("gain", "positive", "attention gain g",
-                  "attention gain g (Python only: options={'gain': g})"),
+                  "attention gain g (Python only: gain=g in gr.check, gr.certify, gr.build)"),
     BuilderOption(
         "integer", "flag", "±1 codes and integer constants (integer scale): prove every activation and logit "
         "is an exact integer", "integer mode (--integer)", default=False, per_command={
@@ -148,3 +151,30 @@ BUILDER_OPTIONS: dict[str, BuilderOption] = {option.name: option for option in (
                         "default where the construction allows it: binary or sign codes, no --lam or --gate "
                         "given)"}}),
 )}
+
+
+def integer_by_default(spec: ConstructionSpec, codes: str | None, options: Mapping[str, Any]) -> bool:
+    """Whether certify works in exact integers when neither integer nor float mode is asked for: where the
+    construction has an integer scale (it takes ``integer``, with binary or sign codes, asked for or its own)
+    and no real constant was asked for (a read-out scale ``lam`` other than 1, a ``gate`` or a ``gain``).
+
+    The one rule behind ``georecall certify single-hop`` (``--integer`` / ``--float`` decide instead) and
+    ``gr.certify`` (``integer=True`` / ``False`` decide instead), so both certify the same object.
+
+    Parameters
+    ----------
+    spec : ConstructionSpec
+        The construction (``spec.accepts()``, and ``spec.codes`` when ``codes`` is None).
+    codes : str or None
+        The codes asked for (None: the construction's own).
+    options : mapping
+        The builder options asked for (None or absent: not asked for).
+
+    Returns
+    -------
+    bool
+    """
+    kind = codes if codes is not None else spec.codes
+    return ("integer" in spec.accepts() and kind in ("binary", "sign")
+            and options.get("lam") in (None, 1.0) and options.get("gate") is None
+            and options.get("gain") is None)

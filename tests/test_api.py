@@ -163,6 +163,40 @@ def test_certify_is_the_command_lines_certify(capsys):
         gr.certify("geometric", N=16, R=2, attention="hard")
 
 
+@pytest.mark.parametrize("python, argv", [
+    ({}, []),  # integer where the construction has an integer scale: both say "G1 binary int"
+    ({"integer": False}, ["--float"]),
+    ({"lam": 2.0}, ["--lam", "2"]),  # a real constant asked for: float64 in both
+    ({"codes": "sign"}, ["--codes", "sign"]),
+])
+def test_certify_defaults_are_the_command_lines(python, argv, capsys):
+    # the same request gives the same certificate (its fingerprint, its name) from Python and the terminal
+    cert = gr.certify("geometric", N=16, R=2, **python).to_dict()
+    code, doc = cli_json(["certify", "single-hop", "--N", "16", "--R", "2", *argv], capsys)
+    assert cert["fingerprint"] == doc["fingerprint"] and cert["name"] == doc["name"]
+    assert cert["params"]["integer"] == doc["params"]["integer"] == (python.get("integer", True) and
+                                                                     "lam" not in python)
+
+
+def test_certify_multi_hop_is_the_command_lines_object(capsys):
+    # the attention kind the family has is recorded whether it was asked for (the command line always asks)
+    cert = gr.certify("path-blocks", N=8, R=2).to_dict()
+    code, doc = cli_json(["certify", "multi-hop", "--N", "8", "--R", "2"], capsys)
+    assert cert["fingerprint"] == doc["fingerprint"] and cert["params"]["attention"] == "softmax"
+
+
+@pytest.mark.parametrize("name, argv", [
+    ("geometric", ["single-hop", "--N", "16", "--R", "2"]),
+    ("path-blocks", ["multi-hop", "--N", "8", "--R", "2"]),
+])
+def test_check_parameters_are_the_command_lines(name, argv, capsys):
+    mine = gr.check(name, N=16 if name == "geometric" else 8, R=2).to_dict()
+    code, doc = cli_json(["check", *argv], capsys)
+    theirs = doc["reports"][0]
+    assert mine["name"] == theirs["name"]
+    assert mine["params"] == {key: value for key, value in theirs["params"].items() if key != "save"}
+
+
 # ------------------------------------------------------------------------------------------ the tables
 
 
@@ -227,6 +261,40 @@ def test_save_load_evaluate_round_trip(tmp_path, capsys):
         gr.evaluate(str(tmp_path / "missing.npz"))
     with pytest.raises(InputError, match="takes a Model"):
         gr.evaluate([1, 2], task=task)
+
+
+def test_load_and_evaluate_say_the_same_of_a_missing_or_wrong_path(tmp_path):
+    for path, message in [(tmp_path / "missing.npz", "no such model file"),
+                          (tmp_path, "is a directory, not a file")]:
+        refusals = []
+        for verb in (gr.load, gr.evaluate):
+            with pytest.raises(InputError, match=message) as info:
+                verb(str(path))
+            refusals.append(str(info.value))
+        assert refusals[0] == refusals[1]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: gr.lower_bounds(N=0), "N must be a whole number >= 1, got 0"),
+    (lambda: gr.train(N=64, R=2, d=0), "d must be a whole number >= 1, got 0"),
+    (lambda: gr.train(N=8, R=2, batch_size=0), "batch_size must be a whole number >= 1, got 0"),
+    (lambda: gr.train(N=8, R=2, optimizer="x"), "optimizer must be one of 'adam', 'sgd', got 'x'"),
+    (lambda: gr.train(N=[8, 9], R=2), "N takes one value, got [8, 9]"),
+    (lambda: gr.counts(N=3, R=1, k=1, json=True, format="text"),
+     "json and format text do not combine: give one of them"),
+])
+def test_a_refusal_in_python_names_the_python_parameter(call, message):
+    with pytest.raises(InputError) as info:
+        call()
+    assert str(info.value) == message
+
+
+def test_the_command_line_keeps_its_own_words(capsys):
+    assert main(["bounds", "--N", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "georecall bounds: argument --N: expected a whole number >= 1, got 0"
+    assert main(["count", "--N", "3", "--R", "1", "--k", "1", "--json", "--format", "text"]) == 2
+    assert "--json and --format text do not combine" in capsys.readouterr().err
 
 
 def test_evaluate_sees_a_broken_model(tmp_path):

@@ -211,7 +211,7 @@ def test_run_check_refuses_over_budget_before_building():
 
 def test_sections_and_precision_refuse_under_a_budget_too_small_for_them():
     tiny = Budget(MIB)
-    with pytest.raises(InputError, match="budget of 0.00 GiB"):
+    with pytest.raises(InputError, match="budget of 1 MiB"):
         suite.section_single_hop(budget=tiny)
     with pytest.raises(InputError, match="precision needs about"):
         run.precision_scan("G1", 1024, 8, budget=tiny)

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+import georecall as gr
 from georecall.cli import main
 from georecall.cli.options import OPTION_TYPES
 from georecall.cli.parser import build_parser
@@ -67,6 +68,36 @@ def test_a_specs_own_options_join_what_it_takes_and_never_redeclare_a_shared_one
     with pytest.raises(InputError) as refused:
         validate_request(registry.get("G1"), options={"twist": 1.0})
     assert "does not take twist t (--twist); it takes: " in str(refused.value)
+
+
+def _python_only_hints() -> list[tuple[BuilderOption, str]]:
+    """Every declared option whose refusal says it is offered in Python only, with what the hint says."""
+    declared = [*BUILDER_OPTIONS.values(), *(o for spec in registry.specs() for o in spec.own_options)]
+    return [(o, o.what.split("Python only: ", 1)[1]) for o in declared if "Python only: " in o.what]
+
+
+def test_a_python_only_hint_names_what_works_from_gr(capsys):
+    hints = _python_only_hints()
+    assert hints  # gain, today
+    for option, hint in hints:
+        verbs = re.findall(r"gr\.(\w+)", hint)
+        assert f"{option.name}=" in hint and "options=" not in hint and verbs, hint
+        assert set(verbs) <= set(gr.__all__), hint
+    # the refusal that shows it (a construction taking gain, asked for an option it lacks)
+    assert main(["check", "single-hop", "--construction", "associative", "--beta", "0.001", "--N", "16",
+                 "--R", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "attention gain g (Python only: gain=g in gr.check, gr.certify, gr.build)" in err
+
+
+def test_the_gain_hint_works_when_followed():
+    # the hint followed as written, on every verb it names, and the refused form it used to give
+    assert gr.check("geometric", N=16, R=2, gain=4).passed
+    assert gr.certify("geometric", N=16, R=2, gain=4).passed
+    task = gr.task(16, 2)
+    assert gr.build("geometric", task, gain=4).model.d == gr.build("geometric", task).model.d
+    with pytest.raises(InputError, match="does not take options"):
+        gr.check("geometric", N=16, R=2, options={"gain": 4})
 
 
 def test_study_mechanism_help_lists_every_declared_grid(capsys):

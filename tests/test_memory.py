@@ -56,6 +56,18 @@ def test_over_budget_message_names_estimate_budget_and_parameter(capsys):
     assert "needs about" in err and "budget of 0.01 GiB" in err and "lower N" in err
 
 
+def test_a_small_budget_is_printed_readably(capsys):
+    code, _, err = run(["check", "single-hop", "--N", "64", "--R", "3", "--max-gib", "0.001"], capsys)
+    assert code == 2 and "more than the budget of 1.02 MiB" in err and "0.00 GiB" not in err
+    # every size keeps its digits: none prints as zero, large ones in whole GiB
+    GIB = memory.GIB
+    shown = {n: memory.size_text(n) for n in (0, 100, 2**11, 2**20, GIB // 1000, GIB // 100, GIB // 16,
+                                             GIB // 8, 4 * GIB, 2000 * GIB)}
+    assert shown == {0: "0 bytes", 100: "100 bytes", 2**11: "2 KiB", 2**20: "1 MiB", GIB // 1000: "1.02 MiB",
+                     GIB // 100: "0.01 GiB", GIB // 16: "0.0625 GiB", GIB // 8: "0.12 GiB",
+                     4 * GIB: "4.00 GiB", 2000 * GIB: "2,000 GiB"}
+
+
 def test_within_budget_runs_and_reports_the_estimate(capsys):
     code, out, _ = run(
         ["check", "single-hop", "--N", "64", "--R", "2", "--max-gib", "1", "--json"], capsys

@@ -141,8 +141,8 @@ def test_a_builder_option_reaches_the_command_line_from_its_declaration_alone(ca
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.strip() == (
         "georecall: error: G1 (geometric) does not take read-out factor s (--scale-readout); it takes: "
-        "attention gain g (Python only: options={'gain': g}), code kind (--codes), code length D (--D), gate "
-        "constant G (--gate), integer mode (--integer), read-out scale λ (--lam)")
+        "attention gain g (Python only: gain=g in gr.check, gr.certify, gr.build), code kind (--codes), code "
+        "length D (--D), gate constant G (--gate), integer mode (--integer), read-out scale λ (--lam)")
 
 
 # --------------------------------------------------- a declared task encoding the family contradicts

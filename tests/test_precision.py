@@ -4,6 +4,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from georecall.cli import main
 from georecall.constructions.single_hop import build_a1, build_g1, single_hop_queries
 from georecall.theory.tasks import random_task
 from georecall.verify.checking.check import check_queries
@@ -72,3 +73,16 @@ def test_precision_scan_refuses_unknown_names():
         precision_scan("cot", 16, 2)
     with pytest.raises(ValueError, match="single-hop construction"):
         precision_scan("geometric", 16, 2, 2)
+
+
+@pytest.mark.parametrize("command", [["precision"], ["check", "single-hop"]])
+def test_the_help_says_what_b_bits_do_at_b_1_and_above(command, capsys):
+    # what the code does: b = 1 keeps signs at max|W| (a zero becomes +max|W|); b = 2 the grid {-s, 0, s}
+    W = np.array([[-3.0, 0.0, 1.0, 2.0]])
+    assert quantize_array(W, 1).tolist() == [[-3.0, 3.0, 3.0, 3.0]]
+    assert quantize_array(W, 2).tolist() == [[-3.0, 0.0, 0.0, 3.0]]
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse's line breaks undone
+    assert "b = 1 keeps signs, max|W|·sgn(W), zeros becoming +max|W|" in text
+    assert "b >= 2 rounds to the uniform symmetric grid of step max|W|/(2^(b-1)-1), zero kept" in text

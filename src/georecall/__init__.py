@@ -10,8 +10,9 @@ The front door is this package, networkx-style::
     gr.certify("geometric", N=16, R=2)           # ... for every task
     gr.lower_bounds(N=4096, R=16, k=1)           # lower bounds on d beside each construction's d
 
-Each verb is a thin function over the code the command line runs (``georecall check`` and ``gr.check`` are
-one implementation): :mod:`georecall.api_catalog` (constructions, tasks, building),
+Each verb is a thin function over the code the command line runs (``gr.check`` and ``georecall check`` call
+the same checker with the same defaults, except smaller default sizes: docs/api/index.md):
+:mod:`georecall.api_catalog` (constructions, tasks, building),
 :mod:`georecall.api_check` (check, certify), :mod:`georecall.api_tables` (lower_bounds, counts),
 :mod:`georecall.api_training` (train, probe), :mod:`georecall.api_models` (load, save, evaluate, export) and
 :mod:`georecall.api_command` (a command run from Python). They are imported on first use

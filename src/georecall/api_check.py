@@ -149,16 +149,19 @@ def check(name: str = "geometric", N: int = 64, R: int = 3, k: int | None = None
     against the theorem's promise: what ``georecall check`` does.
 
     In integer mode the margins are exact integers; in float mode each is certified by a forward-error bound
-    and any query the bound leaves open is decided exactly. A PASS is a proof for this task.
+    and any query the bound leaves open is decided exactly. A PASS is a proof for this task. Given the same
+    arguments, ``georecall check`` builds and checks the same model with the same defaults (float mode,
+    the construction's own codes and constants); only the default sizes differ, small here so that a call
+    answers at once.
 
     Parameters
     ----------
     name : str
         A construction (:func:`georecall.list_constructions`; ``"geometric"`` is Theorem G1).
     N : int
-        Entities.
+        Entities (default 64; ``georecall check single-hop`` defaults to 1024, ``multi-hop`` to 256).
     R : int
-        Relations.
+        Relations (default 3; ``georecall check single-hop`` defaults to 8, ``multi-hop`` to 3).
     k : int, optional
         Hops (default 1 for a single-hop construction, 2 for a k-hop one).
     seed : int
@@ -168,7 +171,8 @@ def check(name: str = "geometric", N: int = 64, R: int = 3, k: int | None = None
     D : int, optional
         Code length (default ⌈log2 N⌉ for binary codes).
     integer : bool
-        Integer mode: the forward pass in exact integers.
+        Integer mode: the forward pass in exact integers (default False: float mode, as ``georecall
+        check``).
     dtype : {"float64", "float32"}
         Working precision in float mode.
     task : Task, optional
@@ -209,22 +213,24 @@ def check(name: str = "geometric", N: int = 64, R: int = 3, k: int | None = None
 
 
 def certify(name: str = "geometric", N: int = 16, R: int = 2, k: int | None = None, *, seed: int = 0,
-            codes: str | None = None, D: int | None = None, integer: bool = False, progress: bool = False,
-            **options: Any) -> CertifyReport:
+            codes: str | None = None, D: int | None = None, integer: bool | None = None,
+            progress: bool = False, **options: Any) -> CertifyReport:
     """Certify construction ``name`` for every task of sizes (N, R), or refute it with a witness task: what
     ``georecall certify`` does.
 
     The certified object is the family georecall assembles (the builder's task-free part plus the declared
-    task encoding); the verdict covers all (N!)^R tasks, not one.
+    task encoding); the verdict covers all (N!)^R tasks, not one. Given the same arguments, ``georecall
+    certify`` certifies the same object (the same fingerprint) with the same defaults, integer mode included;
+    only the default sizes differ, small here so that a call answers at once.
 
     Parameters
     ----------
     name : str
         A construction (:func:`georecall.list_constructions`).
     N : int
-        Entities.
+        Entities (default 16; ``georecall certify single-hop`` defaults to 4096, ``multi-hop`` to 256).
     R : int
-        Relations.
+        Relations (default 2; ``georecall certify single-hop`` defaults to 16, ``multi-hop`` to 3).
     k : int, optional
         Hops (default 1 for a single-hop construction, 2 for a k-hop one).
     seed : int
@@ -233,8 +239,12 @@ def certify(name: str = "geometric", N: int = 16, R: int = 2, k: int | None = No
         Attribute codes (default: the construction's own).
     D : int, optional
         Code length.
-    integer : bool
-        Certify in exact integers (else float64 with an allowance for rounding).
+    integer : bool, optional
+        True: certify in exact integers; False: in float64 with an allowance for rounding. None (the
+        default), as ``georecall certify``: exact integers where the construction has an integer scale and no
+        real constant is asked for (it takes ``integer``, binary or sign codes, no ``lam`` other than 1, no
+        ``gate`` or ``gain``: :func:`georecall.constructions.builder_options.integer_by_default`), else
+        float64.
     progress : bool
         Progress lines on stderr.
     **options
@@ -254,13 +264,16 @@ def certify(name: str = "geometric", N: int = 16, R: int = 2, k: int | None = No
     Examples
     --------
     >>> import georecall as gr
-    >>> cert = gr.certify("geometric", N=16, R=2, integer=True)
-    >>> cert.verdict, cert.passed
-    ('CERTIFIED', True)
+    >>> cert = gr.certify("geometric", N=16, R=2)
+    >>> cert.verdict, cert.passed, cert.to_dict()["name"]
+    ('CERTIFIED', True, 'G1 binary int')
     """
+    from georecall.constructions.builder_options import integer_by_default  # imported when certify runs
     from georecall.verify.checking import certify as certifier  # the certifier: imported when it runs
 
     spec, k = _spec_and_k(name, k)
+    if integer is None:  # the command line's default: one rule
+        integer = integer_by_default(spec, codes, options)
     opts = {**options, **({"integer": True} if integer else {})}
     cert = certifier.certify(spec=spec, N=N, R=R, k=k, codes=codes, D=D, options=opts, seed=seed,
                              progress=progress)

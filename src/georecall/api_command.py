@@ -12,7 +12,8 @@ and its terminal rendering (``repr``).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator, Mapping, Sequence
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from georecall.errors import InputError
@@ -90,6 +91,8 @@ def _argv(options: Mapping[str, Any], flags: Mapping[str, Any]) -> list[str]:
                 words.append(action.option_strings[0])
             continue
         values = [value] if isinstance(value, (str, int, float)) or not isinstance(value, Sequence) else value
+        if action.nargs is None and len(values) != 1:  # the terminal's "unrecognized arguments" otherwise
+            raise InputError(f"{dest} takes one value, got {value!r}")
         texts = [str(v) for v in values]
         if flag is None:
             words.extend(texts)
@@ -97,6 +100,29 @@ def _argv(options: Mapping[str, Any], flags: Mapping[str, Any]) -> list[str]:
             words.append(flag)
             words.extend(texts)
     return words
+
+
+def _python_words(message: str, actions: Iterable[argparse.Action]) -> str:
+    """A refusal of the command line's parser in Python's words: each option named by its keyword (its
+    dest: ``batch_size``, not ``--batch-size``), ``N must be a whole number >= 1, got 0`` instead of
+    ``georecall bounds: argument --N: expected a whole number >= 1, got 0``; the terminal's own message is
+    unchanged."""
+    names: dict[str, str] = {}
+    for action in actions:
+        for flag in action.option_strings:
+            names[flag] = action.dest
+        if not action.option_strings:  # argparse names a positional by its metavar, else its dest
+            names[str(action.metavar or action.dest)] = action.dest
+
+    def name(text: str) -> str:
+        return names.get(text.split("/")[0], text.lstrip("-").replace("-", "_"))
+
+    text = re.sub(r"^georecall(?: [\w-]+)*: ", "", message)
+    text = re.sub(r"^argument ([^:]+): expected ", lambda m: f"{name(m[1])} must be ", text)
+    text = re.sub(r"^argument ([^:]+): invalid choice: (.*) \(choose from (.*)\)$",
+                  lambda m: f"{name(m[1])} must be one of {m[3]}, got {m[2]}", text)
+    text = re.sub(r"^argument ([^:]+): ", lambda m: f"{name(m[1])}: ", text)
+    return re.sub(r"(?<![\w-])--[A-Za-z][\w-]*", lambda m: name(m[0]), text)
 
 
 def run_command(command: str, **options: Any) -> Result:
@@ -120,7 +146,8 @@ def run_command(command: str, **options: Any) -> Result:
     TypeError
         An option the command does not have.
     InputError
-        A value the command's parser or the command itself refuses (its message names the option).
+        A value the command's parser or the command itself refuses, or two options the command line refuses
+        together (the parser's refusals name the option by its keyword, as Python calls it).
 
     Examples
     --------
@@ -150,7 +177,10 @@ def run_command(command: str, **options: Any) -> Result:
             else "", *_argv(named, flags)]
     try:
         namespace = top.parse_args([w for w in argv if w != ""])
+        # what the terminal refuses as contradictory, given here (a value other than None or False)
+        given = {dest for dest, value in options.items() if value is not None and value is not False}
+        parser.refuse_conflicts(namespace, given)
         p = params.build(namespace)
     except UsageError as exc:
-        raise InputError(str(exc)) from None
+        raise InputError(_python_words(str(exc), [*top._actions, *sub._actions])) from None
     return Result(commands.COMMANDS[p.command](p))

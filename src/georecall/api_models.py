@@ -51,9 +51,10 @@ def load(path: str):
     >>> gr.load(path).n_entities
     16
     """
+    from georecall.cli.common import input_file  # the commands' wording for a missing file: imported on use
     from georecall.constructions import storage  # numpy and the model: imported when a file is read
 
-    return storage.load_model(path)[0]
+    return storage.load_model(input_file(os.fspath(path), "model file"))[0]
 
 
 def save(model, path: str, *, task=None, **record: Any) -> str:

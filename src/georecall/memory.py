@@ -36,6 +36,7 @@ __all__ = [
     "budget_bytes",
     "checker_chunk_bytes",
     "queries_per_chunk",
+    "size_text",
 ]
 
 GIB = 2**30
@@ -100,8 +101,8 @@ def budget_bytes(max_gib: float | None) -> int:
     wanted = max_gib * GIB
     available = available_bytes()
     if wanted > available:  # a budget the machine cannot give guards nothing: cap it, and say so
-        warnings.warn(f"--max-gib {max_gib:g} is more than the {available / GIB:.1f} GiB this machine has "
-                      f"available: the budget is capped at {available / GIB:.1f} GiB", stacklevel=2)
+        warnings.warn(f"--max-gib {max_gib:g} is more than the {size_text(available)} this machine has "
+                      f"available: the budget is capped at {size_text(available)}", stacklevel=2)
         return max(1, int(available))
     return max(1, int(wanted))
 
@@ -212,10 +213,34 @@ def as_budget(budget: Budget | None) -> Budget:
                      f"{type(budget).__name__}: make one with Budget(nbytes) or Budget.from_gib(gib)")
 
 
-def _gib(nbytes: int) -> str:
+def size_text(nbytes: int) -> str:
+    """A number of bytes as a message prints it, readable at every size: GiB with two decimals from 0.1 GiB
+    (whole GiB from 1024 GiB), three significant digits below (GiB down to 10 MiB, then MiB, KiB, bytes), so a
+    small budget is never "0.00 GiB".
+
+    Parameters
+    ----------
+    nbytes : int
+        The bytes (a budget, an estimate or one of its parts).
+
+    Returns
+    -------
+    str
+        "2,000 GiB", "4.00 GiB", "0.13 GiB", "0.0625 GiB", "1.02 MiB", "512 KiB", "100 bytes".
+
+    Examples
+    --------
+    >>> size_text(4 * GIB), size_text(int(0.001 * GIB)), size_text(2**20)
+    ('4.00 GiB', '1.02 MiB', '1 MiB')
+    """
     if nbytes >= 1024 * GIB:
-        return f"{nbytes / GIB:.3g} GiB"
-    return f"{nbytes / GIB:.2f} GiB"
+        return f"{nbytes / GIB:,.0f} GiB"
+    if nbytes >= GIB / 10:
+        return f"{nbytes / GIB:.2f} GiB"
+    for unit, size in (("GiB", 10 * 2**20), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            return f"{nbytes / (GIB if unit == 'GiB' else size):.3g} {unit}"
+    return f"{nbytes} bytes"
 
 
 @dataclass
@@ -285,9 +310,9 @@ class Estimate:
         if self.total <= limit:
             return self
         label, nbytes, lower = max(self.parts, key=lambda p: p[1]) if self.parts else ("", 0, "the sizes")
-        raise InputError(f"{self.what} needs about {_gib(self.total)} of memory (largest part: {label}, "
-                         f"{_gib(nbytes)}), more than the budget of {_gib(limit)}: lower {lower}, or raise "
-                         f"--max-gib")
+        raise InputError(f"{self.what} needs about {size_text(self.total)} of memory (largest part: "
+                         f"{label}, {size_text(nbytes)}), more than the budget of {size_text(limit)}: lower "
+                         f"{lower}, or raise --max-gib")
 
 
 def array_bytes(budget: Budget | None = None) -> int:

@@ -464,7 +464,8 @@ def _family_params(params: dict, family) -> None:
     """Set the codes, D and constants in ``params`` to the family's own (what was certified)."""
     params["codes"] = family.codes.kind
     params["D"] = family.codes.D
-    params.update({key: family.constants[key] for key in ("gate", "beta") if key in family.constants})
+    params.update({key: family.constants[key] for key in ("gate", "beta", "attention")
+                   if key in family.constants})
 
 
 def _refuted_by_check(req: _Request, family, record: dict, params: dict, fingerprint: str,

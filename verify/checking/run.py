@@ -416,7 +416,7 @@ def _row(request: CheckRequest, task: Task, built) -> tuple[str, dict]:
         "attributes": task.attributes,
         "symmetric": r.symmetric,
         **r.options,
-        **{key: built.constants[key] for key in ("gate", "beta") if key in built.constants},
+        **{key: built.constants[key] for key in ("gate", "beta", "attention") if key in built.constants},
     }
     return name, params
 

@@ -37,6 +37,7 @@ from georecall.cli.params import (
     VerifyParams,
 )
 from georecall.constructions import registry
+from georecall.constructions.builder_options import integer_by_default
 from georecall.errors import InputError
 from georecall.io import WriteError, atomic_write, write_error
 from georecall.memory import Estimate
@@ -282,9 +283,8 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
         if p.integer and p.float:
             raise InputError("--integer and --float exclude each other")
         # exact arithmetic where the construction has an integer scale and no real constant was asked for
-        integer = p.integer or (not p.float and "integer" in spec.accepts()
-                                and code_kind(p.codes, spec) in ("binary", "sign") and p.lam == 1.0
-                                and p.gate is None)
+        integer = p.integer or (not p.float and integer_by_default(spec, p.codes, {"lam": p.lam,
+                                                                                   "gate": p.gate}))
         attributes, symmetric = p.attributes, p.symmetric
         # only options the construction takes, or that were asked for (refused then, naming them)
         lam = p.lam if ("lam" in spec.accepts() or p.lam != 1.0) else None

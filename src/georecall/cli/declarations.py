@@ -41,6 +41,10 @@ from georecall.verify.checking.certify import MAX_POINTS
 
 __all__ = ["DECLARATIONS"]
 
+# What b bits do to a weight tensor W (verify/checking/precision.py): the help of --bits and of precision
+_QUANTIZED = ("b = 1 keeps signs, max|W|·sgn(W), zeros becoming +max|W|; b >= 2 rounds to the uniform "
+              "symmetric grid of step max|W|/(2^(b-1)-1), zero kept")
+
 
 def _add_certify(sub: Subparsers) -> None:
     """``certify single-hop|multi-hop``: one verdict for every task (verify/checking/certify.py;
@@ -132,8 +136,8 @@ def _add_check_single_hop(sub: Subparsers) -> None:
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="working precision of the float mode (integer mode always uses float64)")
     p.add_argument("--bits", type=parse_bits, default=None, metavar="b",
-                   help="quantize every weight tensor to b bits, 1 <= b <= 64 (uniform symmetric grid) "
-                        "before checking (default: no quantization)")
+                   help="quantize every weight tensor W to b bits, 1 <= b <= 64, before checking: "
+                        f"{_QUANTIZED} (default: no quantization)")
     p.add_argument("--save", default=None, metavar="MODEL.npz",
                    help="also write the built model (and its task) to this .npz (written atomically; the "
                         "suffix .npz is added when missing)")
@@ -231,9 +235,8 @@ def _add_precision(sub: Subparsers) -> None:
     """``precision`` (:class:`~.params.PrecisionParams`)."""
     p = sub.add_parser("precision", parents=shared_parents("precision"),
                        help="smallest bits per parameter keeping a check exact",
-                       description="Quantize every weight tensor to a b-bit uniform symmetric grid (step "
-                       "max|W|/(2^(b-1)-1)) and report the smallest b at which all N·R (or N·R^k) queries "
-                       "stay exact.")
+                       description=f"Quantize every weight tensor W to b bits ({_QUANTIZED}) and report the "
+                       "smallest b at which all N·R (or N·R^k) queries stay exact.")
     p.add_argument("--construction", default="geometric", metavar="NAME",
                    help="without --k a single-hop construction (" + construction_choices("single")
                         + "); with --k a k-hop one (" + construction_choices("multi") + ")")

@@ -103,7 +103,8 @@ def _add_verify(sub: Subparsers) -> None:
                        description="Run every construction check at its default size, the bound and counting "
                        "checks, the trainer and the probes, and print a PASS/FAIL table with promised vs "
                        "achieved sizes d, m and margins (about 30 s on a quiet 2-core machine; progress "
-                       "[i/n] on stderr). Exit 1 on any failure.")
+                       "[i/n steps] on stderr; a row that checked nothing is NOT COVERED, not a PASS). "
+                       "Exit 1 on any failure.")
     add_user_constructions(p, "any; only its rows, at the sizes its spec's verify_cases list")
     p.add_argument("--full", action="store_true",
                    help="also the longer variants (a few minutes): the mechanism row at the study's R = 4 "

@@ -272,11 +272,12 @@ class CallFunction(Callback):
 
 
 class PrintEvery(Callback):
-    """``train(log_every=k)``: one line on stderr every k steps (loss, batch accuracy, seconds since
-    ``start``)."""
+    """``train(log_every=k)``: one line on stderr every k steps (the step of ``total``, loss, batch accuracy,
+    seconds since ``start`` and, from the second line on, about how long the remaining steps take at the
+    rate so far: an early stop ends sooner)."""
 
-    def __init__(self, every: int, start: float):
-        self.every, self.start = every, start
+    def __init__(self, every: int, start: float, total: int | None = None):
+        self.every, self.start, self.total = every, start, total
 
     def on_step(self, step: int, state: StepState) -> bool:
         """Print one line on stderr when ``step`` is a multiple of ``every`` (step, loss, batch accuracy in %,
@@ -293,8 +294,11 @@ class PrintEvery(Callback):
             False.
         """
         if step % self.every == 0:
-            print(f"step {step:6d}  loss {state.loss:.5f}  accuracy {100 * state.accuracy:6.2f}%  "
-                  f"({time.perf_counter() - self.start:.1f} s)", file=sys.stderr, flush=True)
+            elapsed = time.perf_counter() - self.start
+            of = f"/{self.total}" if self.total else ""
+            left = f", about {elapsed / step * (self.total - step):.0f} s left" if self.total and step else ""
+            print(f"step {step:6d}{of}  loss {state.loss:.5f}  accuracy {100 * state.accuracy:6.2f}%  "
+                  f"({elapsed:.1f} s{left})", file=sys.stderr, flush=True)
         return False
 
 
@@ -556,7 +560,8 @@ def _initialise(model: Model, tokens, answers, positions, settings: TrainSetting
 def _callbacks(settings: TrainSettings, run: _Run, callback: Callable | Callback | None,
                start: float) -> list[Callback]:
     """The loop's callbacks, in order: the log line, the early stop, the caller's."""
-    callbacks: list[Callback] = [PrintEvery(settings.log_every, start)] if settings.log_every else []
+    callbacks: list[Callback] = ([PrintEvery(settings.log_every, start, settings.steps)] if settings.log_every
+                                 else [])
     if settings.stop_at_accuracy is not None:
         callbacks.append(StopAtBatchAccuracy(settings.stop_at_accuracy) if run.batches is None else
                          StopAtCheckedAccuracy(settings.stop_at_accuracy, run.objective.accuracy))

@@ -11,6 +11,7 @@ file with its task, so both read exactly what the command line reads.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 
 from georecall.api_command import Result, run_command
 
-__all__ = ["evaluate", "export", "load", "model_file", "save"]
+__all__ = ["evaluate", "export", "load", "model_argument", "model_file", "save"]
 
 
 def load(path: str):
@@ -70,7 +71,8 @@ def save(model, path: str, *, task=None, **record: Any) -> str:
         Stored beside the weights (``task_table``), so that :func:`evaluate` and ``georecall eval`` need no
         ``--task``.
     **record
-        JSON-able facts for the file's header (``k``, ``construction``, ``seed``, ...).
+        Facts for the file's header (``k``, ``construction``, ``seed``, ...), each strict JSON (numbers,
+        strings, booleans, None, lists and dicts of them; no NaN or infinity).
 
     Returns
     -------
@@ -80,7 +82,9 @@ def save(model, path: str, *, task=None, **record: Any) -> str:
     Raises
     ------
     InputError
-        A path that cannot be written.
+        ``model`` is not a Model (a :class:`~georecall.TrainResult` is named: pass ``result.model``); a path
+        that cannot be written (a folder, a missing folder: the words of ``georecall check --save``); a
+        ``record`` field that is not strict JSON.
 
     Examples
     --------
@@ -91,12 +95,66 @@ def save(model, path: str, *, task=None, **record: Any) -> str:
     >>> gr.save(gr.build("geometric", task).model, path, task=task, construction="G1") == path
     True
     """
+    from georecall.cli.common import output_path  # the commands' check of --save and --out: imported on use
     from georecall.constructions import storage  # as in load()
+    from georecall.errors import InputError  # imported with the model
 
+    model = model_argument(model, "save", paths=False)
+    path = output_path(path, suffix=".npz", what="model file")
+    for key, value in record.items():  # the header is read back as strict JSON: no repr, no bare NaN
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"save: record field {key!r} = {_short_repr(value)} is not strict JSON "
+                             f"({exc})") from None
     extra = {} if task is None else {"task_table": task.table}
     if task is not None:
         record = {"N": task.N, "R": task.R, **record}
     return storage.save_model(model, path, extra_arrays=extra, **record)
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def model_argument(model: Any, what: str, *, paths: bool = True) -> Any:
+    """``model`` when it is a Model (or, with ``paths``, a model file's path, returned as a string); else a
+    one-line refusal naming the verb and what was given, the same for every verb that takes a model.
+
+    Parameters
+    ----------
+    model : Model or str or path-like
+        The argument given.
+    what : str
+        The calling verb, for messages.
+    paths : bool
+        Whether a model file's path is accepted.
+
+    Returns
+    -------
+    Model or str
+        The model, or the path.
+
+    Raises
+    ------
+    InputError
+        Anything else; a result holding a model (``gr.train``'s :class:`~georecall.TrainResult`,
+        ``gr.build``'s result) is told to pass ``result.model``.
+    """
+    if paths and isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    from georecall.constructions.model import Model  # the check of the argument's type, when one is given
+    from georecall.errors import InputError  # imported with the model
+
+    if isinstance(model, Model):
+        return model
+    takes = "a Model or a model file's path" if paths else "a Model"
+    got = type(model).__name__
+    if isinstance(getattr(model, "model", None), Model):  # gr.train's TrainResult, gr.build's result
+        hint = " (gr.train returns a TrainResult)" if got == "TrainResult" else ""
+        raise InputError(f"{what} takes {takes}, got {got}: pass result.model{hint}")
+    raise InputError(f"{what} takes {takes}, got {got}")
 
 
 @contextlib.contextmanager
@@ -114,14 +172,10 @@ def model_file(model, task, what: str, **record: Any) -> Iterator[str]:
     **record
         Further fields of the file written.
     """
-    if isinstance(model, (str, os.PathLike)):
-        yield os.fspath(model)
+    model = model_argument(model, what)
+    if isinstance(model, str):
+        yield model
         return
-    from georecall.constructions.model import Model  # the check of the argument's type, when one is given
-    from georecall.errors import InputError
-
-    if not isinstance(model, Model):
-        raise InputError(f"{what} takes a Model or a model file's path, got {type(model).__name__}")
     with tempfile.TemporaryDirectory(prefix="georecall-") as folder:
         path = os.path.join(folder, "model.npz")
         save(model, path, task=task, **record)
@@ -159,7 +213,8 @@ def evaluate(model, *, task=None, k: int | None = None, cot: bool = False, arith
     Raises
     ------
     InputError
-        A missing or damaged file, no task, or sizes that do not fit the task.
+        ``model`` neither a Model nor a path (:func:`model_argument`), a missing or damaged file, no task, or
+        sizes that do not fit the task.
 
     Examples
     --------
@@ -171,9 +226,10 @@ def evaluate(model, *, task=None, k: int | None = None, cot: bool = False, arith
     """
     from georecall.errors import InputError  # imported with the command
 
-    if task is None and not isinstance(model, (str, os.PathLike)):
+    model = model_argument(model, "evaluate")
+    if task is None and not isinstance(model, str):
         raise InputError("evaluate needs the task of a Model object: evaluate(model, task=gr.task(N, R))")
-    stored_task = task if not isinstance(model, (str, os.PathLike)) else None
+    stored_task = task if not isinstance(model, str) else None
     with contextlib.ExitStack() as stack:
         path = stack.enter_context(model_file(model, stored_task, "evaluate"))
         table_path = None

@@ -13,7 +13,7 @@ import tempfile
 from typing import Any
 
 from georecall.api_command import Result, run_command
-from georecall.api_models import load, model_file
+from georecall.api_models import load, model_argument, model_file
 
 __all__ = ["TrainResult", "probe", "train"]
 
@@ -137,8 +137,8 @@ def probe(model, *, task=None, holdout: float = 0.25, subjects: int = 256, seed:
     Raises
     ------
     InputError
-        A missing or damaged file, no task, shapes that do not match the task, or a ``holdout`` leaving a
-        side empty.
+        ``model`` neither a Model nor a path (:func:`georecall.api_models.model_argument`), a missing or
+        damaged file, no task, shapes that do not match the task, or a ``holdout`` leaving a side empty.
 
     Examples
     --------
@@ -150,7 +150,8 @@ def probe(model, *, task=None, holdout: float = 0.25, subjects: int = 256, seed:
     """
     from georecall.errors import InputError  # imported with the command
 
-    if task is None and not isinstance(model, (str, os.PathLike)):
+    model = model_argument(model, "probe")
+    if task is None and not isinstance(model, str):
         raise InputError("probe needs the task of a Model object: probe(model, task=gr.task(N, R))")
     with model_file(model, task, "probe") as path:
         return run_command("probe", model=path, holdout=holdout, subjects=subjects, seed=seed, **options)

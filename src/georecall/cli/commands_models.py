@@ -141,7 +141,16 @@ def _load_model_and_task(path: str, task_path: str | None, budget: memory.Budget
     if table.ndim != 2 or table.dtype.kind not in "iu":
         raise InputError(f"the task table must be an integer R × N array, got shape {table.shape}, "
                          f"dtype {table.dtype}")
-    return model, Task.from_table(table), est
+    try:
+        task = Task.from_table(table)
+    except InputError:
+        # a table of another size than the model's: its size is the news, not the values it holds (a valid
+        # table of another size reaches the command's own comparison of the two)
+        if table.shape != (model.n_relations, model.n_entities):
+            raise InputError(f"the task table is R×N = {table.shape[0]}×{table.shape[1]}; the model has "
+                             f"N = {model.n_entities}, R = {model.n_relations}") from None
+        raise
+    return model, task, est
 
 
 def _holdout(h: float, n: int, what: str) -> float:

@@ -244,8 +244,8 @@ def test_optimizer_state_is_a_small_object_that_counts_its_updates():
 
 
 def test_the_log_line_counts_steps_of_the_budget_and_says_what_is_left(capsys):
-    """train(log_every=k): a line at steps 0, k, 2k, ... of the budget; from the second line on it estimates the
-    time left at the rate so far (format only: no timing is asserted)."""
+    """train(log_every=k): a line at steps 0, k, 2k, ... of the budget; from the second line on it estimates
+    the time left at the rate so far (format only: no timing is asserted)."""
     train(init_model(24, 3, 8, 16, rng=1), TOKENS, ANSWERS, steps=30, lr=1e-4, log_every=10,
           stop_at_accuracy=None)
     lines = capsys.readouterr().err.strip().splitlines()

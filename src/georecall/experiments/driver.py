@@ -25,6 +25,7 @@ measured since the executor was up.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import sys
 import time
@@ -366,8 +367,13 @@ def drive(jobs: JobList, units: list, open_handle: Callable[[], ExecutorHandle],
                     run.restart()
         except Stop:
             handle.kill()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             handle.kill()
-            log(f"interrupted: {jobs.tally.new} new {jobs.noun}(s) are in {path}; rerun the same command to "
-                "resume")
+            text = (f"interrupted: {jobs.tally.new} new {jobs.noun}(s) are in {path}; rerun the same command "
+                    "to resume")
+            log(text)
+            # the hint rides on the exception: the command line ends with it, once (``said``: it is on stderr
+            # already, written by the default log or a wrapper of it)
+            exc.args = (text,)
+            exc.said = inspect.unwrap(log) is stderr_note  # type: ignore[attr-defined]
             raise

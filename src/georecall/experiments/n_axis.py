@@ -1,7 +1,7 @@
 """The N axis decided: the comparison table and the figure of d* against N, both fitted models per mode.
 
 The comparison itself (fits, criteria, verdict) is :mod:`.sweep_models`, as docs/science/n_axis_protocol.md
-declares it; this module reads a results file (:func:`.sweep_records.read_sweep`), prints the table (or one
+declares it; this module reads a results file (:func:`.sweep_records.read_records`), prints the table (or one
 JSON document) and draws ``n_axis.png`` / ``.svg``: d* against N (log axis), one panel per mode, a point per
 search (seeds side by side; hollow: budget-bound), and each R's M_log (solid) and M_pow (dashed) curves fitted
 on all octaves.
@@ -32,7 +32,7 @@ from georecall.experiments.sweep_models import (
     predict_power,
     seed_spread,
 )
-from georecall.experiments.sweep_records import read_sweep
+from georecall.experiments.sweep_records import read_records
 from georecall.io import validate_output_path
 
 __all__ = ["FIGURE_NAME", "n_axis_figure", "n_axis_report", "n_axis_table", "main"]
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--dpi must be in 30..1200, got {args.dpi}")
         os.makedirs(args.out, exist_ok=True)
         validate_output_path(os.path.join(args.out, f"{FIGURE_NAME}.png"), what="figure")
-        records = read_sweep(args.source, require=True).records
+        records = read_records(args.source)
     except (InputError, OSError) as exc:
         print(f"n_axis: error: {exc}", file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ from georecall.errors import InputError
 from georecall.experiments.figures import STYLE, save_figure
 from georecall.experiments.plotting import import_pyplot
 from georecall.experiments.sweep_fit import BAND_FLOOR, BAND_SIGMAS, fit_thresholds
-from georecall.experiments.sweep_records import is_floor_censored, read_sweep
+from georecall.experiments.sweep_records import is_floor_censored, read_records
 from georecall.io import validate_output_path
 
 __all__ = ["N1024_SUMMARY", "capacity_grid_figure", "grid_rows", "grid_table", "main", "unfinished_searches"]
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         os.makedirs(args.out, exist_ok=True)
         validate_output_path(os.path.join(args.out, "capacity_grid.png"), what="figure")
-        records = read_sweep(args.source, require=True).records
+        records = read_records(args.source)
     except (InputError, OSError) as exc:
         print(f"threshold_figure: error: {exc}", file=sys.stderr)
         return 2

@@ -344,7 +344,9 @@ def drive(jobs: JobList, units: list, open_handle: Callable[[], ExecutorHandle],
         Calls cancelled by Dask (scheduler lost), a local worker dead in each of :data:`ATTEMPTS` attempts at
         one call, or what :meth:`.executors.ExecutorHandle.failure` makes of a Dask failure.
     KeyboardInterrupt
-        Re-raised after the workers are killed and a note is logged.
+        Re-raised after the workers are killed and a note is logged; its ``args`` carry the note, and its
+        ``said`` whether ``log`` (or what it wraps) is :func:`stderr_note` (the command line then adds no
+        line of its own).
     """
     waiting = list(units)
     with open_handle() as handle:

@@ -606,7 +606,8 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
     Raises
     ------
     InputError
-        Bad grid, seeds, workers or output path; lock not obtained; scheduler not reached.
+        Bad grid, seeds, workers or output path; an output file holding lines, none a study record; lock
+        not obtained; scheduler not reached.
     KeyboardInterrupt
         Re-raised after the workers are stopped and a note is logged; rerun the same call to resume.
     """

@@ -320,7 +320,8 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
     Raises
     ------
     InputError
-        Bad parameters or output path, a lock not obtained in time, a scheduler not reached (one line each).
+        Bad parameters or output path, an output file holding lines, none a sweep record, a lock not
+        obtained in time, a scheduler not reached (one line each).
     KeyboardInterrupt
         Re-raised after the workers are stopped (within about a second) and a note is logged.
     """

@@ -575,7 +575,9 @@ def test_a_planted_study_record_is_usable_so_the_bad_ones_test_their_field():
 @pytest.mark.parametrize("command", ["study", "sweep"])
 def test_damaged_results_lines_are_skipped_and_counted(tmp_path, command, line):
     path = tmp_path / "r.jsonl"
-    good = json.dumps(_mechanism_record()).encode()
+    # the good line is one of the command's own records (a file holding none is refused: test_alien_records)
+    good = json.dumps(_mechanism_record() if command == "study" else json.loads(RESULTS_LINES[
+        "a list where the sweep reads a number"].replace('"lr": [1]', '"lr": 0.01'))).encode()
     path.write_bytes(line.encode("utf-8", "surrogateescape") + b"\n" + good + b"\n")
     if command == "study":
         _, out, _ = _hostile(["study", "mechanism", "--summary", str(path), "--json"], code=0,

@@ -6,7 +6,9 @@ seconds, raises :class:`LockTimeout` (an ``InputError``: one line, exit 2 on the
 with its holder, even by SIGKILL. :func:`read_jsonl` skips a line longer than
 :data:`georecall.io.MAX_LINE_BYTES` without holding it in memory, counts a line nested too deeply or holding
 an integer too long for Python as torn, and, given a budget, counts the whole file against it
-(:func:`~georecall.estimates.results_file_estimate`) before a byte is parsed. Appending a line is
+(:func:`~georecall.estimates.results_file_estimate`) before a byte is parsed. :func:`require_kind` refuses a
+file that holds no record of the reader's kind (a model file, or a study file given to a sweep: one rule for
+``--from``, ``--summary`` and ``--out``). Appending a line is
 :func:`georecall.io.append_jsonl` (the atomic writers live there).
 """
 
@@ -18,7 +20,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from georecall.errors import InputError
@@ -26,7 +28,11 @@ from georecall.estimates import results_file_estimate
 from georecall.io import MAX_LINE_BYTES, lock_path, write_error
 from georecall.memory import Budget
 
-__all__ = ["FileLock", "LockTimeout", "ResultsFile", "read_jsonl"]
+__all__ = ["FileLock", "LockTimeout", "ResultsFile", "read_jsonl", "require_kind"]
+
+# Which command writes each kind of record: how a refusal guesses what a file of another kind holds.
+_WRITERS = {"trial": "sweep records", "threshold": "sweep records", "transfer": "sweep records",
+            "mechanism": "study records", "control": "study records"}
 
 
 class LockTimeout(InputError):
@@ -163,6 +169,8 @@ class ResultsFile:
         JSON lines that are not usable records (not an object, or a record lacking a field or of wrong type).
     duplicates : int
         Records whose key appeared earlier (skipped; the first one wins).
+    kinds : dict of str to int
+        How many JSON lines (usable or not) carry each ``"kind"`` (what :func:`require_kind` names).
     """
 
     records: list[dict] = field(default_factory=list)
@@ -170,6 +178,7 @@ class ResultsFile:
     torn: int = 0
     alien: int = 0
     duplicates: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
 
     def problems(self) -> str | None:
         """One line counting what was skipped, or ``None`` if nothing was."""
@@ -180,8 +189,8 @@ class ResultsFile:
 
 def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[dict], object], *,
                budget: Budget | None = None, what: str = "reading the results file"):
-    """Read a results file into ``out`` (an object with ``records``, ``lines``, ``torn``, ``alien`` and
-    ``duplicates``).
+    """Read a results file into ``out`` (an object with ``records``, ``lines``, ``torn``, ``alien``,
+    ``duplicates`` and ``kinds``).
 
     Torn lines (a writer killed mid-line; not JSON, not UTF-8, nested too deeply or holding an integer too
     long for Python), alien lines (``usable`` says no, a line longer than :data:`MAX_LINE_BYTES`, or a key
@@ -247,6 +256,10 @@ def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[
                 except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: JSON, long integers
                     out.torn += 1
                     continue
+                if isinstance(value, dict) and isinstance(value.get("kind"), str):
+                    kind = value["kind"][:100]
+                    if kind in out.kinds or len(out.kinds) < 100:
+                        out.kinds[kind] = out.kinds.get(kind, 0) + 1
                 if not usable(value):
                     out.alien += 1
                     continue
@@ -265,3 +278,51 @@ def read_jsonl(path: str, out, usable: Callable[[object], bool], key: Callable[[
     except OSError as exc:
         raise InputError(f"cannot read results file {path!r}: {exc.strerror or exc}") from None
     return out
+
+
+def require_kind(contents: ResultsFile, path: str, kinds: Collection[str], noun: str, *,
+                 writing: bool = False) -> None:
+    """Refuse a results file that holds no record of ``kinds`` (one rule for every reader and writer).
+
+    Reading (``--from``, ``--summary``), a file without one such record is refused, an empty one too.
+    Writing (``--out``, appended to and resumed from), a file that holds lines, none of them such a record,
+    is refused; an empty or missing file, or one holding only a single torn line (a writer killed during
+    its first line), is a fresh start. A file holding at least one such record is never refused here (its
+    other lines are counted and skipped by the reader, as before).
+
+    Parameters
+    ----------
+    contents : ResultsFile
+        What :func:`read_jsonl` found in ``path``.
+    path : str
+        The file, as the refusal names it.
+    kinds : collection of str
+        The ``"kind"`` values of the caller's records (``{"mechanism", "control"}`` for a study).
+    noun : str
+        Those records in words (``"study records"``).
+    writing : bool
+        Whether the file is about to be appended to (see above).
+
+    Raises
+    ------
+    InputError
+        ``path`` holds no record of ``kinds`` (the message says what it holds instead).
+    """
+    if any(record.get("kind") in kinds for record in contents.records):
+        return
+    parsed = contents.lines - contents.torn
+    if writing and parsed == 0 and contents.torn <= 1:
+        return
+    if contents.lines == 0:
+        if not os.path.exists(path):
+            raise InputError(f"results file {path!r} does not exist")
+        raise InputError(f"{path} holds no {noun} (it is empty)")
+    parts = []
+    if parsed:
+        others = sorted({_WRITERS[kind] for kind in contents.kinds if kind in _WRITERS and kind not in kinds})
+        guess = f": {' or '.join(others)}?" if others else ""
+        parts.append(f"{parsed} line{'s' if parsed != 1 else ''} of another kind{guess}")
+    if contents.torn:
+        parts.append(f"{contents.torn} line{'s that are' if contents.torn != 1 else ' that is'} not JSON"
+                     + ("" if parsed else ": a model or other binary file?"))
+    raise InputError(f"{path} holds no {noun} ({'; '.join(parts)})")

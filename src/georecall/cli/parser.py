@@ -293,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         return _out_of_memory(exc, session.debug, session.fail, (session.params or {}).get("construction"))
     except _Terminated:
         return session.fail(143, "\ngeorecall: terminated (temporary files removed)")
-    except KeyboardInterrupt:
-        return session.fail(130, "\ngeorecall: interrupted")
+    except KeyboardInterrupt as exc:  # a sweep's or study's carries its resume hint, maybe already said
+        hint = exc.args[0] if exc.args and isinstance(exc.args[0], str) else "interrupted"
+        return session.fail(130, f"\ngeorecall: {hint}", echo=not getattr(exc, "said", False))
     except OSError as exc:  # a full or read-only disk met by a writer outside georecall.io (a figure, ...)
         if exc.errno not in WRITE_ERRORS:
             traceback.print_exc()
@@ -380,11 +381,13 @@ class _Session:
                 print(f"georecall: note: {note}", file=sys.stderr)
         return int(doc["status"])
 
-    def fail(self, code: int, line: str) -> int:
-        """Report a failure: ``line`` on stderr, and with ``--json`` the failure document; return ``code``."""
+    def fail(self, code: int, line: str, *, echo: bool = True) -> int:
+        """Report a failure: ``line`` on stderr (unless ``echo`` is false: the command said it already), and
+        with ``--json`` the failure document; return ``code``."""
         if self.debug and self.printed.getvalue() and not self.json:
             sys.stderr.write(self.printed.getvalue())
-        print(line, file=sys.stderr, flush=True)
+        if echo:
+            print(line, file=sys.stderr, flush=True)
         if self.json:
             params = self.params
             doc = {"command": self.command, "version": __version__,

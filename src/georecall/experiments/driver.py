@@ -25,6 +25,7 @@ measured since the executor was up.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import sys
 import time
@@ -343,7 +344,9 @@ def drive(jobs: JobList, units: list, open_handle: Callable[[], ExecutorHandle],
         Calls cancelled by Dask (scheduler lost), a local worker dead in each of :data:`ATTEMPTS` attempts at
         one call, or what :meth:`.executors.ExecutorHandle.failure` makes of a Dask failure.
     KeyboardInterrupt
-        Re-raised after the workers are killed and a note is logged.
+        Re-raised after the workers are killed and a note is logged; its ``args`` carry the note, and its
+        ``said`` whether ``log`` (or what it wraps) is :func:`stderr_note` (the command line then adds no
+        line of its own).
     """
     waiting = list(units)
     with open_handle() as handle:
@@ -366,8 +369,13 @@ def drive(jobs: JobList, units: list, open_handle: Callable[[], ExecutorHandle],
                     run.restart()
         except Stop:
             handle.kill()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             handle.kill()
-            log(f"interrupted: {jobs.tally.new} new {jobs.noun}(s) are in {path}; rerun the same command to "
-                "resume")
+            text = (f"interrupted: {jobs.tally.new} new {jobs.noun}(s) are in {path}; rerun the same command "
+                    "to resume")
+            log(text)
+            # the hint rides on the exception: the command line ends with it, once (``said``: it is on stderr
+            # already, written by the default log or a wrapper of it)
+            exc.args = (text,)
+            exc.said = inspect.unwrap(log) is stderr_note  # type: ignore[attr-defined]
             raise

@@ -52,7 +52,7 @@ from georecall.experiments.study_design import (
 )
 from georecall.io import append_jsonl, validate_output_path
 from georecall.memory import Budget
-from georecall.results_files import ResultsFile, read_jsonl
+from georecall.results_files import ResultsFile, read_jsonl, require_kind
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed, rng
 from georecall.theory.tasks import check_positive_int, task_for_seed
@@ -520,7 +520,8 @@ def _usable(value) -> bool:
     return all(check(value[name]) for name, check in _OPTIONAL.items() if name in value)
 
 
-def read_study(path: str, *, budget: Budget | None = None) -> ResultsFile:
+def read_study(path: str, *, budget: Budget | None = None, require: bool = False,
+               writing: bool = False) -> ResultsFile:
     """Read a study file: torn lines (a writer killed mid-line), alien lines (not a study record, or one with
     a field of the wrong type) and duplicates (a key seen before) are counted and skipped. A missing file is
     empty. With ``budget`` (a memory budget) the file is counted against it before it is parsed.
@@ -531,6 +532,11 @@ def read_study(path: str, *, budget: Budget | None = None) -> ResultsFile:
         The JSONL file (missing: empty).
     budget : Budget or None
         Memory budget.
+    require : bool
+        Refuse a file that holds no study record (:func:`georecall.results_files.require_kind`: a sweep
+        file, a model file, an empty file).
+    writing : bool
+        With ``require``: the file is about to be appended to (empty or missing is a fresh start).
 
     Returns
     -------
@@ -540,9 +546,18 @@ def read_study(path: str, *, budget: Budget | None = None) -> ResultsFile:
     Raises
     ------
     InputError
-        ``path`` cannot be read, or is larger than ``budget`` allows.
+        ``path`` cannot be read, or is larger than ``budget`` allows; with ``require``, it holds no study
+        record.
     """
-    return read_jsonl(path, ResultsFile(), _usable, _identity, budget=budget, what="study mechanism")
+    contents = read_jsonl(path, ResultsFile(), _usable, _identity, budget=budget, what="study mechanism")
+    if require:
+        require_kind(contents, path, _FIELDS, "study records", writing=writing)
+    return contents
+
+
+def _read_to_append(path: str, *, budget: Budget | None = None) -> ResultsFile:
+    """:func:`read_study` of a file the study is about to append to (refused if it holds another kind)."""
+    return read_study(path, budget=budget, require=True, writing=True)
 
 
 # ------------------------------------------------------------------------------------------- the driver
@@ -591,7 +606,8 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
     Raises
     ------
     InputError
-        Bad grid, seeds, workers or output path; lock not obtained; scheduler not reached.
+        Bad grid, seeds, workers or output path; an output file holding lines, none a study record; lock
+        not obtained; scheduler not reached.
     KeyboardInterrupt
         Re-raised after the workers are stopped and a note is logged; rerun the same call to resume.
     """
@@ -602,7 +618,7 @@ def run_study(out: str, grid: str | Grid = "default", seeds: Iterable[int] = (0,
     out = validate_output_path(out, what="results file")
     log = log if log is not None else stderr_note
     wanted = {job["key"] for job in jobs}
-    with open_results(out, read_study, lock_timeout=lock_timeout, log=log, budget=budget) as contents:
+    with open_results(out, _read_to_append, lock_timeout=lock_timeout, log=log, budget=budget) as contents:
         have = {_identity(r) for r in contents.records}
         todo = [job for job in jobs if job["key"] not in have]
         if todo:

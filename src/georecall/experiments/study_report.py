@@ -161,9 +161,10 @@ def summarize(path: str, *, budget: Budget | None = None) -> dict:
     Raises
     ------
     InputError
-        The file cannot be read, or is larger than ``budget`` allows.
+        The file cannot be read, is larger than ``budget`` allows, or holds no study record (a sweep file,
+        a model file, an empty file).
     """
-    contents = read_study(path, budget=budget)
+    contents = read_study(path, budget=budget, require=True)
     groups: dict[str, list[dict]] = {}
     for record in contents.records:
         groups.setdefault(_group_key(record), []).append(record)

@@ -45,6 +45,7 @@ call finishes with the same records as an uninterrupted run, except the timing f
 """
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -82,6 +83,7 @@ from georecall.experiments.sweep_trial import (
 )
 from georecall.io import append_jsonl, validate_output_path
 from georecall.memory import Budget
+from georecall.results_files import ResultsFile
 from georecall.theory import __version__
 from georecall.theory.seeds import check_seed
 from georecall.theory.tasks import check_positive_int
@@ -247,6 +249,12 @@ def _check_cost(estimate: dict, budget_hours: float | None, log: Callable[[str],
                              f"{budget_hours:g} h")
 
 
+def _read_to_append(path: str, *, budget: Budget | None = None) -> ResultsFile:
+    """:func:`.sweep_records.read_sweep` of a file the sweep is about to append to (refused if it holds
+    records, none of them a sweep's)."""
+    return read_sweep(path, budget=budget, require=True, writing=True)
+
+
 def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSettings = TrialSettings(),
           d_min: int = 4, d_max: int = 1024, resolution: int = 2, workers: int = 1,
           progress: bool | Callable[[ProgressInfo], None] = True, max_trials: int | None = None,
@@ -312,7 +320,8 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
     Raises
     ------
     InputError
-        Bad parameters or output path, a lock not obtained in time, a scheduler not reached (one line each).
+        Bad parameters or output path, an output file holding lines, none a sweep record, a lock not
+        obtained in time, a scheduler not reached (one line each).
     KeyboardInterrupt
         Re-raised after the workers are stopped (within about a second) and a note is logged.
     """
@@ -331,7 +340,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
         return {"N": N, "R": R, "mode": mode, "seed": seed, **version}
 
     wanted = {threshold_key({**config_record(c), **keyed}) for c in configs}
-    with open_results(path, read_sweep, lock_timeout=lock_timeout, log=log, budget=budget) as contents:
+    with open_results(path, _read_to_append, lock_timeout=lock_timeout, log=log, budget=budget) as contents:
         finished = {threshold_key(r) for r in contents.records if r["kind"] == "threshold"}
         known = _known_trials(contents.records)
         todo = [c for c in configs if threshold_key({**config_record(c), **keyed}) not in finished]
@@ -343,6 +352,7 @@ def sweep(path: str, Ns, Rs, modes=MODES, seeds=(0, 1, 2), *, settings: TrialSet
             reporter = _StderrProgress() if progress is True else (progress if callable(progress) else None)
             close = getattr(reporter, "close", None)
 
+            @functools.wraps(log)  # it says what log says (the driver looks through it: said on stderr?)
             def note(text: str) -> None:  # a note starts a line of its own after a line rewritten in place
                 if close is not None:
                     close()

@@ -29,7 +29,7 @@ from typing import Any
 from georecall.experiments.sweep_search import FLOOR, SEARCHES
 from georecall.experiments.sweep_trial import MODES, SETTINGS_KEY, TrialSettings
 from georecall.memory import Budget
-from georecall.results_files import ResultsFile, read_jsonl
+from georecall.results_files import ResultsFile, read_jsonl, require_kind
 
 __all__ = ["MAX_COUNT", "MAX_STEPS", "MAX_WIDTH", "THRESHOLD_KEY", "TIMING_FIELDS", "TRIAL_KEY", "SweepFile",
            "is_finite_real", "is_floor_censored", "read_records", "read_sweep", "record_config_key",
@@ -214,7 +214,8 @@ def _is_sweep_record(value) -> bool:
     return value["kind"] != "trial" or value.get("steps_run", 0) <= value["steps"]
 
 
-def read_sweep(path: str, *, budget: Budget | None = None) -> ResultsFile:
+def read_sweep(path: str, *, budget: Budget | None = None, require: bool = False,
+               writing: bool = False) -> ResultsFile:
     """Read a results file: records de-duplicated by key, torn and alien lines counted and skipped.
 
     Parameters
@@ -223,6 +224,11 @@ def read_sweep(path: str, *, budget: Budget | None = None) -> ResultsFile:
         The JSONL file (missing: an empty result).
     budget : Budget or None
         A memory budget: the file is counted against it before it is parsed.
+    require : bool
+        Refuse a file that holds no trial, threshold or transfer record
+        (:func:`georecall.results_files.require_kind`: a study file, a model file).
+    writing : bool
+        With ``require``: the file is about to be appended to (empty or missing is a fresh start).
 
     Returns
     -------
@@ -231,14 +237,18 @@ def read_sweep(path: str, *, budget: Budget | None = None) -> ResultsFile:
     Raises
     ------
     InputError
-        ``path`` is a directory, a device, cannot be read, or (with ``budget``) is too large.
+        ``path`` is a directory, a device, cannot be read, or (with ``budget``) is too large; with
+        ``require``, it holds no sweep record.
     """
     def key(value: dict):
         if value["kind"] not in _REQUIRED:
             return None
         return (value["kind"], *(trial_key(value) if value["kind"] == "trial" else threshold_key(value)))
 
-    return read_jsonl(path, ResultsFile(), _is_sweep_record, key, budget=budget, what="sweep")
+    contents = read_jsonl(path, ResultsFile(), _is_sweep_record, key, budget=budget, what="sweep")
+    if require:
+        require_kind(contents, path, _FIELDS, "sweep records", writing=writing)
+    return contents
 
 
 def read_records(path: str, *, budget: Budget | None = None) -> list[dict]:

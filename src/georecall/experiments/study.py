@@ -655,10 +655,9 @@ class _Jobs(JobList):
 
     def opened(self, handle, units: int) -> None:
         cost = self.cost
-        hours = cost["seconds"] / 3600
         self.report(f"{units} job(s) to run on {handle.description}; estimate: {cost['steps']:,} training "
-                    f"steps at most and {cost['probe_sets']} probe sets, about {hours:.1f} h of one core on "
-                    f"this project's machine (2 shared cores)")
+                    f"steps at most and {cost['probe_sets']} probe sets, about {clock(cost['seconds'])} "
+                    f"of one core on this project's machine (2 shared cores)")
 
     def start(self, job: dict) -> list[Call]:
         return [Call(run_job, (job,), job, f"the job {_describe(job)}")]

@@ -157,12 +157,3 @@ def test_ctrl_c_during_a_sweep_is_one_line_with_the_resume_hint(tmp_path, capsys
                             "to resume")
         if json_mode:
             assert json.loads(out)["error"] == lines[0]
-
-
-def test_figures_from_a_study_file_is_refused_before_drawing(tmp_path, capsys):
-    """`georecall figures --from` reads sweep records: a study file is refused (exit 2, naming it), and no
-    figure is drawn (the readers' control, a sweep file read, is test_the_readers_refuse_only_when_asked)."""
-    pytest.importorskip("matplotlib")
-    code, out, err = run(["figures", "--from", str(STUDY), "--out", str(tmp_path / "fig")], capsys)
-    assert code == 2 and f"{STUDY} holds no sweep records" in err, err
-    assert not (tmp_path / "fig").exists() or not any((tmp_path / "fig").iterdir())

@@ -584,7 +584,10 @@ def test_a_killed_predicted_sweep_loses_at_most_the_trial_in_progress(tmp_path):
     every finished trial is kept and reused by the rerun, which ends with the uninterrupted run's records."""
     path, full = str(tmp_path / "cut.jsonl"), str(tmp_path / "full.jsonl")
     for p in (path, full):
-        sweep(p, [64], [2], modes=("learned", "frozen"), seeds=(0,), settings=SETTINGS, progress=False)
+        # from d_min = 2, so that the seed searches fail below their d* (a search never failing below its
+        # floor is censored there and predicts nothing)
+        sweep(p, [64], [2], modes=("learned", "frozen"), seeds=(0,), settings=SETTINGS, progress=False,
+              d_min=2)
     grid = {"Ns": [64], "Rs": [3, 4], "modes": ["learned", "frozen"], "seeds": [0]}
     sweep(full, **grid, settings=SETTINGS, progress=False, search="predicted")
     start = len(_lines(path))
@@ -626,7 +629,8 @@ def test_a_predicted_sweep_on_a_dask_cluster_gives_the_records_of_one_in_this_pr
     inline, dask = str(tmp_path / "inline.jsonl"), str(tmp_path / "dask.jsonl")
     grid = {"Ns": [64], "Rs": [3, 4], "modes": ["learned", "frozen"], "seeds": [0]}
     for path, where in ((inline, {}), (dask, {"scheduler": "local:2"})):
-        sweep(path, [64], [2], modes=("learned", "frozen"), seeds=(0,), settings=SETTINGS, progress=False)
+        sweep(path, [64], [2], modes=("learned", "frozen"), seeds=(0,), settings=SETTINGS, progress=False,
+              d_min=2)  # fails below its d* (as _seed_file)
         sweep(path, **grid, settings=SETTINGS, progress=False, search="predicted", log=lambda text: None,
               **where)
     assert _strip(read_sweep(dask).records) == _strip(read_sweep(inline).records)

@@ -67,7 +67,7 @@ def run_figures(p: FiguresParams) -> dict:
     out = output_dir(p.out)
     dpi, formats = figure_options(p)
     require_matplotlib()
-    contents = read_sweep(p.source, budget=p.budget, require=True) if p.source else None  # a sweep file
+    contents = read_sweep(p.source, budget=p.budget) if p.source else None
     records = contents.records if contents is not None else []
     with figure_style(p.style):
         paths = make_figures(records, out, seed=p.seed, dpi=dpi, formats=formats)

@@ -51,6 +51,11 @@ UNREADABLE = {
 }
 
 
+def _error_lines(stderr: str) -> list[str]:
+    """stderr's lines but the lecture's progress (``lecture: ...``; none with --json) and blank ones."""
+    return [line for line in stderr.strip().splitlines() if line.strip() and not line.startswith("lecture: ")]
+
+
 def _leftovers(folder: Path) -> list[str]:
     """Temporaries anywhere under ``folder`` (``.name.tmp-*``, the atomic writers' and export's)."""
     return [str(p) for p in folder.rglob("*") if ".tmp-" in p.name]
@@ -129,7 +134,7 @@ def test_a_hostile_cell_is_one_line_and_leaves_no_temporary(case, tmp_path):
     process = _cli(["--notebook", str(source), "--out", str(tmp_path / "text"), *extra])
     stdout, stderr = process.communicate(timeout=300)
     progress = [line for line in stderr.strip().splitlines() if line.startswith("lecture: ")]
-    lines = [line for line in stderr.strip().splitlines() if not line.startswith("lecture: ")]
+    lines = _error_lines(stderr)
     assert progress and progress[0].startswith("lecture: running the 1 code cells"), stderr  # no --json
     assert process.returncode == status and len(lines) == 1 and needle in lines[0], stderr
 
@@ -218,7 +223,7 @@ def test_a_full_disk_is_one_line_naming_the_file(full_disk, tmp_path, capsys, mo
     out = full_disk / "lecture"
     argv = ["lecture", "--notebook", str(source), "--out", str(out)]
     code = main(argv)
-    err = capsys.readouterr().err.strip().splitlines()
+    err = _error_lines(capsys.readouterr().err)
     assert code == 2 and len(err) == 1 and err[0].startswith("georecall: error: cannot write"), err
     assert repr(str(out / "nb.ipynb")) in err[0] and "no space left on the disk" in err[0], err
     _no_partial_file(full_disk)
@@ -236,6 +241,6 @@ def test_a_full_disk_after_the_cells_ran_is_one_line(full_disk, tmp_path):
     source = _notebook(tmp_path, "x = 1")
     proc = _cli(["--notebook", str(source), "--out", str(full_disk / "lecture")])
     out, err = proc.communicate(timeout=120)
-    lines = err.strip().splitlines()
+    lines = _error_lines(err)
     assert proc.returncode == 2 and len(lines) == 1 and "no space left on the disk" in lines[0], err
     _no_partial_file(full_disk)

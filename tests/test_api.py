@@ -289,6 +289,36 @@ def test_a_refusal_in_python_names_the_python_parameter(call, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("verb", ["check", "certify", "build"])
+def test_a_construction_refusal_in_python_names_options_by_keyword(verb, capsys):
+    call = {"check": lambda: gr.check("geometric", N=8, R=2, beta=3.0),
+            "certify": lambda: gr.certify("geometric", N=8, R=2, beta=3.0),
+            "build": lambda: gr.build("geometric", gr.task(8, 2), beta=3.0)}[verb]
+    with pytest.raises(InputError) as info:
+        call()
+    message = str(info.value)
+    assert "does not take softmax inverse temperature β (beta)" in message and "code kind (codes)" in message
+    assert "--" not in message
+    # the terminal names the same refusal by its flags
+    assert main(["check", "single-hop", "--construction", "geometric", "--N", "8", "--R", "2",
+                 "--beta", "3"]) == 2
+    assert "(--beta)" in capsys.readouterr().err
+
+
+def test_python_words_keeps_the_error_class_and_traceback():
+    from georecall.api_command import python_words
+    from georecall.errors import ConditionError
+
+    def deep():
+        raise ConditionError("codes too short: raise --D to 5")
+
+    with pytest.raises(ConditionError) as info:
+        with python_words():
+            deep()
+    assert str(info.value) == "codes too short: raise D to 5"
+    assert info.traceback[-1].name == "deep"  # the raising frame is kept
+
+
 def test_the_command_line_keeps_its_own_words(capsys):
     assert main(["bounds", "--N", "0"]) == 2
     err = capsys.readouterr().err.strip()

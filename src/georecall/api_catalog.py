@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from georecall.api_command import python_words
+
 __all__ = ["build", "construction", "list_constructions", "task"]
 
 
@@ -172,5 +174,6 @@ def build(name: str, task, *, k: int | None = None, seed: int = 0, codes: str | 
     given = {key: value for key, value in options.items() if value is not None}
     code_options = {key: value for key, value in (("codes", codes), ("D", D)) if value is not None}
     # the one validation (and wording) of what a spec is asked for, as check and certify use
-    validate_request(spec, options=given, codes=codes, D=D, k=k, attributes=task.attributes)
-    return spec.builder(task, k, rng=seeds.rng(seed, "codes"), **code_options, **given)
+    with python_words():  # the refusals name options as Python does
+        validate_request(spec, options=given, codes=codes, D=D, k=k, attributes=task.attributes)
+        return spec.builder(task, k, rng=seeds.rng(seed, "codes"), **code_options, **given)

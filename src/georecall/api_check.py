@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from georecall.api_command import python_words
+
 __all__ = ["CertifyReport", "CheckReport", "certify", "check"]
 
 
@@ -207,8 +209,9 @@ def check(name: str = "geometric", N: int = 64, R: int = 3, k: int | None = None
 
     spec, k = _spec_and_k(name, k)
     opts = {**options, **({"integer": True} if integer else {})}
-    report = run_check(construction=spec, N=N, R=R, k=k, seed=seed, codes=codes, D=D, options=opts,
-                       dtype=dtype, task=task, save=save, progress=progress)
+    with python_words():  # the checker's refusals name options as Python does
+        report = run_check(construction=spec, N=N, R=R, k=k, seed=seed, codes=codes, D=D, options=opts,
+                           dtype=dtype, task=task, save=save, progress=progress)
     return CheckReport(report)
 
 
@@ -275,6 +278,7 @@ def certify(name: str = "geometric", N: int = 16, R: int = 2, k: int | None = No
     if integer is None:  # the command line's default: one rule
         integer = integer_by_default(spec, codes, options)
     opts = {**options, **({"integer": True} if integer else {})}
-    cert = certifier.certify(spec=spec, N=N, R=R, k=k, codes=codes, D=D, options=opts, seed=seed,
-                             progress=progress)
+    with python_words():  # the certifier's refusals name options as Python does
+        cert = certifier.certify(spec=spec, N=N, R=R, k=k, codes=codes, D=D, options=opts, seed=seed,
+                                 progress=progress)
     return CertifyReport(cert)

@@ -12,13 +12,14 @@ and its terminal rendering (``repr``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from georecall.errors import InputError
 
-__all__ = ["Result", "run_command"]
+__all__ = ["Result", "python_words", "run_command"]
 
 
 class Result(Mapping):
@@ -125,6 +126,37 @@ def _python_words(message: str, actions: Iterable[argparse.Action]) -> str:
     return re.sub(r"(?<![\w-])--[A-Za-z][\w-]*", lambda m: name(m[0]), text)
 
 
+@contextlib.contextmanager
+def python_words(actions: Iterable[argparse.Action] = ()) -> Iterator[None]:
+    """Re-word an :class:`~georecall.errors.InputError` raised inside: each option its message names by a
+    command-line flag (``code kind (--codes)``, ``--batch-size``) named by its Python keyword instead
+    (``code kind (codes)``, ``batch_size``). The exception keeps its class (``ConditionError``,
+    ``UserCodeError``) and its traceback; only its message changes.
+
+    Parameters
+    ----------
+    actions : iterable of argparse.Action
+        A parser's actions, for flags whose keyword is not the flag's own name (default: none; a flag
+        ``--x-y`` is then the keyword ``x_y``).
+
+    Examples
+    --------
+    >>> from georecall.errors import InputError
+    >>> try:
+    ...     with python_words():
+    ...         raise InputError("G1 does not take β (--beta); it takes: code kind (--codes)")
+    ... except InputError as exc:
+    ...     print(exc)
+    G1 does not take β (beta); it takes: code kind (codes)
+    """
+    try:
+        yield
+    except InputError as exc:
+        if exc.args and isinstance(exc.args[0], str):
+            exc.args = (_python_words(exc.args[0], actions), *exc.args[1:])
+        raise
+
+
 def run_command(command: str, **options: Any) -> Result:
     """Run the ``georecall`` command ``command`` with ``options`` (keyword names are the options' dests:
     ``--batch-size`` is ``batch_size``) and return its result.
@@ -147,7 +179,9 @@ def run_command(command: str, **options: Any) -> Result:
         An option the command does not have.
     InputError
         A value the command's parser or the command itself refuses, or two options the command line refuses
-        together (the parser's refusals name the option by its keyword, as Python calls it).
+        together (each option named by its keyword, as Python calls it: ``codes``, not ``--codes``); its
+        subclasses (:class:`~georecall.errors.ConditionError`, :class:`~georecall.errors.UserCodeError`) keep
+        their class and traceback.
 
     Examples
     --------
@@ -183,4 +217,5 @@ def run_command(command: str, **options: Any) -> Result:
         p = params.build(namespace)
     except UsageError as exc:
         raise InputError(_python_words(str(exc), [*top._actions, *sub._actions])) from None
-    return Result(commands.COMMANDS[p.command](p))
+    with python_words([*top._actions, *sub._actions]):  # the command's own refusals, in Python's words
+        return Result(commands.COMMANDS[p.command](p))

@@ -401,6 +401,20 @@ def test_format_json_fails_as_json_does(argv, capsys):
     assert code2 == code and json.loads(out2)["error"] == doc["error"]
 
 
+def test_a_failure_document_records_the_parameters_a_success_records(tmp_path, capsys):
+    """A refused run's ``params`` are the command's parameters (those its success document records: the
+    control), not the run's controls (``json``, ``quiet``, ``max_gib``, ``debug``, ``build_timeout``)."""
+    model = tmp_path / "m.npz"
+    assert run(["check", "single-hop", "--N", "16", "--R", "2", "--save", str(model), "--quiet"], capsys)[0] == 0
+    code, out, _ = run(["eval", str(model), "--json"], capsys)
+    assert code == 0
+    success = json.loads(out)["params"]
+    code, out, err = run(["eval", str(tmp_path / "missing.npz"), "--json", "--max-gib", "1"], capsys)
+    failure = json_refusal(code, out, err)["params"]
+    assert set(failure) == set(success), (failure, success)
+    assert failure["model"] == str(tmp_path / "missing.npz")
+
+
 def test_format_json_prints_nothing_on_stderr(capsys):
     """``count`` prints progress on stderr in text mode (the control); with ``--format json``, nothing."""
     code, _, err = run(["count", "--N", "4", "--R", "2"], capsys)

@@ -18,7 +18,7 @@ from georecall.constructions import builder_options, registry
 from georecall.constructions.codes import CODE_KINDS
 
 __all__ = [
-    "BUILDER_OPTION_DEST", "DEBUG_VARIABLE", "OPTION_TYPES", "SHARED", "Parser", "RawDescription",
+    "BUILDER_OPTION_DEST", "DEBUG_VARIABLE", "OPTION_TYPES", "RUN_CONTROLS", "SHARED", "Parser", "RawDescription",
     "Subparsers", "UsageError", "add_builder_option", "add_figure_options", "add_group", "add_own_options",
     "add_sizes", "add_style", "add_table_options", "add_user_constructions", "code_kinds",
     "construction_choices", "parse_D", "parse_N", "parse_R", "parse_bits", "parse_d", "parse_fraction",
@@ -314,6 +314,11 @@ SHARED: dict[str, tuple[str, ...]] = {
 # Commands that never run a user's construction: --debug and --build-timeout are not offered there (the
 # lecture's cells have their own --timeout).
 RUNS_NO_CONSTRUCTION = ("lecture",)
+
+# The dests of the shared options that steer a run (its output, progress, budget, debugging) and of the
+# command word itself: not the command's parameters, so a document's ``params`` leaves them out (a command's
+# own documents record only its parameters; a failure document, built from the parsed arguments, drops these).
+RUN_CONTROLS = frozenset({"command", "json", "quiet", "max_gib", "debug", "build_timeout"})
 
 _SEED_HELP = {
     "verify": "run seed S of every check: the task is a function of (N, R, S); every other random choice "

@@ -31,6 +31,7 @@ from georecall.cli.declarations import DECLARATIONS
 from georecall.cli.options import (
     BUILDER_OPTION_DEST,
     DEBUG_VARIABLE,
+    RUN_CONTROLS,
     SHARED,
     Parser,
     UsageError,
@@ -351,7 +352,7 @@ class _Session:
                 raise refused  # noqa: B904 - the construction that did not load is the cause: its line
             self.command = args.command
             self.params = {key: value for key, value in vars(args).items()
-                           if key not in cli_params.STRUCTURE}
+                           if key not in cli_params.STRUCTURE and key not in RUN_CONTROLS}
             refuse_conflicts(args, given_options(self.argv))
             params = cli_params.build(args)  # typed, once; the budget is created here
             self.json = isinstance(params, cli_params.Json) and params.json

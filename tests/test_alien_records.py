@@ -1,6 +1,6 @@
 """A results file of the wrong kind is refused (exit 2, one line naming the file and what it holds), never
-read as an empty one: ``study mechanism --summary``, and ``--out`` of a sweep or a study that would append to
-a file of the other kind. A file with some records of the right kind keeps today's behaviour (the other lines
+read as an empty one: ``study mechanism --summary``, and ``--out`` of a sweep or a study (``--append`` of a
+transfer) that would append to a file of the other kind. A file with some records of the right kind keeps today's behaviour (the other lines
 counted and skipped). And Ctrl-C during a sweep ends with one line, the resume hint.
 """
 
@@ -106,6 +106,20 @@ def test_a_study_refuses_to_append_to_a_sweep_file(tmp_path, capsys):
     assert code == 2 and path.read_bytes() == before
     assert err.strip().splitlines() == [f"georecall: error: {path} holds no study records "
                                         f"({_lines(path)} lines of another kind: sweep records?)"]
+
+
+def test_transfer_refuses_to_append_to_a_study_file_and_appends_to_its_own(model_file, tmp_path, capsys):
+    path = tmp_path / "wrong.jsonl"
+    shutil.copy(STUDY, path)
+    before = path.read_bytes()
+    code, _, err = run(["transfer", str(model_file), "--steps", "2", "--append", str(path)], capsys)
+    assert code == 2 and path.read_bytes() == before  # nothing probed, nothing appended
+    assert err.strip().splitlines() == [f"georecall: error: {path} holds no sweep records "
+                                        f"({_lines(path)} lines of another kind: study records?)"]
+    own = tmp_path / "transfer.jsonl"  # the control: a fresh file, then the same file again
+    for count in (1, 2):
+        assert run(["transfer", str(model_file), "--steps", "2", "--append", str(own)], capsys)[0] == 0
+        assert _lines(own) == count
 
 
 def test_a_sweep_resumes_its_own_file_and_starts_an_empty_one(tmp_path, capsys):

@@ -38,6 +38,7 @@ from georecall.constructions.storage import load_model
 from georecall.errors import InputError
 from georecall.estimates import query_bytes
 from georecall.experiments import probes, probes_hidden
+from georecall.experiments.sweep_records import read_sweep
 from georecall.io import append_jsonl, damaged_input, parse_json
 from georecall.memory import Estimate
 from georecall.theory import seeds
@@ -356,11 +357,14 @@ def run_transfer(p: TransferParams) -> dict:
     Raises
     ------
     InputError
-        An unwritable ``--append``, a missing or damaged model or task file, shapes that do not match the
+        An unwritable ``--append`` or one holding records of another kind, a missing or damaged model or task
+        file, shapes that do not match the
         task, or the estimate over the budget.
     """
     # --lr positive and finite: the parser's type
     append = output_path(p.append, what="results file") if p.append else None
+    if append:  # a file of another kind (a study's, a model) is refused before any work, as sweep --out does
+        read_sweep(append, budget=p.budget, require=True, writing=True)
     model, task, est = _load_model_and_task(p.model, p.task, p.budget, "transfer")
     model = _as_float64(model, est, p.budget)
     probes.check_model_shapes(model, task)

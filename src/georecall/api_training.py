@@ -27,6 +27,9 @@ class TrainResult(Result):
         The trained weights (what ``--out`` would write).
     reached : bool
         Every training query answered (exactly, on the trained weights' own function).
+    passed : bool
+        The command's outcome, as for every command: training ran (``georecall train`` exits 0 whether or not
+        it memorized). Whether it memorized is ``reached``.
 
     Examples
     --------
@@ -34,6 +37,9 @@ class TrainResult(Result):
     >>> result = gr.train(N=8, R=2, d=16, steps=300)
     >>> result.reached, result.model.n_entities, result["final_accuracy"]["accuracy"]
     (True, 8, 1.0)
+    >>> short = gr.train(N=64, R=4, d=4, steps=2)  # too narrow and too short to memorize
+    >>> short.passed, short.reached
+    (True, False)
     """
 
     def __init__(self, document: dict, model) -> None:

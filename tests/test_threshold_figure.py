@@ -90,3 +90,43 @@ def test_the_figure_draws_unfinished_searches_legibly(tmp_path):
     assert sum("search unfinished" in t for t in labels) == 2
     assert fig.axes[0].get_xlim()[1] >= 16 * math.log(4096)  # the R = 16 bars are inside the axes
     P.import_pyplot().close(fig)
+
+
+_SETTINGS = {"steps": 500, "lr": 0.01, "width_factor": 4, "attention": "uniform", "dtype": "float32",
+             "version": "0.2.0"}
+
+
+def _search(R, mode, seed, d_star, step_of_d_star, steps=500):
+    """A finished search at N = 4096: its threshold record and its deciding trial (reached at the step)."""
+    fields = {**_SETTINGS, "steps": steps, "N": 4096, "R": R, "mode": mode, "seed": seed}
+    return [{**fields, "kind": "trial", "d": d_star, "reached": True, "steps_run": step_of_d_star},
+            {**fields, "kind": "threshold", "d_star": d_star, "last_failure": d_star - 2, "monotone": True,
+             "trials": []}]
+
+
+def _rerun(R, mode, seed, d, reached, steps=1000, steps_run=None):
+    return {**_SETTINGS, "kind": "trial", "N": 4096, "R": R, "mode": mode, "seed": seed, "d": d,
+            "reached": reached, "steps": steps, "steps_run": steps_run or steps}
+
+
+def test_the_budget_report_names_the_bound_searches_and_their_reruns_at_twice_the_steps(tmp_path, capsys):
+    records = [*_search(16, "frozen", 0, 114, 498), *_search(16, "learned", 0, 70, 405),  # 498 ≥ 450: bound
+               *_search(16, "learned", 1, 68, 450)]  # exactly 90 %: bound
+    reruns = [_rerun(16, "frozen", 0, 112, False), _rerun(16, "frozen", 0, 114, True, steps_run=498),
+              _rerun(16, "frozen", 0, 110, False),  # neither d* nor the width below: not a rerun of it
+              _rerun(16, "frozen", 1, 112, True),  # another seed's
+              _rerun(16, "learned", 1, 66, True, steps=750, steps_run=700)]  # not twice the steps
+    lines = TF.budget_report(records, reruns)
+    assert lines[0] == "budget-bound searches (deciding trial at ≥ 90 % of its steps): 2 of 3"
+    assert lines[1:] == [
+        "  frozen N = 4096 R = 16 seed 0: d* = 114 at step 498 of 500; d = 112: not reached in 1000, "
+        "d = 114: reached in 1000 (at step 498)",
+        "  learned N = 4096 R = 16 seed 1: d* = 68 at step 450 of 500; no rerun at twice the steps yet"]
+    # the command: the reruns from their own files, the table and figure from --from alone
+    main, extra = tmp_path / "main.jsonl", tmp_path / "reruns.jsonl"
+    main.write_text("".join(json.dumps(r) + "\n" for r in records))
+    extra.write_text("".join(json.dumps(r) + "\n" for r in reruns))
+    pytest.importorskip("matplotlib", reason="the figure needs the optional plot extra")
+    assert TF.main(["--from", str(main), "--reruns", str(extra), "--out", str(tmp_path / "figs")]) == 0
+    out = capsys.readouterr().out
+    assert lines[1] in out and "| 16 | 133.1 | 70, 68 | 114 |" in out

@@ -25,6 +25,7 @@ from georecall.experiments.plotting import STYLE, import_pyplot, save_figure
 from georecall.experiments.sweep_models import (
     HELD_OUT_N,
     budget_bound,
+    budget_lines,
     compare_models,
     frozen_over_learned,
     n_axis_points,
@@ -133,16 +134,7 @@ def n_axis_table(report: dict) -> str:
         per = " ".join(f"{seed}:{d}" for seed, d in row["d_star"].items())
         lines.append(f"{row['mode']:>8} {row['R']:>3} {row['N']:>6}  {per:<24} "
                      f"{row['min']:>3}–{row['max']:<4}")
-    bound = [b for b in report["budget"] if b["bound"]]
-    unknown = sum(b["bound"] is None for b in report["budget"])
-    lines.append("")
-    lines.append(f"budget-bound searches (deciding trial at ≥ 90 % of its steps): {len(bound)}"
-                 + (f" ({unknown} without the deciding trial's record)" if unknown else ""))
-    for b in bound:
-        reruns = ", ".join(f"d = {t['d']}: {'reached' if t['reached'] else 'not reached'} in {t['steps']}"
-                           for t in b["reruns"]) or "no rerun at twice the steps yet"
-        lines.append(f"  {b['mode']} N = {b['N']} R = {b['R']} seed {b['seed']}: d* = {b['d_star']} at "
-                     f"step {b['steps_run']} of {b['steps']}; {reruns}")
+    lines += ["", *budget_lines(report["budget"])]
     lines += ["", "d*(frozen)/d*(learned) per (N, R): median (min–max) over seeds"]
     for row in report["frozen_over_learned"]:
         n = len(row["ratios"])

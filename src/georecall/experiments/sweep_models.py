@@ -28,7 +28,7 @@ import numpy as np
 from georecall.errors import InputError
 from georecall.experiments.sweep_records import TRIAL_KEY, is_floor_censored, threshold_key, trial_key
 
-__all__ = ["BUDGET_FRACTION", "HELD_OUT_N", "PROTOCOL_SETTINGS", "VERDICTS", "aic", "budget_bound",
+__all__ = ["BUDGET_FRACTION", "HELD_OUT_N", "PROTOCOL_SETTINGS", "VERDICTS", "aic", "budget_bound", "budget_lines",
            "compare_models", "fit_log_model", "fit_power_model", "frozen_over_learned", "n_axis_points",
            "predict_log", "predict_power", "seed_spread", "verdict"]
 
@@ -348,6 +348,40 @@ def budget_bound(records: list[dict], points: list[dict], fraction: float = BUDG
                     "steps": p["steps"], "steps_run": steps_run, "bound": bound,
                     "reruns": sorted(reruns, key=lambda t: t["d"])})
     return out
+
+
+def budget_lines(budget: list[dict]) -> list[str]:
+    """:func:`budget_bound`'s outcome in words: how many searches are budget-bound, then one line each with
+    its deciding trial's step and its reruns at twice the steps.
+
+    Parameters
+    ----------
+    budget : list of dict
+        What :func:`budget_bound` returns.
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> budget_lines([{"N": 64, "R": 2, "mode": "frozen", "seed": 0, "d_star": 12, "steps": 500,
+    ...                "steps_run": 480, "bound": True,
+    ...                "reruns": [{"d": 10, "steps": 1000, "reached": False, "steps_run": 1000}]}])
+    ['budget-bound searches (deciding trial at ≥ 90 % of its steps): 1 of 1', '  frozen N = 64 R = 2 seed 0: d* = 12 at step 480 of 500; d = 10: not reached in 1000']
+    """
+    bound = [b for b in budget if b["bound"]]
+    unknown = sum(b["bound"] is None for b in budget)
+    lines = [f"budget-bound searches (deciding trial at ≥ {100 * BUDGET_FRACTION:.0f} % of its steps): "
+             f"{len(bound)} of {len(budget)}"
+             + (f" ({unknown} without the deciding trial's record)" if unknown else "")]
+    for b in bound:
+        reruns = ", ".join(f"d = {t['d']}: {'reached' if t['reached'] else 'not reached'} in {t['steps']}"
+                           + (f" (at step {t['steps_run']})" if t["reached"] and t.get("steps_run") else "")
+                           for t in b["reruns"]) or "no rerun at twice the steps yet"
+        lines.append(f"  {b['mode']} N = {b['N']} R = {b['R']} seed {b['seed']}: d* = {b['d_star']} at "
+                     f"step {b['steps_run']} of {b['steps']}; {reruns}")
+    return lines
 
 
 def frozen_over_learned(points: list[dict]) -> list[dict]:

@@ -11,8 +11,11 @@ standard errors, 10%)``, what :func:`.sweep_fit.predict_threshold` gives the pre
 1024 line. Slide rules as in :mod:`.figures` (at most 11 inches wide, no text under 9 pt, no overlapping
 labels).
 
-Run: ``python -m georecall.experiments.threshold_figure --from docs/thresholds_N4096.jsonl --out
-docs/figures`` (writes ``capacity_grid.png`` and ``.svg`` and prints the table and the fits).
+Run: ``python -m georecall.experiments.threshold_figure --from docs/thresholds_N4096.jsonl --reruns
+docs/thresholds_N4096_reruns.jsonl docs/thresholds_N_axis.jsonl --out docs/figures`` (writes
+``capacity_grid.png`` and ``.svg`` and prints the table, the fits and the budget-bound searches at N with
+their reruns at twice the steps: the ``--reruns`` files are read for that report only, :func:`budget_report`,
+the N-axis file for the R ≤ 4 searches it shares; the table and the figure are the ``--from`` records').
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from georecall.errors import InputError
 from georecall.experiments.figures import STYLE, save_figure
 from georecall.experiments.plotting import import_pyplot
 from georecall.experiments.sweep_fit import BAND_FLOOR, BAND_SIGMAS, fit_thresholds
+from georecall.experiments.sweep_models import budget_bound, budget_lines
 from georecall.experiments.sweep_records import is_floor_censored, read_records
 from georecall.io import validate_output_path
 
-__all__ = ["N1024_SUMMARY", "capacity_grid_figure", "grid_rows", "grid_table", "main", "unfinished_searches"]
+__all__ = ["N1024_SUMMARY", "budget_report", "capacity_grid_figure", "grid_rows", "grid_table", "main",
+           "unfinished_searches"]
 
 # georecall 0.1.0, N = 1024, R ∈ {2, 4, 8}, 3 seeds, m = 4d, ≤ 500 Adam steps (README, "Measured on this
 # project's machine"): (smallest, largest) d* over the seeds per R, and the fitted c ± its spread over seeds.
@@ -61,6 +66,30 @@ def _thresholds(records: list[dict], N: int) -> list[dict]:
 def _censored(records: list[dict], N: int) -> list[dict]:
     """The threshold records at N censored at the floor of their search (left out of the table and fits)."""
     return [r for r in records if r.get("kind") == "threshold" and r.get("N") == N and is_floor_censored(r)]
+
+
+def budget_report(records: list[dict], reruns: list[dict] = (), N: int = 4096) -> list[str]:
+    """Which searches at N are budget-bound (their deciding trial reached at ≥ 90 % of its steps), with the
+    trials of ``reruns`` at twice the steps at d* or at the width below (the declared rule:
+    :func:`.sweep_models.budget_bound`), in words.
+
+    Parameters
+    ----------
+    records : list of dict
+        Sweep records (the searches: threshold records at N with a d*, and their trial records).
+    reruns : list of dict
+        Records of the reruns (only their trial records at twice a search's steps are read).
+    N : int
+        Entities.
+
+    Returns
+    -------
+    list of str
+        :func:`.sweep_models.budget_lines`.
+    """
+    points = _thresholds(records, N)
+    trials = [r for r in [*records, *reruns] if r.get("kind") == "trial"]
+    return budget_lines(budget_bound(trials, points))
 
 
 def grid_rows(records: list[dict], N: int = 4096) -> list[dict]:
@@ -271,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     Parameters
     ----------
     argv : list of str, optional
-        ``--from FILE --out DIR [--N N] [--dpi DPI]``.
+        ``--from FILE --out DIR [--reruns FILE ...] [--N N] [--dpi DPI]``.
 
     Returns
     -------
@@ -283,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="d* against R·ln N, learned vs frozen, N = 1024 and 4096")
     parser.add_argument("--from", dest="source", required=True, metavar="RESULTS.jsonl")
     parser.add_argument("--out", required=True, metavar="DIR")
+    parser.add_argument("--reruns", metavar="RESULTS.jsonl", nargs="+", default=[],
+                        help="files holding the budget-bound searches' reruns at twice the steps (reported, "
+                             "not drawn; their other records are not read)")
     parser.add_argument("--N", type=int, default=4096)
     parser.add_argument("--dpi", type=int, default=150)
     args = parser.parse_args(argv)
@@ -290,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(args.out, exist_ok=True)
         validate_output_path(os.path.join(args.out, "capacity_grid.png"), what="figure")
         records = read_records(args.source)
+        reruns = [record for path in args.reruns for record in read_records(path)]
     except (InputError, OSError) as exc:
         print(f"threshold_figure: error: {exc}", file=sys.stderr)
         return 2
@@ -300,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in save_figure(fig, args.out, "capacity_grid", dpi=args.dpi, formats=("png", "svg")):
         print(path)
     print(grid_table(records, args.N))
+    print("\n".join(budget_report(records, reruns, args.N)))
     return 0
 
 

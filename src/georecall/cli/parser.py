@@ -350,6 +350,11 @@ class _Session:
                 self.printed.write(loading.getvalue())
                 caught.extend(early)
                 raise refused  # noqa: B904 - the construction that did not load is the cause: its line
+            except SystemExit:  # --help printed: say why a construction's own options are missing from it
+                if refused is not None:
+                    print(f"georecall: note: the help above lacks the options of a construction that did "
+                          f"not load: {_first_line(str(refused))}", file=sys.stderr)
+                raise
             self.command = args.command
             self.params = {key: value for key, value in vars(args).items()
                            if key not in cli_params.STRUCTURE and key not in RUN_CONTROLS}

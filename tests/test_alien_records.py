@@ -1,7 +1,8 @@
 """A results file of the wrong kind is refused (exit 2, one line naming the file and what it holds), never
 read as an empty one: ``study mechanism --summary``, and ``--out`` of a sweep or a study (``--append`` of a
-transfer) that would append to a file of the other kind. A file with some records of the right kind keeps today's behaviour (the other lines
-counted and skipped). And Ctrl-C during a sweep ends with one line, the resume hint.
+transfer) that would append to a file of the other kind. A file with some records of the right kind keeps
+today's behaviour (the other lines counted and skipped). And Ctrl-C during a sweep ends with one line, the
+resume hint.
 """
 
 from __future__ import annotations

@@ -155,9 +155,9 @@ def test_a_module_that_raises_runs_once_under_the_lines_limits(folder):
 def test_help_with_a_construction_that_does_not_load_says_why_its_options_are_missing(folder):
     (folder / "raises.py").write_text("raise RuntimeError('boom')\n")
     helped = georecall(folder, "check", "single-hop", "--construction", "raises.py:SPEC", "--help")
-    assert helped.returncode == 0 and "--construction" in helped.stdout  # the help, without the spec's options
-    assert helped.stderr == ("georecall: note: the help above lacks the options of a construction that did not "
-                             "load: your construction module 'raises.py' raised RuntimeError: boom\n")
+    assert helped.returncode == 0 and "--construction" in helped.stdout  # the help, less the spec's options
+    assert helped.stderr == ("georecall: note: the help above lacks the options of a construction that did "
+                             "not load: your construction module 'raises.py' raised RuntimeError: boom\n")
     control = georecall(folder, "check", "single-hop", "--construction", "my_spec.py:SPEC", "--help")
     assert control.returncode == 0 and control.stderr == ""
 

@@ -405,7 +405,8 @@ def test_a_failure_document_records_the_parameters_a_success_records(tmp_path, c
     """A refused run's ``params`` are the command's parameters (those its success document records: the
     control), not the run's controls (``json``, ``quiet``, ``max_gib``, ``debug``, ``build_timeout``)."""
     model = tmp_path / "m.npz"
-    assert run(["check", "single-hop", "--N", "16", "--R", "2", "--save", str(model), "--quiet"], capsys)[0] == 0
+    saved = run(["check", "single-hop", "--N", "16", "--R", "2", "--save", str(model), "--quiet"], capsys)
+    assert saved[0] == 0
     code, out, _ = run(["eval", str(model), "--json"], capsys)
     assert code == 0
     success = json.loads(out)["params"]

@@ -18,8 +18,9 @@ from georecall.constructions import builder_options, registry
 from georecall.constructions.codes import CODE_KINDS
 
 __all__ = [
-    "BUILDER_OPTION_DEST", "DEBUG_VARIABLE", "OPTION_TYPES", "RUN_CONTROLS", "SHARED", "Parser", "RawDescription",
-    "Subparsers", "UsageError", "add_builder_option", "add_figure_options", "add_group", "add_own_options",
+    "BUILDER_OPTION_DEST", "DEBUG_VARIABLE", "OPTION_TYPES", "RUN_CONTROLS", "SHARED", "Parser",
+    "RawDescription", "Subparsers", "UsageError", "add_builder_option", "add_figure_options", "add_group",
+    "add_own_options",
     "add_sizes", "add_style", "add_table_options", "add_user_constructions", "code_kinds",
     "construction_choices", "parse_D", "parse_N", "parse_R", "parse_bits", "parse_d", "parse_fraction",
     "parse_heads", "parse_k", "parse_lr", "parse_m", "parse_positive_int", "parse_seed", "parse_steps",

@@ -28,9 +28,9 @@ import numpy as np
 from georecall.errors import InputError
 from georecall.experiments.sweep_records import TRIAL_KEY, is_floor_censored, threshold_key, trial_key
 
-__all__ = ["BUDGET_FRACTION", "HELD_OUT_N", "PROTOCOL_SETTINGS", "VERDICTS", "aic", "budget_bound", "budget_lines",
-           "compare_models", "fit_log_model", "fit_power_model", "frozen_over_learned", "n_axis_points",
-           "predict_log", "predict_power", "seed_spread", "verdict"]
+__all__ = ["BUDGET_FRACTION", "HELD_OUT_N", "PROTOCOL_SETTINGS", "VERDICTS", "aic", "budget_bound",
+           "budget_lines", "compare_models", "fit_log_model", "fit_power_model", "frozen_over_learned",
+           "n_axis_points", "predict_log", "predict_power", "seed_spread", "verdict"]
 
 # The trial settings the protocol declares (docs/science/n_axis_protocol.md, "Grid"): only these count.
 PROTOCOL_SETTINGS = {"k": 1, "attention": "uniform", "heads": 1, "width_factor": 4, "lr": 0.01, "steps": 500,
@@ -365,10 +365,12 @@ def budget_lines(budget: list[dict]) -> list[str]:
 
     Examples
     --------
-    >>> budget_lines([{"N": 64, "R": 2, "mode": "frozen", "seed": 0, "d_star": 12, "steps": 500,
-    ...                "steps_run": 480, "bound": True,
-    ...                "reruns": [{"d": 10, "steps": 1000, "reached": False, "steps_run": 1000}]}])
-    ['budget-bound searches (deciding trial at ≥ 90 % of its steps): 1 of 1', '  frozen N = 64 R = 2 seed 0: d* = 12 at step 480 of 500; d = 10: not reached in 1000']
+    >>> for line in budget_lines([{"N": 64, "R": 2, "mode": "frozen", "seed": 0, "d_star": 12, "steps": 500,
+    ...                              "steps_run": 480, "bound": True,
+    ...                              "reruns": [{"d": 10, "steps": 1000, "reached": False}]}]):
+    ...     print(line)
+    budget-bound searches (deciding trial at ≥ 90 % of its steps): 1 of 1
+      frozen N = 64 R = 2 seed 0: d* = 12 at step 480 of 500; d = 10: not reached in 1000
     """
     bound = [b for b in budget if b["bound"]]
     unknown = sum(b["bound"] is None for b in budget)

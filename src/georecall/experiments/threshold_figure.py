@@ -24,6 +24,7 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -68,7 +69,7 @@ def _censored(records: list[dict], N: int) -> list[dict]:
     return [r for r in records if r.get("kind") == "threshold" and r.get("N") == N and is_floor_censored(r)]
 
 
-def budget_report(records: list[dict], reruns: list[dict] = (), N: int = 4096) -> list[str]:
+def budget_report(records: list[dict], reruns: Sequence[dict] = (), N: int = 4096) -> list[str]:
     """Which searches at N are budget-bound (their deciding trial reached at ≥ 90 % of its steps), with the
     trials of ``reruns`` at twice the steps at d* or at the width below (the declared rule:
     :func:`.sweep_models.budget_bound`), in words.

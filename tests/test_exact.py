@@ -352,6 +352,24 @@ def test_chains_that_the_float_bound_leaves_open_are_decoded_again_exactly():
     assert result.n_correct == expected and 0 < expected < len(chains)
 
 
+def test_check_decides_exactly_the_cot_chains_a_large_beta_leaves_open():
+    """At β = 1e20 the float64 bound of C1's softmax exceeds every margin (the positive control: the
+    float-only pass leaves every chain open), yet the model is right: ``check`` decides the open chains and
+    steps exactly, as it does a last-token construction's, and passes with the exact margin."""
+    import georecall as gr
+    from georecall.theory.tokens import teacher_forcing
+    from georecall.verify.checking.check import check_decoding
+
+    task = task_for_seed(8, 2, 0)
+    built = gr.build("cot", task, beta=1e20)
+    prompts, chains = queries(task, 2)[0], teacher_forcing(task, 2)[1]
+    assert check_decoding(built.model, prompts, chains).n_undecided == len(chains)  # float alone: all open
+    report = gr.check("cot", N=8, R=2, beta=1e20)
+    check = report.to_dict()["check"]
+    assert report.passed and check["n_undecided"] == 0 and check["n_redecided"] == len(chains)
+    assert check["min_margin"] == pytest.approx(built.promise.margin, rel=1e-12)
+
+
 def test_eval_help_and_the_format_doc_say_what_accuracy_and_margin_mean(capsys):
     import os
 

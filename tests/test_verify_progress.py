@@ -139,6 +139,11 @@ def test_the_table_fits_100_columns_and_says_non_sizes_in_words():
     assert any(line.startswith("verify --full also runs (a few minutes): the mechanism row at the study's")
                for line in lines)
     assert "accuracy 50.00% (1 of 2 queries right)" in text  # a failed row's accuracy, in its failure lines
+    assert "undecided" not in text  # nothing left open: the line says nothing of it (the control)
+    open_row = Report("open", {"N": 4, "R": 1}, None, CheckResult(4, 1, -1.0, 0, n_undecided=2),
+                      {"d": 1, "m": 0})
+    opened = render.to_text(_doc([open_row], full=False))
+    assert "accuracy 25.00% (1 of 4 queries right; 2 undecided, 1 wrong)" in opened
     full = render.to_text(_doc(_sample_reports(), full=True))
     assert "verify --full also runs" not in full
 

@@ -37,6 +37,7 @@ from georecall.theory.tasks import Attributes, Task, check_positive_int, task_fo
 from georecall.theory.tokens import queries, teacher_forcing
 from georecall.verify.checking.certify_family import DeclarationError  # certify's refusal, shared
 from georecall.verify.checking.check import check_decoding, check_queries
+from georecall.verify.checking.exact import evaluate
 from georecall.verify.checking.precision import CODEBOOK, quantize, smallest_exact_bits
 from georecall.verify.checking.report import Report, achieved_sizes, check_construction, margin_reaches
 
@@ -465,9 +466,14 @@ def _check_greedy(request: CheckRequest, task: Task, built) -> Report:
     same = r.integer or built.model.entity_embedding.dtype == np.dtype(r.dtype)
     model = built.model if same else built.model.astype(np.dtype(r.dtype))  # astype copies every array
     forced_tokens, targets, positions = teacher_forcing(task, r.k)
-    greedy_result = check_decoding(model, tokens, targets, keep=r.keep or r.compare_storage,
-                                   progress=r.progress, budget=r.budget)
-    forced = check_queries(model, forced_tokens, targets, positions=positions, budget=r.budget)
+    if r.integer:  # integer weights: the float64 pass is exact, its bound 0
+        greedy_result = check_decoding(model, tokens, targets, keep=r.keep or r.compare_storage,
+                                       progress=r.progress, budget=r.budget)
+        forced = check_queries(model, forced_tokens, targets, positions=positions, budget=r.budget)
+    else:  # as a last-token check: a chain or step the float bound leaves open is decided exactly
+        greedy_result = evaluate(model, tokens, targets, decode=True, keep=r.keep or r.compare_storage,
+                                 progress=r.progress, budget=r.budget)
+        forced = evaluate(model, forced_tokens, targets, positions=positions, budget=r.budget)
     report = Report(name, params, built.promise, greedy_result, achieved_sizes(built.model),
                     {"constants": built.constants, "codes": built.codes.kind, "mu": built.codes.mu,
                      "teacher_forcing": forced.as_dict()})

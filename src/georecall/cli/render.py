@@ -184,8 +184,10 @@ def _failures(rep: dict) -> list[str]:
     check = rep["check"]
     if check.get("accuracy", 1.0) < 1.0 and not (failures and "claim" in failures[0]):
         right = check.get("n_correct", round(check["accuracy"] * check["n_queries"]))
+        open_ = check.get("n_undecided") or 0  # neither proved right nor proved wrong: not counted right
         out.append(f"  {rep['name']}: accuracy {100 * check['accuracy']:.2f}% ({right:,} of "
-                   f"{check['n_queries']:,} queries right)")
+                   f"{check['n_queries']:,} queries right"
+                   + (f"; {open_:,} undecided, {check.get('n_wrong', 0):,} wrong)" if open_ else ")"))
     for failure in failures:
         if "claim" in failure:
             continue

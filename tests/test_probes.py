@@ -571,6 +571,23 @@ def test_probe_hidden_command_with_attribute_vectors(g1_vectors, tmp_path, capsy
     assert capsys.readouterr().out.count("cannot tell") == 3
 
 
+def test_probe_hidden_text_states_the_folds_its_fits_used(tmp_path, capsys):
+    """The text says the cross-validation the fits recorded (the JSON's ``folds``), not a fixed 5: three
+    states leave two fit rows, hence fewer folds; the control, 64 states, five."""
+    import json
+
+    from georecall.cli import main
+    rng = np.random.default_rng(0)
+    for rows in (3, 64):
+        np.savez(tmp_path / "h.npz", states=rng.normal(size=(rows, 24)),
+                 attributes=rng.integers(0, 4, size=(rows, 2)))
+        assert main(["probe-hidden", str(tmp_path / "h.npz"), "--json"]) == 0
+        folds = {entry["fit"]["folds"] for entry in json.loads(capsys.readouterr().out)["per_relation"]}
+        assert len(folds) == 1
+        assert main(["probe-hidden", str(tmp_path / "h.npz")]) == 0
+        assert f"({folds.pop()}-fold CV on the fit rows)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("vectors, message", [
     (np.zeros((10, 4)), "only 10 rows"),
     (np.zeros(64), "2-D float"),

@@ -391,8 +391,11 @@ def _probe_hidden(doc: dict) -> list[str]:
     if fits:
         low, high = min(f["relative_alpha"] for f in fits), max(f["relative_alpha"] for f in fits)
         strength = _fmt(low, 2) if low == high else f"{_fmt(low, 2)}–{_fmt(high, 2)}"
+        folds = sorted({f.get("folds") for f in fits if f.get("folds")})
+        cv = (f"{'–'.join(map(str, (folds[0], folds[-1]) if len(folds) > 1 else folds))}-fold CV on the fit "
+              "rows" if folds else "CV on the fit rows")
         lines.append(f"  per-relation probes: ridge, p = {fits[0]['p']} features, n = {fits[0]['n']} fit "
-                     f"rows, relative strength ρ = {strength} (5-fold CV on the fit rows)")
+                     f"rows, relative strength ρ = {strength} ({cv})")
         if any(f["underdetermined_without_penalty"] for f in fits):
             lines.append("  warning: p >= n - 1: without the penalty these fits would interpolate their "
                          "rows; only the held-out accuracies below speak for the states")

@@ -368,6 +368,26 @@ def test_a_builder_swallowing_the_timeout_is_stopped(user_module):
 # ----------------------------------------------------------------------------------------------- budget
 
 
+def test_a_commands_own_warnings_are_kept_beside_the_runs_python_warnings(monkeypatch, capsys):
+    """probe and transfer put warnings in their result; a Python warning raised during the run is added to
+    them under --json, not written over them."""
+    import warnings as python_warnings
+
+    from georecall.cli import commands
+
+    real = commands.COMMANDS["count"]
+
+    def count_with_warnings(p):
+        python_warnings.warn("a library's warning", UserWarning, stacklevel=1)
+        return {**real(p), "warnings": ["the command's own warning"]}
+
+    monkeypatch.setitem(commands.COMMANDS, "count", count_with_warnings)
+    code, out, _ = run(["count", "--N", "3", "--R", "1", "--json"], capsys)
+    found = json.loads(out)["warnings"]
+    assert code == 0 and found[0] == "the command's own warning"
+    assert any("a library's warning" in line for line in found[1:])
+
+
 def test_max_gib_above_the_machine_is_capped_with_a_warning(capsys):
     code, out, err = run(["count", "--N", "3", "--R", "1", "--max-gib", str(2.0**20), "--json"], capsys)
     doc = json.loads(out)

@@ -368,8 +368,9 @@ class _Session:
             lines = _warning_lines(caught)
         printed = self.printed.getvalue()
         if self.json:
-            if lines:
-                doc["warnings"] = lines
+            if lines:  # after the command's own warnings (probe's, transfer's), which are part of its result
+                own = list(doc.get("warnings") or [])
+                doc["warnings"] = own + [line for line in lines if line not in own]
             if printed:
                 doc["printed"] = printed[-10_000:]
         elif printed:

@@ -201,8 +201,17 @@ def test_a_full_batch_over_budget_is_computed_in_pieces_not_refused(capsys):
 
     from georecall.cli import main
 
-    full = estimates.train_estimate(2048, 4, 32, 128).total
-    budget_gib = 0.98 * full / 2**30  # the full batch does not fit; pieces of it do
+    from georecall.memory import Budget
+
+    # the full batch does not fit; pieces of it do (the final check's chunks shrink with the budget: the
+    # budget is lowered until the full batch's estimate under it exceeds it)
+    budget_gib = estimates.train_estimate(2048, 4, 32, 128).total / 2**30
+    for _ in range(10):
+        full = estimates.train_estimate(2048, 4, 32, 128, budget=Budget.from_gib(budget_gib)).total
+        if full > budget_gib * 2**30:
+            break
+        budget_gib = 0.98 * full / 2**30
+    assert full > budget_gib * 2**30  # the premise
     code = main(["train", "--N", "2048", "--R", "4", "--d", "32", "--steps", "2",
                  "--max-gib", f"{budget_gib:.6f}", "--json"])
     doc = json.loads(capsys.readouterr().out)
@@ -329,3 +338,17 @@ def test_row_norms_and_column_extremes_agree_with_the_whole_array_expressions(ro
     assert array_scans.row_l1_max(np.zeros((0, 3))) == 0.0
     with pytest.raises(ValueError, match="no rows"):
         array_scans.column_extremes(np.zeros((0, 3)))
+
+
+def test_a_tiny_job_is_not_refused_for_chunks_it_never_allocates(capsys):
+    """The final check's chunks are sized by what the queries need (4 queries: a few KiB), not the largest
+    chunk: a quarter-GiB budget trains N = 4, R = 1; the control, a budget below the interpreter's own
+    share, is refused, and since nothing in the job could shrink enough the advice is to raise the budget."""
+    from georecall.cli import main
+
+    assert main(["train", "--N", "4", "--R", "1", "--d", "4", "--steps", "2", "--max-gib", "0.25"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--N", "4", "--R", "1", "--d", "4", "--steps", "2", "--max-gib", "0.05"]) == 2
+    err = capsys.readouterr().err
+    assert "the interpreter's" in err and "raise the budget (--max-gib 0.07 or more)" in err
+    assert "lower" not in err

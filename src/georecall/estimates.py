@@ -14,7 +14,7 @@ import math
 import os
 
 from georecall.errors import InputError
-from georecall.memory import CHUNK_BYTES, CHUNK_COPIES, Budget, Estimate, checker_chunk_bytes
+from georecall.memory import Budget, Estimate, checker_chunk_bytes
 from georecall.npy_headers import Member
 
 __all__ = [
@@ -196,7 +196,8 @@ def built_model_estimate(model, n_queries: int, T: int, budget: Budget | None = 
 
 def train_estimate(N: int, R: int, d: int, m: int, *, k: int = 1, cot: bool = False, heads: int = 1,
                    batch_size: int | None = None, dtype: str = "float32", n_out: int | None = None,
-                   what: str = "train", max_rows: int | None = None) -> Estimate:
+                   what: str = "train", max_rows: int | None = None,
+                   budget: Budget | None = None) -> Estimate:
     """Peak bytes of training a one-layer model on all N·R^k queries (or CoT steps).
 
     Parameters
@@ -216,6 +217,9 @@ def train_estimate(N: int, R: int, d: int, m: int, *, k: int = 1, cot: bool = Fa
         Read-out vocabulary (default N).
     what : str
         How the message names the job.
+    budget : Budget or None
+        The run's budget, which sizes the final check's chunks (:func:`georecall.memory.checker_chunk_bytes`:
+        never more than the queries need; ``None``: the default budget, the largest chunks).
 
     Returns
     -------
@@ -239,7 +243,8 @@ def train_estimate(N: int, R: int, d: int, m: int, *, k: int = 1, cot: bool = Fa
     est.add(f"activations of {'a piece' if max_rows is not None and max_rows < Q else 'a batch'} of {B:,}",
             item * B * per_query,
             "--batch-size" if batch_size is None or B > 1 else "N, d or m")
-    est.add("final exhaustive check", CHUNK_COPIES * CHUNK_BYTES + 8 * params, "N, d or m")
+    est.add("final exhaustive check", checker_chunk_bytes(max(d, m, n_out, 1), T, Q, budget) + 8 * params,
+            "N, d or m")
     return est
 
 

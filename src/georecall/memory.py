@@ -310,9 +310,15 @@ class Estimate:
         if self.total <= limit:
             return self
         label, nbytes, lower = max(self.parts, key=lambda p: p[1]) if self.parts else ("", 0, "the sizes")
+        enough = f"--max-gib {math.ceil(self.total / GIB * 100) / 100:g}"  # the smallest budget that fits
+        if nbytes < PYTHON_BASE:  # the job itself is small: nothing to lower would make it fit
+            raise InputError(f"{self.what} needs about {size_text(self.total)} of memory, the interpreter's "
+                             f"{size_text(PYTHON_BASE)} included (the largest part of the job itself: {label}, "
+                             f"{size_text(nbytes)}), more than the budget of {size_text(limit)}: raise the "
+                             f"budget ({enough} or more)")
         raise InputError(f"{self.what} needs about {size_text(self.total)} of memory (largest part: "
                          f"{label}, {size_text(nbytes)}), more than the budget of {size_text(limit)}: lower "
-                         f"{lower}, or raise --max-gib")
+                         f"{lower}, or raise the budget ({enough} or more)")
 
 
 def array_bytes(budget: Budget | None = None) -> int:

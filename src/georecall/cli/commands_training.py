@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from georecall import estimates, memory
+from georecall import estimates
 from georecall.cli.common import (
     count_results_file,
     document,
@@ -61,11 +61,11 @@ def _train_options(p: TrainParams) -> None:
 def _train_estimate(p: TrainParams, m: int) -> tuple[Estimate, int | None]:
     """The trainer's estimate against the budget, and the rows per gradient chunk (``None``: no chunking)
     that make it fit when the whole batch does not (the same gradient, to rounding). The final exact
-    evaluation's chunks are counted before the piece size is chosen."""
-    shape: dict[str, Any] = dict(k=p.k, cot=p.cot, heads=p.heads, batch_size=p.batch_size, dtype=p.dtype)
-    T_train = 2 * p.k if p.cot else p.k + 1
-    evaluation = memory.checker_chunk_bytes(max(p.d, m, p.N), T_train, p.N * p.R**p.k, p.budget)
-    budget = p.budget.max_bytes - evaluation
+    evaluation's chunks (the estimate's final check) are counted before the piece size is chosen."""
+    # the final exact evaluation's chunks are the estimate's "final exhaustive check", sized by the budget
+    shape: dict[str, Any] = dict(k=p.k, cot=p.cot, heads=p.heads, batch_size=p.batch_size, dtype=p.dtype,
+                                 budget=p.budget)
+    budget = p.budget.max_bytes
     est = estimates.train_estimate(p.N, p.R, p.d, m, **shape)
     max_rows = None
     if est.total > budget:  # chunk the batch's gradient before refusing
@@ -76,7 +76,6 @@ def _train_estimate(p: TrainParams, m: int) -> tuple[Estimate, int | None]:
             est = estimates.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=max_rows)
         else:  # not even one query at a time fits: name what does not shrink with pieces
             est = estimates.train_estimate(p.N, p.R, p.d, m, **shape, max_rows=1)
-    est.add("final exact evaluation (checker chunks)", evaluation, "--d, --m or --N")
     return est.require(p.budget), max_rows
 
 

@@ -1156,3 +1156,42 @@ def test_certify_progress_ends_at_the_count_it_certified(capsys):
     assert main(["certify", "single-hop", "--construction", "geometric", "--N", "8", "--R", "3"]) == 0
     err = capsys.readouterr().err
     assert err.split("\r")[-1].strip() == "certified 3/3 query types"
+
+
+_OVERCLAIM = '''
+import dataclasses, sys
+sys.path.insert(0, {root!r})
+from examples.my_construction import SPEC, one_hot_family
+
+
+def family(N, R, k=1, **options):
+    fam = one_hot_family(N, R, k, **options)  # its true margin is exactly 2; the promise adds {extra}
+    promise = dataclasses.replace(fam.promise, margin=fam.promise.margin + {extra})
+    return dataclasses.replace(fam, promise=promise)
+
+
+OVER = dataclasses.replace(SPEC, id="OH1o", name="one-hot-over", family=family, build=None)
+'''
+
+
+@pytest.mark.parametrize("extra, verdict, line", [
+    (1e-11, "CERTIFIED", "every task: every query's margin >= 2 (promise 2.00000000001, met only within the "
+                         "float64 allowance)"),
+    (1e-6, "REFUTED", "margin 2 (promised 2.000001)"),
+    (0.0, "CERTIFIED", "every task: every query's margin >= 2 (promise 2), float64 allowance"),  # the control
+])
+def test_a_promise_met_only_within_the_allowance_is_said_and_numbers_that_differ_print_apart(
+        tmp_path, capsys, extra, verdict, line):
+    """A margin promised a hair above the true one: the verdict line shows the digits that tell them apart
+    and says when the promise is met only within the float64 allowance (4 digits printed "margin 2
+    (promised 2)" under REFUTED and "margin >= 2 (promise 2)" under CERTIFIED)."""
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    (tmp_path / "over.py").write_text(_OVERCLAIM.format(root=root, extra=repr(extra)))
+    code = main(["certify", "single-hop", "--construction", f"{tmp_path / 'over.py'}:OVER", "--N", "16",
+                 "--R", "2"])
+    out = capsys.readouterr().out
+    assert verdict in out and line in out, out
+    assert code == (0 if verdict == "CERTIFIED" else 1)
+    assert ("met only within" in out) == (extra == 1e-11)

@@ -200,7 +200,6 @@ def test_a_full_batch_over_budget_is_computed_in_pieces_not_refused(capsys):
     import json
 
     from georecall.cli import main
-
     from georecall.memory import Budget
 
     # the full batch does not fit; pieces of it do (the final check's chunks shrink with the budget: the

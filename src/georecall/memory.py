@@ -313,9 +313,9 @@ class Estimate:
         enough = f"--max-gib {math.ceil(self.total / GIB * 100) / 100:g}"  # the smallest budget that fits
         if nbytes < PYTHON_BASE:  # the job itself is small: nothing to lower would make it fit
             raise InputError(f"{self.what} needs about {size_text(self.total)} of memory, the interpreter's "
-                             f"{size_text(PYTHON_BASE)} included (the largest part of the job itself: {label}, "
-                             f"{size_text(nbytes)}), more than the budget of {size_text(limit)}: raise the "
-                             f"budget ({enough} or more)")
+                             f"{size_text(PYTHON_BASE)} included (the largest part of the job itself: "
+                             f"{label}, {size_text(nbytes)}), more than the budget of {size_text(limit)}: "
+                             f"raise the budget ({enough} or more)")
         raise InputError(f"{self.what} needs about {size_text(self.total)} of memory (largest part: "
                          f"{label}, {size_text(nbytes)}), more than the budget of {size_text(limit)}: lower "
                          f"{lower}, or raise the budget ({enough} or more)")

@@ -71,6 +71,16 @@ def _fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
+def _distinct(a, b, digits: int = 4) -> tuple[str, str]:
+    """``a`` and ``b`` as :func:`_fmt` prints them, with more significant digits (up to 17) when two
+    different floats would otherwise print alike (a margin 1.99999999996 against a promise 2.00000000001)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isfinite(a) and math.isfinite(b) and a != b:
+        for n in range(digits, 18):
+            if f"{a:.{n}g}" != f"{b:.{n}g}":
+                return f"{a:.{n}g}", f"{b:.{n}g}"
+    return _fmt(a, digits), _fmt(b, digits)
+
+
 WIDTH = 100  # columns the report table and its detail lines fit in
 _LEGEND = ("d, m, margin: promised/achieved (or achieved); checked: queries (claims in a claim row); "
            "s: seconds")
@@ -574,12 +584,18 @@ def _certify(doc: dict) -> list[str]:
         lines.append("every task: every query answered; one possible answer, so no wrong answer to beat and "
                      "no margin to bound")
     elif doc["verdict"] == "CERTIFIED":
-        lines.append(f"every task: every query's margin >= {margin} (promise {_fmt(promise.get('margin'))})"
+        lowest, promised = doc.get("min_margin"), promise.get("margin")
+        shown, promised_text = ((margin, _fmt(promised)) if doc.get("min_margin_exact")
+                                else _distinct(lowest, promised))
+        below = isinstance(lowest, float) and isinstance(promised, float) and lowest < promised
+        lines.append(f"every task: every query's margin >= {shown} (promise {promised_text}"
+                     + (", met only within the float64 allowance" if below else "") + ")"
                      + ("" if doc.get("integer") else f", float64 allowance {_fmt(doc.get('allowance'), 3)}"))
     witness = doc.get("witness")
     if witness:
+        found, promised_text = _distinct(witness["margin"], witness["promised"])
         lines.append(f"witness: subject {witness['subject']}, query {witness['query_type']}, margin "
-                     f"{_fmt(witness['margin'])} (promised {_fmt(witness['promised'])})"
+                     f"{found} (promised {promised_text})"
                      + (f"; task written to {doc['witness_file']}" if doc.get("witness_file") else
                         "; write the task with --witness FILE.npy"))
         conf = doc.get("confirmation")

@@ -153,6 +153,16 @@ def test_check_refuses_bad_input_with_input_error():
         gr.check("geometric", N=64, R=3, task=gr.task(32, 3))
 
 
+@pytest.mark.parametrize("python, flags", [({"lam": 2}, ["--lam", "2"]), ({"gate": 3}, ["--gate", "3"]),
+                                           ({"lam": 1}, [])])
+def test_an_int_for_a_real_option_certifies_the_object_the_command_line_certifies(python, flags, capsys):
+    """``lam=2`` in Python is ``--lam 2`` (the float 2.0) on the command line: one object, one fingerprint
+    (an int was recorded and hashed as 2, the command line's 2.0 as 2.0: two fingerprints)."""
+    cert = gr.certify("geometric", N=16, R=2, **python)
+    code, doc = cli_json(["certify", "single-hop", "--N", "16", "--R", "2", *flags], capsys)
+    assert code == 0 and cert.to_dict()["fingerprint"] == doc["fingerprint"]
+
+
 def test_certify_is_the_command_lines_certify(capsys):
     cert = gr.certify("geometric", N=16, R=2, integer=True)
     code, doc = cli_json(["certify", "single-hop", "--N", "16", "--R", "2", "--integer"], capsys)

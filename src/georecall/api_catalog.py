@@ -175,5 +175,5 @@ def build(name: str, task, *, k: int | None = None, seed: int = 0, codes: str | 
     code_options = {key: value for key, value in (("codes", codes), ("D", D)) if value is not None}
     # the one validation (and wording) of what a spec is asked for, as check and certify use
     with python_words():  # the refusals name options as Python does
-        validate_request(spec, options=given, codes=codes, D=D, k=k, attributes=task.attributes)
+        given = validate_request(spec, options=given, codes=codes, D=D, k=k, attributes=task.attributes)
         return spec.builder(task, k, rng=seeds.rng(seed, "codes"), **code_options, **given)

@@ -110,7 +110,8 @@ def validate_request(spec: ConstructionSpec, *, options: dict | None = None, cod
     Returns
     -------
     dict
-        The options asked (None values dropped), with λ = 1 when the spec takes λ and none was given.
+        The options asked (None values dropped), with λ = 1 when the spec takes λ and none was given, and a
+        real-valued option given as an int made the float the command line would pass.
 
     Raises
     ------
@@ -131,7 +132,16 @@ def validate_request(spec: ConstructionSpec, *, options: dict | None = None, cod
     for variant, wanted in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):
         if wanted and variant not in spec.variants:
             raise InputError(f"{spec.label} does not support {variant} relations/attributes")
-    return options
+    return {name: _as_declared(spec, name, value) for name, value in options.items()}
+
+
+def _as_declared(spec: ConstructionSpec, name: str, value):
+    """A real-valued option (kind ``positive`` or ``scale``) given as a Python int is the float the command
+    line's parser would make of it: ``lam=2`` and ``--lam 2`` build, record and fingerprint the same object."""
+    own = {option.name: option for option in spec.own_options}
+    declared = own.get(name) or registry.builder_option(name)
+    real = declared is not None and declared.kind in ("positive", "scale")
+    return float(value) if real and isinstance(value, int) and not isinstance(value, bool) else value
 
 
 def _spec(construction: str | ConstructionSpec) -> ConstructionSpec:

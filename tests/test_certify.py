@@ -1195,3 +1195,11 @@ def test_a_promise_met_only_within_the_allowance_is_said_and_numbers_that_differ
     assert verdict in out and line in out, out
     assert code == (0 if verdict == "CERTIFIED" else 1)
     assert ("met only within" in out) == (extra == 1e-11)
+
+
+@pytest.mark.parametrize("command", ["check", "certify"])
+def test_a_construction_of_the_other_hops_is_refused_naming_the_commands_own_sub_command(command, capsys):
+    """certify named check's sub-command ("use check single-hop") when asked to certify G1 as multi-hop."""
+    for hops, name, other in (("multi-hop", "geometric", "single-hop"), ("single-hop", "cot", "multi-hop")):
+        assert main([command, hops, "--construction", name, "--N", "16", "--R", "2"]) == 2
+        assert f"construction: use {command} {other}" in capsys.readouterr().err

@@ -275,7 +275,8 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
         ``--integer`` with ``--float`` or with gaussian codes, ``--symmetric`` with N odd, binary codes with
         2^D < N, an unwritable ``--witness``, or the estimate over the budget.
     """
-    spec = resolve_spec(p.construction, "single" if isinstance(p, CertifySingleHopParams) else "multi")
+    spec = resolve_spec(p.construction, "single" if isinstance(p, CertifySingleHopParams) else "multi",
+                        "certify")
     k, integer, symmetric = 1, False, False
     attributes: Attributes = "shared"
     options: dict[str, Any]

@@ -291,7 +291,7 @@ def constructions_loaded_once() -> Iterator[None]:
         _LOADED = outer
 
 
-def resolve_spec(name: str, hops: str | None) -> registry.ConstructionSpec:
+def resolve_spec(name: str, hops: str | None, command: str = "check") -> registry.ConstructionSpec:
     """The construction a command names (``registry.resolve``), of ``hops`` hops when given. Within
     :func:`constructions_loaded_once`, a user's ``MODULE:ATTR`` / ``FILE.py:ATTR`` is loaded the first time
     only; later calls give its spec again, or raise again what loading it raised.
@@ -302,6 +302,9 @@ def resolve_spec(name: str, hops: str | None) -> registry.ConstructionSpec:
         A registered name or id, ``MODULE:ATTR`` or ``FILE.py:ATTR``.
     hops : {"single", "multi"} or None
         The hops the command checks (None: either).
+    command : str
+        The command's first word (``"check"``, ``"certify"``): the refusal of the other hops names its
+        sub-command.
 
     Returns
     -------
@@ -317,7 +320,7 @@ def resolve_spec(name: str, hops: str | None) -> registry.ConstructionSpec:
     spec = _loaded_once(name)
     if hops is not None and spec.hops != hops:
         other = "multi-hop" if spec.hops == "multi" else "single-hop"
-        raise InputError(f"{spec.label} is a {spec.hops}-hop construction: use check {other}")
+        raise InputError(f"{spec.label} is a {spec.hops}-hop construction: use {command} {other}")
     return spec
 
 

@@ -328,3 +328,19 @@ def test_bound_tables_with_a_float_bits_value_finish():
     for row in rows:  # the exact d_min against the float formula, away from integers
         if abs(row["d_bound"] - round(row["d_bound"])) > 1e-6:
             assert row["d_min"] == max(0, math.ceil(row["d_bound"])), row
+
+
+def test_a_single_hop_construction_asked_for_at_k_2_says_why_it_has_no_row(capsys):
+    """``bounds --construction G1 --k 2`` printed an empty table and said nothing; it notes why (the
+    control: at k = 1 the row is there and there is no note)."""
+    import json
+
+    from georecall.cli import main
+
+    assert main(["bounds", "--construction", "G1", "G2", "--N", "64", "--R", "3", "--k", "1", "2",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["notes"] == ["G1 (geometric) answers single-hop queries: no row at k = 2"]
+    assert {(r["construction"], r["k"]) for r in doc["rows"]} >= {("G1", 1), ("G2", 2)}
+    assert main(["bounds", "--construction", "G1", "--N", "64", "--R", "3", "--k", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == []

@@ -219,8 +219,19 @@ def run_bounds(p: BoundsParams) -> dict:
     text = render(rows, fmt, columns=_columns(p), caption=p.caption, label=p.label) if fmt != "json" else ""
     params = {"N": p.N, "R": p.R, "k": p.k, "bits": None if p.gaps else bits, "format": fmt, "gaps": p.gaps,
               "needed": needed or None, "constructions": chosen}
-    return document(p, params, est, rows=rows, text=text, format=fmt,
-                    notes=_gap_notes(rows) if p.gaps else [], seconds=round(time.perf_counter() - start, 3))
+    notes = _single_hop_notes(chosen, p.k) + (_gap_notes(rows) if p.gaps else [])
+    return document(p, params, est, rows=rows, text=text, format=fmt, notes=notes,
+                    seconds=round(time.perf_counter() - start, 3))
+
+
+def _single_hop_notes(chosen: list[str] | None, ks: list[int]) -> list[str]:
+    """Why a construction asked for by name has no row at some k: it answers single-hop queries only."""
+    multi = sorted(k for k in ks if k > 1)
+    if not chosen or not multi:
+        return []
+    hops = ", ".join(map(str, multi))
+    return [f"{spec.label} answers single-hop queries: no row at k = {hops}" for spec in map(registry.get, chosen)
+            if spec.hops == "single"]
 
 
 def _gap_notes(rows: list[dict]) -> list[str]:

@@ -137,7 +137,8 @@ def validate_request(spec: ConstructionSpec, *, options: dict | None = None, cod
 
 def _as_declared(spec: ConstructionSpec, name: str, value):
     """A real-valued option (kind ``positive`` or ``scale``) given as a Python int is the float the command
-    line's parser would make of it: ``lam=2`` and ``--lam 2`` build, record and fingerprint the same object."""
+    line's parser would make of it: ``lam=2`` and ``--lam 2`` build, record and fingerprint the same
+    object."""
     own = {option.name: option for option in spec.own_options}
     declared = own.get(name) or registry.builder_option(name)
     real = declared is not None and declared.kind in ("positive", "scale")

@@ -230,8 +230,8 @@ def _single_hop_notes(chosen: list[str] | None, ks: list[int]) -> list[str]:
     if not chosen or not multi:
         return []
     hops = ", ".join(map(str, multi))
-    return [f"{spec.label} answers single-hop queries: no row at k = {hops}" for spec in map(registry.get, chosen)
-            if spec.hops == "single"]
+    return [f"{spec.label} answers single-hop queries: no row at k = {hops}"
+            for spec in map(registry.get, chosen) if spec.hops == "single"]
 
 
 def _gap_notes(rows: list[dict]) -> list[str]:

@@ -236,6 +236,18 @@ def test_counts_agree_with_an_independent_enumeration():
         gr.counts(N=9, R=3, k=1)
 
 
+def test_a_tables_text_is_the_table_the_terminal_prints(capsys):
+    """``gr.counts(...).text`` was empty (the text format is rendered by the command, not stored); it is the
+    fixed-width table ``georecall count`` prints, and a Markdown table stays the stored one (the control)."""
+    table = gr.counts(N=3, R=2, k=2)
+    assert main(["count", "--N", "3", "--R", "2", "--k", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert table.text and "|F_k|" in table.text
+    assert table.text.splitlines()[1:] == printed.strip().splitlines()[1:]  # the first line has the time
+    markdown = gr.counts(N=3, R=2, k=2, format="md")
+    assert markdown.text == markdown["text"] and markdown.text.startswith("|")
+
+
 # ------------------------------------------------------------------------------- train, probe, files
 
 

@@ -45,7 +45,7 @@ class Table(Result):
     def text(self) -> str:
         """The table as the command prints it (Markdown for ``lower_bounds``, fixed-width text for
         ``counts``)."""
-        return self["text"]
+        return self["text"] or repr(self)  # the text format is the command's own rendering
 
 
 def _many(value: float | Sequence[float] | None) -> list | None:

@@ -221,6 +221,16 @@ def test_lower_bounds_are_the_command_lines_rows(capsys):
         gr.lower_bounds(entities=4)
 
 
+def test_lower_bounds_take_one_construction_name_and_needed_bits_as_a_dict():
+    """A str is one name (it was iterated: "no construction 'g'"); ``needed={"G1": 2}`` is the command
+    line's ``--needed G1=2`` (it was refused)."""
+    one = gr.lower_bounds(N=64, R=3, k=1, constructions="geometric")
+    assert [row["construction"] for row in one.rows] == ["G1"]
+    as_dict = gr.lower_bounds(N=64, R=3, k=1, gaps=True, needed={"G1": 3})
+    as_words = gr.lower_bounds(N=64, R=3, k=1, gaps=True, needed=["G1=3"])
+    assert as_dict.rows == as_words.rows and as_dict["params"]["needed"]["G1"] == 3
+
+
 def test_counts_agree_with_an_independent_enumeration():
     from itertools import permutations, product
 

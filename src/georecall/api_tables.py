@@ -8,7 +8,7 @@ Each is the command of the same name (``georecall bounds``, ``georecall count``)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from georecall.api_command import Result, run_command
@@ -66,10 +66,11 @@ def lower_bounds(N: int | Sequence[int] = 4096, R: int | Sequence[int] = 16,
         Bits per parameter b (default 1).
     gaps : bool
         The gap table instead: each construction at the b it needs.
-    constructions : sequence of str, optional
-        Only these constructions (default: every registered one).
+    constructions : str or sequence of str, optional
+        Only this construction, or these (default: every registered one).
     **options
-        The rest of ``georecall bounds``'s options (``needed``, ``columns``, ``format``, ...).
+        The rest of ``georecall bounds``'s options (``columns``, ``format``, ...); ``needed``, the gap
+        table's b per construction, as ``{"G1": 2}`` (or the command line's ``["G1=2"]``).
 
     Returns
     -------
@@ -90,9 +91,16 @@ def lower_bounds(N: int | Sequence[int] = 4096, R: int | Sequence[int] = 16,
     >>> row["construction"], row["N"], row["d"] >= row["d_min"]
     ('G1', 4096, True)
     """
+    if isinstance(constructions, str):  # one name, not its letters
+        constructions = [constructions]
+    needed = options.pop("needed", None)
+    if isinstance(needed, Mapping):  # {"G1": 2}: the command line's "G1=2"
+        needed = [f"{name}={b}" for name, b in needed.items()]
+    elif isinstance(needed, str):
+        needed = [needed]
     return Table(run_command("bounds", N=_many(N), R=_many(R), k=_many(k), bits=_many(bits), gaps=gaps,
                              construction=None if constructions is None else list(constructions),
-                             **options).to_dict())
+                             needed=needed, **options).to_dict())
 
 
 def counts(N: int = 5, R: int = 3, k: int = 2, **options: Any) -> Table:

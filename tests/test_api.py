@@ -337,6 +337,15 @@ def test_a_construction_refusal_in_python_names_options_by_keyword(verb, capsys)
     assert "(--beta)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("verb", [gr.check, gr.certify])
+def test_gaussian_codes_in_integer_mode_are_refused_in_the_command_lines_words(verb):
+    """Python reached the codebook's own refusal, which advised an option gr.check and gr.certify do not
+    have ("use scale='unit'"); one validation now refuses it for both, in the terminal's words."""
+    with pytest.raises(InputError) as info:
+        verb("geometric", N=16, R=2, codes="gaussian", integer=True)
+    assert str(info.value) == "gaussian codes have no integer scale: integer needs binary or sign codes"
+
+
 def test_python_words_keeps_the_error_class_and_traceback():
     from georecall.api_command import python_words
     from georecall.errors import ConditionError

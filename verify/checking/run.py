@@ -127,6 +127,8 @@ def validate_request(spec: ConstructionSpec, *, options: dict | None = None, cod
     if refused:
         raise InputError(f"{spec.label} does not take {registry.option_text(refused, spec)}; it takes: "
                          f"{registry.option_text(spec.accepts(), spec) or 'no options'}")
+    if options.get("integer") and codes == "gaussian":
+        raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
     if k is not None and spec.hops == "single" and k != 1:
         raise InputError(f"{spec.label} answers single-hop queries: k must be 1, got {k}")
     for variant, wanted in (("disjoint", attributes == "disjoint"), ("symmetric", symmetric)):

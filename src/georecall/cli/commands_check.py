@@ -202,9 +202,8 @@ def run_check_single_hop(p: CheckSingleHopParams) -> dict:
     """
     spec = resolve_spec(p.construction, "single")
     require_enumerable(p.N, p.R, 1)
-    # --bits with --integer: refused by the parser (parser.CONFLICTS)
-    if p.integer and p.codes == "gaussian":
-        raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
+    # --bits with --integer: refused by the parser (parser.CONFLICTS); gaussian codes with --integer: by
+    # checking.validate_request (one wording for Python and the terminal)
     if p.symmetric and p.N % 2:
         raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
     binary_codes_fit(code_kind(p.codes, spec), p.D, p.N)
@@ -293,8 +292,6 @@ def run_certify(p: CertifySingleHopParams | CertifyMultiHopParams) -> dict:
     else:
         k, options = p.k, {"attention": p.attention, "beta": p.beta, "gate": p.gate}
     options.update(p.builder_options or {})  # the options a spec declares itself, as given
-    if integer and p.codes == "gaussian":
-        raise InputError("gaussian codes have no integer scale: --integer needs binary or sign codes")
     if symmetric and p.N % 2:
         raise InputError(f"--symmetric relations are perfect matchings: N must be even, got {p.N}")
     binary_codes_fit(code_kind(p.codes, spec), p.D, p.N)

@@ -163,6 +163,15 @@ def test_an_int_for_a_real_option_certifies_the_object_the_command_line_certifie
     assert code == 0 and cert.to_dict()["fingerprint"] == doc["fingerprint"]
 
 
+def test_certify_takes_max_points_as_the_command_line_does(capsys):
+    """``max_points`` was refused as an option the construction does not take; it is certify's limit, as
+    ``--max-points`` (the control: without it, CERTIFIED)."""
+    cert = gr.certify("geometric", N=16, R=2, max_points=1)
+    code, doc = cli_json(["certify", "single-hop", "--N", "16", "--R", "2", "--max-points", "1"], capsys)
+    assert cert.verdict == doc["verdict"] == "UNKNOWN" and code == 4 and not cert.passed
+    assert gr.certify("geometric", N=16, R=2).verdict == "CERTIFIED"
+
+
 def test_certify_is_the_command_lines_certify(capsys):
     cert = gr.certify("geometric", N=16, R=2, integer=True)
     code, doc = cli_json(["certify", "single-hop", "--N", "16", "--R", "2", "--integer"], capsys)

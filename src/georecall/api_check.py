@@ -217,7 +217,7 @@ def check(name: str = "geometric", N: int = 64, R: int = 3, k: int | None = None
 
 def certify(name: str = "geometric", N: int = 16, R: int = 2, k: int | None = None, *, seed: int = 0,
             codes: str | None = None, D: int | None = None, integer: bool | None = None,
-            progress: bool = False, **options: Any) -> CertifyReport:
+            max_points: int | None = None, progress: bool = False, **options: Any) -> CertifyReport:
     """Certify construction ``name`` for every task of sizes (N, R), or refute it with a witness task: what
     ``georecall certify`` does.
 
@@ -248,6 +248,9 @@ def certify(name: str = "geometric", N: int = 16, R: int = 2, k: int | None = No
         real constant is asked for (it takes ``integer``, binary or sign codes, no ``lam`` other than 1, no
         ``gate`` or ``gain``: :func:`georecall.constructions.builder_options.integer_by_default`), else
         float64.
+    max_points : int, optional
+        The most joint slot codes enumerated per query type (``--max-points``; default 2^24): past it, a query
+        type is UNKNOWN.
     progress : bool
         Progress lines on stderr.
     **options
@@ -279,6 +282,7 @@ def certify(name: str = "geometric", N: int = 16, R: int = 2, k: int | None = No
         integer = integer_by_default(spec, codes, options)
     opts = {**options, **({"integer": True} if integer else {})}
     with python_words():  # the certifier's refusals name options as Python does
+        limit = {} if max_points is None else {"max_points": max_points}
         cert = certifier.certify(spec=spec, N=N, R=R, k=k, codes=codes, D=D, options=opts, seed=seed,
-                                 progress=progress)
+                                 progress=progress, **limit)
     return CertifyReport(cert)

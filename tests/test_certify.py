@@ -1203,3 +1203,15 @@ def test_a_construction_of_the_other_hops_is_refused_naming_the_commands_own_sub
     for hops, name, other in (("multi-hop", "geometric", "single-hop"), ("single-hop", "cot", "multi-hop")):
         assert main([command, hops, "--construction", name, "--N", "16", "--R", "2"]) == 2
         assert f"construction: use {command} {other}" in capsys.readouterr().err
+
+
+def test_an_unknown_for_the_point_limit_names_the_limit_and_the_points_needed(capsys):
+    """Below N points per query type, the reason blamed live units that do not exist ("0 slot(s) besides the
+    answer's stay live") and printed a hint about unit lines it did not show; it names the limit and what
+    the answer slot needs (the control: a limit above N certifies)."""
+    assert main(["certify", "single-hop", "--N", "256", "--R", "4", "--max-points", "100"]) == 4
+    out = capsys.readouterr().out
+    assert "the answer slot alone has N = 256 codes to enumerate, more than the limit of 100 (--max-points)" \
+        in out
+    assert "0 slot(s)" not in out and "one line per unit" not in out
+    assert main(["certify", "single-hop", "--N", "256", "--R", "4", "--max-points", "256"]) == 0

@@ -274,7 +274,7 @@ def _certify_type(ctx: _Product, qi: int, qt: QueryType, result: dict) -> bool:
     active, zmax = _active_units(ctx, piece, T, c_pre, slots, result)
     live = _live_slots(piece, qt, slots, active)
     if ctx.N ** len(live) > ctx.max_points:
-        result["reasons"].append(_reason(qt, live, active, zmax, piece, S, P))
+        result["reasons"].append(_reason(qt, live, active, zmax, piece, S, P, ctx.N, ctx.max_points))
         return False
     if ctx.integer:
         _integer_range(ctx, piece, live, c_pre, c_read)
@@ -481,7 +481,8 @@ def _certify_query(ctx: _Rows, q: int, base: np.ndarray, h: np.ndarray, firing: 
         result["reasons"].append({"query_type": qt.label, "units": [
             {"unit": int(u), "fires_with": float(h[u])} for u in others[:8]],
             "why": f"{others.size} unit(s) besides the query's own fire on it: enumerating their "
-                   "answers jointly exceeds the limit"})
+                   f"answers jointly (N^{len(live)} = {N ** len(live):,} points) exceeds the limit of "
+                   f"{ctx.max_points:,} (--max-points)"})
         return qt
     hs = h[live]
     key = content_key(base, hs, np.asarray([qt.offset]))
@@ -563,8 +564,9 @@ def _enumerate(N: int, n_live: int, c_pre: np.ndarray, c_read: np.ndarray, G_raw
     return lowest.low, lowest.low_values, lowest.failing, n_points
 
 
-def _reason(qt: QueryType, live, active, zmax, piece, S, P) -> dict:
-    """Why a query type is UNKNOWN: the units left possibly on that read slots besides the answer slot."""
+def _reason(qt: QueryType, live, active, zmax, piece, S, P, N: int, max_points: int) -> dict:
+    """Why a query type is UNKNOWN: the units left possibly on that read slots besides the answer slot, and
+    the points their joint codes need against the limit."""
     others = [(u, b) for u, b in live if (u, b) != qt.answer]
     culprits = []
     for u, b in others:
@@ -578,6 +580,9 @@ def _reason(qt: QueryType, live, active, zmax, piece, S, P) -> dict:
             culprits.append({"read_out_reads_slot": {"position": u, "slot": b}})
     return {"query_type": qt.label, "live_slots": [{"position": u, "slot": b} for u, b in live],
             "points_needed": f"N^{len(live)}", "units": culprits[:16],
-            "why": f"{len(others)} slot(s) besides the answer's stay live: units not proved off for every "
-                   "task (per-slot maxima add up above 0) or a read-out reading them; enumerating their "
-                   "joint codes exceeds the limit"}
+            "why": (f"{len(others)} slot(s) besides the answer's stay live: units not proved off for every "
+                    "task (per-slot maxima add up above 0) or a read-out reading them; enumerating their "
+                    f"joint codes (N^{len(live)} = {N ** len(live):,} points) exceeds the limit of "
+                    f"{max_points:,} (--max-points)") if others else
+                   (f"the answer slot alone has N = {N:,} codes to enumerate, more than the limit of "
+                    f"{max_points:,} (--max-points)")}

@@ -620,7 +620,7 @@ def _certify_reasons(doc: dict) -> list[str]:
     for reason in doc.get("reasons", []):
         groups.setdefault(reason.get("why", ""), []).append(reason)
     lines: list[str] = []
-    cut = False
+    cut = any_unit = False
     for why, group in groups.items():
         where = [_query_label(r["query_type"]) for r in group if isinstance(r.get("query_type"), dict)]
         shown = ", ".join(where[:3]) + (", ..." if len(where) > 3 else "")
@@ -632,9 +632,11 @@ def _certify_reasons(doc: dict) -> list[str]:
                 if line not in seen:
                     seen.append(line)
         lines += [f"  {line}" for line in seen[:_REASON_LINES]]
+        any_unit = any_unit or bool(seen)
         cut = cut or len(seen) > _REASON_LINES or len(where) > 3
     if cut:
-        lines.append("  (one line per unit or slot shown; every query type, unit and bound: --json)")
+        lines.append("  (every query type, unit and bound: --json)" if not any_unit else
+                     "  (one line per unit or slot shown; every query type, unit and bound: --json)")
     return lines
 
 

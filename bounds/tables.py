@@ -31,7 +31,7 @@ from georecall.theory import __version__, statements
 from georecall.theory.tasks import check_positive_int
 
 __all__ = ["BOUND_COLUMNS", "COLUMNS", "FORMATS", "GAP_COLUMNS", "bound_rows", "gap_rows", "governing_bound",
-           "latex_escape", "render", "render_table"]
+           "latex_caption", "latex_escape", "render", "render_table"]
 
 FORMATS = ("md", "csv", "json", "latex")
 
@@ -242,7 +242,7 @@ _EMPTY_CELLS = {"d_bound": "vacuous", "d_min": "vacuous", "needed_d_min": "neede
 
 _LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                   "<": r"\textless{}", ">": r"\textgreater{}", "—": "---", "–": "--",
+                   "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "—": "---", "–": "--",
                    "≥": r"$\geq$", "≤": r"$\leq$", "·": r"$\cdot$", "×": r"$\times$", "−": "$-$",
                    "λ": r"$\lambda$", "β": r"$\beta$", "ε": r"$\varepsilon$", "π": r"$\pi$"}
 
@@ -305,6 +305,30 @@ def _latex_char(ch: str) -> str | None:
         base = {"i": r"\i", "j": r"\j"}.get(parts[0], parts[0])
         return "\\" + _LATEX_ACCENTS[parts[1]] + "{" + base + "}"
     return None
+
+
+def latex_caption(text: str) -> str:
+    """A caption in LaTeX: text escaped (:func:`latex_escape`), each ``$…$`` pair kept as written (math:
+    ``"bounds on $d$"`` is ``bounds on $d$``); an unpaired ``$`` is escaped.
+
+    Parameters
+    ----------
+    text : str
+        The caption as the user wrote it.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> print(latex_caption("Lower bounds on $d_{min}$ & gaps: 5$"))
+    Lower bounds on $d_{min}$ \\& gaps: 5\\$
+    """
+    parts = str(text).split("$")
+    if len(parts) % 2 == 0:  # an odd number of $: the last one is unpaired, escaped as text
+        parts = [*parts[:-2], parts[-2] + "$" + parts[-1]]
+    return "".join(latex_escape(part) if i % 2 == 0 else f"${part}$" for i, part in enumerate(parts))
 
 
 def latex_escape(text: str) -> str:
@@ -475,7 +499,7 @@ def render_table(rows: list[dict], fmt: str = "md", *, columns=None, headers: Ma
             parts = [(headers[c][1].rstrip("$") if c in headers and headers[c][1].startswith("$")
                       else "$" + latex_escape(c)) + " = " + _number(v, "latex").replace("$", "") + "$"
                      for c, v in constants.items() if c not in grouped]
-            float_.append(r"\caption{" + latex_escape(caption) + (f" ({', '.join(parts)})" if parts else "")
+            float_.append(r"\caption{" + latex_caption(caption) + (f" ({', '.join(parts)})" if parts else "")
                           + "}")
         if label is not None:
             float_.append(r"\label{" + "".join(ch for ch in label if ch.isalnum() or ch in ":-_.") + "}")

@@ -344,3 +344,24 @@ def test_a_single_hop_construction_asked_for_at_k_2_says_why_it_has_no_row(capsy
     assert {(r["construction"], r["k"]) for r in doc["rows"]} >= {("G1", 1), ("G2", 2)}
     assert main(["bounds", "--construction", "G1", "--N", "64", "--R", "3", "--k", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["notes"] == []
+
+
+def test_latex_sets_a_bar_as_a_bar_and_keeps_a_captions_math():
+    """``|`` in text mode is an em-dash under pdfLaTeX's default encoding: it is ``\\textbar{}``; a
+    caption's ``$…$`` is math, kept as written (it was escaped to ``\\$d\\$``), an unpaired ``$`` escaped."""
+    from georecall.bounds.tables import latex_caption, latex_escape
+
+    assert latex_escape("log2|F_k|") == r"log2\textbar{}F\_k\textbar{}"
+    assert latex_caption("Lower bounds on $d$ & more") == r"Lower bounds on $d$ \& more"
+    assert latex_caption("costs 5$") == r"costs 5\$"
+    assert latex_caption("plain") == latex_escape("plain")  # the control: no math, the same escape
+    import contextlib
+    import io
+
+    from georecall.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["bounds", "--N", "64", "--R", "3", "--k", "1", "--format", "latex", "--caption",
+                     "Bounds on $d$"]) == 0
+    assert r"\caption{Bounds on $d$" in out.getvalue()

@@ -381,7 +381,8 @@ class _Session:
             for line in lines[:_WARNINGS_SHOWN]:
                 print(f"georecall: warning: {line}", file=sys.stderr)
         if doc["command"] == "bounds" and params.progress and args.format in ("md", "latex"):
-            print(f"{len(doc['rows'])} rows in {doc['seconds']:.2f} s; gap = d / d_min; a bound with d_min = "
+            rows = len(doc["rows"])
+            print(f"{rows} row{'' if rows == 1 else 's'} in {doc['seconds']:.2f} s; gap = d / d_min; a bound with d_min = "
                   f"0 is vacuous for that construction (its facts sit in P0, the MLP).", file=sys.stderr)
         if doc["command"] == "bounds" and params.progress and not as_json:
             for note in doc.get("notes") or []:  # why a gap row is empty (stderr: the table stays a table)

@@ -382,8 +382,9 @@ class _Session:
                 print(f"georecall: warning: {line}", file=sys.stderr)
         if doc["command"] == "bounds" and params.progress and args.format in ("md", "latex"):
             rows = len(doc["rows"])
-            print(f"{rows} row{'' if rows == 1 else 's'} in {doc['seconds']:.2f} s; gap = d / d_min; a bound with d_min = "
-                  f"0 is vacuous for that construction (its facts sit in P0, the MLP).", file=sys.stderr)
+            print(f"{rows} row{'' if rows == 1 else 's'} in {doc['seconds']:.2f} s; gap = d / d_min; a bound "
+                  "with d_min = 0 is vacuous for that construction (its facts sit in P0, the MLP).",
+                  file=sys.stderr)
         if doc["command"] == "bounds" and params.progress and not as_json:
             for note in doc.get("notes") or []:  # why a gap row is empty (stderr: the table stays a table)
                 print(f"georecall: note: {note}", file=sys.stderr)

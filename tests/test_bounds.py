@@ -365,3 +365,23 @@ def test_latex_sets_a_bar_as_a_bar_and_keeps_a_captions_math():
         assert main(["bounds", "--N", "64", "--R", "3", "--k", "1", "--format", "latex", "--caption",
                      "Bounds on $d$"]) == 0
     assert r"\caption{Bounds on $d$" in out.getvalue()
+
+
+@pytest.mark.parametrize("command", [["count", "--N", "4", "--R", "2", "--k", "2"],
+                                     ["tradeoff", "--N", "64", "--R", "2", "--k-max", "2"]])
+def test_count_and_tradeoff_tables_say_their_n_and_r(command, capsys):
+    """A count or tradeoff table written for a paper did not say N or R (a bounds table does): Markdown has
+    the line under it, LaTeX the caption and a comment, CSV the first columns; ``--columns`` showing N
+    leaves it out of the line (the control)."""
+    from georecall.cli import main
+
+    N, R = command[2], command[4]
+    assert main([*command, "--format", "md"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"every row: N = {N}, R = {R}")
+    assert main([*command, "--format", "latex", "--caption", "Counts"]) == 0
+    assert f"$N = {N}$" in capsys.readouterr().out
+    assert main([*command, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith(f"{N},{R},")
+    if command[0] == "tradeoff":
+        assert main([*command, "--format", "md", "--columns", "k,N,d"]) == 0
+        assert capsys.readouterr().out.rstrip().endswith(f"every row: R = {R}")

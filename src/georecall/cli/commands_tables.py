@@ -96,7 +96,7 @@ def _columns(p: Table) -> list[str] | None:
     return columns
 
 
-def table_text(p: Table, fmt: str, rows: list[dict], columns, headers) -> str:
+def table_text(p: Table, fmt: str, rows: list[dict], columns, headers, constants: dict | None = None) -> str:
     """A table command's rows rendered as ``fmt`` (:func:`~georecall.bounds.tables.render_table`), or ``""``
     for the text and json formats, which the command prints itself.
 
@@ -113,6 +113,9 @@ def table_text(p: Table, fmt: str, rows: list[dict], columns, headers) -> str:
         The command's default columns, used without ``--columns``.
     headers : mapping
         Key -> (Markdown header, LaTeX header).
+    constants : dict, optional
+        What every row shares and no column shows (``{"N": 64, "R": 3}``): a line under a Markdown table,
+        the LaTeX caption and a comment, the first CSV columns.
 
     Returns
     -------
@@ -126,8 +129,12 @@ def table_text(p: Table, fmt: str, rows: list[dict], columns, headers) -> str:
     from georecall.bounds.tables import render_table  # networkx, scipy: kept off georecall --help
     if fmt in ("text", "json"):
         return ""
-    return render_table(rows, fmt, columns=_columns(p) or columns, headers=headers, caption=p.caption,
-                        label=p.label)
+    shown = _columns(p) or columns
+    constants = {key: value for key, value in (constants or {}).items() if key not in shown}
+    if fmt == "csv" and constants:  # a CSV file stands alone: the shared values are its first columns
+        rows, shown = [{**constants, **row} for row in rows], [*constants, *shown]
+    return render_table(rows, fmt, columns=shown, headers=headers, caption=p.caption, label=p.label,
+                        constants=constants)
 
 
 def run_tradeoff(p: TradeoffParams) -> dict:
@@ -160,7 +167,7 @@ def run_tradeoff(p: TradeoffParams) -> dict:
     legend = [f"{s.id}: {s.result}" for s in specs]
     return document(p, {"N": p.N, "R": p.R, "k_max": p.k_max, "constructions": chosen, "format": fmt}, est,
                     rows=rows, constructions=[s.id for s in specs], legend=legend, format=fmt,
-                    text=table_text(p, fmt, rows, TRADEOFF_COLUMNS, TRADEOFF_HEADERS))
+                    text=table_text(p, fmt, rows, TRADEOFF_COLUMNS, TRADEOFF_HEADERS, {"N": p.N, "R": p.R}))
 
 
 def _needed_bits(items: list[str] | None) -> dict[str, int]:
@@ -293,6 +300,6 @@ def run_count(p: CountParams) -> dict:
         and counts.trees[1] == rows[0]["trees_1_closed"]
     return document(p, {"N": p.N, "R": p.R, "k": p.k, "format": fmt}, est, passed=passed,
                     tasks=counts.tasks, seconds=round(counts.seconds, 3), rows=rows, format=fmt,
-                    text=table_text(p, fmt, rows, COUNT_COLUMNS, COUNT_HEADERS))
+                    text=table_text(p, fmt, rows, COUNT_COLUMNS, COUNT_HEADERS, {"N": p.N, "R": p.R}))
 
 

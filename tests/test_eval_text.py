@@ -62,6 +62,9 @@ def test_eval_prints_the_margin_interval_its_document_holds(tmp_path, capsys):
     lo, hi = doc["min_margin"]["lo"], doc["min_margin"]["hi"]
     assert lo < hi and low != high
     assert Decimal(low) <= Decimal(lo) and Decimal(high) >= Decimal(hi)
+    # every quantile the document holds is printed (the 10% one was not), in order
+    labels = [x.split()[0] for x in text.splitlines() if x.startswith("  ") and "[" in x]
+    assert labels == ["min", "mean", "1%", "10%", "median"] and len(doc["margin_quantiles"]) == 3
 
 
 def test_eval_notes_say_what_they_mean_for_the_user(tmp_path, capsys):

@@ -550,6 +550,7 @@ def _eval(doc: dict) -> list[str]:
              f"  min     {_span(doc['min_margin'])}",
              f"  mean    {_span(doc['mean_margin'])}",
              f"  1%      {_span(q.get('q0.01'))}",
+             f"  10%     {_span(q.get('q0.1'))}",
              f"  median  {_span(q.get('q0.5'))}",
              f"{'relation':>8}  {'queries':>9}  {'accuracy':>8}  {'min margin (lower end)':>22}  "
              f"{'mean margin (lower end)':>23}"]

@@ -1215,3 +1215,14 @@ def test_an_unknown_for_the_point_limit_names_the_limit_and_the_points_needed(ca
         in out
     assert "0 slot(s)" not in out and "one line per unit" not in out
     assert main(["certify", "single-hop", "--N", "256", "--R", "4", "--max-points", "256"]) == 0
+
+
+def test_a_certificates_name_says_the_task_family_it_covers(capsys):
+    """Disjoint attributes and symmetric relations are other task families: the row said "G1 binary int" for
+    each, as for the shared one (the control)."""
+    names = {}
+    for extra in ([], ["--attributes", "disjoint"], ["--symmetric"]):
+        assert main(["certify", "single-hop", "--N", "16", "--R", "2", "--json", *extra]) == 0
+        names[" ".join(extra)] = json.loads(capsys.readouterr().out)["name"]
+    assert names == {"": "G1 binary int", "--attributes disjoint": "G1 binary int disjoint",
+                     "--symmetric": "G1 binary int symmetric"}

@@ -398,8 +398,11 @@ class _Request:
     compact: bool  # compact_codes_apply: the family gets a compact binary codebook
 
     def label(self, kind: str) -> str:
-        """The certificate's name for codes of ``kind``."""
-        return f"{self.spec.id} {kind}{' int' if self.integer else ''}" + (
+        """The certificate's name for codes of ``kind``: the spec, the codes, the integer mode and the
+        variant of the task family certified (``disjoint`` attributes, ``symmetric`` relations)."""
+        variants = "".join(f" {variant}" for variant, on in (("disjoint", self.attributes == "disjoint"),
+                                                             ("symmetric", self.symmetric)) if on)
+        return f"{self.spec.id} {kind}{' int' if self.integer else ''}{variants}" + (
             " (hard attn, idealized)" if self.attention == "hard" else "")
 
 

@@ -421,6 +421,8 @@ def test_a_random_models_probe_report_says_it_answers_about_1_over_n(tmp_path, c
     assert text[0].startswith("the model answers") and "of its 64 facts" in text[0]
     assert text[1].startswith("WARNING: the model answers")
     assert "ridge, p = 16" in "\n".join(text)  # the fit's p, n and strength are printed
+    # the summary's mean is not the relation lines' numbers (those fit again): the text says so
+    assert any("(mean; the lines below fit again, with folds of their own)" in line for line in text)
 
 
 @pytest.mark.slow  # long (CONTRIBUTING, CI times); a shorter case of the behaviour stays in the default run

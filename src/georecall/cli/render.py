@@ -357,7 +357,9 @@ def _probe(doc: dict) -> list[str]:
                f"{f['folds']}-fold CV on the fit subjects]") if f else ""
         lines.append(f"superposition readout (held-out {r['test_subjects']} subjects): encoding R² "
                      f"{_fmt(r['encoding_r2'])}{fit}, decoding R² {_fmt(r['decoding_r2_mean'])}, "
-                     f"per-relation probe accuracy {_fmt(r['probe_accuracy_mean'])}"
+                     f"per-relation probe accuracy {_fmt(r['probe_accuracy_mean'])} (mean"
+                     + ("; the lines below fit again, with folds of their own" if any(
+                         "power" in x for x in r.get("per_relation", [])) else "") + ")"
                      + (" (underdetermined without the penalty)" if r.get("underdetermined") else ""))
         for x in r.get("per_relation", []):
             if "power" in x:

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from georecall.api_command import python_words
 from georecall.constructions import registry
 from georecall.errors import InputError
 from georecall.verify.checking.certify import certify
@@ -57,4 +58,9 @@ def test_the_python_api_build_refuses_with_the_same_line_as_check():
         k = asked.get("k", 1)
         options = asked.get("options", {})
         by_check = _refusal(lambda: run_check(g1, 16, 2, k, options=options))
-        assert _refusal(lambda: gr.build("geometric", task, k=k, **options)) == by_check
+        by_build = _refusal(lambda: gr.build("geometric", task, k=k, **options))
+        # the one validation's line, in Python's words (options named by keyword, as gr.check names them)
+        assert by_build == _refusal(lambda: gr.check("geometric", N=16, R=2, k=k, **options))
+        with pytest.raises(InputError) as info, python_words():
+            run_check(g1, 16, 2, k, options=options)
+        assert by_build == str(info.value) and (by_build == by_check) == ("--" not in by_check)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from georecall.api_command import Result, run_command
+from georecall.errors import InputError
 
 __all__ = ["Table", "counts", "lower_bounds"]
 
@@ -66,8 +67,9 @@ def lower_bounds(N: int | Sequence[int] = 4096, R: int | Sequence[int] = 16,
         Bits per parameter b (default 1).
     gaps : bool
         The gap table instead: each construction at the b it needs.
-    constructions : sequence of str, optional
-        Only these constructions (default: every registered one).
+    constructions : str or sequence of str, optional
+        Only these constructions (default: every registered one). ``construction``, the command line's
+        name, is taken too (not both).
     **options
         The rest of ``georecall bounds``'s options (``needed``, ``columns``, ``format``, ...).
 
@@ -78,7 +80,8 @@ def lower_bounds(N: int | Sequence[int] = 4096, R: int | Sequence[int] = 16,
     Raises
     ------
     InputError
-        Sizes out of range, ``bits`` with ``gaps``, or an unknown construction.
+        Sizes out of range, ``bits`` with ``gaps``, an unknown construction, or both ``constructions`` and
+        ``construction``.
     TypeError
         An option ``georecall bounds`` does not have.
 
@@ -90,9 +93,13 @@ def lower_bounds(N: int | Sequence[int] = 4096, R: int | Sequence[int] = 16,
     >>> row["construction"], row["N"], row["d"] >= row["d_min"]
     ('G1', 4096, True)
     """
+    if "construction" in options:  # the command's own name, which its refusals list: taken too
+        if constructions is not None:
+            raise InputError("lower_bounds: constructions and construction are one option: give one of them")
+        constructions = options.pop("construction")
+    names = [constructions] if isinstance(constructions, str) else constructions
     return Table(run_command("bounds", N=_many(N), R=_many(R), k=_many(k), bits=_many(bits), gaps=gaps,
-                             construction=None if constructions is None else list(constructions),
-                             **options).to_dict())
+                             construction=None if names is None else list(names), **options).to_dict())
 
 
 def counts(N: int = 5, R: int = 3, k: int = 2, **options: Any) -> Table:

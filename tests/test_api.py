@@ -322,7 +322,7 @@ def test_load_and_evaluate_say_the_same_of_a_missing_or_wrong_path(tmp_path):
     (lambda: gr.train(N=8, R=2, optimizer="x"), "optimizer must be one of 'adam', 'sgd', got 'x'"),
     (lambda: gr.train(N=[8, 9], R=2), "N takes one value, got [8, 9]"),
     (lambda: gr.counts(N=3, R=1, k=1, json=True, format="text"),
-     "json and format text do not combine: give one of them"),
+     'json and format="text" do not combine: give one of them'),
 ])
 def test_a_refusal_in_python_names_the_python_parameter(call, message):
     with pytest.raises(InputError) as info:

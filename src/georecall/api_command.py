@@ -106,23 +106,38 @@ def _argv(options: Mapping[str, Any], flags: Mapping[str, Any]) -> list[str]:
 def _python_words(message: str, actions: Iterable[argparse.Action]) -> str:
     """A refusal of the command line's parser in Python's words: each option named by its keyword (its
     dest: ``batch_size``, not ``--batch-size``), ``N must be a whole number >= 1, got 0`` instead of
-    ``georecall bounds: argument --N: expected a whole number >= 1, got 0``; the terminal's own message is
-    unchanged."""
+    ``georecall bounds: argument --N: expected a whole number >= 1, got 0``, a flag with one of its choices or
+    a file's placeholder as Python passes it (``attention="softmax"``, ``task="TABLE.npy"``, not ``--attention
+    softmax``); the terminal's own message is unchanged."""
     names: dict[str, str] = {}
+    values: dict[str, dict[str, str]] = {}  # a flag's literal choices, each as Python writes it
     for action in actions:
         for flag in action.option_strings:
             names[flag] = action.dest
+            if action.choices is not None and action.nargs != 0:
+                values[flag] = {str(c): f'"{c}"' if isinstance(c, str) else str(c) for c in action.choices}
         if not action.option_strings:  # argparse names a positional by its metavar, else its dest
             names[str(action.metavar or action.dest)] = action.dest
 
     def name(text: str) -> str:
         return names.get(text.split("/")[0], text.lstrip("-").replace("-", "_"))
 
+    def keyword(m: re.Match) -> str:
+        """``--attention softmax`` (a flag and one of its choices) as ``attention="softmax"``; ``--task
+        TABLE.npy`` (a flag and a file's placeholder) as ``task="TABLE.npy"``."""
+        flag, value = m[1], m[2]
+        if value in values.get(flag, {}):
+            return f"{name(flag)}={values[flag][value]}"
+        if flag in names and re.fullmatch(r"[A-Z][A-Z_]*\.[a-z]+", value):
+            return f'{name(flag)}="{value}"'
+        return m[0]
+
     text = re.sub(r"^georecall(?: [\w-]+)*: ", "", message)
     text = re.sub(r"^argument ([^:]+): expected ", lambda m: f"{name(m[1])} must be ", text)
     text = re.sub(r"^argument ([^:]+): invalid choice: (.*) \(choose from (.*)\)$",
                   lambda m: f"{name(m[1])} must be one of {m[3]}, got {m[2]}", text)
     text = re.sub(r"^argument ([^:]+): ", lambda m: f"{name(m[1])}: ", text)
+    text = re.sub(r"(?<![\w-])(--[A-Za-z][\w-]*) (\w[\w-]*(?:\.\w+)?)(?=[\s,;)]|\.(?:\s|$)|$)", keyword, text)
     return re.sub(r"(?<![\w-])--[A-Za-z][\w-]*", lambda m: name(m[0]), text)
 
 
@@ -166,8 +181,9 @@ def run_command(command: str, **options: Any) -> Result:
     command : str
         The command, as typed ("train", "eval", "check single-hop").
     **options
-        Its options. ``None`` leaves an option at the parser's default; ``True``/``False`` set or leave a
-        switch; a list gives a multi-valued option.
+        Its options. ``None`` leaves an option at the parser's default (but ``quiet`` at True: a command
+        run from Python shows progress only with ``quiet=False``); ``True``/``False`` set or leave a switch;
+        a list gives a multi-valued option.
 
     Returns
     -------
@@ -207,7 +223,7 @@ def run_command(command: str, **options: Any) -> Result:
         raise TypeError(f"{command} takes no option {', '.join(unknown)}; it takes {', '.join(known)}")
     positional = {d: v for d, v in options.items() if not flags[d].option_strings}
     named = {d: v for d, v in options.items() if flags[d].option_strings}
-    argv = [*words, *_argv(positional, flags), "--quiet" if "quiet" in flags and "quiet" not in options
+    argv = [*words, *_argv(positional, flags), "--quiet" if "quiet" in flags and options.get("quiet") is None
             else "", *_argv(named, flags)]
     try:
         namespace = top.parse_args([w for w in argv if w != ""])

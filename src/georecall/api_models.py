@@ -19,7 +19,12 @@ from typing import Any
 
 from georecall.api_command import Result, run_command
 
-__all__ = ["evaluate", "export", "load", "model_argument", "model_file", "save"]
+__all__ = ["evaluate", "export", "load", "model_and_task", "model_argument", "model_file", "save"]
+
+
+def _task_advice(N: object = "N", R: object = "R") -> str:
+    """How a Python caller gives a task: the advice of every refusal for a missing task."""
+    return f'task=gr.task({N}, {R}, seed=S) with the seed it was built or trained with, or task="TABLE.npy"'
 
 
 def load(path: str):
@@ -35,7 +40,9 @@ def load(path: str):
     -------
     Model
         The weights (:class:`georecall.constructions.model.Model`), ready for :func:`evaluate`,
-        :func:`georecall.probe` or the forward pass.
+        :func:`georecall.probe` or the forward pass. The weights only: a task stored in the file, and the
+        seed it records, are not kept; give the model file's path to :func:`evaluate` and
+        :func:`georecall.probe` to use them, or ``task=gr.task(N, R, seed=S)`` with the recorded seed.
 
     Raises
     ------
@@ -182,6 +189,97 @@ def model_file(model, task, what: str, **record: Any) -> Iterator[str]:
         yield path
 
 
+def _task_argument(task: Any, what: str) -> Any:
+    """``task`` when it is None or a Task; a task table file's path as a string; else a one-line refusal
+    naming the verb and what was given.
+
+    Parameters
+    ----------
+    task : Task or str or path-like or None
+        The argument given.
+    what : str
+        The calling verb, for messages.
+
+    Returns
+    -------
+    Task or str or None
+
+    Raises
+    ------
+    InputError
+        Anything else.
+    """
+    if task is None:
+        return None
+    if isinstance(task, (str, os.PathLike)):
+        return os.fspath(task)
+    from georecall.errors import InputError  # imported with the model
+    from georecall.theory.tasks import Task  # the check of the argument's type, when one is given
+
+    if isinstance(task, Task):
+        return task
+    raise InputError(f"{what} takes task=gr.task(N, R, seed=S) or a task table's path (task=\"TABLE.npy\"), "
+                     f"got {type(task).__name__}")
+
+
+@contextlib.contextmanager
+def model_and_task(model, task, what: str) -> Iterator[tuple[str, str | None]]:
+    """The model file and the task table file (or None: the model file's own) a command reads for
+    ``model`` and ``task``, the same for every verb that takes both (:func:`evaluate`,
+    :func:`georecall.probe`).
+
+    A Model object is written to a temporary file, with a Task beside it; a Task given beside a model file
+    is written to a temporary table; a table's path is the command's ``--task``. Whichever way they come,
+    the command reads them and refuses a task of other sizes as the command line does.
+
+    Parameters
+    ----------
+    model : Model or str or path-like
+        The weights, or a model file's path.
+    task : Task or str or path-like or None
+        The task, a task table's path (``.npy``), or None (the model file's own).
+    what : str
+        The calling verb, for messages.
+
+    Yields
+    ------
+    tuple of (str, str or None)
+        The model file's path and the task table's path (None: the model file stores its task).
+
+    Raises
+    ------
+    InputError
+        ``model`` or ``task`` of another type; a Model object without a task; a model file that stores no
+        task, given none (raised from the body, in Python's words: ``task=gr.task(N, R, seed=S)`` or
+        ``task="TABLE.npy"``).
+    """
+    from georecall.errors import InputError  # imported with the model
+
+    model = model_argument(model, what)
+    task = _task_argument(task, what)
+    if task is None and not isinstance(model, str):
+        N, R = model.n_entities, model.n_relations
+        raise InputError(f"{what} needs the task of a Model object (N = {N}, R = {R}): {_task_advice(N, R)} "
+                         "(a Model holds no task, not even one read by gr.load: pass the model file's path "
+                         "for its own)")
+    with contextlib.ExitStack() as stack:
+        stored = task if not isinstance(task, str) else None  # a Task goes inside a model written here
+        path = stack.enter_context(model_file(model, None if isinstance(model, str) else stored, what))
+        table_path = task if isinstance(task, str) else None
+        if isinstance(model, str) and stored is not None:  # a file, and a Task given beside it
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="georecall-"))
+            table_path = os.path.join(folder, "task.npy")
+            import numpy as np  # a task given beside a file: written for the command to read
+
+            np.save(table_path, stored.table)
+        try:
+            yield path, table_path
+        except InputError as exc:  # the command's "stores no task table", with Python's advice
+            if task is None and exc.args and "stores no task table" in str(exc.args[0]):
+                exc.args = (f"{model!r} stores no task table: pass {_task_advice()}", *exc.args[1:])
+            raise
+
+
 def evaluate(model, *, task=None, k: int | None = None, cot: bool = False, arith: str = "exact",
              **options: Any) -> Result:
     """Accuracy and logit margins of a model on every query of its task, overall and per relation: what
@@ -194,8 +292,12 @@ def evaluate(model, *, task=None, k: int | None = None, cot: bool = False, arith
     ----------
     model : Model or str
         The weights, or a model file's path.
-    task : Task, optional
-        The task (needed for a Model object, or a file that stores none).
+    task : Task or str, optional
+        The task (:func:`georecall.task`, with the seed the model was built or trained with), or a task
+        table's path (``.npy``, R × N), used for a model given as a path or as an object. Needed for a Model
+        object (a Model holds no task: :func:`load` keeps the weights only) and for a file that stores none;
+        for a file that stores its task it replaces that one. A task of other sizes than the model's is
+        refused, as ``georecall eval --task`` refuses it.
     k : int, optional
         Hops of the queries (default: the k the file records, else 1).
     cot : bool
@@ -213,32 +315,29 @@ def evaluate(model, *, task=None, k: int | None = None, cot: bool = False, arith
     Raises
     ------
     InputError
-        ``model`` neither a Model nor a path (:func:`model_argument`), a missing or damaged file, no task, or
-        sizes that do not fit the task.
+        ``model`` neither a Model nor a path (:func:`model_argument`), ``task`` neither a Task nor a path, a
+        missing or damaged file, no task, or sizes that do not fit the task.
 
     Examples
     --------
+    >>> import os, tempfile
     >>> import georecall as gr
     >>> task = gr.task(16, 2)
     >>> result = gr.evaluate(gr.build("geometric", task).model, task=task)
     >>> result["accuracy"], result["queries"]
     (1.0, 32)
+
+    A trained model's file stores its task (seed included); its loaded Model does not, so evaluate the file,
+    or give the task of the run's seed (``TrainResult.task`` is it):
+
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.npz")
+    >>> trained = gr.train(N=8, R=2, d=16, steps=300, seed=1, out=path)
+    >>> gr.evaluate(path)["accuracy"], gr.evaluate(gr.load(path), task=gr.task(8, 2, seed=1))["accuracy"]
+    (1.0, 1.0)
+    >>> gr.evaluate(trained.model, task=trained.task)["accuracy"]
+    1.0
     """
-    from georecall.errors import InputError  # imported with the command
-
-    model = model_argument(model, "evaluate")
-    if task is None and not isinstance(model, str):
-        raise InputError("evaluate needs the task of a Model object: evaluate(model, task=gr.task(N, R))")
-    stored_task = task if not isinstance(model, str) else None
-    with contextlib.ExitStack() as stack:
-        path = stack.enter_context(model_file(model, stored_task, "evaluate"))
-        table_path = None
-        if task is not None and stored_task is None:  # a file, and a task given beside it
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="georecall-"))
-            table_path = os.path.join(folder, "task.npy")
-            import numpy as np  # a task given beside a file: written for the command to read
-
-            np.save(table_path, task.table)
+    with model_and_task(model, task, "evaluate") as (path, table_path):
         return run_command("eval", model=path, task=table_path, k=k, cot=cot, arith=arith, **options)
 
 

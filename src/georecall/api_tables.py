@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from georecall.api_command import Result, run_command
+from georecall.errors import InputError
 
 __all__ = ["Table", "counts", "lower_bounds"]
 
@@ -67,7 +68,8 @@ def lower_bounds(N: int | Sequence[int] = 4096, R: int | Sequence[int] = 16,
     gaps : bool
         The gap table instead: each construction at the b it needs.
     constructions : str or sequence of str, optional
-        Only this construction, or these (default: every registered one).
+        Only this construction, or these (default: every registered one). ``construction``, the command
+        line's name, is taken too (not both).
     **options
         The rest of ``georecall bounds``'s options (``columns``, ``format``, ...); ``needed``, the gap
         table's b per construction, as ``{"G1": 2}`` (or the command line's ``["G1=2"]``).
@@ -79,7 +81,8 @@ def lower_bounds(N: int | Sequence[int] = 4096, R: int | Sequence[int] = 16,
     Raises
     ------
     InputError
-        Sizes out of range, ``bits`` with ``gaps``, or an unknown construction.
+        Sizes out of range, ``bits`` with ``gaps``, an unknown construction, or both ``constructions`` and
+        ``construction``.
     TypeError
         An option ``georecall bounds`` does not have.
 
@@ -91,16 +94,19 @@ def lower_bounds(N: int | Sequence[int] = 4096, R: int | Sequence[int] = 16,
     >>> row["construction"], row["N"], row["d"] >= row["d_min"]
     ('G1', 4096, True)
     """
-    if isinstance(constructions, str):  # one name, not its letters
-        constructions = [constructions]
+    if "construction" in options:  # the command's own name, which its refusals list: taken too
+        if constructions is not None:
+            raise InputError("lower_bounds: constructions and construction are one option: give one of them")
+        constructions = options.pop("construction")
+    names = [constructions] if isinstance(constructions, str) else constructions  # one name, not its letters
     needed = options.pop("needed", None)
     if isinstance(needed, Mapping):  # {"G1": 2}: the command line's "G1=2"
         needed = [f"{name}={b}" for name, b in needed.items()]
     elif isinstance(needed, str):
         needed = [needed]
     return Table(run_command("bounds", N=_many(N), R=_many(R), k=_many(k), bits=_many(bits), gaps=gaps,
-                             construction=None if constructions is None else list(constructions),
-                             needed=needed, **options).to_dict())
+                             construction=None if names is None else list(names), needed=needed,
+                             **options).to_dict())
 
 
 def counts(N: int = 5, R: int = 3, k: int = 2, **options: Any) -> Table:

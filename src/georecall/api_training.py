@@ -13,7 +13,8 @@ import tempfile
 from typing import Any
 
 from georecall.api_command import Result, run_command
-from georecall.api_models import load, model_argument, model_file
+from georecall.api_models import model_and_task
+from georecall.errors import InputError
 
 __all__ = ["TrainResult", "probe", "train"]
 
@@ -25,6 +26,9 @@ class TrainResult(Result):
     ----------
     model : Model
         The trained weights (what ``--out`` would write).
+    task : Task
+        The task trained on: THE task of ``(N, R, seed)``, ``gr.task(N, R, seed=seed)`` (what ``--out``
+        stores beside the weights). :func:`georecall.evaluate` and :func:`probe` need it with ``model``.
     reached : bool
         Every training query answered (exactly, on the trained weights' own function).
     passed : bool
@@ -40,11 +44,17 @@ class TrainResult(Result):
     >>> short = gr.train(N=64, R=4, d=4, steps=2)  # too narrow and too short to memorize
     >>> short.passed, short.reached
     (True, False)
+    >>> seeded = gr.train(N=8, R=2, d=16, steps=300, seed=1)
+    >>> seeded.task.table.tolist() == gr.task(8, 2, seed=1).table.tolist()
+    True
+    >>> gr.evaluate(seeded.model, task=seeded.task)["accuracy"]
+    1.0
     """
 
-    def __init__(self, document: dict, model) -> None:
+    def __init__(self, document: dict, model, task) -> None:
         super().__init__(document)
         self.model = model
+        self.task = task
 
     @property
     def reached(self) -> bool:
@@ -81,7 +91,8 @@ def train(N: int = 256, R: int = 4, d: int = 32, *, m: int | None = None, k: int
     out : str, optional
         Also write the trained model there.
     progress : bool
-        Progress lines on stderr.
+        Progress lines on stderr (``quiet``, the command line's name, is taken too: ``quiet=False`` is
+        ``progress=True``; the two may not contradict each other).
     **options
         The rest of ``georecall train``'s options (``optimizer``, ``batch_size``, ``mode``, ``freeze``,
         ``dtype``, ``weight_decay``, ``cot``, ``heads``, ...).
@@ -89,12 +100,13 @@ def train(N: int = 256, R: int = 4, d: int = 32, *, m: int | None = None, k: int
     Returns
     -------
     TrainResult
-        ``.model``, ``.reached``, and the document (``result["final_accuracy"]``, ``result["steps_run"]``).
+        ``.model``, ``.task``, ``.reached``, and the document (``result["final_accuracy"]``,
+        ``result["steps_run"]``).
 
     Raises
     ------
     InputError
-        Bad sizes or options, or an estimate over the memory budget.
+        Bad sizes or options, ``progress=True`` with ``quiet=True``, or an estimate over the memory budget.
     TypeError
         An option ``georecall train`` does not have.
 
@@ -105,14 +117,22 @@ def train(N: int = 256, R: int = 4, d: int = 32, *, m: int | None = None, k: int
     >>> result.reached, result.model.d
     (True, 16)
     """
+    from georecall.constructions import storage  # the model file written, and its task: read when trained
+    from georecall.theory.tasks import Task
+
+    quiet = options.pop("quiet", None)  # the command line's name for "no progress", taken too
+    quiet = not progress if quiet is None else quiet
+    if progress and quiet is True:
+        raise InputError("train: progress=True and quiet=True contradict each other: give one of them")
     with tempfile.TemporaryDirectory(prefix="georecall-") as folder:
         path = out if out is not None else os.path.join(folder, "model.npz")
         result = run_command("train", N=N, R=R, d=d, m=m, k=k, steps=steps, lr=lr, seed=seed,
-                             attention=attention, out=path, quiet=not progress, **options)
+                             attention=attention, out=path, quiet=quiet, **options)
         document = result.to_dict()
         if out is None:
             document = {**document, "out": None}
-        return TrainResult(document, load(document.get("out") or path))
+        model, header = storage.load_model(document.get("out") or path)
+        return TrainResult(document, model, Task.from_table(header["extra_arrays"]["task_table"]))
 
 
 def probe(model, *, task=None, holdout: float = 0.25, subjects: int = 256, seed: int = 0,
@@ -124,8 +144,11 @@ def probe(model, *, task=None, holdout: float = 0.25, subjects: int = 256, seed:
     ----------
     model : Model or str
         The weights, or a model file's path.
-    task : Task, optional
-        The task (needed for a Model object; a model file stores its own).
+    task : Task or str, optional
+        The task (:func:`georecall.task`, with the seed the model was built or trained with), or a task
+        table's path (``.npy``, R × N): as for :func:`georecall.evaluate`, used for a model given as a path or
+        as an object, needed for a Model object and for a file that stores no task, and refused when its
+        sizes are not the model's.
     holdout : float
         Share of subjects held out of the fits, 0 < h < 1.
     subjects : int
@@ -138,13 +161,17 @@ def probe(model, *, task=None, holdout: float = 0.25, subjects: int = 256, seed:
     Returns
     -------
     Result
-        The probe document (``result["readout"]``, ``result["probes"]``, ...).
+        The probe document: ``result["readout"]`` (the superposition readout's held-out R²
+        ``["encoding_r2"]``, and the per-relation linear probes: ``["probe_accuracy_mean"]``,
+        ``["per_relation"]``), ``result["intervention"]`` (``["follows"]``, ``["others_unchanged"]``),
+        ``result["selectivity"]`` (``["selective_fraction"]``, ...) and ``result["accuracy"]``.
 
     Raises
     ------
     InputError
-        ``model`` neither a Model nor a path (:func:`georecall.api_models.model_argument`), a missing or
-        damaged file, no task, shapes that do not match the task, or a ``holdout`` leaving a side empty.
+        ``model`` neither a Model nor a path (:func:`georecall.api_models.model_argument`), ``task`` neither a
+        Task nor a path, a missing or damaged file, no task, shapes that do not match the task, or a
+        ``holdout`` leaving a side empty.
 
     Examples
     --------
@@ -153,11 +180,11 @@ def probe(model, *, task=None, holdout: float = 0.25, subjects: int = 256, seed:
     >>> result = gr.probe(gr.build("geometric", task).model, task=task, subjects=8)
     >>> result.passed
     True
+    >>> sorted(key for key in result if key in ("readout", "intervention", "selectivity", "accuracy"))
+    ['accuracy', 'intervention', 'readout', 'selectivity']
+    >>> "probe_accuracy_mean" in result["readout"], "follows" in result["intervention"]
+    (True, True)
     """
-    from georecall.errors import InputError  # imported with the command
-
-    model = model_argument(model, "probe")
-    if task is None and not isinstance(model, str):
-        raise InputError("probe needs the task of a Model object: probe(model, task=gr.task(N, R))")
-    with model_file(model, task, "probe") as path:
-        return run_command("probe", model=path, holdout=holdout, subjects=subjects, seed=seed, **options)
+    with model_and_task(model, task, "probe") as (path, table_path):
+        return run_command("probe", model=path, task=table_path, holdout=holdout, subjects=subjects,
+                           seed=seed, **options)

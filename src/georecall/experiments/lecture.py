@@ -350,7 +350,8 @@ class _Cells:
     ``progress``, a line on stderr as each one finishes without an error."""
 
     def __init__(self, nb, start: float, progress: bool) -> None:
-        self.numbers: dict[int, int] = {}  # a code cell's index in the notebook -> its number among the code cells, from 1
+        # a code cell's index in the notebook -> its number among the code cells, from 1
+        self.numbers: dict[int, int] = {}
         for index, cell in enumerate(nb.cells):
             if cell.cell_type == "code":
                 self.numbers[index] = len(self.numbers) + 1

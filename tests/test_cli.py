@@ -623,8 +623,8 @@ def test_every_shared_option_offered_is_read_by_its_command(tmp_path, capsys, mo
     capsys.readouterr()
     field = {"seed": "seed", "quiet": "progress", "max-gib": "budget"}
     # probe-lm needs the lm extra and a model: tests/test_lm.py runs it on a tiny model; lecture needs the
-    # teach extra and offers only --json: tests/test_notebook.py runs it; export needs
-    # the export extra: tests/test_export.py checks the options it offers are read
+    # teach extra: tests/test_hostile_lecture.py::test_quiet_leaves_stderr_empty shows it reads --quiet;
+    # export needs the export extra: tests/test_export.py checks the options it offers are read
     assert set(_small_argv(tmp_path)) == set(SHARED) - {"probe-lm", "export", "lecture"}
     for command, argv in _small_argv(tmp_path).items():
         reads = _Reads()

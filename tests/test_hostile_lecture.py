@@ -129,8 +129,12 @@ def test_a_hostile_cell_is_one_line_and_leaves_no_temporary(case, tmp_path):
     assert len(stderr.strip().splitlines()) <= 1, stderr
     assert "Traceback" not in stderr
     assert not _leftovers(tmp_path)
-    written = sorted(p.name for p in out.iterdir()) if out.exists() else []
-    assert written in ([], ["nb.ipynb"]), written  # nothing but the folder the cell itself made
+    if case == "turns_the_output_into_a_folder":  # nothing but the folder the cell itself made
+        assert sorted(p.name for p in out.iterdir()) == ["nb.ipynb"]
+    else:  # the output folder the run created is removed again
+        assert not out.exists(), sorted(p.name for p in out.iterdir())
+    if status == 2 and case != "turns_the_output_into_a_folder":  # the cell is named
+        assert "code cell 1 of 1" in doc["error"] and repr(code.splitlines()[0]) in doc["error"], doc
     process = _cli(["--notebook", str(source), "--out", str(tmp_path / "text"), *extra])
     stdout, stderr = process.communicate(timeout=300)
     progress = [line for line in stderr.strip().splitlines() if line.startswith("lecture: ")]
@@ -153,6 +157,104 @@ def test_a_lecture_shows_its_progress_and_json_keeps_stderr_empty(tmp_path):
     process = _cli(["--notebook", str(source), "--out", str(tmp_path / "json"), "--json"])
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 0 and stderr == "" and json.loads(stdout)["cells"] == 2, stderr
+    process = _cli(["--notebook", str(source), "--out", str(tmp_path / "quiet"), "--quiet"])
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0 and stderr == "" and "executed 2 cells" in stdout, (stdout, stderr)
+
+
+@pytest.mark.slow
+def test_a_failing_cell_in_a_kernel_is_named_and_leaves_no_folder(tmp_path):
+    """The same as test_a_failing_cell_is_named_without_colour_codes with a real kernel (whose traceback is
+    coloured): the second of two cells raises."""
+    source = tmp_path / "nb.md"
+    source.write_text(HEADER + "# a lecture\n\n```python\nx = 1\n```\n\n```python\nx = 2\ny = 1 / 0\n```\n")
+    out = tmp_path / "new" / "out"
+    process = _cli(["--notebook", str(source), "--out", str(out)])
+    _, stderr = process.communicate(timeout=300)
+    lines = _error_lines(stderr)
+    assert process.returncode == 2 and len(lines) == 1 and "\x1b" not in stderr, stderr
+    assert "code cell 2 of 2" in lines[0] and "'x = 2'" in lines[0], lines
+    assert lines[0].endswith("failed: ZeroDivisionError: division by zero"), lines
+    assert "[2/2]" not in stderr and "[1/2]" in stderr, stderr
+    assert not (tmp_path / "new").exists()
+    process = _cli(["--notebook", str(source), "--out", str(out), "--json"])
+    stdout, stderr = process.communicate(timeout=300)
+    doc = json.loads(stdout)
+    assert doc["status"] == 2 and "\x1b" not in doc["error"] and "code cell 2 of 2" in doc["error"], doc
+    assert not (tmp_path / "new").exists()
+
+
+def _failing_run(first_cell: int, ename: str, evalue: str, traceback: list[str]):
+    """A stand-in for the kernel's run (``lecture._run``): the code cells before number ``first_cell`` run,
+    that one raises as nbclient reports it (its hooks called as nbclient calls them)."""
+    from nbclient.exceptions import CellExecutionError
+
+    def run(client, interrupt) -> None:
+        code = [(i, c) for i, c in enumerate(client.nb.cells) if c.cell_type == "code"]
+        for number, (index, cell) in enumerate(code, start=1):
+            if client.on_cell_execute:  # a hook not set is not called (nbclient.util.run_hook)
+                client.on_cell_execute(cell=cell, cell_index=index)
+            failed = number == first_cell
+            reply = {"content": {"status": "error" if failed else "ok"}}
+            if client.on_cell_executed:
+                client.on_cell_executed(cell=cell, cell_index=index, execute_reply=reply)
+            if failed:
+                raise CellExecutionError.from_cell_and_msg(
+                    cell, {"ename": ename, "evalue": evalue, "traceback": traceback})
+
+    return run
+
+
+def test_a_failing_cell_is_named_without_colour_codes(tmp_path, monkeypatch, capsys):
+    """A cell that raises: one line naming the cell (its number among the code cells and its first line) and
+    the error without the kernel's ANSI colour codes, in text and in --json's "error"; no "[2/2] cells run"
+    for the cell that failed; no output folder left (it is created by the run, with a missing parent). The
+    old message was the traceback's last line, colour codes and all, after "[2/2] cells run", and left the
+    folder."""
+    source = tmp_path / "nb.md"
+    source.write_text(HEADER + "# a lecture\n\n```python\nx = 1\n```\n\ntext\n\n```python\nx = 2\n"
+                      "y = 1 / 0\n```\n")
+    colour = ["\x1b[0;31m---------------------------------------------------------------------------\x1b[0m",
+              "\x1b[0;31mZeroDivisionError\x1b[0m: division by zero"]
+    monkeypatch.setattr(lecture, "_run", _failing_run(2, "ZeroDivisionError", "division by zero", colour))
+    out = tmp_path / "new" / "out"
+    code = main(["lecture", "--notebook", str(source), "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = _error_lines(err)
+    assert code == 2 and len(lines) == 1 and "\x1b" not in err, err
+    assert "code cell 2 of 2" in lines[0] and "'x = 2'" in lines[0], lines
+    assert "ZeroDivisionError: division by zero" in lines[0], lines
+    progress = [line for line in err.splitlines() if line.startswith("lecture: [")]
+    assert [line.split(" cells run")[0] for line in progress] == ["lecture: [1/2]"], progress
+    assert not (tmp_path / "new").exists()
+    code = main(["lecture", "--notebook", str(source), "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert code == 2 and "\x1b" not in captured.out and "\\u001b" not in captured.out, doc
+    assert "code cell 2 of 2" in doc["error"] and "ZeroDivisionError: division by zero" in doc["error"]
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_output_folder_that_existed_is_kept_when_a_cell_fails(tmp_path, monkeypatch, capsys):
+    """The control: only a folder the run created is removed; one that was there before stays."""
+    source = _notebook(tmp_path, "raise ValueError('a broken cell')")
+    monkeypatch.setattr(lecture, "_run", _failing_run(1, "ValueError", "a broken cell", []))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["lecture", "--notebook", str(source), "--out", str(out)]) == 2
+    assert "a broken cell" in capsys.readouterr().err and out.is_dir()
+
+
+def test_quiet_leaves_stderr_empty(tmp_path, monkeypatch, capsys):
+    """--quiet (docs/cli.md: offered where progress goes to stderr): no progress line; without it, the
+    progress (the control). The kernel is not started here (the slow test below runs one)."""
+    monkeypatch.setattr(lecture, "_run", lambda client, interrupt: None)
+    source = _notebook(tmp_path, "x = 1")
+    assert main(["lecture", "--notebook", str(source), "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "the lecture page" in captured.out, captured
+    assert main(["lecture", "--notebook", str(source), "--out", str(tmp_path / "loud")]) == 0
+    assert capsys.readouterr().err.startswith("lecture: running the 1 code cells")
 
 
 # ------------------------------------------------------------------------------------------- signals
@@ -197,7 +299,7 @@ def test_an_interrupted_lecture_exits_130_or_143_with_one_document(sig, status, 
     assert doc["status"] == status
     assert len(stderr.strip().splitlines()) <= 1 and "Traceback" not in stderr, stderr
     assert not _leftovers(tmp_path)
-    assert not out.exists() or sorted(os.listdir(out)) == []
+    assert not out.exists()  # the folder the run created is removed again
     for _ in range(300):
         if not _kernel_alive(kernel):
             break

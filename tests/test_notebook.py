@@ -230,9 +230,69 @@ def test_lecture_refuses_a_missing_notebook_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "l").exists()
 
 
+def _same_notebook(found: str | None) -> bool:
+    """``found`` is this checkout's lecture.md (an editable install), or a copy of it installed with the
+    package (a wheel built from this checkout)."""
+    return found is not None and (os.path.samefile(found, SOURCE)
+                                  or pathlib.Path(found).read_bytes() == SOURCE.read_bytes())
+
+
 def test_the_default_notebook_is_this_checkouts():
-    found = lecture.default_notebook()
-    assert found is not None and os.path.samefile(found, SOURCE)
+    assert _same_notebook(lecture.default_notebook())
+
+
+def test_the_default_notebook_is_found_from_any_folder(tmp_path, monkeypatch):
+    """Run from a folder outside the checkout, the default is still the notebook of the checkout georecall
+    was installed from (the old default looked in <checkout>/src and then the current folder: None)."""
+    monkeypatch.chdir(tmp_path)
+    assert _same_notebook(lecture.default_notebook())
+
+
+def test_a_non_editable_install_finds_the_notebook_it_ships(tmp_path, monkeypatch):
+    """Installed from a wheel (no checkout above the package), the default is the copy installed with the
+    package (lecture.PACKAGED, package data mapped from docs/notebooks/ in pyproject.toml); the control: a
+    wheel without it, run outside a checkout, has none."""
+    package = tmp_path / "site-packages" / "georecall" / "experiments"
+    shipped = package / "notebooks" / "lecture.md"
+    shipped.parent.mkdir(parents=True)
+    shipped.write_bytes(SOURCE.read_bytes())
+    monkeypatch.setattr(lecture, "HERE", str(package))
+    monkeypatch.setattr(lecture, "PACKAGED", str(shipped))
+    monkeypatch.chdir(tmp_path)
+    assert lecture.default_notebook() == str(shipped)
+    shipped.unlink()
+    assert lecture.default_notebook() is None
+
+
+def test_the_wheel_ships_the_lecture_notebook():
+    """pyproject.toml installs docs/notebooks/lecture.md as the package data that lecture.PACKAGED names."""
+    import sys
+
+    if sys.version_info < (3, 11):
+        pytest.skip("tomllib needs Python 3.11")
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    package = "georecall.experiments.notebooks"
+    assert package in config["packages"]
+    assert config["package-dir"][package] == "docs/notebooks"
+    assert "lecture.md" in config["package-data"][package]
+    installed = pathlib.Path(lecture.PACKAGED)
+    assert installed.name == "lecture.md" and installed.parent.name == "notebooks"
+    assert installed.parent.parent == pathlib.Path(lecture.HERE)  # georecall/experiments/notebooks/
+
+
+@needs_teach
+def test_lecture_runs_from_any_folder(tmp_path, monkeypatch, capsys):
+    """`georecall lecture --out X` from a folder outside the checkout finds the lecture and writes its three
+    files (the kernel is not started here: the cells' run is replaced by nothing; the slow tests run them)."""
+    monkeypatch.setattr(lecture, "_run", lambda client, interrupt: None)
+    monkeypatch.chdir(tmp_path)
+    code = main(["lecture", "--out", "X", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and _same_notebook(doc["params"]["notebook"]), doc
+    assert sorted(p.name for p in (tmp_path / "X").iterdir()) == ["lecture.html", "lecture.ipynb",
+                                                                   "lecture.slides.html"]
 
 
 # ---------------------------------------------------------------------------------------------- slides
@@ -364,3 +424,73 @@ def test_the_slider_cell_offers_live_widgets_where_the_notebook_runs_live(tmp_pa
     state = json.dumps(live.metadata.get("widgets", {}))
     for label in ('"N"', '"R"', "gate G'"):
         assert label in state, label
+
+
+# ------------------------------------------------------------------- the lecture's text against its code
+
+
+def _cells_run_until(marker: str, monkeypatch) -> tuple[dict, str]:
+    """The source's code cells run in this process, in order, up to the first one containing ``marker``
+    (figures are not drawn: ``show`` records each figure's title instead): their namespace and what they
+    printed."""
+    import contextlib
+
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("GEORECALL_LECTURE_BUILD", "1")  # the slider cell draws its static figure
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    cells = re.findall(r"```python[^\n]*\n(.*?)```", SOURCE.read_text(), re.S)
+    printed = io.StringIO()
+    namespace: dict = {}
+    titles: list[str] = []
+
+    def show(fig, name):
+        titles.append(fig.axes[0].get_title() if fig.axes else "")
+
+    with contextlib.redirect_stdout(printed):
+        for source in cells:
+            if "F.weights_figures" in source or "F.tradeoff_figure" in source:
+                continue  # figures only, nothing later reads them
+            exec(compile(source, str(SOURCE), "exec"), namespace)
+            namespace["show"] = show
+            namespace["titles"] = titles
+            if marker in source:
+                break
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    return namespace, printed.getvalue()
+
+
+def test_the_slider_cell_states_the_edge_it_has(monkeypatch):
+    """"Try it": the text's edge of c2·G' > c1·max|a| (G' = 2) is the edge of the G1 the cell builds, which it
+    computes and shows in its figure's title; at G' = 2 it is on that edge. The old cell built the unit-scale
+    G1 (codes ±1/√D: edge 1.155 at N = 8, its default gate 2.309) under a text that said 2."""
+    from georecall.constructions.single_hop import build_g1
+    from georecall.theory.tasks import task_for_seed
+
+    namespace, _ = _cells_run_until("def explore", monkeypatch)
+    text = SOURCE.read_text()
+    stated = re.search(r"inequality c2·G' > c1·max\|a\| is G' = c1·max\|a\|/c2 = (\d+(?:\.\d+)?)", text)
+    assert stated, "the Try-it text states the edge"
+    title = namespace["titles"][-1]
+    shown = re.search(r"G' = ([\d.]+) \(edge ([\d.]+)\)", title)
+    assert shown, title
+    assert float(shown.group(1)) == float(shown.group(2)) == float(stated.group(1)), title
+    for n, r in ((8, 2), (64, 6)):  # the cell's edge, at the sliders' N and R, is the one the text states
+        namespace["explore"](n, r, 1.0)
+        assert f"(edge {float(stated.group(1)):g})" in namespace["titles"][-1]
+    unit = build_g1(task_for_seed(8, 2, 0), "binary")  # the old cell's G1: another edge
+    assert unit.constants["c1"] * unit.codes.max_abs / unit.constants["c2"] != float(stated.group(1))
+
+
+def test_a_tie_listed_among_the_failing_queries_says_why_it_fails(monkeypatch):
+    """Section 5's failing queries at G' = 0 include a margin-0 tie (right answer predicted, yet a failure):
+    its line says it is a tie and why that counts as a failure; the text says so too."""
+    _, printed = _cells_run_until("failing queries; the first ones", monkeypatch)
+    listed = [line for line in printed.splitlines() if line.startswith("  ⟨")]
+    ties = [line for line in listed if "(margin 0" in line]
+    assert listed and ties, printed
+    assert all(line.endswith("(margin 0: a tie)") for line in ties), ties
+    said = [line for line in printed.splitlines() if line.startswith("  a tie:")]
+    assert len(said) == 1 and "argmax is not unique" in said[0] and "counts as a failure" in said[0], printed
+    assert "margin 0 is a tie" in " ".join(SOURCE.read_text().split())

@@ -166,9 +166,8 @@ def run_lecture(p: LectureParams) -> dict:
                          f"{lecture.NOTEBOOK}) or give --notebook FILE.md")
     input_file(source, "notebook")
     lecture.read_notebook(source)  # an unreadable notebook is refused before the output folder is made
-    out = output_dir(p.out)
-    os.makedirs(out, exist_ok=True)
-    built = lecture.build_lecture(source, out, timeout=p.timeout, progress=not p.json)
+    out = output_dir(p.out)  # created by build_lecture, and removed again when the build fails
+    built = lecture.build_lecture(source, out, timeout=p.timeout, progress=not (p.json or p.quiet))
     params = {"out": out, "notebook": source, "timeout": p.timeout}
     return document(p, params, None, **built)
 

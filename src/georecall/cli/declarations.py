@@ -635,7 +635,8 @@ def _add_lecture(sub: Subparsers) -> None:
                        "'.[teach]'.")
     p.add_argument("--out", default="lecture", metavar="DIR", help="output folder, created when missing")
     p.add_argument("--notebook", default=None, metavar="FILE.md",
-                   help="the notebook source (default: docs/notebooks/lecture.md of this checkout)")
+                   help="the notebook source (default: docs/notebooks/lecture.md of the checkout georecall "
+                        "was installed from, or the copy installed with it)")
     p.add_argument("--timeout", type=whole_number(10, 86400), default=600, metavar="SECONDS",
                    help="the longest one cell may run")
     p.set_defaults(command="lecture")

@@ -309,7 +309,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "figures": ("seed", "json", "max-gib"),
     "demo": ("seed",),
     "export": ("seed", "json", "quiet", "max-gib"),
-    "lecture": ("json",),
+    "lecture": ("json", "quiet"),
 }
 
 # Commands that never run a user's construction: --debug and --build-timeout are not offered there (the

@@ -499,7 +499,7 @@ class DemoParams(Params, Seeded, FigureFiles):
 
 
 @dataclass(frozen=True, kw_only=True)
-class LectureParams(Params, Json):
+class LectureParams(Params, Json, Quiet):
     """``georecall lecture`` (``declarations._add_lecture``): execute the lecture notebook, render its
     HTML."""
 

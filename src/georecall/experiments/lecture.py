@@ -45,8 +45,13 @@ TEACH_PACKAGES = ("jupytext", "nbclient", "nbconvert", "ipykernel", "matplotlib"
 TEACH_HINT = ("the lecture needs the teach extra: pip install '.[teach]' (jupytext, nbclient, nbconvert, "
               "ipykernel, matplotlib)")
 NOTEBOOK = os.path.join("docs", "notebooks", "lecture.md")
-REVEAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reveal")
+HERE = os.path.dirname(os.path.abspath(__file__))
+# docs/notebooks/lecture.md as a non-editable install ships it: pyproject.toml maps the package
+# georecall.experiments.notebooks onto docs/notebooks/ and installs lecture.md as its package data
+PACKAGED = os.path.join(HERE, "notebooks", "lecture.md")
+REVEAL = os.path.join(HERE, "reveal")
 WIDGET = "application/vnd.jupyter.widget-view+json"
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")  # a terminal's escape sequences (colours), as in tracebacks
 _INLINE = "georecall-inline-reveal"  # the reveal.js prefix the template writes, replaced by the files inlined
 # nbconvert's lab page without the scripts it would fetch from the network (require.js, MathJax, Mermaid): the
 # lecture has no LaTeX and no diagrams, and its widgets are left out, so the page is complete offline (its CSS
@@ -103,16 +108,18 @@ def require_teach() -> None:
 
 
 def default_notebook() -> str | None:
-    """Where the lecture's source is: ``docs/notebooks/lecture.md`` of the source tree georecall was installed
-    from in editable mode, else of the current folder (a checkout); ``None`` when neither has it.
+    """Where the lecture's source is: ``docs/notebooks/lecture.md`` of the checkout georecall was installed
+    from in editable mode, else the copy installed with the package (:data:`PACKAGED`, package data of a
+    non-editable install), else ``docs/notebooks/lecture.md`` of the current folder (a checkout); ``None``
+    when none has it. The answer does not depend on the current folder when georecall was installed from a
+    checkout, editable or not.
 
     Returns
     -------
     str or None
     """
-    here = os.path.dirname(os.path.abspath(__file__))  # src/georecall/experiments/ in a source tree
-    for root in (os.path.dirname(os.path.dirname(here)), os.getcwd()):
-        path = os.path.join(root, NOTEBOOK)
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))  # HERE is src/georecall/experiments/
+    for path in (os.path.join(checkout, NOTEBOOK), PACKAGED, os.path.join(os.getcwd(), NOTEBOOK)):
         if os.path.isfile(path):
             return path
     return None
@@ -331,29 +338,99 @@ def _written(path: str, data: str, what: str) -> str:
         raise InputError(f"cannot write the {what} {path!r}: {exc.strerror or exc}") from None
 
 
+def _plain(text: str) -> str:
+    """The first non-blank line of ``text`` without terminal colour codes (a kernel's tracebacks carry them),
+    at most 300 characters."""
+    lines = [line.strip() for line in _ANSI.sub("", text).splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
+
+
+class _Cells:
+    """The code cells as the kernel runs them: which one runs (a failure's message names it) and, with
+    ``progress``, a line on stderr as each one finishes without an error."""
+
+    def __init__(self, nb, start: float, progress: bool) -> None:
+        # a code cell's index in the notebook -> its number among the code cells, from 1
+        self.numbers: dict[int, int] = {}
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                self.numbers[index] = len(self.numbers) + 1
+        self.start, self.progress, self.done = start, progress, 0
+        self.running: tuple[int, str] | None = None  # the running cell's number and first source line
+
+    def execute(self, cell, cell_index: int, **_) -> None:
+        """nbclient's ``on_cell_execute``: a code cell is sent to the kernel."""
+        self.running = (self.numbers.get(cell_index, 0), _plain(cell.source))
+
+    def executed(self, cell, execute_reply=None, **_) -> None:
+        """nbclient's ``on_cell_executed``: a code cell ran (one that raised is not counted as run)."""
+        failed = (execute_reply or {}).get("content", {}).get("status") == "error"
+        if failed and "raises-exception" not in cell.metadata.get("tags", []):
+            return
+        self.done += 1
+        if self.progress:
+            seconds = time.perf_counter() - self.start
+            print(f"lecture: [{self.done}/{len(self.numbers)}] cells run, {seconds:.0f} s", file=sys.stderr,
+                  flush=True)
+
+    def where(self, notebook: str) -> str:
+        """The running cell of ``notebook``, for a message: ``code cell 2 of 9 of 'lecture.md' (it begins
+        'x = 1')``."""
+        if self.running is None:
+            return f"a code cell of {notebook!r}"
+        number, line = self.running
+        return f"code cell {number} of {len(self.numbers)} of {notebook!r} (it begins {line!r})"
+
+
+def _made_folder(path: str) -> list[str]:
+    """Create the folder ``path`` with its missing parents; the folders created, deepest first."""
+    missing = []
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the output folder {path!r}: {exc.strerror or exc}") from None
+    return missing
+
+
+def _remove_empty(folders: list[str]) -> None:
+    """Remove the folders a failed build created (deepest first), as long as they are empty."""
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty (a cell wrote into it), or gone: kept as it is
+            return
+
+
 def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: str = "python3",
                   progress: bool = False) -> dict:
     """Execute ``notebook`` (jupytext Markdown) end to end and write ``out_dir/<name>.ipynb``, the handout
     ``out_dir/<name>.html`` and the slides ``out_dir/<name>.slides.html``.
 
     Every cell runs in a fresh kernel whose working folder is ``out_dir``; a cell that raises, runs past
-    ``timeout`` or kills its kernel stops the build with one :class:`InputError` naming it. The handout is
-    nbconvert's ``lab`` template with the figures embedded (``embed_images``); the slides its ``reveal``
-    template with the code hidden and the bundled reveal.js inlined (module docstring). Nothing is written
-    until every cell has run.
+    ``timeout`` or kills its kernel stops the build with one :class:`InputError` naming it (its number among
+    the code cells and its first line; the error's type and message without terminal colour codes). The
+    handout is nbconvert's ``lab`` template with the figures embedded (``embed_images``); the slides its
+    ``reveal`` template with the code hidden and the bundled reveal.js inlined (module docstring). Nothing is
+    written until every cell has run, and a build that fails or is interrupted removes the folders it created
+    for ``out_dir`` again when they are empty.
 
     Parameters
     ----------
     notebook : str
         The source (``.md`` in jupytext's Markdown format, or ``.ipynb``).
     out_dir : str
-        An existing folder.
+        The output folder, created (with its missing parents) when missing.
     timeout : int
         The longest one cell may run, in seconds.
     kernel : str
         The Jupyter kernel's name.
     progress : bool
-        A line on stderr as the kernel starts and as each code cell finishes (``[i/n]``, seconds so far).
+        A line on stderr as the kernel starts and as each code cell finishes without an error (``[i/n]``,
+        seconds so far).
 
     Returns
     -------
@@ -364,12 +441,24 @@ def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: st
     Raises
     ------
     InputError
-        Without the teach extra, a missing or unreadable notebook (:func:`read_notebook`), a cell that fails,
-        runs past ``timeout`` or kills its kernel, or an output that cannot be written.
+        Without the teach extra, a missing or unreadable notebook (:func:`read_notebook`), an output folder
+        that cannot be created, a cell that fails, runs past ``timeout`` or kills its kernel, or an output
+        that cannot be written.
     KeyboardInterrupt
         Ctrl-C or SIGTERM while the cells run (the kernel is killed first; nothing is written).
     """
     require_teach()
+    nb = read_notebook(notebook)
+    created = _made_folder(out_dir)
+    try:
+        return _build(nb, notebook, out_dir, timeout=timeout, kernel=kernel, progress=progress)
+    except BaseException:
+        _remove_empty(created)
+        raise
+
+
+def _build(nb, notebook: str, out_dir: str, *, timeout: int, kernel: str, progress: bool) -> dict:
+    """:func:`build_lecture` in an existing ``out_dir``: run the cells, render, write."""
     import jinja2
     import nbformat
     from nbclient import NotebookClient
@@ -378,39 +467,31 @@ def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: st
     from nbconvert.preprocessors import TagRemovePreprocessor
 
     name = os.path.splitext(os.path.basename(notebook))[0]
-    nb = read_notebook(notebook)
     ipynb_path = validate_output_path(os.path.join(out_dir, f"{name}.ipynb"), what="executed notebook")
     html_path = validate_output_path(os.path.join(out_dir, f"{name}.html"), what="lecture page")
     slides_path = validate_output_path(os.path.join(out_dir, f"{name}.slides.html"), what="lecture slides")
     nb.metadata["kernelspec"] = {"name": kernel, "display_name": "Python 3", "language": "python"}
     start = time.perf_counter()
-    code_cells = sum(1 for cell in nb.cells if cell.cell_type == "code")
-    done = 0
-
-    def cell_finished(cell, **_) -> None:
-        nonlocal done
-        if cell.cell_type == "code":
-            done += 1
-            print(f"lecture: [{done}/{code_cells}] cells run, {time.perf_counter() - start:.0f} s",
-                  file=sys.stderr, flush=True)
-
+    cells = _Cells(nb, start, progress)
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel,
                             resources={"metadata": {"path": os.path.abspath(out_dir)}},
-                            **({"on_cell_executed": cell_finished} if progress else {}))
+                            on_cell_execute=cells.execute, on_cell_executed=cells.executed)
     interrupt = _Interrupt()
     if progress:
-        print(f"lecture: running the {code_cells} code cells of {notebook} in a fresh {kernel} kernel",
-              file=sys.stderr, flush=True)
+        print(f"lecture: running the {len(cells.numbers)} code cells of {notebook} in a fresh {kernel} "
+              "kernel", file=sys.stderr, flush=True)
     try:
         _run(client, interrupt)
     except CellTimeoutError:
-        raise InputError(f"a lecture cell ran past --timeout {timeout} s (notebook {notebook!r})") from None
+        raise InputError(f"{cells.where(notebook)} ran past --timeout {timeout} s") from None
     except DeadKernelError:
-        raise InputError(f"the kernel died while running a cell of {notebook!r} (the cell killed it, or it "
+        raise InputError(f"the kernel died while running {cells.where(notebook)} (the cell killed it, or it "
                          "ran out of memory)") from None
     except CellExecutionError as error:
-        lines = str(error).strip().splitlines()
-        raise InputError(f"a lecture cell failed: {lines[-1] if lines else 'an error'}") from error
+        what = _plain(error.ename) or "an error"
+        message = _plain(error.evalue)
+        said = f"{what}: {message}" if message else what
+        raise InputError(f"{cells.where(notebook)} failed: {said}") from None
     seconds = time.perf_counter() - start
     _drop_widgets(nb)
     slide_types(nb)
@@ -431,4 +512,3 @@ def build_lecture(notebook: str, out_dir: str, *, timeout: int = 600, kernel: st
                       if cell.metadata.get("slideshow", {}).get("slide_type") == "slide")
     return {"notebook": ipynb_path, "html": html_path, "slides": slides_path, "cells": len(code),
             "seconds": seconds, "images": images, "slide_count": slide_count}
-

@@ -156,7 +156,7 @@ def thresholds_figure(records: list[dict]):
         return None
     fits = fit_thresholds(thresholds)
     with plt.rc_context(rc_params()):
-        fig, ax = plt.subplots(figsize=(6, 4.5))
+        fig, ax = plt.subplots(figsize=(6, 4.5), layout="constrained")
         for mode, marker, colour in (("learned", "o", "tab:blue"), ("frozen", "s", "tab:orange")):
             rows = [r for r in thresholds if r["mode"] == mode]
             if not rows:
@@ -202,7 +202,7 @@ def tradeoff_figure(N: int = 4096, R: int = 4, k_max: int = 4):
     plt = import_pyplot()
     rows = bound_rows([N], [R], list(range(1, k_max + 1)), [1])
     with plt.rc_context(rc_params()):
-        fig, ax = plt.subplots(figsize=(6, 4.5))
+        fig, ax = plt.subplots(figsize=(6, 4.5), layout="constrained")
         for name, what, colour in (("G2", "no CoT", "tab:blue"), ("C1", "CoT", "tab:orange")):
             mine = [r for r in rows if r["construction"] == name]
             ks = [r["k"] for r in mine]
@@ -278,12 +278,12 @@ def margins_figure(seed: int = 0):
     if g1.promise is None or g1.result.margins is None or decoded.margins is None:
         raise RuntimeError("the checks kept no margins")
     with plt.rc_context(rc_params()):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+        # titles of two lines: one line each ran over the other panel's title and off the canvas in talk
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
         _margin_panel(axes[0], g1.result.margins, g1.promise.margin,
-                      f"G1, sign codes, N = 1024, R = 8 (min {g1.result.min_margin:.3g})")
+                      f"G1, sign codes, N = 1024, R = 8\n(min {g1.result.min_margin:.3g})")
         _margin_panel(axes[1], decoded.margins, c1.promise.margin,
-                      f"C1, every step, N = 256, R = 3, k = 3 (min {float(np.min(decoded.margins)):.3g})")
-        fig.tight_layout()
+                      f"C1, every step, N = 256, R = 3, k = 3\n(min {float(np.min(decoded.margins)):.3g})")
     return fig
 
 
@@ -319,7 +319,8 @@ def transfer_figure(records: list[dict]):
     if not transfers:
         return None
     with plt.rc_context(rc_params()):
-        fig, ax = plt.subplots(figsize=(min(11.0, max(5.0, 2.2 * len(transfers) + 1.5)), 4.5))
+        fig, ax = plt.subplots(figsize=(min(11.0, max(5.0, 2.2 * len(transfers) + 1.5)), 4.5),
+                               layout="constrained")
         bars = np.arange(len(transfers))
         ax.bar(bars - 0.2, [r["closed_form_accuracy"] for r in transfers], 0.4, color="tab:blue",
                label="closed form (zero-shot)")

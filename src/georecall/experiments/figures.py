@@ -18,11 +18,13 @@
   against d/d_G1, when the records hold the d axis (issue 21).
 
 Every figure is drawn for a slide: text of at least :data:`MIN_FONT_PT` points on a figure at most 11 inches
-wide, and no two labels overlapping (:func:`text_overlaps` measures the drawn text's bounding boxes; the tests
-run it on every figure). Labels that would collide are left out by construction (fewer ticks, legends,
-greedy label placement, labels turned 90°), never shrunk. ``figure_style("talk")`` draws the same figures with
-large type (tick labels 14 pt). Saved SVG keeps its text as ``<text>`` and PDF embeds its fonts (TrueType), so
-labels stay editable in slide software (:data:`EDITABLE`).
+wide, no two labels overlapping (:func:`text_overlaps` measures the drawn text's bounding boxes, titles
+included) and no text cut off at the canvas edge (:func:`clipped_texts`); the tests run both on every figure,
+in both styles. Labels that would collide are left out by construction (fewer ticks, legends,
+greedy label placement, labels turned 90°) and long titles are broken onto two lines, never shrunk.
+``figure_style("talk")`` draws the same figures with large type (tick labels 14 pt). Saved SVG keeps its text
+as ``<text>`` and PDF embeds its fonts (TrueType), so labels stay editable in slide software
+(:data:`EDITABLE`).
 
 This module holds the figures of results (thresholds, tradeoff, margins, transfer) and :func:`make_figures`;
 it re-exports the rest, which live by concept: :mod:`.plotting` (style, saving, legibility measures),
@@ -64,6 +66,7 @@ from georecall.experiments.plotting import (
     STYLES,
     TALK,
     check_figure_output,
+    clipped_texts,
     figure_style,
     have_matplotlib,
     import_pyplot,
@@ -99,6 +102,7 @@ __all__ = [
     "MIN_FONT_PT",
     "PLOT_HINT",
     "align_embeddings",
+    "clipped_texts",
     "construction_figure",
     "d_axis_figure",
     "g1_groups",

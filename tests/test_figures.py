@@ -50,6 +50,7 @@ def _figures():
         "tradeoff": lambda: F.tradeoff_figure(),
         "margins": lambda: F.margins_figure(0),
         "transfer": lambda: F.transfer_figure(_records()),
+        "transfer of one model": lambda: F.transfer_figure(_records()[-1:]),  # the narrowest, 5 inches
         # named as the figures command and the demo name them (cipher0 …): longer labels than r0 …
         "construction N=8 R=2": lambda: F.construction_figure(8, 2, 0, relation_names=names(2)),
         "construction N=64 R=8": lambda: F.construction_figure(64, 8, 3, relation_names=names(8)),

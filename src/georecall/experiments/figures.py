@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -343,8 +344,16 @@ def transfer_figure(records: list[dict]):
         ax.set_ylabel("accuracy on new bijections")
         ax.set_ylim(0, 1.3)
         ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
-        ax.set_title("freeze and swap: new bijections, subject embeddings rebuilt")
-        ax.legend(loc="upper center", ncol=3, fontsize=minimum_font())
+        ax.set_title("freeze and swap: new bijections,\nsubject embeddings rebuilt")
+        legend = ax.legend(loc="upper center", ncol=3, fontsize=minimum_font())  # in the band above 1
+        with warnings.catch_warnings():  # a row wider than the figure collapses this trial layout: measured
+            warnings.filterwarnings("ignore", "constrained_layout not applied", UserWarning)
+            fig.draw_without_rendering()
+        inside, box = ax.get_window_extent(), legend.get_window_extent()
+        if box.x0 < inside.x0 or box.x1 > inside.x1:  # the row is wider than the axes (talk, few models)
+            legend.remove()
+            ax.set_ylim(0, 1.05)
+            fig.legend(loc="outside lower center", ncol=1, fontsize=minimum_font())
     return fig
 
 

@@ -15,8 +15,8 @@ from georecall.cli import main
 
 pytest.importorskip("matplotlib", reason="the figures need the optional plot extra")
 
+from georecall.experiments import demo, plotting, study, study_design, study_figures, study_report  # noqa: E402
 from georecall.experiments import figures as F  # noqa: E402
-from georecall.experiments import plotting, study, study_design, study_figures, study_report  # noqa: E402
 
 ROOT = pathlib.Path(__file__).parent.parent
 ALL_FIGURES = ("thresholds", "tradeoff", "margins", "transfer", "construction", "weights_E", "weights_Q",
@@ -44,17 +44,20 @@ def _records() -> list[dict]:
 def _figures():
     doc = study_report.summarize(STUDY)
     d_doc = study_report.summarize(D_AXIS_STUDY)
+    names = demo.relation_names
     return {
         "thresholds": lambda: F.thresholds_figure(_records()),
         "tradeoff": lambda: F.tradeoff_figure(),
         "margins": lambda: F.margins_figure(0),
         "transfer": lambda: F.transfer_figure(_records()),
-        "construction N=8 R=2": lambda: F.construction_figure(8, 2, 0),
-        "construction N=64 R=8": lambda: F.construction_figure(64, 8, 3),
-        **{f"{name} N=8 R=2": (lambda name=name: F.weights_figures(8, 2, 0, which=(name,)).popitem()[1])
-           for name in F.WEIGHTS},
-        **{f"{name} N=16 R=8": (lambda name=name: F.weights_figures(16, 8, 1, which=(name,)).popitem()[1])
-           for name in F.WEIGHTS},
+        "transfer of one model": lambda: F.transfer_figure(_records()[-1:]),  # the narrowest, 5 inches
+        # named as the figures command and the demo name them (cipher0 …): longer labels than r0 …
+        "construction N=8 R=2": lambda: F.construction_figure(8, 2, 0, relation_names=names(2)),
+        "construction N=64 R=8": lambda: F.construction_figure(64, 8, 3, relation_names=names(8)),
+        **{f"{name} N=8 R=2": (lambda name=name: F.weights_figures(
+            8, 2, 0, which=(name,), relation_names=names(2)).popitem()[1]) for name in F.WEIGHTS},
+        **{f"{name} N=16 R=8": (lambda name=name: F.weights_figures(
+            16, 8, 1, which=(name,), relation_names=names(8)).popitem()[1]) for name in F.WEIGHTS},
         "trained_vs_g1": lambda: F._trained_vs_g1(64, 2, 0),
         "mechanism": lambda: F.mechanism_figure(doc, study_design.THRESHOLDS),
         "forward_reverse": lambda: F.forward_reverse_figure(doc),
@@ -64,20 +67,89 @@ def _figures():
     }
 
 
-@pytest.mark.parametrize("name", list(_figures()))
-def test_every_figure_is_legible_at_slide_size(name):
+STUDY_FIGURES = ("mechanism", "forward_reverse", "mechanism d-axis", "d_axis")  # no --style: default only
+
+
+def _assert_legible(fig, name: str) -> None:
+    """No two texts overlapping (titles included), none cut off by the canvas edge, none under the active
+    style's smallest size, on a figure of slide size."""
+    assert F.text_overlaps(fig) == [], name
+    assert F.clipped_texts(fig) == [], name
+    assert F.small_texts(fig, F.minimum_font()) == [], name
+    width, height = fig.get_size_inches()
+    assert width <= 11.0 and height <= 8.5, (name, width, height)
+
+
+@pytest.mark.parametrize("name, style", [(name, style) for style in ("default", "talk") for name in _figures()
+                                         if style == "default" or name not in STUDY_FIGURES])
+def test_every_figure_is_legible_at_slide_size(name, style):
     """The old mechanism figure had 5 colliding tick labels (1.00 | 0.00 of neighbouring panels) and 8 pt row
-    names; the old forward_reverse figure 33 overlapping 6 pt labels: both fail here."""
+    names; the old forward_reverse figure 33 overlapping 6 pt labels: both fail here. In talk, the old
+    margins figure's two titles ran over each other and off the canvas, and the construction's W1 title ran
+    over its colour bar's 1.0 and off the canvas: they fail here too."""
     import matplotlib.pyplot as plt
 
-    fig = _figures()[name]()
-    try:
-        assert F.text_overlaps(fig) == [], name
-        assert F.small_texts(fig) == [], name
-        width, height = fig.get_size_inches()
-        assert width <= 11.0 and height <= 8.5, (name, width, height)
-    finally:
-        plt.close(fig)
+    with F.figure_style(style):
+        fig = _figures()[name]()
+        try:
+            _assert_legible(fig, name)
+        finally:
+            plt.close(fig)
+
+
+@pytest.mark.parametrize("style, N, R", [("default", 8, 2), ("talk", 8, 2), ("talk", 16, 3)])
+def test_every_figure_the_demo_writes_is_legible(tmp_path, monkeypatch, capsys, style, N, R):
+    """Every figure ``demo --figures`` writes, as it draws them (its query, its relation names): checked
+    where it is saved. The old construction cut off "E: subject…", "…σ·B_r[i] + g_r" and "(hi)dden unit"
+    in talk."""
+    from georecall.cli import commands_figures
+
+    checked = []
+
+    def check_then_skip_saving(fig, out_dir, name, **kwargs):
+        import matplotlib.pyplot as plt
+
+        checked.append(name)
+        try:
+            _assert_legible(fig, name)
+        finally:
+            plt.close(fig)
+        return []
+
+    monkeypatch.setattr(commands_figures, "save_figure", check_then_skip_saving)
+    argv = ["demo", "--N", str(N), "--R", str(R), "--figures", str(tmp_path), "--style", style]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert sorted(checked) == sorted(ALL_FIGURES[4:])
+
+
+def test_the_overlap_detector_finds_overlapping_titles_of_two_panels():
+    """Titles lie outside their axes and are not clipped: the detector compared only texts that overlapped
+    their own axes, so the talk margins figure's titles (one over the other) passed."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(5, 2.5))
+    axes[0].set_title("a title far too long for its panel")
+    axes[1].set_title("another title just as long")
+    assert ("a title far too long for its panel", "another title just as long") in F.text_overlaps(fig)
+    axes[0].set_title("short")
+    axes[1].set_title("titles")
+    assert F.text_overlaps(fig) == []
+    plt.close(fig)
+
+
+def test_clipped_texts_finds_text_off_the_canvas():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 2), layout="constrained")
+    ax.set_title("a title much wider than its figure of three inches")
+    ax.set_xlabel("fits")
+    assert F.clipped_texts(fig) == ["a title much wider than its figure of three inches"]
+    ax.set_title("fits too")
+    assert F.clipped_texts(fig) == []
+    ax.text(5.0, 0.5, "clipped away by its axes", clip_on=True)  # not drawn at all: not cut off
+    assert F.clipped_texts(fig) == [] and F.text_overlaps(fig) == []
+    plt.close(fig)
 
 
 def test_the_overlap_detector_finds_planted_overlaps():

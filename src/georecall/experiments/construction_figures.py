@@ -95,18 +95,18 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
         bar.set_label("entry")
         bar.ax.yaxis.set_major_locator(tick_locator(4, integer=False))
         ax_e.add_patch(Rectangle((-0.5, s - 0.5), d, 1, fill=False, ec="k", lw=2))
-        ax_e.set_title(f"E: subject embeddings (N = {N} rows, d = {d})")
+        ax_e.set_title(f"E: subject embeddings\n(N = {N} rows, d = {d})")  # two lines: within the panel
         ax_e.set_ylabel(f"subject s (boxed: s = {s})")
         ax_e.yaxis.set_major_locator(tick_locator(min(N, 8)))
         _group_ticks(ax_e, "x", coords, top=True)
-        ax_e.set_xlabel("block B_r holds the code a of π_r(s)")
+        ax_e.set_xlabel("block B_r holds\nthe code a of π_r(s)")
 
         wl = max(1.0, float(np.abs(W1).max()))
         image = ax_w.imshow(W1, cmap="RdBu_r", vmin=-wl, vmax=wl, aspect="auto", interpolation="nearest")
         bar = fig.colorbar(image, ax=ax_w, fraction=0.05, pad=0.02)
         bar.set_label("weight")
         bar.ax.yaxis.set_major_locator(tick_locator(4, integer=False))
-        ax_w.set_title(f"W1 (d = {d} × m = {m}): unit (r, i, σ) reads σ·B_r[i] + g_r")
+        ax_w.set_title(f"W1 (d = {d} × m = {m}):\nunit (r, i, σ) reads σ·B_r[i] + g_r")
         ax_w.set_xlabel("hidden units (r, i, σ), grouped by relation r")
         ax_w.set_ylabel("residual coordinate")
         ax_w.set_xticks([])
@@ -124,7 +124,7 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
         high = max(float(np.max(hidden)), 1.0)
         ax_h.set_ylim(low * 1.05 - 0.5, high + 0.9 * (high - low))  # room for the legend above the bars
         ax_h.set_title(f"query ⟨{names[r]}, {s}⟩: hidden units")
-        ax_h.set_xlabel(f"hidden unit (green: relation {names[r]}'s, gate open)")
+        ax_h.set_xlabel(f"hidden unit\n(green: relation {names[r]}'s, gate open)")
         ax_h.set_ylabel("value")
         ax_h.xaxis.set_major_locator(tick_locator(6))
         from matplotlib.patches import Patch
@@ -136,7 +136,7 @@ def construction_figure(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[i
         answer = int(task.table[r, s])
         ax_l.bar(np.arange(N), row, color=["tab:green" if j == answer else "tab:blue" for j in range(N)])
         top2 = np.sort(row)
-        ax_l.set_title(f"logits λ·c1·⟨a_j, a_answer⟩: answer {answer}, margin {top2[-1] - top2[-2]:g}")
+        ax_l.set_title(f"logits λ·c1·⟨a_j, a_answer⟩:\nanswer {answer}, margin {top2[-1] - top2[-2]:g}")
         ax_l.set_xlabel(f"attribute j (green: π_{names[r]}({s}) = {answer})")
         ax_l.set_ylabel("logit")
         ax_l.xaxis.set_major_locator(tick_locator(min(N, 8)))
@@ -490,7 +490,7 @@ def weights_figures(N: int = 8, R: int = 2, seed: int = 0, *, query: tuple[int, 
                 kind = att.kind if att is not None else ""
             words = [names[r], str(s)]
             figures["attention"] = matrix_figure(
-                pattern, title=f"attention on ⟨{names[r]}, {s}⟩ ({kind})",
+                pattern, title=f"attention on ⟨{names[r]}, {s}⟩\n({kind})",
                 row_title="query position t", column_title="key position u", row_ticks=words,
                 column_ticks=words, colour_label="weight a(t, u)", size=(6.5, 4.2), signed=False)
     return figures
@@ -644,10 +644,10 @@ def trained_beside_g1_figure(g1_model, trained_model, task, *, relation_names: S
             fit_text += "\n(p >= n: a fit this free is exact on any data)"
         axes[0, 1].set_xlabel(fit_text)
         axes[0, 0].set_xlabel("block B_r holds\nthe code of π_r(s)")
-        _selectivity_panel(axes[1, 0], fig, relation_means(g1_model, task), names, "G1: which relation "
+        _selectivity_panel(axes[1, 0], fig, relation_means(g1_model, task), names, "G1: which relation\n"
                            "drives each unit")
         _selectivity_panel(axes[1, 1], fig, relation_means(trained_model, task), names,
-                           "trained: which relation drives each unit")
+                           "trained: which relation\ndrives each unit")
         fig.suptitle("constructed (left) beside trained (right), the same facts")
         _finish(fig)
     return fig

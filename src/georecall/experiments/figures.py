@@ -18,11 +18,13 @@
   against d/d_G1, when the records hold the d axis (issue 21).
 
 Every figure is drawn for a slide: text of at least :data:`MIN_FONT_PT` points on a figure at most 11 inches
-wide, and no two labels overlapping (:func:`text_overlaps` measures the drawn text's bounding boxes; the tests
-run it on every figure). Labels that would collide are left out by construction (fewer ticks, legends,
-greedy label placement, labels turned 90°), never shrunk. ``figure_style("talk")`` draws the same figures with
-large type (tick labels 14 pt). Saved SVG keeps its text as ``<text>`` and PDF embeds its fonts (TrueType), so
-labels stay editable in slide software (:data:`EDITABLE`).
+wide, no two labels overlapping (:func:`text_overlaps` measures the drawn text's bounding boxes, titles
+included) and no text cut off at the canvas edge (:func:`clipped_texts`); the tests run both on every figure,
+in both styles. Labels that would collide are left out by construction (fewer ticks, legends,
+greedy label placement, labels turned 90°) and long titles are broken onto two lines, never shrunk.
+``figure_style("talk")`` draws the same figures with large type (tick labels 14 pt). Saved SVG keeps its text
+as ``<text>`` and PDF embeds its fonts (TrueType), so labels stay editable in slide software
+(:data:`EDITABLE`).
 
 This module holds the figures of results (thresholds, tradeoff, margins, transfer) and :func:`make_figures`;
 it re-exports the rest, which live by concept: :mod:`.plotting` (style, saving, legibility measures),
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,6 +67,7 @@ from georecall.experiments.plotting import (
     STYLES,
     TALK,
     check_figure_output,
+    clipped_texts,
     figure_style,
     have_matplotlib,
     import_pyplot,
@@ -99,6 +103,7 @@ __all__ = [
     "MIN_FONT_PT",
     "PLOT_HINT",
     "align_embeddings",
+    "clipped_texts",
     "construction_figure",
     "d_axis_figure",
     "g1_groups",
@@ -156,7 +161,7 @@ def thresholds_figure(records: list[dict]):
         return None
     fits = fit_thresholds(thresholds)
     with plt.rc_context(rc_params()):
-        fig, ax = plt.subplots(figsize=(6, 4.5))
+        fig, ax = plt.subplots(figsize=(6, 4.5), layout="constrained")
         for mode, marker, colour in (("learned", "o", "tab:blue"), ("frozen", "s", "tab:orange")):
             rows = [r for r in thresholds if r["mode"] == mode]
             if not rows:
@@ -202,7 +207,7 @@ def tradeoff_figure(N: int = 4096, R: int = 4, k_max: int = 4):
     plt = import_pyplot()
     rows = bound_rows([N], [R], list(range(1, k_max + 1)), [1])
     with plt.rc_context(rc_params()):
-        fig, ax = plt.subplots(figsize=(6, 4.5))
+        fig, ax = plt.subplots(figsize=(6, 4.5), layout="constrained")
         for name, what, colour in (("G2", "no CoT", "tab:blue"), ("C1", "CoT", "tab:orange")):
             mine = [r for r in rows if r["construction"] == name]
             ks = [r["k"] for r in mine]
@@ -278,12 +283,12 @@ def margins_figure(seed: int = 0):
     if g1.promise is None or g1.result.margins is None or decoded.margins is None:
         raise RuntimeError("the checks kept no margins")
     with plt.rc_context(rc_params()):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+        # titles of two lines: one line each ran over the other panel's title and off the canvas in talk
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
         _margin_panel(axes[0], g1.result.margins, g1.promise.margin,
-                      f"G1, sign codes, N = 1024, R = 8 (min {g1.result.min_margin:.3g})")
+                      f"G1, sign codes, N = 1024, R = 8\n(min {g1.result.min_margin:.3g})")
         _margin_panel(axes[1], decoded.margins, c1.promise.margin,
-                      f"C1, every step, N = 256, R = 3, k = 3 (min {float(np.min(decoded.margins)):.3g})")
-        fig.tight_layout()
+                      f"C1, every step, N = 256, R = 3, k = 3\n(min {float(np.min(decoded.margins)):.3g})")
     return fig
 
 
@@ -319,7 +324,8 @@ def transfer_figure(records: list[dict]):
     if not transfers:
         return None
     with plt.rc_context(rc_params()):
-        fig, ax = plt.subplots(figsize=(min(11.0, max(5.0, 2.2 * len(transfers) + 1.5)), 4.5))
+        fig, ax = plt.subplots(figsize=(min(11.0, max(5.0, 2.2 * len(transfers) + 1.5)), 4.5),
+                               layout="constrained")
         bars = np.arange(len(transfers))
         ax.bar(bars - 0.2, [r["closed_form_accuracy"] for r in transfers], 0.4, color="tab:blue",
                label="closed form (zero-shot)")
@@ -338,8 +344,16 @@ def transfer_figure(records: list[dict]):
         ax.set_ylabel("accuracy on new bijections")
         ax.set_ylim(0, 1.3)
         ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
-        ax.set_title("freeze and swap: new bijections, subject embeddings rebuilt")
-        ax.legend(loc="upper center", ncol=3, fontsize=minimum_font())
+        ax.set_title("freeze and swap: new bijections,\nsubject embeddings rebuilt")
+        legend = ax.legend(loc="upper center", ncol=3, fontsize=minimum_font())  # in the band above 1
+        with warnings.catch_warnings():  # a row wider than the figure collapses this trial layout: measured
+            warnings.filterwarnings("ignore", "constrained_layout not applied", UserWarning)
+            fig.draw_without_rendering()
+        inside, box = ax.get_window_extent(), legend.get_window_extent()
+        if box.x0 < inside.x0 or box.x1 > inside.x1:  # the row is wider than the axes (talk, few models)
+            legend.remove()
+            ax.set_ylim(0, 1.05)
+            fig.legend(loc="outside lower center", ncol=1, fontsize=minimum_font())
     return fig
 
 

@@ -1,7 +1,7 @@
 """What every figure shares (optional ``plot`` extra: matplotlib): the style and its talk variant, matplotlib
 imported on demand, saving at ``dpi`` in each of ``formats`` (written atomically), and the legibility
-measures the tests run on every figure (:func:`text_overlaps`, :func:`small_texts`) with the greedy label
-placement that avoids collisions (``place_labels``).
+measures the tests run on every figure (:func:`text_overlaps`, :func:`clipped_texts`,
+:func:`small_texts`) with the greedy label placement that avoids collisions (``place_labels``).
 
 Its underscore names are the figure modules' own (:mod:`.figures`, :mod:`.construction_figures`,
 :mod:`.study_figures`, :mod:`.threshold_figure`), not a public interface."""
@@ -30,6 +30,7 @@ __all__ = [
     "STYLES",
     "TALK",
     "check_figure_output",
+    "clipped_texts",
     "figure_style",
     "have_matplotlib",
     "import_pyplot",
@@ -237,11 +238,36 @@ def _extent(text, renderer):
     return Text.get_window_extent(text, renderer)
 
 
+def _clipped_away(text, box) -> bool:
+    """Whether a text is not drawn at all: clipped (``clip_on`` with a clip box or path) and wholly outside
+    its clip region. Titles, axis labels and tick labels have ``clip_on`` but no clip region: they are drawn
+    wherever they fall, over the next panel's title or off the canvas."""
+    if not text.get_clip_on():
+        return False
+    clip = text.get_clip_box()
+    if clip is None and text.get_clip_path() is not None:
+        clip = text.get_clip_path().get_fully_transformed_path().get_extents()
+    return clip is not None and not clip.overlaps(box)
+
+
+def _drawn_boxes(fig) -> list:
+    """``(text, box)`` of every text drawn on the figure, measured after a draw (the layout engine done)."""
+    renderer = fig.canvas.get_renderer()
+    boxes = []
+    for t in _texts(fig):
+        box = _extent(t, renderer)
+        if box.width > 0 and box.height > 0 and not _clipped_away(t, box):
+            boxes.append((t, box))
+    return boxes
+
+
 def text_overlaps(fig, *, pad: float = 0.0) -> list[tuple[str, str]]:
     """Pairs of drawn texts whose bounding boxes overlap (in display pixels, each box grown by ``pad``).
 
-    The boxes are matplotlib's own (``Text.get_window_extent`` after a draw): tick labels, axis labels,
-    titles, annotations and legend entries. Texts that are clipped away (outside their axes) are ignored.
+    The boxes are matplotlib's own (``Text.get_window_extent`` after a draw, so after the figure's layout
+    engine has placed its axes): tick labels, axis labels, axes and figure titles, annotations and legend
+    entries, of every axes compared with those of every other. Only texts that are not drawn at all (clipped
+    by their clip box, wholly outside it) are ignored; text running off the canvas is :func:`clipped_texts`.
 
     Parameters
     ----------
@@ -255,19 +281,7 @@ def text_overlaps(fig, *, pad: float = 0.0) -> list[tuple[str, str]]:
     list of (str, str)
         The overlapping pairs' texts; empty when no two labels touch.
     """
-    renderer = fig.canvas.get_renderer()
-    texts = _texts(fig)
-    fig_box = fig.bbox
-    boxes = []
-    for t in texts:
-        box = _extent(t, renderer)
-        if box.width <= 0 or box.height <= 0:
-            continue
-        if t.get_clip_on() and t.axes is not None and not t.axes.bbox.overlaps(box):
-            continue
-        if not fig_box.overlaps(box) and t.axes is not None:
-            continue
-        boxes.append((t, box.padded(pad)))
+    boxes = [(t, box.padded(pad)) for t, box in _drawn_boxes(fig)]
     pairs = []
     for i in range(len(boxes)):
         for j in range(i + 1, len(boxes)):
@@ -275,6 +289,32 @@ def text_overlaps(fig, *, pad: float = 0.0) -> list[tuple[str, str]]:
             if min(a.x1, b.x1) - max(a.x0, b.x0) > 0.5 and min(a.y1, b.y1) - max(a.y0, b.y0) > 0.5:
                 pairs.append((boxes[i][0].get_text(), boxes[j][0].get_text()))
     return pairs
+
+
+def clipped_texts(fig, *, tolerance: float = 0.5) -> list[str]:
+    """Drawn texts that do not fit on the figure's canvas: cut off at its edge (or wholly off it) when saved.
+
+    The canvas is the figure at its own size (``fig.bbox``), the one :func:`save_figure` writes for a figure
+    with a layout engine. A figure without one is saved cropped to its drawn contents instead, a canvas that
+    grows past the figure's size (and past a slide's 11 inches): its texts outside ``fig.bbox`` are reported
+    too, so every figure that passes keeps its text within its declared size.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure.
+    tolerance : float
+        Pixels a box may stick out (antialiasing) before it counts.
+
+    Returns
+    -------
+    list of str
+        The texts that stick out, in drawing order; empty when every text is on the canvas.
+    """
+    canvas = fig.bbox
+    return [t.get_text() for t, box in _drawn_boxes(fig)
+            if box.x0 < canvas.x0 - tolerance or box.y0 < canvas.y0 - tolerance
+            or box.x1 > canvas.x1 + tolerance or box.y1 > canvas.y1 + tolerance]
 
 
 def small_texts(fig, minimum: float = MIN_FONT_PT) -> list[tuple[str, float]]:

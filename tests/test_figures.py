@@ -97,7 +97,9 @@ def test_every_figure_is_legible_at_slide_size(name, style):
             plt.close(fig)
 
 
-@pytest.mark.parametrize("style, N, R", [("default", 8, 2), ("talk", 8, 2), ("talk", 16, 3)])
+@pytest.mark.parametrize("style, N, R", [  # about 25 s each: the talk style at N = 8 in the default run
+    pytest.param("default", 8, 2, marks=pytest.mark.slow), ("talk", 8, 2),
+    pytest.param("talk", 16, 3, marks=pytest.mark.slow)])
 def test_every_figure_the_demo_writes_is_legible(tmp_path, monkeypatch, capsys, style, N, R):
     """Every figure ``demo --figures`` writes, as it draws them (its query, its relation names): checked
     where it is saved. The old construction cut off "E: subject…", "…σ·B_r[i] + g_r" and "(hi)dden unit"

@@ -385,3 +385,15 @@ def test_count_and_tradeoff_tables_say_their_n_and_r(command, capsys):
     if command[0] == "tradeoff":
         assert main([*command, "--format", "md", "--columns", "k,N,d"]) == 0
         assert capsys.readouterr().out.rstrip().endswith(f"every row: R = {R}")
+
+
+def test_a_table_without_the_tradeoff_bound_is_not_charged_for_its_gadget_scan(capsys):
+    """G1's bound is total information: at N = 2^40 nothing is scanned, yet the estimate charged 2,891 GiB
+    for the tradeoff bound's gadget scan and refused; G2's row does scan (the control: refused)."""
+    from georecall.cli import main
+
+    N = str(2**40)
+    assert main(["bounds", "--N", N, "--R", "16", "--k", "1", "--construction", "G1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["d_min"] > 0
+    assert main(["bounds", "--N", N, "--R", "16", "--k", "1", "--construction", "G2"]) == 2
+    assert "gadget scan of the tradeoff bound" in capsys.readouterr().err

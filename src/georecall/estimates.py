@@ -378,20 +378,25 @@ def count_estimate(N: int, R: int, k: int, n_tasks: int) -> Estimate:
     return est
 
 
-def bounds_estimate(Ns, Rs, ks) -> Estimate:
+def bounds_estimate(Ns, Rs, ks, scan: bool = True) -> Estimate:
     """Peak bytes of the bound tables: the tradeoff bound scans every gadget count ``M <= N / S_k``.
 
     Parameters
     ----------
     Ns, Rs, ks : lists of int
         The grid.
+    scan : bool
+        Whether a row's bound is the tradeoff bound (a construction whose spec names it): without one, nothing
+        is scanned and the table's rows are all it holds.
 
     Returns
     -------
     Estimate
-        The largest scan (about six float64 arrays of length ``N / S_k``).
+        The largest scan (about six float64 arrays of length ``N / S_k``), or the rows.
     """
     est = Estimate("bounds")
+    if not scan:
+        return est.add("the table's rows", 4096 * len(Ns) * len(Rs) * len(ks), "the grid")
     worst = 0
     for N in Ns:
         for R in Rs:

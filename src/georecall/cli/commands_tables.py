@@ -217,7 +217,9 @@ def run_bounds(p: BoundsParams) -> dict:
     chosen = user_constructions(p.construction)
     # the b of each spec's bits claim (``ConstructionSpec.bits``), overridden or added by --needed
     needed = {**checking.table_bits(), **_needed_bits(p.needed)} if p.gaps else {}
-    est = estimates.bounds_estimate(p.N, p.R, p.k).require(p.budget)
+    specs = registry.specs() if chosen is None else [registry.get(c) for c in chosen]
+    scan = any(spec.bound == "tradeoff" for spec in specs)  # only the tradeoff bound scans gadget counts
+    est = estimates.bounds_estimate(p.N, p.R, p.k, scan=scan).require(p.budget)
     start = time.perf_counter()
     if p.gaps:
         rows = gap_rows(p.N, p.R, p.k, needed, checking.per_parameter_bits(), constructions=chosen)

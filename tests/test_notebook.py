@@ -436,6 +436,8 @@ def _cells_run_until(marker: str, monkeypatch) -> tuple[dict, str]:
     import contextlib
 
     pytest.importorskip("matplotlib")
+    pytest.importorskip("IPython", reason="the lecture's cells import IPython (the teach extra: pip install "
+                                          "'.[teach]')")
     monkeypatch.setenv("GEORECALL_LECTURE_BUILD", "1")  # the slider cell draws its static figure
     monkeypatch.setenv("MPLBACKEND", "Agg")
     cells = re.findall(r"```python[^\n]*\n(.*?)```", SOURCE.read_text(), re.S)

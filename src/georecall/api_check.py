@@ -282,7 +282,7 @@ def certify(name: str = "geometric", N: int = 16, R: int = 2, k: int | None = No
         integer = integer_by_default(spec, codes, options)
     opts = {**options, **({"integer": True} if integer else {})}
     with python_words():  # the certifier's refusals name options as Python does
-        limit = {} if max_points is None else {"max_points": max_points}
         cert = certifier.certify(spec=spec, N=N, R=R, k=k, codes=codes, D=D, options=opts, seed=seed,
-                                 progress=progress, **limit)
+                                 progress=progress,
+                                 max_points=certifier.MAX_POINTS if max_points is None else max_points)
     return CertifyReport(cert)

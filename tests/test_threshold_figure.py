@@ -130,3 +130,21 @@ def test_the_budget_report_names_the_bound_searches_and_their_reruns_at_twice_th
     assert TF.main(["--from", str(main), "--reruns", str(extra), "--out", str(tmp_path / "figs")]) == 0
     out = capsys.readouterr().out
     assert lines[1] in out and "| 16 | 133.1 | 70, 68 | 114 |" in out
+
+
+def test_the_search_table_gives_each_search_its_trials_bound_and_reruns():
+    records = [*_search(16, "frozen", 0, 114, 498), *_search(16, "learned", 0, 70, 405),
+               {**_SETTINGS, "kind": "trial", "N": 4096, "R": 16, "mode": "frozen", "seed": 0, "d": 112,
+                "reached": False, "steps_run": 500},
+               {**_SETTINGS, "kind": "trial", "N": 4096, "R": 16, "mode": "frozen", "seed": 2, "d": 116,
+                "reached": True, "steps_run": 448},  # an unfinished search: its bracket
+               {**_SETTINGS, "kind": "trial", "N": 4096, "R": 16, "mode": "frozen", "seed": 2, "d": 108,
+                "reached": False, "steps_run": 500},
+               *_search(8, "frozen", 0, 66, 350)]  # another R: not in this table
+    reruns = [_rerun(16, "frozen", 0, 112, True, steps_run=900)]
+    rows = TF.search_table(records, reruns).splitlines()[2:]
+    assert rows == [
+        "| learned | 0 | **70** | 0.526 | 405 of 500 | no | 70 ✓405 | — |",
+        "| frozen | 0 | **114** | 0.857 | 498 of 500 | yes | 112 ✗, 114 ✓498 | 112 ✓900 |",
+        "| frozen | 2 | 108 < d* ≤ 116 (unfinished) | — | — | — | 108 ✗, 116 ✓448 | — |"]
+    assert "not run yet" in TF.search_table(records)  # a bound search without its rerun says so

@@ -37,7 +37,7 @@ from georecall.experiments.sweep_records import is_floor_censored, read_records
 from georecall.io import validate_output_path
 
 __all__ = ["N1024_SUMMARY", "budget_report", "capacity_grid_figure", "grid_rows", "grid_table", "main",
-           "unfinished_searches"]
+           "search_table", "unfinished_searches"]
 
 # georecall 0.1.0, N = 1024, R ∈ {2, 4, 8}, 3 seeds, m = 4d, ≤ 500 Adam steps (README, "Measured on this
 # project's machine"): (smallest, largest) d* over the seeds per R, and the fitted c ± its spread over seeds.
@@ -91,6 +91,71 @@ def budget_report(records: list[dict], reruns: Sequence[dict] = (), N: int = 409
     points = _thresholds(records, N)
     trials = [r for r in [*records, *reruns] if r.get("kind") == "trial"]
     return budget_lines(budget_bound(trials, points))
+
+
+def search_table(records: list[dict], reruns: Sequence[dict] = (), N: int = 4096, R: int = 16,
+                 fraction: float = 0.9) -> str:
+    """Every search at (N, R) as a Markdown table: d*, c = d*/(R·ln N), its deciding trial's step, whether it
+    is budget-bound (deciding trial at ≥ ``fraction`` of its steps), its trials (``d ✓step`` reached, ``d ✗``
+    not) and its reruns at twice the steps; a search without a threshold record yet shows the bracket its
+    trials leave.
+
+    Parameters
+    ----------
+    records : list of dict
+        Sweep records (trial and threshold records at (N, R) are read).
+    reruns : sequence of dict
+        Records of the reruns (trial records at twice a search's steps).
+    N, R : int
+        The configuration.
+    fraction : float
+        The budget-bound share of the steps (the protocol's 0.9).
+
+    Returns
+    -------
+    str
+        The table, one row per (mode, seed), learned first.
+    """
+    def ours(r: dict, kind: str) -> bool:
+        return r.get("kind") == kind and r.get("N") == N and r.get("R") == R
+
+    lines = ["| mode | seed | d* | c = d*/(R·ln N) | deciding trial (step) | budget-bound | trials "
+             "| rerun at twice the steps |", "|---|---|---|---|---|---|---|---|"]
+    keys = sorted({(r["mode"], r["seed"]) for r in records if ours(r, "trial") or ours(r, "threshold")},
+                  key=lambda key: (key[0] != "learned", key))
+    for mode, seed in keys:
+        thresholds = [r for r in records if ours(r, "threshold") and r["mode"] == mode and r["seed"] == seed]
+        steps = thresholds[0]["steps"] if thresholds else None
+        trials: dict[int, dict] = {}
+        for r in records:
+            if ours(r, "trial") and r["mode"] == mode and r["seed"] == seed and (steps is None or
+                                                                                r["steps"] == steps):
+                trials[r["d"]] = r
+                steps = r["steps"]
+
+        def said(found: dict[int, dict]) -> str:
+            return ", ".join(f"{d} ✓{t.get('steps_run')}" if t["reached"] else f"{d} ✗"
+                             for d, t in sorted(found.items()))
+
+        done = next((t for t in thresholds if t.get("d_star") is not None), None)
+        if done is not None:
+            d_star = done["d_star"]
+            step = (trials.get(d_star) or {}).get("steps_run")
+            bound = step is not None and steps is not None and step >= fraction * steps
+            cells = [f"**{d_star}**", f"{d_star / (R * math.log(N)):.3f}",
+                     "—" if step is None else f"{step} of {steps}", "yes" if bound else "no"]
+        else:
+            wins = [d for d, t in trials.items() if t["reached"]]
+            losses = [d for d, t in trials.items() if not t["reached"] and (not wins or d < min(wins))]
+            hi, lo = (min(wins) if wins else None), (max(losses) if losses else None)
+            bracket = (f"{lo} < d* ≤ {hi}" if lo is not None and hi is not None else
+                       f"d* ≤ {hi}" if hi is not None else f"d* > {lo}" if lo is not None else "—")
+            cells, bound = [f"{bracket} (unfinished)", "—", "—", "—"], False
+        again = {r["d"]: r for r in reruns if ours(r, "trial") and r["mode"] == mode and r["seed"] == seed
+                 and steps is not None and r["steps"] == 2 * steps}
+        rerun = said(again) or ("not run yet" if bound else "—")
+        lines.append(f"| {mode} | {seed} | " + " | ".join(cells) + f" | {said(trials)} | {rerun} |")
+    return "\n".join(lines)
 
 
 def grid_rows(records: list[dict], N: int = 4096) -> list[dict]:
@@ -335,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
         print(path)
     print(grid_table(records, args.N))
     print("\n".join(budget_report(records, reruns, args.N)))
+    largest = max((r["R"] for r in records if r.get("kind") == "threshold" and r.get("N") == args.N),
+                  default=None)
+    if largest is not None:  # every search of the largest R, with its trials and reruns
+        print(f"\nR = {largest}, every search:")
+        print(search_table(records, reruns, args.N, largest))
     return 0
 
 

@@ -40,15 +40,16 @@ from georecall.errors import InputError
 from georecall.theory.tasks import check_positive_int
 
 __all__ = [
-    "EXACT_BITS",
-    "MAX_TASKS",
     "ClosedForms",
     "Counts",
+    "EXACT_BITS",
     "F_lower",
     "Factors",
+    "MAX_TASKS",
     "all_permutations",
     "ceil_log2_product",
     "closed_forms",
+    "composes_by_table",
     "composition_table",
     "coprime_cycle_length",
     "count_trees",
@@ -402,24 +403,57 @@ def enumerate_counts(N: int, R: int, k_max: int = 3, *, progress: bool = False,
                          f"(N <= 5 with R <= 3 and N <= 6 with R <= 2 fit)")
     start = time.perf_counter()
     perms = all_permutations(N)
-    comp = composition_table(perms)
     small = np.uint8 if n_perm <= 256 else np.uint16
     task_perms = np.stack(np.unravel_index(np.arange(n_tasks), (n_perm,) * R), axis=1).astype(np.int32)
     F, trees = {}, {}
-    paths = task_perms  # (tasks, R^k) permutation indices, path order (r_k, ..., r_1)
-    for k in range(1, k_max + 1):
-        if k > 1:
-            paths = comp[task_perms[:, :, None], paths[:, None, :]].reshape(n_tasks, -1)
-        F[k] = _distinct_rows(paths.astype(small))
-        leaves = perms[paths, 0]  # (tasks, R^k) leaf of vertex 0 along each path
-        trees[k] = _distinct_rows(leaves.astype(np.uint8 if N <= 256 else np.uint16))
-        if progress:
-            done = int(40 * k / k_max)
-            print(f"\r  [{'#' * done}{'.' * (40 - done)}] k = {k}/{k_max}: |F_k| = {F[k]:,}, "
-                  f"|Trees_k| = {trees[k]:,}", end="", file=sys.stderr, flush=True)
+    if composes_by_table(N, R, k_max):
+        comp = composition_table(perms)
+        paths = task_perms  # (tasks, R^k) permutation indices, path order (r_k, ..., r_1)
+        for k in range(1, k_max + 1):
+            if k > 1:
+                paths = comp[task_perms[:, :, None], paths[:, None, :]].reshape(n_tasks, -1)
+            F[k] = _distinct_rows(paths.astype(small))
+            leaves = perms[paths, 0]  # (tasks, R^k) leaf of vertex 0 along each path
+            trees[k] = _distinct_rows(leaves.astype(np.uint8 if N <= 256 else np.uint16))
+            _progress(progress, k, k_max, F[k], trees[k])
+    else:  # few tasks, many permutations (R = 1): compose the permutations themselves, not a table of them
+        step = perms[task_perms].astype(np.uint8)  # (tasks, R, N): each relation's permutation
+        paths_of = step  # (tasks, R^k, N): the permutation along each path, the same path order
+        tasks, relations = np.arange(n_tasks)[:, None, None, None], np.arange(R)[None, :, None, None]
+        for k in range(1, k_max + 1):
+            if k > 1:  # π_r ∘ path: the path first, then the relation
+                paths_of = step[tasks, relations, paths_of[:, None, :, :]].reshape(n_tasks, -1, N)
+            F[k] = _distinct_rows(np.ascontiguousarray(paths_of.reshape(n_tasks, -1)))
+            trees[k] = _distinct_rows(np.ascontiguousarray(paths_of[:, :, 0]))
+            _progress(progress, k, k_max, F[k], trees[k])
     if progress:
         print(file=sys.stderr)
     return Counts(N, R, n_tasks, F, trees, time.perf_counter() - start)
+
+
+def composes_by_table(N: int, R: int, k_max: int) -> bool:
+    """Whether :func:`enumerate_counts` composes through the ``N! × N!`` table (:func:`composition_table`):
+    when the table has no more entries than the paths it serves (``(N!)^R · R^k_max``); otherwise it composes
+    the permutations themselves (R = 1 at N ≥ 7: 5,040 tasks would need a 25-million-entry table).
+
+    Parameters
+    ----------
+    N, R, k_max : int
+        Entities, relations, the largest k counted.
+
+    Returns
+    -------
+    bool
+    """
+    n_perm = math.factorial(N)
+    return n_perm * n_perm <= n_perm**R * R**k_max
+
+
+def _progress(on: bool, k: int, k_max: int, F: int, trees: int) -> None:
+    if on:
+        done = int(40 * k / k_max)
+        print(f"\r  [{'#' * done}{'.' * (40 - done)}] k = {k}/{k_max}: |F_k| = {F:,}, |Trees_k| = {trees:,}",
+              end="", file=sys.stderr, flush=True)
 
 
 def count_trees(N: int, R: int, k: int, *, max_nodes: int = 5_000_000) -> int:

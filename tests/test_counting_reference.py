@@ -120,3 +120,29 @@ def test_F_lower_holds_on_every_golden_count():
 def test_count_trees_refuses_large_searches():
     with pytest.raises(ValueError, match="max_nodes"):
         count_trees(30, 3, 3)
+
+
+@pytest.mark.parametrize("N, R, k_max", [(4, 2, 3), (3, 3, 2), (5, 1, 3), (4, 1, 4)])
+def test_composing_permutations_counts_what_the_composition_table_counts(N, R, k_max, monkeypatch):
+    """The two ways of composing along paths (the N! × N! table; the permutations themselves, which R = 1
+    uses at N ≥ 7 where the table would not fit) give the same counts."""
+    from georecall.bounds import counting
+
+    by_table = enumerate_counts(N, R, k_max)
+    monkeypatch.setattr(counting, "composes_by_table", lambda *_: False)
+    direct = enumerate_counts(N, R, k_max)
+    assert (direct.F, direct.trees) == (by_table.F, by_table.trees)
+
+
+def test_r_1_at_n_8_counts_the_squares_of_s_8():
+    """``count --N 8 --R 1 --k 2`` (40,320 tasks, under the limit) was refused for a 121 GiB composition
+    table; |F_2| is the number of distinct squares in S_8, counted here by brute force."""
+    squares = {tuple(p[p[i]] for i in range(8)) for p in itertools.permutations(range(8))}
+    assert not counting_module().composes_by_table(8, 1, 2)
+    counts = enumerate_counts(8, 1, 2)
+    assert counts.F[2] == len(squares) == 14280 and counts.F[1] == math.factorial(8)
+
+
+def counting_module():
+    from georecall.bounds import counting
+    return counting

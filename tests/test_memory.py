@@ -34,7 +34,7 @@ REPRODUCERS = [
     (["count", "--N", str(10**9)], "enumeration"),
     (["count", "--N", str(10**30)], "whole number <="),
     (["count", "--N", "1000000", "--R", "50", "--k", "8"], "enumeration"),
-    (["count", "--N", "9", "--R", "1", "--k", "1", "--max-gib", "1"], "composition table"),
+    (["count", "--N", "9", "--R", "1", "--k", "3", "--max-gib", "0.1"], "composed permutations"),
     (["tradeoff", "--k-max", "100000"], "<= 32"),
     (["tradeoff", "--R", "16", "--k-max", "20"], "2^40"),
 ]

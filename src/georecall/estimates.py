@@ -355,7 +355,7 @@ def count_tasks_log2(N: int, R: int) -> float:
     return R * math.lgamma(N + 1) / math.log(2)
 
 
-def count_estimate(N: int, R: int, k: int, n_tasks: int) -> Estimate:
+def count_estimate(N: int, R: int, k: int, n_tasks: int, by_table: bool = True) -> Estimate:
     """Peak bytes of enumerating all ``(N!)^R`` tasks up to k hops (``bounds.counting.enumerate_counts``).
 
     Parameters
@@ -364,17 +364,25 @@ def count_estimate(N: int, R: int, k: int, n_tasks: int) -> Estimate:
         Entities, relations, largest k.
     n_tasks : int
         ``(N!)^R`` (the caller has checked it is small enough to compute).
+    by_table : bool
+        Whether the enumeration composes through the ``N! × N!`` table
+        (``bounds.counting.composes_by_table``), or the permutations themselves.
 
     Returns
     -------
     Estimate
-        Permutations, their composition table (with its ``(N!)²·N`` intermediate), paths per task.
+        Permutations, their composition table (with its ``(N!)²·N`` intermediate) or the composed
+        permutations, paths per task.
     """
     est = Estimate("count")
     n_perm = math.factorial(N)
     est.add("permutations", 8 * n_perm * N, "N")
-    est.add("composition table", 8 * n_perm * n_perm * (N + 2), "N")
-    est.add(f"paths of {n_tasks:,} tasks at k = {k}", 40 * n_tasks * R**k, "k, N or R")
+    if by_table:
+        est.add("composition table", 8 * n_perm * n_perm * (N + 2), "N")
+        est.add(f"paths of {n_tasks:,} tasks at k = {k}", 40 * n_tasks * R**k, "k, N or R")
+    else:  # uint8 permutations along every path, with a gather's int64 index arrays beside them
+        est.add(f"composed permutations of {n_tasks:,} tasks at k = {k}", 24 * n_tasks * R**k * N,
+                "k, N or R")
     return est
 
 

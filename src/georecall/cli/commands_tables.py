@@ -277,7 +277,12 @@ def run_count(p: CountParams) -> dict:
     InputError
         More tasks than the enumeration limit, R^k over 2^20, or the estimate over the budget.
     """
-    from georecall.bounds.counting import MAX_TASKS, closed_forms, enumerate_counts  # networkx: not --help
+    from georecall.bounds.counting import (  # networkx: not --help
+        MAX_TASKS,
+        closed_forms,
+        composes_by_table,
+        enumerate_counts,
+    )
     fmt = table_format(p, p.json)
     # k <= LIMITS["k"]: the parser's type
     log2_tasks = estimates.count_tasks_log2(p.N, p.R)  # lgamma: no factorial is computed before this check
@@ -287,7 +292,7 @@ def run_count(p: CountParams) -> dict:
     if p.R ** p.k > LIMITS["count_paths"]:
         raise InputError(f"R^k = {p.R}^{p.k} paths per task is more than count handles (limit 2^20): lower k")
     n_tasks = math.factorial(p.N) ** p.R
-    est = estimates.count_estimate(p.N, p.R, p.k, n_tasks).require(p.budget)
+    est = estimates.count_estimate(p.N, p.R, p.k, n_tasks, composes_by_table(p.N, p.R, p.k)).require(p.budget)
     counts = enumerate_counts(p.N, p.R, p.k, progress=p.progress)
     rows = []
     for k in range(1, p.k + 1):

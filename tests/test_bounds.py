@@ -258,8 +258,11 @@ def test_total_information_for_k2_is_near_the_single_hop_bound():
 def test_gap_rows_at_needed_and_per_parameter_bits():
     from georecall.bounds.tables import gap_rows
     rows = {r["construction"]: r for r in gap_rows([4096], [16], [1], {"G1": 2}, {"G1": 1})}
-    assert rows["G1"]["needed_d_min"] == 85 and rows["G1"]["per_parameter_d_min"] == 169
-    assert rows["G1"]["needed_gap"] == pytest.approx(220 / 85, abs=1e-4)
+    # G1 answers in one pass with P0 = 0: per entity, d·b >= R·log2 N = 192 (stronger than total
+    # information's 169 at b = 1, 85 at b = 2)
+    assert rows["G1"]["needed_d_min"] == 96 and rows["G1"]["per_parameter_d_min"] == 192
+    assert rows["G1"]["bound"] == "per-entity"
+    assert rows["G1"]["needed_gap"] == pytest.approx(220 / 96, abs=1e-4)
     assert "needed_gap" not in rows["A1"]
 
 

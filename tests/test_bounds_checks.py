@@ -124,6 +124,18 @@ def test_a_bound_made_too_strong_fails_the_gap_row(monkeypatch, fast):
     assert failing_rows(section_bounds(0)) == [ROWS[4]]
 
 
+def test_a_per_entity_bound_made_too_strong_fails_the_gap_row(monkeypatch, fast):
+    """G1 and G2 answer in one pass, so the per-entity bound governs them where it is the strongest."""
+    real = lower.per_entity
+
+    def tripled(N, R, k=1, b=1, P0=0):
+        bound = real(N, R, k, b, P0)
+        return dataclasses.replace(bound, d_min=3 * bound.d_min)
+
+    monkeypatch.setattr(lower, "per_entity", tripled)
+    assert failing_rows(section_bounds(0)) == [ROWS[4]]
+
+
 def test_a_cot_bound_made_too_strong_fails_the_gap_row(monkeypatch, fast):
     real = lower.chain_of_thought
 
@@ -161,9 +173,10 @@ def test_a_gap_row_whose_every_bound_is_vacuous_is_not_covered(monkeypatch):
     """A governing bound planted vacuous (d_min = 0) gives the gap row nothing to check: not covered."""
     from georecall.constructions import registry
 
-    real = lower.total_information
-    monkeypatch.setattr(lower, "total_information",
-                        lambda N, R, k=1, b=1, P0=0: dataclasses.replace(real(N, R, k, b, P0), d_min=0))
+    for name in ("total_information", "per_entity"):  # both bounds that hold for G1
+        real = getattr(lower, name)
+        monkeypatch.setattr(lower, name, lambda N, R, k=1, b=1, P0=0, real=real:
+                            dataclasses.replace(real(N, R, k, b, P0), d_min=0))
     bits, gaps = bounds_checks.bits_and_bound_reports(0, specs=[registry.get("G1")])
     assert bits.passed and bits.not_covered is None
     assert not gaps.passed and gaps.not_covered is not None and "vacuous" in gaps.not_covered

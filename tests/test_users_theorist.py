@@ -248,7 +248,8 @@ def test_bounds_verify_and_precision_take_a_users_construction(capsys, registere
                         "--json"], capsys)
     rows = json.loads(out)["rows"]
     assert code == 0 and [r["construction"] for r in rows] == ["OH1"]
-    assert rows[0]["d"] == 3 * 64 + 3 + 64 and rows[0]["d_min"] == lower.total_information(64, 3, 1, 1).d_min
+    assert rows[0]["d"] == 3 * 64 + 3 + 64 and rows[0]["d_min"] == lower.per_entity(64, 3, 1, 1).d_min
+    assert rows[0]["d_min"] > lower.total_information(64, 3, 1, 1).d_min  # a one-pass model: per entity
     code, out, _ = run(["verify", "--construction", f"{EXAMPLE}:SPEC", "--json"], capsys)
     doc = json.loads(out)
     assert code == 0 and doc["passed"]  # its case, its certified row, and the bits and bounds rows naming it
@@ -277,9 +278,8 @@ def test_gaps_table_command(capsys):
     code, out, _ = run(["bounds", "--gaps", "--N", "4096", "--R", "16", "--k", "1", "--json"], capsys)
     rows = {r["construction"]: r for r in json.loads(out)["rows"]}
     assert code == 0 and rows["G1"]["b_needed"] == table_bits()["G1"] == 2
-    assert rows["G1"]["needed_d_min"] == lower.total_information(4096, 16, 1, 2).d_min
-    assert rows["G1"]["per_parameter_d_min"] == lower.total_information(4096, 16, 1,
-                                                                         per_parameter_bits()["G1"]).d_min
+    assert rows["G1"]["needed_d_min"] == lower.per_entity(4096, 16, 1, 2).d_min
+    assert rows["G1"]["per_parameter_d_min"] == lower.per_entity(4096, 16, 1, per_parameter_bits()["G1"]).d_min
     assert rows["A1"]["b_needed"] is None
     code, out, _ = run(["bounds", "--gaps", "--needed", "A1=3", "--N", "4096", "--R", "16", "--k", "1",
                         "--json"], capsys)
@@ -364,8 +364,8 @@ def test_latex_is_booktabs_with_math_headers_and_integral_b():
     assert r"$d_{\min}$" in header and "$b$" in header and "d\\_" not in header
     assert "$P_0$" in render(bound_rows([4096], [16], [1], [1]), "latex", columns=["construction", "P0"])
     assert "1.00 &" not in text and "2.00 &" not in text and re.search(r"& [12] & ", text)
-    g1 = render(bound_rows([1024], [4], [1], [2]), "latex")  # G1: d = 54, d_min = 18, a gap of exactly 3
-    assert re.search(r"^G1 & .* & 3\.00 \\\\$", g1, flags=re.M)  # a ratio, printed as one
+    g1 = render(bound_rows([4096], [4], [1], [3]), "latex")  # G1: d = 64, d_min = 16, a gap of exactly 4
+    assert re.search(r"^G1 & .* & 4\.00 \\\\$", g1, flags=re.M)  # a ratio, printed as one
 
 
 def test_empty_bounds_print_words_never_negative_numbers():
@@ -440,11 +440,20 @@ def test_tex_compile_check_catches_a_table_wider_than_the_page(tmp_path):
     assert "Overfull \\hbox" in log
 
 
-def test_bound_rows_are_unchanged_for_constructions_whose_own_bound_is_stronger():
-    for r in bound_rows([4096], [4], [2, 3], [1]):
-        if r["construction"] == "G2":
-            assert r["bound"] == "tradeoff" and r["d_min"] == lower.tradeoff(4096, 4, r["k"]).d_min
+def test_bound_rows_show_the_strongest_bound_that_holds_for_the_construction():
+    """Each row's d_min is the largest of the spec's own bound, total information and (for a one-pass
+    model) per entity, computed here from the bound functions one by one; chain of thought never takes the
+    per-entity k-hop bound (its later steps read other entities' embeddings)."""
+    for r in bound_rows([64, 4096], [2, 4, 16], [1, 2, 3], [1, 2]):
+        args = (r["N"], r["R"], r["k"], r["b"], r["P0"])
+        own = {"G2": lower.tradeoff, "A2a": lower.tradeoff, "A2b": lower.tradeoff,
+               "C1": lower.chain_of_thought}.get(r["construction"], lower.total_information)(*args).d_min
+        candidates = [own, lower.total_information(*args).d_min]
+        if r["construction"] != "C1":
+            candidates.append(lower.per_entity(*args).d_min)
+        assert r["d_min"] == max(candidates), r
         if r["construction"] == "C1":
             assert r["bound"] == "chain-of-thought"
-    assert np.all([r["d_min"] >= lower.total_information(r["N"], r["R"], r["k"], r["b"], r["P0"]).d_min
-                   for r in bound_rows([64, 4096], [2, 16], [1, 2, 3], [1, 2])])
+    g2 = {r["k"]: r for r in bound_rows([4096], [4], [2, 3], [1]) if r["construction"] == "G2"}
+    assert g2[2]["bound"] == "tradeoff" and g2[3]["bound"] == "per-entity"  # a tie keeps the spec's own
+    assert g2[3]["d_min"] == lower.per_entity(4096, 4, 3).d_min > lower.tradeoff(4096, 4, 3).d_min

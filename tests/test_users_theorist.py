@@ -22,7 +22,6 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 from georecall.bounds import lower
@@ -279,7 +278,8 @@ def test_gaps_table_command(capsys):
     rows = {r["construction"]: r for r in json.loads(out)["rows"]}
     assert code == 0 and rows["G1"]["b_needed"] == table_bits()["G1"] == 2
     assert rows["G1"]["needed_d_min"] == lower.per_entity(4096, 16, 1, 2).d_min
-    assert rows["G1"]["per_parameter_d_min"] == lower.per_entity(4096, 16, 1, per_parameter_bits()["G1"]).d_min
+    one_bit = per_parameter_bits()["G1"]
+    assert rows["G1"]["per_parameter_d_min"] == lower.per_entity(4096, 16, 1, one_bit).d_min
     assert rows["A1"]["b_needed"] is None
     code, out, _ = run(["bounds", "--gaps", "--needed", "A1=3", "--N", "4096", "--R", "16", "--k", "1",
                         "--json"], capsys)

@@ -461,6 +461,23 @@ def test_model_and_construction_do_not_combine(tmp_path, capsys):
               str(tmp_path / "OUT")], capsys, "do not combine")
 
 
+def test_a_model_files_failure_document_records_no_construction_sizes_or_seed(tmp_path, capsys):
+    """With --model the sizes and the seed (which draw a construction's task) do not apply: given, they are
+    refused; left out, the failure document records them as null, not the parser's N = 64, R = 4, seed 0
+    (which a construction's failure document still records, the control)."""
+    for extra in (["--N", "32"], ["--R", "3"], ["--seed", "2"]):
+        _refused(["export", "--model", "m.npz", *extra, "--to", "onnx", str(tmp_path / "OUT")], capsys,
+                 "do not combine")
+    missing = str(tmp_path / "no" / "OUT")
+    assert main(["export", "--model", "m.npz", "--to", "onnx", missing, "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["seed"] is None and doc["params"]["model"] == "m.npz"
+    assert doc["params"]["N"] is None and doc["params"]["R"] is None and doc["params"]["seed"] is None
+    assert main(["export", "--to", "onnx", missing, "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["seed"], doc["params"]["N"], doc["params"]["R"]) == (0, 64, 4)
+
+
 @_needs("onnx")
 def test_a_failure_while_writing_leaves_nothing(tmp_path, capsys, monkeypatch):
     from georecall.exporters import onnx_target

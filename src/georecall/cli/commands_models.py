@@ -519,6 +519,7 @@ def _export_construction(p: ExportParams):
     """The construction of ``--construction`` built for THE seeded task (or ``--task``): model, task,
     queries, promise, record and the memory estimate (required before the build)."""
     from georecall.exporters import query_set  # the export extra's torch: only when exporting
+    assert p.N is not None and p.R is not None  # None only with --model
     spec = resolve_spec(p.construction or "geometric", None)  # a user's: loaded once per command line
     k = p.k if p.k is not None else (1 if spec.hops == "single" else 2)
     if spec.hops == "single" and k != 1:

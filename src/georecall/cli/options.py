@@ -331,7 +331,7 @@ _SEED_HELP = {
                 "random-init model",
     "figures": "seed S of the tasks behind the computed figures (margins)",
     "demo": "seed S of the task (its R bijections) and of the trained model",
-    "export": "seed S of a construction's task (a function of (N, R, S)) and codes; unused with --model",
+    "export": "seed S of a construction's task (a function of (N, R, S)) and codes; not with --model",
 }
 
 

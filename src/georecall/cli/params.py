@@ -510,14 +510,15 @@ class LectureParams(Params, Json, Quiet):
 
 @dataclass(frozen=True, kw_only=True)
 class ExportParams(Params, Seeded, Json, Quiet, Budgeted):
-    """``georecall export`` (``declarations._add_export``)."""
+    """``georecall export`` (``declarations._add_export``). With ``--model`` the sizes and the seed (which
+    draw a construction's task) do not apply: they are None (``parser.CONFLICTS`` refuses them given)."""
 
     out: str
     to: str
     construction: str | None
     model: str | None
-    N: int
-    R: int
+    N: int | None
+    R: int | None
     k: int | None
     cot: bool
     codes: str | None
@@ -529,6 +530,12 @@ class ExportParams(Params, Seeded, Json, Quiet, Budgeted):
     dtype: str
     no_check: bool
     builder_options: dict[str, Any] | None  # the options a spec declares itself, as given (None: none)
+
+    def __post_init__(self) -> None:
+        Params.__post_init__(self)
+        if self.model is not None:  # the parser's defaults, for a construction: not this model's
+            for name in ("N", "R", "seed"):
+                object.__setattr__(self, name, None)
 
 
 # Each command's parameters (the keys are ``commands.COMMANDS``'s).

@@ -57,6 +57,9 @@ CONFLICTS: tuple[tuple[str, str, Any], ...] = (
     ("workers", "scheduler", None),  # the scheduler's workers run the jobs
     ("bits", "integer", None),  # quantized weights are not integers
     ("model", "construction", None),  # export: a model file or a construction built for a task
+    ("model", "N", None),  # export: a model file has its own sizes (and task)
+    ("model", "R", None),
+    ("model", "seed", lambda a: a.command == "export"),  # export: the seed draws a construction's task
     ("full", "construction", None),  # verify: --full lengthens rows that --construction does not run
 )
 
@@ -360,6 +363,10 @@ class _Session:
                            if key not in cli_params.STRUCTURE and key not in RUN_CONTROLS}
             refuse_conflicts(args, given_options(self.argv))
             params = cli_params.build(args)  # typed, once; the budget is created here
+            # a failure records what applies: a default the typed parameters dropped (export --model's sizes
+            # and seed) is recorded as None
+            self.params = {key: None if getattr(params, key, value) is None else value
+                           for key, value in self.params.items()}
             self.json = isinstance(params, cli_params.Json) and params.json
             self.printed.write(loading.getvalue())
             caught.extend(early)

@@ -88,12 +88,8 @@ def governing_bound(name: str, promise: statements.Promise):
 
     def strongest(N: int, R: int, k: int, b, P0: int) -> lower.Bound:
         # looked up at call time, so that tests can replace a bound function
-        best = None
-        for bound_name in names:
-            bound = getattr(lower, bound_name)(N, R, k, b, P0)
-            if best is None or bound.d_min > best.d_min:
-                best = bound
-        return best
+        bounds = [getattr(lower, bound_name)(N, R, k, b, P0) for bound_name in names]
+        return max(bounds, key=lambda bound: bound.d_min)  # the first of the largest: the spec's own on a tie
 
     strongest.__name__ = "strongest_of_" + "_and_".join(names)
     return strongest, (promise.fact_params if spec.facts_in == "mlp" else 0)

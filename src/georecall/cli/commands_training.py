@@ -27,6 +27,7 @@ from georecall.cli.params import (
 from georecall.constructions.storage import save_model
 from georecall.errors import InputError
 from georecall.experiments import study, study_design, study_report
+from georecall.experiments.plotting import figure_style
 from georecall.experiments.sweep import sweep
 from georecall.experiments.sweep_cost import measure_step_seconds
 from georecall.experiments.sweep_fit import fit_thresholds, summary_table
@@ -235,6 +236,8 @@ def run_study_mechanism(p: StudyMechanismParams) -> dict:
     # --workers with --scheduler: refused by the parser (parser.CONFLICTS); --scheduler's syntax: its params
     figures_dir = None
     figure_files_need_a_folder(p, p.figures)
+    if p.figures is None and p.style != "default":
+        raise InputError("--style applies to --figures DIR: add it, or leave it out")
     if p.figures is not None:  # refused before any training: no folder, or no matplotlib to draw with
         figures_dir = output_dir(p.figures, what="--figures folder")
         require_matplotlib()
@@ -264,12 +267,14 @@ def run_study_mechanism(p: StudyMechanismParams) -> dict:
     if figures_dir is not None:
         os.makedirs(figures_dir, exist_ok=True)
         dpi, formats = figure_options(p)
-        files = study_report.figures(summary, figures_dir, log=None if p.progress else notes.append,
-                                     dpi=dpi, formats=formats)
+        with figure_style(p.style):
+            files = study_report.figures(summary, figures_dir, log=None if p.progress else notes.append,
+                                         dpi=dpi, formats=formats)
         if not files:  # matplotlib vanished between the check and now: say so, do not pass silently
             raise InputError("no figures were written (matplotlib could not be imported)")
     params = {"grid": grid_name, "seeds": p.seeds, "workers": workers, "scheduler": p.scheduler, "out": path,
-              "summary_only": p.summary is not None}
+              "summary_only": p.summary is not None, "figures": figures_dir,
+              "style": p.style if figures_dir is not None else None}
     return document(p, params, est, out=path, summary=summary, text=study_report.render_summary(summary),
                     figures=files, notes=notes)
 

@@ -397,6 +397,7 @@ def _add_study(sub: Subparsers) -> None:
                    help="also draw the summary figures into DIR, created when missing (needs the plot extra: "
                         "refused before any training without it)")
     add_figure_options(p)
+    add_style(p)
     p.set_defaults(command="study mechanism")
 
 

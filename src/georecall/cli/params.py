@@ -414,6 +414,7 @@ class StudyMechanismParams(Params, Json, Quiet, Budgeted, Scheduled, FigureFiles
     out: str
     summary: str | None
     figures: str | None
+    style: str
 
     def __post_init__(self) -> None:
         Params.__post_init__(self)

@@ -5,6 +5,7 @@ quantity across widths (:func:`d_axis_figure`) and along training (:func:`trajec
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -82,15 +83,25 @@ def mechanism_figure(doc: dict, thresholds: dict):
     plt = import_pyplot()
     rows = _study_rows(doc)
     untrained = [e["initial"] for e in doc["regimes"] if e["params"]["init"] == "fan-in"]
-    panels = (("superposition\nR²", "superposition_r2", thresholds["superposition_r2"]),
-              ("interventions\nfollowed", "follows", thresholds["follows"]),
+    large = minimum_font() > 10  # the talk style: six titles in large type fit 11 inches hyphenated
+    panels = (("super-\nposition\nR²" if large else "superposition\nR²", "superposition_r2",
+               thresholds["superposition_r2"]),
+              ("inter-\nventions\nfollowed" if large else "interventions\nfollowed", "follows",
+               thresholds["follows"]),
               ("selective\nunits", "selective_fraction", thresholds["selective_fraction"]),
               ("gated\nmass", "gated_mass", thresholds["gated_mass"]),
-              ("closed-form\ntransfer", "closed_form_transfer", thresholds["zero_shot"]),
-              ("functional\nzero-shot", "functional_zero_shot", thresholds["zero_shot"]))
+              ("closed-\nform\ntransfer" if large else "closed-form\ntransfer", "closed_form_transfer",
+               thresholds["zero_shot"]),
+              ("func-\ntional\nzero-shot" if large else "functional\nzero-shot", "functional_zero_shot",
+               thresholds["zero_shot"]))
     y = np.arange(len(rows))
     colours = [CATEGORIES[c][1] for _, c, _ in rows]
-    height = 0.21 * len(rows) + 2.0
+    # inches per row (the row names' size and some air), and for the titles, tick labels and legend
+    pitch, frame = (1.15 * minimum_font() / 72, 2.8) if large else (0.21, 2.0)
+    height = pitch * len(rows) + frame
+    if height > 8.5:
+        warnings.warn(f"the mechanism figure's {len(rows)} rows make it {height:.1f} inches tall in this "
+                      "style, taller than a slide (8.5)", UserWarning, stacklevel=2)
     with plt.rc_context(rc_params()):
         fig, axes = plt.subplots(1, len(panels), figsize=(11, height), sharey=True)
         for ax, (title, key, threshold) in zip(axes, panels):
@@ -112,7 +123,7 @@ def mechanism_figure(doc: dict, thresholds: dict):
         handles = [Line2D([], [], color=CATEGORIES[c][1], lw=6, label=CATEGORIES[c][0]) for c in present]
         handles += [Line2D([], [], color="tab:red", ls="--", label="declared threshold"),
                     Line2D([], [], color="k", ls=":", label="untrained weights (mean)")]
-        fig.legend(handles=handles, loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.0))
+        fig.legend(handles=handles, loc="lower center", ncol=2 if large else 3, bbox_to_anchor=(0.5, 0.0))
         fig.suptitle("Does gradient descent find the geometry? (mean ± sd over seeds)")
         fig.tight_layout(rect=(0, 0.8 / height, 1, 1))
     return fig
@@ -163,6 +174,8 @@ def forward_reverse_figure(doc: dict):
             labels.append(label)
         ax.set_xlim(-0.2, 1.1)
         ax.set_ylim(-0.2, 1.1)
+        for axis in (ax.xaxis, ax.yaxis):  # no −0.2 on both axes: they meet in the corner in large type
+            axis.set_ticks([0, 0.5, 1], ["0", "0.5", "1"])
         ax.set_xlabel("reverse fit R² (read-out row from its subjects)")
         ax.set_ylabel("forward fit R² (subject embedding from its attributes)")
         ax.set_title("Forward vs reverse (mirror-image) fit, held out")
@@ -171,10 +184,14 @@ def forward_reverse_figure(doc: dict):
         # controls and constructions first: they are few and the point of the comparison
         order = sorted(range(len(points)), key=lambda i: 0 if any(
             c != "trained" for _, c, _ in list(merged.values())[i]) else 1)
+        # the note first (the widest count it can show), so that no label is placed under it
+        note = ax.text(0.02, 0.98, f"{len(points)} crowded regimes unlabelled (named in mechanism.png)",
+                       transform=ax.transAxes, va="top", fontsize=minimum_font(), color="0.3")
         left_out = place_labels(ax, [points[i] for i in order], [labels[i] for i in order])
         if left_out:
-            ax.text(0.02, 0.98, f"{len(left_out)} crowded regimes unlabelled (named in mechanism.png)",
-                    transform=ax.transAxes, va="top", fontsize=minimum_font(), color="0.3")
+            note.set_text(f"{len(left_out)} crowded regimes unlabelled (named in mechanism.png)")
+        else:
+            note.remove()
     return fig
 
 
@@ -244,8 +261,12 @@ def d_axis_figure(axis: dict, thresholds: dict, fields: tuple):
         for ax in axes[-1]:
             ax.set_xlabel("d / d_G1")
         handles, labels = axes.ravel()[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False, fontsize=9)
-        fig.tight_layout(rect=(0, 0.12, 1, 1), h_pad=0.6, w_pad=0.8)
+        # four columns fit 11 inches at 10 pt, three in large type; the panels leave the legend's height
+        legend = fig.legend(handles, labels, loc="lower center", ncol=4 if minimum_font() <= 10 else 3,
+                            frameon=False)
+        fig.canvas.draw()
+        below = legend.get_window_extent().height / fig.bbox.height + 0.01
+        fig.tight_layout(rect=(0, below, 1, 1), h_pad=0.6, w_pad=0.8)
     return fig
 
 
@@ -292,8 +313,9 @@ def trajectory_figure(doc: dict, thresholds: dict, fields: tuple):
     colours = plt.get_cmap("tab10")
     columns = 4
     panels = math.ceil(len(fields) / columns)
+    large = minimum_font() > 10  # the talk style: long titles on two lines
     with plt.rc_context(rc_params()):
-        fig, axes = plt.subplots(panels, columns, figsize=(11, 2.6 * panels + 1.2), squeeze=False)
+        fig, axes = plt.subplots(panels, columns, figsize=(11, min(8.5, 2.4 * panels + 1.2)), squeeze=False)
         for ax, name in zip(axes.flat, fields):
             for e in rows:
                 t = e["trajectory"]
@@ -304,17 +326,23 @@ def trajectory_figure(doc: dict, thresholds: dict, fields: tuple):
                         markersize=3)
             if name in thresholds:  # every criterion quantity is named as its threshold
                 ax.axhline(thresholds[name], color="0.55", linewidth=1.0, linestyle="--")
-            ax.set_title(_TRAJECTORY_TITLES.get(name, name), fontsize=minimum_font() + 1)
+            title = _TRAJECTORY_TITLES.get(name, name)
+            if large and len(title) > 16:  # at its last space before the middle
+                cut = title.rfind(" ", 0, len(title) // 2 + 3)
+                title = title[:cut] + "\n" + title[cut + 1:] if cut > 0 else title
+            ax.set_title(title, fontsize=minimum_font() + 1)
             ax.set_ylim(-0.03, 1.03)
             ax.set_xlabel("training step", fontsize=minimum_font())
+            ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:g}k" if x >= 1000 else f"{x:g}")
         for ax in list(axes.flat)[len(fields):]:
             ax.set_visible(False)
         handles = [Line2D([], [], color=colours(i % 10), label=f) for i, f in enumerate(families)]
         handles += [Line2D([], [], color="black", linestyle=_LINESTYLES[i % len(_LINESTYLES)],
                            label=f"N = {N}") for i, N in enumerate(sizes)]
         handles.append(Line2D([], [], color="0.55", linestyle="--", label="claim's threshold"))
-        fig.legend(handles=handles, loc="lower center", ncol=min(6, len(handles)), frameon=False,
-                   fontsize=minimum_font())
+        legend = fig.legend(handles=handles, loc="lower center", ncol=min(4 if large else 6, len(handles)),
+                            frameon=False, fontsize=minimum_font())
         fig.suptitle("the probes along training (mean over seeds)")
-        fig.tight_layout(rect=(0, 0.1 if len(handles) > 6 else 0.06, 1, 1))
+        fig.canvas.draw()  # the panels leave the legend's height
+        fig.tight_layout(rect=(0, legend.get_window_extent().height / fig.bbox.height + 0.01, 1, 1))
     return fig

@@ -603,6 +603,32 @@ def test_relation_means_against_a_loop_over_queries():
         assert np.allclose(means[r], np.mean(rows, axis=0))
 
 
+def test_figures_from_a_file_without_records_to_draw_are_refused(tmp_path, capsys, monkeypatch):
+    """--from a model file, an empty file or another command's records: exit 2 naming the file, before any
+    figure is drawn or the folder made; a file with one threshold record is the control."""
+    from georecall.cli import commands_figures
+
+    drawn: list = []
+    monkeypatch.setattr(commands_figures, "make_figures",
+                        lambda records, out, **kw: drawn.append(records) or [])
+    model = tmp_path / "m.npz"
+    np.savez(model, E=np.zeros((4, 4)))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    trial = tmp_path / "trials.jsonl"
+    trial.write_text(json.dumps({"kind": "trial", "N": 8}) + "\n")
+    out = tmp_path / "fig"
+    for path, why in ((model, "not JSON: a model or other binary file?"), (empty, "(it is empty)"),
+                      (trial, "1 line of another kind")):
+        assert main(["figures", "--from", str(path), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"{path} holds no threshold or transfer records" in err and why in err
+    assert drawn == [] and not out.exists()
+    good = tmp_path / "thresholds.jsonl"
+    good.write_text(json.dumps(_records()[0]) + "\n")
+    assert main(["figures", "--from", str(good), "--out", str(out)]) == 0 and len(drawn) == 1
+
+
 def test_figures_say_what_the_results_file_did_not_give(tmp_path, capsys, monkeypatch):
     """Skipped lines and a record figure the file had nothing for are said (on stdout, and in --json)."""
     from georecall.cli import commands_figures

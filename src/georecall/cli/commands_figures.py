@@ -32,6 +32,7 @@ from georecall.experiments.figures import (
 )
 from georecall.experiments.sweep_records import read_sweep
 from georecall.memory import Estimate
+from georecall.results_files import require_kind
 
 __all__ = [
     "run_demo",
@@ -54,8 +55,8 @@ def run_figures(p: FiguresParams) -> dict:
     Raises
     ------
     InputError
-        A missing ``--from`` file, an unusable ``--out`` folder, no matplotlib, or the estimate over the
-        budget.
+        A missing ``--from`` file or one without a threshold or transfer record (empty, a model file, another
+        command's records), an unusable ``--out`` folder, no matplotlib, or the estimate over the budget.
     """
     est = Estimate("figures")
     if p.source:
@@ -68,6 +69,8 @@ def run_figures(p: FiguresParams) -> dict:
     dpi, formats = figure_options(p)
     require_matplotlib()
     contents = read_sweep(p.source, budget=p.budget) if p.source else None
+    if contents is not None:  # asked for record figures: a file with none to draw is refused, before any work
+        require_kind(contents, p.source, ("threshold", "transfer"), "threshold or transfer records")
     records = contents.records if contents is not None else []
     with figure_style(p.style):
         paths = make_figures(records, out, seed=p.seed, dpi=dpi, formats=formats)

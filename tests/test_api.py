@@ -169,7 +169,11 @@ def test_certify_takes_max_points_as_the_command_line_does(capsys):
     cert = gr.certify("geometric", N=16, R=2, max_points=1)
     code, doc = cli_json(["certify", "single-hop", "--N", "16", "--R", "2", "--max-points", "1"], capsys)
     assert cert.verdict == doc["verdict"] == "UNKNOWN" and code == 4 and not cert.passed
-    assert gr.certify("geometric", N=16, R=2).verdict == "CERTIFIED"
+    certified = gr.certify("geometric", N=16, R=2)
+    assert certified.verdict == "CERTIFIED"
+    # the object's line says "certified" only for a CERTIFIED verdict
+    assert "object examined: the canonical family" in str(cert) and "certified object" not in str(cert)
+    assert "certified object: the canonical family" in str(certified)
 
 
 def test_certify_is_the_command_lines_certify(capsys):

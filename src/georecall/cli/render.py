@@ -606,8 +606,9 @@ def _certify(doc: dict) -> list[str]:
             shown = "passed" if conf["check_passed"] else "FAILED"  # certify's name for the check's `passed`
             lines.append(f"confirmed by check on the witness task: accuracy {conf['accuracy']:.6%}, min "
                          f"margin {_fmt(conf['min_margin'])}, check {shown}")
-    if doc.get("fingerprint"):
-        lines.append(f"certified object: the canonical family and options, {doc['fingerprint']}")
+    if doc.get("fingerprint"):  # "certified" only for a CERTIFIED verdict: else the object examined
+        label = "certified object" if doc["verdict"] == "CERTIFIED" else "object examined"
+        lines.append(f"{label}: the canonical family and options, {doc['fingerprint']}")
         seeded = ((doc.get("declaration") or {}).get("falsification") or {}).get("seeded_model_fingerprint")
         if seeded:
             lines.append(f"  its model on the seeded task (as `check` prints it): {seeded}")

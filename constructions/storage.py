@@ -121,6 +121,9 @@ def load_model(path: str) -> tuple[Model, dict]:
     if not isinstance(meta, dict):
         raise InputError(f"{path!r}: the model header's meta is a {type(meta).__name__}, not an object")
     with damaged_input(path, "model file"):  # arrays or a structure that make no Model: one line
-        model = unflatten(header["structure"], arrays, meta=meta,
-                          readout_columns=None if columns is None else np.array(columns, dtype=np.int64))
+        try:
+            model = unflatten(header["structure"], arrays, meta=meta,
+                              readout_columns=None if columns is None else np.array(columns, dtype=np.int64))
+        except InputError as exc:  # the array's own refusal ("b1 has non-finite entries"), naming the file
+            raise InputError(f"{path!r}: {exc}") from None
     return model, header

@@ -91,6 +91,8 @@ class CheckResult:
     arith: str = "stored"  # "exact" (verify.checking.exact), or the dtype the verdict was computed in
     n_redecided: int = 0  # exact arith: queries the float64 bound left open or loose, computed exactly
     logit_bound: float = 0.0  # a-priori max |logit| from the stored weights (arithmetic.logit_bound)
+    right: np.ndarray | None = None  # with keep: certainly right (margin > 0 exactly; margins > 0 but for
+    # an exact margin nearer 0 than the smallest subnormal, whose lower end rounds to 0)
 
     @property
     def accuracy(self) -> float:
@@ -149,21 +151,27 @@ class _Tally:
         self.predictions = np.empty(shape, dtype=np.int64) if keep else None
         self.margins = np.empty(shape, dtype=np.float64) if keep else None
         self.highs = np.empty(shape, dtype=np.float64) if keep else None
+        self.right = np.empty(shape, dtype=bool) if keep else None
 
     def add(self, queries, position: int, predictions: np.ndarray, margins: np.ndarray,
-            hi: np.ndarray | None = None, computed: np.ndarray | None = None) -> None:
+            hi: np.ndarray | None = None, computed: np.ndarray | None = None,
+            positive: np.ndarray | None = None) -> None:
         """Record one block: ``queries`` a slice or an ascending index array, at read position index
         ``position``; ``margins`` certified lower bounds (exact: > 0), ``hi`` upper bounds (wrong: <= 0; None:
-        the margins are exact), ``computed`` the computed margins (for the rounding-bound summary)."""
+        the margins are exact), ``computed`` the computed margins (for the rounding-bound summary),
+        ``positive`` the exact re-decision's signs (``Certified.positive``: right where ``margins`` rounds an
+        exact positive margin to 0)."""
         q = np.arange(queries.start, queries.stop) if isinstance(queries, slice) else np.asarray(queries)
+        ok = margins > 0 if positive is None else (margins > 0) | positive
         if self.predictions is not None and self.margins is not None:
             target = (q, position) if self.predictions.ndim == 2 else q
             self.predictions[target], self.margins[target] = predictions, margins
             if self.highs is not None:
                 self.highs[target] = margins if hi is None else hi
+            if self.right is not None:
+                self.right[target] = ok
         if q.size == 0:
             return
-        ok = margins > 0
         if hi is not None:
             self.undecided += int(np.count_nonzero(~ok & (hi > 0)))
         if computed is not None:
@@ -202,7 +210,7 @@ class _Tally:
             n_queries=total, n_correct=int(self.correct.sum()),
             min_margin=float(self.min_margin) if total else float("inf"),
             argmin_query=self.argmin // self.per if total else -1, failures=failures,
-            predictions=self.predictions, margins=self.margins, margin_highs=self.highs,
+            predictions=self.predictions, margins=self.margins, margin_highs=self.highs, right=self.right,
             n_undecided=self.undecided,
             rounding_bound=self.bound, n_redecided=self.redecided,
             per_position=(self.correct / max(self.n, 1)).tolist() if answers.ndim == 2 else None, **kwargs)
@@ -258,7 +266,7 @@ class _Deferring:
             q = np.sort(np.concatenate(parts))
             cert = redecide(tokens[q], read_at[i], column_answers[q, i])
             self.tally.redecided += q.size
-            self.tally.add(q, i, cert.predictions, cert.lo, cert.hi, None)
+            self.tally.add(q, i, cert.predictions, cert.lo, cert.hi, None, cert.positive)
 
 
 def _choose_decoder(model: Model, decoder: str) -> tuple[Hypercube | None, str]:

@@ -361,6 +361,7 @@ class _Redecider:
         self.count += n
         preds = np.empty(n, dtype=np.int64)
         lo, hi, mid = np.empty(n), np.empty(n), np.empty(n)
+        positive = np.zeros(n, dtype=bool)  # the exact sign, also where lo rounds to 0 (below subnormals)
         width = max(1, self.model.d, self.model.mlp_width, min(self.model.n_out, READOUT_ROWS))
         per_query = INT_BYTES * 4 * width * max(1, tokens.shape[1]) ** 2
         step = max(1, self.budget.chunk_bytes() // per_query)
@@ -379,12 +380,13 @@ class _Redecider:
                 for j, q in enumerate(todo):
                     preds[q] = answers[q] if lq[j] > 0 else p[j]  # a positive margin: the answer is argmax
                     lo[q], hi[q] = _down(lq[j]), _upward(hq[j])
+                    positive[q] = lq[j] > 0
                     mid[q] = float((lq[j] + hq[j]) / 2) if math.isfinite(lo[q]) else lo[q]
                 decided = np.array([not (lq[j] <= 0 < hq[j]) for j in range(todo.size)], dtype=bool)
                 todo = todo[~decided]
                 if not todo.size:
                     break
-        return Certified(preds, mid, lo, hi)
+        return Certified(preds, mid, lo, hi, positive)
 
     def chains(self, prompts: np.ndarray, chains: np.ndarray):
         """Greedy decoding of each chain in exact arithmetic: step t reads the margin of the true ``v_t``;

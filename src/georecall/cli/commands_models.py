@@ -212,7 +212,9 @@ def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
              else np.asarray(result.margin_highs, dtype=np.float64).reshape(lows.shape))
     lo, hi = lows.min(axis=1), highs.min(axis=1)
     relation = tokens[:, k - 1] - N  # r_1: the relation applied first (the token before the subject)
-    correct = lo > 0
+    # certainly right: the exact sign (a margin nearer 0 than the smallest subnormal has lo = 0 but is > 0)
+    correct = np.asarray(lo > 0 if result.right is None
+                         else np.asarray(result.right).reshape(lows.shape).all(axis=1), dtype=bool)
     per_relation = []
     for r in range(R):  # a loop over relations, each vectorized over its queries
         mine = relation == r

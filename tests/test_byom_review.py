@@ -32,10 +32,10 @@ def arrays(scale: float = 1.0, dtype=np.float64) -> dict[str, np.ndarray]:
             "layers.0.mlp.b2": np.zeros(D, dtype)}
 
 
-def write(path, weights: dict[str, np.ndarray], table=None) -> str:
+def write(path, weights: dict[str, np.ndarray], table=None, structure=None) -> str:
     """The file a PyTorch user writes with ``np.savez`` from the documented format."""
-    header = {"format": "georecall-model-1", "structure": STRUCTURE, "readout_columns": None, "meta": {},
-              "record": {"N": N, "R": R, "k": 1}}
+    header = {"format": "georecall-model-1", "structure": structure or STRUCTURE, "readout_columns": None,
+              "meta": {}, "record": {"N": N, "R": R, "k": 1}}
     stored = {key.replace(".", "__"): value for key, value in weights.items()}
     stored["extra____task_table"] = np.arange(N)[None, :].repeat(R, 0) if table is None else table
     stored["__header__"] = np.array(json.dumps(header))
@@ -166,3 +166,22 @@ def test_a_damaged_array_is_refused_in_one_line_naming_the_file(tmp_path, capsys
     assert "damaged.npz" in err
     for word in words:
         assert word in err
+
+
+# ---------------------------------------------------------------------- what the report says it is about
+
+
+def test_a_hard_attention_model_is_labelled_an_idealization(tmp_path, capsys):
+    """docs/model_format.md: hard attention is the β → ∞ idealization, "labelled as such in reports"."""
+    weights = arrays()
+    weights.update({f"layers.0.attention.{name}": np.zeros((1, D, D if name in ("W_V", "W_O") else 1))
+                    for name in ("W_Q", "W_K", "W_V", "W_O")})
+    hard = [{"attention": {"kind": "hard", "inverse_temperature": 1.0}, "mlp": True}]
+    path = write(tmp_path / "hard.npz", weights, structure=hard)
+    code, doc, err = eval_json(path, capsys)
+    assert code == 0, err
+    assert doc is not None and "idealization" in doc["attention"] and "hard" in doc["attention"]
+    assert main(["eval", path]) == 0
+    assert "hard attention" in capsys.readouterr().out.splitlines()[0]
+    code, doc, err = eval_json(write(tmp_path / "plain.npz", arrays()), capsys)
+    assert code == 0 and doc is not None and "attention" not in doc

@@ -301,7 +301,19 @@ def run_eval(p: EvalParams) -> dict:
                     source={key: header_record.get(key) for key in ("construction", "mode", "d", "steps")
                         if key in header_record}, **_evaluation(result, tokens, task.N, task.R, k),
                     stored_dtype="+".join(sorted({str(a.dtype) for a in model.arrays().values()})),
-                    **fingerprints)
+                    **_idealized(model), **fingerprints)
+
+
+def _idealized(model) -> dict:
+    """``{"attention": ...}`` naming hard attention as the idealization it is (docs/model_format.md), or
+    nothing."""
+    hard = [i for i, layer in enumerate(model.layers)
+            if layer.attention is not None and layer.attention.kind == "hard"]
+    if not hard:
+        return {}
+    return {"attention": f"hard attention in layer(s) {', '.join(map(str, hard))}: the idealization "
+                         "β -> ∞ (uniform over the positions of maximal score), which no finite "
+                         "softmax computes"}
 
 
 def _arith_estimate(est: Estimate, model, arith: str, T: int, budget: memory.Budget) -> None:

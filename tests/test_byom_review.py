@@ -185,3 +185,24 @@ def test_a_hard_attention_model_is_labelled_an_idealization(tmp_path, capsys):
     assert "hard attention" in capsys.readouterr().out.splitlines()[0]
     code, doc, err = eval_json(write(tmp_path / "plain.npz", arrays()), capsys)
     assert code == 0 and doc is not None and "attention" not in doc
+
+
+# ------------------------------------------------------------------------- margins beyond float64's range
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_margins_beyond_float64_are_enclosed_and_the_overflow_is_no_warning(tmp_path, capsys, swap):
+    """E = U = 2^600·I: every exact margin is ±2^1200, beyond float64. The float64 pass overflows (by
+    design: those queries are decided exactly), which is no warning to the user; each interval still
+    contains the exact margin: [largest float64, +inf] above the range, [-inf, -largest float64] below."""
+    weights = arrays(2.0**600)
+    table = np.array([[1, 0, 2, 3]]) if swap else np.arange(N)[None, :]
+    code, doc, err = eval_json(write(tmp_path / "huge.npz", weights, table), capsys)
+    assert code == 0, err
+    assert doc is not None and "warnings" not in doc and err == ""
+    assert Fraction(doc["n_correct"], doc["queries"]) == exact_accuracy(weights, table)
+    biggest = float(np.finfo(np.float64).max)
+    if swap:  # the smallest margin is -2^1200: its interval is [-inf (null in strict JSON), -largest]
+        assert doc["min_margin"]["lo"] is None and doc["min_margin"]["hi"] == -biggest
+    else:
+        assert doc["min_margin"]["lo"] == biggest and doc["min_margin"]["hi"] is None

@@ -35,6 +35,7 @@ block, so a model with many outputs is never held as Python integers at once.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -59,6 +60,8 @@ TIGHT = 0.999
 INT_BYTES = 96
 # Rows of the read-out converted to Python integers at once.
 READOUT_ROWS = 4096
+# The largest float64: an exact margin beyond it is enclosed as [_LARGEST, inf] ([-inf, -_LARGEST]).
+_LARGEST = float(np.finfo(np.float64).max)
 
 
 def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions: np.ndarray | None = None,
@@ -116,11 +119,16 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
     """
     if arith not in ARITHS:
         raise InputError(f"arith must be one of {ARITHS}, got {arith!r}")
+    # exact: the float64 pass may overflow (its bounds are then infinite and the query is decided again
+    # exactly), which is no warning to the user; a computation in another arith keeps NumPy's warnings
+    quiet = np.errstate(over="ignore", invalid="ignore") if arith == "exact" else contextlib.nullcontext()
     if decode:
         run = _cast(model, np.dtype(np.float64 if arith == "exact" else arith))
-        result = check_decoding(run, tokens, answers, chunk=chunk, keep=keep, max_failures=max_failures,
-                                progress=progress, decoder=decoder, forward=forward, budget=budget,
-                                redecide=_Redecider(model, as_budget(budget)) if arith == "exact" else None)
+        with quiet:
+            result = check_decoding(run, tokens, answers, chunk=chunk, keep=keep, max_failures=max_failures,
+                                    progress=progress, decoder=decoder, forward=forward, budget=budget,
+                                    redecide=_Redecider(model, as_budget(budget)) if arith == "exact"
+                                    else None)
         result.arith = arith
         return result
     kwargs: dict[str, Any] = dict(positions=positions, chunk=chunk, keep=keep, max_failures=max_failures,
@@ -139,7 +147,8 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
         return result
     wide = _cast(model, np.dtype(np.float64))
     redecider = _Redecider(model, as_budget(budget))
-    result = check_queries(wide, tokens, answers, redecide=redecider, tight=TIGHT, **kwargs)
+    with quiet:
+        result = check_queries(wide, tokens, answers, redecide=redecider, tight=TIGHT, **kwargs)
     result.arith = "exact"
     return result
 
@@ -381,7 +390,8 @@ class _Redecider:
                     preds[q] = answers[q] if lq[j] > 0 else p[j]  # a positive margin: the answer is argmax
                     lo[q], hi[q] = _down(lq[j]), _upward(hq[j])
                     positive[q] = lq[j] > 0
-                    mid[q] = float((lq[j] + hq[j]) / 2) if math.isfinite(lo[q]) else lo[q]
+                    mid[q] = (float((lq[j] + hq[j]) / 2) if math.isfinite(lo[q]) and math.isfinite(hi[q])
+                              else lo[q] if math.isfinite(lo[q]) else hi[q])
                 decided = np.array([not (lq[j] <= 0 < hq[j]) for j in range(todo.size)], dtype=bool)
                 todo = todo[~decided]
                 if not todo.size:
@@ -594,22 +604,22 @@ def _scaled(mpf_tuple, G: int, ceil: bool) -> int:
 
 
 def _down(q: Fraction) -> float:
-    """The largest float64 <= q (−inf below the range)."""
+    """The largest float64 <= q (−inf below the range; the largest float64 above it)."""
     try:
         f = float(q)
     except OverflowError:
-        return np.inf if q > 0 else -np.inf
+        return _LARGEST if q > 0 else -np.inf
     if Fraction(f) > q if math.isfinite(f) else f > 0:
         f = float(np.nextafter(f, -np.inf))
     return f
 
 
 def _upward(q: Fraction) -> float:
-    """The smallest float64 >= q (+inf above the range)."""
+    """The smallest float64 >= q (+inf above the range; minus the largest float64 below it)."""
     try:
         f = float(q)
     except OverflowError:
-        return np.inf if q > 0 else -np.inf
+        return np.inf if q > 0 else -_LARGEST
     if Fraction(f) < q if math.isfinite(f) else f < 0:
         f = float(np.nextafter(f, np.inf))
     return f

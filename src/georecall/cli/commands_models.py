@@ -207,6 +207,23 @@ def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
     exact <= hi``, so the minimum, mean and each quantile of the exact margins lie between those of ``lo``
     and of ``hi``)."""
     assert result.margins is not None and result.predictions is not None  # checked with keep=True
+    with np.errstate(invalid="ignore"):  # a mean or quantile over margins of +inf and -inf is NaN (null)
+        return _summary(result, tokens, N, R, k)
+
+
+def _mean(values: np.ndarray) -> float:
+    """The mean of finite margins near float64's largest without overflowing in the sum (±inf, NaN as
+    NumPy's mean gives them)."""
+    with np.errstate(over="ignore"):
+        mean = float(values.mean())
+    if not math.isfinite(mean) and np.isfinite(values).all():
+        mean = float((values / values.size).sum())
+    return mean
+
+
+def _summary(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
+    """:func:`_evaluation`'s document."""
+    assert result.margins is not None and result.predictions is not None  # checked with keep=True
     lows = np.asarray(result.margins, dtype=np.float64).reshape(tokens.shape[0], -1)
     highs = (lows if result.margin_highs is None
              else np.asarray(result.margin_highs, dtype=np.float64).reshape(lows.shape))
@@ -221,7 +238,7 @@ def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
         per_relation.append({"relation": r, "queries": int(mine.sum()),
                              "accuracy": float(correct[mine].mean()) if mine.any() else None,
                              "min_margin": _interval(lo[mine].min(), hi[mine].min()) if mine.any() else None,
-                             "mean_margin": _interval(lo[mine].mean(), hi[mine].mean()) if mine.any()
+                             "mean_margin": _interval(_mean(lo[mine]), _mean(hi[mine])) if mine.any()
                              else None})
     quantiles = ({f"q{q:g}": _interval(np.quantile(lo, q), np.quantile(hi, q)) for q in (0.01, 0.1, 0.5)}
                  if lo.size else {})
@@ -234,7 +251,7 @@ def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
             if result.arith == "exact" else f"interval [lo, hi] certified from a {result.arith} computation "
             "(weights cast to it)",
             "min_margin": _interval(lo.min(), hi.min()) if n else None,
-            "mean_margin": _interval(lo.mean(), hi.mean()) if n else None, "margin_quantiles": quantiles,
+            "mean_margin": _interval(_mean(lo), _mean(hi)) if n else None, "margin_quantiles": quantiles,
             "ties": int(((lo == 0) & (hi == 0)).sum()), "per_relation": per_relation,
             "forward": result.forward, "decoder": result.decoder, "dtype": result.dtype,
             **({"note": result.fallback} if result.fallback else {})}

@@ -206,3 +206,23 @@ def test_margins_beyond_float64_are_enclosed_and_the_overflow_is_no_warning(tmp_
         assert doc["min_margin"]["lo"] is None and doc["min_margin"]["hi"] == -biggest
     else:
         assert doc["min_margin"]["lo"] == biggest and doc["min_margin"]["hi"] is None
+
+
+# ---------------------------------------------------------------------- what is not a model file at all
+
+
+@pytest.mark.parametrize("kind", ["text", "npy", "object npy"])
+def test_gr_load_of_a_file_that_is_no_npz_says_so_in_the_commands_words(tmp_path, kind):
+    """``gr.load`` read a ``.npy`` array into a TypeError traceback, and a text file into NumPy's advice to
+    load it "unsafely" (pickle); ``georecall eval`` says the file is no readable .npz; so does gr.load."""
+    import georecall as gr
+
+    path = tmp_path / "model.npz"
+    if kind == "text":
+        path.write_text("hello")
+    else:
+        with open(path, "wb") as handle:
+            np.save(handle, np.zeros(3) if kind == "npy" else np.array([{}], dtype=object), allow_pickle=True)
+    with pytest.raises(InputError, match=r"model\.npz.* is not a readable \.npz file") as caught:
+        gr.load(str(path))
+    assert "unsafely" not in str(caught.value) and "pickle" not in str(caught.value)

@@ -226,3 +226,37 @@ def test_gr_load_of_a_file_that_is_no_npz_says_so_in_the_commands_words(tmp_path
     with pytest.raises(InputError, match=r"model\.npz.* is not a readable \.npz file") as caught:
         gr.load(str(path))
     assert "unsafely" not in str(caught.value) and "pickle" not in str(caught.value)
+
+
+# ------------------------------------------------------- the record's k and cot, read alike by every command
+
+
+def write_record(path, **record) -> str:
+    """The hand-written file, with ``record`` fields of its header replaced."""
+    write(path, arrays())
+    with np.load(path) as data:
+        stored = {key: data[key] for key in data.files}
+    header = json.loads(str(stored["__header__"]))
+    header["record"].update(record)
+    stored["__header__"] = np.array(json.dumps(header))
+    np.savez(path, **stored)
+    return str(path)
+
+
+@pytest.mark.parametrize("record, words", [
+    ({"k": "two"}, "records k = 'two'"),       # was an internal error (exit 3) in export
+    ({"k": 1.9}, "records k = 1.9"),           # export read it as k = 1
+    ({"k": 0}, "records k = 0"),               # export read it as k = 1
+    ({"k": 10**30}, "records k = 1000000000000000000000000000000"),   # export ran out of memory
+    ({"cot": "false"}, "records cot = 'false'"),  # export decoded a chain of thought ("false" is true)
+])
+def test_export_reads_the_records_k_and_cot_as_eval_does(tmp_path, capsys, monkeypatch, record, words):
+    from georecall import exporters  # the export extra: its library is not needed to refuse the file
+
+    monkeypatch.setattr(exporters, "require", lambda to: None)
+    path = write_record(tmp_path / "m.npz", **record)
+    for argv in (["eval", path], ["export", "--to", "onnx", "--model", path, str(tmp_path / "out")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

@@ -194,7 +194,7 @@ def run_probe(p: ProbeParams) -> dict:
     return document(p, params, est, model=p.model, N=task.N, R=task.R, **result)
 
 
-def _interval(lo: np.ndarray, hi: np.ndarray) -> dict:
+def _interval(lo: np.ndarray | float, hi: np.ndarray | float) -> dict:
     """``{"lo", "hi", "width"}`` of an interval that contains an exact value."""
     lo_v, hi_v = float(lo), float(hi)
     return {"lo": lo_v, "hi": hi_v, "width": hi_v - lo_v if math.isfinite(hi_v - lo_v) else None}
@@ -280,13 +280,7 @@ def run_eval(p: EvalParams) -> dict:
     header_record = _model_record(p.model)
     fingerprints: dict[str, Any] = {"fingerprint": model_fingerprint(model),
                                     "saved_fingerprint": _saved_fingerprint(p.model)}
-    k = p.k if p.k is not None else header_record.get("k", 1)
-    recorded_cot = header_record.get("cot", False)
-    if not isinstance(recorded_cot, bool):  # "false" would be true: refuse what would be misread
-        raise InputError(f"the model file records cot = {recorded_cot!r}; expected true or false")
-    cot = p.cot or recorded_cot
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= LIMITS["k"]:
-        raise InputError(f"the model file records k = {k!r}; pass --k (1..{LIMITS['k']})")
+    k, cot = _hops(header_record, p.k, p.cot)
     if model.n_entities != task.N or model.n_relations != task.R:
         raise InputError(f"the model has N = {model.n_entities} entities and R = {model.n_relations} "
                          f"relations, its task N = {task.N}, R = {task.R}")
@@ -366,6 +360,19 @@ def _saved_fingerprint(path: str) -> str | None:
     """The fingerprint a model file's header records (``save_model`` writes it), or None."""
     saved = _file_header(path).get("fingerprint")
     return saved if isinstance(saved, str) else None
+
+
+def _hops(record: dict, k: int | None, cot: bool) -> tuple[int, bool]:
+    """The k and cot of a model file: ``--k`` and ``--cot`` when given, else its record's, which must be an
+    integer in 1..LIMITS["k"] and a boolean (``"false"`` would be true, 1.9 would be 1: refused, not
+    misread). The one reading of ``eval`` and ``export --model``."""
+    recorded_cot = record.get("cot", False)
+    if not isinstance(recorded_cot, bool):  # "false" would be true: refuse what would be misread
+        raise InputError(f"the model file records cot = {recorded_cot!r}; expected true or false")
+    k = k if k is not None else record.get("k", 1)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= LIMITS["k"]:
+        raise InputError(f"the model file records k = {k!r}; pass --k (1..{LIMITS['k']})")
+    return k, cot or recorded_cot
 
 
 def _model_record(path: str) -> dict:
@@ -598,8 +605,7 @@ def _export_model_file(p: ExportParams):
         raise InputError(f"the task has N = {task.N}, R = {task.R}, but the model has N = "
                          f"{model.n_entities}, R = {model.n_relations}")
     stored = _model_record(p.model)
-    k = p.k if p.k is not None else int(stored.get("k", 1) or 1)
-    cot = p.cot or bool(stored.get("cot", False))
+    k, cot = _hops(stored, p.k, p.cot)
     require_enumerable(task.N, task.R, k)
     record = {"model": p.model, "task": p.task, "k": k, "cot": cot, "model_record": stored}
     return model, task, query_set(task, k, greedy=cot), None, record, est

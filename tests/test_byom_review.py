@@ -260,3 +260,15 @@ def test_export_reads_the_records_k_and_cot_as_eval_does(tmp_path, capsys, monke
         err = capsys.readouterr().err
         assert words in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_arith_narrower_than_the_weights_range_is_refused_as_such(tmp_path, capsys):
+    """``--arith float32`` of finite float64 weights beyond float32's range: the cast overflows, which was
+    refused as if the file held non-finite entries ("unembedding has non-finite entries")."""
+    path = write(tmp_path / "wide.npz", arrays(2.0**200))
+    assert main(["eval", path, "--arith", "float32"]) == 2
+    err = capsys.readouterr().err
+    assert "non-finite" not in err and "float32" in err and "entity_embedding" in err
+    assert "Traceback" not in err and "RuntimeWarning" not in err
+    code, doc, err = eval_json(path, capsys)  # the stored weights' own verdict
+    assert code == 0 and doc is not None and doc["accuracy"] == 1.0

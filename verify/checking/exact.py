@@ -210,9 +210,18 @@ def exact_bytes(model: Model, T: int, budget: Budget | None = None) -> int:
 
 
 def _cast(model: Model, dtype: np.dtype) -> Model:
-    """``model`` with every array in ``dtype`` (itself when all already are)."""
+    """``model`` with every array in ``dtype`` (itself when all already are); an array whose finite values
+    overflow ``dtype`` is refused as such (not as "non-finite entries" of the cast copy)."""
     if all(a.dtype == dtype for a in model.arrays().values()):
         return model
+    for name, a in model.arrays().items():
+        if a.dtype.itemsize > dtype.itemsize:
+            with np.errstate(over="ignore"):
+                overflows = not np.isfinite(a.astype(dtype)).all()
+            if overflows:
+                raise InputError(f"{name} holds values beyond {dtype}'s largest ({np.finfo(dtype).max:g}): a "
+                                 f"computation in {dtype} (arith {dtype}) cannot hold these weights; arith "
+                                 "exact gives the stored weights' own verdict")
     return model.astype(dtype)
 
 

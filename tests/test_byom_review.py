@@ -272,3 +272,25 @@ def test_arith_narrower_than_the_weights_range_is_refused_as_such(tmp_path, caps
     assert "Traceback" not in err and "RuntimeWarning" not in err
     code, doc, err = eval_json(path, capsys)  # the stored weights' own verdict
     assert code == 0 and doc is not None and doc["accuracy"] == 1.0
+
+
+def test_a_chain_of_thought_with_margins_below_the_smallest_subnormal_is_decoded_by_exact_signs(tmp_path,
+                                                                                               capsys):
+    """C1 (chain of thought) with its read-out ±1/√3 replaced by ±2^-1074: the same argmax at every step
+    (a positive multiple of the read-out), every exact margin about 0.96·2^-1074, below float64's smallest
+    subnormal. Each chain is right (it was 16/32: a step whose lower end rounds to 0 ended its chain)."""
+    from georecall.constructions import registry
+    from georecall.constructions.storage import save_model
+    from georecall.theory.tasks import task_for_seed
+
+    task = task_for_seed(8, 2, 0)
+    model = registry.get("C1").build(task, 2).model
+    assert set(np.unique(np.abs(model.unembedding))) == {1 / np.sqrt(3)}  # control: the sign is the read-out
+    for scale in (1.0, 2.0**-1074):
+        path = save_model(model.replace(unembedding=np.sign(model.unembedding) * scale),
+                          str(tmp_path / "cot.npz"), extra_arrays={"task_table": task.table}, k=2, cot=True)
+        code, doc, err = eval_json(path, capsys)
+        assert code == 0, err
+        assert doc is not None and doc["cot"] and doc["n_undecided"] == 0
+        assert doc["accuracy"] == 1.0
+        assert doc["min_margin"]["lo"] <= 0.9622504486493763 * scale <= doc["min_margin"]["hi"]

@@ -655,10 +655,11 @@ def check_decoding(
     if not used_tables:
         run = _readout_model(model, model.readout.columns) if cube is not None else model
         _decode_dense(run, steps, chunk or chunk_size(model, prompts.shape[1] + chains.shape[1], array_bytes))
-    per_query, per_query_hi, n_redecided = _chain_verdicts(steps, redecide)
+    per_query, per_query_hi, n_redecided, right = _chain_verdicts(steps, redecide)
     n = chains.shape[0]
     tally = _Tally(n, 1, False, max_failures, (n,))
-    tally.add(slice(0, n), 0, steps.predictions[:, -1], per_query, per_query_hi, steps.computed.min(axis=1))
+    tally.add(slice(0, n), 0, steps.predictions[:, -1], per_query, per_query_hi, steps.computed.min(axis=1),
+              right)
     result = tally.result(prompts, chains[:, -1], seconds=time.perf_counter() - start,
                           decoder=steps.reading.decoder, forward="tables" if used_tables else "dense",
                           fallback="; ".join(r for r in (why_decoder, why_forward) if r),
@@ -668,7 +669,7 @@ def check_decoding(
     result.n_redecided = n_redecided
     if keep:
         result.predictions, result.margins = steps.predictions, steps.margins
-        result.margin_highs = steps.highs
+        result.margin_highs, result.right = steps.highs, right
     return result
 
 
@@ -724,9 +725,10 @@ def _decode_dense(run: Model, steps: _Steps, chunk: int) -> None:
         print(file=sys.stderr)
 
 
-def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, int]:
+def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """Each chain's certified margin interval ``(lo, hi)``, with the open chains decoded again by
-    ``redecide`` (which overwrites their steps); and how many were."""
+    ``redecide`` (which overwrites their steps); how many were; and whether each chain is certainly right
+    (``lo > 0``, or decoded right exactly where a step's lower end rounds to 0)."""
     # A chain is exact when every step is certified; certainly wrong when its first uncertified step is
     # certainly wrong (the steps before it fed exactly the true tokens back); undecided otherwise.
     n, k = steps.chains.shape
@@ -738,8 +740,9 @@ def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, in
     per_query_hi = np.where(open_step.any(axis=1), highs[rows, first], np.inf) if k else per_query
     open_chain = ~(per_query > 0) & (per_query_hi > 0)
     redecided = (np.flatnonzero(open_chain) if redecide is not None and k else np.zeros(0, dtype=np.int64))
+    right = per_query > 0
     if len(redecided):
         q = redecided
-        steps.predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q] = redecide.chains(
-            steps.prompts[q], steps.chains[q])
-    return per_query, per_query_hi, len(redecided)
+        steps.predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q], right[q] = \
+            redecide.chains(steps.prompts[q], steps.chains[q])
+    return per_query, per_query_hi, len(redecided), right

@@ -411,9 +411,11 @@ class _Redecider:
         """Greedy decoding of each chain in exact arithmetic: step t reads the margin of the true ``v_t``;
         a step decided right feeds ``v_t`` back (it is then the argmax), the first step that is not ends the
         chain. Returns the last step's predictions, each chain's margin interval (its first open or wrong
-        step's, else the smallest over its steps) and every step's interval (``−inf`` after the end)."""
+        step's, else the smallest over its steps), every step's interval (``−inf`` after the end), and whether
+        each chain is right (every step's exact margin > 0, also where its lower end rounds to 0)."""
         n, k = chains.shape
         step_lo, step_hi = np.full((n, k), -np.inf), np.full((n, k), -np.inf)
+        step_right = np.zeros((n, k), dtype=bool)
         predictions = np.zeros(n, dtype=np.int64)
         seq = np.asarray(prompts, dtype=np.int64)
         alive = np.arange(n)
@@ -424,13 +426,15 @@ class _Redecider:
             step_lo[alive, t], step_hi[alive, t] = cert.lo, cert.hi
             predictions[alive] = cert.predictions
             seq = np.concatenate([seq, chains[:, t : t + 1]], axis=1)
-            alive = alive[cert.lo > 0]
+            right = cert.lo > 0 if cert.positive is None else cert.positive
+            step_right[alive, t] = right
+            alive = alive[right]
         done = np.isin(np.arange(n), alive)
-        first = (step_lo <= 0).argmax(axis=1)
+        first = (~step_right).argmax(axis=1)
         rows = np.arange(n)
         lo = np.where(done, step_lo.min(axis=1), step_lo[rows, first])
         hi = np.where(done, step_hi.min(axis=1), step_hi[rows, first])
-        return predictions, lo, hi, step_lo, step_hi
+        return predictions, lo, hi, step_lo, step_hi, done
 
     # --- the pass
 

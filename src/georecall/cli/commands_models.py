@@ -230,8 +230,8 @@ def _summary(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
     lo, hi = lows.min(axis=1), highs.min(axis=1)
     relation = tokens[:, k - 1] - N  # r_1: the relation applied first (the token before the subject)
     # certainly right: the exact sign (a margin nearer 0 than the smallest subnormal has lo = 0 but is > 0)
-    correct = np.asarray(lo > 0 if result.right is None
-                         else np.asarray(result.right).reshape(lows.shape).all(axis=1), dtype=bool)
+    correct = np.asarray(lo > 0 if result.right is None  # per query, or per chain (decoding)
+                         else np.asarray(result.right).reshape(lows.shape[0], -1).all(axis=1), dtype=bool)
     per_relation = []
     for r in range(R):  # a loop over relations, each vectorized over its queries
         mine = relation == r

@@ -584,7 +584,8 @@ def _export_construction(p: ExportParams):
         print(f"building {spec.label} at N = {p.N}, R = {p.R}, k = {k}", file=sys.stderr, flush=True)
     built = spec.builder(task, k, rng=seeds.rng(p.seed, "codes"), **codes, **options)
     record = {"construction": spec.id, "N": p.N, "R": p.R, "k": k, "seed": p.seed, "codes": built.codes.kind,
-              "D": built.codes.D, **options, "task": p.task}
+              "D": built.codes.D, **options, "task": p.task,
+              "builder_options": dict(p.builder_options or {})}  # as a refusal records them
     return built.model, task, query_set(task, k, greedy=spec.decoding == "greedy"), built.promise, record, est
 
 

@@ -49,7 +49,8 @@ of integers are exact in any order), and every attention output is checked to be
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Literal
@@ -118,14 +119,30 @@ def _frozen_array(value, name: str, ndim: int) -> np.ndarray:
     """A read-only floating-point array for a Model. An array that is read-only throughout (itself and every
     array it is a view of), floating-point and C-contiguous is taken as it is (builders freeze their large
     tables, so a model of N = 2^20 entities is not copied); anything else is copied, so that no caller can
-    change a Model's weights afterwards. Finiteness is checked in row blocks (no full-size temporary)."""
+    change a Model's weights afterwards. Finiteness is checked in row blocks (no full-size temporary).
+
+    Nothing is rounded on the way in: integers are taken as float64 only when every one is exact there
+    (|value| <= 2^53), a float wider than float64 (long double) only when every value is a float64, and a
+    masked array only when no entry is masked (its hidden data is no weight); anything else is refused."""
+    if np.ma.isMaskedArray(value) and np.ma.is_masked(value):
+        raise InputError(f"{name} is a masked array with masked entries: fill them first "
+                         "(array.filled(value)); the data under a mask is not a weight")
     given = np.asarray(value)
     if (type(value) is np.ndarray and value.dtype.kind == "f" and value.dtype.isnative
-            and value.flags.c_contiguous and _read_only_throughout(value)):
+            and value.flags.c_contiguous and _read_only_throughout(value) and value.dtype.itemsize <= 8):
         array = value
     else:  # np.array(..., copy=True) of a subclass is a plain ndarray (subok=False): none of its methods run
-        dtype = np.float64 if given.dtype.kind in "iub" else given.dtype.newbyteorder("=")
+        wide = given.dtype.kind == "f" and given.dtype.itemsize > 8
+        dtype = np.float64 if given.dtype.kind in "iub" or wide else given.dtype.newbyteorder("=")
         array = np.array(value, dtype=dtype, copy=True)
+        if given.dtype.kind in "iu" and given.size and (
+                int(given.max()) > 2**53 or int(given.min()) < -(2**53)):
+            raise InputError(f"{name} holds integers beyond 2^53 in magnitude, which float64 would round: "
+                             "scale them down, or cast them yourself if rounding is intended")
+        if wide and not np.array_equal(array.astype(given.dtype), given, equal_nan=True):
+            raise InputError(f"{name} is {given.dtype} with values that float64 would round: cast it "
+                             "(array.astype(numpy.float64)) if rounding is intended; the model is checked "
+                             "in exact arithmetic of float64 (or narrower) values")
     if array.dtype.kind != "f":
         raise InputError(f"{name} must be a floating-point array, got dtype {array.dtype}")
     if array.ndim != ndim:
@@ -700,6 +717,15 @@ def forward_fingerprint(model: Model, skip: Iterable[str] = ()) -> str:
 _TEMPLATE = object()
 
 
+@contextmanager
+def _naming(part: str) -> Iterator[None]:
+    """A refusal of one layer's part (``b1 has non-finite entries``) names it (``layers.0.mlp: ...``)."""
+    try:
+        yield
+    except InputError as exc:
+        raise InputError(f"{part}: {exc}") from None
+
+
 def unflatten(
     template: Model | list[dict], arrays: Mapping[str, np.ndarray], *, meta: dict | None = None,
     readout_columns=_TEMPLATE,
@@ -757,18 +783,16 @@ def unflatten(
         if spec.get("attention") is not None:
             p = f"layers.{i}.attention."
             kind = spec["attention"].get("kind")
-            att = Attention(
-                kind,
-                take(p + "W_V"),
-                take(p + "W_O"),
-                take(p + "W_Q", kind != "uniform"),
-                take(p + "W_K", kind != "uniform"),
-                float(spec["attention"].get("inverse_temperature", 1.0)),
-            )
+            given = (take(p + "W_V"), take(p + "W_O"), take(p + "W_Q", kind != "uniform"),
+                     take(p + "W_K", kind != "uniform"))
+            with _naming(p[:-1]):
+                att = Attention(kind, *given, float(spec["attention"].get("inverse_temperature", 1.0)))
         mlp = None
         if spec.get("mlp"):
             p = f"layers.{i}.mlp."
-            mlp = MLP(take(p + "W1"), take(p + "b1"), take(p + "W2"), take(p + "b2"))
+            given = (take(p + "W1"), take(p + "b1"), take(p + "W2"), take(p + "b2"))
+            with _naming(p[:-1]):
+                mlp = MLP(*given)
         layers.append(Layer(att, mlp))
     model = Model(
         take("entity_embedding"),

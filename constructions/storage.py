@@ -6,6 +6,8 @@ without pickle and read back by :func:`load_model` (``allow_pickle=False``) thro
 from __future__ import annotations
 
 import json
+import os
+import zipfile
 
 import numpy as np
 
@@ -92,6 +94,9 @@ def load_model(path: str) -> tuple[Model, dict]:
         A file that cannot be read as ``.npz``, is not a georecall model (no or a bad header, an unknown
         format, bad ``readout_columns``), or whose arrays do not make a Model (:func:`unflatten`).
     """
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):  # np.load would read a .npy, or talk pickle
+        raise InputError(f"{path!r} is not a readable .npz file (not a zip archive: a model file is an .npz, "
+                         "docs/model_format.md)")
     try:
         data = np.load(path, allow_pickle=False)
     except Exception as exc:  # OSError, ValueError, zipfile.BadZipFile, EOFError, ...: the reader's word
@@ -121,6 +126,9 @@ def load_model(path: str) -> tuple[Model, dict]:
     if not isinstance(meta, dict):
         raise InputError(f"{path!r}: the model header's meta is a {type(meta).__name__}, not an object")
     with damaged_input(path, "model file"):  # arrays or a structure that make no Model: one line
-        model = unflatten(header["structure"], arrays, meta=meta,
-                          readout_columns=None if columns is None else np.array(columns, dtype=np.int64))
+        try:
+            model = unflatten(header["structure"], arrays, meta=meta,
+                              readout_columns=None if columns is None else np.array(columns, dtype=np.int64))
+        except InputError as exc:  # the array's own refusal ("b1 has non-finite entries"), naming the file
+            raise InputError(f"{path!r}: {exc}") from None
     return model, header

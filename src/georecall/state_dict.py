@@ -76,6 +76,9 @@ def _array(value, key: str) -> np.ndarray:
             raise InputError(f"state_dict[{key!r}] has dtype {name}, which NumPy cannot hold ({exc}); cast "
                              f"it first, e.g. state_dict[{key!r}].double() (exact for every float "
                              "format)") from None
+    if np.ma.isMaskedArray(value) and np.ma.is_masked(value):  # np.asarray would read the hidden data
+        raise InputError(f"state_dict[{key!r}] is a masked array with masked entries: fill them first "
+                         "(array.filled(value)); the data under a mask is not a weight")
     array = np.asarray(value)
     if array.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 inside a NumPy array
         array = array.astype(np.float32)  # exact

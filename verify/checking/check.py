@@ -91,6 +91,8 @@ class CheckResult:
     arith: str = "stored"  # "exact" (verify.checking.exact), or the dtype the verdict was computed in
     n_redecided: int = 0  # exact arith: queries the float64 bound left open or loose, computed exactly
     logit_bound: float = 0.0  # a-priori max |logit| from the stored weights (arithmetic.logit_bound)
+    right: np.ndarray | None = None  # with keep: certainly right (margin > 0 exactly; margins > 0 but for
+    # an exact margin nearer 0 than the smallest subnormal, whose lower end rounds to 0)
 
     @property
     def accuracy(self) -> float:
@@ -149,21 +151,27 @@ class _Tally:
         self.predictions = np.empty(shape, dtype=np.int64) if keep else None
         self.margins = np.empty(shape, dtype=np.float64) if keep else None
         self.highs = np.empty(shape, dtype=np.float64) if keep else None
+        self.right = np.empty(shape, dtype=bool) if keep else None
 
     def add(self, queries, position: int, predictions: np.ndarray, margins: np.ndarray,
-            hi: np.ndarray | None = None, computed: np.ndarray | None = None) -> None:
+            hi: np.ndarray | None = None, computed: np.ndarray | None = None,
+            positive: np.ndarray | None = None) -> None:
         """Record one block: ``queries`` a slice or an ascending index array, at read position index
         ``position``; ``margins`` certified lower bounds (exact: > 0), ``hi`` upper bounds (wrong: <= 0; None:
-        the margins are exact), ``computed`` the computed margins (for the rounding-bound summary)."""
+        the margins are exact), ``computed`` the computed margins (for the rounding-bound summary),
+        ``positive`` the exact re-decision's signs (``Certified.positive``: right where ``margins`` rounds an
+        exact positive margin to 0)."""
         q = np.arange(queries.start, queries.stop) if isinstance(queries, slice) else np.asarray(queries)
+        ok = margins > 0 if positive is None else (margins > 0) | positive
         if self.predictions is not None and self.margins is not None:
             target = (q, position) if self.predictions.ndim == 2 else q
             self.predictions[target], self.margins[target] = predictions, margins
             if self.highs is not None:
                 self.highs[target] = margins if hi is None else hi
+            if self.right is not None:
+                self.right[target] = ok
         if q.size == 0:
             return
-        ok = margins > 0
         if hi is not None:
             self.undecided += int(np.count_nonzero(~ok & (hi > 0)))
         if computed is not None:
@@ -202,7 +210,7 @@ class _Tally:
             n_queries=total, n_correct=int(self.correct.sum()),
             min_margin=float(self.min_margin) if total else float("inf"),
             argmin_query=self.argmin // self.per if total else -1, failures=failures,
-            predictions=self.predictions, margins=self.margins, margin_highs=self.highs,
+            predictions=self.predictions, margins=self.margins, margin_highs=self.highs, right=self.right,
             n_undecided=self.undecided,
             rounding_bound=self.bound, n_redecided=self.redecided,
             per_position=(self.correct / max(self.n, 1)).tolist() if answers.ndim == 2 else None, **kwargs)
@@ -258,7 +266,7 @@ class _Deferring:
             q = np.sort(np.concatenate(parts))
             cert = redecide(tokens[q], read_at[i], column_answers[q, i])
             self.tally.redecided += q.size
-            self.tally.add(q, i, cert.predictions, cert.lo, cert.hi, None)
+            self.tally.add(q, i, cert.predictions, cert.lo, cert.hi, None, cert.positive)
 
 
 def _choose_decoder(model: Model, decoder: str) -> tuple[Hypercube | None, str]:
@@ -647,10 +655,11 @@ def check_decoding(
     if not used_tables:
         run = _readout_model(model, model.readout.columns) if cube is not None else model
         _decode_dense(run, steps, chunk or chunk_size(model, prompts.shape[1] + chains.shape[1], array_bytes))
-    per_query, per_query_hi, n_redecided = _chain_verdicts(steps, redecide)
+    per_query, per_query_hi, n_redecided, right = _chain_verdicts(steps, redecide)
     n = chains.shape[0]
     tally = _Tally(n, 1, False, max_failures, (n,))
-    tally.add(slice(0, n), 0, steps.predictions[:, -1], per_query, per_query_hi, steps.computed.min(axis=1))
+    tally.add(slice(0, n), 0, steps.predictions[:, -1], per_query, per_query_hi, steps.computed.min(axis=1),
+              right)
     result = tally.result(prompts, chains[:, -1], seconds=time.perf_counter() - start,
                           decoder=steps.reading.decoder, forward="tables" if used_tables else "dense",
                           fallback="; ".join(r for r in (why_decoder, why_forward) if r),
@@ -660,7 +669,7 @@ def check_decoding(
     result.n_redecided = n_redecided
     if keep:
         result.predictions, result.margins = steps.predictions, steps.margins
-        result.margin_highs = steps.highs
+        result.margin_highs, result.right = steps.highs, right
     return result
 
 
@@ -716,9 +725,10 @@ def _decode_dense(run: Model, steps: _Steps, chunk: int) -> None:
         print(file=sys.stderr)
 
 
-def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, int]:
+def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """Each chain's certified margin interval ``(lo, hi)``, with the open chains decoded again by
-    ``redecide`` (which overwrites their steps); and how many were."""
+    ``redecide`` (which overwrites their steps); how many were; and whether each chain is certainly right
+    (``lo > 0``, or decoded right exactly where a step's lower end rounds to 0)."""
     # A chain is exact when every step is certified; certainly wrong when its first uncertified step is
     # certainly wrong (the steps before it fed exactly the true tokens back); undecided otherwise.
     n, k = steps.chains.shape
@@ -730,8 +740,9 @@ def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, in
     per_query_hi = np.where(open_step.any(axis=1), highs[rows, first], np.inf) if k else per_query
     open_chain = ~(per_query > 0) & (per_query_hi > 0)
     redecided = (np.flatnonzero(open_chain) if redecide is not None and k else np.zeros(0, dtype=np.int64))
+    right = per_query > 0
     if len(redecided):
         q = redecided
-        steps.predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q] = redecide.chains(
-            steps.prompts[q], steps.chains[q])
-    return per_query, per_query_hi, len(redecided)
+        steps.predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q], right[q] = \
+            redecide.chains(steps.prompts[q], steps.chains[q])
+    return per_query, per_query_hi, len(redecided), right

@@ -230,12 +230,16 @@ def hypercube_decode(cube: Hypercube, v: np.ndarray, answers: np.ndarray) -> tup
 class Certified:
     """Per query: the prediction (argmax of the computed logits), the computed margin, and an interval
     ``[lo, hi]`` that contains the margin in exact real arithmetic (``lo = hi =`` the margin when the
-    computation is exact). ``lo`` is also a lower bound on the margin THE forward pass computes."""
+    computation is exact). ``lo`` is also a lower bound on the margin THE forward pass computes.
+
+    ``positive`` (exact re-decision only): whether each exact margin is certainly > 0. ``lo > 0`` says the
+    same, except for an exact margin nearer 0 than float64's smallest subnormal, whose ``lo`` rounds to 0."""
 
     predictions: np.ndarray
     margins: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
+    positive: np.ndarray | None = None
 
 
 def _down(x):

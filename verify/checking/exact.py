@@ -35,6 +35,7 @@ block, so a model with many outputs is never held as Python integers at once.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -59,6 +60,8 @@ TIGHT = 0.999
 INT_BYTES = 96
 # Rows of the read-out converted to Python integers at once.
 READOUT_ROWS = 4096
+# The largest float64: an exact margin beyond it is enclosed as [_LARGEST, inf] ([-inf, -_LARGEST]).
+_LARGEST = float(np.finfo(np.float64).max)
 
 
 def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions: np.ndarray | None = None,
@@ -116,11 +119,16 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
     """
     if arith not in ARITHS:
         raise InputError(f"arith must be one of {ARITHS}, got {arith!r}")
+    # exact: the float64 pass may overflow (its bounds are then infinite and the query is decided again
+    # exactly), which is no warning to the user; a computation in another arith keeps NumPy's warnings
+    quiet = np.errstate(over="ignore", invalid="ignore") if arith == "exact" else contextlib.nullcontext()
     if decode:
         run = _cast(model, np.dtype(np.float64 if arith == "exact" else arith))
-        result = check_decoding(run, tokens, answers, chunk=chunk, keep=keep, max_failures=max_failures,
-                                progress=progress, decoder=decoder, forward=forward, budget=budget,
-                                redecide=_Redecider(model, as_budget(budget)) if arith == "exact" else None)
+        with quiet:
+            result = check_decoding(run, tokens, answers, chunk=chunk, keep=keep, max_failures=max_failures,
+                                    progress=progress, decoder=decoder, forward=forward, budget=budget,
+                                    redecide=_Redecider(model, as_budget(budget)) if arith == "exact"
+                                    else None)
         result.arith = arith
         return result
     kwargs: dict[str, Any] = dict(positions=positions, chunk=chunk, keep=keep, max_failures=max_failures,
@@ -139,7 +147,8 @@ def evaluate(model: Model, tokens: np.ndarray, answers: np.ndarray, *, positions
         return result
     wide = _cast(model, np.dtype(np.float64))
     redecider = _Redecider(model, as_budget(budget))
-    result = check_queries(wide, tokens, answers, redecide=redecider, tight=TIGHT, **kwargs)
+    with quiet:
+        result = check_queries(wide, tokens, answers, redecide=redecider, tight=TIGHT, **kwargs)
     result.arith = "exact"
     return result
 
@@ -201,9 +210,18 @@ def exact_bytes(model: Model, T: int, budget: Budget | None = None) -> int:
 
 
 def _cast(model: Model, dtype: np.dtype) -> Model:
-    """``model`` with every array in ``dtype`` (itself when all already are)."""
+    """``model`` with every array in ``dtype`` (itself when all already are); an array whose finite values
+    overflow ``dtype`` is refused as such (not as "non-finite entries" of the cast copy)."""
     if all(a.dtype == dtype for a in model.arrays().values()):
         return model
+    for name, a in model.arrays().items():
+        if a.dtype.itemsize > dtype.itemsize:
+            with np.errstate(over="ignore"):
+                overflows = not np.isfinite(a.astype(dtype)).all()
+            if overflows:
+                raise InputError(f"{name} holds values beyond {dtype}'s largest ({np.finfo(dtype).max:g}): a "
+                                 f"computation in {dtype} (arith {dtype}) cannot hold these weights; arith "
+                                 "exact gives the stored weights' own verdict")
     return model.astype(dtype)
 
 
@@ -361,6 +379,7 @@ class _Redecider:
         self.count += n
         preds = np.empty(n, dtype=np.int64)
         lo, hi, mid = np.empty(n), np.empty(n), np.empty(n)
+        positive = np.zeros(n, dtype=bool)  # the exact sign, also where lo rounds to 0 (below subnormals)
         width = max(1, self.model.d, self.model.mlp_width, min(self.model.n_out, READOUT_ROWS))
         per_query = INT_BYTES * 4 * width * max(1, tokens.shape[1]) ** 2
         step = max(1, self.budget.chunk_bytes() // per_query)
@@ -379,20 +398,24 @@ class _Redecider:
                 for j, q in enumerate(todo):
                     preds[q] = answers[q] if lq[j] > 0 else p[j]  # a positive margin: the answer is argmax
                     lo[q], hi[q] = _down(lq[j]), _upward(hq[j])
-                    mid[q] = float((lq[j] + hq[j]) / 2) if math.isfinite(lo[q]) else lo[q]
+                    positive[q] = lq[j] > 0
+                    mid[q] = (float((lq[j] + hq[j]) / 2) if math.isfinite(lo[q]) and math.isfinite(hi[q])
+                              else lo[q] if math.isfinite(lo[q]) else hi[q])
                 decided = np.array([not (lq[j] <= 0 < hq[j]) for j in range(todo.size)], dtype=bool)
                 todo = todo[~decided]
                 if not todo.size:
                     break
-        return Certified(preds, mid, lo, hi)
+        return Certified(preds, mid, lo, hi, positive)
 
     def chains(self, prompts: np.ndarray, chains: np.ndarray):
         """Greedy decoding of each chain in exact arithmetic: step t reads the margin of the true ``v_t``;
         a step decided right feeds ``v_t`` back (it is then the argmax), the first step that is not ends the
         chain. Returns the last step's predictions, each chain's margin interval (its first open or wrong
-        step's, else the smallest over its steps) and every step's interval (``−inf`` after the end)."""
+        step's, else the smallest over its steps), every step's interval (``−inf`` after the end), and whether
+        each chain is right (every step's exact margin > 0, also where its lower end rounds to 0)."""
         n, k = chains.shape
         step_lo, step_hi = np.full((n, k), -np.inf), np.full((n, k), -np.inf)
+        step_right = np.zeros((n, k), dtype=bool)
         predictions = np.zeros(n, dtype=np.int64)
         seq = np.asarray(prompts, dtype=np.int64)
         alive = np.arange(n)
@@ -403,13 +426,15 @@ class _Redecider:
             step_lo[alive, t], step_hi[alive, t] = cert.lo, cert.hi
             predictions[alive] = cert.predictions
             seq = np.concatenate([seq, chains[:, t : t + 1]], axis=1)
-            alive = alive[cert.lo > 0]
+            right = cert.lo > 0 if cert.positive is None else cert.positive
+            step_right[alive, t] = right
+            alive = alive[right]
         done = np.isin(np.arange(n), alive)
-        first = (step_lo <= 0).argmax(axis=1)
+        first = (~step_right).argmax(axis=1)
         rows = np.arange(n)
         lo = np.where(done, step_lo.min(axis=1), step_lo[rows, first])
         hi = np.where(done, step_hi.min(axis=1), step_hi[rows, first])
-        return predictions, lo, hi, step_lo, step_hi
+        return predictions, lo, hi, step_lo, step_hi, done
 
     # --- the pass
 
@@ -592,22 +617,22 @@ def _scaled(mpf_tuple, G: int, ceil: bool) -> int:
 
 
 def _down(q: Fraction) -> float:
-    """The largest float64 <= q (−inf below the range)."""
+    """The largest float64 <= q (−inf below the range; the largest float64 above it)."""
     try:
         f = float(q)
     except OverflowError:
-        return np.inf if q > 0 else -np.inf
+        return _LARGEST if q > 0 else -np.inf
     if Fraction(f) > q if math.isfinite(f) else f > 0:
         f = float(np.nextafter(f, -np.inf))
     return f
 
 
 def _upward(q: Fraction) -> float:
-    """The smallest float64 >= q (+inf above the range)."""
+    """The smallest float64 >= q (+inf above the range; minus the largest float64 below it)."""
     try:
         f = float(q)
     except OverflowError:
-        return np.inf if q > 0 else -np.inf
+        return np.inf if q > 0 else -_LARGEST
     if Fraction(f) < q if math.isfinite(f) else f < 0:
         f = float(np.nextafter(f, np.inf))
     return f

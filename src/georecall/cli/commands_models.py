@@ -194,7 +194,7 @@ def run_probe(p: ProbeParams) -> dict:
     return document(p, params, est, model=p.model, N=task.N, R=task.R, **result)
 
 
-def _interval(lo: np.ndarray, hi: np.ndarray) -> dict:
+def _interval(lo: np.ndarray | float, hi: np.ndarray | float) -> dict:
     """``{"lo", "hi", "width"}`` of an interval that contains an exact value."""
     lo_v, hi_v = float(lo), float(hi)
     return {"lo": lo_v, "hi": hi_v, "width": hi_v - lo_v if math.isfinite(hi_v - lo_v) else None}
@@ -207,19 +207,38 @@ def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
     exact <= hi``, so the minimum, mean and each quantile of the exact margins lie between those of ``lo``
     and of ``hi``)."""
     assert result.margins is not None and result.predictions is not None  # checked with keep=True
+    with np.errstate(invalid="ignore"):  # a mean or quantile over margins of +inf and -inf is NaN (null)
+        return _summary(result, tokens, N, R, k)
+
+
+def _mean(values: np.ndarray) -> float:
+    """The mean of finite margins near float64's largest without overflowing in the sum (±inf, NaN as
+    NumPy's mean gives them)."""
+    with np.errstate(over="ignore"):
+        mean = float(values.mean())
+    if not math.isfinite(mean) and np.isfinite(values).all():
+        mean = float((values / values.size).sum())
+    return mean
+
+
+def _summary(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
+    """:func:`_evaluation`'s document."""
+    assert result.margins is not None and result.predictions is not None  # checked with keep=True
     lows = np.asarray(result.margins, dtype=np.float64).reshape(tokens.shape[0], -1)
     highs = (lows if result.margin_highs is None
              else np.asarray(result.margin_highs, dtype=np.float64).reshape(lows.shape))
     lo, hi = lows.min(axis=1), highs.min(axis=1)
     relation = tokens[:, k - 1] - N  # r_1: the relation applied first (the token before the subject)
-    correct = lo > 0
+    # certainly right: the exact sign (a margin nearer 0 than the smallest subnormal has lo = 0 but is > 0)
+    correct = np.asarray(lo > 0 if result.right is None  # per query, or per chain (decoding)
+                         else np.asarray(result.right).reshape(lows.shape[0], -1).all(axis=1), dtype=bool)
     per_relation = []
     for r in range(R):  # a loop over relations, each vectorized over its queries
         mine = relation == r
         per_relation.append({"relation": r, "queries": int(mine.sum()),
                              "accuracy": float(correct[mine].mean()) if mine.any() else None,
                              "min_margin": _interval(lo[mine].min(), hi[mine].min()) if mine.any() else None,
-                             "mean_margin": _interval(lo[mine].mean(), hi[mine].mean()) if mine.any()
+                             "mean_margin": _interval(_mean(lo[mine]), _mean(hi[mine])) if mine.any()
                              else None})
     quantiles = ({f"q{q:g}": _interval(np.quantile(lo, q), np.quantile(hi, q)) for q in (0.01, 0.1, 0.5)}
                  if lo.size else {})
@@ -232,7 +251,7 @@ def _evaluation(result, tokens: np.ndarray, N: int, R: int, k: int) -> dict:
             if result.arith == "exact" else f"interval [lo, hi] certified from a {result.arith} computation "
             "(weights cast to it)",
             "min_margin": _interval(lo.min(), hi.min()) if n else None,
-            "mean_margin": _interval(lo.mean(), hi.mean()) if n else None, "margin_quantiles": quantiles,
+            "mean_margin": _interval(_mean(lo), _mean(hi)) if n else None, "margin_quantiles": quantiles,
             "ties": int(((lo == 0) & (hi == 0)).sum()), "per_relation": per_relation,
             "forward": result.forward, "decoder": result.decoder, "dtype": result.dtype,
             **({"note": result.fallback} if result.fallback else {})}
@@ -261,13 +280,7 @@ def run_eval(p: EvalParams) -> dict:
     header_record = _model_record(p.model)
     fingerprints: dict[str, Any] = {"fingerprint": model_fingerprint(model),
                                     "saved_fingerprint": _saved_fingerprint(p.model)}
-    k = p.k if p.k is not None else header_record.get("k", 1)
-    recorded_cot = header_record.get("cot", False)
-    if not isinstance(recorded_cot, bool):  # "false" would be true: refuse what would be misread
-        raise InputError(f"the model file records cot = {recorded_cot!r}; expected true or false")
-    cot = p.cot or recorded_cot
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= LIMITS["k"]:
-        raise InputError(f"the model file records k = {k!r}; pass --k (1..{LIMITS['k']})")
+    k, cot = _hops(header_record, p.k, p.cot)
     if model.n_entities != task.N or model.n_relations != task.R:
         raise InputError(f"the model has N = {model.n_entities} entities and R = {model.n_relations} "
                          f"relations, its task N = {task.N}, R = {task.R}")
@@ -299,7 +312,19 @@ def run_eval(p: EvalParams) -> dict:
                     source={key: header_record.get(key) for key in ("construction", "mode", "d", "steps")
                         if key in header_record}, **_evaluation(result, tokens, task.N, task.R, k),
                     stored_dtype="+".join(sorted({str(a.dtype) for a in model.arrays().values()})),
-                    **fingerprints)
+                    **_idealized(model), **fingerprints)
+
+
+def _idealized(model) -> dict:
+    """``{"attention": ...}`` naming hard attention as the idealization it is (docs/model_format.md), or
+    nothing."""
+    hard = [i for i, layer in enumerate(model.layers)
+            if layer.attention is not None and layer.attention.kind == "hard"]
+    if not hard:
+        return {}
+    return {"attention": f"hard attention in layer(s) {', '.join(map(str, hard))}: the idealization "
+                         "β -> ∞ (uniform over the positions of maximal score), which no finite "
+                         "softmax computes"}
 
 
 def _arith_estimate(est: Estimate, model, arith: str, T: int, budget: memory.Budget) -> None:
@@ -335,6 +360,19 @@ def _saved_fingerprint(path: str) -> str | None:
     """The fingerprint a model file's header records (``save_model`` writes it), or None."""
     saved = _file_header(path).get("fingerprint")
     return saved if isinstance(saved, str) else None
+
+
+def _hops(record: dict, k: int | None, cot: bool) -> tuple[int, bool]:
+    """The k and cot of a model file: ``--k`` and ``--cot`` when given, else its record's, which must be an
+    integer in 1..LIMITS["k"] and a boolean (``"false"`` would be true, 1.9 would be 1: refused, not
+    misread). The one reading of ``eval`` and ``export --model``."""
+    recorded_cot = record.get("cot", False)
+    if not isinstance(recorded_cot, bool):  # "false" would be true: refuse what would be misread
+        raise InputError(f"the model file records cot = {recorded_cot!r}; expected true or false")
+    k = k if k is not None else record.get("k", 1)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= LIMITS["k"]:
+        raise InputError(f"the model file records k = {k!r}; pass --k (1..{LIMITS['k']})")
+    return k, cot or recorded_cot
 
 
 def _model_record(path: str) -> dict:
@@ -547,7 +585,8 @@ def _export_construction(p: ExportParams):
         print(f"building {spec.label} at N = {p.N}, R = {p.R}, k = {k}", file=sys.stderr, flush=True)
     built = spec.builder(task, k, rng=seeds.rng(p.seed, "codes"), **codes, **options)
     record = {"construction": spec.id, "N": p.N, "R": p.R, "k": k, "seed": p.seed, "codes": built.codes.kind,
-              "D": built.codes.D, **options, "task": p.task}
+              "D": built.codes.D, **options, "task": p.task,
+              "builder_options": dict(p.builder_options or {})}  # as a refusal records them
     return built.model, task, query_set(task, k, greedy=spec.decoding == "greedy"), built.promise, record, est
 
 
@@ -568,8 +607,7 @@ def _export_model_file(p: ExportParams):
         raise InputError(f"the task has N = {task.N}, R = {task.R}, but the model has N = "
                          f"{model.n_entities}, R = {model.n_relations}")
     stored = _model_record(p.model)
-    k = p.k if p.k is not None else int(stored.get("k", 1) or 1)
-    cot = p.cot or bool(stored.get("cot", False))
+    k, cot = _hops(stored, p.k, p.cot)
     require_enumerable(task.N, task.R, k)
     record = {"model": p.model, "task": p.task, "k": k, "cot": cot, "model_record": stored}
     return model, task, query_set(task, k, greedy=cot), None, record, est

@@ -543,7 +543,8 @@ def _eval(doc: dict) -> list[str]:
         how = (f"as computed in {doc['arith']} (weights cast to it): accuracy counts the queries that "
                f"computation certifies; {doc.get('n_undecided', 0):,} undecided")
     undecided = doc.get("n_undecided", 0)
-    lines = [f"{doc['params']['model']}: N = {doc['N']}, R = {doc['R']}, k = {doc['k']}, {doc['mode']}",
+    lines = [f"{doc['params']['model']}: N = {doc['N']}, R = {doc['R']}, k = {doc['k']}, {doc['mode']}"
+             + (f"; {doc['attention']}" if doc.get("attention") else ""),
              f"arithmetic: {how}" + (f"; {undecided:,} left undecided (a softmax tie)" if undecided and
                                      doc.get("arith", "exact") == "exact" else ""),
              f"accuracy {100 * doc['accuracy']:.2f}% ({doc['n_correct']:,}/{doc['queries']:,} queries)"

@@ -36,11 +36,11 @@ from typing import IO, Any
 import numpy as np
 
 from georecall.errors import InputError
-from georecall.state_dict import from_state_dict, to_state_dict  # noqa: F401  (re-exported: docs/model_format.md)
+from georecall.state_dict import from_state_dict, to_state_dict  # re-exported: docs/model_format.md
 
 __all__ = ["MAX_LINE_BYTES", "WRITE_ERRORS", "WriteError", "append_jsonl", "atomic_write", "check_path",
-           "damaged_input", "lock_path", "parse_json", "signals_deferred", "strict_json", "temporary_prefix",
-           "validate_output_path", "write_error"]
+           "damaged_input", "from_state_dict", "lock_path", "parse_json", "signals_deferred", "strict_json",
+           "temporary_prefix", "to_state_dict", "validate_output_path", "write_error"]
 
 # The longest results line read (the longest record georecall writes, a study record, is a few tens of kB);
 # a longer line is skipped and counted as alien, read in pieces of this size so it never sits in memory.

@@ -8,6 +8,7 @@ import): CI runs this file with -m "slow or not slow".
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -454,6 +455,29 @@ def test_an_unwritable_or_missing_folder_is_refused(tmp_path, capsys, monkeypatc
     _refused(["export", "--N", "8", "--R", "2", "--to", "onnx", str(tmp_path / "OUT")], capsys,
              "Permission denied")
     assert sorted(os.listdir(tmp_path)) == ["file"]
+
+
+def test_weights_beyond_the_dtype_are_refused_and_flushed_ones_said():
+    """float32 cannot hold 1e300 (stored as inf, the target computes NaN): refused naming the array; a weight
+    below float32's smallest subnormal is stored as 0: a warning naming the array and how many. The control:
+    the same model in float64, and the unscaled model in float32, pass silently."""
+    import warnings
+
+    from georecall.errors import InputError
+    from georecall.exporters import require_representable
+
+    _, built = _built("G1", 1, 8, 2)
+    model = built.model.astype(np.float64)
+    huge = dataclasses.replace(model, unembedding=model.unembedding * 1e300)
+    with pytest.raises(InputError, match="unembedding holds values beyond float32's largest"):
+        require_representable(huge, "float32")
+    tiny = dataclasses.replace(model, unembedding=model.unembedding * 2.0**-160)
+    with pytest.warns(UserWarning, match=r"stored as 0: unembedding \(\d"):
+        require_representable(tiny, "float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for candidate, dtype in ((huge, "float64"), (tiny, "float64"), (model, "float32")):
+            require_representable(candidate, dtype)
 
 
 def test_model_and_construction_do_not_combine(tmp_path, capsys):

@@ -69,7 +69,7 @@ def run_figures(p: FiguresParams) -> dict:
     dpi, formats = figure_options(p)
     require_matplotlib()
     contents = read_sweep(p.source, budget=p.budget) if p.source else None
-    if contents is not None:  # asked for record figures: a file with none to draw is refused, before any work
+    if p.source and contents is not None:  # record figures asked for: a file without any is refused first
         require_kind(contents, p.source, ("threshold", "transfer"), "threshold or transfer records")
     records = contents.records if contents is not None else []
     with figure_style(p.style):

@@ -641,6 +641,7 @@ def run_export(p: ExportParams) -> dict:
     else:
         model, task, qs, promise, record, est = _export_construction(p)
     exporting.supports(model, p.to)  # before any file or progress line
+    exporting.require_representable(model, p.dtype)  # (export() refuses too: said before the progress line)
     if p.progress and not p.no_check:
         print(f"exporting to {p.to} and checking all {qs.prompts.shape[0]:,} queries there", file=sys.stderr,
               flush=True)

@@ -23,6 +23,7 @@ import importlib
 import os
 import shutil
 import tempfile
+import warnings
 
 import numpy as np
 
@@ -34,8 +35,8 @@ from georecall.io import check_path, signals_deferred, strict_json, temporary_pr
 from georecall.theory.statements import Promise
 from georecall.theory.tasks import Task
 
-__all__ = ["TARGETS", "QuerySet", "check_folder", "export", "query_set", "require", "supports",
-           "validate_out"]
+__all__ = ["TARGETS", "QuerySet", "check_folder", "export", "query_set", "require", "require_representable",
+           "supports", "validate_out"]
 
 TARGETS = ("torch", "transformer-lens", "onnx")
 RECORD_FILE = "georecall.json"
@@ -148,6 +149,43 @@ def check_folder(model: Model, to: str, folder: str, queries: QuerySet, *, dtype
                            target=to, promise=promise)
 
 
+def require_representable(model: Model, dtype) -> None:
+    """Refuse weights that the target's ``dtype`` cannot hold, and warn of those it flushes to zero.
+
+    A finite weight beyond the dtype's largest would be stored as ±inf (the target then computes NaN, and
+    the check fails with nothing to say why): refused, naming the array. A nonzero weight below the dtype's
+    smallest subnormal is stored as 0: allowed (the check still compares the target with georecall within
+    the stated rounding bound, which such a weight is inside), with a warning naming the array and how many.
+
+    Parameters
+    ----------
+    model : Model
+    dtype : numpy dtype
+        The exported dtype.
+
+    Raises
+    ------
+    InputError
+        An array with finite values beyond ``dtype``'s range.
+    """
+    dtype = np.dtype(dtype)
+    flushed = []
+    for name, array in model.arrays().items():
+        if array.dtype.itemsize <= dtype.itemsize:
+            continue
+        with np.errstate(over="ignore", under="ignore"):
+            cast = array.astype(dtype)
+        if not np.isfinite(cast[np.isfinite(array)]).all():
+            raise InputError(f"{name} holds values beyond {dtype}'s largest ({np.finfo(dtype).max:g}): "
+                             f"the target would store them as inf; export with --dtype float64")
+        zeroed = int(np.count_nonzero((cast == 0) & (array != 0)))
+        if zeroed:
+            flushed.append(f"{name} ({zeroed:,})")
+    if flushed:
+        warnings.warn(f"nonzero weights below {dtype}'s smallest subnormal are stored as 0: "
+                      f"{', '.join(flushed)}", UserWarning, stacklevel=2)
+
+
 def export(model: Model, to: str, out: str, *, queries: QuerySet, task: Task | None = None,
            dtype="float32", promise: Promise | None = None, check: bool = True,
            record: dict | None = None) -> dict:
@@ -187,13 +225,15 @@ def export(model: Model, to: str, out: str, *, queries: QuerySet, task: Task | N
     ------
     InputError
         A bad target or dtype, an existing ``out`` or an unwritable parent, a missing library, a model the
-        target cannot run (hard attention).
+        target cannot run (hard attention), or weights beyond ``dtype``'s range
+        (:func:`require_representable`).
     """
     if np.dtype(dtype) not in (np.float32, np.float64):
         raise InputError(f"dtype must be float32 or float64, got {dtype!r}")
     module = _target(to)
     path = validate_out(out)
     module.graph(model, dtype)  # refuses what the target cannot run, before any file
+    require_representable(model, dtype)
     tmp = None
     try:  # the temporary folder is made inside the protected block: removed whatever instant a signal lands
         with signals_deferred():  # no signal between the folder's creation and ``tmp`` naming it

@@ -294,3 +294,10 @@ def test_a_chain_of_thought_with_margins_below_the_smallest_subnormal_is_decoded
         assert doc is not None and doc["cot"] and doc["n_undecided"] == 0
         assert doc["accuracy"] == 1.0
         assert doc["min_margin"]["lo"] <= 0.9622504486493763 * scale <= doc["min_margin"]["hi"]
+        # each step's own verdict too (per-step accuracy was 0.5, 0.0 at 2^-1074: steps counted by lower end)
+        from georecall.theory.tokens import chains, multi_hop_queries
+        from georecall.verify.checking.exact import evaluate
+
+        prompts, truth = multi_hop_queries(task, 2)[0], chains(task, 2)
+        scaled = model.replace(unembedding=np.sign(model.unembedding) * scale)
+        assert evaluate(scaled, prompts, truth, decode=True).per_position == [1.0, 1.0]

@@ -626,8 +626,8 @@ def check_decoding(
     budget : Budget or None
         The memory budget the chunks and the tables' blocks are sized from (``None``: the default budget).
     redecide : object, optional
-        With a method ``chains(prompts, chains) -> (predictions, lo, hi, step_lo, step_hi)``: decodes again
-        the chains this pass leaves open (``verify.checking.exact`` passes its exact decoding); counted in
+        With a method ``chains(prompts, chains) -> (predictions, lo, hi, step_lo, step_hi, step_right)``:
+        decodes again the chains this pass leaves open (``verify.checking.exact`` passes its exact decoding); counted in
         ``CheckResult.n_redecided``.
 
     Returns
@@ -655,7 +655,7 @@ def check_decoding(
     if not used_tables:
         run = _readout_model(model, model.readout.columns) if cube is not None else model
         _decode_dense(run, steps, chunk or chunk_size(model, prompts.shape[1] + chains.shape[1], array_bytes))
-    per_query, per_query_hi, n_redecided, right = _chain_verdicts(steps, redecide)
+    per_query, per_query_hi, n_redecided, right, step_right = _chain_verdicts(steps, redecide)
     n = chains.shape[0]
     tally = _Tally(n, 1, False, max_failures, (n,))
     tally.add(slice(0, n), 0, steps.predictions[:, -1], per_query, per_query_hi, steps.computed.min(axis=1),
@@ -664,7 +664,7 @@ def check_decoding(
                           decoder=steps.reading.decoder, forward="tables" if used_tables else "dense",
                           fallback="; ".join(r for r in (why_decoder, why_forward) if r),
                           dtype=str(model.entity_embedding.dtype), logit_bound=logit_bound(model))
-    result.per_position = (steps.margins > 0).mean(axis=0).tolist()
+    result.per_position = step_right.mean(axis=0).tolist()  # exact where a step was decoded again exactly
     result.final_accuracy = float((steps.predictions[:, -1] == chains[:, -1]).mean()) if n else 1.0
     result.n_redecided = n_redecided
     if keep:
@@ -725,10 +725,10 @@ def _decode_dense(run: Model, steps: _Steps, chunk: int) -> None:
         print(file=sys.stderr)
 
 
-def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:
     """Each chain's certified margin interval ``(lo, hi)``, with the open chains decoded again by
-    ``redecide`` (which overwrites their steps); how many were; and whether each chain is certainly right
-    (``lo > 0``, or decoded right exactly where a step's lower end rounds to 0)."""
+    ``redecide`` (which overwrites their steps); how many were; whether each chain is certainly right; and
+    whether each step is (``lo > 0``, or decoded right exactly where a step's lower end rounds to 0)."""
     # A chain is exact when every step is certified; certainly wrong when its first uncertified step is
     # certainly wrong (the steps before it fed exactly the true tokens back); undecided otherwise.
     n, k = steps.chains.shape
@@ -740,9 +740,10 @@ def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, in
     per_query_hi = np.where(open_step.any(axis=1), highs[rows, first], np.inf) if k else per_query
     open_chain = ~(per_query > 0) & (per_query_hi > 0)
     redecided = (np.flatnonzero(open_chain) if redecide is not None and k else np.zeros(0, dtype=np.int64))
-    right = per_query > 0
+    step_right = margins > 0
     if len(redecided):
         q = redecided
-        steps.predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q], right[q] = \
+        steps.predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q], step_right[q] = \
             redecide.chains(steps.prompts[q], steps.chains[q])
-    return per_query, per_query_hi, len(redecided), right
+    right = step_right.all(axis=1) if k else per_query > 0
+    return per_query, per_query_hi, len(redecided), right, step_right

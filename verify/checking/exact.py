@@ -412,7 +412,8 @@ class _Redecider:
         a step decided right feeds ``v_t`` back (it is then the argmax), the first step that is not ends the
         chain. Returns the last step's predictions, each chain's margin interval (its first open or wrong
         step's, else the smallest over its steps), every step's interval (``−inf`` after the end), and whether
-        each chain is right (every step's exact margin > 0, also where its lower end rounds to 0)."""
+        each step is right (its exact margin > 0, also where its lower end rounds to 0; False after the end):
+        a chain is right when all its steps are."""
         n, k = chains.shape
         step_lo, step_hi = np.full((n, k), -np.inf), np.full((n, k), -np.inf)
         step_right = np.zeros((n, k), dtype=bool)
@@ -434,7 +435,7 @@ class _Redecider:
         rows = np.arange(n)
         lo = np.where(done, step_lo.min(axis=1), step_lo[rows, first])
         hi = np.where(done, step_hi.min(axis=1), step_hi[rows, first])
-        return predictions, lo, hi, step_lo, step_hi, done
+        return predictions, lo, hi, step_lo, step_hi, step_right
 
     # --- the pass
 

@@ -626,9 +626,9 @@ def check_decoding(
     budget : Budget or None
         The memory budget the chunks and the tables' blocks are sized from (``None``: the default budget).
     redecide : object, optional
-        With a method ``chains(prompts, chains) -> (predictions, lo, hi, step_lo, step_hi, step_right)``:
-        decodes again the chains this pass leaves open (``verify.checking.exact`` passes its exact decoding); counted in
-        ``CheckResult.n_redecided``.
+        With a method ``chains(prompts, chains)`` returning ``(predictions, lo, hi, step_lo, step_hi,
+        step_right)``: decodes again the chains this pass leaves open (``verify.checking.exact`` passes its
+        exact decoding); counted in ``CheckResult.n_redecided``.
 
     Returns
     -------
@@ -745,5 +745,5 @@ def _chain_verdicts(steps: _Steps, redecide) -> tuple[np.ndarray, np.ndarray, in
         q = redecided
         steps.predictions[q, -1], per_query[q], per_query_hi[q], margins[q], highs[q], step_right[q] = \
             redecide.chains(steps.prompts[q], steps.chains[q])
-    right = step_right.all(axis=1) if k else per_query > 0
+    right = np.asarray(step_right.all(axis=1) if k else per_query > 0)
     return per_query, per_query_hi, len(redecided), right, step_right

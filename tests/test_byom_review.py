@@ -301,3 +301,30 @@ def test_a_chain_of_thought_with_margins_below_the_smallest_subnormal_is_decoded
         prompts, truth = multi_hop_queries(task, 2)[0], chains(task, 2)
         scaled = model.replace(unembedding=np.sign(model.unembedding) * scale)
         assert evaluate(scaled, prompts, truth, decode=True).per_position == [1.0, 1.0]
+
+
+# ---------------------------------------------------------------------------- transfer at extreme scales
+
+
+def test_transfer_of_huge_weights_says_what_overflowed_not_the_file():
+    """Weights × 1e300: the fitted embeddings are finite, their spread was computed by squaring (inf), and the
+    trained start was refused as "entity_embedding has non-finite entries", blaming the file. The spread is
+    now computed without squaring: the start is finite and the training's own divergence is said. Maps that
+    overflow the rebuilt embeddings are refused as such. The control: the unscaled model transfers."""
+    from georecall.errors import InputError
+    from georecall.experiments import probes
+    from georecall.theory.tasks import task_for_seed
+    from georecall.training.parameters import init_model
+
+    task = task_for_seed(8, 2, 0)
+    model = init_model(8, 2, 8, 32, rng=0, dtype=np.float64)
+    maps = probes.superposition_readout(model, task, holdout=0.0, rng=0)["encoding_maps"]
+    assert 0 <= probes.freeze_and_swap(model, task, maps, steps=2, rng=0)["fitted_accuracy"] <= 1
+    try:  # embeddings rebuilt at 1e200: their spread squared was inf (the start refused, the file blamed)
+        result = probes.freeze_and_swap(model, task, maps * 1e200, steps=2, rng=0)
+    except FloatingPointError as error:  # the training's own verdict on such a start, if it diverges
+        assert "loss" in str(error)
+    else:
+        assert 0 <= result["closed_form_accuracy"] <= 1
+    with pytest.raises(InputError, match="rebuilt for the new bijections overflow float64"):
+        probes.freeze_and_swap(model, task, np.full_like(maps, np.finfo(np.float64).max), steps=2, rng=0)

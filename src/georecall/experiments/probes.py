@@ -544,7 +544,7 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
     Raises
     ------
     InputError
-        ``steps`` not a positive integer (from the trainer).
+        ``steps`` not a positive integer (from the trainer), or the rebuilt embeddings overflow float64.
     FloatingPointError
         Training (b) diverged (a non-finite loss).
     """
@@ -554,11 +554,21 @@ def freeze_and_swap(model: Model, task: Task, encoding_maps: np.ndarray, *, step
         new_task = random_task(task.N, task.R, rng)
     tokens, answers = single_hop_queries(new_task)
     X = encoding_design(model, new_task.table)
-    rebuilt = apply_affine(encoding_maps, X)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rebuilt = apply_affine(encoding_maps, X)
+    if not np.isfinite(rebuilt).all():  # the fit's maps times the design: the model's scale, not its file
+        raise InputError("the embeddings rebuilt for the new bijections overflow float64 (the superposition "
+                         f"maps reach {np.abs(encoding_maps).max():.3g}): this model's weights are too large "
+                         "for the closed-form transfer")
     extra = np.asarray(model.entity_embedding[task.N :], dtype=np.float64)
     closed = with_entities(model, np.vstack([rebuilt, extra]))
     closed_result = evaluate(closed, tokens, answers)
-    start = with_entities(model, np.vstack([rng.standard_normal(rebuilt.shape) * rebuilt.std(), extra]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = float(rebuilt.std())
+    if not np.isfinite(spread):  # its squares overflow: the same standard deviation, of values scaled to ≤ 1
+        scale = float(np.abs(rebuilt).max())
+        spread = scale * float((rebuilt / scale).std())
+    start = with_entities(model, np.vstack([rng.standard_normal(rebuilt.shape) * spread, extra]))
     trained = train(start, tokens, answers, steps=steps, lr=lr, rng=rng,
                     frozen=tuple(g for g in GROUPS if g != "entity_embedding"),
                     dtype=model.entity_embedding.dtype)

@@ -621,10 +621,13 @@ def test_a_transfer_record_without_its_accuracies_is_alien():
 
 @pytest.mark.slow  # draws every figure: CI's slow step runs it
 def test_figures_from_a_transfer_record_without_its_accuracies(tmp_path):
+    """Its only record unusable: nothing to draw from the file, which is refused saying why (it drew the
+    computed figures and exited 0)."""
     pytest.importorskip("matplotlib")
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps({"kind": "transfer", "label": "x", "fitted_accuracy": 0.5}) + "\n")
-    _hostile(["figures", "--from", str(path), "--out", str(tmp_path / "figs")], code=0, tmp=str(tmp_path))
+    _hostile(["figures", "--from", str(path), "--out", str(tmp_path / "figs")], code=2, tmp=str(tmp_path),
+             message="1 record of that kind lacking a field it needs")
 
 
 def test_study_figures_folder_is_checked_before_the_work(tmp_path):

@@ -318,10 +318,16 @@ def require_kind(contents: ResultsFile, path: str, kinds: Collection[str], noun:
             raise InputError(f"results file {path!r} does not exist")
         raise InputError(f"{path} holds no {noun} (it is empty)")
     parts = []
-    if parsed:
+    # lines of the caller's kinds that are not usable (a field missing or of the wrong type), then the others
+    unusable = min(parsed, sum(count for kind, count in contents.kinds.items() if kind in kinds))
+    if unusable:
+        parts.append(f"{unusable} {'records' if unusable != 1 else 'record'} of that kind lacking a field it "
+                     "needs (or of the wrong type)")
+    if parsed - unusable:
         others = sorted({_WRITERS[kind] for kind in contents.kinds if kind in _WRITERS and kind not in kinds})
         guess = f": {' or '.join(others)}?" if others else ""
-        parts.append(f"{parsed} line{'s' if parsed != 1 else ''} of another kind{guess}")
+        count = parsed - unusable
+        parts.append(f"{count} line{'s' if count != 1 else ''} of another kind{guess}")
     if contents.torn:
         parts.append(f"{contents.torn} line{'s that are' if contents.torn != 1 else ' that is'} not JSON"
                      + ("" if parsed else ": a model or other binary file?"))

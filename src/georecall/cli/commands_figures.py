@@ -110,9 +110,7 @@ def run_demo(p: DemoParams) -> dict:
     demo.check_size(p.N, p.R)
     if p.show_weights:
         demo.check_show_weights(p.N)
-    figure_files_need_a_folder(p, p.figures)
-    if p.figures is None and p.style != "default":
-        raise InputError("--style applies to --figures DIR: add it, or leave it out")
+    figure_files_need_a_folder(p, p.figures)  # --dpi, --format and --style
     files: list[str] = []
     if p.figures is not None:
         output_dir(p.figures, what="--figures folder")

@@ -235,9 +235,7 @@ def run_study_mechanism(p: StudyMechanismParams) -> dict:
     """
     # --workers with --scheduler: refused by the parser (parser.CONFLICTS); --scheduler's syntax: its params
     figures_dir = None
-    figure_files_need_a_folder(p, p.figures)
-    if p.figures is None and p.style != "default":
-        raise InputError("--style applies to --figures DIR: add it, or leave it out")
+    figure_files_need_a_folder(p, p.figures)  # --dpi, --format and --style
     if p.figures is not None:  # refused before any training: no folder, or no matplotlib to draw with
         figures_dir = output_dir(p.figures, what="--figures folder")
         require_matplotlib()

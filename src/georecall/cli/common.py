@@ -452,22 +452,25 @@ def figure_options(p: FigureFiles) -> tuple[int, tuple[str, ...]]:
 
 
 def figure_files_need_a_folder(p: FigureFiles, figures: str | None) -> None:
-    """Refuse ``--dpi`` / ``--format`` without ``--figures DIR`` (the commands where figures are optional).
+    """Refuse ``--dpi`` / ``--format``, and ``--style`` where the command has it, without ``--figures DIR``
+    (the commands where figures are optional).
 
     Parameters
     ----------
     p : FigureFiles
-        The command's ``--dpi`` and ``--format``.
+        The command's ``--dpi`` and ``--format`` (and ``--style``, when it declares one).
     figures : str or None
         The ``--figures`` folder, or None when not given.
 
     Raises
     ------
     InputError
-        ``--dpi`` or ``--format`` given without ``--figures``.
+        ``--dpi``, ``--format`` or a ``--style`` other than the default given without ``--figures``.
     """
     if figures is None and (p.dpi is not None or p.formats):
         raise InputError("--dpi and --format apply to --figures DIR: add it, or leave them out")
+    if figures is None and getattr(p, "style", "default") != "default":
+        raise InputError("--style applies to --figures DIR: add it, or leave it out")
 
 
 def require_matplotlib() -> None:
